@@ -1,0 +1,314 @@
+//! Site discovery in an ELF file (executable or shared library), read from
+//! disk with the `object` crate.
+//!
+//! The compiler lists every patchable entry in a section:
+//! `__patchable_function_entries` (gcc/clang/rustc patchable-function-entry)
+//! or `__mcount_loc` (gcc `-pg -mfentry -mrecord-mcount`). Entries are link
+//! time addresses; ld writes them into the section and adds `R_X86_64_RELATIVE`
+//! relocations for position-independent objects, while some linkers leave the
+//! words zero and keep the value only in the relocation's addend — both forms
+//! are read here.
+
+use crate::site::{classify, SiteKind, SiteSource, ENDBR64};
+use object::{Object, ObjectSection, ObjectSymbol, RelocationFlags, SectionKind};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A site found in a file, at its link-time address.
+#[derive(Clone, Debug)]
+pub struct FoundSite {
+    /// Address the patcher rewrites (after a leading `endbr64`, if any).
+    pub addr: u64,
+    /// Name of the function the site belongs to, demangled.
+    pub function: String,
+    /// Section that listed it.
+    pub source: SiteSource,
+    /// The kind of the bytes in the file, or why they cannot be patched.
+    pub kind: Result<SiteKind, String>,
+    /// Whether an `endbr64` precedes the site.
+    pub endbr: bool,
+}
+
+/// Every site of one ELF object.
+#[derive(Clone, Debug)]
+pub struct ObjectSites {
+    pub path: PathBuf,
+    /// `ET_DYN` (PIE executable or shared library): addresses are relative
+    /// to the load bias.
+    pub position_independent: bool,
+    /// Sorted by address, duplicates removed.
+    pub sites: Vec<FoundSite>,
+}
+
+/// Failure to read sites from a file: always says which file and what.
+#[derive(Debug)]
+pub struct ElfError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+impl fmt::Display for ElfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.message)
+    }
+}
+
+impl std::error::Error for ElfError {}
+
+/// How to build a program so that shadowgraph can trace it.
+pub const HOW_TO_BUILD: &str = "rebuild it with gcc/clang -fpatchable-function-entry=5, \
+     gcc -pg -mfentry -mrecord-mcount, or rustc -Zpatchable-function-entry=5";
+
+impl ObjectSites {
+    /// Sites that can be patched.
+    pub fn usable(&self) -> impl Iterator<Item = &FoundSite> {
+        self.sites.iter().filter(|s| s.kind.is_ok())
+    }
+
+    /// `Err` with a one-line explanation when the object has no usable site.
+    pub fn require_sites(&self) -> Result<(), ElfError> {
+        if self.usable().next().is_some() {
+            return Ok(());
+        }
+        let message = if self.sites.is_empty() {
+            format!("no patchable function entries; {HOW_TO_BUILD}")
+        } else {
+            format!(
+                "all {} listed sites were rejected (first: {}: {}); {HOW_TO_BUILD}",
+                self.sites.len(),
+                self.sites[0].function,
+                self.sites[0].kind.as_ref().unwrap_err()
+            )
+        };
+        Err(ElfError {
+            path: self.path.clone(),
+            message,
+        })
+    }
+}
+
+/// Reads `path` and lists its sites.
+pub fn scan_file(path: &Path) -> Result<ObjectSites, ElfError> {
+    let data = std::fs::read(path).map_err(|e| ElfError {
+        path: path.to_owned(),
+        message: format!("cannot read: {e}"),
+    })?;
+    scan_bytes(path, &data)
+}
+
+/// Lists the sites of the ELF image `data` (named `path` in messages).
+pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
+    let err = |message: String| ElfError {
+        path: path.to_owned(),
+        message,
+    };
+    let file =
+        object::File::parse(data).map_err(|e| err(format!("not a readable ELF file: {e}")))?;
+    if file.architecture() != object::Architecture::X86_64 {
+        return Err(err(format!(
+            "architecture {:?} is not supported (x86-64 only)",
+            file.architecture()
+        )));
+    }
+    let position_independent = matches!(file.kind(), object::ObjectKind::Dynamic);
+    let relative = relative_relocations(&file);
+    let symbols = FunctionSymbols::new(&file);
+    let text: Vec<(u64, u64)> = file
+        .sections()
+        .filter(|s| s.kind() == SectionKind::Text)
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+
+    let mut sites = Vec::new();
+    for (name, source) in [
+        ("__patchable_function_entries", SiteSource::PatchableEntries),
+        ("__mcount_loc", SiteSource::McountLoc),
+    ] {
+        // A linker may keep several input sections of the same name apart.
+        for section in file.sections().filter(|s| s.name() == Ok(name)) {
+            let bytes = section
+                .data()
+                .map_err(|e| err(format!("section {name} unreadable: {e}")))?;
+            if bytes.len() % 8 != 0 {
+                return Err(err(format!(
+                    "section {name} has size {} (not a multiple of 8)",
+                    bytes.len()
+                )));
+            }
+            for (i, word) in bytes.chunks_exact(8).enumerate() {
+                let at = section.address() + 8 * i as u64;
+                let mut entry = u64::from_le_bytes(word.try_into().unwrap());
+                if entry == 0 {
+                    match relative.get(&at) {
+                        Some(&v) => entry = v,
+                        // Entry of a function the linker discarded.
+                        None => continue,
+                    }
+                }
+                sites.push(examine(&file, &symbols, &text, source, entry));
+            }
+        }
+    }
+    sites.sort_by_key(|s| s.addr);
+    sites.dedup_by_key(|s| s.addr);
+    Ok(ObjectSites {
+        path: path.to_owned(),
+        position_independent,
+        sites,
+    })
+}
+
+fn examine(
+    file: &object::File<'_>,
+    symbols: &FunctionSymbols,
+    text: &[(u64, u64)],
+    source: SiteSource,
+    entry: u64,
+) -> FoundSite {
+    let mut addr = entry;
+    let mut endbr = false;
+    let bytes = read_at(file, entry, 10).unwrap_or_default();
+    let bytes = if bytes.starts_with(&ENDBR64) {
+        addr += 4;
+        endbr = true;
+        &bytes[4..]
+    } else {
+        &bytes[..]
+    };
+    let (function, inside) = symbols.describe(addr);
+    let kind = if !text.iter().any(|&(lo, hi)| addr >= lo && addr + 5 <= hi) {
+        Err("entry outside any executable section".to_string())
+    } else if !inside {
+        Err("nops placed before the function symbol are not supported \
+             (patchable-function-entry with a prefix)"
+            .to_string())
+    } else {
+        classify(source, bytes)
+    };
+    FoundSite {
+        addr,
+        function,
+        source,
+        kind,
+        endbr,
+    }
+}
+
+/// `R_X86_64_RELATIVE` relocations: address → addend.
+fn relative_relocations(file: &object::File<'_>) -> HashMap<u64, u64> {
+    const R_X86_64_RELATIVE: u32 = 8;
+    let mut map = HashMap::new();
+    if let Some(relocs) = file.dynamic_relocations() {
+        for (at, r) in relocs {
+            if let RelocationFlags::Elf { r_type } = r.flags() {
+                if r_type == R_X86_64_RELATIVE {
+                    map.insert(at, r.addend() as u64);
+                }
+            }
+        }
+    }
+    map
+}
+
+/// Reads `n` bytes (fewer at the end of a section) at a link-time address.
+fn read_at(file: &object::File<'_>, addr: u64, n: u64) -> Option<Vec<u8>> {
+    for s in file.sections() {
+        if addr >= s.address() && addr < s.address() + s.size() {
+            let data = s.data().ok()?;
+            let off = (addr - s.address()) as usize;
+            let end = (off + n as usize).min(data.len());
+            return Some(data.get(off..end)?.to_vec());
+        }
+    }
+    None
+}
+
+/// Function symbols sorted by address, to name the function holding a site.
+struct FunctionSymbols {
+    /// (start, size, name)
+    list: Vec<(u64, u64, String)>,
+}
+
+impl FunctionSymbols {
+    fn new(file: &object::File<'_>) -> Self {
+        fn collect<'d>(
+            syms: impl Iterator<Item = object::Symbol<'d, 'd>>,
+        ) -> Vec<(u64, u64, String)> {
+            syms.filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition())
+                .filter_map(|s| Some((s.address(), s.size(), demangle(s.name().ok()?))))
+                .collect()
+        }
+        let mut list = collect(file.symbols());
+        if list.is_empty() {
+            list = collect(file.dynamic_symbols());
+        }
+        // Prefer sized symbols and the first name seen for an address.
+        list.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        list.dedup_by_key(|s| s.0);
+        FunctionSymbols { list }
+    }
+
+    /// Name for `addr` and whether `addr` lies inside (or at the start of)
+    /// that function.
+    fn describe(&self, addr: u64) -> (String, bool) {
+        let i = self.list.partition_point(|s| s.0 <= addr);
+        if i == 0 {
+            return (format!("{addr:#x}"), false);
+        }
+        let (start, size, ref name) = self.list[i - 1];
+        // A function without a recorded size is taken to extend to the next symbol.
+        let end = if size > 0 {
+            start + size
+        } else {
+            self.list.get(i).map_or(u64::MAX, |s| s.0)
+        };
+        if addr < end {
+            (name.clone(), true)
+        } else {
+            (format!("{addr:#x}"), false)
+        }
+    }
+}
+
+/// Demangles C++ (Itanium) and Rust (legacy and v0) symbol names.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return s;
+            }
+        }
+    }
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_cpp_and_rust() {
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("plain_c"), "plain_c");
+    }
+
+    #[test]
+    fn garbage_is_a_clear_error() {
+        let e = scan_bytes(Path::new("junk.bin"), b"\x7fELF\x02\x01\x01garbage").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("junk.bin: not a readable ELF file"),
+            "{e}"
+        );
+        let e = scan_file(Path::new("/nonexistent/file")).unwrap_err();
+        assert!(e.to_string().contains("cannot read"), "{e}");
+    }
+}

@@ -1,0 +1,18 @@
+//! shadowgraph: the Linux kernel's ftrace function-tracing machinery in user
+//! space. This crate holds the in-process API, layer by layer (SPEC §1):
+//!
+//! * L0 sites & patcher — [`elf`] finds patchable entries in files,
+//!   [`process`] in loaded objects (and converts them to one patchable
+//!   form), [`patch`] rewrites them live with the int3-first protocol,
+//!   [`stop`] parks threads when an edit is not safe to make live,
+//!   [`arena`] and [`tramp`] hold the trampolines that sites call.
+
+pub mod arena;
+pub mod cc;
+pub mod elf;
+pub mod patch;
+pub mod process;
+pub mod site;
+pub mod stop;
+pub mod sys;
+pub mod tramp;

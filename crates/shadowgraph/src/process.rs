@@ -1,0 +1,302 @@
+//! Sites of the objects loaded in this process, and their normalisation to
+//! the one patchable form, NOP5 (SPEC §2.1, §2.5).
+
+use crate::elf::{self, ElfError, FoundSite};
+use crate::patch::{self, Edit, PatchError, TextWindow};
+use crate::site::{classify, SiteKind, NOP5, SLED};
+use crate::stop::{self, StackMap, StopBuffers};
+use crate::sys;
+use std::ffi::CStr;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A patchable entry of a loaded object, at its run-time address.
+#[derive(Clone, Debug)]
+pub struct CallSite {
+    pub addr: usize,
+    pub function: String,
+    /// The form the compiler produced.
+    pub kind: SiteKind,
+    /// `None` while the site can be patched; otherwise why it is DISABLED.
+    pub disabled: Option<String>,
+}
+
+impl CallSite {
+    pub fn usable(&self) -> bool {
+        self.disabled.is_none()
+    }
+}
+
+/// A loaded object with its sites.
+#[derive(Clone, Debug)]
+pub struct Module {
+    pub path: PathBuf,
+    /// Load bias: run-time address = link-time address + bias.
+    pub bias: usize,
+    /// Sorted by address.
+    pub sites: Vec<CallSite>,
+}
+
+impl Module {
+    /// Smallest range holding every usable site.
+    pub fn site_range(&self) -> Option<(usize, usize)> {
+        let mut it = self.sites.iter().filter(|s| s.usable());
+        let first = it.next()?.addr;
+        let last = self.sites.iter().rev().find(|s| s.usable())?.addr;
+        Some((first, last + 8))
+    }
+
+    pub fn usable(&self) -> impl Iterator<Item = &CallSite> {
+        self.sites.iter().filter(|s| s.usable())
+    }
+
+    pub fn by_name(&self, function: &str) -> Option<&CallSite> {
+        self.sites.iter().find(|s| s.function == function)
+    }
+}
+
+/// Loaded objects: (path, bias). The main program is `/proc/self/exe`'s target.
+pub fn loaded_objects() -> Vec<(PathBuf, usize)> {
+    extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut libc::c_void,
+    ) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info and our Vec pointer.
+        unsafe {
+            let out = &mut *(data as *mut Vec<(PathBuf, usize)>);
+            let name = if (*info).dlpi_name.is_null() {
+                ""
+            } else {
+                CStr::from_ptr((*info).dlpi_name).to_str().unwrap_or("")
+            };
+            let path = if name.is_empty() && out.is_empty() {
+                std::fs::read_link("/proc/self/exe").unwrap_or_default()
+            } else {
+                PathBuf::from(name)
+            };
+            out.push((path, (*info).dlpi_addr as usize));
+        }
+        0
+    }
+    let mut out: Vec<(PathBuf, usize)> = Vec::new();
+    // SAFETY: the callback matches the expected signature and only touches `out`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut _ as *mut libc::c_void) };
+    // The vDSO and other objects without a file on disk have no sites to read.
+    out.retain(|(p, _)| p.is_absolute() && p.exists());
+    out
+}
+
+/// Discovers the sites of every loaded object whose path satisfies `want`.
+/// Objects without any listed site are skipped; unreadable ones are errors.
+pub fn discover(want: impl Fn(&Path) -> bool) -> Result<Vec<Module>, ElfError> {
+    let mut modules = Vec::new();
+    for (path, bias) in loaded_objects() {
+        if !want(&path) {
+            continue;
+        }
+        let found = elf::scan_file(&path)?;
+        if found.sites.is_empty() {
+            continue;
+        }
+        let bias = if found.position_independent { bias } else { 0 };
+        modules.push(Module {
+            path,
+            bias,
+            sites: found.sites.iter().map(|s| in_memory(s, bias)).collect(),
+        });
+    }
+    Ok(modules)
+}
+
+/// The run-time view of a found site: its bytes are re-read from memory, so
+/// a site changed since the file was written (or already converted) is seen
+/// as it is.
+fn in_memory(s: &FoundSite, bias: usize) -> CallSite {
+    let addr = s.addr as usize + bias;
+    let (kind, disabled) = match &s.kind {
+        Err(why) => (SiteKind::Nop5, Some(why.clone())),
+        Ok(file_kind) => {
+            // SAFETY: the site lies in the text of a loaded object (the file
+            // says so and the address is biased by the loader's own bias).
+            let mem = unsafe { std::slice::from_raw_parts(addr as *const u8, file_kind.len()) };
+            match classify(s.source, mem) {
+                Ok(_) if mem[..5] == NOP5 => (*file_kind, None),
+                Ok(k) if k == *file_kind => (*file_kind, None),
+                Ok(k) => (
+                    *file_kind,
+                    Some(format!("holds a {k} though the file has a {file_kind}")),
+                ),
+                Err(why) => (*file_kind, Some(why)),
+            }
+        }
+    };
+    CallSite {
+        addr,
+        function: s.function.clone(),
+        kind,
+        disabled,
+    }
+}
+
+/// Result of [`normalize`].
+#[derive(Clone, Debug, Default)]
+pub struct Normalized {
+    /// Sites rewritten to NOP5.
+    pub converted: usize,
+    /// Sleds left alone because a thread might resume inside them.
+    pub deferred: usize,
+    /// Whether other threads had to be stopped.
+    pub stopped_world: bool,
+}
+
+/// Why normalisation failed (nothing was written).
+#[derive(Debug)]
+pub enum NormalizeError {
+    Patch(PatchError),
+    Stop(stop::StopError),
+}
+
+impl fmt::Display for NormalizeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NormalizeError::Patch(e) => write!(f, "{e}"),
+            NormalizeError::Stop(e) => write!(f, "cannot stop threads to convert sleds: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for NormalizeError {}
+
+impl From<PatchError> for NormalizeError {
+    fn from(e: PatchError) -> Self {
+        NormalizeError::Patch(e)
+    }
+}
+
+/// Rewrites every usable site to NOP5, the only form patched afterwards.
+///
+/// * Single-instruction forms (a non-canonical 5-byte nop, `call __fentry__`
+///   and its 6-byte GOT/addr32 variants) have instruction boundaries the
+///   NOP5 form keeps, so they go through the live int3 batch.
+/// * Sleds (five 1-byte nops) do not: while other threads exist they are
+///   stopped; a thread paused inside a sled is moved past it, and a sled that
+///   a conservative scan of the parked threads' stacks finds referenced
+///   (an interrupted context could resume inside) is deferred: DISABLED.
+pub fn normalize(modules: &mut [Module]) -> Result<Normalized, NormalizeError> {
+    let mut live: Vec<Edit> = Vec::new();
+    let mut sleds: Vec<usize> = Vec::new();
+    for s in modules
+        .iter()
+        .flat_map(|m| m.sites.iter())
+        .filter(|s| s.usable())
+    {
+        // SAFETY: usable sites lie in loaded text.
+        let mem = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.kind.len()) };
+        if mem[..5] == NOP5 {
+            continue; // already canonical (mcount-nop, or converted before)
+        }
+        match s.kind {
+            SiteKind::Sled => sleds.push(s.addr),
+            _ => live.push(Edit::new(s.addr, mem, s.kind.converted())),
+        }
+    }
+    let mut out = Normalized::default();
+    patch::apply(&mut live)?;
+    out.converted += live.len();
+    if !sleds.is_empty() {
+        let deferred = convert_sleds(&sleds, &mut out)?;
+        for m in modules.iter_mut() {
+            for s in m.sites.iter_mut() {
+                if deferred.binary_search(&s.addr).is_ok() {
+                    s.disabled =
+                        Some("sled deferred: a stopped thread may resume inside it".into());
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Converts sleds to NOP5; returns the deferred ones (sorted).
+fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, NormalizeError> {
+    let edits: Vec<Edit> = sleds.iter().map(|&a| Edit::new(a, &SLED, &NOP5)).collect();
+    let _text = patch::text_lock();
+    patch::verify(&edits)?;
+    let window = TextWindow::open_for(edits.iter().map(|e| (e.addr, 5)))?;
+    let mut threads = Vec::with_capacity(2);
+    let single = sys::list_threads(&mut threads).is_ok() && threads.len() == 1;
+    if single {
+        // No other thread exists, and only this one could create one.
+        let r = patch::write_quiescent(&window, &edits);
+        window.close();
+        r?;
+        out.converted += edits.len();
+        return Ok(Vec::new());
+    }
+
+    out.stopped_world = true;
+    let stacks = match StackMap::read() {
+        Ok(s) => s,
+        Err(e) => {
+            window.close();
+            return Err(PatchError::Io(format!("/proc/self/maps: {e}")).into());
+        }
+    };
+    let mut deferred = vec![false; sleds.len()];
+    let mut bufs = StopBuffers::default();
+    let inside = |word: usize| -> Option<usize> {
+        // Index of the sled whose interior (site+1..=site+4) holds `word`.
+        let i = sleds.partition_point(|&s| s < word);
+        (i > 0 && word - sleds[i - 1] < 5).then(|| i - 1)
+    };
+    let stopped = stop::stop_world(&mut bufs, |parked| {
+        // Nothing below allocates: every thread but this one is parked.
+        let me = 0u8;
+        stacks.scan_from(std::ptr::addr_of!(me) as usize, |w| {
+            if let Some(i) = inside(w) {
+                deferred[i] = true;
+            }
+        });
+        for p in parked.iter_mut().filter(|p| p.pc != 0) {
+            if let Some(i) = inside(p.pc) {
+                p.new_pc = Some(sleds[i] + 5);
+            }
+            for sp in [p.handler_sp, p.sp] {
+                stacks.scan_from(sp, |w| {
+                    if let Some(i) = inside(w) {
+                        // The parked PC itself was found on the handler's
+                        // frame too; it is moved, not deferred.
+                        if w != p.pc {
+                            deferred[i] = true;
+                        }
+                    }
+                });
+            }
+        }
+        let mut n = 0;
+        for (e, &d) in edits.iter().zip(deferred.iter()) {
+            if !d {
+                // Plain stores into pages opened before the stop.
+                if patch::write_quiescent(&window, std::slice::from_ref(e)).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        n
+    });
+    window.close();
+    let written = stopped.map_err(NormalizeError::Stop)?;
+    // Threads resumed through sigreturn (serialising); other cores that
+    // never stopped do not exist. Serialise anyway for the coordinator's peers.
+    patch::serialise()?;
+    out.converted += written;
+    let d: Vec<usize> = sleds
+        .iter()
+        .zip(deferred.iter())
+        .filter(|(_, &d)| d)
+        .map(|(&s, _)| s)
+        .collect();
+    out.deferred += d.len();
+    Ok(d)
+}

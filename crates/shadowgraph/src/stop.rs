@@ -1,0 +1,383 @@
+//! Stop the world: park every other thread of the process inside a signal
+//! handler, let the caller inspect (and move) their program counters, then
+//! release them. Used to normalise 5-nop sleds while threads run (SPEC §2.5)
+//! and, where `membarrier` is missing, to serialise every core.
+//!
+//! Protocol, per thread slot (`state`): the coordinator sets REQUESTED and
+//! sends the signal; the handler records PC and stack pointers, stores
+//! PARKED, and spins until RELEASED; it then applies `new_pc` (if non-zero)
+//! to its interrupted context and stores DONE. While threads are parked, one
+//! of them may hold any lock (the allocator's included), so the coordinator's
+//! inspection closure must not allocate or lock.
+
+use crate::sys;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+/// Most threads one stop can park.
+pub const MAX_THREADS: usize = 4096;
+
+const FREE: u32 = 0;
+const REQUESTED: u32 = 1;
+const PARKED: u32 = 2;
+const RELEASED: u32 = 3;
+const DONE: u32 = 4;
+
+struct Slot {
+    tid: AtomicI32,
+    state: AtomicU32,
+    pc: AtomicUsize,
+    /// Stack pointer of the interrupted context.
+    sp: AtomicUsize,
+    /// Stack pointer inside the handler (the alternate signal stack, if any).
+    handler_sp: AtomicUsize,
+    new_pc: AtomicUsize,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Slot = Slot {
+    tid: AtomicI32::new(0),
+    state: AtomicU32::new(FREE),
+    pc: AtomicUsize::new(0),
+    sp: AtomicUsize::new(0),
+    handler_sp: AtomicUsize::new(0),
+    new_pc: AtomicUsize::new(0),
+};
+
+static SLOTS: [Slot; MAX_THREADS] = [EMPTY; MAX_THREADS];
+/// Slots in use by the current stop (prefix of `SLOTS`).
+static USED: AtomicUsize = AtomicUsize::new(0);
+/// Ping mode: the handler acknowledges at once instead of parking.
+static PING: AtomicBool = AtomicBool::new(false);
+static COORDINATOR: Mutex<()> = Mutex::new(());
+static INSTALL: Once = Once::new();
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// A thread parked by [`stop_world`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Parked {
+    pub tid: i32,
+    /// Where the thread will resume.
+    pub pc: usize,
+    /// Its stack pointer when interrupted.
+    pub sp: usize,
+    /// A stack pointer inside the parking handler: differs from the thread's
+    /// stack when it runs on an alternate signal stack.
+    pub handler_sp: usize,
+    /// Set to move the thread: it resumes here instead of `pc`.
+    pub new_pc: Option<usize>,
+}
+
+/// Why the world could not be stopped.
+#[derive(Debug)]
+pub enum StopError {
+    /// A thread did not park in time (it blocks the signal, or is stuck in
+    /// the kernel with the signal masked).
+    Unresponsive(i32),
+    TooManyThreads,
+    Io(io::Error),
+}
+
+impl std::fmt::Display for StopError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopError::Unresponsive(t) => write!(
+                f,
+                "thread {t} did not stop within 2 s (does it block signal {}?)",
+                signal()
+            ),
+            StopError::TooManyThreads => write!(f, "more than {MAX_THREADS} threads"),
+            StopError::Io(e) => write!(f, "cannot list threads: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StopError {}
+
+/// The real-time signal used to park threads.
+pub fn signal() -> i32 {
+    let s = SIGNAL.load(Ordering::Relaxed);
+    if s != 0 {
+        s
+    } else {
+        libc::SIGRTMIN() + 6
+    }
+}
+
+fn install() {
+    INSTALL.call_once(|| {
+        SIGNAL.store(libc::SIGRTMIN() + 6, Ordering::Relaxed);
+        // SAFETY: a zeroed sigaction is a valid starting point; the handler
+        // has the SA_SIGINFO signature; sigemptyset initialises the mask.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_park_signal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(signal(), &sa, std::ptr::null_mut());
+        }
+    });
+}
+
+extern "C" fn on_park_signal(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let me = sys::gettid();
+    let used = USED.load(Ordering::Acquire);
+    let Some(slot) = SLOTS[..used].iter().find(|s| {
+        s.tid.load(Ordering::Relaxed) == me && s.state.load(Ordering::Acquire) == REQUESTED
+    }) else {
+        return; // a stray or late signal: nothing asked for this thread
+    };
+    if PING.load(Ordering::Acquire) {
+        // Returning from a signal handler (sigreturn) serialises the core.
+        slot.state.store(DONE, Ordering::Release);
+        return;
+    }
+    let uc = ctx as *mut libc::ucontext_t;
+    let marker = 0u8;
+    // SAFETY: the kernel passes a valid ucontext for SA_SIGINFO handlers.
+    let (pc, sp) = unsafe {
+        let g = &(*uc).uc_mcontext.gregs;
+        (
+            g[libc::REG_RIP as usize] as usize,
+            g[libc::REG_RSP as usize] as usize,
+        )
+    };
+    slot.pc.store(pc, Ordering::Relaxed);
+    slot.sp.store(sp, Ordering::Relaxed);
+    slot.handler_sp
+        .store(std::ptr::addr_of!(marker) as usize, Ordering::Relaxed);
+    slot.new_pc.store(0, Ordering::Relaxed);
+    slot.state.store(PARKED, Ordering::Release);
+    let mut spins = 0u32;
+    while slot.state.load(Ordering::Acquire) != RELEASED {
+        spins += 1;
+        if spins < 100 {
+            std::hint::spin_loop();
+        } else {
+            // SAFETY: sched_yield is a plain, async-signal-safe system call.
+            unsafe { libc::sched_yield() };
+        }
+    }
+    let new_pc = slot.new_pc.load(Ordering::Relaxed);
+    if new_pc != 0 {
+        // SAFETY: as above; the coordinator moved the PC to an instruction
+        // boundary with the same meaning (SPEC §2.5).
+        unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = new_pc as i64 };
+    }
+    slot.state.store(DONE, Ordering::Release);
+}
+
+/// Preallocated room for one stop, so nothing allocates while threads are
+/// parked.
+pub struct StopBuffers {
+    tids: Vec<i32>,
+    parked: Vec<Parked>,
+}
+
+impl Default for StopBuffers {
+    fn default() -> Self {
+        StopBuffers {
+            tids: Vec::with_capacity(MAX_THREADS),
+            parked: Vec::with_capacity(MAX_THREADS),
+        }
+    }
+}
+
+/// Parks every other thread, calls `inspect` with them, applies the
+/// `new_pc` it set, and releases them. `inspect` must not allocate or take
+/// locks. Returns what `inspect` returned.
+pub fn stop_world<R>(
+    bufs: &mut StopBuffers,
+    inspect: impl FnOnce(&mut [Parked]) -> R,
+) -> Result<R, StopError> {
+    let _guard = COORDINATOR.lock().unwrap_or_else(|e| e.into_inner());
+    install();
+    PING.store(false, Ordering::Release);
+    let parked = park_all(bufs)?;
+    let result = inspect(&mut bufs.parked[..parked]);
+    for (i, p) in bufs.parked[..parked].iter().enumerate() {
+        SLOTS[i]
+            .new_pc
+            .store(p.new_pc.unwrap_or(0), Ordering::Relaxed);
+    }
+    release_all(parked);
+    Ok(result)
+}
+
+/// Makes every other thread execute a serialising instruction (signal
+/// delivery and return) and waits until all have: the fallback for
+/// `membarrier(PRIVATE_EXPEDITED_SYNC_CORE)`.
+pub fn ping_all() -> Result<(), StopError> {
+    let _guard = COORDINATOR.lock().unwrap_or_else(|e| e.into_inner());
+    install();
+    PING.store(true, Ordering::Release);
+    let mut bufs = StopBuffers::default();
+    let n = park_all(&mut bufs)?;
+    finish(n);
+    Ok(())
+}
+
+/// Requests every thread (re-listing until no new one appears) and waits
+/// for each to park (or acknowledge a ping). Returns how many slots are used.
+fn park_all(bufs: &mut StopBuffers) -> Result<usize, StopError> {
+    let me = sys::gettid();
+    bufs.parked.clear();
+    let mut used = 0usize;
+    USED.store(0, Ordering::Release);
+    loop {
+        sys::list_threads(&mut bufs.tids).map_err(StopError::Io)?;
+        let mut added = false;
+        for &tid in &bufs.tids {
+            if tid == me
+                || SLOTS[..used]
+                    .iter()
+                    .any(|s| s.tid.load(Ordering::Relaxed) == tid)
+            {
+                continue;
+            }
+            if used == MAX_THREADS {
+                release_all(used);
+                return Err(StopError::TooManyThreads);
+            }
+            let s = &SLOTS[used];
+            s.tid.store(tid, Ordering::Relaxed);
+            s.state.store(REQUESTED, Ordering::Release);
+            used += 1;
+            USED.store(used, Ordering::Release);
+            added = true;
+            if sys::tgkill(tid, signal()).is_err() {
+                // Thread already gone.
+                s.state.store(DONE, Ordering::Release);
+            }
+        }
+        if !added {
+            break;
+        }
+        // Wait for everything requested so far before re-listing: a parked
+        // thread cannot create new threads.
+        if let Err(tid) = wait_parked(used) {
+            release_all(used);
+            return Err(StopError::Unresponsive(tid));
+        }
+    }
+    if PING.load(Ordering::Relaxed) {
+        return Ok(used);
+    }
+    for s in &SLOTS[..used] {
+        let state = s.state.load(Ordering::Acquire);
+        bufs.parked.push(Parked {
+            tid: s.tid.load(Ordering::Relaxed),
+            // A thread that vanished reports no PC and is skipped.
+            pc: if state == PARKED {
+                s.pc.load(Ordering::Relaxed)
+            } else {
+                0
+            },
+            sp: s.sp.load(Ordering::Relaxed),
+            handler_sp: s.handler_sp.load(Ordering::Relaxed),
+            new_pc: None,
+        });
+    }
+    Ok(used)
+}
+
+fn wait_parked(used: usize) -> Result<(), i32> {
+    let target = if PING.load(Ordering::Relaxed) {
+        DONE
+    } else {
+        PARKED
+    };
+    let start = Instant::now();
+    for s in &SLOTS[..used] {
+        loop {
+            let st = s.state.load(Ordering::Acquire);
+            if st == target || st == DONE {
+                break;
+            }
+            let tid = s.tid.load(Ordering::Relaxed);
+            // Signal 0 probes existence: an exited thread never answers.
+            if sys::tgkill(tid, 0).is_err() {
+                s.state.store(DONE, Ordering::Release);
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(2) {
+                return Err(tid);
+            }
+            // SAFETY: plain system call.
+            unsafe { libc::sched_yield() };
+        }
+    }
+    Ok(())
+}
+
+fn release_all(used: usize) {
+    for s in &SLOTS[..used] {
+        if s.state.load(Ordering::Acquire) == PARKED {
+            s.state.store(RELEASED, Ordering::Release);
+        }
+    }
+    finish(used);
+}
+
+/// Waits until every parked thread has left the handler, then frees slots.
+fn finish(used: usize) {
+    let start = Instant::now();
+    for s in &SLOTS[..used] {
+        loop {
+            match s.state.load(Ordering::Acquire) {
+                DONE => break,
+                PARKED => s.state.store(RELEASED, Ordering::Release),
+                REQUESTED if start.elapsed() > Duration::from_secs(2) => {
+                    // Never answered; a late handler finds no REQUESTED slot.
+                    break;
+                }
+                _ => {}
+            }
+            // SAFETY: plain system call.
+            unsafe { libc::sched_yield() };
+        }
+    }
+    USED.store(0, Ordering::Release);
+    for s in &SLOTS[..used] {
+        s.state.store(FREE, Ordering::Release);
+        s.tid.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Address ranges of stacks, read before stopping, for conservative scans
+/// of parked threads' stacks (SPEC §2.5).
+pub struct StackMap {
+    ranges: Vec<(usize, usize)>,
+}
+
+impl StackMap {
+    /// Every readable, writable mapping (thread stacks live among them).
+    pub fn read() -> io::Result<StackMap> {
+        let ranges = sys::read_maps()?
+            .into_iter()
+            .filter(|m| {
+                m.prot & (libc::PROT_READ | libc::PROT_WRITE) == libc::PROT_READ | libc::PROT_WRITE
+            })
+            .map(|m| (m.start, m.end))
+            .collect();
+        Ok(StackMap { ranges })
+    }
+
+    /// Calls `f` on every word from `sp` to the end of the mapping holding
+    /// it (the live part of a downward-growing stack). Allocates nothing.
+    pub fn scan_from(&self, sp: usize, mut f: impl FnMut(usize)) {
+        let Some(&(_, end)) = self.ranges.iter().find(|&&(lo, hi)| lo <= sp && sp < hi) else {
+            return;
+        };
+        let mut p = sp & !7;
+        while p + 8 <= end {
+            // SAFETY: [p, end) lies in a readable mapping read before the
+            // world stopped; stacks are never unmapped while their thread
+            // is parked.
+            f(unsafe { std::ptr::read_volatile(p as *const usize) });
+            p += 8;
+        }
+    }
+}

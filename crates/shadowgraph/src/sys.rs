@@ -1,0 +1,192 @@
+//! Thin wrappers over the system calls the patcher needs, and the process's
+//! memory map. Functions marked *async-signal-safe* allocate nothing and take
+//! no lock; they may run while other threads are parked inside a signal
+//! handler holding the allocator's lock.
+
+use std::io;
+
+/// One line of `/proc/self/maps`.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    pub start: usize,
+    pub end: usize,
+    /// `PROT_*` bits.
+    pub prot: i32,
+    pub path: String,
+}
+
+/// Parses `/proc/self/maps`.
+pub fn read_maps() -> io::Result<Vec<Mapping>> {
+    let text = std::fs::read_to_string("/proc/self/maps")?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(perms)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+        else {
+            continue;
+        };
+        let p = perms.as_bytes();
+        let mut prot = 0;
+        if p.first() == Some(&b'r') {
+            prot |= libc::PROT_READ;
+        }
+        if p.get(1) == Some(&b'w') {
+            prot |= libc::PROT_WRITE;
+        }
+        if p.get(2) == Some(&b'x') {
+            prot |= libc::PROT_EXEC;
+        }
+        let path = it.nth(3).unwrap_or("").to_string();
+        out.push(Mapping {
+            start,
+            end,
+            prot,
+            path,
+        });
+    }
+    Ok(out)
+}
+
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// The calling thread's id. Async-signal-safe.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Sends `sig` to thread `tid` of this process. Async-signal-safe.
+pub fn tgkill(tid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: plain system call; a stale tid yields ESRCH.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, sig) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads the ids of this process's threads into `out` (cleared first)
+/// without allocating once `out` has capacity: raw `getdents64` on
+/// `/proc/self/task` into a stack buffer. Async-signal-safe apart from the
+/// growth of `out`, which the caller prevents by reserving.
+pub fn list_threads(out: &mut Vec<i32>) -> io::Result<()> {
+    out.clear();
+    // SAFETY: the path is a valid NUL-terminated string.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/task".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = [0u8; 4096];
+    let result = loop {
+        // SAFETY: buf is writable for its length; fd is an open directory.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+        if n < 0 {
+            break Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            break Ok(());
+        }
+        let mut off = 0usize;
+        while off < n as usize {
+            // linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name[]
+            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            let name = &buf[off + 19..off + reclen];
+            let mut tid: i32 = 0;
+            let mut digits = 0;
+            for &c in name.iter().take_while(|&&c| c != 0) {
+                if c.is_ascii_digit() {
+                    tid = tid * 10 + (c - b'0') as i32;
+                    digits += 1;
+                } else {
+                    digits = 0;
+                    break;
+                }
+            }
+            if digits > 0 {
+                if out.len() == out.capacity() {
+                    break;
+                }
+                out.push(tid);
+            }
+            off += reclen;
+        }
+    };
+    // SAFETY: fd was opened above and is closed once.
+    unsafe { libc::close(fd) };
+    result
+}
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 5;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 6;
+
+/// Registers for `membarrier(PRIVATE_EXPEDITED_SYNC_CORE)`. `false` if the
+/// kernel does not offer it.
+pub fn membarrier_register_sync_core() -> bool {
+    // SAFETY: plain system call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+            0,
+            0,
+        ) == 0
+    }
+}
+
+/// Every running thread of this process executes a core-serialising
+/// instruction before this returns. Async-signal-safe.
+pub fn membarrier_sync_core() -> io::Result<()> {
+    // SAFETY: plain system call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
+            0,
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_and_threads() {
+        let maps = read_maps().unwrap();
+        let here = maps_and_threads as *const () as usize;
+        let m = maps
+            .iter()
+            .find(|m| m.start <= here && here < m.end)
+            .unwrap();
+        assert!(m.prot & libc::PROT_EXEC != 0);
+        let mut tids = Vec::with_capacity(1024);
+        list_threads(&mut tids).unwrap();
+        assert!(tids.contains(&gettid()));
+    }
+}

@@ -1,0 +1,187 @@
+//! Trampoline code generated into arenas: the empty trampoline and the
+//! caller that saves the argument registers and calls a Rust handler.
+
+use crate::arena::{Arena, ArenaError};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Handler called by a caller trampoline for every call crossing its sites:
+/// `ip` is the site address, `parent_ip` the traced function's return
+/// address and `parent_slot` where that address lives on the stack.
+pub type Handler =
+    extern "C" fn(ip: usize, parent_ip: usize, parent_slot: *mut usize, data: *const ());
+
+// Caller trampoline template (args variant, SPEC §2.4).
+//
+// Register contract, entered by `call` from a site at a function entry:
+//   [rsp] = site+5, [rsp+8] = R (the traced function's return address);
+//   rsp ≡ 0 (mod 16) by the ABI, but we realign anyway.
+//   Arguments: rdi rsi rdx rcx r8 r9, rax (varargs count), r10 (static
+//   chain), xmm0–7; rbp is the caller's. r11 is our scratch register.
+// Every argument register is restored before `ret` to site+5; rbx, rbp and
+// r12–r15 are callee-saved in the handler. The copy patches the two imm64
+// operands (data pointer, handler) at the offsets of their labels + 2.
+std::arch::global_asm!(
+    ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
+    ".globl shadowgraph_caller_start",
+    ".hidden shadowgraph_caller_start",
+    ".globl shadowgraph_caller_data",
+    ".hidden shadowgraph_caller_data",
+    ".globl shadowgraph_caller_fn",
+    ".hidden shadowgraph_caller_fn",
+    ".globl shadowgraph_caller_end",
+    ".hidden shadowgraph_caller_end",
+    "shadowgraph_caller_start:",
+    "endbr64",
+    "push rbp",
+    "mov rbp, rsp",
+    "sub rsp, 0xc0",
+    "and rsp, -16",
+    "mov [rsp + 0x00], rdi",
+    "mov [rsp + 0x08], rsi",
+    "mov [rsp + 0x10], rdx",
+    "mov [rsp + 0x18], rcx",
+    "mov [rsp + 0x20], r8",
+    "mov [rsp + 0x28], r9",
+    "mov [rsp + 0x30], rax",
+    "mov [rsp + 0x38], r10",
+    "movaps [rsp + 0x40], xmm0",
+    "movaps [rsp + 0x50], xmm1",
+    "movaps [rsp + 0x60], xmm2",
+    "movaps [rsp + 0x70], xmm3",
+    "movaps [rsp + 0x80], xmm4",
+    "movaps [rsp + 0x90], xmm5",
+    "movaps [rsp + 0xa0], xmm6",
+    "movaps [rsp + 0xb0], xmm7",
+    "mov rdi, [rbp + 8]",
+    "sub rdi, 5",
+    "mov rsi, [rbp + 16]",
+    "lea rdx, [rbp + 16]",
+    "shadowgraph_caller_data:",
+    "movabs rcx, 0x1122334455667788",
+    "shadowgraph_caller_fn:",
+    "movabs r11, 0x1122334455667788",
+    "call r11",
+    "mov rdi, [rsp + 0x00]",
+    "mov rsi, [rsp + 0x08]",
+    "mov rdx, [rsp + 0x10]",
+    "mov rcx, [rsp + 0x18]",
+    "mov r8,  [rsp + 0x20]",
+    "mov r9,  [rsp + 0x28]",
+    "mov rax, [rsp + 0x30]",
+    "mov r10, [rsp + 0x38]",
+    "movaps xmm0, [rsp + 0x40]",
+    "movaps xmm1, [rsp + 0x50]",
+    "movaps xmm2, [rsp + 0x60]",
+    "movaps xmm3, [rsp + 0x70]",
+    "movaps xmm4, [rsp + 0x80]",
+    "movaps xmm5, [rsp + 0x90]",
+    "movaps xmm6, [rsp + 0xa0]",
+    "movaps xmm7, [rsp + 0xb0]",
+    "leave",
+    "ret",
+    "shadowgraph_caller_end:",
+    ".popsection",
+);
+
+extern "C" {
+    static shadowgraph_caller_start: u8;
+    static shadowgraph_caller_data: u8;
+    static shadowgraph_caller_fn: u8;
+    static shadowgraph_caller_end: u8;
+}
+
+/// The template bytes and the offsets of the two imm64 operands.
+fn caller_template() -> (&'static [u8], usize, usize) {
+    // SAFETY: the symbols delimit the template in our own text; taking
+    // their addresses and reading the bytes between them is sound.
+    unsafe {
+        let start = std::ptr::addr_of!(shadowgraph_caller_start) as usize;
+        let data = std::ptr::addr_of!(shadowgraph_caller_data) as usize;
+        let func = std::ptr::addr_of!(shadowgraph_caller_fn) as usize;
+        let end = std::ptr::addr_of!(shadowgraph_caller_end) as usize;
+        let code = std::slice::from_raw_parts(start as *const u8, end - start);
+        // `movabs r64, imm64` = REX.W + B8+r + imm64: operand at +2.
+        (code, data - start + 2, func - start + 2)
+    }
+}
+
+/// A trampoline that only returns: what a patched call costs by itself.
+pub fn empty(arena: &Arena) -> Result<usize, ArenaError> {
+    arena.alloc_code(&[0xc3])
+}
+
+/// A caller trampoline that calls `handler(ip, parent_ip, parent_slot,
+/// data)` with every argument register preserved around it. `data` must
+/// stay valid for as long as any site may call the trampoline.
+pub fn caller(arena: &Arena, handler: Handler, data: *const ()) -> Result<usize, ArenaError> {
+    let (template, data_off, fn_off) = caller_template();
+    let mut code = template.to_vec();
+    code[data_off..data_off + 8].copy_from_slice(&(data as u64).to_le_bytes());
+    code[fn_off..fn_off + 8].copy_from_slice(&(handler as usize as u64).to_le_bytes());
+    arena.alloc_code(&code)
+}
+
+/// Per-site call counters behind a caller trampoline: the counting tracer
+/// used by the demo, the tests and `bench patch`.
+pub struct SiteCounter {
+    sites: Box<[usize]>,
+    counts: Box<[AtomicU64]>,
+    unknown: AtomicU64,
+}
+
+impl SiteCounter {
+    /// Counters for the given sites (any order). Leaked: trampolines may
+    /// reference it for the life of the process.
+    pub fn new(sites: impl IntoIterator<Item = usize>) -> &'static SiteCounter {
+        let mut v: Vec<usize> = sites.into_iter().collect();
+        v.sort_unstable();
+        v.dedup();
+        let counts = v.iter().map(|_| AtomicU64::new(0)).collect();
+        Box::leak(Box::new(SiteCounter {
+            sites: v.into_boxed_slice(),
+            counts,
+            unknown: AtomicU64::new(0),
+        }))
+    }
+
+    /// A caller trampoline in `arena` that counts into `self`.
+    pub fn trampoline(&'static self, arena: &Arena) -> Result<usize, ArenaError> {
+        caller(arena, count_hit, self as *const SiteCounter as *const ())
+    }
+
+    /// Calls counted for the site at `addr`.
+    pub fn count(&self, addr: usize) -> u64 {
+        self.sites
+            .binary_search(&addr)
+            .map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
+    }
+
+    /// Calls from addresses that are not among the sites (never expected).
+    pub fn unknown(&self) -> u64 {
+        self.unknown.load(Ordering::Relaxed)
+    }
+
+    pub fn reset(&self) {
+        for c in self.counts.iter() {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// (site, count) pairs in address order.
+    pub fn snapshot(&self) -> Vec<(usize, u64)> {
+        self.sites
+            .iter()
+            .zip(self.counts.iter())
+            .map(|(&s, c)| (s, c.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+extern "C" fn count_hit(ip: usize, _parent: usize, _slot: *mut usize, data: *const ()) {
+    // SAFETY: `data` is the leaked SiteCounter the trampoline was built for.
+    let c = unsafe { &*(data as *const SiteCounter) };
+    match c.sites.binary_search(&ip) {
+        Ok(i) => c.counts[i].fetch_add(1, Ordering::Relaxed),
+        Err(_) => c.unknown.fetch_add(1, Ordering::Relaxed),
+    };
+}
