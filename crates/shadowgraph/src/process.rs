@@ -146,6 +146,8 @@ pub struct Normalized {
     pub converted: usize,
     /// Sleds left alone because a thread might resume inside them.
     pub deferred: usize,
+    /// Parked threads moved from inside a sled to its end.
+    pub moved: usize,
     /// Whether other threads had to be stopped.
     pub stopped_world: bool,
 }
@@ -250,6 +252,7 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
         let i = sleds.partition_point(|&s| s < word);
         (i > 0 && word - sleds[i - 1] < 5).then(|| i - 1)
     };
+    let mut moved = 0usize;
     let stopped = stop::stop_world(&mut bufs, |parked| {
         // Nothing below allocates: every thread but this one is parked.
         let me = 0u8;
@@ -261,6 +264,7 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
         for p in parked.iter_mut().filter(|p| p.pc != 0) {
             if let Some(i) = inside(p.pc) {
                 p.new_pc = Some(sleds[i] + 5);
+                moved += 1;
             }
             for sp in [p.handler_sp, p.sp] {
                 stacks.scan_from(sp, |w| {
@@ -291,6 +295,7 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
     // never stopped do not exist. Serialise anyway for the coordinator's peers.
     patch::serialise()?;
     out.converted += written;
+    out.moved += moved;
     let d: Vec<usize> = sleds
         .iter()
         .zip(deferred.iter())
