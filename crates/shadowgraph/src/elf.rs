@@ -171,15 +171,19 @@ fn examine(
     let bytes = read_at(file, entry, 10).unwrap_or_default();
     let bytes = if bytes.starts_with(&ENDBR64) {
         addr += 4;
-        endbr = true;
         &bytes[4..]
     } else {
         &bytes[..]
     };
+    // gcc records the address after the endbr64; others may record the
+    // function start: either way the site follows the endbr64.
+    if addr >= 4 && read_at(file, addr - 4, 4).as_deref() == Some(&ENDBR64[..]) {
+        endbr = true;
+    }
     let (function, inside) = symbols.describe(addr);
     let kind = if !text.iter().any(|&(lo, hi)| addr >= lo && addr + 5 <= hi) {
         Err("entry outside any executable section".to_string())
-    } else if !inside {
+    } else if !inside || symbols.starts_within(addr + 1, addr + 5) {
         Err("nops placed before the function symbol are not supported \
              (patchable-function-entry with a prefix)"
             .to_string())
@@ -247,6 +251,12 @@ impl FunctionSymbols {
         list.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         list.dedup_by_key(|s| s.0);
         FunctionSymbols { list }
+    }
+
+    /// Whether a function symbol starts in `lo..hi`.
+    fn starts_within(&self, lo: u64, hi: u64) -> bool {
+        let i = self.list.partition_point(|s| s.0 < lo);
+        self.list.get(i).is_some_and(|s| s.0 < hi)
     }
 
     /// Name for `addr` and whether `addr` lies inside (or at the start of)
