@@ -1,1 +1,144 @@
-//! agent
+//! The shadowgraph agent: a shared library preloaded into the traced program
+//! (`LD_PRELOAD`). Its constructor runs before `main`, while the process is
+//! normally single-threaded: it finds the sites of every loaded object,
+//! normalises them, and attaches the tracer the CLI asked for through the
+//! environment. It is built without patchable entries and never calls traced
+//! code on its hot paths.
+//!
+//! Environment (set by the `shadowgraph` CLI):
+//! * `SHADOWGRAPH_MODE=count` — count calls per function; without it the
+//!   agent does nothing.
+//! * `SHADOWGRAPH_OUT=FILE` — where the report goes at exit (else stderr).
+//!
+//! The agent also interposes `sigaction`/`signal` so that the program can
+//! never replace the patcher's SIGTRAP handler (its handler is chained
+//! instead), and `sigprocmask`/`pthread_sigmask` so that SIGTRAP stays
+//! deliverable: a blocked synchronous trap would kill the process.
+
+use shadowgraph::arena::Arena;
+use shadowgraph::patch::{self, Edit};
+use shadowgraph::process::{self, Module};
+use shadowgraph::tramp::SiteCounter;
+use std::io::Write;
+use std::sync::OnceLock;
+
+mod interpose;
+
+/// What the constructor attached, for the report at exit.
+struct Attached {
+    modules: Vec<Module>,
+    counter: &'static SiteCounter,
+    normalized: process::Normalized,
+}
+
+static ATTACHED: OnceLock<Attached> = OnceLock::new();
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = agent_init;
+
+extern "C" fn agent_init() {
+    let Ok(mode) = std::env::var("SHADOWGRAPH_MODE") else {
+        return;
+    };
+    let result = match mode.as_str() {
+        "count" => attach_counter(),
+        other => Err(format!(
+            "unknown SHADOWGRAPH_MODE `{other}` (expected `count`)"
+        )),
+    };
+    if let Err(e) = result {
+        eprintln!("shadowgraph: {e}; the program runs untraced");
+    }
+}
+
+/// Counts every call of every function of every loaded object with sites.
+fn attach_counter() -> Result<(), String> {
+    let me = agent_path();
+    let mut modules = process::discover(|p| Some(p) != me.as_deref()).map_err(|e| e.to_string())?;
+    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    if modules.iter().all(|m| m.usable().next().is_none()) {
+        let found = shadowgraph::elf::scan_file(&exe).map_err(|e| e.to_string())?;
+        found.require_sites().map_err(|e| e.to_string())?;
+        return Err(format!("{}: no usable sites", exe.display()));
+    }
+    patch::init();
+    let normalized = process::normalize(&mut modules).map_err(|e| e.to_string())?;
+    let counter = SiteCounter::new(modules.iter().flat_map(|m| m.usable().map(|s| s.addr)));
+    let mut edits = Vec::new();
+    for m in &modules {
+        let Some((lo, hi)) = m.site_range() else {
+            continue;
+        };
+        let arena = Arena::near(lo, hi).map_err(|e| format!("{}: {e}", m.path.display()))?;
+        let tramp = counter
+            .trampoline(arena)
+            .map_err(|e| format!("{}: {e}", m.path.display()))?;
+        edits.extend(
+            m.usable()
+                .map(|s| Edit::enable(s.addr, tramp).expect("arena in reach")),
+        );
+    }
+    patch::apply(&mut edits).map_err(|e| e.to_string())?;
+    let _ = ATTACHED.set(Attached {
+        modules,
+        counter,
+        normalized,
+    });
+    // SAFETY: registering a plain extern "C" function with atexit.
+    unsafe { libc::atexit(agent_exit) };
+    Ok(())
+}
+
+extern "C" fn agent_exit() {
+    let Some(a) = ATTACHED.get() else {
+        return;
+    };
+    let mut text = String::from("# shadowgraph counts v1\n# module\tfunction\taddress\tcalls\n");
+    for m in &a.modules {
+        for s in m.usable() {
+            text.push_str(&format!(
+                "{}\t{}\t{:#x}\t{}\n",
+                m.path.display(),
+                s.function,
+                s.addr - m.bias,
+                a.counter.count(s.addr)
+            ));
+        }
+    }
+    let st = patch::stats();
+    let intact = interpose::our_sigtrap_handler_installed();
+    text.push_str(&format!(
+        "# sites={} converted={} deferred={} traps_emulated={} traps_chained={} unknown_calls={} sigtrap_handler_intact={}\n",
+        a.modules.iter().map(|m| m.usable().count()).sum::<usize>(),
+        a.normalized.converted,
+        a.normalized.deferred,
+        st.traps_emulated,
+        st.traps_chained,
+        a.counter.unknown(),
+        intact as u8
+    ));
+    match std::env::var_os("SHADOWGRAPH_OUT") {
+        Some(p) => {
+            if let Err(e) = std::fs::write(&p, text) {
+                eprintln!("shadowgraph: cannot write {}: {e}", p.to_string_lossy());
+            }
+        }
+        None => {
+            let _ = std::io::stderr().write_all(text.as_bytes());
+        }
+    }
+}
+
+/// Path of this shared object, to leave it out of discovery.
+fn agent_path() -> Option<std::path::PathBuf> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr fills `info` for an address inside a loaded object.
+    let ok = unsafe { libc::dladdr(agent_init as *const () as *const libc::c_void, &mut info) };
+    if ok == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    std::fs::canonicalize(name.to_str().ok()?).ok()
+}

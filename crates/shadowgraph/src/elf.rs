@@ -180,10 +180,14 @@ fn examine(
     if addr >= 4 && read_at(file, addr - 4, 4).as_deref() == Some(&ENDBR64[..]) {
         endbr = true;
     }
-    let (function, inside) = symbols.describe(addr);
+    let (mut function, inside) = symbols.describe(addr);
+    if let Some(next) = symbols.starting_within(addr + 1, addr + 5) {
+        // Nops before a symbol belong to the function that follows them.
+        function = next.to_string();
+    }
     let kind = if !text.iter().any(|&(lo, hi)| addr >= lo && addr + 5 <= hi) {
         Err("entry outside any executable section".to_string())
-    } else if !inside || symbols.starts_within(addr + 1, addr + 5) {
+    } else if !inside || symbols.starting_within(addr + 1, addr + 5).is_some() {
         Err("nops placed before the function symbol are not supported \
              (patchable-function-entry with a prefix)"
             .to_string())
@@ -253,10 +257,10 @@ impl FunctionSymbols {
         FunctionSymbols { list }
     }
 
-    /// Whether a function symbol starts in `lo..hi`.
-    fn starts_within(&self, lo: u64, hi: u64) -> bool {
+    /// The name of a function symbol starting in `lo..hi`, if any.
+    fn starting_within(&self, lo: u64, hi: u64) -> Option<&str> {
         let i = self.list.partition_point(|s| s.0 < lo);
-        self.list.get(i).is_some_and(|s| s.0 < hi)
+        self.list.get(i).filter(|s| s.0 < hi).map(|s| s.2.as_str())
     }
 
     /// Name for `addr` and whether `addr` lies inside (or at the start of)

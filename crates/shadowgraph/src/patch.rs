@@ -572,6 +572,18 @@ mod trap {
     static PREV_INDEX: AtomicUsize = AtomicUsize::new(0);
     static PREV_LOCK: Mutex<()> = Mutex::new(());
 
+    static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+    /// Whether our SIGTRAP handler has been installed.
+    pub fn installed() -> bool {
+        INSTALLED.load(Ordering::Acquire)
+    }
+
+    /// The address of our SIGTRAP handler, to recognise it.
+    pub fn handler_address() -> usize {
+        on_sigtrap as *const () as usize
+    }
+
     pub(super) fn install() {
         let _g = PREV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: zeroed sigaction is valid; the handler has the SA_SIGINFO
@@ -587,6 +599,7 @@ mod trap {
             libc::sigaction(libc::SIGTRAP, &sa, prev);
             PREV_INDEX.store(slot, Ordering::Release);
         }
+        INSTALLED.store(true, Ordering::Release);
     }
 
     /// Records the disposition a program asked for while ours stays
@@ -700,4 +713,7 @@ mod trap {
     }
 }
 
-pub use trap::{previous as previous_sigtrap_action, set_previous as set_previous_sigtrap_action};
+pub use trap::{
+    handler_address as sigtrap_handler_address, installed as sigtrap_installed,
+    previous as previous_sigtrap_action, set_previous as set_previous_sigtrap_action,
+};

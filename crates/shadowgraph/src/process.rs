@@ -119,7 +119,8 @@ fn in_memory(s: &FoundSite, bias: usize) -> CallSite {
         Ok(file_kind) => {
             // SAFETY: the site lies in the text of a loaded object (the file
             // says so and the address is biased by the loader's own bias).
-            let mem = unsafe { std::slice::from_raw_parts(addr as *const u8, file_kind.len()) };
+            let mem =
+                unsafe { std::slice::from_raw_parts(addr as *const u8, file_kind.byte_len()) };
             match classify(s.source, mem) {
                 Ok(_) if mem[..5] == NOP5 => (*file_kind, None),
                 Ok(k) if k == *file_kind => (*file_kind, None),
@@ -194,7 +195,7 @@ pub fn normalize(modules: &mut [Module]) -> Result<Normalized, NormalizeError> {
         .filter(|s| s.usable())
     {
         // SAFETY: usable sites lie in loaded text.
-        let mem = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.kind.len()) };
+        let mem = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.kind.byte_len()) };
         if mem[..5] == NOP5 {
             continue; // already canonical (mcount-nop, or converted before)
         }

@@ -35,7 +35,7 @@ pub enum SiteKind {
 
 impl SiteKind {
     /// Length of the original instruction(s) at the site.
-    pub fn len(self) -> usize {
+    pub fn byte_len(self) -> usize {
         match self {
             SiteKind::FentryGot | SiteKind::FentryAddr32 => 6,
             _ => 5,

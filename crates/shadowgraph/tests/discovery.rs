@@ -62,7 +62,8 @@ fn executables_in_every_flavour() {
     let dir = workdir("exe");
     let local_fentry = fixture("fentry_local.s");
     let nopie = ["-no-pie", "-fno-pie"];
-    let cases: Vec<(&str, Vec<&str>, Vec<&Path>, SiteKind, bool)> = vec![
+    type Case<'a> = (&'a str, Vec<&'a str>, Vec<&'a Path>, SiteKind, bool);
+    let cases: Vec<Case> = vec![
         ("pie_sled", vec![], vec![], SiteKind::Sled, false),
         ("nopie_sled", nopie.to_vec(), vec![], SiteKind::Sled, false),
         (

@@ -265,9 +265,13 @@ fn sled_with_interrupted_context_inside_is_deferred() {
             }
         })
     };
-    while tid.load(Ordering::SeqCst) == 0 {}
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::hint::spin_loop();
+    }
     shadowgraph::sys::tgkill(tid.load(Ordering::SeqCst), libc::SIGUSR2).unwrap();
-    while !IN_HANDLER.load(Ordering::SeqCst) {}
+    while !IN_HANDLER.load(Ordering::SeqCst) {
+        std::hint::spin_loop();
+    }
     let r = process::normalize(std::slice::from_mut(&mut m)).unwrap();
     LEAVE_HANDLER.store(true, Ordering::SeqCst);
     t.join().unwrap();

@@ -1,0 +1,236 @@
+//! `shadowgraph bench …`: benchmarks on code built with gcc at run time.
+//! Medians of repeated runs, with the untraced baseline measured in the
+//! same run, because the machine is noisy.
+
+use shadowgraph::arena::Arena;
+use shadowgraph::patch::{self, Edit, WriteMode};
+use shadowgraph::process;
+use shadowgraph::tramp::{self, SiteCounter};
+use std::ffi::CString;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(clap::Subcommand)]
+pub enum Which {
+    /// Cost of a call untraced / through a nop site / patched, and of
+    /// flipping 10,000 sites in one batch.
+    Patch {
+        /// Calls per timed loop.
+        #[arg(long, default_value_t = 50_000_000)]
+        calls: i64,
+        /// Timed repetitions (the median is reported).
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+        /// Sites flipped per batch.
+        #[arg(long, default_value_t = 10_000)]
+        sites: usize,
+    },
+}
+
+pub fn run(which: Which) -> Result<ExitCode, String> {
+    match which {
+        Which::Patch { calls, reps, sites } => bench_patch(calls, reps.max(1), sites),
+    }
+}
+
+fn bench_source(sites: usize) -> String {
+    let mut c = String::from(
+        "#define KEEP __attribute__((noinline, noipa))\n\
+         #define UNPATCHABLE __attribute__((patchable_function_entry(0, 0)))\n\
+         UNPATCHABLE KEEP long plain(long x) { return x + 1; }\n\
+         KEEP long site(long x) { return x + 1; }\n\
+         UNPATCHABLE long loop_plain(long n) { long s = 0; for (long i = 0; i < n; i++) s += plain(i); return s; }\n\
+         UNPATCHABLE long loop_site(long n) { long s = 0; for (long i = 0; i < n; i++) s += site(i); return s; }\n",
+    );
+    for i in 0..sites {
+        writeln!(c, "KEEP void f_{i}(void) {{}}").unwrap();
+    }
+    c.push_str("UNPATCHABLE long call_all(long x) {\n");
+    for i in 0..sites {
+        writeln!(c, "  f_{i}();").unwrap();
+    }
+    c.push_str("  return x;\n}\n");
+    c
+}
+
+type Loop = extern "C" fn(i64) -> i64;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn ns_per_call(f: Loop, calls: i64, reps: usize) -> f64 {
+    f(calls / 10); // warm up
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(f(std::hint::black_box(calls)));
+                t.elapsed().as_nanos() as f64 / calls as f64
+            })
+            .collect(),
+    )
+}
+
+fn bench_patch(calls: i64, reps: usize, nsites: usize) -> Result<ExitCode, String> {
+    let dir = std::env::temp_dir().join(format!("shadowgraph-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let src = dir.join("bench.c");
+    let lib = dir.join("libbench.so");
+    std::fs::write(&src, bench_source(nsites)).map_err(|e| e.to_string())?;
+    eprintln!("# building {nsites} functions with -fpatchable-function-entry=5 …");
+    shadowgraph::cc::compile(
+        &[&src],
+        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
+        &lib,
+    )?;
+    let handle = dlopen(&lib)?;
+    let sym = |n: &str| -> Result<usize, String> {
+        let c = CString::new(n).unwrap();
+        // SAFETY: handle is an open library; c is NUL-terminated.
+        let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
+        if p.is_null() {
+            Err(format!("{}: no symbol {n}", lib.display()))
+        } else {
+            Ok(p as usize)
+        }
+    };
+    // SAFETY: the symbols are the C functions of signature `long(long)` above.
+    let (loop_plain, loop_site, call_all): (Loop, Loop, Loop) = unsafe {
+        (
+            std::mem::transmute::<usize, Loop>(sym("loop_plain")?),
+            std::mem::transmute::<usize, Loop>(sym("loop_site")?),
+            std::mem::transmute::<usize, Loop>(sym("call_all")?),
+        )
+    };
+    let canon = std::fs::canonicalize(&lib).map_err(|e| e.to_string())?;
+    let mut modules =
+        process::discover(|p| std::fs::canonicalize(p).ok().as_deref() == Some(&canon))
+            .map_err(|e| e.to_string())?;
+    let m = modules
+        .first_mut()
+        .ok_or("benchmark library not found in the process")?;
+    let t = Instant::now();
+    let norm = process::normalize(std::slice::from_mut(m)).map_err(|e| e.to_string())?;
+    let norm_ms = t.elapsed().as_secs_f64() * 1e3;
+    let site = m.by_name("site").ok_or("no site for `site`")?.addr;
+    let (lo, hi) = m.site_range().unwrap();
+    let arena = Arena::near(lo, hi).map_err(|e| e.to_string())?;
+    let empty = tramp::empty(arena).map_err(|e| e.to_string())?;
+    let counter = SiteCounter::new([site]);
+    let counting = counter.trampoline(arena).map_err(|e| e.to_string())?;
+
+    println!("# shadowgraph bench patch: {calls} calls per loop, median of {reps}");
+    println!(
+        "# normalised {} sleds in {norm_ms:.2} ms (process single-threaded: plain writes)",
+        norm.converted
+    );
+    let base = ns_per_call(loop_plain, calls, reps);
+    let nop = ns_per_call(loop_site, calls, reps);
+    patch::apply(&mut [Edit::enable(site, empty).unwrap()]).map_err(|e| e.to_string())?;
+    let patched = ns_per_call(loop_site, calls, reps);
+    patch::apply(&mut [Edit::retarget(site, empty, counting).unwrap()])
+        .map_err(|e| e.to_string())?;
+    let counted = ns_per_call(loop_site, calls, reps);
+    patch::apply(&mut [Edit::disable(site, counting).unwrap()]).map_err(|e| e.to_string())?;
+    println!("{:<44} {:>9} {:>10}", "call", "ns/call", "vs untraced");
+    for (name, v) in [
+        ("untraced (no patchable entry)", base),
+        ("nop site (NOP5)", nop),
+        ("patched: call to an empty trampoline", patched),
+        ("patched: caller trampoline + Rust counter", counted),
+    ] {
+        println!("{name:<44} {v:>9.2} {:>+10.2}", v - base);
+    }
+
+    // Batches of all the f_i sites.
+    let fsites: Vec<usize> = m
+        .usable()
+        .filter(|s| s.function.starts_with("f_"))
+        .map(|s| s.addr)
+        .collect();
+    let on: Vec<Edit> = fsites
+        .iter()
+        .map(|&a| Edit::enable(a, empty).unwrap())
+        .collect();
+    let off: Vec<Edit> = fsites
+        .iter()
+        .map(|&a| Edit::disable(a, empty).unwrap())
+        .collect();
+    let flip = |reps: usize| -> Result<(f64, f64), String> {
+        let (mut ton, mut toff) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let t = Instant::now();
+            patch::apply(&mut on.clone()).map_err(|e| e.to_string())?;
+            ton.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            patch::apply(&mut off.clone()).map_err(|e| e.to_string())?;
+            toff.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok((median(ton), median(toff)))
+    };
+    println!();
+    println!(
+        "{:<52} {:>9} {:>9}",
+        format!("batch of {} sites", fsites.len()),
+        "on ms",
+        "off ms"
+    );
+    let reps_flip = reps.max(11);
+    let quiet = flip(reps_flip)?;
+    println!(
+        "{:<52} {:>9.3} {:>9.3}",
+        "quiet (mprotect window)", quiet.0, quiet.1
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let runner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                call_all(1);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let busy = flip(reps_flip)?;
+    let traps0 = patch::stats().traps_emulated;
+    stop.store(true, Ordering::Relaxed);
+    let rounds = runner.join().map_err(|_| "runner thread panicked")?;
+    println!(
+        "{:<52} {:>9.3} {:>9.3}",
+        "a thread running through them (mprotect window)", busy.0, busy.1
+    );
+    patch::set_write_mode(WriteMode::ProcMem);
+    let procmem = flip(3)?;
+    patch::set_write_mode(WriteMode::Mprotect);
+    println!(
+        "{:<52} {:>9.3} {:>9.3}",
+        "quiet (/proc/self/mem pwrite)", procmem.0, procmem.1
+    );
+    let st = patch::stats();
+    println!(
+        "# runner made {rounds} passes over all sites; {} int3 traps emulated in all, {} late",
+        st.traps_emulated.max(traps0),
+        st.traps_late
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dlopen(path: &Path) -> Result<*mut libc::c_void, String> {
+    let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: valid path string.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
+    if h.is_null() {
+        Err(format!("dlopen {} failed", path.display()))
+    } else {
+        Ok(h)
+    }
+}

@@ -1,0 +1,173 @@
+//! Running a program under the agent, and the demo.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const DEMO_C: &str = include_str!("../samples/demo.c");
+const AGENT: &str = "libshadowgraph_agent.so";
+
+/// The agent's shared object: `$SHADOWGRAPH_AGENT`, or next to this binary
+/// (cargo puts it in `deps/` beside the binary).
+pub fn agent_path() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("SHADOWGRAPH_AGENT") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("SHADOWGRAPH_AGENT={} does not exist", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate myself: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for cand in [
+        dir.join(AGENT),
+        dir.join("deps").join(AGENT),
+        dir.join("../lib").join(AGENT),
+    ] {
+        if cand.is_file() {
+            return Ok(cand);
+        }
+    }
+    Err(format!(
+        "cannot find {AGENT} next to {} (build the workspace: cargo build --release, or set SHADOWGRAPH_AGENT)",
+        exe.display()
+    ))
+}
+
+/// One line of the agent's count report.
+pub struct Counted {
+    pub module: String,
+    pub function: String,
+    pub calls: u64,
+}
+
+/// Runs `program` with every call counted. Returns its exit status, the
+/// counts and the report's summary line.
+pub fn run_counted(
+    program: &[String],
+) -> Result<(std::process::ExitStatus, Vec<Counted>, String), String> {
+    let (prog, args) = program.split_first().ok_or("no program given")?;
+    let path = find_program(prog)?;
+    let found = shadowgraph::elf::scan_file(&path).map_err(|e| e.to_string())?;
+    found.require_sites().map_err(|e| e.to_string())?;
+    let agent = agent_path()?;
+    let out = tempfile("counts")?;
+    let status = Command::new(prog)
+        .args(args)
+        .env("LD_PRELOAD", &agent)
+        .env("SHADOWGRAPH_MODE", "count")
+        .env("SHADOWGRAPH_OUT", &out)
+        .status()
+        .map_err(|e| format!("cannot run {prog}: {e}"))?;
+    let text = std::fs::read_to_string(&out).map_err(|_| {
+        format!("{prog} produced no trace (exited with {status} before the agent reported; see messages above)")
+    })?;
+    let _ = std::fs::remove_file(&out);
+    let mut counts = Vec::new();
+    let mut summary = String::new();
+    for (n, line) in text.lines().enumerate() {
+        if let Some(s) = line.strip_prefix("# sites=") {
+            summary = format!("sites={s}");
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        let [module, function, _addr, calls] = f[..] else {
+            return Err(format!(
+                "{}: line {}: malformed agent report",
+                out.display(),
+                n + 1
+            ));
+        };
+        counts.push(Counted {
+            module: module.to_string(),
+            function: function.to_string(),
+            calls: calls
+                .parse()
+                .map_err(|_| format!("{}: line {}: bad count", out.display(), n + 1))?,
+        });
+    }
+    Ok((status, counts, summary))
+}
+
+/// `prog` itself if it contains a slash, else its first match in `$PATH`.
+fn find_program(prog: &str) -> Result<PathBuf, String> {
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("{prog}: no such program"))
+        };
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{prog}: not found in PATH"))
+}
+
+fn tempfile(what: &str) -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir();
+    Ok(dir.join(format!("shadowgraph-{what}-{}", std::process::id())))
+}
+
+pub fn count(program: &[String], top: usize) -> Result<ExitCode, String> {
+    let (status, mut counts, summary) = run_counted(program)?;
+    counts.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.function.cmp(&b.function)));
+    print_counts(&counts, top);
+    eprintln!("# {summary}");
+    Ok(exit_code(status))
+}
+
+fn print_counts(counts: &[Counted], top: usize) {
+    println!("{:>12}  FUNCTION", "CALLS");
+    let n = if top == 0 {
+        counts.len()
+    } else {
+        top.min(counts.len())
+    };
+    for c in &counts[..n] {
+        let module = Path::new(&c.module)
+            .file_name()
+            .map(|f| f.to_string_lossy())
+            .unwrap_or_default();
+        println!("{:>12}  {}  [{}]", c.calls, c.function, module);
+    }
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    match status.code() {
+        Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
+        None => ExitCode::FAILURE,
+    }
+}
+
+pub fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
+    let dir = match keep {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("shadowgraph-demo-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let src = dir.join("demo.c");
+    let exe = dir.join("demo");
+    std::fs::write(&src, DEMO_C).map_err(|e| format!("{}: {e}", src.display()))?;
+    let flags = ["-O2", "-pthread", "-fpatchable-function-entry=5"];
+    eprintln!(
+        "# building the sample: {} {} {}",
+        shadowgraph::cc::compiler(),
+        flags.join(" "),
+        src.display()
+    );
+    shadowgraph::cc::compile(&[&src], &flags, &exe)?;
+    eprintln!("# running it under shadowgraph (every function entry patched before main):");
+    let (status, mut counts, summary) = run_counted(&[exe.to_string_lossy().into_owned()])?;
+    counts.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.function.cmp(&b.function)));
+    println!();
+    print_counts(&counts, 0);
+    println!("# {summary}");
+    Ok(exit_code(status))
+}

@@ -1,0 +1,275 @@
+//! End-to-end: the `shadowgraph` binary runs real gcc-built programs with
+//! the agent preloaded; every site flavour is patched before `main` and
+//! every call is counted exactly.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn shadowgraph() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shadowgraph"))
+}
+
+fn workdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join(format!("shadowgraph-cli-tests-{}", std::process::id()))
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn lib_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shadowgraph/tests/fixtures")
+        .join(name)
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn cc(srcs: &[&Path], flags: &[&str], out: &Path) {
+    shadowgraph::cc::compile(srcs, flags, out).unwrap();
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `shadowgraph count` output → function → calls.
+fn counts(stdout: &str) -> HashMap<String, u64> {
+    stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let calls = it.next()?.parse().ok()?;
+            Some((it.next()?.to_string(), calls))
+        })
+        .collect()
+}
+
+#[test]
+fn demo_counts_every_call_of_the_sample() {
+    let o = shadowgraph().arg("demo").output().unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("fib(20) = 6765"), "{out}");
+    let c = counts(&out);
+    // fib(n) makes 2*fib(n+1)-1 calls: fib(20) and fib(15).
+    assert_eq!(c["fib"], (2 * 10946 - 1) + (2 * 987 - 1), "{out}");
+    assert_eq!(c["square"], 225 + 450 + 10);
+    assert_eq!(c["sum_squares"], 151);
+    assert_eq!(c["parse_line"], 150);
+    assert_eq!(c["parse_file"], 2);
+    assert_eq!(c["main"], 1);
+    assert_eq!(c["worker"], 1);
+    assert!(out.contains("unknown_calls=0"), "{out}");
+}
+
+fn check_program(exe: &Path, n: u64, expect_main: bool) {
+    let plain = Command::new(exe).arg(n.to_string()).output().unwrap();
+    assert!(plain.status.success());
+    let o = shadowgraph()
+        .arg("count")
+        .arg(exe)
+        .arg(n.to_string())
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{}: {out}\n{err}", exe.display());
+    assert!(
+        out.starts_with(&String::from_utf8_lossy(&plain.stdout).to_string()),
+        "output changed: {out}"
+    );
+    let c = counts(&out);
+    let want = [
+        ("run", 1),
+        ("mid", n),
+        ("leaf", 2 * n),
+        ("recurse", 51),
+        ("run_args", 1),
+        ("many_args", n / 10),
+        ("var_sum", n / 10),
+    ];
+    for (f, k) in want {
+        assert_eq!(
+            c.get(f).copied(),
+            Some(k),
+            "{}: {f}\n{out}\n{err}",
+            exe.display()
+        );
+    }
+    if expect_main {
+        assert_eq!(c.get("main").copied(), Some(1), "{}", exe.display());
+    }
+    assert!(
+        err.contains("unknown_calls=0") && err.contains("deferred=0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn executables_in_every_flavour_count_exactly() {
+    let dir = workdir("flavours");
+    let src = lib_fixture("calls.c");
+    let local_fentry = lib_fixture("fentry_local.s");
+    let nopie = ["-no-pie", "-fno-pie"];
+    let patchable = ["-fpatchable-function-entry=5"];
+    let fentry = ["-pg", "-mfentry", "-mrecord-mcount"];
+    let cet = ["-fcf-protection=full"];
+    let cases: Vec<(&str, Vec<&str>, bool)> = vec![
+        ("pie_sled", patchable.to_vec(), false),
+        ("nopie_sled", [&patchable[..], &nopie].concat(), false),
+        ("pie_sled_cet", [&patchable[..], &cet].concat(), false),
+        (
+            "nopie_sled_cet",
+            [&patchable[..], &cet, &nopie].concat(),
+            false,
+        ),
+        ("pie_fentry_got", fentry.to_vec(), false),
+        ("pie_fentry_got_cet", [&fentry[..], &cet].concat(), false),
+        ("nopie_fentry_call", [&fentry[..], &nopie].concat(), false),
+        (
+            "nopie_fentry_nop",
+            [&fentry[..], &["-mnop-mcount"], &nopie].concat(),
+            false,
+        ),
+        ("pie_fentry_addr32", fentry.to_vec(), true),
+    ];
+    for (name, flags, with_local_fentry) in cases {
+        let exe = dir.join(name);
+        let mut all = vec!["-O2", "-DWITH_MAIN"];
+        all.extend(flags);
+        let mut srcs: Vec<&Path> = vec![&src];
+        if with_local_fentry {
+            srcs.push(&local_fentry);
+        }
+        cc(&srcs, &all, &exe);
+        // -pg programs write gmon.out into the working directory.
+        std::env::set_current_dir(&dir).unwrap();
+        check_program(&exe, 400, true);
+    }
+}
+
+#[test]
+fn shared_library_flavours_count_exactly() {
+    let dir = workdir("libs");
+    for (name, flags) in [
+        ("sled", vec!["-fpatchable-function-entry=5"]),
+        (
+            "sled_cet",
+            vec!["-fpatchable-function-entry=5", "-fcf-protection=full"],
+        ),
+        ("fentry", vec!["-pg", "-mfentry", "-mrecord-mcount"]),
+    ] {
+        let sub = dir.join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let lib = sub.join("libcalls.so");
+        let mut all = vec!["-O2", "-fPIC", "-shared"];
+        all.extend(&flags);
+        cc(&[&lib_fixture("calls.c")], &all, &lib);
+        let exe = sub.join("uses_lib");
+        let rpath = format!("-Wl,-rpath,{}", sub.display());
+        cc(
+            &[&fixture("uses_lib.c"), &lib],
+            &["-O2", "-fpatchable-function-entry=5", &rpath],
+            &exe,
+        );
+        let o = shadowgraph().arg("count").arg(&exe).output().unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        let c = counts(&out);
+        for (f, k) in [
+            ("main", 1),
+            ("run", 1),
+            ("mid", 300),
+            ("leaf", 600),
+            ("recurse", 51),
+            ("many_args", 30),
+            ("var_sum", 30),
+        ] {
+            assert_eq!(c.get(f).copied(), Some(k), "{name}: {f}\n{out}");
+        }
+        assert!(
+            out.contains("[libcalls.so]") && out.contains("[uses_lib]"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn program_sigtrap_handler_is_chained_and_ours_stays() {
+    let dir = workdir("traps");
+    let exe = dir.join("traps");
+    cc(
+        &[&fixture("traps.c")],
+        &["-O2", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let o = shadowgraph().arg("count").arg(&exe).output().unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("caught 4, r=10"), "{out}");
+    assert_eq!(counts(&out)["work"], 10);
+    assert!(
+        err.contains("sigtrap_handler_intact=1") && err.contains("traps_chained=4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sites_lists_and_explains() {
+    let dir = workdir("sites");
+    let exe = dir.join("prog");
+    cc(
+        &[&lib_fixture("calls.c")],
+        &[
+            "-O2",
+            "-DWITH_MAIN",
+            "-fpatchable-function-entry=5",
+            "-fcf-protection=full",
+        ],
+        &exe,
+    );
+    let o = shadowgraph().arg("sites").arg(&exe).output().unwrap();
+    let (out, _) = text(&o);
+    assert!(o.status.success());
+    assert!(out.contains(": 8 sites, 0 rejected"), "{out}");
+    for f in ["main", "leaf", "many_args"] {
+        assert!(
+            out.lines()
+                .any(|l| l.contains("sled") && l.contains("yes") && l.ends_with(f)),
+            "{f}: {out}"
+        );
+    }
+
+    let plain = dir.join("plain");
+    cc(&[&lib_fixture("calls.c")], &["-O2", "-DWITH_MAIN"], &plain);
+    for cmd in [vec!["sites"], vec!["count"]] {
+        let o = shadowgraph().args(&cmd).arg(&plain).output().unwrap();
+        let (_, err) = text(&o);
+        assert!(!o.status.success());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("no patchable function entries")
+                && err.contains("-fpatchable-function-entry=5"),
+            "{err}"
+        );
+    }
+    let o = shadowgraph()
+        .args(["count", "/no/such/program"])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.lines().count() == 1 && err.contains("/no/such/program"),
+        "{err}"
+    );
+}
