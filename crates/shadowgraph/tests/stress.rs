@@ -29,7 +29,8 @@ fn many_functions(dir: &Path, n: usize, empty: bool) -> PathBuf {
         }
     }
     c.push_str(
-        "__attribute__((patchable_function_entry(0, 0))) long call_all(long x) {\n  long s = 0;\n",
+        "__attribute__((patchable_function_entry(0, 0), no_instrument_function))\n\
+         long call_all(long x) {\n  long s = 0;\n",
     );
     for i in 0..n {
         if empty {
@@ -48,16 +49,26 @@ type CallAll = extern "C" fn(i64) -> i64;
 
 #[test]
 fn threads_call_while_all_sites_flip() {
+    flip_stress("flip_sled", flavour::PATCHABLE, 300);
+}
+
+/// The same on `call *__fentry__@GOTPCREL` sites, which are converted to
+/// nops live (a 6-byte edit) while the threads already run through them.
+#[test]
+fn threads_call_while_fentry_got_sites_convert_and_flip() {
+    flip_stress("flip_fgot", flavour::FENTRY, 100);
+}
+
+fn flip_stress(name: &str, flags: &[&str], flips: usize) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const N: usize = 2000;
     const THREADS: usize = 3;
-    const FLIPS: usize = 300;
-    let dir = workdir("flip");
+    let dir = workdir(name);
     let lib = Lib::open(&build_lib(
         &dir,
         &many_functions(&dir, N, false),
-        "many",
-        flavour::PATCHABLE,
+        name,
+        flags,
     ));
     let mut m = lib.module();
     assert_eq!(
@@ -65,9 +76,26 @@ fn threads_call_while_all_sites_flip() {
         N,
         "call_all has no site; every f_i has one"
     );
-    process::normalize(std::slice::from_mut(&mut m)).unwrap();
     let call_all: CallAll = lib.func("call_all");
     let expect = |x: i64| N as i64 * x + (N * (N - 1) / 2) as i64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (stop, calls) = (stop.clone(), calls.clone());
+            std::thread::spawn(move || {
+                let mut x = t as i64;
+                while !stop.load(Ordering::Relaxed) {
+                    let got = call_all(x);
+                    assert_eq!(got, expect(x), "wrong result while sites change");
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    x += 1;
+                }
+            })
+        })
+        .collect();
+    process::normalize(std::slice::from_mut(&mut m)).unwrap();
+    assert_eq!(m.usable().count(), N);
 
     let counter = SiteCounter::new(m.usable().map(|s| s.addr));
     let (lo, hi) = m.site_range().unwrap();
@@ -81,24 +109,8 @@ fn threads_call_while_all_sites_flip() {
         .map(|s| Edit::disable(s.addr, tramp).unwrap())
         .collect();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let calls = Arc::new(AtomicU64::new(0));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (stop, calls) = (stop.clone(), calls.clone());
-            std::thread::spawn(move || {
-                let mut x = t as i64;
-                while !stop.load(Ordering::Relaxed) {
-                    let got = call_all(x);
-                    assert_eq!(got, expect(x), "wrong result while sites flip");
-                    calls.fetch_add(1, Ordering::Relaxed);
-                    x += 1;
-                }
-            })
-        })
-        .collect();
     let traps0 = patch::stats();
-    for _ in 0..FLIPS {
+    for _ in 0..flips {
         patch::apply(&mut on.clone()).unwrap();
         patch::apply(&mut off.clone()).unwrap();
     }
@@ -110,8 +122,8 @@ fn threads_call_while_all_sites_flip() {
     let rounds = calls.load(Ordering::Relaxed);
     let counted: u64 = counter.snapshot().iter().map(|c| c.1).sum();
     eprintln!(
-        "{FLIPS} on/off flips of {N} sites under {THREADS} threads: {rounds} call_all rounds, \
-         {counted} counted calls, {} traps emulated, {} late",
+        "{name}: {flips} on/off flips of {N} sites under {THREADS} threads: {rounds} call_all \
+         rounds, {counted} counted calls, {} traps emulated, {} late",
         traps.traps_emulated - traps0.traps_emulated,
         traps.traps_late - traps0.traps_late
     );
