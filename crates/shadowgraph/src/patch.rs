@@ -229,9 +229,11 @@ enum Emulation {
     Resume(usize),
 }
 
-/// The batch the SIGTRAP handler consults: sorted by address.
+/// The batch the SIGTRAP handler consults: the caller's edits, sorted by
+/// address, which outlive the batch (`apply` retires it before returning).
 struct ActiveBatch {
-    sites: Vec<(usize, Emulation)>,
+    edits: *const Edit,
+    len: usize,
 }
 
 static ACTIVE: AtomicPtr<ActiveBatch> = AtomicPtr::new(std::ptr::null_mut());
@@ -253,11 +255,13 @@ pub fn apply(edits: &mut [Edit]) -> Result<(), PatchError> {
     }
     let _text = text_lock();
     verify(edits)?;
-    known::add(edits.iter().map(|e| e.addr));
+    known::add(&edits.iter().map(|e| e.addr).collect::<Vec<_>>());
+
     let window = TextWindow::open_for(edits.iter().map(|e| (e.addr, e.len as usize)))?;
 
     let batch = Box::new(ActiveBatch {
-        sites: edits.iter().map(|e| (e.addr, e.emulation())).collect(),
+        edits: edits.as_ptr(),
+        len: edits.len(),
     });
     ACTIVE.store(Box::into_raw(batch), Ordering::SeqCst);
 
@@ -391,16 +395,19 @@ impl TextWindow {
             let maps =
                 sys::read_maps().map_err(|e| PatchError::Io(format!("/proc/self/maps: {e}")))?;
             let page = sys::page_size();
+            // Spans come sorted by address: most fall in the last range.
             for (addr, len) in spans {
                 let mut p = addr & !(page - 1);
                 while p < addr + len {
-                    let Some(m) = maps.iter().find(|m| m.start <= p && p < m.end) else {
-                        return Err(PatchError::Io(format!("site {addr:#x} is not mapped")));
-                    };
-                    match ranges.last_mut() {
-                        Some((_, end, prot)) if *end == p && *prot == m.prot => *end = p + page,
-                        Some((_, end, _)) if *end > p => {}
-                        _ => ranges.push((p, p + page, m.prot)),
+                    if !matches!(ranges.last(), Some(&(start, end, _)) if start <= p && p < end) {
+                        let i = maps.partition_point(|m| m.end <= p);
+                        let Some(m) = maps.get(i).filter(|m| m.start <= p) else {
+                            return Err(PatchError::Io(format!("site {addr:#x} is not mapped")));
+                        };
+                        match ranges.last_mut() {
+                            Some((_, end, prot)) if *end == p && *prot == m.prot => *end = p + page,
+                            _ => ranges.push((p, p + page, m.prot)),
+                        }
                     }
                     p += page;
                 }
@@ -538,13 +545,35 @@ mod known {
         false
     }
 
-    /// Called under the text lock (single writer).
-    pub(super) fn add(addrs: impl Iterator<Item = usize>) {
-        let mut new: Vec<usize> = addrs.filter(|&a| !contains(a)).collect();
+    /// Called under the text lock (single writer), with `sorted` in
+    /// ascending order: one merge walk per chunk instead of a search per
+    /// address.
+    pub(super) fn add(sorted: &[usize]) {
+        let mut known = vec![false; sorted.len()];
+        let mut p = HEAD.load(Ordering::Acquire) as *const Chunk;
+        while !p.is_null() {
+            // SAFETY: chunks are leaked, immutable after publication.
+            let c = unsafe { &*p };
+            let mut j = 0;
+            for (i, &a) in sorted.iter().enumerate() {
+                while j < c.sorted.len() && c.sorted[j] < a {
+                    j += 1;
+                }
+                if j < c.sorted.len() && c.sorted[j] == a {
+                    known[i] = true;
+                }
+            }
+            p = c.next;
+        }
+        let new: Vec<usize> = sorted
+            .iter()
+            .zip(&known)
+            .filter(|(_, &k)| !k)
+            .map(|(&a, _)| a)
+            .collect();
         if new.is_empty() {
             return;
         }
-        new.sort_unstable();
         let chunk = Box::new(Chunk {
             sorted: new.into_boxed_slice(),
             next: HEAD.load(Ordering::Acquire),
@@ -638,13 +667,14 @@ mod trap {
             let emulation = if batch.is_null() {
                 None
             } else {
-                // SAFETY: `retire` frees a batch only after READERS drops to
-                // zero following its swap, so `batch` stays valid here.
-                let sites = unsafe { &(*batch).sites };
-                sites
-                    .binary_search_by_key(&site, |s| s.0)
+                // SAFETY: `retire` frees a batch (and `apply` returns, ending
+                // the edits' borrow) only after READERS drops to zero
+                // following its swap, so both stay valid here.
+                let edits = unsafe { std::slice::from_raw_parts((*batch).edits, (*batch).len) };
+                edits
+                    .binary_search_by_key(&site, |e| e.addr)
                     .ok()
-                    .map(|i| sites[i].1)
+                    .map(|i| edits[i].emulation())
             };
             READERS.fetch_sub(1, Ordering::SeqCst);
             if let Some(em) = emulation {
