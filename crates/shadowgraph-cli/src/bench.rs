@@ -199,8 +199,8 @@ fn bench_patch(calls: i64, reps: usize, nsites: usize) -> Result<ExitCode, Strin
             rounds
         })
     };
-    let busy = flip(reps_flip)?;
     let traps0 = patch::stats().traps_emulated;
+    let busy = flip(reps_flip)?;
     stop.store(true, Ordering::Relaxed);
     let rounds = runner.join().map_err(|_| "runner thread panicked")?;
     println!(
@@ -216,9 +216,11 @@ fn bench_patch(calls: i64, reps: usize, nsites: usize) -> Result<ExitCode, Strin
     );
     let st = patch::stats();
     println!(
-        "# runner made {rounds} passes over all sites; {} int3 traps emulated in all, {} late",
-        st.traps_emulated.max(traps0),
-        st.traps_late
+        "# runner made {rounds} passes over all sites; {} int3 traps emulated under load, {} late; \
+         cores serialised by {}",
+        st.traps_emulated - traps0,
+        st.traps_late,
+        patch::serialise_method()
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(ExitCode::SUCCESS)

@@ -204,6 +204,16 @@ pub fn init() {
     });
 }
 
+/// How [`serialise`] reaches every core: `membarrier` (SYNC_CORE) or, where
+/// the kernel lacks it, a signal to every thread.
+pub fn serialise_method() -> &'static str {
+    if MEMBARRIER_OK.load(Ordering::Relaxed) {
+        "membarrier(PRIVATE_EXPEDITED_SYNC_CORE)"
+    } else {
+        "a signal to every thread"
+    }
+}
+
 /// Re-registers for membarrier in a forked child.
 pub fn after_fork_child() {
     MEMBARRIER_OK.store(sys::membarrier_register_sync_core(), Ordering::Relaxed);
