@@ -6,10 +6,14 @@
 //!   form), [`patch`] rewrites them live with the int3-first protocol,
 //!   [`stop`] parks threads when an edit is not safe to make live,
 //!   [`arena`] and [`tramp`] hold the trampolines that sites call.
+//! * L1 core — [`ftrace`]: ops, filters, per-site accounting, the shared
+//!   caller and list function, per-ops trampolines, direct calls, subops,
+//!   the recursion guard and grace periods.
 
 pub mod arena;
 pub mod cc;
 pub mod elf;
+pub mod ftrace;
 pub mod patch;
 pub mod process;
 pub mod site;

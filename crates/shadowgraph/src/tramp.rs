@@ -185,3 +185,264 @@ extern "C" fn count_hit(ip: usize, _parent: usize, _slot: *mut usize, data: *con
         Err(_) => c.unknown.fetch_add(1, Ordering::Relaxed),
     };
 }
+
+// ---------------------------------------------------------------------------
+// ftrace callers (SPEC §2.4, §3.4): the shared caller and per-ops
+// trampolines use these templates; the imm64 operands name the Rust entry
+// and its data (the dispatch record slot or an ops' data slot).
+//
+// Register contract: as the caller template above. The frame holds a
+// `core::Regs` (layout in core/dispatch.rs). The Rust entry is called as
+// `entry(regs: *mut Regs, data) -> (target: rax, action: rdx)`; for actions
+// 1 and 2 the target is read back from `regs.direct` / `regs.rip`.
+// Args variant: saves/restores the argument registers only and always
+// returns to site+5. Regs variant: also saves rbx, r12–r15 and rflags, writes
+// back everything the callbacks changed, and honours the action:
+//   0 → return to site+5;
+//   1 → direct call: restore, `jmp target` with [rsp] = site+5 (as if the
+//       site had called the target);
+//   2 → IPMODIFY: restore, drop our return slot, `jmp target` with [rsp] = R.
+// r11 carries the target through the restore.
+
+macro_rules! save_args {
+    () => {
+        concat!(
+            "mov [rsp + 0x00], rdi\n",
+            "mov [rsp + 0x08], rsi\n",
+            "mov [rsp + 0x10], rdx\n",
+            "mov [rsp + 0x18], rcx\n",
+            "mov [rsp + 0x20], r8\n",
+            "mov [rsp + 0x28], r9\n",
+            "mov [rsp + 0x30], rax\n",
+            "mov [rsp + 0x38], r10\n",
+            "movaps [rsp + 0x40], xmm0\n",
+            "movaps [rsp + 0x50], xmm1\n",
+            "movaps [rsp + 0x60], xmm2\n",
+            "movaps [rsp + 0x70], xmm3\n",
+            "movaps [rsp + 0x80], xmm4\n",
+            "movaps [rsp + 0x90], xmm5\n",
+            "movaps [rsp + 0xa0], xmm6\n",
+            "movaps [rsp + 0xb0], xmm7\n",
+            // rbp (the traced function's caller's), site, R, &R
+            "mov r11, [rbp]\n",
+            "mov [rsp + 0xc0], r11\n",
+            "mov r11, [rbp + 8]\n",
+            "sub r11, 5\n",
+            "mov [rsp + 0xc8], r11\n",
+            "mov r11, [rbp + 16]\n",
+            "mov [rsp + 0xd0], r11\n",
+            "lea r11, [rbp + 16]\n",
+            "mov [rsp + 0xd8], r11\n",
+            // rip = site+5 and direct = 0: the entry's action reads them.
+            "mov r11, [rbp + 8]\n",
+            "mov [rsp + 0x110], r11\n",
+            "mov qword ptr [rsp + 0x118], 0\n",
+        )
+    };
+}
+
+macro_rules! restore_args {
+    () => {
+        concat!(
+            "mov rdi, [rsp + 0x00]\n",
+            "mov rsi, [rsp + 0x08]\n",
+            "mov rdx, [rsp + 0x10]\n",
+            "mov rcx, [rsp + 0x18]\n",
+            "mov r8,  [rsp + 0x20]\n",
+            "mov r9,  [rsp + 0x28]\n",
+            "mov rax, [rsp + 0x30]\n",
+            "mov r10, [rsp + 0x38]\n",
+            "movaps xmm0, [rsp + 0x40]\n",
+            "movaps xmm1, [rsp + 0x50]\n",
+            "movaps xmm2, [rsp + 0x60]\n",
+            "movaps xmm3, [rsp + 0x70]\n",
+            "movaps xmm4, [rsp + 0x80]\n",
+            "movaps xmm5, [rsp + 0x90]\n",
+            "movaps xmm6, [rsp + 0xa0]\n",
+            "movaps xmm7, [rsp + 0xb0]\n",
+        )
+    };
+}
+
+// Regs variant extras: rbx 0xe0, r12 0xe8, r13 0xf0, r14 0xf8, r15 0x100,
+// rflags 0x108, rip 0x110 (resume address), direct 0x118, rsp 0x120.
+macro_rules! save_regs_extra {
+    () => {
+        concat!(
+            "mov [rsp + 0xe0], rbx\n",
+            "mov [rsp + 0xe8], r12\n",
+            "mov [rsp + 0xf0], r13\n",
+            "mov [rsp + 0xf8], r14\n",
+            "mov [rsp + 0x100], r15\n",
+            "pushfq\n",
+            "pop r11\n",
+            "mov [rsp + 0x108], r11\n",
+            "lea r11, [rbp + 16]\n",
+            "mov [rsp + 0x120], r11\n",
+        )
+    };
+}
+
+macro_rules! restore_regs_extra {
+    () => {
+        concat!(
+            "mov rbx, [rsp + 0xe0]\n",
+            "mov r12, [rsp + 0xe8]\n",
+            "mov r13, [rsp + 0xf0]\n",
+            "mov r14, [rsp + 0xf8]\n",
+            "mov r15, [rsp + 0x100]\n",
+            "push qword ptr [rsp + 0x108]\n",
+            "popfq\n",
+            // The traced function's caller's rbp, possibly changed.
+            "mov r11, [rsp + 0xc0]\n",
+            "mov [rbp], r11\n",
+        )
+    };
+}
+
+macro_rules! prologue {
+    () => {
+        concat!(
+            "endbr64\n",
+            "push rbp\n",
+            "mov rbp, rsp\n",
+            "sub rsp, 0x130\n",
+            "and rsp, -16\n",
+        )
+    };
+}
+
+std::arch::global_asm!(
+    ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
+    ".globl shadowgraph_ftrace_args_start",
+    ".hidden shadowgraph_ftrace_args_start",
+    ".globl shadowgraph_ftrace_args_data",
+    ".hidden shadowgraph_ftrace_args_data",
+    ".globl shadowgraph_ftrace_args_fn",
+    ".hidden shadowgraph_ftrace_args_fn",
+    ".globl shadowgraph_ftrace_args_end",
+    ".hidden shadowgraph_ftrace_args_end",
+    "shadowgraph_ftrace_args_start:",
+    prologue!(),
+    save_args!(),
+    "mov rdi, rsp",
+    "shadowgraph_ftrace_args_data:",
+    "movabs rsi, 0x1122334455667788",
+    "shadowgraph_ftrace_args_fn:",
+    "movabs r11, 0x1122334455667788",
+    "call r11",
+    restore_args!(),
+    "leave",
+    "ret",
+    "shadowgraph_ftrace_args_end:",
+    ".popsection",
+);
+
+std::arch::global_asm!(
+    ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
+    ".globl shadowgraph_ftrace_regs_start",
+    ".hidden shadowgraph_ftrace_regs_start",
+    ".globl shadowgraph_ftrace_regs_data",
+    ".hidden shadowgraph_ftrace_regs_data",
+    ".globl shadowgraph_ftrace_regs_fn",
+    ".hidden shadowgraph_ftrace_regs_fn",
+    ".globl shadowgraph_ftrace_regs_end",
+    ".hidden shadowgraph_ftrace_regs_end",
+    "shadowgraph_ftrace_regs_start:",
+    prologue!(),
+    save_args!(),
+    save_regs_extra!(),
+    "mov rdi, rsp",
+    "shadowgraph_ftrace_regs_data:",
+    "movabs rsi, 0x1122334455667788",
+    "shadowgraph_ftrace_regs_fn:",
+    "movabs r11, 0x1122334455667788",
+    "call r11",
+    "cmp rdx, 1",
+    "je 2f",
+    "cmp rdx, 2",
+    "je 3f",
+    restore_args!(),
+    restore_regs_extra!(),
+    "leave",
+    "ret",
+    "2:",
+    restore_args!(),
+    restore_regs_extra!(),
+    "mov r11, [rsp + 0x118]",
+    "leave",
+    "jmp r11",
+    "3:",
+    restore_args!(),
+    restore_regs_extra!(),
+    "mov r11, [rsp + 0x110]",
+    "leave",
+    "lea rsp, [rsp + 8]",
+    "jmp r11",
+    "shadowgraph_ftrace_regs_end:",
+    ".popsection",
+);
+
+extern "C" {
+    static shadowgraph_ftrace_args_start: u8;
+    static shadowgraph_ftrace_args_data: u8;
+    static shadowgraph_ftrace_args_fn: u8;
+    static shadowgraph_ftrace_args_end: u8;
+    static shadowgraph_ftrace_regs_start: u8;
+    static shadowgraph_ftrace_regs_data: u8;
+    static shadowgraph_ftrace_regs_fn: u8;
+    static shadowgraph_ftrace_regs_end: u8;
+}
+
+/// The Rust side of an ftrace caller: gets the saved registers and the
+/// trampoline's data word; returns (target, action) in rax:rdx.
+pub(crate) type FtraceEntry = extern "C" fn(regs: *mut u8, data: usize) -> EntryAction;
+
+/// What the regs variant does after the entry returns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct EntryAction {
+    pub target: usize,
+    /// 0 return, 1 direct jump, 2 IPMODIFY.
+    pub action: usize,
+}
+
+/// Generates an ftrace caller (args or regs variant) into `arena`.
+pub(crate) fn ftrace_caller(
+    arena: &Arena,
+    regs_variant: bool,
+    entry: FtraceEntry,
+    data: usize,
+) -> Result<usize, ArenaError> {
+    let (start, d, f, end) = {
+        if regs_variant {
+            (
+                std::ptr::addr_of!(shadowgraph_ftrace_regs_start) as usize,
+                std::ptr::addr_of!(shadowgraph_ftrace_regs_data) as usize,
+                std::ptr::addr_of!(shadowgraph_ftrace_regs_fn) as usize,
+                std::ptr::addr_of!(shadowgraph_ftrace_regs_end) as usize,
+            )
+        } else {
+            (
+                std::ptr::addr_of!(shadowgraph_ftrace_args_start) as usize,
+                std::ptr::addr_of!(shadowgraph_ftrace_args_data) as usize,
+                std::ptr::addr_of!(shadowgraph_ftrace_args_fn) as usize,
+                std::ptr::addr_of!(shadowgraph_ftrace_args_end) as usize,
+            )
+        }
+    };
+    // SAFETY: [start, end) is the template's code in our text.
+    let mut code = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) }.to_vec();
+    let (d, f) = (d - start + 2, f - start + 2);
+    code[d..d + 8].copy_from_slice(&(data as u64).to_le_bytes());
+    code[f..f + 8].copy_from_slice(&(entry as usize as u64).to_le_bytes());
+    arena.alloc_code(&code)
+}
+
+/// A direct-call pad: `jmp [rip+0]; .quad target`. Entered by the site's
+/// call, so the target sees [rsp] = site+5 as if the site had called it.
+pub(crate) fn direct_pad(arena: &Arena, target: usize) -> Result<usize, ArenaError> {
+    let mut code = vec![0xff, 0x25, 0, 0, 0, 0];
+    code.extend_from_slice(&(target as u64).to_le_bytes());
+    arena.alloc_code(&code)
+}

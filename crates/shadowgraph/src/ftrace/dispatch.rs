@@ -1,0 +1,295 @@
+//! What runs inside a traced call: the saved registers, the dispatch
+//! records of the shared caller, per-ops trampoline entries, the list
+//! function and the recursion guard (SPEC §3.4, §3.8).
+//!
+//! Nothing here allocates, locks or makes a system call (except a thread's
+//! first bracket, which claims its slot lock-free).
+
+use super::quiesce::Bracket;
+use super::Ops;
+use crate::tramp::EntryAction;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// Registers saved by an ftrace caller. The argument registers, `ip`,
+/// `parent_ip` and `parent_slot` are always valid; the fields from `rbx` on
+/// are valid (and written back) only in the regs variant, which every site
+/// with a SAVE_REGS, DIRECT or IPMODIFY ops calls.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Regs {
+    pub rdi: u64,
+    pub rsi: u64,
+    pub rdx: u64,
+    pub rcx: u64,
+    pub r8: u64,
+    pub r9: u64,
+    /// Number of vector registers used by a varargs call.
+    pub rax: u64,
+    /// Static chain.
+    pub r10: u64,
+    pub xmm: [u128; 8],
+    /// The traced function's caller's frame pointer.
+    pub rbp: u64,
+    /// The site (traced function entry, after any endbr64).
+    pub ip: usize,
+    /// Where the traced function returns to.
+    pub parent_ip: usize,
+    /// The stack slot holding `parent_ip`.
+    pub parent_slot: *mut usize,
+    pub rbx: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+    pub rflags: u64,
+    /// Resume address (site + 5); an IPMODIFY ops may change it.
+    pub rip: usize,
+    /// Set (by the direct helper) to continue at a direct-call target.
+    pub direct: usize,
+    /// Stack pointer at the traced function's entry.
+    pub rsp: usize,
+    _pad: u64,
+}
+
+const _: () = {
+    assert!(std::mem::offset_of!(Regs, xmm) == 0x40);
+    assert!(std::mem::offset_of!(Regs, rbp) == 0xc0);
+    assert!(std::mem::offset_of!(Regs, ip) == 0xc8);
+    assert!(std::mem::offset_of!(Regs, parent_slot) == 0xd8);
+    assert!(std::mem::offset_of!(Regs, rbx) == 0xe0);
+    assert!(std::mem::offset_of!(Regs, rflags) == 0x108);
+    assert!(std::mem::offset_of!(Regs, rip) == 0x110);
+    assert!(std::mem::offset_of!(Regs, direct) == 0x118);
+    assert!(std::mem::offset_of!(Regs, rsp) == 0x120);
+    assert!(std::mem::size_of::<Regs>() == 0x130);
+};
+
+/// What the shared caller runs: one record, published by a single store so
+/// function and ops are never seen torn.
+pub(crate) struct DispatchRecord {
+    pub func: fn(&mut Regs, *const Ops),
+    pub ops: *const Ops,
+}
+
+// SAFETY: records are immutable once published.
+unsafe impl Sync for DispatchRecord {}
+unsafe impl Send for DispatchRecord {}
+
+pub(crate) static STUB_RECORD: DispatchRecord = DispatchRecord {
+    func: stub_fn,
+    ops: std::ptr::null(),
+};
+
+pub(crate) static LIST_RECORD: DispatchRecord = DispatchRecord {
+    func: list_fn,
+    ops: std::ptr::null(),
+};
+
+pub(crate) static RECORD: AtomicPtr<DispatchRecord> =
+    AtomicPtr::new(&STUB_RECORD as *const DispatchRecord as *mut DispatchRecord);
+
+/// The ops on the core list, newest first (copy-on-write; replaced lists are
+/// freed after a grace period).
+pub(crate) struct OpsList {
+    pub ops: Vec<*const Ops>,
+}
+
+// SAFETY: immutable once published; the ops it points to outlive it.
+unsafe impl Sync for OpsList {}
+unsafe impl Send for OpsList {}
+
+pub(crate) static LIST: AtomicPtr<OpsList> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Site lookup for the hot path: sorted addresses and their ids.
+pub(crate) struct SiteIndex {
+    pub addrs: Vec<usize>,
+    pub ids: Vec<u32>,
+}
+
+pub(crate) static SITE_INDEX: AtomicPtr<SiteIndex> = AtomicPtr::new(std::ptr::null_mut());
+
+#[inline]
+pub(crate) fn site_id(ip: usize) -> Option<u32> {
+    let p = SITE_INDEX.load(Ordering::Acquire);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: indexes are leaked, never freed, immutable once published.
+    let idx = unsafe { &*p };
+    idx.addrs.binary_search(&ip).ok().map(|i| idx.ids[i])
+}
+
+/// Data slot of a per-ops trampoline: the ops it calls, or null while the
+/// ops is leaving.
+pub(crate) struct OpsSlot {
+    pub ops: AtomicPtr<Ops>,
+}
+
+fn stub_fn(_: &mut Regs, _: *const Ops) {}
+
+/// The shared caller's entry: load the global record inside the bracket.
+pub(crate) extern "C" fn shared_entry(regs: *mut u8, _data: usize) -> EntryAction {
+    // SAFETY: the trampoline passes its frame's Regs, valid for this call.
+    let regs = unsafe { &mut *(regs as *mut Regs) };
+    let _b = Bracket::enter();
+    // SAFETY: records stay valid until a grace period after unpublishing.
+    let rec = unsafe { &*RECORD.load(Ordering::Acquire) };
+    (rec.func)(regs, rec.ops);
+    action(regs)
+}
+
+/// A per-ops trampoline's entry: load the ops from its slot inside the
+/// bracket; an empty slot means the ops is leaving.
+pub(crate) extern "C" fn ops_entry(regs: *mut u8, data: usize) -> EntryAction {
+    // SAFETY: as in shared_entry; `data` is the trampoline's leaked OpsSlot.
+    let (regs, slot) = unsafe { (&mut *(regs as *mut Regs), &*(data as *const OpsSlot)) };
+    let _b = Bracket::enter();
+    let ops = slot.ops.load(Ordering::Acquire);
+    if !ops.is_null() {
+        // SAFETY: an ops in a published slot outlives the grace period
+        // that follows clearing the slot.
+        call_ops(unsafe { &*ops }, regs);
+    }
+    action(regs)
+}
+
+#[inline]
+fn action(regs: &Regs) -> EntryAction {
+    // Only the regs variant acts on this, and it initialises both fields.
+    if regs.direct != 0 {
+        EntryAction {
+            target: regs.direct,
+            action: 1,
+        }
+    } else if regs.rip != regs.ip + 5 {
+        EntryAction {
+            target: regs.rip,
+            action: 2,
+        }
+    } else {
+        EntryAction::default()
+    }
+}
+
+/// Calls an ops' callback, inside the recursion guard if it asked for it.
+#[inline]
+pub(crate) fn call_ops(ops: &Ops, regs: &mut Regs) {
+    if ops.flags & super::RECURSION != 0 {
+        let Some(bit) = try_lock(Group::Core) else {
+            return;
+        };
+        (ops.func)(regs.ip, regs.parent_ip, ops, regs);
+        unlock(bit);
+    } else {
+        (ops.func)(regs.ip, regs.parent_ip, ops, regs);
+    }
+}
+
+/// The single-ops record: a thread may have stalled between crossing a
+/// site and loading the record, so the filter is tested again.
+pub(crate) fn single_fn(regs: &mut Regs, ops: *const Ops) {
+    // SAFETY: the record's ops outlives the record.
+    let ops = unsafe { &*ops };
+    if let Some(id) = site_id(regs.ip) {
+        if ops.filter_pair().contains(id) {
+            call_ops(ops, regs);
+        }
+    }
+}
+
+/// The list function: every ops on the core list whose filter contains the
+/// site, newest first; STUB ops are counted but never called.
+pub(crate) fn list_fn(regs: &mut Regs, _: *const Ops) {
+    let Some(bit) = try_lock(Group::List) else {
+        return;
+    };
+    if let Some(id) = site_id(regs.ip) {
+        let list = LIST.load(Ordering::Acquire);
+        if !list.is_null() {
+            // SAFETY: lists are freed only after a grace period.
+            for &o in unsafe { &(*list).ops } {
+                // SAFETY: ops on a published list outlive it.
+                let o = unsafe { &*o };
+                if o.flags & super::STUB == 0 && o.filter_pair().contains(id) {
+                    call_ops(o, regs);
+                }
+            }
+        }
+    }
+    unlock(bit);
+}
+
+/// The callback of DIRECT ops: the site continues at the ops' target.
+pub(crate) fn direct_helper(_ip: usize, _parent: usize, ops: &Ops, regs: &mut Regs) {
+    regs.direct = ops.direct_target();
+}
+
+/// A manager's callback: its subops whose filters contain the site.
+pub fn call_subops(_ip: usize, _parent: usize, manager: &Ops, regs: &mut Regs) {
+    let Some(id) = site_id(regs.ip) else {
+        return;
+    };
+    let list = manager.subops_list.load(Ordering::Acquire);
+    if list.is_null() {
+        return;
+    }
+    // SAFETY: subop lists are freed only after a grace period.
+    for &o in unsafe { &(*list).ops } {
+        // SAFETY: subops on a published list outlive it.
+        let o = unsafe { &*o };
+        if o.filter_pair().contains(id) {
+            call_ops(o, regs);
+        }
+    }
+}
+
+// --- Recursion guard (SPEC §3.8) -------------------------------------------
+
+/// A group of recursion bits: NORMAL, SIGNAL, TRANSITION.
+#[derive(Clone, Copy)]
+pub enum Group {
+    List = 0,
+    Core = 3,
+    Graph = 6,
+}
+
+const NORMAL: u32 = 0;
+const SIGNAL: u32 = 1;
+const TRANSITION: u32 = 2;
+
+thread_local! {
+    static REC: Cell<u32> = const { Cell::new(0) };
+    static SIG_DEPTH: Cell<u32> = const { Cell::new(0) };
+    static REC_DROPS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Takes the group's bit for the current context, or the transition bit
+/// once; `None` (counted as a drop) when both are held.
+#[inline]
+pub fn try_lock(g: Group) -> Option<u32> {
+    let rec = REC.get();
+    let ctx = if SIG_DEPTH.get() > 0 { SIGNAL } else { NORMAL };
+    let mut bit = g as u32 + ctx;
+    if rec & (1 << bit) != 0 {
+        bit = g as u32 + TRANSITION;
+        if rec & (1 << bit) != 0 {
+            REC_DROPS.set(REC_DROPS.get() + 1);
+            return None;
+        }
+    }
+    REC.set(rec | 1 << bit);
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    Some(bit)
+}
+
+#[inline]
+pub fn unlock(bit: u32) {
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    REC.set(REC.get() & !(1 << bit));
+}
+
+/// Calls this thread dropped because a guarded callback recursed too deep.
+pub fn recursion_drops() -> u64 {
+    REC_DROPS.get()
+}

@@ -1,0 +1,189 @@
+//! The dispatch bracket and grace periods (SPEC §3.10, §3.11 part A).
+//!
+//! Every trampoline entry raises its thread's bracket depth *before* it loads
+//! any dispatch record or ops slot and lowers it on leaving; when the depth
+//! returns to 0 the thread's exit generation advances. A writer that
+//! unpublished something waits — after a `membarrier` that makes every
+//! thread's increment visible or makes the thread see the new configuration —
+//! until each thread that was inside at the snapshot has left (its depth was
+//! 0 or its generation moved). Only the owning thread writes its word, with
+//! plain stores: no shared writes and no fences on the hot path.
+
+use crate::sys;
+use std::cell::Cell;
+use std::sync::atomic::{compiler_fence, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+/// Most threads that can run trampolines at once.
+pub const MAX_THREADS: usize = 4096;
+
+struct ThreadWord {
+    /// `(exit_gen << 16) | depth`
+    qs: AtomicU64,
+    /// Owner's tid; 0 = free.
+    tid: AtomicI32,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const FREE: ThreadWord = ThreadWord {
+    qs: AtomicU64::new(0),
+    tid: AtomicI32::new(0),
+};
+
+static WORDS: [ThreadWord; MAX_THREADS] = [FREE; MAX_THREADS];
+/// One past the highest slot ever claimed.
+static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
+/// Calls that found no free slot (they run without a bracket: counted).
+pub static UNBRACKETED: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's slot + 1 (0: none yet).
+    static SLOT: Cell<usize> = const { Cell::new(0) };
+}
+
+static KEY_INIT: Once = Once::new();
+static mut KEY: libc::pthread_key_t = 0;
+static MEMBARRIER: AtomicI32 = AtomicI32::new(-1);
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: i32 = 1 << 4;
+
+/// Prepares the thread registry (a pthread key whose destructor frees a
+/// thread's slot at exit) and registers for membarrier. Called by the core
+/// before any trampoline can run.
+pub fn init() {
+    KEY_INIT.call_once(|| {
+        // SAFETY: creating a key with a plain extern "C" destructor; KEY is
+        // written once here, before any reader (Once orders it).
+        unsafe {
+            libc::pthread_key_create(std::ptr::addr_of_mut!(KEY), Some(release_slot));
+        }
+        // SAFETY: plain system call.
+        let ok = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+                0,
+                0,
+            )
+        } == 0;
+        MEMBARRIER.store(ok as i32, Ordering::Relaxed);
+    });
+}
+
+extern "C" fn release_slot(v: *mut libc::c_void) {
+    let idx = v as usize;
+    if idx > 0 && idx <= MAX_THREADS {
+        let w = &WORDS[idx - 1];
+        w.qs.store(0, Ordering::Relaxed);
+        w.tid.store(0, Ordering::Release);
+    }
+}
+
+/// Claims a slot for this thread. Lock-free and async-signal-safe: atomics,
+/// and `pthread_setspecific` on a low key (a store into the thread
+/// descriptor in glibc).
+#[cold]
+fn claim() -> usize {
+    let me = sys::gettid();
+    for (i, w) in WORDS.iter().enumerate() {
+        if w.tid.load(Ordering::Relaxed) == 0
+            && w.tid
+                .compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            w.qs.store(0, Ordering::Relaxed);
+            HIGH_WATER.fetch_max(i + 1, Ordering::AcqRel);
+            SLOT.set(i + 1);
+            // SAFETY: KEY was created by init() before any trampoline ran.
+            unsafe { libc::pthread_setspecific(KEY, (i + 1) as *const libc::c_void) };
+            return i + 1;
+        }
+    }
+    0
+}
+
+/// Inside the dispatch bracket while alive.
+pub struct Bracket(usize);
+
+impl Bracket {
+    #[inline(always)]
+    pub fn enter() -> Bracket {
+        let mut s = SLOT.get();
+        if s == 0 {
+            s = claim();
+            if s == 0 {
+                UNBRACKETED.fetch_add(1, Ordering::Relaxed);
+                return Bracket(0);
+            }
+        }
+        let w = &WORDS[s - 1].qs;
+        w.store(w.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        Bracket(s)
+    }
+}
+
+impl Drop for Bracket {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.0 == 0 {
+            return;
+        }
+        compiler_fence(Ordering::SeqCst);
+        let w = &WORDS[self.0 - 1].qs;
+        let v = w.load(Ordering::Relaxed);
+        let next = if v & 0xffff == 1 {
+            ((v >> 16) + 1) << 16
+        } else {
+            v - 1
+        };
+        w.store(next, Ordering::Relaxed);
+    }
+}
+
+/// Grace period, part A: returns once every thread that may have loaded
+/// something unpublished before this call has left its bracket.
+pub fn synchronize() {
+    init();
+    if MEMBARRIER.load(Ordering::Relaxed) == 1 {
+        // SAFETY: plain system call.
+        let r =
+            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
+        if r != 0 {
+            let _ = crate::stop::ping_all();
+        }
+    } else {
+        let _ = crate::stop::ping_all();
+    }
+    let mine = SLOT.get();
+    let n = HIGH_WATER.load(Ordering::Acquire);
+    let start = Instant::now();
+    for (i, w) in WORDS[..n].iter().enumerate() {
+        if i + 1 == mine {
+            continue; // our own callers' brackets are below us
+        }
+        let tid = w.tid.load(Ordering::Acquire);
+        let snap = w.qs.load(Ordering::Relaxed);
+        if tid == 0 || snap & 0xffff == 0 {
+            continue;
+        }
+        let mut spins = 0u32;
+        loop {
+            let now = w.qs.load(Ordering::Relaxed);
+            if now & 0xffff == 0 || now >> 16 != snap >> 16 || w.tid.load(Ordering::Acquire) != tid
+            {
+                break;
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else if start.elapsed() < Duration::from_millis(10) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+}
