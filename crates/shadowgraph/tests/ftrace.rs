@@ -528,6 +528,8 @@ fn direct_calls_register_modify_share_and_leave() {
         sg_test_direct_b as *const () as usize,
     );
     let pw = NAMES.iter().position(|&n| n == "plain_work").unwrap() as i32;
+    DIRECT_A.store(0, Ordering::SeqCst);
+    DIRECT_B.store(0, Ordering::SeqCst);
     let d = Ops::new_direct(FilterSet::with_patterns(&["plain_work"], &[]).unwrap());
     ftrace::register_direct(&d, ta).unwrap();
     invariants();
