@@ -657,6 +657,9 @@ pub fn register_direct(ops: &Arc<Ops>, target: usize) -> Result<(), CoreError> {
         return Err(CoreError::Invalid("null direct target".into()));
     }
     let mut c = lock_core();
+    if ops.is_enabled() {
+        return Err(CoreError::AlreadyRegistered);
+    }
     ops.direct.store(target, Ordering::Release);
     let r = c.register_locked(ops);
     if r.is_err() {
