@@ -3,6 +3,7 @@
 //! same run, because the machine is noisy.
 
 use shadowgraph::arena::Arena;
+use shadowgraph::ftrace;
 use shadowgraph::patch::{self, Edit, WriteMode};
 use shadowgraph::process;
 use shadowgraph::tramp::{self, SiteCounter};
@@ -16,6 +17,16 @@ use std::time::Instant;
 
 #[derive(clap::Subcommand)]
 pub enum Which {
+    /// Cost of a traced call through the ftrace core: no ops, 1 ops, 1
+    /// relevant + 10 irrelevant, 2 and 10 relevant (list function), direct.
+    Dispatch {
+        /// Calls per timed loop.
+        #[arg(long, default_value_t = 20_000_000)]
+        calls: i64,
+        /// Timed repetitions (the median is reported).
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+    },
     /// Cost of a call untraced / through a nop site / patched, and of
     /// flipping 10,000 sites in one batch.
     Patch {
@@ -34,6 +45,7 @@ pub enum Which {
 pub fn run(which: Which) -> Result<ExitCode, String> {
     match which {
         Which::Patch { calls, reps, sites } => bench_patch(calls, reps.max(1), sites),
+        Which::Dispatch { calls, reps } => bench_dispatch(calls, reps.max(1)),
     }
 }
 
@@ -235,4 +247,105 @@ fn dlopen(path: &Path) -> Result<*mut libc::c_void, String> {
     } else {
         Ok(h)
     }
+}
+
+const DISPATCH_C: &str = "#define KEEP __attribute__((noinline, noipa))\n\
+#define UNPATCHABLE __attribute__((patchable_function_entry(0, 0)))\n\
+UNPATCHABLE KEEP long plain(long x) { return x + 1; }\n\
+KEEP long target(long x) { return x + 1; }\n\
+KEEP long other0(long x) { return x; } KEEP long other1(long x) { return x; }\n\
+KEEP long other2(long x) { return x; } KEEP long other3(long x) { return x; }\n\
+KEEP long other4(long x) { return x; } KEEP long other5(long x) { return x; }\n\
+KEEP long other6(long x) { return x; } KEEP long other7(long x) { return x; }\n\
+KEEP long other8(long x) { return x; } KEEP long other9(long x) { return x; }\n\
+UNPATCHABLE long loop_plain(long n) { long s = 0; for (long i = 0; i < n; i++) s += plain(i); return s; }\n\
+UNPATCHABLE long loop_target(long n) { long s = 0; for (long i = 0; i < n; i++) s += target(i); return s; }\n";
+
+fn empty_cb(_ip: usize, _parent: usize, _ops: &ftrace::Ops, _regs: &mut ftrace::Regs) {}
+
+fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
+    let dir = std::env::temp_dir().join(format!("shadowgraph-bench-dispatch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let src = dir.join("dispatch.c");
+    let lib = dir.join("libdispatch.so");
+    std::fs::write(&src, DISPATCH_C).map_err(|e| e.to_string())?;
+    shadowgraph::cc::compile(&[&src], &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"], &lib)?;
+    let handle = dlopen(&lib)?;
+    let sym = |n: &str| -> Result<Loop, String> {
+        let c = CString::new(n).unwrap();
+        // SAFETY: handle is open; c is NUL-terminated.
+        let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
+        if p.is_null() {
+            return Err(format!("{}: no symbol {n}", lib.display()));
+        }
+        // SAFETY: the C functions above have signature long(long).
+        Ok(unsafe { std::mem::transmute::<*mut libc::c_void, Loop>(p) })
+    };
+    let (loop_plain, loop_target) = (sym("loop_plain")?, sym("loop_target")?);
+    let canon = std::fs::canonicalize(&lib).map_err(|e| e.to_string())?;
+    ftrace::add_loaded(|p| std::fs::canonicalize(p).ok().as_deref() != Some(&canon)).map_err(|e| e.to_string())?;
+    let site = ftrace::site_by_name("target").ok_or("no site for `target`")?;
+    let filter = |pats: &[&str]| ftrace::FilterSet::with_patterns(pats, &[]).map_err(|e| e.to_string());
+    let ops = |pats: &[&str], flags: u32| -> Result<Arc<ftrace::Ops>, String> {
+        Ok(ftrace::Ops::new(empty_cb, flags, filter(pats)?))
+    };
+    let reg = |o: &Arc<ftrace::Ops>| ftrace::register(o).map_err(|e| e.to_string());
+    let unreg = |o: &Arc<ftrace::Ops>| ftrace::unregister(o).map_err(|e| e.to_string());
+    let measure = || ns_per_call(loop_target, calls, reps);
+
+    println!("# shadowgraph bench dispatch: {calls} calls per loop, median of {reps}; empty callbacks");
+    let base = ns_per_call(loop_plain, calls, reps);
+    let mut rows: Vec<(String, f64)> = vec![("untraced function (no site)".into(), base)];
+    rows.push(("no ops (NOP5 site)".into(), measure()));
+
+    let one = ops(&["target"], 0)?;
+    reg(&one)?;
+    rows.push(("1 ops (its own trampoline)".into(), measure()));
+    let others: Vec<Arc<ftrace::Ops>> =
+        (0..10).map(|i| ops(&[&format!("other{i}")], 0)).collect::<Result<_, _>>()?;
+    for o in &others {
+        reg(o)?;
+    }
+    rows.push(("1 relevant ops + 10 on other functions".into(), measure()));
+    for o in &others {
+        unreg(o)?;
+    }
+    unreg(&one)?;
+
+    let solo = ops(&["target"], ftrace::NO_TRAMP)?;
+    reg(&solo)?;
+    rows.push(("1 ops without trampoline (shared caller)".into(), measure()));
+    unreg(&solo)?;
+
+    let many: Vec<Arc<ftrace::Ops>> = (0..10).map(|_| ops(&["target"], 0)).collect::<Result<_, _>>()?;
+    for o in &many[..2] {
+        reg(o)?;
+    }
+    rows.push(("2 relevant ops (list function)".into(), measure()));
+    for o in &many[2..] {
+        reg(o)?;
+    }
+    rows.push(("10 relevant ops (list function)".into(), measure()));
+    for o in &many {
+        unreg(o)?;
+    }
+
+    let arena = shadowgraph::arena::Arena::near(site.addr, site.addr + 8).map_err(|e| e.to_string())?;
+    let ret = tramp::empty(arena).map_err(|e| e.to_string())?;
+    let direct = ftrace::Ops::new_direct(filter(&["target"])?);
+    ftrace::register_direct(&direct, ret).map_err(|e| e.to_string())?;
+    rows.push(("direct call (pad to an empty target)".into(), measure()));
+    let probe = ops(&["target"], 0)?;
+    reg(&probe)?;
+    rows.push(("direct + 1 ops (regs caller, list, jump)".into(), measure()));
+    unreg(&probe)?;
+    unreg(&direct)?;
+    rows.push(("all unregistered (NOP5 again)".into(), measure()));
+
+    println!("{:<44} {:>9} {:>12}", "traced call", "ns/call", "vs untraced");
+    for (name, v) in rows {
+        println!("{name:<44} {v:>9.2} {:>+12.2}", v - base);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(ExitCode::SUCCESS)
 }

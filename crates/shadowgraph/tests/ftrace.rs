@@ -39,6 +39,7 @@ struct Fixture {
     run_one: RunOne,
     plain_work: IntFn,
     outer: IntFn,
+    errno_seen: IntFn,
 }
 
 impl Fixture {
@@ -68,6 +69,7 @@ fn fixture() -> &'static Fixture {
             run_one: lib.func("run_one"),
             plain_work: lib.func("plain_work"),
             outer: lib.func("outer_calls_inner"),
+            errno_seen: lib.func("errno_seen"),
             _lib: lib,
         }
     })
@@ -669,5 +671,68 @@ fn registration_churn_under_running_threads() {
         "a callback ran after unregister returned"
     );
     assert_clean();
-    let _ = f.outer;
+}
+
+fn clobber_errno(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
+    // SAFETY: close(-1) fails with EBADF, setting errno: a callback's syscall.
+    unsafe { libc::close(-1) };
+}
+
+#[test]
+fn callbacks_preserve_errno_for_the_traced_function() {
+    let _g = serial();
+    let lib_errno_seen = fixture().errno_seen;
+    for flags in [0, ftrace::NO_TRAMP, ftrace::SAVE_REGS] {
+        let ops = Ops::new(clobber_errno, flags, FilterSet::with_patterns(&["errno_seen"], &[]).unwrap());
+        ftrace::register(&ops).unwrap();
+        // SAFETY: setting this thread's errno.
+        unsafe { *libc::__errno_location() = 1234 };
+        assert_eq!(lib_errno_seen(1), 1235, "errno changed under the traced function (flags {flags})");
+        ftrace::unregister(&ops).unwrap();
+    }
+    assert_clean();
+}
+
+fn double_first_arg(_ip: usize, _p: usize, _ops: &Ops, r: &mut Regs) {
+    r.rdi *= 100;
+}
+
+extern "C" fn replacement(x: i32) -> i32 {
+    -x
+}
+
+fn redirect_to_replacement(_ip: usize, _p: usize, _ops: &Ops, r: &mut Regs) {
+    r.rip = replacement as *const () as usize;
+}
+
+#[test]
+fn save_regs_and_ipmodify_change_what_runs() {
+    let _g = serial();
+    let f = fixture();
+    let filter = || FilterSet::with_patterns(&["plain_work"], &[]).unwrap();
+    // SAVE_REGS: the callback rewrites an argument register.
+    let regs_ops = Ops::new(double_first_arg, ftrace::SAVE_REGS, filter());
+    ftrace::register(&regs_ops).unwrap();
+    assert_eq!((f.plain_work)(5), 512);
+    ftrace::unregister(&regs_ops).unwrap();
+    // IPMODIFY: the call continues in a replacement, which returns to the caller.
+    let ip_ops = Ops::new(redirect_to_replacement, ftrace::IPMODIFY | ftrace::SAVE_REGS, filter());
+    ftrace::register(&ip_ops).unwrap();
+    assert_eq!((f.plain_work)(5), -5);
+    assert_eq!((f.outer)(5), -4, "a traced caller gets the replacement's result");
+    // One IP-modifying ops per site.
+    let other = Ops::new(redirect_to_replacement, ftrace::IPMODIFY | ftrace::SAVE_REGS, filter());
+    assert!(matches!(ftrace::register(&other), Err(ftrace::CoreError::Busy { .. })));
+    // Shared with a plain probe (list function through the regs caller).
+    let p = Probe::new();
+    let probe = probe_ops(p, &["plain_work"], &[], 0);
+    ftrace::register(&probe).unwrap();
+    assert_eq!((f.plain_work)(7), -7);
+    assert_eq!(p.take()[11], 1);
+    ftrace::unregister(&probe).unwrap();
+    ftrace::unregister(&ip_ops).unwrap();
+    assert_eq!((f.plain_work)(5), 17);
+    let s = ftrace::site_by_name("plain_work").unwrap();
+    assert_ne!(s.flags & site_flags::MODIFIED, 0, "sticky MODIFIED stays");
+    assert_clean();
 }

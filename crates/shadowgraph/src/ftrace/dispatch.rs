@@ -133,6 +133,7 @@ pub(crate) extern "C" fn shared_entry(regs: *mut u8, _data: usize) -> EntryActio
     // SAFETY: the trampoline passes its frame's Regs, valid for this call.
     let regs = unsafe { &mut *(regs as *mut Regs) };
     let _b = Bracket::enter();
+    let _e = ErrnoGuard::save();
     // SAFETY: records stay valid until a grace period after unpublishing.
     let rec = unsafe { &*RECORD.load(Ordering::Acquire) };
     (rec.func)(regs, rec.ops);
@@ -145,6 +146,7 @@ pub(crate) extern "C" fn ops_entry(regs: *mut u8, data: usize) -> EntryAction {
     // SAFETY: as in shared_entry; `data` is the trampoline's leaked OpsSlot.
     let (regs, slot) = unsafe { (&mut *(regs as *mut Regs), &*(data as *const OpsSlot)) };
     let _b = Bracket::enter();
+    let _e = ErrnoGuard::save();
     let ops = slot.ops.load(Ordering::Acquire);
     if !ops.is_null() {
         // SAFETY: an ops in a published slot outlives the grace period
@@ -152,6 +154,28 @@ pub(crate) extern "C" fn ops_entry(regs: *mut u8, data: usize) -> EntryAction {
         call_ops(unsafe { &*ops }, regs);
     }
     action(regs)
+}
+
+/// Callbacks may make system calls; the traced function must find `errno`
+/// as its caller left it.
+struct ErrnoGuard(*mut i32, i32);
+
+impl ErrnoGuard {
+    #[inline(always)]
+    fn save() -> ErrnoGuard {
+        // SAFETY: __errno_location returns this thread's errno slot.
+        let p = unsafe { libc::__errno_location() };
+        // SAFETY: p is valid for the life of the thread.
+        ErrnoGuard(p, unsafe { *p })
+    }
+}
+
+impl Drop for ErrnoGuard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: as in save().
+        unsafe { *self.0 = self.1 };
+    }
 }
 
 #[inline]
