@@ -264,12 +264,17 @@ UNPATCHABLE long loop_target(long n) { long s = 0; for (long i = 0; i < n; i++) 
 fn empty_cb(_ip: usize, _parent: usize, _ops: &ftrace::Ops, _regs: &mut ftrace::Regs) {}
 
 fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
-    let dir = std::env::temp_dir().join(format!("shadowgraph-bench-dispatch-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("shadowgraph-bench-dispatch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let src = dir.join("dispatch.c");
     let lib = dir.join("libdispatch.so");
     std::fs::write(&src, DISPATCH_C).map_err(|e| e.to_string())?;
-    shadowgraph::cc::compile(&[&src], &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"], &lib)?;
+    shadowgraph::cc::compile(
+        &[&src],
+        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
+        &lib,
+    )?;
     let handle = dlopen(&lib)?;
     let sym = |n: &str| -> Result<Loop, String> {
         let c = CString::new(n).unwrap();
@@ -283,9 +288,11 @@ fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
     };
     let (loop_plain, loop_target) = (sym("loop_plain")?, sym("loop_target")?);
     let canon = std::fs::canonicalize(&lib).map_err(|e| e.to_string())?;
-    ftrace::add_loaded(|p| std::fs::canonicalize(p).ok().as_deref() != Some(&canon)).map_err(|e| e.to_string())?;
+    ftrace::add_loaded(|p| std::fs::canonicalize(p).ok().as_deref() != Some(&canon))
+        .map_err(|e| e.to_string())?;
     let site = ftrace::site_by_name("target").ok_or("no site for `target`")?;
-    let filter = |pats: &[&str]| ftrace::FilterSet::with_patterns(pats, &[]).map_err(|e| e.to_string());
+    let filter =
+        |pats: &[&str]| ftrace::FilterSet::with_patterns(pats, &[]).map_err(|e| e.to_string());
     let ops = |pats: &[&str], flags: u32| -> Result<Arc<ftrace::Ops>, String> {
         Ok(ftrace::Ops::new(empty_cb, flags, filter(pats)?))
     };
@@ -293,7 +300,9 @@ fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
     let unreg = |o: &Arc<ftrace::Ops>| ftrace::unregister(o).map_err(|e| e.to_string());
     let measure = || ns_per_call(loop_target, calls, reps);
 
-    println!("# shadowgraph bench dispatch: {calls} calls per loop, median of {reps}; empty callbacks");
+    println!(
+        "# shadowgraph bench dispatch: {calls} calls per loop, median of {reps}; empty callbacks"
+    );
     let base = ns_per_call(loop_plain, calls, reps);
     let mut rows: Vec<(String, f64)> = vec![("untraced function (no site)".into(), base)];
     rows.push(("no ops (NOP5 site)".into(), measure()));
@@ -301,8 +310,9 @@ fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
     let one = ops(&["target"], 0)?;
     reg(&one)?;
     rows.push(("1 ops (its own trampoline)".into(), measure()));
-    let others: Vec<Arc<ftrace::Ops>> =
-        (0..10).map(|i| ops(&[&format!("other{i}")], 0)).collect::<Result<_, _>>()?;
+    let others: Vec<Arc<ftrace::Ops>> = (0..10)
+        .map(|i| ops(&[&format!("other{i}")], 0))
+        .collect::<Result<_, _>>()?;
     for o in &others {
         reg(o)?;
     }
@@ -317,7 +327,9 @@ fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
     rows.push(("1 ops without trampoline (shared caller)".into(), measure()));
     unreg(&solo)?;
 
-    let many: Vec<Arc<ftrace::Ops>> = (0..10).map(|_| ops(&["target"], 0)).collect::<Result<_, _>>()?;
+    let many: Vec<Arc<ftrace::Ops>> = (0..10)
+        .map(|_| ops(&["target"], 0))
+        .collect::<Result<_, _>>()?;
     for o in &many[..2] {
         reg(o)?;
     }
@@ -330,7 +342,8 @@ fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
         unreg(o)?;
     }
 
-    let arena = shadowgraph::arena::Arena::near(site.addr, site.addr + 8).map_err(|e| e.to_string())?;
+    let arena =
+        shadowgraph::arena::Arena::near(site.addr, site.addr + 8).map_err(|e| e.to_string())?;
     let ret = tramp::empty(arena).map_err(|e| e.to_string())?;
     let direct = ftrace::Ops::new_direct(filter(&["target"])?);
     ftrace::register_direct(&direct, ret).map_err(|e| e.to_string())?;
@@ -342,7 +355,10 @@ fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
     unreg(&direct)?;
     rows.push(("all unregistered (NOP5 again)".into(), measure()));
 
-    println!("{:<44} {:>9} {:>12}", "traced call", "ns/call", "vs untraced");
+    println!(
+        "{:<44} {:>9} {:>12}",
+        "traced call", "ns/call", "vs untraced"
+    );
     for (name, v) in rows {
         println!("{name:<44} {v:>9.2} {:>+12.2}", v - base);
     }

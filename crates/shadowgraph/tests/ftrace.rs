@@ -683,11 +683,19 @@ fn callbacks_preserve_errno_for_the_traced_function() {
     let _g = serial();
     let lib_errno_seen = fixture().errno_seen;
     for flags in [0, ftrace::NO_TRAMP, ftrace::SAVE_REGS] {
-        let ops = Ops::new(clobber_errno, flags, FilterSet::with_patterns(&["errno_seen"], &[]).unwrap());
+        let ops = Ops::new(
+            clobber_errno,
+            flags,
+            FilterSet::with_patterns(&["errno_seen"], &[]).unwrap(),
+        );
         ftrace::register(&ops).unwrap();
         // SAFETY: setting this thread's errno.
         unsafe { *libc::__errno_location() = 1234 };
-        assert_eq!(lib_errno_seen(1), 1235, "errno changed under the traced function (flags {flags})");
+        assert_eq!(
+            lib_errno_seen(1),
+            1235,
+            "errno changed under the traced function (flags {flags})"
+        );
         ftrace::unregister(&ops).unwrap();
     }
     assert_clean();
@@ -716,13 +724,28 @@ fn save_regs_and_ipmodify_change_what_runs() {
     assert_eq!((f.plain_work)(5), 512);
     ftrace::unregister(&regs_ops).unwrap();
     // IPMODIFY: the call continues in a replacement, which returns to the caller.
-    let ip_ops = Ops::new(redirect_to_replacement, ftrace::IPMODIFY | ftrace::SAVE_REGS, filter());
+    let ip_ops = Ops::new(
+        redirect_to_replacement,
+        ftrace::IPMODIFY | ftrace::SAVE_REGS,
+        filter(),
+    );
     ftrace::register(&ip_ops).unwrap();
     assert_eq!((f.plain_work)(5), -5);
-    assert_eq!((f.outer)(5), -4, "a traced caller gets the replacement's result");
+    assert_eq!(
+        (f.outer)(5),
+        -4,
+        "a traced caller gets the replacement's result"
+    );
     // One IP-modifying ops per site.
-    let other = Ops::new(redirect_to_replacement, ftrace::IPMODIFY | ftrace::SAVE_REGS, filter());
-    assert!(matches!(ftrace::register(&other), Err(ftrace::CoreError::Busy { .. })));
+    let other = Ops::new(
+        redirect_to_replacement,
+        ftrace::IPMODIFY | ftrace::SAVE_REGS,
+        filter(),
+    );
+    assert!(matches!(
+        ftrace::register(&other),
+        Err(ftrace::CoreError::Busy { .. })
+    ));
     // Shared with a plain probe (list function through the regs caller).
     let p = Probe::new();
     let probe = probe_ops(p, &["plain_work"], &[], 0);
@@ -734,5 +757,41 @@ fn save_regs_and_ipmodify_change_what_runs() {
     assert_eq!((f.plain_work)(5), 17);
     let s = ftrace::site_by_name("plain_work").unwrap();
     assert_ne!(s.flags & site_flags::MODIFIED, 0, "sticky MODIFIED stays");
+    assert_clean();
+}
+
+#[test]
+fn thread_filter_admits_only_listed_threads() {
+    let _g = serial();
+    let f = fixture();
+    let p = Probe::new();
+    let ops = probe_ops(p, &["plain_work"], &[], 0);
+    ftrace::register(&ops).unwrap();
+    let run_in_thread = || {
+        std::thread::spawn(move || {
+            let tid = ftrace::current_tid();
+            (f.plain_work)(1);
+            tid
+        })
+    };
+    let me = ftrace::current_tid();
+    ftrace::set_thread_filter(&ops, Some(ftrace::ThreadFilter::new(&[me], &[])));
+    (f.plain_work)(1);
+    let other = run_in_thread().join().unwrap();
+    assert_ne!(other, me);
+    assert_eq!(p.take()[11], 1, "only the listed thread is traced");
+    ftrace::set_thread_filter(&ops, Some(ftrace::ThreadFilter::new(&[], &[me])));
+    (f.plain_work)(1);
+    run_in_thread().join().unwrap();
+    assert_eq!(
+        p.take()[11],
+        1,
+        "the no-trace thread is not traced, others are"
+    );
+    ftrace::set_thread_filter(&ops, None);
+    (f.plain_work)(1);
+    run_in_thread().join().unwrap();
+    assert_eq!(p.take()[11], 2);
+    ftrace::unregister(&ops).unwrap();
     assert_clean();
 }

@@ -196,9 +196,33 @@ fn action(regs: &Regs) -> EntryAction {
     }
 }
 
-/// Calls an ops' callback, inside the recursion guard if it asked for it.
+/// This thread's id, cached (a thread's id never changes; a forked child
+/// starts from the parent's cache and must reset it).
+#[inline]
+pub fn current_tid() -> i32 {
+    let t = TID.get();
+    if t != 0 {
+        return t;
+    }
+    let t = crate::sys::gettid();
+    TID.set(t);
+    t
+}
+
+/// Forgets the cached thread id (in a forked child).
+pub fn reset_tid_cache() {
+    TID.set(0);
+}
+
+/// Calls an ops' callback, inside the recursion guard if it asked for it,
+/// unless its thread filter ignores this thread.
 #[inline]
 pub(crate) fn call_ops(ops: &Ops, regs: &mut Regs) {
+    let threads = ops.threads.load(Ordering::Acquire);
+    // SAFETY: thread filters are freed only after a grace period.
+    if !threads.is_null() && !unsafe { &*threads }.allows(current_tid()) {
+        return;
+    }
     if ops.flags & super::RECURSION != 0 {
         let Some(bit) = try_lock(Group::Core) else {
             return;
@@ -283,6 +307,7 @@ const SIGNAL: u32 = 1;
 const TRANSITION: u32 = 2;
 
 thread_local! {
+    static TID: Cell<i32> = const { Cell::new(0) };
     static REC: Cell<u32> = const { Cell::new(0) };
     static SIG_DEPTH: Cell<u32> = const { Cell::new(0) };
     static REC_DROPS: Cell<u64> = const { Cell::new(0) };

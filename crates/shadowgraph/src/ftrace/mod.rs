@@ -11,7 +11,9 @@ pub mod dispatch;
 pub mod filter;
 pub mod quiesce;
 
-pub use dispatch::{call_subops, recursion_drops, try_lock, unlock, Group, Regs};
+pub use dispatch::{
+    call_subops, current_tid, recursion_drops, reset_tid_cache, try_lock, unlock, Group, Regs,
+};
 pub use filter::{Filter, FilterError, FilterPair, Pattern, SiteId, SiteName, SiteSet};
 
 use crate::arena::{Arena, ArenaError};
@@ -65,6 +67,8 @@ pub struct Ops {
     direct: AtomicUsize,
     /// For managers: the subops, newest first (copy-on-write).
     pub(crate) subops_list: AtomicPtr<OpsList>,
+    /// Thread filter (SPEC §3.9); null = every thread.
+    pub(crate) threads: AtomicPtr<ThreadFilter>,
     inner: Mutex<OpsInner>,
 }
 
@@ -95,6 +99,7 @@ impl Ops {
             state: AtomicU32::new(0),
             direct: AtomicUsize::new(0),
             subops_list: AtomicPtr::new(std::ptr::null_mut()),
+            threads: AtomicPtr::new(std::ptr::null_mut()),
             inner: Mutex::new(OpsInner::default()),
         })
     }
@@ -165,6 +170,45 @@ impl Ops {
     fn needs_regs(&self) -> bool {
         self.flags & (SAVE_REGS | DIRECT | IPMODIFY) != 0
     }
+}
+
+/// Which threads an ops sees: ignored iff (trace list non-empty and the
+/// thread not in it) or the thread is in the no-trace list. Entry only: a
+/// call already accepted is not affected by a later change.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadFilter {
+    trace: Vec<i32>,
+    notrace: Vec<i32>,
+}
+
+impl ThreadFilter {
+    pub fn new(trace: &[i32], notrace: &[i32]) -> ThreadFilter {
+        let mut t = ThreadFilter {
+            trace: trace.to_vec(),
+            notrace: notrace.to_vec(),
+        };
+        t.trace.sort_unstable();
+        t.notrace.sort_unstable();
+        t
+    }
+
+    #[inline]
+    pub fn allows(&self, tid: i32) -> bool {
+        (self.trace.is_empty() || self.trace.binary_search(&tid).is_ok())
+            && self.notrace.binary_search(&tid).is_err()
+    }
+}
+
+/// Sets (or with `None` removes) the thread filter of `ops`; takes effect
+/// for calls entering after this returns.
+pub fn set_thread_filter(ops: &Ops, filter: Option<ThreadFilter>) {
+    let new = filter.map_or(std::ptr::null_mut(), |f| Box::into_raw(Box::new(f)));
+    let mut c = lock_core();
+    let old = ops.threads.swap(new, Ordering::AcqRel);
+    if !old.is_null() {
+        c.retired.push(Retired::Threads(old));
+    }
+    finish(c);
 }
 
 /// A filter shared by any number of ops: a change reaches all of them.
@@ -365,6 +409,7 @@ enum Retired {
     Pair(*mut FilterPair),
     List(*mut OpsList),
     Record(Box<DispatchRecord>),
+    Threads(*mut ThreadFilter),
 }
 
 // SAFETY: the raw pointers are owned by the retirement list and only freed
@@ -405,6 +450,7 @@ fn finish(mut c: MutexGuard<'static, Core>) {
                 Retired::Pair(p) => drop(Box::from_raw(p)),
                 Retired::List(p) => drop(Box::from_raw(p)),
                 Retired::Record(b) => drop(b),
+                Retired::Threads(p) => drop(Box::from_raw(p)),
             }
         }
     }
