@@ -141,12 +141,9 @@ struct Model {
     direct_on: Option<usize>,
 }
 
+/// Ops 0 and 1 share filter set 0; ops k ≥ 2 own set k - 1.
 fn set_of(ops: usize) -> usize {
-    if ops <= 1 {
-        0
-    } else {
-        ops - 1
-    }
+    ops.saturating_sub(1)
 }
 
 impl Model {
