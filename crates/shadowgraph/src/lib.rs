@@ -9,10 +9,13 @@
 //! * L1 core — [`ftrace`]: ops, filters, per-site accounting, the shared
 //!   caller and list function, per-ops trampolines, direct calls, subops,
 //!   the recursion guard and grace periods.
+//! * L2 — [`fgraph`]: one shadow stack per thread shared by up to 16
+//!   function-graph users.
 
 pub mod arena;
 pub mod cc;
 pub mod elf;
+pub mod fgraph;
 pub mod ftrace;
 pub mod patch;
 pub mod process;

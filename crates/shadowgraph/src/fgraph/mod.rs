@@ -1,0 +1,640 @@
+//! Function-graph tracing for up to 16 simultaneous users on one shadow
+//! stack per thread (SPEC §4; seeds 000 and 001).
+//!
+//! fgraph is one *manager ops* of the ftrace core whose subops carry the
+//! users' filters, so the manager traces exactly the union of what the users
+//! want. Its callback pushes a frame, offers the call to each user's entry
+//! callback and, if any accepted, records them in the frame's bitmap and
+//! replaces the return address with `return_to_handler`, which later runs
+//! the accepting users' return callbacks and resumes at the real address.
+//!
+//! Deliberate differences from the kernel (SPEC §4.9): no forced bit 0 (only
+//! accepting users get returns), slot generations (a reused slot's new owner
+//! never gets returns of frames entered before it registered), strict
+//! reservations, exact rollback of a failed registration.
+
+pub mod stack;
+
+use crate::ftrace::quiesce::{self, Bracket};
+use crate::ftrace::{
+    self, dispatch::site_id, try_lock, unlock, CoreError, FilterSet, Group, Ops, Regs,
+};
+use stack::{ThreadState, THREAD};
+use std::fmt;
+use std::sync::atomic::{compiler_fence, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// Most users at once.
+pub const MAX_USERS: usize = 16;
+/// Largest reservation per user and call.
+pub const MAX_RESERVE: usize = 256;
+
+/// What an entry callback learns about the call.
+#[derive(Clone, Copy, Debug)]
+pub struct GraphEntry {
+    /// The traced function (its site address).
+    pub func: usize,
+    /// Where it returns to.
+    pub parent_ip: usize,
+    /// Frames kept on this thread below this one, for any user.
+    pub depth: i32,
+}
+
+/// What a return callback learns.
+#[derive(Clone, Copy, Debug)]
+pub struct GraphReturn {
+    pub func: usize,
+    pub depth: i32,
+    /// `rax` as the function returned it.
+    pub retval: u64,
+    /// Calls this thread could not hook (stack full), cumulative.
+    pub overrun: u64,
+    /// The frame was skipped by a non-local exit (longjmp) and is reported
+    /// when detected, not when it returned.
+    pub unwound: bool,
+}
+
+/// Return registers saved by `return_to_handler`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RetRegs {
+    pub rax: u64,
+    pub rdx: u64,
+    pub xmm0: u128,
+    pub xmm1: u128,
+    /// Stack pointer after the traced function's `ret`.
+    pub rsp: usize,
+    _pad: u64,
+}
+
+const _: () = {
+    assert!(std::mem::offset_of!(RetRegs, xmm0) == 16);
+    assert!(std::mem::offset_of!(RetRegs, rsp) == 48);
+    assert!(std::mem::size_of::<RetRegs>() == 64);
+};
+
+/// Entry callback: `true` accepts the call (its return callback will run).
+pub type EntryFn = fn(ent: &GraphEntry, user: &GraphUser, regs: &mut Regs) -> bool;
+/// Return callback.
+pub type ReturnFn = fn(ret: &GraphReturn, user: &GraphUser, regs: &RetRegs);
+
+/// A client of the function graph.
+pub struct GraphUser {
+    pub entry: EntryFn,
+    pub ret: ReturnFn,
+    /// The client's own data.
+    pub private: usize,
+    filter: Arc<FilterSet>,
+    subop: Arc<Ops>,
+    slot: AtomicI32,
+}
+
+impl fmt::Debug for GraphUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GraphUser")
+            .field("slot", &self.slot())
+            .finish()
+    }
+}
+
+fn no_op(_: usize, _: usize, _: &Ops, _: &mut Regs) {}
+
+impl GraphUser {
+    pub fn new(
+        entry: EntryFn,
+        ret: ReturnFn,
+        filter: Arc<FilterSet>,
+        private: usize,
+    ) -> Arc<GraphUser> {
+        let subop = Ops::new(no_op, 0, filter.clone());
+        Arc::new(GraphUser {
+            entry,
+            ret,
+            private,
+            filter,
+            subop,
+            slot: AtomicI32::new(-1),
+        })
+    }
+
+    pub fn filter(&self) -> &Arc<FilterSet> {
+        &self.filter
+    }
+
+    /// The slot while registered.
+    pub fn slot(&self) -> Option<usize> {
+        usize::try_from(self.slot.load(Ordering::Acquire)).ok()
+    }
+
+    /// This user's variable on the current thread (zero at registration and
+    /// at thread start). `None` before the thread's first traced call.
+    pub fn task_var(&self) -> Option<&'static Cell64> {
+        let slot = self.slot()?;
+        THREAD.with(|t| {
+            if t.stack.get().is_null() {
+                None
+            } else {
+                // SAFETY: the task variable word lives as long as the stack,
+                // which is never unmapped.
+                Some(unsafe { &*(t.task_var(slot) as *const Cell64) })
+            }
+        })
+    }
+
+    /// Reserves `bytes` (1..=256) of per-call data in the frame being built:
+    /// only inside this user's own entry callback, once per call. The memory
+    /// is word-aligned and uninitialised; it vanishes if the entry declines.
+    pub fn reserve(&self, bytes: usize) -> Option<*mut u8> {
+        let slot = self.slot()?;
+        THREAD.with(|t| {
+            if t.in_entry.get() != slot as i32
+                || t.reserved_once.get()
+                || bytes == 0
+                || bytes > MAX_RESERVE
+            {
+                return None;
+            }
+            let w = bytes.div_ceil(8);
+            let cur = t.curr.get();
+            let new = cur + w + 1;
+            if new >= stack::MAX_OFFSET {
+                t.reserve_fail.set(t.reserve_fail.get() + 1);
+                return None;
+            }
+            let val = stack::data(stack::offset_of(t.word(cur - 1)) + w + 1, slot, w);
+            t.set_word(new - 1, val);
+            compiler_fence(Ordering::SeqCst);
+            t.curr.set(new);
+            compiler_fence(Ordering::SeqCst);
+            t.set_word(new - 1, val);
+            t.reserved_once.set(true);
+            // SAFETY: words cur..new-1 belong to the reservation.
+            Some(unsafe { t.stack.get().add(cur) as *mut u8 })
+        })
+    }
+
+    /// This user's data in the frame whose callback runs (or is being built).
+    pub fn retrieve(&self) -> Option<(*mut u8, usize)> {
+        self.retrieve_ancestor(0)
+    }
+
+    /// This user's data `k` kept frames down (k = 0: the current frame).
+    pub fn retrieve_ancestor(&self, k: usize) -> Option<(*mut u8, usize)> {
+        let slot = self.slot()?;
+        THREAD.with(|t| {
+            if t.stack.get().is_null() {
+                return None;
+            }
+            // Top word of the k-th frame from the top.
+            let mut top = t.curr.get();
+            for _ in 0..k {
+                let start = t.frame_below(top)?;
+                top = start;
+            }
+            let mut i = top;
+            loop {
+                if i == 0 {
+                    return None;
+                }
+                let w = t.word(i - 1);
+                if stack::type_of(w) != stack::TYPE_DATA {
+                    return None; // BITMAP (or RESERVED) reached: none of ours
+                }
+                let n = stack::data_words(w);
+                if stack::data_slot(w) == slot {
+                    // SAFETY: the n words below the DATA word are its data.
+                    return Some((unsafe { t.stack.get().add(i - 1 - n) as *mut u8 }, n * 8));
+                }
+                i -= n + 1;
+            }
+        })
+    }
+
+    /// The nearest ancestor frame holding this user's data (k = 1, 2, …).
+    pub fn retrieve_nearest_own(&self) -> Option<(*mut u8, usize)> {
+        let frames = THREAD.with(|t| t.depth.get().max(0) as usize + 1);
+        (1..=frames).find_map(|k| self.retrieve_ancestor(k))
+    }
+}
+
+/// A thread variable word.
+pub type Cell64 = std::cell::Cell<u64>;
+
+/// Registration errors.
+#[derive(Debug)]
+pub enum GraphError {
+    AlreadyRegistered,
+    NotRegistered,
+    /// All 16 slots are taken.
+    NoSpace,
+    Core(CoreError),
+}
+
+impl fmt::Display for GraphError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GraphError::AlreadyRegistered => write!(f, "graph user already registered"),
+            GraphError::NotRegistered => write!(f, "graph user not registered"),
+            GraphError::NoSpace => write!(f, "all {MAX_USERS} graph slots are in use"),
+            GraphError::Core(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for GraphError {}
+
+// --- Global state -------------------------------------------------------------------
+
+/// Published users by slot (null = stub: in-flight frames skip it).
+static ARRAY: [AtomicPtr<GraphUser>; MAX_USERS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_USERS];
+/// Epoch at which each slot's current owner registered.
+static SLOT_EPOCH: [AtomicU64; MAX_USERS] = [const { AtomicU64::new(u64::MAX) }; MAX_USERS];
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// The sole user while exactly one is registered (fast path), else null.
+static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Frames whose return could not be matched (should stay 0).
+pub static LOST_FRAMES: AtomicU64 = AtomicU64::new(0);
+
+struct Registry {
+    /// Free slots, FIFO (`-1` = none): released slots are reused last.
+    lru: [i8; MAX_USERS],
+    next: usize,
+    last: usize,
+    active: usize,
+    users: [Option<Arc<GraphUser>>; MAX_USERS],
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    lru: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+    next: 0,
+    last: 0,
+    active: 0,
+    users: [const { None }; MAX_USERS],
+});
+
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn manager() -> &'static Arc<Ops> {
+    static M: OnceLock<Arc<Ops>> = OnceLock::new();
+    M.get_or_init(|| Ops::new_manager(graph_entry, 0))
+}
+
+static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
+
+fn thread_key() -> libc::pthread_key_t {
+    *KEY.get_or_init(|| {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: creating a key with a plain extern "C" destructor.
+        unsafe { libc::pthread_key_create(&mut k, Some(thread_exit)) };
+        k
+    })
+}
+
+/// Thread exit: the stack goes back to the pool.
+extern "C" fn thread_exit(_: *mut libc::c_void) {
+    THREAD.with(|t| {
+        t.exiting.set(true);
+        let s = t.stack.replace(std::ptr::null_mut());
+        if !s.is_null() {
+            stack::release(s);
+        }
+    });
+}
+
+/// Whether exactly one user is registered and served by the fast path.
+pub fn fast_path_active() -> bool {
+    !FAST.load(Ordering::Acquire).is_null()
+}
+
+/// Calls not hooked on this thread because its shadow stack was full.
+pub fn thread_overrun() -> u64 {
+    THREAD.with(|t| t.overrun.get())
+}
+
+/// This thread's current graph depth (−1: no kept frame).
+pub fn thread_depth() -> i32 {
+    THREAD.with(|t| t.depth.get())
+}
+
+/// Registers a graph user: from now on its entry callback is offered every
+/// call its filter selects. At most 16 users (`NoSpace`).
+pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
+    let mut r = registry();
+    if user.slot().is_some() {
+        return Err(GraphError::AlreadyRegistered);
+    }
+    thread_key();
+    quiesce::init();
+    let next = r.next;
+    let i = r.lru[next];
+    if i < 0 {
+        return Err(GraphError::NoSpace);
+    }
+    let i = i as usize;
+    r.lru[next] = -1;
+    r.next = (r.next + 1) % MAX_USERS;
+    stack::zero_task_var_everywhere(i);
+    stack::prefill(crate::stop::MAX_THREADS.min(thread_count() + 8));
+    r.active += 1;
+    if r.active == 2 {
+        // Loop mode before any of the new user's sites is patched.
+        FAST.store(std::ptr::null_mut(), Ordering::Release);
+    }
+    SLOT_EPOCH[i].store(EPOCH.fetch_add(1, Ordering::AcqRel) + 1, Ordering::Release);
+    user.slot.store(i as i32, Ordering::Release);
+    r.users[i] = Some(user.clone());
+    let ptr = Arc::as_ptr(user) as *mut GraphUser;
+    ARRAY[i].store(ptr, Ordering::Release);
+    if let Err(e) = ftrace::register_subop(manager(), &user.subop) {
+        // Exact rollback.
+        ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
+        r.users[i] = None;
+        user.slot.store(-1, Ordering::Release);
+        SLOT_EPOCH[i].store(u64::MAX, Ordering::Release);
+        r.active -= 1;
+        release_slot(&mut r, i);
+        quiesce::synchronize();
+        set_fast(&r);
+        return Err(GraphError::Core(e));
+    }
+    set_fast(&r);
+    Ok(())
+}
+
+/// Unregisters a graph user. Returns once none of its callbacks runs or can
+/// start; frames it accepted return without calling it.
+pub fn unregister_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
+    let mut r = registry();
+    let Some(i) = user.slot() else {
+        return Err(GraphError::NotRegistered);
+    };
+    ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
+    r.active -= 1;
+    FAST.store(std::ptr::null_mut(), Ordering::Release);
+    let res = ftrace::unregister_subop(manager(), &user.subop);
+    quiesce::synchronize();
+    r.users[i] = None;
+    SLOT_EPOCH[i].store(u64::MAX, Ordering::Release);
+    user.slot.store(-1, Ordering::Release);
+    release_slot(&mut r, i);
+    set_fast(&r);
+    res.map_err(GraphError::Core)
+}
+
+fn release_slot(r: &mut Registry, i: usize) {
+    let last = r.last;
+    r.lru[last] = i as i8;
+    r.last = (last + 1) % MAX_USERS;
+}
+
+/// Fast path on for a sole user, off otherwise.
+fn set_fast(r: &Registry) {
+    let sole = if r.active == 1 {
+        r.users
+            .iter()
+            .flatten()
+            .next()
+            .map(|u| Arc::as_ptr(u) as *mut GraphUser)
+    } else {
+        None
+    };
+    FAST.store(sole.unwrap_or(std::ptr::null_mut()), Ordering::Release);
+}
+
+fn thread_count() -> usize {
+    let mut v = Vec::with_capacity(4096);
+    crate::sys::list_threads(&mut v).map_or(1, |_| v.len())
+}
+
+// --- Entry ----------------------------------------------------------------------------
+
+/// The manager's callback (SPEC §4.3).
+fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {
+    THREAD.with(|t| {
+        if t.exiting.get() || t.pause.get() > 0 {
+            return;
+        }
+        if t.stack.get().is_null() && !attach_stack(t) {
+            return;
+        }
+        let Some(bit) = try_lock(Group::Graph) else {
+            return;
+        };
+        enter(t, ip, parent_ip, regs);
+        unlock(bit);
+    });
+}
+
+#[cold]
+fn attach_stack(t: &ThreadState) -> bool {
+    let s = stack::acquire();
+    if s.is_null() {
+        return false;
+    }
+    // SAFETY: a stack just taken from the pool (or mapped) is ours alone.
+    unsafe { stack::clear_task_vars(s) };
+    t.curr.set(0);
+    t.depth.set(-1);
+    compiler_fence(Ordering::SeqCst);
+    t.stack.set(s);
+    if let Some(&k) = KEY.get() {
+        // SAFETY: a valid key; any non-null value arms the destructor.
+        unsafe { libc::pthread_setspecific(k, std::ptr::dangling::<libc::c_void>()) };
+    }
+    true
+}
+
+#[inline]
+fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
+    let parent_slot = regs.parent_slot;
+    t.depth.set(t.depth.get() + 1);
+    let Some(b) = t.push(parent_ip, ip, parent_slot as usize) else {
+        t.depth.set(t.depth.get() - 1);
+        return;
+    };
+    let g = EPOCH.load(Ordering::Acquire);
+    let ent = GraphEntry {
+        func: ip,
+        parent_ip,
+        depth: t.depth.get(),
+    };
+    let mut bits: u16 = 0;
+    let fast = FAST.load(Ordering::Acquire);
+    if !fast.is_null() {
+        // SAFETY: a published user outlives the grace period that follows
+        // its removal from FAST.
+        let u = unsafe { &*fast };
+        if let Some(i) = u.slot() {
+            if offer(t, u, i, &ent, regs) {
+                bits = 1 << i;
+            }
+        }
+    } else {
+        let site = site_id(ip);
+        for (i, a) in ARRAY.iter().enumerate() {
+            let u = a.load(Ordering::Acquire);
+            if u.is_null() || SLOT_EPOCH[i].load(Ordering::Acquire) > g {
+                continue;
+            }
+            // SAFETY: as above.
+            let u = unsafe { &*u };
+            if site.is_some_and(|s| u.filter.pair().contains(s)) && offer(t, u, i, &ent, regs) {
+                bits |= 1 << i;
+            }
+        }
+    }
+    if bits == 0 {
+        t.curr.set(b - stack::FRAME_WORDS);
+        t.depth.set(t.depth.get() - 1);
+        return;
+    }
+    t.set_word(b, stack::bitmap(stack::FRAME_WORDS, bits, g));
+    compiler_fence(Ordering::SeqCst);
+    // SAFETY: parent_slot is the traced function's return-address slot on
+    // this thread's stack; the frame recording it is complete.
+    unsafe { *parent_slot = return_to_handler() };
+}
+
+/// Offers the call to user `u` in slot `i`; a declining user's data goes.
+#[inline]
+fn offer(t: &ThreadState, u: &GraphUser, i: usize, ent: &GraphEntry, regs: &mut Regs) -> bool {
+    let save = t.curr.get();
+    t.in_entry.set(i as i32);
+    t.reserved_once.set(false);
+    let ok = (u.entry)(ent, u, regs);
+    t.in_entry.set(-1);
+    if !ok {
+        t.curr.set(save);
+    }
+    ok
+}
+
+// --- Return ---------------------------------------------------------------------------
+
+// return_to_handler: where a hijacked return lands.
+// Entered by the traced function's `ret`: rsp = its return slot + 8 and is
+// 16-byte aligned; rax/rdx and xmm0/xmm1 hold the return value (x87 st0,
+// for long double, is never touched by Rust code). Saves them in a RetRegs,
+// calls graph_return (which yields the real return address), restores them
+// and jumps there through r11. Everything else is dead at a return or
+// callee-saved in Rust.
+std::arch::global_asm!(
+    ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
+    ".globl shadowgraph_return_to_handler",
+    ".hidden shadowgraph_return_to_handler",
+    "shadowgraph_return_to_handler:",
+    "endbr64",
+    "sub rsp, 64",
+    "mov [rsp], rax",
+    "mov [rsp + 8], rdx",
+    "movaps [rsp + 16], xmm0",
+    "movaps [rsp + 32], xmm1",
+    "lea rax, [rsp + 64]",
+    "mov [rsp + 48], rax",
+    "mov rdi, rsp",
+    "call {ret}",
+    "mov r11, rax",
+    "mov rax, [rsp]",
+    "mov rdx, [rsp + 8]",
+    "movaps xmm0, [rsp + 16]",
+    "movaps xmm1, [rsp + 32]",
+    "add rsp, 64",
+    "jmp r11",
+    ".popsection",
+    ret = sym graph_return,
+);
+
+extern "C" {
+    fn shadowgraph_return_to_handler();
+}
+
+/// The address hijacked return slots hold.
+pub fn return_to_handler() -> usize {
+    shadowgraph_return_to_handler as *const () as usize
+}
+
+extern "C" fn graph_return(r: &mut RetRegs) -> usize {
+    let _b = Bracket::enter();
+    // SAFETY: this thread's errno slot.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let saved_errno = unsafe { *errno };
+    let slot = r.rsp - 8;
+    let ret = THREAD.with(|t| {
+        // The frame whose return slot we came from; frames above it were
+        // skipped by a non-local exit: report and pop them.
+        let mut top = t.curr.get();
+        let f = loop {
+            let Some(start) = t.frame_below(top) else {
+                break None;
+            };
+            if t.word(start + 2) as usize == slot {
+                break Some(start);
+            }
+            top = start;
+        };
+        let Some(f) = f else {
+            fatal_no_frame(slot);
+        };
+        while let Some(start) = t.frame_below(t.curr.get()) {
+            if start == f {
+                break;
+            }
+            finish_frame(t, start, r, true);
+        }
+        let ret = t.word(f) as usize;
+        finish_frame(t, f, r, false);
+        ret
+    });
+    // SAFETY: as above.
+    unsafe { *errno = saved_errno };
+    ret
+}
+
+/// Runs the return callbacks of the frame at `f` (the top one) and pops it.
+fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
+    let w = t.word(f + stack::FRAME_WORDS);
+    if let Some(bit) = try_lock(Group::Graph) {
+        let ev = GraphReturn {
+            func: t.word(f + 1) as usize,
+            depth: t.depth.get(),
+            retval: r.rax,
+            overrun: t.overrun.get(),
+            unwound,
+        };
+        let users = stack::bitmap_users(w);
+        let epoch = stack::bitmap_epoch(w);
+        let mut bits = users;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let u = ARRAY[i].load(Ordering::Acquire);
+            if !u.is_null() && SLOT_EPOCH[i].load(Ordering::Acquire) <= epoch {
+                // SAFETY: published users outlive the grace period after
+                // their slot is cleared; we are inside the bracket.
+                let u = unsafe { &*u };
+                (u.ret)(&ev, u, r);
+            }
+        }
+        unlock(bit);
+    }
+    compiler_fence(Ordering::SeqCst);
+    t.curr.set(f);
+    t.depth.set(t.depth.get() - 1);
+}
+
+#[cold]
+fn fatal_no_frame(_slot: usize) -> ! {
+    LOST_FRAMES.fetch_add(1, Ordering::Relaxed);
+    let msg: &[u8] =
+        b"shadowgraph: fatal: a hijacked return has no shadow frame; no safe address to resume\n";
+    // SAFETY: write(2) of a static buffer (no allocation here), then abort.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
+    }
+}

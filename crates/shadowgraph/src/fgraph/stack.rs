@@ -1,0 +1,266 @@
+//! The per-thread shadow stack (SPEC §4.1–4.2): a series of 8-byte words
+//! holding frames `{ret, func, retp}`, a BITMAP word per frame, DATA words
+//! for reserved per-call data, and the users' thread variables in the top
+//! 16 words.
+//!
+//! Every word carries the distance back to its frame's start in bits 0..9,
+//! so `word[curr-1]` always leads to the top frame — at every instruction,
+//! because a signal handler may push, pop or unwind at any point. Only the
+//! owning thread writes its stack; pushes store the offset before `curr`
+//! moves and again after (a handler may have reused the word meanwhile).
+
+use std::cell::Cell;
+use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, Ordering};
+
+/// Words per stack: 16 KiB.
+pub const WORDS: usize = 2048;
+/// Thread variables: one word per user slot, at the top of the stack.
+pub const TASK_VARS: usize = 16;
+/// Frames and data never reach above this word.
+pub const MAX_OFFSET: usize = WORDS - (3 + 1 + TASK_VARS);
+/// Words of a frame before its BITMAP word.
+pub const FRAME_WORDS: usize = 3;
+
+pub const TYPE_RESERVED: u64 = 0;
+pub const TYPE_BITMAP: u64 = 1;
+pub const TYPE_DATA: u64 = 2;
+
+#[inline]
+pub fn offset_of(w: u64) -> usize {
+    (w & 0x3ff) as usize
+}
+
+#[inline]
+pub fn type_of(w: u64) -> u64 {
+    (w >> 10) & 3
+}
+
+#[inline]
+pub fn reserved(offset: usize) -> u64 {
+    offset as u64 | TYPE_RESERVED << 10
+}
+
+/// BITMAP word: users in bits 12..27, the frame's epoch in bits 28..63.
+#[inline]
+pub fn bitmap(offset: usize, users: u16, epoch: u64) -> u64 {
+    offset as u64 | TYPE_BITMAP << 10 | (users as u64) << 12 | epoch << 28
+}
+
+#[inline]
+pub fn bitmap_users(w: u64) -> u16 {
+    (w >> 12) as u16
+}
+
+#[inline]
+pub fn bitmap_epoch(w: u64) -> u64 {
+    w >> 28
+}
+
+/// DATA word: size in words − 1 in bits 12..16, user slot in bits 17..20.
+#[inline]
+pub fn data(offset: usize, slot: usize, words: usize) -> u64 {
+    offset as u64 | TYPE_DATA << 10 | ((words - 1) as u64) << 12 | (slot as u64) << 17
+}
+
+#[inline]
+pub fn data_words(w: u64) -> usize {
+    ((w >> 12) & 0x1f) as usize + 1
+}
+
+#[inline]
+pub fn data_slot(w: u64) -> usize {
+    ((w >> 17) & 0xf) as usize
+}
+
+/// This thread's graph state. Cells: only this thread (and its signal
+/// handlers, which restore what they change) touch it.
+pub struct ThreadState {
+    pub stack: Cell<*mut u64>,
+    /// First free word.
+    pub curr: Cell<usize>,
+    /// Frames kept for any user on this thread, −1 when none.
+    pub depth: Cell<i32>,
+    /// Calls not hooked because the stack was full.
+    pub overrun: Cell<u64>,
+    pub pause: Cell<u32>,
+    pub exiting: Cell<bool>,
+    /// Slot whose entry callback is running, −1 outside.
+    pub in_entry: Cell<i32>,
+    pub reserved_once: Cell<bool>,
+    /// Reservations refused for lack of room.
+    pub reserve_fail: Cell<u64>,
+}
+
+thread_local! {
+    pub static THREAD: ThreadState = const {
+        ThreadState {
+            stack: Cell::new(std::ptr::null_mut()),
+            curr: Cell::new(0),
+            depth: Cell::new(-1),
+            overrun: Cell::new(0),
+            pause: Cell::new(0),
+            exiting: Cell::new(false),
+            in_entry: Cell::new(-1),
+            reserved_once: Cell::new(false),
+            reserve_fail: Cell::new(0),
+        }
+    };
+}
+
+impl ThreadState {
+    #[inline]
+    pub fn word(&self, i: usize) -> u64 {
+        // SAFETY: callers index below WORDS into this thread's live stack.
+        unsafe { self.stack.get().add(i).read_volatile() }
+    }
+
+    #[inline]
+    pub fn set_word(&self, i: usize, v: u64) {
+        // SAFETY: as in `word`.
+        unsafe { self.stack.get().add(i).write_volatile(v) }
+    }
+
+    /// Pushes a frame; returns the index of its BITMAP word, or `None` (and
+    /// counts an overrun) when the stack is full.
+    #[inline]
+    pub fn push(&self, ret: usize, func: usize, retp: usize) -> Option<usize> {
+        let cur = self.curr.get();
+        if cur + FRAME_WORDS + 1 >= MAX_OFFSET {
+            self.overrun.set(self.overrun.get() + 1);
+            return None;
+        }
+        let b = cur + FRAME_WORDS;
+        self.set_word(b, reserved(FRAME_WORDS));
+        compiler_fence(Ordering::SeqCst);
+        self.curr.set(b + 1);
+        compiler_fence(Ordering::SeqCst);
+        self.set_word(b, reserved(FRAME_WORDS));
+        self.set_word(cur, ret as u64);
+        self.set_word(cur + 1, func as u64);
+        self.set_word(cur + 2, retp as u64);
+        Some(b)
+    }
+
+    /// Start of the top frame below word `i` (exclusive), if any.
+    #[inline]
+    pub fn frame_below(&self, i: usize) -> Option<usize> {
+        if i == 0 {
+            return None;
+        }
+        let o = offset_of(self.word(i - 1));
+        (o > 0 && o < i).then(|| i - 1 - o)
+    }
+
+    pub fn task_var(&self, slot: usize) -> *mut u64 {
+        // SAFETY: the task variables are the top 16 words of the stack.
+        unsafe { self.stack.get().add(WORDS - TASK_VARS + slot) }
+    }
+}
+
+// --- Stack allocation -------------------------------------------------------------
+
+const POOL: usize = 256;
+/// Every stack ever mapped (they are never unmapped while listed), so that
+/// a new user's thread variable can be zeroed in all of them.
+const ALL_MAX: usize = 8192;
+static ALL_STACKS: [AtomicPtr<u64>; ALL_MAX] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; ALL_MAX];
+static ALL_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static FREE_STACKS: [AtomicPtr<u64>; POOL] = [const { AtomicPtr::new(std::ptr::null_mut()) }; POOL];
+/// Stacks in use or pooled (never unmapped).
+pub static STACKS_MAPPED: AtomicU64 = AtomicU64::new(0);
+
+fn map_stack() -> *mut u64 {
+    // SAFETY: anonymous private mapping; mmap is async-signal-safe.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            WORDS * 8,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return std::ptr::null_mut();
+    }
+    let i = ALL_COUNT.fetch_add(1, Ordering::AcqRel);
+    if i >= ALL_MAX {
+        // Not listable: give it back rather than miss a task-variable reset.
+        ALL_COUNT.fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: p is the mapping just made, unused.
+        unsafe { libc::munmap(p, WORDS * 8) };
+        return std::ptr::null_mut();
+    }
+    ALL_STACKS[i].store(p as *mut u64, Ordering::Release);
+    STACKS_MAPPED.fetch_add(1, Ordering::Relaxed);
+    p as *mut u64
+}
+
+/// Zeroes thread variable `slot` in every stack (before a new user is
+/// published into that slot: nobody reads it meanwhile).
+pub fn zero_task_var_everywhere(slot: usize) {
+    let n = ALL_COUNT.load(Ordering::Acquire).min(ALL_MAX);
+    for s in &ALL_STACKS[..n] {
+        let p = s.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: listed stacks are never unmapped.
+            unsafe { p.add(WORDS - TASK_VARS + slot).write_volatile(0) };
+        }
+    }
+}
+
+/// Fills the pool so that threads' first hooks find a stack without a
+/// system call (called at registration, outside traced calls).
+pub fn prefill(n: usize) {
+    let mut have = FREE_STACKS
+        .iter()
+        .filter(|s| !s.load(Ordering::Relaxed).is_null())
+        .count();
+    while have < n.min(POOL) {
+        let s = map_stack();
+        if s.is_null() {
+            return;
+        }
+        release(s);
+        have += 1;
+    }
+}
+
+/// Takes a stack: from the pool, else fresh. Lock-free, async-signal-safe.
+pub fn acquire() -> *mut u64 {
+    for slot in FREE_STACKS.iter() {
+        if !slot.load(Ordering::Relaxed).is_null() {
+            let s = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !s.is_null() {
+                return s;
+            }
+        }
+    }
+    map_stack()
+}
+
+/// Returns a stack to the pool. Stacks are never unmapped (an unwinder on
+/// another thread may still read one); a full pool leaks the 16 KiB.
+pub fn release(s: *mut u64) {
+    for slot in FREE_STACKS.iter() {
+        if slot
+            .compare_exchange(std::ptr::null_mut(), s, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// Zeroes a fresh stack's task variables (the rest is written before read).
+///
+/// # Safety
+/// `s` must point to a whole stack of `WORDS` words that no other thread uses.
+pub unsafe fn clear_task_vars(s: *mut u64) {
+    for i in 0..TASK_VARS {
+        // SAFETY: per the contract, `s` points to WORDS writable words.
+        unsafe { s.add(WORDS - TASK_VARS + i).write_volatile(0) };
+    }
+}

@@ -1,0 +1,525 @@
+//! fgraph on real gcc-built code: entry/return with values, the kernel's
+//! storage selftest, users with disjoint filters, slot reuse with a frame in
+//! flight, overflow, the single-user fast path switching, limits, and users
+//! registering while threads run through traced code.
+
+mod common;
+
+use common::*;
+use shadowgraph::cc::flavour;
+use shadowgraph::fgraph::{self, GraphEntry, GraphError, GraphReturn, GraphUser, RetRegs};
+use shadowgraph::ftrace::{self, FilterSet, Regs};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+const NAMES: [&str; 11] = [
+    "g_leaf",
+    "g_mid",
+    "g_top",
+    "g_deep",
+    "g_ret_long",
+    "g_ret_double",
+    "g_block",
+    "sched_a",
+    "lock_a",
+    "rcu_a",
+    "sched_outer",
+];
+
+struct Fixture {
+    _lib: Lib,
+    addrs: Vec<usize>,
+    run: extern "C" fn(i32) -> i64,
+    families: extern "C" fn(i32) -> i64,
+    deep: extern "C" fn(i32) -> i32,
+    ret_long: extern "C" fn(i64) -> i64,
+    ret_double: extern "C" fn(f64) -> f64,
+    block: extern "C" fn(*const AtomicI32, *const AtomicI32),
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = workdir("fgraph");
+        let lib = Lib::open(&build_lib(
+            &dir,
+            &common::fixture("graph.c"),
+            "graph",
+            flavour::PATCHABLE,
+        ));
+        ftrace::add_modules(vec![lib.module()]).unwrap();
+        Fixture {
+            addrs: NAMES
+                .iter()
+                .map(|n| ftrace::site_by_name(n).unwrap().addr)
+                .collect(),
+            run: lib.func("g_run"),
+            families: lib.func("g_families"),
+            deep: lib.func("g_deep"),
+            ret_long: lib.func("g_ret_long"),
+            ret_double: lib.func("g_ret_double"),
+            block: lib.func("g_block"),
+            _lib: lib,
+        }
+    })
+}
+
+fn idx(func: usize) -> Option<usize> {
+    fixture().addrs.iter().position(|&a| a == func)
+}
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static M: Mutex<()> = Mutex::new(());
+    let g = M.lock().unwrap_or_else(|e| e.into_inner());
+    fixture();
+    g
+}
+
+/// Per-function entry/return counters, and facts seen at returns.
+#[derive(Default)]
+struct Tally {
+    entries: [AtomicU64; 11],
+    returns: [AtomicU64; 11],
+    last_retval: AtomicU64,
+    max_depth: AtomicI32,
+    unwound: AtomicU64,
+}
+
+impl Tally {
+    fn new() -> &'static Tally {
+        Box::leak(Box::default())
+    }
+    fn take(&self) -> (Vec<u64>, Vec<u64>) {
+        (
+            self.entries
+                .iter()
+                .map(|e| e.swap(0, Ordering::Relaxed))
+                .collect(),
+            self.returns
+                .iter()
+                .map(|e| e.swap(0, Ordering::Relaxed))
+                .collect(),
+        )
+    }
+}
+
+fn tally(u: &GraphUser) -> &'static Tally {
+    // SAFETY: users made by `counting_user` carry a leaked Tally.
+    unsafe { &*(u.private as *const Tally) }
+}
+
+fn count_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
+    let t = tally(u);
+    if let Some(i) = idx(e.func) {
+        t.entries[i].fetch_add(1, Ordering::Relaxed);
+    }
+    t.max_depth.fetch_max(e.depth, Ordering::Relaxed);
+    true
+}
+
+fn count_return(r: &GraphReturn, u: &GraphUser, _regs: &RetRegs) {
+    let t = tally(u);
+    if let Some(i) = idx(r.func) {
+        t.returns[i].fetch_add(1, Ordering::Relaxed);
+    }
+    t.last_retval.store(r.retval, Ordering::Relaxed);
+    if r.unwound {
+        t.unwound.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn counting_user(filter: &[&str], t: &'static Tally) -> Arc<GraphUser> {
+    let fs = if filter.is_empty() {
+        FilterSet::all()
+    } else {
+        FilterSet::with_patterns(filter, &[]).unwrap()
+    };
+    GraphUser::new(count_entry, count_return, fs, t as *const Tally as usize)
+}
+
+fn by_name(v: &[u64], name: &str) -> u64 {
+    v[NAMES.iter().position(|&n| n == name).unwrap()]
+}
+
+fn clean() {
+    ftrace::check_invariants().unwrap();
+    for s in ftrace::sites() {
+        assert_eq!(s.count, 0, "{} still traced", s.function);
+    }
+    assert_eq!(fgraph::thread_depth(), -1, "frames left on this thread");
+}
+
+#[test]
+fn entries_returns_depths_and_return_values() {
+    let _g = serial();
+    let f = fixture();
+    let t = Tally::new();
+    let u = counting_user(&[], t);
+    fgraph::register_graph(&u).unwrap();
+    assert!(fgraph::fast_path_active());
+    let r0 = (f.run)(10);
+    let (e, r) = t.take();
+    assert_eq!(by_name(&e, "g_top"), 10);
+    assert_eq!(by_name(&e, "g_mid"), 10);
+    assert_eq!(by_name(&e, "g_leaf"), 20);
+    assert_eq!(e, r, "one return per entry");
+    assert_eq!(
+        t.max_depth.load(Ordering::Relaxed),
+        2,
+        "g_top 0, g_mid 1, g_leaf 2"
+    );
+    assert_eq!((f.ret_long)(7), 21);
+    assert_eq!(t.last_retval.load(Ordering::Relaxed), 21);
+    assert_eq!((f.ret_double)(2.0), 3.0, "xmm0 survives return_to_handler");
+    assert_eq!((f.deep)(100), 100);
+    let (e, r) = t.take();
+    assert_eq!(by_name(&e, "g_deep"), 101);
+    assert_eq!(e, r);
+    fgraph::unregister_graph(&u).unwrap();
+    assert_eq!((f.run)(10), r0);
+    assert_eq!(t.take().0.iter().sum::<u64>(), 0);
+    clean();
+}
+
+// --- Storage selftest (SPEC §6.2 #1) ------------------------------------------------------
+
+const VALUES: [(usize, u64); 4] = [
+    (1, 123),
+    (2, 12345),
+    (4, 1234567890),
+    (8, 1234567890123456789),
+];
+static STORE_OK: AtomicU64 = AtomicU64::new(0);
+static STORE_BAD: AtomicU64 = AtomicU64::new(0);
+
+/// private = index into VALUES.
+fn store_entry(_e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
+    let (size, val) = VALUES[u.private];
+    let Some(p) = u.reserve(size) else {
+        STORE_BAD.fetch_add(1, Ordering::Relaxed);
+        return false;
+    };
+    // A second reservation in the same entry is refused.
+    if u.reserve(8).is_some() {
+        STORE_BAD.fetch_add(1, Ordering::Relaxed);
+    }
+    // SAFETY: p points to `size` reserved bytes.
+    unsafe { std::ptr::copy_nonoverlapping(val.to_le_bytes().as_ptr(), p, size) };
+    true
+}
+
+fn store_return(_r: &GraphReturn, u: &GraphUser, _regs: &RetRegs) {
+    let (size, val) = VALUES[u.private];
+    match u.retrieve() {
+        Some((p, n)) if n >= size => {
+            let mut b = [0u8; 8];
+            // SAFETY: p points to n ≥ size bytes of our data.
+            unsafe { std::ptr::copy_nonoverlapping(p, b.as_mut_ptr(), size) };
+            let mask = if size == 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * size)) - 1
+            };
+            if u64::from_le_bytes(b) == val & mask {
+                STORE_OK.fetch_add(1, Ordering::Relaxed);
+            } else {
+                STORE_BAD.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        _ => {
+            STORE_BAD.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[test]
+fn storage_selftest_each_size_then_four_users() {
+    let _g = serial();
+    let f = fixture();
+    let fs = || FilterSet::with_patterns(&["g_top", "g_leaf"], &[]).unwrap();
+    for k in 0..4 {
+        let u = GraphUser::new(store_entry, store_return, fs(), k);
+        fgraph::register_graph(&u).unwrap();
+        STORE_OK.store(0, Ordering::Relaxed);
+        (f.run)(10);
+        fgraph::unregister_graph(&u).unwrap();
+        assert_eq!(STORE_BAD.load(Ordering::Relaxed), 0, "size {}", VALUES[k].0);
+        assert_eq!(
+            STORE_OK.load(Ordering::Relaxed),
+            30,
+            "size {}: every return read its value",
+            VALUES[k].0
+        );
+    }
+    let users: Vec<_> = (0..4)
+        .map(|k| GraphUser::new(store_entry, store_return, fs(), k))
+        .collect();
+    for u in &users {
+        fgraph::register_graph(u).unwrap();
+    }
+    assert!(!fgraph::fast_path_active());
+    STORE_OK.store(0, Ordering::Relaxed);
+    (f.run)(10);
+    assert_eq!(STORE_BAD.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        STORE_OK.load(Ordering::Relaxed),
+        4 * 30,
+        "four DATA records per frame, each intact"
+    );
+    for u in users.iter().rev() {
+        fgraph::unregister_graph(u).unwrap();
+    }
+    clean();
+}
+
+#[test]
+fn three_users_with_disjoint_filters_and_an_unfiltered_fourth() {
+    let _g = serial();
+    let f = fixture();
+    let (ts, tl, tr, ta) = (Tally::new(), Tally::new(), Tally::new(), Tally::new());
+    let us = counting_user(&["sched_*"], ts);
+    let ul = counting_user(&["lock_*"], tl);
+    let ur = counting_user(&["rcu_*"], tr);
+    let ua = counting_user(&[], ta);
+    fgraph::register_graph(&us).unwrap();
+    (f.families)(5);
+    fgraph::register_graph(&ul).unwrap();
+    (f.families)(5);
+    fgraph::register_graph(&ur).unwrap();
+    (f.families)(5);
+    fgraph::register_graph(&ua).unwrap();
+    (f.families)(5);
+    let (es, rs) = ts.take();
+    let (el, rl) = tl.take();
+    let (er, rr) = tr.take();
+    let (ea, ra) = ta.take();
+    // Each sees only its family, also when nested inside another's function.
+    for (e, r, fam, rounds) in [
+        (&es, &rs, "sched_", 4u64),
+        (&el, &rl, "lock_", 3),
+        (&er, &rr, "rcu_", 2),
+    ] {
+        for (i, n) in NAMES.iter().enumerate() {
+            let per_round = match *n {
+                "sched_outer" | "lock_a" | "rcu_a" | "sched_a" => {
+                    5 * if *n == "sched_outer" { 1 } else { 2 }
+                }
+                _ => 0,
+            };
+            let want = if n.starts_with(fam) {
+                per_round * rounds
+            } else {
+                0
+            };
+            assert_eq!(e[i], want, "{fam} user on {n}");
+            assert_eq!(r[i], want, "{fam} user returns on {n}");
+        }
+    }
+    assert_eq!(by_name(&ea, "sched_outer"), 5);
+    assert_eq!(by_name(&ea, "lock_a"), 10);
+    assert_eq!(ea, ra);
+    for u in [&ua, &us, &ul, &ur] {
+        fgraph::unregister_graph(u).unwrap();
+    }
+    clean();
+}
+
+#[test]
+fn reused_slot_never_gets_returns_of_older_frames() {
+    let _g = serial();
+    let f = fixture();
+    let (ta, tb) = (Tally::new(), Tally::new());
+    let a = counting_user(&["g_block"], ta);
+    fgraph::register_graph(&a).unwrap();
+    let slot_a = a.slot().unwrap();
+    let go = Arc::new(AtomicI32::new(0));
+    let entered = Arc::new(AtomicI32::new(0));
+    let th = {
+        let (go, entered) = (go.clone(), entered.clone());
+        std::thread::spawn(move || (f.block)(&*go, &*entered))
+    };
+    while entered.load(Ordering::SeqCst) == 0 {
+        std::hint::spin_loop();
+    }
+    fgraph::unregister_graph(&a).unwrap();
+    // Cycle the FIFO until a new user lands in A's slot.
+    let b = loop {
+        let b = counting_user(&["g_block"], tb);
+        fgraph::register_graph(&b).unwrap();
+        if b.slot() == Some(slot_a) {
+            break b;
+        }
+        fgraph::unregister_graph(&b).unwrap();
+    };
+    go.store(1, Ordering::SeqCst);
+    th.join().unwrap();
+    let (_, rb) = tb.take();
+    assert_eq!(
+        by_name(&rb, "g_block"),
+        0,
+        "B got the return of a frame entered before it registered"
+    );
+    let (ea, ra) = ta.take();
+    assert_eq!(
+        (by_name(&ea, "g_block"), by_name(&ra, "g_block")),
+        (1, 0),
+        "A left before the return"
+    );
+    fgraph::unregister_graph(&b).unwrap();
+    clean();
+}
+
+#[test]
+fn overflow_is_counted_and_harmless() {
+    let _g = serial();
+    let f = fixture();
+    let t = Tally::new();
+    let u = counting_user(&["g_deep"], t);
+    fgraph::register_graph(&u).unwrap();
+    let before = fgraph::thread_overrun();
+    assert_eq!((f.deep)(3000), 3000, "result unchanged");
+    let overrun = fgraph::thread_overrun() - before;
+    let (e, r) = t.take();
+    assert_eq!(e, r, "every hooked call returned through the handler");
+    let hooked = by_name(&e, "g_deep");
+    assert!(hooked > 400 && hooked < 3001, "hooked {hooked}");
+    assert_eq!(
+        hooked + overrun,
+        3001,
+        "each call either hooked or counted as overrun"
+    );
+    fgraph::unregister_graph(&u).unwrap();
+    clean();
+}
+
+#[test]
+fn fast_path_switches_1_2_1_under_load_without_losing_returns() {
+    let _g = serial();
+    let f = fixture();
+    let (t1, t2) = (Tally::new(), Tally::new());
+    let u1 = counting_user(&["g_*"], t1);
+    fgraph::register_graph(&u1).unwrap();
+    assert!(fgraph::fast_path_active());
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let r0 = (f.run)(20);
+                while !stop.load(Ordering::Relaxed) {
+                    assert_eq!((f.run)(20), r0);
+                }
+            })
+        })
+        .collect();
+    for _ in 0..50 {
+        let u2 = counting_user(&["g_leaf"], t2);
+        fgraph::register_graph(&u2).unwrap();
+        assert!(!fgraph::fast_path_active());
+        fgraph::unregister_graph(&u2).unwrap();
+        assert!(
+            fgraph::fast_path_active(),
+            "2 -> 1 must end on the fast path"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    fgraph::unregister_graph(&u1).unwrap();
+    let (e, r) = t1.take();
+    assert_eq!(e, r, "u1 lost or doubled returns across mode switches");
+    assert!(by_name(&e, "g_leaf") > 0);
+    clean();
+}
+
+#[test]
+fn limits_and_double_registration() {
+    let _g = serial();
+    let t = Tally::new();
+    let users: Vec<_> = (0..16).map(|_| counting_user(&["g_leaf"], t)).collect();
+    for u in &users {
+        fgraph::register_graph(u).unwrap();
+    }
+    let extra = counting_user(&["g_leaf"], t);
+    assert!(matches!(
+        fgraph::register_graph(&extra),
+        Err(GraphError::NoSpace)
+    ));
+    assert!(matches!(
+        fgraph::register_graph(&users[3]),
+        Err(GraphError::AlreadyRegistered)
+    ));
+    let slots: Vec<usize> = users.iter().map(|u| u.slot().unwrap()).collect();
+    let mut sorted = slots.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 16);
+    // Free slots are reused FIFO: release 5 then 9; the next two get 5, 9.
+    fgraph::unregister_graph(&users[5]).unwrap();
+    fgraph::unregister_graph(&users[9]).unwrap();
+    let (x, y) = (counting_user(&[], t), counting_user(&[], t));
+    fgraph::register_graph(&x).unwrap();
+    fgraph::register_graph(&y).unwrap();
+    assert_eq!((x.slot(), y.slot()), (Some(slots[5]), Some(slots[9])));
+    assert!(matches!(
+        fgraph::unregister_graph(&users[5]),
+        Err(GraphError::NotRegistered)
+    ));
+    for (i, u) in users.iter().enumerate() {
+        if i != 5 && i != 9 {
+            fgraph::unregister_graph(u).unwrap();
+        }
+    }
+    fgraph::unregister_graph(&x).unwrap();
+    fgraph::unregister_graph(&y).unwrap();
+    clean();
+}
+
+#[test]
+fn users_come_and_go_while_threads_run() {
+    let _g = serial();
+    let f = fixture();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..3)
+        .map(|k| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let (r0, q0) = ((f.run)(30), (f.families)(10));
+                while !stop.load(Ordering::Relaxed) {
+                    assert_eq!((f.run)(30), r0);
+                    assert_eq!((f.families)(10), q0);
+                    if k == 0 {
+                        assert_eq!((f.deep)(50), 50);
+                    }
+                }
+            })
+        })
+        .collect();
+    let pats: [&[&str]; 4] = [&[], &["g_*"], &["sched_*", "lock_a"], &["g_leaf"]];
+    for round in 0..40 {
+        let tallies: Vec<&'static Tally> = (0..3).map(|_| Tally::new()).collect();
+        let users: Vec<_> = (0..3)
+            .map(|k| counting_user(pats[(round + k) % 4], tallies[k]))
+            .collect();
+        for u in &users {
+            fgraph::register_graph(u).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        for u in &users {
+            fgraph::unregister_graph(u).unwrap();
+        }
+        for t in &tallies {
+            let (e, r) = t.take();
+            for (a, b) in e.iter().zip(&r) {
+                assert!(b <= a, "more returns than entries");
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
+    clean();
+}
