@@ -237,18 +237,17 @@ fn storage_selftest_each_size_then_four_users() {
     let _g = serial();
     let f = fixture();
     let fs = || FilterSet::with_patterns(&["g_top", "g_leaf"], &[]).unwrap();
-    for k in 0..4 {
+    for (k, (size, _)) in VALUES.iter().enumerate() {
         let u = GraphUser::new(store_entry, store_return, fs(), k);
         fgraph::register_graph(&u).unwrap();
         STORE_OK.store(0, Ordering::Relaxed);
         (f.run)(10);
         fgraph::unregister_graph(&u).unwrap();
-        assert_eq!(STORE_BAD.load(Ordering::Relaxed), 0, "size {}", VALUES[k].0);
+        assert_eq!(STORE_BAD.load(Ordering::Relaxed), 0, "size {size}");
         assert_eq!(
             STORE_OK.load(Ordering::Relaxed),
             30,
-            "size {}: every return read its value",
-            VALUES[k].0
+            "size {size}: each return read its value"
         );
     }
     let users: Vec<_> = (0..4)
