@@ -3,10 +3,10 @@
 //! same run, because the machine is noisy.
 
 use shadowgraph::arena::Arena;
-use shadowgraph::ftrace;
 use shadowgraph::patch::{self, Edit, WriteMode};
 use shadowgraph::process;
 use shadowgraph::tramp::{self, SiteCounter};
+use shadowgraph::{fgraph, ftrace};
 use std::ffi::CString;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -20,6 +20,16 @@ pub enum Which {
     /// Cost of a traced call through the ftrace core: no ops, 1 ops, 1
     /// relevant + 10 irrelevant, 2 and 10 relevant (list function), direct.
     Dispatch {
+        /// Calls per timed loop.
+        #[arg(long, default_value_t = 20_000_000)]
+        calls: i64,
+        /// Timed repetitions (the median is reported).
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+    },
+    /// Cost of function-graph tracing (entry + return) with 1 user (fast
+    /// path), 2 and 16 users, and 1 user reserving 8 bytes per call.
+    Fgraph {
         /// Calls per timed loop.
         #[arg(long, default_value_t = 20_000_000)]
         calls: i64,
@@ -46,6 +56,7 @@ pub fn run(which: Which) -> Result<ExitCode, String> {
     match which {
         Which::Patch { calls, reps, sites } => bench_patch(calls, reps.max(1), sites),
         Which::Dispatch { calls, reps } => bench_dispatch(calls, reps.max(1)),
+        Which::Fgraph { calls, reps } => bench_fgraph(calls, reps.max(1)),
     }
 }
 
@@ -90,40 +101,14 @@ fn ns_per_call(f: Loop, calls: i64, reps: usize) -> f64 {
 }
 
 fn bench_patch(calls: i64, reps: usize, nsites: usize) -> Result<ExitCode, String> {
-    let dir = std::env::temp_dir().join(format!("shadowgraph-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let src = dir.join("bench.c");
-    let lib = dir.join("libbench.so");
-    std::fs::write(&src, bench_source(nsites)).map_err(|e| e.to_string())?;
     eprintln!("# building {nsites} functions with -fpatchable-function-entry=5 …");
-    shadowgraph::cc::compile(
-        &[&src],
-        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
-        &lib,
-    )?;
-    let handle = dlopen(&lib)?;
-    let sym = |n: &str| -> Result<usize, String> {
-        let c = CString::new(n).unwrap();
-        // SAFETY: handle is an open library; c is NUL-terminated.
-        let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
-        if p.is_null() {
-            Err(format!("{}: no symbol {n}", lib.display()))
-        } else {
-            Ok(p as usize)
-        }
-    };
-    // SAFETY: the symbols are the C functions of signature `long(long)` above.
-    let (loop_plain, loop_site, call_all): (Loop, Loop, Loop) = unsafe {
-        (
-            std::mem::transmute::<usize, Loop>(sym("loop_plain")?),
-            std::mem::transmute::<usize, Loop>(sym("loop_site")?),
-            std::mem::transmute::<usize, Loop>(sym("call_all")?),
-        )
-    };
-    let canon = std::fs::canonicalize(&lib).map_err(|e| e.to_string())?;
-    let mut modules =
-        process::discover(|p| std::fs::canonicalize(p).ok().as_deref() == Some(&canon))
-            .map_err(|e| e.to_string())?;
+    let lib = BenchLib::build("patch", &bench_source(nsites))?;
+    let (loop_plain, loop_site, call_all) = (
+        lib.func("loop_plain")?,
+        lib.func("loop_site")?,
+        lib.func("call_all")?,
+    );
+    let mut modules = process::discover(|p| lib.is(p)).map_err(|e| e.to_string())?;
     let m = modules
         .first_mut()
         .ok_or("benchmark library not found in the process")?;
@@ -234,7 +219,6 @@ fn bench_patch(calls: i64, reps: usize, nsites: usize) -> Result<ExitCode, Strin
         st.traps_late,
         patch::serialise_method()
     );
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -263,33 +247,61 @@ UNPATCHABLE long loop_target(long n) { long s = 0; for (long i = 0; i < n; i++) 
 
 fn empty_cb(_ip: usize, _parent: usize, _ops: &ftrace::Ops, _regs: &mut ftrace::Regs) {}
 
-fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
-    let dir =
-        std::env::temp_dir().join(format!("shadowgraph-bench-dispatch-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let src = dir.join("dispatch.c");
-    let lib = dir.join("libdispatch.so");
-    std::fs::write(&src, DISPATCH_C).map_err(|e| e.to_string())?;
-    shadowgraph::cc::compile(
-        &[&src],
-        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
-        &lib,
-    )?;
-    let handle = dlopen(&lib)?;
-    let sym = |n: &str| -> Result<Loop, String> {
-        let c = CString::new(n).unwrap();
+/// A benchmark library built with gcc and loaded into this process.
+struct BenchLib {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+    handle: *mut libc::c_void,
+}
+
+impl BenchLib {
+    fn build(name: &str, source: &str) -> Result<BenchLib, String> {
+        let dir =
+            std::env::temp_dir().join(format!("shadowgraph-bench-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let src = dir.join(format!("{name}.c"));
+        let path = dir.join(format!("lib{name}.so"));
+        std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
+        let flags = ["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"];
+        shadowgraph::cc::compile(&[&src], &flags, &path)?;
+        let handle = dlopen(&path)?;
+        Ok(BenchLib { dir, path, handle })
+    }
+
+    /// A `long f(long)` function of the library.
+    fn func(&self, name: &str) -> Result<Loop, String> {
+        let c = CString::new(name).unwrap();
         // SAFETY: handle is open; c is NUL-terminated.
-        let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
+        let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
         if p.is_null() {
-            return Err(format!("{}: no symbol {n}", lib.display()));
+            return Err(format!("{}: no symbol {name}", self.path.display()));
         }
-        // SAFETY: the C functions above have signature long(long).
+        // SAFETY: the benchmark C functions have signature long(long).
         Ok(unsafe { std::mem::transmute::<*mut libc::c_void, Loop>(p) })
-    };
-    let (loop_plain, loop_target) = (sym("loop_plain")?, sym("loop_target")?);
-    let canon = std::fs::canonicalize(&lib).map_err(|e| e.to_string())?;
-    ftrace::add_loaded(|p| std::fs::canonicalize(p).ok().as_deref() != Some(&canon))
-        .map_err(|e| e.to_string())?;
+    }
+
+    /// Whether `p` names this library.
+    fn is(&self, p: &Path) -> bool {
+        std::fs::canonicalize(p).ok() == std::fs::canonicalize(&self.path).ok()
+    }
+}
+
+impl Drop for BenchLib {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The one-function benchmark library, its sites under the ftrace core.
+fn load_dispatch_lib() -> Result<(Loop, Loop, BenchLib), String> {
+    let lib = BenchLib::build("dispatch", DISPATCH_C)?;
+    let (loop_plain, loop_target) = (lib.func("loop_plain")?, lib.func("loop_target")?);
+    ftrace::add_loaded(|p| !lib.is(p)).map_err(|e| e.to_string())?;
+    Ok((loop_plain, loop_target, lib))
+}
+
+fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
+    let (loop_plain, loop_target, _lib) = load_dispatch_lib()?;
     let site = ftrace::site_by_name("target").ok_or("no site for `target`")?;
     let filter =
         |pats: &[&str]| ftrace::FilterSet::with_patterns(pats, &[]).map_err(|e| e.to_string());
@@ -362,6 +374,82 @@ fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
     for (name, v) in rows {
         println!("{name:<44} {v:>9.2} {:>+12.2}", v - base);
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn accept_all(_e: &fgraph::GraphEntry, _u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+    true
+}
+
+fn decline(_e: &fgraph::GraphEntry, _u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+    false
+}
+
+fn ignore_return(_r: &fgraph::GraphReturn, _u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {}
+
+fn reserve_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+    match u.reserve(8) {
+        Some(p) => {
+            // SAFETY: 8 reserved, word-aligned bytes.
+            unsafe { (p as *mut u64).write(e.func as u64) };
+            true
+        }
+        None => false,
+    }
+}
+
+fn retrieve_return(_r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+    if let Some((p, _)) = u.retrieve() {
+        // SAFETY: our 8 bytes in this frame.
+        std::hint::black_box(unsafe { (p as *const u64).read() });
+    }
+}
+
+fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
+    let (loop_plain, loop_target, _lib) = load_dispatch_lib()?;
+    let filter = || ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string());
+    let user =
+        |e: fgraph::EntryFn, r: fgraph::ReturnFn| -> Result<Arc<fgraph::GraphUser>, String> {
+            Ok(fgraph::GraphUser::new(e, r, filter()?, 0))
+        };
+    let reg = |u: &Arc<fgraph::GraphUser>| fgraph::register_graph(u).map_err(|e| e.to_string());
+    let unreg = |u: &Arc<fgraph::GraphUser>| fgraph::unregister_graph(u).map_err(|e| e.to_string());
+    let measure = || ns_per_call(loop_target, calls, reps);
+    println!("# shadowgraph bench fgraph: {calls} calls per loop, median of {reps}; entry + return, empty callbacks, no timestamps");
+    let base = ns_per_call(loop_plain, calls, reps);
+    let mut rows: Vec<(String, f64)> = vec![("untraced function (no site)".into(), base)];
+    let users: Vec<_> = (0..16)
+        .map(|_| user(accept_all, ignore_return))
+        .collect::<Result<_, _>>()?;
+    reg(&users[0])?;
+    if !fgraph::fast_path_active() {
+        return Err("fast path not active with one user".into());
+    }
+    rows.push(("1 user (fast path)".into(), measure()));
+    reg(&users[1])?;
+    rows.push(("2 users (loop)".into(), measure()));
+    for u in &users[2..] {
+        reg(u)?;
+    }
+    rows.push(("16 users (loop)".into(), measure()));
+    for u in &users {
+        unreg(u)?;
+    }
+    let d = user(decline, ignore_return)?;
+    reg(&d)?;
+    rows.push(("1 user declining every call (no hijack)".into(), measure()));
+    unreg(&d)?;
+    let r = user(reserve_entry, retrieve_return)?;
+    reg(&r)?;
+    rows.push(("1 user reserving 8 bytes per call".into(), measure()));
+    unreg(&r)?;
+    rows.push(("all unregistered (NOP5 again)".into(), measure()));
+    println!(
+        "{:<44} {:>9} {:>12}",
+        "traced call", "ns/call", "vs untraced"
+    );
+    for (name, v) in rows {
+        println!("{name:<44} {v:>9.2} {:>+12.2}", v - base);
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -15,11 +15,12 @@
 
 pub mod stack;
 
+use crate::ftrace::dispatch::ErrnoGuard;
 use crate::ftrace::quiesce::{self, Bracket};
 use crate::ftrace::{
     self, dispatch::site_id, try_lock, unlock, CoreError, FilterSet, Group, Ops, Regs,
 };
-use stack::{ThreadState, THREAD};
+use stack::{thread, ThreadState};
 use std::fmt;
 use std::sync::atomic::{compiler_fence, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -130,15 +131,14 @@ impl GraphUser {
     /// at thread start). `None` before the thread's first traced call.
     pub fn task_var(&self) -> Option<&'static Cell64> {
         let slot = self.slot()?;
-        THREAD.with(|t| {
-            if t.stack.get().is_null() {
-                None
-            } else {
-                // SAFETY: the task variable word lives as long as the stack,
-                // which is never unmapped.
-                Some(unsafe { &*(t.task_var(slot) as *const Cell64) })
-            }
-        })
+        let t = thread();
+        if t.stack.get().is_null() {
+            None
+        } else {
+            // SAFETY: the task variable word lives as long as the stack,
+            // which is never unmapped.
+            Some(unsafe { &*(t.task_var(slot) as *const Cell64) })
+        }
     }
 
     /// Reserves `bytes` (1..=256) of per-call data in the frame being built:
@@ -146,7 +146,8 @@ impl GraphUser {
     /// is word-aligned and uninitialised; it vanishes if the entry declines.
     pub fn reserve(&self, bytes: usize) -> Option<*mut u8> {
         let slot = self.slot()?;
-        THREAD.with(|t| {
+        let t = thread();
+        {
             if t.in_entry.get() != slot as i32
                 || t.reserved_once.get()
                 || bytes == 0
@@ -170,7 +171,7 @@ impl GraphUser {
             t.reserved_once.set(true);
             // SAFETY: words cur..new-1 belong to the reservation.
             Some(unsafe { t.stack.get().add(cur) as *mut u8 })
-        })
+        }
     }
 
     /// This user's data in the frame whose callback runs (or is being built).
@@ -181,7 +182,8 @@ impl GraphUser {
     /// This user's data `k` kept frames down (k = 0: the current frame).
     pub fn retrieve_ancestor(&self, k: usize) -> Option<(*mut u8, usize)> {
         let slot = self.slot()?;
-        THREAD.with(|t| {
+        let t = thread();
+        {
             if t.stack.get().is_null() {
                 return None;
             }
@@ -207,12 +209,12 @@ impl GraphUser {
                 }
                 i -= n + 1;
             }
-        })
+        }
     }
 
     /// The nearest ancestor frame holding this user's data (k = 1, 2, …).
     pub fn retrieve_nearest_own(&self) -> Option<(*mut u8, usize)> {
-        let frames = THREAD.with(|t| t.depth.get().max(0) as usize + 1);
+        let frames = thread().depth.get().max(0) as usize + 1;
         (1..=frames).find_map(|k| self.retrieve_ancestor(k))
     }
 }
@@ -296,13 +298,12 @@ fn thread_key() -> libc::pthread_key_t {
 
 /// Thread exit: the stack goes back to the pool.
 extern "C" fn thread_exit(_: *mut libc::c_void) {
-    THREAD.with(|t| {
-        t.exiting.set(true);
-        let s = t.stack.replace(std::ptr::null_mut());
-        if !s.is_null() {
-            stack::release(s);
-        }
-    });
+    let t = thread();
+    t.exiting.set(true);
+    let s = t.stack.replace(std::ptr::null_mut());
+    if !s.is_null() {
+        stack::release(s);
+    }
 }
 
 /// Whether exactly one user is registered and served by the fast path.
@@ -312,12 +313,12 @@ pub fn fast_path_active() -> bool {
 
 /// Calls not hooked on this thread because its shadow stack was full.
 pub fn thread_overrun() -> u64 {
-    THREAD.with(|t| t.overrun.get())
+    thread().overrun.get()
 }
 
 /// This thread's current graph depth (−1: no kept frame).
 pub fn thread_depth() -> i32 {
-    THREAD.with(|t| t.depth.get())
+    thread().depth.get()
 }
 
 /// Registers a graph user: from now on its entry callback is offered every
@@ -414,19 +415,18 @@ fn thread_count() -> usize {
 
 /// The manager's callback (SPEC §4.3).
 fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {
-    THREAD.with(|t| {
-        if t.exiting.get() || t.pause.get() > 0 {
-            return;
-        }
-        if t.stack.get().is_null() && !attach_stack(t) {
-            return;
-        }
-        let Some(bit) = try_lock(Group::Graph) else {
-            return;
-        };
-        enter(t, ip, parent_ip, regs);
-        unlock(bit);
-    });
+    let t = thread();
+    if t.exiting.get() || t.pause.get() > 0 {
+        return;
+    }
+    if t.stack.get().is_null() && !attach_stack(t) {
+        return;
+    }
+    let Some(bit) = try_lock(Group::Graph) else {
+        return;
+    };
+    enter(t, ip, parent_ip, regs);
+    unlock(bit);
 }
 
 #[cold]
@@ -559,43 +559,44 @@ pub fn return_to_handler() -> usize {
 
 extern "C" fn graph_return(r: &mut RetRegs) -> usize {
     let _b = Bracket::enter();
-    // SAFETY: this thread's errno slot.
-    let errno = unsafe { libc::__errno_location() };
-    // SAFETY: as above.
-    let saved_errno = unsafe { *errno };
+    let _e = ErrnoGuard::save();
     let slot = r.rsp - 8;
-    let ret = THREAD.with(|t| {
-        // The frame whose return slot we came from; frames above it were
-        // skipped by a non-local exit: report and pop them.
-        let mut top = t.curr.get();
-        let f = loop {
-            let Some(start) = t.frame_below(top) else {
-                break None;
-            };
-            if t.word(start + 2) as usize == slot {
-                break Some(start);
-            }
-            top = start;
-        };
-        let Some(f) = f else {
-            fatal_no_frame(slot);
-        };
-        while let Some(start) = t.frame_below(t.curr.get()) {
-            if start == f {
-                break;
-            }
-            finish_frame(t, start, r, true);
-        }
-        let ret = t.word(f) as usize;
-        finish_frame(t, f, r, false);
-        ret
-    });
-    // SAFETY: as above.
-    unsafe { *errno = saved_errno };
+    let t = thread();
+    let f = match t.frame_below(t.curr.get()) {
+        Some(top) if t.word(top + 2) as usize == slot => top,
+        _ => unwind_to(t, slot, r),
+    };
+    let ret = t.word(f) as usize;
+    finish_frame(t, f, r, false);
     ret
 }
 
+/// The frame whose return slot is `slot` lies below the top: the frames
+/// above it were skipped by a non-local exit (longjmp). Report and pop them;
+/// returns the matching frame.
+#[cold]
+fn unwind_to(t: &ThreadState, slot: usize, r: &RetRegs) -> usize {
+    let mut top = t.curr.get();
+    let f = loop {
+        let Some(start) = t.frame_below(top) else {
+            fatal_no_frame(slot);
+        };
+        if t.word(start + 2) as usize == slot {
+            break start;
+        }
+        top = start;
+    };
+    while let Some(start) = t.frame_below(t.curr.get()) {
+        if start == f {
+            break;
+        }
+        finish_frame(t, start, r, true);
+    }
+    f
+}
+
 /// Runs the return callbacks of the frame at `f` (the top one) and pops it.
+#[inline(always)]
 fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
     let w = t.word(f + stack::FRAME_WORDS);
     if let Some(bit) = try_lock(Group::Graph) {

@@ -107,6 +107,16 @@ thread_local! {
     };
 }
 
+/// This thread's state. A tiny `with` closure lets the access inline to a
+/// plain thread-pointer load (a large closure kept `with` out of line and
+/// cost an indirect call on every hook).
+#[inline(always)]
+pub fn thread() -> &'static ThreadState {
+    // SAFETY: the reference is only used on this thread, while it runs; the
+    // state has no destructor, so it stays valid until the thread is gone.
+    THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
+}
+
 impl ThreadState {
     #[inline]
     pub fn word(&self, i: usize) -> u64 {

@@ -156,15 +156,20 @@ pub(crate) extern "C" fn ops_entry(regs: *mut u8, data: usize) -> EntryAction {
     action(regs)
 }
 
-/// Callbacks may make system calls; the traced function must find `errno`
-/// as its caller left it.
-struct ErrnoGuard(*mut i32, i32);
+/// Callbacks may make system calls; the traced function (and, at a return,
+/// its caller) must find `errno` as it was left.
+pub(crate) struct ErrnoGuard(*mut i32, i32);
 
 impl ErrnoGuard {
     #[inline(always)]
-    fn save() -> ErrnoGuard {
-        // SAFETY: __errno_location returns this thread's errno slot.
-        let p = unsafe { libc::__errno_location() };
+    pub(crate) fn save() -> ErrnoGuard {
+        let mut p = ERRNO.get();
+        if p.is_null() {
+            // SAFETY: __errno_location returns this thread's errno slot,
+            // which never moves: cached for the thread's life.
+            p = unsafe { libc::__errno_location() };
+            ERRNO.set(p);
+        }
         // SAFETY: p is valid for the life of the thread.
         ErrnoGuard(p, unsafe { *p })
     }
@@ -216,7 +221,7 @@ pub fn reset_tid_cache() {
 
 /// Calls an ops' callback, inside the recursion guard if it asked for it,
 /// unless its thread filter ignores this thread.
-#[inline]
+#[inline(always)]
 pub(crate) fn call_ops(ops: &Ops, regs: &mut Regs) {
     let threads = ops.threads.load(Ordering::Acquire);
     // SAFETY: thread filters are freed only after a grace period.
@@ -307,6 +312,7 @@ const SIGNAL: u32 = 1;
 const TRANSITION: u32 = 2;
 
 thread_local! {
+    static ERRNO: Cell<*mut i32> = const { Cell::new(std::ptr::null_mut()) };
     static TID: Cell<i32> = const { Cell::new(0) };
     static REC: Cell<u32> = const { Cell::new(0) };
     static SIG_DEPTH: Cell<u32> = const { Cell::new(0) };
