@@ -12,7 +12,7 @@ use shadowgraph::ftrace::{self, FilterSet, Regs};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 13] = [
     "g_leaf",
     "g_mid",
     "g_top",
@@ -24,6 +24,8 @@ const NAMES: [&str; 11] = [
     "lock_a",
     "rcu_a",
     "sched_outer",
+    "lj_run",
+    "lj_level",
 ];
 
 struct Fixture {
@@ -78,8 +80,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Per-function entry/return counters, and facts seen at returns.
 #[derive(Default)]
 struct Tally {
-    entries: [AtomicU64; 11],
-    returns: [AtomicU64; 11],
+    entries: [AtomicU64; 13],
+    returns: [AtomicU64; 13],
     last_retval: AtomicU64,
     max_depth: AtomicI32,
     unwound: AtomicU64,
@@ -520,5 +522,132 @@ fn users_come_and_go_while_threads_run() {
         w.join().unwrap();
     }
     assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
+    clean();
+}
+
+struct Walk {
+    frames: usize,
+    hijacked: usize,
+    translated_ok: usize,
+    lo: usize,
+    hi: usize,
+}
+
+static WALK: Mutex<Walk> = Mutex::new(Walk { frames: 0, hijacked: 0, translated_ok: 0, lo: 0, hi: 0 });
+
+/// Walks the frame-pointer chain from inside fp_deep(0), translating every
+/// return address as an unwinder would.
+extern "C" fn walker(fp: *const usize) {
+    let mut w = WALK.lock().unwrap();
+    let (lo, hi) = (w.lo, w.hi);
+    let rth = fgraph::return_to_handler();
+    let mut cursor = 0usize;
+    let mut fp = fp;
+    loop {
+        // SAFETY: frames of code built with -fno-omit-frame-pointer: [fp] is
+        // the caller's fp, [fp+8] the return address.
+        let (next, ret) = unsafe { (*fp as *const usize, *fp.add(1)) };
+        let retp = fp as usize + 8;
+        let real = fgraph::ret_addr(&mut cursor, ret, retp);
+        w.frames += 1;
+        if ret == rth {
+            w.hijacked += 1;
+        }
+        if real != rth && (lo..hi).contains(&real) {
+            w.translated_ok += 1;
+        }
+        if !(lo..hi).contains(&real) {
+            break; // left the fixture: the caller is the test's own code
+        }
+        fp = next;
+    }
+}
+
+#[test]
+fn unwinder_translation_of_a_400_deep_stack_is_linear() {
+    let _g = serial();
+    let f = fixture();
+    let set_walker: extern "C" fn(extern "C" fn(*const usize)) = f._lib.func("set_walker");
+    let fp_deep: extern "C" fn(i32) -> i32 = f._lib.func("fp_deep");
+    set_walker(walker);
+    let site = ftrace::site_by_name("fp_deep").unwrap().addr;
+    {
+        let mut w = WALK.lock().unwrap();
+        *w = Walk { frames: 0, hijacked: 0, translated_ok: 0, lo: site - 4096, hi: site + 4096 };
+    }
+    let t = Tally::new();
+    let u = counting_user(&["fp_deep"], t);
+    fgraph::register_graph(&u).unwrap();
+    let v0 = fgraph::RET_ADDR_VISITS.load(Ordering::Relaxed);
+    assert_eq!(fp_deep(400), 400);
+    let visits = fgraph::RET_ADDR_VISITS.load(Ordering::Relaxed) - v0;
+    fgraph::unregister_graph(&u).unwrap();
+    let w = WALK.lock().unwrap();
+    assert_eq!(w.hijacked, 401, "every hooked frame's slot held the handler");
+    assert_eq!(w.frames, 401, "walked to the outermost frame");
+    assert_eq!(w.translated_ok, 400, "real addresses inside fp_deep (the last returns to the test)");
+    assert!(visits <= 2 * 401, "unwind visited {visits} shadow frames for 401 frames");
+    clean();
+}
+
+#[test]
+fn longjmp_over_traced_frames_reports_them_as_unwound_exits() {
+    let _g = serial();
+    let f = fixture();
+    let lj_run: extern "C" fn() -> i32 = f._lib.func("lj_run");
+    let t = Tally::new();
+    let u = counting_user(&["lj_*"], t);
+    fgraph::register_graph(&u).unwrap();
+    assert_eq!(lj_run(), 1);
+    assert_eq!(lj_run(), 1, "again: the stack is consistent");
+    fgraph::unregister_graph(&u).unwrap();
+    // lj_run + 6 lj_level frames per run; the 6 skipped ones are reported
+    // (flagged unwound) when lj_run returns: one exit per entry.
+    let entries: u64 = t.entries.iter().map(|e| e.load(Ordering::Relaxed)).sum();
+    let returns: u64 = t.returns.iter().map(|e| e.load(Ordering::Relaxed)).sum();
+    assert_eq!((entries, returns), (14, 14));
+    assert_eq!(t.unwound.load(Ordering::Relaxed), 12);
+    clean();
+}
+
+#[test]
+fn signal_handler_calls_are_nested_frames() {
+    let _g = serial();
+    let f = fixture();
+    let sig_raiser: extern "C" fn(i32) -> i32 = f._lib.func("sig_raiser");
+    let t = Tally::new();
+    let u = counting_user(&[], t);
+    fgraph::register_graph(&u).unwrap();
+    assert_eq!(sig_raiser(4), 8);
+    fgraph::unregister_graph(&u).unwrap();
+    let (e, r) = t.take();
+    assert_eq!(e, r);
+    assert_eq!(by_name(&e, "g_mid"), 1, "the handler's call was traced");
+    assert_eq!(by_name(&e, "g_leaf"), 3);
+    clean();
+}
+
+static ORDER: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+fn order_entry(_e: &GraphEntry, _u: &GraphUser, _r: &mut Regs) -> bool {
+    true
+}
+
+fn order_return(r: &GraphReturn, _u: &GraphUser, _regs: &RetRegs) {
+    ORDER.lock().unwrap().push(r.func);
+}
+
+#[test]
+fn tail_call_frames_both_return_innermost_first() {
+    let _g = serial();
+    let f = fixture();
+    let tail_a: extern "C" fn(i32) -> i32 = f._lib.func("tail_a");
+    let (a, b) = (ftrace::site_by_name("tail_a").unwrap().addr, ftrace::site_by_name("tail_b").unwrap().addr);
+    let u = GraphUser::new(order_entry, order_return, FilterSet::with_patterns(&["tail_*"], &[]).unwrap(), 0);
+    fgraph::register_graph(&u).unwrap();
+    ORDER.lock().unwrap().clear();
+    assert_eq!(tail_a(3), 13);
+    fgraph::unregister_graph(&u).unwrap();
+    assert_eq!(*ORDER.lock().unwrap(), vec![b, a]);
     clean();
 }

@@ -639,3 +639,56 @@ fn fatal_no_frame(_slot: usize) -> ! {
         libc::abort()
     }
 }
+
+// --- Unwinder translation (SPEC §4.6) ------------------------------------------------------
+
+/// Shadow frames visited by unwinder translations (to check linearity).
+pub static RET_ADDR_VISITS: AtomicU64 = AtomicU64::new(0);
+
+/// Translates a return address an unwinder found in the slot `retp` of the
+/// current thread's stack: a hijacked one (`return_to_handler`) becomes the
+/// real address saved in the shadow frame. `cursor` starts at 0 and only
+/// moves down the shadow stack across calls, so unwinding n frames costs
+/// O(n) in all. The walk is of this thread's stack; walk another thread only
+/// while it is stopped (see [`ret_addr_of`]).
+pub fn ret_addr(cursor: &mut usize, ret: usize, retp: usize) -> usize {
+    ret_addr_in(thread(), cursor, ret, retp)
+}
+
+/// [`ret_addr`] for the thread whose state is `t` (which must be stopped, or
+/// be the caller).
+pub fn ret_addr_of(t: &ThreadState, cursor: &mut usize, ret: usize, retp: usize) -> usize {
+    ret_addr_in(t, cursor, ret, retp)
+}
+
+fn ret_addr_in(t: &ThreadState, cursor: &mut usize, ret: usize, retp: usize) -> usize {
+    if ret != return_to_handler() || t.stack.get().is_null() {
+        return ret;
+    }
+    let mut top = if *cursor == 0 { t.curr.get() } else { *cursor };
+    while let Some(start) = t.frame_below(top) {
+        RET_ADDR_VISITS.fetch_add(1, Ordering::Relaxed);
+        let fret = t.word(start) as usize;
+        if t.word(start + 2) as usize == retp && fret != return_to_handler() {
+            *cursor = start;
+            return fret;
+        }
+        top = start;
+    }
+    ret
+}
+
+/// The real return address of the innermost hooked frame of this thread
+/// (skipping tail-call frames, whose saved address is the handler itself).
+pub fn top_ret_addr() -> Option<usize> {
+    let t = thread();
+    let mut top = t.curr.get();
+    while let Some(start) = t.frame_below(top) {
+        let r = t.word(start) as usize;
+        if r != return_to_handler() {
+            return Some(r);
+        }
+        top = start;
+    }
+    None
+}
