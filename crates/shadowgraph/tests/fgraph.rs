@@ -651,3 +651,37 @@ fn tail_call_frames_both_return_innermost_first() {
     assert_eq!(*ORDER.lock().unwrap(), vec![b, a]);
     clean();
 }
+
+#[test]
+fn forked_child_keeps_tracing_and_can_unregister() {
+    let _g = serial();
+    let f = fixture();
+    let t = Tally::new();
+    let u = counting_user(&["g_*"], t);
+    fgraph::register_graph(&u).unwrap();
+    let r0 = (f.run)(5);
+    t.take();
+    // SAFETY: the child only runs traced C code, our callbacks (no locks
+    // held by other threads are needed: the tests are serialised) and _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let ok_run = (f.run)(5) == r0;
+        let (e, r) = t.take();
+        let ok_counts = by_name(&e, "g_leaf") == 10 && e == r;
+        let ok_unreg = fgraph::unregister_graph(&u).is_ok();
+        let ok_after = (f.run)(5) == r0 && t.take().0.iter().sum::<u64>() == 0;
+        let code = (!ok_run) as i32 | ((!ok_counts) as i32) << 1 | ((!ok_unreg) as i32) << 2 | ((!ok_after) as i32) << 3;
+        // SAFETY: leaving the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status), "child crashed: status {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "child checks failed (bits: run, counts, unregister, after)");
+    // The parent still traces.
+    (f.run)(5);
+    assert_eq!(by_name(&t.take().0, "g_leaf"), 10);
+    fgraph::unregister_graph(&u).unwrap();
+    clean();
+}

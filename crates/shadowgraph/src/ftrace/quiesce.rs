@@ -69,7 +69,32 @@ pub fn init() {
             )
         } == 0;
         MEMBARRIER.store(ok as i32, Ordering::Relaxed);
+        // SAFETY: registering a plain extern "C" child handler.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     });
+}
+
+/// In a forked child only the forking thread exists: forget the others'
+/// bracket words (a grace period would wait for them forever), the cached
+/// thread id, and register for membarrier again (it is per process).
+extern "C" fn after_fork_child() {
+    let mine = SLOT.get();
+    for (i, w) in WORDS.iter().enumerate() {
+        if i + 1 != mine {
+            w.qs.store(0, Ordering::Relaxed);
+            w.tid.store(0, Ordering::Relaxed);
+        }
+    }
+    if mine != 0 {
+        WORDS[mine - 1].tid.store(sys::gettid(), Ordering::Relaxed);
+    }
+    super::dispatch::reset_tid_cache();
+    // SAFETY: plain system call.
+    let ok = unsafe {
+        libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0)
+    } == 0;
+    MEMBARRIER.store(ok as i32, Ordering::Relaxed);
+    crate::patch::after_fork_child();
 }
 
 extern "C" fn release_slot(v: *mut libc::c_void) {
