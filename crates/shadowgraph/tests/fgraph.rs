@@ -533,7 +533,13 @@ struct Walk {
     hi: usize,
 }
 
-static WALK: Mutex<Walk> = Mutex::new(Walk { frames: 0, hijacked: 0, translated_ok: 0, lo: 0, hi: 0 });
+static WALK: Mutex<Walk> = Mutex::new(Walk {
+    frames: 0,
+    hijacked: 0,
+    translated_ok: 0,
+    lo: 0,
+    hi: 0,
+});
 
 /// Walks the frame-pointer chain from inside fp_deep(0), translating every
 /// return address as an unwinder would.
@@ -573,7 +579,13 @@ fn unwinder_translation_of_a_400_deep_stack_is_linear() {
     let site = ftrace::site_by_name("fp_deep").unwrap().addr;
     {
         let mut w = WALK.lock().unwrap();
-        *w = Walk { frames: 0, hijacked: 0, translated_ok: 0, lo: site - 4096, hi: site + 4096 };
+        *w = Walk {
+            frames: 0,
+            hijacked: 0,
+            translated_ok: 0,
+            lo: site - 4096,
+            hi: site + 4096,
+        };
     }
     let t = Tally::new();
     let u = counting_user(&["fp_deep"], t);
@@ -583,10 +595,19 @@ fn unwinder_translation_of_a_400_deep_stack_is_linear() {
     let visits = fgraph::RET_ADDR_VISITS.load(Ordering::Relaxed) - v0;
     fgraph::unregister_graph(&u).unwrap();
     let w = WALK.lock().unwrap();
-    assert_eq!(w.hijacked, 401, "every hooked frame's slot held the handler");
+    assert_eq!(
+        w.hijacked, 401,
+        "every hooked frame's slot held the handler"
+    );
     assert_eq!(w.frames, 401, "walked to the outermost frame");
-    assert_eq!(w.translated_ok, 400, "real addresses inside fp_deep (the last returns to the test)");
-    assert!(visits <= 2 * 401, "unwind visited {visits} shadow frames for 401 frames");
+    assert_eq!(
+        w.translated_ok, 400,
+        "real addresses inside fp_deep (the last returns to the test)"
+    );
+    assert!(
+        visits <= 2 * 401,
+        "unwind visited {visits} shadow frames for 401 frames"
+    );
     clean();
 }
 
@@ -642,8 +663,16 @@ fn tail_call_frames_both_return_innermost_first() {
     let _g = serial();
     let f = fixture();
     let tail_a: extern "C" fn(i32) -> i32 = f._lib.func("tail_a");
-    let (a, b) = (ftrace::site_by_name("tail_a").unwrap().addr, ftrace::site_by_name("tail_b").unwrap().addr);
-    let u = GraphUser::new(order_entry, order_return, FilterSet::with_patterns(&["tail_*"], &[]).unwrap(), 0);
+    let (a, b) = (
+        ftrace::site_by_name("tail_a").unwrap().addr,
+        ftrace::site_by_name("tail_b").unwrap().addr,
+    );
+    let u = GraphUser::new(
+        order_entry,
+        order_return,
+        FilterSet::with_patterns(&["tail_*"], &[]).unwrap(),
+        0,
+    );
     fgraph::register_graph(&u).unwrap();
     ORDER.lock().unwrap().clear();
     assert_eq!(tail_a(3), 13);
@@ -670,7 +699,10 @@ fn forked_child_keeps_tracing_and_can_unregister() {
         let ok_counts = by_name(&e, "g_leaf") == 10 && e == r;
         let ok_unreg = fgraph::unregister_graph(&u).is_ok();
         let ok_after = (f.run)(5) == r0 && t.take().0.iter().sum::<u64>() == 0;
-        let code = (!ok_run) as i32 | ((!ok_counts) as i32) << 1 | ((!ok_unreg) as i32) << 2 | ((!ok_after) as i32) << 3;
+        let code = (!ok_run) as i32
+            | ((!ok_counts) as i32) << 1
+            | ((!ok_unreg) as i32) << 2
+            | ((!ok_after) as i32) << 3;
         // SAFETY: leaving the child without running the parent's destructors.
         unsafe { libc::_exit(code) };
     }
@@ -678,10 +710,176 @@ fn forked_child_keeps_tracing_and_can_unregister() {
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     assert!(libc::WIFEXITED(status), "child crashed: status {status:#x}");
-    assert_eq!(libc::WEXITSTATUS(status), 0, "child checks failed (bits: run, counts, unregister, after)");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "child checks failed (bits: run, counts, unregister, after)"
+    );
     // The parent still traces.
     (f.run)(5);
     assert_eq!(by_name(&t.take().0, "g_leaf"), 10);
     fgraph::unregister_graph(&u).unwrap();
+    clean();
+}
+
+use shadowgraph::fgraph::filters::{GraphFilter, Verdict};
+
+/// A user recording (through its GraphFilter) which functions it saw.
+struct Filtered {
+    filter: GraphFilter,
+    tally: &'static Tally,
+}
+
+fn filtered_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
+    // SAFETY: users made by filtered_user carry a leaked Filtered.
+    let f = unsafe { &*(u.private as *const Filtered) };
+    match f.filter.entry(e, u) {
+        Verdict::Record(p) => {
+            // SAFETY: 8 reserved bytes.
+            unsafe { p.write(e.func as u64) };
+            if let Some(i) = idx(e.func) {
+                f.tally.entries[i].fetch_add(1, Ordering::Relaxed);
+            }
+            true
+        }
+        Verdict::Silent => true,
+        Verdict::Reject => false,
+    }
+}
+
+fn filtered_return(r: &GraphReturn, u: &GraphUser, _regs: &RetRegs) {
+    // SAFETY: as in filtered_entry.
+    let f = unsafe { &*(u.private as *const Filtered) };
+    if let Some(p) = f.filter.ret(r, u) {
+        // SAFETY: the 8 bytes reserved at entry hold the function.
+        assert_eq!(unsafe { p.read() }, r.func as u64, "data of another frame");
+        if let Some(i) = idx(r.func) {
+            f.tally.returns[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn filtered_user(filter: GraphFilter, t: &'static Tally) -> Arc<GraphUser> {
+    let f: &'static Filtered = Box::leak(Box::new(Filtered { filter, tally: t }));
+    GraphUser::new(
+        filtered_entry,
+        filtered_return,
+        FilterSet::all(),
+        f as *const Filtered as usize,
+    )
+}
+
+fn names_seen(t: &Tally) -> Vec<(&'static str, u64)> {
+    let (e, r) = t.take();
+    assert_eq!(e, r, "recorded entries and returns differ");
+    NAMES
+        .iter()
+        .zip(e)
+        .filter(|(_, n)| *n > 0)
+        .map(|(n, c)| (*n, c))
+        .collect()
+}
+
+#[test]
+fn graph_filters_depth_functions_notrace_threads() {
+    let _g = serial();
+    let f = fixture();
+    let fs = |p: &[&str]| Some(FilterSet::with_patterns(p, &[]).unwrap());
+    let cases: Vec<(GraphFilter, Vec<(&str, u64)>)> = vec![
+        (
+            GraphFilter {
+                max_depth: 2,
+                ..Default::default()
+            },
+            vec![("g_mid", 3), ("g_top", 3)],
+        ),
+        (
+            GraphFilter {
+                functions: fs(&["g_mid"]),
+                ..Default::default()
+            },
+            vec![("g_leaf", 6), ("g_mid", 3)],
+        ),
+        (
+            GraphFilter {
+                notrace: fs(&["g_mid"]),
+                ..Default::default()
+            },
+            vec![("g_top", 3)],
+        ),
+        (
+            GraphFilter {
+                functions: fs(&["g_top"]),
+                notrace: fs(&["g_mid"]),
+                ..Default::default()
+            },
+            vec![("g_top", 3)],
+        ),
+        (
+            GraphFilter {
+                functions: fs(&["g_mid"]),
+                max_depth: 1,
+                ..Default::default()
+            },
+            vec![("g_mid", 3)],
+        ),
+    ];
+    for (filter, want) in cases {
+        let t = Tally::new();
+        let u = filtered_user(filter, t);
+        fgraph::register_graph(&u).unwrap();
+        (f.run)(3);
+        fgraph::unregister_graph(&u).unwrap();
+        let mut got = names_seen(t);
+        got.sort();
+        let mut want = want;
+        want.sort();
+        assert_eq!(got, want);
+    }
+    // Thread filter: only this thread is recorded.
+    let t = Tally::new();
+    let me = ftrace::current_tid();
+    let u = filtered_user(
+        GraphFilter {
+            threads: Some(ftrace::ThreadFilter::new(&[me], &[])),
+            ..Default::default()
+        },
+        t,
+    );
+    fgraph::register_graph(&u).unwrap();
+    (f.run)(1);
+    std::thread::spawn(move || (f.run)(1)).join().unwrap();
+    fgraph::unregister_graph(&u).unwrap();
+    assert_eq!(
+        names_seen(t).iter().map(|x| x.1).sum::<u64>(),
+        4,
+        "one g_top, g_mid, 2 g_leaf"
+    );
+    clean();
+}
+
+/// SPEC §6.2 #13: a second user keeps frames inside a notrace subtree of the
+/// first; the first records nothing there and resumes after it.
+#[test]
+fn notrace_subtree_stays_silent_while_another_user_keeps_frames() {
+    let _g = serial();
+    let f = fixture();
+    let (ta, tb) = (Tally::new(), Tally::new());
+    let a = filtered_user(
+        GraphFilter {
+            notrace: Some(FilterSet::with_patterns(&["g_mid"], &[]).unwrap()),
+            ..Default::default()
+        },
+        ta,
+    );
+    let b = counting_user(&[], tb);
+    fgraph::register_graph(&a).unwrap();
+    fgraph::register_graph(&b).unwrap();
+    (f.run)(4);
+    fgraph::unregister_graph(&b).unwrap();
+    fgraph::unregister_graph(&a).unwrap();
+    assert_eq!(names_seen(ta), vec![("g_top", 4)]);
+    let (eb, rb) = tb.take();
+    assert_eq!((by_name(&eb, "g_leaf"), by_name(&rb, "g_leaf")), (8, 8));
     clean();
 }

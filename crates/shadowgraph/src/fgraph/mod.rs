@@ -13,6 +13,7 @@
 //! never gets returns of frames entered before it registered), strict
 //! reservations, exact rollback of a failed registration.
 
+pub mod filters;
 pub mod stack;
 
 use crate::ftrace::dispatch::ErrnoGuard;

@@ -91,7 +91,12 @@ extern "C" fn after_fork_child() {
     super::dispatch::reset_tid_cache();
     // SAFETY: plain system call.
     let ok = unsafe {
-        libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0)
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+            0,
+            0,
+        )
     } == 0;
     MEMBARRIER.store(ok as i32, Ordering::Relaxed);
     crate::patch::after_fork_child();

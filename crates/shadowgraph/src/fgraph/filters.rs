@@ -1,0 +1,108 @@
+//! Graph filters of one user (SPEC §4.9): maximum depth, graph functions
+//! (record only inside their subtrees), graph notrace (record nothing inside
+//! theirs) and a thread filter, kept in the user's thread variable:
+//! bits 0..15 the user's own depth, bit 16 IN_GRAPH, bit 17 NOTRACE, bits
+//! 32..47 the own depth at which IN_GRAPH was set. Counted in the user's own
+//! nesting, so an instance's output never depends on other users.
+
+use super::{GraphEntry, GraphReturn, GraphUser};
+use crate::ftrace::{current_tid, dispatch::site_id, FilterSet, ThreadFilter};
+use std::sync::Arc;
+
+const DEPTH_MASK: u64 = 0xffff;
+const IN_GRAPH: u64 = 1 << 16;
+const NOTRACE: u64 = 1 << 17;
+const GRAPH_DEPTH_SHIFT: u64 = 32;
+
+/// A user's graph filters; all optional.
+#[derive(Default)]
+pub struct GraphFilter {
+    /// Record at most this many nested levels of the user's own frames (0: no limit).
+    pub max_depth: u32,
+    /// Record only inside calls of these functions.
+    pub functions: Option<Arc<FilterSet>>,
+    /// Record nothing inside calls of these functions.
+    pub notrace: Option<Arc<FilterSet>>,
+    /// Record only threads this admits.
+    pub threads: Option<ThreadFilter>,
+}
+
+/// What the entry callback should do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Record the call: 8 bytes are reserved for it (e.g. its start time).
+    Record(*mut u64),
+    /// Accept without recording (a notrace subtree starts): return `true`.
+    Silent,
+    /// Decline: return `false`.
+    Reject,
+}
+
+fn contains(fs: &Option<Arc<FilterSet>>, func: usize) -> Option<bool> {
+    let fs = fs.as_ref()?;
+    Some(site_id(func).is_some_and(|id| fs.pair().contains(id)))
+}
+
+impl GraphFilter {
+    /// Call at the start of the user's entry callback.
+    pub fn entry(&self, ent: &GraphEntry, user: &GraphUser) -> Verdict {
+        let Some(var) = user.task_var() else {
+            return Verdict::Reject;
+        };
+        let v = var.get();
+        if v & NOTRACE != 0 {
+            return Verdict::Reject;
+        }
+        if contains(&self.notrace, ent.func) == Some(true) {
+            var.set(v | NOTRACE);
+            return Verdict::Silent;
+        }
+        let own = v & DEPTH_MASK;
+        let mut next = v;
+        if let Some(inside) = contains(&self.functions, ent.func) {
+            if v & IN_GRAPH == 0 {
+                if !inside {
+                    return Verdict::Reject;
+                }
+                next = (next & !(DEPTH_MASK << GRAPH_DEPTH_SHIFT))
+                    | IN_GRAPH
+                    | own << GRAPH_DEPTH_SHIFT;
+            }
+        }
+        if self.max_depth > 0 && own >= self.max_depth as u64 {
+            return Verdict::Reject;
+        }
+        if self
+            .threads
+            .as_ref()
+            .is_some_and(|t| !t.allows(current_tid()))
+        {
+            return Verdict::Reject;
+        }
+        let Some(p) = user.reserve(8) else {
+            return Verdict::Reject;
+        };
+        var.set((next & !DEPTH_MASK) | (own + 1));
+        Verdict::Record(p as *mut u64)
+    }
+
+    /// Call at the start of the user's return callback: `Some` (the 8 bytes
+    /// reserved at entry) when the return is to be recorded.
+    pub fn ret(&self, _ret: &GraphReturn, user: &GraphUser) -> Option<*mut u64> {
+        let var = user.task_var()?;
+        let mut v = var.get();
+        // While NOTRACE is set every entry was refused, so this return is
+        // the notrace function's own.
+        if v & NOTRACE != 0 {
+            var.set(v & !NOTRACE);
+            return None;
+        }
+        let (p, _) = user.retrieve()?;
+        let own = v & DEPTH_MASK;
+        if v & IN_GRAPH != 0 && own > 0 && (v >> GRAPH_DEPTH_SHIFT) & DEPTH_MASK == own - 1 {
+            v &= !IN_GRAPH;
+        }
+        var.set((v & !DEPTH_MASK) | own.saturating_sub(1));
+        Some(p as *mut u64)
+    }
+}
