@@ -156,6 +156,15 @@ impl SiteCounter {
             .map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
     }
 
+    /// Counts one call of the site at `addr` (from any callback).
+    #[inline]
+    pub fn add(&self, addr: usize) {
+        match self.sites.binary_search(&addr) {
+            Ok(i) => self.counts[i].fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.unknown.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
     /// Calls from addresses that are not among the sites (never expected).
     pub fn unknown(&self) -> u64 {
         self.unknown.load(Ordering::Relaxed)
@@ -179,11 +188,7 @@ impl SiteCounter {
 
 extern "C" fn count_hit(ip: usize, _parent: usize, _slot: *mut usize, data: *const ()) {
     // SAFETY: `data` is the leaked SiteCounter the trampoline was built for.
-    let c = unsafe { &*(data as *const SiteCounter) };
-    match c.sites.binary_search(&ip) {
-        Ok(i) => c.counts[i].fetch_add(1, Ordering::Relaxed),
-        Err(_) => c.unknown.fetch_add(1, Ordering::Relaxed),
-    };
+    unsafe { &*(data as *const SiteCounter) }.add(ip);
 }
 
 // ---------------------------------------------------------------------------

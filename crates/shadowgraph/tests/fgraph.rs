@@ -12,7 +12,7 @@ use shadowgraph::ftrace::{self, FilterSet, Regs};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-const NAMES: [&str; 13] = [
+const NAMES: [&str; 15] = [
     "g_leaf",
     "g_mid",
     "g_top",
@@ -26,6 +26,8 @@ const NAMES: [&str; 13] = [
     "sched_outer",
     "lj_run",
     "lj_level",
+    "exit_deep_hooked",
+    "exit_thread_hooked",
 ];
 
 struct Fixture {
@@ -80,8 +82,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Per-function entry/return counters, and facts seen at returns.
 #[derive(Default)]
 struct Tally {
-    entries: [AtomicU64; 13],
-    returns: [AtomicU64; 13],
+    entries: [AtomicU64; 15],
+    returns: [AtomicU64; 15],
     last_retval: AtomicU64,
     max_depth: AtomicI32,
     unwound: AtomicU64,
@@ -881,5 +883,31 @@ fn notrace_subtree_stays_silent_while_another_user_keeps_frames() {
     assert_eq!(names_seen(ta), vec![("g_top", 4)]);
     let (eb, rb) = tb.take();
     assert_eq!((by_name(&eb, "g_leaf"), by_name(&rb, "g_leaf")), (8, 8));
+    clean();
+}
+
+#[test]
+fn thread_exiting_inside_traced_frames_reports_them() {
+    let _g = serial();
+    let f = fixture();
+    let run_exit_thread: extern "C" fn() -> i64 = f._lib.func("run_exit_thread_hooked");
+    let set_before_exit: extern "C" fn(extern "C" fn()) = f._lib.func("set_before_exit");
+    // What the agent's pthread_exit interposer does before the forced
+    // unwind: the unwinder must see real return addresses.
+    extern "C" fn unhook() {
+        fgraph::unhook_thread();
+    }
+    set_before_exit(unhook);
+    let t = Tally::new();
+    let u = counting_user(&["exit_*"], t);
+    fgraph::register_graph(&u).unwrap();
+    assert_eq!(run_exit_thread(), 42, "pthread_exit value");
+    assert_eq!(run_exit_thread(), 42);
+    fgraph::unregister_graph(&u).unwrap();
+    let (e, r) = t.take();
+    assert_eq!(by_name(&e, "exit_deep_hooked"), 8);
+    assert_eq!(by_name(&e, "exit_thread_hooked"), 2);
+    assert_eq!(e, r, "open frames of an exiting thread are reported as exits");
+    assert!(t.unwound.load(Ordering::Relaxed) >= 10);
     clean();
 }

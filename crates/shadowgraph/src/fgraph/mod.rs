@@ -69,6 +69,19 @@ pub struct RetRegs {
     _pad: u64,
 }
 
+impl RetRegs {
+    fn zeroed() -> RetRegs {
+        RetRegs {
+            rax: 0,
+            rdx: 0,
+            xmm0: 0,
+            xmm1: 0,
+            rsp: 0,
+            _pad: 0,
+        }
+    }
+}
+
 const _: () = {
     assert!(std::mem::offset_of!(RetRegs, xmm0) == 16);
     assert!(std::mem::offset_of!(RetRegs, rsp) == 48);
@@ -297,14 +310,21 @@ fn thread_key() -> libc::pthread_key_t {
     })
 }
 
-/// Thread exit: the stack goes back to the pool.
+/// Thread exit: open frames are reported as (unwound) exits, and the stack
+/// goes back to the pool.
 extern "C" fn thread_exit(_: *mut libc::c_void) {
     let t = thread();
     t.exiting.set(true);
-    let s = t.stack.replace(std::ptr::null_mut());
-    if !s.is_null() {
-        stack::release(s);
+    if t.stack.get().is_null() {
+        return;
     }
+    let _b = Bracket::enter();
+    let r = RetRegs::zeroed();
+    while let Some(start) = t.frame_below(t.curr.get()) {
+        finish_frame(t, start, &r, true);
+    }
+    let s = t.stack.replace(std::ptr::null_mut());
+    stack::release(s);
 }
 
 /// Whether exactly one user is registered and served by the fast path.
@@ -426,6 +446,9 @@ fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {
     let Some(bit) = try_lock(Group::Graph) else {
         return;
     };
+    if t.unhooked.get() {
+        rehook_in(t, regs.parent_slot as usize);
+    }
     enter(t, ip, parent_ip, regs);
     unlock(bit);
 }
@@ -692,4 +715,74 @@ pub fn top_ret_addr() -> Option<usize> {
         top = start;
     }
     None
+}
+
+// --- Unwinders (SPEC §4.9 g) -------------------------------------------------------------------
+
+/// Puts every live frame's real return address back into its slot, so that
+/// an unwinder (C++ exception, forced unwind of `pthread_exit`, a panic,
+/// `backtrace`) sees the real stack and never `return_to_handler`. The
+/// frames stay on the shadow stack, unhooked, until [`rehook_thread`] or the
+/// thread's next hook. Interposers call this before handing over.
+pub fn unhook_thread() {
+    let t = thread();
+    if t.stack.get().is_null() || t.unhooked.get() {
+        return;
+    }
+    let rth = return_to_handler();
+    // Top to bottom: a tail-call frame (ret = handler) shares its slot with
+    // the frame below, which then writes the real address.
+    let mut top = t.curr.get();
+    while let Some(start) = t.frame_below(top) {
+        let ret = t.word(start) as usize;
+        let retp = t.word(start + 2) as *mut usize;
+        // SAFETY: retp is a return slot on this thread's stack, live while
+        // its frame is on the shadow stack.
+        if ret != rth && unsafe { *retp } == rth {
+            unsafe { *retp = ret };
+        }
+        top = start;
+    }
+    t.unhooked.set(true);
+}
+
+/// After an unwinder stopped at stack pointer `sp` (a landing pad, or the
+/// end of a backtrace): frames whose slot lies below `sp` are gone —
+/// reported as unwound exits and popped — and the rest are hijacked again.
+pub fn rehook_thread(sp: usize) {
+    let t = thread();
+    if t.stack.get().is_null() || !t.unhooked.get() {
+        return;
+    }
+    let _b = Bracket::enter();
+    rehook_in(t, sp);
+}
+
+fn rehook_in(t: &ThreadState, sp: usize) {
+    let r = RetRegs::zeroed();
+    let rth = return_to_handler();
+    while let Some(start) = t.frame_below(t.curr.get()) {
+        let retp = t.word(start + 2) as usize;
+        // SAFETY: a slot at or above sp is on the live stack.
+        let gone = retp < sp || (retp == sp && {
+            let now = unsafe { *(retp as *const usize) };
+            now != t.word(start) as usize && now != rth
+        });
+        if !gone {
+            break;
+        }
+        finish_frame(t, start, &r, true);
+    }
+    let mut top = t.curr.get();
+    while let Some(start) = t.frame_below(top) {
+        let ret = t.word(start) as usize;
+        let retp = t.word(start + 2) as *mut usize;
+        // SAFETY: as in unhook_thread; a slot still holding the frame's real
+        // address is the live return slot of that call.
+        if ret != rth && unsafe { *retp } == ret {
+            unsafe { *retp = rth };
+        }
+        top = start;
+    }
+    t.unhooked.set(false);
 }

@@ -89,6 +89,9 @@ pub struct ThreadState {
     pub reserved_once: Cell<bool>,
     /// Reservations refused for lack of room.
     pub reserve_fail: Cell<u64>,
+    /// The real return addresses are back in their slots (an unwinder is
+    /// or was walking this stack); the next hook re-hijacks.
+    pub unhooked: Cell<bool>,
 }
 
 thread_local! {
@@ -103,6 +106,7 @@ thread_local! {
             in_entry: Cell::new(-1),
             reserved_once: Cell::new(false),
             reserve_fail: Cell::new(0),
+            unhooked: Cell::new(false),
         }
     };
 }
