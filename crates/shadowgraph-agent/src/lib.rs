@@ -6,8 +6,10 @@
 //! code on its hot paths.
 //!
 //! Environment (set by the `shadowgraph` CLI):
-//! * `SHADOWGRAPH_MODE=count` — count calls per function; without it the
-//!   agent does nothing.
+//! * `SHADOWGRAPH_MODE=count` — count calls per function with a counting
+//!   trampoline; `SHADOWGRAPH_MODE=graph` — count entries and returns per
+//!   function through the ftrace core and fgraph (return hijacking);
+//!   without it the agent does nothing.
 //! * `SHADOWGRAPH_OUT=FILE` — where the report goes at exit (else stderr).
 //!
 //! The agent also interposes `sigaction`/`signal` so that the program can
@@ -19,15 +21,19 @@ use shadowgraph::arena::Arena;
 use shadowgraph::patch::{self, Edit};
 use shadowgraph::process::{self, Module};
 use shadowgraph::tramp::SiteCounter;
+use shadowgraph::{fgraph, ftrace};
 use std::io::Write;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 mod interpose;
+mod unwind;
 
 /// What the constructor attached, for the report at exit.
 struct Attached {
     modules: Vec<Module>,
     counter: &'static SiteCounter,
+    /// Graph mode: returns per site (entries are in `counter`).
+    returns: Option<&'static SiteCounter>,
     normalized: process::Normalized,
 }
 
@@ -43,8 +49,9 @@ extern "C" fn agent_init() {
     };
     let result = match mode.as_str() {
         "count" => attach_counter(),
+        "graph" => attach_graph(),
         other => Err(format!(
-            "unknown SHADOWGRAPH_MODE `{other}` (expected `count`)"
+            "unknown SHADOWGRAPH_MODE `{other}` (expected `count` or `graph`)"
         )),
     };
     if let Err(e) = result {
@@ -54,14 +61,7 @@ extern "C" fn agent_init() {
 
 /// Counts every call of every function of every loaded object with sites.
 fn attach_counter() -> Result<(), String> {
-    let me = agent_path();
-    let mut modules = process::discover(|p| Some(p) != me.as_deref()).map_err(|e| e.to_string())?;
-    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
-    if modules.iter().all(|m| m.usable().next().is_none()) {
-        let found = shadowgraph::elf::scan_file(&exe).map_err(|e| e.to_string())?;
-        found.require_sites().map_err(|e| e.to_string())?;
-        return Err(format!("{}: no usable sites", exe.display()));
-    }
+    let mut modules = discover_program()?;
     patch::init();
     let normalized = process::normalize(&mut modules).map_err(|e| e.to_string())?;
     let counter = SiteCounter::new(modules.iter().flat_map(|m| m.usable().map(|s| s.addr)));
@@ -83,8 +83,60 @@ fn attach_counter() -> Result<(), String> {
     let _ = ATTACHED.set(Attached {
         modules,
         counter,
+        returns: None,
         normalized,
     });
+    // SAFETY: registering a plain extern "C" function with atexit.
+    unsafe { libc::atexit(agent_exit) };
+    Ok(())
+}
+
+/// Sites of every loaded object except the agent, or a one-line error
+/// naming the program when there are none.
+fn discover_program() -> Result<Vec<Module>, String> {
+    let me = agent_path();
+    let modules = process::discover(|p| Some(p) != me.as_deref()).map_err(|e| e.to_string())?;
+    if modules.iter().all(|m| m.usable().next().is_none()) {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+        let found = shadowgraph::elf::scan_file(&exe).map_err(|e| e.to_string())?;
+        found.require_sites().map_err(|e| e.to_string())?;
+        return Err(format!("{}: no usable sites", exe.display()));
+    }
+    Ok(modules)
+}
+
+static GRAPH_USER: OnceLock<Arc<fgraph::GraphUser>> = OnceLock::new();
+
+fn graph_entry(e: &fgraph::GraphEntry, _u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+    if let Some(a) = ATTACHED.get() {
+        a.counter.add(e.func);
+    }
+    true
+}
+
+fn graph_return(r: &fgraph::GraphReturn, _u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+    if let Some(ret) = ATTACHED.get().and_then(|a| a.returns) {
+        ret.add(r.func);
+    }
+}
+
+/// Counts entries and returns of every function through fgraph.
+fn attach_graph() -> Result<(), String> {
+    let mut modules = discover_program()?;
+    let normalized = process::normalize(&mut modules).map_err(|e| e.to_string())?;
+    let sites = || modules.iter().flat_map(|m| m.usable().map(|s| s.addr));
+    let counter = SiteCounter::new(sites());
+    let returns = SiteCounter::new(sites());
+    let _ = ATTACHED.set(Attached {
+        modules: modules.clone(),
+        counter,
+        returns: Some(returns),
+        normalized,
+    });
+    ftrace::add_modules(modules).map_err(|e| e.to_string())?;
+    let user = fgraph::GraphUser::new(graph_entry, graph_return, ftrace::FilterSet::all(), 0);
+    fgraph::register_graph(&user).map_err(|e| e.to_string())?;
+    let _ = GRAPH_USER.set(user);
     // SAFETY: registering a plain extern "C" function with atexit.
     unsafe { libc::atexit(agent_exit) };
     Ok(())
@@ -94,16 +146,26 @@ extern "C" fn agent_exit() {
     let Some(a) = ATTACHED.get() else {
         return;
     };
-    let mut text = String::from("# shadowgraph counts v1\n# module\tfunction\taddress\tcalls\n");
+    // Frames still open on this thread (exit() called inside traced
+    // functions) will never return: leave the counts as they are.
+    let mut text = String::from(if a.returns.is_some() {
+        "# shadowgraph counts v1\n# module\tfunction\taddress\tcalls\treturns\n"
+    } else {
+        "# shadowgraph counts v1\n# module\tfunction\taddress\tcalls\n"
+    });
     for m in &a.modules {
         for s in m.usable() {
             text.push_str(&format!(
-                "{}\t{}\t{:#x}\t{}\n",
+                "{}\t{}\t{:#x}\t{}",
                 m.path.display(),
                 s.function,
                 s.addr - m.bias,
                 a.counter.count(s.addr)
             ));
+            if let Some(r) = a.returns {
+                text.push_str(&format!("\t{}", r.count(s.addr)));
+            }
+            text.push('\n');
         }
     }
     let st = patch::stats();

@@ -39,6 +39,10 @@ enum Command {
         /// Show only the N most called functions (0: all).
         #[arg(long, default_value_t = 0)]
         top: usize,
+        /// Count through function-graph tracing: entries and returns (the
+        /// return of every call is hijacked, as the graph tracers do).
+        #[arg(long)]
+        graph: bool,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
@@ -55,7 +59,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo { keep } => run::demo(keep),
         Command::Sites { file, all } => sites(&file, all),
-        Command::Count { top, program } => run::count(&program, top),
+        Command::Count {
+            top,
+            graph,
+            program,
+        } => run::count(&program, top, graph),
         Command::Bench { which } => bench::run(which),
     };
     match result {

@@ -39,12 +39,15 @@ pub struct Counted {
     pub module: String,
     pub function: String,
     pub calls: u64,
+    /// Returns seen (graph mode only).
+    pub returns: Option<u64>,
 }
 
-/// Runs `program` with every call counted. Returns its exit status, the
-/// counts and the report's summary line.
+/// Runs `program` with every call counted (through fgraph when `graph`).
+/// Returns its exit status, the counts and the report's summary line.
 pub fn run_counted(
     program: &[String],
+    graph: bool,
 ) -> Result<(std::process::ExitStatus, Vec<Counted>, String), String> {
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
@@ -55,7 +58,7 @@ pub fn run_counted(
     let status = Command::new(prog)
         .args(args)
         .env("LD_PRELOAD", &agent)
-        .env("SHADOWGRAPH_MODE", "count")
+        .env("SHADOWGRAPH_MODE", if graph { "graph" } else { "count" })
         .env("SHADOWGRAPH_OUT", &out)
         .status()
         .map_err(|e| format!("cannot run {prog}: {e}"))?;
@@ -73,20 +76,19 @@ pub fn run_counted(
         if line.starts_with('#') {
             continue;
         }
+        let bad = |what: &str| format!("{}: line {}: {what}", out.display(), n + 1);
+        let num = |v: &str| v.parse::<u64>().map_err(|_| bad("bad count"));
         let f: Vec<&str> = line.split('\t').collect();
-        let [module, function, _addr, calls] = f[..] else {
-            return Err(format!(
-                "{}: line {}: malformed agent report",
-                out.display(),
-                n + 1
-            ));
+        let (module, function, calls, returns) = match f[..] {
+            [m, func, _addr, c] => (m, func, num(c)?, None),
+            [m, func, _addr, c, r] => (m, func, num(c)?, Some(num(r)?)),
+            _ => return Err(bad("malformed agent report")),
         };
         counts.push(Counted {
             module: module.to_string(),
             function: function.to_string(),
-            calls: calls
-                .parse()
-                .map_err(|_| format!("{}: line {}: bad count", out.display(), n + 1))?,
+            calls,
+            returns,
         });
     }
     Ok((status, counts, summary))
@@ -115,8 +117,8 @@ fn tempfile(what: &str) -> Result<PathBuf, String> {
     Ok(dir.join(format!("shadowgraph-{what}-{}", std::process::id())))
 }
 
-pub fn count(program: &[String], top: usize) -> Result<ExitCode, String> {
-    let (status, mut counts, summary) = run_counted(program)?;
+pub fn count(program: &[String], top: usize, graph: bool) -> Result<ExitCode, String> {
+    let (status, mut counts, summary) = run_counted(program, graph)?;
     counts.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.function.cmp(&b.function)));
     print_counts(&counts, top);
     eprintln!("# {summary}");
@@ -124,7 +126,12 @@ pub fn count(program: &[String], top: usize) -> Result<ExitCode, String> {
 }
 
 fn print_counts(counts: &[Counted], top: usize) {
-    println!("{:>12}  FUNCTION", "CALLS");
+    let graph = counts.iter().any(|c| c.returns.is_some());
+    if graph {
+        println!("{:>12} {:>12}  FUNCTION", "CALLS", "RETURNS");
+    } else {
+        println!("{:>12}  FUNCTION", "CALLS");
+    }
     let n = if top == 0 {
         counts.len()
     } else {
@@ -135,7 +142,17 @@ fn print_counts(counts: &[Counted], top: usize) {
             .file_name()
             .map(|f| f.to_string_lossy())
             .unwrap_or_default();
-        println!("{:>12}  {}  [{}]", c.calls, c.function, module);
+        match c.returns {
+            Some(r) => println!("{:>12} {:>12}  {}  [{}]", c.calls, r, c.function, module),
+            None => println!("{:>12}  {}  [{}]", c.calls, c.function, module),
+        }
+    }
+    let open = counts
+        .iter()
+        .filter(|c| c.returns.is_some_and(|r| r != c.calls))
+        .count();
+    if open > 0 {
+        println!("# {open} functions were still running when the report was written");
     }
 }
 
@@ -164,7 +181,7 @@ pub fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
     );
     shadowgraph::cc::compile(&[&src], &flags, &exe)?;
     eprintln!("# running it under shadowgraph (every function entry patched before main):");
-    let (status, mut counts, summary) = run_counted(&[exe.to_string_lossy().into_owned()])?;
+    let (status, mut counts, summary) = run_counted(&[exe.to_string_lossy().into_owned()], false)?;
     counts.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.function.cmp(&b.function)));
     println!();
     print_counts(&counts, 0);

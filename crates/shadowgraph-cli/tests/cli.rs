@@ -273,3 +273,67 @@ fn sites_lists_and_explains() {
         "{err}"
     );
 }
+
+/// `count --graph` output → function → (calls, returns).
+fn graph_counts(stdout: &str) -> HashMap<String, (u64, u64)> {
+    stdout
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("CALLS"))
+        .skip(1)
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let calls = it.next()?.parse().ok()?;
+            let rets = it.next()?.parse().ok()?;
+            Some((it.next()?.to_string(), (calls, rets)))
+        })
+        .collect()
+}
+
+#[test]
+fn graph_mode_survives_exceptions_pthread_exit_longjmp_backtrace_and_fork() {
+    let dir = workdir("unwind");
+    let exe = dir.join("unwind");
+    let src = fixture("unwind.cpp");
+    let ok = Command::new("g++")
+        .args(["-O2", "-pthread", "-fpatchable-function-entry=5"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let plain = Command::new(&exe).output().unwrap();
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    let o = shadowgraph()
+        .args(["count", "--graph"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(
+        o.status.success(),
+        "traced program misbehaved:\n{out}\n{err}"
+    );
+    assert!(out.starts_with("s=-100 r=42 l=10"), "{out}");
+    let c = graph_counts(&out);
+    let get = |f: &str| *c.get(f).unwrap_or_else(|| panic!("{f} missing:\n{out}"));
+    assert_eq!(
+        get("thrower(int)"),
+        (600, 600),
+        "thrown-through frames are reported as exits"
+    );
+    assert_eq!(get("catcher(int)"), (100, 100));
+    assert_eq!(
+        get("exit_deep(int)"),
+        (4, 4),
+        "frames of an exiting thread are reported"
+    );
+    assert_eq!(get("lj(int)"), (60, 60), "longjmp'ed frames are reported");
+    assert_eq!(get("bt_depth(int)"), (11, 11));
+    assert_eq!(get("main"), (1, 1));
+    assert!(!out.contains("still running"), "{out}");
+}

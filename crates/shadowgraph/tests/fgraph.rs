@@ -907,7 +907,10 @@ fn thread_exiting_inside_traced_frames_reports_them() {
     let (e, r) = t.take();
     assert_eq!(by_name(&e, "exit_deep_hooked"), 8);
     assert_eq!(by_name(&e, "exit_thread_hooked"), 2);
-    assert_eq!(e, r, "open frames of an exiting thread are reported as exits");
+    assert_eq!(
+        e, r,
+        "open frames of an exiting thread are reported as exits"
+    );
     assert!(t.unwound.load(Ordering::Relaxed) >= 10);
     clean();
 }

@@ -764,10 +764,11 @@ fn rehook_in(t: &ThreadState, sp: usize) {
     while let Some(start) = t.frame_below(t.curr.get()) {
         let retp = t.word(start + 2) as usize;
         // SAFETY: a slot at or above sp is on the live stack.
-        let gone = retp < sp || (retp == sp && {
-            let now = unsafe { *(retp as *const usize) };
-            now != t.word(start) as usize && now != rth
-        });
+        let gone = retp < sp
+            || (retp == sp && {
+                let now = unsafe { *(retp as *const usize) };
+                now != t.word(start) as usize && now != rth
+            });
         if !gone {
             break;
         }
