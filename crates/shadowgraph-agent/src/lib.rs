@@ -21,10 +21,10 @@ use shadowgraph::arena::Arena;
 use shadowgraph::patch::{self, Edit};
 use shadowgraph::process::{self, Module};
 use shadowgraph::tramp::SiteCounter;
-use shadowgraph::{fgraph, ftrace};
 use std::io::Write;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
+mod graph;
 mod interpose;
 mod unwind;
 
@@ -32,8 +32,6 @@ mod unwind;
 struct Attached {
     modules: Vec<Module>,
     counter: &'static SiteCounter,
-    /// Graph mode: returns per site (entries are in `counter`).
-    returns: Option<&'static SiteCounter>,
     normalized: process::Normalized,
 }
 
@@ -49,7 +47,7 @@ extern "C" fn agent_init() {
     };
     let result = match mode.as_str() {
         "count" => attach_counter(),
-        "graph" => attach_graph(),
+        "graph" => graph::attach(),
         other => Err(format!(
             "unknown SHADOWGRAPH_MODE `{other}` (expected `count` or `graph`)"
         )),
@@ -83,7 +81,6 @@ fn attach_counter() -> Result<(), String> {
     let _ = ATTACHED.set(Attached {
         modules,
         counter,
-        returns: None,
         normalized,
     });
     // SAFETY: registering a plain extern "C" function with atexit.
@@ -93,7 +90,7 @@ fn attach_counter() -> Result<(), String> {
 
 /// Sites of every loaded object except the agent, or a one-line error
 /// naming the program when there are none.
-fn discover_program() -> Result<Vec<Module>, String> {
+pub(crate) fn discover_program() -> Result<Vec<Module>, String> {
     let me = agent_path();
     let modules = process::discover(|p| Some(p) != me.as_deref()).map_err(|e| e.to_string())?;
     if modules.iter().all(|m| m.usable().next().is_none()) {
@@ -105,67 +102,20 @@ fn discover_program() -> Result<Vec<Module>, String> {
     Ok(modules)
 }
 
-static GRAPH_USER: OnceLock<Arc<fgraph::GraphUser>> = OnceLock::new();
-
-fn graph_entry(e: &fgraph::GraphEntry, _u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
-    if let Some(a) = ATTACHED.get() {
-        a.counter.add(e.func);
-    }
-    true
-}
-
-fn graph_return(r: &fgraph::GraphReturn, _u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
-    if let Some(ret) = ATTACHED.get().and_then(|a| a.returns) {
-        ret.add(r.func);
-    }
-}
-
-/// Counts entries and returns of every function through fgraph.
-fn attach_graph() -> Result<(), String> {
-    let mut modules = discover_program()?;
-    let normalized = process::normalize(&mut modules).map_err(|e| e.to_string())?;
-    let sites = || modules.iter().flat_map(|m| m.usable().map(|s| s.addr));
-    let counter = SiteCounter::new(sites());
-    let returns = SiteCounter::new(sites());
-    let _ = ATTACHED.set(Attached {
-        modules: modules.clone(),
-        counter,
-        returns: Some(returns),
-        normalized,
-    });
-    ftrace::add_modules(modules).map_err(|e| e.to_string())?;
-    let user = fgraph::GraphUser::new(graph_entry, graph_return, ftrace::FilterSet::all(), 0);
-    fgraph::register_graph(&user).map_err(|e| e.to_string())?;
-    let _ = GRAPH_USER.set(user);
-    // SAFETY: registering a plain extern "C" function with atexit.
-    unsafe { libc::atexit(agent_exit) };
-    Ok(())
-}
-
 extern "C" fn agent_exit() {
     let Some(a) = ATTACHED.get() else {
         return;
     };
-    // Frames still open on this thread (exit() called inside traced
-    // functions) will never return: leave the counts as they are.
-    let mut text = String::from(if a.returns.is_some() {
-        "# shadowgraph counts v1\n# module\tfunction\taddress\tcalls\treturns\n"
-    } else {
-        "# shadowgraph counts v1\n# module\tfunction\taddress\tcalls\n"
-    });
+    let mut text = String::from("# shadowgraph counts v1\n# module\tfunction\taddress\tcalls\n");
     for m in &a.modules {
         for s in m.usable() {
             text.push_str(&format!(
-                "{}\t{}\t{:#x}\t{}",
+                "{}\t{}\t{:#x}\t{}\n",
                 m.path.display(),
                 s.function,
                 s.addr - m.bias,
                 a.counter.count(s.addr)
             ));
-            if let Some(r) = a.returns {
-                text.push_str(&format!("\t{}", r.count(s.addr)));
-            }
-            text.push('\n');
         }
     }
     let st = patch::stats();
@@ -180,6 +130,11 @@ extern "C" fn agent_exit() {
         a.counter.unknown(),
         intact as u8
     ));
+    write_report(&text);
+}
+
+/// Writes the report to `$SHADOWGRAPH_OUT` (else stderr).
+pub(crate) fn write_report(text: &str) {
     match std::env::var_os("SHADOWGRAPH_OUT") {
         Some(p) => {
             if let Err(e) = std::fs::write(&p, text) {
@@ -193,7 +148,7 @@ extern "C" fn agent_exit() {
 }
 
 /// Path of this shared object, to leave it out of discovery.
-fn agent_path() -> Option<std::path::PathBuf> {
+pub(crate) fn agent_path() -> Option<std::path::PathBuf> {
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr fills `info` for an address inside a loaded object.
     let ok = unsafe { libc::dladdr(agent_init as *const () as *const libc::c_void, &mut info) };

@@ -337,3 +337,58 @@ fn graph_mode_survives_exceptions_pthread_exit_longjmp_backtrace_and_fork() {
     assert_eq!(get("main"), (1, 1));
     assert!(!out.contains("still running"), "{out}");
 }
+
+#[test]
+fn graph_mode_follows_dlopen_and_dlclose_while_a_thread_runs() {
+    let dir = workdir("dl");
+    let lib = dir.join("libcalls.so");
+    cc(
+        &[&lib_fixture("calls.c")],
+        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
+        &lib,
+    );
+    let exe = dir.join("dl");
+    cc(
+        &[&fixture("dl.c")],
+        &["-O2", "-pthread", "-fpatchable-function-entry=5", "-ldl"],
+        &exe,
+    );
+    let plain = Command::new(&exe).arg(&lib).output().unwrap();
+    assert!(plain.status.success());
+    let o = shadowgraph()
+        .args(["count", "--graph"])
+        .arg(&exe)
+        .arg(&lib)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(
+        out.starts_with(&*String::from_utf8_lossy(&plain.stdout)),
+        "{out}"
+    );
+    // The library was loaded twice (two module records): sum per function.
+    let mut sum: HashMap<String, (u64, u64)> = HashMap::new();
+    for l in out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("CALLS"))
+        .skip(1)
+    {
+        let mut it = l.split_whitespace();
+        let (Some(c), Some(r), Some(f)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        let (Ok(c), Ok(r)) = (c.parse::<u64>(), r.parse::<u64>()) else {
+            continue;
+        };
+        let e = sum.entry(f.to_string()).or_default();
+        e.0 += c;
+        e.1 += r;
+    }
+    assert_eq!(sum.get("run"), Some(&(2, 2)), "{out}");
+    assert_eq!(sum.get("mid"), Some(&(150, 150)), "{out}");
+    assert_eq!(sum.get("leaf"), Some(&(300, 300)), "{out}");
+    let spin = sum.get("spin_work").copied().unwrap_or_default();
+    assert!(spin.0 > 0 && spin.0 == spin.1, "{out}");
+    assert!(err.contains("lost_frames=0"), "{err}");
+}

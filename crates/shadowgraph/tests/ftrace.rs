@@ -795,3 +795,38 @@ fn thread_filter_admits_only_listed_threads() {
     ftrace::unregister(&ops).unwrap();
     assert_clean();
 }
+
+/// Objects added while ops are registered: an ops tracing all gets their
+/// functions, and a pattern naming a module not loaded yet resolves when it
+/// arrives.
+#[test]
+fn objects_added_later_join_registered_filters() {
+    let _g = serial();
+    let (pa, pb) = (Probe::new(), Probe::new());
+    let all = probe_ops(pa, &[], &[], 0);
+    let later = Ops::with_private(
+        probe_cb,
+        0,
+        FilterSet::with_patterns(&["mid@liblater.so"], &[]).unwrap(),
+        pb as *const Probe as usize,
+    );
+    ftrace::register(&all).unwrap();
+    ftrace::register(&later).unwrap();
+    let dir = workdir("later");
+    let lib = Lib::open(&build_lib(
+        &dir,
+        &common::fixture("calls.c"),
+        "later",
+        flavour::PATCHABLE,
+    ));
+    ftrace::add_modules(vec![lib.module()]).unwrap();
+    invariants();
+    let mid = ftrace::site_by_name("mid").unwrap();
+    assert_eq!(mid.count, 2, "both ops now trace the new object's mid");
+    assert_eq!(ftrace::site_by_name("leaf").unwrap().count, 1);
+    let run: extern "C" fn(i32) -> i64 = lib.func("run");
+    run(3);
+    ftrace::unregister(&all).unwrap();
+    ftrace::unregister(&later).unwrap();
+    assert_clean();
+}

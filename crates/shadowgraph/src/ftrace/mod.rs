@@ -386,9 +386,12 @@ struct SiteRec {
 
 struct ModuleRec {
     path: PathBuf,
+    bias: usize,
     arena: &'static Arena,
     shared_args: usize,
     shared_regs: usize,
+    /// Removed (dlclose): its sites are NOP5 and DISABLED for good.
+    unloaded: bool,
 }
 
 struct Core {
@@ -478,9 +481,11 @@ pub fn add_modules(mut modules: Vec<Module>) -> Result<(), CoreError> {
         let module = c.modules.len() as u16;
         c.modules.push(ModuleRec {
             path: m.path.clone(),
+            bias: m.bias,
             arena,
             shared_args,
             shared_regs,
+            unloaded: false,
         });
         for s in m.sites {
             c.sites.push(SiteRec {
@@ -499,23 +504,13 @@ pub fn add_modules(mut modules: Vec<Module>) -> Result<(), CoreError> {
     }
     // The hot path's address → id index (old indexes are leaked: tiny, and a
     // thread may hold one indefinitely).
-    let mut order: Vec<(usize, u32)> = c
-        .sites
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.addr, i as u32))
-        .collect();
-    order.sort_unstable();
-    let idx = Box::new(SiteIndex {
-        addrs: order.iter().map(|o| o.0).collect(),
-        ids: order.iter().map(|o| o.1).collect(),
-    });
-    SITE_INDEX.store(Box::into_raw(idx), Ordering::Release);
+    c.publish_site_index();
     // Patterns are kept: resolve them again over the grown table.
     let sets: Vec<Arc<FilterSet>> = c.all_ops().map(|o| o.filter.clone()).collect();
     for fs in sets {
-        if let FilterSpec::Patterns { .. } = *lock(&fs.spec) {
-            let pair = c.resolve(&lock(&fs.spec))?;
+        let spec = lock(&fs.spec).clone();
+        if let FilterSpec::Patterns { .. } = spec {
+            let pair = c.resolve(&spec)?;
             c.publish_pair(&fs, pair);
         }
     }
@@ -549,6 +544,42 @@ pub fn add_loaded(skip: impl Fn(&std::path::Path) -> bool) -> Result<(), CoreErr
 pub fn sites() -> Vec<SiteState> {
     let c = lock_core();
     (0..c.sites.len()).map(|i| c.state(i as SiteId)).collect()
+}
+
+/// Whether the object loaded at `bias` from `path` is under the core.
+pub fn has_module(path: &std::path::Path, bias: usize) -> bool {
+    lock_core()
+        .modules
+        .iter()
+        .any(|m| !m.unloaded && m.bias == bias && m.path == path)
+}
+
+/// Takes the object loaded at `bias` out of the core before it is unloaded
+/// (dlclose): its sites go back to NOP5 and stay DISABLED; their records
+/// (names, counts by id) remain for reports. Ops keep their filters.
+pub fn remove_module(bias: usize) -> Result<(), CoreError> {
+    let mut c = lock_core();
+    let Some(mi) = c.modules.iter().position(|m| !m.unloaded && m.bias == bias) else {
+        return Ok(());
+    };
+    let ids: Vec<SiteId> = (0..c.sites.len() as SiteId)
+        .filter(|&i| c.sites[i as usize].module as usize == mi)
+        .collect();
+    c.modules[mi].unloaded = true;
+    // Unloaded modules match no ops: the update patches their sites to NOP5.
+    let r = c.update(&ids);
+    for &i in &ids {
+        c.sites[i as usize].flags |= site_flags::DISABLED;
+    }
+    c.publish_site_index();
+    finish(c);
+    r
+}
+
+/// The id of the site at `ip` (hot path: a binary search).
+#[inline]
+pub fn site_id_of(ip: usize) -> Option<SiteId> {
+    dispatch::site_id(ip)
 }
 
 /// The state of the site of `function` (first match).
@@ -897,6 +928,25 @@ impl Core {
         touched
     }
 
+    /// Publishes the hot path's address → id index of the loaded sites
+    /// (old indexes are leaked: small, and a thread may hold one
+    /// indefinitely).
+    fn publish_site_index(&self) {
+        let mut order: Vec<(usize, u32)> = self
+            .sites
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !self.modules[s.module as usize].unloaded)
+            .map(|(i, s)| (s.addr, i as u32))
+            .collect();
+        order.sort_unstable();
+        let idx = Box::new(SiteIndex {
+            addrs: order.iter().map(|o| o.0).collect(),
+            ids: order.iter().map(|o| o.1).collect(),
+        });
+        SITE_INDEX.store(Box::into_raw(idx), Ordering::Release);
+    }
+
     fn state(&self, id: SiteId) -> SiteState {
         let s = &self.sites[id as usize];
         let m = &self.modules[s.module as usize];
@@ -1071,12 +1121,15 @@ impl Core {
             if s.flags & DISABLED != 0 {
                 continue;
             }
-            let m: Vec<&Arc<Ops>> = self
-                .list
-                .iter()
-                .filter(|o| o.filter_pair().contains(id))
-                .collect();
             let module = &self.modules[s.module as usize];
+            let m: Vec<&Arc<Ops>> = if module.unloaded {
+                Vec::new()
+            } else {
+                self.list
+                    .iter()
+                    .filter(|o| o.filter_pair().contains(id))
+                    .collect()
+            };
             let mut flags = s.flags & STICKY;
             let count = m.len() as u16;
             if m.iter().any(|o| o.needs_regs()) {
