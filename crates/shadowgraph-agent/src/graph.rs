@@ -13,7 +13,8 @@ const MAX_SITES: usize = 1 << 18;
 static ENTRIES: [AtomicU64; MAX_SITES] = [const { AtomicU64::new(0) }; MAX_SITES];
 static RETURNS: [AtomicU64; MAX_SITES] = [const { AtomicU64::new(0) }; MAX_SITES];
 static UNCOUNTED: AtomicU64 = AtomicU64::new(0);
-static ON: AtomicBool = AtomicBool::new(false);
+/// Objects loaded and unloaded later are followed (graph and record modes).
+pub(crate) static ON: AtomicBool = AtomicBool::new(false);
 static USER: OnceLock<Arc<fgraph::GraphUser>> = OnceLock::new();
 /// Objects already scanned for sites (with or without any).
 static SCANNED: Mutex<Vec<(PathBuf, usize)>> = Mutex::new(Vec::new());

@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 
 mod graph;
 mod interpose;
+mod record;
 mod unwind;
 
 /// What the constructor attached, for the report at exit.
@@ -48,8 +49,9 @@ extern "C" fn agent_init() {
     let result = match mode.as_str() {
         "count" => attach_counter(),
         "graph" => graph::attach(),
+        "record" => record::attach(),
         other => Err(format!(
-            "unknown SHADOWGRAPH_MODE `{other}` (expected `count` or `graph`)"
+            "unknown SHADOWGRAPH_MODE `{other}` (expected `count`, `graph` or `record`)"
         )),
     };
     if let Err(e) = result {

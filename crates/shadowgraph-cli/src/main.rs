@@ -47,7 +47,23 @@ enum Command {
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
     },
-    /// Benchmarks (not timed tests): `bench patch`.
+    /// Run a program and record every call's entry and exit (with times)
+    /// into a data directory.
+    Record {
+        /// Data directory (an existing one is renamed to DIR.old).
+        #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
+        data: PathBuf,
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, required = true)]
+        program: Vec<String>,
+    },
+    /// Print the recorded call graph with durations (uftrace's layout).
+    Replay {
+        /// Data directory.
+        #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
+        data: PathBuf,
+    },
+    /// Benchmarks (not timed tests): `bench patch`, `bench dispatch`, `bench fgraph`.
     Bench {
         #[command(subcommand)]
         which: bench::Which,
@@ -64,6 +80,8 @@ fn main() -> ExitCode {
             graph,
             program,
         } => run::count(&program, top, graph),
+        Command::Record { data, program } => run::record(&data, &program),
+        Command::Replay { data } => replay(&data),
         Command::Bench { which } => bench::run(which),
     };
     match result {
@@ -73,6 +91,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn replay(dir: &std::path::Path) -> Result<ExitCode, String> {
+    use std::io::Write;
+    let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    match shadowgraph::record::replay::replay(&data, &mut out) {
+        Ok(()) => {}
+        // A closed pipe (`| head`) ends the output quietly.
+        Err(shadowgraph::record::replay::ReplayError::Io(e))
+            if e.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            return Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => return Err(e.to_string()),
+    }
+    let _ = out.flush();
+    Ok(ExitCode::SUCCESS)
 }
 
 fn sites(file: &std::path::Path, all: bool) -> Result<ExitCode, String> {

@@ -94,6 +94,44 @@ pub fn run_counted(
     Ok((status, counts, summary))
 }
 
+/// Runs `program` recording into `data` (an existing directory is renamed
+/// to `<data>.old`).
+pub fn record(data: &Path, program: &[String]) -> Result<ExitCode, String> {
+    let (prog, args) = program.split_first().ok_or("no program given")?;
+    let path = find_program(prog)?;
+    let found = shadowgraph::elf::scan_file(&path).map_err(|e| e.to_string())?;
+    found.require_sites().map_err(|e| e.to_string())?;
+    let agent = agent_path()?;
+    if data.exists() {
+        let old = PathBuf::from(format!("{}.old", data.display()));
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(data, &old)
+            .map_err(|e| format!("cannot move {} aside: {e}", data.display()))?;
+    }
+    std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    let abs = std::fs::canonicalize(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    let status = Command::new(prog)
+        .args(args)
+        .env("LD_PRELOAD", &agent)
+        .env("SHADOWGRAPH_MODE", "record")
+        .env("SHADOWGRAPH_DIR", &abs)
+        .status()
+        .map_err(|e| format!("cannot run {prog}: {e}"))?;
+    match shadowgraph::record::data::DataDir::open(&abs) {
+        Ok(d) => eprintln!(
+            "# recorded {} records ({} lost) from {} threads into {}",
+            d.info.get("records").unwrap_or("?"),
+            d.info.get("lost").unwrap_or("?"),
+            d.tids.len(),
+            data.display()
+        ),
+        Err(e) => eprintln!(
+            "shadowgraph: {prog} exited ({status}) before the recording was completed: {e}"
+        ),
+    }
+    Ok(exit_code(status))
+}
+
 /// `prog` itself if it contains a slash, else its first match in `$PATH`.
 fn find_program(prog: &str) -> Result<PathBuf, String> {
     if prog.contains('/') {

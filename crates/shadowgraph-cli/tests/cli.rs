@@ -392,3 +392,121 @@ fn graph_mode_follows_dlopen_and_dlclose_while_a_thread_runs() {
     assert!(spin.0 > 0 && spin.0 == spin.1, "{out}");
     assert!(err.contains("lost_frames=0"), "{err}");
 }
+
+/// Replay lines with the duration column reduced to "D" (present) or " ".
+fn shape(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (dur, rest) = l.split_at(11);
+            let mark = if dur.trim().is_empty() { " " } else { "D" };
+            let rest = rest.split_once("] | ").map(|x| x.1).unwrap_or(rest);
+            format!("{mark}|{rest}")
+        })
+        .collect()
+}
+
+#[test]
+fn record_and_replay_show_the_exact_call_graph() {
+    let dir = workdir("record");
+    let exe = dir.join("prog");
+    cc(
+        &[&lib_fixture("calls.c")],
+        &["-O2", "-DWITH_MAIN", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let data = dir.join("trace.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("2")
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(err.contains("(0 lost)"), "{err}");
+    let o = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (rep, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        rep.starts_with("# DURATION     TID      FUNCTION\n"),
+        "{rep}"
+    );
+    // Every line: space, 10-char duration, space, [TID in 7], " | ".
+    for l in rep.lines().skip(1) {
+        assert_eq!(&l[..1], " ", "{l:?}");
+        assert_eq!(&l[11..13], " [", "{l:?}");
+        assert_eq!(&l[20..24], "] | ", "{l:?}");
+    }
+    assert!(!rep.contains("\n\n"), "no blank lines");
+    let mut want = vec![" |main() {".to_string(), " |  run() {".into()];
+    for _ in 0..2 {
+        want.extend([
+            " |    mid() {".to_string(),
+            "D|      leaf();".into(),
+            "D|      leaf();".into(),
+            "D|    } /* mid */".into(),
+        ]);
+    }
+    want.push("D|  } /* run */".into());
+    want.push("D|  run_args();".into());
+    for d in 0..50 {
+        want.push(format!(" |{}recurse() {{", "  ".repeat(d + 1)));
+    }
+    want.push(format!("D|{}recurse();", "  ".repeat(51)));
+    for d in (0..50).rev() {
+        want.push(format!("D|{}}} /* recurse */", "  ".repeat(d + 1)));
+    }
+    want.push("D|} /* main */".into());
+    assert_eq!(shape(&rep), want, "{rep}");
+
+    // Corrupt data gives a one-line error naming the file and offset.
+    let tid_file = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "dat"))
+        .unwrap();
+    let bytes = std::fs::read(&tid_file).unwrap();
+    std::fs::write(&tid_file, &bytes[..bytes.len() - 5]).unwrap();
+    let o = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(".dat") && err.contains("truncated") && err.contains("offset"),
+        "{err}"
+    );
+    let mut bad = bytes.clone();
+    bad[16 + 8] ^= 0x38; // second record's magic
+    std::fs::write(&tid_file, &bad).unwrap();
+    let o = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("offset 16") && err.contains("magic"),
+        "{err}"
+    );
+    let o = shadowgraph()
+        .args(["replay", "-d", "/no/such/dir"])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("/no/such/dir") && err.lines().count() == 1,
+        "{err}"
+    );
+}

@@ -11,6 +11,7 @@
 //!   the recursion guard and grace periods.
 //! * L2 — [`fgraph`]: one shadow stack per thread shared by up to 16
 //!   function-graph users.
+//! * L4 — [`record`]: per-thread record buffers, the data directory, replay.
 
 pub mod arena;
 pub mod cc;
@@ -19,6 +20,7 @@ pub mod fgraph;
 pub mod ftrace;
 pub mod patch;
 pub mod process;
+pub mod record;
 pub mod site;
 pub mod stop;
 pub mod sys;

@@ -1,0 +1,70 @@
+//! Timestamps: `rdtsc` when the TSC is invariant (CPUID 0x80000007 EDX bit
+//! 8), calibrated against CLOCK_MONOTONIC at start and end and converted
+//! offline; otherwise CLOCK_MONOTONIC itself.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static USE_TSC: AtomicBool = AtomicBool::new(false);
+
+/// Whether the TSC is invariant (constant rate, not stopped in idle).
+pub fn tsc_invariant() -> bool {
+    let max = std::arch::x86_64::__cpuid(0x8000_0000).eax;
+    if max < 0x8000_0007 {
+        return false;
+    }
+    std::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
+}
+
+/// Chooses the clock for this process (call once before recording).
+pub fn init() -> bool {
+    let tsc = tsc_invariant();
+    USE_TSC.store(tsc, Ordering::Relaxed);
+    tsc
+}
+
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The current timestamp in raw units. Async-signal-safe.
+#[inline]
+pub fn now() -> u64 {
+    if USE_TSC.load(Ordering::Relaxed) {
+        // SAFETY: rdtsc has no preconditions.
+        unsafe { std::arch::x86_64::_rdtsc() }
+    } else {
+        monotonic_ns()
+    }
+}
+
+/// Two (raw, ns) points, for converting raw timestamps to nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Calibration {
+    pub raw0: u64,
+    pub ns0: u64,
+    pub raw1: u64,
+    pub ns1: u64,
+}
+
+impl Calibration {
+    pub fn point() -> (u64, u64) {
+        (now(), monotonic_ns())
+    }
+
+    /// Nanoseconds (on CLOCK_MONOTONIC) of a raw timestamp.
+    pub fn to_ns(&self, raw: u64) -> u64 {
+        if self.raw1 <= self.raw0 {
+            return raw; // identity (monotonic clock) or no second point
+        }
+        let d = raw as i128 - self.raw0 as i128;
+        let ns =
+            self.ns0 as i128 + d * (self.ns1 - self.ns0) as i128 / (self.raw1 - self.raw0) as i128;
+        ns.max(0) as u64
+    }
+}

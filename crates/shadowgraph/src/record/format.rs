@@ -1,0 +1,93 @@
+//! The 16-byte record: `u64 time; u64 {type:2, more:1, magic:3 = 0b101,
+//! depth:10, addr:48}` (uftrace's layout), 32 bytes per traced call.
+
+use std::fmt;
+
+pub const MAGIC: u64 = 0b101;
+pub const RECORD_SIZE: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Entry = 0,
+    Exit = 1,
+    Lost = 2,
+    Event = 3,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Timestamp (raw clock units in a `.dat` file, nanoseconds after
+    /// conversion).
+    pub time: u64,
+    pub kind: Kind,
+    pub more: bool,
+    pub depth: u16,
+    /// Function address (for LOST: the number of records lost).
+    pub addr: u64,
+}
+
+#[inline]
+pub fn encode(kind: Kind, depth: u16, addr: u64) -> u64 {
+    kind as u64 | MAGIC << 3 | ((depth as u64) & 0x3ff) << 6 | (addr & ((1 << 48) - 1)) << 16
+}
+
+/// A record that cannot be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRecord {
+    pub offset: u64,
+    pub why: &'static str,
+}
+
+impl fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "offset {}: {}", self.offset, self.why)
+    }
+}
+
+/// Decodes one record read at byte `offset` of its file.
+pub fn decode(bytes: &[u8; RECORD_SIZE], offset: u64) -> Result<Record, BadRecord> {
+    let time = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let w = u64::from_le_bytes(bytes[8..].try_into().unwrap());
+    if (w >> 3) & 0b111 != MAGIC {
+        return Err(BadRecord {
+            offset,
+            why: "bad record magic (corrupt or not a shadowgraph/uftrace data file)",
+        });
+    }
+    let kind = match w & 3 {
+        0 => Kind::Entry,
+        1 => Kind::Exit,
+        2 => Kind::Lost,
+        _ => Kind::Event,
+    };
+    Ok(Record {
+        time,
+        kind,
+        more: (w >> 2) & 1 != 0,
+        depth: ((w >> 6) & 0x3ff) as u16,
+        addr: w >> 16,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let w = encode(Kind::Exit, 17, 0x7f12_3456_789a);
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&42u64.to_le_bytes());
+        b[8..].copy_from_slice(&w.to_le_bytes());
+        let r = decode(&b, 0).unwrap();
+        assert_eq!(
+            (r.time, r.kind, r.depth, r.addr, r.more),
+            (42, Kind::Exit, 17, 0x7f12_3456_789a, false)
+        );
+        b[8] ^= 0x08; // break the magic
+        assert!(decode(&b, 32)
+            .unwrap_err()
+            .to_string()
+            .starts_with("offset 32: bad record magic"));
+    }
+}

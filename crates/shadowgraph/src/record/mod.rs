@@ -1,0 +1,9 @@
+//! Recording (SPEC §5, L4): 16-byte entry/exit records with calibrated TSC
+//! timestamps written per thread to `<tid>.dat` in a data directory, and the
+//! replay view that prints them in uftrace's text layout.
+
+pub mod clock;
+pub mod data;
+pub mod format;
+pub mod replay;
+pub mod writer;

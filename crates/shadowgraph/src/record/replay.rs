@@ -1,0 +1,191 @@
+//! `replay`: the call graph with durations in uftrace's text layout,
+//! byte for byte (SPEC §5):
+//!
+//! ```text
+//! # DURATION     TID      FUNCTION
+//!             [   6970] | main() {
+//!    0.691 us [   6970] |   atoi();
+//!    9.914 us [   6970] | } /* main */
+//! ```
+
+use super::data::{DataDir, DataError};
+use super::format::{Kind, Record};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Write};
+
+/// uftrace's duration: 10 characters, or 10 spaces for none.
+pub fn format_duration(ns: Option<u64>) -> String {
+    let Some(ns) = ns.filter(|&n| n > 0) else {
+        return " ".repeat(10);
+    };
+    const UNITS: [&str; 5] = ["us", "ms", " s", " m", " h"];
+    const LIMIT: [u64; 6] = [1000, 1000, 1000, 60, 24, u64::MAX];
+    let mut v = ns;
+    let mut frac = 0;
+    let mut idx = 0;
+    while idx < UNITS.len() {
+        frac = v % LIMIT[idx];
+        v /= LIMIT[idx];
+        if v < LIMIT[idx + 1] {
+            break;
+        }
+        idx += 1;
+    }
+    let idx = idx.min(UNITS.len() - 1);
+    if v > 999 {
+        v = 999;
+        frac = 999;
+    }
+    format!("{v:3}.{frac:03} {}", UNITS[idx])
+}
+
+fn line(
+    out: &mut impl Write,
+    dur: Option<u64>,
+    tid: i32,
+    depth: u16,
+    text: &str,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        " {} [{tid:>7}] | {:indent$}{text}",
+        format_duration(dur),
+        "",
+        indent = 2 * depth as usize
+    )
+}
+
+/// Writes the replay of every thread, merged by time.
+pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+    let threads: Vec<(i32, Vec<Record>)> = data
+        .tids
+        .iter()
+        .map(|&t| data.records(t).map(|r| (t, r)))
+        .collect::<Result<_, _>>()?;
+    writeln!(out, "# DURATION     TID      FUNCTION")?;
+    let mut heap = BinaryHeap::new();
+    for (k, (_, recs)) in threads.iter().enumerate() {
+        if let Some(r) = recs.first() {
+            heap.push(Reverse((r.time, k, 0usize)));
+        }
+    }
+    // Per thread: entry times by depth (for exit durations), and whether
+    // the next record was already printed as part of a leaf.
+    let mut entry_time: Vec<Vec<Option<u64>>> = vec![Vec::new(); threads.len()];
+    let mut skip: Vec<Option<usize>> = vec![None; threads.len()];
+    while let Some(Reverse((_, k, i))) = heap.pop() {
+        let (tid, recs) = &threads[k];
+        if let Some(r) = recs.get(i + 1) {
+            heap.push(Reverse((r.time, k, i + 1)));
+        }
+        if skip[k] == Some(i) {
+            skip[k] = None;
+            continue;
+        }
+        let r = recs[i];
+        let d = r.depth as usize;
+        match r.kind {
+            Kind::Entry => {
+                let name = data.name(r.addr);
+                match recs.get(i + 1) {
+                    Some(n) if n.kind == Kind::Exit && n.depth == r.depth && n.addr == r.addr => {
+                        line(
+                            out,
+                            Some(n.time.saturating_sub(r.time)),
+                            *tid,
+                            r.depth,
+                            &format!("{name}();"),
+                        )?;
+                        skip[k] = Some(i + 1);
+                    }
+                    _ => {
+                        let et = &mut entry_time[k];
+                        if et.len() <= d {
+                            et.resize(d + 1, None);
+                        }
+                        et[d] = Some(r.time);
+                        line(out, None, *tid, r.depth, &format!("{name}() {{"))?;
+                    }
+                }
+            }
+            Kind::Exit => {
+                let start = entry_time[k].get_mut(d).and_then(Option::take);
+                let name = data.name(r.addr);
+                line(
+                    out,
+                    start.map(|s| r.time.saturating_sub(s)),
+                    *tid,
+                    r.depth,
+                    &format!("}} /* {name} */"),
+                )?;
+            }
+            Kind::Lost => {
+                line(
+                    out,
+                    None,
+                    *tid,
+                    r.depth + 1,
+                    &format!("/* LOST {} records!! */", r.addr),
+                )?;
+            }
+            Kind::Event => {}
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+pub enum ReplayError {
+    Data(DataError),
+    Io(io::Error),
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Data(e) => write!(f, "{e}"),
+            ReplayError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<DataError> for ReplayError {
+    fn from(e: DataError) -> Self {
+        ReplayError::Data(e)
+    }
+}
+
+impl From<io::Error> for ReplayError {
+    fn from(e: io::Error) -> Self {
+        ReplayError::Io(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Golden values: each unit, the remainder-based fractions, clamping.
+    #[test]
+    fn durations_like_uftrace() {
+        for (ns, want) in [
+            (0, "          "),
+            (691, "  0.691 us"),
+            (1_672, "  1.672 us"),
+            (9_914, "  9.914 us"),
+            (999_999, "999.999 us"),
+            (1_000_000, "  1.000 ms"),
+            (12_345_678, " 12.345 ms"),
+            (1_500_000_000, "  1.500  s"),
+            (59_999_000_000, " 59.999  s"),
+            (150_000_000_000, "  2.030  m"),
+            // uftrace divides minutes by 24 for hours: 2 h prints as 5.000 h.
+            (7_200_000_000_000, "  5.000  h"),
+        ] {
+            let got = format_duration(Some(ns));
+            assert_eq!(got, want, "{ns} ns");
+            assert_eq!(got.len(), 10);
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The in-process side of recording: one buffer per thread, filled with
+//! plain stores from the graph callbacks (no lock, no allocation), written
+//! to `<dir>/<tid>.dat` by its own thread when full (one `write` per 65,536
+//! records), at thread exit, and for every thread at process exit.
+//!
+//! A buffer is flushed by whoever holds its `busy` flag; a thread that finds
+//! its full buffer busy (the exit flush) counts the record as lost, and the
+//! count is written as a LOST record.
+
+use super::clock;
+use super::format::{encode, Kind};
+use std::cell::Cell;
+use std::ffi::CString;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Records per thread buffer (1 MiB).
+pub const BUF_RECORDS: usize = 1 << 16;
+const MAX_THREADS: usize = 4096;
+
+struct ThreadBuf {
+    tid: i32,
+    fd: i32,
+    /// Records filled.
+    head: AtomicUsize,
+    busy: AtomicBool,
+    lost: AtomicU64,
+    words: *mut u64,
+}
+
+static BUFS: [AtomicPtr<ThreadBuf>; MAX_THREADS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
+static DIR: OnceLock<CString> = OnceLock::new();
+static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
+/// Records written to files, and records lost, over all threads.
+pub static WRITTEN: AtomicU64 = AtomicU64::new(0);
+pub static LOST: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static MINE: Cell<*mut ThreadBuf> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Starts recording into `dir` (created if missing).
+pub fn start(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let c = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+    let _ = DIR.set(c);
+    KEY.get_or_init(|| {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: creating a key with a plain extern "C" destructor.
+        unsafe { libc::pthread_key_create(&mut k, Some(thread_exit)) };
+        k
+    });
+    Ok(())
+}
+
+/// Appends one record for this thread. Async-signal-safe: plain stores;
+/// a system call only when the buffer is full or on the thread's first
+/// record (mmap + open).
+#[inline]
+pub fn emit(kind: Kind, depth: u16, addr: u64) {
+    let mut b = MINE.get();
+    if b.is_null() {
+        b = create();
+        if b.is_null() {
+            LOST.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    // SAFETY: `b` is this thread's live buffer.
+    let buf = unsafe { &*b };
+    let mut h = buf.head.load(Ordering::Relaxed);
+    if h == BUF_RECORDS {
+        flush(buf);
+        h = buf.head.load(Ordering::Relaxed);
+        if h == BUF_RECORDS {
+            buf.lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    let t = clock::now();
+    // SAFETY: h < BUF_RECORDS: two words inside the buffer.
+    unsafe {
+        buf.words.add(2 * h).write(t);
+        buf.words.add(2 * h + 1).write(encode(kind, depth, addr));
+    }
+    buf.head.store(h + 1, Ordering::Release);
+}
+
+#[cold]
+fn create() -> *mut ThreadBuf {
+    let Some(dir) = DIR.get() else {
+        return std::ptr::null_mut();
+    };
+    let tid = crate::sys::gettid();
+    // "<dir>/<tid>.dat" without allocating.
+    let mut path = [0u8; 4096];
+    let d = dir.as_bytes();
+    if d.len() + 20 > path.len() {
+        return std::ptr::null_mut();
+    }
+    path[..d.len()].copy_from_slice(d);
+    let mut n = d.len();
+    path[n] = b'/';
+    n += 1;
+    let mut digits = [0u8; 12];
+    let mut k = 0;
+    let mut v = tid as u32;
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in (0..k).rev() {
+        path[n] = digits[i];
+        n += 1;
+    }
+    path[n..n + 4].copy_from_slice(b".dat");
+    // SAFETY: path is NUL-terminated (zero-filled beyond n + 4).
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    if fd < 0 {
+        return std::ptr::null_mut();
+    }
+    let size = std::mem::size_of::<ThreadBuf>().next_multiple_of(64) + BUF_RECORDS * 16;
+    // SAFETY: anonymous mapping; mmap is async-signal-safe.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        // SAFETY: closing the fd opened above.
+        unsafe { libc::close(fd) };
+        return std::ptr::null_mut();
+    }
+    let b = p as *mut ThreadBuf;
+    // SAFETY: the mapping is large enough for the header and the records.
+    unsafe {
+        b.write(ThreadBuf {
+            tid,
+            fd,
+            head: AtomicUsize::new(0),
+            busy: AtomicBool::new(false),
+            lost: AtomicU64::new(0),
+            words: (p as *mut u8).add(std::mem::size_of::<ThreadBuf>().next_multiple_of(64))
+                as *mut u64,
+        });
+    }
+    for slot in BUFS.iter() {
+        if slot
+            .compare_exchange(std::ptr::null_mut(), b, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            break;
+        }
+    }
+    MINE.set(b);
+    if let Some(&k) = KEY.get() {
+        // SAFETY: valid key; non-null arms the destructor.
+        unsafe { libc::pthread_setspecific(k, b as *const libc::c_void) };
+    }
+    b
+}
+
+/// Writes out what the buffer holds (and a LOST record for what it
+/// dropped). Returns false if someone else is flushing it.
+fn flush(buf: &ThreadBuf) -> bool {
+    if buf
+        .busy
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    let h = buf.head.load(Ordering::Acquire);
+    let mut bytes = h * 16;
+    let mut p = buf.words as *const u8;
+    while bytes > 0 {
+        // SAFETY: [p, p + bytes) lies in the buffer's filled records.
+        let n = unsafe { libc::write(buf.fd, p.cast(), bytes) };
+        if n <= 0 {
+            if n < 0 && std::io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // Disk full or similar: the records are lost, and counted.
+            buf.lost.fetch_add((bytes / 16) as u64, Ordering::Relaxed);
+            break;
+        }
+        bytes -= n as usize;
+        // SAFETY: advancing within the buffer.
+        p = unsafe { p.add(n as usize) };
+    }
+    WRITTEN.fetch_add((h * 16 - bytes) as u64 / 16, Ordering::Relaxed);
+    let lost = buf.lost.swap(0, Ordering::Relaxed);
+    if lost > 0 {
+        LOST.fetch_add(lost, Ordering::Relaxed);
+        let rec = [clock::now(), encode(Kind::Lost, 0, lost)];
+        // SAFETY: writing a 16-byte local record.
+        unsafe { libc::write(buf.fd, rec.as_ptr().cast(), 16) };
+    }
+    buf.head.store(0, Ordering::Release);
+    buf.busy.store(false, Ordering::Release);
+    true
+}
+
+extern "C" fn thread_exit(b: *mut libc::c_void) {
+    let b = b as *mut ThreadBuf;
+    if b.is_null() {
+        return;
+    }
+    // SAFETY: the destructor value is this thread's buffer.
+    let buf = unsafe { &*b };
+    flush(buf);
+    for slot in BUFS.iter() {
+        if slot.load(Ordering::Acquire) == b {
+            slot.store(std::ptr::null_mut(), Ordering::Release);
+        }
+    }
+    // SAFETY: the fd belongs to this buffer, which nobody uses any more.
+    unsafe { libc::close(buf.fd) };
+    if MINE.get() == b {
+        MINE.set(std::ptr::null_mut());
+    }
+}
+
+/// Flushes every thread's buffer (at process exit; a thread still running
+/// may keep appending to its own buffer afterwards: those records are lost).
+pub fn flush_all() {
+    for slot in BUFS.iter() {
+        let b = slot.load(Ordering::Acquire);
+        if !b.is_null() {
+            // SAFETY: buffers are never unmapped.
+            flush(unsafe { &*b });
+        }
+    }
+}
+
+/// Thread ids that recorded something.
+pub fn threads() -> Vec<i32> {
+    BUFS.iter()
+        .filter_map(|s| {
+            let b = s.load(Ordering::Acquire);
+            // SAFETY: buffers are never unmapped.
+            (!b.is_null()).then(|| unsafe { (*b).tid })
+        })
+        .collect()
+}
