@@ -96,17 +96,6 @@ const RTLD_DI_LINKMAP: c_int = 2;
 static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
 static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
 
-fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
-    let p = cache.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    // SAFETY: RTLD_NEXT lookup of a NUL-terminated name.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    cache.store(p, Ordering::Relaxed);
-    p
-}
-
 /// `dlopen(3)`: the new objects' sites join the core (their sleds are
 /// converted with the other threads stopped).
 ///
@@ -116,7 +105,7 @@ fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
 pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_void {
     type F = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
     // SAFETY: the next definition of dlopen has this signature.
-    let real = std::mem::transmute::<usize, F>(next(&REAL_DLOPEN, c"dlopen"));
+    let real = std::mem::transmute::<usize, F>(crate::next_symbol(&REAL_DLOPEN, c"dlopen"));
     let h = real(file, flags);
     if !h.is_null() && ON.load(Ordering::Acquire) {
         after_dlopen();
@@ -147,7 +136,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
         }
     }
     // SAFETY: the next definition of dlclose has this signature.
-    let real = std::mem::transmute::<usize, F>(next(&REAL_DLCLOSE, c"dlclose"));
+    let real = std::mem::transmute::<usize, F>(crate::next_symbol(&REAL_DLCLOSE, c"dlclose"));
     real(handle)
 }
 

@@ -5,7 +5,7 @@
 //! next definition (libc), found with `dlsym(RTLD_NEXT)`.
 
 use shadowgraph::patch;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 type SigactionFn = unsafe extern "C" fn(i32, *const libc::sigaction, *mut libc::sigaction) -> i32;
 type SigmaskFn = unsafe extern "C" fn(i32, *const libc::sigset_t, *mut libc::sigset_t) -> i32;
@@ -14,22 +14,11 @@ static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 static REAL_SIGPROCMASK: AtomicUsize = AtomicUsize::new(0);
 static REAL_PTHREAD_SIGMASK: AtomicUsize = AtomicUsize::new(0);
 
-/// The next definition of `name` after this object (libc's).
-fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
-    let p = cache.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    // SAFETY: RTLD_NEXT lookup of a NUL-terminated name.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    assert!(p != 0, "shadowgraph: libc has no {name:?}");
-    cache.store(p, Ordering::Relaxed);
-    p
-}
-
 fn real_sigaction() -> SigactionFn {
     // SAFETY: the symbol is libc's sigaction, of this signature.
-    unsafe { std::mem::transmute::<usize, SigactionFn>(next(&REAL_SIGACTION, c"sigaction")) }
+    unsafe {
+        std::mem::transmute::<usize, SigactionFn>(crate::next_symbol(&REAL_SIGACTION, c"sigaction"))
+    }
 }
 
 /// Whether the SIGTRAP disposition in the kernel is still ours.
@@ -122,7 +111,10 @@ pub unsafe extern "C" fn sigprocmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> i32 {
-    let real = std::mem::transmute::<usize, SigmaskFn>(next(&REAL_SIGPROCMASK, c"sigprocmask"));
+    let real = std::mem::transmute::<usize, SigmaskFn>(crate::next_symbol(
+        &REAL_SIGPROCMASK,
+        c"sigprocmask",
+    ));
     strip_trap(real, how, set, old)
 }
 
@@ -136,7 +128,9 @@ pub unsafe extern "C" fn pthread_sigmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> i32 {
-    let real =
-        std::mem::transmute::<usize, SigmaskFn>(next(&REAL_PTHREAD_SIGMASK, c"pthread_sigmask"));
+    let real = std::mem::transmute::<usize, SigmaskFn>(crate::next_symbol(
+        &REAL_PTHREAD_SIGMASK,
+        c"pthread_sigmask",
+    ));
     strip_trap(real, how, set, old)
 }

@@ -149,6 +149,29 @@ pub(crate) fn write_report(text: &str) {
     }
 }
 
+/// The next definition of `name` after this object (libc's, libgcc's, …),
+/// cached in `cache`. Aborts with a message if there is none: an
+/// interposer without its real function has nothing safe to do.
+pub(crate) fn next_symbol(cache: &std::sync::atomic::AtomicUsize, name: &std::ffi::CStr) -> usize {
+    use std::sync::atomic::Ordering;
+    let p = cache.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: RTLD_NEXT lookup of a NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    if p == 0 {
+        let msg = b"shadowgraph: an interposed function has no next definition\n";
+        // SAFETY: write(2) of a static buffer, then abort.
+        unsafe {
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::abort();
+        }
+    }
+    cache.store(p, Ordering::Relaxed);
+    p
+}
+
 /// Path of this shared object, to leave it out of discovery.
 pub(crate) fn agent_path() -> Option<std::path::PathBuf> {
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };

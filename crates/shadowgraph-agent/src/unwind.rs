@@ -7,28 +7,8 @@
 //! libstdc++, libc), found with `dlsym(RTLD_NEXT)`.
 
 use shadowgraph::fgraph;
-use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-fn next(cache: &AtomicUsize, name: &CStr) -> usize {
-    let p = cache.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    // SAFETY: RTLD_NEXT lookup of a NUL-terminated name.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    if p == 0 {
-        let msg = b"shadowgraph: an interposed unwinder function has no next definition\n";
-        // SAFETY: write(2) of a static buffer, then abort: there is no
-        // function to call.
-        unsafe {
-            libc::write(2, msg.as_ptr().cast(), msg.len());
-            libc::abort();
-        }
-    }
-    cache.store(p, Ordering::Relaxed);
-    p
-}
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::AtomicUsize;
 
 /// The next definition of `$name`, as `$ty`. Expands to a `transmute`:
 /// use it in an unsafe context whose SAFETY note says the next definition
@@ -36,7 +16,7 @@ fn next(cache: &AtomicUsize, name: &CStr) -> usize {
 macro_rules! real {
     ($name:literal, $ty:ty) => {{
         static CACHE: AtomicUsize = AtomicUsize::new(0);
-        std::mem::transmute::<usize, $ty>(next(&CACHE, $name))
+        std::mem::transmute::<usize, $ty>(crate::next_symbol(&CACHE, $name))
     }};
 }
 

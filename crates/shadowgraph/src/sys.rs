@@ -136,40 +136,42 @@ pub fn list_threads(out: &mut Vec<i32>) -> io::Result<()> {
     result
 }
 
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: i32 = 1 << 4;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 5;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 6;
+
+fn membarrier(cmd: i32) -> io::Result<()> {
+    // SAFETY: plain system call.
+    if unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Registers for `membarrier(PRIVATE_EXPEDITED)` (per process: again after
+/// fork). `false` if the kernel does not offer it.
+pub fn membarrier_register_expedited() -> bool {
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED).is_ok()
+}
+
+/// A full memory barrier on every running thread of this process.
+/// Async-signal-safe.
+pub fn membarrier_expedited() -> io::Result<()> {
+    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)
+}
 
 /// Registers for `membarrier(PRIVATE_EXPEDITED_SYNC_CORE)`. `false` if the
 /// kernel does not offer it.
 pub fn membarrier_register_sync_core() -> bool {
-    // SAFETY: plain system call.
-    unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
-            0,
-            0,
-        ) == 0
-    }
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE).is_ok()
 }
 
 /// Every running thread of this process executes a core-serialising
 /// instruction before this returns. Async-signal-safe.
 pub fn membarrier_sync_core() -> io::Result<()> {
-    // SAFETY: plain system call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
-            0,
-            0,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)
 }
 
 #[cfg(test)]

@@ -46,9 +46,6 @@ static KEY_INIT: Once = Once::new();
 static mut KEY: libc::pthread_key_t = 0;
 static MEMBARRIER: AtomicI32 = AtomicI32::new(-1);
 
-const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 1 << 3;
-const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: i32 = 1 << 4;
-
 /// Prepares the thread registry (a pthread key whose destructor frees a
 /// thread's slot at exit) and registers for membarrier. Called by the core
 /// before any trampoline can run.
@@ -59,16 +56,10 @@ pub fn init() {
         unsafe {
             libc::pthread_key_create(std::ptr::addr_of_mut!(KEY), Some(release_slot));
         }
-        // SAFETY: plain system call.
-        let ok = unsafe {
-            libc::syscall(
-                libc::SYS_membarrier,
-                MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
-                0,
-                0,
-            )
-        } == 0;
-        MEMBARRIER.store(ok as i32, Ordering::Relaxed);
+        MEMBARRIER.store(
+            sys::membarrier_register_expedited() as i32,
+            Ordering::Relaxed,
+        );
         // SAFETY: registering a plain extern "C" child handler.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     });
@@ -89,16 +80,10 @@ extern "C" fn after_fork_child() {
         WORDS[mine - 1].tid.store(sys::gettid(), Ordering::Relaxed);
     }
     super::dispatch::reset_tid_cache();
-    // SAFETY: plain system call.
-    let ok = unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
-            0,
-            0,
-        )
-    } == 0;
-    MEMBARRIER.store(ok as i32, Ordering::Relaxed);
+    MEMBARRIER.store(
+        sys::membarrier_register_expedited() as i32,
+        Ordering::Relaxed,
+    );
     crate::patch::after_fork_child();
 }
 
@@ -177,14 +162,9 @@ impl Drop for Bracket {
 /// something unpublished before this call has left its bracket.
 pub fn synchronize() {
     init();
-    if MEMBARRIER.load(Ordering::Relaxed) == 1 {
-        // SAFETY: plain system call.
-        let r =
-            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
-        if r != 0 {
-            let _ = crate::stop::ping_all();
-        }
-    } else {
+    // Every thread either made its bracket increment visible before this
+    // point or will see what was unpublished before it.
+    if MEMBARRIER.load(Ordering::Relaxed) != 1 || sys::membarrier_expedited().is_err() {
         let _ = crate::stop::ping_all();
     }
     let mine = SLOT.get();
