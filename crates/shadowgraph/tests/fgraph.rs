@@ -12,7 +12,7 @@ use shadowgraph::ftrace::{self, FilterSet, Regs};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-const NAMES: [&str; 15] = [
+const NAMES: [&str; 16] = [
     "g_leaf",
     "g_mid",
     "g_top",
@@ -28,6 +28,7 @@ const NAMES: [&str; 15] = [
     "lj_level",
     "exit_deep_hooked",
     "exit_thread_hooked",
+    "lj2_deep",
 ];
 
 struct Fixture {
@@ -82,8 +83,8 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Per-function entry/return counters, and facts seen at returns.
 #[derive(Default)]
 struct Tally {
-    entries: [AtomicU64; 15],
-    returns: [AtomicU64; 15],
+    entries: [AtomicU64; 16],
+    returns: [AtomicU64; 16],
     last_retval: AtomicU64,
     max_depth: AtomicI32,
     unwound: AtomicU64,
@@ -913,4 +914,39 @@ fn thread_exiting_inside_traced_frames_reports_them() {
     );
     assert!(t.unwound.load(Ordering::Relaxed) >= 10);
     clean();
+}
+
+#[test]
+fn frames_skipped_by_longjmp_to_an_untraced_setjmp_are_dropped_at_entry() {
+    let _g = serial();
+    let f = fixture();
+    let lj2_loop: extern "C" fn(i32) -> i32 = f._lib.func("lj2_loop");
+    let t = Tally::new();
+    let u = counting_user(&["lj2_*"], t);
+    fgraph::register_graph(&u).unwrap();
+    let over0 = fgraph::thread_overrun();
+    assert_eq!(lj2_loop(2000), 2000);
+    assert_eq!(
+        fgraph::thread_overrun(),
+        over0,
+        "dead frames filled the shadow stack"
+    );
+    assert!(
+        fgraph::thread_depth() < 4,
+        "at most the last round's frames remain"
+    );
+    // The last round's frames are dropped by the next traced entry.
+    assert_eq!(lj2_loop(1), 1);
+    fgraph::unregister_graph(&u).unwrap();
+    let (e, r) = t.take();
+    assert_eq!(by_name(&e, "lj2_deep"), 2001 * 4);
+    assert!(
+        by_name(&r, "lj2_deep") >= 2000 * 4,
+        "skipped frames reported as exits"
+    );
+    // Leave no frame behind for the other tests on this thread.
+    fgraph::register_graph(&u).unwrap();
+    (f.run)(1);
+    fgraph::unregister_graph(&u).unwrap();
+    t.take();
 }

@@ -475,6 +475,13 @@ fn attach_stack(t: &ThreadState) -> bool {
 #[inline]
 fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
     let parent_slot = regs.parent_slot;
+    // Normally the new call's return slot lies strictly below the top
+    // frame's. Not so after a non-local exit skipped frames.
+    if let Some(top) = t.frame_below(t.curr.get()) {
+        if (t.word(top + 2) as usize) <= parent_slot as usize {
+            drop_dead_frames(t, parent_slot as usize, parent_ip);
+        }
+    }
     t.depth.set(t.depth.get() + 1);
     let Some(b) = t.push(parent_ip, ip, parent_slot as usize) else {
         t.depth.set(t.depth.get() - 1);
@@ -521,6 +528,36 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
     // SAFETY: parent_slot is the traced function's return-address slot on
     // this thread's stack; the frame recording it is complete.
     unsafe { *parent_slot = return_to_handler() };
+}
+
+/// Pops (reporting unwound exits) the frames a longjmp or an exception
+/// skipped without any traced ancestor returning since: those whose return
+/// slot lies below the new call's `slot` on this stack, and one using that
+/// very slot if the slot now holds a fresh return address (`parent_ip`; a
+/// tail call would find the handler there). Frames recorded on another
+/// stack (we run on the alternate signal stack) are never compared.
+#[cold]
+fn drop_dead_frames(t: &ThreadState, slot: usize, parent_ip: usize) {
+    let mut ss: libc::stack_t = libc::stack_t {
+        ss_sp: std::ptr::null_mut(),
+        ss_flags: 0,
+        ss_size: 0,
+    };
+    // SAFETY: querying the alternate signal stack (async-signal-safe).
+    if unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) } == 0
+        && ss.ss_flags & libc::SS_ONSTACK != 0
+    {
+        return;
+    }
+    let r = RetRegs::zeroed();
+    let fresh = parent_ip != return_to_handler();
+    while let Some(top) = t.frame_below(t.curr.get()) {
+        let retp = t.word(top + 2) as usize;
+        if retp > slot || (retp == slot && !fresh) {
+            break;
+        }
+        finish_frame(t, top, &r, true);
+    }
 }
 
 /// Offers the call to user `u` in slot `i`; a declining user's data goes.
