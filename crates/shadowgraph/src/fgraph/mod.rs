@@ -296,7 +296,7 @@ fn registry() -> MutexGuard<'static, Registry> {
 
 fn manager() -> &'static Arc<Ops> {
     static M: OnceLock<Arc<Ops>> = OnceLock::new();
-    M.get_or_init(|| Ops::new_manager(graph_entry, 0))
+    M.get_or_init(|| Ops::new_manager_with_entry(graph_entry, manager_tramp_entry))
 }
 
 static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
@@ -433,6 +433,28 @@ fn thread_count() -> usize {
 }
 
 // --- Entry ----------------------------------------------------------------------------
+
+/// What the manager's own trampolines call: `ops_entry` with the callback
+/// called directly (no indirect call, no per-ops checks the manager never
+/// needs). Its trampolines are the args variant: the action is ignored.
+extern "C" fn manager_tramp_entry(regs: *mut u8, data: usize) -> crate::tramp::EntryAction {
+    // SAFETY: the trampoline passes its frame's Regs and its leaked slot.
+    let (regs, slot) = unsafe {
+        (
+            &mut *(regs as *mut Regs),
+            &*(data as *const crate::ftrace::dispatch::OpsSlot),
+        )
+    };
+    let _b = Bracket::enter();
+    let _e = ErrnoGuard::save();
+    let ops = slot.ops.load(Ordering::Acquire);
+    if !ops.is_null() {
+        // SAFETY: an ops in a published slot outlives the grace period that
+        // follows clearing it.
+        graph_entry(regs.ip, regs.parent_ip, unsafe { &*ops }, regs);
+    }
+    crate::tramp::EntryAction::default()
+}
 
 /// The manager's callback (SPEC §4.3).
 fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {

@@ -122,7 +122,7 @@ pub(crate) fn site_id(ip: usize) -> Option<u32> {
 
 /// Data slot of a per-ops trampoline: the ops it calls, or null while the
 /// ops is leaving.
-pub(crate) struct OpsSlot {
+pub struct OpsSlot {
     pub ops: AtomicPtr<Ops>,
 }
 
@@ -184,7 +184,7 @@ impl Drop for ErrnoGuard {
 }
 
 #[inline]
-fn action(regs: &Regs) -> EntryAction {
+pub(crate) fn action(regs: &Regs) -> EntryAction {
     // Only the regs variant acts on this, and it initialises both fields.
     if regs.direct != 0 {
         EntryAction {

@@ -70,6 +70,9 @@ pub struct Ops {
     /// Thread filter (SPEC §3.9); null = every thread.
     pub(crate) threads: AtomicPtr<ThreadFilter>,
     inner: Mutex<OpsInner>,
+    /// What its trampolines call: the generic entry, or a specialised one
+    /// that calls `func` directly (the fgraph manager).
+    pub(crate) tramp_entry: tramp::FtraceEntry,
 }
 
 #[derive(Default)]
@@ -101,6 +104,7 @@ impl Ops {
             subops_list: AtomicPtr::new(std::ptr::null_mut()),
             threads: AtomicPtr::new(std::ptr::null_mut()),
             inner: Mutex::new(OpsInner::default()),
+            tramp_entry: dispatch::ops_entry,
         })
     }
 
@@ -128,6 +132,15 @@ impl Ops {
     /// union, SPEC §3.6) and `func` dispatches to them (e.g. [`call_subops`]).
     pub fn new_manager(func: OpsFunc, flags: u32) -> Arc<Ops> {
         Ops::new(func, flags, FilterSet::computed())
+    }
+
+    /// A manager whose trampolines call `entry` (which must do what
+    /// `dispatch::ops_entry` does for this ops: bracket, errno, slot check)
+    /// instead of the generic entry.
+    pub(crate) fn new_manager_with_entry(func: OpsFunc, entry: tramp::FtraceEntry) -> Arc<Ops> {
+        let mut o = Ops::new(func, 0, FilterSet::computed());
+        Arc::get_mut(&mut o).expect("fresh").tramp_entry = entry;
+        o
     }
 
     /// The filter pair as of now (hot path).
@@ -991,7 +1004,7 @@ impl Core {
             let code = tramp::ftrace_caller(
                 arena,
                 ops.needs_regs(),
-                dispatch::ops_entry,
+                ops.tramp_entry,
                 slot as *const OpsSlot as usize,
             )
             .map_err(CoreError::Arena)?;
