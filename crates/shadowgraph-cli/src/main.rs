@@ -63,6 +63,33 @@ enum Command {
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
     },
+    /// Total time, self time and calls per function.
+    Report {
+        /// Data directory.
+        #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
+        data: PathBuf,
+        /// Sort by: total, self, call, func.
+        #[arg(short = 's', long = "sort", default_value = "total")]
+        sort: String,
+        /// One row per thread and function.
+        #[arg(long)]
+        threads: bool,
+    },
+    /// Write the recording in another format.
+    Dump {
+        /// Data directory.
+        #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
+        data: PathBuf,
+        /// Chrome trace-event JSON (chrome://tracing, Perfetto's UI).
+        #[arg(long, required = true)]
+        chrome: bool,
+    },
+    /// Record a program into a temporary directory and replay it at exit.
+    Live {
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, required = true)]
+        program: Vec<String>,
+    },
     /// Benchmarks (not timed tests): `bench patch`, `bench dispatch`, `bench fgraph`.
     Bench {
         #[command(subcommand)]
@@ -81,7 +108,16 @@ fn main() -> ExitCode {
             program,
         } => run::count(&program, top, graph),
         Command::Record { data, program } => run::record(&data, &program),
-        Command::Replay { data } => replay(&data),
+        Command::Replay { data } => view(&data, |d, o| shadowgraph::record::replay::replay(d, o)),
+        Command::Report {
+            data,
+            sort,
+            threads,
+        } => report(&data, &sort, threads),
+        Command::Dump { data, chrome: _ } => {
+            view(&data, |d, o| shadowgraph::record::chrome::dump_chrome(d, o))
+        }
+        Command::Live { program } => run::live(&program),
         Command::Bench { which } => bench::run(which),
     };
     match result {
@@ -93,23 +129,44 @@ fn main() -> ExitCode {
     }
 }
 
-fn replay(dir: &std::path::Path) -> Result<ExitCode, String> {
+/// Opens a data directory and writes a view of it to stdout (a closed pipe,
+/// as with `| head`, ends the output quietly).
+fn view(
+    dir: &std::path::Path,
+    write: impl FnOnce(
+        &shadowgraph::record::data::DataDir,
+        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
+    ) -> Result<(), shadowgraph::record::replay::ReplayError>,
+) -> Result<ExitCode, String> {
+    use shadowgraph::record::replay::ReplayError;
     use std::io::Write;
     let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    match shadowgraph::record::replay::replay(&data, &mut out) {
-        Ok(()) => {}
-        // A closed pipe (`| head`) ends the output quietly.
-        Err(shadowgraph::record::replay::ReplayError::Io(e))
-            if e.kind() == std::io::ErrorKind::BrokenPipe =>
-        {
-            return Ok(ExitCode::SUCCESS)
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    match write(&data, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io)) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            Ok(ExitCode::SUCCESS)
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
     }
-    let _ = out.flush();
-    Ok(ExitCode::SUCCESS)
+}
+
+fn report(dir: &std::path::Path, sort: &str, threads: bool) -> Result<ExitCode, String> {
+    use shadowgraph::record::report::SortKey;
+    let key = match sort {
+        "total" => SortKey::Total,
+        "self" => SortKey::SelfTime,
+        "call" | "calls" => SortKey::Calls,
+        "func" => SortKey::Name,
+        other => {
+            return Err(format!(
+                "unknown sort key `{other}` (total, self, call, func)"
+            ))
+        }
+    };
+    view(dir, |d, o| {
+        shadowgraph::record::report::report(d, key, threads, o)
+    })
 }
 
 fn sites(file: &std::path::Path, all: bool) -> Result<ExitCode, String> {

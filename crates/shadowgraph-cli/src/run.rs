@@ -132,6 +132,20 @@ pub fn record(data: &Path, program: &[String]) -> Result<ExitCode, String> {
     Ok(exit_code(status))
 }
 
+/// Records into a temporary directory, replays, and removes it.
+pub fn live(program: &[String]) -> Result<ExitCode, String> {
+    let dir = std::env::temp_dir().join(format!("shadowgraph-live-{}", std::process::id()));
+    let code = record(&dir, program)?;
+    let data = shadowgraph::record::data::DataDir::open(&dir).map_err(|e| e.to_string());
+    let shown = data.and_then(|d| {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        shadowgraph::record::replay::replay(&d, &mut out).map_err(|e| e.to_string())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    shown?;
+    Ok(code)
+}
+
 /// `prog` itself if it contains a slash, else its first match in `$PATH`.
 fn find_program(prog: &str) -> Result<PathBuf, String> {
     if prog.contains('/') {

@@ -510,3 +510,86 @@ fn record_and_replay_show_the_exact_call_graph() {
         "{err}"
     );
 }
+
+#[test]
+fn report_dump_and_live_views() {
+    let dir = workdir("views");
+    let exe = dir.join("prog");
+    cc(
+        &[&lib_fixture("calls.c")],
+        &["-O2", "-DWITH_MAIN", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let data = dir.join("v.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("2")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let o = shadowgraph()
+        .args(["report", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (rep, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(rep.starts_with("  Total time   Self time       Calls  Function\n  ==========  ==========  ==========  ====================\n"), "{rep}");
+    let calls: HashMap<&str, u64> = rep
+        .lines()
+        .skip(2)
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[f.len() - 1], f[f.len() - 2].parse().unwrap())
+        })
+        .collect();
+    for (f, n) in [
+        ("main", 1),
+        ("run", 1),
+        ("mid", 2),
+        ("leaf", 4),
+        ("recurse", 51),
+        ("run_args", 1),
+    ] {
+        assert_eq!(calls.get(f), Some(&n), "{f}\n{rep}");
+    }
+    assert!(
+        rep.lines().nth(2).unwrap().ends_with(" main"),
+        "sorted by total time: main first\n{rep}"
+    );
+    let o = shadowgraph()
+        .args(["report", "-s", "bogus", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+
+    let o = shadowgraph()
+        .args(["dump", "--chrome", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (json, _) = text(&o);
+    assert!(o.status.success());
+    let events = json.matches("\"ph\":\"B\"").count();
+    assert_eq!(events, json.matches("\"ph\":\"E\"").count());
+    assert_eq!(events, 1 + 1 + 2 + 4 + 51 + 1);
+    assert!(json.trim_end().ends_with("]}"));
+
+    let o = shadowgraph()
+        .arg("live")
+        .arg("--")
+        .arg(&exe)
+        .arg("2")
+        .output()
+        .unwrap();
+    let (out, _) = text(&o);
+    assert!(o.status.success());
+    assert!(
+        out.contains("# DURATION     TID      FUNCTION\n") && out.contains("|   run() {"),
+        "{out}"
+    );
+}

@@ -2,8 +2,10 @@
 //! timestamps written per thread to `<tid>.dat` in a data directory, and the
 //! replay view that prints them in uftrace's text layout.
 
+pub mod chrome;
 pub mod clock;
 pub mod data;
 pub mod format;
 pub mod replay;
+pub mod report;
 pub mod writer;

@@ -1,0 +1,51 @@
+//! `dump --chrome`: the recording as Chrome trace-event JSON (one "B"/"E"
+//! event per record, timestamps in microseconds), streamed thread by
+//! thread: memory stays bounded by one thread's records.
+
+use super::data::DataDir;
+use super::format::Kind;
+use super::replay::ReplayError;
+use std::io::Write;
+
+fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+pub fn dump_chrome(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+    let pid = data.info.get("pid").unwrap_or("0").to_string();
+    writeln!(out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
+    let mut first = true;
+    for &tid in &data.tids {
+        for r in data.records(tid)? {
+            let ph = match r.kind {
+                Kind::Entry => "B",
+                Kind::Exit => "E",
+                _ => continue,
+            };
+            if !first {
+                writeln!(out, ",")?;
+            }
+            first = false;
+            write!(
+                out,
+                "{{\"ts\":{}.{:03},\"ph\":\"{ph}\",\"pid\":{pid},\"tid\":{tid},\"name\":{}}}",
+                r.time / 1000,
+                r.time % 1000,
+                json_str(&data.name(r.addr))
+            )?;
+        }
+    }
+    writeln!(out, "\n]}}")?;
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! `report`: total time, self time and calls per function (uftrace's
+//! layout), from the recorded entry/exit records of every thread.
+//!
+//! Total time counts a recursive function once per outermost call (nested
+//! calls of the same function are inside it already); self time is the
+//! function's own duration minus its direct children's.
+
+use super::data::{DataDir, DataError};
+use super::format::Kind;
+use super::replay::format_duration;
+use std::collections::HashMap;
+use std::io::Write;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FuncStats {
+    pub total: u64,
+    pub self_time: u64,
+    pub calls: u64,
+}
+
+/// Sort order of the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    Total,
+    SelfTime,
+    Calls,
+    Name,
+}
+
+/// Per function (by address) statistics; `per_thread` keys them by thread
+/// too.
+pub fn collect(
+    data: &DataDir,
+    per_thread: bool,
+) -> Result<HashMap<(i32, u64), FuncStats>, DataError> {
+    let mut stats: HashMap<(i32, u64), FuncStats> = HashMap::new();
+    for &tid in &data.tids {
+        let key_tid = if per_thread { tid } else { 0 };
+        // (addr, entry time, children time)
+        let mut stack: Vec<(u64, u64, u64)> = Vec::new();
+        let mut active: HashMap<u64, u32> = HashMap::new();
+        for r in data.records(tid)? {
+            match r.kind {
+                Kind::Entry => {
+                    stack.push((r.addr, r.time, 0));
+                    *active.entry(r.addr).or_default() += 1;
+                }
+                Kind::Exit => {
+                    // Unwind to the matching entry (records lost in between
+                    // leave unmatched frames: they are closed here too).
+                    while let Some((addr, start, children)) = stack.pop() {
+                        let dur = r.time.saturating_sub(start);
+                        let a = active.entry(addr).or_default();
+                        *a = a.saturating_sub(1);
+                        let s = stats.entry((key_tid, addr)).or_default();
+                        s.calls += 1;
+                        if *a == 0 {
+                            s.total += dur;
+                        }
+                        s.self_time += dur.saturating_sub(children);
+                        if let Some(parent) = stack.last_mut() {
+                            parent.2 += dur;
+                        }
+                        if addr == r.addr {
+                            break;
+                        }
+                    }
+                }
+                Kind::Lost | Kind::Event => {}
+            }
+        }
+    }
+    Ok(stats)
+}
+
+/// Writes the report.
+pub fn report(
+    data: &DataDir,
+    sort: SortKey,
+    per_thread: bool,
+    out: &mut impl Write,
+) -> Result<(), ReportError> {
+    let stats = collect(data, per_thread)?;
+    let mut rows: Vec<((i32, u64), FuncStats, String)> = stats
+        .into_iter()
+        .map(|(k, s)| (k, s, data.name(k.1)))
+        .collect();
+    rows.sort_by(|a, b| {
+        let o = match sort {
+            SortKey::Total => b.1.total.cmp(&a.1.total),
+            SortKey::SelfTime => b.1.self_time.cmp(&a.1.self_time),
+            SortKey::Calls => b.1.calls.cmp(&a.1.calls),
+            SortKey::Name => a.2.cmp(&b.2),
+        };
+        o.then_with(|| a.2.cmp(&b.2)).then(a.0 .0.cmp(&b.0 .0))
+    });
+    if per_thread {
+        writeln!(
+            out,
+            "    TID    Total time   Self time       Calls  Function"
+        )?;
+        writeln!(
+            out,
+            "  =======  ==========  ==========  ==========  ===================="
+        )?;
+    } else {
+        writeln!(out, "  Total time   Self time       Calls  Function")?;
+        writeln!(
+            out,
+            "  ==========  ==========  ==========  ===================="
+        )?;
+    }
+    for ((tid, _), s, name) in rows {
+        let (t, st) = (
+            format_duration(Some(s.total)),
+            format_duration(Some(s.self_time)),
+        );
+        if per_thread {
+            writeln!(out, "  {tid:>7}  {t}  {st}  {:>10}  {name}", s.calls)?;
+        } else {
+            writeln!(out, "  {t}  {st}  {:>10}  {name}", s.calls)?;
+        }
+    }
+    Ok(())
+}
+
+pub type ReportError = super::replay::ReplayError;
