@@ -108,15 +108,13 @@ fn main() -> ExitCode {
             program,
         } => run::count(&program, top, graph),
         Command::Record { data, program } => run::record(&data, &program),
-        Command::Replay { data } => view(&data, |d, o| shadowgraph::record::replay::replay(d, o)),
+        Command::Replay { data } => view(&data, shadowgraph::record::replay::replay),
         Command::Report {
             data,
             sort,
             threads,
         } => report(&data, &sort, threads),
-        Command::Dump { data, chrome: _ } => {
-            view(&data, |d, o| shadowgraph::record::chrome::dump_chrome(d, o))
-        }
+        Command::Dump { data, chrome: _ } => view(&data, shadowgraph::record::chrome::dump_chrome),
         Command::Live { program } => run::live(&program),
         Command::Bench { which } => bench::run(which),
     };
