@@ -27,6 +27,15 @@ pub enum Which {
         #[arg(long, default_value_t = 7)]
         reps: usize,
     },
+    /// One configuration, one untimed loop of `loop_target` calls: for
+    /// instruction counting under `valgrind --tool=callgrind
+    /// --toggle-collect=loop_target` (deterministic, unlike time).
+    Ir {
+        /// none | ops | list2 | direct | graph-decline | graph
+        mode: String,
+        #[arg(default_value_t = 100_000)]
+        calls: i64,
+    },
     /// Cost of function-graph tracing (entry + return) with 1 user (fast
     /// path), 2 and 16 users, and 1 user reserving 8 bytes per call.
     Fgraph {
@@ -57,6 +66,7 @@ pub fn run(which: Which) -> Result<ExitCode, String> {
         Which::Patch { calls, reps, sites } => bench_patch(calls, reps.max(1), sites),
         Which::Dispatch { calls, reps } => bench_dispatch(calls, reps.max(1)),
         Which::Fgraph { calls, reps } => bench_fgraph(calls, reps.max(1)),
+        Which::Ir { mode, calls } => bench_ir(&mode, calls),
     }
 }
 
@@ -451,5 +461,40 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
     for (name, v) in rows {
         println!("{name:<44} {v:>9.2} {:>+12.2}", v - base);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
+    let (_, loop_target, _lib) = load_dispatch_lib()?;
+    let filter = || ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string());
+    let mut keep_ops = Vec::new();
+    let mut keep_users = Vec::new();
+    match mode {
+        "none" => {}
+        "ops" | "list2" => {
+            for _ in 0..if mode == "ops" { 1 } else { 2 } {
+                let o = ftrace::Ops::new(empty_cb, 0, filter()?);
+                ftrace::register(&o).map_err(|e| e.to_string())?;
+                keep_ops.push(o);
+            }
+        }
+        "direct" => {
+            let site = ftrace::site_by_name("target").ok_or("no site for `target`")?;
+            let arena = Arena::near(site.addr, site.addr + 8).map_err(|e| e.to_string())?;
+            let ret = tramp::empty(arena).map_err(|e| e.to_string())?;
+            let d = ftrace::Ops::new_direct(filter()?);
+            ftrace::register_direct(&d, ret).map_err(|e| e.to_string())?;
+            keep_ops.push(d);
+        }
+        "graph" | "graph-decline" => {
+            let entry: fgraph::EntryFn = if mode == "graph" { accept_all } else { decline };
+            let u = fgraph::GraphUser::new(entry, ignore_return, filter()?, 0);
+            fgraph::register_graph(&u).map_err(|e| e.to_string())?;
+            keep_users.push(u);
+        }
+        other => return Err(format!("unknown mode `{other}`")),
+    }
+    std::hint::black_box(loop_target(std::hint::black_box(calls)));
+    println!("{mode}: {calls} calls of target done");
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,76 @@
+//! Instruction budgets of a traced call, counted by callgrind (SPEC §7:
+//! gate on instruction counts, which are repeatable, not on time, which is
+//! noisy). `shadowgraph bench ir MODE N` sets one configuration up and calls
+//! a traced function N times inside `loop_target`; callgrind counts only
+//! inside that loop. A budget is today's count plus headroom: lower it when
+//! the hot path gets leaner.
+
+use std::process::Command;
+
+const CALLS: u64 = 100_000;
+
+/// (mode, instructions per call at most, including the loop's own ~10)
+const BUDGETS: [(&str, f64); 6] = [
+    ("none", 12.0),
+    ("ops", 160.0),
+    ("list2", 350.0),
+    ("direct", 14.0),
+    ("graph-decline", 260.0),
+    ("graph", 450.0),
+];
+
+fn have_valgrind() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn traced_call_instruction_budgets() {
+    if !have_valgrind() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install valgrind (see .ci/run)"
+        );
+        eprintln!("valgrind not installed: instruction budgets not checked");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("shadowgraph-ir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut report = Vec::new();
+    for (mode, budget) in BUDGETS {
+        let out = dir.join(format!("callgrind.{mode}"));
+        let o = Command::new("valgrind")
+            .args(["--tool=callgrind", "--toggle-collect=loop_target"])
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(env!("CARGO_BIN_EXE_shadowgraph"))
+            .args(["bench", "ir", mode, &CALLS.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let text = std::fs::read_to_string(&out).unwrap();
+        let total: u64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("summary: ")
+                    .or_else(|| l.strip_prefix("totals: "))
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{mode}: no totals in {}", out.display()));
+        let per_call = total as f64 / CALLS as f64;
+        report.push(format!(
+            "{mode}: {per_call:.1} instructions per call (budget {budget})"
+        ));
+        assert!(
+            per_call <= budget,
+            "{mode}: {per_call:.1} instructions per call, budget {budget}"
+        );
+    }
+    eprintln!("{}", report.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
