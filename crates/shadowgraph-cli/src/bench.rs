@@ -257,6 +257,24 @@ UNPATCHABLE long loop_target(long n) { long s = 0; for (long i = 0; i < n; i++) 
 
 fn empty_cb(_ip: usize, _parent: usize, _ops: &ftrace::Ops, _regs: &mut ftrace::Regs) {}
 
+/// The table of a benchmark: ns per call and the difference to `base`.
+fn print_rows(rows: &[(String, f64)], base: f64) {
+    println!(
+        "{:<44} {:>9} {:>12}",
+        "traced call", "ns/call", "vs untraced"
+    );
+    for (name, v) in rows {
+        println!("{name:<44} {v:>9.2} {:>+12.2}", v - base);
+    }
+}
+
+/// An empty direct-call target (`ret`) within reach of the site of `target`.
+fn empty_target() -> Result<usize, String> {
+    let site = ftrace::site_by_name("target").ok_or("no site for `target`")?;
+    let arena = Arena::near(site.addr, site.addr + 8).map_err(|e| e.to_string())?;
+    tramp::empty(arena).map_err(|e| e.to_string())
+}
+
 /// A benchmark library built with gcc and loaded into this process.
 struct BenchLib {
     dir: std::path::PathBuf,
@@ -364,9 +382,7 @@ fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
         unreg(o)?;
     }
 
-    let arena =
-        shadowgraph::arena::Arena::near(site.addr, site.addr + 8).map_err(|e| e.to_string())?;
-    let ret = tramp::empty(arena).map_err(|e| e.to_string())?;
+    let ret = empty_target()?;
     let direct = ftrace::Ops::new_direct(filter(&["target"])?);
     ftrace::register_direct(&direct, ret).map_err(|e| e.to_string())?;
     rows.push(("direct call (pad to an empty target)".into(), measure()));
@@ -377,13 +393,7 @@ fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
     unreg(&direct)?;
     rows.push(("all unregistered (NOP5 again)".into(), measure()));
 
-    println!(
-        "{:<44} {:>9} {:>12}",
-        "traced call", "ns/call", "vs untraced"
-    );
-    for (name, v) in rows {
-        println!("{name:<44} {v:>9.2} {:>+12.2}", v - base);
-    }
+    print_rows(&rows, base);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -454,13 +464,7 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
     rows.push(("1 user reserving 8 bytes per call".into(), measure()));
     unreg(&r)?;
     rows.push(("all unregistered (NOP5 again)".into(), measure()));
-    println!(
-        "{:<44} {:>9} {:>12}",
-        "traced call", "ns/call", "vs untraced"
-    );
-    for (name, v) in rows {
-        println!("{name:<44} {v:>9.2} {:>+12.2}", v - base);
-    }
+    print_rows(&rows, base);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -479,9 +483,7 @@ fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
             }
         }
         "direct" => {
-            let site = ftrace::site_by_name("target").ok_or("no site for `target`")?;
-            let arena = Arena::near(site.addr, site.addr + 8).map_err(|e| e.to_string())?;
-            let ret = tramp::empty(arena).map_err(|e| e.to_string())?;
+            let ret = empty_target()?;
             let d = ftrace::Ops::new_direct(filter()?);
             ftrace::register_direct(&d, ret).map_err(|e| e.to_string())?;
             keep_ops.push(d);

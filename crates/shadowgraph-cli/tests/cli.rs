@@ -407,9 +407,10 @@ fn shape(replay: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn record_and_replay_show_the_exact_call_graph() {
-    let dir = workdir("record");
+/// Builds calls.c with a main, records `prog 2` into `<dir>/trace.data`;
+/// returns (program, data directory).
+fn record_calls_program(name: &str) -> (PathBuf, PathBuf) {
+    let dir = workdir(name);
     let exe = dir.join("prog");
     cc(
         &[&lib_fixture("calls.c")],
@@ -428,6 +429,12 @@ fn record_and_replay_show_the_exact_call_graph() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert!(err.contains("(0 lost)"), "{err}");
+    (exe, data)
+}
+
+#[test]
+fn record_and_replay_show_the_exact_call_graph() {
+    let (_, data) = record_calls_program("record");
     let o = shadowgraph()
         .args(["replay", "-d"])
         .arg(&data)
@@ -513,23 +520,7 @@ fn record_and_replay_show_the_exact_call_graph() {
 
 #[test]
 fn report_dump_and_live_views() {
-    let dir = workdir("views");
-    let exe = dir.join("prog");
-    cc(
-        &[&lib_fixture("calls.c")],
-        &["-O2", "-DWITH_MAIN", "-fpatchable-function-entry=5"],
-        &exe,
-    );
-    let data = dir.join("v.data");
-    let o = shadowgraph()
-        .args(["record", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .arg("2")
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    let (exe, data) = record_calls_program("views");
     let o = shadowgraph()
         .args(["report", "-d"])
         .arg(&data)
