@@ -330,7 +330,6 @@ fn load_dispatch_lib() -> Result<(Loop, Loop, BenchLib), String> {
 
 fn bench_dispatch(calls: i64, reps: usize) -> Result<ExitCode, String> {
     let (loop_plain, loop_target, _lib) = load_dispatch_lib()?;
-    let site = ftrace::site_by_name("target").ok_or("no site for `target`")?;
     let filter =
         |pats: &[&str]| ftrace::FilterSet::with_patterns(pats, &[]).map_err(|e| e.to_string());
     let ops = |pats: &[&str], flags: u32| -> Result<Arc<ftrace::Ops>, String> {
