@@ -381,3 +381,38 @@ impl StackMap {
         }
     }
 }
+
+/// Code grace period (SPEC §3.11 part B): returns `true` once no other
+/// thread's PC, and no word on the live part of its stacks (a return
+/// address into the code, or a PC saved in a signal frame), lies in one of
+/// `ranges`. Conservative: a stale word that happens to point there delays
+/// it. Gives up (`false`) after about a second, or if threads cannot be
+/// stopped.
+pub fn wait_code_quiescent(ranges: &[(usize, usize)]) -> bool {
+    if ranges.is_empty() {
+        return true;
+    }
+    let Ok(stacks) = StackMap::read() else {
+        return false;
+    };
+    let inside = |w: usize| ranges.iter().any(|&(lo, hi)| lo <= w && w < hi);
+    let mut bufs = StopBuffers::default();
+    for _ in 0..200 {
+        let busy = stop_world(&mut bufs, |parked| {
+            let mut busy = false;
+            for p in parked.iter().filter(|p| p.pc != 0) {
+                busy |= inside(p.pc);
+                for sp in [p.handler_sp, p.sp] {
+                    stacks.scan_from(sp, |w| busy |= inside(w));
+                }
+            }
+            busy
+        });
+        match busy {
+            Ok(false) => return true,
+            Ok(true) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => return false,
+        }
+    }
+    false
+}

@@ -412,6 +412,22 @@ pub(crate) struct EntryAction {
     pub action: usize,
 }
 
+/// Bytes of an ftrace caller of either variant.
+pub(crate) fn ftrace_caller_len(regs_variant: bool) -> usize {
+    let (start, end) = if regs_variant {
+        (
+            std::ptr::addr_of!(shadowgraph_ftrace_regs_start) as usize,
+            std::ptr::addr_of!(shadowgraph_ftrace_regs_end) as usize,
+        )
+    } else {
+        (
+            std::ptr::addr_of!(shadowgraph_ftrace_args_start) as usize,
+            std::ptr::addr_of!(shadowgraph_ftrace_args_end) as usize,
+        )
+    };
+    end - start
+}
+
 /// Generates an ftrace caller (args or regs variant) into `arena`.
 pub(crate) fn ftrace_caller(
     arena: &Arena,

@@ -670,6 +670,11 @@ fn registration_churn_under_running_threads() {
         0,
         "a callback ran after unregister returned"
     );
+    assert_eq!(
+        ftrace::CODE_GRACE_GIVEN_UP.load(Ordering::Relaxed),
+        0,
+        "a code grace period could not complete"
+    );
     assert_clean();
 }
 

@@ -79,6 +79,8 @@ pub struct Ops {
 struct OpsInner {
     /// (arena base, trampoline address, its data slot)
     tramps: Vec<(usize, usize, &'static OpsSlot)>,
+    /// Bytes of each trampoline (all of one variant).
+    tramp_len: usize,
     subops: Vec<Arc<Ops>>,
 }
 
@@ -426,6 +428,8 @@ enum Retired {
     List(*mut OpsList),
     Record(Box<DispatchRecord>),
     Threads(*mut ThreadFilter),
+    /// Trampoline bytes a thread may still be executing (part B).
+    Code(usize, usize),
 }
 
 // SAFETY: the raw pointers are owned by the retirement list and only freed
@@ -451,6 +455,11 @@ fn lock_core() -> MutexGuard<'static, Core> {
 }
 
 /// Frees what `c.retired` holds once no thread can still use it.
+/// Code grace periods that could not be completed (threads that could not
+/// be stopped, or a stale stack word): the trampolines are never reused, so
+/// this only weakens "no thread is still inside" to "no thread can start".
+pub static CODE_GRACE_GIVEN_UP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn finish(mut c: MutexGuard<'static, Core>) {
     let retired = std::mem::take(&mut c.retired);
     drop(c);
@@ -458,6 +467,16 @@ fn finish(mut c: MutexGuard<'static, Core>) {
         return;
     }
     quiesce::synchronize();
+    let code: Vec<(usize, usize)> = retired
+        .iter()
+        .filter_map(|r| match r {
+            Retired::Code(lo, hi) => Some((*lo, *hi)),
+            _ => None,
+        })
+        .collect();
+    if !code.is_empty() && !crate::stop::wait_code_quiescent(&code) {
+        CODE_GRACE_GIVEN_UP.fetch_add(1, Ordering::Relaxed);
+    }
     for r in retired {
         // SAFETY: each pointer was unpublished before the grace period and
         // is owned solely by the retirement list.
@@ -467,6 +486,8 @@ fn finish(mut c: MutexGuard<'static, Core>) {
                 Retired::List(p) => drop(Box::from_raw(p)),
                 Retired::Record(b) => drop(b),
                 Retired::Threads(p) => drop(Box::from_raw(p)),
+                // Trampolines are never freed nor reused: nothing to do.
+                Retired::Code(..) => {}
             }
         }
     }
@@ -1009,6 +1030,7 @@ impl Core {
             )
             .map_err(CoreError::Arena)?;
             inner.tramps.push((arena.base, code, slot));
+            inner.tramp_len = tramp::ftrace_caller_len(ops.needs_regs());
         }
         // Re-arm slots a previous unregistration cleared.
         for t in &inner.tramps {
@@ -1098,9 +1120,13 @@ impl Core {
         self.update(touched.ids())
     }
 
-    fn clear_slots(&self, ops: &Ops) {
-        for t in &lock(&ops.inner).tramps {
+    /// Empties the ops' trampoline slots (a thread entering one returns at
+    /// once) and queues the trampolines for the code grace period.
+    fn clear_slots(&mut self, ops: &Ops) {
+        let inner = lock(&ops.inner);
+        for t in &inner.tramps {
             t.2.ops.store(std::ptr::null_mut(), Ordering::Release);
+            self.retired.push(Retired::Code(t.1, t.1 + inner.tramp_len));
         }
     }
 
