@@ -84,7 +84,37 @@ extern "C" fn finish() {
     for s in ftrace::sites() {
         syms.push_str(&format!("{:#x}\t{}\n", s.addr, s.function));
     }
-    if let Err(e) = std::fs::write(dir.join("symbols"), syms).and_then(|_| info.write(dir)) {
+    if let Err(e) = std::fs::write(dir.join("symbols"), syms)
+        .and_then(|_| std::fs::write(dir.join("maps"), module_maps()))
+        .and_then(|_| info.write(dir))
+    {
         eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
     }
+}
+
+/// `base<TAB>end<TAB>path` for every traced object: base is its lowest
+/// mapping, end the end of its last executable one.
+fn module_maps() -> String {
+    let mut paths: Vec<std::path::PathBuf> =
+        ftrace::sites().into_iter().map(|s| s.module).collect();
+    paths.sort();
+    paths.dedup();
+    let maps = shadowgraph::sys::read_maps().unwrap_or_default();
+    let mut out = String::new();
+    for p in paths {
+        let mine: Vec<_> = maps
+            .iter()
+            .filter(|m| std::path::Path::new(&m.path) == p)
+            .collect();
+        let base = mine.iter().map(|m| m.start).min();
+        let end = mine
+            .iter()
+            .filter(|m| m.prot & libc::PROT_EXEC != 0)
+            .map(|m| m.end)
+            .max();
+        if let (Some(b), Some(e)) = (base, end) {
+            out.push_str(&format!("{b:#x}\t{e:#x}\t{}\n", p.display()));
+        }
+    }
+    out
 }

@@ -84,6 +84,15 @@ enum Command {
         #[arg(long, required = true)]
         chrome: bool,
     },
+    /// Convert a recording into uftrace's data format (`uftrace replay -d OUT`).
+    Export {
+        /// Data directory.
+        #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
+        data: PathBuf,
+        /// Output directory (uftrace format).
+        #[arg(long = "uftrace", required = true)]
+        uftrace: PathBuf,
+    },
     /// Record a program into a temporary directory and replay it at exit.
     Live {
         /// The program and its arguments.
@@ -116,6 +125,13 @@ fn main() -> ExitCode {
         } => report(&data, &sort, threads),
         Command::Dump { data, chrome: _ } => view(&data, shadowgraph::record::chrome::dump_chrome),
         Command::Live { program } => run::live(&program),
+        Command::Export { data, uftrace } => {
+            let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string());
+            d.and_then(|d| {
+                shadowgraph::record::uftrace::export(&d, &uftrace).map_err(|e| e.to_string())
+            })
+            .map(|()| ExitCode::SUCCESS)
+        }
         Command::Bench { which } => bench::run(which),
     };
     match result {

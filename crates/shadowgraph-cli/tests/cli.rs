@@ -584,3 +584,66 @@ fn report_dump_and_live_views() {
         "{out}"
     );
 }
+
+/// The part of a replay line after `| ` (the call graph), for comparing
+/// replays whose TID column widths differ.
+fn graph_part(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .skip(1)
+        .map(|l| l.split_once("| ").map_or(l, |x| x.1).to_string())
+        .collect()
+}
+
+#[test]
+fn exported_recording_reads_in_uftrace() {
+    if Command::new("uftrace").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install uftrace (see .ci/run)"
+        );
+        eprintln!("uftrace not installed: export not checked against it");
+        return;
+    }
+    let (_, data) = record_calls_program("export");
+    let out = data.with_file_name("uftrace.data");
+    let o = shadowgraph()
+        .args(["export", "-d"])
+        .arg(&data)
+        .arg("--uftrace")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let ours = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let theirs = Command::new("uftrace")
+        .args(["replay", "-d"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (ours, theirs) = (text(&ours).0, text(&theirs).0);
+    assert!(
+        theirs.contains("main() {"),
+        "uftrace did not resolve our symbols:\n{theirs}"
+    );
+    assert_eq!(
+        graph_part(&ours),
+        graph_part(&theirs),
+        "uftrace shows another call graph"
+    );
+    let rep = Command::new("uftrace")
+        .args(["report", "-d"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let rep = text(&rep).0;
+    assert!(
+        rep.lines()
+            .any(|l| l.ends_with(" leaf") && l.contains("           4  ")),
+        "{rep}"
+    );
+}

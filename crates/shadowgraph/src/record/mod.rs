@@ -8,4 +8,5 @@ pub mod data;
 pub mod format;
 pub mod replay;
 pub mod report;
+pub mod uftrace;
 pub mod writer;

@@ -1,0 +1,219 @@
+//! Export to uftrace's data directory format (uftrace v0.13 reads it):
+//! `info` (binary header + `key:value` sections), `task.txt`, one
+//! `sid-<id>.map` with the traced objects' ranges, a `<name>.sym` per object
+//! (addresses relative to its base), and `<tid>.dat` with nanosecond
+//! timestamps (the record layout is already uftrace's).
+
+use super::data::{DataDir, DataError};
+use super::format::{encode, Kind};
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// uftrace feature bits: TASK_SESSION | SYM_REL_ADDR | MAX_STACK.
+const FEATURES: u64 = 1 << 1 | 1 << 5 | 1 << 6;
+/// Info sections written, in this order (uftrace's bit numbers): exename,
+/// build_id, exit_status, cmdline, cpuinfo, meminfo, osinfo, taskinfo,
+/// usageinfo, loadinfo, record_date, pattern_type, uftrace_version.
+const INFO_MASK: u64 = 0x3bff;
+
+fn err(path: &Path, e: impl std::fmt::Display) -> DataError {
+    DataError {
+        path: path.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// A traced object: load base, end of its code, path.
+#[derive(Clone, Debug)]
+pub struct ModuleMap {
+    pub base: u64,
+    pub end: u64,
+    pub path: PathBuf,
+}
+
+/// Reads `maps` of one of our data directories.
+pub fn read_maps(data: &DataDir) -> Result<Vec<ModuleMap>, DataError> {
+    let p = data.dir.join("maps");
+    let text = std::fs::read_to_string(&p).map_err(|e| err(&p, format!("cannot read: {e}")))?;
+    let mut out = Vec::new();
+    for (n, l) in text.lines().enumerate() {
+        let f: Vec<&str> = l.splitn(3, '\t').collect();
+        let num = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16);
+        match f[..] {
+            [b, e, path] => out.push(ModuleMap {
+                base: num(b).map_err(|_| err(&p, format!("line {}: bad base", n + 1)))?,
+                end: num(e).map_err(|_| err(&p, format!("line {}: bad end", n + 1)))?,
+                path: PathBuf::from(path),
+            }),
+            _ => {
+                return Err(err(
+                    &p,
+                    format!("line {}: expected base<TAB>end<TAB>path", n + 1),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `data` as a uftrace data directory at `out` (created).
+pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
+    std::fs::create_dir_all(out).map_err(|e| err(out, e))?;
+    let maps = read_maps(data)?;
+    let pid: u64 = data
+        .info
+        .get("pid")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let exe = data.info.get("exe").unwrap_or("").to_string();
+    let cal = data.info.calibration();
+    let start_ns = cal.ns0;
+    let sid = format!(
+        "{:016x}",
+        pid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ start_ns
+    );
+
+    // <tid>.dat with nanosecond times.
+    let mut first_time = Vec::new();
+    for &tid in &data.tids {
+        let recs = data.records(tid)?;
+        let path = out.join(format!("{tid}.dat"));
+        let mut f =
+            std::io::BufWriter::new(std::fs::File::create(&path).map_err(|e| err(&path, e))?);
+        for r in &recs {
+            let w = encode(r.kind, r.depth, r.addr);
+            f.write_all(&r.time.to_le_bytes())
+                .and_then(|_| f.write_all(&w.to_le_bytes()))
+                .map_err(|e| err(&path, e))?;
+        }
+        f.flush().map_err(|e| err(&path, e))?;
+        first_time.push((tid, recs.first().map_or(start_ns, |r| r.time)));
+        let _ = Kind::Entry;
+    }
+
+    // task.txt
+    let ts = |ns: u64| format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000);
+    let mut task = format!(
+        "SESS timestamp={} pid={pid} sid={sid} exename=\"{exe}\"\n",
+        ts(start_ns)
+    );
+    for (tid, t) in &first_time {
+        writeln!(task, "TASK timestamp={} tid={tid} pid={pid}", ts(*t)).unwrap();
+    }
+    let p = out.join("task.txt");
+    std::fs::write(&p, task).map_err(|e| err(&p, e))?;
+
+    // sid-<sid>.map: one line per traced object (base to end of code).
+    let mut map = String::new();
+    for m in &maps {
+        writeln!(
+            map,
+            "{:x}-{:x} r-xp 00000000 00:00 0                          {}",
+            m.base,
+            m.end,
+            m.path.display()
+        )
+        .unwrap();
+    }
+    // uftrace's map reader needs a last line after the objects: it always
+    // writes the stack mapping there.
+    writeln!(
+        map,
+        "7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0                          [stack]"
+    )
+    .unwrap();
+    let p = out.join(format!("sid-{sid}.map"));
+    std::fs::write(&p, map).map_err(|e| err(&p, e))?;
+
+    // <name>.sym: the traced functions of each object, relative to its base.
+    for m in &maps {
+        let mut syms: Vec<(u64, &str)> = data
+            .symbols
+            .iter()
+            .filter(|(a, _)| *a >= m.base && *a < m.end)
+            .map(|(a, n)| (a - m.base, n.as_str()))
+            .collect();
+        syms.sort();
+        let mut s = format!(
+            "# symbols: {}\n# path name: {}\n",
+            syms.len(),
+            m.path.display()
+        );
+        for (a, n) in &syms {
+            writeln!(s, "{a:016x} T {n}").unwrap();
+        }
+        writeln!(s, "{:016x} ? __func_end", m.end - m.base).unwrap();
+        let name = m
+            .path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let p = out.join(format!("{name}.sym"));
+        std::fs::write(&p, s).map_err(|e| err(&p, e))?;
+    }
+
+    // info: binary header, then the sections.
+    let tids: Vec<String> = data.tids.iter().map(|t| t.to_string()).collect();
+    let elapsed = cal.ns1.saturating_sub(cal.ns0);
+    let mut text = String::new();
+    writeln!(text, "exename:{exe}").unwrap();
+    writeln!(text, "build_id:{}", "0".repeat(40)).unwrap();
+    writeln!(text, "exit_status:0").unwrap();
+    writeln!(text, "cmdline:{}", data.info.get("cmdline").unwrap_or("")).unwrap();
+    writeln!(
+        text,
+        "cpuinfo:lines=2\ncpuinfo:nr_cpus=1 / 1 (online/possible)\ncpuinfo:desc=unknown"
+    )
+    .unwrap();
+    writeln!(text, "meminfo:0.0 / 0.0 GB (free / total)").unwrap();
+    writeln!(
+        text,
+        "osinfo:lines=3\nosinfo:kernel=Linux\nosinfo:hostname=localhost\nosinfo:distro=\"unknown\""
+    )
+    .unwrap();
+    writeln!(
+        text,
+        "taskinfo:lines=2\ntaskinfo:nr_tid={}\ntaskinfo:tids={}",
+        tids.len(),
+        tids.join(",")
+    )
+    .unwrap();
+    writeln!(
+        text,
+        "usageinfo:lines=6\nusageinfo:systime=0.000000\nusageinfo:usrtime=0.000000\nusageinfo:ctxsw=0 / 0 (voluntary / involuntary)\nusageinfo:maxrss=0\nusageinfo:pagefault=0 / 0 (major / minor)\nusageinfo:iops=0 / 0 (read / write)"
+    )
+    .unwrap();
+    writeln!(text, "loadinfo:0.00 / 0.00 / 0.00").unwrap();
+    writeln!(text, "record_date:unknown").unwrap();
+    writeln!(
+        text,
+        "elapsed_time:{}.{:09} sec",
+        elapsed / 1_000_000_000,
+        elapsed % 1_000_000_000
+    )
+    .unwrap();
+    writeln!(text, "pattern_type:regex").unwrap();
+    writeln!(
+        text,
+        "uftrace_version:v0.13 ( shadowgraph {} )",
+        env!("CARGO_PKG_VERSION")
+    )
+    .unwrap();
+    let mut info = Vec::with_capacity(40 + text.len());
+    info.extend_from_slice(b"Ftrace!\0");
+    info.extend_from_slice(&4u32.to_le_bytes()); // version
+    info.extend_from_slice(&40u16.to_le_bytes()); // header size
+    info.push(1); // little endian
+    info.push(2); // ELF class 64
+    info.extend_from_slice(&FEATURES.to_le_bytes());
+    info.extend_from_slice(&INFO_MASK.to_le_bytes());
+    info.extend_from_slice(&1024u16.to_le_bytes()); // max stack
+    info.extend_from_slice(&[0u8; 6]);
+    info.extend_from_slice(text.as_bytes());
+    let p = out.join("info");
+    std::fs::write(&p, info).map_err(|e| err(&p, e))?;
+    let p = out.join("default.opts");
+    std::fs::write(&p, "").map_err(|e| err(&p, e))?;
+    Ok(())
+}
