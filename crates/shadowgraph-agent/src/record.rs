@@ -2,7 +2,8 @@
 //! `$SHADOWGRAPH_DIR/<tid>.dat`, with `info` (clock calibration, counts)
 //! and `symbols` written at exit.
 
-use shadowgraph::record::{clock, data::Info, format::Kind, writer};
+use shadowgraph::record::data::{DataDir, Info};
+use shadowgraph::record::{clock, format::Kind, uftrace, writer};
 use shadowgraph::{fgraph, ftrace};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,6 +90,13 @@ extern "C" fn finish() {
         .and_then(|_| info.write(dir))
     {
         eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
+        return;
+    }
+    // Nanosecond timestamps and uftrace's metadata, in place: the
+    // directory is then readable by uftrace as well.
+    let done = DataDir::open(dir).and_then(|d| uftrace::export(&d, dir));
+    if let Err(e) = done {
+        eprintln!("shadowgraph: {e}");
     }
 }
 

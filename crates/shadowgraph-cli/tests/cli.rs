@@ -647,3 +647,77 @@ fn exported_recording_reads_in_uftrace() {
         "{rep}"
     );
 }
+
+#[test]
+fn recordings_are_uftrace_data_both_ways() {
+    if Command::new("uftrace").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install uftrace (see .ci/run)"
+        );
+        eprintln!("uftrace not installed: compatibility not checked");
+        return;
+    }
+    // uftrace reads what we record…
+    let (exe, data) = record_calls_program("compat");
+    let ours = text(
+        &shadowgraph()
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    let theirs = text(
+        &Command::new("uftrace")
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    assert!(theirs.contains("main() {"), "{theirs}");
+    assert_eq!(graph_part(&ours), graph_part(&theirs));
+    // …and we read what uftrace records.
+    let ud = data.with_file_name("by-uftrace.data");
+    let o = Command::new("uftrace")
+        .args(["record", "-P", ".", "-d"])
+        .arg(&ud)
+        .arg(&exe)
+        .arg("2")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let theirs = text(
+        &Command::new("uftrace")
+            .args(["replay", "-d"])
+            .arg(&ud)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    let ours = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&ud)
+        .output()
+        .unwrap();
+    assert!(ours.status.success(), "{}", text(&ours).1);
+    assert_eq!(
+        graph_part(&text(&ours).0),
+        graph_part(&theirs),
+        "our replay of uftrace's data differs"
+    );
+    let rep = text(
+        &shadowgraph()
+            .args(["report", "-d"])
+            .arg(&ud)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    assert!(
+        rep.lines()
+            .any(|l| l.ends_with(" mid") && l.contains("           2  ")),
+        "{rep}"
+    );
+}

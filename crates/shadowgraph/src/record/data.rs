@@ -46,6 +46,14 @@ impl Info {
     }
 
     pub fn calibration(&self) -> Calibration {
+        if self.get("format") == Some("uftrace") {
+            return Calibration {
+                raw0: 0,
+                ns0: 0,
+                raw1: 0,
+                ns1: 0,
+            }; // identity
+        }
         let n = |k: &str| self.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
         Calibration {
             raw0: n("raw0"),
@@ -55,12 +63,13 @@ impl Info {
         }
     }
 
+    /// Writes `shadowgraph.info` (key=value lines).
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         let mut s = String::from("# shadowgraph data\n");
         for (k, v) in &self.fields {
             s.push_str(&format!("{k}={}\n", v.replace('\n', " ")));
         }
-        std::fs::write(dir.join("info"), s)
+        std::fs::write(dir.join("shadowgraph.info"), s)
     }
 }
 
@@ -75,6 +84,9 @@ pub struct DataDir {
 }
 
 impl DataDir {
+    /// Opens a data directory: uftrace's format (what `record` writes, and
+    /// what uftrace writes), or the raw form a recording has before its
+    /// timestamps are converted (`shadowgraph.info`, `symbols`).
     pub fn open(dir: &Path) -> Result<DataDir, DataError> {
         if !dir.is_dir() {
             return Err(err(
@@ -82,35 +94,32 @@ impl DataDir {
                 "no such data directory (record one with `shadowgraph record`)",
             ));
         }
-        let info_path = dir.join("info");
-        let text = std::fs::read_to_string(&info_path)
-            .map_err(|e| err(&info_path, format!("cannot read: {e}")))?;
         let mut info = Info::default();
-        for (n, line) in text.lines().enumerate() {
-            if line.starts_with('#') || line.is_empty() {
-                continue;
+        let ours = dir.join("shadowgraph.info");
+        if ours.exists() {
+            read_key_values(&ours, &mut info)?;
+        }
+        let info_path = dir.join("info");
+        let uftrace = match std::fs::read(&info_path) {
+            Ok(bytes) if bytes.starts_with(b"Ftrace!\0") => {
+                read_uftrace_info(&info_path, &bytes, &mut info)?;
+                true
             }
-            let (k, v) = line
-                .split_once('=')
-                .ok_or_else(|| err(&info_path, format!("line {}: expected key=value", n + 1)))?;
-            info.set(k, v);
-        }
-        let sym_path = dir.join("symbols");
-        let text = std::fs::read_to_string(&sym_path)
-            .map_err(|e| err(&sym_path, format!("cannot read: {e}")))?;
-        let mut symbols = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let (a, name) = line.split_once('\t').ok_or_else(|| {
-                err(
-                    &sym_path,
-                    format!("line {}: expected address<TAB>name", n + 1),
-                )
-            })?;
-            let a = u64::from_str_radix(a.trim_start_matches("0x"), 16)
-                .map_err(|_| err(&sym_path, format!("line {}: bad address `{a}`", n + 1)))?;
-            symbols.push((a, name.to_string()));
-        }
-        symbols.sort();
+            Ok(_) => {
+                read_key_values(&info_path, &mut info)?;
+                false
+            }
+            Err(_) if ours.exists() => false,
+            Err(e) => return Err(err(&info_path, format!("cannot read: {e}"))),
+        };
+        let symbols = if uftrace {
+            // Times in .dat files are nanoseconds already.
+            info.set("format", "uftrace");
+            read_uftrace_task(dir, &mut info)?;
+            read_uftrace_symbols(dir)?
+        } else {
+            read_symbols(&dir.join("symbols"))?
+        };
         let mut tids = Vec::new();
         for e in std::fs::read_dir(dir).map_err(|e| err(dir, format!("cannot list: {e}")))? {
             let name = e.map_err(|e| err(dir, e.to_string()))?.file_name();
@@ -157,11 +166,139 @@ impl DataDir {
         Ok(out)
     }
 
-    /// The function at `addr`.
+    /// The function holding `addr` (the nearest symbol at or below it:
+    /// our records hold function entries, uftrace's an address just inside).
     pub fn name(&self, addr: u64) -> String {
-        match self.symbols.binary_search_by_key(&addr, |s| s.0) {
-            Ok(i) => self.symbols[i].1.clone(),
-            Err(_) => format!("{addr:#x}"),
+        match self.symbols.partition_point(|s| s.0 <= addr) {
+            0 => format!("{addr:#x}"),
+            i => self.symbols[i - 1].1.clone(),
         }
     }
+}
+
+fn read_key_values(path: &Path, info: &mut Info) -> Result<(), DataError> {
+    let text = std::fs::read_to_string(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    for (n, line) in text.lines().enumerate() {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| err(path, format!("line {}: expected key=value", n + 1)))?;
+        info.set(k, v);
+    }
+    Ok(())
+}
+
+fn read_symbols(path: &Path) -> Result<Vec<(u64, String)>, DataError> {
+    let text = std::fs::read_to_string(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    let mut symbols = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let (a, name) = line
+            .split_once('\t')
+            .ok_or_else(|| err(path, format!("line {}: expected address<TAB>name", n + 1)))?;
+        let a = u64::from_str_radix(a.trim_start_matches("0x"), 16)
+            .map_err(|_| err(path, format!("line {}: bad address `{a}`", n + 1)))?;
+        symbols.push((a, name.to_string()));
+    }
+    symbols.sort();
+    Ok(symbols)
+}
+
+/// uftrace's `info`: "Ftrace!\0", version, header size, …, then
+/// `section:value` lines.
+fn read_uftrace_info(path: &Path, bytes: &[u8], info: &mut Info) -> Result<(), DataError> {
+    if bytes.len() < 14 {
+        return Err(err(path, "truncated uftrace info header"));
+    }
+    let hdr = u16::from_le_bytes([bytes[12], bytes[13]]) as usize;
+    let text = bytes
+        .get(hdr..)
+        .ok_or_else(|| err(path, format!("header size {hdr} beyond the file")))?;
+    for line in String::from_utf8_lossy(text).lines() {
+        if let Some((k, v)) = line.split_once(':') {
+            info.set(k, v);
+            if let Some((sub, val)) = v.split_once('=') {
+                info.set(&format!("{k}:{sub}"), val); // e.g. taskinfo:tids
+            }
+        }
+    }
+    if let Some(exe) = info.get("exename").map(str::to_string) {
+        info.set("exe", exe);
+    }
+    Ok(())
+}
+
+/// The session's pid from `task.txt` (`SESS … pid=N …`).
+fn read_uftrace_task(dir: &Path, info: &mut Info) -> Result<(), DataError> {
+    let path = dir.join("task.txt");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(()); // optional for our views
+    };
+    if let Some(sess) = text.lines().find(|l| l.starts_with("SESS ")) {
+        if let Some(pid) = sess.split_whitespace().find_map(|f| f.strip_prefix("pid=")) {
+            info.set("pid", pid);
+        }
+    }
+    Ok(())
+}
+
+/// Symbols from `sid-*.map` (object ranges) and `<object>.sym` files
+/// (addresses relative to the object's start), as absolute addresses.
+fn read_uftrace_symbols(dir: &Path) -> Result<Vec<(u64, String)>, DataError> {
+    let mut symbols = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| err(dir, format!("cannot list: {e}")))?;
+    for e in entries {
+        let p = e.map_err(|e| err(dir, e.to_string()))?.path();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !(name.starts_with("sid-") && name.ends_with(".map")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).map_err(|e| err(&p, format!("cannot read: {e}")))?;
+        for (n, line) in text.lines().enumerate() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(range), Some(path)) = (f.first(), f.get(5)) else {
+                continue;
+            };
+            if !path.starts_with('/') {
+                continue;
+            }
+            let start = range
+                .split_once('-')
+                .and_then(|(a, _)| u64::from_str_radix(a, 16).ok())
+                .ok_or_else(|| err(&p, format!("line {}: bad address range", n + 1)))?;
+            let base = Path::new(path)
+                .file_name()
+                .map(|b| b.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let sym = dir.join(format!("{base}.sym"));
+            let Ok(st) = std::fs::read_to_string(&sym) else {
+                continue;
+            };
+            for (m, l) in st.lines().enumerate() {
+                if l.starts_with('#') || l.is_empty() {
+                    continue;
+                }
+                let mut it = l.splitn(3, ' ');
+                let (Some(a), Some(kind), Some(fname)) = (it.next(), it.next(), it.next()) else {
+                    return Err(err(
+                        &sym,
+                        format!("line {}: expected address type name", m + 1),
+                    ));
+                };
+                if kind == "?" {
+                    continue;
+                }
+                let a = u64::from_str_radix(a, 16)
+                    .map_err(|_| err(&sym, format!("line {}: bad address `{a}`", m + 1)))?;
+                symbols.push((start + a, fname.to_string()));
+            }
+        }
+    }
+    symbols.sort();
+    symbols.dedup_by_key(|s| s.0);
+    Ok(symbols)
 }
