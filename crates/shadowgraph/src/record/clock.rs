@@ -57,14 +57,48 @@ impl Calibration {
         (now(), monotonic_ns())
     }
 
-    /// Nanoseconds (on CLOCK_MONOTONIC) of a raw timestamp.
+    /// Nanoseconds (on CLOCK_MONOTONIC) of a raw timestamp: a 32.32
+    /// fixed-point rate (computed per call: one division; callers converting
+    /// many timestamps use [`Calibration::converter`]).
     pub fn to_ns(&self, raw: u64) -> u64 {
+        self.converter().to_ns(raw)
+    }
+
+    /// A converter with the rate computed once.
+    pub fn converter(&self) -> Converter {
         if self.raw1 <= self.raw0 {
-            return raw; // identity (monotonic clock) or no second point
+            return Converter {
+                raw0: 0,
+                ns0: 0,
+                rate: 0,
+            }; // identity
+        }
+        let rate = (((self.ns1 - self.ns0) as u128) << 32) / (self.raw1 - self.raw0) as u128;
+        Converter {
+            raw0: self.raw0,
+            ns0: self.ns0,
+            rate: rate as u64,
+        }
+    }
+}
+
+/// Raw timestamp → nanoseconds with a precomputed 32.32 rate.
+#[derive(Clone, Copy, Debug)]
+pub struct Converter {
+    raw0: u64,
+    ns0: u64,
+    /// 0: identity.
+    rate: u64,
+}
+
+impl Converter {
+    #[inline]
+    pub fn to_ns(&self, raw: u64) -> u64 {
+        if self.rate == 0 {
+            return raw;
         }
         let d = raw as i128 - self.raw0 as i128;
-        let ns =
-            self.ns0 as i128 + d * (self.ns1 - self.ns0) as i128 / (self.raw1 - self.raw0) as i128;
-        ns.max(0) as u64
+        let scaled = (d * self.rate as i128) >> 32;
+        (self.ns0 as i128 + scaled).max(0) as u64
     }
 }

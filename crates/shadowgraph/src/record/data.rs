@@ -155,12 +155,12 @@ impl DataDir {
                 ),
             ));
         }
-        let cal = self.info.calibration();
+        let conv = self.info.calibration().converter();
         let mut out = Vec::with_capacity(bytes.len() / RECORD_SIZE);
         for (i, chunk) in bytes.chunks_exact(RECORD_SIZE).enumerate() {
             let mut r = decode(chunk.try_into().unwrap(), (i * RECORD_SIZE) as u64)
                 .map_err(|e| err(&path, e.to_string()))?;
-            r.time = cal.to_ns(r.time);
+            r.time = conv.to_ns(r.time);
             out.push(r);
         }
         Ok(out)
@@ -168,10 +168,10 @@ impl DataDir {
 
     /// The function holding `addr` (the nearest symbol at or below it:
     /// our records hold function entries, uftrace's an address just inside).
-    pub fn name(&self, addr: u64) -> String {
+    pub fn name(&self, addr: u64) -> std::borrow::Cow<'_, str> {
         match self.symbols.partition_point(|s| s.0 <= addr) {
-            0 => format!("{addr:#x}"),
-            i => self.symbols[i - 1].1.clone(),
+            0 => format!("{addr:#x}").into(),
+            i => self.symbols[i - 1].1.as_str().into(),
         }
     }
 }

@@ -16,8 +16,15 @@ use std::io::{self, Write};
 
 /// uftrace's duration: 10 characters, or 10 spaces for none.
 pub fn format_duration(ns: Option<u64>) -> String {
+    let mut v = Vec::with_capacity(10);
+    write_duration(&mut v, ns).expect("writing to a Vec");
+    String::from_utf8(v).expect("ASCII")
+}
+
+/// Writes [`format_duration`]'s text without allocating.
+pub fn write_duration(out: &mut impl Write, ns: Option<u64>) -> io::Result<()> {
     let Some(ns) = ns.filter(|&n| n > 0) else {
-        return " ".repeat(10);
+        return out.write_all(b"          ");
     };
     const UNITS: [&str; 5] = ["us", "ms", " s", " m", " h"];
     const LIMIT: [u64; 6] = [1000, 1000, 1000, 60, 24, u64::MAX];
@@ -37,20 +44,24 @@ pub fn format_duration(ns: Option<u64>) -> String {
         v = 999;
         frac = 999;
     }
-    format!("{v:3}.{frac:03} {}", UNITS[idx])
+    write!(out, "{v:3}.{frac:03} {}", UNITS[idx])
 }
 
+/// One replay line; the text is `pre`, `name`, `post` (no allocation).
 fn line(
     out: &mut impl Write,
     dur: Option<u64>,
     tid: i32,
     depth: u16,
-    text: &str,
+    pre: &str,
+    name: &str,
+    post: &str,
 ) -> io::Result<()> {
+    out.write_all(b" ")?;
+    write_duration(out, dur)?;
     writeln!(
         out,
-        " {} [{tid:>7}] | {:indent$}{text}",
-        format_duration(dur),
+        " [{tid:>7}] | {:indent$}{pre}{name}{post}",
         "",
         indent = 2 * depth as usize
     )
@@ -90,13 +101,8 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                 let name = data.name(r.addr);
                 match recs.get(i + 1) {
                     Some(n) if n.kind == Kind::Exit && n.depth == r.depth && n.addr == r.addr => {
-                        line(
-                            out,
-                            Some(n.time.saturating_sub(r.time)),
-                            *tid,
-                            r.depth,
-                            &format!("{name}();"),
-                        )?;
+                        let dur = Some(n.time.saturating_sub(r.time));
+                        line(out, dur, *tid, r.depth, "", &name, "();")?;
                         skip[k] = Some(i + 1);
                     }
                     _ => {
@@ -105,7 +111,7 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                             et.resize(d + 1, None);
                         }
                         et[d] = Some(r.time);
-                        line(out, None, *tid, r.depth, &format!("{name}() {{"))?;
+                        line(out, None, *tid, r.depth, "", &name, "() {")?;
                     }
                 }
             }
@@ -117,16 +123,21 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                     start.map(|s| r.time.saturating_sub(s)),
                     *tid,
                     r.depth,
-                    &format!("}} /* {name} */"),
+                    "} /* ",
+                    &name,
+                    " */",
                 )?;
             }
             Kind::Lost => {
+                let n = r.addr.to_string();
                 line(
                     out,
                     None,
                     *tid,
                     r.depth + 1,
-                    &format!("/* LOST {} records!! */", r.addr),
+                    "/* LOST ",
+                    &n,
+                    " records!! */",
                 )?;
             }
             Kind::Event => {}

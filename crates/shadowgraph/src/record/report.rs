@@ -83,7 +83,7 @@ pub fn report(
     let stats = collect(data, per_thread)?;
     let mut rows: Vec<((i32, u64), FuncStats, String)> = stats
         .into_iter()
-        .map(|(k, s)| (k, s, data.name(k.1)))
+        .map(|(k, s)| (k, s, data.name(k.1).into_owned()))
         .collect();
     rows.sort_by(|a, b| {
         let o = match sort {

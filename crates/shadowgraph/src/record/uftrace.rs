@@ -4,8 +4,9 @@
 //! (addresses relative to its base), and `<tid>.dat` with nanosecond
 //! timestamps (the record layout is already uftrace's).
 
+use super::clock::Calibration;
 use super::data::{DataDir, DataError};
-use super::format::{encode, Kind};
+use super::format::{decode, RECORD_SIZE};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,57 @@ pub fn read_maps(data: &DataDir) -> Result<Vec<ModuleMap>, DataError> {
     Ok(out)
 }
 
+/// Copies a `.dat` file converting its timestamps to nanoseconds; checks
+/// every record. Returns the first record's time.
+fn convert_dat(src: &Path, dst: &Path, cal: &Calibration) -> Result<Option<u64>, DataError> {
+    use std::io::Read;
+    let mut input = std::fs::File::open(src).map_err(|e| err(src, format!("cannot read: {e}")))?;
+    let mut output = std::fs::File::create(dst).map_err(|e| err(dst, e))?;
+    let mut buf = vec![0u8; RECORD_SIZE * 65536];
+    let mut offset = 0u64;
+    let mut first = None;
+    let conv = cal.converter();
+    loop {
+        let mut n = 0;
+        while n < buf.len() {
+            match input.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(err(src, format!("cannot read: {e}"))),
+            }
+        }
+        if n == 0 {
+            return Ok(first);
+        }
+        if n % RECORD_SIZE != 0 {
+            return Err(err(
+                src,
+                format!(
+                    "truncated: {} stray bytes at offset {}",
+                    n % RECORD_SIZE,
+                    offset + (n - n % RECORD_SIZE) as u64
+                ),
+            ));
+        }
+        for (i, rec) in buf[..n].chunks_exact_mut(RECORD_SIZE).enumerate() {
+            let r = decode(
+                rec[..].try_into().unwrap(),
+                offset + (i * RECORD_SIZE) as u64,
+            )
+            .map_err(|e| err(src, e))?;
+            let ns = conv.to_ns(r.time);
+            first.get_or_insert(ns);
+            rec[..8].copy_from_slice(&ns.to_le_bytes());
+        }
+        output.write_all(&buf[..n]).map_err(|e| err(dst, e))?;
+        offset += n as u64;
+        if n < buf.len() {
+            return Ok(first);
+        }
+    }
+}
+
 /// Writes `data` as a uftrace data directory at `out` (created).
 pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     std::fs::create_dir_all(out).map_err(|e| err(out, e))?;
@@ -74,22 +126,16 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         pid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ start_ns
     );
 
-    // <tid>.dat with nanosecond times.
+    // <tid>.dat with nanosecond times, converted in chunks (in place when
+    // `out` is the recording itself: through a temporary file).
     let mut first_time = Vec::new();
     for &tid in &data.tids {
-        let recs = data.records(tid)?;
-        let path = out.join(format!("{tid}.dat"));
-        let mut f =
-            std::io::BufWriter::new(std::fs::File::create(&path).map_err(|e| err(&path, e))?);
-        for r in &recs {
-            let w = encode(r.kind, r.depth, r.addr);
-            f.write_all(&r.time.to_le_bytes())
-                .and_then(|_| f.write_all(&w.to_le_bytes()))
-                .map_err(|e| err(&path, e))?;
-        }
-        f.flush().map_err(|e| err(&path, e))?;
-        first_time.push((tid, recs.first().map_or(start_ns, |r| r.time)));
-        let _ = Kind::Entry;
+        let src = data.dat_path(tid);
+        let dst = out.join(format!("{tid}.dat"));
+        let tmp = out.join(format!("{tid}.dat.tmp"));
+        let first = convert_dat(&src, &tmp, &cal)?;
+        std::fs::rename(&tmp, &dst).map_err(|e| err(&dst, e))?;
+        first_time.push((tid, first.unwrap_or(start_ns)));
     }
 
     // task.txt
