@@ -94,9 +94,26 @@ fn attach_counter() -> Result<(), String> {
 /// naming the program when there are none.
 pub(crate) fn discover_program() -> Result<Vec<Module>, String> {
     let me = agent_path();
-    let modules = process::discover(|p| Some(p) != me.as_deref()).map_err(|e| e.to_string())?;
+    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    // SHADOWGRAPH_LIBS: unset or "all" → every object; "none" → the program
+    // only; else `;`-separated file names of the libraries to trace too.
+    let libs = std::env::var("SHADOWGRAPH_LIBS").unwrap_or_default();
+    let wanted = |p: &std::path::Path| -> bool {
+        if Some(p) == me.as_deref() {
+            return false;
+        }
+        if p == exe || libs.is_empty() || libs == "all" {
+            return true;
+        }
+        let name = p
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        libs.split(';')
+            .any(|l| !l.is_empty() && l != "none" && name.starts_with(l))
+    };
+    let modules = process::discover(wanted).map_err(|e| e.to_string())?;
     if modules.iter().all(|m| m.usable().next().is_none()) {
-        let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
         let found = shadowgraph::elf::scan_file(&exe).map_err(|e| e.to_string())?;
         found.require_sites().map_err(|e| e.to_string())?;
         return Err(format!("{}: no usable sites", exe.display()));

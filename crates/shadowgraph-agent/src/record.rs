@@ -2,6 +2,7 @@
 //! `$SHADOWGRAPH_DIR/<tid>.dat`, with `info` (clock calibration, counts)
 //! and `symbols` written at exit.
 
+use shadowgraph::fgraph::filters::{GraphFilter, Verdict};
 use shadowgraph::record::data::{DataDir, Info};
 use shadowgraph::record::{clock, format::Kind, uftrace, writer};
 use shadowgraph::{fgraph, ftrace};
@@ -14,13 +15,48 @@ static USER: OnceLock<Arc<fgraph::GraphUser>> = OnceLock::new();
 static RAW0: AtomicU64 = AtomicU64::new(0);
 static NS0: AtomicU64 = AtomicU64::new(0);
 
-fn on_entry(e: &fgraph::GraphEntry, _u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+/// `-F`, `-N`, `-D` of `shadowgraph record`.
+static FILTER: OnceLock<GraphFilter> = OnceLock::new();
+
+fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+    if let Some(f) = FILTER.get() {
+        match f.entry(e, u) {
+            Verdict::Record(_) => {}
+            Verdict::Silent => return true,
+            Verdict::Reject => return false,
+        }
+    }
     writer::emit(Kind::Entry, e.depth.clamp(0, 1023) as u16, e.func as u64);
     true
 }
 
-fn on_return(r: &fgraph::GraphReturn, _u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+    if let Some(f) = FILTER.get() {
+        if f.ret(r, u).is_none() {
+            return;
+        }
+    }
     writer::emit(Kind::Exit, r.depth.clamp(0, 1023) as u16, r.func as u64);
+}
+
+/// Patterns from an environment variable (separated by `;`).
+fn patterns(var: &str) -> Vec<String> {
+    std::env::var(var)
+        .unwrap_or_default()
+        .split(';')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn filter_set(pats: &[String]) -> Result<Option<Arc<ftrace::FilterSet>>, String> {
+    if pats.is_empty() {
+        return Ok(None);
+    }
+    let p: Vec<&str> = pats.iter().map(String::as_str).collect();
+    ftrace::FilterSet::with_patterns(&p, &[])
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 pub fn attach() -> Result<(), String> {
@@ -35,6 +71,22 @@ pub fn attach() -> Result<(), String> {
     writer::start(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let _ = DIR.set(dir);
     ftrace::add_modules(modules).map_err(|e| e.to_string())?;
+    let (functions, notrace) = (
+        patterns("SHADOWGRAPH_FILTER"),
+        patterns("SHADOWGRAPH_NOTRACE"),
+    );
+    let max_depth = std::env::var("SHADOWGRAPH_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0);
+    if !functions.is_empty() || !notrace.is_empty() || max_depth > 0 {
+        let _ = FILTER.set(GraphFilter {
+            max_depth,
+            functions: filter_set(&functions)?,
+            notrace: filter_set(&notrace)?,
+            threads: None,
+        });
+    }
     let user = fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), 0);
     fgraph::register_graph(&user).map_err(|e| e.to_string())?;
     let _ = USER.set(user);

@@ -53,6 +53,8 @@ enum Command {
         /// Data directory (an existing one is renamed to DIR.old).
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
+        #[command(flatten)]
+        opts: run::RecordOptions,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
@@ -95,6 +97,8 @@ enum Command {
     },
     /// Record a program into a temporary directory and replay it at exit.
     Live {
+        #[command(flatten)]
+        opts: run::RecordOptions,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
@@ -116,7 +120,11 @@ fn main() -> ExitCode {
             graph,
             program,
         } => run::count(&program, top, graph),
-        Command::Record { data, program } => run::record(&data, &program),
+        Command::Record {
+            data,
+            opts,
+            program,
+        } => run::record(&data, &opts, &program),
         Command::Replay { data } => view(&data, shadowgraph::record::replay::replay),
         Command::Report {
             data,
@@ -124,7 +132,7 @@ fn main() -> ExitCode {
             threads,
         } => report(&data, &sort, threads),
         Command::Dump { data, chrome: _ } => view(&data, shadowgraph::record::chrome::dump_chrome),
-        Command::Live { program } => run::live(&program),
+        Command::Live { opts, program } => run::live(&opts, &program),
         Command::Export { data, uftrace } => {
             let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string());
             d.and_then(|d| {

@@ -94,9 +94,57 @@ pub fn run_counted(
     Ok((status, counts, summary))
 }
 
+/// What `record` (and `live`) trace.
+#[derive(clap::Args, Debug, Default)]
+pub struct RecordOptions {
+    /// Record only inside these functions (glob, /regex/, @LIB); repeatable.
+    #[arg(short = 'F', long = "filter")]
+    filter: Vec<String>,
+    /// Record nothing inside these functions; repeatable.
+    #[arg(short = 'N', long = "notrace")]
+    notrace: Vec<String>,
+    /// Record at most this many nested levels.
+    #[arg(short = 'D', long = "depth", default_value_t = 0)]
+    depth: u32,
+    /// Trace only the program, not its libraries.
+    #[arg(long)]
+    no_libs: bool,
+    /// Trace this library too (file name prefix); repeatable; implies
+    /// --no-libs for the others.
+    #[arg(long = "lib")]
+    libs: Vec<String>,
+}
+
+impl RecordOptions {
+    /// Checks the patterns (one-line error) and returns the environment for
+    /// the agent.
+    fn env(&self) -> Result<Vec<(&'static str, String)>, String> {
+        for p in self.filter.iter().chain(&self.notrace) {
+            shadowgraph::ftrace::Pattern::parse(p).map_err(|e| e.to_string())?;
+            if p.contains(';') {
+                return Err(format!("pattern `{p}` contains `;`"));
+            }
+        }
+        let libs = if !self.libs.is_empty() {
+            self.libs.join(";")
+        } else if self.no_libs {
+            "none".to_string()
+        } else {
+            "all".to_string()
+        };
+        Ok(vec![
+            ("SHADOWGRAPH_FILTER", self.filter.join(";")),
+            ("SHADOWGRAPH_NOTRACE", self.notrace.join(";")),
+            ("SHADOWGRAPH_DEPTH", self.depth.to_string()),
+            ("SHADOWGRAPH_LIBS", libs),
+        ])
+    }
+}
+
 /// Runs `program` recording into `data` (an existing directory is renamed
 /// to `<data>.old`).
-pub fn record(data: &Path, program: &[String]) -> Result<ExitCode, String> {
+pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<ExitCode, String> {
+    let env = opts.env()?;
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
     let found = shadowgraph::elf::scan_file(&path).map_err(|e| e.to_string())?;
@@ -115,6 +163,7 @@ pub fn record(data: &Path, program: &[String]) -> Result<ExitCode, String> {
         .env("LD_PRELOAD", &agent)
         .env("SHADOWGRAPH_MODE", "record")
         .env("SHADOWGRAPH_DIR", &abs)
+        .envs(env)
         .status()
         .map_err(|e| format!("cannot run {prog}: {e}"))?;
     match shadowgraph::record::data::DataDir::open(&abs) {
@@ -125,22 +174,26 @@ pub fn record(data: &Path, program: &[String]) -> Result<ExitCode, String> {
             d.tids.len(),
             data.display()
         ),
-        Err(e) => eprintln!(
-            "shadowgraph: {prog} exited ({status}) before the recording was completed: {e}"
+        Err(_) => eprintln!(
+            "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",
+            data.display()
         ),
     }
     Ok(exit_code(status))
 }
 
 /// Records into a temporary directory, replays, and removes it.
-pub fn live(program: &[String]) -> Result<ExitCode, String> {
+pub fn live(opts: &RecordOptions, program: &[String]) -> Result<ExitCode, String> {
     let dir = std::env::temp_dir().join(format!("shadowgraph-live-{}", std::process::id()));
-    let code = record(&dir, program)?;
-    let data = shadowgraph::record::data::DataDir::open(&dir).map_err(|e| e.to_string());
-    let shown = data.and_then(|d| {
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        shadowgraph::record::replay::replay(&d, &mut out).map_err(|e| e.to_string())
-    });
+    let code = record(&dir, opts, program)?;
+    // Without a recording `record` has said why already.
+    let shown = match shadowgraph::record::data::DataDir::open(&dir) {
+        Ok(d) => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            shadowgraph::record::replay::replay(&d, &mut out).map_err(|e| e.to_string())
+        }
+        Err(_) => Ok(()),
+    };
     let _ = std::fs::remove_dir_all(&dir);
     shown?;
     Ok(code)

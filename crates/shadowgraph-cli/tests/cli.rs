@@ -721,3 +721,88 @@ fn recordings_are_uftrace_data_both_ways() {
         "{rep}"
     );
 }
+
+#[test]
+fn record_options_filter_notrace_depth_and_libs() {
+    let dir = workdir("options");
+    let exe = dir.join("prog");
+    cc(
+        &[&lib_fixture("calls.c")],
+        &["-O2", "-DWITH_MAIN", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let live = |opts: &[&str], exe: &Path| -> Vec<String> {
+        let o = shadowgraph()
+            .arg("live")
+            .args(opts)
+            .arg("--")
+            .arg(exe)
+            .arg("2")
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{opts:?}: {err}");
+        let rep = out
+            .split_once("# DURATION")
+            .map(|x| format!("# DURATION{}", x.1))
+            .unwrap();
+        shape(&rep)
+    };
+    let mid_tree = |d: usize| {
+        let i = "  ".repeat(d);
+        vec![
+            format!(" |{i}mid() {{"),
+            format!("D|{i}  leaf();"),
+            format!("D|{i}  leaf();"),
+            format!("D|{i}}} /* mid */"),
+        ]
+    };
+    assert_eq!(
+        live(&["-F", "mid"], &exe),
+        [mid_tree(0), mid_tree(0)].concat()
+    );
+    assert_eq!(
+        live(&["-D", "2"], &exe),
+        [
+            " |main() {",
+            "D|  run();",
+            "D|  run_args();",
+            "D|  recurse();",
+            "D|} /* main */"
+        ]
+    );
+    assert_eq!(
+        live(&["-N", "run*", "-N", "recurse"], &exe),
+        ["D|main();"],
+        "notrace hides the functions and everything they call"
+    );
+    let o = shadowgraph()
+        .args(["live", "-F", "/bad(/", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.lines().count() == 1 && err.contains("unclosed group"),
+        "{err}"
+    );
+
+    // Libraries: all by default, none with --no-libs, chosen ones with --lib.
+    let lib = dir.join("libcalls.so");
+    cc(
+        &[&lib_fixture("calls.c")],
+        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
+        &lib,
+    );
+    let user = dir.join("uses_lib");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    cc(
+        &[&fixture("uses_lib.c"), &lib],
+        &["-O2", "-fpatchable-function-entry=5", &rpath],
+        &user,
+    );
+    let has_mid = |opts: &[&str]| live(opts, &user).iter().any(|l| l.contains("mid() {"));
+    assert!(has_mid(&[]));
+    assert!(!has_mid(&["--no-libs"]));
+    assert!(has_mid(&["--lib", "libcalls"]));
+}

@@ -196,7 +196,15 @@ impl Pattern {
             return Err(bad("empty module after `@`"));
         }
         let matcher = if let Some(re) = body.strip_prefix('/').and_then(|b| b.strip_suffix('/')) {
-            Matcher::Regex(regex::Regex::new(re).map_err(|e| bad(&e.to_string()))?)
+            // regex's messages span lines (a caret diagram): keep the last.
+            Matcher::Regex(regex::Regex::new(re).map_err(|e| {
+                let m = e.to_string();
+                bad(m
+                    .lines()
+                    .last()
+                    .unwrap_or("invalid regex")
+                    .trim_start_matches("error: "))
+            })?)
         } else {
             check_glob(body).map_err(|w| bad(&w))?;
             Matcher::Glob(body.to_string())
