@@ -285,11 +285,37 @@ pub fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
         src.display()
     );
     shadowgraph::cc::compile(&[&src], &flags, &exe)?;
-    eprintln!("# running it under shadowgraph (every function entry patched before main):");
-    let (status, mut counts, summary) = run_counted(&[exe.to_string_lossy().into_owned()], false)?;
-    counts.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.function.cmp(&b.function)));
-    println!();
-    print_counts(&counts, 0);
-    println!("# {summary}");
-    Ok(exit_code(status))
+    eprintln!("# recording it (every function entry patched before main):");
+    let data = dir.join("shadowgraph.data");
+    let code = record(
+        &data,
+        &RecordOptions::default(),
+        &[exe.to_string_lossy().into_owned()],
+    )?;
+    let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string())?;
+    let mut text = Vec::new();
+    shadowgraph::record::replay::replay(&d, &mut text).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&text);
+    const SHOWN: usize = 40;
+    println!(
+        "\n## replay: the call graph with durations (first {SHOWN} of {} lines)",
+        text.lines().count()
+    );
+    for l in text.lines().take(SHOWN + 1) {
+        println!("{l}");
+    }
+    println!("\n## report: time and calls per function");
+    let mut out = std::io::stdout().lock();
+    shadowgraph::record::report::report(
+        &d,
+        shadowgraph::record::report::SortKey::Calls,
+        false,
+        &mut out,
+    )
+    .map_err(|e| e.to_string())?;
+    println!(
+        "\n# the whole trace: shadowgraph replay -d {0}   (uftrace replay -d {0} reads it too)",
+        data.display()
+    );
+    Ok(code)
 }

@@ -56,21 +56,34 @@ fn counts(stdout: &str) -> HashMap<String, u64> {
 }
 
 #[test]
-fn demo_counts_every_call_of_the_sample() {
+fn demo_records_and_shows_every_call_of_the_sample() {
     let o = shadowgraph().arg("demo").output().unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert!(out.contains("fib(20) = 6765"), "{out}");
-    let c = counts(&out);
+    assert!(out.contains("# DURATION     TID      FUNCTION\n"), "{out}");
+    // The report's Calls column: every call of the sample, exactly.
+    let report = out.split_once("## report").unwrap().1;
+    let c: HashMap<&str, u64> = report
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let n = f.len();
+            if n < 6 {
+                return None; // header and separator lines
+            }
+            Some((f[n - 1], f[n - 2].parse().ok()?))
+        })
+        .collect();
     // fib(n) makes 2*fib(n+1)-1 calls: fib(20) and fib(15).
-    assert_eq!(c["fib"], (2 * 10946 - 1) + (2 * 987 - 1), "{out}");
+    assert_eq!(c["fib"], (2 * 10946 - 1) + (2 * 987 - 1), "{report}");
     assert_eq!(c["square"], 225 + 450 + 10);
     assert_eq!(c["sum_squares"], 151);
     assert_eq!(c["parse_line"], 150);
     assert_eq!(c["parse_file"], 2);
     assert_eq!(c["main"], 1);
     assert_eq!(c["worker"], 1);
-    assert!(out.contains("unknown_calls=0"), "{out}");
+    assert!(err.contains("(0 lost)"), "{err}");
 }
 
 fn check_program(exe: &Path, n: u64, expect_main: bool) {
