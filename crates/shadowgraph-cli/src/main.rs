@@ -83,8 +83,15 @@ enum Command {
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
         /// Chrome trace-event JSON (chrome://tracing, Perfetto's UI).
-        #[arg(long, required = true)]
+        #[arg(
+            long,
+            required_unless_present = "flame_graph",
+            conflicts_with = "flame_graph"
+        )]
         chrome: bool,
+        /// Folded stacks weighted by self time (ns), for flame graphs.
+        #[arg(long)]
+        flame_graph: bool,
     },
     /// Convert a recording into uftrace's data format (`uftrace replay -d OUT`).
     Export {
@@ -131,7 +138,12 @@ fn main() -> ExitCode {
             sort,
             threads,
         } => report(&data, &sort, threads),
-        Command::Dump { data, chrome: _ } => view(&data, shadowgraph::record::chrome::dump_chrome),
+        Command::Dump {
+            data,
+            flame_graph: true,
+            ..
+        } => view(&data, shadowgraph::record::flame::dump_flame_graph),
+        Command::Dump { data, .. } => view(&data, shadowgraph::record::chrome::dump_chrome),
         Command::Live { opts, program } => run::live(&opts, &program),
         Command::Export { data, uftrace } => {
             let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string());

@@ -5,6 +5,7 @@
 pub mod chrome;
 pub mod clock;
 pub mod data;
+pub mod flame;
 pub mod format;
 pub mod replay;
 pub mod report;

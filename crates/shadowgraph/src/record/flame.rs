@@ -1,0 +1,43 @@
+//! `dump --flame-graph`: folded stacks (`main;run;mid 1234`), one line per
+//! distinct call path, weighted by self time in nanoseconds; the input of
+//! flame-graph renderers (inferno, FlameGraph.pl).
+
+use super::data::DataDir;
+use super::format::Kind;
+use super::replay::ReplayError;
+use std::collections::BTreeMap;
+use std::io::Write;
+
+pub fn dump_flame_graph(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+    for &tid in &data.tids {
+        // (name, entry time, children time)
+        let mut stack: Vec<(String, u64, u64)> = Vec::new();
+        for r in data.records(tid)? {
+            match r.kind {
+                Kind::Entry => stack.push((data.name(r.addr).into_owned(), r.time, 0)),
+                Kind::Exit => {
+                    let Some((_, start, children)) = stack.last().cloned() else {
+                        continue; // an exit without its entry (recording started inside)
+                    };
+                    let dur = r.time.saturating_sub(start);
+                    let path = stack
+                        .iter()
+                        .map(|f| f.0.as_str())
+                        .collect::<Vec<_>>()
+                        .join(";");
+                    *folded.entry(path).or_default() += dur.saturating_sub(children);
+                    stack.pop();
+                    if let Some(parent) = stack.last_mut() {
+                        parent.2 += dur;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for (path, ns) in folded {
+        writeln!(out, "{path} {ns}")?;
+    }
+    Ok(())
+}
