@@ -9,7 +9,7 @@ use shadowgraph::tramp::{self, SiteCounter};
 use shadowgraph::{fgraph, ftrace};
 use std::ffi::CString;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,6 +25,18 @@ pub enum Which {
         calls: i64,
         /// Timed repetitions (the median is reported).
         #[arg(long, default_value_t = 7)]
+        reps: usize,
+    },
+    /// Recording cost side by side with uftrace (if installed): the
+    /// recursive fib program untraced, under `shadowgraph record` and under
+    /// `uftrace record -P .`; ns per call, bytes per call, start-up, and the
+    /// time of replay and report on the result.
+    Record {
+        /// fib(N): 2·fib(N+1)−1 calls.
+        #[arg(long, default_value_t = 30)]
+        n: u32,
+        /// Runs per measurement (the median is reported).
+        #[arg(long, default_value_t = 5)]
         reps: usize,
     },
     /// One configuration, one untimed loop of `loop_target` calls: for
@@ -67,6 +79,7 @@ pub fn run(which: Which) -> Result<ExitCode, String> {
         Which::Dispatch { calls, reps } => bench_dispatch(calls, reps.max(1)),
         Which::Fgraph { calls, reps } => bench_fgraph(calls, reps.max(1)),
         Which::Ir { mode, calls } => bench_ir(&mode, calls),
+        Which::Record { n, reps } => bench_record(n, reps.max(1)),
     }
 }
 
@@ -497,5 +510,105 @@ fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
     }
     std::hint::black_box(loop_target(std::hint::black_box(calls)));
     println!("{mode}: {calls} calls of target done");
+    Ok(ExitCode::SUCCESS)
+}
+
+const FIB_C: &str = "#include <stdio.h>\n#include <stdlib.h>\n\
+__attribute__((noinline)) int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+int main(int argc, char **argv) { printf(\"%d\\n\", fib(argc > 1 ? atoi(argv[1]) : 30)); return 0; }\n";
+
+/// Median wall time of `cmd` (stdout and stderr discarded), in seconds.
+fn time_cmd(reps: usize, mut cmd: impl FnMut() -> std::process::Command) -> Result<f64, String> {
+    let mut v = Vec::new();
+    for _ in 0..reps {
+        let mut c = cmd();
+        c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        let t = Instant::now();
+        let st = c.status().map_err(|e| format!("cannot run {c:?}: {e}"))?;
+        if !st.success() {
+            return Err(format!("{c:?} failed: {st}"));
+        }
+        v.push(t.elapsed().as_secs_f64());
+    }
+    Ok(median(v))
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|it| it.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}
+
+fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
+    let dir = std::env::temp_dir().join(format!("shadowgraph-bench-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let src = dir.join("fib.c");
+    let exe = dir.join("fib");
+    std::fs::write(&src, FIB_C).map_err(|e| e.to_string())?;
+    shadowgraph::cc::compile(&[&src], &["-O2", "-fno-optimize-sibling-calls", "-fpatchable-function-entry=5"], &exe)?;
+    let (mut a, mut b) = (0u64, 1u64);
+    for _ in 0..=n {
+        (a, b) = (b, a + b);
+    }
+    let calls = 2 * a - 1 + 1; // fib calls + main
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let uftrace = std::process::Command::new("uftrace").arg("--version").output().is_ok();
+    let (sg_data, uf_data) = (dir.join("sg.data"), dir.join("uf.data"));
+    let arg = n.to_string();
+    let run_plain = |k: &str| {
+        let mut c = std::process::Command::new(&exe);
+        c.arg(k);
+        c
+    };
+    let run_sg = |k: &str| {
+        let _ = std::fs::remove_dir_all(&sg_data);
+        let _ = std::fs::remove_dir_all(dir.join("sg.data.old"));
+        let mut c = std::process::Command::new(&me);
+        c.args(["record", "-d"]).arg(&sg_data).arg("--").arg(&exe).arg(k);
+        c
+    };
+    let run_uf = |k: &str| {
+        let _ = std::fs::remove_dir_all(&uf_data);
+        let mut c = std::process::Command::new("uftrace");
+        c.args(["record", "-P", ".", "-d"]).arg(&uf_data).arg(&exe).arg(k);
+        c
+    };
+    eprintln!("# fib({n}): {calls} traced calls; medians of {reps} runs …");
+    let plain = time_cmd(reps, || run_plain(&arg))?;
+    let sg = time_cmd(reps, || run_sg(&arg))?;
+    let sg_start = time_cmd(reps, || run_sg("1"))?;
+    let sg = (sg, time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?);
+    let view = |bin: &Path, what: &str, d: &Path| {
+        let mut c = std::process::Command::new(bin);
+        c.args([what, "-d"]).arg(d);
+        c
+    };
+    let sg_replay = time_cmd(reps.min(3), || view(&me, "replay", &sg_data))?;
+    let sg_report = time_cmd(reps.min(3), || view(&me, "report", &sg_data))?;
+    println!("# shadowgraph bench record: fib({n}), {calls} calls, medians of {reps}");
+    println!("{:<34} {:>9} {:>12} {:>10} {:>10} {:>9} {:>9}", "", "total s", "ns/call", "B/call", "start s", "replay s", "report s");
+    println!("{:<34} {:>9.3}", "untraced", plain);
+    let row = |name: &str, t: f64, bytes: u64, start: f64, rep: f64, repo: f64| {
+        println!(
+            "{name:<34} {t:>9.3} {:>12.1} {:>10.1} {start:>10.3} {rep:>9.2} {repo:>9.2}",
+            (t - plain - (start - plain).max(0.0)) * 1e9 / calls as f64,
+            bytes as f64 / calls as f64
+        )
+    };
+    row("shadowgraph record", sg.0, sg.1, sg_start, sg_replay, sg_report);
+    if uftrace {
+        let uf = time_cmd(reps, || run_uf(&arg))?;
+        let uf_start = time_cmd(reps, || run_uf("1"))?;
+        let _ = time_cmd(1, || run_uf(&arg))?;
+        let bytes = dir_bytes(&uf_data);
+        let uf_bin = PathBuf::from("uftrace");
+        let uf_replay = time_cmd(reps.min(3), || view(&uf_bin, "replay", &uf_data))?;
+        let uf_report = time_cmd(reps.min(3), || view(&uf_bin, "report", &uf_data))?;
+        row("uftrace record -P .", uf, bytes, uf_start, uf_replay, uf_report);
+    } else {
+        println!("# uftrace is not installed (apt-get install uftrace) — no comparison");
+    }
+    println!("# ns/call = (total − untraced − start-up overhead) / calls");
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(ExitCode::SUCCESS)
 }
