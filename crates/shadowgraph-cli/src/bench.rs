@@ -522,7 +522,8 @@ fn time_cmd(reps: usize, mut cmd: impl FnMut() -> std::process::Command) -> Resu
     let mut v = Vec::new();
     for _ in 0..reps {
         let mut c = cmd();
-        c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        c.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
         let t = Instant::now();
         let st = c.status().map_err(|e| format!("cannot run {c:?}: {e}"))?;
         if !st.success() {
@@ -535,7 +536,12 @@ fn time_cmd(reps: usize, mut cmd: impl FnMut() -> std::process::Command) -> Resu
 
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
-        .map(|it| it.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .map(|it| {
+            it.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
         .unwrap_or(0)
 }
 
@@ -545,14 +551,25 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     let src = dir.join("fib.c");
     let exe = dir.join("fib");
     std::fs::write(&src, FIB_C).map_err(|e| e.to_string())?;
-    shadowgraph::cc::compile(&[&src], &["-O2", "-fno-optimize-sibling-calls", "-fpatchable-function-entry=5"], &exe)?;
+    shadowgraph::cc::compile(
+        &[&src],
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-fpatchable-function-entry=5",
+        ],
+        &exe,
+    )?;
     let (mut a, mut b) = (0u64, 1u64);
     for _ in 0..=n {
         (a, b) = (b, a + b);
     }
     let calls = 2 * a - 1 + 1; // fib calls + main
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let uftrace = std::process::Command::new("uftrace").arg("--version").output().is_ok();
+    let uftrace = std::process::Command::new("uftrace")
+        .arg("--version")
+        .output()
+        .is_ok();
     let (sg_data, uf_data) = (dir.join("sg.data"), dir.join("uf.data"));
     let arg = n.to_string();
     let run_plain = |k: &str| {
@@ -564,20 +581,30 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         let _ = std::fs::remove_dir_all(&sg_data);
         let _ = std::fs::remove_dir_all(dir.join("sg.data.old"));
         let mut c = std::process::Command::new(&me);
-        c.args(["record", "-d"]).arg(&sg_data).arg("--").arg(&exe).arg(k);
+        c.args(["record", "-d"])
+            .arg(&sg_data)
+            .arg("--")
+            .arg(&exe)
+            .arg(k);
         c
     };
     let run_uf = |k: &str| {
         let _ = std::fs::remove_dir_all(&uf_data);
         let mut c = std::process::Command::new("uftrace");
-        c.args(["record", "-P", ".", "-d"]).arg(&uf_data).arg(&exe).arg(k);
+        c.args(["record", "-P", ".", "-d"])
+            .arg(&uf_data)
+            .arg(&exe)
+            .arg(k);
         c
     };
     eprintln!("# fib({n}): {calls} traced calls; medians of {reps} runs …");
     let plain = time_cmd(reps, || run_plain(&arg))?;
     let sg = time_cmd(reps, || run_sg(&arg))?;
     let sg_start = time_cmd(reps, || run_sg("1"))?;
-    let sg = (sg, time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?);
+    let sg = (
+        sg,
+        time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
+    );
     let view = |bin: &Path, what: &str, d: &Path| {
         let mut c = std::process::Command::new(bin);
         c.args([what, "-d"]).arg(d);
@@ -586,7 +613,10 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     let sg_replay = time_cmd(reps.min(3), || view(&me, "replay", &sg_data))?;
     let sg_report = time_cmd(reps.min(3), || view(&me, "report", &sg_data))?;
     println!("# shadowgraph bench record: fib({n}), {calls} calls, medians of {reps}");
-    println!("{:<34} {:>9} {:>12} {:>10} {:>10} {:>9} {:>9}", "", "total s", "ns/call", "B/call", "start s", "replay s", "report s");
+    println!(
+        "{:<34} {:>9} {:>12} {:>10} {:>10} {:>9} {:>9}",
+        "", "total s", "ns/call", "B/call", "start s", "replay s", "report s"
+    );
     println!("{:<34} {:>9.3}", "untraced", plain);
     let row = |name: &str, t: f64, bytes: u64, start: f64, rep: f64, repo: f64| {
         println!(
@@ -595,7 +625,14 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             bytes as f64 / calls as f64
         )
     };
-    row("shadowgraph record", sg.0, sg.1, sg_start, sg_replay, sg_report);
+    row(
+        "shadowgraph record",
+        sg.0,
+        sg.1,
+        sg_start,
+        sg_replay,
+        sg_report,
+    );
     if uftrace {
         let uf = time_cmd(reps, || run_uf(&arg))?;
         let uf_start = time_cmd(reps, || run_uf("1"))?;
@@ -604,7 +641,14 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         let uf_bin = PathBuf::from("uftrace");
         let uf_replay = time_cmd(reps.min(3), || view(&uf_bin, "replay", &uf_data))?;
         let uf_report = time_cmd(reps.min(3), || view(&uf_bin, "report", &uf_data))?;
-        row("uftrace record -P .", uf, bytes, uf_start, uf_replay, uf_report);
+        row(
+            "uftrace record -P .",
+            uf,
+            bytes,
+            uf_start,
+            uf_replay,
+            uf_report,
+        );
     } else {
         println!("# uftrace is not installed (apt-get install uftrace) — no comparison");
     }

@@ -44,14 +44,33 @@ pub fn write_duration(out: &mut impl Write, ns: Option<u64>) -> io::Result<()> {
         v = 999;
         frac = 999;
     }
-    write!(out, "{v:3}.{frac:03} {}", UNITS[idx])
+    // "%3d.%03d <unit>" without the formatting machinery (hot in replay).
+    let mut b = *b"  0.000 us";
+    let mut w = v;
+    for i in (0..3).rev() {
+        b[i] = b'0' + (w % 10) as u8;
+        w /= 10;
+        if w == 0 {
+            break;
+        }
+    }
+    let mut f = frac;
+    for i in (4..7).rev() {
+        b[i] = b'0' + (f % 10) as u8;
+        f /= 10;
+    }
+    b[8..].copy_from_slice(UNITS[idx].as_bytes());
+    out.write_all(&b)
 }
 
-/// One replay line; the text is `pre`, `name`, `post` (no allocation).
+const SPACES: [u8; 256] = [b' '; 256];
+
+/// One replay line; the text is `pre`, `name`, `post`. `tid` is the
+/// thread's ready-made ` [   tid] | ` column (no formatting per line).
 fn line(
     out: &mut impl Write,
     dur: Option<u64>,
-    tid: i32,
+    tid: &[u8],
     depth: u16,
     pre: &str,
     name: &str,
@@ -59,12 +78,17 @@ fn line(
 ) -> io::Result<()> {
     out.write_all(b" ")?;
     write_duration(out, dur)?;
-    writeln!(
-        out,
-        " [{tid:>7}] | {:indent$}{pre}{name}{post}",
-        "",
-        indent = 2 * depth as usize
-    )
+    out.write_all(tid)?;
+    let mut n = 2 * depth as usize;
+    while n > 0 {
+        let k = n.min(SPACES.len());
+        out.write_all(&SPACES[..k])?;
+        n -= k;
+    }
+    out.write_all(pre.as_bytes())?;
+    out.write_all(name.as_bytes())?;
+    out.write_all(post.as_bytes())?;
+    out.write_all(b"\n")
 }
 
 /// Writes the replay of every thread, merged by time.
@@ -75,6 +99,10 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
         .map(|&t| data.records(t).map(|r| (t, r)))
         .collect::<Result<_, _>>()?;
     writeln!(out, "# DURATION     TID      FUNCTION")?;
+    let tid_cols: Vec<Vec<u8>> = threads
+        .iter()
+        .map(|(t, _)| format!(" [{t:>7}] | ").into_bytes())
+        .collect();
     let mut heap = BinaryHeap::new();
     for (k, (_, recs)) in threads.iter().enumerate() {
         if let Some(r) = recs.first() {
@@ -86,7 +114,8 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
     let mut entry_time: Vec<Vec<Option<u64>>> = vec![Vec::new(); threads.len()];
     let mut skip: Vec<Option<usize>> = vec![None; threads.len()];
     while let Some(Reverse((_, k, i))) = heap.pop() {
-        let (tid, recs) = &threads[k];
+        let (_, recs) = &threads[k];
+        let tid = &tid_cols[k];
         if let Some(r) = recs.get(i + 1) {
             heap.push(Reverse((r.time, k, i + 1)));
         }
@@ -102,7 +131,7 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                 match recs.get(i + 1) {
                     Some(n) if n.kind == Kind::Exit && n.depth == r.depth && n.addr == r.addr => {
                         let dur = Some(n.time.saturating_sub(r.time));
-                        line(out, dur, *tid, r.depth, "", &name, "();")?;
+                        line(out, dur, tid, r.depth, "", &name, "();")?;
                         skip[k] = Some(i + 1);
                     }
                     _ => {
@@ -111,7 +140,7 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                             et.resize(d + 1, None);
                         }
                         et[d] = Some(r.time);
-                        line(out, None, *tid, r.depth, "", &name, "() {")?;
+                        line(out, None, tid, r.depth, "", &name, "() {")?;
                     }
                 }
             }
@@ -121,7 +150,7 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                 line(
                     out,
                     start.map(|s| r.time.saturating_sub(s)),
-                    *tid,
+                    tid,
                     r.depth,
                     "} /* ",
                     &name,
@@ -130,15 +159,7 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
             }
             Kind::Lost => {
                 let n = r.addr.to_string();
-                line(
-                    out,
-                    None,
-                    *tid,
-                    r.depth + 1,
-                    "/* LOST ",
-                    &n,
-                    " records!! */",
-                )?;
+                line(out, None, tid, r.depth + 1, "/* LOST ", &n, " records!! */")?;
             }
             Kind::Event => {}
         }
