@@ -118,6 +118,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools: a closed pipe (`| head`) ends us quietly.
+    // SAFETY: restoring the default disposition of SIGPIPE.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo { keep } => run::demo(keep),

@@ -819,3 +819,68 @@ fn record_options_filter_notrace_depth_and_libs() {
     assert!(!has_mid(&["--no-libs"]));
     assert!(has_mid(&["--lib", "libcalls"]));
 }
+
+#[test]
+fn rust_program_is_recorded_with_demangled_names() {
+    let dir = workdir("rust");
+    let exe = dir.join("rustprog");
+    let ok = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .env("RUSTC_BOOTSTRAP", "1")
+        .args(["-O", "-Zpatchable-function-entry=5", "--crate-name", "prog"])
+        .arg(fixture("rustprog.rs"))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let data = dir.join("rs.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success() && out.trim() == "321", "{out}\n{err}");
+    let rep = text(
+        &shadowgraph()
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    for want in [
+        "prog::main() {",
+        "prog::worker() {",
+        "prog::branch() {",
+        "prog::leaf();",
+    ] {
+        assert!(rep.contains(want), "{want} missing:\n{rep}");
+    }
+    let report = text(
+        &shadowgraph()
+            .args(["report", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    let leaf = report.lines().find(|l| l.ends_with(" prog::leaf")).unwrap();
+    assert!(
+        leaf.contains("          21  "),
+        "10 + 11 leaf calls on two threads: {leaf}"
+    );
+    // A closed pipe ends the output quietly.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} sites {} | head -1",
+            env!("CARGO_BIN_EXE_shadowgraph"),
+            exe.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(text(&o).1.is_empty(), "{}", text(&o).1);
+}
