@@ -459,20 +459,37 @@ extern "C" fn manager_tramp_entry(regs: *mut u8, data: usize) -> crate::tramp::E
 /// The manager's callback (SPEC §4.3).
 fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {
     let t = thread();
-    if t.exiting.get() || t.pause.get() > 0 {
-        return;
-    }
-    if t.stack.get().is_null() && !attach_stack(t) {
-        return;
+    if t.stack.get().is_null() || t.exiting.get() || t.pause.get() > 0 || t.unhooked.get() {
+        // Rare states, kept off the common path.
+        if !prepare_slow(t, regs) {
+            return;
+        }
     }
     let Some(bit) = try_lock(Group::Graph) else {
         return;
     };
-    if t.unhooked.get() {
-        rehook_in(t, regs.parent_slot as usize);
-    }
     enter(t, ip, parent_ip, regs);
     unlock(bit);
+}
+
+/// The thread has no stack yet, is exiting or paused, or an unwinder left
+/// its frames unhooked: returns whether the call may be hooked.
+#[cold]
+fn prepare_slow(t: &ThreadState, regs: &Regs) -> bool {
+    if t.exiting.get() || t.pause.get() > 0 {
+        return false;
+    }
+    if t.stack.get().is_null() && !attach_stack(t) {
+        return false;
+    }
+    if t.unhooked.get() {
+        let Some(bit) = try_lock(Group::Graph) else {
+            return false;
+        };
+        rehook_in(t, regs.parent_slot as usize);
+        unlock(bit);
+    }
+    true
 }
 
 #[cold]

@@ -310,12 +310,14 @@ pub enum Group {
 const NORMAL: u32 = 0;
 const SIGNAL: u32 = 1;
 const TRANSITION: u32 = 2;
+/// Bits of the recursion word from which the signal-handler depth is kept
+/// (the signal wrappers that will maintain it are not interposed yet).
+const SIG_SHIFT: u32 = 16;
 
 thread_local! {
     static ERRNO: Cell<*mut i32> = const { Cell::new(std::ptr::null_mut()) };
     static TID: Cell<i32> = const { Cell::new(0) };
     static REC: Cell<u32> = const { Cell::new(0) };
-    static SIG_DEPTH: Cell<u32> = const { Cell::new(0) };
     static REC_DROPS: Cell<u64> = const { Cell::new(0) };
 }
 
@@ -323,8 +325,9 @@ thread_local! {
 /// once; `None` (counted as a drop) when both are held.
 #[inline]
 pub fn try_lock(g: Group) -> Option<u32> {
+    // One word: recursion bits below SIG_SHIFT, signal-handler depth above.
     let rec = REC.get();
-    let ctx = if SIG_DEPTH.get() > 0 { SIGNAL } else { NORMAL };
+    let ctx = if rec >> SIG_SHIFT > 0 { SIGNAL } else { NORMAL };
     let mut bit = g as u32 + ctx;
     if rec & (1 << bit) != 0 {
         bit = g as u32 + TRANSITION;

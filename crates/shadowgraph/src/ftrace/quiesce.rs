@@ -40,6 +40,8 @@ pub static UNBRACKETED: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     /// This thread's slot + 1 (0: none yet).
     static SLOT: Cell<usize> = const { Cell::new(0) };
+    /// This thread's bracket word (null: none yet): what the hot path uses.
+    static WORD: Cell<*const AtomicU64> = const { Cell::new(std::ptr::null()) };
 }
 
 static KEY_INIT: Once = Once::new();
@@ -88,6 +90,10 @@ extern "C" fn after_fork_child() {
 }
 
 extern "C" fn release_slot(v: *mut libc::c_void) {
+    // Runs on the exiting thread: a later traced call (another destructor)
+    // claims a fresh slot instead of sharing this one once it is reused.
+    SLOT.set(0);
+    WORD.set(std::ptr::null());
     let idx = v as usize;
     if idx > 0 && idx <= MAX_THREADS {
         let w = &WORDS[idx - 1];
@@ -111,6 +117,7 @@ fn claim() -> usize {
             w.qs.store(0, Ordering::Relaxed);
             HIGH_WATER.fetch_max(i + 1, Ordering::AcqRel);
             SLOT.set(i + 1);
+            WORD.set(&w.qs);
             // SAFETY: KEY was created by init() before any trampoline ran.
             unsafe { libc::pthread_setspecific(KEY, (i + 1) as *const libc::c_void) };
             return i + 1;
@@ -119,35 +126,37 @@ fn claim() -> usize {
     0
 }
 
-/// Inside the dispatch bracket while alive.
-pub struct Bracket(usize);
+/// Inside the dispatch bracket while alive (null: no slot could be had).
+pub struct Bracket(*const AtomicU64);
 
 impl Bracket {
     #[inline(always)]
     pub fn enter() -> Bracket {
-        let mut s = SLOT.get();
-        if s == 0 {
-            s = claim();
-            if s == 0 {
+        let mut p = WORD.get();
+        if p.is_null() {
+            if claim() == 0 {
                 UNBRACKETED.fetch_add(1, Ordering::Relaxed);
-                return Bracket(0);
+                return Bracket(std::ptr::null());
             }
+            p = WORD.get();
         }
-        let w = &WORDS[s - 1].qs;
+        // SAFETY: p points into the static WORDS array.
+        let w = unsafe { &*p };
         w.store(w.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
-        Bracket(s)
+        Bracket(p)
     }
 }
 
 impl Drop for Bracket {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.0 == 0 {
+        if self.0.is_null() {
             return;
         }
         compiler_fence(Ordering::SeqCst);
-        let w = &WORDS[self.0 - 1].qs;
+        // SAFETY: as in enter.
+        let w = unsafe { &*self.0 };
         let v = w.load(Ordering::Relaxed);
         let next = if v & 0xffff == 1 {
             ((v >> 16) + 1) << 16
