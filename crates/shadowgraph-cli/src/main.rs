@@ -77,6 +77,14 @@ enum Command {
         #[arg(long)]
         threads: bool,
     },
+    /// The call paths to a function and its call tree, aggregated.
+    Graph {
+        /// Data directory.
+        #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
+        data: PathBuf,
+        /// The function.
+        function: String,
+    },
     /// Write the recording in another format.
     Dump {
         /// Data directory.
@@ -148,6 +156,9 @@ fn main() -> ExitCode {
         } => view(&data, shadowgraph::record::flame::dump_flame_graph),
         Command::Dump { data, .. } => view(&data, shadowgraph::record::chrome::dump_chrome),
         Command::Live { opts, program } => run::live(&opts, &program),
+        Command::Graph { data, function } => view(&data, |d, o| {
+            shadowgraph::record::graph::graph(d, &function, o)
+        }),
         Command::Export { data, uftrace } => {
             let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string());
             d.and_then(|d| {

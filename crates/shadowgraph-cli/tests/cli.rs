@@ -691,6 +691,28 @@ fn recordings_are_uftrace_data_both_ways() {
     .0;
     assert!(theirs.contains("main() {"), "{theirs}");
     assert_eq!(graph_part(&ours), graph_part(&theirs));
+    // `graph` prints what uftrace's graph prints, byte for byte.
+    for f in ["main", "mid", "recurse"] {
+        let ours = text(
+            &shadowgraph()
+                .args(["graph", "-d"])
+                .arg(&data)
+                .arg(f)
+                .output()
+                .unwrap(),
+        )
+        .0;
+        let theirs = text(
+            &Command::new("uftrace")
+                .args(["graph", "-d"])
+                .arg(&data)
+                .arg(f)
+                .output()
+                .unwrap(),
+        )
+        .0;
+        assert_eq!(ours, theirs, "graph {f}");
+    }
     // …and we read what uftrace records.
     let ud = data.with_file_name("by-uftrace.data");
     let o = Command::new("uftrace")

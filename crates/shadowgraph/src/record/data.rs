@@ -239,6 +239,9 @@ fn read_uftrace_task(dir: &Path, info: &mut Info) -> Result<(), DataError> {
         if let Some(pid) = sess.split_whitespace().find_map(|f| f.strip_prefix("pid=")) {
             info.set("pid", pid);
         }
+        if let Some(sid) = sess.split_whitespace().find_map(|f| f.strip_prefix("sid=")) {
+            info.set("sid", sid);
+        }
     }
     Ok(())
 }

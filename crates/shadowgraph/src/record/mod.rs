@@ -7,6 +7,7 @@ pub mod clock;
 pub mod data;
 pub mod flame;
 pub mod format;
+pub mod graph;
 pub mod replay;
 pub mod report;
 pub mod uftrace;
