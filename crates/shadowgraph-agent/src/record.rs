@@ -1,6 +1,13 @@
-//! Record mode: every call's entry and exit as 16-byte records in
-//! `$SHADOWGRAPH_DIR/<tid>.dat`, with `info` (clock calibration, counts)
-//! and `symbols` written at exit.
+//! Record mode: every call's entry and exit as 16-byte records, written per
+//! thread and converted at exit into a uftrace data directory. Several
+//! tracers may record at once (`shadowgraph record --tracer …`), each an
+//! fgraph user with its own filters writing its own directory: the point of
+//! the multi-user function graph.
+//!
+//! Environment: `SHADOWGRAPH_DIR`; one tracer from `SHADOWGRAPH_FILTER`,
+//! `SHADOWGRAPH_NOTRACE`, `SHADOWGRAPH_DEPTH` (patterns separated by `;`),
+//! or, with `SHADOWGRAPH_TRACERS=N`, N tracers `SHADOWGRAPH_TRACER_<i>` =
+//! `name<TAB>filter<TAB>notrace<TAB>depth` recording into `DIR/<name>`.
 
 use shadowgraph::fgraph::filters::{GraphFilter, Verdict};
 use shadowgraph::record::data::{DataDir, Info};
@@ -8,55 +15,94 @@ use shadowgraph::record::{clock, format::Kind, uftrace, writer};
 use shadowgraph::{fgraph, ftrace};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-static DIR: OnceLock<PathBuf> = OnceLock::new();
-static USER: OnceLock<Arc<fgraph::GraphUser>> = OnceLock::new();
+/// A recording tracer: where it writes and what it filters.
+struct Tracer {
+    dir: PathBuf,
+    /// Always present: it also keeps the tracer's own nesting, so that its
+    /// records' depths do not depend on other tracers (SPEC §6.1 #16).
+    filter: GraphFilter,
+    user: Arc<fgraph::GraphUser>,
+}
+
+static TRACERS: OnceLock<Vec<Tracer>> = OnceLock::new();
 static RAW0: AtomicU64 = AtomicU64::new(0);
 static NS0: AtomicU64 = AtomicU64::new(0);
 
-/// `-F`, `-N`, `-D` of `shadowgraph record`.
-static FILTER: OnceLock<GraphFilter> = OnceLock::new();
+fn tracer(u: &fgraph::GraphUser) -> Option<&'static Tracer> {
+    TRACERS.get()?.get(u.private)
+}
 
 fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
-    if let Some(f) = FILTER.get() {
-        match f.entry(e, u) {
-            Verdict::Record(_) => {}
-            Verdict::Silent => return true,
-            Verdict::Reject => return false,
-        }
+    let Some(t) = tracer(u) else {
+        return false;
+    };
+    match t.filter.entry(e, u) {
+        Verdict::Record(_) => {}
+        Verdict::Silent => return true,
+        Verdict::Reject => return false,
     }
-    writer::emit(Kind::Entry, e.depth.clamp(0, 1023) as u16, e.func as u64);
+    let depth = GraphFilter::own_depth(u).saturating_sub(1).min(1023) as u16;
+    writer::emit(u.private, Kind::Entry, depth, e.func as u64);
     true
 }
 
 fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
-    if let Some(f) = FILTER.get() {
-        if f.ret(r, u).is_none() {
-            return;
-        }
+    let Some(t) = tracer(u) else {
+        return;
+    };
+    if t.filter.ret(r, u).is_none() {
+        return;
     }
-    writer::emit(Kind::Exit, r.depth.clamp(0, 1023) as u16, r.func as u64);
+    let depth = GraphFilter::own_depth(u).min(1023) as u16;
+    writer::emit(u.private, Kind::Exit, depth, r.func as u64);
 }
 
-/// Patterns from an environment variable (separated by `;`).
-fn patterns(var: &str) -> Vec<String> {
-    std::env::var(var)
-        .unwrap_or_default()
-        .split(';')
-        .filter(|p| !p.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-fn filter_set(pats: &[String]) -> Result<Option<Arc<ftrace::FilterSet>>, String> {
-    if pats.is_empty() {
+fn filter_set(pats: &str) -> Result<Option<Arc<ftrace::FilterSet>>, String> {
+    let p: Vec<&str> = pats.split(';').filter(|p| !p.is_empty()).collect();
+    if p.is_empty() {
         return Ok(None);
     }
-    let p: Vec<&str> = pats.iter().map(String::as_str).collect();
     ftrace::FilterSet::with_patterns(&p, &[])
         .map(Some)
         .map_err(|e| e.to_string())
+}
+
+fn graph_filter(filter: &str, notrace: &str, depth: &str) -> Result<GraphFilter, String> {
+    Ok(GraphFilter {
+        max_depth: depth.parse().unwrap_or(0),
+        functions: filter_set(filter)?,
+        notrace: filter_set(notrace)?,
+        threads: None,
+    })
+}
+
+/// (directory, filter) of each configured tracer.
+fn configure(dir: &std::path::Path) -> Result<Vec<(PathBuf, GraphFilter)>, String> {
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    let n: usize = var("SHADOWGRAPH_TRACERS").parse().unwrap_or(0);
+    if n == 0 {
+        let f = graph_filter(
+            &var("SHADOWGRAPH_FILTER"),
+            &var("SHADOWGRAPH_NOTRACE"),
+            &var("SHADOWGRAPH_DEPTH"),
+        )?;
+        return Ok(vec![(dir.to_owned(), f)]);
+    }
+    if n > writer::MAX_INSTANCES {
+        return Err(format!("at most {} tracers", writer::MAX_INSTANCES));
+    }
+    (0..n)
+        .map(|i| {
+            let spec = var(&format!("SHADOWGRAPH_TRACER_{i}"));
+            let f: Vec<&str> = spec.split('\t').collect();
+            let [name, filter, notrace, depth] = f[..] else {
+                return Err(format!("SHADOWGRAPH_TRACER_{i}: malformed"));
+            };
+            Ok((dir.join(name), graph_filter(filter, notrace, depth)?))
+        })
+        .collect()
 }
 
 pub fn attach() -> Result<(), String> {
@@ -68,87 +114,89 @@ pub fn attach() -> Result<(), String> {
     let (raw0, ns0) = clock::Calibration::point();
     RAW0.store(raw0, Ordering::Relaxed);
     NS0.store(ns0, Ordering::Relaxed);
-    writer::start(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let _ = DIR.set(dir);
     ftrace::add_modules(modules).map_err(|e| e.to_string())?;
-    let (functions, notrace) = (
-        patterns("SHADOWGRAPH_FILTER"),
-        patterns("SHADOWGRAPH_NOTRACE"),
-    );
-    let max_depth = std::env::var("SHADOWGRAPH_DEPTH")
-        .ok()
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0);
-    if !functions.is_empty() || !notrace.is_empty() || max_depth > 0 {
-        let _ = FILTER.set(GraphFilter {
-            max_depth,
-            functions: filter_set(&functions)?,
-            notrace: filter_set(&notrace)?,
-            threads: None,
+    let mut tracers = Vec::new();
+    for (i, (d, filter)) in configure(&dir)?.into_iter().enumerate() {
+        writer::start(i, &d).map_err(|e| format!("{}: {e}", d.display()))?;
+        let user = fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), i);
+        tracers.push(Tracer {
+            dir: d,
+            filter,
+            user,
         });
     }
-    let user = fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), 0);
-    fgraph::register_graph(&user).map_err(|e| e.to_string())?;
-    let _ = USER.set(user);
+    let tracers = TRACERS.get_or_init(|| tracers);
+    for t in tracers {
+        fgraph::register_graph(&t.user).map_err(|e| e.to_string())?;
+    }
     crate::graph::ON.store(true, Ordering::Release);
     // SAFETY: registering a plain extern "C" function with atexit.
     unsafe { libc::atexit(finish) };
     Ok(())
 }
 
+static FINISHED: Mutex<bool> = Mutex::new(false);
+
 extern "C" fn finish() {
-    let Some(dir) = DIR.get() else {
+    let Some(tracers) = TRACERS.get() else {
         return;
     };
+    let mut done = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
+    if std::mem::replace(&mut *done, true) {
+        return;
+    }
     writer::flush_all();
     let (raw1, ns1) = clock::Calibration::point();
-    let mut info = Info::default();
-    info.set("format", "shadowgraph-1");
-    info.set(
-        "exe",
-        std::fs::read_link("/proc/self/exe")
-            .unwrap_or_default()
-            .display(),
-    );
     let cmd = std::fs::read("/proc/self/cmdline").unwrap_or_default();
     let cmd: Vec<String> = cmd
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    info.set("cmdline", cmd.join(" "));
-    info.set("pid", std::process::id());
-    info.set(
-        "clock",
-        if clock::tsc_invariant() {
-            "tsc"
-        } else {
-            "monotonic"
-        },
-    );
-    info.set("raw0", RAW0.load(Ordering::Relaxed));
-    info.set("ns0", NS0.load(Ordering::Relaxed));
-    info.set("raw1", raw1);
-    info.set("ns1", ns1);
-    info.set("records", writer::WRITTEN.load(Ordering::Relaxed));
-    info.set("lost", writer::LOST.load(Ordering::Relaxed));
-    info.set("overrun", fgraph::thread_overrun());
     let mut syms = String::new();
     for s in ftrace::sites() {
         syms.push_str(&format!("{:#x}\t{}\n", s.addr, s.function));
     }
-    if let Err(e) = std::fs::write(dir.join("symbols"), syms)
-        .and_then(|_| std::fs::write(dir.join("maps"), module_maps()))
-        .and_then(|_| info.write(dir))
-    {
-        eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
-        return;
-    }
-    // Nanosecond timestamps and uftrace's metadata, in place: the
-    // directory is then readable by uftrace as well.
-    let done = DataDir::open(dir).and_then(|d| uftrace::export(&d, dir));
-    if let Err(e) = done {
-        eprintln!("shadowgraph: {e}");
+    let maps = module_maps();
+    for (i, t) in tracers.iter().enumerate() {
+        let mut info = Info::default();
+        info.set("format", "shadowgraph-1");
+        info.set(
+            "exe",
+            std::fs::read_link("/proc/self/exe")
+                .unwrap_or_default()
+                .display(),
+        );
+        info.set("cmdline", cmd.join(" "));
+        info.set("pid", std::process::id());
+        info.set(
+            "clock",
+            if clock::tsc_invariant() {
+                "tsc"
+            } else {
+                "monotonic"
+            },
+        );
+        info.set("raw0", RAW0.load(Ordering::Relaxed));
+        info.set("ns0", NS0.load(Ordering::Relaxed));
+        info.set("raw1", raw1);
+        info.set("ns1", ns1);
+        info.set("records", writer::written(i));
+        info.set("lost", writer::lost(i));
+        info.set("overrun", fgraph::thread_overrun());
+        let dir = &t.dir;
+        if let Err(e) = std::fs::write(dir.join("symbols"), &syms)
+            .and_then(|_| std::fs::write(dir.join("maps"), &maps))
+            .and_then(|_| info.write(dir))
+        {
+            eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
+            continue;
+        }
+        // Nanosecond timestamps and uftrace's metadata, in place: the
+        // directory is then readable by uftrace as well.
+        if let Err(e) = DataDir::open(dir).and_then(|d| uftrace::export(&d, dir)) {
+            eprintln!("shadowgraph: {e}");
+        }
     }
 }
 

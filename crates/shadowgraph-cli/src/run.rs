@@ -113,16 +113,87 @@ pub struct RecordOptions {
     /// --no-libs for the others.
     #[arg(long = "lib")]
     libs: Vec<String>,
+    /// Several tracers at once, each recording into DIR/NAME with its own
+    /// filters: `NAME[:filter=P,P][:notrace=P,P][:depth=N]`; repeatable.
+    #[arg(long = "tracer")]
+    tracers: Vec<String>,
+}
+
+/// A `--tracer` specification.
+struct TracerSpec {
+    name: String,
+    filter: Vec<String>,
+    notrace: Vec<String>,
+    depth: u32,
+}
+
+fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
+    let mut parts = spec.split(':');
+    let name = parts.next().unwrap_or_default().to_string();
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(format!(
+            "--tracer {spec}: needs a name (a plain directory name) first"
+        ));
+    }
+    let mut t = TracerSpec {
+        name,
+        filter: Vec::new(),
+        notrace: Vec::new(),
+        depth: 0,
+    };
+    for p in parts {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| format!("--tracer {spec}: `{p}` is not key=value"))?;
+        let list = || {
+            v.split(',')
+                .filter(|x| !x.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        match k {
+            "filter" => t.filter.extend(list()),
+            "notrace" => t.notrace.extend(list()),
+            "depth" => {
+                t.depth = v
+                    .parse()
+                    .map_err(|_| format!("--tracer {spec}: bad depth `{v}`"))?
+            }
+            other => {
+                return Err(format!(
+                    "--tracer {spec}: unknown key `{other}` (filter, notrace, depth)"
+                ))
+            }
+        }
+    }
+    Ok(t)
 }
 
 impl RecordOptions {
     /// Checks the patterns (one-line error) and returns the environment for
     /// the agent.
-    fn env(&self) -> Result<Vec<(&'static str, String)>, String> {
-        for p in self.filter.iter().chain(&self.notrace) {
+    fn env(&self) -> Result<Vec<(String, String)>, String> {
+        let tracers: Vec<TracerSpec> = self
+            .tracers
+            .iter()
+            .map(|t| parse_tracer(t))
+            .collect::<Result<_, _>>()?;
+        if !tracers.is_empty()
+            && (!self.filter.is_empty() || !self.notrace.is_empty() || self.depth > 0)
+        {
+            return Err(
+                "with --tracer, give filters inside each tracer (filter=, notrace=, depth=)".into(),
+            );
+        }
+        let all = self.filter.iter().chain(&self.notrace).chain(
+            tracers
+                .iter()
+                .flat_map(|t| t.filter.iter().chain(&t.notrace)),
+        );
+        for p in all {
             shadowgraph::ftrace::Pattern::parse(p).map_err(|e| e.to_string())?;
-            if p.contains(';') {
-                return Err(format!("pattern `{p}` contains `;`"));
+            if p.contains(';') || p.contains('\t') {
+                return Err(format!("pattern `{p}` contains `;` or a tab"));
             }
         }
         let libs = if !self.libs.is_empty() {
@@ -132,12 +203,34 @@ impl RecordOptions {
         } else {
             "all".to_string()
         };
-        Ok(vec![
-            ("SHADOWGRAPH_FILTER", self.filter.join(";")),
-            ("SHADOWGRAPH_NOTRACE", self.notrace.join(";")),
-            ("SHADOWGRAPH_DEPTH", self.depth.to_string()),
-            ("SHADOWGRAPH_LIBS", libs),
-        ])
+        let mut env = vec![
+            ("SHADOWGRAPH_FILTER".to_string(), self.filter.join(";")),
+            ("SHADOWGRAPH_NOTRACE".to_string(), self.notrace.join(";")),
+            ("SHADOWGRAPH_DEPTH".to_string(), self.depth.to_string()),
+            ("SHADOWGRAPH_LIBS".to_string(), libs),
+            ("SHADOWGRAPH_TRACERS".to_string(), tracers.len().to_string()),
+        ];
+        for (i, t) in tracers.iter().enumerate() {
+            env.push((
+                format!("SHADOWGRAPH_TRACER_{i}"),
+                format!(
+                    "{}\t{}\t{}\t{}",
+                    t.name,
+                    t.filter.join(";"),
+                    t.notrace.join(";"),
+                    t.depth
+                ),
+            ));
+        }
+        Ok(env)
+    }
+
+    fn tracer_names(&self) -> Vec<String> {
+        self.tracers
+            .iter()
+            .filter_map(|t| parse_tracer(t).ok())
+            .map(|t| t.name)
+            .collect()
     }
 }
 
@@ -166,18 +259,29 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         .envs(env)
         .status()
         .map_err(|e| format!("cannot run {prog}: {e}"))?;
-    match shadowgraph::record::data::DataDir::open(&abs) {
-        Ok(d) => eprintln!(
-            "# recorded {} records ({} lost) from {} threads into {}",
-            d.info.get("records").unwrap_or("?"),
-            d.info.get("lost").unwrap_or("?"),
-            d.tids.len(),
-            data.display()
-        ),
-        Err(_) => eprintln!(
-            "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",
-            data.display()
-        ),
+    let names = opts.tracer_names();
+    let dirs: Vec<(String, PathBuf)> = if names.is_empty() {
+        vec![(String::new(), abs.clone())]
+    } else {
+        names
+            .iter()
+            .map(|n| (format!("tracer {n}: "), abs.join(n)))
+            .collect()
+    };
+    for (label, d) in dirs {
+        match shadowgraph::record::data::DataDir::open(&d) {
+            Ok(dd) => eprintln!(
+                "# {label}recorded {} records ({} lost) from {} threads into {}",
+                dd.info.get("records").unwrap_or("?"),
+                dd.info.get("lost").unwrap_or("?"),
+                dd.tids.len(),
+                d.display()
+            ),
+            Err(_) => eprintln!(
+                "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",
+                d.display()
+            ),
+        }
     }
     Ok(exit_code(status))
 }

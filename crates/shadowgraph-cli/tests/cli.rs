@@ -906,3 +906,90 @@ fn rust_program_is_recorded_with_demangled_names() {
         .unwrap();
     assert!(text(&o).1.is_empty(), "{}", text(&o).1);
 }
+
+/// Several tracers at once (the multi-user function graph): each records
+/// into its own directory exactly what it records alone (SPEC §6.1 #16).
+#[test]
+fn several_tracers_record_at_once_as_if_alone() {
+    let dir = workdir("tracers");
+    let exe = dir.join("prog");
+    cc(
+        &[&lib_fixture("calls.c")],
+        &["-O2", "-DWITH_MAIN", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let replay_shape = |d: &Path| {
+        shape(
+            &text(
+                &shadowgraph()
+                    .args(["replay", "-d"])
+                    .arg(d)
+                    .output()
+                    .unwrap(),
+            )
+            .0,
+        )
+    };
+    let record = |d: &Path, opts: &[&str]| {
+        let o = shadowgraph()
+            .args(["record", "-d"])
+            .arg(d)
+            .args(opts)
+            .arg("--")
+            .arg(&exe)
+            .arg("2")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{opts:?}: {}", text(&o).1);
+        text(&o).1
+    };
+    let together = dir.join("together");
+    let err = record(
+        &together,
+        &[
+            "--tracer",
+            "mids:filter=mid",
+            "--tracer",
+            "top:depth=2",
+            "--tracer",
+            "rec:filter=recurse:notrace=run*",
+            "--tracer",
+            "all",
+        ],
+    );
+    assert_eq!(err.matches("(0 lost)").count(), 4, "{err}");
+    for (name, alone) in [
+        ("mids", vec!["-F", "mid"]),
+        ("top", vec!["-D", "2"]),
+        ("rec", vec!["-F", "recurse", "-N", "run*"]),
+        ("all", vec![]),
+    ] {
+        let solo = dir.join(format!("solo-{name}"));
+        record(&solo, &alone);
+        assert_eq!(
+            replay_shape(&together.join(name)),
+            replay_shape(&solo),
+            "tracer {name}"
+        );
+    }
+    let o = shadowgraph()
+        .args(["record", "-F", "mid", "--tracer", "x", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && text(&o).1.contains("inside each tracer"),
+        "{}",
+        text(&o).1
+    );
+    let o = shadowgraph()
+        .args(["record", "--tracer", "x:color=red", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && text(&o).1.contains("unknown key"),
+        "{}",
+        text(&o).1
+    );
+}

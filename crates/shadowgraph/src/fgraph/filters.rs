@@ -86,6 +86,13 @@ impl GraphFilter {
         Verdict::Record(p as *mut u64)
     }
 
+    /// The user's own nesting on this thread: after a `Record` entry, the
+    /// recorded call's depth + 1; after `ret` returned `Some`, the depth of
+    /// the call that returned. Independent of other users' frames.
+    pub fn own_depth(user: &GraphUser) -> u32 {
+        user.task_var().map_or(0, |v| (v.get() & DEPTH_MASK) as u32)
+    }
+
     /// Call at the start of the user's return callback: `Some` (the 8 bytes
     /// reserved at entry) when the return is to be recorded.
     pub fn ret(&self, _ret: &GraphReturn, user: &GraphUser) -> Option<*mut u64> {

@@ -18,10 +18,13 @@ use std::sync::OnceLock;
 
 /// Records per thread buffer (1 MiB).
 pub const BUF_RECORDS: usize = 1 << 16;
-const MAX_THREADS: usize = 4096;
+/// Buffers (threads × instances) at most.
+const MAX_BUFFERS: usize = 4096;
+/// Recording instances (tracers writing to their own directories).
+pub const MAX_INSTANCES: usize = 8;
 
 struct ThreadBuf {
-    tid: i32,
+    inst: usize,
     fd: i32,
     /// Records filled.
     head: AtomicUsize,
@@ -30,23 +33,37 @@ struct ThreadBuf {
     words: *mut u64,
 }
 
-static BUFS: [AtomicPtr<ThreadBuf>; MAX_THREADS] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
-static DIR: OnceLock<CString> = OnceLock::new();
+static BUFS: [AtomicPtr<ThreadBuf>; MAX_BUFFERS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_BUFFERS];
+static DIRS: [OnceLock<CString>; MAX_INSTANCES] = [const { OnceLock::new() }; MAX_INSTANCES];
 static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
-/// Records written to files, and records lost, over all threads.
-pub static WRITTEN: AtomicU64 = AtomicU64::new(0);
-pub static LOST: AtomicU64 = AtomicU64::new(0);
+/// Records written to files, and records lost, per instance over all threads.
+static WRITTEN: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
+static LOST: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
 
-thread_local! {
-    static MINE: Cell<*mut ThreadBuf> = const { Cell::new(std::ptr::null_mut()) };
+pub fn written(inst: usize) -> u64 {
+    WRITTEN[inst].load(Ordering::Relaxed)
 }
 
-/// Starts recording into `dir` (created if missing).
-pub fn start(dir: &Path) -> io::Result<()> {
+pub fn lost(inst: usize) -> u64 {
+    LOST[inst].load(Ordering::Relaxed)
+}
+
+thread_local! {
+    static MINE: [Cell<*mut ThreadBuf>; MAX_INSTANCES] =
+        const { [const { Cell::new(std::ptr::null_mut()) }; MAX_INSTANCES] };
+}
+
+/// Starts recording instance `inst` into `dir` (created if missing).
+pub fn start(inst: usize, dir: &Path) -> io::Result<()> {
+    if inst >= MAX_INSTANCES {
+        return Err(io::Error::other(format!(
+            "at most {MAX_INSTANCES} recording instances"
+        )));
+    }
     std::fs::create_dir_all(dir)?;
     let c = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
-    let _ = DIR.set(c);
+    let _ = DIRS[inst].set(c);
     KEY.get_or_init(|| {
         let mut k: libc::pthread_key_t = 0;
         // SAFETY: creating a key with a plain extern "C" destructor.
@@ -60,12 +77,12 @@ pub fn start(dir: &Path) -> io::Result<()> {
 /// a system call only when the buffer is full or on the thread's first
 /// record (mmap + open).
 #[inline]
-pub fn emit(kind: Kind, depth: u16, addr: u64) {
-    let mut b = MINE.get();
+pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
+    let mut b = MINE.with(|m| m[inst].get());
     if b.is_null() {
-        b = create();
+        b = create(inst);
         if b.is_null() {
-            LOST.fetch_add(1, Ordering::Relaxed);
+            LOST[inst].fetch_add(1, Ordering::Relaxed);
             return;
         }
     }
@@ -90,8 +107,8 @@ pub fn emit(kind: Kind, depth: u16, addr: u64) {
 }
 
 #[cold]
-fn create() -> *mut ThreadBuf {
-    let Some(dir) = DIR.get() else {
+fn create(inst: usize) -> *mut ThreadBuf {
+    let Some(dir) = DIRS[inst].get() else {
         return std::ptr::null_mut();
     };
     let tid = crate::sys::gettid();
@@ -153,7 +170,7 @@ fn create() -> *mut ThreadBuf {
     // SAFETY: the mapping is large enough for the header and the records.
     unsafe {
         b.write(ThreadBuf {
-            tid,
+            inst,
             fd,
             head: AtomicUsize::new(0),
             busy: AtomicBool::new(false),
@@ -170,7 +187,7 @@ fn create() -> *mut ThreadBuf {
             break;
         }
     }
-    MINE.set(b);
+    MINE.with(|m| m[inst].set(b));
     if let Some(&k) = KEY.get() {
         // SAFETY: valid key; non-null arms the destructor.
         unsafe { libc::pthread_setspecific(k, b as *const libc::c_void) };
@@ -206,10 +223,10 @@ fn flush(buf: &ThreadBuf) -> bool {
         // SAFETY: advancing within the buffer.
         p = unsafe { p.add(n as usize) };
     }
-    WRITTEN.fetch_add((h * 16 - bytes) as u64 / 16, Ordering::Relaxed);
+    WRITTEN[buf.inst].fetch_add((h * 16 - bytes) as u64 / 16, Ordering::Relaxed);
     let lost = buf.lost.swap(0, Ordering::Relaxed);
     if lost > 0 {
-        LOST.fetch_add(lost, Ordering::Relaxed);
+        LOST[buf.inst].fetch_add(lost, Ordering::Relaxed);
         let rec = [clock::now(), encode(Kind::Lost, 0, lost)];
         // SAFETY: writing a 16-byte local record.
         unsafe { libc::write(buf.fd, rec.as_ptr().cast(), 16) };
@@ -219,23 +236,23 @@ fn flush(buf: &ThreadBuf) -> bool {
     true
 }
 
-extern "C" fn thread_exit(b: *mut libc::c_void) {
-    let b = b as *mut ThreadBuf;
-    if b.is_null() {
-        return;
-    }
-    // SAFETY: the destructor value is this thread's buffer.
-    let buf = unsafe { &*b };
-    flush(buf);
-    for slot in BUFS.iter() {
-        if slot.load(Ordering::Acquire) == b {
-            slot.store(std::ptr::null_mut(), Ordering::Release);
+/// Thread exit: flush and close every buffer of this thread.
+extern "C" fn thread_exit(_: *mut libc::c_void) {
+    for inst in 0..MAX_INSTANCES {
+        let b = MINE.with(|m| m[inst].replace(std::ptr::null_mut()));
+        if b.is_null() {
+            continue;
         }
-    }
-    // SAFETY: the fd belongs to this buffer, which nobody uses any more.
-    unsafe { libc::close(buf.fd) };
-    if MINE.get() == b {
-        MINE.set(std::ptr::null_mut());
+        // SAFETY: this thread's buffer; buffers are never unmapped.
+        let buf = unsafe { &*b };
+        flush(buf);
+        for slot in BUFS.iter() {
+            if slot.load(Ordering::Acquire) == b {
+                slot.store(std::ptr::null_mut(), Ordering::Release);
+            }
+        }
+        // SAFETY: the fd belongs to this buffer, which nobody uses any more.
+        unsafe { libc::close(buf.fd) };
     }
 }
 
@@ -249,15 +266,4 @@ pub fn flush_all() {
             flush(unsafe { &*b });
         }
     }
-}
-
-/// Thread ids that recorded something.
-pub fn threads() -> Vec<i32> {
-    BUFS.iter()
-        .filter_map(|s| {
-            let b = s.load(Ordering::Acquire);
-            // SAFETY: buffers are never unmapped.
-            (!b.is_null()).then(|| unsafe { (*b).tid })
-        })
-        .collect()
 }
