@@ -20,9 +20,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// A recording tracer: where it writes and what it filters.
 struct Tracer {
     dir: PathBuf,
-    /// Always present: it also keeps the tracer's own nesting, so that its
-    /// records' depths do not depend on other tracers (SPEC §6.1 #16).
-    filter: GraphFilter,
+    /// Present when the tracer filters, or shares the program with other
+    /// tracers: it keeps the tracer's own nesting, so that its records'
+    /// depths do not depend on other tracers (SPEC §6.1 #16). A lone
+    /// unfiltered tracer uses fgraph's depth (the same) and saves the work.
+    filter: Option<GraphFilter>,
     user: Arc<fgraph::GraphUser>,
 }
 
@@ -35,28 +37,37 @@ fn tracer(u: &fgraph::GraphUser) -> Option<&'static Tracer> {
 }
 
 fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
-    let Some(t) = tracer(u) else {
-        return false;
+    let depth = match tracer(u).and_then(|t| t.filter.as_ref()) {
+        None => e.depth,
+        Some(f) => match f.entry(e, u) {
+            Verdict::Record(_) => GraphFilter::own_depth(u) as i32 - 1,
+            Verdict::Silent => return true,
+            Verdict::Reject => return false,
+        },
     };
-    match t.filter.entry(e, u) {
-        Verdict::Record(_) => {}
-        Verdict::Silent => return true,
-        Verdict::Reject => return false,
-    }
-    let depth = GraphFilter::own_depth(u).saturating_sub(1).min(1023) as u16;
-    writer::emit(u.private, Kind::Entry, depth, e.func as u64);
+    writer::emit(
+        u.private,
+        Kind::Entry,
+        depth.clamp(0, 1023) as u16,
+        e.func as u64,
+    );
     true
 }
 
 fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
-    let Some(t) = tracer(u) else {
-        return;
+    let depth = match tracer(u).and_then(|t| t.filter.as_ref()) {
+        None => r.depth,
+        Some(f) => match f.ret(r, u) {
+            Some(_) => GraphFilter::own_depth(u) as i32,
+            None => return,
+        },
     };
-    if t.filter.ret(r, u).is_none() {
-        return;
-    }
-    let depth = GraphFilter::own_depth(u).min(1023) as u16;
-    writer::emit(u.private, Kind::Exit, depth, r.func as u64);
+    writer::emit(
+        u.private,
+        Kind::Exit,
+        depth.clamp(0, 1023) as u16,
+        r.func as u64,
+    );
 }
 
 fn filter_set(pats: &str) -> Result<Option<Arc<ftrace::FilterSet>>, String> {
@@ -116,8 +127,13 @@ pub fn attach() -> Result<(), String> {
     NS0.store(ns0, Ordering::Relaxed);
     ftrace::add_modules(modules).map_err(|e| e.to_string())?;
     let mut tracers = Vec::new();
-    for (i, (d, filter)) in configure(&dir)?.into_iter().enumerate() {
+    let config = configure(&dir)?;
+    let alone = config.len() == 1;
+    for (i, (d, filter)) in config.into_iter().enumerate() {
         writer::start(i, &d).map_err(|e| format!("{}: {e}", d.display()))?;
+        let unfiltered =
+            filter.max_depth == 0 && filter.functions.is_none() && filter.notrace.is_none();
+        let filter = (!(alone && unfiltered)).then_some(filter);
         let user = fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), i);
         tracers.push(Tracer {
             dir: d,
