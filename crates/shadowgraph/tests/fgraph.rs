@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use shadowgraph::cc::flavour;
 use shadowgraph::fgraph::{self, GraphEntry, GraphError, GraphReturn, GraphUser, RetRegs};
 use shadowgraph::ftrace::{self, FilterSet, Regs};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -45,14 +44,7 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = workdir("fgraph");
-        let lib = Lib::open(&build_lib(
-            &dir,
-            &common::fixture("graph.c"),
-            "graph",
-            flavour::PATCHABLE,
-        ));
-        ftrace::add_modules(vec![lib.module()]).unwrap();
+        let lib = load_into_core("graph", "graph.c");
         Fixture {
             addrs: NAMES
                 .iter()
@@ -553,7 +545,7 @@ extern "C" fn walker(fp: *const usize) {
     let mut cursor = 0usize;
     let mut fp = fp;
     loop {
-        // SAFETY: frames of code built with -fno-omit-frame-pointer: [fp] is
+        // SAFETY: fp_deep frames keep a frame pointer (see graph.c): [fp] is
         // the caller's fp, [fp+8] the return address.
         let (next, ret) = unsafe { (*fp as *const usize, *fp.add(1)) };
         let retp = fp as usize + 8;

@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use shadowgraph::cc::flavour;
 use shadowgraph::ftrace::{self, site_flags, FilterEdit, FilterSet, Ops, Regs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -51,14 +50,7 @@ impl Fixture {
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = workdir("ftrace");
-        let lib = Lib::open(&build_lib(
-            &dir,
-            &fixture_path(),
-            "families",
-            flavour::PATCHABLE,
-        ));
-        ftrace::add_modules(vec![lib.module()]).unwrap();
+        let lib = load_into_core("families", "families.c");
         let addrs = NAMES
             .iter()
             .map(|n| ftrace::site_by_name(n).unwrap().addr)
@@ -73,10 +65,6 @@ fn fixture() -> &'static Fixture {
             _lib: lib,
         }
     })
-}
-
-fn fixture_path() -> std::path::PathBuf {
-    common::fixture("families.c")
 }
 
 /// Tests share one core: one at a time, and each leaves it empty.
@@ -817,14 +805,7 @@ fn objects_added_later_join_registered_filters() {
     );
     ftrace::register(&all).unwrap();
     ftrace::register(&later).unwrap();
-    let dir = workdir("later");
-    let lib = Lib::open(&build_lib(
-        &dir,
-        &common::fixture("calls.c"),
-        "later",
-        flavour::PATCHABLE,
-    ));
-    ftrace::add_modules(vec![lib.module()]).unwrap();
+    let lib = load_into_core("later", "calls.c");
     invariants();
     let mid = ftrace::site_by_name("mid").unwrap();
     assert_eq!(mid.count, 2, "both ops now trace the new object's mid");

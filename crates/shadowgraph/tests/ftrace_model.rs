@@ -10,7 +10,6 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use shadowgraph::cc::flavour;
 use shadowgraph::ftrace::{self, filter::glob_match, site_flags, FilterEdit, FilterSet, Ops, Regs};
 use shadowgraph::site::{encode_call, NOP5};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,14 +48,7 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = workdir("model");
-        let lib = Lib::open(&build_lib(
-            &dir,
-            &common::fixture("families.c"),
-            "model",
-            flavour::PATCHABLE,
-        ));
-        ftrace::add_modules(vec![lib.module()]).unwrap();
+        let lib = load_into_core("model", "families.c");
         Fixture {
             addrs: NAMES
                 .iter()

@@ -79,3 +79,17 @@ impl Lib {
 
 unsafe impl Send for Lib {}
 unsafe impl Sync for Lib {}
+
+/// Builds the fixture `file` as `lib<name>.so` (sled flavour), loads it and
+/// puts its sites under the ftrace core.
+pub fn load_into_core(name: &str, file: &str) -> Lib {
+    let dir = workdir(name);
+    let lib = Lib::open(&build_lib(
+        &dir,
+        &fixture(file),
+        name,
+        shadowgraph::cc::flavour::PATCHABLE,
+    ));
+    shadowgraph::ftrace::add_modules(vec![lib.module()]).unwrap();
+    lib
+}
