@@ -146,6 +146,11 @@ pub fn attach() -> Result<(), String> {
         fgraph::register_graph(&t.user).map_err(|e| e.to_string())?;
     }
     crate::graph::ON.store(true, Ordering::Release);
+    // Metadata now, with an estimated clock rate, in case the program never
+    // reaches exit (a crash, _exit): the CLI converts such a recording.
+    let (raw1, ns1) = early_calibration_point();
+    write_metadata(tracers, raw1, ns1);
+    install_fatal_handlers();
     // SAFETY: registering a plain extern "C" function with atexit.
     unsafe { libc::atexit(finish) };
     Ok(())
@@ -153,16 +158,10 @@ pub fn attach() -> Result<(), String> {
 
 static FINISHED: Mutex<bool> = Mutex::new(false);
 
-extern "C" fn finish() {
-    let Some(tracers) = TRACERS.get() else {
-        return;
-    };
-    let mut done = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
-    if std::mem::replace(&mut *done, true) {
-        return;
-    }
-    writer::flush_all();
-    let (raw1, ns1) = clock::Calibration::point();
+/// Writes each tracer's `symbols`, `maps` and `shadowgraph.info` with the
+/// clock calibration's end point (raw1, ns1): at start with an estimate (so
+/// that a recording cut short by a crash stays readable), at exit for real.
+fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64) {
     let cmd = std::fs::read("/proc/self/cmdline").unwrap_or_default();
     let cmd: Vec<String> = cmd
         .split(|&b| b == 0)
@@ -206,12 +205,79 @@ extern "C" fn finish() {
             .and_then(|_| info.write(dir))
         {
             eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
-            continue;
         }
+    }
+}
+
+/// A second calibration point a few hundred microseconds after the first.
+fn early_calibration_point() -> (u64, u64) {
+    let ns0 = NS0.load(Ordering::Relaxed);
+    loop {
+        let (raw, ns) = clock::Calibration::point();
+        if ns >= ns0 + 500_000 {
+            return (raw, ns);
+        }
+        std::hint::spin_loop();
+    }
+}
+
+extern "C" fn finish() {
+    let Some(tracers) = TRACERS.get() else {
+        return;
+    };
+    let mut done = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
+    if std::mem::replace(&mut *done, true) {
+        return;
+    }
+    writer::flush_all();
+    let (raw1, ns1) = clock::Calibration::point();
+    write_metadata(tracers, raw1, ns1);
+    for t in tracers {
         // Nanosecond timestamps and uftrace's metadata, in place: the
         // directory is then readable by uftrace as well.
+        let dir = &t.dir;
         if let Err(e) = DataDir::open(dir).and_then(|d| uftrace::export(&d, dir)) {
             eprintln!("shadowgraph: {e}");
+        }
+    }
+}
+
+const FATAL: [i32; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGABRT,
+];
+
+/// A crash: write out what the buffers hold, then let the signal do what it
+/// would have done (the faulting instruction runs again, or the signal is
+/// raised again, under the default disposition).
+extern "C" fn on_fatal(sig: i32) {
+    writer::flush_all();
+    // SAFETY: restoring the default disposition and re-raising are
+    // async-signal-safe; the signal stays blocked until we return.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        if sig == libc::SIGABRT {
+            libc::raise(sig);
+        }
+    }
+}
+
+fn install_fatal_handlers() {
+    for sig in FATAL {
+        // SAFETY: querying and installing dispositions; ours only replaces
+        // the default one (a program's own handler is left alone).
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old);
+            if old.sa_sigaction == libc::SIG_DFL {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_fatal as *const () as usize;
+                sa.sa_flags = libc::SA_RESETHAND | libc::SA_NODEFER;
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
         }
     }
 }

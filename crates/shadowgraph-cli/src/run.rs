@@ -269,6 +269,16 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
             .collect()
     };
     for (label, d) in dirs {
+        // Cut short (crash, _exit): the agent wrote metadata at start and
+        // what its buffers held; convert it here.
+        if !d.join("info").exists() && d.join("shadowgraph.info").exists() {
+            eprintln!("# {label}{prog} ended without the recording's exit step ({status}); converting what was written");
+            let converted = shadowgraph::record::data::DataDir::open(&d)
+                .and_then(|dd| shadowgraph::record::uftrace::export(&dd, &d));
+            if let Err(e) = converted {
+                eprintln!("shadowgraph: {e}");
+            }
+        }
         match shadowgraph::record::data::DataDir::open(&d) {
             Ok(dd) => eprintln!(
                 "# {label}recorded {} records ({} lost) from {} threads into {}",

@@ -993,3 +993,66 @@ fn several_tracers_record_at_once_as_if_alone() {
         text(&o).1
     );
 }
+
+#[test]
+fn a_crashing_program_leaves_a_readable_recording() {
+    let dir = workdir("crash");
+    let exe = dir.join("crash");
+    cc(
+        &[&fixture("crash.c")],
+        &["-O2", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let data = dir.join("crash.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(
+        !o.status.success(),
+        "the program crashed: the exit status says so"
+    );
+    assert_eq!(out.trim(), "15");
+    assert!(
+        err.contains("converting what was written") && err.contains("(0 lost)"),
+        "{err}"
+    );
+    let rep = text(
+        &shadowgraph()
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    let s = shape(&rep);
+    assert_eq!(
+        s[..3],
+        [" |main() {", " |  work() {", "D|    leaf();"],
+        "{rep}"
+    );
+    assert_eq!(
+        s.iter().filter(|l| l.ends_with("leaf();")).count(),
+        5,
+        "{rep}"
+    );
+    assert!(
+        s.last().unwrap().ends_with("crash() {"),
+        "open frames at the crash: {rep}"
+    );
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        let theirs = text(
+            &Command::new("uftrace")
+                .args(["replay", "-d"])
+                .arg(&data)
+                .output()
+                .unwrap(),
+        )
+        .0;
+        assert!(theirs.contains("work() {"), "{theirs}");
+    }
+}
