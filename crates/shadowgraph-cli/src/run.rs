@@ -280,13 +280,22 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
             }
         }
         match shadowgraph::record::data::DataDir::open(&d) {
-            Ok(dd) => eprintln!(
-                "# {label}recorded {} records ({} lost) from {} threads into {}",
-                dd.info.get("records").unwrap_or("?"),
-                dd.info.get("lost").unwrap_or("?"),
-                dd.tids.len(),
-                d.display()
-            ),
+            Ok(dd) => {
+                // Counted from the files: right also when the exit step
+                // (which updates the counts in `info`) never ran.
+                let records: u64 = dd
+                    .tids
+                    .iter()
+                    .filter_map(|&t| std::fs::metadata(dd.dat_path(t)).ok())
+                    .map(|m| m.len() / 16)
+                    .sum();
+                eprintln!(
+                    "# {label}recorded {records} records ({} lost) from {} threads into {}",
+                    dd.info.get("lost").unwrap_or("?"),
+                    dd.tids.len(),
+                    d.display()
+                )
+            }
             Err(_) => eprintln!(
                 "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",
                 d.display()
