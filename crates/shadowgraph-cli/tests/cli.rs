@@ -86,10 +86,18 @@ fn demo_records_and_shows_every_call_of_the_sample() {
     assert!(err.contains("(0 lost)"), "{err}");
 }
 
+/// Runs `exe n` plainly and counted, in the program's directory (-pg
+/// programs write gmon.out into their working directory).
 fn check_program(exe: &Path, n: u64, expect_main: bool) {
-    let plain = Command::new(exe).arg(n.to_string()).output().unwrap();
+    let cwd = exe.parent().unwrap();
+    let plain = Command::new(exe)
+        .arg(n.to_string())
+        .current_dir(cwd)
+        .output()
+        .unwrap();
     assert!(plain.status.success());
     let o = shadowgraph()
+        .current_dir(cwd)
         .arg("count")
         .arg(exe)
         .arg(n.to_string())
@@ -165,8 +173,6 @@ fn executables_in_every_flavour_count_exactly() {
             srcs.push(&local_fentry);
         }
         cc(&srcs, &all, &exe);
-        // -pg programs write gmon.out into the working directory.
-        std::env::set_current_dir(&dir).unwrap();
         check_program(&exe, 400, true);
     }
 }
@@ -737,10 +743,11 @@ fn recordings_are_uftrace_data_both_ways() {
         .output()
         .unwrap();
     assert!(ours.status.success(), "{}", text(&ours).1);
+    let ours = text(&ours).0;
     assert_eq!(
-        graph_part(&text(&ours).0),
+        graph_part(&ours),
         graph_part(&theirs),
-        "our replay of uftrace's data differs"
+        "our replay of uftrace's data differs:\n--- ours\n{ours}\n--- uftrace\n{theirs}"
     );
     let rep = text(
         &shadowgraph()

@@ -27,7 +27,8 @@ pub fn dump_chrome(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayErr
     writeln!(out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
     let mut first = true;
     for &tid in &data.tids {
-        for r in data.records(tid)? {
+        for r in data.stream(tid)? {
+            let r = r?;
             let ph = match r.kind {
                 Kind::Entry => "B",
                 Kind::Exit => "E",

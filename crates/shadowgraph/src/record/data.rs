@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DataError {
     pub path: PathBuf,
     pub message: String,
@@ -141,29 +141,24 @@ impl DataDir {
         self.dir.join(format!("{tid}.dat"))
     }
 
-    /// All records of one thread, times converted to nanoseconds.
-    pub fn records(&self, tid: i32) -> Result<Vec<Record>, DataError> {
+    /// The records of one thread, read as they are consumed (memory stays
+    /// bounded whatever the trace's size), times converted to nanoseconds.
+    pub fn stream(&self, tid: i32) -> Result<RecordStream, DataError> {
         let path = self.dat_path(tid);
-        let bytes = std::fs::read(&path).map_err(|e| err(&path, format!("cannot read: {e}")))?;
-        let whole = bytes.len() / RECORD_SIZE * RECORD_SIZE;
-        if whole != bytes.len() {
-            return Err(err(
-                &path,
-                format!(
-                    "truncated: {} stray bytes at offset {whole}",
-                    bytes.len() - whole
-                ),
-            ));
-        }
-        let conv = self.info.calibration().converter();
-        let mut out = Vec::with_capacity(bytes.len() / RECORD_SIZE);
-        for (i, chunk) in bytes.chunks_exact(RECORD_SIZE).enumerate() {
-            let mut r = decode(chunk.try_into().unwrap(), (i * RECORD_SIZE) as u64)
-                .map_err(|e| err(&path, e.to_string()))?;
-            r.time = conv.to_ns(r.time);
-            out.push(r);
-        }
-        Ok(out)
+        let file =
+            std::fs::File::open(&path).map_err(|e| err(&path, format!("cannot read: {e}")))?;
+        Ok(RecordStream {
+            input: std::io::BufReader::with_capacity(1 << 16, file),
+            path,
+            offset: 0,
+            conv: self.info.calibration().converter(),
+            failed: false,
+        })
+    }
+
+    /// All records of one thread (small traces, tests).
+    pub fn records(&self, tid: i32) -> Result<Vec<Record>, DataError> {
+        self.stream(tid)?.collect()
     }
 
     /// The function holding `addr` (the nearest symbol at or below it:
@@ -304,4 +299,59 @@ fn read_uftrace_symbols(dir: &Path) -> Result<Vec<(u64, String)>, DataError> {
     symbols.sort();
     symbols.dedup_by_key(|s| s.0);
     Ok(symbols)
+}
+
+/// Records of one `.dat` file, decoded one at a time.
+pub struct RecordStream {
+    input: std::io::BufReader<std::fs::File>,
+    path: PathBuf,
+    offset: u64,
+    conv: super::clock::Converter,
+    failed: bool,
+}
+
+impl Iterator for RecordStream {
+    type Item = Result<Record, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        use std::io::Read;
+        if self.failed {
+            return None;
+        }
+        let mut b = [0u8; RECORD_SIZE];
+        let mut n = 0;
+        while n < RECORD_SIZE {
+            match self.input.read(&mut b[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(err(
+                        &self.path,
+                        format!("cannot read at offset {}: {e}", self.offset),
+                    )));
+                }
+            }
+        }
+        if n == 0 {
+            return None;
+        }
+        if n < RECORD_SIZE {
+            self.failed = true;
+            return Some(Err(err(
+                &self.path,
+                format!("truncated: {n} stray bytes at offset {}", self.offset),
+            )));
+        }
+        let r = decode(&b, self.offset).map_err(|e| err(&self.path, e.to_string()));
+        self.offset += RECORD_SIZE as u64;
+        Some(
+            r.map(|mut r| {
+                r.time = self.conv.to_ns(r.time);
+                r
+            })
+            .inspect_err(|_| self.failed = true),
+        )
+    }
 }

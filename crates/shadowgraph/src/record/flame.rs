@@ -13,7 +13,8 @@ pub fn dump_flame_graph(data: &DataDir, out: &mut impl Write) -> Result<(), Repl
     for &tid in &data.tids {
         // (name, entry time, children time)
         let mut stack: Vec<(String, u64, u64)> = Vec::new();
-        for r in data.records(tid)? {
+        for r in data.stream(tid)? {
+            let r = r?;
             match r.kind {
                 Kind::Entry => stack.push((data.name(r.addr).into_owned(), r.time, 0)),
                 Kind::Exit => {

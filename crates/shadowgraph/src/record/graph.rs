@@ -40,7 +40,8 @@ fn collect(data: &DataDir, function: &str) -> Result<(Node, Backtraces), DataErr
         // call of `function`, if any.
         let mut stack: Vec<(String, u64, u64)> = Vec::new();
         let mut inside: Option<usize> = None;
-        for r in data.records(tid)? {
+        for r in data.stream(tid)? {
+            let r = r?;
             match r.kind {
                 Kind::Entry => {
                     let name = data.name(r.addr).into_owned();

@@ -8,8 +8,8 @@
 //!    9.914 us [   6970] | } /* main */
 //! ```
 
-use super::data::{DataDir, DataError};
-use super::format::{Kind, Record};
+use super::data::{DataDir, DataError, RecordStream};
+use super::format::Kind;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, Write};
@@ -91,48 +91,62 @@ fn line(
     out.write_all(b"\n")
 }
 
+fn peek_time(st: &mut std::iter::Peekable<RecordStream>) -> Result<Option<u64>, DataError> {
+    match st.peek() {
+        Some(Ok(r)) => Ok(Some(r.time)),
+        Some(Err(e)) => Err(e.clone()),
+        None => Ok(None),
+    }
+}
+
 /// Writes the replay of every thread, merged by time.
 pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
-    let threads: Vec<(i32, Vec<Record>)> = data
+    // One stream per thread, merged by time: only each thread's next record
+    // is in memory.
+    let mut streams: Vec<std::iter::Peekable<RecordStream>> = data
         .tids
         .iter()
-        .map(|&t| data.records(t).map(|r| (t, r)))
+        .map(|&t| data.stream(t).map(Iterator::peekable))
         .collect::<Result<_, _>>()?;
     writeln!(out, "# DURATION     TID      FUNCTION")?;
-    let tid_cols: Vec<Vec<u8>> = threads
+    let tid_cols: Vec<Vec<u8>> = data
+        .tids
         .iter()
-        .map(|(t, _)| format!(" [{t:>7}] | ").into_bytes())
+        .map(|t| format!(" [{t:>7}] | ").into_bytes())
         .collect();
     let mut heap = BinaryHeap::new();
-    for (k, (_, recs)) in threads.iter().enumerate() {
-        if let Some(r) = recs.first() {
-            heap.push(Reverse((r.time, k, 0usize)));
+    for (k, st) in streams.iter_mut().enumerate() {
+        if let Some(t) = peek_time(st)? {
+            heap.push(Reverse((t, k)));
         }
     }
     // Per thread: entry times by depth (for exit durations), and whether
-    // the next record was already printed as part of a leaf.
-    let mut entry_time: Vec<Vec<Option<u64>>> = vec![Vec::new(); threads.len()];
-    let mut skip: Vec<Option<usize>> = vec![None; threads.len()];
-    while let Some(Reverse((_, k, i))) = heap.pop() {
-        let (_, recs) = &threads[k];
+    // its next record was already printed as part of a leaf.
+    let mut entry_time: Vec<Vec<Option<u64>>> = vec![Vec::new(); streams.len()];
+    let mut skip = vec![false; streams.len()];
+    while let Some(Reverse((_, k))) = heap.pop() {
+        let r = streams[k].next().expect("peeked")?;
         let tid = &tid_cols[k];
-        if let Some(r) = recs.get(i + 1) {
-            heap.push(Reverse((r.time, k, i + 1)));
+        let next = match streams[k].peek() {
+            Some(Ok(n)) => Some(*n),
+            Some(Err(e)) => return Err(e.clone().into()),
+            None => None,
+        };
+        if let Some(n) = next {
+            heap.push(Reverse((n.time, k)));
         }
-        if skip[k] == Some(i) {
-            skip[k] = None;
+        if std::mem::replace(&mut skip[k], false) {
             continue;
         }
-        let r = recs[i];
         let d = r.depth as usize;
         match r.kind {
             Kind::Entry => {
                 let name = data.name(r.addr);
-                match recs.get(i + 1) {
+                match next {
                     Some(n) if n.kind == Kind::Exit && n.depth == r.depth && n.addr == r.addr => {
                         let dur = Some(n.time.saturating_sub(r.time));
                         line(out, dur, tid, r.depth, "", &name, "();")?;
-                        skip[k] = Some(i + 1);
+                        skip[k] = true;
                     }
                     _ => {
                         let et = &mut entry_time[k];

@@ -39,7 +39,8 @@ pub fn collect(
         // (addr, entry time, children time)
         let mut stack: Vec<(u64, u64, u64)> = Vec::new();
         let mut active: HashMap<u64, u32> = HashMap::new();
-        for r in data.records(tid)? {
+        for r in data.stream(tid)? {
+            let r = r?;
             match r.kind {
                 Kind::Entry => {
                     stack.push((r.addr, r.time, 0));
