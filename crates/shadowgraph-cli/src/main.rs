@@ -100,6 +100,10 @@ enum Command {
         /// Folded stacks weighted by self time (ns), for flame graphs.
         #[arg(long)]
         flame_graph: bool,
+        /// With --flame-graph: render the SVG (inferno) instead of the
+        /// folded text.
+        #[arg(long, requires = "flame_graph")]
+        svg: bool,
     },
     /// Convert a recording into uftrace's data format (`uftrace replay -d OUT`).
     Export {
@@ -152,6 +156,12 @@ fn main() -> ExitCode {
         Command::Dump {
             data,
             flame_graph: true,
+            svg: true,
+            ..
+        } => flame_svg(&data),
+        Command::Dump {
+            data,
+            flame_graph: true,
             ..
         } => view(&data, shadowgraph::record::flame::dump_flame_graph),
         Command::Dump { data, .. } => view(&data, shadowgraph::record::chrome::dump_chrome),
@@ -197,6 +207,24 @@ fn view(
         }
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// The folded stacks rendered as an SVG flame graph (widths: self time).
+fn flame_svg(dir: &std::path::Path) -> Result<ExitCode, String> {
+    let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    let mut folded = Vec::new();
+    shadowgraph::record::flame::dump_flame_graph(&data, &mut folded).map_err(|e| e.to_string())?;
+    let folded = String::from_utf8_lossy(&folded);
+    if folded.is_empty() {
+        return Err(format!("{}: no calls recorded", dir.display()));
+    }
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = format!("shadowgraph: {}", data.info.get("exe").unwrap_or("trace"));
+    opts.count_name = "ns".to_string();
+    let out = std::io::BufWriter::new(std::io::stdout().lock());
+    inferno::flamegraph::from_lines(&mut opts, folded.lines(), out)
+        .map_err(|e| format!("rendering the flame graph: {e}"))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn report(dir: &std::path::Path, sort: &str, threads: bool) -> Result<ExitCode, String> {
