@@ -141,6 +141,9 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
 }
 
 extern "C" fn report() {
+    if !crate::in_root_process() {
+        return; // a forked child: the report is the parent's to write
+    }
     let mut text =
         String::from("# shadowgraph counts v1\n# module\tfunction\taddress\tcalls\treturns\n");
     let sites = ftrace::sites();

@@ -42,10 +42,42 @@ static ATTACHED: OnceLock<Attached> = OnceLock::new();
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = agent_init;
 
+/// The process the CLI started (its children inherit LD_PRELOAD and the
+/// environment, but are not what was asked for: they run untraced, and
+/// never write over the parent's report or recording).
+static ROOT_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Whether this process is the one the agent attached in (not a forked
+/// child that inherited its state).
+pub(crate) fn in_root_process() -> bool {
+    // SAFETY: getpid has no preconditions.
+    ROOT_PID.load(std::sync::atomic::Ordering::Relaxed) == unsafe { libc::getpid() }
+}
+
 extern "C" fn agent_init() {
     let Ok(mode) = std::env::var("SHADOWGRAPH_MODE") else {
         return;
     };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    match std::env::var("SHADOWGRAPH_ROOT_PID")
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    {
+        // A program the traced one started (fork + exec): not traced.
+        Some(root) if root != pid => return,
+        _ => {
+            // SAFETY: setenv in a constructor, while the process has one thread.
+            unsafe {
+                libc::setenv(
+                    c"SHADOWGRAPH_ROOT_PID".as_ptr(),
+                    std::ffi::CString::new(pid.to_string()).unwrap().as_ptr(),
+                    1,
+                )
+            };
+        }
+    }
+    ROOT_PID.store(pid, std::sync::atomic::Ordering::Relaxed);
     let result = match mode.as_str() {
         "count" => attach_counter(),
         "graph" => graph::attach(),
@@ -125,6 +157,9 @@ extern "C" fn agent_exit() {
     let Some(a) = ATTACHED.get() else {
         return;
     };
+    if !in_root_process() {
+        return; // a forked child: the report is the parent's to write
+    }
     let mut text = String::from("# shadowgraph counts v1\n# module\tfunction\taddress\tcalls\n");
     for m in &a.modules {
         for s in m.usable() {

@@ -151,6 +151,8 @@ pub fn attach() -> Result<(), String> {
     let (raw1, ns1) = early_calibration_point();
     write_metadata(tracers, raw1, ns1);
     install_fatal_handlers();
+    // SAFETY: registering a plain extern "C" child handler.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     // SAFETY: registering a plain extern "C" function with atexit.
     unsafe { libc::atexit(finish) };
     Ok(())
@@ -225,6 +227,9 @@ extern "C" fn finish() {
     let Some(tracers) = TRACERS.get() else {
         return;
     };
+    if !crate::in_root_process() {
+        return; // a forked child: the recording is the parent's to finish
+    }
     let mut done = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
     if std::mem::replace(&mut *done, true) {
         return;
@@ -242,6 +247,13 @@ extern "C" fn finish() {
     }
 }
 
+/// A forked child inherits the parent's buffers and file descriptors: it
+/// must neither write them again nor add its own records to the parent's
+/// files (recording children is not supported yet).
+extern "C" fn after_fork_child() {
+    writer::disable_after_fork();
+}
+
 const FATAL: [i32; 5] = [
     libc::SIGSEGV,
     libc::SIGBUS,
@@ -254,7 +266,9 @@ const FATAL: [i32; 5] = [
 /// would have done (the faulting instruction runs again, or the signal is
 /// raised again, under the default disposition).
 extern "C" fn on_fatal(sig: i32) {
-    writer::flush_all();
+    if crate::in_root_process() {
+        writer::flush_all();
+    }
     // SAFETY: restoring the default disposition and re-raising are
     // async-signal-safe; the signal stays blocked until we return.
     unsafe {

@@ -1063,3 +1063,71 @@ fn a_crashing_program_leaves_a_readable_recording() {
         assert!(theirs.contains("work() {"), "{theirs}");
     }
 }
+
+#[test]
+fn forked_and_executed_children_leave_the_parents_results_alone() {
+    let dir = workdir("forks");
+    let exe = dir.join("forks");
+    cc(
+        &[&fixture("forks.c")],
+        &["-O2", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    for graph in [false, true] {
+        let mut cmd = shadowgraph();
+        cmd.arg("count");
+        if graph {
+            cmd.arg("--graph");
+        }
+        let o = cmd.arg(&exe).output().unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        assert!(out.starts_with("child=0 system=0"), "{out}");
+        assert!(!err.contains("shadowgraph:"), "a child complained: {err}");
+        let (parent, child) = if graph {
+            let c = graph_counts(&out);
+            (c["parent_work"], c["child_work"])
+        } else {
+            let c = counts(&out);
+            (
+                (c["parent_work"], c["parent_work"]),
+                (c["child_work"], c["child_work"]),
+            )
+        };
+        assert_eq!(parent, (2, 2), "{out}");
+        assert_eq!(
+            child,
+            (0, 0),
+            "the child's calls are not the parent's: {out}"
+        );
+    }
+    let data = dir.join("forks.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(o.status.success() && !err.contains("shadowgraph:"), "{err}");
+    let rep = shape(
+        &text(
+            &shadowgraph()
+                .args(["replay", "-d"])
+                .arg(&data)
+                .output()
+                .unwrap(),
+        )
+        .0,
+    );
+    assert_eq!(
+        rep,
+        [
+            " |main() {",
+            "D|  parent_work();",
+            "D|  parent_work();",
+            "D|} /* main */"
+        ]
+    );
+}

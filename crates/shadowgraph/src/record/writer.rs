@@ -108,6 +108,9 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
 
 #[cold]
 fn create(inst: usize) -> *mut ThreadBuf {
+    if DISABLED.load(Ordering::Acquire) {
+        return std::ptr::null_mut();
+    }
     let Some(dir) = DIRS[inst].get() else {
         return std::ptr::null_mut();
     };
@@ -254,6 +257,23 @@ extern "C" fn thread_exit(_: *mut libc::c_void) {
         // SAFETY: the fd belongs to this buffer, which nobody uses any more.
         unsafe { libc::close(buf.fd) };
     }
+}
+
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+/// In a forked child: forget every buffer (they hold the parent's records
+/// and share its files) without writing, and record nothing more (counted
+/// as lost). Async-signal-safe.
+pub fn disable_after_fork() {
+    DISABLED.store(true, Ordering::Release);
+    for slot in BUFS.iter() {
+        slot.store(std::ptr::null_mut(), Ordering::Release);
+    }
+    MINE.with(|m| {
+        for c in m {
+            c.set(std::ptr::null_mut());
+        }
+    });
 }
 
 /// Flushes every thread's buffer (at process exit; a thread still running
