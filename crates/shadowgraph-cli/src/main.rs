@@ -93,10 +93,14 @@ enum Command {
         /// Chrome trace-event JSON (chrome://tracing, Perfetto's UI).
         #[arg(
             long,
-            required_unless_present = "flame_graph",
-            conflicts_with = "flame_graph"
+            required_unless_present_any = ["flame_graph", "perfetto"],
+            conflicts_with_all = ["flame_graph", "perfetto"]
         )]
         chrome: bool,
+        /// A Perfetto trace (protobuf TrackEvents, interned names, one track
+        /// per thread): for big traces in ui.perfetto.dev.
+        #[arg(long, conflicts_with = "flame_graph")]
+        perfetto: bool,
         /// Folded stacks weighted by self time (ns), for flame graphs.
         #[arg(long)]
         flame_graph: bool,
@@ -164,6 +168,11 @@ fn main() -> ExitCode {
             flame_graph: true,
             ..
         } => view(&data, shadowgraph::record::flame::dump_flame_graph),
+        Command::Dump {
+            data,
+            perfetto: true,
+            ..
+        } => view(&data, shadowgraph::record::perfetto::dump_perfetto),
         Command::Dump { data, .. } => view(&data, shadowgraph::record::chrome::dump_chrome),
         Command::Live { opts, program } => run::live(&opts, &program),
         Command::Graph { data, function } => view(&data, |d, o| {

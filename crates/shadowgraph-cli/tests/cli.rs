@@ -1131,3 +1131,98 @@ fn forked_and_executed_children_leave_the_parents_results_alone() {
         ]
     );
 }
+
+/// A minimal protobuf reader: (field, wire type, varint or bytes) triples.
+fn proto_fields(mut b: &[u8]) -> Vec<(u64, u64, u64, Vec<u8>)> {
+    fn varint(b: &mut &[u8]) -> u64 {
+        let (mut v, mut shift) = (0u64, 0);
+        loop {
+            let x = b[0];
+            *b = &b[1..];
+            v |= ((x & 0x7f) as u64) << shift;
+            if x < 0x80 {
+                return v;
+            }
+            shift += 7;
+        }
+    }
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let key = varint(&mut b);
+        let (field, wt) = (key >> 3, key & 7);
+        match wt {
+            0 => out.push((field, wt, varint(&mut b), Vec::new())),
+            2 => {
+                let n = varint(&mut b) as usize;
+                out.push((field, wt, 0, b[..n].to_vec()));
+                b = &b[n..];
+            }
+            _ => panic!("unexpected wire type {wt}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn perfetto_dump_has_tracks_interned_names_and_balanced_slices() {
+    let (_, data) = record_calls_program("perfetto");
+    let o = shadowgraph()
+        .args(["dump", "--perfetto", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let packets: Vec<Vec<u8>> = proto_fields(&o.stdout)
+        .into_iter()
+        .map(|(f, _, _, b)| {
+            assert_eq!(f, 1, "Trace.packet");
+            b
+        })
+        .collect();
+    let (mut begins, mut ends, mut threads, mut process) = (0, 0, 0, 0);
+    let mut names = std::collections::HashMap::new();
+    let mut used = Vec::new();
+    for p in &packets {
+        for (f, _, _, b) in proto_fields(p) {
+            match f {
+                60 => {
+                    let t = proto_fields(&b);
+                    process += t.iter().filter(|x| x.0 == 3).count();
+                    threads += t.iter().filter(|x| x.0 == 4).count();
+                }
+                12 => {
+                    for (_, _, _, en) in proto_fields(&b).into_iter().filter(|x| x.0 == 2) {
+                        let e = proto_fields(&en);
+                        let iid = e.iter().find(|x| x.0 == 1).unwrap().2;
+                        let name =
+                            String::from_utf8(e.iter().find(|x| x.0 == 2).unwrap().3.clone())
+                                .unwrap();
+                        assert!(names.insert(iid, name).is_none(), "a name interned twice");
+                    }
+                }
+                11 => {
+                    let ev = proto_fields(&b);
+                    match ev.iter().find(|x| x.0 == 9).unwrap().2 {
+                        1 => {
+                            begins += 1;
+                            used.push(ev.iter().find(|x| x.0 == 10).expect("name_iid").2);
+                        }
+                        2 => ends += 1,
+                        t => panic!("event type {t}"),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!((process, threads), (1, 1));
+    assert_eq!(begins, 1 + 1 + 2 + 4 + 51 + 1, "one slice per call");
+    assert_eq!(begins, ends);
+    assert!(
+        used.iter().all(|i| names.contains_key(i)),
+        "an event names an iid never interned"
+    );
+    let mut n: Vec<&String> = names.values().collect();
+    n.sort();
+    assert_eq!(n, ["leaf", "main", "mid", "recurse", "run", "run_args"]);
+}

@@ -8,6 +8,7 @@ pub mod data;
 pub mod flame;
 pub mod format;
 pub mod graph;
+pub mod perfetto;
 pub mod replay;
 pub mod report;
 pub mod uftrace;
