@@ -206,10 +206,17 @@ fn view(
     ) -> Result<(), shadowgraph::record::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
     use shadowgraph::record::replay::ReplayError;
+    use std::io::IsTerminal;
     use std::io::Write;
     let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    // Progress on a terminal, unless the output itself goes there.
+    if std::io::stderr().is_terminal() && !std::io::stdout().is_terminal() {
+        shadowgraph::record::data::show_progress(&data);
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    match write(&data, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io)) {
+    let result = write(&data, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
+    shadowgraph::record::data::end_progress();
+    match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             Ok(ExitCode::SUCCESS)

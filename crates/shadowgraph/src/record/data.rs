@@ -301,6 +301,44 @@ fn read_uftrace_symbols(dir: &Path) -> Result<Vec<(u64, String)>, DataError> {
     Ok(symbols)
 }
 
+static PROGRESS_TOTAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static PROGRESS_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Shows reading progress on stderr (for long views on a terminal): a
+/// percentage every 2^20 records; [`end_progress`] clears the line.
+pub fn show_progress(data: &DataDir) {
+    let total: u64 = data
+        .tids
+        .iter()
+        .filter_map(|&t| std::fs::metadata(data.dat_path(t)).ok())
+        .map(|m| m.len() / RECORD_SIZE as u64)
+        .sum();
+    if total >= 1 << 21 {
+        PROGRESS_TOTAL.store(total, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+pub fn end_progress() {
+    if PROGRESS_TOTAL.swap(0, std::sync::atomic::Ordering::Relaxed) != 0 {
+        eprint!("\r\x1b[K");
+    }
+}
+
+fn tick_progress() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let total = PROGRESS_TOTAL.load(Relaxed);
+    if total == 0 {
+        return;
+    }
+    let n = PROGRESS_READ.fetch_add(1, Relaxed) + 1;
+    if n % (1 << 20) == 0 {
+        eprint!(
+            "\r# reading records: {}% ({n} of {total})",
+            n * 100 / total.max(1)
+        );
+    }
+}
+
 /// Records of one `.dat` file, decoded one at a time.
 pub struct RecordStream {
     input: std::io::BufReader<std::fs::File>,
@@ -346,6 +384,7 @@ impl Iterator for RecordStream {
         }
         let r = decode(&b, self.offset).map_err(|e| err(&self.path, e.to_string()));
         self.offset += RECORD_SIZE as u64;
+        tick_progress();
         Some(
             r.map(|mut r| {
                 r.time = self.conv.to_ns(r.time);
