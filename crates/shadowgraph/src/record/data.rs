@@ -331,7 +331,7 @@ fn tick_progress() {
         return;
     }
     let n = PROGRESS_READ.fetch_add(1, Relaxed) + 1;
-    if n % (1 << 20) == 0 {
+    if n.is_multiple_of(1 << 20) {
         eprint!(
             "\r# reading records: {}% ({n} of {total})",
             n * 100 / total.max(1)
