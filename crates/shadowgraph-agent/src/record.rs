@@ -200,6 +200,9 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64) {
         info.set("ns1", ns1);
         info.set("records", writer::written(i));
         info.set("lost", writer::lost(i));
+        if let Some(e) = writer::write_error(i) {
+            info.set("write_error", e);
+        }
         info.set("overrun", fgraph::thread_overrun());
         let dir = &t.dir;
         if let Err(e) = std::fs::write(dir.join("symbols"), &syms)

@@ -209,6 +209,9 @@ fn view(
     use std::io::IsTerminal;
     use std::io::Write;
     let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    if let Some(w) = data.loss_warning() {
+        eprintln!("shadowgraph: {w}");
+    }
     // Progress on a terminal, unless the output itself goes there.
     if std::io::stderr().is_terminal() && !std::io::stdout().is_terminal() {
         shadowgraph::record::data::show_progress(&data);
@@ -228,6 +231,9 @@ fn view(
 /// The folded stacks rendered as an SVG flame graph (widths: self time).
 fn flame_svg(dir: &std::path::Path) -> Result<ExitCode, String> {
     let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    if let Some(w) = data.loss_warning() {
+        eprintln!("shadowgraph: {w}");
+    }
     let mut folded = Vec::new();
     shadowgraph::record::flame::dump_flame_graph(&data, &mut folded).map_err(|e| e.to_string())?;
     let folded = String::from_utf8_lossy(&folded);

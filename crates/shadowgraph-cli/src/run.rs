@@ -294,7 +294,10 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
                     dd.info.get("lost").unwrap_or("?"),
                     dd.tids.len(),
                     d.display()
-                )
+                );
+                if let Some(w) = dd.loss_warning() {
+                    eprintln!("shadowgraph: {label}{w}");
+                }
             }
             Err(_) => eprintln!(
                 "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",

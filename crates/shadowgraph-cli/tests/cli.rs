@@ -1226,3 +1226,76 @@ fn perfetto_dump_has_tracks_interned_names_and_balanced_slices() {
     n.sort();
     assert_eq!(n, ["leaf", "main", "mid", "recurse", "run", "run_args"]);
 }
+
+/// A disk that fills up while recording (simulated with a file size limit:
+/// writes past it fail with EFBIG, as they fail with ENOSPC on a full
+/// disk): the program runs on unharmed, the loss is counted and its reason
+/// told by `record` and by every view, and what was written stays readable.
+#[test]
+fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
+    let dir = workdir("fulldisk");
+    let src = dir.join("fib.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n\
+         __attribute__((noinline)) long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+         int main(void) { printf(\"%ld\\n\", fib(25)); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("fib");
+    cc(
+        &[&src],
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-fpatchable-function-entry=5",
+        ],
+        &exe,
+    );
+    let data = dir.join("fib.data");
+    // 485,572 records (7.8 MB) against a limit of at most 1 MiB.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 1024 && exec \"$0\" record -d \"$1\" -- \"$2\"")
+        .arg(env!("CARGO_BIN_EXE_shadowgraph"))
+        .arg(&data)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "75025", "the traced program is unharmed");
+    let lost: u64 = err
+        .split_once("records (")
+        .and_then(|(_, r)| r.split_once(" lost)"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no lost count: {err}"));
+    let dat = std::fs::read_dir(&data)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.path().extension().is_some_and(|x| x == "dat"))
+        .unwrap();
+    let kept = dat.metadata().unwrap().len() / 16;
+    assert!(
+        kept > 0 && kept <= 1 << 16,
+        "at most the limit was written: {kept} records"
+    );
+    // main and the 242,785 calls of fib(25), entry and exit each.
+    assert_eq!(kept + lost, 2 * 242_786, "every record kept or counted");
+    let why = "records were lost while recording (writing the trace failed: File too large";
+    assert!(err.contains(why), "record says why: {err}");
+    for view in ["replay", "report"] {
+        let o = shadowgraph()
+            .args([view, "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{view}: {err}");
+        assert!(out.contains("fib"), "{view}: {out}");
+        assert!(
+            err.contains(why) && err.contains(&lost.to_string()),
+            "{view} warns: {err}"
+        );
+    }
+}

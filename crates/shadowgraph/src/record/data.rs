@@ -84,6 +84,25 @@ pub struct DataDir {
 }
 
 impl DataDir {
+    /// A one-line warning when the recording lost records (buffer overruns
+    /// or failed writes), with the first write failure's reason: the views
+    /// show what was kept, and this says that it is not all.
+    pub fn loss_warning(&self) -> Option<String> {
+        let lost: u64 = self.info.get("lost")?.parse().ok()?;
+        if lost == 0 {
+            return None;
+        }
+        let why = self
+            .info
+            .get("write_error")
+            .map(|e| format!(" (writing the trace failed: {e})"))
+            .unwrap_or_default();
+        Some(format!(
+            "warning: {lost} records were lost while recording{why}; the trace in {} has gaps",
+            self.dir.display()
+        ))
+    }
+
     /// Opens a data directory: uftrace's format (what `record` writes, and
     /// what uftrace writes), or the raw form a recording has before its
     /// timestamps are converted (`shadowgraph.info`, `symbols`).

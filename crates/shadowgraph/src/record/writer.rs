@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Records per thread buffer (1 MiB).
@@ -47,6 +47,19 @@ pub fn written(inst: usize) -> u64 {
 
 pub fn lost(inst: usize) -> u64 {
     LOST[inst].load(Ordering::Relaxed)
+}
+
+/// The first write failure of each instance (an errno; 0: none), so that
+/// the loss it caused is reported with its reason (a full disk, a file size
+/// limit, an I/O error) and not just counted.
+static WRITE_ERRNO: [AtomicI32; MAX_INSTANCES] = [const { AtomicI32::new(0) }; MAX_INSTANCES];
+
+/// Why records of instance `inst` could not be written, if they could not.
+pub fn write_error(inst: usize) -> Option<io::Error> {
+    match WRITE_ERRNO[inst].load(Ordering::Relaxed) {
+        0 => None,
+        e => Some(io::Error::from_raw_os_error(e)),
+    }
 }
 
 thread_local! {
@@ -218,7 +231,21 @@ fn flush(buf: &ThreadBuf) -> bool {
             if n < 0 && std::io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            // Disk full or similar: the records are lost, and counted.
+            // Disk full or similar: the records are lost, and counted. A
+            // write of 0 bytes to a regular file means no space.
+            let errno = if n < 0 {
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO)
+            } else {
+                libc::ENOSPC
+            };
+            let _ = WRITE_ERRNO[buf.inst].compare_exchange(
+                0,
+                errno,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             buf.lost.fetch_add((bytes / 16) as u64, Ordering::Relaxed);
             break;
         }
