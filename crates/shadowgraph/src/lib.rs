@@ -24,4 +24,5 @@ pub mod record;
 pub mod site;
 pub mod stop;
 pub mod sys;
+pub mod tls;
 pub mod tramp;

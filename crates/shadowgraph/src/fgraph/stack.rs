@@ -111,14 +111,34 @@ thread_local! {
     };
 }
 
-/// This thread's state. A tiny `with` closure lets the access inline to a
-/// plain thread-pointer load (a large closure kept `with` out of line and
-/// cost an indirect call on every hook).
+// THREAD's address, cached in initial-exec TLS (crate::tls): in a shared
+// object every `THREAD.with` is a call to `__tls_get_addr`, and the state is
+// reached several times per traced call. Null until the thread's first use;
+// a forked child's thread has the same TLS addresses, so it stays right.
+crate::fast_thread_local!(
+    static THREAD_ADDR: Cell<*const ThreadState>;
+);
+
+/// This thread's state.
 #[inline(always)]
 pub fn thread() -> &'static ThreadState {
-    // SAFETY: the reference is only used on this thread, while it runs; the
-    // state has no destructor, so it stays valid until the thread is gone.
-    THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
+    let p = THREAD_ADDR.get();
+    if p.is_null() {
+        return thread_first_use();
+    }
+    // SAFETY: p is this thread's THREAD (set below), only used on this
+    // thread while it runs; the state has no destructor, so it stays valid
+    // until the thread is gone.
+    unsafe { &*p }
+}
+
+#[cold]
+#[inline(never)]
+fn thread_first_use() -> &'static ThreadState {
+    let p = THREAD.with(|t| t as *const ThreadState);
+    THREAD_ADDR.set(p);
+    // SAFETY: as in thread().
+    unsafe { &*p }
 }
 
 impl ThreadState {

@@ -314,12 +314,19 @@ const TRANSITION: u32 = 2;
 /// (the signal wrappers that will maintain it are not interposed yet).
 const SIG_SHIFT: u32 = 16;
 
-thread_local! {
-    static ERRNO: Cell<*mut i32> = const { Cell::new(std::ptr::null_mut()) };
-    static TID: Cell<i32> = const { Cell::new(0) };
-    static REC: Cell<u32> = const { Cell::new(0) };
-    static REC_DROPS: Cell<u64> = const { Cell::new(0) };
-}
+// Initial-exec TLS (crate::tls): these are read on every traced call.
+crate::fast_thread_local!(
+    static ERRNO: Cell<*mut i32>;
+);
+crate::fast_thread_local!(
+    static TID: Cell<i32>;
+);
+crate::fast_thread_local!(
+    static REC: Cell<u32>;
+);
+crate::fast_thread_local!(
+    static REC_DROPS: Cell<u64>;
+);
 
 /// Takes the group's bit for the current context, or the transition bit
 /// once; `None` (counted as a drop) when both are held.

@@ -37,12 +37,15 @@ static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 /// Calls that found no free slot (they run without a bracket: counted).
 pub static UNBRACKETED: AtomicU64 = AtomicU64::new(0);
 
-thread_local! {
+// Initial-exec TLS (crate::tls): WORD is read on every traced call.
+crate::fast_thread_local!(
     /// This thread's slot + 1 (0: none yet).
-    static SLOT: Cell<usize> = const { Cell::new(0) };
+    static SLOT: Cell<usize>;
+);
+crate::fast_thread_local!(
     /// This thread's bracket word (null: none yet): what the hot path uses.
-    static WORD: Cell<*const AtomicU64> = const { Cell::new(std::ptr::null()) };
-}
+    static WORD: Cell<*const AtomicU64>;
+);
 
 static KEY_INIT: Once = Once::new();
 static mut KEY: libc::pthread_key_t = 0;

@@ -62,10 +62,11 @@ pub fn write_error(inst: usize) -> Option<io::Error> {
     }
 }
 
-thread_local! {
-    static MINE: [Cell<*mut ThreadBuf>; MAX_INSTANCES] =
-        const { [const { Cell::new(std::ptr::null_mut()) }; MAX_INSTANCES] };
-}
+// This thread's buffer per instance (null: none yet). Initial-exec TLS
+// (crate::tls): read on every recorded event.
+crate::fast_thread_local!(
+    static MINE: [Cell<*mut ThreadBuf>; MAX_INSTANCES];
+);
 
 /// Starts recording instance `inst` into `dir` (created if missing).
 pub fn start(inst: usize, dir: &Path) -> io::Result<()> {
@@ -91,7 +92,7 @@ pub fn start(inst: usize, dir: &Path) -> io::Result<()> {
 /// record (mmap + open).
 #[inline]
 pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
-    let mut b = MINE.with(|m| m[inst].get());
+    let mut b = MINE[inst].get();
     if b.is_null() {
         b = create(inst);
         if b.is_null() {
@@ -203,7 +204,7 @@ fn create(inst: usize) -> *mut ThreadBuf {
             break;
         }
     }
-    MINE.with(|m| m[inst].set(b));
+    MINE[inst].set(b);
     if let Some(&k) = KEY.get() {
         // SAFETY: valid key; non-null arms the destructor.
         unsafe { libc::pthread_setspecific(k, b as *const libc::c_void) };
@@ -269,7 +270,7 @@ fn flush(buf: &ThreadBuf) -> bool {
 /// Thread exit: flush and close every buffer of this thread.
 extern "C" fn thread_exit(_: *mut libc::c_void) {
     for inst in 0..MAX_INSTANCES {
-        let b = MINE.with(|m| m[inst].replace(std::ptr::null_mut()));
+        let b = MINE[inst].replace(std::ptr::null_mut());
         if b.is_null() {
             continue;
         }
@@ -296,11 +297,9 @@ pub fn disable_after_fork() {
     for slot in BUFS.iter() {
         slot.store(std::ptr::null_mut(), Ordering::Release);
     }
-    MINE.with(|m| {
-        for c in m {
-            c.set(std::ptr::null_mut());
-        }
-    });
+    for c in MINE.iter() {
+        c.set(std::ptr::null_mut());
+    }
 }
 
 /// Flushes every thread's buffer (at process exit; a thread still running
