@@ -24,7 +24,7 @@
 macro_rules! fast_thread_local {
     ($(#[$m:meta])* $vis:vis static $name:ident: $t:ty;) => {
         $(#[$m])*
-        #[allow(non_camel_case_types)]
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Clone, Copy)]
         $vis struct $name;
 
