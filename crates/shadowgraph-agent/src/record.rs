@@ -7,7 +7,9 @@
 //! Environment: `SHADOWGRAPH_DIR`; one tracer from `SHADOWGRAPH_FILTER`,
 //! `SHADOWGRAPH_NOTRACE`, `SHADOWGRAPH_DEPTH` (patterns separated by `;`),
 //! or, with `SHADOWGRAPH_TRACERS=N`, N tracers `SHADOWGRAPH_TRACER_<i>` =
-//! `name<TAB>filter<TAB>notrace<TAB>depth` recording into `DIR/<name>`.
+//! `name<TAB>filter<TAB>notrace<TAB>depth<TAB>time` recording into
+//! `DIR/<name>`. `SHADOWGRAPH_TIME` (or a tracer's `time`) is a time filter
+//! in ns: calls shorter than that are not recorded.
 
 use shadowgraph::fgraph::filters::{GraphFilter, Verdict};
 use shadowgraph::record::data::{DataDir, Info};
@@ -26,6 +28,9 @@ struct Tracer {
     /// unfiltered tracer uses fgraph's depth (the same) and saves the work.
     filter: Option<GraphFilter>,
     user: Arc<fgraph::GraphUser>,
+    /// Time filter in clock ticks (0: none): calls shorter than this leave
+    /// no records.
+    min_ticks: u64,
 }
 
 static TRACERS: OnceLock<Vec<Tracer>> = OnceLock::new();
@@ -36,38 +41,106 @@ fn tracer(u: &fgraph::GraphUser) -> Option<&'static Tracer> {
     TRACERS.get()?.get(u.private)
 }
 
+/// A time-filtered call keeps one word in its shadow frame until its
+/// duration is known: the entry's timestamp, and this bit once its entry
+/// record is written (a descendant was long enough, so it is too). The
+/// function and depth of the record come from the frame and its nesting.
+const ENTRY_WRITTEN: u64 = 1 << 63;
+
 fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
-    let depth = match tracer(u).and_then(|t| t.filter.as_ref()) {
-        None => e.depth,
+    let t = tracer(u);
+    let (depth, word) = match t.and_then(|t| t.filter.as_ref()) {
+        None => (e.depth, None),
         Some(f) => match f.entry(e, u) {
-            Verdict::Record(_) => GraphFilter::own_depth(u) as i32 - 1,
+            Verdict::Record(p) => (GraphFilter::own_depth(u) as i32 - 1, Some(p)),
             Verdict::Silent => return true,
             Verdict::Reject => return false,
         },
     };
-    writer::emit(
-        u.private,
-        Kind::Entry,
-        depth.clamp(0, 1023) as u16,
-        e.func as u64,
-    );
+    let depth = depth.clamp(0, 1023) as u16;
+    if t.is_some_and(|t| t.min_ticks > 0) {
+        // The filter's word (a recorded call's), else one of our own.
+        let word = word.or_else(|| u.reserve(8).map(|p| p as *mut u64));
+        if let Some(w) = word {
+            // SAFETY: 8 reserved, word-aligned bytes, ours until the call
+            // returns.
+            unsafe { w.write(clock::now() & !ENTRY_WRITTEN) };
+            return true;
+        }
+        // No room on the shadow stack: recorded unfiltered.
+    }
+    writer::emit(u.private, Kind::Entry, depth, e.func as u64);
+    true
+}
+
+/// A time-filtered call of `func` at `depth` returns: false if it was too
+/// short to record (nothing of it is written); else its entry record is
+/// written if it was not, after those of its ancestors still pending (a
+/// call lasts at least as long as the calls it makes, so they will be
+/// recorded too, and writing them first keeps the thread's records in time
+/// order).
+fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) -> bool {
+    let Some((p, _)) = u.retrieve() else {
+        return true; // entered unfiltered
+    };
+    let me = p as *mut u64;
+    // SAFETY: our own word in the frame returning now.
+    let entry = unsafe { *me };
+    if entry & ENTRY_WRITTEN != 0 {
+        return true;
+    }
+    if clock::now().wrapping_sub(entry) < min_ticks {
+        return false;
+    }
+    // Pending ancestors: the frames holding our word below the nearest
+    // written one (frames without it, silent under a filter, are passed
+    // over). The j-th of them is recorded at depth - j.
+    let frames = fgraph::thread_depth().max(0) as usize + 1;
+    let (mut outermost, mut pending) = (0, 0u16);
+    for k in 1..=frames {
+        if let Some((q, _)) = u.retrieve_ancestor(k) {
+            // SAFETY: our word in an ancestor frame, live below ours.
+            if unsafe { *(q as *const u64) } & ENTRY_WRITTEN != 0 {
+                break;
+            }
+            outermost = k;
+            pending += 1;
+        }
+    }
+    for k in (1..=outermost).rev() {
+        if let Some((q, _, f)) = u.retrieve_ancestor_call(k) {
+            let q = q as *mut u64;
+            // SAFETY: as above.
+            let time = unsafe { *q };
+            let d = depth.saturating_sub(pending);
+            writer::emit_at(u.private, time, Kind::Entry, d, f as u64);
+            // SAFETY: as above.
+            unsafe { *q = time | ENTRY_WRITTEN };
+            pending -= 1;
+        }
+    }
+    writer::emit_at(u.private, entry, Kind::Entry, depth, func as u64);
+    // SAFETY: as above.
+    unsafe { *me = entry | ENTRY_WRITTEN };
     true
 }
 
 fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
-    let depth = match tracer(u).and_then(|t| t.filter.as_ref()) {
+    let t = tracer(u);
+    let depth = match t.and_then(|t| t.filter.as_ref()) {
         None => r.depth,
         Some(f) => match f.ret(r, u) {
             Some(_) => GraphFilter::own_depth(u) as i32,
             None => return,
         },
     };
-    writer::emit(
-        u.private,
-        Kind::Exit,
-        depth.clamp(0, 1023) as u16,
-        r.func as u64,
-    );
+    let depth = depth.clamp(0, 1023) as u16;
+    if let Some(t) = t.filter(|t| t.min_ticks > 0) {
+        if !keep_timed(u, t.min_ticks, r.func, depth) {
+            return;
+        }
+    }
+    writer::emit(u.private, Kind::Exit, depth, r.func as u64);
 }
 
 fn filter_set(pats: &str) -> Result<Option<Arc<ftrace::FilterSet>>, String> {
@@ -89,8 +162,8 @@ fn graph_filter(filter: &str, notrace: &str, depth: &str) -> Result<GraphFilter,
     })
 }
 
-/// (directory, filter) of each configured tracer.
-fn configure(dir: &std::path::Path) -> Result<Vec<(PathBuf, GraphFilter)>, String> {
+/// (directory, filter, time filter in ns) of each configured tracer.
+fn configure(dir: &std::path::Path) -> Result<Vec<(PathBuf, GraphFilter, u64)>, String> {
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     let n: usize = var("SHADOWGRAPH_TRACERS").parse().unwrap_or(0);
     if n == 0 {
@@ -99,7 +172,8 @@ fn configure(dir: &std::path::Path) -> Result<Vec<(PathBuf, GraphFilter)>, Strin
             &var("SHADOWGRAPH_NOTRACE"),
             &var("SHADOWGRAPH_DEPTH"),
         )?;
-        return Ok(vec![(dir.to_owned(), f)]);
+        let time = var("SHADOWGRAPH_TIME").parse().unwrap_or(0);
+        return Ok(vec![(dir.to_owned(), f, time)]);
     }
     if n > writer::MAX_INSTANCES {
         return Err(format!("at most {} tracers", writer::MAX_INSTANCES));
@@ -108,10 +182,11 @@ fn configure(dir: &std::path::Path) -> Result<Vec<(PathBuf, GraphFilter)>, Strin
         .map(|i| {
             let spec = var(&format!("SHADOWGRAPH_TRACER_{i}"));
             let f: Vec<&str> = spec.split('\t').collect();
-            let [name, filter, notrace, depth] = f[..] else {
+            let [name, filter, notrace, depth, time] = f[..] else {
                 return Err(format!("SHADOWGRAPH_TRACER_{i}: malformed"));
             };
-            Ok((dir.join(name), graph_filter(filter, notrace, depth)?))
+            let time = time.parse().unwrap_or(0);
+            Ok((dir.join(name), graph_filter(filter, notrace, depth)?, time))
         })
         .collect()
 }
@@ -129,7 +204,11 @@ pub fn attach() -> Result<(), String> {
     let mut tracers = Vec::new();
     let config = configure(&dir)?;
     let alone = config.len() == 1;
-    for (i, (d, filter)) in config.into_iter().enumerate() {
+    // A clock rate (a second calibration point) before tracing starts: for
+    // the time filters, and for the metadata written at start.
+    let (raw1, ns1) = early_calibration_point();
+    let ticks_per_ns = raw1.saturating_sub(raw0) as f64 / ns1.saturating_sub(ns0).max(1) as f64;
+    for (i, (d, filter, time_ns)) in config.into_iter().enumerate() {
         writer::start(i, &d).map_err(|e| format!("{}: {e}", d.display()))?;
         let unfiltered =
             filter.max_depth == 0 && filter.functions.is_none() && filter.notrace.is_none();
@@ -139,6 +218,7 @@ pub fn attach() -> Result<(), String> {
             dir: d,
             filter,
             user,
+            min_ticks: (time_ns as f64 * ticks_per_ns) as u64,
         });
     }
     let tracers = TRACERS.get_or_init(|| tracers);
@@ -146,9 +226,8 @@ pub fn attach() -> Result<(), String> {
         fgraph::register_graph(&t.user).map_err(|e| e.to_string())?;
     }
     crate::graph::ON.store(true, Ordering::Release);
-    // Metadata now, with an estimated clock rate, in case the program never
+    // Metadata now, with the estimated clock rate, in case the program never
     // reaches exit (a crash, _exit): the CLI converts such a recording.
-    let (raw1, ns1) = early_calibration_point();
     write_metadata(tracers, raw1, ns1);
     install_fatal_handlers();
     // SAFETY: registering a plain extern "C" child handler.

@@ -106,6 +106,10 @@ pub struct RecordOptions {
     /// Record at most this many nested levels.
     #[arg(short = 'D', long = "depth", default_value_t = 0)]
     depth: u32,
+    /// Record only calls lasting at least TIME (e.g. 10us, 1.5ms; ns, us,
+    /// ms, s; a bare number is ns); a kept call's callers are kept too.
+    #[arg(short = 't', long = "time-filter", value_name = "TIME", value_parser = parse_duration_ns)]
+    time_filter: Option<u64>,
     /// Trace only the program, not its libraries.
     #[arg(long)]
     no_libs: bool,
@@ -114,7 +118,8 @@ pub struct RecordOptions {
     #[arg(long = "lib")]
     libs: Vec<String>,
     /// Several tracers at once, each recording into DIR/NAME with its own
-    /// filters: `NAME[:filter=P,P][:notrace=P,P][:depth=N]`; repeatable.
+    /// filters: `NAME[:filter=P,P][:notrace=P,P][:depth=N][:time=T]`;
+    /// repeatable.
     #[arg(long = "tracer")]
     tracers: Vec<String>,
 }
@@ -125,6 +130,27 @@ struct TracerSpec {
     filter: Vec<String>,
     notrace: Vec<String>,
     depth: u32,
+    time_ns: u64,
+}
+
+/// A duration with a unit (ns, us, ms, s; none: ns) in nanoseconds.
+pub fn parse_duration_ns(v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let scale = match unit {
+        "" | "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return Err(format!("`{v}`: unknown time unit `{unit}` (ns, us, ms, s)")),
+    };
+    match num.parse::<f64>() {
+        Ok(n) if n.is_finite() && n * scale < u64::MAX as f64 => Ok((n * scale).round() as u64),
+        _ => Err(format!("`{v}` is not a duration (e.g. 10us, 1.5ms)")),
+    }
 }
 
 fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
@@ -140,6 +166,7 @@ fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
         filter: Vec::new(),
         notrace: Vec::new(),
         depth: 0,
+        time_ns: 0,
     };
     for p in parts {
         let (k, v) = p
@@ -159,9 +186,12 @@ fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
                     .parse()
                     .map_err(|_| format!("--tracer {spec}: bad depth `{v}`"))?
             }
+            "time" => {
+                t.time_ns = parse_duration_ns(v).map_err(|e| format!("--tracer {spec}: {e}"))?
+            }
             other => {
                 return Err(format!(
-                    "--tracer {spec}: unknown key `{other}` (filter, notrace, depth)"
+                    "--tracer {spec}: unknown key `{other}` (filter, notrace, depth, time)"
                 ))
             }
         }
@@ -179,10 +209,14 @@ impl RecordOptions {
             .map(|t| parse_tracer(t))
             .collect::<Result<_, _>>()?;
         if !tracers.is_empty()
-            && (!self.filter.is_empty() || !self.notrace.is_empty() || self.depth > 0)
+            && (!self.filter.is_empty()
+                || !self.notrace.is_empty()
+                || self.depth > 0
+                || self.time_filter.is_some())
         {
             return Err(
-                "with --tracer, give filters inside each tracer (filter=, notrace=, depth=)".into(),
+                "with --tracer, give filters inside each tracer (filter=, notrace=, depth=, time=)"
+                    .into(),
             );
         }
         let all = self.filter.iter().chain(&self.notrace).chain(
@@ -207,6 +241,10 @@ impl RecordOptions {
             ("SHADOWGRAPH_FILTER".to_string(), self.filter.join(";")),
             ("SHADOWGRAPH_NOTRACE".to_string(), self.notrace.join(";")),
             ("SHADOWGRAPH_DEPTH".to_string(), self.depth.to_string()),
+            (
+                "SHADOWGRAPH_TIME".to_string(),
+                self.time_filter.unwrap_or(0).to_string(),
+            ),
             ("SHADOWGRAPH_LIBS".to_string(), libs),
             ("SHADOWGRAPH_TRACERS".to_string(), tracers.len().to_string()),
         ];
@@ -214,11 +252,12 @@ impl RecordOptions {
             env.push((
                 format!("SHADOWGRAPH_TRACER_{i}"),
                 format!(
-                    "{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}",
                     t.name,
                     t.filter.join(";"),
                     t.notrace.join(";"),
-                    t.depth
+                    t.depth,
+                    t.time_ns
                 ),
             ));
         }

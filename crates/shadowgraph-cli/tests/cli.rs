@@ -1299,3 +1299,130 @@ fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
         );
     }
 }
+
+/// `record -t`: calls shorter than the threshold leave no records; a long
+/// call is recorded with all its callers (written late, in time order, at
+/// their depths), alone or as one of several tracers with filters.
+#[test]
+fn time_filter_keeps_long_calls_and_their_callers_only() {
+    let dir = workdir("timefilter");
+    let src = dir.join("tf.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <time.h>\n\
+         __attribute__((noinline)) int fast(int x) { return x * 3 + 1; }\n\
+         __attribute__((noinline)) void nap(void) { struct timespec t = {0, 5000000}; nanosleep(&t, 0); }\n\
+         __attribute__((noinline)) int slow(int x) { int s = fast(x); nap(); return s + fast(s); }\n\
+         __attribute__((noinline)) int middle(int x) { return slow(x) + fast(x); }\n\
+         int main(void) { int s = 0; for (int i = 0; i < 100; i++) s += fast(i);\n\
+         s += middle(1); s += slow(2); printf(\"%d\\n\", s); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("tf");
+    cc(
+        &[&src],
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-fpatchable-function-entry=5",
+        ],
+        &exe,
+    );
+    let record = |args: &[&str], data: &Path| {
+        let o = shadowgraph()
+            .arg("record")
+            .args(args)
+            .arg("-d")
+            .arg(data)
+            .arg("--")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(out.trim(), "15000");
+    };
+    let replay = |data: &Path| {
+        let o = shadowgraph()
+            .args(["replay", "-d"])
+            .arg(data)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        shape(&text(&o).0)
+    };
+    let long = [
+        " |main() {",
+        " |  middle() {",
+        " |    slow() {",
+        "D|      nap();",
+        "D|    } /* slow */",
+        "D|  } /* middle */",
+        " |  slow() {",
+        "D|    nap();",
+        "D|  } /* slow */",
+        "D|} /* main */",
+    ];
+    let data = dir.join("t.data");
+    record(&["--no-libs", "-t", "2ms"], &data);
+    assert_eq!(replay(&data), long);
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        let o = Command::new("uftrace")
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert_eq!(shape(&text(&o).0), long, "uftrace reads it the same");
+    }
+
+    // Three tracers: everything; the long calls; the long calls inside middle.
+    let multi = dir.join("m.data");
+    record(
+        &[
+            "--no-libs",
+            "--tracer",
+            "all",
+            "--tracer",
+            "long:time=2000us",
+            "--tracer",
+            "inner:filter=middle:time=0.002s",
+        ],
+        &multi,
+    );
+    assert_eq!(replay(&multi.join("long")), long);
+    assert_eq!(
+        replay(&multi.join("inner")),
+        [
+            " |middle() {",
+            " |  slow() {",
+            "D|    nap();",
+            "D|  } /* slow */",
+            "D|} /* middle */",
+        ]
+    );
+    let all = replay(&multi.join("all"));
+    assert_eq!(all.iter().filter(|l| l.ends_with("fast();")).count(), 105);
+
+    for (args, want) in [
+        (&["-t", "5xs"][..], "unknown time unit `xs`"),
+        (&["-t", "ms"][..], "is not a duration"),
+        (&["--tracer", "a:time=1h"][..], "--tracer a:time=1h"),
+        (
+            &["-t", "1ms", "--tracer", "a"][..],
+            "give filters inside each tracer",
+        ),
+    ] {
+        let o = shadowgraph()
+            .arg("record")
+            .args(args)
+            .arg("-d")
+            .arg(dir.join("bad"))
+            .arg("--")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        let (_, err) = text(&o);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

@@ -195,6 +195,12 @@ impl GraphUser {
 
     /// This user's data `k` kept frames down (k = 0: the current frame).
     pub fn retrieve_ancestor(&self, k: usize) -> Option<(*mut u8, usize)> {
+        self.retrieve_ancestor_call(k).map(|(p, n, _)| (p, n))
+    }
+
+    /// [`GraphUser::retrieve_ancestor`], with the function of that frame's
+    /// call (for k ≥ 1; the current frame's is in the callback's event).
+    pub fn retrieve_ancestor_call(&self, k: usize) -> Option<(*mut u8, usize, usize)> {
         let slot = self.slot()?;
         let t = thread();
         {
@@ -207,6 +213,8 @@ impl GraphUser {
                 let start = t.frame_below(top)?;
                 top = start;
             }
+            // (0 while the frame is being built: its header is not final.)
+            let func = t.frame_below(top).map_or(0, |f| t.word(f + 1) as usize);
             let mut i = top;
             loop {
                 if i == 0 {
@@ -219,7 +227,8 @@ impl GraphUser {
                 let n = stack::data_words(w);
                 if stack::data_slot(w) == slot {
                     // SAFETY: the n words below the DATA word are its data.
-                    return Some((unsafe { t.stack.get().add(i - 1 - n) as *mut u8 }, n * 8));
+                    let data = unsafe { t.stack.get().add(i - 1 - n) as *mut u8 };
+                    return Some((data, n * 8, func));
                 }
                 i -= n + 1;
             }

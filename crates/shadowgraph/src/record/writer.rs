@@ -92,15 +92,46 @@ pub fn start(inst: usize, dir: &Path) -> io::Result<()> {
 /// record (mmap + open).
 #[inline]
 pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
+    if let Some((buf, h)) = next_slot(inst) {
+        // Read after a flush the slot may have needed: its time is not the
+        // traced call's.
+        store(buf, h, clock::now(), kind, depth, addr);
+    }
+}
+
+/// [`emit`] with a timestamp taken earlier (the entry of a call kept by a
+/// time filter, written once its duration is known). The caller keeps the
+/// thread's records in time order.
+#[inline]
+pub fn emit_at(inst: usize, time: u64, kind: Kind, depth: u16, addr: u64) {
+    if let Some((buf, h)) = next_slot(inst) {
+        store(buf, h, time, kind, depth, addr);
+    }
+}
+
+#[inline(always)]
+fn store(buf: &ThreadBuf, h: usize, t: u64, kind: Kind, depth: u16, addr: u64) {
+    // SAFETY: h < BUF_RECORDS: two words inside the buffer.
+    unsafe {
+        buf.words.add(2 * h).write(t);
+        buf.words.add(2 * h + 1).write(encode(kind, depth, addr));
+    }
+    buf.head.store(h + 1, Ordering::Release);
+}
+
+/// This thread's buffer of instance `inst` and its next free record, or
+/// None (counted as lost) when there is none.
+#[inline(always)]
+fn next_slot(inst: usize) -> Option<(&'static ThreadBuf, usize)> {
     let mut b = MINE[inst].get();
     if b.is_null() {
         b = create(inst);
         if b.is_null() {
             LOST[inst].fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         }
     }
-    // SAFETY: `b` is this thread's live buffer.
+    // SAFETY: `b` is this thread's live buffer; buffers are never unmapped.
     let buf = unsafe { &*b };
     let mut h = buf.head.load(Ordering::Relaxed);
     if h == BUF_RECORDS {
@@ -108,16 +139,10 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
         h = buf.head.load(Ordering::Relaxed);
         if h == BUF_RECORDS {
             buf.lost.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         }
     }
-    let t = clock::now();
-    // SAFETY: h < BUF_RECORDS: two words inside the buffer.
-    unsafe {
-        buf.words.add(2 * h).write(t);
-        buf.words.add(2 * h + 1).write(encode(kind, depth, addr));
-    }
-    buf.head.store(h + 1, Ordering::Release);
+    Some((buf, h))
 }
 
 #[cold]
