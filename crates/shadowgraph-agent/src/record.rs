@@ -47,7 +47,30 @@ fn tracer(u: &fgraph::GraphUser) -> Option<&'static Tracer> {
 /// function and depth of the record come from the frame and its nesting.
 const ENTRY_WRITTEN: u64 = 1 << 63;
 
-fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+// The callbacks, in two builds: TIMED for tracers with a time filter, so
+// that the others pay nothing for it.
+fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, r: &mut ftrace::Regs) -> bool {
+    entry::<false>(e, u, r)
+}
+
+fn on_entry_timed(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, r: &mut ftrace::Regs) -> bool {
+    entry::<true>(e, u, r)
+}
+
+fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph::RetRegs) {
+    exit::<false>(r, u, regs)
+}
+
+fn on_return_timed(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph::RetRegs) {
+    exit::<true>(r, u, regs)
+}
+
+#[inline(always)]
+fn entry<const TIMED: bool>(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _r: &mut ftrace::Regs,
+) -> bool {
     let t = tracer(u);
     let (depth, word) = match t.and_then(|t| t.filter.as_ref()) {
         None => (e.depth, None),
@@ -58,7 +81,7 @@ fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs
         },
     };
     let depth = depth.clamp(0, 1023) as u16;
-    if t.is_some_and(|t| t.min_ticks > 0) {
+    if TIMED {
         // The filter's word (a recorded call's), else one of our own.
         let word = word.or_else(|| u.reserve(8).map(|p| p as *mut u64));
         if let Some(w) = word {
@@ -125,7 +148,12 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
     true
 }
 
-fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+#[inline(always)]
+fn exit<const TIMED: bool>(
+    r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    _regs: &fgraph::RetRegs,
+) {
     let t = tracer(u);
     let depth = match t.and_then(|t| t.filter.as_ref()) {
         None => r.depth,
@@ -135,9 +163,11 @@ fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::Ret
         },
     };
     let depth = depth.clamp(0, 1023) as u16;
-    if let Some(t) = t.filter(|t| t.min_ticks > 0) {
-        if !keep_timed(u, t.min_ticks, r.func, depth) {
-            return;
+    if TIMED {
+        if let Some(t) = t {
+            if !keep_timed(u, t.min_ticks, r.func, depth) {
+                return;
+            }
         }
     }
     writer::emit(u.private, Kind::Exit, depth, r.func as u64);
@@ -213,12 +243,17 @@ pub fn attach() -> Result<(), String> {
         let unfiltered =
             filter.max_depth == 0 && filter.functions.is_none() && filter.notrace.is_none();
         let filter = (!(alone && unfiltered)).then_some(filter);
-        let user = fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), i);
+        let min_ticks = (time_ns as f64 * ticks_per_ns) as u64;
+        let user = if min_ticks > 0 {
+            fgraph::GraphUser::new(on_entry_timed, on_return_timed, ftrace::FilterSet::all(), i)
+        } else {
+            fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), i)
+        };
         tracers.push(Tracer {
             dir: d,
             filter,
             user,
-            min_ticks: (time_ns as f64 * ticks_per_ns) as u64,
+            min_ticks,
         });
     }
     let tracers = TRACERS.get_or_init(|| tracers);
