@@ -64,6 +64,16 @@ enum Command {
         /// Data directory.
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
+        /// Show calls nested less than DEPTH deep only.
+        #[arg(short = 'D', long = "depth", default_value_t = 0)]
+        depth: u16,
+        /// Show only calls lasting at least TIME (10us, 1.5ms; a bare number
+        /// is ns), with their callers.
+        #[arg(short = 't', long = "time-filter", value_name = "TIME", value_parser = run::parse_duration_ns)]
+        time_filter: Option<u64>,
+        /// Show these threads only (comma-separated; repeatable).
+        #[arg(long = "tid", value_delimiter = ',')]
+        tids: Vec<i32>,
     },
     /// Total time, self time and calls per function.
     Report {
@@ -151,7 +161,30 @@ fn main() -> ExitCode {
             opts,
             program,
         } => run::record(&data, &opts, &program),
-        Command::Replay { data } => view(&data, shadowgraph::record::replay::replay),
+        Command::Replay {
+            data,
+            depth,
+            time_filter,
+            tids,
+        } => {
+            let filter = shadowgraph::record::replay::ReplayFilter {
+                max_depth: depth,
+                min_ns: time_filter.unwrap_or(0),
+                tids,
+            };
+            view(&data, |d, o| {
+                if let Some(t) = filter.tids.iter().find(|t| !d.tids.contains(t)) {
+                    return Err(shadowgraph::record::replay::ReplayError::Io(
+                        std::io::Error::other(format!(
+                            "--tid {t}: no such thread in {} (threads: {:?})",
+                            d.dir.display(),
+                            d.tids
+                        )),
+                    ));
+                }
+                shadowgraph::record::replay::replay_filtered(d, &filter, o)
+            })
+        }
         Command::Report {
             data,
             sort,

@@ -1403,6 +1403,54 @@ fn time_filter_keeps_long_calls_and_their_callers_only() {
     let all = replay(&multi.join("all"));
     assert_eq!(all.iter().filter(|l| l.ends_with("fast();")).count(), 105);
 
+    // The same filters at replay time, on the complete recording, as
+    // uftrace's replay applies them.
+    let replay_with = |args: &[&str]| {
+        let o = shadowgraph()
+            .arg("replay")
+            .args(args)
+            .arg("-d")
+            .arg(multi.join("all"))
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        shape(&out)
+    };
+    assert_eq!(replay_with(&["-t", "2ms"]), long);
+    let shallow = replay_with(&["-D", "2"]);
+    assert_eq!(shallow.len(), 1 + 100 + 2 + 1, "{shallow:?}");
+    assert_eq!(shallow[101..103], ["D|  middle();", "D|  slow();"]);
+    let tid = std::fs::read_dir(multi.join("all"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".dat")
+                .map(String::from)
+        })
+        .unwrap();
+    assert_eq!(replay_with(&["--tid", &tid]), all);
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        for args in [&["-t", "2ms"][..], &["-D", "2"][..]] {
+            let o = Command::new("uftrace")
+                .arg("replay")
+                .args(args)
+                .arg("-d")
+                .arg(multi.join("all"))
+                .output()
+                .unwrap();
+            assert_eq!(shape(&text(&o).0), replay_with(args), "uftrace {args:?}");
+        }
+    }
+    let o = shadowgraph()
+        .args(["replay", "--tid", "1", "-d"])
+        .arg(multi.join("all"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).1.contains("--tid 1: no such thread"));
+
     for (args, want) in [
         (&["-t", "5xs"][..], "unknown time unit `xs`"),
         (&["-t", "ms"][..], "is not a duration"),

@@ -8,10 +8,10 @@
 //!    9.914 us [   6970] | } /* main */
 //! ```
 
-use super::data::{DataDir, DataError, RecordStream};
-use super::format::Kind;
+use super::data::{DataDir, DataError};
+use super::format::{Kind, Record};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, Write};
 
 /// uftrace's duration: 10 characters, or 10 spaces for none.
@@ -91,7 +91,86 @@ fn line(
     out.write_all(b"\n")
 }
 
-fn peek_time(st: &mut std::iter::Peekable<RecordStream>) -> Result<Option<u64>, DataError> {
+/// What `replay` shows (uftrace's `-D`, `-t`, `--tid`); all optional.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayFilter {
+    /// Only calls nested less than this deep (0: no limit).
+    pub max_depth: u16,
+    /// Only calls lasting at least this long (ns), and their callers.
+    pub min_ns: u64,
+    /// Only these threads (empty: all).
+    pub tids: Vec<i32>,
+}
+
+type Records = Box<dyn Iterator<Item = Result<Record, DataError>>>;
+
+/// A thread's records without the calls shorter than `min`: entries wait
+/// (at most one per open call) until their exit shows the duration; a kept
+/// call's waiting callers are released before it, so times stay in order.
+struct TimeFiltered {
+    inner: Records,
+    min: u64,
+    /// Open calls' entries, and whether each was released.
+    open: Vec<(Record, bool)>,
+    ready: VecDeque<Record>,
+}
+
+impl Iterator for TimeFiltered {
+    type Item = Result<Record, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(r) = self.ready.pop_front() {
+                return Some(Ok(r));
+            }
+            let r = match self.inner.next()? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            match r.kind {
+                Kind::Entry => self.open.push((r, false)),
+                Kind::Exit => match self.open.pop() {
+                    Some((e, released)) => {
+                        let keep = released || r.time.saturating_sub(e.time) >= self.min;
+                        if keep && !released {
+                            for (a, done) in self.open.iter_mut().filter(|(_, d)| !*d) {
+                                self.ready.push_back(*a);
+                                *done = true;
+                            }
+                            self.ready.push_back(e);
+                        }
+                        if keep {
+                            self.ready.push_back(r);
+                        }
+                    }
+                    // An exit whose entry predates the recording: shown.
+                    None => self.ready.push_back(r),
+                },
+                _ => self.ready.push_back(r),
+            }
+        }
+    }
+}
+
+/// One thread's records as `filter` selects them.
+fn filtered(data: &DataDir, tid: i32, filter: &ReplayFilter) -> Result<Records, DataError> {
+    let mut it: Records = Box::new(data.stream(tid)?);
+    if filter.max_depth > 0 {
+        let max = filter.max_depth;
+        it = Box::new(it.filter(move |r| r.as_ref().map_or(true, |r| r.depth < max)));
+    }
+    if filter.min_ns > 0 {
+        it = Box::new(TimeFiltered {
+            inner: it,
+            min: filter.min_ns,
+            open: Vec::new(),
+            ready: VecDeque::new(),
+        });
+    }
+    Ok(it)
+}
+
+fn peek_time(st: &mut std::iter::Peekable<Records>) -> Result<Option<u64>, DataError> {
     match st.peek() {
         Some(Ok(r)) => Ok(Some(r.time)),
         Some(Err(e)) => Err(e.clone()),
@@ -101,16 +180,29 @@ fn peek_time(st: &mut std::iter::Peekable<RecordStream>) -> Result<Option<u64>, 
 
 /// Writes the replay of every thread, merged by time.
 pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
-    // One stream per thread, merged by time: only each thread's next record
-    // is in memory.
-    let mut streams: Vec<std::iter::Peekable<RecordStream>> = data
+    replay_filtered(data, &ReplayFilter::default(), out)
+}
+
+/// [`replay`] of what `filter` selects.
+pub fn replay_filtered(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let tids: Vec<i32> = data
         .tids
         .iter()
-        .map(|&t| data.stream(t).map(Iterator::peekable))
+        .copied()
+        .filter(|t| filter.tids.is_empty() || filter.tids.contains(t))
+        .collect();
+    // One stream per thread, merged by time: only each thread's next record
+    // (and, with a time filter, its open calls' entries) is in memory.
+    let mut streams: Vec<std::iter::Peekable<Records>> = tids
+        .iter()
+        .map(|&t| filtered(data, t, filter).map(Iterator::peekable))
         .collect::<Result<_, _>>()?;
     writeln!(out, "# DURATION     TID      FUNCTION")?;
-    let tid_cols: Vec<Vec<u8>> = data
-        .tids
+    let tid_cols: Vec<Vec<u8>> = tids
         .iter()
         .map(|t| format!(" [{t:>7}] | ").into_bytes())
         .collect();
