@@ -90,7 +90,9 @@ fn entry<const TIMED: bool>(
             unsafe { w.write(clock::now() & !ENTRY_WRITTEN) };
             return true;
         }
-        // No room on the shadow stack: recorded unfiltered.
+        // No room on the shadow stack: recorded now, unfiltered, after its
+        // waiting callers (time order).
+        release_callers(u, depth);
     }
     writer::emit(u.private, Kind::Entry, depth, e.func as u64);
     true
@@ -115,6 +117,16 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
     if clock::now().wrapping_sub(entry) < min_ticks {
         return false;
     }
+    release_callers(u, depth);
+    writer::emit_at(u.private, entry, Kind::Entry, depth, func as u64);
+    // SAFETY: as above.
+    unsafe { *me = entry | ENTRY_WRITTEN };
+    true
+}
+
+/// Writes the waiting entries of the callers of the call at `depth` whose
+/// callback runs (from its entry or its exit), outermost first.
+fn release_callers(u: &fgraph::GraphUser, depth: u16) {
     // Pending ancestors: the frames holding our word below the nearest
     // written one (frames without it, silent under a filter, are passed
     // over). The j-th of them is recorded at depth - j.
@@ -142,10 +154,6 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
             pending -= 1;
         }
     }
-    writer::emit_at(u.private, entry, Kind::Entry, depth, func as u64);
-    // SAFETY: as above.
-    unsafe { *me = entry | ENTRY_WRITTEN };
-    true
 }
 
 #[inline(always)]
@@ -317,7 +325,7 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64) {
         if let Some(e) = writer::write_error(i) {
             info.set("write_error", e);
         }
-        info.set("overrun", fgraph::thread_overrun());
+        info.set("overrun", fgraph::total_overruns());
         let dir = &t.dir;
         if let Err(e) = std::fs::write(dir.join("symbols"), &syms)
             .and_then(|_| std::fs::write(dir.join("maps"), &maps))

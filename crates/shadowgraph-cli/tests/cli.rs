@@ -1474,3 +1474,65 @@ fn time_filter_keeps_long_calls_and_their_callers_only() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// Calls nested deeper than the shadow stack holds are not traced; the
+/// program is unharmed, the trace stays balanced, and `record` and the
+/// views say how many calls are missing.
+#[test]
+fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
+    let dir = workdir("deep");
+    let src = dir.join("deep.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n\
+         __attribute__((noinline)) int rec(int n) { return n == 0 ? 0 : 1 + rec(n - 1); }\n\
+         int main(void) { printf(\"%d\\n\", rec(3000)); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("deep");
+    cc(
+        &[&src],
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-fpatchable-function-entry=5",
+        ],
+        &exe,
+    );
+    let data = dir.join("deep.data");
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "3000");
+    let missing: u64 = err
+        .split_once("warning: ")
+        .and_then(|(_, r)| r.split_once(" calls were not traced"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no overrun warning: {err}"));
+    let o = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(
+        err.contains(&format!("{missing} calls were not traced")),
+        "{err}"
+    );
+    let traced = out.matches("rec() {").count() + out.matches("rec();").count();
+    assert_eq!(
+        out.matches("} /* rec */").count() + out.matches("rec();").count(),
+        traced
+    );
+    assert_eq!(
+        traced as u64 + missing,
+        3001,
+        "every call traced or counted"
+    );
+}

@@ -346,6 +346,11 @@ pub fn thread_overrun() -> u64 {
     thread().overrun.get()
 }
 
+/// Calls of any thread not hooked because the shadow stack was full.
+pub fn total_overruns() -> u64 {
+    stack::OVERRUNS.load(Ordering::Relaxed)
+}
+
 /// This thread's current graph depth (−1: no kept frame).
 pub fn thread_depth() -> i32 {
     thread().depth.get()

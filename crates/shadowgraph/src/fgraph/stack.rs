@@ -94,6 +94,10 @@ pub struct ThreadState {
     pub unhooked: Cell<bool>,
 }
 
+/// Overruns of every thread: calls not hooked because their thread's
+/// shadow stack was full.
+pub static OVERRUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 thread_local! {
     pub static THREAD: ThreadState = const {
         ThreadState {
@@ -161,6 +165,7 @@ impl ThreadState {
         let cur = self.curr.get();
         if cur + FRAME_WORDS + 1 >= MAX_OFFSET {
             self.overrun.set(self.overrun.get() + 1);
+            OVERRUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return None;
         }
         let b = cur + FRAME_WORDS;

@@ -87,20 +87,32 @@ impl DataDir {
     /// A one-line warning when the recording lost records (buffer overruns
     /// or failed writes), with the first write failure's reason: the views
     /// show what was kept, and this says that it is not all.
+    /// Calls nested deeper than the shadow stack holds are not traced at
+    /// all: said too.
     pub fn loss_warning(&self) -> Option<String> {
-        let lost: u64 = self.info.get("lost")?.parse().ok()?;
-        if lost == 0 {
-            return None;
+        let count = |k| -> u64 { self.info.get(k).and_then(|v| v.parse().ok()).unwrap_or(0) };
+        let (lost, overrun) = (count("lost"), count("overrun"));
+        let mut what = Vec::new();
+        if lost > 0 {
+            let why = self
+                .info
+                .get("write_error")
+                .map(|e| format!(" (writing the trace failed: {e})"))
+                .unwrap_or_default();
+            what.push(format!("{lost} records were lost while recording{why}"));
         }
-        let why = self
-            .info
-            .get("write_error")
-            .map(|e| format!(" (writing the trace failed: {e})"))
-            .unwrap_or_default();
-        Some(format!(
-            "warning: {lost} records were lost while recording{why}; the trace in {} has gaps",
-            self.dir.display()
-        ))
+        if overrun > 0 {
+            what.push(format!(
+                "{overrun} calls were not traced (nested deeper than the shadow stack holds)"
+            ));
+        }
+        (!what.is_empty()).then(|| {
+            format!(
+                "warning: {}; the trace in {} has gaps",
+                what.join("; "),
+                self.dir.display()
+            )
+        })
     }
 
     /// Opens a data directory: uftrace's format (what `record` writes, and
