@@ -64,6 +64,13 @@ enum Command {
         /// Data directory.
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
+        /// Show only calls inside these functions' calls (glob or /regex/;
+        /// `!P` removes); repeatable.
+        #[arg(short = 'F', long = "filter", value_parser = parse_pattern)]
+        filter: Vec<shadowgraph::ftrace::Pattern>,
+        /// Hide these functions and the calls inside them; repeatable.
+        #[arg(short = 'N', long = "notrace", value_parser = parse_pattern)]
+        notrace: Vec<shadowgraph::ftrace::Pattern>,
         /// Show calls nested less than DEPTH deep only.
         #[arg(short = 'D', long = "depth", default_value_t = 0)]
         depth: u16,
@@ -163,11 +170,15 @@ fn main() -> ExitCode {
         } => run::record(&data, &opts, &program),
         Command::Replay {
             data,
+            filter,
+            notrace,
             depth,
             time_filter,
             tids,
         } => {
             let filter = shadowgraph::record::replay::ReplayFilter {
+                functions: filter,
+                notrace,
                 max_depth: depth,
                 min_ns: time_filter.unwrap_or(0),
                 tids,
@@ -227,6 +238,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn parse_pattern(p: &str) -> Result<shadowgraph::ftrace::Pattern, String> {
+    shadowgraph::ftrace::Pattern::parse(p).map_err(|e| e.to_string())
 }
 
 /// Opens a data directory and writes a view of it to stdout (a closed pipe,

@@ -1303,8 +1303,10 @@ fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
 /// `record -t`: calls shorter than the threshold leave no records; a long
 /// call is recorded with all its callers (written late, in time order, at
 /// their depths), alone or as one of several tracers with filters.
+/// Then `replay -F/-N/-D/-t/--tid` on the complete recording, compared with
+/// uftrace's replay of the same directory.
 #[test]
-fn time_filter_keeps_long_calls_and_their_callers_only() {
+fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
     let dir = workdir("timefilter");
     let src = dir.join("tf.c");
     std::fs::write(
@@ -1433,7 +1435,15 @@ fn time_filter_keeps_long_calls_and_their_callers_only() {
         .unwrap();
     assert_eq!(replay_with(&["--tid", &tid]), all);
     if Command::new("uftrace").arg("--version").output().is_ok() {
-        for args in [&["-t", "2ms"][..], &["-D", "2"][..]] {
+        let sets: [&[&str]; 6] = [
+            &["-t", "2ms"],
+            &["-D", "2"],
+            &["-F", "slow"],
+            &["-N", "slow"],
+            &["-F", "middle", "-N", "fast"],
+            &["-F", "slow", "-D", "1"],
+        ];
+        for args in sets {
             let o = Command::new("uftrace")
                 .arg("replay")
                 .args(args)
@@ -1450,6 +1460,29 @@ fn time_filter_keeps_long_calls_and_their_callers_only() {
         .output()
         .unwrap();
     assert!(!o.status.success() && text(&o).1.contains("--tid 1: no such thread"));
+    assert_eq!(
+        replay_with(&["-F", "slow", "-N", "nap"]),
+        [
+            " |slow() {",
+            "D|  fast();",
+            "D|  fast();",
+            "D|} /* slow */",
+            " |slow() {",
+            "D|  fast();",
+            "D|  fast();",
+            "D|} /* slow */",
+        ]
+    );
+    let o = shadowgraph()
+        .args(["replay", "-F", "nosuch*", "-d"])
+        .arg(multi.join("all"))
+        .output()
+        .unwrap();
+    let err = text(&o).1;
+    assert!(
+        !o.status.success() && err.contains("-F nosuch*: matches no recorded function"),
+        "{err}"
+    );
 
     for (args, want) in [
         (&["-t", "5xs"][..], "unknown time unit `xs`"),

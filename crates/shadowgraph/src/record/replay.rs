@@ -10,9 +10,11 @@
 
 use super::data::{DataDir, DataError};
 use super::format::{Kind, Record};
+use crate::ftrace::{Pattern, SiteName};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, Write};
+use std::sync::Arc;
 
 /// uftrace's duration: 10 characters, or 10 spaces for none.
 pub fn format_duration(ns: Option<u64>) -> String {
@@ -91,9 +93,14 @@ fn line(
     out.write_all(b"\n")
 }
 
-/// What `replay` shows (uftrace's `-D`, `-t`, `--tid`); all optional.
+/// What `replay` shows (uftrace's `-F`, `-N`, `-D`, `-t`, `--tid`); all
+/// optional.
 #[derive(Clone, Debug, Default)]
 pub struct ReplayFilter {
+    /// Only calls inside these functions' calls, shown from depth 0 (`-F`).
+    pub functions: Vec<Pattern>,
+    /// Nothing inside these functions' calls, nor them (`-N`).
+    pub notrace: Vec<Pattern>,
     /// Only calls nested less than this deep (0: no limit).
     pub max_depth: u16,
     /// Only calls lasting at least this long (ns), and their callers.
@@ -103,6 +110,110 @@ pub struct ReplayFilter {
 }
 
 type Records = Box<dyn Iterator<Item = Result<Record, DataError>>>;
+
+/// Which recorded functions a pattern list selects (in order: patterns add,
+/// `!` patterns remove), by index in [`DataDir::symbols`]; a list of which
+/// no pattern matches a recorded function is an error.
+fn select(data: &DataDir, patterns: &[Pattern], flag: &str) -> Result<Vec<bool>, ReplayError> {
+    let mut sel = vec![false; data.symbols.len()];
+    for p in patterns {
+        let mut hit = false;
+        for (i, (_, name)) in data.symbols.iter().enumerate() {
+            let site = SiteName {
+                function: name,
+                module: "",
+            };
+            if p.matches(&site) {
+                sel[i] = !p.text().starts_with('!');
+                hit = true;
+            }
+        }
+        if !hit {
+            return Err(ReplayError::Filter(format!(
+                "{flag} {}: matches no recorded function in {}",
+                p.text(),
+                data.dir.display()
+            )));
+        }
+    }
+    Ok(sel)
+}
+
+/// A thread's records inside the selected functions' calls (depths counted
+/// from the outermost selected call) and outside the hidden ones'.
+struct FunctionFiltered {
+    inner: Records,
+    symbols: Arc<[u64]>,
+    /// Per symbol: selected by `-F` (None: no `-F`), hidden by `-N`.
+    functions: Option<Arc<[bool]>>,
+    notrace: Arc<[bool]>,
+    /// Depth of the outermost selected call open, and of the hidden one.
+    inside: Option<u16>,
+    hidden: Option<u16>,
+}
+
+impl FunctionFiltered {
+    fn lookup(&self, set: &[bool], addr: u64) -> bool {
+        match self.symbols.partition_point(|&a| a <= addr) {
+            0 => false,
+            i => set[i - 1],
+        }
+    }
+}
+
+impl Iterator for FunctionFiltered {
+    type Item = Result<Record, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let mut r = match self.inner.next()? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            let d = r.depth;
+            match r.kind {
+                Kind::Entry => {
+                    if self.hidden.is_some() {
+                        continue;
+                    }
+                    if self.lookup(&self.notrace, r.addr) {
+                        self.hidden = Some(d);
+                        continue;
+                    }
+                }
+                Kind::Exit => {
+                    if let Some(h) = self.hidden {
+                        if d <= h {
+                            self.hidden = None;
+                        }
+                        continue;
+                    }
+                }
+                _ => return Some(Ok(r)),
+            }
+            let Some(f) = &self.functions else {
+                return Some(Ok(r));
+            };
+            let start = match (self.inside, r.kind) {
+                (None, Kind::Entry) if self.lookup(f, r.addr) => {
+                    self.inside = Some(d);
+                    d
+                }
+                (None, _) => continue,
+                (Some(s), Kind::Exit) if d <= s => {
+                    self.inside = None;
+                    if d < s {
+                        continue; // an exit below the selected call: unbalanced
+                    }
+                    s
+                }
+                (Some(s), _) => s,
+            };
+            r.depth = d - start;
+            return Some(Ok(r));
+        }
+    }
+}
 
 /// A thread's records without the calls shorter than `min`: entries wait
 /// (at most one per open call) until their exit shows the duration; a kept
@@ -152,9 +263,31 @@ impl Iterator for TimeFiltered {
     }
 }
 
+/// Per-symbol selections of a filter, made once for all threads.
+struct Selection {
+    symbols: Arc<[u64]>,
+    functions: Option<Arc<[bool]>>,
+    notrace: Arc<[bool]>,
+}
+
 /// One thread's records as `filter` selects them.
-fn filtered(data: &DataDir, tid: i32, filter: &ReplayFilter) -> Result<Records, DataError> {
+fn filtered(
+    data: &DataDir,
+    tid: i32,
+    filter: &ReplayFilter,
+    sel: &Selection,
+) -> Result<Records, DataError> {
     let mut it: Records = Box::new(data.stream(tid)?);
+    if sel.functions.is_some() || !filter.notrace.is_empty() {
+        it = Box::new(FunctionFiltered {
+            inner: it,
+            symbols: sel.symbols.clone(),
+            functions: sel.functions.clone(),
+            notrace: sel.notrace.clone(),
+            inside: None,
+            hidden: None,
+        });
+    }
     if filter.max_depth > 0 {
         let max = filter.max_depth;
         it = Box::new(it.filter(move |r| r.as_ref().map_or(true, |r| r.depth < max)));
@@ -195,11 +328,20 @@ pub fn replay_filtered(
         .copied()
         .filter(|t| filter.tids.is_empty() || filter.tids.contains(t))
         .collect();
+    let sel = Selection {
+        symbols: data.symbols.iter().map(|s| s.0).collect(),
+        functions: if filter.functions.is_empty() {
+            None
+        } else {
+            Some(select(data, &filter.functions, "-F")?.into())
+        },
+        notrace: select(data, &filter.notrace, "-N")?.into(),
+    };
     // One stream per thread, merged by time: only each thread's next record
     // (and, with a time filter, its open calls' entries) is in memory.
     let mut streams: Vec<std::iter::Peekable<Records>> = tids
         .iter()
-        .map(|&t| filtered(data, t, filter).map(Iterator::peekable))
+        .map(|&t| filtered(data, t, filter, &sel).map(Iterator::peekable))
         .collect::<Result<_, _>>()?;
     writeln!(out, "# DURATION     TID      FUNCTION")?;
     let tid_cols: Vec<Vec<u8>> = tids
@@ -277,6 +419,9 @@ pub fn replay_filtered(
 pub enum ReplayError {
     Data(DataError),
     Io(io::Error),
+    /// A filter the recording cannot satisfy (e.g. a pattern matching none
+    /// of its functions).
+    Filter(String),
 }
 
 impl std::fmt::Display for ReplayError {
@@ -284,6 +429,7 @@ impl std::fmt::Display for ReplayError {
         match self {
             ReplayError::Data(e) => write!(f, "{e}"),
             ReplayError::Io(e) => write!(f, "{e}"),
+            ReplayError::Filter(e) => write!(f, "{e}"),
         }
     }
 }
