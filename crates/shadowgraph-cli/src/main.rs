@@ -64,23 +64,8 @@ enum Command {
         /// Data directory.
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
-        /// Show only calls inside these functions' calls (glob or /regex/;
-        /// `!P` removes); repeatable.
-        #[arg(short = 'F', long = "filter", value_parser = parse_pattern)]
-        filter: Vec<shadowgraph::ftrace::Pattern>,
-        /// Hide these functions and the calls inside them; repeatable.
-        #[arg(short = 'N', long = "notrace", value_parser = parse_pattern)]
-        notrace: Vec<shadowgraph::ftrace::Pattern>,
-        /// Show calls nested less than DEPTH deep only.
-        #[arg(short = 'D', long = "depth", default_value_t = 0)]
-        depth: u16,
-        /// Show only calls lasting at least TIME (10us, 1.5ms; a bare number
-        /// is ns), with their callers.
-        #[arg(short = 't', long = "time-filter", value_name = "TIME", value_parser = run::parse_duration_ns)]
-        time_filter: Option<u64>,
-        /// Show these threads only (comma-separated; repeatable).
-        #[arg(long = "tid", value_delimiter = ',')]
-        tids: Vec<i32>,
+        #[command(flatten)]
+        filter: ViewFilter,
     },
     /// Total time, self time and calls per function.
     Report {
@@ -93,6 +78,8 @@ enum Command {
         /// One row per thread and function.
         #[arg(long)]
         threads: bool,
+        #[command(flatten)]
+        filter: ViewFilter,
     },
     /// The call paths to a function and its call tree, aggregated.
     Graph {
@@ -168,31 +155,9 @@ fn main() -> ExitCode {
             opts,
             program,
         } => run::record(&data, &opts, &program),
-        Command::Replay {
-            data,
-            filter,
-            notrace,
-            depth,
-            time_filter,
-            tids,
-        } => {
-            let filter = shadowgraph::record::replay::ReplayFilter {
-                functions: filter,
-                notrace,
-                max_depth: depth,
-                min_ns: time_filter.unwrap_or(0),
-                tids,
-            };
+        Command::Replay { data, filter } => {
+            let filter = filter.into();
             view(&data, |d, o| {
-                if let Some(t) = filter.tids.iter().find(|t| !d.tids.contains(t)) {
-                    return Err(shadowgraph::record::replay::ReplayError::Io(
-                        std::io::Error::other(format!(
-                            "--tid {t}: no such thread in {} (threads: {:?})",
-                            d.dir.display(),
-                            d.tids
-                        )),
-                    ));
-                }
                 shadowgraph::record::replay::replay_filtered(d, &filter, o)
             })
         }
@@ -200,7 +165,8 @@ fn main() -> ExitCode {
             data,
             sort,
             threads,
-        } => report(&data, &sort, threads),
+            filter,
+        } => report(&data, &sort, threads, &filter.into()),
         Command::Dump {
             data,
             flame_graph: true,
@@ -236,6 +202,40 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("shadowgraph: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// What a view shows of a recording (uftrace's replay/report filters).
+#[derive(clap::Args, Debug)]
+struct ViewFilter {
+    /// Only calls inside these functions' calls (glob or /regex/; `!P`
+    /// removes); repeatable.
+    #[arg(short = 'F', long = "filter", value_parser = parse_pattern)]
+    filter: Vec<shadowgraph::ftrace::Pattern>,
+    /// Without these functions and the calls inside them; repeatable.
+    #[arg(short = 'N', long = "notrace", value_parser = parse_pattern)]
+    notrace: Vec<shadowgraph::ftrace::Pattern>,
+    /// Only calls nested less than DEPTH deep.
+    #[arg(short = 'D', long = "depth", default_value_t = 0)]
+    depth: u16,
+    /// Only calls lasting at least TIME (10us, 1.5ms; a bare number is ns),
+    /// with their callers.
+    #[arg(short = 't', long = "time-filter", value_name = "TIME", value_parser = run::parse_duration_ns)]
+    time_filter: Option<u64>,
+    /// Only these threads (comma-separated; repeatable).
+    #[arg(long = "tid", value_delimiter = ',')]
+    tids: Vec<i32>,
+}
+
+impl From<ViewFilter> for shadowgraph::record::replay::ReplayFilter {
+    fn from(v: ViewFilter) -> Self {
+        shadowgraph::record::replay::ReplayFilter {
+            functions: v.filter,
+            notrace: v.notrace,
+            max_depth: v.depth,
+            min_ns: v.time_filter.unwrap_or(0),
+            tids: v.tids,
         }
     }
 }
@@ -297,7 +297,12 @@ fn flame_svg(dir: &std::path::Path) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn report(dir: &std::path::Path, sort: &str, threads: bool) -> Result<ExitCode, String> {
+fn report(
+    dir: &std::path::Path,
+    sort: &str,
+    threads: bool,
+    filter: &shadowgraph::record::replay::ReplayFilter,
+) -> Result<ExitCode, String> {
     use shadowgraph::record::report::SortKey;
     let key = match sort {
         "total" => SortKey::Total,
@@ -311,7 +316,7 @@ fn report(dir: &std::path::Path, sort: &str, threads: bool) -> Result<ExitCode, 
         }
     };
     view(dir, |d, o| {
-        shadowgraph::record::report::report(d, key, threads, o)
+        shadowgraph::record::report::report(d, key, threads, filter, o)
     })
 }
 

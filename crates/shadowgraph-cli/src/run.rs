@@ -475,6 +475,7 @@ pub fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
         &d,
         shadowgraph::record::report::SortKey::Calls,
         false,
+        &Default::default(),
         &mut out,
     )
     .map_err(|e| e.to_string())?;

@@ -1303,8 +1303,8 @@ fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
 /// `record -t`: calls shorter than the threshold leave no records; a long
 /// call is recorded with all its callers (written late, in time order, at
 /// their depths), alone or as one of several tracers with filters.
-/// Then `replay -F/-N/-D/-t/--tid` on the complete recording, compared with
-/// uftrace's replay of the same directory.
+/// Then `replay` and `report` with `-F/-N/-D/-t/--tid` on the complete
+/// recording, compared with uftrace's of the same directory.
 #[test]
 fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
     let dir = workdir("timefilter");
@@ -1473,6 +1473,60 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
             "D|} /* slow */",
         ]
     );
+    // report takes the same filters: calls per function.
+    let report_calls = |cmd: &mut Command| {
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        let mut rows: Vec<(String, String)> = text(&o)
+            .0
+            .lines()
+            .skip(2)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((
+                    f.last()?.to_string(),
+                    f.get(f.len().checked_sub(2)?)?.to_string(),
+                ))
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let ours = report_calls(
+        shadowgraph()
+            .args(["report", "-F", "slow", "-d"])
+            .arg(multi.join("all")),
+    );
+    let want = [("fast", "4"), ("nap", "2"), ("slow", "2")];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(ours, want);
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        for f in [
+            &["-F", "slow"][..],
+            &["-N", "slow"],
+            &["-D", "2"],
+            &["-t", "2ms"],
+        ] {
+            let ours = report_calls(
+                shadowgraph()
+                    .arg("report")
+                    .args(f)
+                    .arg("-d")
+                    .arg(multi.join("all")),
+            );
+            let theirs = report_calls(
+                Command::new("uftrace")
+                    .arg("report")
+                    .args(f)
+                    .arg("-d")
+                    .arg(multi.join("all")),
+            );
+            assert_eq!(ours, theirs, "report {f:?}");
+        }
+    }
     let o = shadowgraph()
         .args(["replay", "-F", "nosuch*", "-d"])
         .arg(multi.join("all"))

@@ -109,7 +109,8 @@ pub struct ReplayFilter {
     pub tids: Vec<i32>,
 }
 
-type Records = Box<dyn Iterator<Item = Result<Record, DataError>>>;
+/// One thread's records, as a filter selects them.
+pub type Records = Box<dyn Iterator<Item = Result<Record, DataError>>>;
 
 /// Which recorded functions a pattern list selects (in order: patterns add,
 /// `!` patterns remove), by index in [`DataDir::symbols`]; a list of which
@@ -316,18 +317,20 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
     replay_filtered(data, &ReplayFilter::default(), out)
 }
 
-/// [`replay`] of what `filter` selects.
-pub fn replay_filtered(
+/// Each selected thread's records as `filter` selects them (what every
+/// view reads): only each thread's next record (and, with a time filter,
+/// its open calls' entries) is in memory.
+pub fn thread_records(
     data: &DataDir,
     filter: &ReplayFilter,
-    out: &mut impl Write,
-) -> Result<(), ReplayError> {
-    let tids: Vec<i32> = data
-        .tids
-        .iter()
-        .copied()
-        .filter(|t| filter.tids.is_empty() || filter.tids.contains(t))
-        .collect();
+) -> Result<Vec<(i32, Records)>, ReplayError> {
+    if let Some(t) = filter.tids.iter().find(|t| !data.tids.contains(t)) {
+        return Err(ReplayError::Filter(format!(
+            "--tid {t}: no such thread in {} (threads: {:?})",
+            data.dir.display(),
+            data.tids
+        )));
+    }
     let sel = Selection {
         symbols: data.symbols.iter().map(|s| s.0).collect(),
         functions: if filter.functions.is_empty() {
@@ -337,12 +340,26 @@ pub fn replay_filtered(
         },
         notrace: select(data, &filter.notrace, "-N")?.into(),
     };
-    // One stream per thread, merged by time: only each thread's next record
-    // (and, with a time filter, its open calls' entries) is in memory.
-    let mut streams: Vec<std::iter::Peekable<Records>> = tids
-        .iter()
-        .map(|&t| filtered(data, t, filter, &sel).map(Iterator::peekable))
-        .collect::<Result<_, _>>()?;
+    let mut threads = Vec::new();
+    for &t in &data.tids {
+        if filter.tids.is_empty() || filter.tids.contains(&t) {
+            threads.push((t, filtered(data, t, filter, &sel)?));
+        }
+    }
+    Ok(threads)
+}
+
+/// [`replay`] of what `filter` selects.
+pub fn replay_filtered(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let threads = thread_records(data, filter)?;
+    let tids: Vec<i32> = threads.iter().map(|t| t.0).collect();
+    // One stream per thread, merged by time.
+    let mut streams: Vec<std::iter::Peekable<Records>> =
+        threads.into_iter().map(|(_, r)| r.peekable()).collect();
     writeln!(out, "# DURATION     TID      FUNCTION")?;
     let tid_cols: Vec<Vec<u8>> = tids
         .iter()

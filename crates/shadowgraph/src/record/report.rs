@@ -5,9 +5,9 @@
 //! calls of the same function are inside it already); self time is the
 //! function's own duration minus its direct children's.
 
-use super::data::{DataDir, DataError};
+use super::data::DataDir;
 use super::format::Kind;
-use super::replay::format_duration;
+use super::replay::{format_duration, thread_records, ReplayFilter};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -32,14 +32,15 @@ pub enum SortKey {
 pub fn collect(
     data: &DataDir,
     per_thread: bool,
-) -> Result<HashMap<(i32, u64), FuncStats>, DataError> {
+    filter: &ReplayFilter,
+) -> Result<HashMap<(i32, u64), FuncStats>, ReportError> {
     let mut stats: HashMap<(i32, u64), FuncStats> = HashMap::new();
-    for &tid in &data.tids {
+    for (tid, records) in thread_records(data, filter)? {
         let key_tid = if per_thread { tid } else { 0 };
         // (addr, entry time, children time)
         let mut stack: Vec<(u64, u64, u64)> = Vec::new();
         let mut active: HashMap<u64, u32> = HashMap::new();
-        for r in data.stream(tid)? {
+        for r in records {
             let r = r?;
             match r.kind {
                 Kind::Entry => {
@@ -79,9 +80,10 @@ pub fn report(
     data: &DataDir,
     sort: SortKey,
     per_thread: bool,
+    filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReportError> {
-    let stats = collect(data, per_thread)?;
+    let stats = collect(data, per_thread, filter)?;
     let mut rows: Vec<((i32, u64), FuncStats, String)> = stats
         .into_iter()
         .map(|(k, s)| (k, s, data.name(k.1).into_owned()))
