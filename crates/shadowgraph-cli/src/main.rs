@@ -112,6 +112,8 @@ enum Command {
         /// folded text.
         #[arg(long, requires = "flame_graph")]
         svg: bool,
+        #[command(flatten)]
+        filter: ViewFilter,
     },
     /// Convert a recording into uftrace's data format (`uftrace replay -d OUT`).
     Export {
@@ -169,21 +171,21 @@ fn main() -> ExitCode {
         } => report(&data, &sort, threads, &filter.into()),
         Command::Dump {
             data,
-            flame_graph: true,
-            svg: true,
+            perfetto,
+            flame_graph,
+            svg,
+            filter,
             ..
-        } => flame_svg(&data),
-        Command::Dump {
-            data,
-            flame_graph: true,
-            ..
-        } => view(&data, shadowgraph::record::flame::dump_flame_graph),
-        Command::Dump {
-            data,
-            perfetto: true,
-            ..
-        } => view(&data, shadowgraph::record::perfetto::dump_perfetto),
-        Command::Dump { data, .. } => view(&data, shadowgraph::record::chrome::dump_chrome),
+        } => {
+            use shadowgraph::record::{chrome, flame, perfetto as pf};
+            let f = filter.into();
+            match (flame_graph, svg, perfetto) {
+                (true, true, _) => flame_svg(&data, &f),
+                (true, false, _) => view(&data, |d, o| flame::dump_flame_graph(d, &f, o)),
+                (false, _, true) => view(&data, |d, o| pf::dump_perfetto(d, &f, o)),
+                _ => view(&data, |d, o| chrome::dump_chrome(d, &f, o)),
+            }
+        }
         Command::Live { opts, program } => run::live(&opts, &program),
         Command::Graph { data, function } => view(&data, |d, o| {
             shadowgraph::record::graph::graph(d, &function, o)
@@ -277,13 +279,17 @@ fn view(
 }
 
 /// The folded stacks rendered as an SVG flame graph (widths: self time).
-fn flame_svg(dir: &std::path::Path) -> Result<ExitCode, String> {
+fn flame_svg(
+    dir: &std::path::Path,
+    filter: &shadowgraph::record::replay::ReplayFilter,
+) -> Result<ExitCode, String> {
     let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
     if let Some(w) = data.loss_warning() {
         eprintln!("shadowgraph: {w}");
     }
     let mut folded = Vec::new();
-    shadowgraph::record::flame::dump_flame_graph(&data, &mut folded).map_err(|e| e.to_string())?;
+    shadowgraph::record::flame::dump_flame_graph(&data, filter, &mut folded)
+        .map_err(|e| e.to_string())?;
     let folded = String::from_utf8_lossy(&folded);
     if folded.is_empty() {
         return Err(format!("{}: no calls recorded", dir.display()));

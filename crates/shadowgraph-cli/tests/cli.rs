@@ -1303,8 +1303,8 @@ fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
 /// `record -t`: calls shorter than the threshold leave no records; a long
 /// call is recorded with all its callers (written late, in time order, at
 /// their depths), alone or as one of several tracers with filters.
-/// Then `replay` and `report` with `-F/-N/-D/-t/--tid` on the complete
-/// recording, compared with uftrace's of the same directory.
+/// Then `replay`, `report` and `dump` with `-F/-N/-D/-t/--tid` on the
+/// complete recording, compared with uftrace's of the same directory.
 #[test]
 fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
     let dir = workdir("timefilter");
@@ -1527,6 +1527,18 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
             assert_eq!(ours, theirs, "report {f:?}");
         }
     }
+    // And the dumps: folded stacks of what -F selects, rooted at it.
+    let o = shadowgraph()
+        .args(["dump", "--flame-graph", "-F", "slow", "-d"])
+        .arg(multi.join("all"))
+        .output()
+        .unwrap();
+    let stacks: Vec<&str> = std::str::from_utf8(&o.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ').map(|x| x.0))
+        .collect();
+    assert_eq!(stacks, ["slow", "slow;fast", "slow;nap"]);
     let o = shadowgraph()
         .args(["replay", "-F", "nosuch*", "-d"])
         .arg(multi.join("all"))

@@ -4,7 +4,7 @@
 
 use super::data::DataDir;
 use super::format::Kind;
-use super::replay::ReplayError;
+use super::replay::{thread_records, ReplayError, ReplayFilter};
 use std::io::Write;
 
 fn json_str(s: &str) -> String {
@@ -22,12 +22,18 @@ fn json_str(s: &str) -> String {
     o
 }
 
-pub fn dump_chrome(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+pub fn dump_chrome(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    // Checked (and opened) before any output.
+    let threads = thread_records(data, filter)?;
     let pid = data.info.get("pid").unwrap_or("0").to_string();
     writeln!(out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
     let mut first = true;
-    for &tid in &data.tids {
-        for r in data.stream(tid)? {
+    for (tid, records) in threads {
+        for r in records {
             let r = r?;
             let ph = match r.kind {
                 Kind::Entry => "B",

@@ -4,16 +4,22 @@
 
 use super::data::DataDir;
 use super::format::Kind;
-use super::replay::ReplayError;
+use super::replay::{thread_records, ReplayError, ReplayFilter};
 use std::collections::BTreeMap;
 use std::io::Write;
 
-pub fn dump_flame_graph(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+pub fn dump_flame_graph(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    // Checked (and opened) before any output.
+    let threads = thread_records(data, filter)?;
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    for &tid in &data.tids {
+    for (_, records) in threads {
         // (name, entry time, children time)
         let mut stack: Vec<(String, u64, u64)> = Vec::new();
-        for r in data.stream(tid)? {
+        for r in records {
             let r = r?;
             match r.kind {
                 Kind::Entry => stack.push((data.name(r.addr).into_owned(), r.time, 0)),

@@ -9,7 +9,7 @@
 
 use super::data::DataDir;
 use super::format::Kind;
-use super::replay::ReplayError;
+use super::replay::{thread_records, ReplayError, ReplayFilter};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -59,7 +59,13 @@ fn packet(out: &mut impl Write, p: &Msg) -> std::io::Result<()> {
     out.write_all(&t.0)
 }
 
-pub fn dump_perfetto(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+pub fn dump_perfetto(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    // Checked (and opened) before any output.
+    let threads = thread_records(data, filter)?;
     let pid: u64 = data
         .info
         .get("pid")
@@ -78,7 +84,7 @@ pub fn dump_perfetto(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayE
         .msg(60, &track);
     packet(out, &p)?;
     let mut iids: HashMap<u64, u64> = HashMap::new();
-    for &tid in &data.tids {
+    for (tid, records) in threads {
         let track_uuid = 2u64 << 32 | tid as u32 as u64;
         let mut thread = Msg::default();
         thread.uint(1, pid).uint(2, tid as u32 as u64);
@@ -90,7 +96,7 @@ pub fn dump_perfetto(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayE
         let mut p = Msg::default();
         p.uint(10, SEQ).msg(60, &track);
         packet(out, &p)?;
-        for r in data.stream(tid)? {
+        for r in records {
             let r = r?;
             let kind = match r.kind {
                 Kind::Entry => SLICE_BEGIN,
