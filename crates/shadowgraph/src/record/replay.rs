@@ -210,7 +210,7 @@ impl Iterator for FunctionFiltered {
                 }
                 (Some(s), _) => s,
             };
-            r.depth = d - start;
+            r.depth = d.saturating_sub(start);
             return Some(Ok(r));
         }
     }
