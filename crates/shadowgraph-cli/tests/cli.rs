@@ -35,6 +35,25 @@ fn cc(srcs: &[&Path], flags: &[&str], out: &Path) {
     shadowgraph::cc::compile(srcs, flags, out).unwrap();
 }
 
+/// Writes `source` as `<dir>/<name>.c` and builds `<dir>/<name>` with
+/// patchable entries and no sibling-call optimisation (so every call
+/// returns through its caller, as the tests' call counts assume).
+fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(name);
+    cc(
+        &[&src],
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-fpatchable-function-entry=5",
+        ],
+        &exe,
+    );
+    exe
+}
+
 fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -1234,23 +1253,12 @@ fn perfetto_dump_has_tracks_interned_names_and_balanced_slices() {
 #[test]
 fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
     let dir = workdir("fulldisk");
-    let src = dir.join("fib.c");
-    std::fs::write(
-        &src,
+    let exe = build_c(
+        &dir,
+        "fib",
         "#include <stdio.h>\n\
          __attribute__((noinline)) long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
          int main(void) { printf(\"%ld\\n\", fib(25)); return 0; }\n",
-    )
-    .unwrap();
-    let exe = dir.join("fib");
-    cc(
-        &[&src],
-        &[
-            "-O2",
-            "-fno-optimize-sibling-calls",
-            "-fpatchable-function-entry=5",
-        ],
-        &exe,
     );
     let data = dir.join("fib.data");
     // 485,572 records (7.8 MB) against a limit of at most 1 MiB.
@@ -1308,9 +1316,9 @@ fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
 #[test]
 fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
     let dir = workdir("timefilter");
-    let src = dir.join("tf.c");
-    std::fs::write(
-        &src,
+    let exe = build_c(
+        &dir,
+        "tf",
         "#include <stdio.h>\n#include <time.h>\n\
          __attribute__((noinline)) int fast(int x) { return x * 3 + 1; }\n\
          __attribute__((noinline)) void nap(void) { struct timespec t = {0, 5000000}; nanosleep(&t, 0); }\n\
@@ -1318,17 +1326,6 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
          __attribute__((noinline)) int middle(int x) { return slow(x) + fast(x); }\n\
          int main(void) { int s = 0; for (int i = 0; i < 100; i++) s += fast(i);\n\
          s += middle(1); s += slow(2); printf(\"%d\\n\", s); return 0; }\n",
-    )
-    .unwrap();
-    let exe = dir.join("tf");
-    cc(
-        &[&src],
-        &[
-            "-O2",
-            "-fno-optimize-sibling-calls",
-            "-fpatchable-function-entry=5",
-        ],
-        &exe,
     );
     let record = |args: &[&str], data: &Path| {
         let o = shadowgraph()
@@ -1580,23 +1577,12 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
 #[test]
 fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
     let dir = workdir("deep");
-    let src = dir.join("deep.c");
-    std::fs::write(
-        &src,
+    let exe = build_c(
+        &dir,
+        "deep",
         "#include <stdio.h>\n\
          __attribute__((noinline)) int rec(int n) { return n == 0 ? 0 : 1 + rec(n - 1); }\n\
          int main(void) { printf(\"%d\\n\", rec(3000)); return 0; }\n",
-    )
-    .unwrap();
-    let exe = dir.join("deep");
-    cc(
-        &[&src],
-        &[
-            "-O2",
-            "-fno-optimize-sibling-calls",
-            "-fpatchable-function-entry=5",
-        ],
-        &exe,
     );
     let data = dir.join("deep.data");
     let o = shadowgraph()
