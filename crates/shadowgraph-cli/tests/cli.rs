@@ -1321,7 +1321,7 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
         "tf",
         "#include <stdio.h>\n#include <time.h>\n\
          __attribute__((noinline)) int fast(int x) { return x * 3 + 1; }\n\
-         __attribute__((noinline)) void nap(void) { struct timespec t = {0, 5000000}; nanosleep(&t, 0); }\n\
+         __attribute__((noinline)) void nap(void) { struct timespec t = {0, 20000000}; nanosleep(&t, 0); }\n\
          __attribute__((noinline)) int slow(int x) { int s = fast(x); nap(); return s + fast(s); }\n\
          __attribute__((noinline)) int middle(int x) { return slow(x) + fast(x); }\n\
          int main(void) { int s = 0; for (int i = 0; i < 100; i++) s += fast(i);\n\
@@ -1362,8 +1362,10 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
         "D|  } /* slow */",
         "D|} /* main */",
     ];
+    // nap sleeps 20 ms, fast takes nanoseconds: a 10 ms threshold keeps a
+    // wide margin even if the machine preempts the program mid-call.
     let data = dir.join("t.data");
-    record(&["--no-libs", "-t", "2ms"], &data);
+    record(&["--no-libs", "-t", "10ms"], &data);
     assert_eq!(replay(&data), long);
     if Command::new("uftrace").arg("--version").output().is_ok() {
         let o = Command::new("uftrace")
@@ -1382,9 +1384,9 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
             "--tracer",
             "all",
             "--tracer",
-            "long:time=2000us",
+            "long:time=10000us",
             "--tracer",
-            "inner:filter=middle:time=0.002s",
+            "inner:filter=middle:time=0.01s",
         ],
         &multi,
     );
@@ -1416,7 +1418,7 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
         assert!(o.status.success(), "{args:?}: {err}");
         shape(&out)
     };
-    assert_eq!(replay_with(&["-t", "2ms"]), long);
+    assert_eq!(replay_with(&["-t", "10ms"]), long);
     let shallow = replay_with(&["-D", "2"]);
     assert_eq!(shallow.len(), 1 + 100 + 2 + 1, "{shallow:?}");
     assert_eq!(shallow[101..103], ["D|  middle();", "D|  slow();"]);
@@ -1433,7 +1435,7 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
     assert_eq!(replay_with(&["--tid", &tid]), all);
     if Command::new("uftrace").arg("--version").output().is_ok() {
         let sets: [&[&str]; 6] = [
-            &["-t", "2ms"],
+            &["-t", "10ms"],
             &["-D", "2"],
             &["-F", "slow"],
             &["-N", "slow"],
@@ -1505,7 +1507,7 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
             &["-F", "slow"][..],
             &["-N", "slow"],
             &["-D", "2"],
-            &["-t", "2ms"],
+            &["-t", "10ms"],
         ] {
             let ours = report_calls(
                 shadowgraph()
