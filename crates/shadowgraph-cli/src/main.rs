@@ -259,7 +259,10 @@ fn view(
     use std::io::IsTerminal;
     use std::io::Write;
     let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
-    if let Some(w) = data.loss_warning() {
+    for w in [data.loss_warning(), data.unread_events_notice()]
+        .into_iter()
+        .flatten()
+    {
         eprintln!("shadowgraph: {w}");
     }
     // Progress on a terminal, unless the output itself goes there.

@@ -115,6 +115,27 @@ impl DataDir {
         })
     }
 
+    /// uftrace keeps schedule events (a thread sleeping or pre-empted inside
+    /// a call) in `perf-cpu*.dat`, which the views do not read yet: a note
+    /// saying so, when such files are present.
+    pub fn unread_events_notice(&self) -> Option<String> {
+        let n = std::fs::read_dir(&self.dir)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.starts_with("perf-cpu") && n.ends_with(".dat")
+            })
+            .count();
+        (n > 0).then(|| {
+            format!(
+                "note: {} holds uftrace's schedule events ({n} perf-cpu*.dat files), which are not shown (record with `uftrace record --no-sched` to leave them out)",
+                self.dir.display()
+            )
+        })
+    }
+
     /// Opens a data directory: uftrace's format (what `record` writes, and
     /// what uftrace writes), or the raw form a recording has before its
     /// timestamps are converted (`shadowgraph.info`, `symbols`).
