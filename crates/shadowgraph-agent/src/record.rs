@@ -246,6 +246,12 @@ pub fn attach() -> Result<(), String> {
     // the time filters, and for the metadata written at start.
     let (raw1, ns1) = early_calibration_point();
     let ticks_per_ns = raw1.saturating_sub(raw0) as f64 / ns1.saturating_sub(ns0).max(1) as f64;
+    writer::set_start_calibration(clock::Calibration {
+        raw0,
+        ns0,
+        raw1,
+        ns1,
+    });
     for (i, (d, filter, time_ns)) in config.into_iter().enumerate() {
         writer::start(i, &d).map_err(|e| format!("{}: {e}", d.display()))?;
         let unfiltered =
@@ -316,6 +322,8 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64) {
                 "monotonic"
             },
         );
+        // Written out as nanoseconds (the raw points stay for reference).
+        info.set("timestamps", "ns");
         info.set("raw0", RAW0.load(Ordering::Relaxed));
         info.set("ns0", NS0.load(Ordering::Relaxed));
         info.set("raw1", raw1);
@@ -363,8 +371,8 @@ extern "C" fn finish() {
     let (raw1, ns1) = clock::Calibration::point();
     write_metadata(tracers, raw1, ns1);
     for t in tracers {
-        // Nanosecond timestamps and uftrace's metadata, in place: the
-        // directory is then readable by uftrace as well.
+        // uftrace's metadata, in place: the directory is then readable by
+        // uftrace as well.
         let dir = &t.dir;
         if let Err(e) = DataDir::open(dir).and_then(|d| uftrace::export(&d, dir)) {
             eprintln!("shadowgraph: {e}");

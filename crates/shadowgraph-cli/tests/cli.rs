@@ -1647,3 +1647,61 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
         "every call traced or counted"
     );
 }
+
+/// Times are converted to nanoseconds as buffers are written out, between
+/// calibration points: across many write-outs they stay in order, inside
+/// the run's real time window, and a 30 ms sleep measures 30 ms.
+#[test]
+fn timestamps_stay_exact_across_buffer_write_outs() {
+    let dir = workdir("timestamps");
+    let exe = build_c(
+        &dir,
+        "ts",
+        "#include <stdio.h>\n#include <time.h>\n\
+         __attribute__((noinline)) int tick(int x) { return x * 3 + 1; }\n\
+         __attribute__((noinline)) void nap(void) { struct timespec t = {0, 30000000}; nanosleep(&t, 0); }\n\
+         int main(void) { int s = 0;\n\
+         for (int r = 0; r < 2; r++) { for (int i = 0; i < 100000; i++) s += tick(i); nap(); }\n\
+         printf(\"%d\\n\", s); return 0; }\n",
+    );
+    let data = dir.join("t.data");
+    let before = shadowgraph::record::clock::monotonic_ns();
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let after = shadowgraph::record::clock::monotonic_ns();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    assert_eq!(d.tids.len(), 1);
+    let recs = d.records(d.tids[0]).unwrap();
+    // 4 write-outs of 65,536 records at least.
+    assert_eq!(recs.len(), 2 * (2 * 100_000 + 2) + 2);
+    let mut naps = Vec::new();
+    let mut open = 0;
+    for w in recs.windows(2) {
+        assert!(w[0].time <= w[1].time, "time goes back: {w:?}");
+    }
+    for r in &recs {
+        assert!(
+            (before..=after).contains(&r.time),
+            "{} outside the run [{before}, {after}]",
+            r.time
+        );
+        if d.name(r.addr) == "nap" {
+            match r.kind {
+                shadowgraph::record::format::Kind::Entry => open = r.time,
+                _ => naps.push(r.time - open),
+            }
+        }
+    }
+    assert_eq!(naps.len(), 2);
+    for n in naps {
+        // nanosleep sleeps at least 30 ms; the conversion may err by the
+        // calibration points' pairing (well under a microsecond).
+        assert!((29_999_000..45_000_000).contains(&n), "nap took {n} ns");
+    }
+}

@@ -1,6 +1,7 @@
 //! Timestamps: `rdtsc` when the TSC is invariant (CPUID 0x80000007 EDX bit
-//! 8), calibrated against CLOCK_MONOTONIC at start and end and converted
-//! offline; otherwise CLOCK_MONOTONIC itself.
+//! 8), converted to CLOCK_MONOTONIC nanoseconds outside the traced calls
+//! (when a buffer is written out, between two calibration points);
+//! otherwise CLOCK_MONOTONIC itself.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -20,6 +21,11 @@ pub fn init() -> bool {
     let tsc = tsc_invariant();
     USE_TSC.store(tsc, Ordering::Relaxed);
     tsc
+}
+
+/// Whether [`now`] reads the TSC (else it is CLOCK_MONOTONIC already).
+pub fn uses_tsc() -> bool {
+    USE_TSC.load(Ordering::Relaxed)
 }
 
 pub fn monotonic_ns() -> u64 {
@@ -53,8 +59,25 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// A (raw, ns) pair read together: the raw value is the midpoint of
+    /// two TSC reads around the clock read, from the tightest of three
+    /// tries (a try the scheduler interrupted is wide). Async-signal-safe.
     pub fn point() -> (u64, u64) {
-        (now(), monotonic_ns())
+        if !uses_tsc() {
+            let ns = monotonic_ns();
+            return (ns, ns);
+        }
+        let mut best = (u64::MAX, 0, 0);
+        for _ in 0..3 {
+            let a = now();
+            let ns = monotonic_ns();
+            let b = now();
+            let width = b.wrapping_sub(a);
+            if width < best.0 {
+                best = (width, a + width / 2, ns);
+            }
+        }
+        (best.1, best.2)
     }
 
     /// Nanoseconds (on CLOCK_MONOTONIC) of a raw timestamp: a 32.32
@@ -62,6 +85,11 @@ impl Calibration {
     /// many timestamps use [`Calibration::converter`]).
     pub fn to_ns(&self, raw: u64) -> u64 {
         self.converter().to_ns(raw)
+    }
+
+    /// Whether times are nanoseconds already.
+    pub fn is_identity(&self) -> bool {
+        self.raw1 <= self.raw0
     }
 
     /// A converter with the rate computed once.

@@ -45,8 +45,10 @@ impl Info {
         self.fields.insert(k.to_string(), v.to_string());
     }
 
+    /// How the `.dat` times become nanoseconds: identity for uftrace's
+    /// data and for ours written as nanoseconds (`timestamps=ns`).
     pub fn calibration(&self) -> Calibration {
-        if self.get("format") == Some("uftrace") {
+        if self.get("format") == Some("uftrace") || self.get("timestamps") == Some("ns") {
             return Calibration {
                 raw0: 0,
                 ns0: 0,

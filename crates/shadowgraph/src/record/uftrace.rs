@@ -109,6 +109,34 @@ fn convert_dat(src: &Path, dst: &Path, cal: &Calibration) -> Result<Option<u64>,
     }
 }
 
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// The time of a `.dat` file's first record (checked), if it has one.
+fn first_time_of(path: &Path) -> Result<Option<u64>, DataError> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    let mut b = [0u8; RECORD_SIZE];
+    let mut n = 0;
+    while n < RECORD_SIZE {
+        match f.read(&mut b[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(err(path, format!("cannot read: {e}"))),
+        }
+    }
+    match n {
+        0 => Ok(None),
+        RECORD_SIZE => Ok(Some(decode(&b, 0).map_err(|e| err(path, e))?.time)),
+        _ => Err(err(path, format!("truncated: {n} stray bytes at offset 0"))),
+    }
+}
+
 /// Writes `data` as a uftrace data directory at `out` (created).
 pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     std::fs::create_dir_all(out).map_err(|e| err(out, e))?;
@@ -132,9 +160,15 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     for &tid in &data.tids {
         let src = data.dat_path(tid);
         let dst = out.join(format!("{tid}.dat"));
-        let tmp = out.join(format!("{tid}.dat.tmp"));
-        let first = convert_dat(&src, &tmp, &cal)?;
-        std::fs::rename(&tmp, &dst).map_err(|e| err(&dst, e))?;
+        let first = if cal.is_identity() && same_file(&src, &dst) {
+            // Nanoseconds already, in place: nothing to copy.
+            first_time_of(&src)?
+        } else {
+            let tmp = out.join(format!("{tid}.dat.tmp"));
+            let first = convert_dat(&src, &tmp, &cal)?;
+            std::fs::rename(&tmp, &dst).map_err(|e| err(&dst, e))?;
+            first
+        };
         first_time.push((tid, first.unwrap_or(start_ns)));
     }
 

@@ -3,6 +3,13 @@
 //! to `<dir>/<tid>.dat` by its own thread when full (one `write` per 65,536
 //! records), at thread exit, and for every thread at process exit.
 //!
+//! Records hold raw clock values until they are written: each write-out
+//! takes a calibration point and converts the buffer's times to
+//! CLOCK_MONOTONIC nanoseconds by interpolating between the buffer's
+//! previous point and this one (piecewise linear: every time is within the
+//! points' pairing error of the real clock, however long the recording, and
+//! the files need no second pass).
+//!
 //! A buffer is flushed by whoever holds its `busy` flag; a thread that finds
 //! its full buffer busy (the exit flush) counts the record as lost, and the
 //! count is written as a LOST record.
@@ -30,6 +37,11 @@ struct ThreadBuf {
     head: AtomicUsize,
     busy: AtomicBool,
     lost: AtomicU64,
+    /// The calibration point (raw, ns) of the last write-out (or of the
+    /// buffer's creation): where the next write-out's conversion starts.
+    /// Touched only by whoever holds `busy`.
+    seg_raw: AtomicU64,
+    seg_ns: AtomicU64,
     words: *mut u64,
 }
 
@@ -40,6 +52,16 @@ static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
 /// Records written to files, and records lost, per instance over all threads.
 static WRITTEN: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
 static LOST: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
+/// The recording's start calibration (raw0, ns0, raw1, ns1): the rate used
+/// when two points of a buffer are too close to give one.
+static START: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// Sets the start calibration (before recording starts).
+pub fn set_start_calibration(c: clock::Calibration) {
+    for (a, v) in START.iter().zip([c.raw0, c.ns0, c.raw1, c.ns1]) {
+        a.store(v, Ordering::Relaxed);
+    }
+}
 
 pub fn written(inst: usize) -> u64 {
     WRITTEN[inst].load(Ordering::Relaxed)
@@ -209,6 +231,7 @@ fn create(inst: usize) -> *mut ThreadBuf {
         return std::ptr::null_mut();
     }
     let b = p as *mut ThreadBuf;
+    let seg = clock::Calibration::point();
     // SAFETY: the mapping is large enough for the header and the records.
     unsafe {
         b.write(ThreadBuf {
@@ -217,6 +240,8 @@ fn create(inst: usize) -> *mut ThreadBuf {
             head: AtomicUsize::new(0),
             busy: AtomicBool::new(false),
             lost: AtomicU64::new(0),
+            seg_raw: AtomicU64::new(seg.0),
+            seg_ns: AtomicU64::new(seg.1),
             words: (p as *mut u8).add(std::mem::size_of::<ThreadBuf>().next_multiple_of(64))
                 as *mut u64,
         });
@@ -248,6 +273,8 @@ fn flush(buf: &ThreadBuf) -> bool {
         return false;
     }
     let h = buf.head.load(Ordering::Acquire);
+    let point = clock::Calibration::point();
+    to_ns(buf, h, point);
     let mut bytes = h * 16;
     let mut p = buf.words as *const u8;
     while bytes > 0 {
@@ -283,13 +310,55 @@ fn flush(buf: &ThreadBuf) -> bool {
     let lost = buf.lost.swap(0, Ordering::Relaxed);
     if lost > 0 {
         LOST[buf.inst].fetch_add(lost, Ordering::Relaxed);
-        let rec = [clock::now(), encode(Kind::Lost, 0, lost)];
+        let rec = [point.1, encode(Kind::Lost, 0, lost)];
         // SAFETY: writing a 16-byte local record.
         unsafe { libc::write(buf.fd, rec.as_ptr().cast(), 16) };
     }
     buf.head.store(0, Ordering::Release);
     buf.busy.store(false, Ordering::Release);
     true
+}
+
+/// Converts the times of the buffer's first `h` records to nanoseconds,
+/// between the buffer's last calibration point and `point` (which becomes
+/// the last). Times outside the two points (a time filter's entry written
+/// late) are extrapolated along the same line.
+fn to_ns(buf: &ThreadBuf, h: usize, point: (u64, u64)) {
+    let (raw0, ns0) = (
+        buf.seg_raw.load(Ordering::Relaxed),
+        buf.seg_ns.load(Ordering::Relaxed),
+    );
+    buf.seg_raw.store(point.0, Ordering::Relaxed);
+    buf.seg_ns.store(point.1, Ordering::Relaxed);
+    if !clock::uses_tsc() {
+        return; // CLOCK_MONOTONIC already
+    }
+    let conv = if point.0 > raw0 && point.1 > ns0 {
+        clock::Calibration {
+            raw0,
+            ns0,
+            raw1: point.0,
+            ns1: point.1,
+        }
+        .converter()
+    } else {
+        let s = START.each_ref().map(|a| a.load(Ordering::Relaxed));
+        clock::Calibration {
+            raw0: s[0],
+            ns0: s[1],
+            raw1: s[2],
+            ns1: s[3],
+        }
+        .converter()
+    };
+    for i in 0..h {
+        // SAFETY: i < h ≤ BUF_RECORDS: a filled record's time word, ours
+        // while `busy` is held.
+        unsafe {
+            let w = buf.words.add(2 * i);
+            w.write(conv.to_ns(w.read()));
+        }
+    }
 }
 
 /// Thread exit: flush and close every buffer of this thread.
