@@ -233,6 +233,9 @@ pub fn attach() -> Result<(), String> {
     let dir = std::env::var_os("SHADOWGRAPH_DIR")
         .map(PathBuf::from)
         .ok_or("SHADOWGRAPH_DIR is not set")?;
+    // Rings in shared memory drained by `shadowgraph record`, or (the agent
+    // used alone) drained by each thread into the directory.
+    let shm = std::env::var_os("SHADOWGRAPH_SHM").map(PathBuf::from);
     let modules = crate::discover_program()?;
     clock::init();
     let (raw0, ns0) = clock::Calibration::point();
@@ -246,14 +249,14 @@ pub fn attach() -> Result<(), String> {
     // the time filters, and for the metadata written at start.
     let (raw1, ns1) = early_calibration_point();
     let ticks_per_ns = raw1.saturating_sub(raw0) as f64 / ns1.saturating_sub(ns0).max(1) as f64;
-    writer::set_start_calibration(clock::Calibration {
+    shadowgraph::record::ring::set_start_calibration(clock::Calibration {
         raw0,
         ns0,
         raw1,
         ns1,
     });
     for (i, (d, filter, time_ns)) in config.into_iter().enumerate() {
-        writer::start(i, &d).map_err(|e| format!("{}: {e}", d.display()))?;
+        writer::start(i, &d, shm.as_deref()).map_err(|e| format!("{}: {e}", d.display()))?;
         let unfiltered =
             filter.max_depth == 0 && filter.functions.is_none() && filter.notrace.is_none();
         let filter = (!(alone && unfiltered)).then_some(filter);
@@ -277,7 +280,7 @@ pub fn attach() -> Result<(), String> {
     crate::graph::ON.store(true, Ordering::Release);
     // Metadata now, with the estimated clock rate, in case the program never
     // reaches exit (a crash, _exit): the CLI converts such a recording.
-    write_metadata(tracers, raw1, ns1);
+    write_metadata(tracers, raw1, ns1, false);
     install_fatal_handlers();
     // SAFETY: registering a plain extern "C" child handler.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
@@ -291,7 +294,7 @@ static FINISHED: Mutex<bool> = Mutex::new(false);
 /// Writes each tracer's `symbols`, `maps` and `shadowgraph.info` with the
 /// clock calibration's end point (raw1, ns1): at start with an estimate (so
 /// that a recording cut short by a crash stays readable), at exit for real.
-fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64) {
+fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
     let cmd = std::fs::read("/proc/self/cmdline").unwrap_or_default();
     let cmd: Vec<String> = cmd
         .split(|&b| b == 0)
@@ -328,6 +331,10 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64) {
         info.set("ns0", NS0.load(Ordering::Relaxed));
         info.set("raw1", raw1);
         info.set("ns1", ns1);
+        if finished {
+            info.set("finished", 1);
+        }
+        // With rings in shared memory the writer counts (and adds these).
         info.set("records", writer::written(i));
         info.set("lost", writer::lost(i));
         if let Some(e) = writer::write_error(i) {
@@ -369,7 +376,10 @@ extern "C" fn finish() {
     }
     writer::flush_all();
     let (raw1, ns1) = clock::Calibration::point();
-    write_metadata(tracers, raw1, ns1);
+    write_metadata(tracers, raw1, ns1, true);
+    if writer::shared() {
+        return; // the writer converts once it has drained the rings
+    }
     for t in tracers {
         // uftrace's metadata, in place: the directory is then readable by
         // uftrace as well.

@@ -1,5 +1,6 @@
 //! Running a program under the agent, and the demo.
 
+use shadowgraph::record::collect;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -290,14 +291,6 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     }
     std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
     let abs = std::fs::canonicalize(data).map_err(|e| format!("{}: {e}", data.display()))?;
-    let status = Command::new(prog)
-        .args(args)
-        .env("LD_PRELOAD", &agent)
-        .env("SHADOWGRAPH_MODE", "record")
-        .env("SHADOWGRAPH_DIR", &abs)
-        .envs(env)
-        .status()
-        .map_err(|e| format!("cannot run {prog}: {e}"))?;
     let names = opts.tracer_names();
     let dirs: Vec<(String, PathBuf)> = if names.is_empty() {
         vec![(String::new(), abs.clone())]
@@ -307,11 +300,32 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
             .map(|n| (format!("tracer {n}: "), abs.join(n)))
             .collect()
     };
-    for (label, d) in dirs {
-        // Cut short (crash, _exit): the agent wrote metadata at start and
-        // what its buffers held; convert it here.
-        if !d.join("info").exists() && d.join("shadowgraph.info").exists() {
-            eprintln!("# {label}{prog} ended without the recording's exit step ({status}); converting what was written");
+    // The writer: drains the traced threads' rings (shared memory) into
+    // the directories while the program runs.
+    let shm = collect::shm_dir("rings");
+    let collector = collect::Collector::new(&shm, dirs.iter().map(|d| d.1.clone()).collect())
+        .map_err(|e| format!("{}: {e}", shm.display()))?
+        .spawn();
+    let status = Command::new(prog)
+        .args(args)
+        .env("LD_PRELOAD", &agent)
+        .env("SHADOWGRAPH_MODE", "record")
+        .env("SHADOWGRAPH_DIR", &abs)
+        .env("SHADOWGRAPH_SHM", &shm)
+        .envs(env)
+        .status();
+    let totals = collector.finish();
+    let status = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
+    for (i, (label, d)) in dirs.into_iter().enumerate() {
+        let info_path = d.join("shadowgraph.info");
+        if info_path.exists() {
+            let t = totals.get(i).copied().unwrap_or_default();
+            let finished = complete_metadata(&d, t).unwrap_or(false);
+            if !finished {
+                // Cut short (crash, _exit): the agent wrote metadata at
+                // start; the rings held the rest.
+                eprintln!("# {label}{prog} ended without the recording's exit step ({status}); what it recorded is kept");
+            }
             let converted = shadowgraph::record::data::DataDir::open(&d)
                 .and_then(|dd| shadowgraph::record::uftrace::export(&dd, &d));
             if let Err(e) = converted {
@@ -345,6 +359,32 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         }
     }
     Ok(exit_code(status))
+}
+
+/// Adds what the writer counted to the agent's `shadowgraph.info`;
+/// returns whether the agent finished the recording (its exit step ran).
+fn complete_metadata(dir: &Path, t: collect::Totals) -> Result<bool, String> {
+    use shadowgraph::record::data::{DataDir, Info};
+    let d = DataDir::open(dir).map_err(|e| e.to_string())?;
+    let n = |k: &str| {
+        d.info
+            .get(k)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let finished = d.info.get("finished").is_some();
+    let mut info = Info::default();
+    for (k, v) in &d.info.fields {
+        info.set(k, v);
+    }
+    info.set("records", n("records") + t.written);
+    info.set("lost", n("lost") + t.lost);
+    if t.errno != 0 && d.info.get("write_error").is_none() {
+        info.set("write_error", std::io::Error::from_raw_os_error(t.errno));
+    }
+    info.write(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(finished)
 }
 
 /// Records into a temporary directory, replays, and removes it.

@@ -1068,7 +1068,7 @@ fn a_crashing_program_leaves_a_readable_recording() {
     );
     assert_eq!(out.trim(), "15");
     assert!(
-        err.contains("converting what was written") && err.contains("(0 lost)"),
+        err.contains("what it recorded is kept") && err.contains("(0 lost)"),
         "{err}"
     );
     let rep = text(
@@ -1274,21 +1274,32 @@ fn perfetto_dump_has_tracks_interned_names_and_balanced_slices() {
 /// writes past it fail with EFBIG, as they fail with ENOSPC on a full
 /// disk): the program runs on unharmed, the loss is counted and its reason
 /// told by `record` and by every view, and what was written stays readable.
+/// Under a 512 KiB limit the traced threads cannot make their shared rings
+/// (4 MiB files) and write their own; under 16 MiB the writer process hits
+/// the limit.
 #[test]
 fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
-    let dir = workdir("fulldisk");
+    // fib(25): 242,786 calls (7.8 MB of records); fib(27): 635,622 (20 MB).
+    full_disk(512 << 10, 25, 242_786);
+    full_disk(16 << 20, 27, 635_622);
+}
+
+fn full_disk(limit: u64, n: u32, calls: u64) {
+    let dir = workdir(&format!("fulldisk{limit}"));
     let exe = build_c(
         &dir,
         "fib",
-        "#include <stdio.h>\n\
+        "#include <stdio.h>\n#include <stdlib.h>\n\
          __attribute__((noinline)) long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
-         int main(void) { printf(\"%ld\\n\", fib(25)); return 0; }\n",
+         int main(int argc, char **argv) { printf(\"%ld\\n\", fib(atoi(argv[1]))); return 0; }\n",
     );
     let data = dir.join("fib.data");
-    // 485,572 records (7.8 MB) against a limit of at most 1 MiB.
     let o = Command::new("sh")
         .arg("-c")
-        .arg("trap '' XFSZ; ulimit -f 1024 && exec \"$0\" record -d \"$1\" -- \"$2\"")
+        .arg(format!(
+            "trap '' XFSZ; ulimit -f {} && exec \"$0\" record -d \"$1\" -- \"$2\" {n}",
+            limit / 512 // sh counts 512-byte blocks
+        ))
         .arg(env!("CARGO_BIN_EXE_shadowgraph"))
         .arg(&data)
         .arg(&exe)
@@ -1296,7 +1307,12 @@ fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
         .unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
-    assert_eq!(out.trim(), "75025", "the traced program is unharmed");
+    let fibs = [75025, 121393, 196418];
+    assert_eq!(
+        out.trim(),
+        fibs[n as usize - 25].to_string(),
+        "the traced program is unharmed"
+    );
     let lost: u64 = err
         .split_once("records (")
         .and_then(|(_, r)| r.split_once(" lost)"))
@@ -1309,11 +1325,11 @@ fn a_full_disk_loses_records_counted_and_explained_and_keeps_the_rest() {
         .unwrap();
     let kept = dat.metadata().unwrap().len() / 16;
     assert!(
-        kept > 0 && kept <= 1 << 16,
+        kept > 0 && kept <= limit / 16,
         "at most the limit was written: {kept} records"
     );
-    // main and the 242,785 calls of fib(25), entry and exit each.
-    assert_eq!(kept + lost, 2 * 242_786, "every record kept or counted");
+    // main and the calls of fib, entry and exit each.
+    assert_eq!(kept + lost, 2 * calls, "every record kept or counted");
     let why = "records were lost while recording (writing the trace failed: File too large";
     assert!(err.contains(why), "record says why: {err}");
     for view in ["replay", "report"] {
@@ -1704,4 +1720,49 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
         // calibration points' pairing (well under a microsecond).
         assert!((29_999_000..45_000_000).contains(&n), "nap took {n} ns");
     }
+}
+
+/// SIGKILL gives the program no chance to write anything: its records are
+/// in the shared rings, which the writer drains after the program is gone.
+#[test]
+fn a_killed_program_loses_nothing_it_recorded() {
+    let dir = workdir("killed");
+    let exe = build_c(
+        &dir,
+        "killed",
+        "#include <signal.h>\n#include <stdio.h>\n#include <unistd.h>\n\
+         __attribute__((noinline)) int leaf(int x) { return x + 1; }\n\
+         __attribute__((noinline)) int work(int n) { int s = 0; for (int i = 0; i < n; i++) s += leaf(i); return s; }\n\
+         __attribute__((noinline)) void die(void) { kill(getpid(), SIGKILL); }\n\
+         int main(void) { printf(\"%d\\n\", work(100000)); fflush(stdout); die(); return 0; }\n",
+    );
+    let data = dir.join("k.data");
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(!o.status.success());
+    assert_eq!(out.trim(), "705082704");
+    // main, work, 100,000 leaf calls, work's exit, die's entry.
+    assert!(
+        err.contains("recorded 200004 records (0 lost)")
+            && err.contains("what it recorded is kept"),
+        "{err}"
+    );
+    let rep = text(
+        &shadowgraph()
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    let s = shape(&rep);
+    assert_eq!(s.len(), 100_000 + 4, "{}", &rep[..rep.len().min(2000)]);
+    assert_eq!(s[..3], [" |main() {", " |  work() {", "D|    leaf();"]);
+    assert_eq!(s[s.len() - 2..], ["D|  } /* work */", " |  die() {"]);
 }

@@ -4,6 +4,7 @@
 
 pub mod chrome;
 pub mod clock;
+pub mod collect;
 pub mod data;
 pub mod flame;
 pub mod format;
@@ -11,5 +12,6 @@ pub mod graph;
 pub mod perfetto;
 pub mod replay;
 pub mod report;
+pub mod ring;
 pub mod uftrace;
 pub mod writer;

@@ -1,21 +1,23 @@
-//! The in-process side of recording: one buffer per thread, filled with
-//! plain stores from the graph callbacks (no lock, no allocation), written
-//! to `<dir>/<tid>.dat` by its own thread when full (one `write` per 65,536
-//! records), at thread exit, and for every thread at process exit.
+//! The traced process's side of recording: one ring per thread and
+//! instance, filled with plain stores from the graph callbacks (no lock, no
+//! allocation, no system call on the fast path).
 //!
-//! Records hold raw clock values until they are written: each write-out
-//! takes a calibration point and converts the buffer's times to
-//! CLOCK_MONOTONIC nanoseconds by interpolating between the buffer's
-//! previous point and this one (piecewise linear: every time is within the
-//! points' pairing error of the real clock, however long the recording, and
-//! the files need no second pass).
+//! Two modes, chosen by [`start`]:
+//! * **shared** (`shadowgraph record`): the rings are files in a
+//!   shared-memory directory that the recording process drains to disk
+//!   (`record::collect`). A thread that finds its ring full waits for the
+//!   writer (nothing is lost at default settings); if the writer stops
+//!   draining for a second, records are dropped and counted instead.
+//! * **local** (the agent without the CLI): the rings are private memory
+//!   and each thread writes its own out to `<dir>/<tid>.dat` when full, at
+//!   thread exit, and for every thread at process exit.
 //!
-//! A buffer is flushed by whoever holds its `busy` flag; a thread that finds
-//! its full buffer busy (the exit flush) counts the record as lost, and the
-//! count is written as a LOST record.
+//! Times are raw clock values in the ring; the drain converts them to
+//! nanoseconds ([`Ring::drain`]), so the files need no second pass.
 
 use super::clock;
-use super::format::{encode, Kind};
+use super::format::Kind;
+use super::ring::{ring_bytes, Drained, Ring, RING_RECORDS};
 use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
@@ -23,58 +25,52 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-/// Records per thread buffer (1 MiB).
-pub const BUF_RECORDS: usize = 1 << 16;
-/// Buffers (threads × instances) at most.
-const MAX_BUFFERS: usize = 4096;
+/// Rings (threads × instances) at most.
+const MAX_RINGS: usize = 4096;
 /// Recording instances (tracers writing to their own directories).
 pub const MAX_INSTANCES: usize = 8;
+/// Records per local ring (1 MiB: one `write` per 65,536 records).
+const LOCAL_RECORDS: u64 = 1 << 16;
+/// How long a thread waits for the writer to make room before dropping.
+const WAIT_LIMIT_NS: u64 = 1_000_000_000;
 
-struct ThreadBuf {
-    inst: usize,
-    fd: i32,
-    /// Records filled.
-    head: AtomicUsize,
-    busy: AtomicBool,
-    lost: AtomicU64,
-    /// The calibration point (raw, ns) of the last write-out (or of the
-    /// buffer's creation): where the next write-out's conversion starts.
-    /// Touched only by whoever holds `busy`.
-    seg_raw: AtomicU64,
-    seg_ns: AtomicU64,
-    words: *mut u64,
+/// A live ring of this process, and (local mode) the file it drains to.
+struct Slot {
+    ring: AtomicPtr<u8>,
+    fd: AtomicI32,
 }
 
-static BUFS: [AtomicPtr<ThreadBuf>; MAX_BUFFERS] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_BUFFERS];
+static RINGS: [Slot; MAX_RINGS] = [const {
+    Slot {
+        ring: AtomicPtr::new(std::ptr::null_mut()),
+        fd: AtomicI32::new(-1),
+    }
+}; MAX_RINGS];
+/// Instance `i`'s data directory (for rings its threads drain themselves).
 static DIRS: [OnceLock<CString>; MAX_INSTANCES] = [const { OnceLock::new() }; MAX_INSTANCES];
+/// The shared-memory directory of the rings the writer drains, if any.
+static SHM: OnceLock<CString> = OnceLock::new();
+/// The writer stopped draining (a wait timed out): drop instead of waiting.
+static WRITER_GONE: AtomicBool = AtomicBool::new(false);
 static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
-/// Records written to files, and records lost, per instance over all threads.
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+/// Local mode: records written to files, and lost, per instance.
 static WRITTEN: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
 static LOST: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
-/// The recording's start calibration (raw0, ns0, raw1, ns1): the rate used
-/// when two points of a buffer are too close to give one.
-static START: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+/// The first write failure of each instance (an errno; 0: none), so that
+/// the loss it caused is reported with its reason.
+static WRITE_ERRNO: [AtomicI32; MAX_INSTANCES] = [const { AtomicI32::new(0) }; MAX_INSTANCES];
 
-/// Sets the start calibration (before recording starts).
-pub fn set_start_calibration(c: clock::Calibration) {
-    for (a, v) in START.iter().zip([c.raw0, c.ns0, c.raw1, c.ns1]) {
-        a.store(v, Ordering::Relaxed);
-    }
-}
-
+/// Local mode: records of instance `inst` written so far.
 pub fn written(inst: usize) -> u64 {
     WRITTEN[inst].load(Ordering::Relaxed)
 }
 
+/// Records of instance `inst` lost so far (local mode; in shared mode, the
+/// ones lost before reaching a ring).
 pub fn lost(inst: usize) -> u64 {
     LOST[inst].load(Ordering::Relaxed)
 }
-
-/// The first write failure of each instance (an errno; 0: none), so that
-/// the loss it caused is reported with its reason (a full disk, a file size
-/// limit, an I/O error) and not just counted.
-static WRITE_ERRNO: [AtomicI32; MAX_INSTANCES] = [const { AtomicI32::new(0) }; MAX_INSTANCES];
 
 /// Why records of instance `inst` could not be written, if they could not.
 pub fn write_error(inst: usize) -> Option<io::Error> {
@@ -84,22 +80,37 @@ pub fn write_error(inst: usize) -> Option<io::Error> {
     }
 }
 
-// This thread's buffer per instance (null: none yet). Initial-exec TLS
+/// Whether the rings are drained by another process (a thread whose ring
+/// could not be made there drains its own).
+pub fn shared() -> bool {
+    SHM.get().is_some()
+}
+
+// This thread's ring per instance (null: none yet). Initial-exec TLS
 // (crate::tls): read on every recorded event.
 crate::fast_thread_local!(
-    static MINE: [Cell<*mut ThreadBuf>; MAX_INSTANCES];
+    static MINE: [Cell<*mut u8>; MAX_INSTANCES];
+);
+// (local mode) the slot index of MINE's rings + 1, for their files.
+crate::fast_thread_local!(
+    static MINE_SLOT: [Cell<usize>; MAX_INSTANCES];
 );
 
-/// Starts recording instance `inst` into `dir` (created if missing).
-pub fn start(inst: usize, dir: &Path) -> io::Result<()> {
+/// Starts recording instance `inst`: into the data directory `dir`
+/// (created if missing), or, when `shm` is given, into rings in that
+/// shared-memory directory, which `record::collect` drains.
+pub fn start(inst: usize, dir: &Path, shm: Option<&Path>) -> io::Result<()> {
     if inst >= MAX_INSTANCES {
         return Err(io::Error::other(format!(
             "at most {MAX_INSTANCES} recording instances"
         )));
     }
     std::fs::create_dir_all(dir)?;
-    let c = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
-    let _ = DIRS[inst].set(c);
+    let c = |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).map_err(io::Error::other);
+    let _ = DIRS[inst].set(c(dir)?);
+    if let Some(s) = shm {
+        let _ = SHM.set(c(s)?);
+    }
     KEY.get_or_init(|| {
         let mut k: libc::pthread_key_t = 0;
         // SAFETY: creating a key with a plain extern "C" destructor.
@@ -109,15 +120,12 @@ pub fn start(inst: usize, dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Appends one record for this thread. Async-signal-safe: plain stores;
-/// a system call only when the buffer is full or on the thread's first
-/// record (mmap + open).
+/// Appends one record for this thread, timed now. Async-signal-safe.
 #[inline]
 pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
-    if let Some((buf, h)) = next_slot(inst) {
-        // Read after a flush the slot may have needed: its time is not the
-        // traced call's.
-        store(buf, h, clock::now(), kind, depth, addr);
+    if let Some((r, h)) = next_slot(inst) {
+        // Read after any wait the slot needed: its time is not the wait's.
+        r.push(h, clock::now(), kind, depth, addr);
     }
 }
 
@@ -126,25 +134,15 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
 /// thread's records in time order.
 #[inline]
 pub fn emit_at(inst: usize, time: u64, kind: Kind, depth: u16, addr: u64) {
-    if let Some((buf, h)) = next_slot(inst) {
-        store(buf, h, time, kind, depth, addr);
+    if let Some((r, h)) = next_slot(inst) {
+        r.push(h, time, kind, depth, addr);
     }
 }
 
+/// This thread's ring of instance `inst` and its next free record, or None
+/// (counted as lost) when there is none.
 #[inline(always)]
-fn store(buf: &ThreadBuf, h: usize, t: u64, kind: Kind, depth: u16, addr: u64) {
-    // SAFETY: h < BUF_RECORDS: two words inside the buffer.
-    unsafe {
-        buf.words.add(2 * h).write(t);
-        buf.words.add(2 * h + 1).write(encode(kind, depth, addr));
-    }
-    buf.head.store(h + 1, Ordering::Release);
-}
-
-/// This thread's buffer of instance `inst` and its next free record, or
-/// None (counted as lost) when there is none.
-#[inline(always)]
-fn next_slot(inst: usize) -> Option<(&'static ThreadBuf, usize)> {
+fn next_slot(inst: usize) -> Option<(Ring, u64)> {
     let mut b = MINE[inst].get();
     if b.is_null() {
         b = create(inst);
@@ -153,42 +151,89 @@ fn next_slot(inst: usize) -> Option<(&'static ThreadBuf, usize)> {
             return None;
         }
     }
-    // SAFETY: `b` is this thread's live buffer; buffers are never unmapped.
-    let buf = unsafe { &*b };
-    let mut h = buf.head.load(Ordering::Relaxed);
-    if h == BUF_RECORDS {
-        flush(buf);
-        h = buf.head.load(Ordering::Relaxed);
-        if h == BUF_RECORDS {
-            buf.lost.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
+    // SAFETY: this thread's ring, mapped for the process's life.
+    let r = unsafe { Ring::attach_own(b) };
+    match r.slot() {
+        Some(h) => Some((r, h)),
+        None => make_room(inst, r),
     }
-    Some((buf, h))
 }
 
+/// The ring is full as far as the producer knew: re-read the consumer's
+/// position, drain it ourselves (local mode) or wait for the writer.
 #[cold]
-fn create(inst: usize) -> *mut ThreadBuf {
-    if DISABLED.load(Ordering::Acquire) {
-        return std::ptr::null_mut();
+#[inline(never)]
+fn make_room(inst: usize, r: Ring) -> Option<(Ring, u64)> {
+    let head = r.header().head.load(Ordering::Relaxed);
+    if r.refresh(head) {
+        return Some((r, head));
     }
-    let Some(dir) = DIRS[inst].get() else {
-        return std::ptr::null_mut();
-    };
-    let tid = crate::sys::gettid();
-    // "<dir>/<tid>.dat" without allocating.
-    let mut path = [0u8; 4096];
+    let fd = RINGS[MINE_SLOT[inst].get() - 1].fd.load(Ordering::Relaxed);
+    if fd >= 0 {
+        drain_local(inst, r, fd);
+    } else if !WRITER_GONE.load(Ordering::Relaxed) {
+        let start = clock::monotonic_ns();
+        while !r.refresh(head) {
+            if clock::monotonic_ns() - start > WAIT_LIMIT_NS {
+                WRITER_GONE.store(true, Ordering::Relaxed);
+                break;
+            }
+            let nap = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000,
+            };
+            // SAFETY: nanosleep is async-signal-safe; errors only shorten it.
+            unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+        }
+    }
+    if r.refresh(head) {
+        Some((r, head))
+    } else {
+        r.drop_record();
+        None
+    }
+}
+
+/// Local mode: drains a ring to its file, unless someone else is at it.
+fn drain_local(inst: usize, r: Ring, fd: i32) {
+    let h = r.header();
+    if h.busy
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    account(inst, r.drain(fd));
+    h.busy.store(0, Ordering::Release);
+}
+
+fn account(inst: usize, d: Drained) {
+    WRITTEN[inst].fetch_add(d.written, Ordering::Relaxed);
+    LOST[inst].fetch_add(d.lost, Ordering::Relaxed);
+    if d.errno != 0 {
+        let _ =
+            WRITE_ERRNO[inst].compare_exchange(0, d.errno, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// "<dir>/<name>" as a NUL-terminated path, without allocating.
+fn path_in(dir: &CString, name: &[u8], out: &mut [u8; 4096]) -> bool {
     let d = dir.as_bytes();
-    if d.len() + 20 > path.len() {
-        return std::ptr::null_mut();
+    if d.len() + 1 + name.len() + 1 > out.len() {
+        return false;
     }
-    path[..d.len()].copy_from_slice(d);
-    let mut n = d.len();
-    path[n] = b'/';
-    n += 1;
-    let mut digits = [0u8; 12];
+    out.fill(0);
+    out[..d.len()].copy_from_slice(d);
+    out[d.len()] = b'/';
+    out[d.len() + 1..d.len() + 1 + name.len()].copy_from_slice(name);
+    true
+}
+
+/// Appends `v` in decimal to `buf` at `n`; returns the new length.
+fn put_decimal(buf: &mut [u8], mut n: usize, v: u64) -> usize {
+    let mut digits = [0u8; 20];
     let mut k = 0;
-    let mut v = tid as u32;
+    let mut v = v;
     loop {
         digits[k] = b'0' + (v % 10) as u8;
         k += 1;
@@ -198,212 +243,211 @@ fn create(inst: usize) -> *mut ThreadBuf {
         }
     }
     for i in (0..k).rev() {
-        path[n] = digits[i];
+        buf[n] = digits[i];
         n += 1;
     }
-    path[n..n + 4].copy_from_slice(b".dat");
-    // SAFETY: path is NUL-terminated (zero-filled beyond n + 4).
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
-            0o644,
-        )
-    };
-    if fd < 0 {
-        return std::ptr::null_mut();
+    n
+}
+
+/// A ring file in the shared-memory directory `dir`, mapped; None if one
+/// cannot be made.
+fn create_shared(
+    dir: &CString,
+    inst: usize,
+    tid: i32,
+    pid: i32,
+    name: &mut [u8; 96],
+    path: &mut [u8; 4096],
+) -> Option<*mut u8> {
+    // <inst>-<pid>-<tid>-<seq>.ring: unique even when a tid is reused.
+    let mut n = put_decimal(name, 0, inst as u64);
+    name[n] = b'-';
+    n = put_decimal(name, n + 1, pid as u64);
+    name[n] = b'-';
+    n = put_decimal(name, n + 1, tid as u64);
+    name[n] = b'-';
+    n = put_decimal(name, n + 1, SEQ.fetch_add(1, Ordering::Relaxed) as u64);
+    name[n..n + 5].copy_from_slice(b".ring");
+    if !path_in(dir, &name[..n + 5], path) {
+        return None;
     }
-    let size = std::mem::size_of::<ThreadBuf>().next_multiple_of(64) + BUF_RECORDS * 16;
-    // SAFETY: anonymous mapping; mmap is async-signal-safe.
+    let len = ring_bytes(RING_RECORDS);
+    // SAFETY: path is NUL-terminated; the file is new (O_EXCL) and
+    // sized before it is mapped shared; mmap/ftruncate/close are
+    // async-signal-safe.
     let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
+        let fd = libc::open(
+            path.as_ptr().cast(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o600,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let p = if libc::ftruncate(fd, len as libc::off_t) == 0 {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        } else {
+            libc::MAP_FAILED
+        };
+        libc::close(fd);
+        if p == libc::MAP_FAILED {
+            libc::unlink(path.as_ptr().cast());
+            return None;
+        }
+        p
     };
-    if p == libc::MAP_FAILED {
-        // SAFETY: closing the fd opened above.
-        unsafe { libc::close(fd) };
+    Some(p as *mut u8)
+}
+
+#[cold]
+fn create(inst: usize) -> *mut u8 {
+    if DISABLED.load(Ordering::Acquire) {
         return std::ptr::null_mut();
     }
-    let b = p as *mut ThreadBuf;
-    let seg = clock::Calibration::point();
-    // SAFETY: the mapping is large enough for the header and the records.
-    unsafe {
-        b.write(ThreadBuf {
-            inst,
-            fd,
-            head: AtomicUsize::new(0),
-            busy: AtomicBool::new(false),
-            lost: AtomicU64::new(0),
-            seg_raw: AtomicU64::new(seg.0),
-            seg_ns: AtomicU64::new(seg.1),
-            words: (p as *mut u8).add(std::mem::size_of::<ThreadBuf>().next_multiple_of(64))
-                as *mut u64,
-        });
-    }
-    for slot in BUFS.iter() {
-        if slot
-            .compare_exchange(std::ptr::null_mut(), b, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            break;
+    let tid = crate::sys::gettid();
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut name = [0u8; 96];
+    let mut path = [0u8; 4096];
+    let shared_ring = SHM
+        .get()
+        .and_then(|shm| create_shared(shm, inst, tid, pid, &mut name, &mut path));
+    let (base, fd, cap) = if let Some(base) = shared_ring {
+        (base, -1, RING_RECORDS)
+    } else {
+        // Local: the agent alone, or no shared ring could be made (a file
+        // size limit, a full /dev/shm): this thread writes its own.
+        let Some(dir) = DIRS[inst].get() else {
+            return std::ptr::null_mut();
+        };
+        let n = put_decimal(&mut name, 0, tid as u64);
+        name[n..n + 4].copy_from_slice(b".dat");
+        if !path_in(dir, &name[..n + 4], &mut path) {
+            return std::ptr::null_mut();
         }
-    }
-    MINE[inst].set(b);
+        // SAFETY: path is NUL-terminated.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr().cast(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
+        if fd < 0 {
+            return std::ptr::null_mut();
+        }
+        let len = ring_bytes(LOCAL_RECORDS);
+        // SAFETY: anonymous mapping; mmap is async-signal-safe.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            // SAFETY: closing the fd opened above.
+            unsafe { libc::close(fd) };
+            return std::ptr::null_mut();
+        }
+        (p as *mut u8, fd, LOCAL_RECORDS)
+    };
+    // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped.
+    unsafe { Ring::init(base, inst, tid, pid, cap) };
+    let Some(i) = RINGS.iter().position(|s| {
+        s.ring
+            .compare_exchange(
+                std::ptr::null_mut(),
+                base,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }) else {
+        return std::ptr::null_mut(); // more rings than slots: leaked, lost
+    };
+    RINGS[i].fd.store(fd, Ordering::Release);
+    MINE[inst].set(base);
+    MINE_SLOT[inst].set(i + 1);
     if let Some(&k) = KEY.get() {
         // SAFETY: valid key; non-null arms the destructor.
-        unsafe { libc::pthread_setspecific(k, b as *const libc::c_void) };
+        unsafe { libc::pthread_setspecific(k, base as *const libc::c_void) };
     }
-    b
+    base
 }
 
-/// Writes out what the buffer holds (and a LOST record for what it
-/// dropped). Returns false if someone else is flushing it.
-fn flush(buf: &ThreadBuf) -> bool {
-    if buf
-        .busy
-        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        return false;
-    }
-    let h = buf.head.load(Ordering::Acquire);
-    let point = clock::Calibration::point();
-    to_ns(buf, h, point);
-    let mut bytes = h * 16;
-    let mut p = buf.words as *const u8;
-    while bytes > 0 {
-        // SAFETY: [p, p + bytes) lies in the buffer's filled records.
-        let n = unsafe { libc::write(buf.fd, p.cast(), bytes) };
-        if n <= 0 {
-            if n < 0 && std::io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            // Disk full or similar: the records are lost, and counted. A
-            // write of 0 bytes to a regular file means no space.
-            let errno = if n < 0 {
-                std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO)
-            } else {
-                libc::ENOSPC
-            };
-            let _ = WRITE_ERRNO[buf.inst].compare_exchange(
-                0,
-                errno,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            buf.lost.fetch_add((bytes / 16) as u64, Ordering::Relaxed);
-            break;
-        }
-        bytes -= n as usize;
-        // SAFETY: advancing within the buffer.
-        p = unsafe { p.add(n as usize) };
-    }
-    WRITTEN[buf.inst].fetch_add((h * 16 - bytes) as u64 / 16, Ordering::Relaxed);
-    let lost = buf.lost.swap(0, Ordering::Relaxed);
-    if lost > 0 {
-        LOST[buf.inst].fetch_add(lost, Ordering::Relaxed);
-        let rec = [point.1, encode(Kind::Lost, 0, lost)];
-        // SAFETY: writing a 16-byte local record.
-        unsafe { libc::write(buf.fd, rec.as_ptr().cast(), 16) };
-    }
-    buf.head.store(0, Ordering::Release);
-    buf.busy.store(false, Ordering::Release);
-    true
-}
-
-/// Converts the times of the buffer's first `h` records to nanoseconds,
-/// between the buffer's last calibration point and `point` (which becomes
-/// the last). Times outside the two points (a time filter's entry written
-/// late) are extrapolated along the same line.
-fn to_ns(buf: &ThreadBuf, h: usize, point: (u64, u64)) {
-    let (raw0, ns0) = (
-        buf.seg_raw.load(Ordering::Relaxed),
-        buf.seg_ns.load(Ordering::Relaxed),
-    );
-    buf.seg_raw.store(point.0, Ordering::Relaxed);
-    buf.seg_ns.store(point.1, Ordering::Relaxed);
-    if !clock::uses_tsc() {
-        return; // CLOCK_MONOTONIC already
-    }
-    let conv = if point.0 > raw0 && point.1 > ns0 {
-        clock::Calibration {
-            raw0,
-            ns0,
-            raw1: point.0,
-            ns1: point.1,
-        }
-        .converter()
-    } else {
-        let s = START.each_ref().map(|a| a.load(Ordering::Relaxed));
-        clock::Calibration {
-            raw0: s[0],
-            ns0: s[1],
-            raw1: s[2],
-            ns1: s[3],
-        }
-        .converter()
-    };
-    for i in 0..h {
-        // SAFETY: i < h ≤ BUF_RECORDS: a filled record's time word, ours
-        // while `busy` is held.
-        unsafe {
-            let w = buf.words.add(2 * i);
-            w.write(conv.to_ns(w.read()));
-        }
+impl Ring {
+    /// This process's own ring at `base` (created by `create`).
+    ///
+    /// # Safety
+    /// `base` must be a ring made by [`create`], which are never unmapped.
+    #[inline(always)]
+    unsafe fn attach_own(base: *mut u8) -> Ring {
+        // SAFETY: per the contract.
+        unsafe { Ring::from_base(base) }
     }
 }
 
-/// Thread exit: flush and close every buffer of this thread.
+/// Thread exit: the thread's rings get no more records. Local mode: write
+/// them out and close their files; shared mode: mark them closed for the
+/// writer, which drains and removes them.
 extern "C" fn thread_exit(_: *mut libc::c_void) {
     for inst in 0..MAX_INSTANCES {
         let b = MINE[inst].replace(std::ptr::null_mut());
         if b.is_null() {
             continue;
         }
-        // SAFETY: this thread's buffer; buffers are never unmapped.
-        let buf = unsafe { &*b };
-        flush(buf);
-        for slot in BUFS.iter() {
-            if slot.load(Ordering::Acquire) == b {
-                slot.store(std::ptr::null_mut(), Ordering::Release);
-            }
+        let i = MINE_SLOT[inst].replace(0) - 1;
+        // SAFETY: this thread's ring; rings are never unmapped.
+        let r = unsafe { Ring::attach_own(b) };
+        let fd = RINGS[i].fd.load(Ordering::Relaxed);
+        if fd >= 0 {
+            drain_local(inst, r, fd);
+            // SAFETY: the fd belongs to this ring, which nobody uses any more.
+            unsafe { libc::close(fd) };
         }
-        // SAFETY: the fd belongs to this buffer, which nobody uses any more.
-        unsafe { libc::close(buf.fd) };
+        r.header().closed.store(1, Ordering::Release);
+        RINGS[i].fd.store(-1, Ordering::Release);
+        RINGS[i].ring.store(std::ptr::null_mut(), Ordering::Release);
     }
 }
 
 static DISABLED: AtomicBool = AtomicBool::new(false);
 
-/// In a forked child: forget every buffer (they hold the parent's records
-/// and share its files) without writing, and record nothing more (counted
-/// as lost). Async-signal-safe.
+/// In a forked child: forget every ring (they hold the parent's records
+/// and, shared, are the parent's to fill) without writing, and record
+/// nothing more (counted as lost). Async-signal-safe.
 pub fn disable_after_fork() {
     DISABLED.store(true, Ordering::Release);
-    for slot in BUFS.iter() {
-        slot.store(std::ptr::null_mut(), Ordering::Release);
+    for s in RINGS.iter() {
+        s.ring.store(std::ptr::null_mut(), Ordering::Release);
     }
     for c in MINE.iter() {
         c.set(std::ptr::null_mut());
     }
 }
 
-/// Flushes every thread's buffer (at process exit; a thread still running
-/// may keep appending to its own buffer afterwards: those records are lost).
+/// Writes out every ring its thread drains (at process exit; a thread
+/// still running may keep appending to its own ring afterwards: those
+/// records are lost). Shared rings are the writer's to drain.
 pub fn flush_all() {
-    for slot in BUFS.iter() {
-        let b = slot.load(Ordering::Acquire);
-        if !b.is_null() {
-            // SAFETY: buffers are never unmapped.
-            flush(unsafe { &*b });
+    for s in RINGS.iter() {
+        let b = s.ring.load(Ordering::Acquire);
+        let fd = s.fd.load(Ordering::Acquire);
+        if !b.is_null() && fd >= 0 {
+            // SAFETY: rings are never unmapped.
+            let r = unsafe { Ring::attach_own(b) };
+            drain_local(r.header().inst as usize, r, fd);
         }
     }
 }

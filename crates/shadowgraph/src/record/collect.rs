@@ -1,0 +1,265 @@
+//! The writer outside the traced program: `shadowgraph record` drains the
+//! threads' rings (files in a shared-memory directory, made by the traced
+//! process's [`super::writer`]) into each instance's `<tid>.dat`, converting
+//! times to nanoseconds on the way. The traced threads make no system call
+//! for their records, and what a crashed program had recorded is still in
+//! the rings when the writer drains them for the last time.
+
+use super::ring::{Drained, Ring};
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Per instance: what was written and lost, and the first write failure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub written: u64,
+    pub lost: u64,
+    /// errno of the first failed write (0: none).
+    pub errno: i32,
+}
+
+struct Mapped {
+    name: OsString,
+    ring: Ring,
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by the collector, which one thread drives.
+unsafe impl Send for Mapped {}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping, no longer referenced.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Drains the rings of one recording.
+pub struct Collector {
+    shm: PathBuf,
+    dirs: Vec<PathBuf>,
+    rings: Vec<Mapped>,
+    /// Ring files seen (mapped, retired, or not valid).
+    seen: HashSet<OsString>,
+    files: HashMap<(usize, i32), File>,
+    totals: Vec<Totals>,
+}
+
+/// Where the shared-memory directory of a recording goes: `/dev/shm` if
+/// the system has it, else the temporary directory.
+pub fn shm_dir(tag: &str) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    };
+    base.join(format!("shadowgraph-{tag}-{}", std::process::id()))
+}
+
+impl Collector {
+    /// A collector for rings in `shm` (created, private to the user), of
+    /// instances writing to `dirs[inst]`.
+    pub fn new(shm: &Path, dirs: Vec<PathBuf>) -> io::Result<Collector> {
+        super::clock::init();
+        let _ = std::fs::remove_dir_all(shm);
+        std::fs::DirBuilder::new().mode(0o700).create(shm)?;
+        Ok(Collector {
+            shm: shm.to_owned(),
+            totals: vec![Totals::default(); dirs.len()],
+            dirs,
+            rings: Vec::new(),
+            seen: HashSet::new(),
+            files: HashMap::new(),
+        })
+    }
+
+    /// Maps the rings created since the last scan.
+    pub fn scan(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.shm) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if self.seen.contains(&name) || !name.to_string_lossy().ends_with(".ring") {
+                continue;
+            }
+            match map_ring(&e.path()) {
+                Some((ring, base, len)) => {
+                    self.seen.insert(name.clone());
+                    self.rings.push(Mapped {
+                        name,
+                        ring,
+                        base,
+                        len,
+                    });
+                }
+                // Not initialised yet (or not a ring): looked at again at
+                // the next scan.
+                None => continue,
+            }
+        }
+    }
+
+    /// Drains every mapped ring once; rings of exited threads are removed
+    /// once empty. Returns the records moved.
+    pub fn drain(&mut self) -> u64 {
+        let mut moved = 0;
+        let mut i = 0;
+        while i < self.rings.len() {
+            let ring = self.rings[i].ring;
+            let h = ring.header();
+            // Read before draining: a ring closed then gets nothing more.
+            let closed = h.closed.load(Ordering::Acquire) != 0;
+            let inst = h.inst as usize;
+            let tid = h.tid;
+            let d = match self.file(inst, tid) {
+                Ok(fd) => ring.drain(fd),
+                Err(e) => Drained {
+                    written: 0,
+                    // No file to write to: the records are dropped, counted.
+                    lost: ring.discard(),
+                    errno: e.raw_os_error().unwrap_or(libc::EIO),
+                },
+            };
+            moved += d.written + d.lost;
+            if let Some(t) = self.totals.get_mut(inst) {
+                t.written += d.written;
+                t.lost += d.lost;
+                if t.errno == 0 {
+                    t.errno = d.errno;
+                }
+            }
+            if closed {
+                let m = self.rings.swap_remove(i);
+                let _ = std::fs::remove_file(self.shm.join(&m.name));
+                continue;
+            }
+            i += 1;
+        }
+        moved
+    }
+
+    fn file(&mut self, inst: usize, tid: i32) -> io::Result<i32> {
+        if let Some(f) = self.files.get(&(inst, tid)) {
+            return Ok(f.as_raw_fd());
+        }
+        let dir = self
+            .dirs
+            .get(inst)
+            .ok_or_else(|| io::Error::other(format!("ring of unknown instance {inst}")))?;
+        let f = File::options()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("{tid}.dat")))?;
+        let fd = f.as_raw_fd();
+        self.files.insert((inst, tid), f);
+        Ok(fd)
+    }
+
+    /// What each instance wrote and lost so far.
+    pub fn totals(&self) -> &[Totals] {
+        &self.totals
+    }
+
+    /// The last scan and drain (the traced program has exited): everything
+    /// the rings hold goes to the files; the shared-memory directory goes.
+    pub fn finish(mut self) -> Vec<Totals> {
+        self.scan();
+        self.drain();
+        self.rings.clear();
+        let _ = std::fs::remove_dir_all(&self.shm);
+        std::mem::take(&mut self.totals)
+    }
+
+    /// Drains in a thread of its own until the returned handle is finished.
+    pub fn spawn(self) -> CollectorThread {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let join = std::thread::Builder::new()
+            .name("shadowgraph-writer".into())
+            .spawn(move || {
+                let mut c = self;
+                let mut round = 0u64;
+                while !flag.load(Ordering::Acquire) {
+                    if round.is_multiple_of(8) {
+                        c.scan();
+                    }
+                    round += 1;
+                    let moved = c.drain();
+                    // Busy rings are drained often (a full ring makes its
+                    // thread wait); idle ones cost a wake-up per ms.
+                    std::thread::sleep(if moved > 0 {
+                        Duration::from_micros(100)
+                    } else {
+                        Duration::from_millis(1)
+                    });
+                }
+                c.finish()
+            })
+            .expect("spawn the writer thread");
+        CollectorThread { stop, join }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.rings.clear();
+        let _ = std::fs::remove_dir_all(&self.shm);
+    }
+}
+
+/// The running writer thread.
+pub struct CollectorThread {
+    stop: Arc<AtomicBool>,
+    join: std::thread::JoinHandle<Vec<Totals>>,
+}
+
+impl CollectorThread {
+    /// Stops the thread after a last drain; the instances' totals.
+    pub fn finish(self) -> Vec<Totals> {
+        self.stop.store(true, Ordering::Release);
+        self.join.join().unwrap_or_default()
+    }
+}
+
+/// Maps a ring file, if it holds an initialised ring.
+fn map_ring(path: &Path) -> Option<(Ring, *mut libc::c_void, usize)> {
+    let f = File::options().read(true).write(true).open(path).ok()?;
+    let len = f.metadata().ok()?.len() as usize;
+    if len == 0 {
+        return None;
+    }
+    // SAFETY: mapping a regular file we opened read-write, shared.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: base maps len bytes until we unmap it (Mapped's drop).
+    match unsafe { Ring::attach(base as *mut u8, len) } {
+        Some(r) => Some((r, base, len)),
+        None => {
+            // SAFETY: our mapping, unused.
+            unsafe { libc::munmap(base, len) };
+            None
+        }
+    }
+}

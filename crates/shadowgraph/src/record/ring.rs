@@ -1,0 +1,447 @@
+//! A thread's record ring: one producer (the traced thread, plain stores
+//! and one release store of `head` per record) and one consumer (the
+//! writer) that converts the records' times to nanoseconds and writes them
+//! to the thread's `.dat` file.
+//!
+//! The ring lives either in a file of a shared-memory directory, drained by
+//! the `shadowgraph record` process (the writer outside the traced program:
+//! the program pays no system call for its records, and a crash loses
+//! nothing), or in the traced process's own memory, drained by its thread
+//! when full. The layout is the same; it is shared by two builds of the
+//! same crate only (no compatibility promise beyond `MAGIC`).
+
+use super::clock::{self, Calibration};
+use super::format::{encode, Kind};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// "SGRING" + layout version 1.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\x01\0");
+/// Bytes before the records.
+pub const HEADER_BYTES: usize = 256;
+/// Records per ring (4 MiB): a few milliseconds of the busiest thread.
+pub const RING_RECORDS: u64 = 1 << 18;
+
+/// The ring's header, at the start of its mapping. Producer and consumer
+/// fields sit on separate cache lines.
+#[repr(C)]
+pub struct RingHeader {
+    /// Written last (release) when the ring is created: a consumer ignores
+    /// a ring without it.
+    pub magic: AtomicU64,
+    pub inst: u32,
+    pub tid: i32,
+    pub pid: i32,
+    /// 1: times are raw TSC values; 0: CLOCK_MONOTONIC nanoseconds.
+    pub tsc: u32,
+    /// Records, a power of two.
+    pub capacity: u64,
+    _pad0: [u64; 4],
+    // --- producer line
+    /// Records ever written (the next one goes to `head % capacity`).
+    pub head: AtomicU64,
+    /// Records the producer dropped (no room in time); the consumer takes
+    /// them and writes a LOST record.
+    pub lost: AtomicU64,
+    /// The thread exited: the ring gets no more records.
+    pub closed: AtomicU32,
+    _pad1: u32,
+    /// The producer's last view of `tail` (its own field: reading `tail`
+    /// on every record would pull the consumer's cache line).
+    pub tail_cache: AtomicU64,
+    _pad2: [u64; 4],
+    // --- consumer line
+    /// Records consumed (their slots may be reused).
+    pub tail: AtomicU64,
+    /// The calibration point (raw, ns) of the last drain (or of creation),
+    /// where the next drain's conversion starts.
+    pub seg_raw: AtomicU64,
+    pub seg_ns: AtomicU64,
+    /// Held by whoever drains (in-process rings: the thread and the exit
+    /// flush).
+    pub busy: AtomicU32,
+    _pad3: u32,
+    _pad4: [u64; 4],
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<RingHeader>() <= HEADER_BYTES);
+    assert!(std::mem::offset_of!(RingHeader, head) == 64);
+    assert!(std::mem::offset_of!(RingHeader, tail) == 128);
+};
+
+/// Bytes of a ring's mapping.
+pub const fn ring_bytes(capacity: u64) -> usize {
+    HEADER_BYTES + capacity as usize * 16
+}
+
+/// A mapped ring: its header and records.
+#[derive(Clone, Copy)]
+pub struct Ring {
+    base: *mut u8,
+}
+
+// SAFETY: the ring is shared memory by design; every field either is an
+// atomic or is owned by one side per the protocol above.
+unsafe impl Send for Ring {}
+unsafe impl Sync for Ring {}
+
+/// What one drain moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Records written to the file.
+    pub written: u64,
+    /// Records lost: dropped by the producer, or not writable.
+    pub lost: u64,
+    /// The write failure (errno), if any.
+    pub errno: i32,
+}
+
+impl Ring {
+    /// Initialises a ring in `base` (zeroed memory of `ring_bytes(cap)`).
+    ///
+    /// # Safety
+    /// `base` must be a fresh, zeroed, writable mapping of at least
+    /// `ring_bytes(capacity)` bytes, 64-aligned, that lives for the
+    /// process's life.
+    pub unsafe fn init(base: *mut u8, inst: usize, tid: i32, pid: i32, capacity: u64) -> Ring {
+        debug_assert!(capacity.is_power_of_two());
+        let (raw, ns) = Calibration::point();
+        let h = base as *mut RingHeader;
+        // SAFETY: per the contract; fields written before `magic` publishes.
+        unsafe {
+            std::ptr::addr_of_mut!((*h).inst).write(inst as u32);
+            std::ptr::addr_of_mut!((*h).tid).write(tid);
+            std::ptr::addr_of_mut!((*h).pid).write(pid);
+            std::ptr::addr_of_mut!((*h).tsc).write(clock::uses_tsc() as u32);
+            std::ptr::addr_of_mut!((*h).capacity).write(capacity);
+            (*h).seg_raw.store(raw, Ordering::Relaxed);
+            (*h).seg_ns.store(ns, Ordering::Relaxed);
+            (*h).magic.store(MAGIC, Ordering::Release);
+        }
+        Ring { base }
+    }
+
+    /// A ring mapped at `base` by someone else, if its header is complete
+    /// and fits in `len` bytes.
+    ///
+    /// # Safety
+    /// `base` must map `len` readable and writable bytes for as long as the
+    /// returned ring is used.
+    pub unsafe fn attach(base: *mut u8, len: usize) -> Option<Ring> {
+        if len < HEADER_BYTES {
+            return None;
+        }
+        let r = Ring { base };
+        let h = r.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC
+            || !h.capacity.is_power_of_two()
+            || ring_bytes(h.capacity) > len
+        {
+            return None;
+        }
+        Some(r)
+    }
+
+    /// The ring at `base`, trusted to be initialised.
+    ///
+    /// # Safety
+    /// `base` must hold a ring made by [`Ring::init`] that stays mapped
+    /// while the returned value is used.
+    #[inline(always)]
+    pub(crate) unsafe fn from_base(base: *mut u8) -> Ring {
+        Ring { base }
+    }
+
+    #[inline(always)]
+    pub fn header(&self) -> &RingHeader {
+        // SAFETY: base maps a header (init/attach contracts).
+        unsafe { &*(self.base as *const RingHeader) }
+    }
+
+    #[inline(always)]
+    fn words(&self) -> *mut u64 {
+        // SAFETY: the records follow the header.
+        unsafe { self.base.add(HEADER_BYTES) as *mut u64 }
+    }
+
+    /// The producer's next record index, if there is room without waiting.
+    #[inline(always)]
+    pub fn slot(&self) -> Option<u64> {
+        let h = self.header();
+        let head = h.head.load(Ordering::Relaxed);
+        (head - h.tail_cache.load(Ordering::Relaxed) < h.capacity).then_some(head)
+    }
+
+    /// Re-reads `tail` (the consumer moved it?); returns whether there is
+    /// room for the record at `head` now.
+    pub fn refresh(&self, head: u64) -> bool {
+        let h = self.header();
+        let t = h.tail.load(Ordering::Acquire);
+        h.tail_cache.store(t, Ordering::Relaxed);
+        head - t < h.capacity
+    }
+
+    /// Stores record `head` (from [`Ring::slot`] or a successful
+    /// [`Ring::refresh`]) and publishes it. Producer only.
+    #[inline(always)]
+    pub fn push(&self, head: u64, time: u64, kind: Kind, depth: u16, addr: u64) {
+        let h = self.header();
+        let i = (head & (h.capacity - 1)) as usize;
+        // SAFETY: i < capacity: two words inside the ring, not the
+        // consumer's until `head` moves past them.
+        unsafe {
+            self.words().add(2 * i).write(time);
+            self.words().add(2 * i + 1).write(encode(kind, depth, addr));
+        }
+        h.head.store(head + 1, Ordering::Release);
+    }
+
+    /// Counts a record the producer could not store.
+    pub fn drop_record(&self) {
+        self.header().lost.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Consumer: converts the published records' times to nanoseconds,
+    /// writes them to `fd`, then a LOST record for what the producer
+    /// dropped, and frees their slots. Async-signal-safe (no allocation;
+    /// `write` and the vDSO clock only). A failed write loses the records
+    /// (counted) and stops this drain.
+    pub fn drain(&self, fd: i32) -> Drained {
+        let h = self.header();
+        let head = h.head.load(Ordering::Acquire);
+        let tail = h.tail.load(Ordering::Relaxed);
+        let dropped = h.lost.load(Ordering::Relaxed);
+        let mut out = Drained::default();
+        if head == tail && dropped == 0 {
+            return out;
+        }
+        let point = Calibration::point();
+        self.convert_times(tail, head, point);
+        let cap = h.capacity;
+        let mut at = tail;
+        while at < head {
+            let i = at & (cap - 1);
+            let n = (head - at).min(cap - i);
+            // SAFETY: records i..i+n are inside the ring and published.
+            let p = unsafe { self.words().add(2 * i as usize) as *const u8 };
+            match write_all(fd, p, n as usize * 16) {
+                Ok(()) => out.written += n,
+                Err((e, done)) => {
+                    out.errno = e;
+                    out.written += done as u64 / 16;
+                    out.lost += head - at - done as u64 / 16;
+                    drop_partial_record(fd, done % 16);
+                    break;
+                }
+            }
+            at += n;
+        }
+        let dropped = h.lost.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            out.lost += dropped;
+            let rec = [point.1, encode(Kind::Lost, 0, dropped)];
+            if out.errno == 0 {
+                if let Err((e, done)) = write_all(fd, rec.as_ptr().cast(), 16) {
+                    out.errno = e;
+                    drop_partial_record(fd, done);
+                }
+            }
+        }
+        h.tail.store(head, Ordering::Release);
+        out
+    }
+
+    /// Consumer: frees every published record without writing it (there
+    /// is nowhere to write); returns how many records that loses.
+    pub fn discard(&self) -> u64 {
+        let h = self.header();
+        let head = h.head.load(Ordering::Acquire);
+        let tail = h.tail.load(Ordering::Relaxed);
+        let dropped = h.lost.swap(0, Ordering::Relaxed);
+        h.tail.store(head, Ordering::Release);
+        head - tail + dropped
+    }
+
+    /// Converts the times of records `from..to` between the ring's last
+    /// calibration point and `point` (which becomes the last): piecewise
+    /// linear, so every time stays within the points' pairing error of the
+    /// real clock however long the recording. Times outside the two points
+    /// (a time filter's entry written late) follow the same line.
+    fn convert_times(&self, from: u64, to: u64, point: (u64, u64)) {
+        let h = self.header();
+        let (raw0, ns0) = (
+            h.seg_raw.load(Ordering::Relaxed),
+            h.seg_ns.load(Ordering::Relaxed),
+        );
+        h.seg_raw.store(point.0, Ordering::Relaxed);
+        h.seg_ns.store(point.1, Ordering::Relaxed);
+        if h.tsc == 0 || point.0 <= raw0 || point.1 <= ns0 {
+            // Nanoseconds already, or no time between the points to
+            // measure a rate: keep the previous times (raw ones are
+            // converted by the start calibration when read).
+            if h.tsc != 0 {
+                let c = start_calibration().converter();
+                self.convert(from, to, |t| c.to_ns(t));
+            }
+            return;
+        }
+        let c = Calibration {
+            raw0,
+            ns0,
+            raw1: point.0,
+            ns1: point.1,
+        }
+        .converter();
+        self.convert(from, to, |t| c.to_ns(t));
+    }
+
+    fn convert(&self, from: u64, to: u64, f: impl Fn(u64) -> u64) {
+        let mask = self.header().capacity - 1;
+        for k in from..to {
+            // SAFETY: a published record's time word, the consumer's until
+            // `tail` moves past it.
+            unsafe {
+                let w = self.words().add(2 * (k & mask) as usize);
+                w.write(f(w.read()));
+            }
+        }
+    }
+}
+
+/// The recording's start calibration: the rate used when two points of a
+/// ring are too close to give one.
+static START: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+pub fn set_start_calibration(c: Calibration) {
+    for (a, v) in START.iter().zip([c.raw0, c.ns0, c.raw1, c.ns1]) {
+        a.store(v, Ordering::Relaxed);
+    }
+}
+
+fn start_calibration() -> Calibration {
+    let s = START.each_ref().map(|a| a.load(Ordering::Relaxed));
+    Calibration {
+        raw0: s[0],
+        ns0: s[1],
+        raw1: s[2],
+        ns1: s[3],
+    }
+}
+
+/// A write that failed after `stray` bytes of a record: cut them off, so
+/// that the file holds whole records only.
+fn drop_partial_record(fd: i32, stray: usize) {
+    if stray == 0 {
+        return;
+    }
+    // SAFETY: lseek and ftruncate on our own descriptor.
+    unsafe {
+        let end = libc::lseek(fd, 0, libc::SEEK_END);
+        if end >= stray as libc::off_t {
+            libc::ftruncate(fd, end - stray as libc::off_t);
+        }
+    }
+}
+
+/// Writes `len` bytes at `p` to `fd`, retrying short writes and EINTR.
+/// A write of 0 bytes to a regular file means no space. On failure:
+/// (errno, bytes written before it).
+fn write_all(fd: i32, mut p: *const u8, mut len: usize) -> Result<(), (i32, usize)> {
+    let mut done = 0;
+    while len > 0 {
+        // SAFETY: [p, p + len) is readable (callers' contracts).
+        let n = unsafe { libc::write(fd, p.cast(), len) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err((e, done));
+        }
+        if n == 0 {
+            return Err((libc::ENOSPC, done));
+        }
+        len -= n as usize;
+        done += n as usize;
+        // SAFETY: advancing within the range.
+        p = unsafe { p.add(n as usize) };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::format::decode;
+    use std::sync::atomic::AtomicBool;
+
+    /// A producer thread fills a small ring as fast as it can while a
+    /// consumer thread drains it to a file: every record arrives once, in
+    /// order, intact (the ring wraps ~1000 times).
+    #[test]
+    fn producer_and_consumer_threads_lose_nothing() {
+        const CAP: u64 = 1024;
+        const N: u64 = 1_000_000;
+        let len = ring_bytes(CAP);
+        // SAFETY: anonymous mapping, zeroed, never unmapped during the test.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: a fresh zeroed mapping of the ring's size.
+        let ring = unsafe { Ring::init(base as *mut u8, 0, 1, 1, CAP) };
+        let path = std::env::temp_dir().join(format!("sg-ring-test-{}", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        let done = AtomicBool::new(false);
+        let tsc = ring.header().tsc != 0;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..N {
+                    let h = loop {
+                        if let Some(h) = ring.slot() {
+                            break h;
+                        }
+                        let h = ring.header().head.load(Ordering::Relaxed);
+                        if ring.refresh(h) {
+                            break h;
+                        }
+                        std::hint::spin_loop();
+                    };
+                    ring.push(h, i, Kind::Entry, (i % 1024) as u16, i);
+                }
+                done.store(true, Ordering::Release);
+            });
+            s.spawn(|| {
+                use std::os::fd::AsRawFd;
+                loop {
+                    let finished = done.load(Ordering::Acquire);
+                    let d = ring.drain(file.as_raw_fd());
+                    assert_eq!((d.lost, d.errno), (0, 0));
+                    if finished && d.written == 0 {
+                        break;
+                    }
+                }
+            });
+        });
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(bytes.len() as u64, N * 16);
+        for (i, rec) in bytes.chunks_exact(16).enumerate() {
+            let r = decode(rec.try_into().unwrap(), i as u64 * 16).unwrap();
+            let i = i as u64;
+            assert_eq!((r.addr, r.depth as u64), (i, i % 1024), "record {i}");
+            if !tsc {
+                assert_eq!(r.time, i, "record {i}");
+            }
+        }
+    }
+}
