@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 
 mod graph;
 mod interpose;
+mod profile;
 mod record;
 mod unwind;
 

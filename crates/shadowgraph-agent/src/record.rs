@@ -31,6 +31,17 @@ struct Tracer {
     /// Time filter in clock ticks (0: none): calls shorter than this leave
     /// no records.
     min_ticks: u64,
+    /// A profile (crate::profile) rather than records.
+    profile: bool,
+}
+
+/// One tracer as configured.
+struct Config {
+    dir: PathBuf,
+    filter: GraphFilter,
+    time_ns: u64,
+    /// A profile tracer's function patterns (filter, notrace).
+    profile: Option<(String, String)>,
 }
 
 static TRACERS: OnceLock<Vec<Tracer>> = OnceLock::new();
@@ -63,6 +74,27 @@ fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph::RetR
 
 fn on_return_timed(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph::RetRegs) {
     exit::<true>(r, u, regs)
+}
+
+// A lone tracer without filters (the common `record`): the event's depth
+// is the record's, and nothing else is looked at.
+fn on_entry_plain(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    writer::emit(
+        u.private,
+        Kind::Entry,
+        e.depth.clamp(0, 1023) as u16,
+        e.func as u64,
+    );
+    true
+}
+
+fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+    writer::emit(
+        u.private,
+        Kind::Exit,
+        r.depth.clamp(0, 1023) as u16,
+        r.func as u64,
+    );
 }
 
 #[inline(always)]
@@ -200,8 +232,8 @@ fn graph_filter(filter: &str, notrace: &str, depth: &str) -> Result<GraphFilter,
     })
 }
 
-/// (directory, filter, time filter in ns) of each configured tracer.
-fn configure(dir: &std::path::Path) -> Result<Vec<(PathBuf, GraphFilter, u64)>, String> {
+/// Each configured tracer.
+fn configure(dir: &std::path::Path) -> Result<Vec<Config>, String> {
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     let n: usize = var("SHADOWGRAPH_TRACERS").parse().unwrap_or(0);
     if n == 0 {
@@ -210,8 +242,13 @@ fn configure(dir: &std::path::Path) -> Result<Vec<(PathBuf, GraphFilter, u64)>, 
             &var("SHADOWGRAPH_NOTRACE"),
             &var("SHADOWGRAPH_DEPTH"),
         )?;
-        let time = var("SHADOWGRAPH_TIME").parse().unwrap_or(0);
-        return Ok(vec![(dir.to_owned(), f, time)]);
+        let time_ns = var("SHADOWGRAPH_TIME").parse().unwrap_or(0);
+        return Ok(vec![Config {
+            dir: dir.to_owned(),
+            filter: f,
+            time_ns,
+            profile: None,
+        }]);
     }
     if n > writer::MAX_INSTANCES {
         return Err(format!("at most {} tracers", writer::MAX_INSTANCES));
@@ -220,13 +257,43 @@ fn configure(dir: &std::path::Path) -> Result<Vec<(PathBuf, GraphFilter, u64)>, 
         .map(|i| {
             let spec = var(&format!("SHADOWGRAPH_TRACER_{i}"));
             let f: Vec<&str> = spec.split('\t').collect();
-            let [name, filter, notrace, depth, time] = f[..] else {
+            let [name, filter, notrace, depth, time, kind] = f[..] else {
                 return Err(format!("SHADOWGRAPH_TRACER_{i}: malformed"));
             };
-            let time = time.parse().unwrap_or(0);
-            Ok((dir.join(name), graph_filter(filter, notrace, depth)?, time))
+            let profile = match kind {
+                "graph" => None,
+                "profile" => Some((filter.to_string(), notrace.to_string())),
+                other => return Err(format!("SHADOWGRAPH_TRACER_{i}: unknown type `{other}`")),
+            };
+            Ok(Config {
+                dir: dir.join(name),
+                filter: if profile.is_some() {
+                    GraphFilter::default()
+                } else {
+                    graph_filter(filter, notrace, depth)?
+                },
+                time_ns: time.parse().unwrap_or(0),
+                profile,
+            })
         })
         .collect()
+}
+
+/// A profile's own filter set: the functions it profiles.
+fn profile_set(filter: &str, notrace: &str) -> Result<Arc<ftrace::FilterSet>, String> {
+    let split =
+        |p: &'static str| -> Vec<&'static str> { p.split(';').filter(|p| !p.is_empty()).collect() };
+    let filter: &'static str = Box::leak(filter.to_string().into_boxed_str());
+    let notrace: &'static str = Box::leak(notrace.to_string().into_boxed_str());
+    let (f, n) = (split(filter), split(notrace));
+    if !f.is_empty() {
+        return ftrace::FilterSet::with_patterns(&f, &n).map_err(|e| e.to_string());
+    }
+    let fs = ftrace::FilterSet::all();
+    if !n.is_empty() {
+        ftrace::set_notrace(&fs, ftrace::FilterEdit::Set(&n)).map_err(|e| e.to_string())?;
+    }
+    Ok(fs)
 }
 
 pub fn attach() -> Result<(), String> {
@@ -255,7 +322,31 @@ pub fn attach() -> Result<(), String> {
         raw1,
         ns1,
     });
-    for (i, (d, filter, time_ns)) in config.into_iter().enumerate() {
+    crate::profile::init(ftrace::sites().len());
+    for (i, c) in config.into_iter().enumerate() {
+        let Config {
+            dir: d,
+            filter,
+            time_ns,
+            profile,
+        } = c;
+        if let Some((f, n)) = profile {
+            std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+            let set = profile_set(&f, &n).map_err(|e| format!("{}: {e}", d.display()))?;
+            tracers.push(Tracer {
+                dir: d,
+                filter: None,
+                user: fgraph::GraphUser::new(
+                    crate::profile::on_entry,
+                    crate::profile::on_return,
+                    set,
+                    i,
+                ),
+                min_ticks: 0,
+                profile: true,
+            });
+            continue;
+        }
         writer::start(i, &d, shm.as_deref()).map_err(|e| format!("{}: {e}", d.display()))?;
         let unfiltered =
             filter.max_depth == 0 && filter.functions.is_none() && filter.notrace.is_none();
@@ -263,6 +354,8 @@ pub fn attach() -> Result<(), String> {
         let min_ticks = (time_ns as f64 * ticks_per_ns) as u64;
         let user = if min_ticks > 0 {
             fgraph::GraphUser::new(on_entry_timed, on_return_timed, ftrace::FilterSet::all(), i)
+        } else if filter.is_none() {
+            fgraph::GraphUser::new(on_entry_plain, on_return_plain, ftrace::FilterSet::all(), i)
         } else {
             fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), i)
         };
@@ -271,6 +364,7 @@ pub fn attach() -> Result<(), String> {
             filter,
             user,
             min_ticks,
+            profile: false,
         });
     }
     let tracers = TRACERS.get_or_init(|| tracers);
@@ -341,7 +435,32 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
             info.set("write_error", e);
         }
         info.set("overrun", fgraph::total_overruns());
+        if t.profile {
+            info.set("tracer", "profile");
+            info.set(
+                "profile_unattributed",
+                crate::profile::BEYOND.load(Ordering::Relaxed),
+            );
+            info.set(
+                "profile_no_room",
+                crate::profile::NO_ROOM.load(Ordering::Relaxed),
+            );
+        }
         let dir = &t.dir;
+        if t.profile && finished {
+            let raw0 = RAW0.load(Ordering::Relaxed);
+            let ns0 = NS0.load(Ordering::Relaxed);
+            let ns_per_tick = if raw1 > raw0 && clock::uses_tsc() {
+                (ns1 - ns0) as f64 / (raw1 - raw0) as f64
+            } else {
+                1.0
+            };
+            let addrs: Vec<usize> = ftrace::sites().iter().map(|s| s.addr).collect();
+            let text = crate::profile::dump(i, &addrs, ns_per_tick);
+            if let Err(e) = std::fs::write(dir.join("profile"), text) {
+                eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
+            }
+        }
         if let Err(e) = std::fs::write(dir.join("symbols"), &syms)
             .and_then(|_| std::fs::write(dir.join("maps"), &maps))
             .and_then(|_| info.write(dir))
@@ -380,7 +499,7 @@ extern "C" fn finish() {
     if writer::shared() {
         return; // the writer converts once it has drained the rings
     }
-    for t in tracers {
+    for t in tracers.iter().filter(|t| !t.profile) {
         // uftrace's metadata, in place: the directory is then readable by
         // uftrace as well.
         let dir = &t.dir;

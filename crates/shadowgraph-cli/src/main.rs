@@ -259,6 +259,13 @@ fn view(
     use std::io::IsTerminal;
     use std::io::Write;
     let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    if shadowgraph::record::profile::is_profile(&data) {
+        return Err(format!(
+            "{} holds a profile (per-function totals, no call records): see it with `shadowgraph report -d {}`",
+            dir.display(),
+            dir.display()
+        ));
+    }
     for w in [data.loss_warning(), data.unread_events_notice()]
         .into_iter()
         .flatten()
@@ -324,6 +331,28 @@ fn report(
             ))
         }
     };
+    let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    if shadowgraph::record::profile::is_profile(&data) {
+        if !filter.functions.is_empty()
+            || !filter.notrace.is_empty()
+            || filter.max_depth > 0
+            || filter.min_ns > 0
+        {
+            return Err(format!(
+                "{} holds a profile (no call records): -F/-N/-D/-t do not apply (--tid and -s do)",
+                dir.display()
+            ));
+        }
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        return shadowgraph::record::profile::report(&data, key, threads, &filter.tids, &mut out)
+            .and_then(|()| {
+                use std::io::Write;
+                out.flush()
+                    .map_err(shadowgraph::record::replay::ReplayError::Io)
+            })
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| e.to_string());
+    }
     view(dir, |d, o| {
         shadowgraph::record::report::report(d, key, threads, filter, o)
     })

@@ -118,9 +118,11 @@ pub struct RecordOptions {
     /// --no-libs for the others.
     #[arg(long = "lib")]
     libs: Vec<String>,
-    /// Several tracers at once, each recording into DIR/NAME with its own
-    /// filters: `NAME[:filter=P,P][:notrace=P,P][:depth=N][:time=T]`;
-    /// repeatable.
+    /// Several tracers at once, each into DIR/NAME with its own filters:
+    /// `NAME[:type=graph|profile][:filter=P,P][:notrace=P,P][:depth=N][:time=T]`;
+    /// repeatable. A graph tracer records every call; a profile (the type
+    /// of a tracer named `profile`) keeps per-function calls, total and
+    /// self time for `report` (its filter selects the functions profiled).
     #[arg(long = "tracer")]
     tracers: Vec<String>,
 }
@@ -132,6 +134,7 @@ struct TracerSpec {
     notrace: Vec<String>,
     depth: u32,
     time_ns: u64,
+    profile: bool,
 }
 
 /// A duration with a unit (ns, us, ms, s; none: ns) in nanoseconds.
@@ -168,7 +171,9 @@ fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
         notrace: Vec::new(),
         depth: 0,
         time_ns: 0,
+        profile: false,
     };
+    t.profile = t.name == "profile";
     for p in parts {
         let (k, v) = p
             .split_once('=')
@@ -190,12 +195,28 @@ fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
             "time" => {
                 t.time_ns = parse_duration_ns(v).map_err(|e| format!("--tracer {spec}: {e}"))?
             }
+            "type" => {
+                t.profile = match v {
+                    "graph" => false,
+                    "profile" => true,
+                    _ => {
+                        return Err(format!(
+                            "--tracer {spec}: unknown type `{v}` (graph, profile)"
+                        ))
+                    }
+                }
+            }
             other => {
                 return Err(format!(
-                    "--tracer {spec}: unknown key `{other}` (filter, notrace, depth, time)"
+                    "--tracer {spec}: unknown key `{other}` (type, filter, notrace, depth, time)"
                 ))
             }
         }
+    }
+    if t.profile && (t.depth > 0 || t.time_ns > 0) {
+        return Err(format!(
+            "--tracer {spec}: a profile takes filter= and notrace= only (it keeps no call records)"
+        ));
     }
     Ok(t)
 }
@@ -253,12 +274,13 @@ impl RecordOptions {
             env.push((
                 format!("SHADOWGRAPH_TRACER_{i}"),
                 format!(
-                    "{}\t{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}\t{}",
                     t.name,
                     t.filter.join(";"),
                     t.notrace.join(";"),
                     t.depth,
-                    t.time_ns
+                    t.time_ns,
+                    if t.profile { "profile" } else { "graph" }
                 ),
             ));
         }
@@ -326,13 +348,32 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
                 // start; the rings held the rest.
                 eprintln!("# {label}{prog} ended without the recording's exit step ({status}); what it recorded is kept");
             }
-            let converted = shadowgraph::record::data::DataDir::open(&d)
-                .and_then(|dd| shadowgraph::record::uftrace::export(&dd, &d));
+            let converted = shadowgraph::record::data::DataDir::open(&d).and_then(|dd| {
+                if shadowgraph::record::profile::is_profile(&dd) {
+                    Ok(()) // no records to convert
+                } else {
+                    shadowgraph::record::uftrace::export(&dd, &d)
+                }
+            });
             if let Err(e) = converted {
                 eprintln!("shadowgraph: {e}");
             }
         }
         match shadowgraph::record::data::DataDir::open(&d) {
+            Ok(dd) if shadowgraph::record::profile::is_profile(&dd) => {
+                match shadowgraph::record::profile::read(&dd) {
+                    Ok(rows) => eprintln!(
+                        "# {label}profiled {} calls of {} functions into {}",
+                        rows.values().map(|r| r.calls).sum::<u64>(),
+                        rows.keys()
+                            .map(|k| k.1)
+                            .collect::<std::collections::HashSet<_>>()
+                            .len(),
+                        d.display()
+                    ),
+                    Err(e) => eprintln!("shadowgraph: {label}{e}"),
+                }
+            }
             Ok(dd) => {
                 // Counted from the files: right also when the exit step
                 // (which updates the counts in `info`) never ran.

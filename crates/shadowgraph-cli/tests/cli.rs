@@ -1766,3 +1766,151 @@ fn a_killed_program_loses_nothing_it_recorded() {
     assert_eq!(s[..3], [" |main() {", " |  work() {", "D|    leaf();"]);
     assert_eq!(s[s.len() - 2..], ["D|  } /* work */", " |  die() {"]);
 }
+
+/// Parses a duration as `report` prints it ("  1.234 ms") into ns.
+fn parse_report_duration(s: &str) -> u64 {
+    let s = s.trim();
+    if s.is_empty() {
+        return 0;
+    }
+    let (v, unit) = s.split_at(s.len() - 2);
+    let v: f64 = v.trim().parse().unwrap();
+    let scale = match unit {
+        "us" => 1e3,
+        "ms" => 1e6,
+        " s" => 1e9,
+        other => panic!("unit {other}"),
+    };
+    (v * scale) as u64
+}
+
+/// Rows of a report: function → (total, self, calls).
+fn report_rows(out: &str) -> HashMap<String, (u64, u64, u64)> {
+    out.lines()
+        .skip(2)
+        .map(|l| {
+            let total = parse_report_duration(&l[..12]);
+            let self_t = parse_report_duration(&l[12..24]);
+            let rest: Vec<&str> = l[24..].split_whitespace().collect();
+            let calls: u64 = rest[0].parse().unwrap();
+            let name = rest.last().unwrap().to_string();
+            (name, (total, self_t, calls))
+        })
+        .collect()
+}
+
+/// A profile tracer beside a graph tracer on the same run: the profile's
+/// calls equal the recording's exactly, its totals of non-recursive
+/// functions match the recording's, self time excludes profiled callees
+/// only, and the other views refuse a profile with a clear message.
+#[test]
+fn the_profile_tracer_matches_the_recording_of_the_same_run() {
+    let dir = workdir("profile");
+    let exe = build_c(
+        &dir,
+        "prof",
+        "#include <stdio.h>\n#include <time.h>\n\
+         __attribute__((noinline)) void nap(long us) { struct timespec t = {0, us * 1000}; nanosleep(&t, 0); }\n\
+         __attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }\n\
+         __attribute__((noinline)) int mid(int i) { nap(2000); return leaf(i) + leaf(i + 1); }\n\
+         __attribute__((noinline)) long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+         int main(void) { int s = 0; for (int i = 0; i < 10; i++) s += mid(i);\n\
+         printf(\"%d %ld\\n\", s, fib(15)); return 0; }\n",
+    );
+    let data = dir.join("p.data");
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(&data)
+        .args([
+            "--tracer",
+            "profile",
+            "--tracer",
+            "all",
+            "--tracer",
+            "part:type=profile:filter=mid,leaf",
+            "--",
+        ])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "320 610");
+    assert!(
+        err.contains("tracer profile: profiled 2014 calls of 5 functions"),
+        "{err}"
+    );
+    let report = |d: &str, extra: &[&str]| {
+        let o = shadowgraph()
+            .args(["report", "-d"])
+            .arg(data.join(d))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0
+    };
+    let prof_text = report("profile", &[]);
+    assert!(
+        prof_text.starts_with(
+            "  Total time   Self time       Calls     Average      Stddev  Function\n"
+        ),
+        "{prof_text}"
+    );
+    let prof = report_rows(&prof_text);
+    let all = report_rows(&report("all", &[]));
+    assert_eq!(prof.len(), 5, "{prof_text}");
+    for (f, p) in &prof {
+        assert_eq!(p.2, all[f].2, "{f}: calls");
+    }
+    // Non-recursive functions: the same durations, measured by two users
+    // of one run (each includes the other's overhead: a small slack).
+    for f in ["nap", "mid", "main"] {
+        let (a, b) = (prof[f].0, all[f].0);
+        assert!(a.abs_diff(b) < b / 50 + 200_000, "{f}: {a} vs {b}");
+    }
+    assert!(prof["nap"].0 >= 20_000_000 && prof["nap"].1 == prof["nap"].0);
+    assert!(prof["mid"].1 < 1_000_000, "mid's self excludes nap");
+    // fib: the total counts every recursive call (the profiler's sum).
+    assert!(prof["fib"].0 > all["fib"].0, "{prof_text}");
+    // The filtered profile: only mid and leaf; nap's time is mid's own.
+    let part = report_rows(&report("part", &[]));
+    assert_eq!(
+        part.keys()
+            .map(String::as_str)
+            .collect::<std::collections::BTreeSet<_>>(),
+        ["leaf", "mid"].into()
+    );
+    assert_eq!((part["mid"].2, part["leaf"].2), (10, 20));
+    assert!(part["mid"].1 >= 20_000_000, "nap is not profiled: {part:?}");
+    // Sorting and threads.
+    let by_calls = report("profile", &["-s", "call"]);
+    assert!(
+        by_calls.lines().nth(2).unwrap().ends_with(" fib"),
+        "{by_calls}"
+    );
+    let threads = report("profile", &["--threads"]);
+    assert!(threads.starts_with("    TID    Total time"), "{threads}");
+    assert_eq!(threads.lines().count(), 2 + 5);
+    // What does not apply to a profile says so.
+    for args in [vec!["replay"], vec!["report", "-F", "mid"]] {
+        let o = shadowgraph()
+            .args(&args)
+            .arg("-d")
+            .arg(data.join("profile"))
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let e = text(&o).1;
+        assert!(
+            e.contains("holds a profile") && e.lines().count() == 1,
+            "{e}"
+        );
+    }
+    let o = shadowgraph()
+        .args(["record", "--tracer", "profile:depth=2", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).1.contains("a profile takes filter="));
+}

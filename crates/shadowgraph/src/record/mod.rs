@@ -10,6 +10,7 @@ pub mod flame;
 pub mod format;
 pub mod graph;
 pub mod perfetto;
+pub mod profile;
 pub mod replay;
 pub mod report;
 pub mod ring;

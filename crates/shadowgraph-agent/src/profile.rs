@@ -1,0 +1,197 @@
+//! The profile tracer (`--tracer profile`): per function, the calls, the
+//! total and self time and the spread of durations, accumulated in memory
+//! per thread (no records, no shared writes) and written at exit to
+//! `DIR/profile`, which `shadowgraph report` shows.
+//!
+//! An fgraph user reserving `{calltime, children}` in each frame: at the
+//! return, `d = now − calltime` is added to the function's row and to the
+//! nearest profiled caller's `children` (self time = d − children). Total
+//! time is the sum of every call's duration, recursive calls included (the
+//! kernel's function profiler's definition).
+
+use shadowgraph::record::clock;
+use shadowgraph::{fgraph, ftrace};
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+/// One function's row in a thread's table.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Row {
+    hits: u64,
+    total: u64,
+    self_time: u64,
+    _pad: u64,
+    /// Σ d² in ticks².
+    sumsq: u128,
+}
+
+/// A thread's rows, indexed by site id; listed globally for the exit dump.
+#[repr(C)]
+struct Table {
+    tid: i32,
+    inst: usize,
+    next: *mut Table,
+    rows: *mut Row,
+}
+
+/// Rows per table: site ids at or above it (objects loaded later) are
+/// counted in `BEYOND` instead.
+static CAPACITY: AtomicUsize = AtomicUsize::new(0);
+static TABLES: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
+/// Returns of functions without a row (no site id, or beyond the table).
+pub static BEYOND: AtomicU64 = AtomicU64::new(0);
+/// Calls whose frame had no room for the profile's data.
+pub static NO_ROOM: AtomicU64 = AtomicU64::new(0);
+
+shadowgraph::fast_thread_local!(
+    static PROFILE_TABLES: [Cell<*mut Table>; 8];
+);
+
+/// Sizes the tables for the sites known now (before registering).
+pub fn init(sites: usize) {
+    CAPACITY.store(sites + 64, Ordering::Relaxed);
+}
+
+pub fn on_entry(_: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    match u.reserve(16) {
+        Some(p) => {
+            let p = p as *mut u64;
+            // SAFETY: 16 reserved, word-aligned bytes, ours until the call
+            // returns.
+            unsafe {
+                p.write(clock::now());
+                p.add(1).write(0);
+            }
+        }
+        None => {
+            NO_ROOM.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    true
+}
+
+pub fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+    let now = clock::now();
+    let Some((p, _)) = u.retrieve() else {
+        return;
+    };
+    let p = p as *const u64;
+    // SAFETY: our 16 bytes in the frame returning now.
+    let (start, children) = unsafe { (p.read(), p.add(1).read()) };
+    let d = now.saturating_sub(start);
+    if let Some((q, _)) = u.retrieve_nearest_own() {
+        // SAFETY: the caller's frame data, live below ours.
+        unsafe {
+            let c = (q as *mut u64).add(1);
+            c.write(c.read() + d);
+        }
+    }
+    let Some(id) = ftrace::site_id_of(r.func) else {
+        BEYOND.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let inst = u.private;
+    let mut t = PROFILE_TABLES[inst].get();
+    if t.is_null() {
+        t = new_table(inst);
+        if t.is_null() {
+            BEYOND.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    // SAFETY: this thread's table, never freed.
+    let t = unsafe { &*t };
+    if id as usize >= CAPACITY.load(Ordering::Relaxed) {
+        BEYOND.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: id < capacity: a row of this thread's table, written only
+    // by this thread (the exit dump reads it after the threads are done).
+    let row = unsafe { &mut *t.rows.add(id as usize) };
+    row.hits += 1;
+    row.total += d;
+    row.self_time += d.saturating_sub(children);
+    row.sumsq += d as u128 * d as u128;
+}
+
+/// This thread's table for instance `inst`: one anonymous mapping (zero
+/// pages until touched), async-signal-safe.
+#[cold]
+fn new_table(inst: usize) -> *mut Table {
+    let cap = CAPACITY.load(Ordering::Relaxed);
+    let len = std::mem::size_of::<Table>().next_multiple_of(64) + cap * std::mem::size_of::<Row>();
+    // SAFETY: anonymous mapping; mmap is async-signal-safe.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return std::ptr::null_mut();
+    }
+    let t = p as *mut Table;
+    // SAFETY: the mapping holds the header and `cap` rows (zero = empty).
+    unsafe {
+        t.write(Table {
+            tid: shadowgraph::sys::gettid(),
+            inst,
+            next: std::ptr::null_mut(),
+            rows: (p as *mut u8).add(std::mem::size_of::<Table>().next_multiple_of(64)) as *mut Row,
+        });
+    }
+    let mut head = TABLES.load(Ordering::Acquire);
+    loop {
+        // SAFETY: t is ours until published.
+        unsafe { (*t).next = head };
+        match TABLES.compare_exchange(head, t, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => break,
+            Err(h) => head = h,
+        }
+    }
+    PROFILE_TABLES[inst].set(t);
+    t
+}
+
+/// The profile of instance `inst` as text: `tid addr hits total self
+/// sumsq` per row with calls, times in nanoseconds (`conv` turns clock
+/// ticks into them).
+pub fn dump(inst: usize, sites: &[usize], ns_per_tick: f64) -> String {
+    let mut out = String::from(
+        "# shadowgraph profile v1\n# tid\taddress\tcalls\ttotal_ns\tself_ns\tsum_sq_ns2\n",
+    );
+    let cap = CAPACITY.load(Ordering::Relaxed).min(sites.len());
+    let mut t = TABLES.load(Ordering::Acquire);
+    while !t.is_null() {
+        // SAFETY: tables are never freed; their rows were written by
+        // threads that are done (exit) or stopped changing them.
+        let tab = unsafe { &*t };
+        if tab.inst == inst {
+            for (id, &addr) in sites.iter().enumerate().take(cap) {
+                // SAFETY: id < capacity.
+                let row = unsafe { *tab.rows.add(id) };
+                if row.hits == 0 {
+                    continue;
+                }
+                let ns = |v: u64| (v as f64 * ns_per_tick).round() as u64;
+                let sq = (row.sumsq as f64 * ns_per_tick * ns_per_tick).round();
+                let _ = writeln!(
+                    out,
+                    "{}\t{addr:#x}\t{}\t{}\t{}\t{sq}",
+                    tab.tid,
+                    row.hits,
+                    ns(row.total),
+                    ns(row.self_time)
+                );
+            }
+        }
+        t = tab.next;
+    }
+    out
+}

@@ -1,0 +1,178 @@
+//! A profile tracer's data (`DIR/profile`, written by the agent at exit):
+//! per thread and function, calls, total and self time and the sum of
+//! squared durations; and its report (threads merged or not, sortable):
+//! calls, total, self, average and standard deviation per function.
+
+use super::data::{DataDir, DataError};
+use super::replay::{format_duration, ReplayError};
+use super::report::SortKey;
+use std::collections::HashMap;
+use std::io::Write;
+
+/// One function's totals (of one thread, or merged).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProfileRow {
+    pub calls: u64,
+    /// Sum of every call's duration (recursive calls included), ns.
+    pub total: u64,
+    pub self_time: u64,
+    /// Sum of squared durations, ns².
+    pub sum_sq: f64,
+}
+
+impl ProfileRow {
+    fn add(&mut self, o: &ProfileRow) {
+        self.calls += o.calls;
+        self.total += o.total;
+        self.self_time += o.self_time;
+        self.sum_sq += o.sum_sq;
+    }
+
+    pub fn average(&self) -> u64 {
+        self.total.checked_div(self.calls).unwrap_or(0)
+    }
+
+    /// Sample standard deviation of the durations (0 for one call).
+    pub fn stddev(&self) -> u64 {
+        if self.calls < 2 {
+            return 0;
+        }
+        let n = self.calls as f64;
+        let s = self.total as f64;
+        let var = (self.sum_sq - s * s / n) / (n - 1.0);
+        var.max(0.0).sqrt().round() as u64
+    }
+}
+
+/// Whether `data` is a profile tracer's directory.
+pub fn is_profile(data: &DataDir) -> bool {
+    data.info.get("tracer") == Some("profile")
+}
+
+/// The rows of `DIR/profile`, keyed by (tid, function address); checked:
+/// a malformed line is an error naming the file and line.
+pub fn read(data: &DataDir) -> Result<HashMap<(i32, u64), ProfileRow>, DataError> {
+    let path = data.dir.join("profile");
+    let bad = |m: String| DataError {
+        path: path.clone(),
+        message: m,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        bad(format!(
+            "cannot read: {e} (a profile is written when the program exits)"
+        ))
+    })?;
+    let mut rows = HashMap::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        let parsed = (|| {
+            let [tid, addr, calls, total, self_time, sum_sq] = f[..] else {
+                return None;
+            };
+            let addr = u64::from_str_radix(addr.strip_prefix("0x")?, 16).ok()?;
+            Some((
+                (tid.parse().ok()?, addr),
+                ProfileRow {
+                    calls: calls.parse().ok()?,
+                    total: total.parse().ok()?,
+                    self_time: self_time.parse().ok()?,
+                    sum_sq: sum_sq.parse().ok()?,
+                },
+            ))
+        })();
+        let Some((k, row)) = parsed else {
+            return Err(bad(format!(
+                "line {}: malformed (expected tid, address, calls, total, self, sum of squares)",
+                n + 1
+            )));
+        };
+        rows.entry(k).or_insert_with(ProfileRow::default).add(&row);
+    }
+    Ok(rows)
+}
+
+/// Writes the profile report: rows merged over threads (or per thread),
+/// only the threads in `tids` if any, sorted by `sort`.
+pub fn report(
+    data: &DataDir,
+    sort: SortKey,
+    per_thread: bool,
+    tids: &[i32],
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let mut merged: HashMap<(i32, u64), ProfileRow> = HashMap::new();
+    for ((tid, addr), row) in read(data).map_err(ReplayError::Data)? {
+        if !tids.is_empty() && !tids.contains(&tid) {
+            continue;
+        }
+        let key = (if per_thread { tid } else { 0 }, addr);
+        merged.entry(key).or_default().add(&row);
+    }
+    let mut rows: Vec<((i32, u64), ProfileRow, String)> = merged
+        .into_iter()
+        .map(|(k, r)| (k, r, data.name(k.1).into_owned()))
+        .collect();
+    rows.sort_by(|a, b| {
+        let o = match sort {
+            SortKey::Total => b.1.total.cmp(&a.1.total),
+            SortKey::SelfTime => b.1.self_time.cmp(&a.1.self_time),
+            SortKey::Calls => b.1.calls.cmp(&a.1.calls),
+            SortKey::Name => a.2.cmp(&b.2),
+        };
+        o.then_with(|| a.2.cmp(&b.2)).then(a.0 .0.cmp(&b.0 .0))
+    });
+    let tid_head = if per_thread { "    TID  " } else { "" };
+    let tid_rule = if per_thread { "  =======" } else { "" };
+    writeln!(
+        out,
+        "{tid_head}  Total time   Self time       Calls     Average      Stddev  Function"
+    )?;
+    writeln!(
+        out,
+        "{tid_rule}  ==========  ==========  ==========  ==========  ==========  ===================="
+    )?;
+    for ((tid, _), r, name) in rows {
+        if per_thread {
+            write!(out, "  {tid:>7}")?;
+        }
+        writeln!(
+            out,
+            "  {}  {}  {:>10}  {}  {}  {name}",
+            format_duration(Some(r.total)),
+            format_duration(Some(r.self_time)),
+            r.calls,
+            format_duration(Some(r.average())),
+            format_duration(Some(r.stddev())),
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stddev_of_known_durations() {
+        // Durations 2, 4, 4, 4, 5, 5, 7, 9: sample stddev = sqrt(32/7).
+        let d = [2u64, 4, 4, 4, 5, 5, 7, 9];
+        let r = ProfileRow {
+            calls: d.len() as u64,
+            total: d.iter().sum(),
+            self_time: 0,
+            sum_sq: d.iter().map(|&x| (x * x) as f64).sum(),
+        };
+        assert_eq!(r.average(), 5);
+        assert_eq!(r.stddev(), (32f64 / 7.0).sqrt().round() as u64);
+        let one = ProfileRow {
+            calls: 1,
+            total: 10,
+            self_time: 10,
+            sum_sq: 100.0,
+        };
+        assert_eq!(one.stddev(), 0);
+    }
+}
