@@ -65,8 +65,12 @@ extern "C" fn agent_init() {
         .ok()
         .and_then(|p| p.parse::<i32>().ok())
     {
-        // A program the traced one started (fork + exec): not traced.
-        Some(root) if root != pid => return,
+        // A program the traced one started (fork + exec): not traced, but
+        // the writer hears of it.
+        Some(root) if root != pid => {
+            note_untraced_exec(pid);
+            return;
+        }
         _ => {
             // SAFETY: setenv in a constructor, while the process has one thread.
             unsafe {
@@ -89,6 +93,18 @@ extern "C" fn agent_init() {
     };
     if let Err(e) = result {
         eprintln!("shadowgraph: {e}; the program runs untraced");
+    }
+}
+
+/// Leaves `exec-<pid>` (holding the executable's path) in the writer's
+/// shared-memory directory, so that `record` can say what was not traced.
+fn note_untraced_exec(pid: i32) {
+    if let Some(shm) = std::env::var_os("SHADOWGRAPH_SHM") {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+        let _ = std::fs::write(
+            std::path::Path::new(&shm).join(format!("exec-{pid}")),
+            exe.as_os_str().as_encoded_bytes(),
+        );
     }
 }
 

@@ -509,11 +509,11 @@ extern "C" fn finish() {
     }
 }
 
-/// A forked child inherits the parent's buffers and file descriptors: it
-/// must neither write them again nor add its own records to the parent's
-/// files (recording children is not supported yet).
+/// A forked child inherits the parent's rings: it must not write them. With
+/// the writer process it records on into rings of its own (its records go
+/// to its threads' `.dat` files); else it records nothing.
 extern "C" fn after_fork_child() {
-    writer::disable_after_fork();
+    writer::forget_after_fork();
 }
 
 const FATAL: [i32; 5] = [

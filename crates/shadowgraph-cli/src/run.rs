@@ -336,8 +336,18 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         .env("SHADOWGRAPH_SHM", &shm)
         .envs(env)
         .status();
-    let totals = collector.finish();
+    let finished = collector.finish();
+    let totals = finished.totals;
     let status = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
+    for (pid, exe) in &finished.execs {
+        eprintln!("# not traced: process {pid} started {exe} (exec); tracing across exec is not supported yet");
+    }
+    if !finished.running.is_empty() {
+        eprintln!(
+            "shadowgraph: warning: processes {:?} started by {prog} were still running when it exited: their later calls are not recorded",
+            finished.running
+        );
+    }
     for (i, (label, d)) in dirs.into_iter().enumerate() {
         let info_path = d.join("shadowgraph.info");
         if info_path.exists() {

@@ -1154,24 +1154,56 @@ fn forked_and_executed_children_leave_the_parents_results_alone() {
         .unwrap();
     let (_, err) = text(&o);
     assert!(o.status.success() && !err.contains("shadowgraph:"), "{err}");
-    let rep = shape(
-        &text(
-            &shadowgraph()
-                .args(["replay", "-d"])
-                .arg(&data)
-                .output()
-                .unwrap(),
-        )
-        .0,
+    // The parent's thread shows the parent's calls only; the forked child
+    // is recorded in its own (the shell started by system() is an exec:
+    // not traced).
+    let parent: i32 = shadowgraph::record::data::DataDir::open(&data)
+        .unwrap()
+        .info
+        .get("pid")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let out = text(
+        &shadowgraph()
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    let (mine, theirs): (Vec<&str>, Vec<&str>) = out
+        .lines()
+        .skip(1)
+        .partition(|l| l.contains(&format!("[{parent:>7}]")));
+    let head = out.lines().next().unwrap_or_default();
+    let mine = shape(
+        &[head]
+            .into_iter()
+            .chain(mine)
+            .collect::<Vec<_>>()
+            .join("\n"),
     );
     assert_eq!(
-        rep,
+        mine,
         [
             " |main() {",
             "D|  parent_work();",
             "D|  parent_work();",
             "D|} /* main */"
         ]
+    );
+    assert_eq!(
+        theirs.len(),
+        100,
+        "the child's 100 calls (it leaves main by exit()): {out}"
+    );
+    assert!(
+        theirs
+            .iter()
+            .filter(|l| l.ends_with("child_work();"))
+            .count()
+            == 100
     );
 }
 
@@ -1913,4 +1945,100 @@ fn the_profile_tracer_matches_the_recording_of_the_same_run() {
         .output()
         .unwrap();
     assert!(!o.status.success() && text(&o).1.contains("a profile takes filter="));
+}
+
+/// A forked child records on into its own `.dat` (its threads' rings are
+/// its own), `task.txt` tells uftrace where it came from, and a program
+/// started by exec is named as not traced.
+#[test]
+fn forked_children_are_recorded_and_exec_is_reported() {
+    let dir = workdir("fork");
+    let exe = build_c(
+        &dir,
+        "fk",
+        "#include <stdio.h>\n#include <unistd.h>\n#include <sys/wait.h>\n\
+         #define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int leaf(int x) { return x + 1; }\n\
+         KEEP int child_work(void) { return leaf(1) + leaf(2) + leaf(3); }\n\
+         KEEP int parent_work(void) { return leaf(4); }\n\
+         KEEP int spawn(void) { pid_t p = fork(); if (p == 0) { child_work(); _exit(0); } return p; }\n\
+         int main(int argc, char **argv) {\n\
+           if (argc > 1) { printf(\"exec'd %d\\n\", child_work()); return 0; }\n\
+           pid_t p = spawn(); parent_work(); waitpid(p, 0, 0);\n\
+           if (fork() == 0) { execl(\"/proc/self/exe\", \"fk\", \"x\", (char *)0); _exit(1); }\n\
+           wait(0); return 0; }\n",
+    );
+    let data = dir.join("f.data");
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "exec'd 9");
+    assert!(
+        err.contains("(exec); tracing across exec is not supported yet")
+            && err.contains("from 2 threads"),
+        "{err}"
+    );
+    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let parent: i32 = d.info.get("pid").unwrap().parse().unwrap();
+    let child = *d.tids.iter().find(|&&t| t != parent).unwrap();
+    let task = std::fs::read_to_string(data.join("task.txt")).unwrap();
+    assert!(
+        task.contains("FORK timestamp=") && task.contains(&format!("pid={child} ppid={parent}")),
+        "{task}"
+    );
+    let o = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let rep = text(&o).0;
+    let of = |tid: i32| -> Vec<String> {
+        rep.lines()
+            .filter(|l| l.contains(&format!("[{tid:>7}]")))
+            .map(|l| l.split_once("] | ").unwrap().1.trim().to_string())
+            .collect()
+    };
+    assert_eq!(
+        of(parent),
+        [
+            "main() {",
+            "spawn();",
+            "parent_work() {",
+            "leaf();",
+            "} /* parent_work */",
+            "} /* main */"
+        ],
+        "{rep}"
+    );
+    assert_eq!(
+        of(child),
+        [
+            "child_work() {",
+            "leaf();",
+            "leaf();",
+            "leaf();",
+            "} /* child_work */"
+        ],
+        "{rep}"
+    );
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        let o = Command::new("uftrace")
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let theirs = text(&o).0;
+        assert!(o.status.success(), "{}", text(&o).1);
+        let child_lines = theirs
+            .lines()
+            .filter(|l| l.contains(&format!("[{child:>6}]")))
+            .count();
+        assert_eq!(child_lines, 5, "uftrace shows the child: {theirs}");
+    }
 }

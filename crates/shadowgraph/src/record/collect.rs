@@ -26,6 +26,18 @@ pub struct Totals {
     pub errno: i32,
 }
 
+/// What the last drain leaves to tell.
+#[derive(Clone, Debug, Default)]
+pub struct Finished {
+    pub totals: Vec<Totals>,
+    /// Programs started by exec in a traced process (pid, executable):
+    /// not traced.
+    pub execs: Vec<(i32, String)>,
+    /// Processes with rings still alive when the writer stopped (children
+    /// that outlived the traced program): their later calls are missing.
+    pub running: Vec<i32>,
+}
+
 struct Mapped {
     name: OsString,
     ring: Ring,
@@ -52,6 +64,8 @@ pub struct Collector {
     seen: HashSet<OsString>,
     files: HashMap<(usize, i32), File>,
     totals: Vec<Totals>,
+    /// Per instance: thread → (process, parent process), from the rings.
+    tasks: Vec<std::collections::BTreeMap<i32, (i32, i32)>>,
 }
 
 /// Where the shared-memory directory of a recording goes: `/dev/shm` if
@@ -76,6 +90,7 @@ impl Collector {
         Ok(Collector {
             shm: shm.to_owned(),
             totals: vec![Totals::default(); dirs.len()],
+            tasks: vec![Default::default(); dirs.len()],
             dirs,
             rings: Vec::new(),
             seen: HashSet::new(),
@@ -96,6 +111,10 @@ impl Collector {
             match map_ring(&e.path()) {
                 Some((ring, base, len)) => {
                     self.seen.insert(name.clone());
+                    let h = ring.header();
+                    if let Some(t) = self.tasks.get_mut(h.inst as usize) {
+                        t.insert(h.tid, (h.pid, h.ppid));
+                    }
                     self.rings.push(Mapped {
                         name,
                         ring,
@@ -172,13 +191,49 @@ impl Collector {
     }
 
     /// The last scan and drain (the traced program has exited): everything
-    /// the rings hold goes to the files; the shared-memory directory goes.
-    pub fn finish(mut self) -> Vec<Totals> {
+    /// the rings hold goes to the files, each instance's `tasks` file says
+    /// which process every thread belonged to, and the shared-memory
+    /// directory goes.
+    pub fn finish(mut self) -> Finished {
         self.scan();
         self.drain();
+        let mut running: Vec<i32> = self
+            .rings
+            .iter()
+            .map(|m| m.ring.header().pid)
+            // SAFETY: kill with signal 0 only checks that the process exists.
+            .filter(|&pid| unsafe { libc::kill(pid, 0) } == 0)
+            .collect();
+        running.sort_unstable();
+        running.dedup();
         self.rings.clear();
+        for (dir, tasks) in self.dirs.iter().zip(&self.tasks) {
+            if tasks.is_empty() {
+                continue;
+            }
+            let mut text = String::from("# tid\tpid\tppid\n");
+            for (tid, (pid, ppid)) in tasks {
+                text.push_str(&format!("{tid}\t{pid}\t{ppid}\n"));
+            }
+            let _ = std::fs::write(dir.join("tasks"), text);
+        }
+        let mut execs = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(&self.shm) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(pid) = name.strip_prefix("exec-").and_then(|p| p.parse().ok()) {
+                    let exe = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    execs.push((pid, exe.trim().to_string()));
+                }
+            }
+        }
+        execs.sort();
         let _ = std::fs::remove_dir_all(&self.shm);
-        std::mem::take(&mut self.totals)
+        Finished {
+            totals: std::mem::take(&mut self.totals),
+            execs,
+            running,
+        }
     }
 
     /// Drains in a thread of its own until the returned handle is finished.
@@ -221,12 +276,12 @@ impl Drop for Collector {
 /// The running writer thread.
 pub struct CollectorThread {
     stop: Arc<AtomicBool>,
-    join: std::thread::JoinHandle<Vec<Totals>>,
+    join: std::thread::JoinHandle<Finished>,
 }
 
 impl CollectorThread {
-    /// Stops the thread after a last drain; the instances' totals.
-    pub fn finish(self) -> Vec<Totals> {
+    /// Stops the thread after a last drain; what it found.
+    pub fn finish(self) -> Finished {
         self.stop.store(true, Ordering::Release);
         self.join.join().unwrap_or_default()
     }

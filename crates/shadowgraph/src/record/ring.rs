@@ -35,7 +35,10 @@ pub struct RingHeader {
     pub tsc: u32,
     /// Records, a power of two.
     pub capacity: u64,
-    _pad0: [u64; 4],
+    /// The process's parent when the ring was made (a forked child's
+    /// rings tell the writer where the child came from).
+    pub ppid: i32,
+    _pad0: [u32; 7],
     // --- producer line
     /// Records ever written (the next one goes to `head % capacity`).
     pub head: AtomicU64,
@@ -114,6 +117,7 @@ impl Ring {
             std::ptr::addr_of_mut!((*h).pid).write(pid);
             std::ptr::addr_of_mut!((*h).tsc).write(clock::uses_tsc() as u32);
             std::ptr::addr_of_mut!((*h).capacity).write(capacity);
+            std::ptr::addr_of_mut!((*h).ppid).write(libc::getppid());
             (*h).seg_raw.store(raw, Ordering::Relaxed);
             (*h).seg_ns.store(ns, Ordering::Relaxed);
             (*h).magic.store(MAGIC, Ordering::Release);

@@ -109,6 +109,18 @@ fn convert_dat(src: &Path, dst: &Path, cal: &Calibration) -> Result<Option<u64>,
     }
 }
 
+/// `tasks` (written by the recording's writer): tid → (pid, ppid).
+fn read_tasks(dir: &Path) -> std::collections::HashMap<i32, (i32, i32)> {
+    let text = std::fs::read_to_string(dir.join("tasks")).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split('\t').map(|v| v.parse::<i32>().ok());
+            Some((f.next()??, (f.next()??, f.next()??)))
+        })
+        .collect()
+}
+
 fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(a), Ok(b)) => a == b,
@@ -148,7 +160,11 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         .unwrap_or(0);
     let exe = data.info.get("exe").unwrap_or("").to_string();
     let cal = data.info.calibration();
-    let start_ns = cal.ns0;
+    let start_ns: u64 = data
+        .info
+        .get("ns0")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cal.ns0);
     let sid = format!(
         "{:016x}",
         pid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ start_ns
@@ -178,8 +194,17 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         "SESS timestamp={} pid={pid} sid={sid} exename=\"{exe}\"\n",
         ts(start_ns)
     );
+    // Threads of forked children (the writer's `tasks` file: tid, pid,
+    // ppid): a FORK line before each child's first thread.
+    let tasks = read_tasks(&data.dir);
+    let mut forked = std::collections::HashSet::new();
+    first_time.sort_by_key(|&(tid, t)| (t, tid));
     for (tid, t) in &first_time {
-        writeln!(task, "TASK timestamp={} tid={tid} pid={pid}", ts(*t)).unwrap();
+        let (tpid, ppid) = tasks.get(tid).copied().unwrap_or((pid as i32, 0));
+        if tpid as u64 != pid && forked.insert(tpid) {
+            writeln!(task, "FORK timestamp={} pid={tpid} ppid={ppid}", ts(*t)).unwrap();
+        }
+        writeln!(task, "TASK timestamp={} tid={tid} pid={tpid}", ts(*t)).unwrap();
     }
     let p = out.join("task.txt");
     std::fs::write(&p, task).map_err(|e| err(&p, e))?;

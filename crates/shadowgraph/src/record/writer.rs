@@ -425,15 +425,23 @@ extern "C" fn thread_exit(_: *mut libc::c_void) {
 static DISABLED: AtomicBool = AtomicBool::new(false);
 
 /// In a forked child: forget every ring (they hold the parent's records
-/// and, shared, are the parent's to fill) without writing, and record
-/// nothing more (counted as lost). Async-signal-safe.
-pub fn disable_after_fork() {
-    DISABLED.store(true, Ordering::Release);
+/// and, shared, are the parent's to fill) without writing them. With a
+/// writer process the child records on into rings of its own; drained by
+/// its own threads it would need its own exit step, so it records nothing
+/// more. Async-signal-safe.
+pub fn forget_after_fork() {
+    if !shared() {
+        DISABLED.store(true, Ordering::Release);
+    }
     for s in RINGS.iter() {
+        s.fd.store(-1, Ordering::Relaxed);
         s.ring.store(std::ptr::null_mut(), Ordering::Release);
     }
     for c in MINE.iter() {
         c.set(std::ptr::null_mut());
+    }
+    for c in MINE_SLOT.iter() {
+        c.set(0);
     }
 }
 
