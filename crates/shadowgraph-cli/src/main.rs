@@ -88,6 +88,8 @@ enum Command {
         data: PathBuf,
         /// The function.
         function: String,
+        #[command(flatten)]
+        filter: ViewFilter,
     },
     /// Write the recording in another format.
     Dump {
@@ -187,9 +189,16 @@ fn main() -> ExitCode {
             }
         }
         Command::Live { opts, program } => run::live(&opts, &program),
-        Command::Graph { data, function } => view(&data, |d, o| {
-            shadowgraph::record::graph::graph(d, &function, o)
-        }),
+        Command::Graph {
+            data,
+            function,
+            filter,
+        } => {
+            let f = filter.into();
+            view(&data, |d, o| {
+                shadowgraph::record::graph::graph(d, &function, &f, o)
+            })
+        }
         Command::Export { data, uftrace } => {
             let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string());
             d.and_then(|d| {

@@ -890,6 +890,49 @@ fn record_options_filter_notrace_depth_and_libs() {
     assert!(has_mid(&[]));
     assert!(!has_mid(&["--no-libs"]));
     assert!(has_mid(&["--lib", "libcalls"]));
+
+    // `@LIB` in the views' patterns: the object each recorded function
+    // lives in, from the recording's maps.
+    let data = dir.join("lib.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&user)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let view = |args: &[&str]| -> Vec<String> {
+        let o = shadowgraph()
+            .args(["replay", "-d"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+        shape(&text(&o).0)
+    };
+    assert_eq!(
+        view(&["-N", "*@libcalls.so"]),
+        ["D|main();"],
+        "the library's functions hidden"
+    );
+    let only_lib = view(&["-F", "*@libcalls*", "-D", "1"]);
+    assert!(
+        only_lib == ["D|recurse();", "D|run_args();", "D|run();"],
+        "{only_lib:?}"
+    );
+    let o = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&data)
+        .args(["-F", "main@libcalls.so"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && text(&o).1.contains("matches no recorded function"),
+        "main is not the library's"
+    );
+    // (uftrace's own replay does not apply `@LIB` to recorded data.)
 }
 
 #[test]
@@ -2040,5 +2083,98 @@ fn forked_children_are_recorded_and_exec_is_reported() {
             .filter(|l| l.contains(&format!("[{child:>6}]")))
             .count();
         assert_eq!(child_lines, 5, "uftrace shows the child: {theirs}");
+    }
+}
+
+/// `graph` takes the views' filters, as uftrace's does: the same output as
+/// `uftrace graph` with each of them, on the same recording.
+#[test]
+fn graph_view_filters_as_uftrace_does() {
+    let dir = workdir("graphfilters");
+    let exe = build_c(
+        &dir,
+        "g",
+        "#include <stdio.h>\n#include <time.h>\n\
+         __attribute__((noinline)) void nap(long us) { struct timespec t = {0, us * 1000}; nanosleep(&t, 0); }\n\
+         __attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }\n\
+         __attribute__((noinline)) int mid(int i) { nap(2000); return leaf(i) + leaf(i + 1); }\n\
+         __attribute__((noinline)) long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+         int main(void) { int s = 0; for (int i = 0; i < 4; i++) s += mid(i);\n\
+         printf(\"%d %ld\\n\", s, fib(6)); return 0; }\n",
+    );
+    let data = dir.join("g.data");
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let tree = |args: &[&str]| -> Vec<String> {
+        let o = shadowgraph()
+            .args(["graph", "-d"])
+            .arg(&data)
+            .args(args)
+            .arg("main")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o)
+            .0
+            .lines()
+            .skip_while(|l| !l.starts_with("# TOTAL TIME"))
+            .skip(1)
+            .filter_map(|l| l.split_once(" : ").map(|x| x.1.trim_end().to_string()))
+            .collect()
+    };
+    assert_eq!(
+        tree(&["-N", "nap", "-D", "2"]),
+        ["(1) main", " +-(4) mid", " |", " +-(1) fib"]
+    );
+    assert_eq!(
+        tree(&["-t", "1ms"]),
+        ["(1) main", "(4) mid", "(4) nap"],
+        "only calls of 1 ms or more"
+    );
+    assert_eq!(
+        tree(&["-N", "fib", "-N", "leaf"]),
+        ["(1) main", "(4) mid", "(4) nap"]
+    );
+    let o = shadowgraph()
+        .args(["graph", "-d"])
+        .arg(&data)
+        .args(["-F", "mid", "main"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success()
+            && text(&o)
+                .1
+                .contains("no call of `main` in what the filters select")
+    );
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        for args in [
+            &["-N", "nap", "-D", "2"][..],
+            &["-t", "1ms"],
+            &["-N", "fib", "-N", "leaf"],
+            &["-D", "3"],
+        ] {
+            let run = |cmd: &mut Command| {
+                let o = cmd
+                    .args(["graph", "-d"])
+                    .arg(&data)
+                    .args(args)
+                    .arg("main")
+                    .output()
+                    .unwrap();
+                text(&o).0
+            };
+            assert_eq!(
+                run(&mut shadowgraph()),
+                run(&mut Command::new("uftrace")),
+                "graph {args:?}"
+            );
+        }
     }
 }

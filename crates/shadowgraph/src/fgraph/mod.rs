@@ -463,15 +463,19 @@ extern "C" fn manager_tramp_entry(regs: *mut u8, data: usize) -> crate::tramp::E
     let _e = ErrnoGuard::save();
     let ops = slot.ops.load(Ordering::Acquire);
     if !ops.is_null() {
-        // SAFETY: an ops in a published slot outlives the grace period that
-        // follows clearing it.
-        graph_entry(regs.ip, regs.parent_ip, unsafe { &*ops }, regs);
+        graph_entry_inline(regs.ip, regs.parent_ip, regs);
     }
     crate::tramp::EntryAction::default()
 }
 
-/// The manager's callback (SPEC §4.3).
+/// The manager's callback (SPEC §4.3), when reached through the core's
+/// dispatch rather than the manager's own trampolines.
 fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {
+    graph_entry_inline(ip, parent_ip, regs)
+}
+
+#[inline(always)]
+fn graph_entry_inline(ip: usize, parent_ip: usize, regs: &mut Regs) {
     let t = thread();
     if t.stack.get().is_null() || t.exiting.get() || t.pause.get() > 0 || t.unhooked.get() {
         // Rare states, kept off the common path.

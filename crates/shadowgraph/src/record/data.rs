@@ -83,6 +83,9 @@ pub struct DataDir {
     pub symbols: Vec<(u64, String)>,
     /// Thread ids with a `.dat` file, ascending.
     pub tids: Vec<i32>,
+    /// Traced objects: (start, end, path), by start (empty when the
+    /// recording does not say).
+    pub modules: Vec<(u64, u64, String)>,
 }
 
 impl DataDir {
@@ -166,14 +169,16 @@ impl DataDir {
             Err(_) if ours.exists() => false,
             Err(e) => return Err(err(&info_path, format!("cannot read: {e}"))),
         };
-        let symbols = if uftrace {
+        let (symbols, mut modules) = if uftrace {
             // Times in .dat files are nanoseconds already.
             info.set("format", "uftrace");
             read_uftrace_task(dir, &mut info)?;
             read_uftrace_symbols(dir)?
         } else {
-            read_symbols(&dir.join("symbols"))?
+            (read_symbols(&dir.join("symbols"))?, read_modules(dir)?)
         };
+        modules.sort();
+        modules.dedup();
         let mut tids = Vec::new();
         for e in std::fs::read_dir(dir).map_err(|e| err(dir, format!("cannot list: {e}")))? {
             let name = e.map_err(|e| err(dir, e.to_string()))?.file_name();
@@ -188,6 +193,7 @@ impl DataDir {
             info,
             symbols,
             tids,
+            modules,
         })
     }
 
@@ -213,6 +219,15 @@ impl DataDir {
     /// All records of one thread (small traces, tests).
     pub fn records(&self, tid: i32) -> Result<Vec<Record>, DataError> {
         self.stream(tid)?.collect()
+    }
+
+    /// The path of the traced object holding `addr` ("" if unknown).
+    pub fn module_of(&self, addr: u64) -> &str {
+        match self.modules.partition_point(|m| m.0 <= addr) {
+            0 => "",
+            i if addr < self.modules[i - 1].1 => &self.modules[i - 1].2,
+            _ => "",
+        }
     }
 
     /// The function holding `addr` (the nearest symbol at or below it:
@@ -297,8 +312,38 @@ fn read_uftrace_task(dir: &Path, info: &mut Info) -> Result<(), DataError> {
 
 /// Symbols from `sid-*.map` (object ranges) and `<object>.sym` files
 /// (addresses relative to the object's start), as absolute addresses.
-fn read_uftrace_symbols(dir: &Path) -> Result<Vec<(u64, String)>, DataError> {
+type Modules = Vec<(u64, u64, String)>;
+
+/// `maps` of one of our recordings (base, end, path per line); none in
+/// recordings made before it existed.
+fn read_modules(dir: &Path) -> Result<Modules, DataError> {
+    let p = dir.join("maps");
+    let Ok(text) = std::fs::read_to_string(&p) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (n, l) in text.lines().enumerate() {
+        let f: Vec<&str> = l.splitn(3, '\t').collect();
+        let num = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+        match f[..] {
+            [b, e, path] => match (num(b), num(e)) {
+                (Some(b), Some(e)) => out.push((b, e, path.to_string())),
+                _ => return Err(err(&p, format!("line {}: bad address", n + 1))),
+            },
+            _ => {
+                return Err(err(
+                    &p,
+                    format!("line {}: expected base<TAB>end<TAB>path", n + 1),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn read_uftrace_symbols(dir: &Path) -> Result<(Vec<(u64, String)>, Modules), DataError> {
     let mut symbols = Vec::new();
+    let mut modules = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| err(dir, format!("cannot list: {e}")))?;
     for e in entries {
         let p = e.map_err(|e| err(dir, e.to_string()))?.path();
@@ -318,10 +363,16 @@ fn read_uftrace_symbols(dir: &Path) -> Result<Vec<(u64, String)>, DataError> {
             if !path.starts_with('/') {
                 continue;
             }
-            let start = range
+            let (start, end) = range
                 .split_once('-')
-                .and_then(|(a, _)| u64::from_str_radix(a, 16).ok())
+                .and_then(|(a, b)| {
+                    Some((
+                        u64::from_str_radix(a, 16).ok()?,
+                        u64::from_str_radix(b, 16).ok()?,
+                    ))
+                })
                 .ok_or_else(|| err(&p, format!("line {}: bad address range", n + 1)))?;
+            modules.push((start, end, path.to_string()));
             let base = Path::new(path)
                 .file_name()
                 .map(|b| b.to_string_lossy().into_owned())
@@ -352,7 +403,7 @@ fn read_uftrace_symbols(dir: &Path) -> Result<Vec<(u64, String)>, DataError> {
     }
     symbols.sort();
     symbols.dedup_by_key(|s| s.0);
-    Ok(symbols)
+    Ok((symbols, modules))
 }
 
 static PROGRESS_TOTAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

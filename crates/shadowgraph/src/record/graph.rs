@@ -4,7 +4,7 @@
 
 use super::data::{DataDir, DataError};
 use super::format::Kind;
-use super::replay::{write_duration, ReplayError};
+use super::replay::{thread_records, write_duration, ReplayError, ReplayFilter};
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -32,15 +32,19 @@ impl Node {
 /// Aggregates the subtrees of the outermost calls of `function`.
 type Backtraces = BTreeMap<Vec<(String, u64)>, (u64, u64)>;
 
-fn collect(data: &DataDir, function: &str) -> Result<(Node, Backtraces), DataError> {
+fn collect(
+    data: &DataDir,
+    function: &str,
+    filter: &ReplayFilter,
+) -> Result<(Node, Backtraces), ReplayError> {
     let mut root = Node::default();
     let mut backtraces = Backtraces::new();
-    for &tid in &data.tids {
+    for (_, records) in thread_records(data, filter)? {
         // (name, entry time); `inside` = index in `stack` of the outermost
         // call of `function`, if any.
         let mut stack: Vec<(String, u64, u64)> = Vec::new();
         let mut inside: Option<usize> = None;
-        for r in data.stream(tid)? {
+        for r in records {
             let r = r?;
             match r.kind {
                 Kind::Entry => {
@@ -111,12 +115,24 @@ fn write_node(
     Ok(())
 }
 
-pub fn graph(data: &DataDir, function: &str, out: &mut impl Write) -> Result<(), ReplayError> {
-    let (root, backtraces) = collect(data, function)?;
+/// The graph of `function` in what `filter` selects (uftrace's `graph`
+/// with `-F/-N/-D/-t/--tid`).
+pub fn graph(
+    data: &DataDir,
+    function: &str,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let (root, backtraces) = collect(data, function, filter)?;
     if root.calls == 0 {
+        let what = if filter.is_empty() {
+            "in this recording"
+        } else {
+            "in what the filters select"
+        };
         return Err(ReplayError::Data(DataError {
             path: data.dir.clone(),
-            message: format!("no call of `{function}` in this recording"),
+            message: format!("no call of `{function}` {what}"),
         }));
     }
     match data.info.get("sid") {

@@ -109,6 +109,17 @@ pub struct ReplayFilter {
     pub tids: Vec<i32>,
 }
 
+impl ReplayFilter {
+    /// Whether it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.functions.is_empty()
+            && self.notrace.is_empty()
+            && self.max_depth == 0
+            && self.min_ns == 0
+            && self.tids.is_empty()
+    }
+}
+
 /// One thread's records, as a filter selects them.
 pub type Records = Box<dyn Iterator<Item = Result<Record, DataError>>>;
 
@@ -119,10 +130,10 @@ fn select(data: &DataDir, patterns: &[Pattern], flag: &str) -> Result<Vec<bool>,
     let mut sel = vec![false; data.symbols.len()];
     for p in patterns {
         let mut hit = false;
-        for (i, (_, name)) in data.symbols.iter().enumerate() {
+        for (i, (addr, name)) in data.symbols.iter().enumerate() {
             let site = SiteName {
                 function: name,
-                module: "",
+                module: data.module_of(*addr),
             };
             if p.matches(&site) {
                 sel[i] = !p.text().starts_with('!');
