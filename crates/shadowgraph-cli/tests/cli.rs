@@ -2178,3 +2178,98 @@ fn graph_view_filters_as_uftrace_does() {
         }
     }
 }
+
+/// The hard cases recorded (C++ exceptions through 5 traced levels,
+/// pthread_exit 4 levels down, longjmp over 5 levels, backtrace() from 11
+/// levels, and a forked child that throws): every thread's replay is
+/// exactly the program's call structure, each skipped frame closed where it
+/// was left, and uftrace reads the same.
+#[test]
+fn recorded_exceptions_longjmp_pthread_exit_and_fork_replay_exactly() {
+    let dir = workdir("unwindrec");
+    let exe = dir.join("unwind");
+    let ok = Command::new("g++")
+        .args([
+            "-O2",
+            "-pthread",
+            "-fno-optimize-sibling-calls",
+            "-fpatchable-function-entry=5",
+        ])
+        .arg(fixture("unwind.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let data = dir.join("u.data");
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(out.trim(), "s=-100 r=42 l=10 bt=16 child=0");
+    // A chain: `f` called `open` levels deep, the innermost a leaf, then
+    // closed back out, at indentation `base`.
+    // (C++ names carry their parameters: no `()` is added, as uftrace does.)
+    let chain = |v: &mut Vec<String>, f: &str, open: usize, base: usize| {
+        for d in 0..open {
+            v.push(format!("{}{f} {{", "  ".repeat(base + d)));
+        }
+        v.push(format!("{}{f};", "  ".repeat(base + open)));
+        for d in (0..open).rev() {
+            v.push(format!("{}}} /* {f} */", "  ".repeat(base + d)));
+        }
+    };
+    let mut main = vec!["main() {".to_string()];
+    for _ in 0..100 {
+        main.push("  catcher(int) {".into());
+        chain(&mut main, "thrower(int)", 5, 2);
+        main.push("  } /* catcher(int) */".into());
+    }
+    for _ in 0..10 {
+        main.push("  lj_run() {".into());
+        chain(&mut main, "lj(int)", 5, 2);
+        main.push("  } /* lj_run() */".into());
+    }
+    chain(&mut main, "bt_depth(int)", 10, 1);
+    main.push("} /* main */".into());
+    let mut exiting = vec!["exit_thread(void*) {".to_string()];
+    chain(&mut exiting, "exit_deep(int)", 3, 1);
+    exiting.push("} /* exit_thread(void*) */".into());
+    let mut child = vec!["  catcher(int) {".to_string()];
+    chain(&mut child, "thrower(int)", 3, 2);
+    child.push("  } /* catcher(int) */".into());
+
+    let replay = |cmd: &mut Command, width: usize| -> HashMap<i32, Vec<String>> {
+        let o = cmd.args(["replay", "-d"]).arg(&data).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        let mut by_tid: HashMap<i32, Vec<String>> = HashMap::new();
+        for l in text(&o).0.lines().skip(1) {
+            let (head, body) = l.split_once("] | ").unwrap();
+            let tid = head[head.len() - width..].trim().parse().unwrap();
+            by_tid.entry(tid).or_default().push(body.to_string());
+        }
+        by_tid
+    };
+    let ours = replay(&mut shadowgraph(), 7);
+    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let pid: i32 = d.info.get("pid").unwrap().parse().unwrap();
+    assert_eq!(ours.len(), 3);
+    assert_eq!(ours[&pid], main);
+    let others: Vec<&Vec<String>> = ours
+        .iter()
+        .filter(|(t, _)| **t != pid)
+        .map(|(_, v)| v)
+        .collect();
+    assert!(others.contains(&&exiting), "{others:?}");
+    assert!(others.contains(&&child), "{others:?}");
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        let theirs = replay(&mut Command::new("uftrace"), 6);
+        assert_eq!(theirs[&pid], main, "uftrace reads the main thread the same");
+        assert_eq!(theirs.len(), 3);
+    }
+}

@@ -98,7 +98,10 @@ impl Collector {
         })
     }
 
-    /// Maps the rings created since the last scan.
+    /// Maps the rings created since the last scan. Rings are kept in the
+    /// order their threads made them (a thread may make a second ring
+    /// after closing its first, late in its exit): draining in that order
+    /// keeps each `.dat` file in time order.
     pub fn scan(&mut self) {
         let Ok(entries) = std::fs::read_dir(&self.shm) else {
             return;
@@ -127,6 +130,7 @@ impl Collector {
                 None => continue,
             }
         }
+        self.rings.sort_by_key(|m| creation_order(&m.name));
     }
 
     /// Drains every mapped ring once; rings of exited threads are removed
@@ -159,7 +163,7 @@ impl Collector {
                 }
             }
             if closed {
-                let m = self.rings.swap_remove(i);
+                let m = self.rings.remove(i);
                 let _ = std::fs::remove_file(self.shm.join(&m.name));
                 continue;
             }
@@ -285,6 +289,21 @@ impl CollectorThread {
         self.stop.store(true, Ordering::Release);
         self.join.join().unwrap_or_default()
     }
+}
+
+/// (pid, tid, seq) of a ring file named `<inst>-<pid>-<tid>-<seq>.ring`.
+fn creation_order(name: &OsString) -> (u64, u64, u64) {
+    let name = name.to_string_lossy();
+    let mut f = name
+        .trim_end_matches(".ring")
+        .split('-')
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0));
+    (
+        f.next().unwrap_or(0),
+        f.next().unwrap_or(0),
+        f.next().unwrap_or(0),
+    )
 }
 
 /// Maps a ring file, if it holds an initialised ring.

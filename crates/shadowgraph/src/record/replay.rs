@@ -407,7 +407,8 @@ pub fn replay_filtered(
                 match next {
                     Some(n) if n.kind == Kind::Exit && n.depth == r.depth && n.addr == r.addr => {
                         let dur = Some(n.time.saturating_sub(r.time));
-                        line(out, dur, tid, r.depth, "", &name, "();")?;
+                        let tail = if name.ends_with(')') { ";" } else { "();" };
+                        line(out, dur, tid, r.depth, "", &name, tail)?;
                         skip[k] = true;
                     }
                     _ => {
@@ -416,7 +417,10 @@ pub fn replay_filtered(
                             et.resize(d + 1, None);
                         }
                         et[d] = Some(r.time);
-                        line(out, None, tid, r.depth, "", &name, "() {")?;
+                        // A name with its parameters (C++) gets no `()`,
+                        // as in uftrace's replay.
+                        let tail = if name.ends_with(')') { " {" } else { "() {" };
+                        line(out, None, tid, r.depth, "", &name, tail)?;
                     }
                 }
             }

@@ -398,10 +398,29 @@ impl Ring {
     }
 }
 
+// This thread's exit step has been deferred once (see thread_exit).
+crate::fast_thread_local!(
+    static EXIT_DEFERRED: Cell<bool>;
+);
+
 /// Thread exit: the thread's rings get no more records. Local mode: write
 /// them out and close their files; shared mode: mark them closed for the
 /// writer, which drains and removes them.
-extern "C" fn thread_exit(_: *mut libc::c_void) {
+///
+/// Other thread-exit steps may still record (fgraph reports the frames a
+/// `pthread_exit` left open as exits): the first call only re-arms the
+/// key, so that glibc calls it again after every other destructor of this
+/// round has run, and the records stay in the thread's one ring, in order.
+extern "C" fn thread_exit(v: *mut libc::c_void) {
+    if !EXIT_DEFERRED.replace(true) {
+        if let Some(&k) = KEY.get() {
+            // SAFETY: re-setting this thread's value of our key from its
+            // destructor asks glibc for another round (up to 4).
+            if unsafe { libc::pthread_setspecific(k, v) } == 0 {
+                return;
+            }
+        }
+    }
     for inst in 0..MAX_INSTANCES {
         let b = MINE[inst].replace(std::ptr::null_mut());
         if b.is_null() {
