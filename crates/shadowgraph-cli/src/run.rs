@@ -3,6 +3,7 @@
 use shadowgraph::record::collect;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 const DEMO_C: &str = include_str!("../samples/demo.c");
 const AGENT: &str = "libshadowgraph_agent.so";
@@ -328,6 +329,7 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     let collector = collect::Collector::new(&shm, dirs.iter().map(|d| d.1.clone()).collect())
         .map_err(|e| format!("{}: {e}", shm.display()))?
         .spawn();
+    let _signals = ForwardSignals::install();
     let status = Command::new(prog)
         .args(args)
         .env("LD_PRELOAD", &agent)
@@ -335,7 +337,13 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         .env("SHADOWGRAPH_DIR", &abs)
         .env("SHADOWGRAPH_SHM", &shm)
         .envs(env)
-        .status();
+        .spawn()
+        .and_then(|mut child| {
+            CHILD.store(child.id() as i32, Ordering::Release);
+            let st = child.wait();
+            CHILD.store(0, Ordering::Release);
+            st
+        });
     let finished = collector.finish();
     let totals = finished.totals;
     let status = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
@@ -410,6 +418,62 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         }
     }
     Ok(exit_code(status))
+}
+
+/// The traced program while it runs (0: none).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+/// While a program is recorded, `record` must outlive it: the writer drains
+/// the program's last records after it ended. Interrupts from the terminal
+/// (which reach the program too) are ignored here; those sent to `record`
+/// alone (kill) are passed on to the program. The previous dispositions
+/// come back on drop. (A handler, not SIG_IGN: exec resets handlers, so
+/// the program starts with the default dispositions.)
+struct ForwardSignals {
+    old: Vec<(i32, libc::sigaction)>,
+}
+
+const FORWARDED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+extern "C" fn forward_signal(sig: i32, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    // si_code ≤ 0: sent by a process (kill, sigqueue, tkill); > 0: by the
+    // kernel, as the terminal's interrupt, which the program got as well.
+    let child = CHILD.load(Ordering::Acquire);
+    if code <= 0 && child > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(child, sig) };
+    }
+}
+
+impl ForwardSignals {
+    fn install() -> ForwardSignals {
+        let mut old = Vec::new();
+        for sig in FORWARDED {
+            // SAFETY: installing a plain SA_SIGINFO handler; the previous
+            // disposition is kept to restore.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = forward_signal as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &sa, &mut prev) == 0 {
+                    old.push((sig, prev));
+                }
+            }
+        }
+        ForwardSignals { old }
+    }
+}
+
+impl Drop for ForwardSignals {
+    fn drop(&mut self) {
+        for (sig, prev) in &self.old {
+            // SAFETY: restoring the disposition saved at install.
+            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
+        }
+    }
 }
 
 /// Adds what the writer counted to the agent's `shadowgraph.info`;
@@ -517,10 +581,14 @@ fn print_counts(counts: &[Counted], top: usize) {
     }
 }
 
+/// The program's exit status as ours; killed by a signal: 128 + the
+/// signal's number, as a shell reports it.
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    match status.code() {
-        Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
-        None => ExitCode::FAILURE,
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+        _ => ExitCode::FAILURE,
     }
 }
 

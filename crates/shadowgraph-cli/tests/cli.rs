@@ -2273,3 +2273,55 @@ fn recorded_exceptions_longjmp_pthread_exit_and_fork_replay_exactly() {
         assert_eq!(theirs.len(), 3);
     }
 }
+
+/// Interrupting `record` (SIGINT or SIGTERM sent to it) stops the program,
+/// not the recording: the writer drains what the program recorded, the
+/// views read it, the shared-memory rings are gone, and the exit status
+/// says which signal ended the program.
+#[test]
+fn an_interrupted_recording_keeps_what_was_recorded() {
+    let dir = workdir("interrupt");
+    let exe = build_c(
+        &dir,
+        "forever",
+        "#include <time.h>\n\
+         __attribute__((noinline, noipa)) int work(int x) { return x * 3 + 1; }\n\
+         volatile int sink;\n\
+         int main(void) { struct timespec t = {0, 100000};\n\
+         for (;;) { sink = work(sink); nanosleep(&t, 0); } }\n",
+    );
+    for (sig, name) in [(libc::SIGINT, "INT"), (libc::SIGTERM, "TERM")] {
+        let data = dir.join(format!("{name}.data"));
+        let child = shadowgraph()
+            .args(["record", "--no-libs", "-d"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let cli = child.id() as i32;
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        // SAFETY: signalling the process we started.
+        unsafe { libc::kill(cli, sig) };
+        let o = child.wait_with_output().unwrap();
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(128 + sig), "{name}: {err}");
+        let records: u64 = err
+            .split_once("# recorded ")
+            .and_then(|(_, r)| r.split_once(" records (0 lost)"))
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: {err}"));
+        assert!(records > 100, "{name}: {err}");
+        let o = shadowgraph()
+            .args(["report", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let rep = text(&o).0;
+        assert!(o.status.success() && rep.contains(" work"), "{rep}");
+        let shm = std::path::Path::new("/dev/shm").join(format!("shadowgraph-rings-{cli}"));
+        assert!(!shm.exists(), "{} left behind", shm.display());
+    }
+}

@@ -77,7 +77,32 @@ pub fn shm_dir(tag: &str) -> PathBuf {
     } else {
         std::env::temp_dir()
     };
+    remove_stale(&base, tag);
     base.join(format!("shadowgraph-{tag}-{}", std::process::id()))
+}
+
+/// Removes the shared-memory directories of recordings whose process is
+/// gone (killed before it could clean up): their rings hold memory.
+fn remove_stale(base: &Path, tag: &str) {
+    let prefix = format!("shadowgraph-{tag}-");
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 impl Collector {
