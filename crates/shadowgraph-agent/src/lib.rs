@@ -99,6 +99,9 @@ extern "C" fn agent_init() {
 /// Leaves `exec-<pid>` (holding the executable's path) in the writer's
 /// shared-memory directory, so that `record` can say what was not traced.
 fn note_untraced_exec(pid: i32) {
+    if std::env::var_os("SHADOWGRAPH_NO_CHILDREN").is_some() {
+        return; // not wanted: nothing missing
+    }
     if let Some(shm) = std::env::var_os("SHADOWGRAPH_SHM") {
         let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
         let _ = std::fs::write(

@@ -303,6 +303,10 @@ pub fn attach() -> Result<(), String> {
     // Rings in shared memory drained by `shadowgraph record`, or (the agent
     // used alone) drained by each thread into the directory.
     let shm = std::env::var_os("SHADOWGRAPH_SHM").map(PathBuf::from);
+    NO_CHILDREN.store(
+        std::env::var_os("SHADOWGRAPH_NO_CHILDREN").is_some(),
+        Ordering::Relaxed,
+    );
     let modules = crate::discover_program()?;
     clock::init();
     let (raw0, ns0) = clock::Calibration::point();
@@ -511,10 +515,14 @@ extern "C" fn finish() {
 
 /// A forked child inherits the parent's rings: it must not write them. With
 /// the writer process it records on into rings of its own (its records go
-/// to its threads' `.dat` files); else it records nothing.
+/// to its threads' `.dat` files), unless told not to; else it records
+/// nothing.
 extern "C" fn after_fork_child() {
-    writer::forget_after_fork();
+    writer::forget_after_fork(!NO_CHILDREN.load(Ordering::Relaxed));
 }
+
+/// `record --no-children`: forked children record nothing.
+static NO_CHILDREN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 const FATAL: [i32; 5] = [
     libc::SIGSEGV,

@@ -115,6 +115,9 @@ pub struct RecordOptions {
     /// Trace only the program, not its libraries.
     #[arg(long)]
     no_libs: bool,
+    /// Record only the program's own process, not the children it forks.
+    #[arg(long)]
+    no_children: bool,
     /// Trace this library too (file name prefix); repeatable; implies
     /// --no-libs for the others.
     #[arg(long = "lib")]
@@ -271,6 +274,9 @@ impl RecordOptions {
             ("SHADOWGRAPH_LIBS".to_string(), libs),
             ("SHADOWGRAPH_TRACERS".to_string(), tracers.len().to_string()),
         ];
+        if self.no_children {
+            env.push(("SHADOWGRAPH_NO_CHILDREN".to_string(), "1".to_string()));
+        }
         for (i, t) in tracers.iter().enumerate() {
             env.push((
                 format!("SHADOWGRAPH_TRACER_{i}"),

@@ -2084,6 +2084,20 @@ fn forked_children_are_recorded_and_exec_is_reported() {
             .count();
         assert_eq!(child_lines, 5, "uftrace shows the child: {theirs}");
     }
+    // --no-children: the parent's process only, nothing reported missing.
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "--no-children", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let err = text(&o).1;
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("from 1 threads") && !err.contains("not traced"),
+        "{err}"
+    );
 }
 
 /// `graph` takes the views' filters, as uftrace's does: the same output as

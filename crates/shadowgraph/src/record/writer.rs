@@ -445,11 +445,11 @@ static DISABLED: AtomicBool = AtomicBool::new(false);
 
 /// In a forked child: forget every ring (they hold the parent's records
 /// and, shared, are the parent's to fill) without writing them. With a
-/// writer process the child records on into rings of its own; drained by
-/// its own threads it would need its own exit step, so it records nothing
-/// more. Async-signal-safe.
-pub fn forget_after_fork() {
-    if !shared() {
+/// writer process the child records on into rings of its own (unless
+/// `record_on` is false); drained by its own threads it would need its own
+/// exit step, so it records nothing more. Async-signal-safe.
+pub fn forget_after_fork(record_on: bool) {
+    if !shared() || !record_on {
         DISABLED.store(true, Ordering::Release);
     }
     for s in RINGS.iter() {
