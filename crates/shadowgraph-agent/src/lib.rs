@@ -61,14 +61,22 @@ extern "C" fn agent_init() {
     };
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
+    // `record` follows programs started by exec (each a session of its own)
+    // when its writer drains the rings, unless told not to.
+    let follow_exec = mode == "record"
+        && std::env::var_os("SHADOWGRAPH_SHM").is_some()
+        && std::env::var_os("SHADOWGRAPH_NO_CHILDREN").is_none();
     match std::env::var("SHADOWGRAPH_ROOT_PID")
         .ok()
         .and_then(|p| p.parse::<i32>().ok())
     {
         // A program the traced one started (fork + exec): not traced, but
         // the writer hears of it.
-        Some(root) if root != pid => {
-            note_untraced_exec(pid);
+        Some(root) if root != pid && !follow_exec => {
+            note_untraced_exec(
+                pid,
+                "programs started by exec are followed only by `record`",
+            );
             return;
         }
         _ => {
@@ -96,9 +104,9 @@ extern "C" fn agent_init() {
     }
 }
 
-/// Leaves `exec-<pid>` (holding the executable's path) in the writer's
+/// Leaves `exec-<pid>` (the executable's path, a tab, why) in the writer's
 /// shared-memory directory, so that `record` can say what was not traced.
-fn note_untraced_exec(pid: i32) {
+pub(crate) fn note_untraced_exec(pid: i32, why: &str) {
     if std::env::var_os("SHADOWGRAPH_NO_CHILDREN").is_some() {
         return; // not wanted: nothing missing
     }
@@ -106,7 +114,7 @@ fn note_untraced_exec(pid: i32) {
         let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
         let _ = std::fs::write(
             std::path::Path::new(&shm).join(format!("exec-{pid}")),
-            exe.as_os_str().as_encoded_bytes(),
+            format!("{}\t{why}", exe.display()),
         );
     }
 }

@@ -232,6 +232,54 @@ fn graph_filter(filter: &str, notrace: &str, depth: &str) -> Result<GraphFilter,
     })
 }
 
+/// Sessions (SPEC-free: ours): the recorded program is session 0, and
+/// every program it (or a child) starts by exec is a session of its own,
+/// recorded into `<top>/<pid>-<program>/` laid out as the recording. The
+/// environment tells an exec'd image that it is one; its agent announces
+/// the session to the writer (`<shm>/session-<id>`: pid, directory) before
+/// it makes any ring, and its rings carry the id. Returns this image's
+/// directory.
+fn start_session(
+    top: &std::path::Path,
+    shm: &std::path::Path,
+    started_by_exec: bool,
+) -> Result<PathBuf, String> {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let id = ((pid as u64) << 40) | (clock::monotonic_ns() & ((1 << 40) - 1)) | 1;
+    let dir = if started_by_exec {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+        let name = exe
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "program".into());
+        let mut dir = top.join(format!("{pid}-{name}"));
+        let mut k = 2;
+        while dir.exists() {
+            dir = top.join(format!("{pid}-{name}-{k}"));
+            k += 1;
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let tmp = shm.join(format!(".session-{id}"));
+        std::fs::write(&tmp, format!("{pid}\t{}\n", dir.display()))
+            .and_then(|_| std::fs::rename(&tmp, shm.join(format!("session-{id}"))))
+            .map_err(|e| format!("{}: {e}", shm.display()))?;
+        writer::set_session(id);
+        dir
+    } else {
+        top.to_owned()
+    };
+    // SAFETY: setenv in the constructor, while the process has one thread.
+    unsafe {
+        libc::setenv(
+            c"SHADOWGRAPH_SESSION".as_ptr(),
+            std::ffi::CString::new(id.to_string()).unwrap().as_ptr(),
+            1,
+        )
+    };
+    Ok(dir)
+}
+
 /// Each configured tracer.
 fn configure(dir: &std::path::Path) -> Result<Vec<Config>, String> {
     let var = |k: &str| std::env::var(k).unwrap_or_default();
@@ -297,7 +345,7 @@ fn profile_set(filter: &str, notrace: &str) -> Result<Arc<ftrace::FilterSet>, St
 }
 
 pub fn attach() -> Result<(), String> {
-    let dir = std::env::var_os("SHADOWGRAPH_DIR")
+    let top = std::env::var_os("SHADOWGRAPH_DIR")
         .map(PathBuf::from)
         .ok_or("SHADOWGRAPH_DIR is not set")?;
     // Rings in shared memory drained by `shadowgraph record`, or (the agent
@@ -307,7 +355,23 @@ pub fn attach() -> Result<(), String> {
         std::env::var_os("SHADOWGRAPH_NO_CHILDREN").is_some(),
         Ordering::Relaxed,
     );
-    let modules = crate::discover_program()?;
+    let follow = shm.is_some() && !NO_CHILDREN.load(Ordering::Relaxed);
+    let started_by_exec = follow && std::env::var_os("SHADOWGRAPH_SESSION").is_some();
+    let modules = match crate::discover_program() {
+        Ok(m) => m,
+        Err(e) if started_by_exec => {
+            // A program the traced one started (a shell, a tool) that was
+            // not built for tracing: said once by `record`, not here.
+            // SAFETY: getpid has no preconditions.
+            crate::note_untraced_exec(unsafe { libc::getpid() }, &e);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let dir = match &shm {
+        Some(shm) if follow => start_session(&top, shm, started_by_exec)?,
+        _ => top,
+    };
     clock::init();
     let (raw0, ns0) = clock::Calibration::point();
     RAW0.store(raw0, Ordering::Relaxed);

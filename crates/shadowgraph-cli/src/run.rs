@@ -321,18 +321,19 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
     let abs = std::fs::canonicalize(data).map_err(|e| format!("{}: {e}", data.display()))?;
     let names = opts.tracer_names();
-    let dirs: Vec<(String, PathBuf)> = if names.is_empty() {
-        vec![(String::new(), abs.clone())]
+    // Each instance's place in a recording directory (and in a session's).
+    let rel: Vec<(String, PathBuf)> = if names.is_empty() {
+        vec![(String::new(), PathBuf::new())]
     } else {
         names
             .iter()
-            .map(|n| (format!("tracer {n}: "), abs.join(n)))
+            .map(|n| (format!("tracer {n}: "), PathBuf::from(n)))
             .collect()
     };
     // The writer: drains the traced threads' rings (shared memory) into
     // the directories while the program runs.
     let shm = collect::shm_dir("rings");
-    let collector = collect::Collector::new(&shm, dirs.iter().map(|d| d.1.clone()).collect())
+    let collector = collect::Collector::new(&shm, &abs, rel.iter().map(|r| r.1.clone()).collect())
         .map_err(|e| format!("{}: {e}", shm.display()))?
         .spawn();
     let _signals = ForwardSignals::install();
@@ -353,8 +354,8 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     let finished = collector.finish();
     let totals = finished.totals;
     let status = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
-    for (pid, exe) in &finished.execs {
-        eprintln!("# not traced: process {pid} started {exe} (exec); tracing across exec is not supported yet");
+    for (pid, exe, why) in &finished.execs {
+        eprintln!("# not traced: process {pid} started {exe} (exec): {why}");
     }
     if !finished.running.is_empty() {
         eprintln!(
@@ -362,10 +363,26 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
             finished.running
         );
     }
-    for (i, (label, d)) in dirs.into_iter().enumerate() {
+    // The recording's directories, then those of every program started by
+    // exec (a session of its own each).
+    let mut dirs: Vec<(String, PathBuf)> = rel
+        .iter()
+        .map(|(label, r)| (label.clone(), collect::instance_dir(&abs, r)))
+        .collect();
+    for (base, pid) in &finished.sessions {
+        let what = format!(
+            "process {pid} ({}, started by exec): ",
+            base.file_name().unwrap_or_default().to_string_lossy()
+        );
+        dirs.extend(
+            rel.iter()
+                .map(|(label, r)| (format!("{what}{label}"), collect::instance_dir(base, r))),
+        );
+    }
+    for (label, d) in dirs {
         let info_path = d.join("shadowgraph.info");
         if info_path.exists() {
-            let t = totals.get(i).copied().unwrap_or_default();
+            let t = totals.get(&d).copied().unwrap_or_default();
             let finished = complete_metadata(&d, t).unwrap_or(false);
             if !finished {
                 // Cut short (crash, _exit): the agent wrote metadata at

@@ -1197,6 +1197,10 @@ fn forked_and_executed_children_leave_the_parents_results_alone() {
         .unwrap();
     let (_, err) = text(&o);
     assert!(o.status.success() && !err.contains("shadowgraph:"), "{err}");
+    assert!(
+        err.contains("# not traced: process") && err.contains("no patchable function entries"),
+        "the shell system() started is named, with why: {err}"
+    );
     // The parent's thread shows the parent's calls only; the forked child
     // is recorded in its own (the shell started by system() is an exec:
     // not traced).
@@ -1992,9 +1996,10 @@ fn the_profile_tracer_matches_the_recording_of_the_same_run() {
 
 /// A forked child records on into its own `.dat` (its threads' rings are
 /// its own), `task.txt` tells uftrace where it came from, and a program
-/// started by exec is named as not traced.
+/// started by exec is recorded as a session of its own, in a directory of
+/// its own inside the recording.
 #[test]
-fn forked_children_are_recorded_and_exec_is_reported() {
+fn forked_children_and_exec_sessions_are_recorded() {
     let dir = workdir("fork");
     let exe = build_c(
         &dir,
@@ -2022,10 +2027,67 @@ fn forked_children_are_recorded_and_exec_is_reported() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert_eq!(out.trim(), "exec'd 9");
+    assert!(err.contains("from 2 threads"), "{err}");
+    // The exec'd program: <pid>-fk inside the recording, main → child_work
+    // → leaf ×3, readable by both tools.
+    let session = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| panic!("no session directory: {err}"));
+    let spid: i32 = session
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .strip_suffix("-fk")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(
-        err.contains("(exec); tracing across exec is not supported yet")
-            && err.contains("from 2 threads"),
+        err.contains(&format!(
+            "# process {spid} ({spid}-fk, started by exec): recorded 10 records (0 lost) from 1 threads"
+        )),
         "{err}"
+    );
+    let want_session = [
+        " |main() {",
+        " |  child_work() {",
+        "D|    leaf();",
+        "D|    leaf();",
+        "D|    leaf();",
+        "D|  } /* child_work */",
+        "D|} /* main */",
+    ];
+    let o = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&session)
+        .output()
+        .unwrap();
+    assert_eq!(shape(&text(&o).0), want_session);
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        let o = Command::new("uftrace")
+            .args(["replay", "-d"])
+            .arg(&session)
+            .output()
+            .unwrap();
+        assert_eq!(
+            shape(&text(&o).0),
+            want_session,
+            "uftrace reads the session"
+        );
+    }
+    let o = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        text(&o)
+            .1
+            .contains("programs started by exec have recordings of their own"),
+        "the views point at it: {}",
+        text(&o).1
     );
     let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
     let parent: i32 = d.info.get("pid").unwrap().parse().unwrap();
@@ -2097,6 +2159,13 @@ fn forked_children_are_recorded_and_exec_is_reported() {
     assert!(
         err.contains("from 1 threads") && !err.contains("not traced"),
         "{err}"
+    );
+    assert!(
+        !std::fs::read_dir(&data)
+            .unwrap()
+            .flatten()
+            .any(|e| e.path().is_dir()),
+        "no session recorded"
     );
 }
 

@@ -4,6 +4,13 @@
 //! times to nanoseconds on the way. The traced threads make no system call
 //! for their records, and what a crashed program had recorded is still in
 //! the rings when the writer drains them for the last time.
+//!
+//! A program the traced one starts by exec is a *session* of its own: its
+//! agent announces it with `session-<id>` (holding the session's directory)
+//! before it makes any ring, and its rings, which carry the id, are drained
+//! into that directory (laid out as the recording's own). Rings of an
+//! unannounced session (the program itself, and its forked children) go to
+//! the recording's directory.
 
 use super::ring::{Drained, Ring};
 use std::collections::{HashMap, HashSet};
@@ -29,10 +36,14 @@ pub struct Totals {
 /// What the last drain leaves to tell.
 #[derive(Clone, Debug, Default)]
 pub struct Finished {
-    pub totals: Vec<Totals>,
-    /// Programs started by exec in a traced process (pid, executable):
-    /// not traced.
-    pub execs: Vec<(i32, String)>,
+    /// Per instance directory (of the recording and of every session).
+    pub totals: HashMap<PathBuf, Totals>,
+    /// Programs started by exec and recorded as sessions: (directory,
+    /// process).
+    pub sessions: Vec<(PathBuf, i32)>,
+    /// Programs started by exec in a traced process and not traced (pid,
+    /// executable, why).
+    pub execs: Vec<(i32, String, String)>,
     /// Processes with rings still alive when the writer stopped (children
     /// that outlived the traced program): their later calls are missing.
     pub running: Vec<i32>,
@@ -58,14 +69,19 @@ impl Drop for Mapped {
 /// Drains the rings of one recording.
 pub struct Collector {
     shm: PathBuf,
-    dirs: Vec<PathBuf>,
+    /// The recording's directory, and each instance's place in it (empty:
+    /// the directory itself).
+    top: PathBuf,
+    rel: Vec<PathBuf>,
+    /// Announced sessions: id → (directory, process).
+    sessions: HashMap<u64, (PathBuf, i32)>,
     rings: Vec<Mapped>,
     /// Ring files seen (mapped, retired, or not valid).
     seen: HashSet<OsString>,
-    files: HashMap<(usize, i32), File>,
-    totals: Vec<Totals>,
-    /// Per instance: thread → (process, parent process), from the rings.
-    tasks: Vec<std::collections::BTreeMap<i32, (i32, i32)>>,
+    files: HashMap<(PathBuf, i32), File>,
+    totals: HashMap<PathBuf, Totals>,
+    /// Per instance directory: thread → (process, parent process).
+    tasks: HashMap<PathBuf, std::collections::BTreeMap<i32, (i32, i32)>>,
 }
 
 /// Where the shared-memory directory of a recording goes: `/dev/shm` if
@@ -107,20 +123,28 @@ fn remove_stale(base: &Path, tag: &str) {
 
 impl Collector {
     /// A collector for rings in `shm` (created, private to the user), of
-    /// instances writing to `dirs[inst]`.
-    pub fn new(shm: &Path, dirs: Vec<PathBuf>) -> io::Result<Collector> {
+    /// instances writing to `top.join(rel[inst])`.
+    pub fn new(shm: &Path, top: &Path, rel: Vec<PathBuf>) -> io::Result<Collector> {
         super::clock::init();
         let _ = std::fs::remove_dir_all(shm);
         std::fs::DirBuilder::new().mode(0o700).create(shm)?;
         Ok(Collector {
             shm: shm.to_owned(),
-            totals: vec![Totals::default(); dirs.len()],
-            tasks: vec![Default::default(); dirs.len()],
-            dirs,
+            top: top.to_owned(),
+            rel,
+            sessions: HashMap::new(),
+            totals: HashMap::new(),
+            tasks: HashMap::new(),
             rings: Vec::new(),
             seen: HashSet::new(),
             files: HashMap::new(),
         })
+    }
+
+    /// Where instance `inst` of session `session` writes.
+    fn dir_of(&self, session: u64, inst: usize) -> Option<PathBuf> {
+        let base = self.sessions.get(&session).map_or(&self.top, |s| &s.0);
+        self.rel.get(inst).map(|r| instance_dir(base, r))
     }
 
     /// Maps the rings created since the last scan. Rings are kept in the
@@ -131,17 +155,43 @@ impl Collector {
         let Ok(entries) = std::fs::read_dir(&self.shm) else {
             return;
         };
-        for e in entries.flatten() {
+        let mut entries: Vec<_> = entries.flatten().collect();
+        // Announcements first: they precede their sessions' rings.
+        entries.sort_by_key(|e| !e.file_name().to_string_lossy().starts_with("session-"));
+        for e in entries {
             let name = e.file_name();
-            if self.seen.contains(&name) || !name.to_string_lossy().ends_with(".ring") {
+            if self.seen.contains(&name) {
+                continue;
+            }
+            if let Some(id) = name
+                .to_string_lossy()
+                .strip_prefix("session-")
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                // "<pid>\t<directory>"; complete once it ends with a newline.
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                if let Some((pid, dir)) = text
+                    .strip_suffix('\n')
+                    .and_then(|t| t.split_once('\t'))
+                    .and_then(|(p, d)| Some((p.parse().ok()?, PathBuf::from(d))))
+                {
+                    self.sessions.insert(id, (dir, pid));
+                    self.seen.insert(name);
+                }
+                continue;
+            }
+            if !name.to_string_lossy().ends_with(".ring") {
                 continue;
             }
             match map_ring(&e.path()) {
                 Some((ring, base, len)) => {
                     self.seen.insert(name.clone());
                     let h = ring.header();
-                    if let Some(t) = self.tasks.get_mut(h.inst as usize) {
-                        t.insert(h.tid, (h.pid, h.ppid));
+                    if let Some(dir) = self.dir_of(h.session, h.inst as usize) {
+                        self.tasks
+                            .entry(dir)
+                            .or_default()
+                            .insert(h.tid, (h.pid, h.ppid));
                     }
                     self.rings.push(Mapped {
                         name,
@@ -168,9 +218,9 @@ impl Collector {
             let h = ring.header();
             // Read before draining: a ring closed then gets nothing more.
             let closed = h.closed.load(Ordering::Acquire) != 0;
-            let inst = h.inst as usize;
+            let dir = self.dir_of(h.session, h.inst as usize);
             let tid = h.tid;
-            let d = match self.file(inst, tid) {
+            let d = match self.file(dir.as_deref(), tid) {
                 Ok(fd) => ring.drain(fd),
                 Err(e) => Drained {
                     written: 0,
@@ -180,12 +230,14 @@ impl Collector {
                 },
             };
             moved += d.written + d.lost;
-            if let Some(t) = self.totals.get_mut(inst) {
-                t.written += d.written;
-                t.lost += d.lost;
-                if t.errno == 0 {
-                    t.errno = d.errno;
-                }
+            let t = self
+                .totals
+                .entry(dir.unwrap_or_else(|| self.top.clone()))
+                .or_default();
+            t.written += d.written;
+            t.lost += d.lost;
+            if t.errno == 0 {
+                t.errno = d.errno;
             }
             if closed {
                 let m = self.rings.remove(i);
@@ -197,25 +249,23 @@ impl Collector {
         moved
     }
 
-    fn file(&mut self, inst: usize, tid: i32) -> io::Result<i32> {
-        if let Some(f) = self.files.get(&(inst, tid)) {
+    fn file(&mut self, dir: Option<&Path>, tid: i32) -> io::Result<i32> {
+        let dir = dir.ok_or_else(|| io::Error::other("ring of an unknown instance"))?;
+        let key = (dir.to_owned(), tid);
+        if let Some(f) = self.files.get(&key) {
             return Ok(f.as_raw_fd());
         }
-        let dir = self
-            .dirs
-            .get(inst)
-            .ok_or_else(|| io::Error::other(format!("ring of unknown instance {inst}")))?;
         let f = File::options()
             .create(true)
             .append(true)
             .open(dir.join(format!("{tid}.dat")))?;
         let fd = f.as_raw_fd();
-        self.files.insert((inst, tid), f);
+        self.files.insert(key, f);
         Ok(fd)
     }
 
-    /// What each instance wrote and lost so far.
-    pub fn totals(&self) -> &[Totals] {
+    /// What each instance directory got and lost so far.
+    pub fn totals(&self) -> &HashMap<PathBuf, Totals> {
         &self.totals
     }
 
@@ -236,10 +286,7 @@ impl Collector {
         running.sort_unstable();
         running.dedup();
         self.rings.clear();
-        for (dir, tasks) in self.dirs.iter().zip(&self.tasks) {
-            if tasks.is_empty() {
-                continue;
-            }
+        for (dir, tasks) in &self.tasks {
             let mut text = String::from("# tid\tpid\tppid\n");
             for (tid, (pid, ppid)) in tasks {
                 text.push_str(&format!("{tid}\t{pid}\t{ppid}\n"));
@@ -251,15 +298,19 @@ impl Collector {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if let Some(pid) = name.strip_prefix("exec-").and_then(|p| p.parse().ok()) {
-                    let exe = std::fs::read_to_string(e.path()).unwrap_or_default();
-                    execs.push((pid, exe.trim().to_string()));
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    let (exe, why) = text.split_once('\t').unwrap_or((&text, ""));
+                    execs.push((pid, exe.to_string(), why.trim().to_string()));
                 }
             }
         }
         execs.sort();
         let _ = std::fs::remove_dir_all(&self.shm);
+        let mut sessions: Vec<(PathBuf, i32)> = self.sessions.values().cloned().collect();
+        sessions.sort();
         Finished {
             totals: std::mem::take(&mut self.totals),
+            sessions,
             execs,
             running,
         }
@@ -316,19 +367,28 @@ impl CollectorThread {
     }
 }
 
-/// (pid, tid, seq) of a ring file named `<inst>-<pid>-<tid>-<seq>.ring`.
-fn creation_order(name: &OsString) -> (u64, u64, u64) {
+/// An instance's directory in a recording (or session) directory: `rel`
+/// inside it, or (empty `rel`) the directory itself.
+pub fn instance_dir(base: &Path, rel: &Path) -> PathBuf {
+    if rel.as_os_str().is_empty() {
+        base.to_owned()
+    } else {
+        base.join(rel)
+    }
+}
+
+/// (session, pid, tid, seq) of a ring file named
+/// `<inst>-<pid>-<tid>-<seq>-<session>.ring`.
+fn creation_order(name: &OsString) -> (u64, u64, u64, u64) {
     let name = name.to_string_lossy();
-    let mut f = name
+    let f: Vec<u64> = name
         .trim_end_matches(".ring")
         .split('-')
         .skip(1)
-        .map(|v| v.parse().unwrap_or(0));
-    (
-        f.next().unwrap_or(0),
-        f.next().unwrap_or(0),
-        f.next().unwrap_or(0),
-    )
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    (at(3), at(0), at(1), at(2))
 }
 
 /// Maps a ring file, if it holds an initialised ring.

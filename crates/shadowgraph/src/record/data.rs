@@ -141,6 +141,26 @@ impl DataDir {
         })
     }
 
+    /// Programs started by exec during the recording are recorded into
+    /// directories of their own inside this one: where, for the views to
+    /// say so.
+    pub fn sessions_notice(&self) -> Option<String> {
+        let mut subs: Vec<String> = std::fs::read_dir(&self.dir)
+            .ok()?
+            .flatten()
+            .filter(|e| e.path().join("shadowgraph.info").exists())
+            .map(|e| e.path().display().to_string())
+            .collect();
+        if subs.is_empty() {
+            return None;
+        }
+        subs.sort();
+        Some(format!(
+            "note: programs started by exec have recordings of their own (view them with -d): {}",
+            subs.join(", ")
+        ))
+    }
+
     /// Opens a data directory: uftrace's format (what `record` writes, and
     /// what uftrace writes), or the raw form a recording has before its
     /// timestamps are converted (`shadowgraph.info`, `symbols`).

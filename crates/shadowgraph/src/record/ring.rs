@@ -38,7 +38,12 @@ pub struct RingHeader {
     /// The process's parent when the ring was made (a forked child's
     /// rings tell the writer where the child came from).
     pub ppid: i32,
-    _pad0: [u32; 7],
+    _pad0: u32,
+    /// The recording session of the process image that made the ring (a
+    /// program started by exec is a session of its own, recorded into its
+    /// own directory).
+    pub session: u64,
+    _pad5: [u64; 2],
     // --- producer line
     /// Records ever written (the next one goes to `head % capacity`).
     pub head: AtomicU64,
@@ -106,7 +111,14 @@ impl Ring {
     /// `base` must be a fresh, zeroed, writable mapping of at least
     /// `ring_bytes(capacity)` bytes, 64-aligned, that lives for the
     /// process's life.
-    pub unsafe fn init(base: *mut u8, inst: usize, tid: i32, pid: i32, capacity: u64) -> Ring {
+    pub unsafe fn init(
+        base: *mut u8,
+        inst: usize,
+        tid: i32,
+        pid: i32,
+        capacity: u64,
+        session: u64,
+    ) -> Ring {
         debug_assert!(capacity.is_power_of_two());
         let (raw, ns) = Calibration::point();
         let h = base as *mut RingHeader;
@@ -118,6 +130,7 @@ impl Ring {
             std::ptr::addr_of_mut!((*h).tsc).write(clock::uses_tsc() as u32);
             std::ptr::addr_of_mut!((*h).capacity).write(capacity);
             std::ptr::addr_of_mut!((*h).ppid).write(libc::getppid());
+            std::ptr::addr_of_mut!((*h).session).write(session);
             (*h).seg_raw.store(raw, Ordering::Relaxed);
             (*h).seg_ns.store(ns, Ordering::Relaxed);
             (*h).magic.store(MAGIC, Ordering::Release);
@@ -402,7 +415,7 @@ mod tests {
         };
         assert_ne!(base, libc::MAP_FAILED);
         // SAFETY: a fresh zeroed mapping of the ring's size.
-        let ring = unsafe { Ring::init(base as *mut u8, 0, 1, 1, CAP) };
+        let ring = unsafe { Ring::init(base as *mut u8, 0, 1, 1, CAP, 0) };
         let path = std::env::temp_dir().join(format!("sg-ring-test-{}", std::process::id()));
         let file = std::fs::File::create(&path).unwrap();
         let done = AtomicBool::new(false);

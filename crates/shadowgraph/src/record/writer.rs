@@ -50,6 +50,15 @@ static RINGS: [Slot; MAX_RINGS] = [const {
 static DIRS: [OnceLock<CString>; MAX_INSTANCES] = [const { OnceLock::new() }; MAX_INSTANCES];
 /// The shared-memory directory of the rings the writer drains, if any.
 static SHM: OnceLock<CString> = OnceLock::new();
+/// This process image's recording session (see [`set_session`]).
+static SESSION: AtomicU64 = AtomicU64::new(0);
+
+/// Names the recording session of this process image: its rings carry it,
+/// and the writer sends them to that session's directory. A forked child
+/// keeps its parent's session; a program started by exec gets its own.
+pub fn set_session(id: u64) {
+    SESSION.store(id, Ordering::Relaxed);
+}
 /// The writer stopped draining (a wait timed out): drop instead of waiting.
 static WRITER_GONE: AtomicBool = AtomicBool::new(false);
 static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
@@ -259,14 +268,18 @@ fn create_shared(
     name: &mut [u8; 96],
     path: &mut [u8; 4096],
 ) -> Option<*mut u8> {
-    // <inst>-<pid>-<tid>-<seq>.ring: unique even when a tid is reused.
+    // <inst>-<pid>-<tid>-<seq>-<session>.ring: unique even when a tid is
+    // reused, or a process starts another program by exec.
     let mut n = put_decimal(name, 0, inst as u64);
-    name[n] = b'-';
-    n = put_decimal(name, n + 1, pid as u64);
-    name[n] = b'-';
-    n = put_decimal(name, n + 1, tid as u64);
-    name[n] = b'-';
-    n = put_decimal(name, n + 1, SEQ.fetch_add(1, Ordering::Relaxed) as u64);
+    for v in [
+        pid as u64,
+        tid as u64,
+        SEQ.fetch_add(1, Ordering::Relaxed) as u64,
+        SESSION.load(Ordering::Relaxed),
+    ] {
+        name[n] = b'-';
+        n = put_decimal(name, n + 1, v);
+    }
     name[n..n + 5].copy_from_slice(b".ring");
     if !path_in(dir, &name[..n + 5], path) {
         return None;
@@ -363,7 +376,7 @@ fn create(inst: usize) -> *mut u8 {
         (p as *mut u8, fd, LOCAL_RECORDS)
     };
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped.
-    unsafe { Ring::init(base, inst, tid, pid, cap) };
+    unsafe { Ring::init(base, inst, tid, pid, cap, SESSION.load(Ordering::Relaxed)) };
     let Some(i) = RINGS.iter().position(|s| {
         s.ring
             .compare_exchange(
