@@ -3,6 +3,7 @@
 
 mod bench;
 mod run;
+mod sysinfo;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -90,6 +91,13 @@ enum Command {
         function: String,
         #[command(flatten)]
         filter: ViewFilter,
+    },
+    /// What a recording says about the machine, the run and itself
+    /// (uftrace's `info` layout).
+    Info {
+        /// Data directory.
+        #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
+        data: PathBuf,
     },
     /// Write the recording in another format.
     Dump {
@@ -198,6 +206,14 @@ fn main() -> ExitCode {
             view(&data, |d, o| {
                 shadowgraph::record::graph::graph(d, &function, &f, o)
             })
+        }
+        Command::Info { data } => {
+            let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string());
+            d.and_then(|d| {
+                let mut out = std::io::stdout().lock();
+                shadowgraph::record::info::info(&d, &mut out).map_err(|e| e.to_string())
+            })
+            .map(|()| ExitCode::SUCCESS)
         }
         Command::Export { data, uftrace } => {
             let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string());

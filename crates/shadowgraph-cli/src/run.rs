@@ -345,15 +345,17 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         .env("SHADOWGRAPH_SHM", &shm)
         .envs(env)
         .spawn()
-        .and_then(|mut child| {
-            CHILD.store(child.id() as i32, Ordering::Release);
-            let st = child.wait();
+        .and_then(|child| {
+            let started = std::time::Instant::now();
+            let pid = child.id() as i32;
+            CHILD.store(pid, Ordering::Release);
+            let st = wait_with_usage(pid, started);
             CHILD.store(0, Ordering::Release);
             st
         });
     let finished = collector.finish();
     let totals = finished.totals;
-    let status = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
+    let (status, usage) = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
     for (pid, exe, why) in &finished.execs {
         eprintln!("# not traced: process {pid} started {exe} (exec): {why}");
     }
@@ -383,7 +385,10 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         let info_path = d.join("shadowgraph.info");
         if info_path.exists() {
             let t = totals.get(&d).copied().unwrap_or_default();
-            let finished = complete_metadata(&d, t).unwrap_or(false);
+            // The program's exit and usage are the recording's, not a
+            // session's (its process is not ours to wait for).
+            let run = (!label.starts_with("process ")).then_some((status, &usage));
+            let finished = complete_metadata(&d, t, &path, run).unwrap_or(false);
             if !finished {
                 // Cut short (crash, _exit): the agent wrote metadata at
                 // start; the rings held the rest.
@@ -441,6 +446,35 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         }
     }
     Ok(exit_code(status))
+}
+
+/// Waits for the traced program: how it ended, and what it used.
+fn wait_with_usage(
+    pid: i32,
+    started: std::time::Instant,
+) -> std::io::Result<(std::process::ExitStatus, crate::sysinfo::Usage)> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waiting for our own child with valid out-parameters.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut rusage) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok((
+        std::process::ExitStatus::from_raw(status),
+        crate::sysinfo::Usage {
+            rusage,
+            elapsed_ns: started.elapsed().as_nanos() as u64,
+        },
+    ))
 }
 
 /// The traced program while it runs (0: none).
@@ -501,7 +535,12 @@ impl Drop for ForwardSignals {
 
 /// Adds what the writer counted to the agent's `shadowgraph.info`;
 /// returns whether the agent finished the recording (its exit step ran).
-fn complete_metadata(dir: &Path, t: collect::Totals) -> Result<bool, String> {
+fn complete_metadata(
+    dir: &Path,
+    t: collect::Totals,
+    exe: &Path,
+    run: Option<(std::process::ExitStatus, &crate::sysinfo::Usage)>,
+) -> Result<bool, String> {
     use shadowgraph::record::data::{DataDir, Info};
     let d = DataDir::open(dir).map_err(|e| e.to_string())?;
     let n = |k: &str| {
@@ -519,6 +558,18 @@ fn complete_metadata(dir: &Path, t: collect::Totals) -> Result<bool, String> {
     info.set("lost", n("lost") + t.lost);
     if t.errno != 0 && d.info.get("write_error").is_none() {
         info.set("write_error", std::io::Error::from_raw_os_error(t.errno));
+    }
+    // A session's program is not `exe`: the agent named its own.
+    let exe = d
+        .info
+        .get("exe")
+        .map(PathBuf::from)
+        .unwrap_or(exe.to_owned());
+    crate::sysinfo::describe_machine(&mut info);
+    if let Some((status, usage)) = run {
+        crate::sysinfo::describe_run(&mut info, &exe, status, usage);
+    } else if let Some(id) = shadowgraph::elf::build_id(&exe) {
+        info.set("build_id", id);
     }
     info.write(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?;

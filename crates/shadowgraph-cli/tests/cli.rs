@@ -2408,3 +2408,84 @@ fn an_interrupted_recording_keeps_what_was_recorded() {
         assert!(!shm.exists(), "{} left behind", shm.display());
     }
 }
+
+/// `info` shows the machine and the run as `record` found them (uftrace's
+/// layout, the same lines as `uftrace info` on the recording), then what
+/// only our recordings say.
+#[test]
+fn info_tells_the_machine_the_run_and_the_recording() {
+    let dir = workdir("info");
+    let exe = build_c(
+        &dir,
+        "ex",
+        "#include <stdlib.h>\n#include <string.h>\n\
+         __attribute__((noinline, noipa)) int work(int x) { return x + 1; }\n\
+         int main(int argc, char **argv) { if (argc > 1 && !strcmp(argv[1], \"crash\")) { work(1); *(volatile int *)0 = 1; }\n\
+         return work(2); }\n",
+    );
+    let run = |arg: Option<&str>| -> (PathBuf, String) {
+        let data = dir.join(format!("{}.data", arg.unwrap_or("plain")));
+        let o = shadowgraph()
+            .args(["record", "--no-libs", "-d"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .args(arg)
+            .output()
+            .unwrap();
+        let _ = o;
+        let o = shadowgraph()
+            .args(["info", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        (data, text(&o).0)
+    };
+    let (data, info) = run(None);
+    let field = |info: &str, k: &str| -> String {
+        info.lines()
+            .find(|l| l.starts_with(&format!("# {k:<20}:")))
+            .unwrap_or_else(|| panic!("no {k}: {info}"))
+            .split_once(": ")
+            .unwrap()
+            .1
+            .to_string()
+    };
+    assert_eq!(field(&info, "exit status"), "exited with code: 3");
+    assert_eq!(field(&info, "exe image"), exe.display().to_string());
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    assert!(
+        field(&info, "number of cpus").starts_with(&format!("{cpus} / ")),
+        "{info}"
+    );
+    assert_ne!(field(&info, "cpu info"), "unknown", "{info}");
+    assert!(
+        field(&info, "kernel version").starts_with("Linux "),
+        "{info}"
+    );
+    assert_eq!(field(&info, "build id").len(), 40, "{info}");
+    assert_eq!(field(&info, "records"), "4 (0 lost)");
+    assert!(!info.contains("# ended"), "{info}");
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        let o = Command::new("uftrace")
+            .args(["info", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let theirs = text(&o).0;
+        let n = theirs.lines().count() - 1;
+        assert_eq!(
+            info.lines().take(n).collect::<Vec<_>>(),
+            theirs.lines().take(n).collect::<Vec<_>>(),
+            "the same as uftrace's"
+        );
+    }
+    let (_, info) = run(Some("crash"));
+    assert_eq!(field(&info, "exit status"), "terminated by signal: 11");
+    assert!(
+        field(&info, "ended").contains("before the recording's exit step"),
+        "{info}"
+    );
+}

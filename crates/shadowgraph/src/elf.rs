@@ -300,6 +300,15 @@ pub fn demangle(name: &str) -> String {
     name.to_string()
 }
 
+/// The GNU build id of an ELF file, as hex, if it has one.
+pub fn build_id(path: &Path) -> Option<String> {
+    use object::Object;
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let id = file.build_id().ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ pub mod data;
 pub mod flame;
 pub mod format;
 pub mod graph;
+pub mod info;
 pub mod perfetto;
 pub mod profile;
 pub mod replay;

@@ -258,23 +258,42 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         std::fs::write(&p, s).map_err(|e| err(&p, e))?;
     }
 
-    // info: binary header, then the sections.
+    // info: binary header, then the sections, from what `record` noted
+    // (shadowgraph.info); what it did not note is written as unknown.
     let tids: Vec<String> = data.tids.iter().map(|t| t.to_string()).collect();
-    let elapsed = cal.ns1.saturating_sub(cal.ns0);
+    let field = |k: &str, default: &str| data.info.get(k).unwrap_or(default).to_string();
+    let num = |k: &str| data.info.get(k).and_then(|v| v.parse::<u64>().ok());
+    let elapsed = num("elapsed_ns").unwrap_or_else(|| {
+        num("ns1")
+            .unwrap_or(0)
+            .saturating_sub(num("ns0").unwrap_or(0))
+    });
+    // The raw wait status, as uftrace keeps it.
+    let exit_code = field("exit_raw", "0");
     let mut text = String::new();
     writeln!(text, "exename:{exe}").unwrap();
-    writeln!(text, "build_id:{}", "0".repeat(40)).unwrap();
-    writeln!(text, "exit_status:0").unwrap();
-    writeln!(text, "cmdline:{}", data.info.get("cmdline").unwrap_or("")).unwrap();
+    writeln!(text, "build_id:{}", field("build_id", &"0".repeat(40))).unwrap();
+    writeln!(text, "exit_status:{exit_code}").unwrap();
+    writeln!(text, "cmdline:{}", field("cmdline", "")).unwrap();
     writeln!(
         text,
-        "cpuinfo:lines=2\ncpuinfo:nr_cpus=1 / 1 (online/possible)\ncpuinfo:desc=unknown"
+        "cpuinfo:lines=2\ncpuinfo:nr_cpus={} (online/possible)\ncpuinfo:desc={}",
+        field("cpus", "0 / 0"),
+        field("cpu_desc", "unknown")
     )
     .unwrap();
-    writeln!(text, "meminfo:0.0 / 0.0 GB (free / total)").unwrap();
     writeln!(
         text,
-        "osinfo:lines=3\nosinfo:kernel=Linux\nosinfo:hostname=localhost\nosinfo:distro=\"unknown\""
+        "meminfo:{}",
+        field("memory", "0.0 / 0.0 GB (free / total)")
+    )
+    .unwrap();
+    writeln!(
+        text,
+        "osinfo:lines=3\nosinfo:kernel={}\nosinfo:hostname={}\nosinfo:distro={}",
+        field("kernel", "unknown"),
+        field("hostname", "unknown"),
+        field("distro", "\"unknown\"")
     )
     .unwrap();
     writeln!(
@@ -286,11 +305,17 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     .unwrap();
     writeln!(
         text,
-        "usageinfo:lines=6\nusageinfo:systime=0.000000\nusageinfo:usrtime=0.000000\nusageinfo:ctxsw=0 / 0 (voluntary / involuntary)\nusageinfo:maxrss=0\nusageinfo:pagefault=0 / 0 (major / minor)\nusageinfo:iops=0 / 0 (read / write)"
+        "usageinfo:lines=6\nusageinfo:systime={}\nusageinfo:usrtime={}\nusageinfo:ctxsw={} (voluntary / involuntary)\nusageinfo:maxrss={}\nusageinfo:pagefault={} (major / minor)\nusageinfo:iops={} (read / write)",
+        field("systime", "0.000000"),
+        field("usrtime", "0.000000"),
+        field("ctxsw", "0 / 0"),
+        field("maxrss_kb", "0"),
+        field("pagefault", "0 / 0"),
+        field("iops", "0 / 0"),
     )
     .unwrap();
-    writeln!(text, "loadinfo:0.00 / 0.00 / 0.00").unwrap();
-    writeln!(text, "record_date:unknown").unwrap();
+    writeln!(text, "loadinfo:{}", field("load", "0.00 / 0.00 / 0.00")).unwrap();
+    writeln!(text, "record_date:{}", field("record_date", "unknown")).unwrap();
     writeln!(
         text,
         "elapsed_time:{}.{:09} sec",

@@ -1,0 +1,118 @@
+//! `info`: what a recording says about the machine, the run and itself, in
+//! uftrace's layout (from uftrace's `info` file, ours or uftrace's), then
+//! what only our recordings hold (records, losses, clock, sessions).
+
+use super::data::DataDir;
+use super::replay::ReplayError;
+use std::io::Write;
+
+pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+    let get = |k: &str| data.info.get(k).map(str::trim);
+    let line = |out: &mut dyn Write, k: &str, v: &str| writeln!(out, "# {k:<20}: {v}");
+    if get("uftrace_version").is_some() {
+        writeln!(out, "# system information\n# ==================")?;
+        line(out, "program version", get("uftrace_version").unwrap_or(""))?;
+        line(out, "recorded on", get("record_date").unwrap_or("unknown"))?;
+        line(out, "cmdline", get("cmdline").unwrap_or(""))?;
+        line(out, "cpu info", get("cpuinfo:desc").unwrap_or("unknown"))?;
+        let cpus = get("cpuinfo:nr_cpus")
+            .unwrap_or("")
+            .replace("(online/possible)", "(online / possible)");
+        line(out, "number of cpus", &cpus)?;
+        line(out, "memory info", get("meminfo").unwrap_or(""))?;
+        line(
+            out,
+            "system load",
+            &format!("{} (1 / 5 / 15 min)", get("loadinfo").unwrap_or("")),
+        )?;
+        line(out, "kernel version", get("osinfo:kernel").unwrap_or(""))?;
+        line(out, "hostname", get("osinfo:hostname").unwrap_or(""))?;
+        line(out, "distro", get("osinfo:distro").unwrap_or(""))?;
+        writeln!(out, "#\n# process information\n# ===================")?;
+        let exe = get("exe").unwrap_or("");
+        let comm = std::path::Path::new(exe)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        line(out, "number of tasks", &data.tids.len().to_string())?;
+        let tasks: Vec<String> = data.tids.iter().map(|t| format!("{t}({comm})")).collect();
+        line(out, "task list", &tasks.join(", "))?;
+        line(out, "exe image", exe)?;
+        line(out, "build id", get("build_id").unwrap_or(""))?;
+        line(out, "pattern", get("pattern_type").unwrap_or("regex"))?;
+        let raw: i32 = get("exit_status").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let status = if libc::WIFSIGNALED(raw) {
+            format!("terminated by signal: {}", libc::WTERMSIG(raw))
+        } else {
+            format!("exited with code: {}", libc::WEXITSTATUS(raw))
+        };
+        line(out, "exit status", &status)?;
+        line(out, "elapsed time", get("elapsed_time").unwrap_or(""))?;
+        let secs = |k: &str| {
+            get(k)
+                .and_then(|v| v.parse::<f64>().ok())
+                .map_or("0.000".to_string(), |v| format!("{v:.3}"))
+        };
+        line(
+            out,
+            "cpu time",
+            &format!(
+                "{} / {} sec (sys / user)",
+                secs("usageinfo:systime"),
+                secs("usageinfo:usrtime")
+            ),
+        )?;
+        line(out, "context switch", get("usageinfo:ctxsw").unwrap_or(""))?;
+        line(
+            out,
+            "max rss",
+            &format!("{} KB", get("usageinfo:maxrss").unwrap_or("0")),
+        )?;
+        line(out, "page fault", get("usageinfo:pagefault").unwrap_or(""))?;
+        line(out, "disk iops", get("usageinfo:iops").unwrap_or(""))?;
+    }
+    if data.dir.join("shadowgraph.info").exists() {
+        if get("uftrace_version").is_some() {
+            writeln!(out, "#")?;
+        }
+        writeln!(out, "# shadowgraph\n# ===========")?;
+        if super::profile::is_profile(data) {
+            line(out, "tracer", "profile (per-function totals: see `report`)")?;
+        } else {
+            line(
+                out,
+                "records",
+                &format!(
+                    "{} ({} lost)",
+                    get("records").unwrap_or("?"),
+                    get("lost").unwrap_or("?")
+                ),
+            )?;
+        }
+        line(
+            out,
+            "clock",
+            &format!(
+                "{} (times in ns of CLOCK_MONOTONIC)",
+                get("clock").unwrap_or("?")
+            ),
+        )?;
+        line(out, "stack overruns", get("overrun").unwrap_or("0"))?;
+        if let Some(e) = get("write_error") {
+            line(out, "write error", e)?;
+        }
+        if get("finished").is_none() {
+            line(
+                out,
+                "ended",
+                "before the recording's exit step (crash, kill or _exit)",
+            )?;
+        }
+        if let Some(n) = data.sessions_notice() {
+            let list = n.rsplit_once(": ").map_or(n.as_str(), |x| x.1);
+            line(out, "exec sessions", list)?;
+        }
+    }
+    writeln!(out)?; // as uftrace's ends
+    Ok(())
+}
