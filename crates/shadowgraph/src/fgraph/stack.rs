@@ -72,20 +72,38 @@ pub fn data_slot(w: u64) -> usize {
     ((w >> 17) & 0xf) as usize
 }
 
+/// An `i32` cell that starts at −1 when its memory is zero (stored plus
+/// one), so that [`ThreadState`] can live in zero-initialised TLS.
+#[derive(Default)]
+pub struct MinusOneCell(Cell<i32>);
+
+impl MinusOneCell {
+    #[inline(always)]
+    pub fn get(&self) -> i32 {
+        self.0.get() - 1
+    }
+
+    #[inline(always)]
+    pub fn set(&self, v: i32) {
+        self.0.set(v + 1)
+    }
+}
+
 /// This thread's graph state. Cells: only this thread (and its signal
-/// handlers, which restore what they change) touch it.
+/// handlers, which restore what they change) touch it. Valid all-zero: it
+/// lives in initial-exec TLS (crate::tls), one `fs`-relative address away.
 pub struct ThreadState {
     pub stack: Cell<*mut u64>,
     /// First free word.
     pub curr: Cell<usize>,
     /// Frames kept for any user on this thread, −1 when none.
-    pub depth: Cell<i32>,
+    pub depth: MinusOneCell,
     /// Calls not hooked because the stack was full.
     pub overrun: Cell<u64>,
     pub pause: Cell<u32>,
     pub exiting: Cell<bool>,
     /// Slot whose entry callback is running, −1 outside.
-    pub in_entry: Cell<i32>,
+    pub in_entry: MinusOneCell,
     pub reserved_once: Cell<bool>,
     /// Reservations refused for lack of room.
     pub reserve_fail: Cell<u64>,
@@ -98,51 +116,18 @@ pub struct ThreadState {
 /// shadow stack was full.
 pub static OVERRUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-thread_local! {
-    pub static THREAD: ThreadState = const {
-        ThreadState {
-            stack: Cell::new(std::ptr::null_mut()),
-            curr: Cell::new(0),
-            depth: Cell::new(-1),
-            overrun: Cell::new(0),
-            pause: Cell::new(0),
-            exiting: Cell::new(false),
-            in_entry: Cell::new(-1),
-            reserved_once: Cell::new(false),
-            reserve_fail: Cell::new(0),
-            unhooked: Cell::new(false),
-        }
-    };
-}
-
-// THREAD's address, cached in initial-exec TLS (crate::tls): in a shared
-// object every `THREAD.with` is a call to `__tls_get_addr`, and the state is
-// reached several times per traced call. Null until the thread's first use;
-// a forked child's thread has the same TLS addresses, so it stays right.
 crate::fast_thread_local!(
-    static THREAD_ADDR: Cell<*const ThreadState>;
+    static THREAD: ThreadState;
 );
 
 /// This thread's state.
 #[inline(always)]
 pub fn thread() -> &'static ThreadState {
-    let p = THREAD_ADDR.get();
-    if p.is_null() {
-        return thread_first_use();
-    }
-    // SAFETY: p is this thread's THREAD (set below), only used on this
-    // thread while it runs; the state has no destructor, so it stays valid
-    // until the thread is gone.
-    unsafe { &*p }
-}
-
-#[cold]
-#[inline(never)]
-fn thread_first_use() -> &'static ThreadState {
-    let p = THREAD.with(|t| t as *const ThreadState);
-    THREAD_ADDR.set(p);
-    // SAFETY: as in thread().
-    unsafe { &*p }
+    // SAFETY: THREAD is this thread's zero-initialised state (valid
+    // all-zero: null pointers, zero counters, cells of −1 stored as 0),
+    // only used on this thread while it runs, and never dropped, so the
+    // reference stays valid until the thread is gone.
+    unsafe { &*(&*THREAD as *const ThreadState) }
 }
 
 impl ThreadState {
