@@ -355,6 +355,12 @@ pub fn attach() -> Result<(), String> {
         std::env::var_os("SHADOWGRAPH_NO_CHILDREN").is_some(),
         Ordering::Relaxed,
     );
+    if let Some(b) = std::env::var("SHADOWGRAPH_RING_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        writer::set_ring_bytes(b);
+    }
     let follow = shm.is_some() && !NO_CHILDREN.load(Ordering::Relaxed);
     let started_by_exec = follow && std::env::var_os("SHADOWGRAPH_SESSION").is_some();
     let modules = match crate::discover_program() {

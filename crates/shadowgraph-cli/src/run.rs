@@ -118,6 +118,10 @@ pub struct RecordOptions {
     /// Record only the program's own process, not the children it forks.
     #[arg(long)]
     no_children: bool,
+    /// Each thread's buffer (e.g. 512K, 4M; default 1M): a thread whose
+    /// buffer is full waits for the writer, so a larger one smooths bursts.
+    #[arg(short = 'b', long = "buffer", value_name = "SIZE", value_parser = parse_size)]
+    buffer: Option<u64>,
     /// Trace this library too (file name prefix); repeatable; implies
     /// --no-libs for the others.
     #[arg(long = "lib")]
@@ -158,6 +162,24 @@ pub fn parse_duration_ns(v: &str) -> Result<u64, String> {
     match num.parse::<f64>() {
         Ok(n) if n.is_finite() && n * scale < u64::MAX as f64 => Ok((n * scale).round() as u64),
         _ => Err(format!("`{v}` is not a duration (e.g. 10us, 1.5ms)")),
+    }
+}
+
+/// A size: bytes, or with K, M or G (powers of 1024); 64K to 1G.
+fn parse_size(v: &str) -> Result<u64, String> {
+    let t = v.trim();
+    let (num, scale) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{v}` is not a size (e.g. 512K, 4M)"))?;
+    match n.checked_mul(scale) {
+        Some(b) if (64 << 10..=1 << 30).contains(&b) => Ok(b),
+        _ => Err(format!("`{v}`: the buffer size must be between 64K and 1G")),
     }
 }
 
@@ -274,6 +296,9 @@ impl RecordOptions {
             ("SHADOWGRAPH_LIBS".to_string(), libs),
             ("SHADOWGRAPH_TRACERS".to_string(), tracers.len().to_string()),
         ];
+        if let Some(b) = self.buffer {
+            env.push(("SHADOWGRAPH_RING_BYTES".to_string(), b.to_string()));
+        }
         if self.no_children {
             env.push(("SHADOWGRAPH_NO_CHILDREN".to_string(), "1".to_string()));
         }

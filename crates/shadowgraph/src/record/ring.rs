@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\x01\0");
 /// Bytes before the records.
 pub const HEADER_BYTES: usize = 256;
-/// Records per ring (4 MiB): a few milliseconds of the busiest thread.
-pub const RING_RECORDS: u64 = 1 << 18;
+/// Records per shared ring by default (1 MiB): about a millisecond of the
+/// busiest thread, which waits if the writer falls behind by more.
+pub const RING_RECORDS: u64 = 1 << 16;
 
 /// The ring's header, at the start of its mapping. Producer and consumer
 /// fields sit on separate cache lines.

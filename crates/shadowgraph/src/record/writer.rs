@@ -52,6 +52,15 @@ static DIRS: [OnceLock<CString>; MAX_INSTANCES] = [const { OnceLock::new() }; MA
 static SHM: OnceLock<CString> = OnceLock::new();
 /// This process image's recording session (see [`set_session`]).
 static SESSION: AtomicU64 = AtomicU64::new(0);
+/// Records per shared ring (a power of two).
+static SHARED_RECORDS: AtomicU64 = AtomicU64::new(RING_RECORDS);
+
+/// Sets the size of the threads' shared rings: `bytes` of records, rounded
+/// up to a power of two of at least 4096 records (64 KiB).
+pub fn set_ring_bytes(bytes: u64) {
+    let records = (bytes / 16).max(4096).next_power_of_two();
+    SHARED_RECORDS.store(records, Ordering::Relaxed);
+}
 
 /// Names the recording session of this process image: its rings carry it,
 /// and the writer sends them to that session's directory. A forked child
@@ -284,7 +293,7 @@ fn create_shared(
     if !path_in(dir, &name[..n + 5], path) {
         return None;
     }
-    let len = ring_bytes(RING_RECORDS);
+    let len = ring_bytes(SHARED_RECORDS.load(Ordering::Relaxed));
     // SAFETY: path is NUL-terminated; the file is new (O_EXCL) and
     // sized before it is mapped shared; mmap/ftruncate/close are
     // async-signal-safe.
@@ -333,7 +342,7 @@ fn create(inst: usize) -> *mut u8 {
         .get()
         .and_then(|shm| create_shared(shm, inst, tid, pid, &mut name, &mut path));
     let (base, fd, cap) = if let Some(base) = shared_ring {
-        (base, -1, RING_RECORDS)
+        (base, -1, SHARED_RECORDS.load(Ordering::Relaxed))
     } else {
         // Local: the agent alone, or no shared ring could be made (a file
         // size limit, a full /dev/shm): this thread writes its own.
