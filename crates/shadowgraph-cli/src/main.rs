@@ -291,13 +291,9 @@ fn view(
             dir.display()
         ));
     }
-    for w in [
-        data.loss_warning(),
-        data.unread_events_notice(),
-        data.sessions_notice(),
-    ]
-    .into_iter()
-    .flatten()
+    for w in [data.loss_warning(), data.sessions_notice()]
+        .into_iter()
+        .flatten()
     {
         eprintln!("shadowgraph: {w}");
     }

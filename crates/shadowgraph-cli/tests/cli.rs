@@ -738,30 +738,54 @@ fn recordings_are_uftrace_data_both_ways() {
         .0;
         assert_eq!(ours, theirs, "graph {f}");
     }
-    // …and we read what uftrace records. Its schedule events (perf-cpu*.dat:
-    // a call pre-empted or sleeping) are not read by our views yet, which
-    // say so; recorded without them, the graphs must match exactly.
+    // …and we read what uftrace records, its schedule events included
+    // (perf-cpu*.dat: a call sleeping or pre-empted shows
+    // `/* linux:schedule */` inside it, a child in reports): replay, report
+    // and graph give uftrace's output exactly (but for the TID column's
+    // width, 7 for us). A program that sleeps makes sure there are some.
+    let sleeper = build_c(
+        data.parent().unwrap(),
+        "sleeper",
+        "#include <time.h>\n\
+         __attribute__((noinline, noipa)) void nap(void) { struct timespec t = {0, 2000000}; nanosleep(&t, 0); }\n\
+         __attribute__((noinline, noipa)) int work(int i) { nap(); return i; }\n\
+         int main(void) { int s = 0; for (int i = 0; i < 5; i++) s += work(i); return s == 10 ? 0 : 1; }\n",
+    );
     let with_sched = data.with_file_name("by-uftrace-sched.data");
     let o = Command::new("uftrace")
         .args(["record", "-P", ".", "-d"])
         .arg(&with_sched)
-        .arg(&exe)
-        .arg("2")
+        .arg(&sleeper)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o).1);
-    if std::fs::read_dir(&with_sched).unwrap().any(|e| {
-        e.unwrap()
-            .file_name()
-            .to_string_lossy()
-            .starts_with("perf-cpu")
-    }) {
-        let o = shadowgraph()
-            .args(["replay", "-d"])
-            .arg(&with_sched)
-            .output()
-            .unwrap();
-        assert!(text(&o).1.contains("schedule events"), "{}", text(&o).1);
+    for args in [&["replay"][..], &["report"], &["graph", "main"]] {
+        let run = |cmd: &mut Command| {
+            let o = cmd
+                .arg(args[0])
+                .arg("-d")
+                .arg(&with_sched)
+                .args(&args[1..])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+            text(&o).0
+        };
+        let ours = run(&mut shadowgraph());
+        let theirs = run(&mut Command::new("uftrace"))
+            .replace("TID     FUNCTION", "TID      FUNCTION")
+            .replace(" [ ", " [  ");
+        assert_eq!(
+            ours, theirs,
+            "{args:?} of uftrace's recording with schedule events"
+        );
+        if args[0] == "replay" {
+            assert_eq!(
+                ours.matches("/* linux:schedule */").count(),
+                5,
+                "one per nap: {ours}"
+            );
+        }
     }
     let ud = data.with_file_name("by-uftrace.data");
     let o = Command::new("uftrace")

@@ -86,6 +86,8 @@ pub struct DataDir {
     /// Traced objects: (start, end, path), by start (empty when the
     /// recording does not say).
     pub modules: Vec<(u64, u64, String)>,
+    /// uftrace's schedule events per thread (`perf-cpu*.dat`).
+    pub sched: std::collections::HashMap<i32, Vec<super::sched::SchedSpan>>,
 }
 
 impl DataDir {
@@ -115,27 +117,6 @@ impl DataDir {
             format!(
                 "warning: {}; the trace in {} has gaps",
                 what.join("; "),
-                self.dir.display()
-            )
-        })
-    }
-
-    /// uftrace keeps schedule events (a thread sleeping or pre-empted inside
-    /// a call) in `perf-cpu*.dat`, which the views do not read yet: a note
-    /// saying so, when such files are present.
-    pub fn unread_events_notice(&self) -> Option<String> {
-        let n = std::fs::read_dir(&self.dir)
-            .ok()?
-            .filter_map(|e| e.ok())
-            .filter(|e| {
-                let n = e.file_name();
-                let n = n.to_string_lossy();
-                n.starts_with("perf-cpu") && n.ends_with(".dat")
-            })
-            .count();
-        (n > 0).then(|| {
-            format!(
-                "note: {} holds uftrace's schedule events ({n} perf-cpu*.dat files), which are not shown (record with `uftrace record --no-sched` to leave them out)",
                 self.dir.display()
             )
         })
@@ -214,6 +195,7 @@ impl DataDir {
             symbols,
             tids,
             modules,
+            sched: super::sched::read(dir)?,
         })
     }
 
@@ -253,6 +235,9 @@ impl DataDir {
     /// The function holding `addr` (the nearest symbol at or below it:
     /// our records hold function entries, uftrace's an address just inside).
     pub fn name(&self, addr: u64) -> std::borrow::Cow<'_, str> {
+        if addr == super::sched::SCHED_ADDR {
+            return "linux:schedule".into();
+        }
         match self.symbols.partition_point(|s| s.0 <= addr) {
             0 => format!("{addr:#x}").into(),
             i => self.symbols[i - 1].1.as_str().into(),

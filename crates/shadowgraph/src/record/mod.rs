@@ -15,5 +15,6 @@ pub mod profile;
 pub mod replay;
 pub mod report;
 pub mod ring;
+pub mod sched;
 pub mod uftrace;
 pub mod writer;

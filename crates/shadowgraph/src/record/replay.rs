@@ -166,6 +166,9 @@ struct FunctionFiltered {
 
 impl FunctionFiltered {
     fn lookup(&self, set: &[bool], addr: u64) -> bool {
+        if addr == super::sched::SCHED_ADDR {
+            return false; // not a function: shown where its call is
+        }
         match self.symbols.partition_point(|&a| a <= addr) {
             0 => false,
             i => set[i - 1],
@@ -290,6 +293,15 @@ fn filtered(
     sel: &Selection,
 ) -> Result<Records, DataError> {
     let mut it: Records = Box::new(data.stream(tid)?);
+    if let Some(spans) = data.sched.get(&tid).filter(|s| !s.is_empty()) {
+        it = Box::new(super::sched::SchedMerged {
+            inner: it.peekable(),
+            spans: spans.iter().copied().collect(),
+            depth: 0,
+            exit: None,
+            started: false,
+        });
+    }
     if sel.functions.is_some() || !filter.notrace.is_empty() {
         it = Box::new(FunctionFiltered {
             inner: it,
@@ -407,8 +419,14 @@ pub fn replay_filtered(
                 match next {
                     Some(n) if n.kind == Kind::Exit && n.depth == r.depth && n.addr == r.addr => {
                         let dur = Some(n.time.saturating_sub(r.time));
-                        let tail = if name.ends_with(')') { ";" } else { "();" };
-                        line(out, dur, tid, r.depth, "", &name, tail)?;
+                        if r.addr == super::sched::SCHED_ADDR {
+                            // uftrace's event line.
+                            let tail = if r.more { " (pre-empted) */" } else { " */" };
+                            line(out, dur, tid, r.depth, "/* ", &name, tail)?;
+                        } else {
+                            let tail = if name.ends_with(')') { ";" } else { "();" };
+                            line(out, dur, tid, r.depth, "", &name, tail)?;
+                        }
                         skip[k] = true;
                     }
                     _ => {

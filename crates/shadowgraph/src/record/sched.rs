@@ -1,0 +1,217 @@
+//! uftrace's schedule events: `perf-cpu<N>.dat` holds the kernel's perf
+//! records (header `{u32 type, u16 misc, u16 size}`, then the body and a
+//! `sample_id {u32 pid, u32 tid, u64 time}`, time on CLOCK_MONOTONIC, as
+//! the `.dat` files). A thread switched out (type 14, misc 0x2000; 0x4000
+//! more when pre-empted) and back in becomes a span, which the views show
+//! as uftrace does: `/* linux:schedule */` (or `(pre-empted)`) inside the
+//! call the thread was in, a child of it in reports.
+
+use super::data::DataError;
+use super::format::{Kind, Record};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The address the views give a schedule span (above every 48-bit code
+/// address a record can hold).
+pub const SCHED_ADDR: u64 = (1 << 48) - 2;
+
+const PERF_RECORD_SWITCH: u32 = 14;
+const MISC_SWITCH_OUT: u16 = 0x2000;
+const MISC_SWITCH_OUT_PREEMPT: u16 = 0x4000;
+
+/// A thread off the CPU: switched out at `out`, back at `back`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedSpan {
+    pub out: u64,
+    pub back: u64,
+    pub preempted: bool,
+}
+
+/// Every `perf-cpu*.dat` of `dir`: each thread's spans, in time order.
+/// A malformed record is an error naming the file and offset.
+pub fn read(dir: &Path) -> Result<HashMap<i32, Vec<SchedSpan>>, DataError> {
+    // (tid) → switches (time, out, preempted) from every CPU's file.
+    let mut switches: HashMap<i32, Vec<(u64, bool, bool)>> = HashMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(HashMap::new());
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("perf-cpu") && name.ends_with(".dat")) {
+            continue;
+        }
+        let path = e.path();
+        let bad = |off: usize, why: &str| DataError {
+            path: path.clone(),
+            message: format!("offset {off}: {why}"),
+        };
+        let bytes = std::fs::read(&path).map_err(|e| DataError {
+            path: path.clone(),
+            message: format!("cannot read: {e}"),
+        })?;
+        let mut off = 0;
+        while off < bytes.len() {
+            let h = bytes
+                .get(off..off + 8)
+                .ok_or_else(|| bad(off, "truncated perf record header"))?;
+            let kind = u32::from_le_bytes(h[..4].try_into().unwrap());
+            let misc = u16::from_le_bytes(h[4..6].try_into().unwrap());
+            let size = u16::from_le_bytes(h[6..8].try_into().unwrap()) as usize;
+            if size < 8 + 16 {
+                return Err(bad(off, "perf record too small for its sample id"));
+            }
+            let rec = bytes
+                .get(off..off + size)
+                .ok_or_else(|| bad(off, "truncated perf record"))?;
+            // Every record ends with its sample id.
+            let id = &rec[size - 16..];
+            let tid = u32::from_le_bytes(id[4..8].try_into().unwrap()) as i32;
+            let time = u64::from_le_bytes(id[8..16].try_into().unwrap());
+            if kind == PERF_RECORD_SWITCH {
+                switches.entry(tid).or_default().push((
+                    time,
+                    misc & MISC_SWITCH_OUT != 0,
+                    misc & MISC_SWITCH_OUT_PREEMPT != 0,
+                ));
+            }
+            off += size;
+        }
+    }
+    let mut spans = HashMap::new();
+    for (tid, mut sw) in switches {
+        sw.sort_by_key(|s| s.0);
+        let mut v = Vec::new();
+        let mut pending: Option<(u64, bool)> = None;
+        for (time, out, preempted) in sw {
+            if out {
+                pending = Some((time, preempted));
+            } else if let Some((t0, p)) = pending.take() {
+                v.push(SchedSpan {
+                    out: t0,
+                    back: time,
+                    preempted: p,
+                });
+            }
+        }
+        spans.insert(tid, v);
+    }
+    Ok(spans)
+}
+
+/// A thread's records with its schedule spans merged in as entry/exit
+/// pairs of [`SCHED_ADDR`] (`more` set when pre-empted) at the depth of
+/// the call they happened in.
+pub struct SchedMerged<I: Iterator> {
+    pub inner: std::iter::Peekable<I>,
+    pub spans: std::collections::VecDeque<SchedSpan>,
+    /// Depth of a record made now.
+    pub depth: u16,
+    /// The exit of a span whose entry went out last.
+    pub exit: Option<Record>,
+    /// A record of the thread went out already.
+    pub started: bool,
+}
+
+impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for SchedMerged<I> {
+    type Item = Result<Record, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(x) = self.exit.take() {
+            return Some(Ok(x));
+        }
+        let next_time = match self.inner.peek() {
+            Some(Ok(r)) => Some(r.time),
+            Some(Err(_)) => None,
+            None => None,
+        };
+        // Only spans between the thread's first and last records are shown
+        // (as uftrace does): before the first, or once the records ran out,
+        // the thread was not in any traced call.
+        while let (Some(s), Some(t)) = (self.spans.front(), next_time) {
+            if self.started || s.out >= t {
+                break;
+            }
+            self.spans.pop_front();
+        }
+        let due = self
+            .spans
+            .front()
+            .is_some_and(|s| next_time.is_some_and(|t| s.out < t));
+        if due {
+            let s = self.spans.pop_front().unwrap();
+            let rec = |kind, time| Record {
+                time,
+                kind,
+                more: s.preempted,
+                depth: self.depth,
+                addr: SCHED_ADDR,
+            };
+            self.exit = Some(rec(Kind::Exit, s.back));
+            return Some(Ok(rec(Kind::Entry, s.out)));
+        }
+        let r = self.inner.next()?;
+        self.started = true;
+        if let Ok(r) = &r {
+            match r.kind {
+                Kind::Entry => self.depth = r.depth.saturating_add(1),
+                Kind::Exit => self.depth = r.depth,
+                _ => {}
+            }
+        }
+        Some(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn switch(out: bool, preempt: bool, tid: u32, time: u64) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&PERF_RECORD_SWITCH.to_le_bytes());
+        let misc = if out { MISC_SWITCH_OUT } else { 0 }
+            | if preempt { MISC_SWITCH_OUT_PREEMPT } else { 0 };
+        v.extend_from_slice(&misc.to_le_bytes());
+        v.extend_from_slice(&24u16.to_le_bytes());
+        v.extend_from_slice(&tid.to_le_bytes());
+        v.extend_from_slice(&tid.to_le_bytes());
+        v.extend_from_slice(&time.to_le_bytes());
+        v
+    }
+
+    #[test]
+    fn spans_pair_across_cpus_and_bad_records_are_named() {
+        let dir = std::env::temp_dir().join(format!("sg-sched-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Out on CPU 0, back on CPU 1; then pre-empted on CPU 1.
+        let mut c0 = switch(true, false, 7, 100);
+        c0.extend(switch(true, true, 7, 300));
+        let mut c1 = switch(false, false, 7, 150);
+        c1.extend(switch(false, false, 7, 340));
+        std::fs::write(dir.join("perf-cpu0.dat"), &c0).unwrap();
+        std::fs::write(dir.join("perf-cpu1.dat"), &c1).unwrap();
+        let spans = read(&dir).unwrap();
+        assert_eq!(
+            spans[&7],
+            [
+                SchedSpan {
+                    out: 100,
+                    back: 150,
+                    preempted: false
+                },
+                SchedSpan {
+                    out: 300,
+                    back: 340,
+                    preempted: true
+                }
+            ]
+        );
+        std::fs::write(dir.join("perf-cpu1.dat"), &c1[..30]).unwrap();
+        let e = read(&dir).unwrap_err();
+        assert!(
+            e.to_string().contains("perf-cpu1.dat") && e.to_string().contains("offset 24"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
