@@ -122,20 +122,9 @@ pub fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::Ret
 fn new_table(inst: usize) -> *mut Table {
     let cap = CAPACITY.load(Ordering::Relaxed);
     let len = std::mem::size_of::<Table>().next_multiple_of(64) + cap * std::mem::size_of::<Row>();
-    // SAFETY: anonymous mapping; mmap is async-signal-safe.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
+    let Some(p) = shadowgraph::sys::map_anonymous(len) else {
         return std::ptr::null_mut();
-    }
+    };
     let t = p as *mut Table;
     // SAFETY: the mapping holds the header and `cap` rows (zero = empty).
     unsafe {
@@ -143,7 +132,7 @@ fn new_table(inst: usize) -> *mut Table {
             tid: shadowgraph::sys::gettid(),
             inst,
             next: std::ptr::null_mut(),
-            rows: (p as *mut u8).add(std::mem::size_of::<Table>().next_multiple_of(64)) as *mut Row,
+            rows: p.add(std::mem::size_of::<Table>().next_multiple_of(64)) as *mut Row,
         });
     }
     let mut head = TABLES.load(Ordering::Acquire);

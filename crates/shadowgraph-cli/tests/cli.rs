@@ -54,6 +54,18 @@ fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
     exe
 }
 
+/// `shadowgraph replay -d DATA`'s output.
+fn replay_text(data: &Path) -> String {
+    text(
+        &shadowgraph()
+            .args(["replay", "-d"])
+            .arg(data)
+            .output()
+            .unwrap(),
+    )
+    .0
+}
+
 fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -698,14 +710,7 @@ fn recordings_are_uftrace_data_both_ways() {
     }
     // uftrace reads what we record…
     let (exe, data) = record_calls_program("compat");
-    let ours = text(
-        &shadowgraph()
-            .args(["replay", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap(),
-    )
-    .0;
+    let ours = replay_text(&data);
     let theirs = text(
         &Command::new("uftrace")
             .args(["replay", "-d"])
@@ -982,14 +987,7 @@ fn rust_program_is_recorded_with_demangled_names() {
         .unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success() && out.trim() == "321", "{out}\n{err}");
-    let rep = text(
-        &shadowgraph()
-            .args(["replay", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap(),
-    )
-    .0;
+    let rep = replay_text(&data);
     for want in [
         "prog::main() {",
         "prog::worker() {",
@@ -1138,14 +1136,7 @@ fn a_crashing_program_leaves_a_readable_recording() {
         err.contains("what it recorded is kept") && err.contains("(0 lost)"),
         "{err}"
     );
-    let rep = text(
-        &shadowgraph()
-            .args(["replay", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap(),
-    )
-    .0;
+    let rep = replay_text(&data);
     let s = shape(&rep);
     assert_eq!(
         s[..3],
@@ -1235,14 +1226,7 @@ fn forked_and_executed_children_leave_the_parents_results_alone() {
         .unwrap()
         .parse()
         .unwrap();
-    let out = text(
-        &shadowgraph()
-            .args(["replay", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap(),
-    )
-    .0;
+    let out = replay_text(&data);
     let (mine, theirs): (Vec<&str>, Vec<&str>) = out
         .lines()
         .skip(1)
@@ -1856,14 +1840,7 @@ fn a_killed_program_loses_nothing_it_recorded() {
             && err.contains("what it recorded is kept"),
         "{err}"
     );
-    let rep = text(
-        &shadowgraph()
-            .args(["replay", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap(),
-    )
-    .0;
+    let rep = replay_text(&data);
     let s = shape(&rep);
     assert_eq!(s.len(), 100_000 + 4, "{}", &rep[..rep.len().min(2000)]);
     assert_eq!(s[..3], [" |main() {", " |  work() {", "D|    leaf();"]);
@@ -1902,6 +1879,20 @@ fn report_rows(out: &str) -> HashMap<String, (u64, u64, u64)> {
         .collect()
 }
 
+/// main calls mid `mids` times (mid: nap 2 ms, leaf twice), then
+/// fib(`fib_n`), and prints the sum of mid's results and fib's.
+fn nap_program(mids: u32, fib_n: u32) -> String {
+    format!(
+        "#include <stdio.h>\n#include <time.h>\n\
+         __attribute__((noinline)) void nap(long us) {{ struct timespec t = {{0, us * 1000}}; nanosleep(&t, 0); }}\n\
+         __attribute__((noinline)) int leaf(int x) {{ return x * 3 + 1; }}\n\
+         __attribute__((noinline)) int mid(int i) {{ nap(2000); return leaf(i) + leaf(i + 1); }}\n\
+         __attribute__((noinline)) long fib(int n) {{ return n < 2 ? n : fib(n - 1) + fib(n - 2); }}\n\
+         int main(void) {{ int s = 0; for (int i = 0; i < {mids}; i++) s += mid(i);\n\
+         printf(\"%d %ld\\n\", s, fib({fib_n})); return 0; }}\n"
+    )
+}
+
 /// A profile tracer beside a graph tracer on the same run: the profile's
 /// calls equal the recording's exactly, its totals of non-recursive
 /// functions match the recording's, self time excludes profiled callees
@@ -1909,17 +1900,7 @@ fn report_rows(out: &str) -> HashMap<String, (u64, u64, u64)> {
 #[test]
 fn the_profile_tracer_matches_the_recording_of_the_same_run() {
     let dir = workdir("profile");
-    let exe = build_c(
-        &dir,
-        "prof",
-        "#include <stdio.h>\n#include <time.h>\n\
-         __attribute__((noinline)) void nap(long us) { struct timespec t = {0, us * 1000}; nanosleep(&t, 0); }\n\
-         __attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }\n\
-         __attribute__((noinline)) int mid(int i) { nap(2000); return leaf(i) + leaf(i + 1); }\n\
-         __attribute__((noinline)) long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
-         int main(void) { int s = 0; for (int i = 0; i < 10; i++) s += mid(i);\n\
-         printf(\"%d %ld\\n\", s, fib(15)); return 0; }\n",
-    );
+    let exe = build_c(&dir, "prof", &nap_program(10, 15));
     let data = dir.join("p.data");
     let o = shadowgraph()
         .args(["record", "--no-libs", "-d"])
@@ -2198,17 +2179,7 @@ fn forked_children_and_exec_sessions_are_recorded() {
 #[test]
 fn graph_view_filters_as_uftrace_does() {
     let dir = workdir("graphfilters");
-    let exe = build_c(
-        &dir,
-        "g",
-        "#include <stdio.h>\n#include <time.h>\n\
-         __attribute__((noinline)) void nap(long us) { struct timespec t = {0, us * 1000}; nanosleep(&t, 0); }\n\
-         __attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }\n\
-         __attribute__((noinline)) int mid(int i) { nap(2000); return leaf(i) + leaf(i + 1); }\n\
-         __attribute__((noinline)) long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
-         int main(void) { int s = 0; for (int i = 0; i < 4; i++) s += mid(i);\n\
-         printf(\"%d %ld\\n\", s, fib(6)); return 0; }\n",
-    );
+    let exe = build_c(&dir, "g", &nap_program(4, 6));
     let data = dir.join("g.data");
     let o = shadowgraph()
         .args(["record", "--no-libs", "-d"])

@@ -53,6 +53,23 @@ pub fn read_maps() -> io::Result<Vec<Mapping>> {
     Ok(out)
 }
 
+/// A fresh private anonymous mapping of `len` bytes (zeroed, read-write),
+/// or None. Async-signal-safe: usable inside traced calls.
+pub fn map_anonymous(len: usize) -> Option<*mut u8> {
+    // SAFETY: an anonymous private mapping touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p as *mut u8)
+}
+
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

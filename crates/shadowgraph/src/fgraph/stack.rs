@@ -195,26 +195,15 @@ static FREE_STACKS: [AtomicPtr<u64>; POOL] = [const { AtomicPtr::new(std::ptr::n
 pub static STACKS_MAPPED: AtomicU64 = AtomicU64::new(0);
 
 fn map_stack() -> *mut u64 {
-    // SAFETY: anonymous private mapping; mmap is async-signal-safe.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            WORDS * 8,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
+    let Some(p) = crate::sys::map_anonymous(WORDS * 8) else {
         return std::ptr::null_mut();
-    }
+    };
     let i = ALL_COUNT.fetch_add(1, Ordering::AcqRel);
     if i >= ALL_MAX {
         // Not listable: give it back rather than miss a task-variable reset.
         ALL_COUNT.fetch_sub(1, Ordering::AcqRel);
         // SAFETY: p is the mapping just made, unused.
-        unsafe { libc::munmap(p, WORDS * 8) };
+        unsafe { libc::munmap(p.cast(), WORDS * 8) };
         return std::ptr::null_mut();
     }
     ALL_STACKS[i].store(p as *mut u64, Ordering::Release);

@@ -115,15 +115,7 @@ pub fn report(
         .into_iter()
         .map(|(k, r)| (k, r, data.name(k.1).into_owned()))
         .collect();
-    rows.sort_by(|a, b| {
-        let o = match sort {
-            SortKey::Total => b.1.total.cmp(&a.1.total),
-            SortKey::SelfTime => b.1.self_time.cmp(&a.1.self_time),
-            SortKey::Calls => b.1.calls.cmp(&a.1.calls),
-            SortKey::Name => a.2.cmp(&b.2),
-        };
-        o.then_with(|| a.2.cmp(&b.2)).then(a.0 .0.cmp(&b.0 .0))
-    });
+    super::report::sort_rows(&mut rows, sort, |r| (r.total, r.self_time, r.calls));
     let tid_head = if per_thread { "    TID  " } else { "" };
     let tid_rule = if per_thread { "  =======" } else { "" };
     writeln!(

@@ -75,6 +75,26 @@ pub fn collect(
     Ok(stats)
 }
 
+/// Sorts report rows ((tid, address), stats, name) by `sort` (largest
+/// first; names ascending), then by name and thread. `key` gives a row's
+/// (total, self, calls).
+pub(crate) fn sort_rows<T>(
+    rows: &mut [((i32, u64), T, String)],
+    sort: SortKey,
+    key: impl Fn(&T) -> (u64, u64, u64),
+) {
+    rows.sort_by(|a, b| {
+        let (ka, kb) = (key(&a.1), key(&b.1));
+        let o = match sort {
+            SortKey::Total => kb.0.cmp(&ka.0),
+            SortKey::SelfTime => kb.1.cmp(&ka.1),
+            SortKey::Calls => kb.2.cmp(&ka.2),
+            SortKey::Name => a.2.cmp(&b.2),
+        };
+        o.then_with(|| a.2.cmp(&b.2)).then(a.0 .0.cmp(&b.0 .0))
+    });
+}
+
 /// Writes the report.
 pub fn report(
     data: &DataDir,
@@ -88,15 +108,7 @@ pub fn report(
         .into_iter()
         .map(|(k, s)| (k, s, data.name(k.1).into_owned()))
         .collect();
-    rows.sort_by(|a, b| {
-        let o = match sort {
-            SortKey::Total => b.1.total.cmp(&a.1.total),
-            SortKey::SelfTime => b.1.self_time.cmp(&a.1.self_time),
-            SortKey::Calls => b.1.calls.cmp(&a.1.calls),
-            SortKey::Name => a.2.cmp(&b.2),
-        };
-        o.then_with(|| a.2.cmp(&b.2)).then(a.0 .0.cmp(&b.0 .0))
-    });
+    sort_rows(&mut rows, sort, |s| (s.total, s.self_time, s.calls));
     if per_thread {
         writeln!(
             out,

@@ -402,21 +402,10 @@ mod tests {
     fn producer_and_consumer_threads_lose_nothing() {
         const CAP: u64 = 1024;
         const N: u64 = 1_000_000;
-        let len = ring_bytes(CAP);
-        // SAFETY: anonymous mapping, zeroed, never unmapped during the test.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        // SAFETY: a fresh zeroed mapping of the ring's size.
-        let ring = unsafe { Ring::init(base as *mut u8, 0, 1, 1, CAP, 0) };
+        let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
+        // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
+        // during the test.
+        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0) };
         let path = std::env::temp_dir().join(format!("sg-ring-test-{}", std::process::id()));
         let file = std::fs::File::create(&path).unwrap();
         let done = AtomicBool::new(false);

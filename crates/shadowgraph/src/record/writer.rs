@@ -365,24 +365,12 @@ fn create(inst: usize) -> *mut u8 {
         if fd < 0 {
             return std::ptr::null_mut();
         }
-        let len = ring_bytes(LOCAL_RECORDS);
-        // SAFETY: anonymous mapping; mmap is async-signal-safe.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        let Some(p) = crate::sys::map_anonymous(ring_bytes(LOCAL_RECORDS)) else {
             // SAFETY: closing the fd opened above.
             unsafe { libc::close(fd) };
             return std::ptr::null_mut();
-        }
-        (p as *mut u8, fd, LOCAL_RECORDS)
+        };
+        (p, fd, LOCAL_RECORDS)
     };
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped.
     unsafe { Ring::init(base, inst, tid, pid, cap, SESSION.load(Ordering::Relaxed)) };
