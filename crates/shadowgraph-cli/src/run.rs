@@ -8,6 +8,17 @@ use std::sync::atomic::{AtomicI32, Ordering};
 const DEMO_C: &str = include_str!("../samples/demo.c");
 const AGENT: &str = "libshadowgraph_agent.so";
 
+/// `LD_PRELOAD` for the traced program: the agent first, then whatever the
+/// user preloads already (kept, not replaced).
+fn preload(agent: &Path) -> std::ffi::OsString {
+    let mut v = agent.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(old);
+    }
+    v
+}
+
 /// The agent's shared object: `$SHADOWGRAPH_AGENT`, or next to this binary
 /// (cargo puts it in `deps/` beside the binary).
 pub fn agent_path() -> Result<PathBuf, String> {
@@ -59,7 +70,7 @@ pub fn run_counted(
     let out = tempfile("counts")?;
     let status = Command::new(prog)
         .args(args)
-        .env("LD_PRELOAD", &agent)
+        .env("LD_PRELOAD", preload(&agent))
         .env("SHADOWGRAPH_MODE", if graph { "graph" } else { "count" })
         .env("SHADOWGRAPH_OUT", &out)
         .status()
@@ -357,14 +368,26 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     };
     // The writer: drains the traced threads' rings (shared memory) into
     // the directories while the program runs.
-    let shm = collect::shm_dir("rings");
-    let collector = collect::Collector::new(&shm, &abs, rel.iter().map(|r| r.1.clone()).collect())
-        .map_err(|e| format!("{}: {e}", shm.display()))?
-        .spawn();
+    // (In /dev/shm, else in the temporary directory.)
+    let rel_dirs: Vec<PathBuf> = rel.iter().map(|r| r.1.clone()).collect();
+    let mut failed = Vec::new();
+    let mut made = None;
+    for shm in collect::shm_dirs("rings") {
+        match collect::Collector::new(&shm, &abs, rel_dirs.clone()) {
+            Ok(c) => {
+                made = Some((shm, c));
+                break;
+            }
+            Err(e) => failed.push(format!("{}: {e}", shm.display())),
+        }
+    }
+    let (shm, collector) =
+        made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
+    let collector = collector.spawn();
     let _signals = ForwardSignals::install();
     let status = Command::new(prog)
         .args(args)
-        .env("LD_PRELOAD", &agent)
+        .env("LD_PRELOAD", preload(&agent))
         .env("SHADOWGRAPH_MODE", "record")
         .env("SHADOWGRAPH_DIR", &abs)
         .env("SHADOWGRAPH_SHM", &shm)

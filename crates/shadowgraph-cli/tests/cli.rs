@@ -2546,3 +2546,38 @@ fn small_buffers_make_threads_wait_for_the_writer_not_lose() {
         assert!(recs.windows(2).all(|w| w[0].time <= w[1].time));
     }
 }
+
+/// What the user preloads stays preloaded beside the agent.
+#[test]
+fn the_users_ld_preload_is_kept() {
+    let dir = workdir("preload");
+    let src = dir.join("hello.c");
+    std::fs::write(
+        &src,
+        "#include <unistd.h>\n\
+         __attribute__((constructor)) static void hello(void) { write(2, \"user preload here\\n\", 18); }\n",
+    )
+    .unwrap();
+    let lib = dir.join("libhello.so");
+    cc(&[&src], &["-O2", "-fPIC", "-shared"], &lib);
+    let exe = build_c(
+        &dir,
+        "p",
+        "__attribute__((noinline, noipa)) int work(int x) { return x + 1; }\n\
+         int main(void) { return work(1) == 2 ? 0 : 1; }\n",
+    );
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(dir.join("p.data"))
+        .arg("--")
+        .arg(&exe)
+        .env("LD_PRELOAD", &lib)
+        .output()
+        .unwrap();
+    let err = text(&o).1;
+    assert!(o.status.success(), "{err}");
+    // Once in `record` itself (the variable is its environment too), once
+    // in the traced program.
+    assert_eq!(err.matches("user preload here").count(), 2, "{err}");
+    assert!(err.contains("recorded 4 records (0 lost)"), "{err}");
+}

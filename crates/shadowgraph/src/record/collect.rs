@@ -84,17 +84,20 @@ pub struct Collector {
     tasks: HashMap<PathBuf, std::collections::BTreeMap<i32, (i32, i32)>>,
 }
 
-/// Where the shared-memory directory of a recording goes: `/dev/shm` if
-/// the system has it, else the temporary directory.
-pub fn shm_dir(tag: &str) -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_owned()
-    } else {
-        std::env::temp_dir()
-    };
-    remove_stale(&base, tag);
-    base.join(format!("shadowgraph-{tag}-{}", std::process::id()))
+/// Where the shared-memory directory of a recording may go, best first:
+/// `/dev/shm` (memory), then the temporary directory (systems without a
+/// usable /dev/shm).
+pub fn shm_dirs(tag: &str) -> Vec<PathBuf> {
+    let mut bases = vec![PathBuf::from("/dev/shm"), std::env::temp_dir()];
+    bases.dedup();
+    bases
+        .into_iter()
+        .filter(|b| b.is_dir())
+        .map(|base| {
+            remove_stale(&base, tag);
+            base.join(format!("shadowgraph-{tag}-{}", std::process::id()))
+        })
+        .collect()
 }
 
 /// Removes the shared-memory directories of recordings whose process is
