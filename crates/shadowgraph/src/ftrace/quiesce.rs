@@ -161,11 +161,10 @@ impl Drop for Bracket {
         // SAFETY: as in enter.
         let w = unsafe { &*self.0 };
         let v = w.load(Ordering::Relaxed);
-        let next = if v & 0xffff == 1 {
-            ((v >> 16) + 1) << 16
-        } else {
-            v - 1
-        };
+        // Depth − 1, and the exit generation + 1 when the depth reaches 0
+        // (its low 16 bits are then 0, so the add cannot carry into them):
+        // branch-free, on every traced call.
+        let next = v - 1 + (((v & 0xffff == 1) as u64) << 16);
         w.store(next, Ordering::Relaxed);
     }
 }
