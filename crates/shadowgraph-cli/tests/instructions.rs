@@ -15,8 +15,8 @@ const BUDGETS: [(&str, f64); 6] = [
     ("ops", 160.0),
     ("list2", 350.0),
     ("direct", 14.0),
-    ("graph-decline", 230.0),
-    ("graph", 400.0),
+    ("graph-decline", 250.0),
+    ("graph", 440.0),
 ];
 
 fn have_valgrind() -> bool {

@@ -942,3 +942,63 @@ fn frames_skipped_by_longjmp_to_an_untraced_setjmp_are_dropped_at_entry() {
     fgraph::unregister_graph(&u).unwrap();
     t.take();
 }
+
+/// SPEC §6.1 #3: signals arriving at any instruction of the entry and
+/// return paths (a 20 µs timer aimed at the thread, over 1000 rounds of
+/// 1000 traced calls), whose handler calls traced functions and — second part — leaves
+/// every 8th time by siglongjmp out of whatever it interrupted. Every round
+/// that completes has the right sum (each hijacked return resumed at its
+/// address with its value); entries and returns balance (frames a jump
+/// skipped are reported as unwound exits); no return ever lacks its frame.
+#[test]
+fn signals_that_push_pop_and_unwind_anywhere() {
+    let _g = serial();
+    let f = fixture();
+    type Fuzz = extern "C" fn(i32, i32, *mut i64, *mut i64, *mut i64, *mut i64);
+    let fuzz: Fuzz = f._lib.func("g_fuzz");
+    let leaf: extern "C" fn(i32) -> i32 = f._lib.func("g_leaf");
+    for unwind in [0, 1] {
+        let t = Tally::new();
+        let u = counting_user(&[], t);
+        fgraph::register_graph(&u).unwrap();
+        let lost = fgraph::LOST_FRAMES.load(Ordering::Relaxed);
+        let (mut good, mut bad, mut left, mut hits) = (0i64, 0i64, 0i64, 0i64);
+        fuzz(1000, unwind, &mut good, &mut bad, &mut left, &mut hits);
+        // A last traced call finds the frames a final jump left behind.
+        assert_eq!(leaf(2), 4);
+        fgraph::unregister_graph(&u).unwrap();
+        assert_eq!(bad, 0, "unwind={unwind}: a round's sum was wrong");
+        assert!(hits > 500, "unwind={unwind}: only {hits} signals");
+        if unwind == 1 {
+            assert!(left > 10, "only {left} rounds left by a jump");
+        } else {
+            assert_eq!(left, 0);
+        }
+        assert_eq!(good + left, 1000, "every round completed or was left");
+        assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), lost);
+        if unwind == 1 {
+            assert!(ftrace::quiesce::ABANDONED.load(Ordering::Relaxed) > 0);
+        }
+        assert_eq!(
+            fgraph::thread_depth(),
+            -1,
+            "unwind={unwind}: frames left over"
+        );
+        let (e, r) = t.take();
+        if unwind == 0 {
+            assert_eq!(e, r, "entries and returns balance");
+        } else {
+            // A jump can leave one entry callback it interrupted without its
+            // exit (the frame's users were not yet published), never more,
+            // and never an exit without its entry.
+            let extra: u64 = e.iter().zip(&r).map(|(e, r)| e - r).sum();
+            assert!(
+                e.iter().zip(&r).all(|(e, r)| r <= e) && extra <= left as u64,
+                "entries {e:?} returns {r:?}, {left} rounds left"
+            );
+        }
+        assert!(by_name(&e, "g_top") >= (1000 - left as u64) * 1000);
+        assert!(by_name(&e, "g_mid") as i64 >= hits.min(1));
+    }
+    clean();
+}

@@ -214,7 +214,7 @@ impl GraphUser {
                 top = start;
             }
             // (0 while the frame is being built: its header is not final.)
-            let func = t.frame_below(top).map_or(0, |f| t.word(f + 1) as usize);
+            let func = t.frame_below(top).map_or(0, |f| t.frame_func(f));
             let mut i = top;
             loop {
                 if i == 0 {
@@ -459,7 +459,7 @@ extern "C" fn manager_tramp_entry(regs: *mut u8, data: usize) -> crate::tramp::E
             &*(data as *const crate::ftrace::dispatch::OpsSlot),
         )
     };
-    let _b = Bracket::enter();
+    let _b = Bracket::enter_at(regs.parent_slot as usize);
     let _e = ErrnoGuard::save();
     let ops = slot.ops.load(Ordering::Acquire);
     if !ops.is_null() {
@@ -534,21 +534,25 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
     let parent_slot = regs.parent_slot;
     // Normally the new call's return slot lies strictly below the top
     // frame's. Not so after a non-local exit skipped frames.
-    if let Some(top) = t.frame_below(t.curr.get()) {
-        if (t.word(top + 2) as usize) <= parent_slot as usize {
+    let mut top = t.frame_below(t.curr.get());
+    if let Some(f) = top {
+        if (t.word(f + 2) as usize) <= parent_slot as usize {
             drop_dead_frames(t, parent_slot as usize, parent_ip);
+            top = t.frame_below(t.curr.get());
         }
     }
-    t.depth.set(t.depth.get() + 1);
-    let Some(b) = t.push(parent_ip, ip, parent_slot as usize) else {
-        t.depth.set(t.depth.get() - 1);
+    // One deeper than the frame below (kept in each frame, so right however
+    // the frames below came and went).
+    let depth = top.map_or(0, |f| t.frame_depth(f) + 1);
+    let Some(b) = t.push(parent_ip, ip, parent_slot as usize, depth) else {
         return;
     };
+    t.depth.set(depth as i32);
     let g = EPOCH.load(Ordering::Acquire);
     let ent = GraphEntry {
         func: ip,
         parent_ip,
-        depth: t.depth.get(),
+        depth: depth as i32,
     };
     let mut bits: u16 = 0;
     let fast = FAST.load(Ordering::Acquire);
@@ -577,7 +581,7 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
     }
     if bits == 0 {
         t.curr.set(b - stack::FRAME_WORDS);
-        t.depth.set(t.depth.get() - 1);
+        t.depth.set(depth as i32 - 1);
         return;
     }
     t.set_word(b, stack::bitmap(stack::FRAME_WORDS, bits, g));
@@ -676,7 +680,8 @@ pub fn return_to_handler() -> usize {
 }
 
 extern "C" fn graph_return(r: &mut RetRegs) -> usize {
-    let _b = Bracket::enter();
+    // Anchored at the returning call's slot.
+    let _b = Bracket::enter_at(r.rsp - 8);
     let _e = ErrnoGuard::save();
     let slot = r.rsp - 8;
     let t = thread();
@@ -717,10 +722,17 @@ fn unwind_to(t: &ThreadState, slot: usize, r: &RetRegs) -> usize {
 #[inline(always)]
 fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
     let w = t.word(f + stack::FRAME_WORDS);
+    let depth = t.frame_depth(f);
+    if stack::bitmap_users(w) != 0 {
+        // The frame's users are taken before their callbacks run: if one is
+        // left for good (siglongjmp out of a handler that interrupted it),
+        // the frame, found dead later, reports no second return.
+        t.set_word(f + stack::FRAME_WORDS, w & !(0xffff << 12));
+    }
     if let Some(bit) = try_lock(Group::Graph) {
         let ev = GraphReturn {
-            func: t.word(f + 1) as usize,
-            depth: t.depth.get(),
+            func: t.frame_func(f),
+            depth: depth as i32,
             retval: r.rax,
             overrun: t.overrun.get(),
             unwound,
@@ -743,7 +755,7 @@ fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
     }
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
-    t.depth.set(t.depth.get() - 1);
+    t.depth.set(depth as i32 - 1);
 }
 
 #[cold]

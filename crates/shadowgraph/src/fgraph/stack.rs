@@ -143,10 +143,12 @@ impl ThreadState {
         unsafe { self.stack.get().add(i).write_volatile(v) }
     }
 
-    /// Pushes a frame; returns the index of its BITMAP word, or `None` (and
-    /// counts an overrun) when the stack is full.
+    /// Pushes a frame at nesting `depth` (kept in the frame: the thread's
+    /// depth is always its top frame's, whatever a signal handler that never
+    /// returned left half done); returns the index of its BITMAP word, or
+    /// `None` (and counts an overrun) when the stack is full.
     #[inline]
-    pub fn push(&self, ret: usize, func: usize, retp: usize) -> Option<usize> {
+    pub fn push(&self, ret: usize, func: usize, retp: usize, depth: u16) -> Option<usize> {
         let cur = self.curr.get();
         if cur + FRAME_WORDS + 1 >= MAX_OFFSET {
             self.overrun.set(self.overrun.get() + 1);
@@ -154,15 +156,35 @@ impl ThreadState {
             return None;
         }
         let b = cur + FRAME_WORDS;
-        self.set_word(b, reserved(FRAME_WORDS));
+        // The whole frame is written before `curr` publishes it, so that a
+        // signal handler arriving just after sees a complete frame (and, if
+        // it never returns — siglongjmp — leaves one whose return slot is
+        // real, which the next entry finds dead), then again after, since a
+        // handler that ran before `curr` moved may have pushed over it.
+        let write = || {
+            self.set_word(cur, ret as u64);
+            self.set_word(cur + 1, func as u64 | (depth as u64) << 48);
+            self.set_word(cur + 2, retp as u64);
+            self.set_word(b, reserved(FRAME_WORDS));
+        };
+        write();
         compiler_fence(Ordering::SeqCst);
         self.curr.set(b + 1);
         compiler_fence(Ordering::SeqCst);
-        self.set_word(b, reserved(FRAME_WORDS));
-        self.set_word(cur, ret as u64);
-        self.set_word(cur + 1, func as u64);
-        self.set_word(cur + 2, retp as u64);
+        write();
         Some(b)
+    }
+
+    /// The function of the frame starting at `f`.
+    #[inline]
+    pub fn frame_func(&self, f: usize) -> usize {
+        (self.word(f + 1) & ((1 << 48) - 1)) as usize
+    }
+
+    /// The nesting depth of the frame starting at `f` (0: outermost).
+    #[inline]
+    pub fn frame_depth(&self, f: usize) -> u16 {
+        (self.word(f + 1) >> 48) as u16
     }
 
     /// Start of the top frame below word `i` (exclusive), if any.

@@ -132,7 +132,7 @@ fn stub_fn(_: &mut Regs, _: *const Ops) {}
 pub(crate) extern "C" fn shared_entry(regs: *mut u8, _data: usize) -> EntryAction {
     // SAFETY: the trampoline passes its frame's Regs, valid for this call.
     let regs = unsafe { &mut *(regs as *mut Regs) };
-    let _b = Bracket::enter();
+    let _b = Bracket::enter_at(regs.parent_slot as usize);
     let _e = ErrnoGuard::save();
     // SAFETY: records stay valid until a grace period after unpublishing.
     let rec = unsafe { &*RECORD.load(Ordering::Acquire) };
@@ -145,7 +145,7 @@ pub(crate) extern "C" fn shared_entry(regs: *mut u8, _data: usize) -> EntryActio
 pub(crate) extern "C" fn ops_entry(regs: *mut u8, data: usize) -> EntryAction {
     // SAFETY: as in shared_entry; `data` is the trampoline's leaked OpsSlot.
     let (regs, slot) = unsafe { (&mut *(regs as *mut Regs), &*(data as *const OpsSlot)) };
-    let _b = Bracket::enter();
+    let _b = Bracket::enter_at(regs.parent_slot as usize);
     let _e = ErrnoGuard::save();
     let ops = slot.ops.load(Ordering::Acquire);
     if !ops.is_null() {
@@ -352,6 +352,12 @@ pub fn try_lock(g: Group) -> Option<u32> {
 pub fn unlock(bit: u32) {
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
     REC.set(REC.get() & !(1 << bit));
+}
+
+/// Forgets every recursion bit of this thread: their holders' frames are
+/// gone (see `quiesce::abandoned`).
+pub(crate) fn reset_recursion() {
+    REC.set(0);
 }
 
 /// Calls this thread dropped because a guarded callback recursed too deep.

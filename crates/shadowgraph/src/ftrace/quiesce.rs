@@ -46,6 +46,11 @@ crate::fast_thread_local!(
     /// This thread's bracket word (null: none yet): what the hot path uses.
     static WORD: Cell<*const AtomicU64>;
 );
+crate::fast_thread_local!(
+    /// The anchor (a stack address, see `Bracket::enter_at`) of this
+    /// thread's outermost open bracket.
+    static OUTER_ANCHOR: Cell<usize>;
+);
 
 static KEY_INIT: Once = Once::new();
 static mut KEY: libc::pthread_key_t = 0;
@@ -133,8 +138,20 @@ fn claim() -> usize {
 pub struct Bracket(*const AtomicU64);
 
 impl Bracket {
+    /// Enters the bracket outside a traced call (anchored at the current
+    /// stack pointer).
     #[inline(always)]
     pub fn enter() -> Bracket {
+        Bracket::enter_at(stack_pointer())
+    }
+
+    /// Enters the bracket for a traced call whose return-address slot is
+    /// `anchor`. While the thread's outermost bracket is open, a later
+    /// entry's anchor lies strictly below the outermost one's (it is made
+    /// from deeper: a callback's or an interrupting handler's calls); one at
+    /// or above it means the frames that held the open brackets are gone.
+    #[inline(always)]
+    pub fn enter_at(anchor: usize) -> Bracket {
         let mut p = WORD.get();
         if p.is_null() {
             if claim() == 0 {
@@ -145,10 +162,60 @@ impl Bracket {
         }
         // SAFETY: p points into the static WORDS array.
         let w = unsafe { &*p };
-        w.store(w.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let mut v = w.load(Ordering::Relaxed);
+        if v & 0xffff == 0 {
+            OUTER_ANCHOR.set(anchor);
+        } else if anchor >= OUTER_ANCHOR.get() {
+            v = abandoned(v, anchor);
+        }
+        w.store(v + 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         Bracket(p)
     }
+}
+
+#[inline(always)]
+fn stack_pointer() -> usize {
+    let sp: usize;
+    // SAFETY: reads rsp; no memory, no flags.
+    unsafe {
+        std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    sp
+}
+
+/// Brackets a thread left without leaving them: a signal handler that
+/// interrupted a trampoline or callback and never returned (siglongjmp).
+pub static ABANDONED: AtomicU64 = AtomicU64::new(0);
+
+/// A bracket is open, yet this entry is anchored at or above where the
+/// outermost open one was: the frames that held them are gone, the stack
+/// having been unwound past them (siglongjmp out of a handler that
+/// interrupted a trampoline or callback), and with them everything they
+/// held. Without this the thread's depth never returns to 0 — every grace
+/// period would wait for it forever — and its recursion bits stay taken,
+/// dropping all its calls. On the alternate signal stack the two positions
+/// cannot be compared, and nothing is reset. Returns the word to continue
+/// from.
+#[cold]
+#[inline(never)]
+fn abandoned(v: u64, anchor: usize) -> u64 {
+    let mut ss = libc::stack_t {
+        ss_sp: std::ptr::null_mut(),
+        ss_flags: 0,
+        ss_size: 0,
+    };
+    // SAFETY: querying the alternate signal stack (async-signal-safe).
+    if unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) } == 0
+        && ss.ss_flags & libc::SS_ONSTACK != 0
+    {
+        return v;
+    }
+    ABANDONED.fetch_add(1, Ordering::Relaxed);
+    super::dispatch::reset_recursion();
+    OUTER_ANCHOR.set(anchor);
+    // Depth 0, and the exit generation moves: as if they had been left.
+    ((v >> 16) + 1) << 16
 }
 
 impl Drop for Bracket {
