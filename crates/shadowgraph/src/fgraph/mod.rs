@@ -237,7 +237,7 @@ impl GraphUser {
 
     /// The nearest ancestor frame holding this user's data (k = 1, 2, …).
     pub fn retrieve_nearest_own(&self) -> Option<(*mut u8, usize)> {
-        let frames = thread().depth.get().max(0) as usize + 1;
+        let frames = thread().depth().max(0) as usize + 1;
         (1..=frames).find_map(|k| self.retrieve_ancestor(k))
     }
 }
@@ -353,7 +353,7 @@ pub fn total_overruns() -> u64 {
 
 /// This thread's current graph depth (−1: no kept frame).
 pub fn thread_depth() -> i32 {
-    thread().depth.get()
+    thread().depth()
 }
 
 /// Registers a graph user: from now on its entry callback is offered every
@@ -519,7 +519,6 @@ fn attach_stack(t: &ThreadState) -> bool {
     // SAFETY: a stack just taken from the pool (or mapped) is ours alone.
     unsafe { stack::clear_task_vars(s) };
     t.curr.set(0);
-    t.depth.set(-1);
     compiler_fence(Ordering::SeqCst);
     t.stack.set(s);
     if let Some(&k) = KEY.get() {
@@ -547,7 +546,6 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
     let Some(b) = t.push(parent_ip, ip, parent_slot as usize, depth) else {
         return;
     };
-    t.depth.set(depth as i32);
     let g = EPOCH.load(Ordering::Acquire);
     let ent = GraphEntry {
         func: ip,
@@ -581,7 +579,6 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
     }
     if bits == 0 {
         t.curr.set(b - stack::FRAME_WORDS);
-        t.depth.set(depth as i32 - 1);
         return;
     }
     t.set_word(b, stack::bitmap(stack::FRAME_WORDS, bits, g));
@@ -755,7 +752,6 @@ fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
     }
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
-    t.depth.set(depth as i32 - 1);
 }
 
 #[cold]

@@ -96,8 +96,6 @@ pub struct ThreadState {
     pub stack: Cell<*mut u64>,
     /// First free word.
     pub curr: Cell<usize>,
-    /// Frames kept for any user on this thread, −1 when none.
-    pub depth: MinusOneCell,
     /// Calls not hooked because the stack was full.
     pub overrun: Cell<u64>,
     pub pause: Cell<u32>,
@@ -179,6 +177,14 @@ impl ThreadState {
     #[inline]
     pub fn frame_func(&self, f: usize) -> usize {
         (self.word(f + 1) & ((1 << 48) - 1)) as usize
+    }
+
+    /// The depth of the top frame: frames kept below it for any user, −1
+    /// when there is none.
+    #[inline]
+    pub fn depth(&self) -> i32 {
+        self.frame_below(self.curr.get())
+            .map_or(-1, |f| self.frame_depth(f) as i32)
     }
 
     /// The nesting depth of the frame starting at `f` (0: outermost).

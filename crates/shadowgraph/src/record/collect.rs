@@ -267,11 +267,6 @@ impl Collector {
         Ok(fd)
     }
 
-    /// What each instance directory got and lost so far.
-    pub fn totals(&self) -> &HashMap<PathBuf, Totals> {
-        &self.totals
-    }
-
     /// The last scan and drain (the traced program has exited): everything
     /// the rings hold goes to the files, each instance's `tasks` file says
     /// which process every thread belonged to, and the shared-memory
