@@ -415,32 +415,40 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     }
     // The recording's directories, then those of every program started by
     // exec (a session of its own each).
-    let mut dirs: Vec<(String, PathBuf)> = rel
+    // (label, directory, whether it is an exec session's)
+    let mut dirs: Vec<(String, PathBuf, bool)> = rel
         .iter()
-        .map(|(label, r)| (label.clone(), collect::instance_dir(&abs, r)))
+        .map(|(label, r)| (label.clone(), collect::instance_dir(&abs, r), false))
         .collect();
     for (base, pid) in &finished.sessions {
         let what = format!(
             "process {pid} ({}, started by exec): ",
             base.file_name().unwrap_or_default().to_string_lossy()
         );
-        dirs.extend(
-            rel.iter()
-                .map(|(label, r)| (format!("{what}{label}"), collect::instance_dir(base, r))),
-        );
+        dirs.extend(rel.iter().map(|(label, r)| {
+            (
+                format!("{what}{label}"),
+                collect::instance_dir(base, r),
+                true,
+            )
+        }));
     }
-    for (label, d) in dirs {
+    for (label, d, session) in dirs {
         let info_path = d.join("shadowgraph.info");
         if info_path.exists() {
             let t = totals.get(&d).copied().unwrap_or_default();
             // The program's exit and usage are the recording's, not a
             // session's (its process is not ours to wait for).
-            let run = (!label.starts_with("process ")).then_some((status, &usage));
+            let run = (!session).then_some((status, &usage));
             let finished = complete_metadata(&d, t, &path, run).unwrap_or(false);
             if !finished {
                 // Cut short (crash, _exit): the agent wrote metadata at
                 // start; the rings held the rest.
-                eprintln!("# {label}{prog} ended without the recording's exit step ({status}); what it recorded is kept");
+                if session {
+                    eprintln!("# {label}it ended without the recording's exit step; what it recorded is kept");
+                } else {
+                    eprintln!("# {label}{prog} ended without the recording's exit step ({status}); what it recorded is kept");
+                }
             }
             let converted = shadowgraph::record::data::DataDir::open(&d).and_then(|dd| {
                 if shadowgraph::record::profile::is_profile(&dd) {
