@@ -54,6 +54,20 @@ fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
     exe
 }
 
+/// `shadowgraph record OPTS -d DATA -- EXE`, which must succeed.
+fn record_ok(opts: &[&str], data: &Path, exe: &Path) {
+    let o = shadowgraph()
+        .arg("record")
+        .args(opts)
+        .arg("-d")
+        .arg(data)
+        .arg("--")
+        .arg(exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+}
+
 /// `shadowgraph replay -d DATA`'s output.
 fn replay_text(data: &Path) -> String {
     text(
@@ -940,14 +954,7 @@ fn record_options_filter_notrace_depth_and_libs() {
     // `@LIB` in the views' patterns: the object each recorded function
     // lives in, from the recording's maps.
     let data = dir.join("lib.data");
-    let o = shadowgraph()
-        .args(["record", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&user)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
+    record_ok(&[], &data, &user);
     let view = |args: &[&str]| -> Vec<String> {
         let o = shadowgraph()
             .args(["replay", "-d"])
@@ -2198,14 +2205,7 @@ fn graph_view_filters_as_uftrace_does() {
     let dir = workdir("graphfilters");
     let exe = build_c(&dir, "g", &nap_program(4, 6));
     let data = dir.join("g.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libs", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
+    record_ok(&["--no-libs"], &data, &exe);
     let tree = |args: &[&str]| -> Vec<String> {
         let o = shadowgraph()
             .args(["graph", "-d"])
