@@ -2598,3 +2598,50 @@ fn the_users_ld_preload_is_kept() {
     assert_eq!(err.matches("user preload here").count(), 2, "{err}");
     assert!(err.contains("recorded 4 records (0 lost)"), "{err}");
 }
+
+/// A profile of four threads calling at once: every thread's table is its
+/// own (made lock-free on its first return), the merged calls are exact,
+/// and `--threads` shows each thread's share.
+#[test]
+fn the_profile_of_threads_running_at_once_is_exact() {
+    let dir = workdir("profthreads");
+    let src = dir.join("t.c");
+    std::fs::write(
+        &src,
+        "#include <pthread.h>\n#include <stdio.h>\n\
+         __attribute__((noinline, noipa)) int work(int x) { return x + 1; }\n\
+         static void *run(void *a) { long n = (long)a; int s = 0; for (long i = 0; i < n; i++) s += work(i); return (void *)(long)s; }\n\
+         int main(void) { pthread_t t[4]; for (long i = 0; i < 4; i++) pthread_create(&t[i], 0, run, (void *)(20000 + i));\n\
+         for (int i = 0; i < 4; i++) pthread_join(t[i], 0); printf(\"done\\n\"); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("t");
+    cc(
+        &[&src],
+        &["-O2", "-pthread", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let data = dir.join("p.data");
+    record_ok(&["--no-libs", "--tracer", "profile"], &data, &exe);
+    let report = |extra: &[&str]| {
+        let o = shadowgraph()
+            .args(["report", "-d"])
+            .arg(data.join("profile"))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0
+    };
+    let merged = report_rows(&report(&[]));
+    // 20000 + 20001 + 20002 + 20003 calls of work.
+    assert_eq!(merged["work"].2, 80_006, "{merged:?}");
+    let per_thread = report(&["--threads"]);
+    let mut counts: Vec<u64> = per_thread
+        .lines()
+        .filter(|l| l.ends_with(" work"))
+        .map(|l| l.split_whitespace().rev().nth(5).unwrap().parse().unwrap())
+        .collect();
+    counts.sort_unstable();
+    assert_eq!(counts, [20_000, 20_001, 20_002, 20_003], "{per_thread}");
+}
