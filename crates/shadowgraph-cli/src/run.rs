@@ -636,17 +636,41 @@ fn complete_metadata(
 pub fn live(opts: &RecordOptions, program: &[String]) -> Result<ExitCode, String> {
     let dir = std::env::temp_dir().join(format!("shadowgraph-live-{}", std::process::id()));
     let code = record(&dir, opts, program)?;
-    // Without a recording `record` has said why already.
-    let shown = match shadowgraph::record::data::DataDir::open(&dir) {
-        Ok(d) => {
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            shadowgraph::record::replay::replay(&d, &mut out).map_err(|e| e.to_string())
-        }
-        Err(_) => Ok(()),
+    // One recording, or one per tracer (a profile is shown as its report).
+    let names = opts.tracer_names();
+    let shown = if names.is_empty() {
+        show_live(&dir, None)
+    } else {
+        names
+            .iter()
+            .try_for_each(|n| show_live(&dir.join(n), Some(n)))
     };
     let _ = std::fs::remove_dir_all(&dir);
     shown?;
     Ok(code)
+}
+
+/// `live`'s view of one recording directory: replay, or a profile's
+/// report; headed by the tracer's name when there are several. Without a
+/// recording `record` has said why already.
+fn show_live(dir: &Path, tracer: Option<&str>) -> Result<(), String> {
+    use shadowgraph::record::{data::DataDir, profile, replay, report::SortKey};
+    use std::io::Write;
+    let Ok(d) = DataDir::open(dir) else {
+        return Ok(());
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if let Some(t) = tracer {
+        writeln!(out, "## tracer {t}").map_err(|e| e.to_string())?;
+    }
+    let shown = if profile::is_profile(&d) {
+        profile::report(&d, SortKey::Total, false, &[], &mut out)
+    } else {
+        replay::replay(&d, &mut out)
+    };
+    shown
+        .and_then(|()| out.flush().map_err(replay::ReplayError::Io))
+        .map_err(|e| e.to_string())
 }
 
 /// `prog` itself if it contains a slash, else its first match in `$PATH`.

@@ -647,6 +647,26 @@ fn report_dump_and_live_views() {
         out.contains("# DURATION     TID      FUNCTION\n") && out.contains("|   run() {"),
         "{out}"
     );
+    // With several tracers: each one's view under its name (a profile's is
+    // its report).
+    let o = shadowgraph()
+        .args(["live", "--tracer", "all", "--tracer", "profile", "--"])
+        .arg(&exe)
+        .arg("2")
+        .output()
+        .unwrap();
+    let (out, _) = text(&o);
+    assert!(o.status.success());
+    let all = out
+        .find("## tracer all\n# DURATION")
+        .expect("the graph tracer's replay");
+    let prof = out
+        .find("## tracer profile\n  Total time   Self time       Calls     Average")
+        .expect("the profile's report");
+    assert!(
+        all < prof && out[all..prof].contains("|   run() {"),
+        "{out}"
+    );
 }
 
 /// The part of a replay line after `| ` (the call graph), for comparing
