@@ -7,7 +7,7 @@
 //!   shared-memory directory that the recording process drains to disk
 //!   (`record::collect`). A thread that finds its ring full waits for the
 //!   writer (nothing is lost at default settings); if the writer stops
-//!   draining for a second, records are dropped and counted instead.
+//!   draining for 5 s, records are dropped and counted instead.
 //! * **local** (the agent without the CLI): the rings are private memory
 //!   and each thread writes its own out to `<dir>/<tid>.dat` when full, at
 //!   thread exit, and for every thread at process exit.
@@ -32,7 +32,7 @@ pub const MAX_INSTANCES: usize = 8;
 /// Records per local ring (1 MiB: one `write` per 65,536 records).
 const LOCAL_RECORDS: u64 = 1 << 16;
 /// How long a thread waits for the writer to make room before dropping.
-const WAIT_LIMIT_NS: u64 = 1_000_000_000;
+const WAIT_LIMIT_NS: u64 = 5_000_000_000;
 
 /// A live ring of this process, and (local mode) the file it drains to.
 struct Slot {
