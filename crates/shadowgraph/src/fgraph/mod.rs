@@ -791,15 +791,13 @@ fn ret_addr_in(t: &ThreadState, cursor: &mut usize, ret: usize, retp: usize) -> 
     if ret != return_to_handler() || t.stack.get().is_null() {
         return ret;
     }
-    let mut top = if *cursor == 0 { t.curr.get() } else { *cursor };
-    while let Some(start) = t.frame_below(top) {
+    let top = if *cursor == 0 { t.curr.get() } else { *cursor };
+    for (start, fret, fretp) in t.frames_below(top) {
         RET_ADDR_VISITS.fetch_add(1, Ordering::Relaxed);
-        let fret = t.word(start) as usize;
-        if t.word(start + 2) as usize == retp && fret != return_to_handler() {
+        if fretp == retp && fret != return_to_handler() {
             *cursor = start;
             return fret;
         }
-        top = start;
     }
     ret
 }
@@ -808,15 +806,9 @@ fn ret_addr_in(t: &ThreadState, cursor: &mut usize, ret: usize, retp: usize) -> 
 /// (skipping tail-call frames, whose saved address is the handler itself).
 pub fn top_ret_addr() -> Option<usize> {
     let t = thread();
-    let mut top = t.curr.get();
-    while let Some(start) = t.frame_below(top) {
-        let r = t.word(start) as usize;
-        if r != return_to_handler() {
-            return Some(r);
-        }
-        top = start;
-    }
-    None
+    t.frames_below(t.curr.get())
+        .map(|(_, ret, _)| ret)
+        .find(|&r| r != return_to_handler())
 }
 
 // --- Unwinders (SPEC §4.9 g) -------------------------------------------------------------------
@@ -834,16 +826,13 @@ pub fn unhook_thread() {
     let rth = return_to_handler();
     // Top to bottom: a tail-call frame (ret = handler) shares its slot with
     // the frame below, which then writes the real address.
-    let mut top = t.curr.get();
-    while let Some(start) = t.frame_below(top) {
-        let ret = t.word(start) as usize;
-        let retp = t.word(start + 2) as *mut usize;
+    for (_, ret, retp) in t.frames_below(t.curr.get()) {
+        let retp = retp as *mut usize;
         // SAFETY: retp is a return slot on this thread's stack, live while
         // its frame is on the shadow stack.
         if ret != rth && unsafe { *retp } == rth {
             unsafe { *retp = ret };
         }
-        top = start;
     }
     t.unhooked.set(true);
 }
@@ -876,16 +865,13 @@ fn rehook_in(t: &ThreadState, sp: usize) {
         }
         finish_frame(t, start, &r, true);
     }
-    let mut top = t.curr.get();
-    while let Some(start) = t.frame_below(top) {
-        let ret = t.word(start) as usize;
-        let retp = t.word(start + 2) as *mut usize;
+    for (_, ret, retp) in t.frames_below(t.curr.get()) {
+        let retp = retp as *mut usize;
         // SAFETY: as in unhook_thread; a slot still holding the frame's real
         // address is the live return slot of that call.
         if ret != rth && unsafe { *retp } == ret {
             unsafe { *retp = rth };
         }
-        top = start;
     }
     t.unhooked.set(false);
 }

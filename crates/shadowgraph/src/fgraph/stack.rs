@@ -193,6 +193,13 @@ impl ThreadState {
         (self.word(f + 1) >> 48) as u16
     }
 
+    /// The frames below word `i` (exclusive), innermost first: each one's
+    /// start, return address and return slot.
+    pub fn frames_below(&self, i: usize) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        std::iter::successors(self.frame_below(i), |&f| self.frame_below(f))
+            .map(|f| (f, self.word(f) as usize, self.word(f + 2) as usize))
+    }
+
     /// Start of the top frame below word `i` (exclusive), if any.
     #[inline]
     pub fn frame_below(&self, i: usize) -> Option<usize> {

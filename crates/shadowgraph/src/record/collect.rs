@@ -54,6 +54,12 @@ struct Mapped {
     ring: Ring,
     base: *mut libc::c_void,
     len: usize,
+    /// The instance directory its records go to (the recording's when the
+    /// ring names no known instance: it is counted there).
+    dir: PathBuf,
+    /// Its `<tid>.dat`, or why there is none (errno): resolved once, when
+    /// the ring is mapped.
+    fd: Result<i32, i32>,
 }
 
 // SAFETY: the mapping is owned by the collector, which one thread drives.
@@ -190,9 +196,13 @@ impl Collector {
                 Some((ring, base, len)) => {
                     self.seen.insert(name.clone());
                     let h = ring.header();
-                    if let Some(dir) = self.dir_of(h.session, h.inst as usize) {
+                    let dir = self.dir_of(h.session, h.inst as usize);
+                    let fd = self
+                        .file(dir.as_deref(), h.tid)
+                        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO));
+                    if let Some(dir) = &dir {
                         self.tasks
-                            .entry(dir)
+                            .entry(dir.clone())
                             .or_default()
                             .insert(h.tid, (h.pid, h.ppid));
                     }
@@ -201,6 +211,8 @@ impl Collector {
                         ring,
                         base,
                         len,
+                        dir: dir.unwrap_or_else(|| self.top.clone()),
+                        fd,
                     });
                 }
                 // Not initialised yet (or not a ring): looked at again at
@@ -217,26 +229,23 @@ impl Collector {
         let mut moved = 0;
         let mut i = 0;
         while i < self.rings.len() {
-            let ring = self.rings[i].ring;
-            let h = ring.header();
+            let m = &self.rings[i];
             // Read before draining: a ring closed then gets nothing more.
-            let closed = h.closed.load(Ordering::Acquire) != 0;
-            let dir = self.dir_of(h.session, h.inst as usize);
-            let tid = h.tid;
-            let d = match self.file(dir.as_deref(), tid) {
-                Ok(fd) => ring.drain(fd),
-                Err(e) => Drained {
+            let closed = m.ring.header().closed.load(Ordering::Acquire) != 0;
+            let d = match m.fd {
+                Ok(fd) => m.ring.drain(fd),
+                Err(errno) => Drained {
                     written: 0,
                     // No file to write to: the records are dropped, counted.
-                    lost: ring.discard(),
-                    errno: e.raw_os_error().unwrap_or(libc::EIO),
+                    lost: m.ring.discard(),
+                    errno,
                 },
             };
             moved += d.written + d.lost;
-            let t = self
-                .totals
-                .entry(dir.unwrap_or_else(|| self.top.clone()))
-                .or_default();
+            let t = match self.totals.get_mut(&m.dir) {
+                Some(t) => t,
+                None => self.totals.entry(m.dir.clone()).or_default(),
+            };
             t.written += d.written;
             t.lost += d.lost;
             if t.errno == 0 {

@@ -169,8 +169,8 @@ fn next_slot(inst: usize) -> Option<(Ring, u64)> {
             return None;
         }
     }
-    // SAFETY: this thread's ring, mapped for the process's life.
-    let r = unsafe { Ring::attach_own(b) };
+    // SAFETY: this thread's ring, made by `create`, never unmapped.
+    let r = unsafe { Ring::from_base(b) };
     match r.slot() {
         Some(h) => Some((r, h)),
         None => make_room(inst, r),
@@ -396,18 +396,6 @@ fn create(inst: usize) -> *mut u8 {
     base
 }
 
-impl Ring {
-    /// This process's own ring at `base` (created by `create`).
-    ///
-    /// # Safety
-    /// `base` must be a ring made by [`create`], which are never unmapped.
-    #[inline(always)]
-    unsafe fn attach_own(base: *mut u8) -> Ring {
-        // SAFETY: per the contract.
-        unsafe { Ring::from_base(base) }
-    }
-}
-
 // This thread's exit step has been deferred once (see thread_exit).
 crate::fast_thread_local!(
     static EXIT_DEFERRED: Cell<bool>;
@@ -438,7 +426,7 @@ extern "C" fn thread_exit(v: *mut libc::c_void) {
         }
         let i = MINE_SLOT[inst].replace(0) - 1;
         // SAFETY: this thread's ring; rings are never unmapped.
-        let r = unsafe { Ring::attach_own(b) };
+        let r = unsafe { Ring::from_base(b) };
         let fd = RINGS[i].fd.load(Ordering::Relaxed);
         if fd >= 0 {
             drain_local(inst, r, fd);
@@ -483,7 +471,7 @@ pub fn flush_all() {
         let fd = s.fd.load(Ordering::Acquire);
         if !b.is_null() && fd >= 0 {
             // SAFETY: rings are never unmapped.
-            let r = unsafe { Ring::attach_own(b) };
+            let r = unsafe { Ring::from_base(b) };
             drain_local(r.header().inst as usize, r, fd);
         }
     }
