@@ -12,11 +12,11 @@ const CALLS: u64 = 100_000;
 /// (mode, instructions per call at most, including the loop's own ~10)
 const BUDGETS: [(&str, f64); 6] = [
     ("none", 12.0),
-    ("ops", 160.0),
+    ("ops", 155.0),
     ("list2", 350.0),
     ("direct", 14.0),
-    ("graph-decline", 250.0),
-    ("graph", 440.0),
+    ("graph-decline", 230.0),
+    ("graph", 360.0),
 ];
 
 fn have_valgrind() -> bool {

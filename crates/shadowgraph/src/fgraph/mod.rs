@@ -16,6 +16,7 @@
 pub mod filters;
 pub mod stack;
 
+use crate::ftrace::dispatch::try_lock_at_rest;
 use crate::ftrace::dispatch::ErrnoGuard;
 use crate::ftrace::quiesce::{self, Bracket};
 use crate::ftrace::{
@@ -102,6 +103,10 @@ pub struct GraphUser {
     filter: Arc<FilterSet>,
     subop: Arc<Ops>,
     slot: AtomicI32,
+    /// The BITMAP word of the frames the single-user path keeps for this
+    /// user: its slot's bit and the epoch it registered at (set before it
+    /// can become the sole user).
+    frame_word: AtomicU64,
 }
 
 impl fmt::Debug for GraphUser {
@@ -129,6 +134,7 @@ impl GraphUser {
             filter,
             subop,
             slot: AtomicI32::new(-1),
+            frame_word: AtomicU64::new(0),
         })
     }
 
@@ -380,7 +386,12 @@ pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
         // Loop mode before any of the new user's sites is patched.
         FAST.store(std::ptr::null_mut(), Ordering::Release);
     }
-    SLOT_EPOCH[i].store(EPOCH.fetch_add(1, Ordering::AcqRel) + 1, Ordering::Release);
+    let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
+    SLOT_EPOCH[i].store(epoch, Ordering::Release);
+    user.frame_word.store(
+        stack::bitmap(stack::FRAME_WORDS, 1 << i, epoch),
+        Ordering::Release,
+    );
     user.slot.store(i as i32, Ordering::Release);
     r.users[i] = Some(user.clone());
     let ptr = Arc::as_ptr(user) as *mut GraphUser;
@@ -459,6 +470,25 @@ extern "C" fn manager_tramp_entry(regs: *mut u8, data: usize) -> crate::tramp::E
             &*(data as *const crate::ftrace::dispatch::OpsSlot),
         )
     };
+    if let Some(_b) = Bracket::enter_at_rest(regs.parent_slot as usize) {
+        let _e = ErrnoGuard::save();
+        if !slot.ops.load(Ordering::Acquire).is_null() {
+            let t = thread();
+            let fast = FAST.load(Ordering::Acquire);
+            if !fast.is_null() && t.ready() {
+                if let Some(bit) = try_lock_at_rest(Group::Graph) {
+                    // SAFETY: a published user outlives the grace period
+                    // that follows its removal from FAST; we are inside
+                    // the bracket.
+                    enter_fast(t, unsafe { &*fast }, regs);
+                    unlock(bit);
+                    return crate::tramp::EntryAction::default();
+                }
+            }
+            graph_entry_inline(regs.ip, regs.parent_ip, regs);
+        }
+        return crate::tramp::EntryAction::default();
+    }
     let _b = Bracket::enter_at(regs.parent_slot as usize);
     let _e = ErrnoGuard::save();
     let ops = slot.ops.load(Ordering::Acquire);
@@ -526,6 +556,38 @@ fn attach_stack(t: &ThreadState) -> bool {
         unsafe { libc::pthread_setspecific(k, std::ptr::dangling::<libc::c_void>()) };
     }
     true
+}
+
+/// The single user's entry (SPEC §4.7): the thread is at rest (outside
+/// every bracket, holding no recursion bit), attached and hooked, and `u`
+/// is the sole user. As [`enter`] without the loop over slots; frames a
+/// longjmp left go the general way.
+#[inline(always)]
+fn enter_fast(t: &ThreadState, u: &GraphUser, regs: &mut Regs) {
+    let (ip, parent_ip, parent_slot) = (regs.ip, regs.parent_ip, regs.parent_slot);
+    let depth = match t.frame_below(t.curr.get()) {
+        None => 0,
+        Some(f) if t.word(f + 2) as usize > parent_slot as usize => t.frame_depth(f) + 1,
+        Some(_) => return enter(t, ip, parent_ip, regs),
+    };
+    let Some(b) = t.push(parent_ip, ip, parent_slot as usize, depth) else {
+        return;
+    };
+    let word = u.frame_word.load(Ordering::Relaxed);
+    let ent = GraphEntry {
+        func: ip,
+        parent_ip,
+        depth: depth as i32,
+    };
+    let i = stack::bitmap_users(word).trailing_zeros() as usize;
+    if !offer(t, u, i, &ent, regs) {
+        t.curr.set(b - stack::FRAME_WORDS);
+        return;
+    }
+    t.set_word(b, word);
+    compiler_fence(Ordering::SeqCst);
+    // SAFETY: as in `enter`.
+    unsafe { *parent_slot = return_to_handler() };
 }
 
 #[inline]
@@ -678,10 +740,56 @@ pub fn return_to_handler() -> usize {
 
 extern "C" fn graph_return(r: &mut RetRegs) -> usize {
     // Anchored at the returning call's slot.
-    let _b = Bracket::enter_at(r.rsp - 8);
-    let _e = ErrnoGuard::save();
     let slot = r.rsp - 8;
-    let t = thread();
+    if let Some(_b) = Bracket::enter_at_rest(slot) {
+        let _e = ErrnoGuard::save();
+        let t = thread();
+        if let Some(f) = t.frame_below(t.curr.get()) {
+            if t.word(f + 2) as usize == slot {
+                let w = t.word(f + stack::FRAME_WORDS);
+                let fast = FAST.load(Ordering::Acquire);
+                // SAFETY: as in manager_tramp_entry.
+                if !fast.is_null() && w == unsafe { &*fast }.frame_word.load(Ordering::Relaxed) {
+                    if let Some(bit) = try_lock_at_rest(Group::Graph) {
+                        // SAFETY: as above.
+                        return return_fast(t, f, w, unsafe { &*fast }, r, bit);
+                    }
+                }
+            }
+        }
+        return return_general(t, slot, r);
+    }
+    let _b = Bracket::enter_at(slot);
+    let _e = ErrnoGuard::save();
+    return_general(thread(), slot, r)
+}
+
+/// The single user's return: the top frame is the returning call's and was
+/// kept for `u` alone, which is still the sole user (its `frame_word`
+/// names its slot and epoch).
+#[inline(always)]
+fn return_fast(t: &ThreadState, f: usize, w: u64, u: &GraphUser, r: &RetRegs, bit: u32) -> usize {
+    // Users taken before the callback runs, as in finish_frame.
+    t.set_word(f + stack::FRAME_WORDS, w & !(0xffff << 12));
+    let ev = GraphReturn {
+        func: t.frame_func(f),
+        depth: t.frame_depth(f) as i32,
+        retval: r.rax,
+        overrun: t.overrun.get(),
+        unwound: false,
+    };
+    (u.ret)(&ev, u, r);
+    unlock(bit);
+    let ret = t.word(f) as usize;
+    compiler_fence(Ordering::SeqCst);
+    t.curr.set(f);
+    ret
+}
+
+/// The return of the call whose return slot is `slot`, any number of users,
+/// inside the bracket.
+#[inline(always)]
+fn return_general(t: &ThreadState, slot: usize, r: &RetRegs) -> usize {
     let f = match t.frame_below(t.curr.get()) {
         Some(top) if t.word(top + 2) as usize == slot => top,
         _ => unwind_to(t, slot, r),

@@ -129,6 +129,16 @@ pub fn thread() -> &'static ThreadState {
 }
 
 impl ThreadState {
+    /// Attached, hooked, neither exiting nor paused: a call may be hooked
+    /// without preparation.
+    #[inline(always)]
+    pub fn ready(&self) -> bool {
+        !self.stack.get().is_null()
+            && !self.exiting.get()
+            && self.pause.get() == 0
+            && !self.unhooked.get()
+    }
+
     #[inline]
     pub fn word(&self, i: usize) -> u64 {
         // SAFETY: callers index below WORDS into this thread's live stack.

@@ -5,10 +5,10 @@
 //! Nothing here allocates, locks or makes a system call (except a thread's
 //! first bracket, which claims its slot lock-free).
 
+use super::local::local;
 use super::quiesce::Bracket;
 use super::Ops;
 use crate::tramp::EntryAction;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Registers saved by an ftrace caller. The argument registers, `ip`,
@@ -163,12 +163,12 @@ pub(crate) struct ErrnoGuard(*mut i32, i32);
 impl ErrnoGuard {
     #[inline(always)]
     pub(crate) fn save() -> ErrnoGuard {
-        let mut p = ERRNO.get();
+        let mut p = local().errno.get();
         if p.is_null() {
             // SAFETY: __errno_location returns this thread's errno slot,
             // which never moves: cached for the thread's life.
             p = unsafe { libc::__errno_location() };
-            ERRNO.set(p);
+            local().errno.set(p);
         }
         // SAFETY: p is valid for the life of the thread.
         ErrnoGuard(p, unsafe { *p })
@@ -205,18 +205,18 @@ pub(crate) fn action(regs: &Regs) -> EntryAction {
 /// starts from the parent's cache and must reset it).
 #[inline]
 pub fn current_tid() -> i32 {
-    let t = TID.get();
+    let t = local().tid.get();
     if t != 0 {
         return t;
     }
     let t = crate::sys::gettid();
-    TID.set(t);
+    local().tid.set(t);
     t
 }
 
 /// Forgets the cached thread id (in a forked child).
 pub fn reset_tid_cache() {
-    TID.set(0);
+    local().tid.set(0);
 }
 
 /// Calls an ops' callback, inside the recursion guard if it asked for it,
@@ -314,36 +314,36 @@ const TRANSITION: u32 = 2;
 /// (the signal wrappers that will maintain it are not interposed yet).
 const SIG_SHIFT: u32 = 16;
 
-// Initial-exec TLS (crate::tls): these are read on every traced call.
-crate::fast_thread_local!(
-    static ERRNO: Cell<*mut i32>;
-);
-crate::fast_thread_local!(
-    static TID: Cell<i32>;
-);
-crate::fast_thread_local!(
-    static REC: Cell<u32>;
-);
-crate::fast_thread_local!(
-    static REC_DROPS: Cell<u64>;
-);
-
 /// Takes the group's bit for the current context, or the transition bit
 /// once; `None` (counted as a drop) when both are held.
 #[inline]
 pub fn try_lock(g: Group) -> Option<u32> {
     // One word: recursion bits below SIG_SHIFT, signal-handler depth above.
-    let rec = REC.get();
+    let rec = local().rec.get();
     let ctx = if rec >> SIG_SHIFT > 0 { SIGNAL } else { NORMAL };
     let mut bit = g as u32 + ctx;
     if rec & (1 << bit) != 0 {
         bit = g as u32 + TRANSITION;
         if rec & (1 << bit) != 0 {
-            REC_DROPS.set(REC_DROPS.get() + 1);
+            local().rec_drops.set(local().rec_drops.get() + 1);
             return None;
         }
     }
-    REC.set(rec | 1 << bit);
+    local().rec.set(rec | 1 << bit);
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    Some(bit)
+}
+
+/// The fast paths' guard: takes the group's normal bit if this thread
+/// holds no bit at all (outside every bracket it holds none).
+#[inline(always)]
+pub fn try_lock_at_rest(g: Group) -> Option<u32> {
+    let c = local();
+    if c.rec.get() != 0 {
+        return None;
+    }
+    let bit = g as u32 + NORMAL;
+    c.rec.set(1 << bit);
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
     Some(bit)
 }
@@ -351,16 +351,16 @@ pub fn try_lock(g: Group) -> Option<u32> {
 #[inline]
 pub fn unlock(bit: u32) {
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
-    REC.set(REC.get() & !(1 << bit));
+    local().rec.set(local().rec.get() & !(1 << bit));
 }
 
 /// Forgets every recursion bit of this thread: their holders' frames are
 /// gone (see `quiesce::abandoned`).
 pub(crate) fn reset_recursion() {
-    REC.set(0);
+    local().rec.set(0);
 }
 
 /// Calls this thread dropped because a guarded callback recursed too deep.
 pub fn recursion_drops() -> u64 {
-    REC_DROPS.get()
+    local().rec_drops.get()
 }

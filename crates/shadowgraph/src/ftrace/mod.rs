@@ -9,6 +9,7 @@
 
 pub mod dispatch;
 pub mod filter;
+pub(crate) mod local;
 pub mod quiesce;
 
 pub use dispatch::{

@@ -9,8 +9,8 @@
 //! 0 or its generation moved). Only the owning thread writes its word, with
 //! plain stores: no shared writes and no fences on the hot path.
 
+use super::local::local;
 use crate::sys;
-use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
@@ -36,21 +36,6 @@ static WORDS: [ThreadWord; MAX_THREADS] = [FREE; MAX_THREADS];
 static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 /// Calls that found no free slot (they run without a bracket: counted).
 pub static UNBRACKETED: AtomicU64 = AtomicU64::new(0);
-
-// Initial-exec TLS (crate::tls): WORD is read on every traced call.
-crate::fast_thread_local!(
-    /// This thread's slot + 1 (0: none yet).
-    static SLOT: Cell<usize>;
-);
-crate::fast_thread_local!(
-    /// This thread's bracket word (null: none yet): what the hot path uses.
-    static WORD: Cell<*const AtomicU64>;
-);
-crate::fast_thread_local!(
-    /// The anchor (a stack address, see `Bracket::enter_at`) of this
-    /// thread's outermost open bracket.
-    static OUTER_ANCHOR: Cell<usize>;
-);
 
 static KEY_INIT: Once = Once::new();
 static mut KEY: libc::pthread_key_t = 0;
@@ -79,7 +64,7 @@ pub fn init() {
 /// bracket words (a grace period would wait for them forever), the cached
 /// thread id, and register for membarrier again (it is per process).
 extern "C" fn after_fork_child() {
-    let mine = SLOT.get();
+    let mine = local().slot.get();
     for (i, w) in WORDS.iter().enumerate() {
         if i + 1 != mine {
             w.qs.store(0, Ordering::Relaxed);
@@ -100,8 +85,8 @@ extern "C" fn after_fork_child() {
 extern "C" fn release_slot(v: *mut libc::c_void) {
     // Runs on the exiting thread: a later traced call (another destructor)
     // claims a fresh slot instead of sharing this one once it is reused.
-    SLOT.set(0);
-    WORD.set(std::ptr::null());
+    local().slot.set(0);
+    local().word.set(std::ptr::null());
     let idx = v as usize;
     if idx > 0 && idx <= MAX_THREADS {
         let w = &WORDS[idx - 1];
@@ -124,8 +109,8 @@ fn claim() -> usize {
         {
             w.qs.store(0, Ordering::Relaxed);
             HIGH_WATER.fetch_max(i + 1, Ordering::AcqRel);
-            SLOT.set(i + 1);
-            WORD.set(&w.qs);
+            local().slot.set(i + 1);
+            local().word.set(&w.qs);
             // SAFETY: KEY was created by init() before any trampoline ran.
             unsafe { libc::pthread_setspecific(KEY, (i + 1) as *const libc::c_void) };
             return i + 1;
@@ -152,25 +137,49 @@ impl Bracket {
     /// or above it means the frames that held the open brackets are gone.
     #[inline(always)]
     pub fn enter_at(anchor: usize) -> Bracket {
-        let mut p = WORD.get();
+        let mut p = local().word.get();
         if p.is_null() {
             if claim() == 0 {
                 UNBRACKETED.fetch_add(1, Ordering::Relaxed);
                 return Bracket(std::ptr::null());
             }
-            p = WORD.get();
+            p = local().word.get();
         }
         // SAFETY: p points into the static WORDS array.
         let w = unsafe { &*p };
         let mut v = w.load(Ordering::Relaxed);
         if v & 0xffff == 0 {
-            OUTER_ANCHOR.set(anchor);
-        } else if anchor >= OUTER_ANCHOR.get() {
+            local().outer_anchor.set(anchor);
+        } else if anchor >= local().outer_anchor.get() {
             v = abandoned(v, anchor);
         }
         w.store(v + 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         Bracket(p)
+    }
+
+    /// Enters the bracket only if this thread is outside every bracket
+    /// (the common case, taken by the fast paths): then no callback of ours
+    /// runs on this thread, and there is no open bracket to compare the
+    /// anchor with. `None` otherwise (or before the thread has a word): the
+    /// caller takes the general way.
+    #[inline(always)]
+    pub fn enter_at_rest(anchor: usize) -> Option<Bracket> {
+        let c = local();
+        let p = c.word.get();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: p points into the static WORDS array.
+        let w = unsafe { &*p };
+        let v = w.load(Ordering::Relaxed);
+        if v & 0xffff != 0 {
+            return None;
+        }
+        c.outer_anchor.set(anchor);
+        w.store(v + 1, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        Some(Bracket(p))
     }
 }
 
@@ -213,7 +222,7 @@ fn abandoned(v: u64, anchor: usize) -> u64 {
     }
     ABANDONED.fetch_add(1, Ordering::Relaxed);
     super::dispatch::reset_recursion();
-    OUTER_ANCHOR.set(anchor);
+    local().outer_anchor.set(anchor);
     // Depth 0, and the exit generation moves: as if they had been left.
     ((v >> 16) + 1) << 16
 }
@@ -245,7 +254,7 @@ pub fn synchronize() {
     if MEMBARRIER.load(Ordering::Relaxed) != 1 || sys::membarrier_expedited().is_err() {
         let _ = crate::stop::ping_all();
     }
-    let mine = SLOT.get();
+    let mine = local().slot.get();
     let n = HIGH_WATER.load(Ordering::Acquire);
     let start = Instant::now();
     for (i, w) in WORDS[..n].iter().enumerate() {
