@@ -128,6 +128,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
             && !lm.is_null()
         {
             let bias = (*lm).l_addr as usize;
+            crate::record::remember_module_maps();
             if let Err(e) = ftrace::remove_module(bias) {
                 eprintln!("shadowgraph: {e} (before dlclose)");
             }

@@ -636,15 +636,50 @@ fn install_fatal_handlers() {
     }
 }
 
-/// `base<TAB>end<TAB>path` for every traced object: base is its lowest
-/// mapping, end the end of its last executable one.
+/// Ranges of traced objects since unloaded (dlclose), kept so that their
+/// recorded calls keep their names: (base, end, path).
+static UNLOADED_MAPS: Mutex<Vec<(usize, usize, String)>> = Mutex::new(Vec::new());
+
+/// Before objects may be unmapped (dlclose): note the ranges of every
+/// traced object while they are still mapped.
+pub(crate) fn remember_module_maps() {
+    if TRACERS.get().is_none() {
+        return;
+    }
+    let now = current_module_maps();
+    let mut kept = UNLOADED_MAPS.lock().unwrap_or_else(|e| e.into_inner());
+    kept.extend(now);
+    kept.sort();
+    kept.dedup();
+}
+
+/// `base<TAB>end<TAB>path` for every object traced during the run (those
+/// mapped now and those unloaded since).
 fn module_maps() -> String {
+    let mut all = current_module_maps();
+    all.extend(
+        UNLOADED_MAPS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned(),
+    );
+    all.sort();
+    all.dedup();
+    all.iter()
+        .map(|(b, e, p)| format!("{b:#x}\t{e:#x}\t{p}\n"))
+        .collect()
+}
+
+/// Every traced object mapped now: base is its lowest mapping, end the end
+/// of its last executable one.
+fn current_module_maps() -> Vec<(usize, usize, String)> {
     let mut paths: Vec<std::path::PathBuf> =
         ftrace::sites().into_iter().map(|s| s.module).collect();
     paths.sort();
     paths.dedup();
     let maps = shadowgraph::sys::read_maps().unwrap_or_default();
-    let mut out = String::new();
+    let mut out = Vec::new();
     for p in paths {
         let mine: Vec<_> = maps
             .iter()
@@ -657,7 +692,7 @@ fn module_maps() -> String {
             .map(|m| m.end)
             .max();
         if let (Some(b), Some(e)) = (base, end) {
-            out.push_str(&format!("{b:#x}\t{e:#x}\t{}\n", p.display()));
+            out.push((b, e, p.display().to_string()));
         }
     }
     out

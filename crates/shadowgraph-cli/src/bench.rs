@@ -437,6 +437,112 @@ fn retrieve_return(_r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgra
     }
 }
 
+fn timed_entry(_e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+    match u.reserve(8) {
+        Some(p) => {
+            // SAFETY: 8 reserved, word-aligned bytes.
+            unsafe { (p as *mut u64).write(shadowgraph::record::clock::now()) };
+            true
+        }
+        None => false,
+    }
+}
+
+fn timed_return(_r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+    if let Some((p, _)) = u.retrieve() {
+        // SAFETY: our 8 bytes in this frame.
+        let start = unsafe { (p as *const u64).read() };
+        std::hint::black_box(shadowgraph::record::clock::now().wrapping_sub(start));
+    }
+}
+
+/// What one timestamp costs on this machine, for the tables' readers.
+fn timestamp_line(reps: usize) -> String {
+    let clock = if shadowgraph::record::clock::init() {
+        "rdtsc"
+    } else {
+        "clock_gettime"
+    };
+    format!(
+        "# one timestamp ({clock}) costs {:.2} ns back to back on this machine",
+        timestamp_ns(reps)
+    )
+}
+
+/// Nanoseconds per timestamp of the recording clock (`rdtsc` when the TSC
+/// is usable), read back to back: the cost every recorded event pays twice.
+pub fn timestamp_ns(reps: usize) -> f64 {
+    shadowgraph::record::clock::init();
+    const N: u32 = 2_000_000;
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                let mut s = 0u64;
+                for _ in 0..N {
+                    s = s.wrapping_add(shadowgraph::record::clock::now());
+                }
+                std::hint::black_box(s);
+                t.elapsed().as_nanos() as f64 / N as f64
+            })
+            .collect(),
+    )
+}
+
+// The floor of function-graph tracing, for the table's readers: a shadow
+// stack push with return hijack at entry and a pop at return, and nothing
+// else (no callbacks, no saved registers, one thread: a global stack).
+//
+// Register contract: `bench_floor_entry` is reached through a direct-call
+// pad from a site: [rsp] = site+5, [rsp+8] = R. It saves rax around its
+// work and clobbers only r11 (free at a function entry). `bench_floor_return`
+// is reached by the traced function's `ret`; rax/rdx/xmm0/xmm1 hold its
+// result and rcx/r11 are dead there.
+std::arch::global_asm!(
+    ".pushsection .text.shadowgraph_bench_floor,\"ax\",@progbits",
+    "bench_floor_entry:",
+    "endbr64",
+    "push rax",
+    "mov r11, [rip + {top}]",
+    "mov rax, [rsp + 16]",
+    "mov [r11], rax",
+    "add r11, 8",
+    "mov [rip + {top}], r11",
+    "lea rax, [rip + bench_floor_return]",
+    "mov [rsp + 16], rax",
+    "pop rax",
+    "ret",
+    "bench_floor_return:",
+    "endbr64",
+    "mov rcx, [rip + {top}]",
+    "sub rcx, 8",
+    "mov [rip + {top}], rcx",
+    "jmp [rcx]",
+    ".popsection",
+    top = sym FLOOR_TOP,
+);
+
+extern "C" {
+    fn bench_floor_entry();
+}
+
+/// Top of the floor's shadow stack (one thread only).
+static mut FLOOR_TOP: *mut u64 = std::ptr::null_mut();
+
+/// ns per call of the floor (see `bench_floor_entry`) on `target`.
+fn floor_ns(loop_target: Loop, calls: i64, reps: usize) -> Result<f64, String> {
+    let stack: &'static mut [u64] = Box::leak(vec![0u64; 4096].into_boxed_slice());
+    // SAFETY: set before any site calls the floor; only this thread runs it.
+    unsafe { FLOOR_TOP = stack.as_mut_ptr() };
+    let filter = ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string())?;
+    let d = ftrace::Ops::new_direct(filter);
+    ftrace::register_direct(&d, bench_floor_entry as *const () as usize)
+        .map_err(|e| e.to_string())?;
+    let ns = ns_per_call(loop_target, calls, reps);
+    ftrace::unregister(&d).map_err(|e| e.to_string())?;
+    Ok(ns)
+}
+
 fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
     let (loop_plain, loop_target, _lib) = load_dispatch_lib()?;
     let filter = || ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string());
@@ -475,8 +581,18 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
     reg(&r)?;
     rows.push(("1 user reserving 8 bytes per call".into(), measure()));
     unreg(&r)?;
+    rows.push((
+        "floor: push + hijack + pop, nothing else".into(),
+        floor_ns(loop_target, calls, reps)?,
+    ));
+    shadowgraph::record::clock::init();
+    let timed = user(timed_entry, timed_return)?;
+    reg(&timed)?;
+    rows.push(("1 user timing each call (2 timestamps)".into(), measure()));
+    unreg(&timed)?;
     rows.push(("all unregistered (NOP5 again)".into(), measure()));
     print_rows(&rows, base);
+    println!("{}", timestamp_line(reps));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -653,6 +769,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         println!("# uftrace is not installed (apt-get install uftrace) — no comparison");
     }
     println!("# ns/call = (total − untraced − start-up overhead) / calls");
+    println!("{}", timestamp_line(reps));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(ExitCode::SUCCESS)
 }

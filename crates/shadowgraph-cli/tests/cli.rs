@@ -2682,3 +2682,148 @@ fn the_profile_of_threads_running_at_once_is_exact() {
     counts.sort_unstable();
     assert_eq!(counts, [20_000, 20_001, 20_002, 20_003], "{per_thread}");
 }
+
+/// Signal handlers and dlopen'd libraries under `record`: a handler that
+/// calls traced functions, run synchronously by `raise` inside a traced
+/// call and asynchronously by a timer while a traced loop runs, and a
+/// library opened, called and closed three times (each time patched
+/// anew) — the replay holds every call exactly where the program made it,
+/// with the library's names, and uftrace reads the same.
+#[test]
+fn recorded_signal_handlers_and_dlopened_libraries_replay_exactly() {
+    let dir = workdir("sigdlrec");
+    let lib = dir.join("libplug.so");
+    let lib_src = dir.join("plug.c");
+    std::fs::write(
+        &lib_src,
+        "#define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int plug_inner(int x) { return x + 1; }\n\
+         KEEP int plug_outer(int x) { return plug_inner(x) * 2; }\n",
+    )
+    .unwrap();
+    cc(
+        &[&lib_src],
+        &[
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-fno-optimize-sibling-calls",
+            "-fpatchable-function-entry=5",
+        ],
+        &lib,
+    );
+    let exe = build_c(
+        &dir,
+        "sigdl",
+        "#include <dlfcn.h>\n#include <signal.h>\n#include <stdio.h>\n#include <string.h>\n\
+         #include <sys/time.h>\n\
+         #define KEEP __attribute__((noinline, noipa))\n\
+         static volatile sig_atomic_t alarms;\n\
+         KEEP int in_handler(int x) { return x + 1; }\n\
+         KEEP void on_usr1(int sig) { in_handler(sig); }\n\
+         KEEP void on_alarm(int sig) { in_handler(sig); alarms++; }\n\
+         KEEP int raiser(int x) { raise(SIGUSR1); return x * 2; }\n\
+         KEEP long spin(long n) { long s = 0; for (long i = 0; i < n; i++) s += i ^ (s >> 3); return s; }\n\
+         KEEP int through_lib(const char *path) {\n\
+           void *h = dlopen(path, RTLD_NOW); if (!h) { fprintf(stderr, \"%s\\n\", dlerror()); return -1; }\n\
+           int (*f)(int) = (int (*)(int))dlsym(h, \"plug_outer\");\n\
+           int r = f(3); dlclose(h); return r; }\n\
+         int main(int argc, char **argv) {\n\
+           struct sigaction sa; memset(&sa, 0, sizeof sa);\n\
+           sa.sa_handler = on_usr1; sigaction(SIGUSR1, &sa, 0);\n\
+           sa.sa_handler = on_alarm; sigaction(SIGALRM, &sa, 0);\n\
+           int r = raiser(1);\n\
+           struct itimerval it = {{0, 2000}, {0, 2000}}; setitimer(ITIMER_REAL, &it, 0);\n\
+           long s = 0; while (alarms < 5) s += spin(20000);\n\
+           struct itimerval off = {{0, 0}, {0, 0}}; setitimer(ITIMER_REAL, &off, 0);\n\
+           int l = 0; for (int i = 0; i < 3; i++) l += through_lib(argv[1]);\n\
+           printf(\"r=%d l=%d alarms=%d\\n\", r, l, (int)alarms); return s == 42; }\n",
+    );
+    let data = dir.join("s.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg(&lib)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.starts_with("r=2 l=24 alarms="), "{out}");
+    assert!(err.contains("(0 lost)"), "{err}");
+    // The structure, with the timer's handler calls found wherever they
+    // interrupted: between spins (at main's level) or inside one.
+    let check = |replay: &str, who: &str| {
+        let body: Vec<String> = replay
+            .lines()
+            .skip(1)
+            .map(|l| l.split_once("] | ").map_or(l, |x| x.1).to_string())
+            .collect();
+        let want_head = [
+            "main() {",
+            "  raiser() {",
+            "    on_usr1() {",
+            "      in_handler();",
+            "    } /* on_usr1 */",
+            "  } /* raiser */",
+        ];
+        assert_eq!(&body[..want_head.len()], &want_head[..], "{who}:\n{replay}");
+        let mut tail = vec![];
+        for _ in 0..3 {
+            tail.extend([
+                "  through_lib() {",
+                "    plug_outer() {",
+                "      plug_inner();",
+                "    } /* plug_outer */",
+                "  } /* through_lib */",
+            ]);
+        }
+        tail.push("} /* main */");
+        assert_eq!(
+            &body[body.len() - tail.len()..],
+            &tail[..],
+            "{who}:\n{replay}"
+        );
+        // Between them: spins, each a leaf or holding handler calls, and
+        // handler calls at main's level; at least 5 handler calls.
+        let mid = &body[want_head.len()..body.len() - tail.len()];
+        let (mut alarms, mut i) = (0, 0);
+        while i < mid.len() {
+            let at = |i: usize, k: usize| mid.get(i + k).map(String::as_str);
+            match at(i, 0) {
+                Some("  spin();") => i += 1,
+                Some("  on_alarm() {") => {
+                    assert_eq!(at(i, 1), Some("    in_handler();"), "{who}: {mid:?}");
+                    assert_eq!(at(i, 2), Some("  } /* on_alarm */"), "{who}: {mid:?}");
+                    alarms += 1;
+                    i += 3;
+                }
+                Some("  spin() {") => {
+                    i += 1;
+                    while at(i, 0) == Some("    on_alarm() {") {
+                        assert_eq!(at(i, 1), Some("      in_handler();"), "{who}: {mid:?}");
+                        assert_eq!(at(i, 2), Some("    } /* on_alarm */"), "{who}: {mid:?}");
+                        alarms += 1;
+                        i += 3;
+                    }
+                    assert_eq!(at(i, 0), Some("  } /* spin */"), "{who}: {mid:?}");
+                    i += 1;
+                }
+                other => panic!("{who}: unexpected {other:?} in {mid:?}"),
+            }
+        }
+        let printed: i32 = out.trim().rsplit('=').next().unwrap().parse().unwrap();
+        assert_eq!(alarms, printed, "{who}: every handler call is recorded");
+    };
+    check(&replay_text(&data), "shadowgraph");
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        let o = Command::new("uftrace")
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        check(&text(&o).0, "uftrace");
+    }
+}

@@ -233,10 +233,15 @@ impl DataDir {
     }
 
     /// The function holding `addr` (the nearest symbol at or below it:
-    /// our records hold function entries, uftrace's an address just inside).
+    /// our records hold function entries, uftrace's an address just inside);
+    /// the bare address when it lies in no known object (a symbol of
+    /// another object is never borrowed).
     pub fn name(&self, addr: u64) -> std::borrow::Cow<'_, str> {
         if addr == super::sched::SCHED_ADDR {
             return "linux:schedule".into();
+        }
+        if !self.modules.is_empty() && self.module_of(addr).is_empty() {
+            return format!("{addr:#x}").into();
         }
         match self.symbols.partition_point(|s| s.0 <= addr) {
             0 => format!("{addr:#x}").into(),
