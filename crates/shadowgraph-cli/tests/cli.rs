@@ -2827,3 +2827,78 @@ fn recorded_signal_handlers_and_dlopened_libraries_replay_exactly() {
         check(&text(&o).0, "uftrace");
     }
 }
+
+/// A signal handler that records calls while the thread it interrupted is
+/// writing a record of its own (or waiting for room in its ring): a 50 µs
+/// timer over a tight traced recursion lands there thousands of times.
+/// Every handler call is recorded, in its place, and no other record is
+/// lost or overwritten (the ring's slots are claimed one instruction at a
+/// time and published by the outermost writer). Before that was so, a
+/// third of the handler calls vanished and some exits with them.
+#[test]
+fn signal_handlers_recording_inside_a_record_lose_and_corrupt_nothing() {
+    let dir = workdir("sigring");
+    let exe = build_c(
+        &dir,
+        "sigring",
+        "#include <signal.h>\n#include <stdio.h>\n#include <string.h>\n#include <sys/time.h>\n\
+         #define KEEP __attribute__((noinline, noipa))\n\
+         static volatile sig_atomic_t alarms;\n\
+         KEEP int in_handler(int x) { return x + 1; }\n\
+         KEEP void on_alarm(int sig) { in_handler(sig); alarms++; }\n\
+         KEEP int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+         int main(void) {\n\
+           struct sigaction sa; memset(&sa, 0, sizeof sa);\n\
+           sa.sa_handler = on_alarm; sigaction(SIGALRM, &sa, 0);\n\
+           struct itimerval it = {{0, 50}, {0, 50}}; setitimer(ITIMER_REAL, &it, 0);\n\
+           long calls = 0; while (alarms < 4000) { fib(12); calls += 465; }\n\
+           struct itimerval off = {{0, 0}, {0, 0}}; setitimer(ITIMER_REAL, &off, 0);\n\
+           printf(\"%d %ld\\n\", (int)alarms, calls); return 0; }\n",
+    );
+    let data = dir.join("r.data");
+    // Small rings: the thread often waits for the writer, and handlers
+    // land in the waits as well.
+    let o = shadowgraph()
+        .args(["record", "-b", "64K", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(err.contains("(0 lost)"), "{err}");
+    let mut it = out.split_whitespace().map(|v| v.parse::<u64>().unwrap());
+    let (alarms, fib_calls) = (it.next().unwrap(), it.next().unwrap());
+    let rows = report_rows(
+        &text(
+            &shadowgraph()
+                .args(["report", "-d"])
+                .arg(&data)
+                .output()
+                .unwrap(),
+        )
+        .0,
+    );
+    assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
+    assert_eq!(rows["in_handler"].2, alarms, "{rows:?}");
+    assert_eq!(rows["fib"].2, fib_calls, "{rows:?}");
+    // Nesting intact: fib's self time within main's total.
+    assert!(rows["fib"].1 <= rows["main"].0, "{rows:?}");
+    // Every handler call holds exactly its in_handler, wherever it landed.
+    let replay = replay_text(&data);
+    let body: Vec<&str> = replay
+        .lines()
+        .skip(1)
+        .map(|l| l.split_once("] | ").map_or(l, |x| x.1).trim())
+        .collect();
+    let mut handlers = 0;
+    for (i, l) in body.iter().enumerate() {
+        if *l == "on_alarm() {" {
+            assert_eq!(body[i + 1], "in_handler();", "line {i}");
+            assert_eq!(body[i + 2], "} /* on_alarm */", "line {i}");
+            handlers += 1;
+        }
+    }
+    assert_eq!(handlers, alarms);
+}

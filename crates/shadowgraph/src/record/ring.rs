@@ -3,6 +3,14 @@
 //! writer) that converts the records' times to nanoseconds and writes them
 //! to the thread's `.dat` file.
 //!
+//! The producer is the thread *and its signal handlers*: a handler may
+//! interrupt a record half written (or a wait for room) and record calls
+//! of its own. So a record's slot is claimed by a single instruction
+//! (`cmpxchg` on `reserve`, which a handler cannot split), written, and
+//! published (`head`) only by the outermost writer (`nest` back to 0),
+//! when every claimed slot below `reserve` is complete: a handler's records
+//! follow the interrupted one's slot and are published with it.
+//!
 //! The ring lives either in a file of a shared-memory directory, drained by
 //! the `shadowgraph record` process (the writer outside the traced program:
 //! the program pays no system call for its records, and a crash loses
@@ -57,7 +65,13 @@ pub struct RingHeader {
     /// The producer's last view of `tail` (its own field: reading `tail`
     /// on every record would pull the consumer's cache line).
     pub tail_cache: AtomicU64,
-    _pad2: [u64; 4],
+    /// Slots claimed (≥ `head`): those in between are being written by the
+    /// thread or a signal handler that interrupted it.
+    pub reserve: AtomicU64,
+    /// Writers in progress on this thread (the thread, and handlers that
+    /// interrupted it mid-record); the one that brings it to 0 publishes.
+    pub nest: AtomicU64,
+    _pad2: [u64; 2],
     // --- consumer line
     /// Records consumed (their slots may be reused).
     pub tail: AtomicU64,
@@ -103,6 +117,27 @@ pub struct Drained {
     pub lost: u64,
     /// The write failure (errno), if any.
     pub errno: i32,
+}
+
+/// Compare-and-exchange of a word only this thread and its signal handlers
+/// write (the consumer only reads it): one `cmpxchg` without `lock`, which
+/// an interrupt cannot split and which costs no bus lock. Returns whether
+/// `a` held `old` (and now holds `new`).
+#[inline(always)]
+fn exchange_local(a: &AtomicU64, old: u64, new: u64) -> bool {
+    let prev: u64;
+    // SAFETY: `a` is a valid, aligned u64; cmpxchg reads and maybe writes
+    // it and sets rax and the flags (declared), nothing else.
+    unsafe {
+        std::arch::asm!(
+            "cmpxchg qword ptr [{a}], {new}",
+            a = in(reg) a.as_ptr(),
+            new = in(reg) new,
+            inout("rax") old => prev,
+            options(nostack),
+        );
+    }
+    prev == old
 }
 
 impl Ring {
@@ -182,36 +217,78 @@ impl Ring {
         unsafe { self.base.add(HEADER_BYTES) as *mut u64 }
     }
 
-    /// The producer's next record index, if there is room without waiting.
+    /// Starts a record (or a wait for room): until the matching
+    /// [`Ring::end`], records of handlers that interrupt it stay unpublished.
     #[inline(always)]
-    pub fn slot(&self) -> Option<u64> {
+    pub fn begin(&self) {
+        let n = &self.header().nest;
+        // Load and store, not one instruction: a handler that interrupts
+        // them leaves `nest` as it found it.
+        n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    }
+
+    /// Ends a record begun with [`Ring::begin`]; the outermost publishes
+    /// every slot claimed so far (all complete by then: handlers that
+    /// claimed some have returned).
+    #[inline(always)]
+    pub fn end(&self) {
         let h = self.header();
-        let head = h.head.load(Ordering::Relaxed);
-        (head - h.tail_cache.load(Ordering::Relaxed) < h.capacity).then_some(head)
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        let n = h.nest.load(Ordering::Relaxed) - 1;
+        h.nest.store(n, Ordering::Relaxed);
+        if n != 0 {
+            return;
+        }
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        // head = reserve, never backwards: a handler may publish between
+        // our loads and the exchange, which then fails and we look again.
+        loop {
+            let r = h.reserve.load(Ordering::Relaxed);
+            let old = h.head.load(Ordering::Relaxed);
+            if old == r || exchange_local(&h.head, old, r) {
+                return;
+            }
+        }
+    }
+
+    /// Claims the next slot if there is room for it as far as the producer
+    /// knows (room only grows, so a claimed slot stays writable). Between
+    /// [`Ring::begin`] and [`Ring::end`].
+    #[inline(always)]
+    pub fn claim(&self) -> Option<u64> {
+        let h = self.header();
+        loop {
+            let c = h.reserve.load(Ordering::Relaxed);
+            if c - h.tail_cache.load(Ordering::Relaxed) >= h.capacity {
+                return None;
+            }
+            if exchange_local(&h.reserve, c, c + 1) {
+                return Some(c);
+            }
+        }
     }
 
     /// Re-reads `tail` (the consumer moved it?); returns whether there is
-    /// room for the record at `head` now.
-    pub fn refresh(&self, head: u64) -> bool {
+    /// room for another record now.
+    pub fn refresh(&self) -> bool {
         let h = self.header();
         let t = h.tail.load(Ordering::Acquire);
         h.tail_cache.store(t, Ordering::Relaxed);
-        head - t < h.capacity
+        h.reserve.load(Ordering::Relaxed) - t < h.capacity
     }
 
-    /// Stores record `head` (from [`Ring::slot`] or a successful
-    /// [`Ring::refresh`]) and publishes it. Producer only.
+    /// Stores record `slot` (from [`Ring::claim`]); [`Ring::end`] publishes.
     #[inline(always)]
-    pub fn push(&self, head: u64, time: u64, kind: Kind, depth: u16, addr: u64) {
+    pub fn write(&self, slot: u64, time: u64, kind: Kind, depth: u16, addr: u64) {
         let h = self.header();
-        let i = (head & (h.capacity - 1)) as usize;
-        // SAFETY: i < capacity: two words inside the ring, not the
-        // consumer's until `head` moves past them.
+        let i = (slot & (h.capacity - 1)) as usize;
+        // SAFETY: i < capacity: two words inside the ring, claimed by us
+        // and not the consumer's until `head` moves past them.
         unsafe {
             self.words().add(2 * i).write(time);
             self.words().add(2 * i + 1).write(encode(kind, depth, addr));
         }
-        h.head.store(head + 1, Ordering::Release);
     }
 
     /// Counts a record the producer could not store.
@@ -413,17 +490,16 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 for i in 0..N {
-                    let h = loop {
-                        if let Some(h) = ring.slot() {
-                            break h;
+                    ring.begin();
+                    let c = loop {
+                        if let Some(c) = ring.claim() {
+                            break c;
                         }
-                        let h = ring.header().head.load(Ordering::Relaxed);
-                        if ring.refresh(h) {
-                            break h;
-                        }
+                        ring.refresh();
                         std::hint::spin_loop();
                     };
-                    ring.push(h, i, Kind::Entry, (i % 1024) as u16, i);
+                    ring.write(c, i, Kind::Entry, (i % 1024) as u16, i);
+                    ring.end();
                 }
                 done.store(true, Ordering::Release);
             });

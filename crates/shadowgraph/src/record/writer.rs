@@ -138,13 +138,19 @@ pub fn start(inst: usize, dir: &Path, shm: Option<&Path>) -> io::Result<()> {
     Ok(())
 }
 
-/// Appends one record for this thread, timed now. Async-signal-safe.
+/// Appends one record for this thread, timed now. Async-signal-safe, and
+/// reentrant: a signal handler that interrupts it may record too.
 #[inline]
 pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
-    if let Some((r, h)) = next_slot(inst) {
+    let Some(r) = my_ring(inst) else {
+        return;
+    };
+    r.begin();
+    if let Some(c) = r.claim().or_else(|| make_room(inst, r)) {
         // Read after any wait the slot needed: its time is not the wait's.
-        r.push(h, clock::now(), kind, depth, addr);
+        r.write(c, clock::now(), kind, depth, addr);
     }
+    r.end();
 }
 
 /// [`emit`] with a timestamp taken earlier (the entry of a call kept by a
@@ -152,15 +158,20 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
 /// thread's records in time order.
 #[inline]
 pub fn emit_at(inst: usize, time: u64, kind: Kind, depth: u16, addr: u64) {
-    if let Some((r, h)) = next_slot(inst) {
-        r.push(h, time, kind, depth, addr);
+    let Some(r) = my_ring(inst) else {
+        return;
+    };
+    r.begin();
+    if let Some(c) = r.claim().or_else(|| make_room(inst, r)) {
+        r.write(c, time, kind, depth, addr);
     }
+    r.end();
 }
 
-/// This thread's ring of instance `inst` and its next free record, or None
-/// (counted as lost) when there is none.
+/// This thread's ring of instance `inst`, or None (the record counted as
+/// lost) when it has none and cannot make one.
 #[inline(always)]
-fn next_slot(inst: usize) -> Option<(Ring, u64)> {
+fn my_ring(inst: usize) -> Option<Ring> {
     let mut b = MINE[inst].get();
     if b.is_null() {
         b = create(inst);
@@ -170,28 +181,28 @@ fn next_slot(inst: usize) -> Option<(Ring, u64)> {
         }
     }
     // SAFETY: this thread's ring, made by `create`, never unmapped.
-    let r = unsafe { Ring::from_base(b) };
-    match r.slot() {
-        Some(h) => Some((r, h)),
-        None => make_room(inst, r),
-    }
+    Some(unsafe { Ring::from_base(b) })
 }
 
 /// The ring is full as far as the producer knew: re-read the consumer's
-/// position, drain it ourselves (local mode) or wait for the writer.
+/// position, drain it ourselves (local mode) or wait for the writer; a
+/// claimed slot, or None (counted as lost).
 #[cold]
 #[inline(never)]
-fn make_room(inst: usize, r: Ring) -> Option<(Ring, u64)> {
-    let head = r.header().head.load(Ordering::Relaxed);
-    if r.refresh(head) {
-        return Some((r, head));
+fn make_room(inst: usize, r: Ring) -> Option<u64> {
+    let room = |r: &Ring| if r.refresh() { r.claim() } else { None };
+    if let Some(c) = room(&r) {
+        return Some(c);
     }
     let fd = RINGS[MINE_SLOT[inst].get() - 1].fd.load(Ordering::Relaxed);
     if fd >= 0 {
         drain_local(inst, r, fd);
     } else if !WRITER_GONE.load(Ordering::Relaxed) {
         let start = clock::monotonic_ns();
-        while !r.refresh(head) {
+        loop {
+            if let Some(c) = room(&r) {
+                return Some(c);
+            }
             if clock::monotonic_ns() - start > WAIT_LIMIT_NS {
                 WRITER_GONE.store(true, Ordering::Relaxed);
                 break;
@@ -204,12 +215,11 @@ fn make_room(inst: usize, r: Ring) -> Option<(Ring, u64)> {
             unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
         }
     }
-    if r.refresh(head) {
-        Some((r, head))
-    } else {
+    let c = room(&r);
+    if c.is_none() {
         r.drop_record();
-        None
     }
+    c
 }
 
 /// Local mode: drains a ring to its file, unless someone else is at it.
