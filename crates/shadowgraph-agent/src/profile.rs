@@ -83,10 +83,7 @@ pub fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::Ret
     let d = now.saturating_sub(start);
     if let Some((q, _)) = u.retrieve_nearest_own() {
         // SAFETY: the caller's frame data, live below ours.
-        unsafe {
-            let c = (q as *mut u64).add(1);
-            c.write(c.read() + d);
-        }
+        unsafe { add_local((q as *mut u64).add(1), d) };
     }
     let Some(id) = ftrace::site_id_of(r.func) else {
         BEYOND.fetch_add(1, Ordering::Relaxed);
@@ -108,12 +105,55 @@ pub fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::Ret
         return;
     }
     // SAFETY: id < capacity: a row of this thread's table, written only
-    // by this thread (the exit dump reads it after the threads are done).
-    let row = unsafe { &mut *t.rows.add(id as usize) };
-    row.hits += 1;
-    row.total += d;
-    row.self_time += d.saturating_sub(children);
-    row.sumsq += d as u128 * d as u128;
+    // by this thread and its signal handlers (the exit dump reads it after
+    // the threads are done), each field by one instruction that a handler
+    // updating the same row cannot split.
+    unsafe {
+        let row = t.rows.add(id as usize);
+        add_local(std::ptr::addr_of_mut!((*row).hits), 1);
+        add_local(std::ptr::addr_of_mut!((*row).total), d);
+        add_local(
+            std::ptr::addr_of_mut!((*row).self_time),
+            d.saturating_sub(children),
+        );
+        add_local_u128(std::ptr::addr_of_mut!((*row).sumsq), d as u128 * d as u128);
+    }
+}
+
+/// `*p += v` in one instruction: a signal handler of this thread that adds
+/// to the same word cannot interleave with it (a load, add and store could
+/// lose the handler's addition). No `lock`: no other thread writes it.
+///
+/// # Safety
+/// `p` must be valid, aligned and written only by this thread.
+#[inline(always)]
+unsafe fn add_local(p: *mut u64, v: u64) {
+    // SAFETY: per the contract; the instruction touches `*p` and the flags.
+    unsafe {
+        std::arch::asm!("add qword ptr [{p}], {v}", p = in(reg) p, v = in(reg) v, options(nostack));
+    }
+}
+
+/// `*p += v` for a u128, as `add` then `adc` on its halves: a handler that
+/// runs between them adds its own value and carry whole, and the carry of
+/// ours survives in the interrupted flags.
+///
+/// # Safety
+/// As [`add_local`].
+#[inline(always)]
+unsafe fn add_local_u128(p: *mut u128, v: u128) {
+    // SAFETY: per the contract; the two instructions touch `*p` and the
+    // flags.
+    unsafe {
+        std::arch::asm!(
+            "add qword ptr [{p}], {lo}",
+            "adc qword ptr [{p} + 8], {hi}",
+            p = in(reg) p,
+            lo = in(reg) v as u64,
+            hi = in(reg) (v >> 64) as u64,
+            options(nostack),
+        );
+    }
 }
 
 /// This thread's table for instance `inst`: one anonymous mapping (zero

@@ -2834,7 +2834,10 @@ fn recorded_signal_handlers_and_dlopened_libraries_replay_exactly() {
 /// Every handler call is recorded, in its place, and no other record is
 /// lost or overwritten (the ring's slots are claimed one instruction at a
 /// time and published by the outermost writer). Before that was so, a
-/// third of the handler calls vanished and some exits with them.
+/// third of the handler calls vanished and some exits with them. The
+/// handler also calls the function it interrupts (fib): a profile of the
+/// same program counts every call of both, though the handler updates the
+/// very row the thread was updating.
 #[test]
 fn signal_handlers_recording_inside_a_record_lose_and_corrupt_nothing() {
     let dir = workdir("sigring");
@@ -2845,8 +2848,8 @@ fn signal_handlers_recording_inside_a_record_lose_and_corrupt_nothing() {
          #define KEEP __attribute__((noinline, noipa))\n\
          static volatile sig_atomic_t alarms;\n\
          KEEP int in_handler(int x) { return x + 1; }\n\
-         KEEP void on_alarm(int sig) { in_handler(sig); alarms++; }\n\
          KEEP int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+         KEEP void on_alarm(int sig) { in_handler(sig); fib(2); alarms++; }\n\
          int main(void) {\n\
            struct sigaction sa; memset(&sa, 0, sizeof sa);\n\
            sa.sa_handler = on_alarm; sigaction(SIGALRM, &sa, 0);\n\
@@ -2882,10 +2885,10 @@ fn signal_handlers_recording_inside_a_record_lose_and_corrupt_nothing() {
     );
     assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
     assert_eq!(rows["in_handler"].2, alarms, "{rows:?}");
-    assert_eq!(rows["fib"].2, fib_calls, "{rows:?}");
+    assert_eq!(rows["fib"].2, fib_calls + 3 * alarms, "{rows:?}");
     // Nesting intact: fib's self time within main's total.
     assert!(rows["fib"].1 <= rows["main"].0, "{rows:?}");
-    // Every handler call holds exactly its in_handler, wherever it landed.
+    // Every handler call holds exactly its calls, wherever it landed.
     let replay = replay_text(&data);
     let body: Vec<&str> = replay
         .lines()
@@ -2895,10 +2898,39 @@ fn signal_handlers_recording_inside_a_record_lose_and_corrupt_nothing() {
     let mut handlers = 0;
     for (i, l) in body.iter().enumerate() {
         if *l == "on_alarm() {" {
-            assert_eq!(body[i + 1], "in_handler();", "line {i}");
-            assert_eq!(body[i + 2], "} /* on_alarm */", "line {i}");
+            let want = [
+                "in_handler();",
+                "fib() {",
+                "fib();",
+                "fib();",
+                "} /* fib */",
+                "} /* on_alarm */",
+            ];
+            assert_eq!(body[i + 1..i + 7], want, "line {i}");
             handlers += 1;
         }
     }
     assert_eq!(handlers, alarms);
+
+    let prof = dir.join("p.data");
+    let o = shadowgraph()
+        .args(["record", "--tracer", "profile", "-d"])
+        .arg(&prof)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let mut it = out.split_whitespace().map(|v| v.parse::<u64>().unwrap());
+    let (alarms, fib_calls) = (it.next().unwrap(), it.next().unwrap());
+    let o = shadowgraph()
+        .args(["report", "-d"])
+        .arg(prof.join("profile"))
+        .output()
+        .unwrap();
+    let rows = report_rows(&text(&o).0);
+    assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
+    assert_eq!(rows["in_handler"].2, alarms, "{rows:?}");
+    assert_eq!(rows["fib"].2, fib_calls + 3 * alarms, "{rows:?}");
 }

@@ -684,10 +684,14 @@ fn drop_dead_frames(t: &ThreadState, slot: usize, parent_ip: usize) {
 #[inline]
 fn offer(t: &ThreadState, u: &GraphUser, i: usize, ent: &GraphEntry, regs: &mut Regs) -> bool {
     let save = t.curr.get();
+    // Restored, not reset: this may be a signal handler's call that
+    // interrupted another entry callback, which may still reserve.
+    let outer = (t.in_entry.get(), t.reserved_once.get());
     t.in_entry.set(i as i32);
     t.reserved_once.set(false);
     let ok = (u.entry)(ent, u, regs);
-    t.in_entry.set(-1);
+    t.in_entry.set(outer.0);
+    t.reserved_once.set(outer.1);
     if !ok {
         t.curr.set(save);
     }
