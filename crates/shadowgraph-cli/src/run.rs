@@ -385,6 +385,7 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
     let collector = collector.spawn();
     let _signals = ForwardSignals::install();
+    let mut program_pid = 0;
     let status = Command::new(prog)
         .args(args)
         .env("LD_PRELOAD", preload(&agent))
@@ -396,6 +397,7 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         .and_then(|child| {
             let started = std::time::Instant::now();
             let pid = child.id() as i32;
+            program_pid = pid;
             CHILD.store(pid, Ordering::Release);
             let st = wait_with_usage(pid, started);
             CHILD.store(0, Ordering::Release);
@@ -415,7 +417,8 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     }
     // The recording's directories, then those of every program started by
     // exec (a session of its own each).
-    // (label, directory, whether it is an exec session's)
+    // (label, directory, whether it is an exec session's whose exit is not
+    // the program's)
     let mut dirs: Vec<(String, PathBuf, bool)> = rel
         .iter()
         .map(|(label, r)| (label.clone(), collect::instance_dir(&abs, r), false))
@@ -425,26 +428,29 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
             "process {pid} ({}, started by exec): ",
             base.file_name().unwrap_or_default().to_string_lossy()
         );
+        // A program the recorded one became by exec ends as it ends: its
+        // exit status is ours to tell. Another process's is not.
+        let foreign = *pid != program_pid;
         dirs.extend(rel.iter().map(|(label, r)| {
             (
                 format!("{what}{label}"),
                 collect::instance_dir(base, r),
-                true,
+                foreign,
             )
         }));
     }
-    for (label, d, session) in dirs {
+    for (label, d, foreign) in dirs {
         let info_path = d.join("shadowgraph.info");
         if info_path.exists() {
             let t = totals.get(&d).copied().unwrap_or_default();
-            // The program's exit and usage are the recording's, not a
-            // session's (its process is not ours to wait for).
-            let run = (!session).then_some((status, &usage));
+            // The program's exit and usage are the recording's, not those
+            // of a session in another process (not ours to wait for).
+            let run = (!foreign).then_some((status, &usage));
             let finished = complete_metadata(&d, t, &path, run).unwrap_or(false);
             if !finished {
                 // Cut short (crash, _exit): the agent wrote metadata at
                 // start; the rings held the rest.
-                if session {
+                if foreign {
                     eprintln!("# {label}it ended without the recording's exit step; what it recorded is kept");
                 } else {
                     eprintln!("# {label}{prog} ended without the recording's exit step ({status}); what it recorded is kept");

@@ -2210,6 +2210,17 @@ fn forked_children_and_exec_sessions_are_recorded() {
             .count();
         assert_eq!(child_lines, 5, "uftrace shows the child: {theirs}");
     }
+    // The exec'd program ran in a forked child: its exit is not ours to know.
+    let o = shadowgraph()
+        .args(["info", "-d"])
+        .arg(&session)
+        .output()
+        .unwrap();
+    assert!(
+        text(&o).0.contains("exit status         : unknown"),
+        "{}",
+        text(&o).0
+    );
     // --no-children: the parent's process only, nothing reported missing.
     let o = shadowgraph()
         .args(["record", "--no-libs", "--no-children", "-d"])
@@ -2933,4 +2944,53 @@ fn signal_handlers_recording_inside_a_record_lose_and_corrupt_nothing() {
     assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
     assert_eq!(rows["in_handler"].2, alarms, "{rows:?}");
     assert_eq!(rows["fib"].2, fib_calls + 3 * alarms, "{rows:?}");
+}
+
+/// A program that becomes another by exec in the recorded process itself:
+/// the session's exit status is the program's (the process `record` waits
+/// for), and `record` exits with it.
+#[test]
+fn a_program_replaced_by_exec_ends_with_its_exit_status() {
+    let dir = workdir("execself");
+    let exe = build_c(
+        &dir,
+        "ex",
+        "#include <stdio.h>\n#include <unistd.h>\n\
+         #define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int leaf(int x) { return x + 1; }\n\
+         int main(int argc, char **argv) {\n\
+           if (argc > 1) return leaf(2);\n\
+           leaf(0); execl(\"/proc/self/exe\", \"ex\", \"again\", (char *)0); return 1; }\n",
+    );
+    let data = dir.join("e.data");
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let session = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| panic!("no session directory: {err}"));
+    let info = |d: &Path| {
+        let o = shadowgraph().args(["info", "-d"]).arg(d).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0
+    };
+    assert!(
+        info(&session).contains("exit status         : exited with code: 3"),
+        "{}",
+        info(&session)
+    );
+    assert!(
+        info(&data).contains("exit status         : exited with code: 3"),
+        "{}",
+        info(&data)
+    );
 }

@@ -41,7 +41,11 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
         line(out, "build id", get("build_id").unwrap_or(""))?;
         line(out, "pattern", get("pattern_type").unwrap_or("regex"))?;
         let raw: i32 = get("exit_status").and_then(|v| v.parse().ok()).unwrap_or(0);
-        let status = if libc::WIFSIGNALED(raw) {
+        // Our recordings note the wait status when it is known (not for a
+        // program that another process of the run started by exec).
+        let status = if get("raw0").is_some() && get("exit_raw").is_none() {
+            "unknown (a process the recorded program started)".to_string()
+        } else if libc::WIFSIGNALED(raw) {
             format!("terminated by signal: {}", libc::WTERMSIG(raw))
         } else {
             format!("exited with code: {}", libc::WEXITSTATUS(raw))
