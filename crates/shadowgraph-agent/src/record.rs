@@ -429,7 +429,18 @@ pub fn attach() -> Result<(), String> {
         let user = if min_ticks > 0 {
             fgraph::GraphUser::new(on_entry_timed, on_return_timed, ftrace::FilterSet::all(), i)
         } else if filter.is_none() {
-            fgraph::GraphUser::new(on_entry_plain, on_return_plain, ftrace::FilterSet::all(), i)
+            let u = fgraph::GraphUser::new(
+                on_entry_plain,
+                on_return_plain,
+                ftrace::FilterSet::all(),
+                i,
+            );
+            // Its callbacks only emit the two records: the fused path may
+            // stand in for them (SHADOWGRAPH_NO_FUSED=1: never, to compare).
+            if std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none() {
+                shadowgraph::record::fused::attach(&u, i);
+            }
+            u
         } else {
             fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), i)
         };

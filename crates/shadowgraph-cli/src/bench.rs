@@ -693,7 +693,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         c.arg(k);
         c
     };
-    let run_sg = |k: &str| {
+    let run_sg_with = |k: &str, fused: bool| {
         let _ = std::fs::remove_dir_all(&sg_data);
         let _ = std::fs::remove_dir_all(dir.join("sg.data.old"));
         let mut c = std::process::Command::new(&me);
@@ -702,8 +702,12 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             .arg("--")
             .arg(&exe)
             .arg(k);
+        if !fused {
+            c.env("SHADOWGRAPH_NO_FUSED", "1");
+        }
         c
     };
+    let run_sg = |k: &str| run_sg_with(k, true);
     let run_uf = |k: &str| {
         let _ = std::fs::remove_dir_all(&uf_data);
         let mut c = std::process::Command::new("uftrace");
@@ -717,6 +721,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     let plain = time_cmd(reps, || run_plain(&arg))?;
     let sg = time_cmd(reps, || run_sg(&arg))?;
     let sg_start = time_cmd(reps, || run_sg("1"))?;
+    let sg_general = time_cmd(reps, || run_sg_with(&arg, false))?;
     let sg = (
         sg,
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -734,10 +739,11 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         "", "total s", "ns/call", "B/call", "start s", "replay s", "report s"
     );
     println!("{:<34} {:>9.3}", "untraced", plain);
+    let per_call = |t: f64, start: f64| (t - plain - (start - plain).max(0.0)) * 1e9 / calls as f64;
     let row = |name: &str, t: f64, bytes: u64, start: f64, rep: f64, repo: f64| {
         println!(
             "{name:<34} {t:>9.3} {:>12.1} {:>10.1} {start:>10.3} {rep:>9.2} {repo:>9.2}",
-            (t - plain - (start - plain).max(0.0)) * 1e9 / calls as f64,
+            per_call(t, start),
             bytes as f64 / calls as f64
         )
     };
@@ -748,6 +754,11 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         sg_start,
         sg_replay,
         sg_report,
+    );
+    println!(
+        "{:<34} {sg_general:>9.3} {:>12.1}",
+        "  (fused path off)",
+        per_call(sg_general, sg_start)
     );
     if uftrace {
         let uf = time_cmd(reps, || run_uf(&arg))?;
@@ -764,6 +775,10 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             uf_start,
             uf_replay,
             uf_report,
+        );
+        println!(
+            "# overhead per call, shadowgraph / uftrace: {:.2}",
+            per_call(sg.0, sg_start) / per_call(uf, uf_start)
         );
     } else {
         println!("# uftrace is not installed (apt-get install uftrace) — no comparison");

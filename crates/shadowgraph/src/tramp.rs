@@ -317,6 +317,8 @@ macro_rules! prologue {
     };
 }
 
+pub(crate) use {prologue, restore_args, save_args};
+
 std::arch::global_asm!(
     ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
     ".globl shadowgraph_ftrace_args_start",
@@ -457,6 +459,23 @@ pub(crate) fn ftrace_caller(
     let (d, f) = (d - start + 2, f - start + 2);
     code[d..d + 8].copy_from_slice(&(data as u64).to_le_bytes());
     code[f..f + 8].copy_from_slice(&(entry as usize as u64).to_le_bytes());
+    arena.alloc_code(&code)
+}
+
+/// Bytes of a [`stub`].
+pub(crate) const STUB_LEN: usize = 28;
+
+/// A trampoline that hands over to code outside the arena: `endbr64;
+/// movabs r11, data; jmp [rip+0]; .quad target`. Entered by a site's call,
+/// so the target sees [rsp] = site+5, [rsp+8] = R and r11 = `data`, and
+/// never comes back here (the arena copy can be retired as soon as no
+/// thread is inside its four instructions).
+pub(crate) fn stub(arena: &Arena, target: usize, data: usize) -> Result<usize, ArenaError> {
+    let mut code = vec![0xf3, 0x0f, 0x1e, 0xfa, 0x49, 0xbb];
+    code.extend_from_slice(&(data as u64).to_le_bytes());
+    code.extend_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+    code.extend_from_slice(&(target as u64).to_le_bytes());
+    debug_assert_eq!(code.len(), STUB_LEN);
     arena.alloc_code(&code)
 }
 

@@ -106,7 +106,11 @@ pub struct GraphUser {
     /// The BITMAP word of the frames the single-user path keeps for this
     /// user: its slot's bit and the epoch it registered at (set before it
     /// can become the sole user).
-    frame_word: AtomicU64,
+    pub(crate) frame_word: AtomicU64,
+    /// The recording instance whose records this user's callbacks write,
+    /// when they do nothing else (the fused recording path may then stand
+    /// in for them: record::fused); −1 otherwise.
+    pub(crate) fused_inst: std::sync::atomic::AtomicI64,
 }
 
 impl fmt::Debug for GraphUser {
@@ -135,6 +139,7 @@ impl GraphUser {
             subop,
             slot: AtomicI32::new(-1),
             frame_word: AtomicU64::new(0),
+            fused_inst: std::sync::atomic::AtomicI64::new(-1),
         })
     }
 
@@ -283,7 +288,14 @@ static ARRAY: [AtomicPtr<GraphUser>; MAX_USERS] =
 static SLOT_EPOCH: [AtomicU64; MAX_USERS] = [const { AtomicU64::new(u64::MAX) }; MAX_USERS];
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// The sole user while exactly one is registered (fast path), else null.
-static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
+pub(crate) static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
+/// Code the manager's trampolines hand over to instead of the caller
+/// template (record::fused), if set before the first user registers.
+pub(crate) static MANAGER_STUB: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+/// Whether `return_to_handler` tries the fused recording path first.
+pub(crate) static FUSED_RETURN_ON: std::sync::atomic::AtomicU8 =
+    std::sync::atomic::AtomicU8::new(0);
 
 /// Frames whose return could not be matched (should stay 0).
 pub static LOST_FRAMES: AtomicU64 = AtomicU64::new(0);
@@ -311,7 +323,13 @@ fn registry() -> MutexGuard<'static, Registry> {
 
 fn manager() -> &'static Arc<Ops> {
     static M: OnceLock<Arc<Ops>> = OnceLock::new();
-    M.get_or_init(|| Ops::new_manager_with_entry(graph_entry, manager_tramp_entry))
+    M.get_or_init(|| {
+        Ops::new_manager_with_entry(
+            graph_entry,
+            manager_tramp_entry,
+            MANAGER_STUB.load(Ordering::Acquire),
+        )
+    })
 }
 
 static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
@@ -462,7 +480,10 @@ fn thread_count() -> usize {
 /// What the manager's own trampolines call: `ops_entry` with the callback
 /// called directly (no indirect call, no per-ops checks the manager never
 /// needs). Its trampolines are the args variant: the action is ignored.
-extern "C" fn manager_tramp_entry(regs: *mut u8, data: usize) -> crate::tramp::EntryAction {
+pub(crate) extern "C" fn manager_tramp_entry(
+    regs: *mut u8,
+    data: usize,
+) -> crate::tramp::EntryAction {
     // SAFETY: the trampoline passes its frame's Regs and its leaked slot.
     let (regs, slot) = unsafe {
         (
@@ -713,6 +734,13 @@ std::arch::global_asm!(
     ".hidden shadowgraph_return_to_handler",
     "shadowgraph_return_to_handler:",
     "endbr64",
+    // The fused recording path (record::fused) first, when it is on; it
+    // comes back to the general one below for anything unusual.
+    "cmp byte ptr [rip + {fused_on}], 0",
+    "jne shadowgraph_fused_return",
+    ".globl shadowgraph_return_general",
+    ".hidden shadowgraph_return_general",
+    "shadowgraph_return_general:",
     "sub rsp, 64",
     "mov [rsp], rax",
     "mov [rsp + 8], rdx",
@@ -731,6 +759,7 @@ std::arch::global_asm!(
     "jmp r11",
     ".popsection",
     ret = sym graph_return,
+    fused_on = sym FUSED_RETURN_ON,
 );
 
 extern "C" {

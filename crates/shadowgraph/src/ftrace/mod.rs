@@ -74,6 +74,10 @@ pub struct Ops {
     /// What its trampolines call: the generic entry, or a specialised one
     /// that calls `func` directly (the fgraph manager).
     pub(crate) tramp_entry: tramp::FtraceEntry,
+    /// Code outside the arenas the ops' trampolines hand over to (a stub
+    /// per arena passes the data slot in r11), instead of a copy of the
+    /// caller template; 0: none.
+    pub(crate) tramp_stub: usize,
 }
 
 #[derive(Default)]
@@ -108,6 +112,7 @@ impl Ops {
             threads: AtomicPtr::new(std::ptr::null_mut()),
             inner: Mutex::new(OpsInner::default()),
             tramp_entry: dispatch::ops_entry,
+            tramp_stub: 0,
         })
     }
 
@@ -140,9 +145,15 @@ impl Ops {
     /// A manager whose trampolines call `entry` (which must do what
     /// `dispatch::ops_entry` does for this ops: bracket, errno, slot check)
     /// instead of the generic entry.
-    pub(crate) fn new_manager_with_entry(func: OpsFunc, entry: tramp::FtraceEntry) -> Arc<Ops> {
+    pub(crate) fn new_manager_with_entry(
+        func: OpsFunc,
+        entry: tramp::FtraceEntry,
+        stub: usize,
+    ) -> Arc<Ops> {
         let mut o = Ops::new(func, 0, FilterSet::computed());
-        Arc::get_mut(&mut o).expect("fresh").tramp_entry = entry;
+        let m = Arc::get_mut(&mut o).expect("fresh");
+        m.tramp_entry = entry;
+        m.tramp_stub = stub;
         o
     }
 
@@ -1023,15 +1034,19 @@ impl Core {
             let slot: &'static OpsSlot = Box::leak(Box::new(OpsSlot {
                 ops: AtomicPtr::new(Arc::as_ptr(ops) as *mut Ops),
             }));
-            let code = tramp::ftrace_caller(
-                arena,
-                ops.needs_regs(),
-                ops.tramp_entry,
-                slot as *const OpsSlot as usize,
-            )
+            let data = slot as *const OpsSlot as usize;
+            let code = if ops.tramp_stub != 0 {
+                tramp::stub(arena, ops.tramp_stub, data)
+            } else {
+                tramp::ftrace_caller(arena, ops.needs_regs(), ops.tramp_entry, data)
+            }
             .map_err(CoreError::Arena)?;
             inner.tramps.push((arena.base, code, slot));
-            inner.tramp_len = tramp::ftrace_caller_len(ops.needs_regs());
+            inner.tramp_len = if ops.tramp_stub != 0 {
+                tramp::STUB_LEN
+            } else {
+                tramp::ftrace_caller_len(ops.needs_regs())
+            };
         }
         // Re-arm slots a previous unregistration cleared.
         for t in &inner.tramps {

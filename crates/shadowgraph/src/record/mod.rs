@@ -8,6 +8,7 @@ pub mod collect;
 pub mod data;
 pub mod flame;
 pub mod format;
+pub mod fused;
 pub mod graph;
 pub mod info;
 pub mod perfetto;

@@ -109,6 +109,13 @@ pub fn shared() -> bool {
 crate::fast_thread_local!(
     static MINE: [Cell<*mut u8>; MAX_INSTANCES];
 );
+/// The address of this thread's rings (`[*mut u8; MAX_INSTANCES]`): the
+/// fused recording path finds them at the same offset from every thread's
+/// thread pointer.
+pub(crate) fn rings_of_this_thread() -> usize {
+    &*MINE as *const [Cell<*mut u8>; MAX_INSTANCES] as usize
+}
+
 // (local mode) the slot index of MINE's rings + 1, for their files.
 crate::fast_thread_local!(
     static MINE_SLOT: [Cell<usize>; MAX_INSTANCES];
