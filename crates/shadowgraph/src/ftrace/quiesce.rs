@@ -197,6 +197,16 @@ fn stack_pointer() -> usize {
 /// interrupted a trampoline or callback and never returned (siglongjmp).
 pub static ABANDONED: AtomicU64 = AtomicU64::new(0);
 
+/// Called on the thread when its abandoned brackets are released: whatever
+/// a tracer's callback held half done on it is gone too (a record half
+/// written). A plain `fn()`, async-signal-safe.
+static ABANDON_HOOK: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the hook run when a thread's abandoned brackets are released.
+pub fn on_abandoned(hook: fn()) {
+    ABANDON_HOOK.store(hook as usize, Ordering::Release);
+}
+
 /// A bracket is open, yet this entry is anchored at or above where the
 /// outermost open one was: the frames that held them are gone, the stack
 /// having been unwound past them (siglongjmp out of a handler that
@@ -222,6 +232,12 @@ fn abandoned(v: u64, anchor: usize) -> u64 {
     }
     ABANDONED.fetch_add(1, Ordering::Relaxed);
     super::dispatch::reset_recursion();
+    let hook = ABANDON_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: only `on_abandoned` stores here, from a `fn()`.
+        let hook = unsafe { std::mem::transmute::<usize, fn()>(hook) };
+        hook();
+    }
     local().outer_anchor.set(anchor);
     // Depth 0, and the exit generation moves: as if they had been left.
     ((v >> 16) + 1) << 16

@@ -291,6 +291,23 @@ impl Ring {
         }
     }
 
+    /// The thread's writers on this ring were abandoned — a signal handler
+    /// that interrupted one never returned (siglongjmp) — as the bracket
+    /// they ran in tells (`quiesce::on_abandoned`): the slots claimed and
+    /// not published, which they may have left half written, are given back
+    /// and counted as lost, and the ring publishes again. Producer only.
+    pub fn recover_abandoned(&self) {
+        let h = self.header();
+        if h.nest.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let head = h.head.load(Ordering::Relaxed);
+        let claimed = h.reserve.load(Ordering::Relaxed) - head;
+        h.reserve.store(head, Ordering::Relaxed);
+        h.nest.store(0, Ordering::Relaxed);
+        h.lost.fetch_add(claimed, Ordering::Relaxed);
+    }
+
     /// Counts a record the producer could not store.
     pub fn drop_record(&self) {
         self.header().lost.fetch_add(1, Ordering::Relaxed);

@@ -109,6 +109,18 @@ pub fn shared() -> bool {
 crate::fast_thread_local!(
     static MINE: [Cell<*mut u8>; MAX_INSTANCES];
 );
+/// This thread's brackets were abandoned (see `Ring::recover_abandoned`):
+/// so were the record writes they held, in any of its rings.
+fn recover_abandoned() {
+    for m in MINE.iter() {
+        let b = m.get();
+        if !b.is_null() {
+            // SAFETY: this thread's ring, made by `create`, never unmapped.
+            unsafe { Ring::from_base(b) }.recover_abandoned();
+        }
+    }
+}
+
 /// The address of this thread's rings (`[*mut u8; MAX_INSTANCES]`): the
 /// fused recording path finds them at the same offset from every thread's
 /// thread pointer.
@@ -136,6 +148,7 @@ pub fn start(inst: usize, dir: &Path, shm: Option<&Path>) -> io::Result<()> {
     if let Some(s) = shm {
         let _ = SHM.set(c(s)?);
     }
+    crate::ftrace::quiesce::on_abandoned(recover_abandoned);
     KEY.get_or_init(|| {
         let mut k: libc::pthread_key_t = 0;
         // SAFETY: creating a key with a plain extern "C" destructor.
