@@ -437,8 +437,10 @@ pub fn attach() -> Result<(), String> {
             );
             // Its callbacks only emit the two records: the fused path may
             // stand in for them (SHADOWGRAPH_NO_FUSED=1: never, to compare).
-            if std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none() {
-                shadowgraph::record::fused::attach(&u, i);
+            if std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none()
+                && shadowgraph::record::fused::attach(&u, i)
+            {
+                FUSED.store(true, Ordering::Relaxed);
             }
             u
         } else {
@@ -469,6 +471,9 @@ pub fn attach() -> Result<(), String> {
 }
 
 static FINISHED: Mutex<bool> = Mutex::new(false);
+
+/// The recorder runs on the fused path (record::fused).
+static FUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Writes each tracer's `symbols`, `maps` and `shadowgraph.info` with the
 /// clock calibration's end point (raw1, ns1): at start with an estimate (so
@@ -520,6 +525,10 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
             info.set("write_error", e);
         }
         info.set("overrun", fgraph::total_overruns());
+        if !t.profile {
+            let fused = FUSED.load(Ordering::Relaxed);
+            info.set("record_path", if fused { "fused" } else { "general" });
+        }
         if t.profile {
             info.set("tracer", "profile");
             info.set(

@@ -601,6 +601,7 @@ fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
     let filter = || ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string());
     let mut keep_ops = Vec::new();
     let mut keep_users = Vec::new();
+    let mut keep_dir = None;
     match mode {
         "none" => {}
         "ops" | "list2" => {
@@ -622,9 +623,35 @@ fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
             fgraph::register_graph(&u).map_err(|e| e.to_string())?;
             keep_users.push(u);
         }
+        "record" | "record-general" => {
+            // The plain recorder into a ring of this process big enough for
+            // the whole loop (no drain inside it), fused unless told not.
+            use shadowgraph::record::{format::Kind, writer};
+            shadowgraph::record::clock::init();
+            let dir = std::env::temp_dir().join(format!("shadowgraph-ir-{}", std::process::id()));
+            writer::set_ring_bytes((calls as u64 * 2 * 16 + (1 << 20)).next_power_of_two());
+            writer::start(0, &dir, None).map_err(|e| e.to_string())?;
+            fn entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+                writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
+                true
+            }
+            fn ret(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+                writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
+            }
+            let u = fgraph::GraphUser::new(entry, ret, filter()?, 0);
+            if mode == "record" && !shadowgraph::record::fused::attach(&u, 0) {
+                return Err("the fused path needs the TSC clock".into());
+            }
+            fgraph::register_graph(&u).map_err(|e| e.to_string())?;
+            keep_users.push(u);
+            keep_dir = Some(dir);
+        }
         other => return Err(format!("unknown mode `{other}`")),
     }
     std::hint::black_box(loop_target(std::hint::black_box(calls)));
+    if let Some(d) = keep_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
     println!("{mode}: {calls} calls of target done");
     Ok(ExitCode::SUCCESS)
 }

@@ -2326,10 +2326,24 @@ fn graph_view_filters_as_uftrace_does() {
 /// pthread_exit 4 levels down, longjmp over 5 levels, backtrace() from 11
 /// levels, and a forked child that throws): every thread's replay is
 /// exactly the program's call structure, each skipped frame closed where it
-/// was left, and uftrace reads the same.
+/// was left, and uftrace reads the same. On the fused recording path (the
+/// default for one plain tracer) and on the general one.
 #[test]
 fn recorded_exceptions_longjmp_pthread_exit_and_fork_replay_exactly() {
-    let dir = workdir("unwindrec");
+    unwinding_program_replays_exactly(true);
+}
+
+#[test]
+fn recorded_exceptions_and_longjmp_replay_exactly_on_the_general_path() {
+    unwinding_program_replays_exactly(false);
+}
+
+fn unwinding_program_replays_exactly(fused: bool) {
+    let dir = workdir(if fused {
+        "unwindrec"
+    } else {
+        "unwindrec-general"
+    });
     let exe = dir.join("unwind");
     let ok = Command::new("g++")
         .args([
@@ -2345,7 +2359,11 @@ fn recorded_exceptions_longjmp_pthread_exit_and_fork_replay_exactly() {
         .unwrap();
     assert!(ok.success());
     let data = dir.join("u.data");
-    let o = shadowgraph()
+    let mut cmd = shadowgraph();
+    if !fused {
+        cmd.env("SHADOWGRAPH_NO_FUSED", "1");
+    }
+    let o = cmd
         .args(["record", "--no-libs", "-d"])
         .arg(&data)
         .arg("--")
@@ -2355,6 +2373,19 @@ fn recorded_exceptions_longjmp_pthread_exit_and_fork_replay_exactly() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert_eq!(out.trim(), "s=-100 r=42 l=10 bt=16 child=0");
+    let info = text(
+        &shadowgraph()
+            .args(["info", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    let path = if fused { "fused" } else { "general" };
+    assert!(
+        info.contains(&format!("record path         : {path}")),
+        "{info}"
+    );
     // A chain: `f` called `open` levels deep, the innermost a leaf, then
     // closed back out, at indentation `base`.
     // (C++ names carry their parameters: no `()` is added, as uftrace does.)
@@ -2851,7 +2882,16 @@ fn recorded_signal_handlers_and_dlopened_libraries_replay_exactly() {
 /// very row the thread was updating.
 #[test]
 fn signal_handlers_recording_inside_a_record_lose_and_corrupt_nothing() {
-    let dir = workdir("sigring");
+    handlers_record_inside_records(true);
+}
+
+#[test]
+fn signal_handlers_recording_inside_a_record_on_the_general_path() {
+    handlers_record_inside_records(false);
+}
+
+fn handlers_record_inside_records(fused: bool) {
+    let dir = workdir(if fused { "sigring" } else { "sigring-general" });
     let exe = build_c(
         &dir,
         "sigring",
@@ -2872,7 +2912,11 @@ fn signal_handlers_recording_inside_a_record_lose_and_corrupt_nothing() {
     let data = dir.join("r.data");
     // Small rings: the thread often waits for the writer, and handlers
     // land in the waits as well.
-    let o = shadowgraph()
+    let mut cmd = shadowgraph();
+    if !fused {
+        cmd.env("SHADOWGRAPH_NO_FUSED", "1");
+    }
+    let o = cmd
         .args(["record", "-b", "64K", "-d"])
         .arg(&data)
         .arg("--")

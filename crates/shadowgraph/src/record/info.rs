@@ -102,6 +102,14 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
             ),
         )?;
         line(out, "stack overruns", get("overrun").unwrap_or("0"))?;
+        if let Some(p) = get("record_path") {
+            let what = if p == "fused" {
+                "fused (one plain tracer: entry and return in asm)"
+            } else {
+                "general (fgraph callbacks)"
+            };
+            line(out, "record path", what)?;
+        }
         if let Some(e) = get("write_error") {
             line(out, "write error", e)?;
         }

@@ -29,8 +29,6 @@ use std::sync::OnceLock;
 const MAX_RINGS: usize = 4096;
 /// Recording instances (tracers writing to their own directories).
 pub const MAX_INSTANCES: usize = 8;
-/// Records per local ring (1 MiB: one `write` per 65,536 records).
-const LOCAL_RECORDS: u64 = 1 << 16;
 /// How long a thread waits for the writer to make room before dropping.
 const WAIT_LIMIT_NS: u64 = 5_000_000_000;
 
@@ -52,11 +50,12 @@ static DIRS: [OnceLock<CString>; MAX_INSTANCES] = [const { OnceLock::new() }; MA
 static SHM: OnceLock<CString> = OnceLock::new();
 /// This process image's recording session (see [`set_session`]).
 static SESSION: AtomicU64 = AtomicU64::new(0);
-/// Records per shared ring (a power of two).
+/// Records per ring, shared or local (a power of two; 1 MiB by default: a
+/// local ring makes one `write` per 65,536 records).
 static SHARED_RECORDS: AtomicU64 = AtomicU64::new(RING_RECORDS);
 
-/// Sets the size of the threads' shared rings: `bytes` of records, rounded
-/// up to a power of two of at least 4096 records (64 KiB).
+/// Sets the size of the threads' rings: `bytes` of records, rounded up to a
+/// power of two of at least 4096 records (64 KiB).
 pub fn set_ring_bytes(bytes: u64) {
     let records = (bytes / 16).max(4096).next_power_of_two();
     SHARED_RECORDS.store(records, Ordering::Relaxed);
@@ -395,12 +394,13 @@ fn create(inst: usize) -> *mut u8 {
         if fd < 0 {
             return std::ptr::null_mut();
         }
-        let Some(p) = crate::sys::map_anonymous(ring_bytes(LOCAL_RECORDS)) else {
+        let records = SHARED_RECORDS.load(Ordering::Relaxed);
+        let Some(p) = crate::sys::map_anonymous(ring_bytes(records)) else {
             // SAFETY: closing the fd opened above.
             unsafe { libc::close(fd) };
             return std::ptr::null_mut();
         };
-        (p, fd, LOCAL_RECORDS)
+        (p, fd, records)
     };
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped.
     unsafe { Ring::init(base, inst, tid, pid, cap, SESSION.load(Ordering::Relaxed)) };
