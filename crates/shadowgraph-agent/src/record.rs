@@ -525,6 +525,8 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
             info.set("write_error", e);
         }
         info.set("overrun", fgraph::total_overruns());
+        let (waits, waited) = writer::waits();
+        info.set("writer_waits", format!("{waits} / {waited}"));
         if !t.profile {
             let fused = FUSED.load(Ordering::Relaxed);
             info.set("record_path", if fused { "fused" } else { "general" });

@@ -102,6 +102,14 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
             ),
         )?;
         line(out, "stack overruns", get("overrun").unwrap_or("0"))?;
+        if let Some((n, ns)) = get("writer_waits").and_then(|w| w.split_once(" / ")) {
+            let ms = ns.parse::<u64>().unwrap_or(0) as f64 / 1e6;
+            line(
+                out,
+                "waits for writer",
+                &format!("{n} ({ms:.3} ms; threads whose ring was full)"),
+            )?;
+        }
         if let Some(p) = get("record_path") {
             let what = if p == "fused" {
                 "fused (one plain tracer: entry and return in asm)"

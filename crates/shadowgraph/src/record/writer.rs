@@ -79,6 +79,19 @@ static LOST: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INST
 static WRITE_ERRNO: [AtomicI32; MAX_INSTANCES] = [const { AtomicI32::new(0) }; MAX_INSTANCES];
 
 /// Local mode: records of instance `inst` written so far.
+/// Times a thread found its ring full and waited for the writer, and the
+/// nanoseconds it waited in all (shared mode).
+static WAITS: AtomicU64 = AtomicU64::new(0);
+static WAITED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// (waits for the writer, nanoseconds waited), all threads so far.
+pub fn waits() -> (u64, u64) {
+    (
+        WAITS.load(Ordering::Relaxed),
+        WAITED_NS.load(Ordering::Relaxed),
+    )
+}
+
 pub fn written(inst: usize) -> u64 {
     WRITTEN[inst].load(Ordering::Relaxed)
 }
@@ -218,8 +231,10 @@ fn make_room(inst: usize, r: Ring) -> Option<u64> {
         drain_local(inst, r, fd);
     } else if !WRITER_GONE.load(Ordering::Relaxed) {
         let start = clock::monotonic_ns();
+        WAITS.fetch_add(1, Ordering::Relaxed);
         loop {
             if let Some(c) = room(&r) {
+                WAITED_NS.fetch_add(clock::monotonic_ns() - start, Ordering::Relaxed);
                 return Some(c);
             }
             if clock::monotonic_ns() - start > WAIT_LIMIT_NS {
