@@ -2966,6 +2966,15 @@ fn handlers_record_inside_records(fused: bool) {
         }
     }
     assert_eq!(handlers, alarms);
+    // The thread's records are in time order, though handlers recorded
+    // while the thread was claiming a slot (their records follow or
+    // precede its record in the ring as their times do).
+    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    for &tid in &d.tids {
+        let recs = d.records(tid).unwrap();
+        let back = recs.windows(2).filter(|w| w[1].time < w[0].time).count();
+        assert_eq!(back, 0, "{back} records of {tid} older than the one before");
+    }
 
     let prof = dir.join("p.data");
     let o = shadowgraph()

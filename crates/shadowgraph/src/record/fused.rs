@@ -70,13 +70,15 @@ pub fn attach(user: &GraphUser, inst: usize) -> bool {
     true
 }
 
-// A ring's producer side, as `Ring::begin/claim/end` (ring.rs): `nest` up,
-// claim `reserve` by one cmpxchg while there is room (else jump to the
-// given label with the ring begun), … `nest` down and, if 0, publish
-// `head = reserve` without ever moving it backwards. Ring in r11; the
-// claimed slot in rax; clobbers rdx and the flags.
+// A ring's producer side, as `Ring::begin/claim_at/end` (ring.rs): `nest`
+// up, then, while there is room (else jump to `$full` with the ring begun),
+// read the TSC and claim `reserve` by one cmpxchg, again both if a signal
+// handler claimed meanwhile (so the thread's records stay in time order);
+// … `nest` down and, if 0, publish `head = reserve` without ever moving it
+// backwards. Ring in r11; the claimed slot in rax, its time in `$time`;
+// clobbers rdx and the flags.
 macro_rules! ring_begin_claim {
-    ($full:literal) => {
+    ($full:literal, $time:literal) => {
         concat!(
             "inc qword ptr [r11 + {r_nest}]\n",
             "2:\n",
@@ -87,9 +89,36 @@ macro_rules! ring_begin_claim {
             "jae ",
             $full,
             "\n",
+            "mov ",
+            $time,
+            ", rax\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "xchg rax, ",
+            $time,
+            "\n",
             "lea rdx, [rax + 1]\n",
             "cmpxchg qword ptr [r11 + {r_reserve}], rdx\n",
             "jne 2b\n",
+        )
+    };
+}
+
+// The record at slot rax of ring r11: `{$time, rdx}`. Clobbers rax.
+macro_rules! ring_write {
+    ($time:literal) => {
+        concat!(
+            "push rdx\n",
+            "mov rdx, [r11 + {r_cap}]\n",
+            "dec rdx\n",
+            "and rax, rdx\n",
+            "shl rax, 4\n",
+            "pop rdx\n",
+            "mov [r11 + rax + {header}], ",
+            $time,
+            "\n",
+            "mov [r11 + rax + {header} + 8], rdx\n",
         )
     };
 }
@@ -218,9 +247,20 @@ std::arch::global_asm!(
     "lea rax, [r8 + 4]",
     "cmp rax, {max_offset}",
     "jae 81f",
-    // A slot in the ring (r10), else the general way waits for one.
-    ring_begin_claim!("82f"),
-    "mov r10, rax",
+    // The entry record {time, Entry | MAGIC | depth << 6 | func << 16} in
+    // a slot of the ring, else the general way waits for one.
+    ring_begin_claim!("82f", "r10"),
+    "mov rdx, [rsp + 72]",
+    "sub rdx, 5",
+    "shl rdx, 16",
+    "push r9",
+    "shl r9, 6",
+    "or rdx, r9",
+    "pop r9",
+    "or rdx, {entry_bits}",
+    ring_write!("r10"),
+    ring_end!("5f"),
+    "5:",
     // The frame {R, func | depth << 48, slot, RESERVED}, written whole
     // before curr publishes it and again after (a handler that ran in
     // between may have used the words).
@@ -243,25 +283,6 @@ std::arch::global_asm!(
     "lea rax, [rsp + 80]",
     "mov [rdi + r8*8 + 16], rax",
     "mov qword ptr [rdi + r8*8 + 24], {frame_words}",
-    // The entry record: {time, Entry | MAGIC | depth << 6 | func << 16}.
-    "mov rax, [r11 + {r_cap}]",
-    "dec rax",
-    "and rax, r10",
-    "shl rax, 4",
-    "lea r10, [r11 + rax + {header}]",
-    "mov rax, [rsp + 72]",
-    "sub rax, 5",
-    "shl rax, 16",
-    "shl r9, 6",
-    "or rax, r9",
-    "or rax, {entry_bits}",
-    "mov [r10 + 8], rax",
-    "rdtsc",
-    "shl rdx, 32",
-    "or rax, rdx",
-    "mov [r10], rax",
-    ring_end!("5f"),
-    "5:",
     // Kept for the user: its BITMAP word, then the hijack.
     "mov rax, [rsi + {u_frame_word}]",
     "mov [rdi + r8*8 + 24], rax",
@@ -394,31 +415,24 @@ std::arch::global_asm!(
     "mov rax, [rdi + r10*8 + 24]",
     "cmp rax, [rsi + {u_frame_word}]",
     "jne 91f",
-    ring_begin_claim!("92f"),
-    "mov r9, rax",
-    // The frame's users are taken before its record is written (as
-    // finish_frame: a handler that never returns leaves no second exit).
+    // The exit record {time, Exit | MAGIC | depth << 6 | func << 16} in a
+    // slot of the ring, else the general way waits for one. The frame's
+    // users are taken before it is written (as finish_frame: a handler
+    // that never returns leaves no second exit).
+    ring_begin_claim!("92f", "r9"),
     "movabs rdx, {users_clear}",
     "and rdx, [rdi + r10*8 + 24]",
     "mov [rdi + r10*8 + 24], rdx",
-    // The exit record: {time, Exit | MAGIC | depth << 6 | func << 16}.
-    "mov rax, [r11 + {r_cap}]",
-    "dec rax",
-    "and rax, r9",
-    "shl rax, 4",
-    "lea r9, [r11 + rax + {header}]",
+    "push rax",
     "mov rax, [rdi + r10*8 + 8]",
     "mov rdx, rax",
     "shr rdx, 48",
     "shl rdx, 6",
     "shl rax, 16",
-    "or rax, rdx",
-    "or rax, {exit_bits}",
-    "mov [r9 + 8], rax",
-    "rdtsc",
-    "shl rdx, 32",
-    "or rax, rdx",
-    "mov [r9], rax",
+    "or rdx, rax",
+    "or rdx, {exit_bits}",
+    "pop rax",
+    ring_write!("r9"),
     ring_end!("5f"),
     "5:",
     // Pop the frame; resume at its real return address.

@@ -253,18 +253,23 @@ impl Ring {
     }
 
     /// Claims the next slot if there is room for it as far as the producer
-    /// knows (room only grows, so a claimed slot stays writable). Between
-    /// [`Ring::begin`] and [`Ring::end`].
+    /// knows (room only grows, so a claimed slot stays writable), with
+    /// `time()` read just before the claim takes effect — again if a signal
+    /// handler claimed meanwhile — so that records of handlers that come
+    /// before it in the ring are older and those after it newer: a
+    /// thread's records stay in time order. Between [`Ring::begin`] and
+    /// [`Ring::end`]; returns (slot, time).
     #[inline(always)]
-    pub fn claim(&self) -> Option<u64> {
+    pub fn claim_at(&self, time: impl Fn() -> u64) -> Option<(u64, u64)> {
         let h = self.header();
         loop {
             let c = h.reserve.load(Ordering::Relaxed);
             if c - h.tail_cache.load(Ordering::Relaxed) >= h.capacity {
                 return None;
             }
+            let t = time();
             if exchange_local(&h.reserve, c, c + 1) {
-                return Some(c);
+                return Some((c, t));
             }
         }
     }
@@ -508,14 +513,14 @@ mod tests {
             s.spawn(|| {
                 for i in 0..N {
                     ring.begin();
-                    let c = loop {
-                        if let Some(c) = ring.claim() {
-                            break c;
+                    let (c, t) = loop {
+                        if let Some(ct) = ring.claim_at(|| i) {
+                            break ct;
                         }
                         ring.refresh();
                         std::hint::spin_loop();
                     };
-                    ring.write(c, i, Kind::Entry, (i % 1024) as u16, i);
+                    ring.write(c, t, Kind::Entry, (i % 1024) as u16, i);
                     ring.end();
                 }
                 done.store(true, Ordering::Release);

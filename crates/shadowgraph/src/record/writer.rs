@@ -178,9 +178,13 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
         return;
     };
     r.begin();
-    if let Some(c) = r.claim().or_else(|| make_room(inst, r)) {
-        // Read after any wait the slot needed: its time is not the wait's.
-        r.write(c, clock::now(), kind, depth, addr);
+    // Timed as the slot is claimed, after any wait it needed: its time is
+    // not the wait's.
+    if let Some((c, t)) = r
+        .claim_at(clock::now)
+        .or_else(|| make_room(inst, r, clock::now))
+    {
+        r.write(c, t, kind, depth, addr);
     }
     r.end();
 }
@@ -194,8 +198,8 @@ pub fn emit_at(inst: usize, time: u64, kind: Kind, depth: u16, addr: u64) {
         return;
     };
     r.begin();
-    if let Some(c) = r.claim().or_else(|| make_room(inst, r)) {
-        r.write(c, time, kind, depth, addr);
+    if let Some((c, t)) = r.claim_at(|| time).or_else(|| make_room(inst, r, || time)) {
+        r.write(c, t, kind, depth, addr);
     }
     r.end();
 }
@@ -218,11 +222,17 @@ fn my_ring(inst: usize) -> Option<Ring> {
 
 /// The ring is full as far as the producer knew: re-read the consumer's
 /// position, drain it ourselves (local mode) or wait for the writer; a
-/// claimed slot, or None (counted as lost).
+/// claimed slot and its time, or None (counted as lost).
 #[cold]
 #[inline(never)]
-fn make_room(inst: usize, r: Ring) -> Option<u64> {
-    let room = |r: &Ring| if r.refresh() { r.claim() } else { None };
+fn make_room(inst: usize, r: Ring, time: impl Fn() -> u64) -> Option<(u64, u64)> {
+    let room = |r: &Ring| {
+        if r.refresh() {
+            r.claim_at(&time)
+        } else {
+            None
+        }
+    };
     if let Some(c) = room(&r) {
         return Some(c);
     }
