@@ -123,6 +123,22 @@ fn ns_per_call(f: Loop, calls: i64, reps: usize) -> f64 {
     )
 }
 
+/// [`ns_per_call`] of one thread while a second runs the same loop (the
+/// per-thread cost when threads trace at once: shared cache lines show).
+fn ns_per_call_two_threads(f: Loop, calls: i64, reps: usize) -> f64 {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::black_box(f(std::hint::black_box(calls / 100)));
+            }
+        });
+        let ns = ns_per_call(f, calls, reps);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        ns
+    })
+}
+
 fn bench_patch(calls: i64, reps: usize, nsites: usize) -> Result<ExitCode, String> {
     eprintln!("# building {nsites} functions with -fpatchable-function-entry=5 …");
     let lib = BenchLib::build("patch", &bench_source(nsites))?;
@@ -564,6 +580,10 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
         return Err("fast path not active with one user".into());
     }
     rows.push(("1 user (fast path)".into(), measure()));
+    rows.push((
+        "1 user, 2 threads at once (each)".into(),
+        ns_per_call_two_threads(loop_target, calls, reps),
+    ));
     reg(&users[1])?;
     rows.push(("2 users (loop)".into(), measure()));
     for u in &users[2..] {

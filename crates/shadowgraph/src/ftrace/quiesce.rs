@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 /// Most threads that can run trampolines at once.
 pub const MAX_THREADS: usize = 4096;
 
+/// A cache line each: every traced call writes its thread's word twice,
+/// and threads sharing a line would pull it from each other's cores.
+#[repr(align(64))]
 struct ThreadWord {
     /// `(exit_gen << 16) | depth`
     qs: AtomicU64,
