@@ -68,6 +68,28 @@ fn record_ok(opts: &[&str], data: &Path, exe: &Path) {
     assert!(o.status.success(), "{}", text(&o).1);
 }
 
+/// `shadowgraph record OPTS -d DATA -- EXE ARGS`, with `env` added to the
+/// environment: its output, whatever its status.
+fn record_run(
+    env: &[(&str, &str)],
+    opts: &[&str],
+    data: &Path,
+    exe: &Path,
+    args: &[&Path],
+) -> Output {
+    shadowgraph()
+        .envs(env.iter().copied())
+        .arg("record")
+        .args(opts)
+        .arg("-d")
+        .arg(data)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// `shadowgraph replay -d DATA`'s output.
 fn replay_text(data: &Path) -> String {
     text(
@@ -2359,17 +2381,12 @@ fn unwinding_program_replays_exactly(fused: bool) {
         .unwrap();
     assert!(ok.success());
     let data = dir.join("u.data");
-    let mut cmd = shadowgraph();
-    if !fused {
-        cmd.env("SHADOWGRAPH_NO_FUSED", "1");
-    }
-    let o = cmd
-        .args(["record", "--no-libs", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let env: &[(&str, &str)] = if fused {
+        &[]
+    } else {
+        &[("SHADOWGRAPH_NO_FUSED", "1")]
+    };
+    let o = record_run(env, &["--no-libs"], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert_eq!(out.trim(), "s=-100 r=42 l=10 bt=16 child=0");
@@ -2782,14 +2799,7 @@ fn recorded_signal_handlers_and_dlopened_libraries_replay_exactly() {
            printf(\"r=%d l=%d alarms=%d\\n\", r, l, (int)alarms); return s == 42; }\n",
     );
     let data = dir.join("s.data");
-    let o = shadowgraph()
-        .args(["record", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .arg(&lib)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &[], &data, &exe, &[&lib]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert!(out.starts_with("r=2 l=24 alarms="), "{out}");
@@ -2912,17 +2922,12 @@ fn handlers_record_inside_records(fused: bool) {
     let data = dir.join("r.data");
     // Small rings: the thread often waits for the writer, and handlers
     // land in the waits as well.
-    let mut cmd = shadowgraph();
-    if !fused {
-        cmd.env("SHADOWGRAPH_NO_FUSED", "1");
-    }
-    let o = cmd
-        .args(["record", "-b", "64K", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let env: &[(&str, &str)] = if fused {
+        &[]
+    } else {
+        &[("SHADOWGRAPH_NO_FUSED", "1")]
+    };
+    let o = record_run(env, &["-b", "64K"], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert!(err.contains("(0 lost)"), "{err}");
@@ -2977,13 +2982,7 @@ fn handlers_record_inside_records(fused: bool) {
     }
 
     let prof = dir.join("p.data");
-    let o = shadowgraph()
-        .args(["record", "--tracer", "profile", "-d"])
-        .arg(&prof)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &["--tracer", "profile"], &prof, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     let mut it = out.split_whitespace().map(|v| v.parse::<u64>().unwrap());
@@ -3016,13 +3015,7 @@ fn a_program_replaced_by_exec_ends_with_its_exit_status() {
            leaf(0); execl(\"/proc/self/exe\", \"ex\", \"again\", (char *)0); return 1; }\n",
     );
     let data = dir.join("e.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libs", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &["--no-libs"], &data, &exe, &[]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
     let session = std::fs::read_dir(&data)
@@ -3081,13 +3074,7 @@ fn siglongjmp_out_of_recording_handlers_loses_only_what_it_counts() {
     );
     let data = dir.join("j.data");
     let started = std::time::Instant::now();
-    let o = shadowgraph()
-        .args(["record", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &[], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     // A stalled ring would make the thread wait 5 s for room.

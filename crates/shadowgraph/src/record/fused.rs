@@ -158,6 +158,8 @@ macro_rules! bracket_leave {
     };
 }
 
+// The entry, then the return (its register contract below, with it).
+//
 // Entry. Register contract: reached by the manager's stub from a site's
 // call: [rsp] = site+5, [rsp+8] = R (the traced function's return
 // address), r11 = the stub's data (the manager's ops slot in that arena);
@@ -330,42 +332,13 @@ std::arch::global_asm!(
     crate::tramp::restore_args!(),
     "leave",
     "ret",
-    ".popsection",
-    tp_local = sym TP_LOCAL,
-    tp_thread = sym TP_THREAD,
-    tp_rings = sym TP_RINGS,
-    fast = sym fgraph::FAST,
-    manager_entry = sym fgraph::manager_tramp_entry,
-    l_word = const offset_of!(CoreLocal, word),
-    l_rec = const offset_of!(CoreLocal, rec),
-    l_anchor = const offset_of!(CoreLocal, outer_anchor),
-    t_stack = const offset_of!(ThreadState, stack),
-    t_curr = const offset_of!(ThreadState, curr),
-    t_exiting = const offset_of!(ThreadState, exiting),
-    t_pause = const offset_of!(ThreadState, pause),
-    t_unhooked = const offset_of!(ThreadState, unhooked),
-    u_inst = const offset_of!(GraphUser, fused_inst),
-    u_frame_word = const offset_of!(GraphUser, frame_word),
-    r_cap = const offset_of!(RingHeader, capacity),
-    r_head = const offset_of!(RingHeader, head),
-    r_tail_cache = const offset_of!(RingHeader, tail_cache),
-    r_reserve = const offset_of!(RingHeader, reserve),
-    r_nest = const offset_of!(RingHeader, nest),
-    header = const HEADER_BYTES,
-    max_offset = const MAX_OFFSET,
-    frame_words = const crate::fgraph::stack::FRAME_WORDS,
-    entry_bits = const super::format::MAGIC << 3,
-);
-
-// Return. Register contract: jumped to by `return_to_handler` when the
-// fused path is on: rsp = the returning call's slot + 8; rax/rdx (and
-// xmm0/xmm1, never touched here) hold the function's result; rcx, rsi,
-// rdi and r8–r11 are dead at a return. After pushing rax and rdx the slot
-// is rsp+8. Resumes at the frame's real return address through r11 with
-// rax/rdx restored; anything unusual pops them and jumps to
-// `shadowgraph_return_general` as if never here.
-std::arch::global_asm!(
-    ".pushsection .text.shadowgraph_fused,\"ax\",@progbits",
+    // Return. Register contract: jumped to by `return_to_handler` when the
+    // fused path is on: rsp = the returning call's slot + 8; rax/rdx (and
+    // xmm0/xmm1, never touched here) hold the function's result; rcx, rsi,
+    // rdi and r8–r11 are dead at a return. After pushing rax and rdx the slot
+    // is rsp+8. Resumes at the frame's real return address through r11 with
+    // rax/rdx restored; anything unusual pops them and jumps to
+    // `shadowgraph_return_general` as if never here.
     ".globl shadowgraph_fused_return",
     ".hidden shadowgraph_fused_return",
     "shadowgraph_fused_return:",
@@ -456,11 +429,15 @@ std::arch::global_asm!(
     tp_thread = sym TP_THREAD,
     tp_rings = sym TP_RINGS,
     fast = sym fgraph::FAST,
+    manager_entry = sym fgraph::manager_tramp_entry,
     l_word = const offset_of!(CoreLocal, word),
     l_rec = const offset_of!(CoreLocal, rec),
     l_anchor = const offset_of!(CoreLocal, outer_anchor),
     t_stack = const offset_of!(ThreadState, stack),
     t_curr = const offset_of!(ThreadState, curr),
+    t_exiting = const offset_of!(ThreadState, exiting),
+    t_pause = const offset_of!(ThreadState, pause),
+    t_unhooked = const offset_of!(ThreadState, unhooked),
     u_inst = const offset_of!(GraphUser, fused_inst),
     u_frame_word = const offset_of!(GraphUser, frame_word),
     r_cap = const offset_of!(RingHeader, capacity),
@@ -469,6 +446,9 @@ std::arch::global_asm!(
     r_reserve = const offset_of!(RingHeader, reserve),
     r_nest = const offset_of!(RingHeader, nest),
     header = const HEADER_BYTES,
+    max_offset = const MAX_OFFSET,
+    frame_words = const crate::fgraph::stack::FRAME_WORDS,
+    entry_bits = const super::format::MAGIC << 3,
     users_clear = const !(0xffffu64 << 12),
     exit_bits = const super::format::MAGIC << 3 | 1,
 );
