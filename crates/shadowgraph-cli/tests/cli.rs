@@ -56,15 +56,7 @@ fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
 
 /// `shadowgraph record OPTS -d DATA -- EXE`, which must succeed.
 fn record_ok(opts: &[&str], data: &Path, exe: &Path) {
-    let o = shadowgraph()
-        .arg("record")
-        .args(opts)
-        .arg("-d")
-        .arg(data)
-        .arg("--")
-        .arg(exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], opts, data, exe, &[]);
     assert!(o.status.success(), "{}", text(&o).1);
 }
 
@@ -90,16 +82,32 @@ fn record_run(
         .unwrap()
 }
 
+/// `shadowgraph VIEW -d DATA`'s output.
+fn view_text(view: &str, data: &Path) -> String {
+    text(&shadowgraph().args([view, "-d"]).arg(data).output().unwrap()).0
+}
+
+/// `uftrace VIEW -d DATA`'s output, which must succeed; None without
+/// uftrace installed.
+fn uftrace_view(view: &str, data: &Path) -> Option<String> {
+    Command::new("uftrace").arg("--version").output().ok()?;
+    let o = Command::new("uftrace")
+        .args([view, "-d"])
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    Some(text(&o).0)
+}
+
+/// `shadowgraph report -d DATA`'s output.
+fn report_text(data: &Path) -> String {
+    view_text("report", data)
+}
+
 /// `shadowgraph replay -d DATA`'s output.
 fn replay_text(data: &Path) -> String {
-    text(
-        &shadowgraph()
-            .args(["replay", "-d"])
-            .arg(data)
-            .output()
-            .unwrap(),
-    )
-    .0
+    view_text("replay", data)
 }
 
 fn text(o: &Output) -> (String, String) {
@@ -1062,14 +1070,7 @@ fn rust_program_is_recorded_with_demangled_names() {
     ] {
         assert!(rep.contains(want), "{want} missing:\n{rep}");
     }
-    let report = text(
-        &shadowgraph()
-            .args(["report", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap(),
-    )
-    .0;
+    let report = report_text(&data);
     let leaf = report.lines().find(|l| l.ends_with(" prog::leaf")).unwrap();
     assert!(
         leaf.contains("          21  "),
@@ -1560,13 +1561,8 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
     let data = dir.join("t.data");
     record(&["--no-libs", "-t", "10ms"], &data);
     assert_eq!(replay(&data), long);
-    if Command::new("uftrace").arg("--version").output().is_ok() {
-        let o = Command::new("uftrace")
-            .args(["replay", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap();
-        assert_eq!(shape(&text(&o).0), long, "uftrace reads it the same");
+    if let Some(theirs) = uftrace_view("replay", &data) {
+        assert_eq!(shape(&theirs), long, "uftrace reads it the same");
     }
 
     // Three tracers: everything; the long calls; the long calls inside middle.
@@ -2233,16 +2229,8 @@ fn forked_children_and_exec_sessions_are_recorded() {
         assert_eq!(child_lines, 5, "uftrace shows the child: {theirs}");
     }
     // The exec'd program ran in a forked child: its exit is not ours to know.
-    let o = shadowgraph()
-        .args(["info", "-d"])
-        .arg(&session)
-        .output()
-        .unwrap();
-    assert!(
-        text(&o).0.contains("exit status         : unknown"),
-        "{}",
-        text(&o).0
-    );
+    let info = view_text("info", &session);
+    assert!(info.contains("exit status         : unknown"), "{info}");
     // --no-children: the parent's process only, nothing reported missing.
     let o = shadowgraph()
         .args(["record", "--no-libs", "--no-children", "-d"])
@@ -2390,14 +2378,7 @@ fn unwinding_program_replays_exactly(fused: bool) {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert_eq!(out.trim(), "s=-100 r=42 l=10 bt=16 child=0");
-    let info = text(
-        &shadowgraph()
-            .args(["info", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap(),
-    )
-    .0;
+    let info = view_text("info", &data);
     let path = if fused { "fused" } else { "general" };
     assert!(
         info.contains(&format!("record path         : {path}")),
@@ -2869,14 +2850,8 @@ fn recorded_signal_handlers_and_dlopened_libraries_replay_exactly() {
         assert_eq!(alarms, printed, "{who}: every handler call is recorded");
     };
     check(&replay_text(&data), "shadowgraph");
-    if Command::new("uftrace").arg("--version").output().is_ok() {
-        let o = Command::new("uftrace")
-            .args(["replay", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o).1);
-        check(&text(&o).0, "uftrace");
+    if let Some(theirs) = uftrace_view("replay", &data) {
+        check(&theirs, "uftrace");
     }
 }
 
@@ -2933,16 +2908,7 @@ fn handlers_record_inside_records(fused: bool) {
     assert!(err.contains("(0 lost)"), "{err}");
     let mut it = out.split_whitespace().map(|v| v.parse::<u64>().unwrap());
     let (alarms, fib_calls) = (it.next().unwrap(), it.next().unwrap());
-    let rows = report_rows(
-        &text(
-            &shadowgraph()
-                .args(["report", "-d"])
-                .arg(&data)
-                .output()
-                .unwrap(),
-        )
-        .0,
-    );
+    let rows = report_rows(&report_text(&data));
     assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
     assert_eq!(rows["in_handler"].2, alarms, "{rows:?}");
     assert_eq!(rows["fib"].2, fib_calls + 3 * alarms, "{rows:?}");
@@ -3024,11 +2990,7 @@ fn a_program_replaced_by_exec_ends_with_its_exit_status() {
         .map(|e| e.path())
         .find(|p| p.is_dir())
         .unwrap_or_else(|| panic!("no session directory: {err}"));
-    let info = |d: &Path| {
-        let o = shadowgraph().args(["info", "-d"]).arg(d).output().unwrap();
-        assert!(o.status.success(), "{}", text(&o).1);
-        text(&o).0
-    };
+    let info = |d: &Path| view_text("info", d);
     assert!(
         info(&session).contains("exit status         : exited with code: 3"),
         "{}",
@@ -3091,14 +3053,7 @@ fn siglongjmp_out_of_recording_handlers_loses_only_what_it_counts() {
         .and_then(|(_, r)| r.split_once(" lost)"))
         .map(|(n, _)| n.parse().unwrap())
         .unwrap_or_else(|| panic!("{err}"));
-    let report = text(
-        &shadowgraph()
-            .args(["report", "-d"])
-            .arg(&data)
-            .output()
-            .unwrap(),
-    )
-    .0;
+    let report = report_text(&data);
     let rows = report_rows(&report);
     assert!(
         alarms - rows["on_alarm"].2 <= lost,

@@ -158,6 +158,28 @@ macro_rules! bracket_leave {
     };
 }
 
+// The entry's frame at word r8 of stack rdi: {R, rdx, slot, RESERVED}.
+// Clobbers rax.
+macro_rules! frame_words {
+    () => {
+        concat!(
+            "mov rax, [rsp + 80]\n",
+            "mov [rdi + r8*8], rax\n",
+            "mov [rdi + r8*8 + 8], rdx\n",
+            "lea rax, [rsp + 80]\n",
+            "mov [rdi + r8*8 + 16], rax\n",
+            "mov qword ptr [rdi + r8*8 + 24], {frame_words}\n",
+        )
+    };
+}
+
+// The nine registers the entry saves, restored.
+macro_rules! pop_saved {
+    () => {
+        "pop r11\npop r10\npop r9\npop r8\npop rdi\npop rsi\npop rdx\npop rcx\npop rax\n"
+    };
+}
+
 // The entry, then the return (its register contract below, with it).
 //
 // Entry. Register contract: reached by the manager's stub from a site's
@@ -271,35 +293,17 @@ std::arch::global_asm!(
     "mov rax, r9",
     "shl rax, 48",
     "or rdx, rax",
-    "mov rax, [rsp + 80]",
-    "mov [rdi + r8*8], rax",
-    "mov [rdi + r8*8 + 8], rdx",
-    "lea rax, [rsp + 80]",
-    "mov [rdi + r8*8 + 16], rax",
-    "mov qword ptr [rdi + r8*8 + 24], {frame_words}",
+    frame_words!(),
     "lea rax, [r8 + 4]",
     "mov qword ptr fs:[rcx + {t_curr}], rax",
-    "mov rax, [rsp + 80]",
-    "mov [rdi + r8*8], rax",
-    "mov [rdi + r8*8 + 8], rdx",
-    "lea rax, [rsp + 80]",
-    "mov [rdi + r8*8 + 16], rax",
-    "mov qword ptr [rdi + r8*8 + 24], {frame_words}",
+    frame_words!(),
     // Kept for the user: its BITMAP word, then the hijack.
     "mov rax, [rsi + {u_frame_word}]",
     "mov [rdi + r8*8 + 24], rax",
     "lea rax, [rip + shadowgraph_return_to_handler]",
     "mov [rsp + 80], rax",
     bracket_leave!(),
-    "pop r11",
-    "pop r10",
-    "pop r9",
-    "pop r8",
-    "pop rdi",
-    "pop rsi",
-    "pop rdx",
-    "pop rcx",
-    "pop rax",
+    pop_saved!(),
     "ret",
     // The general way: from 82 with the ring begun (end it), from 81 with
     // the bracket entered (leave it), from 80 as at entry.
@@ -308,15 +312,7 @@ std::arch::global_asm!(
     "81:",
     bracket_leave!(),
     "80:",
-    "pop r11",
-    "pop r10",
-    "pop r9",
-    "pop r8",
-    "pop rdi",
-    "pop rsi",
-    "pop rdx",
-    "pop rcx",
-    "pop rax",
+    pop_saved!(),
     "jmp shadowgraph_fused_general",
     // The manager's caller (tramp.rs, args variant), with the ops slot
     // from r11 kept in the frame's spare word across save_args.
