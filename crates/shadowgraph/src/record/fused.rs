@@ -271,8 +271,23 @@ std::arch::global_asm!(
     "lea rax, [r8 + 4]",
     "cmp rax, {max_offset}",
     "jae 81f",
+    // The frame {R, func | depth << 48, slot, RESERVED}, written whole
+    // before curr publishes it and again after (a handler that ran in
+    // between may have used the words); pushed before the record is
+    // claimed, as on the general way (a handler's calls in between nest in
+    // it and come first).
+    "mov rdx, [rsp + 72]",
+    "sub rdx, 5",
+    "mov rax, r9",
+    "shl rax, 48",
+    "or rdx, rax",
+    frame_words!(),
+    "lea rax, [r8 + 4]",
+    "mov qword ptr fs:[rcx + {t_curr}], rax",
+    frame_words!(),
     // The entry record {time, Entry | MAGIC | depth << 6 | func << 16} in
-    // a slot of the ring, else the general way waits for one.
+    // a slot of the ring, else the frame goes and the general way waits
+    // for one.
     ring_begin_claim!("82f", "r10"),
     "mov rdx, [rsp + 72]",
     "sub rdx, 5",
@@ -285,18 +300,6 @@ std::arch::global_asm!(
     ring_write!("r10"),
     ring_end!("5f"),
     "5:",
-    // The frame {R, func | depth << 48, slot, RESERVED}, written whole
-    // before curr publishes it and again after (a handler that ran in
-    // between may have used the words).
-    "mov rdx, [rsp + 72]",
-    "sub rdx, 5",
-    "mov rax, r9",
-    "shl rax, 48",
-    "or rdx, rax",
-    frame_words!(),
-    "lea rax, [r8 + 4]",
-    "mov qword ptr fs:[rcx + {t_curr}], rax",
-    frame_words!(),
     // Kept for the user: its BITMAP word, then the hijack.
     "mov rax, [rsi + {u_frame_word}]",
     "mov [rdi + r8*8 + 24], rax",
@@ -305,9 +308,11 @@ std::arch::global_asm!(
     bracket_leave!(),
     pop_saved!(),
     "ret",
-    // The general way: from 82 with the ring begun (end it), from 81 with
-    // the bracket entered (leave it), from 80 as at entry.
+    // The general way: from 82 with the frame pushed (take it back: any
+    // handler's frames above it are gone) and the ring begun (end it),
+    // from 81 with the bracket entered (leave it), from 80 as at entry.
     "82:",
+    "mov qword ptr fs:[rcx + {t_curr}], r8",
     ring_end!("81f"),
     "81:",
     bracket_leave!(),
