@@ -292,6 +292,20 @@ impl Collector {
             .collect();
         running.sort_unstable();
         running.dedup();
+        // A process that died mid-record (killed) left slots claimed and
+        // never published: lost, and counted.
+        for m in &self.rings {
+            let h = m.ring.header();
+            if running.binary_search(&h.pid).is_err() {
+                let unpublished = h
+                    .reserve
+                    .load(Ordering::Acquire)
+                    .saturating_sub(h.head.load(Ordering::Acquire));
+                if unpublished > 0 {
+                    self.totals.entry(m.dir.clone()).or_default().lost += unpublished;
+                }
+            }
+        }
         self.rings.clear();
         for (dir, tasks) in &self.tasks {
             let mut text = String::from("# tid\tpid\tppid\n");
