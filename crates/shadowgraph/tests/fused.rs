@@ -1,0 +1,159 @@
+//! The fused recording path (record::fused) under concurrency: threads run
+//! a traced workload while the fused recorder registers and unregisters in
+//! a loop (the manager's stubs are made and retired each time, the path
+//! switches with frames in flight) and while a second user comes and goes
+//! (the fused path gives way to the general one and back). Its own process:
+//! the fused path, once on, serves every recorder of the process.
+
+mod common;
+
+use common::*;
+use shadowgraph::record::format::{decode, Kind, RECORD_SIZE};
+use shadowgraph::record::{clock, fused, writer};
+use shadowgraph::{fgraph, ftrace};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+const SOURCE: &str = "#define KEEP __attribute__((noinline, noipa))\n\
+KEEP long leaf(long x) { return x + 1; }\n\
+KEEP long mid(long x) { return leaf(x) + leaf(x + 1); }\n\
+KEEP long top(long x) { long s = 0; for (int i = 0; i < 8; i++) s += mid(x + i); return s; }\n\
+__attribute__((patchable_function_entry(0, 0))) long run(long n) {\n\
+  long s = 0; for (long i = 0; i < n; i++) s += top(i); return s; }\n";
+
+/// Entries recorded by the callback (the general way), not the fused path.
+static GENERAL_ENTRIES: AtomicU64 = AtomicU64::new(0);
+
+fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    GENERAL_ENTRIES.fetch_add(1, Ordering::Relaxed);
+    writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
+    true
+}
+
+fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+    writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
+}
+
+fn accept(_: &fgraph::GraphEntry, _: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    true
+}
+
+fn ignore(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs) {}
+
+/// run(n) = Σ_{i<n} Σ_{j<8} (2(i+j) + 3)
+fn expect(n: i64) -> i64 {
+    (0..n)
+        .map(|i| (0..8).map(|j| 2 * (i + j) + 3).sum::<i64>())
+        .sum()
+}
+
+#[test]
+fn threads_record_while_the_fused_recorder_comes_and_goes() {
+    let dir = workdir("fused_stress");
+    let src = dir.join("work.c");
+    std::fs::write(&src, SOURCE).unwrap();
+    let lib = Lib::open(&build_lib(
+        &dir,
+        &src,
+        "fusedwork",
+        shadowgraph::cc::flavour::PATCHABLE,
+    ));
+    ftrace::add_modules(vec![lib.module()]).unwrap();
+    let run: extern "C" fn(i64) -> i64 = lib.func("run");
+    let sites: Vec<u64> = ["leaf", "mid", "top"]
+        .iter()
+        .map(|f| ftrace::site_by_name(f).unwrap().addr as u64)
+        .collect();
+
+    if !clock::init() {
+        eprintln!("no usable TSC: the fused path is off on this machine");
+        return;
+    }
+    // Small local rings: the threads drain them often (the general way's
+    // make_room) while the fused path writes them.
+    writer::set_ring_bytes(64 << 10);
+    let data = dir.join("data");
+    writer::start(0, &data, None).unwrap();
+    let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
+    let recorder = fgraph::GraphUser::new(on_entry, on_return, filter.clone(), 0);
+    assert!(fused::attach(&recorder, 0));
+    let other = fgraph::GraphUser::new(accept, ignore, filter, 0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, rounds) = (stop.clone(), rounds.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    assert_eq!(run(200), expect(200));
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // Calls (entries) made while the recorder alone is registered for
+    // 50 ms, and how many of them its callback saw (the general way).
+    let alone = || {
+        let (g0, r0) = (
+            GENERAL_ENTRIES.load(Ordering::Relaxed),
+            rounds.load(Ordering::Relaxed),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (g1, r1) = (
+            GENERAL_ENTRIES.load(Ordering::Relaxed),
+            rounds.load(Ordering::Relaxed),
+        );
+        ((r1 - r0) * 200 * 25, g1 - g0)
+    };
+    for i in 0..150 {
+        fgraph::register_graph(&recorder).unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(500));
+        if i % 3 == 0 {
+            // Two users: the general way, with fused frames in flight.
+            fgraph::register_graph(&other).unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(300));
+            fgraph::unregister_graph(&other).unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        fgraph::unregister_graph(&recorder).unwrap();
+    }
+    // After all that, the recorder alone takes the fused path again (its
+    // callback sees a ring's first record and those of full rings).
+    fgraph::register_graph(&recorder).unwrap();
+    let (calls, general) = alone();
+    fgraph::unregister_graph(&recorder).unwrap();
+    assert!(
+        general * 20 < calls,
+        "{general} of {calls} entries by the callback"
+    );
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    writer::flush_all();
+    assert!(rounds.load(Ordering::Relaxed) > 0);
+    assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
+
+    // Every record whole: a traced function, at a depth it can have.
+    let (mut records, mut entries) = (0, 0);
+    for e in std::fs::read_dir(&data).unwrap().flatten() {
+        let bytes = std::fs::read(e.path()).unwrap();
+        assert_eq!(bytes.len() % RECORD_SIZE, 0, "{}", e.path().display());
+        for (k, chunk) in bytes.chunks_exact(RECORD_SIZE).enumerate() {
+            let r = decode(chunk.try_into().unwrap(), (k * RECORD_SIZE) as u64)
+                .unwrap_or_else(|b| panic!("{}: {b}", e.path().display()));
+            match r.kind {
+                Kind::Entry | Kind::Exit => {
+                    assert!(sites.contains(&r.addr), "record {k}: {:#x}", r.addr);
+                    assert!(r.depth <= 2, "record {k}: depth {}", r.depth);
+                    records += 1;
+                    entries += (r.kind == Kind::Entry) as u64;
+                }
+                Kind::Lost => {}
+                other => panic!("record {k}: {other:?}"),
+            }
+        }
+    }
+    assert!(records > 1000 && entries > 0, "{records} records");
+}
