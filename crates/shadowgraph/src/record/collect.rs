@@ -447,3 +447,65 @@ fn map_ring(path: &Path) -> Option<(Ring, *mut libc::c_void, usize)> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::format::Kind;
+    use crate::record::ring::ring_bytes;
+
+    /// A process killed while recording: two records published, three
+    /// claimed and never published (its writers were mid-record). The last
+    /// drain writes the two and counts the three as lost.
+    #[test]
+    fn slots_a_killed_process_claimed_are_counted_lost() {
+        let tmp = std::env::temp_dir().join(format!("sg-collect-test-{}", std::process::id()));
+        let (shm, top) = (tmp.join("shm"), tmp.join("data"));
+        std::fs::create_dir_all(&top).unwrap();
+        let mut c = Collector::new(&shm, &top, vec![PathBuf::new()]).unwrap();
+        // A process that is gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id() as i32;
+        child.wait().unwrap();
+        let path = shm.join(format!("0-{dead}-{dead}-1-0.ring"));
+        let len = ring_bytes(4096);
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        f.set_len(len as u64).unwrap();
+        // SAFETY: a fresh shared mapping of the file's whole length, kept
+        // for the test's life (never unmapped while the ring is used).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: zeroed, writable, 64-aligned (page) and never unmapped.
+        let ring = unsafe { Ring::init(base as *mut u8, 0, dead, dead, 4096, 0) };
+        for i in 0..2 {
+            ring.begin();
+            let (s, t) = ring.claim_at(|| i).unwrap();
+            ring.write(s, t, Kind::Entry, 0, 0x1000);
+            ring.end();
+        }
+        ring.begin();
+        for _ in 0..3 {
+            ring.claim_at(|| 9).unwrap();
+        }
+        c.scan();
+        let done = c.finish();
+        let t = done.totals[&top];
+        assert_eq!((t.written, t.lost), (2, 3));
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+}
