@@ -857,9 +857,10 @@ fn recordings_are_uftrace_data_both_ways() {
                 );
                 same = false;
             } else if args[0] == "replay" {
-                assert_eq!(
-                    ours.matches("/* linux:schedule */").count(),
-                    5,
+                // At least one per nap (a busy machine pre-empts the
+                // program elsewhere too: more, as uftrace shows them).
+                assert!(
+                    ours.matches("/* linux:schedule */").count() >= 5,
                     "one per nap: {ours}"
                 );
             }
