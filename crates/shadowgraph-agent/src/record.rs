@@ -76,9 +76,17 @@ fn on_return_timed(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph
     exit::<true>(r, u, regs)
 }
 
-// A lone tracer without filters (the common `record`): the event's depth
-// is the record's, and nothing else is looked at.
+/// A plain tracer's depth limit (`-D`; 0: none), by instance.
+static PLAIN_MAX_DEPTH: [std::sync::atomic::AtomicU32; writer::MAX_INSTANCES] =
+    [const { std::sync::atomic::AtomicU32::new(0) }; writer::MAX_INSTANCES];
+
+// A lone tracer without filters but a depth limit (the common `record`):
+// the event's depth is the record's, and nothing else is looked at.
 fn on_entry_plain(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    let max = PLAIN_MAX_DEPTH[u.private].load(Ordering::Relaxed);
+    if max > 0 && e.depth >= max as i32 {
+        return false;
+    }
     writer::emit(
         u.private,
         Kind::Entry,
@@ -422,13 +430,19 @@ pub fn attach() -> Result<(), String> {
             continue;
         }
         writer::start(i, &d, shm.as_deref()).map_err(|e| format!("{}: {e}", d.display()))?;
-        let unfiltered =
-            filter.max_depth == 0 && filter.functions.is_none() && filter.notrace.is_none();
-        let filter = (!(alone && unfiltered)).then_some(filter);
+        // A lone tracer limited by depth alone (`-D`) is plain too: its
+        // entry declines calls too deep, and nothing else is looked at.
+        let plain = alone
+            && filter.functions.is_none()
+            && filter.notrace.is_none()
+            && filter.threads.is_none();
+        let max_depth = filter.max_depth;
+        let filter = (!plain).then_some(filter);
         let min_ticks = (time_ns as f64 * ticks_per_ns) as u64;
         let user = if min_ticks > 0 {
             fgraph::GraphUser::new(on_entry_timed, on_return_timed, ftrace::FilterSet::all(), i)
         } else if filter.is_none() {
+            PLAIN_MAX_DEPTH[i].store(max_depth, Ordering::Relaxed);
             let u = fgraph::GraphUser::new(
                 on_entry_plain,
                 on_return_plain,
@@ -438,7 +452,7 @@ pub fn attach() -> Result<(), String> {
             // Its callbacks only emit the two records: the fused path may
             // stand in for them (SHADOWGRAPH_NO_FUSED=1: never, to compare).
             if std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none()
-                && shadowgraph::record::fused::attach(&u, i)
+                && shadowgraph::record::fused::attach(&u, i, max_depth)
             {
                 FUSED.store(true, Ordering::Relaxed);
             }

@@ -659,7 +659,7 @@ fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
                 writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
             }
             let u = fgraph::GraphUser::new(entry, ret, filter()?, 0);
-            if mode == "record" && !shadowgraph::record::fused::attach(&u, 0) {
+            if mode == "record" && !shadowgraph::record::fused::attach(&u, 0, 0) {
                 return Err("the fused path needs the TSC clock".into());
             }
             fgraph::register_graph(&u).map_err(|e| e.to_string())?;

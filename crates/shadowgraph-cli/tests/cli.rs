@@ -3075,3 +3075,75 @@ fn siglongjmp_out_of_recording_handlers_loses_only_what_it_counts() {
         .collect();
     assert_eq!(tail, ["} /* main */", "  done();"], "the recording went on");
 }
+
+/// `record -D N` with one tracer takes the fused path too (calls at depth
+/// N or deeper are declined in place): the same replay as the general way,
+/// as uftrace's `record -D N` of the same program, and `info` says which
+/// path ran.
+#[test]
+fn depth_limited_recording_is_fused_and_exact() {
+    let dir = workdir("depthfused");
+    let exe = build_c(
+        &dir,
+        "dl",
+        "#define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int d(int x) { return x + 1; }\n\
+         KEEP int c(int x) { return d(x) + 1; }\n\
+         KEEP int b(int x) { return c(x) + c(x + 1); }\n\
+         KEEP int a(int x) { return b(x) + d(x); }\n\
+         int main(void) { int s = 0; for (int i = 0; i < 3; i++) s += a(i); return s == 0; }\n",
+    );
+    let want = [
+        "main() {",
+        "  a() {",
+        "    b();",
+        "    d();",
+        "  } /* a */",
+        "  a() {",
+        "    b();",
+        "    d();",
+        "  } /* a */",
+        "  a() {",
+        "    b();",
+        "    d();",
+        "  } /* a */",
+        "} /* main */",
+    ];
+    let body = |replay: &str| -> Vec<String> {
+        replay
+            .lines()
+            .skip(1)
+            .map(|l| l.split_once("] | ").map_or(l, |x| x.1).to_string())
+            .collect()
+    };
+    for (fused, path) in [(true, "fused"), (false, "general")] {
+        let data = dir.join(format!("{path}.data"));
+        let env: &[(&str, &str)] = if fused {
+            &[]
+        } else {
+            &[("SHADOWGRAPH_NO_FUSED", "1")]
+        };
+        let o = record_run(env, &["--no-libs", "-D", "3"], &data, &exe, &[]);
+        assert!(o.status.success(), "{}", text(&o).1);
+        assert_eq!(body(&replay_text(&data)), want, "{path}");
+        let info = view_text("info", &data);
+        assert!(
+            info.contains(&format!("record path         : {path}")),
+            "{info}"
+        );
+        if let Some(theirs) = uftrace_view("replay", &data) {
+            assert_eq!(body(&theirs), want, "uftrace reads the {path} recording");
+        }
+    }
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        let ud = dir.join("uftrace.data");
+        let o = Command::new("uftrace")
+            .args(["record", "-D", "3", "-P", ".", "-d"])
+            .arg(&ud)
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        assert_eq!(body(&replay_text(&ud)), want, "uftrace's own -D 3");
+    }
+}

@@ -76,7 +76,7 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
     writer::start(0, &data, None).unwrap();
     let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
     let recorder = fgraph::GraphUser::new(on_entry, on_return, filter.clone(), 0);
-    assert!(fused::attach(&recorder, 0));
+    assert!(fused::attach(&recorder, 0, 0));
     let other = fgraph::GraphUser::new(accept, ignore, filter, 0);
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -111,6 +111,9 @@ pub struct GraphUser {
     /// when they do nothing else (the fused recording path may then stand
     /// in for them: record::fused); −1 otherwise.
     pub(crate) fused_inst: std::sync::atomic::AtomicI64,
+    /// With `fused_inst`: calls at this depth or deeper are declined
+    /// (`-D`); 0: no limit.
+    pub(crate) fused_max_depth: AtomicU64,
 }
 
 impl fmt::Debug for GraphUser {
@@ -140,6 +143,7 @@ impl GraphUser {
             slot: AtomicI32::new(-1),
             frame_word: AtomicU64::new(0),
             fused_inst: std::sync::atomic::AtomicI64::new(-1),
+            fused_max_depth: AtomicU64::new(0),
         })
     }
 

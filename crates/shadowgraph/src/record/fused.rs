@@ -36,13 +36,15 @@ extern "C" {
     fn shadowgraph_fused_entry();
 }
 
-/// Makes `user` — a graph user whose entry and return callbacks only emit
-/// an entry and an exit record (depth and function as fgraph gives them) to
-/// recording instance `inst` — eligible for the fused path, and turns the
-/// path on. Call before the first graph user registers (the manager's
-/// trampolines are made then). Returns false (nothing changed) when the
-/// records are not timed by the TSC or `inst` is out of range.
-pub fn attach(user: &GraphUser, inst: usize) -> bool {
+/// Makes `user` — a graph user whose entry callback declines calls at
+/// depth `max_depth` or deeper (0: none) and otherwise only emits an entry
+/// record, and whose return callback only emits an exit record (depth and
+/// function as fgraph gives them), to recording instance `inst` — eligible
+/// for the fused path, and turns the path on. Call before the first graph
+/// user registers (the manager's trampolines are made then). Returns false
+/// (nothing changed) when the records are not timed by the TSC or `inst`
+/// is out of range.
+pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
     if !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES {
         return false;
     }
@@ -61,6 +63,8 @@ pub fn attach(user: &GraphUser, inst: usize) -> bool {
         Ordering::Relaxed,
     );
     TP_RINGS.store(off(writer::rings_of_this_thread()), Ordering::Relaxed);
+    user.fused_max_depth
+        .store(max_depth as u64, Ordering::Release);
     user.fused_inst.store(inst as i64, Ordering::Release);
     fgraph::MANAGER_STUB.store(
         shadowgraph_fused_entry as *const () as usize,
@@ -267,6 +271,13 @@ std::arch::global_asm!(
     "shr r9, 48",
     "inc r9",
     "4:",
+    // A call the user declines (`-D`): nothing to do.
+    "mov rax, [rsi + {u_max_depth}]",
+    "test rax, rax",
+    "jz 6f",
+    "cmp r9, rax",
+    "jae 83f",
+    "6:",
     // Room for the frame, else the general way counts an overrun.
     "lea rax, [r8 + 4]",
     "cmp rax, {max_offset}",
@@ -305,6 +316,11 @@ std::arch::global_asm!(
     "mov [rdi + r8*8 + 24], rax",
     "lea rax, [rip + shadowgraph_return_to_handler]",
     "mov [rsp + 80], rax",
+    bracket_leave!(),
+    pop_saved!(),
+    "ret",
+    // Declined: leave as if untraced.
+    "83:",
     bracket_leave!(),
     pop_saved!(),
     "ret",
@@ -441,6 +457,7 @@ std::arch::global_asm!(
     t_unhooked = const offset_of!(ThreadState, unhooked),
     u_inst = const offset_of!(GraphUser, fused_inst),
     u_frame_word = const offset_of!(GraphUser, frame_word),
+    u_max_depth = const offset_of!(GraphUser, fused_max_depth),
     r_cap = const offset_of!(RingHeader, capacity),
     r_head = const offset_of!(RingHeader, head),
     r_tail_cache = const offset_of!(RingHeader, tail_cache),
