@@ -1,8 +1,9 @@
 //! The recording tracer fused into fgraph's single-user path.
 //!
 //! When the only graph user is a recorder whose callbacks do nothing but
-//! append an entry and an exit record to its thread's ring (the agent's
-//! plain `record`), the manager's trampolines hand over to
+//! append an entry and an exit record to its thread's ring, declining calls
+//! deeper than a limit if it has one (the agent's plain `record`, `-D`
+//! included), the manager's trampolines hand over to
 //! `shadowgraph_fused_entry` and `return_to_handler` tries
 //! `shadowgraph_fused_return` first: each does in a few dozen instructions
 //! what fgraph's Rust path and the callbacks do — the bracket, the frame
