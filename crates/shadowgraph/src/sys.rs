@@ -70,6 +70,25 @@ pub fn map_anonymous(len: usize) -> Option<*mut u8> {
     (p != libc::MAP_FAILED).then_some(p as *mut u8)
 }
 
+/// Maps `len` bytes of the open file `fd` read-write and shared (a ring
+/// file: the writer and the traced threads see the same bytes). None if
+/// mmap fails. Async-signal-safe.
+pub fn map_shared(fd: i32, len: usize) -> Option<*mut u8> {
+    // SAFETY: mapping a file descriptor the caller owns; no existing memory
+    // is touched (the kernel picks the address).
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p as *mut u8)
+}
+
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

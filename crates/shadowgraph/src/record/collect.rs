@@ -423,20 +423,7 @@ fn map_ring(path: &Path) -> Option<(Ring, *mut libc::c_void, usize)> {
     if len == 0 {
         return None;
     }
-    // SAFETY: mapping a regular file we opened read-write, shared.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return None;
-    }
+    let base = crate::sys::map_shared(f.as_raw_fd(), len)? as *mut libc::c_void;
     // SAFETY: base maps len bytes until we unmap it (Mapped's drop).
     match unsafe { Ring::attach(base as *mut u8, len) } {
         Some(r) => Some((r, base, len)),
@@ -477,21 +464,10 @@ mod tests {
             .open(&path)
             .unwrap();
         f.set_len(len as u64).unwrap();
-        // SAFETY: a fresh shared mapping of the file's whole length, kept
-        // for the test's life (never unmapped while the ring is used).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        // SAFETY: zeroed, writable, 64-aligned (page) and never unmapped.
-        let ring = unsafe { Ring::init(base as *mut u8, 0, dead, dead, 4096, 0) };
+        let base = crate::sys::map_shared(f.as_raw_fd(), len).unwrap();
+        // SAFETY: a fresh shared mapping of the zeroed file's whole length,
+        // page-aligned, never unmapped while the test runs.
+        let ring = unsafe { Ring::init(base, 0, dead, dead, 4096, 0) };
         for i in 0..2 {
             ring.begin();
             let (s, t) = ring.claim_at(|| i).unwrap();

@@ -351,7 +351,7 @@ fn create_shared(
     // SAFETY: path is NUL-terminated; the file is new (O_EXCL) and
     // sized before it is mapped shared; mmap/ftruncate/close are
     // async-signal-safe.
-    let p = unsafe {
+    unsafe {
         let fd = libc::open(
             path.as_ptr().cast(),
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
@@ -361,25 +361,16 @@ fn create_shared(
             return None;
         }
         let p = if libc::ftruncate(fd, len as libc::off_t) == 0 {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
+            crate::sys::map_shared(fd, len)
         } else {
-            libc::MAP_FAILED
+            None
         };
         libc::close(fd);
-        if p == libc::MAP_FAILED {
+        if p.is_none() {
             libc::unlink(path.as_ptr().cast());
-            return None;
         }
         p
-    };
-    Some(p as *mut u8)
+    }
 }
 
 #[cold]
