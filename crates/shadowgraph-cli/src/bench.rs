@@ -740,7 +740,8 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         c.arg(k);
         c
     };
-    let run_sg_with = |k: &str, fused: bool| {
+    // `off`: the environment variable that turns a part of the path off.
+    let run_sg_with = |k: &str, off: Option<&str>| {
         let _ = std::fs::remove_dir_all(&sg_data);
         let _ = std::fs::remove_dir_all(dir.join("sg.data.old"));
         let mut c = std::process::Command::new(&me);
@@ -749,12 +750,12 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             .arg("--")
             .arg(&exe)
             .arg(k);
-        if !fused {
-            c.env("SHADOWGRAPH_NO_FUSED", "1");
+        if let Some(v) = off {
+            c.env(v, "1");
         }
         c
     };
-    let run_sg = |k: &str| run_sg_with(k, true);
+    let run_sg = |k: &str| run_sg_with(k, None);
     let run_uf = |k: &str| {
         let _ = std::fs::remove_dir_all(&uf_data);
         let mut c = std::process::Command::new("uftrace");
@@ -768,7 +769,10 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     let plain = time_cmd(reps, || run_plain(&arg))?;
     let sg = time_cmd(reps, || run_sg(&arg))?;
     let sg_start = time_cmd(reps, || run_sg("1"))?;
-    let sg_general = time_cmd(reps, || run_sg_with(&arg, false))?;
+    let sg_general = time_cmd(reps, || run_sg_with(&arg, Some("SHADOWGRAPH_NO_FUSED")))?;
+    let sg_hijack = time_cmd(reps, || {
+        run_sg_with(&arg, Some("SHADOWGRAPH_NO_SITE_STUBS"))
+    })?;
     let sg = (
         sg,
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -801,6 +805,11 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         sg_start,
         sg_replay,
         sg_report,
+    );
+    println!(
+        "{:<34} {sg_hijack:>9.3} {:>12.1}",
+        "  (site stubs off: hijacked)",
+        per_call(sg_hijack, sg_start)
     );
     println!(
         "{:<34} {sg_general:>9.3} {:>12.1}",

@@ -110,6 +110,18 @@ fn replay_text(data: &Path) -> String {
     view_text("replay", data)
 }
 
+/// Records older than the one before them, beyond the skew between CPUs'
+/// TSCs: a thread moved to another vCPU of this VM may read a clock a few
+/// ns behind (steps back of 5–6 seen under load, on the fused and the
+/// general path alike). A record out of place in the ring is off by a whole
+/// call or more.
+fn steps_back(recs: &[shadowgraph::record::format::Record]) -> usize {
+    const TSC_SKEW_NS: u64 = 50;
+    recs.windows(2)
+        .filter(|w| w[1].time + TSC_SKEW_NS < w[0].time)
+        .count()
+}
+
 fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -1850,9 +1862,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
     assert_eq!(recs.len(), 2 * (2 * 100_000 + 2) + 2);
     let mut naps = Vec::new();
     let mut open = 0;
-    for w in recs.windows(2) {
-        assert!(w[0].time <= w[1].time, "time goes back: {w:?}");
-    }
+    assert_eq!(steps_back(&recs), 0, "time goes back");
     for r in &recs {
         assert!(
             (before..=after).contains(&r.time),
@@ -2638,7 +2648,7 @@ fn small_buffers_make_threads_wait_for_the_writer_not_lose() {
             .filter(|r| r.kind == shadowgraph::record::format::Kind::Entry)
             .count();
         assert_eq!(entries * 2, recs.len(), "thread {tid} balanced");
-        assert!(recs.windows(2).all(|w| w[0].time <= w[1].time));
+        assert_eq!(steps_back(&recs), 0, "thread {tid} in time order");
     }
 }
 
@@ -2947,7 +2957,7 @@ fn handlers_record_inside_records(fused: bool) {
     let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
     for &tid in &d.tids {
         let recs = d.records(tid).unwrap();
-        let back = recs.windows(2).filter(|w| w[1].time < w[0].time).count();
+        let back = steps_back(&recs);
         assert_eq!(back, 0, "{back} records of {tid} older than the one before");
     }
 

@@ -67,11 +67,23 @@ impl Arena {
     /// An arena every byte of which is within `call rel32` reach of every
     /// address in `lo..hi`; reuses an existing one when possible.
     pub fn near(lo: usize, hi: usize) -> Result<&'static Arena, ArenaError> {
+        Arena::near_with_room(lo, hi, 4096)
+    }
+
+    /// As [`Arena::near`], with at least `room` bytes (at most a quarter of
+    /// an arena) still free in it.
+    pub fn near_with_room(lo: usize, hi: usize, room: usize) -> Result<&'static Arena, ArenaError> {
         if hi - lo > REACH / 2 {
             return Err(ArenaError::TextTooWide { lo, hi });
         }
+        if room > ARENA_SIZE / 4 {
+            return Err(ArenaError::Full);
+        }
         let mut arenas = ARENAS.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(a) = arenas.iter().find(|a| a.reaches(lo, hi) && !a.is_full()) {
+        if let Some(a) = arenas
+            .iter()
+            .find(|a| a.reaches(lo, hi) && a.room() >= room)
+        {
             return Ok(a);
         }
         let a: &'static Arena = Box::leak(Box::new(map_near(lo, hi)?));
@@ -85,26 +97,39 @@ impl Arena {
         end.abs_diff(lo) < REACH && hi.abs_diff(self.base) < REACH
     }
 
-    fn is_full(&self) -> bool {
-        *self.used.lock().unwrap_or_else(|e| e.into_inner()) + 4096 > self.size
+    /// Bytes still free (before alignment).
+    pub(crate) fn room(&self) -> usize {
+        self.size - *self.used.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Copies `code` into the arena (16-byte aligned) and returns its address.
     /// The bytes are written before any site can reach them.
     pub fn alloc_code(&self, code: &[u8]) -> Result<usize, ArenaError> {
+        self.alloc_with(code.len(), |_| code.to_vec())
+    }
+
+    /// Reserves `len` bytes (16-byte aligned), fills them with `build(at)`
+    /// (exactly `len` bytes of code for address `at`) and returns `at`.
+    pub fn alloc_with(
+        &self,
+        len: usize,
+        build: impl FnOnce(usize) -> Vec<u8>,
+    ) -> Result<usize, ArenaError> {
         let at = {
             let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
             let start = (*used + 15) & !15;
-            if start + code.len() > self.size {
+            if start + len > self.size {
                 return Err(ArenaError::Full);
             }
-            *used = start + code.len();
+            *used = start + len;
             self.base + start
         };
+        let code = build(at);
+        assert_eq!(code.len(), len, "arena code of the reserved length");
         let _text = text_lock();
         let window =
             TextWindow::open_for(std::iter::once((at, code.len()))).map_err(ArenaError::Write)?;
-        let r = window.write(at, code);
+        let r = window.write(at, &code);
         window.close();
         r.map_err(ArenaError::Write)?;
         Ok(at)

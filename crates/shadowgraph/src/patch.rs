@@ -14,10 +14,10 @@
 //! byte 0 are never fetched as an instruction while byte 0 is `0xCC`, and the
 //! serialisation after step 4 makes every core see them before byte 0 is
 //! released. Valid only for edits whose old and new forms share instruction
-//! boundaries inside the edited span (nop5 ⇄ call rel32, call ⇄ call, and the
-//! fentry call → nop conversions); sleds need the stop-the-world path.
+//! boundaries inside the edited span (nop5, call rel32 and jmp rel32 into
+//! one another, and the fentry call → nop conversions); sleds need the stop-the-world path.
 
-use crate::site::{decode_call, encode_call, hex, NOP5};
+use crate::site::{decode_call, decode_jmp, encode_call, hex, NOP5};
 use crate::{stop, sys};
 use std::fmt;
 use std::io;
@@ -78,14 +78,19 @@ impl Edit {
 
     /// What a thread trapping on byte 0 must do instead of the new bytes.
     fn emulation(&self) -> Emulation {
-        match decode_call(self.addr, self.new_bytes()) {
-            Some(target) if self.len == 5 => Emulation::Call {
-                target,
-                ret: self.addr + 5,
-            },
-            // Every other new form is a nop over the whole span.
-            _ => Emulation::Resume(self.addr + self.len as usize),
+        if self.len == 5 {
+            if let Some(target) = decode_call(self.addr, self.new_bytes()) {
+                return Emulation::Call {
+                    target,
+                    ret: self.addr + 5,
+                };
+            }
+            if let Some(target) = decode_jmp(self.addr, self.new_bytes()) {
+                return Emulation::Jump(target);
+            }
         }
+        // Every other new form is a nop over the whole span.
+        Emulation::Resume(self.addr + self.len as usize)
     }
 }
 
@@ -235,6 +240,8 @@ pub fn serialise() -> Result<(), PatchError> {
 enum Emulation {
     /// `call target`: push `ret`, continue at `target`.
     Call { target: usize, ret: usize },
+    /// `jmp target` (a site's own stub).
+    Jump(usize),
     /// A nop: continue here.
     Resume(usize),
 }
@@ -700,7 +707,9 @@ mod trap {
                             g[libc::REG_RSP as usize] = sp as i64;
                             g[libc::REG_RIP as usize] = target as i64;
                         }
-                        Emulation::Resume(at) => g[libc::REG_RIP as usize] = at as i64,
+                        Emulation::Jump(to) | Emulation::Resume(to) => {
+                            g[libc::REG_RIP as usize] = to as i64
+                        }
                     }
                 }
                 TRAPS_EMULATED.fetch_add(1, Ordering::Relaxed);

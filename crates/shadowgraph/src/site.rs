@@ -116,16 +116,34 @@ pub fn classify(source: SiteSource, bytes: &[u8]) -> Result<SiteKind, String> {
 
 /// `e8 rel32` from `site` to `target`, or `None` if out of ±2 GiB reach.
 pub fn encode_call(site: usize, target: usize) -> Option<[u8; 5]> {
+    encode_rel32(0xe8, site, target)
+}
+
+/// `e9 rel32` (jmp) from `site` to `target`, or `None` if out of reach.
+pub fn encode_jmp(site: usize, target: usize) -> Option<[u8; 5]> {
+    encode_rel32(0xe9, site, target)
+}
+
+fn encode_rel32(opcode: u8, site: usize, target: usize) -> Option<[u8; 5]> {
     let rel = (target as i64).wrapping_sub(site as i64 + 5);
     let rel = i32::try_from(rel).ok()?;
     let r = rel.to_le_bytes();
-    Some([0xe8, r[0], r[1], r[2], r[3]])
+    Some([opcode, r[0], r[1], r[2], r[3]])
 }
 
 /// Target of an `e8 rel32` at `site`, if `bytes` is one.
 pub fn decode_call(site: usize, bytes: &[u8]) -> Option<usize> {
+    decode_rel32(0xe8, site, bytes)
+}
+
+/// Target of an `e9 rel32` at `site`, if `bytes` is one.
+pub fn decode_jmp(site: usize, bytes: &[u8]) -> Option<usize> {
+    decode_rel32(0xe9, site, bytes)
+}
+
+fn decode_rel32(opcode: u8, site: usize, bytes: &[u8]) -> Option<usize> {
     match bytes {
-        [0xe8, a, b, c, d, ..] => {
+        [op, a, b, c, d, ..] if *op == opcode => {
             let rel = i32::from_le_bytes([*a, *b, *c, *d]) as i64;
             Some((site as i64 + 5 + rel) as usize)
         }
@@ -179,6 +197,9 @@ mod tests {
         for target in [site + 5, site - 0x1000, site + 0x7fff_0000] {
             let c = encode_call(site, target).unwrap();
             assert_eq!(decode_call(site, &c), Some(target));
+            let j = encode_jmp(site, target).unwrap();
+            assert_eq!(decode_jmp(site, &j), Some(target));
+            assert_eq!(decode_call(site, &j), None);
         }
         assert!(encode_call(site, site + (1usize << 32)).is_none());
     }

@@ -2,7 +2,7 @@
 //! caller that saves the argument registers and calls a Rust handler.
 
 use crate::arena::{Arena, ArenaError};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Handler called by a caller trampoline for every call crossing its sites:
 /// `ip` is the site address, `parent_ip` the traced function's return
@@ -485,4 +485,103 @@ pub(crate) fn direct_pad(arena: &Arena, target: usize) -> Result<usize, ArenaErr
     let mut code = vec![0xff, 0x25, 0, 0, 0, 0];
     code.extend_from_slice(&(target as u64).to_le_bytes());
     arena.alloc_code(&code)
+}
+
+// --- Site stubs ----------------------------------------------------------------
+//
+// A site stub serves one site of an ops that returns through its own code
+// rather than through a hijacked return address (record::fused). The site
+// holds `jmp stub` instead of `call tramp`, and the stub calls the traced
+// function's body itself, so that the function's `ret` comes back to the
+// stub by a real call: the return-stack predictor stays right, where a
+// hijacked return costs a misprediction on every call.
+//
+//   +0   call ENTRY        ENTRY sees [rsp] = stub+5, [rsp+8] = R, the
+//                          arguments live; it returns with ZF=1 if it
+//                          pushed a shadow frame for this call (R saved in
+//                          it), else ZF=0, every argument register intact.
+//   +5   jne  +22
+//   +7   lea  rsp, [rsp+8] R's slot is popped: the call below reuses it,
+//   +12  call BODY         so stack arguments stay where the body expects.
+//   +17  jmp  RETURN       The body returned: rsp = slot + 8, the result
+//                          live; RETURN pops the frame and `ret`s to R.
+//   +22  jmp  BODY         Not hooked: the function runs untouched.
+//   +27  int3 × 5
+//   +32  .quad site        The function's site, read by ENTRY.
+//
+// ENTRY and RETURN are in the same arena (rel32 reach). Stubs are written
+// in blocks and never freed or rewritten: a thread may sit in a function
+// called from a stub for any length of time.
+
+/// Bytes of one site stub.
+pub(crate) const SITE_STUB_LEN: usize = 40;
+/// Offset of a stub's return point (where the body returns to).
+pub(crate) const SITE_STUB_RETURN: usize = 17;
+/// Offset of the site literal from the stub's call of ENTRY's return
+/// address (stub + 5).
+pub(crate) const SITE_STUB_SITE_FROM_RET: usize = 27;
+
+const MAX_STUB_BLOCKS: usize = 1024;
+/// The blocks of stubs written so far: (base, bytes), published by count.
+static STUB_BLOCKS: [(AtomicUsize, AtomicUsize); MAX_STUB_BLOCKS] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_STUB_BLOCKS];
+static STUB_BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);
+static STUB_BLOCK_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Writes a block of stubs into `arena`, one per site of `sites` (each
+/// within rel32 reach of the arena), calling `entry` and jumping to `ret`
+/// (both in the arena). Returns the block's address: site i's stub is at
+/// `block + i * SITE_STUB_LEN`. The block is registered (see
+/// [`is_stub_return`]) before any site can reach it.
+pub(crate) fn site_stubs(
+    arena: &Arena,
+    sites: &[usize],
+    entry: usize,
+    ret: usize,
+) -> Result<usize, ArenaError> {
+    let _g = STUB_BLOCK_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let n = STUB_BLOCK_COUNT.load(Ordering::Acquire);
+    if n == MAX_STUB_BLOCKS {
+        return Err(ArenaError::Full);
+    }
+    let len = sites.len() * SITE_STUB_LEN;
+    let rel = |from: usize, to: usize| -> [u8; 4] {
+        i32::try_from(to as i64 - from as i64)
+            .expect("arena within reach of its sites")
+            .to_le_bytes()
+    };
+    let block = arena.alloc_with(len, |at| {
+        let mut code = Vec::with_capacity(len);
+        for (i, &site) in sites.iter().enumerate() {
+            let s = at + i * SITE_STUB_LEN;
+            let body = site + 5;
+            code.push(0xe8);
+            code.extend_from_slice(&rel(s + 5, entry));
+            code.extend_from_slice(&[0x75, 0x0f]);
+            code.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x08]);
+            code.push(0xe8);
+            code.extend_from_slice(&rel(s + 17, body));
+            code.push(0xe9);
+            code.extend_from_slice(&rel(s + 22, ret));
+            code.push(0xe9);
+            code.extend_from_slice(&rel(s + 27, body));
+            code.extend_from_slice(&[0xcc; 5]);
+            code.extend_from_slice(&(site as u64).to_le_bytes());
+        }
+        code
+    })?;
+    STUB_BLOCKS[n].0.store(block, Ordering::Relaxed);
+    STUB_BLOCKS[n].1.store(len, Ordering::Relaxed);
+    STUB_BLOCK_COUNT.store(n + 1, Ordering::Release);
+    Ok(block)
+}
+
+/// Whether `addr` is a site stub's return point: the return address a
+/// stub-called function finds in its slot in place of the real one.
+pub fn is_stub_return(addr: usize) -> bool {
+    let n = STUB_BLOCK_COUNT.load(Ordering::Acquire);
+    STUB_BLOCKS[..n].iter().any(|(b, l)| {
+        let (b, l) = (b.load(Ordering::Relaxed), l.load(Ordering::Relaxed));
+        addr.wrapping_sub(b) < l && (addr - b) % SITE_STUB_LEN == SITE_STUB_RETURN
+    })
 }

@@ -108,6 +108,17 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
     };
     for i in 0..150 {
         fgraph::register_graph(&recorder).unwrap();
+        if i == 0 {
+            // Each site jumps to its own stub, which calls the function.
+            for f in ["leaf", "mid", "top"] {
+                let s = ftrace::site_by_name(f).unwrap();
+                assert_ne!(s.flags & ftrace::site_flags::STUB, 0, "{f}");
+                // SAFETY: reading a loaded site's five bytes.
+                let op = unsafe { *(s.addr as *const u8) };
+                assert_eq!(op, 0xe9, "{f}: jmp to its stub");
+            }
+            ftrace::check_invariants().unwrap();
+        }
         std::thread::sleep(std::time::Duration::from_micros(500));
         if i % 3 == 0 {
             // Two users: the general way, with fused frames in flight.

@@ -297,6 +297,12 @@ pub(crate) static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut
 /// template (record::fused), if set before the first user registers.
 pub(crate) static MANAGER_STUB: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
+/// Where the manager's site stubs call in and return to (record::fused),
+/// if set before the first user registers; 0: no site stubs.
+pub(crate) static MANAGER_SITE_ENTRY: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+pub(crate) static MANAGER_SITE_RETURN: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
 /// Whether `return_to_handler` tries the fused recording path first.
 pub(crate) static FUSED_RETURN_ON: std::sync::atomic::AtomicU8 =
     std::sync::atomic::AtomicU8::new(0);
@@ -332,6 +338,10 @@ fn manager() -> &'static Arc<Ops> {
             graph_entry,
             manager_tramp_entry,
             MANAGER_STUB.load(Ordering::Acquire),
+            (
+                MANAGER_SITE_ENTRY.load(Ordering::Acquire),
+                MANAGER_SITE_RETURN.load(Ordering::Acquire),
+            ),
         )
     })
 }
@@ -695,7 +705,7 @@ fn drop_dead_frames(t: &ThreadState, slot: usize, parent_ip: usize) {
         return;
     }
     let r = RetRegs::zeroed();
-    let fresh = parent_ip != return_to_handler();
+    let fresh = !is_hijack(parent_ip);
     while let Some(top) = t.frame_below(t.curr.get()) {
         let retp = t.word(top + 2) as usize;
         if retp > slot || (retp == slot && !fresh) {
@@ -725,6 +735,30 @@ fn offer(t: &ThreadState, u: &GraphUser, i: usize, ent: &GraphEntry, regs: &mut 
 
 // --- Return ---------------------------------------------------------------------------
 
+// The general return: RetRegs saved, graph_return called, the real return
+// address left in r11, the return registers restored.
+macro_rules! return_body {
+    () => {
+        concat!(
+            "sub rsp, 64\n",
+            "mov [rsp], rax\n",
+            "mov [rsp + 8], rdx\n",
+            "movaps [rsp + 16], xmm0\n",
+            "movaps [rsp + 32], xmm1\n",
+            "lea rax, [rsp + 64]\n",
+            "mov [rsp + 48], rax\n",
+            "mov rdi, rsp\n",
+            "call {ret}\n",
+            "mov r11, rax\n",
+            "mov rax, [rsp]\n",
+            "mov rdx, [rsp + 8]\n",
+            "movaps xmm0, [rsp + 16]\n",
+            "movaps xmm1, [rsp + 32]\n",
+            "add rsp, 64\n",
+        )
+    };
+}
+
 // return_to_handler: where a hijacked return lands.
 // Entered by the traced function's `ret`: rsp = its return slot + 8 and is
 // 16-byte aligned; rax/rdx and xmm0/xmm1 hold the return value (x87 st0,
@@ -745,22 +779,16 @@ std::arch::global_asm!(
     ".globl shadowgraph_return_general",
     ".hidden shadowgraph_return_general",
     "shadowgraph_return_general:",
-    "sub rsp, 64",
-    "mov [rsp], rax",
-    "mov [rsp + 8], rdx",
-    "movaps [rsp + 16], xmm0",
-    "movaps [rsp + 32], xmm1",
-    "lea rax, [rsp + 64]",
-    "mov [rsp + 48], rax",
-    "mov rdi, rsp",
-    "call {ret}",
-    "mov r11, rax",
-    "mov rax, [rsp]",
-    "mov rdx, [rsp + 8]",
-    "movaps xmm0, [rsp + 16]",
-    "movaps xmm1, [rsp + 32]",
-    "add rsp, 64",
+    return_body!(),
     "jmp r11",
+    // The same for a return that came back through a site stub (tramp.rs):
+    // the return-stack predictor expects the real address now, so `ret`.
+    ".globl shadowgraph_site_return_general",
+    ".hidden shadowgraph_site_return_general",
+    "shadowgraph_site_return_general:",
+    return_body!(),
+    "push r11",
+    "ret",
     ".popsection",
     ret = sym graph_return,
     fused_on = sym FUSED_RETURN_ON,
@@ -773,6 +801,13 @@ extern "C" {
 /// The address hijacked return slots hold.
 pub fn return_to_handler() -> usize {
     shadowgraph_return_to_handler as *const () as usize
+}
+
+/// Whether a return slot holding `addr` was taken over by us: hijacked
+/// (`return_to_handler`) or filled by a site stub's call (its return
+/// point); the real address is then in a shadow frame.
+pub fn is_hijack(addr: usize) -> bool {
+    addr == return_to_handler() || crate::tramp::is_stub_return(addr)
 }
 
 extern "C" fn graph_return(r: &mut RetRegs) -> usize {
@@ -933,13 +968,13 @@ pub fn ret_addr_of(t: &ThreadState, cursor: &mut usize, ret: usize, retp: usize)
 }
 
 fn ret_addr_in(t: &ThreadState, cursor: &mut usize, ret: usize, retp: usize) -> usize {
-    if ret != return_to_handler() || t.stack.get().is_null() {
+    if !is_hijack(ret) || t.stack.get().is_null() {
         return ret;
     }
     let top = if *cursor == 0 { t.curr.get() } else { *cursor };
     for (start, fret, fretp) in t.frames_below(top) {
         RET_ADDR_VISITS.fetch_add(1, Ordering::Relaxed);
-        if fretp == retp && fret != return_to_handler() {
+        if fretp == retp && !is_hijack(fret) {
             *cursor = start;
             return fret;
         }
@@ -953,7 +988,7 @@ pub fn top_ret_addr() -> Option<usize> {
     let t = thread();
     t.frames_below(t.curr.get())
         .map(|(_, ret, _)| ret)
-        .find(|&r| r != return_to_handler())
+        .find(|&r| !is_hijack(r))
 }
 
 // --- Unwinders (SPEC §4.9 g) -------------------------------------------------------------------
@@ -968,14 +1003,13 @@ pub fn unhook_thread() {
     if t.stack.get().is_null() || t.unhooked.get() {
         return;
     }
-    let rth = return_to_handler();
     // Top to bottom: a tail-call frame (ret = handler) shares its slot with
     // the frame below, which then writes the real address.
     for (_, ret, retp) in t.frames_below(t.curr.get()) {
         let retp = retp as *mut usize;
         // SAFETY: retp is a return slot on this thread's stack, live while
         // its frame is on the shadow stack.
-        if ret != rth && unsafe { *retp } == rth {
+        if !is_hijack(ret) && is_hijack(unsafe { *retp }) {
             unsafe { *retp = ret };
         }
     }
@@ -1003,7 +1037,7 @@ fn rehook_in(t: &ThreadState, sp: usize) {
         let gone = retp < sp
             || (retp == sp && {
                 let now = unsafe { *(retp as *const usize) };
-                now != t.word(start) as usize && now != rth
+                now != t.word(start) as usize && !is_hijack(now)
             });
         if !gone {
             break;
@@ -1014,7 +1048,7 @@ fn rehook_in(t: &ThreadState, sp: usize) {
         let retp = retp as *mut usize;
         // SAFETY: as in unhook_thread; a slot still holding the frame's real
         // address is the live return slot of that call.
-        if ret != rth && unsafe { *retp } == ret {
+        if !is_hijack(ret) && unsafe { *retp } == ret {
             unsafe { *retp = rth };
         }
     }

@@ -20,7 +20,7 @@ pub use filter::{Filter, FilterError, FilterPair, Pattern, SiteId, SiteName, Sit
 use crate::arena::{Arena, ArenaError};
 use crate::patch::{self, Edit, PatchError};
 use crate::process::{self, Module};
-use crate::site::{encode_call, NOP5};
+use crate::site::{encode_call, encode_jmp, NOP5};
 use crate::tramp;
 use dispatch::{
     DispatchRecord, OpsList, OpsSlot, SiteIndex, LIST, LIST_RECORD, RECORD, SITE_INDEX, STUB_RECORD,
@@ -78,12 +78,22 @@ pub struct Ops {
     /// per arena passes the data slot in r11), instead of a copy of the
     /// caller template; 0: none.
     pub(crate) tramp_stub: usize,
+    /// Where the ops' site stubs (tramp.rs) call in and return to, outside
+    /// the arenas; 0: the ops uses no site stubs.
+    pub(crate) site_entry: usize,
+    pub(crate) site_return: usize,
 }
 
 #[derive(Default)]
 struct OpsInner {
     /// (arena base, trampoline address, its data slot)
     tramps: Vec<(usize, usize, &'static OpsSlot)>,
+    /// Per arena: (base, the stubs' ENTRY, their RETURN), both handing
+    /// over to `site_entry` / `site_return`.
+    stub_tramps: Vec<(usize, usize, usize)>,
+    /// Each site's stub, once made (never freed: stubs are reused when the
+    /// ops comes back).
+    site_stubs: std::collections::HashMap<SiteId, usize>,
     /// Bytes of each trampoline (all of one variant).
     tramp_len: usize,
     subops: Vec<Arc<Ops>>,
@@ -113,6 +123,8 @@ impl Ops {
             inner: Mutex::new(OpsInner::default()),
             tramp_entry: dispatch::ops_entry,
             tramp_stub: 0,
+            site_entry: 0,
+            site_return: 0,
         })
     }
 
@@ -144,16 +156,20 @@ impl Ops {
 
     /// A manager whose trampolines call `entry` (which must do what
     /// `dispatch::ops_entry` does for this ops: bracket, errno, slot check)
-    /// instead of the generic entry.
+    /// instead of the generic entry, or hand over to `stub` if not 0; with
+    /// `site` = (ENTRY, RETURN) not 0, sites where it is alone jump to
+    /// their own stubs instead (tramp.rs, "Site stubs").
     pub(crate) fn new_manager_with_entry(
         func: OpsFunc,
         entry: tramp::FtraceEntry,
         stub: usize,
+        site: (usize, usize),
     ) -> Arc<Ops> {
         let mut o = Ops::new(func, 0, FilterSet::computed());
         let m = Arc::get_mut(&mut o).expect("fresh");
         m.tramp_entry = entry;
         m.tramp_stub = stub;
+        (m.site_entry, m.site_return) = site;
         o
     }
 
@@ -383,6 +399,8 @@ pub mod site_flags {
     pub const TOUCHED: u16 = 1 << 9;
     /// Sticky: was ever attached by a DIRECT or IPMODIFY ops.
     pub const MODIFIED: u16 = 1 << 10;
+    /// The site jumps to its own stub (with TRAMP: its ops is alone).
+    pub const STUB: u16 = 1 << 11;
     pub const STICKY: u16 = DISABLED | TOUCHED | MODIFIED;
 }
 
@@ -1027,26 +1045,7 @@ impl Core {
         arenas.dedup();
         let mut inner = lock(&ops.inner);
         for mi in arenas {
-            let arena = self.modules[mi].arena;
-            if inner.tramps.iter().any(|t| t.0 == arena.base) {
-                continue;
-            }
-            let slot: &'static OpsSlot = Box::leak(Box::new(OpsSlot {
-                ops: AtomicPtr::new(Arc::as_ptr(ops) as *mut Ops),
-            }));
-            let data = slot as *const OpsSlot as usize;
-            let code = if ops.tramp_stub != 0 {
-                tramp::stub(arena, ops.tramp_stub, data)
-            } else {
-                tramp::ftrace_caller(arena, ops.needs_regs(), ops.tramp_entry, data)
-            }
-            .map_err(CoreError::Arena)?;
-            inner.tramps.push((arena.base, code, slot));
-            inner.tramp_len = if ops.tramp_stub != 0 {
-                tramp::STUB_LEN
-            } else {
-                tramp::ftrace_caller_len(ops.needs_regs())
-            };
+            tramp_slot_in(ops, &mut inner, self.modules[mi].arena)?;
         }
         // Re-arm slots a previous unregistration cleared.
         for t in &inner.tramps {
@@ -1054,6 +1053,67 @@ impl Core {
                 .store(Arc::as_ptr(ops) as *mut Ops, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Makes the stubs `ops` lacks for the sites of `ids` it selects. Best
+    /// effort: a site without a stub (no arena room) calls the ops'
+    /// trampoline instead, which serves it just as well, only slower.
+    fn ensure_site_stubs(&mut self, ops: &Arc<Ops>, ids: &[SiteId]) {
+        use site_flags::DISABLED;
+        if ops.site_entry == 0 {
+            return;
+        }
+        let mut inner = lock(&ops.inner);
+        let pair = ops.filter_pair();
+        let mut missing: Vec<(u16, usize, SiteId)> = ids
+            .iter()
+            .filter(|&&id| {
+                let s = &self.sites[id as usize];
+                s.flags & DISABLED == 0
+                    && !self.modules[s.module as usize].unloaded
+                    && pair.contains(id)
+                    && !inner.site_stubs.contains_key(&id)
+            })
+            .map(|&id| {
+                let s = &self.sites[id as usize];
+                (s.module, s.addr, id)
+            })
+            .collect();
+        missing.sort_unstable();
+        // Blocks of sites of one module, in address order.
+        const BLOCK: usize = 1024;
+        let mut rest = &missing[..];
+        while !rest.is_empty() {
+            let module = rest[0].0;
+            let n = rest
+                .iter()
+                .take(BLOCK)
+                .take_while(|m| m.0 == module)
+                .count();
+            let (block, tail) = rest.split_at(n);
+            rest = tail;
+            let (lo, hi) = (block[0].1, block[n - 1].1 + 5);
+            let bytes = n * tramp::SITE_STUB_LEN + 2 * 64;
+            let home = self.modules[module as usize].arena;
+            let arena = if home.reaches(lo, hi) && home.room() >= bytes {
+                home
+            } else {
+                match Arena::near_with_room(lo, hi, bytes) {
+                    Ok(a) => a,
+                    Err(_) => continue,
+                }
+            };
+            let Ok((entry, ret)) = stub_tramps_in(ops, &mut inner, arena) else {
+                continue;
+            };
+            let sites: Vec<usize> = block.iter().map(|m| m.1).collect();
+            let Ok(at) = tramp::site_stubs(arena, &sites, entry, ret) else {
+                continue;
+            };
+            for (i, m) in block.iter().enumerate() {
+                inner.site_stubs.insert(m.2, at + i * tramp::SITE_STUB_LEN);
+            }
+        }
     }
 
     fn ensure_pads(&mut self, ops: &Ops, target: usize) -> Result<(), CoreError> {
@@ -1170,6 +1230,15 @@ impl Core {
             flags: u16,
             target: usize,
         }
+        let stubbed: Vec<Arc<Ops>> = self
+            .list
+            .iter()
+            .filter(|o| o.site_entry != 0)
+            .cloned()
+            .collect();
+        for o in &stubbed {
+            self.ensure_site_stubs(o, touched);
+        }
         let mut wants = Vec::with_capacity(touched.len());
         for &id in touched {
             let s = &self.sites[id as usize];
@@ -1197,7 +1266,11 @@ impl Core {
                 flags |= site_flags::IPMODIFY | MODIFIED;
             }
             let tramp = if m.len() == 1 && m[0].flags & DIRECT == 0 {
-                m[0].trampoline_in(module.arena.base)
+                let stub = lock(&m[0].inner).site_stubs.get(&id).copied();
+                if stub.is_some() {
+                    flags |= site_flags::STUB;
+                }
+                stub.or_else(|| m[0].trampoline_in(module.arena.base))
             } else {
                 None
             };
@@ -1248,9 +1321,9 @@ impl Core {
         let mut edits: Vec<Edit> = Vec::new();
         for w in &wants {
             let s = &self.sites[w.id];
-            if s.cur_target != w.target {
-                let old = encode(s.addr, s.cur_target);
-                let new = encode(s.addr, w.target);
+            let old = encode(s.addr, s.cur_target, s.flags);
+            let new = encode(s.addr, w.target, w.flags);
+            if old != new {
                 edits.push(Edit::new(s.addr, &old, &new));
             }
         }
@@ -1290,12 +1363,62 @@ impl Core {
     }
 }
 
-fn encode(site: usize, target: usize) -> [u8; 5] {
+/// The bytes of a site calling `target` (jumping to it: a site stub).
+fn encode(site: usize, target: usize, flags: u16) -> [u8; 5] {
     if target == 0 {
         NOP5
+    } else if flags & site_flags::STUB != 0 {
+        encode_jmp(site, target).expect("arena within reach of its sites")
     } else {
         encode_call(site, target).expect("arena within reach of its sites")
     }
+}
+
+/// The ops' trampoline in `arena` (made if missing); returns its data slot.
+fn tramp_slot_in(
+    ops: &Arc<Ops>,
+    inner: &mut OpsInner,
+    arena: &Arena,
+) -> Result<&'static OpsSlot, CoreError> {
+    if let Some(t) = inner.tramps.iter().find(|t| t.0 == arena.base) {
+        return Ok(t.2);
+    }
+    let slot: &'static OpsSlot = Box::leak(Box::new(OpsSlot {
+        ops: AtomicPtr::new(Arc::as_ptr(ops) as *mut Ops),
+    }));
+    let data = slot as *const OpsSlot as usize;
+    let code = if ops.tramp_stub != 0 {
+        tramp::stub(arena, ops.tramp_stub, data)
+    } else {
+        tramp::ftrace_caller(arena, ops.needs_regs(), ops.tramp_entry, data)
+    }
+    .map_err(CoreError::Arena)?;
+    inner.tramps.push((arena.base, code, slot));
+    inner.tramp_len = if ops.tramp_stub != 0 {
+        tramp::STUB_LEN
+    } else {
+        tramp::ftrace_caller_len(ops.needs_regs())
+    };
+    Ok(slot)
+}
+
+/// The site stubs' ENTRY and RETURN in `arena` (made if missing). ENTRY
+/// passes the data slot of the ops' trampoline there (cleared and re-armed
+/// with it) in r11.
+fn stub_tramps_in(
+    ops: &Arc<Ops>,
+    inner: &mut OpsInner,
+    arena: &Arena,
+) -> Result<(usize, usize), CoreError> {
+    if let Some(t) = inner.stub_tramps.iter().find(|t| t.0 == arena.base) {
+        return Ok((t.1, t.2));
+    }
+    let slot = tramp_slot_in(ops, inner, arena)?;
+    let entry = tramp::stub(arena, ops.site_entry, slot as *const OpsSlot as usize)
+        .map_err(CoreError::Arena)?;
+    let ret = tramp::direct_pad(arena, ops.site_return).map_err(CoreError::Arena)?;
+    inner.stub_tramps.push((arena.base, entry, ret));
+    Ok((entry, ret))
 }
 
 /// Checks the model invariant of SPEC §3.5 against the code in memory:
@@ -1340,7 +1463,10 @@ pub fn check_invariants() -> Result<(), String> {
         if (s.flags & site_flags::ENABLED != 0) == m.is_empty() {
             return Err(format!("{name}: ENABLED flag wrong"));
         }
-        if bytes != encode(s.addr, s.cur_target) {
+        if (s.flags & site_flags::STUB != 0) && !want_tramp {
+            return Err(format!("{name}: STUB flag without a lone ops"));
+        }
+        if bytes != encode(s.addr, s.cur_target, s.flags) {
             return Err(format!(
                 "{name}: memory {:02x?} does not encode target {:#x}",
                 bytes, s.cur_target

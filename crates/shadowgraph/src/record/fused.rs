@@ -25,7 +25,7 @@ use crate::fgraph::stack::{ThreadState, MAX_OFFSET};
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace::local::CoreLocal;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// Offsets from the thread pointer of the core's, fgraph's and the
 /// writer's thread-local state.
@@ -35,6 +35,8 @@ static TP_RINGS: AtomicI64 = AtomicI64::new(0);
 
 extern "C" {
     fn shadowgraph_fused_entry();
+    fn shadowgraph_fused_site_entry();
+    fn shadowgraph_fused_site_return();
 }
 
 /// Makes `user` — a graph user whose entry callback declines calls at
@@ -71,8 +73,27 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
         shadowgraph_fused_entry as *const () as usize,
         Ordering::Release,
     );
+    if SITE_STUBS.load(Ordering::Relaxed) {
+        fgraph::MANAGER_SITE_ENTRY.store(
+            shadowgraph_fused_site_entry as *const () as usize,
+            Ordering::Release,
+        );
+        fgraph::MANAGER_SITE_RETURN.store(
+            shadowgraph_fused_site_return as *const () as usize,
+            Ordering::Release,
+        );
+    }
     fgraph::FUSED_RETURN_ON.store(1, Ordering::Release);
     true
+}
+
+static SITE_STUBS: AtomicBool = AtomicBool::new(true);
+
+/// Whether [`attach`] gives each site its own stub (tramp.rs) that calls
+/// the traced function, so that its return needs no hijack (default), or
+/// leaves the sites calling the manager's trampolines (for comparison).
+pub fn set_site_stubs(on: bool) {
+    SITE_STUBS.store(on, Ordering::Relaxed);
 }
 
 // A ring's producer side, as `Ring::begin/claim_at/end` (ring.rs): `nest`
@@ -185,6 +206,240 @@ macro_rules! pop_saved {
     };
 }
 
+// The entry's fast path, for a site that called the manager's stub
+// (`$site` puts the site in rdx from [rsp+72], the address after the call,
+// `$hook` takes over the return, `$hooked`/`$declined` say what happened)
+// or for a site stub (tramp.rs), which does the taking over itself. The
+// general way: label 80 with nothing held.
+macro_rules! fused_entry {
+    ($site:literal, $hook:literal, $hooked:literal, $declined:literal) => {
+        concat!(
+            "push rax\n",
+            "push rcx\n",
+            "push rdx\n",
+            "push rsi\n",
+            "push rdi\n",
+            "push r8\n",
+            "push r9\n",
+            "push r10\n",
+            "push r11\n",
+            // At rest: a bracket word, depth 0, no recursion bit.
+            "mov rcx, [rip + {tp_local}]\n",
+            "mov rdx, qword ptr fs:[rcx + {l_word}]\n",
+            "test rdx, rdx\n",
+            "jz 80f\n",
+            "test word ptr [rdx], 0xffff\n",
+            "jnz 80f\n",
+            "cmp dword ptr fs:[rcx + {l_rec}], 0\n",
+            "jne 80f\n",
+            // Enter the bracket, anchored at the return slot.
+            "lea rax, [rsp + 80]\n",
+            "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
+            "inc qword ptr [rdx]\n",
+            // The manager is still registered (its slot names it) and its sole
+            // user is a fused recorder with a ring on this thread.
+            "mov rax, [rsp]\n",
+            "cmp qword ptr [rax], 0\n",
+            "je 81f\n",
+            "mov rsi, [rip + {fast}]\n",
+            "test rsi, rsi\n",
+            "jz 81f\n",
+            "mov rax, [rsi + {u_inst}]\n",
+            "test rax, rax\n",
+            "js 81f\n",
+            "mov rcx, [rip + {tp_rings}]\n",
+            "mov r11, qword ptr fs:[rcx + rax*8]\n",
+            "test r11, r11\n",
+            "jz 81f\n",
+            // The thread's shadow stack: attached, hooked, not exiting or paused.
+            "mov rcx, [rip + {tp_thread}]\n",
+            "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
+            "test rdi, rdi\n",
+            "jz 81f\n",
+            "cmp byte ptr fs:[rcx + {t_exiting}], 0\n",
+            "jne 81f\n",
+            "cmp dword ptr fs:[rcx + {t_pause}], 0\n",
+            "jne 81f\n",
+            "cmp byte ptr fs:[rcx + {t_unhooked}], 0\n",
+            "jne 81f\n",
+            // r8 = curr; r9 = depth: one deeper than the top frame f = curr−1−o
+            // (o = word[curr−1]'s offset), 0 without one. A top frame whose return
+            // slot is not above ours was left by a longjmp: the general way.
+            "mov r8, qword ptr fs:[rcx + {t_curr}]\n",
+            "xor r9d, r9d\n",
+            "test r8, r8\n",
+            "jz 4f\n",
+            "mov rax, [rdi + r8*8 - 8]\n",
+            "and eax, 0x3ff\n",
+            "jz 4f\n",
+            "cmp rax, r8\n",
+            "jae 4f\n",
+            "mov rdx, r8\n",
+            "sub rdx, rax\n", // f + 1
+            "lea rax, [rsp + 80]\n",
+            "cmp [rdi + rdx*8 + 8], rax\n", // word[f+2]: its return slot
+            "jbe 81f\n",
+            "mov r9, [rdi + rdx*8]\n", // word[f+1]: func | depth << 48
+            "shr r9, 48\n",
+            "inc r9\n",
+            "4:\n",
+            // A call the user declines (`-D`): nothing to do.
+            "mov rax, [rsi + {u_max_depth}]\n",
+            "test rax, rax\n",
+            "jz 6f\n",
+            "cmp r9, rax\n",
+            "jae 83f\n",
+            "6:\n",
+            // Room for the frame, else the general way counts an overrun.
+            "lea rax, [r8 + 4]\n",
+            "cmp rax, {max_offset}\n",
+            "jae 81f\n",
+            // The frame {R, func | depth << 48, slot, RESERVED}, written whole
+            // before curr publishes it and again after (a handler that ran in
+            // between may have used the words); pushed before the record is
+            // claimed, as on the general way (a handler's calls in between nest in
+            // it and come first).
+            $site,
+            "mov rax, r9\n",
+            "shl rax, 48\n",
+            "or rdx, rax\n",
+            frame_words!(),
+            "lea rax, [r8 + 4]\n",
+            "mov qword ptr fs:[rcx + {t_curr}], rax\n",
+            frame_words!(),
+            // The entry record {time, Entry | MAGIC | depth << 6 | func << 16} in
+            // a slot of the ring, else the frame goes and the general way waits
+            // for one.
+            ring_begin_claim!("82f", "r10"),
+            $site,
+            "shl rdx, 16\n",
+            "push r9\n",
+            "shl r9, 6\n",
+            "or rdx, r9\n",
+            "pop r9\n",
+            "or rdx, {entry_bits}\n",
+            ring_write!("r10"),
+            ring_end!("5f"),
+            "5:\n",
+            // Kept for the user: its BITMAP word, then the hijack.
+            "mov rax, [rsi + {u_frame_word}]\n",
+            "mov [rdi + r8*8 + 24], rax\n",
+            $hook,
+            bracket_leave!(),
+            $hooked,
+            pop_saved!(),
+            "ret\n",
+            // Declined: leave as if untraced.
+            "83:\n",
+            bracket_leave!(),
+            $declined,
+            pop_saved!(),
+            "ret\n",
+            // The general way: from 82 with the frame pushed (take it back: any
+            // handler's frames above it are gone) and the ring begun (end it),
+            // from 81 with the bracket entered (leave it), from 80 as at entry.
+            "82:\n",
+            "mov qword ptr fs:[rcx + {t_curr}], r8\n",
+            ring_end!("81f"),
+            "81:\n",
+            bracket_leave!(),
+            "80:\n",
+            pop_saved!(),
+        )
+    };
+}
+
+// The return's fast path; resumes with `$resume` (r11 = the real return
+// address, every register of the result restored). The general way: label
+// 90 with nothing held.
+macro_rules! fused_return {
+    ($resume:literal) => {
+        concat!(
+            "push rax\n",
+            "push rdx\n",
+            "mov rcx, [rip + {tp_local}]\n",
+            "mov r8, qword ptr fs:[rcx + {l_word}]\n",
+            "test r8, r8\n",
+            "jz 90f\n",
+            "test word ptr [r8], 0xffff\n",
+            "jnz 90f\n",
+            "cmp dword ptr fs:[rcx + {l_rec}], 0\n",
+            "jne 90f\n",
+            "lea rax, [rsp + 8]\n",
+            "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
+            "inc qword ptr [r8]\n",
+            "mov rsi, [rip + {fast}]\n",
+            "test rsi, rsi\n",
+            "jz 91f\n",
+            "mov rax, [rsi + {u_inst}]\n",
+            "test rax, rax\n",
+            "js 91f\n",
+            "mov rcx, [rip + {tp_rings}]\n",
+            "mov r11, qword ptr fs:[rcx + rax*8]\n",
+            "test r11, r11\n",
+            "jz 91f\n",
+            // The top frame f (r10) is the returning call's (its slot) and was
+            // kept for this user alone (its BITMAP word).
+            "mov rcx, [rip + {tp_thread}]\n",
+            "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
+            "test rdi, rdi\n",
+            "jz 91f\n",
+            "mov r9, qword ptr fs:[rcx + {t_curr}]\n",
+            "test r9, r9\n",
+            "jz 91f\n",
+            "mov rax, [rdi + r9*8 - 8]\n",
+            "and eax, 0x3ff\n",
+            "jz 91f\n",
+            "cmp rax, r9\n",
+            "jae 91f\n",
+            "mov r10, r9\n",
+            "sub r10, rax\n",
+            "dec r10\n",
+            "lea rax, [rsp + 8]\n",
+            "cmp [rdi + r10*8 + 16], rax\n",
+            "jne 91f\n",
+            "mov rax, [rdi + r10*8 + 24]\n",
+            "cmp rax, [rsi + {u_frame_word}]\n",
+            "jne 91f\n",
+            // The exit record {time, Exit | MAGIC | depth << 6 | func << 16} in a
+            // slot of the ring, else the general way waits for one. The frame's
+            // users are taken before it is written (as finish_frame: a handler
+            // that never returns leaves no second exit).
+            ring_begin_claim!("92f", "r9"),
+            "movabs rdx, {users_clear}\n",
+            "and rdx, [rdi + r10*8 + 24]\n",
+            "mov [rdi + r10*8 + 24], rdx\n",
+            "push rax\n",
+            "mov rax, [rdi + r10*8 + 8]\n",
+            "mov rdx, rax\n",
+            "shr rdx, 48\n",
+            "shl rdx, 6\n",
+            "shl rax, 16\n",
+            "or rdx, rax\n",
+            "or rdx, {exit_bits}\n",
+            "pop rax\n",
+            ring_write!("r9"),
+            ring_end!("5f"),
+            "5:\n",
+            // Pop the frame; resume at its real return address.
+            "mov r11, [rdi + r10*8]\n",
+            "mov rcx, [rip + {tp_thread}]\n",
+            "mov qword ptr fs:[rcx + {t_curr}], r10\n",
+            bracket_leave!(),
+            "pop rdx\n",
+            "pop rax\n",
+            $resume,
+            "92:\n",
+            ring_end!("91f"),
+            "91:\n",
+            bracket_leave!(),
+            "90:\n",
+            "pop rdx\n",
+            "pop rax\n",
+        )
+    };
+}
+
 // The entry, then the return (its register contract below, with it).
 //
 // Entry. Register contract: reached by the manager's stub from a site's
@@ -203,138 +458,12 @@ std::arch::global_asm!(
     ".hidden shadowgraph_fused_entry",
     "shadowgraph_fused_entry:",
     "endbr64",
-    "push rax",
-    "push rcx",
-    "push rdx",
-    "push rsi",
-    "push rdi",
-    "push r8",
-    "push r9",
-    "push r10",
-    "push r11",
-    // At rest: a bracket word, depth 0, no recursion bit.
-    "mov rcx, [rip + {tp_local}]",
-    "mov rdx, qword ptr fs:[rcx + {l_word}]",
-    "test rdx, rdx",
-    "jz 80f",
-    "test word ptr [rdx], 0xffff",
-    "jnz 80f",
-    "cmp dword ptr fs:[rcx + {l_rec}], 0",
-    "jne 80f",
-    // Enter the bracket, anchored at the return slot.
-    "lea rax, [rsp + 80]",
-    "mov qword ptr fs:[rcx + {l_anchor}], rax",
-    "inc qword ptr [rdx]",
-    // The manager is still registered (its slot names it) and its sole
-    // user is a fused recorder with a ring on this thread.
-    "mov rax, [rsp]",
-    "cmp qword ptr [rax], 0",
-    "je 81f",
-    "mov rsi, [rip + {fast}]",
-    "test rsi, rsi",
-    "jz 81f",
-    "mov rax, [rsi + {u_inst}]",
-    "test rax, rax",
-    "js 81f",
-    "mov rcx, [rip + {tp_rings}]",
-    "mov r11, qword ptr fs:[rcx + rax*8]",
-    "test r11, r11",
-    "jz 81f",
-    // The thread's shadow stack: attached, hooked, not exiting or paused.
-    "mov rcx, [rip + {tp_thread}]",
-    "mov rdi, qword ptr fs:[rcx + {t_stack}]",
-    "test rdi, rdi",
-    "jz 81f",
-    "cmp byte ptr fs:[rcx + {t_exiting}], 0",
-    "jne 81f",
-    "cmp dword ptr fs:[rcx + {t_pause}], 0",
-    "jne 81f",
-    "cmp byte ptr fs:[rcx + {t_unhooked}], 0",
-    "jne 81f",
-    // r8 = curr; r9 = depth: one deeper than the top frame f = curr−1−o
-    // (o = word[curr−1]'s offset), 0 without one. A top frame whose return
-    // slot is not above ours was left by a longjmp: the general way.
-    "mov r8, qword ptr fs:[rcx + {t_curr}]",
-    "xor r9d, r9d",
-    "test r8, r8",
-    "jz 4f",
-    "mov rax, [rdi + r8*8 - 8]",
-    "and eax, 0x3ff",
-    "jz 4f",
-    "cmp rax, r8",
-    "jae 4f",
-    "mov rdx, r8",
-    "sub rdx, rax", // f + 1
-    "lea rax, [rsp + 80]",
-    "cmp [rdi + rdx*8 + 8], rax", // word[f+2]: its return slot
-    "jbe 81f",
-    "mov r9, [rdi + rdx*8]", // word[f+1]: func | depth << 48
-    "shr r9, 48",
-    "inc r9",
-    "4:",
-    // A call the user declines (`-D`): nothing to do.
-    "mov rax, [rsi + {u_max_depth}]",
-    "test rax, rax",
-    "jz 6f",
-    "cmp r9, rax",
-    "jae 83f",
-    "6:",
-    // Room for the frame, else the general way counts an overrun.
-    "lea rax, [r8 + 4]",
-    "cmp rax, {max_offset}",
-    "jae 81f",
-    // The frame {R, func | depth << 48, slot, RESERVED}, written whole
-    // before curr publishes it and again after (a handler that ran in
-    // between may have used the words); pushed before the record is
-    // claimed, as on the general way (a handler's calls in between nest in
-    // it and come first).
-    "mov rdx, [rsp + 72]",
-    "sub rdx, 5",
-    "mov rax, r9",
-    "shl rax, 48",
-    "or rdx, rax",
-    frame_words!(),
-    "lea rax, [r8 + 4]",
-    "mov qword ptr fs:[rcx + {t_curr}], rax",
-    frame_words!(),
-    // The entry record {time, Entry | MAGIC | depth << 6 | func << 16} in
-    // a slot of the ring, else the frame goes and the general way waits
-    // for one.
-    ring_begin_claim!("82f", "r10"),
-    "mov rdx, [rsp + 72]",
-    "sub rdx, 5",
-    "shl rdx, 16",
-    "push r9",
-    "shl r9, 6",
-    "or rdx, r9",
-    "pop r9",
-    "or rdx, {entry_bits}",
-    ring_write!("r10"),
-    ring_end!("5f"),
-    "5:",
-    // Kept for the user: its BITMAP word, then the hijack.
-    "mov rax, [rsi + {u_frame_word}]",
-    "mov [rdi + r8*8 + 24], rax",
-    "lea rax, [rip + shadowgraph_return_to_handler]",
-    "mov [rsp + 80], rax",
-    bracket_leave!(),
-    pop_saved!(),
-    "ret",
-    // Declined: leave as if untraced.
-    "83:",
-    bracket_leave!(),
-    pop_saved!(),
-    "ret",
-    // The general way: from 82 with the frame pushed (take it back: any
-    // handler's frames above it are gone) and the ring begun (end it),
-    // from 81 with the bracket entered (leave it), from 80 as at entry.
-    "82:",
-    "mov qword ptr fs:[rcx + {t_curr}], r8",
-    ring_end!("81f"),
-    "81:",
-    bracket_leave!(),
-    "80:",
-    pop_saved!(),
+    fused_entry!(
+        "mov rdx, [rsp + 72]\nsub rdx, 5\n",
+        "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 80], rax\n",
+        "",
+        ""
+    ),
     "jmp shadowgraph_fused_general",
     // The manager's caller (tramp.rs, args variant), with the ops slot
     // from r11 kept in the frame's spare word across save_args.
@@ -360,88 +489,51 @@ std::arch::global_asm!(
     ".globl shadowgraph_fused_return",
     ".hidden shadowgraph_fused_return",
     "shadowgraph_fused_return:",
-    "push rax",
-    "push rdx",
-    "mov rcx, [rip + {tp_local}]",
-    "mov r8, qword ptr fs:[rcx + {l_word}]",
-    "test r8, r8",
-    "jz 90f",
-    "test word ptr [r8], 0xffff",
-    "jnz 90f",
-    "cmp dword ptr fs:[rcx + {l_rec}], 0",
-    "jne 90f",
-    "lea rax, [rsp + 8]",
-    "mov qword ptr fs:[rcx + {l_anchor}], rax",
-    "inc qword ptr [r8]",
-    "mov rsi, [rip + {fast}]",
-    "test rsi, rsi",
-    "jz 91f",
-    "mov rax, [rsi + {u_inst}]",
-    "test rax, rax",
-    "js 91f",
-    "mov rcx, [rip + {tp_rings}]",
-    "mov r11, qword ptr fs:[rcx + rax*8]",
-    "test r11, r11",
-    "jz 91f",
-    // The top frame f (r10) is the returning call's (its slot) and was
-    // kept for this user alone (its BITMAP word).
-    "mov rcx, [rip + {tp_thread}]",
-    "mov rdi, qword ptr fs:[rcx + {t_stack}]",
-    "test rdi, rdi",
-    "jz 91f",
-    "mov r9, qword ptr fs:[rcx + {t_curr}]",
-    "test r9, r9",
-    "jz 91f",
-    "mov rax, [rdi + r9*8 - 8]",
-    "and eax, 0x3ff",
-    "jz 91f",
-    "cmp rax, r9",
-    "jae 91f",
-    "mov r10, r9",
-    "sub r10, rax",
-    "dec r10",
-    "lea rax, [rsp + 8]",
-    "cmp [rdi + r10*8 + 16], rax",
-    "jne 91f",
-    "mov rax, [rdi + r10*8 + 24]",
-    "cmp rax, [rsi + {u_frame_word}]",
-    "jne 91f",
-    // The exit record {time, Exit | MAGIC | depth << 6 | func << 16} in a
-    // slot of the ring, else the general way waits for one. The frame's
-    // users are taken before it is written (as finish_frame: a handler
-    // that never returns leaves no second exit).
-    ring_begin_claim!("92f", "r9"),
-    "movabs rdx, {users_clear}",
-    "and rdx, [rdi + r10*8 + 24]",
-    "mov [rdi + r10*8 + 24], rdx",
-    "push rax",
-    "mov rax, [rdi + r10*8 + 8]",
-    "mov rdx, rax",
-    "shr rdx, 48",
-    "shl rdx, 6",
-    "shl rax, 16",
-    "or rdx, rax",
-    "or rdx, {exit_bits}",
-    "pop rax",
-    ring_write!("r9"),
-    ring_end!("5f"),
-    "5:",
-    // Pop the frame; resume at its real return address.
-    "mov r11, [rdi + r10*8]",
-    "mov rcx, [rip + {tp_thread}]",
-    "mov qword ptr fs:[rcx + {t_curr}], r10",
-    bracket_leave!(),
-    "pop rdx",
-    "pop rax",
-    "jmp r11",
-    "92:",
-    ring_end!("91f"),
-    "91:",
-    bracket_leave!(),
-    "90:",
-    "pop rdx",
-    "pop rax",
+    fused_return!("jmp r11\n"),
     "jmp shadowgraph_return_general",
+    // Site stubs (tramp.rs). Entry: register contract as above, reached
+    // from a stub's `call ENTRY` through the arena's ENTRY trampoline, so
+    // [rsp] = stub+5 and the site is the stub's literal at [[rsp] + 27]. The
+    // return is not taken over here: the stub calls the body itself when
+    // the entry returns with ZF=1 (a frame was pushed), and runs it
+    // untouched with ZF=0. Every argument register is restored either way.
+    ".globl shadowgraph_fused_site_entry",
+    ".hidden shadowgraph_fused_site_entry",
+    "shadowgraph_fused_site_entry:",
+    "endbr64",
+    fused_entry!(
+        "mov rdx, [rsp + 72]\nmov rdx, [rdx + {site_off}]\n",
+        "",
+        "cmp rsp, rsp\n",
+        "test rsp, rsp\n"
+    ),
+    // The manager's caller as above with the stub's site as regs.ip; it
+    // hooks a call by hijacking its slot, which is how ZF is set here.
+    crate::tramp::prologue!(),
+    "mov [rsp + 0x128], r11",
+    crate::tramp::save_args!(),
+    "mov r11, [rbp + 8]",
+    "mov r11, [r11 + {site_off}]",
+    "mov [rsp + 0xc8], r11",
+    "add r11, 5",
+    "mov [rsp + 0x110], r11",
+    "mov rdi, rsp",
+    "mov rsi, [rsp + 0x128]",
+    "call {manager_entry}",
+    "lea r11, [rip + shadowgraph_return_to_handler]",
+    "cmp [rbp + 16], r11",
+    crate::tramp::restore_args!(),
+    "leave",
+    "ret",
+    // Return through a stub: jumped to by the arena's RETURN pad from the
+    // stub's return point, with rsp, the result and the dead registers as
+    // for the return above. Resumes by `ret`: the return-stack predictor
+    // holds the real address, since the stub's call has been returned from.
+    ".globl shadowgraph_fused_site_return",
+    ".hidden shadowgraph_fused_site_return",
+    "shadowgraph_fused_site_return:",
+    fused_return!("push r11\nret\n"),
+    "jmp shadowgraph_site_return_general",
     ".popsection",
     tp_local = sym TP_LOCAL,
     tp_thread = sym TP_THREAD,
@@ -470,4 +562,5 @@ std::arch::global_asm!(
     entry_bits = const super::format::MAGIC << 3,
     users_clear = const !(0xffffu64 << 12),
     exit_bits = const super::format::MAGIC << 3 | 1,
+    site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
 );
