@@ -91,6 +91,9 @@ extern "C" fn agent_init() {
         }
     }
     ROOT_PID.store(pid, std::sync::atomic::Ordering::Relaxed);
+    // Returns come back through each site's stub, unless told to hijack
+    // them (SHADOWGRAPH_NO_SITE_STUBS=1, to compare).
+    shadowgraph::fgraph::set_site_stubs(std::env::var_os("SHADOWGRAPH_NO_SITE_STUBS").is_none());
     let result = match mode.as_str() {
         "count" => attach_counter(),
         "graph" => graph::attach(),

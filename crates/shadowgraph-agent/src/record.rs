@@ -450,11 +450,7 @@ pub fn attach() -> Result<(), String> {
                 i,
             );
             // Its callbacks only emit the two records: the fused path may
-            // stand in for them (SHADOWGRAPH_NO_FUSED=1: never, to compare;
-            // SHADOWGRAPH_NO_SITE_STUBS=1: with hijacked returns).
-            shadowgraph::record::fused::set_site_stubs(
-                std::env::var_os("SHADOWGRAPH_NO_SITE_STUBS").is_none(),
-            );
+            // stand in for them (SHADOWGRAPH_NO_FUSED=1: never, to compare).
             if std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none()
                 && shadowgraph::record::fused::attach(&u, i, max_depth)
             {

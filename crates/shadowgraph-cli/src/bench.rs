@@ -560,6 +560,7 @@ fn floor_ns(loop_target: Loop, calls: i64, reps: usize) -> Result<f64, String> {
 }
 
 fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
+    fgraph::set_site_stubs(std::env::var_os("SHADOWGRAPH_NO_SITE_STUBS").is_none());
     let (loop_plain, loop_target, _lib) = load_dispatch_lib()?;
     let filter = || ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string());
     let user =

@@ -297,8 +297,8 @@ pub(crate) static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut
 /// template (record::fused), if set before the first user registers.
 pub(crate) static MANAGER_STUB: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
-/// Where the manager's site stubs call in and return to (record::fused),
-/// if set before the first user registers; 0: no site stubs.
+/// Where the manager's site stubs call in and return to, if set before the
+/// first user registers (record::fused); 0: fgraph's general ones.
 pub(crate) static MANAGER_SITE_ENTRY: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 pub(crate) static MANAGER_SITE_RETURN: std::sync::atomic::AtomicUsize =
@@ -331,17 +331,33 @@ fn registry() -> MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+static SITE_STUBS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether the manager gives each site where it is alone its own stub
+/// (tramp.rs), which calls the traced function so that its return needs no
+/// hijack (the default), or has the sites call its trampolines and
+/// hijacks returns (to compare). Effective if set before the first user
+/// registers.
+pub fn set_site_stubs(on: bool) {
+    SITE_STUBS.store(on, Ordering::Relaxed);
+}
+
 fn manager() -> &'static Arc<Ops> {
     static M: OnceLock<Arc<Ops>> = OnceLock::new();
     M.get_or_init(|| {
+        let site = match MANAGER_SITE_ENTRY.load(Ordering::Acquire) {
+            _ if !SITE_STUBS.load(Ordering::Relaxed) => (0, 0),
+            0 => (
+                shadowgraph_graph_site_entry as *const () as usize,
+                shadowgraph_site_return_general as *const () as usize,
+            ),
+            e => (e, MANAGER_SITE_RETURN.load(Ordering::Acquire)),
+        };
         Ops::new_manager_with_entry(
             graph_entry,
             manager_tramp_entry,
             MANAGER_STUB.load(Ordering::Acquire),
-            (
-                MANAGER_SITE_ENTRY.load(Ordering::Acquire),
-                MANAGER_SITE_RETURN.load(Ordering::Acquire),
-            ),
+            site,
         )
     })
 }
@@ -531,6 +547,45 @@ pub(crate) extern "C" fn manager_tramp_entry(
         graph_entry_inline(regs.ip, regs.parent_ip, regs);
     }
     crate::tramp::EntryAction::default()
+}
+
+// The manager's site stubs' entry (tramp.rs, "Site stubs"): the manager's
+// caller (tramp.rs, args variant) with the stub's site as regs.ip. Register
+// contract: reached from a stub's `call ENTRY` through the arena's ENTRY
+// trampoline: [rsp] = stub+5, [rsp+8] = R, r11 = the manager's ops slot in
+// that arena (kept in the frame's spare word across save_args), every
+// argument register live. The entry hooks a call by hijacking its slot;
+// returns with ZF=1 if it did (the stub then calls the body, whose return
+// comes back by the stub), ZF=0 if not, every argument register restored.
+std::arch::global_asm!(
+    ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
+    ".globl shadowgraph_graph_site_entry",
+    ".hidden shadowgraph_graph_site_entry",
+    "shadowgraph_graph_site_entry:",
+    crate::tramp::prologue!(),
+    "mov [rsp + 0x128], r11",
+    crate::tramp::save_args!(),
+    "mov r11, [rbp + 8]",
+    "mov r11, [r11 + {site_off}]",
+    "mov [rsp + 0xc8], r11",
+    "add r11, 5",
+    "mov [rsp + 0x110], r11",
+    "mov rdi, rsp",
+    "mov rsi, [rsp + 0x128]",
+    "call {manager_entry}",
+    "lea r11, [rip + shadowgraph_return_to_handler]",
+    "cmp [rbp + 16], r11",
+    crate::tramp::restore_args!(),
+    "leave",
+    "ret",
+    ".popsection",
+    manager_entry = sym manager_tramp_entry,
+    site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
+);
+
+extern "C" {
+    fn shadowgraph_graph_site_entry();
+    fn shadowgraph_site_return_general();
 }
 
 /// The manager's callback (SPEC §4.3), when reached through the core's

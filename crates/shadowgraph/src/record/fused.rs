@@ -25,7 +25,7 @@ use crate::fgraph::stack::{ThreadState, MAX_OFFSET};
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace::local::CoreLocal;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 /// Offsets from the thread pointer of the core's, fgraph's and the
 /// writer's thread-local state.
@@ -73,27 +73,16 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
         shadowgraph_fused_entry as *const () as usize,
         Ordering::Release,
     );
-    if SITE_STUBS.load(Ordering::Relaxed) {
-        fgraph::MANAGER_SITE_ENTRY.store(
-            shadowgraph_fused_site_entry as *const () as usize,
-            Ordering::Release,
-        );
-        fgraph::MANAGER_SITE_RETURN.store(
-            shadowgraph_fused_site_return as *const () as usize,
-            Ordering::Release,
-        );
-    }
+    fgraph::MANAGER_SITE_ENTRY.store(
+        shadowgraph_fused_site_entry as *const () as usize,
+        Ordering::Release,
+    );
+    fgraph::MANAGER_SITE_RETURN.store(
+        shadowgraph_fused_site_return as *const () as usize,
+        Ordering::Release,
+    );
     fgraph::FUSED_RETURN_ON.store(1, Ordering::Release);
     true
-}
-
-static SITE_STUBS: AtomicBool = AtomicBool::new(true);
-
-/// Whether [`attach`] gives each site its own stub (tramp.rs) that calls
-/// the traced function, so that its return needs no hijack (default), or
-/// leaves the sites calling the manager's trampolines (for comparison).
-pub fn set_site_stubs(on: bool) {
-    SITE_STUBS.store(on, Ordering::Relaxed);
 }
 
 // A ring's producer side, as `Ring::begin/claim_at/end` (ring.rs): `nest`
@@ -507,24 +496,7 @@ std::arch::global_asm!(
         "cmp rsp, rsp\n",
         "test rsp, rsp\n"
     ),
-    // The manager's caller as above with the stub's site as regs.ip; it
-    // hooks a call by hijacking its slot, which is how ZF is set here.
-    crate::tramp::prologue!(),
-    "mov [rsp + 0x128], r11",
-    crate::tramp::save_args!(),
-    "mov r11, [rbp + 8]",
-    "mov r11, [r11 + {site_off}]",
-    "mov [rsp + 0xc8], r11",
-    "add r11, 5",
-    "mov [rsp + 0x110], r11",
-    "mov rdi, rsp",
-    "mov rsi, [rsp + 0x128]",
-    "call {manager_entry}",
-    "lea r11, [rip + shadowgraph_return_to_handler]",
-    "cmp [rbp + 16], r11",
-    crate::tramp::restore_args!(),
-    "leave",
-    "ret",
+    "jmp shadowgraph_graph_site_entry",
     // Return through a stub: jumped to by the arena's RETURN pad from the
     // stub's return point, with rsp, the result and the dead registers as
     // for the return above. Resumes by `ret`: the return-stack predictor
