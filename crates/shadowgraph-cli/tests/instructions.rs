@@ -15,12 +15,12 @@ const BUDGETS: [(&str, f64); 8] = [
     ("ops", 155.0),
     ("list2", 350.0),
     ("direct", 14.0),
-    ("graph-decline", 230.0),
-    ("graph", 360.0),
+    ("graph-decline", 200.0),
+    ("graph", 300.0),
     // The plain recorder, timestamps and ring writes included: on the
     // fused path (record::fused) and through fgraph's callbacks.
     ("record", 250.0),
-    ("record-general", 550.0),
+    ("record-general", 480.0),
 ];
 
 fn have_valgrind() -> bool {

@@ -18,13 +18,15 @@ pub mod stack;
 
 use crate::ftrace::dispatch::try_lock_at_rest;
 use crate::ftrace::dispatch::ErrnoGuard;
+use crate::ftrace::local::CoreLocal;
 use crate::ftrace::quiesce::{self, Bracket};
 use crate::ftrace::{
     self, dispatch::site_id, try_lock, unlock, CoreError, FilterSet, Group, Ops, Regs,
 };
 use stack::{thread, ThreadState};
 use std::fmt;
-use std::sync::atomic::{compiler_fence, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::mem::offset_of;
+use std::sync::atomic::{compiler_fence, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Most users at once.
@@ -345,6 +347,7 @@ pub fn set_site_stubs(on: bool) {
 fn manager() -> &'static Arc<Ops> {
     static M: OnceLock<Arc<Ops>> = OnceLock::new();
     M.get_or_init(|| {
+        init_tp_offsets();
         let site = match MANAGER_SITE_ENTRY.load(Ordering::Acquire) {
             _ if !SITE_STUBS.load(Ordering::Relaxed) => (0, 0),
             0 => (
@@ -549,20 +552,105 @@ pub(crate) extern "C" fn manager_tramp_entry(
     crate::tramp::EntryAction::default()
 }
 
-// The manager's site stubs' entry (tramp.rs, "Site stubs"): the manager's
-// caller (tramp.rs, args variant) with the stub's site as regs.ip. Register
-// contract: reached from a stub's `call ENTRY` through the arena's ENTRY
-// trampoline: [rsp] = stub+5, [rsp+8] = R, r11 = the manager's ops slot in
-// that arena (kept in the frame's spare word across save_args), every
-// argument register live. The entry hooks a call by hijacking its slot;
-// returns with ZF=1 if it did (the stub then calls the body, whose return
+// --- Site stubs: the single user's fast path in assembly -----------------------------
+//
+// Both sides below first try what `manager_tramp_entry`/`enter_fast` and
+// `graph_return`/`return_fast` do for a thread at rest with one user, with
+// the user's callback called through a small Rust function; anything else
+// (the bracket or a recursion bit held, no errno cached yet, no stack, not
+// ready, several users or none, frames a longjmp left, a full stack, a frame
+// kept for another epoch) goes the general way untouched, inside Rust.
+// The thread-local state is reached at its offset from the thread pointer
+// (initial-exec TLS: the same in every thread), see `init_tp_offsets`.
+
+/// Offsets from the thread pointer of the core's and fgraph's thread-local
+/// state (also read by record::fused).
+pub(crate) static TP_LOCAL: AtomicI64 = AtomicI64::new(0);
+pub(crate) static TP_THREAD: AtomicI64 = AtomicI64::new(0);
+
+/// Computes [`TP_LOCAL`] and [`TP_THREAD`] (before any site can reach the
+/// code that reads them).
+pub(crate) fn init_tp_offsets() {
+    let tp: usize;
+    // SAFETY: reads the thread pointer (fs:0 holds it, x86-64 TLS ABI).
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    let off = |a: usize| a.wrapping_sub(tp) as i64;
+    TP_LOCAL.store(
+        off(crate::ftrace::local::local() as *const CoreLocal as usize),
+        Ordering::Relaxed,
+    );
+    TP_THREAD.store(
+        off(thread() as *const ThreadState as usize),
+        Ordering::Relaxed,
+    );
+}
+
+// Leaves the bracket entered at rest (depth 1 → 0, exit generation + 1, in
+// one instruction); clobbers rcx.
+macro_rules! leave_at_rest {
+    () => {
+        concat!(
+            "mov rcx, [rip + {tp_local}]\n",
+            "mov rcx, qword ptr fs:[rcx + {l_word}]\n",
+            "add qword ptr [rcx], 0xffff\n",
+        )
+    };
+}
+
+// The recursion bit given back, errno as saved at `$errno`, the bracket
+// left. Clobbers rax, rcx, rdx.
+macro_rules! fast_done {
+    ($errno:literal) => {
+        concat!(
+            "mov rcx, [rip + {tp_local}]\n",
+            "and dword ptr fs:[rcx + {l_rec}], {unbit}\n",
+            "mov rax, qword ptr fs:[rcx + {l_errno}]\n",
+            "mov edx, dword ptr [rsp + ",
+            $errno,
+            "]\n",
+            "mov dword ptr [rax], edx\n",
+            "mov rcx, qword ptr fs:[rcx + {l_word}]\n",
+            "add qword ptr [rcx], 0xffff\n",
+        )
+    };
+}
+
+// The frame {R, rdx, slot, RESERVED} at word r8 of stack rdi (R's slot is
+// rbp+16). Clobbers rax.
+macro_rules! frame_at_r8 {
+    () => {
+        concat!(
+            "mov rax, [rbp + 16]\n",
+            "mov [rdi + r8*8], rax\n",
+            "mov [rdi + r8*8 + 8], rdx\n",
+            "lea rax, [rbp + 16]\n",
+            "mov [rdi + r8*8 + 16], rax\n",
+            "mov qword ptr [rdi + r8*8 + 24], {frame_words}\n",
+        )
+    };
+}
+
+// Entry. Register contract: reached from a stub's `call ENTRY` through the
+// arena's ENTRY trampoline: [rsp] = stub+5, [rsp+8] = R, r11 = the
+// manager's ops slot in that arena, every argument register live. The
+// frame is the manager's caller's (tramp.rs, args variant: a Regs, with the
+// stub's site as regs.ip) and 0x28 more bytes: 0x128 the ops slot, 0x130
+// the saved errno, 0x138 the new frame's start, 0x140 the user. Returns with
+// ZF=1 if the call was hooked (the stub then calls the body, whose return
 // comes back by the stub), ZF=0 if not, every argument register restored.
+// The general way hooks by hijacking the slot, which is how ZF is set then.
 std::arch::global_asm!(
     ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
     ".globl shadowgraph_graph_site_entry",
     ".hidden shadowgraph_graph_site_entry",
     "shadowgraph_graph_site_entry:",
-    crate::tramp::prologue!(),
+    "endbr64",
+    "push rbp",
+    "mov rbp, rsp",
+    "sub rsp, 0x150",
+    "and rsp, -16",
     "mov [rsp + 0x128], r11",
     crate::tramp::save_args!(),
     "mov r11, [rbp + 8]",
@@ -570,6 +658,107 @@ std::arch::global_asm!(
     "mov [rsp + 0xc8], r11",
     "add r11, 5",
     "mov [rsp + 0x110], r11",
+    // At rest (a bracket word at depth 0, no recursion bit) with errno's
+    // location known: enter the bracket, anchored at the return slot.
+    "mov rcx, [rip + {tp_local}]",
+    "mov rdx, qword ptr fs:[rcx + {l_word}]",
+    "test rdx, rdx",
+    "jz 70f",
+    "test word ptr [rdx], 0xffff",
+    "jnz 70f",
+    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    "jne 70f",
+    "cmp qword ptr fs:[rcx + {l_errno}], 0",
+    "je 70f",
+    "lea rax, [rbp + 16]",
+    "mov qword ptr fs:[rcx + {l_anchor}], rax",
+    "inc qword ptr [rdx]",
+    // The manager still registered, one user, the thread ready.
+    "mov rax, [rsp + 0x128]",
+    "cmp qword ptr [rax], 0",
+    "je 71f",
+    "mov rsi, [rip + {fast}]",
+    "test rsi, rsi",
+    "jz 71f",
+    "mov r9, [rip + {tp_thread}]",
+    "mov rdi, qword ptr fs:[r9 + {t_stack}]",
+    "test rdi, rdi",
+    "jz 71f",
+    "cmp byte ptr fs:[r9 + {t_exiting}], 0",
+    "jne 71f",
+    "cmp dword ptr fs:[r9 + {t_pause}], 0",
+    "jne 71f",
+    "cmp byte ptr fs:[r9 + {t_unhooked}], 0",
+    "jne 71f",
+    // r8 = curr, r10 = depth: one deeper than the top frame's, 0 without
+    // one; a top frame whose slot is not above ours: the general way.
+    "mov r8, qword ptr fs:[r9 + {t_curr}]",
+    "xor r10d, r10d",
+    "test r8, r8",
+    "jz 4f",
+    "mov rax, [rdi + r8*8 - 8]",
+    "and eax, 0x3ff",
+    "jz 4f",
+    "cmp rax, r8",
+    "jae 4f",
+    "mov rdx, r8",
+    "sub rdx, rax", // f + 1
+    "lea rax, [rbp + 16]",
+    "cmp [rdi + rdx*8 + 8], rax",
+    "jbe 71f",
+    "mov r10, [rdi + rdx*8]",
+    "shr r10, 48",
+    "inc r10",
+    "4:",
+    // Room for the frame, else the general way counts an overrun.
+    "lea rax, [r8 + 4]",
+    "cmp rax, {max_offset}",
+    "jae 71f",
+    // The recursion bit and errno, as `try_lock_at_rest` and ErrnoGuard.
+    "mov dword ptr fs:[rcx + {l_rec}], {bit}",
+    "mov rax, qword ptr fs:[rcx + {l_errno}]",
+    "mov eax, dword ptr [rax]",
+    "mov dword ptr [rsp + 0x130], eax",
+    // The frame, written whole before curr publishes it and again after
+    // (as ThreadState::push).
+    "mov rdx, r10",
+    "shl rdx, 48",
+    "or rdx, [rsp + 0xc8]",
+    frame_at_r8!(),
+    "lea rax, [r8 + 4]",
+    "mov qword ptr fs:[r9 + {t_curr}], rax",
+    frame_at_r8!(),
+    "mov [rsp + 0x138], r8",
+    "mov [rsp + 0x140], rsi",
+    "mov rdi, rsp",
+    "mov rdx, r10",
+    "call {offer}",
+    "mov rcx, [rip + {tp_thread}]",
+    "mov r8, [rsp + 0x138]",
+    "test al, al",
+    "jz 5f",
+    // Kept for the user: its BITMAP word.
+    "mov rdi, qword ptr fs:[rcx + {t_stack}]",
+    "mov rsi, [rsp + 0x140]",
+    "mov rax, [rsi + {u_frame_word}]",
+    "mov [rdi + r8*8 + 24], rax",
+    fast_done!("0x130"),
+    "cmp rsp, rsp",
+    crate::tramp::restore_args!(),
+    "leave",
+    "ret",
+    // Declined: the frame goes.
+    "5:",
+    "mov qword ptr fs:[rcx + {t_curr}], r8",
+    fast_done!("0x130"),
+    "test rsp, rsp",
+    crate::tramp::restore_args!(),
+    "leave",
+    "ret",
+    // The general way, from 71 with the bracket entered (left first).
+    "71:",
+    leave_at_rest!(),
+    "70:",
     "mov rdi, rsp",
     "mov rsi, [rsp + 0x128]",
     "call {manager_entry}",
@@ -578,10 +767,148 @@ std::arch::global_asm!(
     crate::tramp::restore_args!(),
     "leave",
     "ret",
+    // Return through a stub. Register contract: jumped to by the arena's
+    // RETURN pad from the stub's return point: rsp = the returning call's
+    // slot + 8, 16-byte aligned; rax/rdx/xmm0/xmm1 hold the result; the
+    // other caller-saved registers are dead. The frame: a RetRegs (64
+    // bytes), 64 the saved errno, 72 the frame's start. Resumes at the real
+    // return address by `ret` (the return-stack predictor holds it, the
+    // stub's call having returned) with the result restored.
+    ".globl shadowgraph_site_return_general",
+    ".hidden shadowgraph_site_return_general",
+    "shadowgraph_site_return_general:",
+    "sub rsp, 80",
+    "mov [rsp], rax",
+    "mov [rsp + 8], rdx",
+    "movaps [rsp + 16], xmm0",
+    "movaps [rsp + 32], xmm1",
+    "lea rax, [rsp + 80]",
+    "mov [rsp + 48], rax",
+    "mov rcx, [rip + {tp_local}]",
+    "mov rdx, qword ptr fs:[rcx + {l_word}]",
+    "test rdx, rdx",
+    "jz 60f",
+    "test word ptr [rdx], 0xffff",
+    "jnz 60f",
+    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    "jne 60f",
+    "cmp qword ptr fs:[rcx + {l_errno}], 0",
+    "je 60f",
+    "lea rax, [rsp + 72]",
+    "mov qword ptr fs:[rcx + {l_anchor}], rax",
+    "inc qword ptr [rdx]",
+    // The top frame f (r10) is the returning call's (its slot) and was
+    // kept for the sole user alone (its BITMAP word).
+    "mov rsi, [rip + {fast}]",
+    "test rsi, rsi",
+    "jz 61f",
+    "mov r9, [rip + {tp_thread}]",
+    "mov rdi, qword ptr fs:[r9 + {t_stack}]",
+    "test rdi, rdi",
+    "jz 61f",
+    "mov r10, qword ptr fs:[r9 + {t_curr}]",
+    "test r10, r10",
+    "jz 61f",
+    "mov rax, [rdi + r10*8 - 8]",
+    "and eax, 0x3ff",
+    "jz 61f",
+    "cmp rax, r10",
+    "jae 61f",
+    "sub r10, rax",
+    "dec r10",
+    "lea rax, [rsp + 72]",
+    "cmp [rdi + r10*8 + 16], rax",
+    "jne 61f",
+    "mov rax, [rdi + r10*8 + 24]",
+    "cmp rax, [rsi + {u_frame_word}]",
+    "jne 61f",
+    "mov dword ptr fs:[rcx + {l_rec}], {bit}",
+    "mov rax, qword ptr fs:[rcx + {l_errno}]",
+    "mov eax, dword ptr [rax]",
+    "mov dword ptr [rsp + 64], eax",
+    // The frame's users taken before the callback (as finish_frame).
+    "movabs rax, {users_clear}",
+    "and [rdi + r10*8 + 24], rax",
+    "mov [rsp + 72], r10",
+    "mov rdi, rsp",
+    "mov rdx, r10",
+    "call {ret_cb}",
+    // Pop the frame; resume at its real return address.
+    "mov r10, [rsp + 72]",
+    "mov rcx, [rip + {tp_thread}]",
+    "mov rdi, qword ptr fs:[rcx + {t_stack}]",
+    "mov r11, [rdi + r10*8]",
+    "mov qword ptr fs:[rcx + {t_curr}], r10",
+    fast_done!("64"),
+    "jmp 62f",
+    "61:",
+    leave_at_rest!(),
+    "60:",
+    "mov rdi, rsp",
+    "call {ret}",
+    "mov r11, rax",
+    "62:",
+    "mov rax, [rsp]",
+    "mov rdx, [rsp + 8]",
+    "movaps xmm0, [rsp + 16]",
+    "movaps xmm1, [rsp + 32]",
+    "add rsp, 80",
+    "push r11",
+    "ret",
     ".popsection",
     manager_entry = sym manager_tramp_entry,
+    offer = sym fast_offer,
+    ret_cb = sym fast_return,
+    ret = sym graph_return,
+    fast = sym FAST,
+    tp_local = sym TP_LOCAL,
+    tp_thread = sym TP_THREAD,
+    l_word = const offset_of!(CoreLocal, word),
+    l_rec = const offset_of!(CoreLocal, rec),
+    l_anchor = const offset_of!(CoreLocal, outer_anchor),
+    l_errno = const offset_of!(CoreLocal, errno),
+    t_stack = const offset_of!(ThreadState, stack),
+    t_curr = const offset_of!(ThreadState, curr),
+    t_exiting = const offset_of!(ThreadState, exiting),
+    t_pause = const offset_of!(ThreadState, pause),
+    t_unhooked = const offset_of!(ThreadState, unhooked),
+    u_frame_word = const offset_of!(GraphUser, frame_word),
+    max_offset = const stack::MAX_OFFSET,
+    frame_words = const stack::FRAME_WORDS,
+    bit = const 1u32 << (Group::Graph as u32),
+    unbit = const !(1i32 << (Group::Graph as u32)),
+    users_clear = const !(0xffffu64 << 12),
     site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
 );
+
+/// The sole user's entry callback, from the site entry's fast path: the
+/// frame (from `regs`' call, at `depth`) is pushed, the thread is inside
+/// the bracket with the graph recursion bit. As `enter_fast` from there.
+extern "C" fn fast_offer(regs: &mut Regs, u: &GraphUser, depth: usize) -> bool {
+    let t = thread();
+    let word = u.frame_word.load(Ordering::Relaxed);
+    let ent = GraphEntry {
+        func: regs.ip,
+        parent_ip: regs.parent_ip,
+        depth: depth as i32,
+    };
+    let i = stack::bitmap_users(word).trailing_zeros() as usize;
+    offer(t, u, i, &ent, regs)
+}
+
+/// The sole user's return callback, from the site return's fast path: the
+/// frame at `f` (the top one, its users taken) is the returning call's.
+extern "C" fn fast_return(r: &RetRegs, u: &GraphUser, f: usize) {
+    let t = thread();
+    let ev = GraphReturn {
+        func: t.frame_func(f),
+        depth: t.frame_depth(f) as i32,
+        retval: r.rax,
+        overrun: t.overrun.get(),
+        unwound: false,
+    };
+    (u.ret)(&ev, u, r);
+}
 
 extern "C" {
     fn shadowgraph_graph_site_entry();
@@ -836,14 +1163,6 @@ std::arch::global_asm!(
     "shadowgraph_return_general:",
     return_body!(),
     "jmp r11",
-    // The same for a return that came back through a site stub (tramp.rs):
-    // the return-stack predictor expects the real address now, so `ret`.
-    ".globl shadowgraph_site_return_general",
-    ".hidden shadowgraph_site_return_general",
-    "shadowgraph_site_return_general:",
-    return_body!(),
-    "push r11",
-    "ret",
     ".popsection",
     ret = sym graph_return,
     fused_on = sym FUSED_RETURN_ON,

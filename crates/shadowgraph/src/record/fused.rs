@@ -27,10 +27,8 @@ use crate::ftrace::local::CoreLocal;
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-/// Offsets from the thread pointer of the core's, fgraph's and the
-/// writer's thread-local state.
-static TP_LOCAL: AtomicI64 = AtomicI64::new(0);
-static TP_THREAD: AtomicI64 = AtomicI64::new(0);
+/// Offset from the thread pointer of the writer's thread-local rings (the
+/// core's and fgraph's: fgraph::TP_LOCAL, fgraph::TP_THREAD).
 static TP_RINGS: AtomicI64 = AtomicI64::new(0);
 
 extern "C" {
@@ -56,16 +54,11 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
     unsafe {
         std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
     }
-    let off = |a: usize| a.wrapping_sub(tp) as i64;
-    TP_LOCAL.store(
-        off(crate::ftrace::local::local() as *const CoreLocal as usize),
+    TP_RINGS.store(
+        writer::rings_of_this_thread().wrapping_sub(tp) as i64,
         Ordering::Relaxed,
     );
-    TP_THREAD.store(
-        off(fgraph::stack::thread() as *const ThreadState as usize),
-        Ordering::Relaxed,
-    );
-    TP_RINGS.store(off(writer::rings_of_this_thread()), Ordering::Relaxed);
+    fgraph::init_tp_offsets();
     user.fused_max_depth
         .store(max_depth as u64, Ordering::Release);
     user.fused_inst.store(inst as i64, Ordering::Release);
@@ -507,8 +500,8 @@ std::arch::global_asm!(
     fused_return!("push r11\nret\n"),
     "jmp shadowgraph_site_return_general",
     ".popsection",
-    tp_local = sym TP_LOCAL,
-    tp_thread = sym TP_THREAD,
+    tp_local = sym fgraph::TP_LOCAL,
+    tp_thread = sym fgraph::TP_THREAD,
     tp_rings = sym TP_RINGS,
     fast = sym fgraph::FAST,
     manager_entry = sym fgraph::manager_tramp_entry,
