@@ -767,15 +767,31 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         c
     };
     eprintln!("# fib({n}): {calls} traced calls; medians of {reps} runs …");
-    let plain = time_cmd(reps, || run_plain(&arg))?;
-    let sg = time_cmd(reps, || run_sg(&arg))?;
-    let sg_start = time_cmd(reps, || run_sg("1"))?;
-    let sg_general = time_cmd(reps, || run_sg_with(&arg, Some("SHADOWGRAPH_NO_FUSED")))?;
-    let sg_hijack = time_cmd(reps, || {
-        run_sg_with(&arg, Some("SHADOWGRAPH_NO_SITE_STUBS"))
-    })?;
+    // Every variant once per round, rounds repeated: the machine's slow
+    // spells then fall on all of them alike (medians per variant, and the
+    // ratio to uftrace as the median of each round's ratio).
+    let mut runs: Vec<Box<dyn FnMut() -> std::process::Command + '_>> = vec![
+        Box::new(|| run_plain(&arg)),
+        Box::new(|| run_sg(&arg)),
+        Box::new(|| run_sg("1")),
+        Box::new(|| run_sg_with(&arg, Some("SHADOWGRAPH_NO_FUSED"))),
+        Box::new(|| run_sg_with(&arg, Some("SHADOWGRAPH_NO_SITE_STUBS"))),
+    ];
+    if uftrace {
+        runs.push(Box::new(|| run_uf(&arg)));
+        runs.push(Box::new(|| run_uf("1")));
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    for _ in 0..reps {
+        for (r, t) in runs.iter_mut().zip(times.iter_mut()) {
+            t.push(time_cmd(1, r)?);
+        }
+    }
+    drop(runs);
+    let med = |i: usize| median(times[i].clone());
+    let (plain, sg_start, sg_general, sg_hijack) = (med(0), med(2), med(3), med(4));
     let sg = (
-        sg,
+        med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
     );
     let view = |bin: &Path, what: &str, d: &Path| {
@@ -818,8 +834,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         per_call(sg_general, sg_start)
     );
     if uftrace {
-        let uf = time_cmd(reps, || run_uf(&arg))?;
-        let uf_start = time_cmd(reps, || run_uf("1"))?;
+        let (uf, uf_start) = (med(5), med(6));
         let _ = time_cmd(1, || run_uf(&arg))?;
         let bytes = dir_bytes(&uf_data);
         let uf_bin = PathBuf::from("uftrace");
@@ -833,9 +848,16 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             uf_replay,
             uf_report,
         );
+        let ratios: Vec<f64> = times[1]
+            .iter()
+            .zip(&times[5])
+            .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
+            .collect();
         println!(
-            "# overhead per call, shadowgraph / uftrace: {:.2}",
-            per_call(sg.0, sg_start) / per_call(uf, uf_start)
+            "# overhead per call, shadowgraph / uftrace: {:.2} (median of the rounds' ratios; {:.2}–{:.2})",
+            median(ratios.clone()),
+            ratios.iter().cloned().fold(f64::INFINITY, f64::min),
+            ratios.iter().cloned().fold(0.0, f64::max)
         );
     } else {
         println!("# uftrace is not installed (apt-get install uftrace) — no comparison");
