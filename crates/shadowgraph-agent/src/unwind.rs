@@ -110,19 +110,63 @@ pub unsafe extern "C" fn _Unwind_Backtrace(trace: *mut c_void, arg: *mut c_void)
     std::arch::naked_asm!("lea rdx, [rsp + 8]", "jmp {body}", body = sym unwind_backtrace_body)
 }
 
+/// `_Unwind_Backtrace`'s callback and its argument, and whether the next
+/// frame is ours (the real function reports its caller first: this body).
+#[repr(C)]
+struct SkipFirst {
+    trace: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+    arg: *mut c_void,
+    skip: bool,
+}
+
+/// Forwards every frame but the first (ours) to the program's callback.
+unsafe extern "C" fn skip_first(ctx: *mut c_void, data: *mut c_void) -> c_int {
+    // SAFETY: `data` is the SkipFirst on unwind_backtrace_body's stack,
+    // live during the real _Unwind_Backtrace that calls us.
+    let s = unsafe { &mut *(data as *mut SkipFirst) };
+    if s.skip {
+        s.skip = false;
+        return 0; // _URC_NO_REASON: go on
+    }
+    // SAFETY: the program's callback with its own argument, as it asked.
+    unsafe { (s.trace)(ctx, s.arg) }
+}
+
+#[inline(never)]
 extern "C" fn unwind_backtrace_body(
     trace: *mut c_void,
     arg: *mut c_void,
     caller_sp: usize,
 ) -> c_int {
+    if trace.is_null() {
+        return 3; // _URC_FATAL_PHASE1_ERROR, as for any failed walk
+    }
     fgraph::unhook_thread();
-    // SAFETY: as above.
+    let mut skip = SkipFirst {
+        // SAFETY: a non-null trace callback of the documented signature.
+        trace: unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+            >(trace)
+        },
+        arg,
+        skip: true,
+    };
+    // The program's callback may be traced code: not hooked meanwhile
+    // (its hook would hijack the frames being walked again).
+    fgraph::pause_thread();
+    // SAFETY: as above; our callback and its argument outlive the call.
     let r = unsafe {
         real!(
             c"_Unwind_Backtrace",
-            unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int
-        )(trace, arg)
+            unsafe extern "C" fn(
+                unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+                *mut c_void,
+            ) -> c_int
+        )(skip_first, &mut skip as *mut SkipFirst as *mut c_void)
     };
+    fgraph::resume_thread();
     fgraph::rehook_thread(caller_sp);
     r
 }
@@ -137,15 +181,43 @@ pub unsafe extern "C" fn backtrace(buf: *mut *mut c_void, size: c_int) -> c_int 
     std::arch::naked_asm!("lea rdx, [rsp + 8]", "jmp {body}", body = sym backtrace_body)
 }
 
+#[inline(never)]
 extern "C" fn backtrace_body(buf: *mut *mut c_void, size: c_int, caller_sp: usize) -> c_int {
+    // The real function's first frame is its caller, this body: it is
+    // asked for one more frame, into a buffer of ours, and ours is dropped.
+    const MAX: usize = 256;
+    if size <= 0 || buf.is_null() {
+        return 0;
+    }
+    let size = size as usize;
     fgraph::unhook_thread();
-    // SAFETY: as above.
-    let r = unsafe {
+    if size > MAX {
+        // SAFETY: as above, into the caller's buffer of `size` entries;
+        // ours is then moved out (a full buffer loses its outermost frame).
+        let got = unsafe {
+            real!(
+                c"backtrace",
+                unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int
+            )(buf, size as c_int)
+        };
+        fgraph::rehook_thread(caller_sp);
+        let n = (got.max(0) as usize).saturating_sub(1);
+        // SAFETY: entries 1..=n are in the buffer; copy handles overlap.
+        unsafe { std::ptr::copy(buf.add(1), buf, n) };
+        return n as c_int;
+    }
+    let mut tmp = [std::ptr::null_mut::<c_void>(); MAX + 1];
+    let want = size.min(MAX) + 1;
+    // SAFETY: as above, into our buffer of `want` entries.
+    let got = unsafe {
         real!(
             c"backtrace",
             unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int
-        )(buf, size)
+        )(tmp.as_mut_ptr(), want as c_int)
     };
     fgraph::rehook_thread(caller_sp);
-    r
+    let n = (got.max(0) as usize).saturating_sub(1).min(size);
+    // SAFETY: the caller's buffer holds `size` ≥ n entries.
+    unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr().add(1), buf, n) };
+    n as c_int
 }

@@ -1390,6 +1390,21 @@ pub fn unhook_thread() {
     t.unhooked.set(true);
 }
 
+/// Stops hooking this thread's calls until [`resume_thread`] (nested
+/// pairs count): for the length of an unwinder's walk whose callbacks are
+/// the program's own, possibly traced, code, which must neither be hooked
+/// nor hook the walked frames again under the walker's feet.
+pub fn pause_thread() {
+    let t = thread();
+    t.pause.set(t.pause.get() + 1);
+}
+
+/// Ends a [`pause_thread`].
+pub fn resume_thread() {
+    let t = thread();
+    t.pause.set(t.pause.get().saturating_sub(1));
+}
+
 /// After an unwinder stopped at stack pointer `sp` (a landing pad, or the
 /// end of a backtrace): frames whose slot lies below `sp` are gone —
 /// reported as unwound exits and popped — and the rest are hijacked again.
