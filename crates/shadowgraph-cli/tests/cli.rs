@@ -3161,3 +3161,54 @@ fn depth_limited_recording_is_fused_and_exact() {
         assert_eq!(body(&replay_text(&ud)), want, "uftrace's own -D 3");
     }
 }
+
+/// A program that switches stacks (swapcontext coroutines, five traced
+/// levels deep on the coroutine's stack at every switch) runs as untraced,
+/// fused and general: the frames of the stack switched away from are
+/// closed at the switch, and when their functions return later they
+/// resume where they must (it used to abort: "a hijacked return has no
+/// shadow frame"). Every call is recorded.
+#[test]
+fn coroutines_switching_stacks_run_and_record() {
+    let dir = workdir("coro");
+    let exe = build_c(
+        &dir,
+        "coro",
+        "#include <stdio.h>\n#include <ucontext.h>\n\
+         #define KEEP __attribute__((noipa))\n\
+         static ucontext_t main_ctx, co_ctx;\n\
+         static char co_stack[256 * 1024];\n\
+         static long sum;\n\
+         KEEP long work(long x) { return x * 2 + 1; }\n\
+         KEEP void level(int n, int i) {\n\
+           if (n == 0) { sum += work(i); swapcontext(&co_ctx, &main_ctx); sum += work(i + 1); return; }\n\
+           level(n - 1, i); }\n\
+         KEEP void co_body(void) { for (int i = 0; i < 1000; i++) level(4, i); }\n\
+         KEEP void resume(void) { swapcontext(&main_ctx, &co_ctx); }\n\
+         int main(void) {\n\
+           getcontext(&co_ctx); co_ctx.uc_stack.ss_sp = co_stack;\n\
+           co_ctx.uc_stack.ss_size = sizeof co_stack; co_ctx.uc_link = &main_ctx;\n\
+           makecontext(&co_ctx, co_body, 0);\n\
+           for (int i = 0; i < 1001; i++) { resume(); sum += work(i); }\n\
+           printf(\"%ld\\n\", sum); return 0; }\n",
+    );
+    let plain = Command::new(&exe).output().unwrap();
+    assert!(plain.status.success());
+    for (name, env) in [
+        ("fused", &[][..]),
+        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
+        ("hijacked", &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..]),
+    ] {
+        let data = dir.join(format!("{name}.data"));
+        let o = record_run(env, &["--no-libs"], &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{name}: {out}\n{err}");
+        assert_eq!(out, String::from_utf8_lossy(&plain.stdout), "{name}");
+        assert!(err.contains("(0 lost)"), "{name}: {err}");
+        let rows = report_rows(&report_text(&data));
+        assert_eq!(rows["level"].2, 5000, "{name}: {rows:?}");
+        assert_eq!(rows["work"].2, 3001, "{name}: {rows:?}");
+        assert_eq!(rows["co_body"].2, 1, "{name}: {rows:?}");
+        assert_eq!(rows["resume"].2, 1001, "{name}: {rows:?}");
+    }
+}

@@ -1238,7 +1238,10 @@ fn return_fast(t: &ThreadState, f: usize, w: u64, u: &GraphUser, r: &RetRegs, bi
 fn return_general(t: &ThreadState, slot: usize, r: &RetRegs) -> usize {
     let f = match t.frame_below(t.curr.get()) {
         Some(top) if t.word(top + 2) as usize == slot => top,
-        _ => unwind_to(t, slot, r),
+        _ => match unwind_to(t, slot, r) {
+            Some(f) => f,
+            None => return revive(t, slot),
+        },
     };
     let ret = t.word(f) as usize;
     finish_frame(t, f, r, false);
@@ -1246,15 +1249,15 @@ fn return_general(t: &ThreadState, slot: usize, r: &RetRegs) -> usize {
 }
 
 /// The frame whose return slot is `slot` lies below the top: the frames
-/// above it were skipped by a non-local exit (longjmp). Report and pop them;
-/// returns the matching frame.
+/// above it were skipped by a non-local exit (longjmp), or belong to
+/// another stack the program switched away from. Report and pop them;
+/// returns the matching frame, or `None` (nothing popped) when no live
+/// frame has that slot.
 #[cold]
-fn unwind_to(t: &ThreadState, slot: usize, r: &RetRegs) -> usize {
+fn unwind_to(t: &ThreadState, slot: usize, r: &RetRegs) -> Option<usize> {
     let mut top = t.curr.get();
     let f = loop {
-        let Some(start) = t.frame_below(top) else {
-            fatal_no_frame(slot);
-        };
+        let start = t.frame_below(top)?;
         if t.word(start + 2) as usize == slot {
             break start;
         }
@@ -1266,14 +1269,35 @@ fn unwind_to(t: &ThreadState, slot: usize, r: &RetRegs) -> usize {
         }
         finish_frame(t, start, r, true);
     }
-    f
+    Some(f)
 }
+
+/// A hijacked return whose frame was popped as unwound, though its
+/// function was alive on a stack the program had switched away from
+/// (swapcontext, coroutines): its exit was reported then; it resumes at
+/// the real address remembered for its slot.
+#[cold]
+fn revive(t: &ThreadState, slot: usize) -> usize {
+    match t.graves.find(slot, true) {
+        Some(ret) => {
+            REVIVED_FRAMES.fetch_add(1, Ordering::Relaxed);
+            ret
+        }
+        None => fatal_no_frame(slot),
+    }
+}
+
+/// Returns of frames popped early (see [`ThreadState::graves`]).
+pub static REVIVED_FRAMES: AtomicU64 = AtomicU64::new(0);
 
 /// Runs the return callbacks of the frame at `f` (the top one) and pops it.
 #[inline(always)]
 fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
     let w = t.word(f + stack::FRAME_WORDS);
     let depth = t.frame_depth(f);
+    if unwound {
+        t.graves.bury(t.word(f + 2) as usize, t.word(f) as usize);
+    }
     if stack::bitmap_users(w) != 0 {
         // The frame's users are taken before their callbacks run: if one is
         // left for good (siglongjmp out of a handler that interrupted it),
@@ -1353,7 +1377,11 @@ fn ret_addr_in(t: &ThreadState, cursor: &mut usize, ret: usize, retp: usize) -> 
             return fret;
         }
     }
-    ret
+    // A frame popped early (a stack switched away from), if remembered.
+    t.graves
+        .find(retp, false)
+        .filter(|&r| !is_hijack(r))
+        .unwrap_or(ret)
 }
 
 /// The real return address of the innermost hooked frame of this thread

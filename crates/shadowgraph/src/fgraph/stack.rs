@@ -10,7 +10,7 @@
 //! moves and again after (a handler may have reused the word meanwhile).
 
 use std::cell::Cell;
-use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// Words per stack: 16 KiB.
 pub const WORDS: usize = 2048;
@@ -108,6 +108,78 @@ pub struct ThreadState {
     /// The real return addresses are back in their slots (an unwinder is
     /// or was walking this stack); the next hook re-hijacks.
     pub unhooked: Cell<bool>,
+    /// Frames popped as unwound, remembered in case they were not dead.
+    pub graves: Graves,
+}
+
+/// Frames popped as unwound, with their return slot and real return
+/// address. A frame looks skipped when a call below it on the shadow stack
+/// returns, or a new call's slot is not below it — after a longjmp or an
+/// exception, but also when the program switched to another stack
+/// (swapcontext, coroutines) and back. Such a frame's function may still
+/// return, through its slot, to our address: the real one is then found
+/// here. A small hash table on the slot: an entry leaves when used, is
+/// replaced by a newer frame of the same slot, or, when its neighbourhood
+/// is full, gives way as the oldest there (a frame buried long ago that
+/// then returns is fatal, as it was without the table).
+pub struct Graves {
+    /// Return slot (0: free, 1: being written).
+    slot: [AtomicUsize; GRAVES],
+    ret: [Cell<usize>; GRAVES],
+    seq: [Cell<u64>; GRAVES],
+    next_seq: Cell<u64>,
+}
+
+/// Frames [`Graves`] remembers per thread, at most.
+pub const GRAVES: usize = 256;
+/// Entries a slot may occupy, from its hash on.
+const GRAVE_WINDOW: usize = 16;
+
+impl Graves {
+    fn window(slot: usize) -> impl Iterator<Item = usize> {
+        let home = ((slot as u64 >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize;
+        (0..GRAVE_WINDOW).map(move |j| (home + j) % GRAVES)
+    }
+
+    /// Remembers a popped frame: in its slot's entry (lookups want the
+    /// newest; a tail-call pair's caller, buried last, then resumes at the
+    /// real address directly), else a free one, else the oldest nearby.
+    /// Entries are claimed with one atomic exchange: a signal handler that
+    /// buries meanwhile takes another. No allocation, no system call.
+    pub fn bury(&self, slot: usize, ret: usize) {
+        let claim = |k: usize, from: usize| {
+            self.slot[k]
+                .compare_exchange(from, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        };
+        let with = |v: usize| {
+            Graves::window(slot).find(|&k| self.slot[k].load(Ordering::Relaxed) == v && claim(k, v))
+        };
+        let k = with(slot).or_else(|| with(0)).or_else(|| {
+            let k = Graves::window(slot).min_by_key(|&k| self.seq[k].get())?;
+            let s = self.slot[k].load(Ordering::Relaxed);
+            (s > 1 && claim(k, s)).then_some(k)
+        });
+        let Some(k) = k else {
+            return;
+        };
+        let seq = self.next_seq.get() + 1;
+        self.next_seq.set(seq);
+        self.ret[k].set(ret);
+        self.seq[k].set(seq);
+        self.slot[k].store(slot, Ordering::Release);
+    }
+
+    /// The real return address of the frame last popped with return slot
+    /// `slot`, forgotten if `take`.
+    pub fn find(&self, slot: usize, take: bool) -> Option<usize> {
+        let k = Graves::window(slot).find(|&k| self.slot[k].load(Ordering::Acquire) == slot)?;
+        let ret = self.ret[k].get();
+        if take {
+            self.slot[k].store(0, Ordering::Release);
+        }
+        Some(ret)
+    }
 }
 
 /// Overruns of every thread: calls not hooked because their thread's
@@ -320,5 +392,51 @@ pub unsafe fn clear_task_vars(s: *mut u64) {
     for i in 0..TASK_VARS {
         // SAFETY: per the contract, `s` points to WORDS writable words.
         unsafe { s.add(WORDS - TASK_VARS + i).write_volatile(0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graves() -> Box<Graves> {
+        Box::new(Graves {
+            slot: [const { AtomicUsize::new(0) }; GRAVES],
+            ret: [const { Cell::new(0) }; GRAVES],
+            seq: [const { Cell::new(0) }; GRAVES],
+            next_seq: Cell::new(0),
+        })
+    }
+
+    #[test]
+    fn graves_keep_the_newest_frame_of_a_slot_until_used() {
+        let g = graves();
+        g.bury(0x7000, 1);
+        g.bury(0x7008, 2);
+        g.bury(0x7000, 3); // a newer frame of the same slot replaces it
+        assert_eq!(g.find(0x7000, false), Some(3));
+        assert_eq!(g.find(0x7000, true), Some(3));
+        assert_eq!(g.find(0x7000, true), None, "used: gone");
+        assert_eq!(g.find(0x7008, true), Some(2));
+        assert_eq!(g.find(0x7010, true), None);
+    }
+
+    #[test]
+    fn graves_full_nearby_forget_the_oldest_there() {
+        let g = graves();
+        // Many distinct slots: every lookup of a recent one still works,
+        // and the table never holds more than it has room for.
+        for i in 0..10_000usize {
+            g.bury(0x10_0000 + i * 8, i);
+        }
+        for i in 9_990..10_000usize {
+            assert_eq!(g.find(0x10_0000 + i * 8, false), Some(i));
+        }
+        let used = g
+            .slot
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) != 0)
+            .count();
+        assert!(used <= GRAVES);
     }
 }
