@@ -114,7 +114,9 @@ fn entry<const TIMED: bool>(
     let t = tracer(u);
     let (depth, word) = match t.and_then(|t| t.filter.as_ref()) {
         None => (e.depth, None),
-        Some(f) => match f.entry(e, u) {
+        // The filter's 8 bytes only for the time filter (they hold the
+        // call's start).
+        Some(f) => match f.entry_with(e, u, TIMED) {
             Verdict::Record(p) => (GraphFilter::own_depth(u) as i32 - 1, Some(p)),
             Verdict::Silent => return true,
             Verdict::Reject => return false,

@@ -30,7 +30,8 @@ pub struct GraphFilter {
 /// What the entry callback should do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// Record the call: 8 bytes are reserved for it (e.g. its start time).
+    /// Record the call: 8 bytes are reserved for it (e.g. its start time),
+    /// unless asked not to ([`GraphFilter::entry_with`]: null).
     Record(*mut u64),
     /// Accept without recording (a notrace subtree starts): return `true`.
     Silent,
@@ -38,14 +39,22 @@ pub enum Verdict {
     Reject,
 }
 
-fn contains(fs: &Option<Arc<FilterSet>>, func: usize) -> Option<bool> {
+fn contains(fs: &Option<Arc<FilterSet>>, id: Option<crate::ftrace::SiteId>) -> Option<bool> {
     let fs = fs.as_ref()?;
-    Some(site_id(func).is_some_and(|id| fs.pair().contains(id)))
+    Some(id.is_some_and(|id| fs.pair().contains(id)))
 }
 
 impl GraphFilter {
     /// Call at the start of the user's entry callback.
     pub fn entry(&self, ent: &GraphEntry, user: &GraphUser) -> Verdict {
+        self.entry_with(ent, user, true)
+    }
+
+    /// As [`GraphFilter::entry`]; `reserve`: whether a recorded call gets
+    /// its 8 bytes (else `Record(null)`, and [`GraphFilter::ret`] gives
+    /// null back).
+    #[inline]
+    pub fn entry_with(&self, ent: &GraphEntry, user: &GraphUser, reserve: bool) -> Verdict {
         let Some(var) = user.task_var() else {
             return Verdict::Reject;
         };
@@ -53,13 +62,18 @@ impl GraphFilter {
         if v & NOTRACE != 0 {
             return Verdict::Reject;
         }
-        if contains(&self.notrace, ent.func) == Some(true) {
+        let id = if self.notrace.is_some() || self.functions.is_some() {
+            site_id(ent.func)
+        } else {
+            None
+        };
+        if contains(&self.notrace, id) == Some(true) {
             var.set(v | NOTRACE);
             return Verdict::Silent;
         }
         let own = v & DEPTH_MASK;
         let mut next = v;
-        if let Some(inside) = contains(&self.functions, ent.func) {
+        if let Some(inside) = contains(&self.functions, id) {
             if v & IN_GRAPH == 0 {
                 if !inside {
                     return Verdict::Reject;
@@ -79,32 +93,40 @@ impl GraphFilter {
         {
             return Verdict::Reject;
         }
-        let Some(p) = user.reserve(8) else {
-            return Verdict::Reject;
+        let p = if reserve {
+            let Some(p) = user.reserve(8) else {
+                return Verdict::Reject;
+            };
+            p as *mut u64
+        } else {
+            std::ptr::null_mut()
         };
         var.set((next & !DEPTH_MASK) | (own + 1));
-        Verdict::Record(p as *mut u64)
+        Verdict::Record(p)
     }
 
     /// The user's own nesting on this thread: after a `Record` entry, the
     /// recorded call's depth + 1; after `ret` returned `Some`, the depth of
     /// the call that returned. Independent of other users' frames.
+    #[inline]
     pub fn own_depth(user: &GraphUser) -> u32 {
         user.task_var().map_or(0, |v| (v.get() & DEPTH_MASK) as u32)
     }
 
     /// Call at the start of the user's return callback: `Some` (the 8 bytes
-    /// reserved at entry) when the return is to be recorded.
+    /// reserved at entry, null if none were) when the return is to be
+    /// recorded.
+    #[inline]
     pub fn ret(&self, _ret: &GraphReturn, user: &GraphUser) -> Option<*mut u64> {
         let var = user.task_var()?;
         let mut v = var.get();
         // While NOTRACE is set every entry was refused, so this return is
-        // the notrace function's own.
+        // the notrace function's own; any other accepted call was recorded.
         if v & NOTRACE != 0 {
             var.set(v & !NOTRACE);
             return None;
         }
-        let (p, _) = user.retrieve()?;
+        let p = user.retrieve().map_or(std::ptr::null_mut(), |(p, _)| p);
         let own = v & DEPTH_MASK;
         if v & IN_GRAPH != 0 && own > 0 && (v >> GRAPH_DEPTH_SHIFT) & DEPTH_MASK == own - 1 {
             v &= !IN_GRAPH;

@@ -154,12 +154,14 @@ impl GraphUser {
     }
 
     /// The slot while registered.
+    #[inline]
     pub fn slot(&self) -> Option<usize> {
         usize::try_from(self.slot.load(Ordering::Acquire)).ok()
     }
 
     /// This user's variable on the current thread (zero at registration and
     /// at thread start). `None` before the thread's first traced call.
+    #[inline]
     pub fn task_var(&self) -> Option<&'static Cell64> {
         let slot = self.slot()?;
         let t = thread();
