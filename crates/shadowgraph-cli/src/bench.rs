@@ -542,6 +542,132 @@ extern "C" {
     fn bench_floor_entry();
 }
 
+// The floors of the two ways a return comes back to the tracer, as models
+// in assembly, without sites or the core: a loop calling a function that
+// adds 1 to rax, (a) plain, (b) whose entry calls a trampoline that pushes
+// the return address on a global shadow stack and hijacks it (its `ret`
+// then mispredicts, the return-stack predictor expecting the caller), and
+// (c) whose entry jumps to a stub that pushes it, pops it off the stack and
+// calls the body, then pops the shadow frame and returns with `ret` (every
+// return predicted) — what site stubs do (tramp.rs). Register contract:
+// `bench_model_loop_*` is called as `extern "C" fn(n: i64) -> i64`; the
+// models use rax, rcx, r10, r11 and the shadow stack at FLOOR_TOP.
+std::arch::global_asm!(
+    ".pushsection .text.shadowgraph_bench_model,\"ax\",@progbits",
+    ".p2align 4",
+    "bench_model_plain:",
+    "nop dword ptr [rax + rax]",
+    "add rax, 1",
+    "ret",
+    ".p2align 4",
+    "bench_model_hijacked:",
+    "call bench_model_hijack_entry",
+    "add rax, 1",
+    "ret",
+    ".p2align 4",
+    "bench_model_stubbed:",
+    "jmp bench_model_stub",
+    "bench_model_stubbed_body:",
+    "add rax, 1",
+    "ret",
+    ".p2align 4",
+    "bench_model_hijack_entry:",
+    "mov r11, [rip + {top}]",
+    "mov r10, [rsp + 8]",
+    "mov [r11], r10",
+    "add r11, 8",
+    "mov [rip + {top}], r11",
+    "lea r10, [rip + bench_model_hijack_return]",
+    "mov [rsp + 8], r10",
+    "ret",
+    "bench_model_hijack_return:",
+    "mov rcx, [rip + {top}]",
+    "sub rcx, 8",
+    "mov [rip + {top}], rcx",
+    "jmp [rcx]",
+    ".p2align 4",
+    "bench_model_stub:",
+    "mov r11, [rip + {top}]",
+    "pop r10",
+    "mov [r11], r10",
+    "add r11, 8",
+    "mov [rip + {top}], r11",
+    "call bench_model_stubbed_body",
+    "mov rcx, [rip + {top}]",
+    "sub rcx, 8",
+    "mov [rip + {top}], rcx",
+    "push qword ptr [rcx]",
+    "ret",
+    ".p2align 4",
+    ".globl bench_model_loop_plain",
+    "bench_model_loop_plain:",
+    "push rbx",
+    "mov rbx, rdi",
+    "xor eax, eax",
+    "2: call bench_model_plain",
+    "dec rbx",
+    "jnz 2b",
+    "pop rbx",
+    "ret",
+    ".p2align 4",
+    ".globl bench_model_loop_hijacked",
+    "bench_model_loop_hijacked:",
+    "push rbx",
+    "mov rbx, rdi",
+    "xor eax, eax",
+    "2: call bench_model_hijacked",
+    "dec rbx",
+    "jnz 2b",
+    "pop rbx",
+    "ret",
+    ".p2align 4",
+    ".globl bench_model_loop_stubbed",
+    "bench_model_loop_stubbed:",
+    "push rbx",
+    "mov rbx, rdi",
+    "xor eax, eax",
+    "2: call bench_model_stubbed",
+    "dec rbx",
+    "jnz 2b",
+    "pop rbx",
+    "ret",
+    ".popsection",
+    top = sym FLOOR_TOP,
+);
+
+extern "C" {
+    fn bench_model_loop_plain(n: i64) -> i64;
+    fn bench_model_loop_hijacked(n: i64) -> i64;
+    fn bench_model_loop_stubbed(n: i64) -> i64;
+}
+
+/// ns per call of the three return models (plain, hijacked, stubbed).
+fn model_floors(calls: i64, reps: usize) -> [f64; 3] {
+    let stack: &'static mut [u64] = Box::leak(vec![0u64; 64].into_boxed_slice());
+    // SAFETY: set before the models run; only this thread runs them, one
+    // frame deep.
+    unsafe { FLOOR_TOP = stack.as_mut_ptr() };
+    let time = |f: unsafe extern "C" fn(i64) -> i64| {
+        // SAFETY: the models follow the C ABI (see their contract).
+        unsafe { f(calls / 10) };
+        median(
+            (0..reps)
+                .map(|_| {
+                    let t = Instant::now();
+                    // SAFETY: as above.
+                    std::hint::black_box(unsafe { f(calls) });
+                    t.elapsed().as_nanos() as f64 / calls as f64
+                })
+                .collect(),
+        )
+    };
+    [
+        time(bench_model_loop_plain),
+        time(bench_model_loop_hijacked),
+        time(bench_model_loop_stubbed),
+    ]
+}
+
 /// Top of the floor's shadow stack (one thread only).
 static mut FLOOR_TOP: *mut u64 = std::ptr::null_mut();
 
@@ -613,6 +739,13 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
     unreg(&timed)?;
     rows.push(("all unregistered (NOP5 again)".into(), measure()));
     print_rows(&rows, base);
+    let [plain, hijacked, stubbed] = model_floors(calls, reps);
+    println!(
+        "# floors, asm models (no site, no core): plain call {plain:.2} ns; \
+         push + hijack + pop +{:.2}; push + pop through a stub's call +{:.2}",
+        hijacked - plain,
+        stubbed - plain
+    );
     println!("{}", timestamp_line(reps));
     Ok(ExitCode::SUCCESS)
 }
