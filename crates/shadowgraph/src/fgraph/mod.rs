@@ -686,11 +686,7 @@ std::arch::global_asm!(
     "mov rdi, qword ptr fs:[r9 + {t_stack}]",
     "test rdi, rdi",
     "jz 71f",
-    "cmp byte ptr fs:[r9 + {t_exiting}], 0",
-    "jne 71f",
-    "cmp dword ptr fs:[r9 + {t_pause}], 0",
-    "jne 71f",
-    "cmp byte ptr fs:[r9 + {t_unhooked}], 0",
+    "cmp qword ptr fs:[r9 + {t_blockers}], 0",
     "jne 71f",
     // r8 = curr, r10 = depth: one deeper than the top frame's, 0 without
     // one; a top frame whose slot is not above ours: the general way.
@@ -871,9 +867,7 @@ std::arch::global_asm!(
     l_errno = const offset_of!(CoreLocal, errno),
     t_stack = const offset_of!(ThreadState, stack),
     t_curr = const offset_of!(ThreadState, curr),
-    t_exiting = const offset_of!(ThreadState, exiting),
-    t_pause = const offset_of!(ThreadState, pause),
-    t_unhooked = const offset_of!(ThreadState, unhooked),
+    t_blockers = const stack::BLOCKERS,
     u_frame_word = const offset_of!(GraphUser, frame_word),
     max_offset = const stack::MAX_OFFSET,
     frame_words = const stack::FRAME_WORDS,

@@ -92,6 +92,10 @@ impl MinusOneCell {
 /// This thread's graph state. Cells: only this thread (and its signal
 /// handlers, which restore what they change) touch it. Valid all-zero: it
 /// lives in initial-exec TLS (crate::tls), one `fs`-relative address away.
+/// C layout: the assembly fast paths read `pause`, `exiting` and
+/// `unhooked` as one 8-byte word ([`BLOCKERS`]), zero when nothing stops
+/// a call from being hooked.
+#[repr(C)]
 pub struct ThreadState {
     pub stack: Cell<*mut u64>,
     /// First free word.
@@ -100,14 +104,16 @@ pub struct ThreadState {
     pub overrun: Cell<u64>,
     pub pause: Cell<u32>,
     pub exiting: Cell<bool>,
+    /// The real return addresses are back in their slots (an unwinder is
+    /// or was walking this stack); the next hook re-hijacks.
+    pub unhooked: Cell<bool>,
+    /// Never written: keeps the blockers' word whole (zero).
+    _blockers_pad: [u8; 2],
     /// Slot whose entry callback is running, −1 outside.
     pub in_entry: MinusOneCell,
     pub reserved_once: Cell<bool>,
     /// Reservations refused for lack of room.
     pub reserve_fail: Cell<u64>,
-    /// The real return addresses are back in their slots (an unwinder is
-    /// or was walking this stack); the next hook re-hijacks.
-    pub unhooked: Cell<bool>,
     /// Frames popped as unwound, remembered in case they were not dead.
     pub graves: Graves,
 }
@@ -181,6 +187,16 @@ impl Graves {
         Some(ret)
     }
 }
+
+/// Offset in [`ThreadState`] of the word that is zero when no state stops
+/// hooking (`pause`, `exiting`, `unhooked`).
+pub const BLOCKERS: usize = std::mem::offset_of!(ThreadState, pause);
+const _: () = assert!(
+    BLOCKERS.is_multiple_of(8)
+        && std::mem::offset_of!(ThreadState, exiting) < BLOCKERS + 8
+        && std::mem::offset_of!(ThreadState, unhooked) < BLOCKERS + 8
+        && std::mem::offset_of!(ThreadState, _blockers_pad) + 2 == BLOCKERS + 8
+);
 
 /// Overruns of every thread: calls not hooked because their thread's
 /// shadow stack was full.

@@ -238,11 +238,7 @@ macro_rules! fused_entry {
             "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
             "test rdi, rdi\n",
             "jz 81f\n",
-            "cmp byte ptr fs:[rcx + {t_exiting}], 0\n",
-            "jne 81f\n",
-            "cmp dword ptr fs:[rcx + {t_pause}], 0\n",
-            "jne 81f\n",
-            "cmp byte ptr fs:[rcx + {t_unhooked}], 0\n",
+            "cmp qword ptr fs:[rcx + {t_blockers}], 0\n",
             "jne 81f\n",
             // r8 = curr; r9 = depth: one deeper than the top frame f = curr−1−o
             // (o = word[curr−1]'s offset), 0 without one. A top frame whose return
@@ -510,9 +506,7 @@ std::arch::global_asm!(
     l_anchor = const offset_of!(CoreLocal, outer_anchor),
     t_stack = const offset_of!(ThreadState, stack),
     t_curr = const offset_of!(ThreadState, curr),
-    t_exiting = const offset_of!(ThreadState, exiting),
-    t_pause = const offset_of!(ThreadState, pause),
-    t_unhooked = const offset_of!(ThreadState, unhooked),
+    t_blockers = const crate::fgraph::stack::BLOCKERS,
     u_inst = const offset_of!(GraphUser, fused_inst),
     u_frame_word = const offset_of!(GraphUser, frame_word),
     u_max_depth = const offset_of!(GraphUser, fused_max_depth),
