@@ -15,12 +15,12 @@ const BUDGETS: [(&str, f64); 8] = [
     ("ops", 155.0),
     ("list2", 350.0),
     ("direct", 14.0),
-    ("graph-decline", 200.0),
-    ("graph", 300.0),
+    ("graph-decline", 185.0),
+    ("graph", 285.0),
     // The plain recorder, timestamps and ring writes included: on the
     // fused path (record::fused) and through fgraph's callbacks.
     ("record", 250.0),
-    ("record-general", 480.0),
+    ("record-general", 460.0),
 ];
 
 fn have_valgrind() -> bool {

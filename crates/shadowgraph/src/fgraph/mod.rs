@@ -34,8 +34,10 @@ pub const MAX_USERS: usize = 16;
 /// Largest reservation per user and call.
 pub const MAX_RESERVE: usize = 256;
 
-/// What an entry callback learns about the call.
+/// What an entry callback learns about the call. C layout: the assembly
+/// fast path builds it.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct GraphEntry {
     /// The traced function (its site address).
     pub func: usize,
@@ -45,8 +47,10 @@ pub struct GraphEntry {
     pub depth: i32,
 }
 
-/// What a return callback learns.
+/// What a return callback learns. C layout: the assembly fast path builds
+/// it.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct GraphReturn {
     pub func: usize,
     pub depth: i32,
@@ -58,6 +62,20 @@ pub struct GraphReturn {
     /// when detected, not when it returned.
     pub unwound: bool,
 }
+
+// The offsets the fast paths' assembly writes these at.
+const _: () = assert!(
+    offset_of!(GraphEntry, func) == 0
+        && offset_of!(GraphEntry, parent_ip) == 8
+        && offset_of!(GraphEntry, depth) == 16
+        && std::mem::size_of::<GraphEntry>() == 24
+        && offset_of!(GraphReturn, func) == 0
+        && offset_of!(GraphReturn, depth) == 8
+        && offset_of!(GraphReturn, retval) == 16
+        && offset_of!(GraphReturn, overrun) == 24
+        && offset_of!(GraphReturn, unwound) == 32
+        && std::mem::size_of::<GraphReturn>() == 40
+);
 
 /// Return registers saved by `return_to_handler`.
 #[repr(C)]
@@ -638,8 +656,10 @@ macro_rules! frame_at_r8 {
 // arena's ENTRY trampoline: [rsp] = stub+5, [rsp+8] = R, r11 = the
 // manager's ops slot in that arena, every argument register live. The
 // frame is the manager's caller's (tramp.rs, args variant: a Regs, with the
-// stub's site as regs.ip) and 0x28 more bytes: 0x128 the ops slot, 0x130
-// the saved errno, 0x138 the new frame's start, 0x140 the user. Returns with
+// stub's site as regs.ip) and 0x48 more bytes: 0x128 the ops slot, 0x130
+// the saved errno, 0x138 the new frame's start, 0x140 the user, 0x148 the
+// interrupted callback's in_entry and reserved_once (as `offer` keeps
+// them), 0x150 the GraphEntry. Returns with
 // ZF=1 if the call was hooked (the stub then calls the body, whose return
 // comes back by the stub), ZF=0 if not, every argument register restored.
 // The general way hooks by hijacking the slot, which is how ZF is set then.
@@ -651,7 +671,7 @@ std::arch::global_asm!(
     "endbr64",
     "push rbp",
     "mov rbp, rsp",
-    "sub rsp, 0x150",
+    "sub rsp, 0x170",
     "and rsp, -16",
     "mov [rsp + 0x128], r11",
     crate::tramp::save_args!(),
@@ -728,10 +748,31 @@ std::arch::global_asm!(
     frame_at_r8!(),
     "mov [rsp + 0x138], r8",
     "mov [rsp + 0x140], rsi",
-    "mov rdi, rsp",
-    "mov rdx, r10",
-    "call {offer}",
+    // The offer (as `offer`): in_entry = the user's slot, reserved_once
+    // cleared, both put back after the callback.
+    "mov eax, dword ptr fs:[r9 + {t_in_entry}]",
+    "mov dword ptr [rsp + 0x148], eax",
+    "movzx eax, byte ptr fs:[r9 + {t_reserved_once}]",
+    "mov byte ptr [rsp + 0x14c], al",
+    "mov rax, [rsi + {u_frame_word}]",
+    "shr rax, 12",
+    "tzcnt eax, eax",
+    "inc eax", // MinusOneCell keeps v + 1
+    "mov dword ptr fs:[r9 + {t_in_entry}], eax",
+    "mov byte ptr fs:[r9 + {t_reserved_once}], 0",
+    "mov rax, [rsp + 0xc8]",
+    "mov [rsp + 0x150], rax",
+    "mov rax, [rbp + 16]",
+    "mov [rsp + 0x158], rax",
+    "mov dword ptr [rsp + 0x160], r10d",
+    "lea rdi, [rsp + 0x150]",
+    "mov rdx, rsp",
+    "call {call_entry}",
     "mov rcx, [rip + {tp_thread}]",
+    "mov edx, dword ptr [rsp + 0x148]",
+    "mov dword ptr fs:[rcx + {t_in_entry}], edx",
+    "movzx edx, byte ptr [rsp + 0x14c]",
+    "mov byte ptr fs:[rcx + {t_reserved_once}], dl",
     "mov r8, [rsp + 0x138]",
     "test al, al",
     "jz 5f",
@@ -769,18 +810,19 @@ std::arch::global_asm!(
     // RETURN pad from the stub's return point: rsp = the returning call's
     // slot + 8, 16-byte aligned; rax/rdx/xmm0/xmm1 hold the result; the
     // other caller-saved registers are dead. The frame: a RetRegs (64
-    // bytes), 64 the saved errno, 72 the frame's start. Resumes at the real
+    // bytes), 64 the saved errno, 72 the frame's start, 80 the GraphReturn
+    // (40 bytes), 120 the return slot (dead). Resumes at the real
     // return address by `ret` (the return-stack predictor holds it, the
     // stub's call having returned) with the result restored.
     ".globl shadowgraph_site_return_general",
     ".hidden shadowgraph_site_return_general",
     "shadowgraph_site_return_general:",
-    "sub rsp, 80",
+    "sub rsp, 128",
     "mov [rsp], rax",
     "mov [rsp + 8], rdx",
     "movaps [rsp + 16], xmm0",
     "movaps [rsp + 32], xmm1",
-    "lea rax, [rsp + 80]",
+    "lea rax, [rsp + 128]",
     "mov [rsp + 48], rax",
     "mov rcx, [rip + {tp_local}]",
     "mov rdx, qword ptr fs:[rcx + {l_word}]",
@@ -792,7 +834,7 @@ std::arch::global_asm!(
     "jne 60f",
     "cmp qword ptr fs:[rcx + {l_errno}], 0",
     "je 60f",
-    "lea rax, [rsp + 72]",
+    "lea rax, [rsp + 120]",
     "mov qword ptr fs:[rcx + {l_anchor}], rax",
     "inc qword ptr [rdx]",
     // The top frame f (r10) is the returning call's (its slot) and was
@@ -814,7 +856,7 @@ std::arch::global_asm!(
     "jae 61f",
     "sub r10, rax",
     "dec r10",
-    "lea rax, [rsp + 72]",
+    "lea rax, [rsp + 120]",
     "cmp [rdi + r10*8 + 16], rax",
     "jne 61f",
     "mov rax, [rdi + r10*8 + 24]",
@@ -828,9 +870,22 @@ std::arch::global_asm!(
     "movabs rax, {users_clear}",
     "and [rdi + r10*8 + 24], rax",
     "mov [rsp + 72], r10",
-    "mov rdi, rsp",
-    "mov rdx, r10",
-    "call {ret_cb}",
+    // The GraphReturn: func and depth from the frame, rax, the overruns.
+    "mov rax, [rdi + r10*8 + 8]",
+    "mov rdx, rax",
+    "shr rdx, 48",
+    "mov dword ptr [rsp + 88], edx",
+    "shl rax, 16",
+    "shr rax, 16",
+    "mov [rsp + 80], rax",
+    "mov rax, [rsp]",
+    "mov [rsp + 96], rax",
+    "mov rax, qword ptr fs:[r9 + {t_overrun}]",
+    "mov [rsp + 104], rax",
+    "mov byte ptr [rsp + 112], 0",
+    "lea rdi, [rsp + 80]",
+    "mov rdx, rsp",
+    "call {call_ret}",
     // Pop the frame; resume at its real return address.
     "mov r10, [rsp + 72]",
     "mov rcx, [rip + {tp_thread}]",
@@ -850,13 +905,13 @@ std::arch::global_asm!(
     "mov rdx, [rsp + 8]",
     "movaps xmm0, [rsp + 16]",
     "movaps xmm1, [rsp + 32]",
-    "add rsp, 80",
+    "add rsp, 128",
     "push r11",
     "ret",
     ".popsection",
     manager_entry = sym manager_tramp_entry,
-    offer = sym fast_offer,
-    ret_cb = sym fast_return,
+    call_entry = sym call_entry,
+    call_ret = sym call_return,
     ret = sym graph_return,
     fast = sym FAST,
     tp_local = sym TP_LOCAL,
@@ -868,6 +923,9 @@ std::arch::global_asm!(
     t_stack = const offset_of!(ThreadState, stack),
     t_curr = const offset_of!(ThreadState, curr),
     t_blockers = const stack::BLOCKERS,
+    t_in_entry = const offset_of!(ThreadState, in_entry),
+    t_reserved_once = const offset_of!(ThreadState, reserved_once),
+    t_overrun = const offset_of!(ThreadState, overrun),
     u_frame_word = const offset_of!(GraphUser, frame_word),
     max_offset = const stack::MAX_OFFSET,
     frame_words = const stack::FRAME_WORDS,
@@ -877,33 +935,16 @@ std::arch::global_asm!(
     site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
 );
 
-/// The sole user's entry callback, from the site entry's fast path: the
-/// frame (from `regs`' call, at `depth`) is pushed, the thread is inside
-/// the bracket with the graph recursion bit. As `enter_fast` from there.
-extern "C" fn fast_offer(regs: &mut Regs, u: &GraphUser, depth: usize) -> bool {
-    let t = thread();
-    let word = u.frame_word.load(Ordering::Relaxed);
-    let ent = GraphEntry {
-        func: regs.ip,
-        parent_ip: regs.parent_ip,
-        depth: depth as i32,
-    };
-    let i = stack::bitmap_users(word).trailing_zeros() as usize;
-    offer(t, u, i, &ent, regs)
+/// The sole user's entry callback, from the site entry's fast path (which
+/// did what `offer` does around it). The callbacks are Rust functions:
+/// the assembly reaches them through these two.
+extern "C" fn call_entry(ent: &GraphEntry, u: &GraphUser, regs: &mut Regs) -> bool {
+    (u.entry)(ent, u, regs)
 }
 
-/// The sole user's return callback, from the site return's fast path: the
-/// frame at `f` (the top one, its users taken) is the returning call's.
-extern "C" fn fast_return(r: &RetRegs, u: &GraphUser, f: usize) {
-    let t = thread();
-    let ev = GraphReturn {
-        func: t.frame_func(f),
-        depth: t.frame_depth(f) as i32,
-        retval: r.rax,
-        overrun: t.overrun.get(),
-        unwound: false,
-    };
-    (u.ret)(&ev, u, r);
+/// The sole user's return callback, from the site return's fast path.
+extern "C" fn call_return(ev: &GraphReturn, u: &GraphUser, r: &RetRegs) {
+    (u.ret)(ev, u, r)
 }
 
 extern "C" {

@@ -75,6 +75,7 @@ pub fn data_slot(w: u64) -> usize {
 /// An `i32` cell that starts at −1 when its memory is zero (stored plus
 /// one), so that [`ThreadState`] can live in zero-initialised TLS.
 #[derive(Default)]
+#[repr(transparent)]
 pub struct MinusOneCell(Cell<i32>);
 
 impl MinusOneCell {
