@@ -169,7 +169,7 @@ fn main() -> ExitCode {
         } => run::record(&data, &opts, &program),
         Command::Replay { data, filter } => {
             let filter = filter.into();
-            view(&data, |d, o| {
+            view_with_sessions(&data, |d, o| {
                 shadowgraph::record::replay::replay_filtered(d, &filter, o)
             })
         }
@@ -280,6 +280,18 @@ fn view(
         &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
     ) -> Result<(), shadowgraph::record::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
+    view_of(dir, true, write)
+}
+
+/// [`view`]; `notice`: whether to point at the recording's exec sessions.
+fn view_of(
+    dir: &std::path::Path,
+    notice: bool,
+    write: impl FnOnce(
+        &shadowgraph::record::data::DataDir,
+        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
+    ) -> Result<(), shadowgraph::record::replay::ReplayError>,
+) -> Result<ExitCode, String> {
     use shadowgraph::record::replay::ReplayError;
     use std::io::IsTerminal;
     use std::io::Write;
@@ -291,9 +303,12 @@ fn view(
             dir.display()
         ));
     }
-    for w in [data.loss_warning(), data.sessions_notice()]
-        .into_iter()
-        .flatten()
+    for w in [
+        data.loss_warning(),
+        data.sessions_notice().filter(|_| notice),
+    ]
+    .into_iter()
+    .flatten()
     {
         eprintln!("shadowgraph: {w}");
     }
@@ -378,9 +393,47 @@ fn report(
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| e.to_string());
     }
-    view(dir, |d, o| {
+    view_with_sessions(dir, |d, o| {
         shadowgraph::record::report::report(d, key, threads, filter, o)
     })
+}
+
+/// [`view`], then the same view of every program started by exec during
+/// the recording (a session of its own, in a directory inside this one),
+/// each after a line that names it, in the order they started.
+fn view_with_sessions(
+    dir: &std::path::Path,
+    write: impl Fn(
+        &shadowgraph::record::data::DataDir,
+        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
+    ) -> Result<(), shadowgraph::record::replay::ReplayError>,
+) -> Result<ExitCode, String> {
+    use std::io::Write;
+    let code = view_of(dir, false, &write)?;
+    let sessions = match shadowgraph::record::data::DataDir::open(dir) {
+        Ok(d) => d.exec_sessions(),
+        Err(_) => Vec::new(),
+    };
+    for s in sessions {
+        let exe = shadowgraph::record::data::DataDir::open(&s)
+            .ok()
+            .and_then(|d| d.info.get("exe").map(str::to_string))
+            .unwrap_or_default();
+        {
+            let mut out = std::io::stdout().lock();
+            if writeln!(
+                out,
+                "\n# started by exec: {exe} (recorded in {})",
+                s.display()
+            )
+            .is_err()
+            {
+                return Ok(code); // closed pipe
+            }
+        }
+        view_of(&s, false, &write)?;
+    }
+    Ok(code)
 }
 
 fn sites(file: &std::path::Path, all: bool) -> Result<ExitCode, String> {

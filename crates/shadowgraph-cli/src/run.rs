@@ -672,7 +672,23 @@ fn show_live(dir: &Path, tracer: Option<&str>) -> Result<(), String> {
     let shown = if profile::is_profile(&d) {
         profile::report(&d, SortKey::Total, false, &[], &mut out)
     } else {
-        replay::replay(&d, &mut out)
+        replay::replay(&d, &mut out).and_then(|()| {
+            // Programs started by exec, each after a line naming it (the
+            // directory goes away with the rest).
+            for s in d.exec_sessions() {
+                let Ok(sd) = DataDir::open(&s) else {
+                    continue;
+                };
+                writeln!(
+                    out,
+                    "\n# started by exec: {}",
+                    sd.info.get("exe").unwrap_or("?")
+                )
+                .map_err(replay::ReplayError::Io)?;
+                replay::replay(&sd, &mut out)?;
+            }
+            Ok(())
+        })
     };
     shown
         .and_then(|()| out.flush().map_err(replay::ReplayError::Io))

@@ -2170,8 +2170,30 @@ fn forked_children_and_exec_sessions_are_recorded() {
             "uftrace reads the session"
         );
     }
+    // replay and report of the whole recording show the session after
+    // the processes that started it; the other views point at it.
     let o = shadowgraph()
         .args(["replay", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (rep, rep_err) = text(&o);
+    let (_, tail) = rep
+        .split_once("\n# started by exec: ")
+        .unwrap_or_else(|| panic!("no exec session in the replay:\n{rep}"));
+    let (named, session_replay) = tail.split_once('\n').unwrap();
+    assert!(
+        named.ends_with(&format!("(recorded in {})", session.display())),
+        "{named}"
+    );
+    assert_eq!(shape(session_replay), want_session, "{rep}");
+    assert!(!rep_err.contains("recordings of their own"), "{rep_err}");
+    let report = report_text(&data);
+    let (_, session_report) = report.split_once("\n# started by exec: ").unwrap();
+    let rows = report_rows(session_report.split_once('\n').unwrap().1);
+    assert_eq!(rows["leaf"].2, 3, "{report}");
+    let o = shadowgraph()
+        .args(["dump", "--chrome", "-d"])
         .arg(&data)
         .output()
         .unwrap();

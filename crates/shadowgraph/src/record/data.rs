@@ -126,20 +126,32 @@ impl DataDir {
     /// directories of their own inside this one: where, for the views to
     /// say so.
     pub fn sessions_notice(&self) -> Option<String> {
-        let mut subs: Vec<String> = std::fs::read_dir(&self.dir)
-            .ok()?
-            .flatten()
-            .filter(|e| e.path().join("shadowgraph.info").exists())
-            .map(|e| e.path().display().to_string())
-            .collect();
+        let subs = self.exec_sessions();
         if subs.is_empty() {
             return None;
         }
-        subs.sort();
+        let subs: Vec<String> = subs.iter().map(|p| p.display().to_string()).collect();
         Some(format!(
             "note: programs started by exec have recordings of their own (view them with -d): {}",
             subs.join(", ")
         ))
+    }
+
+    /// The directories of the programs started by exec during the
+    /// recording, in the order they started (their `task.txt` session
+    /// time; by name without one).
+    pub fn exec_sessions(&self) -> Vec<PathBuf> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut subs: Vec<((u64, u64), PathBuf)> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("shadowgraph.info").exists())
+            .map(|p| (session_start(&p).unwrap_or((u64::MAX, 0)), p))
+            .collect();
+        subs.sort();
+        subs.into_iter().map(|(_, p)| p).collect()
     }
 
     /// Opens a data directory: uftrace's format (what `record` writes, and
@@ -301,6 +313,17 @@ fn read_uftrace_info(path: &Path, bytes: &[u8], info: &mut Info) -> Result<(), D
         info.set("exe", exe);
     }
     Ok(())
+}
+
+/// When the session in `dir` started: `task.txt`'s `SESS timestamp=S.N`.
+fn session_start(dir: &Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(dir.join("task.txt")).ok()?;
+    let sess = text.lines().find(|l| l.starts_with("SESS "))?;
+    let ts = sess
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("timestamp="))?;
+    let (s, n) = ts.split_once('.').unwrap_or((ts, "0"));
+    Some((s.parse().ok()?, n.parse().ok()?))
 }
 
 /// The session's pid from `task.txt` (`SESS … pid=N …`).
