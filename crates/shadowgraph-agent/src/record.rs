@@ -460,7 +460,18 @@ pub fn attach() -> Result<(), String> {
             }
             u
         } else {
-            fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), i)
+            let u = fgraph::GraphUser::new(on_entry, on_return, ftrace::FilterSet::all(), i);
+            // A lone tracer with graph filters: the fused path applies
+            // them the same way (fgraph::filters) where sites have stubs.
+            if alone
+                && std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none()
+                && filter
+                    .as_ref()
+                    .is_some_and(|f| shadowgraph::record::fused::attach_filtered(&u, i, f))
+            {
+                FUSED.store(true, Ordering::Relaxed);
+            }
+            u
         };
         tracers.push(Tracer {
             dir: d,

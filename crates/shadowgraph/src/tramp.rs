@@ -506,7 +506,8 @@ pub(crate) fn direct_pad(arena: &Arena, target: usize) -> Result<usize, ArenaErr
 //   +17  jmp  RETURN       The body returned: rsp = slot + 8, the result
 //                          live; RETURN pops the frame and `ret`s to R.
 //   +22  jmp  BODY         Not hooked: the function runs untouched.
-//   +27  int3 × 5
+//   +27  int3
+//   +28  .long id          The site's id in the core, read by ENTRY.
 //   +32  .quad site        The function's site, read by ENTRY.
 //
 // ENTRY and RETURN are in the same arena (rel32 reach). Stubs are written
@@ -520,6 +521,8 @@ pub(crate) const SITE_STUB_RETURN: usize = 17;
 /// Offset of the site literal from the stub's call of ENTRY's return
 /// address (stub + 5).
 pub(crate) const SITE_STUB_SITE_FROM_RET: usize = 27;
+/// Offset of the site id (u32) from the same.
+pub(crate) const SITE_STUB_ID_FROM_RET: usize = 23;
 
 const MAX_STUB_BLOCKS: usize = 1024;
 /// The blocks of stubs written so far: (base, bytes), published by count.
@@ -528,14 +531,14 @@ static STUB_BLOCKS: [(AtomicUsize, AtomicUsize); MAX_STUB_BLOCKS] =
 static STUB_BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);
 static STUB_BLOCK_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Writes a block of stubs into `arena`, one per site of `sites` (each
-/// within rel32 reach of the arena), calling `entry` and jumping to `ret`
+/// Writes a block of stubs into `arena`, one per (site, id) of `sites`
+/// (each within rel32 reach of the arena), calling `entry` and jumping to `ret`
 /// (both in the arena). Returns the block's address: site i's stub is at
 /// `block + i * SITE_STUB_LEN`. The block is registered (see
 /// [`is_stub_return`]) before any site can reach it.
 pub(crate) fn site_stubs(
     arena: &Arena,
-    sites: &[usize],
+    sites: &[(usize, u32)],
     entry: usize,
     ret: usize,
 ) -> Result<usize, ArenaError> {
@@ -552,7 +555,7 @@ pub(crate) fn site_stubs(
     };
     let block = arena.alloc_with(len, |at| {
         let mut code = Vec::with_capacity(len);
-        for (i, &site) in sites.iter().enumerate() {
+        for (i, &(site, id)) in sites.iter().enumerate() {
             let s = at + i * SITE_STUB_LEN;
             let body = site + 5;
             code.push(0xe8);
@@ -565,7 +568,8 @@ pub(crate) fn site_stubs(
             code.extend_from_slice(&rel(s + 22, ret));
             code.push(0xe9);
             code.extend_from_slice(&rel(s + 27, body));
-            code.extend_from_slice(&[0xcc; 5]);
+            code.push(0xcc);
+            code.extend_from_slice(&id.to_le_bytes());
             code.extend_from_slice(&(site as u64).to_le_bytes());
         }
         code

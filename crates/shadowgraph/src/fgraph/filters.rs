@@ -10,9 +10,13 @@ use crate::ftrace::{current_tid, dispatch::site_id, FilterSet, ThreadFilter};
 use std::sync::Arc;
 
 const DEPTH_MASK: u64 = 0xffff;
-const IN_GRAPH: u64 = 1 << 16;
-const NOTRACE: u64 = 1 << 17;
-const GRAPH_DEPTH_SHIFT: u64 = 32;
+/// Bit numbers and the shift, for record::fused's assembly, which keeps the
+/// variable the same way.
+pub(crate) const IN_GRAPH_BIT: u32 = 16;
+pub(crate) const NOTRACE_BIT: u32 = 17;
+pub(crate) const GRAPH_DEPTH_SHIFT: u32 = 32;
+const IN_GRAPH: u64 = 1 << IN_GRAPH_BIT;
+const NOTRACE: u64 = 1 << NOTRACE_BIT;
 
 /// A user's graph filters; all optional.
 #[derive(Default)]
@@ -78,9 +82,9 @@ impl GraphFilter {
                 if !inside {
                     return Verdict::Reject;
                 }
-                next = (next & !(DEPTH_MASK << GRAPH_DEPTH_SHIFT))
+                next = (next & !(DEPTH_MASK << GRAPH_DEPTH_SHIFT as u64))
                     | IN_GRAPH
-                    | own << GRAPH_DEPTH_SHIFT;
+                    | own << GRAPH_DEPTH_SHIFT as u64;
             }
         }
         if self.max_depth > 0 && own >= self.max_depth as u64 {
@@ -128,7 +132,7 @@ impl GraphFilter {
         }
         let p = user.retrieve().map_or(std::ptr::null_mut(), |(p, _)| p);
         let own = v & DEPTH_MASK;
-        if v & IN_GRAPH != 0 && own > 0 && (v >> GRAPH_DEPTH_SHIFT) & DEPTH_MASK == own - 1 {
+        if v & IN_GRAPH != 0 && own > 0 && (v >> GRAPH_DEPTH_SHIFT as u64) & DEPTH_MASK == own - 1 {
             v &= !IN_GRAPH;
         }
         var.set((v & !DEPTH_MASK) | own.saturating_sub(1));

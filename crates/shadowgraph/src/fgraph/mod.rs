@@ -134,6 +134,9 @@ pub struct GraphUser {
     /// With `fused_inst`: calls at this depth or deeper are declined
     /// (`-D`); 0: no limit.
     pub(crate) fused_max_depth: AtomicU64,
+    /// With `fused_inst`: the graph filters the fused path applies (its
+    /// callbacks apply the same, as `filters::GraphFilter`); null: none.
+    pub(crate) fused_filter: AtomicPtr<crate::record::fused::FusedFilter>,
 }
 
 impl fmt::Debug for GraphUser {
@@ -164,6 +167,7 @@ impl GraphUser {
             frame_word: AtomicU64::new(0),
             fused_inst: std::sync::atomic::AtomicI64::new(-1),
             fused_max_depth: AtomicU64::new(0),
+            fused_filter: AtomicPtr::new(std::ptr::null_mut()),
         })
     }
 

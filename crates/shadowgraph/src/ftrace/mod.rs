@@ -604,6 +604,11 @@ pub fn add_loaded(skip: impl Fn(&std::path::Path) -> bool) -> Result<(), CoreErr
     add_modules(mods)
 }
 
+/// Sites known to the core (their ids are `0..site_count()`).
+pub fn site_count() -> usize {
+    lock_core().sites.len()
+}
+
 /// The state of every site the core knows.
 pub fn sites() -> Vec<SiteState> {
     let c = lock_core();
@@ -1106,7 +1111,7 @@ impl Core {
             let Ok((entry, ret)) = stub_tramps_in(ops, &mut inner, arena) else {
                 continue;
             };
-            let sites: Vec<usize> = block.iter().map(|m| m.1).collect();
+            let sites: Vec<(usize, u32)> = block.iter().map(|m| (m.1, m.2)).collect();
             let Ok(at) = tramp::site_stubs(arena, &sites, entry, ret) else {
                 continue;
             };

@@ -21,11 +21,24 @@
 
 use super::ring::{RingHeader, HEADER_BYTES};
 use super::writer;
+use crate::fgraph::filters::GraphFilter;
 use crate::fgraph::stack::{ThreadState, MAX_OFFSET};
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace::local::CoreLocal;
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicI64, Ordering};
+
+/// Graph filters in the fused path's terms: each site's class (bit 0: a
+/// function of `-F`, bit 1: of `-N`) by site id, whether there is a `-F`
+/// set, and the depth limit (0: none). Sites added later (ids from `len`
+/// on) go the general way. Never freed (a thread may still read it).
+#[repr(C)]
+pub(crate) struct FusedFilter {
+    classes: *const u8,
+    len: u64,
+    has_functions: u64,
+    max_depth: u64,
+}
 
 /// Offset from the thread pointer of the writer's thread-local rings (the
 /// core's and fgraph's: fgraph::TP_LOCAL, fgraph::TP_THREAD).
@@ -46,6 +59,44 @@ extern "C" {
 /// (nothing changed) when the records are not timed by the TSC or `inst`
 /// is out of range.
 pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
+    attach_inner(user, inst, max_depth, None)
+}
+
+/// [`attach`] for a recorder whose callbacks apply `filter` (its functions,
+/// notrace sets and depth limit; no thread filter) with
+/// `GraphFilter::entry_with(.., false)` and `GraphFilter::ret`, and emit
+/// the records at the depths those give. The fused path applies the same
+/// filters at sites with stubs. False (nothing changed) as for `attach`,
+/// or with a thread filter.
+pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> bool {
+    if filter.threads.is_some() {
+        return false;
+    }
+    let n = crate::ftrace::site_count();
+    let classes: Vec<u8> = (0..n as crate::ftrace::SiteId)
+        .map(|id| {
+            let has = |fs: &Option<std::sync::Arc<crate::ftrace::FilterSet>>| {
+                fs.as_ref().is_some_and(|f| f.pair().contains(id))
+            };
+            has(&filter.functions) as u8 | (has(&filter.notrace) as u8) << 1
+        })
+        .collect();
+    let classes = Box::leak(classes.into_boxed_slice());
+    let f = Box::leak(Box::new(FusedFilter {
+        classes: classes.as_ptr(),
+        len: n as u64,
+        has_functions: filter.functions.is_some() as u64,
+        max_depth: filter.max_depth as u64,
+    }));
+    attach_inner(user, inst, 0, Some(f))
+}
+
+fn attach_inner(
+    user: &GraphUser,
+    inst: usize,
+    max_depth: u32,
+    filter: Option<&'static mut FusedFilter>,
+) -> bool {
     if !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES {
         return false;
     }
@@ -61,6 +112,10 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
     fgraph::init_tp_offsets();
     user.fused_max_depth
         .store(max_depth as u64, Ordering::Release);
+    user.fused_filter.store(
+        filter.map_or(std::ptr::null_mut(), |f| f as *mut FusedFilter),
+        Ordering::Release,
+    );
     user.fused_inst.store(inst as i64, Ordering::Release);
     fgraph::MANAGER_STUB.store(
         shadowgraph_fused_entry as *const () as usize,
@@ -194,7 +249,7 @@ macro_rules! pop_saved {
 // or for a site stub (tramp.rs), which does the taking over itself. The
 // general way: label 80 with nothing held.
 macro_rules! fused_entry {
-    ($site:literal, $hook:literal, $hooked:literal, $declined:literal) => {
+    ($site:literal, $hook:literal, $hooked:literal, $declined:literal, $filtered:literal) => {
         concat!(
             "push rax\n",
             "push rcx\n",
@@ -261,6 +316,8 @@ macro_rules! fused_entry {
             "shr r9, 48\n",
             "inc r9\n",
             "4:\n",
+            // A user with graph filters (`$filtered` takes it elsewhere).
+            $filtered,
             // A call the user declines (`-D`): nothing to do.
             "mov rax, [rsi + {u_max_depth}]\n",
             "test rax, rax\n",
@@ -331,7 +388,7 @@ macro_rules! fused_entry {
 // address, every register of the result restored). The general way: label
 // 90 with nothing held.
 macro_rules! fused_return {
-    ($resume:literal) => {
+    ($resume:literal, $filtered:literal) => {
         concat!(
             "push rax\n",
             "push rdx\n",
@@ -383,6 +440,7 @@ macro_rules! fused_return {
             // slot of the ring, else the general way waits for one. The frame's
             // users are taken before it is written (as finish_frame: a handler
             // that never returns leaves no second exit).
+            $filtered,
             ring_begin_claim!("92f", "r9"),
             "movabs rdx, {users_clear}\n",
             "and rdx, [rdi + r10*8 + 24]\n",
@@ -440,7 +498,8 @@ std::arch::global_asm!(
         "mov rdx, [rsp + 72]\nsub rdx, 5\n",
         "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 80], rax\n",
         "",
-        ""
+        "",
+        "cmp qword ptr [rsi + {u_filter}], 0\njne 81f\n"
     ),
     "jmp shadowgraph_fused_general",
     // The manager's caller (tramp.rs, args variant), with the ops slot
@@ -467,7 +526,10 @@ std::arch::global_asm!(
     ".globl shadowgraph_fused_return",
     ".hidden shadowgraph_fused_return",
     "shadowgraph_fused_return:",
-    fused_return!("jmp r11\n"),
+    fused_return!(
+        "jmp r11\n",
+        "cmp qword ptr [rsi + {u_filter}], 0\njne 91f\n"
+    ),
     "jmp shadowgraph_return_general",
     // Site stubs (tramp.rs). Entry: register contract as above, reached
     // from a stub's `call ENTRY` through the arena's ENTRY trampoline, so
@@ -483,9 +545,123 @@ std::arch::global_asm!(
         "mov rdx, [rsp + 72]\nmov rdx, [rdx + {site_off}]\n",
         "",
         "cmp rsp, rsp\n",
-        "test rsp, rsp\n"
+        "test rsp, rsp\n",
+        "mov rax, [rsi + {u_filter}]\ntest rax, rax\njnz 40f\n"
     ),
     "jmp shadowgraph_graph_site_entry",
+    // A recorder with graph filters (`-F`, `-N`, `-D`: fgraph::filters,
+    // whose thread variable it keeps the same way): from label 4 with the
+    // filter in rax, the registers as there (rcx the thread state's
+    // offset, rsi the user, rdi the stack, r8 curr, r9 fgraph's depth, r11
+    // the ring). The site's class (bit 0: a -F function, bit 1: -N) from
+    // the filter's table by the stub's site id; sites it does not know
+    // (loaded later) go the general way.
+    "40:",
+    "mov rdx, [rsp + 72]",
+    "mov edx, dword ptr [rdx + {id_off}]",
+    "cmp rdx, [rax + {f_len}]",
+    "jae 81b",
+    "mov r10, [rax + {f_classes}]",
+    "movzx r10d, byte ptr [r10 + rdx]",
+    // The user's thread variable v (rdx), word r11 of the stack.
+    "mov r11, [rsi + {u_frame_word}]",
+    "shr r11, 12",
+    "tzcnt r11d, r11d",
+    "mov rdx, [rdi + r11*8 + {tv}]",
+    "bt rdx, {notrace_bit}",
+    "jc 83b", // inside a -N call: declined
+    "test r10d, 2",
+    "jnz 45f", // a -N function: kept, silent
+    "cmp qword ptr [rax + {f_functions}], 0",
+    "je 42f",
+    "bt rdx, {in_graph_bit}",
+    "jc 42f",
+    "test r10d, 1",
+    "jz 83b", // outside every -F call: declined
+    // A -F function starts the recorded subtree at the own depth.
+    "movzx r10d, dx",
+    "shl r10, {graph_depth_shift}",
+    "movabs rcx, {not_graph_depth}",
+    "and rdx, rcx",
+    "or rdx, r10",
+    "bts rdx, {in_graph_bit}",
+    "42:",
+    "mov r10, [rax + {f_max_depth}]",
+    "test r10, r10",
+    "jz 43f",
+    "movzx ecx, dx",
+    "cmp rcx, r10",
+    "jae 83b", // -D: too deep
+    "43:",
+    // Recorded at the own depth; v's own depth + 1 once the record is in.
+    "inc rdx",
+    "mov r10, rdx",
+    "call 46f",
+    // Ring, then the entry record.
+    "mov rax, [rsi + {u_inst}]",
+    "mov rdx, [rip + {tp_rings}]",
+    "mov r11, qword ptr fs:[rdx + rax*8]",
+    ring_begin_claim!("82b", "r9"),
+    "mov rdx, [rsp + 72]",
+    "mov rdx, [rdx + {site_off}]",
+    "shl rdx, 16",
+    "movzx ecx, r10w",
+    "dec ecx",
+    "shl rcx, 6",
+    "or rdx, rcx",
+    "or rdx, {entry_bits}",
+    ring_write!("r9"),
+    ring_end!("44f"),
+    "44:",
+    "jmp 47f",
+    // A -N function: NOTRACE in v, its frame kept, nothing recorded.
+    "45:",
+    "bts rdx, {notrace_bit}",
+    "mov r10, rdx",
+    "call 46f",
+    // The variable, then the BITMAP word; hooked.
+    "47:",
+    "mov rax, [rsi + {u_frame_word}]",
+    "mov rcx, rax",
+    "shr rcx, 12",
+    "tzcnt ecx, ecx",
+    "mov [rdi + rcx*8 + {tv}], r10",
+    "mov [rdi + r8*8 + 24], rax",
+    bracket_leave!(),
+    "cmp rsp, rsp",
+    pop_saved!(),
+    "ret",
+    // The frame at fgraph's depth r9, as on the plain path (written,
+    // published, written again), rcx left the thread state's offset; a
+    // full stack: the general way (this return address dropped first).
+    "46:",
+    "mov rcx, [rip + {tp_thread}]",
+    "lea rax, [r8 + 4]",
+    "cmp rax, {max_offset}",
+    "jb 48f",
+    "add rsp, 8",
+    "jmp 81b",
+    "48:",
+    "mov rdx, [rsp + 80]",
+    "mov rdx, [rdx + {site_off}]",
+    "mov rax, r9",
+    "shl rax, 48",
+    "or rdx, rax",
+    "mov rax, [rsp + 88]",
+    "mov [rdi + r8*8], rax",
+    "mov [rdi + r8*8 + 8], rdx",
+    "lea rax, [rsp + 88]",
+    "mov [rdi + r8*8 + 16], rax",
+    "mov qword ptr [rdi + r8*8 + 24], {frame_words}",
+    "lea rax, [r8 + 4]",
+    "mov qword ptr fs:[rcx + {t_curr}], rax",
+    "mov rax, [rsp + 88]",
+    "mov [rdi + r8*8], rax",
+    "mov [rdi + r8*8 + 8], rdx",
+    "lea rax, [rsp + 88]",
+    "mov [rdi + r8*8 + 16], rax",
+    "mov qword ptr [rdi + r8*8 + 24], {frame_words}",
+    "ret",
     // Return through a stub: jumped to by the arena's RETURN pad from the
     // stub's return point, with rsp, the result and the dead registers as
     // for the return above. Resumes by `ret`: the return-stack predictor
@@ -493,8 +669,73 @@ std::arch::global_asm!(
     ".globl shadowgraph_fused_site_return",
     ".hidden shadowgraph_fused_site_return",
     "shadowgraph_fused_site_return:",
-    fused_return!("push r11\nret\n"),
+    fused_return!(
+        "push r11\nret\n",
+        "cmp qword ptr [rsi + {u_filter}], 0\njne 50f\n"
+    ),
     "jmp shadowgraph_site_return_general",
+    // A recorder with graph filters, from before the claim (registers as
+    // there: rsi the user, rdi the stack, r10 the frame f, r11 the ring;
+    // rax and rdx saved at [rsp]): its thread variable as
+    // `GraphFilter::ret` leaves it (r8), written once the record is in.
+    "50:",
+    "mov rcx, [rsi + {u_frame_word}]",
+    "shr rcx, 12",
+    "tzcnt ecx, ecx",
+    "mov r8, [rdi + rcx*8 + {tv}]",
+    "btr r8, {notrace_bit}",
+    "jnc 51f",
+    // The -N function's own return: NOTRACE cleared, nothing recorded.
+    "mov [rdi + rcx*8 + {tv}], r8",
+    "movabs rdx, {users_clear}",
+    "and [rdi + r10*8 + 24], rdx",
+    "jmp 53f",
+    // Own depth − 1; IN_GRAPH ends with the call that set it.
+    "51:",
+    "movzx edx, r8w",
+    "test edx, edx",
+    "jz 52f",
+    "dec edx",
+    "bt r8, {in_graph_bit}",
+    "jnc 52f",
+    "mov rax, r8",
+    "shr rax, {graph_depth_shift}",
+    "movzx eax, ax",
+    "cmp eax, edx",
+    "jne 52f",
+    "btr r8, {in_graph_bit}",
+    "52:",
+    "and r8, -65536",
+    "or r8, rdx",
+    ring_begin_claim!("92b", "r9"),
+    "movabs rdx, {users_clear}",
+    "and rdx, [rdi + r10*8 + 24]",
+    "mov [rdi + r10*8 + 24], rdx",
+    "push rax",
+    "mov rax, [rdi + r10*8 + 8]",
+    "shl rax, 16",
+    "movzx edx, r8w",
+    "shl rdx, 6",
+    "or rdx, rax",
+    "or rdx, {exit_bits}",
+    "pop rax",
+    ring_write!("r9"),
+    ring_end!("54f"),
+    "54:",
+    "mov rcx, [rsi + {u_frame_word}]",
+    "shr rcx, 12",
+    "tzcnt ecx, ecx",
+    "mov [rdi + rcx*8 + {tv}], r8",
+    // Pop the frame; resume at its real return address.
+    "53:",
+    "mov r11, [rdi + r10*8]",
+    "mov rcx, [rip + {tp_thread}]",
+    "mov qword ptr fs:[rcx + {t_curr}], r10",
+    bracket_leave!(),
+    "pop rdx",
+    "pop rax",
+    "push r11",
+    "ret",
     ".popsection",
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
@@ -522,4 +763,15 @@ std::arch::global_asm!(
     users_clear = const !(0xffffu64 << 12),
     exit_bits = const super::format::MAGIC << 3 | 1,
     site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
+    id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
+    u_filter = const offset_of!(GraphUser, fused_filter),
+    f_classes = const offset_of!(FusedFilter, classes),
+    f_len = const offset_of!(FusedFilter, len),
+    f_functions = const offset_of!(FusedFilter, has_functions),
+    f_max_depth = const offset_of!(FusedFilter, max_depth),
+    tv = const (crate::fgraph::stack::WORDS - crate::fgraph::stack::TASK_VARS) * 8,
+    notrace_bit = const crate::fgraph::filters::NOTRACE_BIT,
+    in_graph_bit = const crate::fgraph::filters::IN_GRAPH_BIT,
+    graph_depth_shift = const crate::fgraph::filters::GRAPH_DEPTH_SHIFT,
+    not_graph_depth = const !(0xffffu64 << crate::fgraph::filters::GRAPH_DEPTH_SHIFT),
 );

@@ -112,7 +112,7 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
         }
         if let Some(p) = get("record_path") {
             let what = if p == "fused" {
-                "fused (one plain tracer: entry and return in asm)"
+                "fused (one tracer: entry, filters and return in asm)"
             } else {
                 "general (fgraph callbacks)"
             };
