@@ -3,21 +3,25 @@
 //! When the only graph user is a recorder whose callbacks do nothing but
 //! append an entry and an exit record to its thread's ring, declining calls
 //! deeper than a limit if it has one (the agent's plain `record`, `-D`
-//! included), the manager's trampolines hand over to
-//! `shadowgraph_fused_entry` and `return_to_handler` tries
-//! `shadowgraph_fused_return` first: each does in a few dozen instructions
-//! what fgraph's Rust path and the callbacks do — the bracket, the frame
-//! push or pop with the return hijack, the record in the ring (the same
-//! claim / write / publish protocol as `Ring`, so a signal handler may
-//! record in between) — without saving the argument registers for Rust code
-//! or calling it. Anything unusual for either (a thread not at rest, no
-//! stack or ring yet, another user, frames a longjmp left, a full stack or
-//! ring) goes the general way, untouched: `shadowgraph_fused_general`
-//! (the manager's usual caller) and `shadowgraph_return_general`.
+//! included), or applying graph filters first (`-F`, `-N`: the same thread
+//! variable as fgraph::filters, see [`attach_filtered`]), the manager's
+//! trampolines and site stubs hand over to `shadowgraph_fused_entry` /
+//! `shadowgraph_fused_site_entry`, and returns come back to
+//! `shadowgraph_fused_return` / `shadowgraph_fused_site_return`: each does
+//! in a few dozen instructions what fgraph's Rust path and the callbacks do
+//! — the bracket, the filters, the frame push or pop (with the return
+//! hijack where sites call the trampolines), the record in the ring (the
+//! same claim / write / publish protocol as `Ring`, so a signal handler may
+//! record in between) — without saving the argument registers for Rust
+//! code or calling it. Anything unusual for either (a thread not at rest,
+//! no stack or ring yet, another user, frames a longjmp left, a full stack
+//! or ring, a site the filter table does not know) goes the general way,
+//! untouched: `shadowgraph_fused_general` or fgraph's site entry, and
+//! `shadowgraph_return_general` or fgraph's site return.
 //!
 //! The thread-local state is reached at its offset from the thread pointer
-//! (initial-exec TLS: the same offset in every thread), computed once by
-//! [`attach`].
+//! (initial-exec TLS: the same offset in every thread), computed once
+//! (fgraph::init_tp_offsets and [`attach`]).
 
 use super::ring::{RingHeader, HEADER_BYTES};
 use super::writer;
