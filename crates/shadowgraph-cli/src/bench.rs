@@ -875,11 +875,14 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         c
     };
     // `off`: the environment variable that turns a part of the path off.
-    let run_sg_with = |k: &str, off: Option<&str>| {
+    // `opts`: more options of `record`.
+    let run_sg_with = |k: &str, off: Option<&str>, opts: &[&str]| {
         let _ = std::fs::remove_dir_all(&sg_data);
         let _ = std::fs::remove_dir_all(dir.join("sg.data.old"));
         let mut c = std::process::Command::new(&me);
-        c.args(["record", "-d"])
+        c.arg("record")
+            .args(opts)
+            .arg("-d")
             .arg(&sg_data)
             .arg("--")
             .arg(&exe)
@@ -889,7 +892,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         }
         c
     };
-    let run_sg = |k: &str| run_sg_with(k, None);
+    let run_sg = |k: &str| run_sg_with(k, None, &[]);
     let run_uf = |k: &str| {
         let _ = std::fs::remove_dir_all(&uf_data);
         let mut c = std::process::Command::new("uftrace");
@@ -907,8 +910,10 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         Box::new(|| run_plain(&arg)),
         Box::new(|| run_sg(&arg)),
         Box::new(|| run_sg("1")),
-        Box::new(|| run_sg_with(&arg, Some("SHADOWGRAPH_NO_FUSED"))),
-        Box::new(|| run_sg_with(&arg, Some("SHADOWGRAPH_NO_SITE_STUBS"))),
+        Box::new(|| run_sg_with(&arg, Some("SHADOWGRAPH_NO_FUSED"), &[])),
+        Box::new(|| run_sg_with(&arg, Some("SHADOWGRAPH_NO_SITE_STUBS"), &[])),
+        // Every call is inside main: the same records, through the filters.
+        Box::new(|| run_sg_with(&arg, None, &["-F", "main"])),
     ];
     if uftrace {
         runs.push(Box::new(|| run_uf(&arg)));
@@ -922,7 +927,8 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     }
     drop(runs);
     let med = |i: usize| median(times[i].clone());
-    let (plain, sg_start, sg_general, sg_hijack) = (med(0), med(2), med(3), med(4));
+    let (plain, sg_start, sg_general, sg_hijack, sg_filtered) =
+        (med(0), med(2), med(3), med(4), med(5));
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -962,12 +968,17 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         per_call(sg_hijack, sg_start)
     );
     println!(
+        "{:<34} {sg_filtered:>9.3} {:>12.1}",
+        "  (-F main: filters, same records)",
+        per_call(sg_filtered, sg_start)
+    );
+    println!(
         "{:<34} {sg_general:>9.3} {:>12.1}",
         "  (fused path off)",
         per_call(sg_general, sg_start)
     );
     if uftrace {
-        let (uf, uf_start) = (med(5), med(6));
+        let (uf, uf_start) = (med(6), med(7));
         let _ = time_cmd(1, || run_uf(&arg))?;
         let bytes = dir_bytes(&uf_data);
         let uf_bin = PathBuf::from("uftrace");
@@ -983,7 +994,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         );
         let ratios: Vec<f64> = times[1]
             .iter()
-            .zip(&times[5])
+            .zip(&times[6])
             .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
             .collect();
         println!(
