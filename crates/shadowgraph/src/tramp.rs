@@ -496,33 +496,38 @@ pub(crate) fn direct_pad(arena: &Arena, target: usize) -> Result<usize, ArenaErr
 // stub by a real call: the return-stack predictor stays right, where a
 // hijacked return costs a misprediction on every call.
 //
-//   +0   call ENTRY        ENTRY sees [rsp] = stub+5, [rsp+8] = R, the
-//                          arguments live; it returns with ZF=1 if it
-//                          pushed a shadow frame for this call (R saved in
-//                          it), else ZF=0, every argument register intact.
-//   +5   jne  +22
-//   +7   lea  rsp, [rsp+8] R's slot is popped: the call below reuses it,
-//   +12  call BODY         so stack arguments stay where the body expects.
-//   +17  jmp  RETURN       The body returned: rsp = slot + 8, the result
+//   +0   call [ENTRY]      ENTRY (an address in a cell of the arena) sees
+//                          [rsp] = stub+6, [rsp+8] = R, the arguments
+//                          live; it returns with ZF=1 if it pushed a shadow
+//                          frame for this call (R saved in it), else ZF=0,
+//                          every argument register intact.
+//   +6   jne  +24
+//   +8   lea  rsp, [rsp+8] R's slot is popped: the call below reuses it,
+//   +13  call BODY         so stack arguments stay where the body expects.
+//   +18  jmp  [RETURN]     The body returned: rsp = slot + 8, the result
 //                          live; RETURN pops the frame and `ret`s to R.
-//   +22  jmp  BODY         Not hooked: the function runs untouched.
-//   +27  int3
-//   +28  .long id          The site's id in the core, read by ENTRY.
-//   +32  .quad site        The function's site, read by ENTRY.
+//   +24  jmp  BODY         Not hooked: the function runs untouched.
+//   +29  int3 × 3
+//   +32  .long id          The site's id in the core, read by ENTRY.
+//   +36  int3 × 4
+//   +40  .quad site        The function's site, read by ENTRY.
+//   +48  .quad data        The ops' data slot in this arena, read by ENTRY.
 //
-// ENTRY and RETURN are in the same arena (rel32 reach). Stubs are written
-// in blocks and never freed or rewritten: a thread may sit in a function
+// The cells are in the same arena (rel32 reach). Stubs are written in
+// blocks and never freed or rewritten: a thread may sit in a function
 // called from a stub for any length of time.
 
 /// Bytes of one site stub.
-pub(crate) const SITE_STUB_LEN: usize = 40;
+pub(crate) const SITE_STUB_LEN: usize = 56;
 /// Offset of a stub's return point (where the body returns to).
-pub(crate) const SITE_STUB_RETURN: usize = 17;
+pub(crate) const SITE_STUB_RETURN: usize = 18;
 /// Offset of the site literal from the stub's call of ENTRY's return
-/// address (stub + 5).
-pub(crate) const SITE_STUB_SITE_FROM_RET: usize = 27;
+/// address (stub + 6).
+pub(crate) const SITE_STUB_SITE_FROM_RET: usize = 34;
 /// Offset of the site id (u32) from the same.
-pub(crate) const SITE_STUB_ID_FROM_RET: usize = 23;
+pub(crate) const SITE_STUB_ID_FROM_RET: usize = 26;
+/// Offset of the data slot literal from the same.
+pub(crate) const SITE_STUB_DATA_FROM_RET: usize = 42;
 
 const MAX_STUB_BLOCKS: usize = 1024;
 /// The blocks of stubs written so far: (base, bytes), published by count.
@@ -532,8 +537,9 @@ static STUB_BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);
 static STUB_BLOCK_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Writes a block of stubs into `arena`, one per (site, id) of `sites`
-/// (each within rel32 reach of the arena), calling `entry` and jumping to `ret`
-/// (both in the arena). Returns the block's address: site i's stub is at
+/// (each within rel32 reach of the arena), calling the address in cell
+/// `entry` and jumping to the one in cell `ret` (both cells in the arena),
+/// with `data` for ENTRY. Returns the block's address: site i's stub is at
 /// `block + i * SITE_STUB_LEN`. The block is registered (see
 /// [`is_stub_return`]) before any site can reach it.
 pub(crate) fn site_stubs(
@@ -541,6 +547,7 @@ pub(crate) fn site_stubs(
     sites: &[(usize, u32)],
     entry: usize,
     ret: usize,
+    data: usize,
 ) -> Result<usize, ArenaError> {
     let _g = STUB_BLOCK_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let n = STUB_BLOCK_COUNT.load(Ordering::Acquire);
@@ -558,19 +565,21 @@ pub(crate) fn site_stubs(
         for (i, &(site, id)) in sites.iter().enumerate() {
             let s = at + i * SITE_STUB_LEN;
             let body = site + 5;
-            code.push(0xe8);
-            code.extend_from_slice(&rel(s + 5, entry));
-            code.extend_from_slice(&[0x75, 0x0f]);
+            code.extend_from_slice(&[0xff, 0x15]);
+            code.extend_from_slice(&rel(s + 6, entry));
+            code.extend_from_slice(&[0x75, 0x10]);
             code.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x08]);
             code.push(0xe8);
-            code.extend_from_slice(&rel(s + 17, body));
+            code.extend_from_slice(&rel(s + 18, body));
+            code.extend_from_slice(&[0xff, 0x25]);
+            code.extend_from_slice(&rel(s + 24, ret));
             code.push(0xe9);
-            code.extend_from_slice(&rel(s + 22, ret));
-            code.push(0xe9);
-            code.extend_from_slice(&rel(s + 27, body));
-            code.push(0xcc);
+            code.extend_from_slice(&rel(s + 29, body));
+            code.extend_from_slice(&[0xcc; 3]);
             code.extend_from_slice(&id.to_le_bytes());
+            code.extend_from_slice(&[0xcc; 4]);
             code.extend_from_slice(&(site as u64).to_le_bytes());
+            code.extend_from_slice(&(data as u64).to_le_bytes());
         }
         code
     })?;

@@ -656,9 +656,9 @@ macro_rules! frame_at_r8 {
     };
 }
 
-// Entry. Register contract: reached from a stub's `call ENTRY` through the
-// arena's ENTRY trampoline: [rsp] = stub+5, [rsp+8] = R, r11 = the
-// manager's ops slot in that arena, every argument register live. The
+// Entry. Register contract: reached by a stub's `call [ENTRY]` (tramp.rs):
+// [rsp] = stub+6, [rsp+8] = R, every argument register live, r11 free (it
+// gets the manager's ops slot in that arena, from the stub). The
 // frame is the manager's caller's (tramp.rs, args variant: a Regs, with the
 // stub's site as regs.ip) and 0x48 more bytes: 0x128 the ops slot, 0x130
 // the saved errno, 0x138 the new frame's start, 0x140 the user, 0x148 the
@@ -673,6 +673,8 @@ std::arch::global_asm!(
     ".hidden shadowgraph_graph_site_entry",
     "shadowgraph_graph_site_entry:",
     "endbr64",
+    "mov r11, [rsp]",
+    "mov r11, [r11 + {data_off}]",
     "push rbp",
     "mov rbp, rsp",
     "sub rsp, 0x170",
@@ -810,8 +812,8 @@ std::arch::global_asm!(
     crate::tramp::restore_args!(),
     "leave",
     "ret",
-    // Return through a stub. Register contract: jumped to by the arena's
-    // RETURN pad from the stub's return point: rsp = the returning call's
+    // Return through a stub. Register contract: jumped to by the stub's
+    // `jmp [RETURN]` at its return point: rsp = the returning call's
     // slot + 8, 16-byte aligned; rax/rdx/xmm0/xmm1 hold the result; the
     // other caller-saved registers are dead. The frame: a RetRegs (64
     // bytes), 64 the saved errno, 72 the frame's start, 80 the GraphReturn
@@ -821,6 +823,7 @@ std::arch::global_asm!(
     ".globl shadowgraph_site_return_general",
     ".hidden shadowgraph_site_return_general",
     "shadowgraph_site_return_general:",
+    "endbr64",
     "sub rsp, 128",
     "mov [rsp], rax",
     "mov [rsp + 8], rdx",
@@ -937,6 +940,7 @@ std::arch::global_asm!(
     unbit = const !(1i32 << (Group::Graph as u32)),
     users_clear = const !(0xffffu64 << 12),
     site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
+    data_off = const crate::tramp::SITE_STUB_DATA_FROM_RET,
 );
 
 /// The sole user's entry callback, from the site entry's fast path (which

@@ -88,8 +88,8 @@ pub struct Ops {
 struct OpsInner {
     /// (arena base, trampoline address, its data slot)
     tramps: Vec<(usize, usize, &'static OpsSlot)>,
-    /// Per arena: (base, the stubs' ENTRY, their RETURN), both handing
-    /// over to `site_entry` / `site_return`.
+    /// Per arena: (base, the cells holding `site_entry` and `site_return`
+    /// for the stubs there).
     stub_tramps: Vec<(usize, usize, usize)>,
     /// Each site's stub, once made (never freed: stubs are reused when the
     /// ops comes back).
@@ -1108,11 +1108,11 @@ impl Core {
                     Err(_) => continue,
                 }
             };
-            let Ok((entry, ret)) = stub_tramps_in(ops, &mut inner, arena) else {
+            let Ok((entry, ret, data)) = stub_tramps_in(ops, &mut inner, arena) else {
                 continue;
             };
             let sites: Vec<(usize, u32)> = block.iter().map(|m| (m.1, m.2)).collect();
-            let Ok(at) = tramp::site_stubs(arena, &sites, entry, ret) else {
+            let Ok(at) = tramp::site_stubs(arena, &sites, entry, ret, data) else {
                 continue;
             };
             for (i, m) in block.iter().enumerate() {
@@ -1407,23 +1407,23 @@ fn tramp_slot_in(
     Ok(slot)
 }
 
-/// The site stubs' ENTRY and RETURN in `arena` (made if missing). ENTRY
-/// passes the data slot of the ops' trampoline there (cleared and re-armed
-/// with it) in r11.
+/// The cells in `arena` holding the site stubs' ENTRY and RETURN (made if
+/// missing), and the data slot of the ops' trampoline there (cleared and
+/// re-armed with it), which the stubs hold for ENTRY.
 fn stub_tramps_in(
     ops: &Arc<Ops>,
     inner: &mut OpsInner,
     arena: &Arena,
-) -> Result<(usize, usize), CoreError> {
+) -> Result<(usize, usize, usize), CoreError> {
+    let slot = tramp_slot_in(ops, inner, arena)? as *const OpsSlot as usize;
     if let Some(t) = inner.stub_tramps.iter().find(|t| t.0 == arena.base) {
-        return Ok((t.1, t.2));
+        return Ok((t.1, t.2, slot));
     }
-    let slot = tramp_slot_in(ops, inner, arena)?;
-    let entry = tramp::stub(arena, ops.site_entry, slot as *const OpsSlot as usize)
-        .map_err(CoreError::Arena)?;
-    let ret = tramp::direct_pad(arena, ops.site_return).map_err(CoreError::Arena)?;
+    let cell = |v: usize| arena.alloc_code(&(v as u64).to_le_bytes());
+    let entry = cell(ops.site_entry).map_err(CoreError::Arena)?;
+    let ret = cell(ops.site_return).map_err(CoreError::Arena)?;
     inner.stub_tramps.push((arena.base, entry, ret));
-    Ok((entry, ret))
+    Ok((entry, ret, slot))
 }
 
 /// Checks the model invariant of SPEC §3.5 against the code in memory:

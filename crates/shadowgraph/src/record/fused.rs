@@ -253,7 +253,7 @@ macro_rules! pop_saved {
 // or for a site stub (tramp.rs), which does the taking over itself. The
 // general way: label 80 with nothing held.
 macro_rules! fused_entry {
-    ($site:literal, $hook:literal, $hooked:literal, $declined:literal, $filtered:literal) => {
+    ($slot:literal, $site:literal, $hook:literal, $hooked:literal, $declined:literal, $filtered:literal) => {
         concat!(
             "push rax\n",
             "push rcx\n",
@@ -279,7 +279,7 @@ macro_rules! fused_entry {
             "inc qword ptr [rdx]\n",
             // The manager is still registered (its slot names it) and its sole
             // user is a fused recorder with a ring on this thread.
-            "mov rax, [rsp]\n",
+            $slot,
             "cmp qword ptr [rax], 0\n",
             "je 81f\n",
             "mov rsi, [rip + {fast}]\n",
@@ -499,6 +499,7 @@ std::arch::global_asm!(
     "shadowgraph_fused_entry:",
     "endbr64",
     fused_entry!(
+        "mov rax, [rsp]\n",
         "mov rdx, [rsp + 72]\nsub rdx, 5\n",
         "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 80], rax\n",
         "",
@@ -535,9 +536,10 @@ std::arch::global_asm!(
         "cmp qword ptr [rsi + {u_filter}], 0\njne 91f\n"
     ),
     "jmp shadowgraph_return_general",
-    // Site stubs (tramp.rs). Entry: register contract as above, reached
-    // from a stub's `call ENTRY` through the arena's ENTRY trampoline, so
-    // [rsp] = stub+5 and the site is the stub's literal at [[rsp] + 27]. The
+    // Site stubs (tramp.rs). Entry: register contract as above, reached by
+    // a stub's `call [ENTRY]`, so [rsp] = stub+6, the site, its id and the
+    // ops slot are the stub's literals, and r11 is free (the saved one is
+    // not the slot: the general way takes it from the stub too). The
     // return is not taken over here: the stub calls the body itself when
     // the entry returns with ZF=1 (a frame was pushed), and runs it
     // untouched with ZF=0. Every argument register is restored either way.
@@ -546,6 +548,7 @@ std::arch::global_asm!(
     "shadowgraph_fused_site_entry:",
     "endbr64",
     fused_entry!(
+        "mov rax, [rsp + 72]\nmov rax, [rax + {data_off}]\n",
         "mov rdx, [rsp + 72]\nmov rdx, [rdx + {site_off}]\n",
         "",
         "cmp rsp, rsp\n",
@@ -666,13 +669,14 @@ std::arch::global_asm!(
     "mov [rdi + r8*8 + 16], rax",
     "mov qword ptr [rdi + r8*8 + 24], {frame_words}",
     "ret",
-    // Return through a stub: jumped to by the arena's RETURN pad from the
-    // stub's return point, with rsp, the result and the dead registers as
+    // Return through a stub: jumped to by the stub's `jmp [RETURN]` at its
+    // return point, with rsp, the result and the dead registers as
     // for the return above. Resumes by `ret`: the return-stack predictor
     // holds the real address, since the stub's call has been returned from.
     ".globl shadowgraph_fused_site_return",
     ".hidden shadowgraph_fused_site_return",
     "shadowgraph_fused_site_return:",
+    "endbr64",
     fused_return!(
         "push r11\nret\n",
         "cmp qword ptr [rsi + {u_filter}], 0\njne 50f\n"
@@ -768,6 +772,7 @@ std::arch::global_asm!(
     exit_bits = const super::format::MAGIC << 3 | 1,
     site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
+    data_off = const crate::tramp::SITE_STUB_DATA_FROM_RET,
     u_filter = const offset_of!(GraphUser, fused_filter),
     f_classes = const offset_of!(FusedFilter, classes),
     f_len = const offset_of!(FusedFilter, len),
