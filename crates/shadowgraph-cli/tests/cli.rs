@@ -110,6 +110,26 @@ fn replay_text(data: &Path) -> String {
     view_text("replay", data)
 }
 
+/// The environment that picks the recording path: fused (the default) or
+/// general (`SHADOWGRAPH_NO_FUSED=1`).
+fn path_env(fused: bool) -> &'static [(&'static str, &'static str)] {
+    if fused {
+        &[]
+    } else {
+        &[("SHADOWGRAPH_NO_FUSED", "1")]
+    }
+}
+
+/// A replay's lines after its header, without the duration and thread
+/// columns.
+fn replay_body(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .skip(1)
+        .map(|l| l.split_once("] | ").map_or(l, |x| x.1).to_string())
+        .collect()
+}
+
 /// Records older than the one before them, beyond the skew between CPUs'
 /// TSCs: a thread moved to another vCPU of this VM may read a clock a few
 /// ns behind (steps back of 5–6 seen under load, on the fused and the
@@ -2402,11 +2422,7 @@ fn unwinding_program_replays_exactly(fused: bool) {
         .unwrap();
     assert!(ok.success());
     let data = dir.join("u.data");
-    let env: &[(&str, &str)] = if fused {
-        &[]
-    } else {
-        &[("SHADOWGRAPH_NO_FUSED", "1")]
-    };
+    let env = path_env(fused);
     let o = record_run(env, &["--no-libs"], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
@@ -2948,11 +2964,7 @@ fn handlers_record_inside_records(fused: bool, filter: &[&str]) {
     let data = dir.join("r.data");
     // Small rings: the thread often waits for the writer, and handlers
     // land in the waits as well.
-    let env: &[(&str, &str)] = if fused {
-        &[]
-    } else {
-        &[("SHADOWGRAPH_NO_FUSED", "1")]
-    };
+    let env = path_env(fused);
     let mut opts = vec!["-b", "64K"];
     opts.extend_from_slice(filter);
     let o = record_run(env, &opts, &data, &exe, &[]);
@@ -3161,13 +3173,7 @@ fn depth_limited_recording_is_fused_and_exact() {
         "  } /* a */",
         "} /* main */",
     ];
-    let body = |replay: &str| -> Vec<String> {
-        replay
-            .lines()
-            .skip(1)
-            .map(|l| l.split_once("] | ").map_or(l, |x| x.1).to_string())
-            .collect()
-    };
+    let body = replay_body;
     for (fused, path) in [(true, "fused"), (false, "general")] {
         let data = dir.join(format!("{path}.data"));
         let env: &[(&str, &str)] = if fused {
@@ -3276,13 +3282,7 @@ fn filtered_recording_is_fused_and_exact() {
          int main(void) { int s = 0; for (int i = 0; i < 3; i++) s += a(i);\n\
            s += quiet(2); return s == 0; }\n",
     );
-    let body = |replay: &str| -> Vec<String> {
-        replay
-            .lines()
-            .skip(1)
-            .map(|l| l.split_once("] | ").map_or(l, |x| x.1).to_string())
-            .collect()
-    };
+    let body = replay_body;
     let quiet = ["quiet() {", "  b();", "  leaf();", "} /* quiet */"];
     let cases: [&[&str]; 7] = [
         &["-F", "a"],
@@ -3297,11 +3297,7 @@ fn filtered_recording_is_fused_and_exact() {
         let mut bodies = Vec::new();
         for (fused, path) in [(true, "fused"), (false, "general")] {
             let data = dir.join(format!("{path}.data"));
-            let env: &[(&str, &str)] = if fused {
-                &[]
-            } else {
-                &[("SHADOWGRAPH_NO_FUSED", "1")]
-            };
+            let env = path_env(fused);
             let mut all = vec!["--no-libs"];
             all.extend_from_slice(opts);
             let o = record_run(env, &all, &data, &exe, &[]);

@@ -11,15 +11,7 @@ use common::*;
 use shadowgraph::record::format::{decode, Kind, RECORD_SIZE};
 use shadowgraph::record::{clock, fused, writer};
 use shadowgraph::{fgraph, ftrace};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-
-const SOURCE: &str = "#define KEEP __attribute__((noinline, noipa))\n\
-KEEP long leaf(long x) { return x + 1; }\n\
-KEEP long mid(long x) { return leaf(x) + leaf(x + 1); }\n\
-KEEP long top(long x) { long s = 0; for (int i = 0; i < 8; i++) s += mid(x + i); return s; }\n\
-__attribute__((patchable_function_entry(0, 0))) long run(long n) {\n\
-  long s = 0; for (long i = 0; i < n; i++) s += top(i); return s; }\n";
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Entries recorded by the callback (the general way), not the fused path.
 static GENERAL_ENTRIES: AtomicU64 = AtomicU64::new(0);
@@ -40,26 +32,9 @@ fn accept(_: &fgraph::GraphEntry, _: &fgraph::GraphUser, _: &mut ftrace::Regs) -
 
 fn ignore(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs) {}
 
-/// run(n) = Σ_{i<n} Σ_{j<8} (2(i+j) + 3)
-fn expect(n: i64) -> i64 {
-    (0..n)
-        .map(|i| (0..8).map(|j| 2 * (i + j) + 3).sum::<i64>())
-        .sum()
-}
-
 #[test]
 fn threads_record_while_the_fused_recorder_comes_and_goes() {
-    let dir = workdir("fused_stress");
-    let src = dir.join("work.c");
-    std::fs::write(&src, SOURCE).unwrap();
-    let lib = Lib::open(&build_lib(
-        &dir,
-        &src,
-        "fusedwork",
-        shadowgraph::cc::flavour::PATCHABLE,
-    ));
-    ftrace::add_modules(vec![lib.module()]).unwrap();
-    let run: extern "C" fn(i64) -> i64 = lib.func("run");
+    let (dir, _lib, run) = nested_workload("fused_stress");
     let sites: Vec<u64> = ["leaf", "mid", "top"]
         .iter()
         .map(|f| ftrace::site_by_name(f).unwrap().addr as u64)
@@ -79,31 +54,13 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
     assert!(fused::attach(&recorder, 0, 0));
     let other = fgraph::GraphUser::new(accept, ignore, filter, 0);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let rounds = Arc::new(AtomicU64::new(0));
-    let threads: Vec<_> = (0..3)
-        .map(|_| {
-            let (stop, rounds) = (stop.clone(), rounds.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    assert_eq!(run(200), expect(200));
-                    rounds.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
+    let workers = Workers::start(3, run, 200);
     // Calls (entries) made while the recorder alone is registered for
     // 50 ms, and how many of them its callback saw (the general way).
     let alone = || {
-        let (g0, r0) = (
-            GENERAL_ENTRIES.load(Ordering::Relaxed),
-            rounds.load(Ordering::Relaxed),
-        );
+        let (g0, r0) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let (g1, r1) = (
-            GENERAL_ENTRIES.load(Ordering::Relaxed),
-            rounds.load(Ordering::Relaxed),
-        );
+        let (g1, r1) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
         ((r1 - r0) * 200 * 25, g1 - g0)
     };
     for i in 0..150 {
@@ -138,12 +95,9 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
         general * 20 < calls,
         "{general} of {calls} entries by the callback"
     );
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
+    let rounds = workers.stop();
     writer::flush_all();
-    assert!(rounds.load(Ordering::Relaxed) > 0);
+    assert!(rounds > 0);
     assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
 
     // Every record whole: a traced function, at a depth it can have.

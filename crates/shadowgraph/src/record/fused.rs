@@ -225,15 +225,22 @@ macro_rules! bracket_leave {
     };
 }
 
-// The entry's frame at word r8 of stack rdi: {R, rdx, slot, RESERVED}.
-// Clobbers rax.
+// The entry's frame at word r8 of stack rdi: {R, rdx, slot, RESERVED},
+// R's slot at rsp + 80 (or the offset given). Clobbers rax.
 macro_rules! frame_words {
     () => {
+        frame_words!("80")
+    };
+    ($slot:literal) => {
         concat!(
-            "mov rax, [rsp + 80]\n",
+            "mov rax, [rsp + ",
+            $slot,
+            "]\n",
             "mov [rdi + r8*8], rax\n",
             "mov [rdi + r8*8 + 8], rdx\n",
-            "lea rax, [rsp + 80]\n",
+            "lea rax, [rsp + ",
+            $slot,
+            "]\n",
             "mov [rdi + r8*8 + 16], rax\n",
             "mov qword ptr [rdi + r8*8 + 24], {frame_words}\n",
         )
@@ -654,20 +661,10 @@ std::arch::global_asm!(
     "mov rax, r9",
     "shl rax, 48",
     "or rdx, rax",
-    "mov rax, [rsp + 88]",
-    "mov [rdi + r8*8], rax",
-    "mov [rdi + r8*8 + 8], rdx",
-    "lea rax, [rsp + 88]",
-    "mov [rdi + r8*8 + 16], rax",
-    "mov qword ptr [rdi + r8*8 + 24], {frame_words}",
+    frame_words!("88"),
     "lea rax, [r8 + 4]",
     "mov qword ptr fs:[rcx + {t_curr}], rax",
-    "mov rax, [rsp + 88]",
-    "mov [rdi + r8*8], rax",
-    "mov [rdi + r8*8 + 8], rdx",
-    "lea rax, [rsp + 88]",
-    "mov [rdi + r8*8 + 16], rax",
-    "mov qword ptr [rdi + r8*8 + 24], {frame_words}",
+    frame_words!("88"),
     "ret",
     // Return through a stub: jumped to by the stub's `jmp [RETURN]` at its
     // return point, with rsp, the result and the dead registers as

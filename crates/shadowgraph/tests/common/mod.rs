@@ -93,3 +93,83 @@ pub fn load_into_core(name: &str, file: &str) -> Lib {
     shadowgraph::ftrace::add_modules(vec![lib.module()]).unwrap();
     lib
 }
+
+/// A library whose `run(n)` calls `top` n times, `top` calls `mid` 8 times
+/// and `mid` calls `leaf` twice (three traced levels: frames are always in
+/// flight), built in `workdir(name)` and brought under the core; returns
+/// the directory, the library and `run`.
+pub fn nested_workload(name: &str) -> (PathBuf, Lib, extern "C" fn(i64) -> i64) {
+    const SOURCE: &str = "#define KEEP __attribute__((noinline, noipa))\n\
+KEEP long leaf(long x) { return x + 1; }\n\
+KEEP long mid(long x) { return leaf(x) + leaf(x + 1); }\n\
+KEEP long top(long x) { long s = 0; for (int i = 0; i < 8; i++) s += mid(x + i); return s; }\n\
+__attribute__((patchable_function_entry(0, 0))) long run(long n) {\n\
+  long s = 0; for (long i = 0; i < n; i++) s += top(i); return s; }\n";
+    let dir = workdir(name);
+    let src = dir.join("work.c");
+    std::fs::write(&src, SOURCE).unwrap();
+    let lib = Lib::open(&build_lib(
+        &dir,
+        &src,
+        name,
+        shadowgraph::cc::flavour::PATCHABLE,
+    ));
+    shadowgraph::ftrace::add_modules(vec![lib.module()]).unwrap();
+    let run = lib.func("run");
+    (dir, lib, run)
+}
+
+/// What `run(n)` of [`nested_workload`] returns: Σ_{i<n} Σ_{j<8} (2(i+j) + 3).
+pub fn nested_expect(n: i64) -> i64 {
+    (0..n)
+        .map(|i| (0..8).map(|j| 2 * (i + j) + 3).sum::<i64>())
+        .sum()
+}
+
+/// Threads calling `run(n)` of [`nested_workload`] in a loop, each result
+/// checked, until stopped.
+pub struct Workers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    rounds: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    pub fn start(count: usize, run: extern "C" fn(i64) -> i64, n: i64) -> Workers {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicU64::new(0));
+        let threads = (0..count)
+            .map(|_| {
+                let (stop, rounds) = (stop.clone(), rounds.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        assert_eq!(run(n), nested_expect(n));
+                        rounds.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        Workers {
+            stop,
+            rounds,
+            threads,
+        }
+    }
+
+    /// Calls of `run` completed so far, by all threads.
+    pub fn rounds(&self) -> u64 {
+        self.rounds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Stops the threads and waits for them (a failed check fails here).
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let rounds = self.rounds.clone();
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        rounds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
