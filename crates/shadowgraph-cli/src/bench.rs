@@ -43,7 +43,8 @@ pub enum Which {
     /// instruction counting under `valgrind --tool=callgrind
     /// --toggle-collect=loop_target` (deterministic, unlike time).
     Ir {
-        /// none | ops | list2 | direct | graph-decline | graph
+        /// none | ops | list2 | direct | graph-decline | graph | graph2 |
+        /// graph16 | record | record-general
         mode: String,
         #[arg(default_value_t = 100_000)]
         calls: i64,
@@ -776,6 +777,13 @@ fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
             let u = fgraph::GraphUser::new(entry, ignore_return, filter()?, 0);
             fgraph::register_graph(&u).map_err(|e| e.to_string())?;
             keep_users.push(u);
+        }
+        "graph2" | "graph16" => {
+            for _ in 0..if mode == "graph2" { 2 } else { 16 } {
+                let u = fgraph::GraphUser::new(accept_all, ignore_return, filter()?, 0);
+                fgraph::register_graph(&u).map_err(|e| e.to_string())?;
+                keep_users.push(u);
+            }
         }
         "record" | "record-general" => {
             // The plain recorder into a ring of this process big enough for

@@ -312,6 +312,9 @@ impl std::error::Error for GraphError {}
 // --- Global state -------------------------------------------------------------------
 
 /// Published users by slot (null = stub: in-flight frames skip it).
+/// Slots whose ARRAY entry is set (a superset while one is being cleared):
+/// the general entry visits these only.
+static OCCUPIED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 static ARRAY: [AtomicPtr<GraphUser>; MAX_USERS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_USERS];
 /// Epoch at which each slot's current owner registered.
@@ -471,9 +474,11 @@ pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
     r.users[i] = Some(user.clone());
     let ptr = Arc::as_ptr(user) as *mut GraphUser;
     ARRAY[i].store(ptr, Ordering::Release);
+    OCCUPIED.fetch_or(1 << i, Ordering::AcqRel);
     if let Err(e) = ftrace::register_subop(manager(), &user.subop) {
         // Exact rollback.
         ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
+        OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
         r.users[i] = None;
         user.slot.store(-1, Ordering::Release);
         SLOT_EPOCH[i].store(u64::MAX, Ordering::Release);
@@ -495,6 +500,7 @@ pub fn unregister_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
         return Err(GraphError::NotRegistered);
     };
     ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
+    OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
     r.active -= 1;
     FAST.store(std::ptr::null_mut(), Ordering::Release);
     let res = ftrace::unregister_subop(manager(), &user.subop);
@@ -804,9 +810,19 @@ std::arch::global_asm!(
     "71:",
     leave_at_rest!(),
     "70:",
+    // The stub's site id for `site_id`, for the length of the call (id
+    // first: a handler sees the old ip or both).
+    "mov rcx, [rip + {tp_local}]",
+    "mov rax, [rbp + 8]",
+    "mov eax, dword ptr [rax + {id_off}]",
+    "mov dword ptr fs:[rcx + {l_hint_id}], eax",
+    "mov rax, [rsp + 0xc8]",
+    "mov qword ptr fs:[rcx + {l_hint_ip}], rax",
     "mov rdi, rsp",
     "mov rsi, [rsp + 0x128]",
     "call {manager_entry}",
+    "mov rcx, [rip + {tp_local}]",
+    "mov qword ptr fs:[rcx + {l_hint_ip}], 0",
     "lea r11, [rip + shadowgraph_return_to_handler]",
     "cmp [rbp + 16], r11",
     crate::tramp::restore_args!(),
@@ -941,6 +957,9 @@ std::arch::global_asm!(
     users_clear = const !(0xffffu64 << 12),
     site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
     data_off = const crate::tramp::SITE_STUB_DATA_FROM_RET,
+    id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
+    l_hint_ip = const offset_of!(CoreLocal, site_hint_ip),
+    l_hint_id = const offset_of!(CoreLocal, site_hint_id),
 );
 
 /// The sole user's entry callback, from the site entry's fast path (which
@@ -1089,8 +1108,11 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
         }
     } else {
         let site = site_id(ip);
-        for (i, a) in ARRAY.iter().enumerate() {
-            let u = a.load(Ordering::Acquire);
+        let mut occupied = OCCUPIED.load(Ordering::Acquire);
+        while occupied != 0 {
+            let i = occupied.trailing_zeros() as usize;
+            occupied &= occupied - 1;
+            let u = ARRAY[i].load(Ordering::Acquire);
             if u.is_null() || SLOT_EPOCH[i].load(Ordering::Acquire) > g {
                 continue;
             }

@@ -111,6 +111,12 @@ pub(crate) static SITE_INDEX: AtomicPtr<SiteIndex> = AtomicPtr::new(std::ptr::nu
 
 #[inline]
 pub(crate) fn site_id(ip: usize) -> Option<u32> {
+    // The entry through a site stub says it (set and cleared around the
+    // call into Rust; a signal handler's entry clears it on its way out).
+    let c = local();
+    if c.site_hint_ip.get() == ip {
+        return Some(c.site_hint_id.get());
+    }
     let p = SITE_INDEX.load(Ordering::Acquire);
     if p.is_null() {
         return None;

@@ -22,6 +22,10 @@ pub(crate) struct CoreLocal {
     pub slot: Cell<usize>,
     /// Calls dropped by the recursion guard.
     pub rec_drops: Cell<u64>,
+    /// The site id of the call being entered through a site stub, which
+    /// carries it (0 in `site_hint_ip`: none): spares `site_id` its search.
+    pub site_hint_ip: Cell<usize>,
+    pub site_hint_id: Cell<u32>,
 }
 
 crate::fast_thread_local!(
