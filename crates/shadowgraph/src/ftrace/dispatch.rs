@@ -364,6 +364,8 @@ pub fn unlock(bit: u32) {
 /// gone (see `quiesce::abandoned`).
 pub(crate) fn reset_recursion() {
     local().rec.set(0);
+    // A site hint left by an entry that never came back goes too.
+    local().site_hint_ip.set(0);
 }
 
 /// Calls this thread dropped because a guarded callback recursed too deep.
