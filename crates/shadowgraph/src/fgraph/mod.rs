@@ -692,8 +692,11 @@ std::arch::global_asm!(
     "mov [rsp + 0xc8], r11",
     "add r11, 5",
     "mov [rsp + 0x110], r11",
-    // At rest (a bracket word at depth 0, no recursion bit) with errno's
-    // location known: enter the bracket, anchored at the return slot.
+    // One user (else the general way at once), the thread at rest (a
+    // bracket word at depth 0, no recursion bit) with errno's location
+    // known: enter the bracket, anchored at the return slot.
+    "cmp qword ptr [rip + {fast}], 0",
+    "je 70f",
     "mov rcx, [rip + {tp_local}]",
     "mov rdx, qword ptr fs:[rcx + {l_word}]",
     "test rdx, rdx",
@@ -856,6 +859,8 @@ std::arch::global_asm!(
     "cmp dword ptr fs:[rcx + {l_rec}], 0",
     "jne 60f",
     "cmp qword ptr fs:[rcx + {l_errno}], 0",
+    "je 60f",
+    "cmp qword ptr [rip + {fast}], 0",
     "je 60f",
     "lea rax, [rsp + 120]",
     "mov qword ptr fs:[rcx + {l_anchor}], rax",
