@@ -132,7 +132,7 @@ pub struct GraphUser {
     /// in for them: record::fused); −1 otherwise.
     pub(crate) fused_inst: std::sync::atomic::AtomicI64,
     /// With `fused_inst`: calls at this depth or deeper are declined
-    /// (`-D`); 0: no limit.
+    /// (`-D`); 0: no limit; the sign bit: `fused_filter` decides.
     pub(crate) fused_max_depth: AtomicU64,
     /// With `fused_inst`: the graph filters the fused path applies (its
     /// callbacks apply the same, as `filters::GraphFilter`); null: none.

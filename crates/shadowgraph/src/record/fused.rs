@@ -114,8 +114,13 @@ fn attach_inner(
         Ordering::Relaxed,
     );
     fgraph::init_tp_offsets();
-    user.fused_max_depth
-        .store(max_depth as u64, Ordering::Release);
+    // A filtered user's limit is its filter's; the sign bit marks it.
+    let limit = if filter.is_some() {
+        1 << 63
+    } else {
+        max_depth as u64
+    };
+    user.fused_max_depth.store(limit, Ordering::Release);
     user.fused_filter.store(
         filter.map_or(std::ptr::null_mut(), |f| f as *mut FusedFilter),
         Ordering::Release,
@@ -327,12 +332,13 @@ macro_rules! fused_entry {
             "shr r9, 48\n",
             "inc r9\n",
             "4:\n",
-            // A user with graph filters (`$filtered` takes it elsewhere).
-            $filtered,
-            // A call the user declines (`-D`): nothing to do.
+            // A call the user declines (`-D`): nothing to do. A user with
+            // graph filters (its limit the sign bit): `$filtered` takes it
+            // elsewhere.
             "mov rax, [rsi + {u_max_depth}]\n",
             "test rax, rax\n",
             "jz 6f\n",
+            $filtered,
             "cmp r9, rax\n",
             "jae 83f\n",
             "6:\n",
@@ -511,7 +517,7 @@ std::arch::global_asm!(
         "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 80], rax\n",
         "",
         "",
-        "cmp qword ptr [rsi + {u_filter}], 0\njne 81f\n"
+        "js 81f\n"
     ),
     "jmp shadowgraph_fused_general",
     // The manager's caller (tramp.rs, args variant), with the ops slot
@@ -560,7 +566,7 @@ std::arch::global_asm!(
         "",
         "cmp rsp, rsp\n",
         "test rsp, rsp\n",
-        "mov rax, [rsi + {u_filter}]\ntest rax, rax\njnz 40f\n"
+        "js 40f\n"
     ),
     "jmp shadowgraph_graph_site_entry",
     // A recorder with graph filters (`-F`, `-N`, `-D`: fgraph::filters,
@@ -571,6 +577,7 @@ std::arch::global_asm!(
     // the filter's table by the stub's site id; sites it does not know
     // (loaded later) go the general way.
     "40:",
+    "mov rax, [rsi + {u_filter}]",
     "mov rdx, [rsp + 72]",
     "mov edx, dword ptr [rdx + {id_off}]",
     "cmp rdx, [rax + {f_len}]",
