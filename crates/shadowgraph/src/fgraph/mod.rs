@@ -1350,7 +1350,7 @@ fn unwind_to(t: &ThreadState, slot: usize, r: &RetRegs) -> Option<usize> {
 /// the real address remembered for its slot.
 #[cold]
 fn revive(t: &ThreadState, slot: usize) -> usize {
-    match t.graves.find(slot, true) {
+    match t.graves().and_then(|g| g.find(slot, true)) {
         Some(ret) => {
             REVIVED_FRAMES.fetch_add(1, Ordering::Relaxed);
             ret
@@ -1359,7 +1359,7 @@ fn revive(t: &ThreadState, slot: usize) -> usize {
     }
 }
 
-/// Returns of frames popped early (see [`ThreadState::graves`]).
+/// Returns of frames popped early (see [`stack::Graves`]).
 pub static REVIVED_FRAMES: AtomicU64 = AtomicU64::new(0);
 
 /// Runs the return callbacks of the frame at `f` (the top one) and pops it.
@@ -1368,7 +1368,9 @@ fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
     let w = t.word(f + stack::FRAME_WORDS);
     let depth = t.frame_depth(f);
     if unwound {
-        t.graves.bury(t.word(f + 2) as usize, t.word(f) as usize);
+        if let Some(g) = t.graves() {
+            g.bury(t.word(f + 2) as usize, t.word(f) as usize);
+        }
     }
     if stack::bitmap_users(w) != 0 {
         // The frame's users are taken before their callbacks run: if one is
@@ -1450,8 +1452,8 @@ fn ret_addr_in(t: &ThreadState, cursor: &mut usize, ret: usize, retp: usize) -> 
         }
     }
     // A frame popped early (a stack switched away from), if remembered.
-    t.graves
-        .find(retp, false)
+    t.graves()
+        .and_then(|g| g.find(retp, false))
         .filter(|&r| !is_hijack(r))
         .unwrap_or(ret)
 }

@@ -115,8 +115,6 @@ pub struct ThreadState {
     pub reserved_once: Cell<bool>,
     /// Reservations refused for lack of room.
     pub reserve_fail: Cell<u64>,
-    /// Frames popped as unwound, remembered in case they were not dead.
-    pub graves: Graves,
 }
 
 /// Frames popped as unwound, with their return slot and real return
@@ -175,6 +173,13 @@ impl Graves {
         self.ret[k].set(ret);
         self.seq[k].set(seq);
         self.slot[k].store(slot, Ordering::Release);
+    }
+
+    /// Forgets every frame.
+    pub fn clear(&self) {
+        for s in &self.slot {
+            s.store(0, Ordering::Relaxed);
+        }
     }
 
     /// The real return address of the frame last popped with return slot
@@ -309,6 +314,16 @@ impl ThreadState {
         (o > 0 && o < i).then(|| i - 1 - o)
     }
 
+    /// Frames popped as unwound, remembered in case they were not dead:
+    /// kept with the stack (after its words), not in every thread's TLS.
+    #[inline]
+    pub fn graves(&self) -> Option<&Graves> {
+        let s = self.stack.get();
+        // SAFETY: a stack mapping holds the graves after its WORDS words,
+        // zero-valid, cleared when the stack is taken (clear_task_vars).
+        (!s.is_null()).then(|| unsafe { &*(s.add(WORDS) as *const Graves) })
+    }
+
     pub fn task_var(&self, slot: usize) -> *mut u64 {
         // SAFETY: the task variables are the top 16 words of the stack.
         unsafe { self.stack.get().add(WORDS - TASK_VARS + slot) }
@@ -328,8 +343,11 @@ static FREE_STACKS: [AtomicPtr<u64>; POOL] = [const { AtomicPtr::new(std::ptr::n
 /// Stacks in use or pooled (never unmapped).
 pub static STACKS_MAPPED: AtomicU64 = AtomicU64::new(0);
 
+/// Bytes of a stack mapping: the words, then the graves.
+const STACK_BYTES: usize = WORDS * 8 + std::mem::size_of::<Graves>();
+
 fn map_stack() -> *mut u64 {
-    let Some(p) = crate::sys::map_anonymous(WORDS * 8) else {
+    let Some(p) = crate::sys::map_anonymous(STACK_BYTES) else {
         return std::ptr::null_mut();
     };
     let i = ALL_COUNT.fetch_add(1, Ordering::AcqRel);
@@ -337,7 +355,7 @@ fn map_stack() -> *mut u64 {
         // Not listable: give it back rather than miss a task-variable reset.
         ALL_COUNT.fetch_sub(1, Ordering::AcqRel);
         // SAFETY: p is the mapping just made, unused.
-        unsafe { libc::munmap(p.cast(), WORDS * 8) };
+        unsafe { libc::munmap(p.cast(), STACK_BYTES) };
         return std::ptr::null_mut();
     }
     ALL_STACKS[i].store(p as *mut u64, Ordering::Release);
@@ -401,15 +419,19 @@ pub fn release(s: *mut u64) {
     }
 }
 
-/// Zeroes a fresh stack's task variables (the rest is written before read).
+/// Zeroes a fresh stack's task variables and forgets its graves (another
+/// thread's, if it comes from the pool); the rest is written before read.
 ///
 /// # Safety
-/// `s` must point to a whole stack of `WORDS` words that no other thread uses.
+/// `s` must point to a whole stack mapping that no other thread uses.
 pub unsafe fn clear_task_vars(s: *mut u64) {
     for i in 0..TASK_VARS {
         // SAFETY: per the contract, `s` points to WORDS writable words.
         unsafe { s.add(WORDS - TASK_VARS + i).write_volatile(0) };
     }
+    // SAFETY: the graves follow the words in the same mapping.
+    let g = unsafe { &*(s.add(WORDS) as *const Graves) };
+    g.clear();
 }
 
 #[cfg(test)]
