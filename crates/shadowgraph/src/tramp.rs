@@ -209,8 +209,14 @@ extern "C" fn count_hit(ip: usize, _parent: usize, _slot: *mut usize, data: *con
 //   2 → IPMODIFY: restore, drop our return slot, `jmp target` with [rsp] = R.
 // r11 carries the target through the restore.
 
+// `save_args!()` takes the site from the caller's return address
+// ([rbp+8] − 5); `save_args!(SITE)` from SITE, code that leaves it in r11
+// (a site stub's entry reads it from the stub). rip is the site + 5.
 macro_rules! save_args {
     () => {
+        $crate::tramp::save_args!("mov r11, [rbp + 8]\nsub r11, 5\n")
+    };
+    ($site:literal) => {
         concat!(
             "mov [rsp + 0x00], rdi\n",
             "mov [rsp + 0x08], rsi\n",
@@ -228,19 +234,18 @@ macro_rules! save_args {
             "movaps [rsp + 0x90], xmm5\n",
             "movaps [rsp + 0xa0], xmm6\n",
             "movaps [rsp + 0xb0], xmm7\n",
-            // rbp (the traced function's caller's), site, R, &R
+            // rbp (the traced function's caller's), site, R, &R; rip =
+            // site+5 and direct = 0: the entry's action reads them.
             "mov r11, [rbp]\n",
             "mov [rsp + 0xc0], r11\n",
-            "mov r11, [rbp + 8]\n",
-            "sub r11, 5\n",
+            $site,
             "mov [rsp + 0xc8], r11\n",
+            "add r11, 5\n",
+            "mov [rsp + 0x110], r11\n",
             "mov r11, [rbp + 16]\n",
             "mov [rsp + 0xd0], r11\n",
             "lea r11, [rbp + 16]\n",
             "mov [rsp + 0xd8], r11\n",
-            // rip = site+5 and direct = 0: the entry's action reads them.
-            "mov r11, [rbp + 8]\n",
-            "mov [rsp + 0x110], r11\n",
             "mov qword ptr [rsp + 0x118], 0\n",
         )
     };

@@ -686,12 +686,7 @@ std::arch::global_asm!(
     "sub rsp, 0x170",
     "and rsp, -16",
     "mov [rsp + 0x128], r11",
-    crate::tramp::save_args!(),
-    "mov r11, [rbp + 8]",
-    "mov r11, [r11 + {site_off}]",
-    "mov [rsp + 0xc8], r11",
-    "add r11, 5",
-    "mov [rsp + 0x110], r11",
+    crate::tramp::save_args!("mov r11, [rbp + 8]\nmov r11, [r11 + {site_off}]\n"),
     // One user (else the general way at once), the thread at rest (a
     // bracket word at depth 0, no recursion bit) with errno's location
     // known: enter the bracket, anchored at the return slot.

@@ -73,7 +73,8 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
 /// filters at sites with stubs. False (nothing changed) as for `attach`,
 /// or with a thread filter.
 pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> bool {
-    if filter.threads.is_some() {
+    // Refused before the table is made (it is never freed).
+    if filter.threads.is_some() || !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES {
         return false;
     }
     let n = crate::ftrace::site_count();
