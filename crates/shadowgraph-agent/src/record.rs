@@ -13,7 +13,7 @@
 
 use shadowgraph::fgraph::filters::{GraphFilter, Verdict};
 use shadowgraph::record::data::{DataDir, Info};
-use shadowgraph::record::{clock, format::Kind, uftrace, writer};
+use shadowgraph::record::{clock, format::Kind, ring, uftrace, writer};
 use shadowgraph::{fgraph, ftrace};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -361,6 +361,14 @@ pub fn attach() -> Result<(), String> {
     // Rings in shared memory drained by `shadowgraph record`, or (the agent
     // used alone) drained by each thread into the directory.
     let shm = std::env::var_os("SHADOWGRAPH_SHM").map(PathBuf::from);
+    if let (Some(_), Ok(theirs)) = (&shm, std::env::var("SHADOWGRAPH_RING_LAYOUT")) {
+        if theirs != ring::LAYOUT.to_string() {
+            return Err(format!(
+                "this agent writes ring layout {} but the `shadowgraph` running it reads layout {theirs}: they come from different builds (rebuild both: cargo build --release)",
+                ring::LAYOUT
+            ));
+        }
+    }
     NO_CHILDREN.store(
         std::env::var_os("SHADOWGRAPH_NO_CHILDREN").is_some(),
         Ordering::Relaxed,
@@ -548,6 +556,8 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
         // With rings in shared memory the writer counts (and adds these).
         info.set("records", writer::written(i));
         info.set("lost", writer::lost(i));
+        let (steps, worst) = writer::clock_steps_back(i);
+        info.set("clock_steps_back", format!("{steps} / {worst}"));
         if let Some(e) = writer::write_error(i) {
             info.set("write_error", e);
         }

@@ -392,6 +392,10 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         .env("SHADOWGRAPH_MODE", "record")
         .env("SHADOWGRAPH_DIR", &abs)
         .env("SHADOWGRAPH_SHM", &shm)
+        .env(
+            "SHADOWGRAPH_RING_LAYOUT",
+            shadowgraph::record::ring::LAYOUT.to_string(),
+        )
         .envs(env)
         .spawn()
         .and_then(|child| {
@@ -618,6 +622,15 @@ fn complete_metadata(
     }
     info.set("records", n("records") + t.written);
     info.set("lost", n("lost") + t.lost);
+    let (steps, worst) = d.info.clock_steps_back();
+    info.set(
+        "clock_steps_back",
+        format!(
+            "{} / {}",
+            steps + t.clock_steps_back,
+            worst.max(t.clock_step_max)
+        ),
+    );
     if t.errno != 0 && d.info.get("write_error").is_none() {
         info.set("write_error", std::io::Error::from_raw_os_error(t.errno));
     }

@@ -130,16 +130,23 @@ fn replay_body(replay: &str) -> Vec<String> {
         .collect()
 }
 
-/// Records older than the one before them, beyond the skew between CPUs'
-/// TSCs: a thread moved to another vCPU of this VM may read a clock a few
-/// ns behind (steps back of 5–6 seen under load, on the fused and the
-/// general path alike). A record out of place in the ring is off by a whole
-/// call or more.
-fn steps_back(recs: &[shadowgraph::record::format::Record]) -> usize {
+/// Whether the records of `tid` are in time order: strictly increasing
+/// (the recorder moves a time that steps back to 1 ns after the one before
+/// it), and no step it moved larger than the skew between CPUs' TSCs (a
+/// thread moved to another vCPU of this VM may read a clock a few ns behind:
+/// 5–6 seen under load). A record out of place in the ring is off by a
+/// whole call or more.
+fn in_time_order(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result<(), String> {
     const TSC_SKEW_NS: u64 = 50;
-    recs.windows(2)
-        .filter(|w| w[1].time + TSC_SKEW_NS < w[0].time)
-        .count()
+    let recs = d.records(tid).map_err(|e| e.to_string())?;
+    let back = recs.windows(2).filter(|w| w[1].time <= w[0].time).count();
+    let (steps, worst) = d.info.clock_steps_back();
+    if back > 0 || worst > TSC_SKEW_NS {
+        return Err(format!(
+            "thread {tid}: {back} records not after the one before; {steps} stepped back, by up to {worst} ns"
+        ));
+    }
+    Ok(())
 }
 
 fn text(o: &Output) -> (String, String) {
@@ -1882,7 +1889,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
     assert_eq!(recs.len(), 2 * (2 * 100_000 + 2) + 2);
     let mut naps = Vec::new();
     let mut open = 0;
-    assert_eq!(steps_back(&recs), 0, "time goes back");
+    in_time_order(&d, d.tids[0]).unwrap();
     for r in &recs {
         assert!(
             (before..=after).contains(&r.time),
@@ -2690,7 +2697,7 @@ fn small_buffers_make_threads_wait_for_the_writer_not_lose() {
             .filter(|r| r.kind == shadowgraph::record::format::Kind::Entry)
             .count();
         assert_eq!(entries * 2, recs.len(), "thread {tid} balanced");
-        assert_eq!(steps_back(&recs), 0, "thread {tid} in time order");
+        in_time_order(&d, tid).unwrap();
     }
 }
 
@@ -3010,9 +3017,7 @@ fn handlers_record_inside_records(fused: bool, filter: &[&str]) {
     // precede its record in the ring as their times do).
     let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
     for &tid in &d.tids {
-        let recs = d.records(tid).unwrap();
-        let back = steps_back(&recs);
-        assert_eq!(back, 0, "{back} records of {tid} older than the one before");
+        in_time_order(&d, tid).unwrap();
     }
 
     let prof = dir.join("p.data");

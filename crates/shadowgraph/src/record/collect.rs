@@ -31,6 +31,10 @@ pub struct Totals {
     pub lost: u64,
     /// errno of the first failed write (0: none).
     pub errno: i32,
+    /// Times moved forward to keep each thread's increasing, and the
+    /// largest step back among them (ns): see `Ring::drain`.
+    pub clock_steps_back: u64,
+    pub clock_step_max: u64,
 }
 
 /// What the last drain leaves to tell.
@@ -239,6 +243,7 @@ impl Collector {
                     // No file to write to: the records are dropped, counted.
                     lost: m.ring.discard(),
                     errno,
+                    ..Drained::default()
                 },
             };
             moved += d.written + d.lost;
@@ -248,6 +253,8 @@ impl Collector {
             };
             t.written += d.written;
             t.lost += d.lost;
+            t.clock_steps_back += d.clock_steps_back;
+            t.clock_step_max = t.clock_step_max.max(d.clock_step_max);
             if t.errno == 0 {
                 t.errno = d.errno;
             }

@@ -45,6 +45,18 @@ impl Info {
         self.fields.insert(k.to_string(), v.to_string());
     }
 
+    /// (times moved forward to keep each thread's increasing, the largest
+    /// step back among them in ns), as recorded; zeros when not recorded.
+    pub fn clock_steps_back(&self) -> (u64, u64) {
+        let Some((n, worst)) = self
+            .get("clock_steps_back")
+            .and_then(|v| v.split_once(" / "))
+        else {
+            return (0, 0);
+        };
+        (n.parse().unwrap_or(0), worst.parse().unwrap_or(0))
+    }
+
     /// How the `.dat` times become nanoseconds: identity for uftrace's
     /// data and for ours written as nanoseconds (`timestamps=ns`).
     pub fn calibration(&self) -> Calibration {

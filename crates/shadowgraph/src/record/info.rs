@@ -102,6 +102,16 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
             ),
         )?;
         line(out, "stack overruns", get("overrun").unwrap_or("0"))?;
+        let (steps, worst) = data.info.clock_steps_back();
+        if steps > 0 {
+            line(
+                out,
+                "clock steps back",
+                &format!(
+                    "{steps} times moved forward (largest step {worst} ns: CPUs' TSCs differ)"
+                ),
+            )?;
+        }
         if let Some((n, ns)) = get("writer_waits").and_then(|w| w.split_once(" / ")) {
             let ms = ns.parse::<u64>().unwrap_or(0) as f64 / 1e6;
             line(

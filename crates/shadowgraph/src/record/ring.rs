@@ -22,8 +22,11 @@ use super::clock::{self, Calibration};
 use super::format::{encode, Kind};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// "SGRING" + layout version 1.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\x01\0");
+/// The ring layout's version: a writer and an agent from different builds
+/// check it before recording (`SHADOWGRAPH_RING_LAYOUT`).
+pub const LAYOUT: u8 = 2;
+/// "SGRING" + [`LAYOUT`].
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\0\0") | (LAYOUT as u64) << 48;
 /// Bytes before the records.
 pub const HEADER_BYTES: usize = 256;
 /// Records per shared ring by default (1 MiB): about a millisecond of the
@@ -83,7 +86,9 @@ pub struct RingHeader {
     /// flush).
     pub busy: AtomicU32,
     _pad3: u32,
-    _pad4: [u64; 4],
+    /// The last time written (ns): the thread's times only go forward.
+    pub last_ns: AtomicU64,
+    _pad4: [u64; 3],
 }
 
 const _: () = {
@@ -117,6 +122,10 @@ pub struct Drained {
     pub lost: u64,
     /// The write failure (errno), if any.
     pub errno: i32,
+    /// Times that stepped back and were moved forward to keep the thread's
+    /// times increasing, and the largest step back among them (ns).
+    pub clock_steps_back: u64,
+    pub clock_step_max: u64,
 }
 
 /// Compare-and-exchange of a word only this thread and its signal handlers
@@ -333,7 +342,7 @@ impl Ring {
             return out;
         }
         let point = Calibration::point();
-        self.convert_times(tail, head, point);
+        (out.clock_steps_back, out.clock_step_max) = self.convert_times(tail, head, point);
         let cap = h.capacity;
         let mut at = tail;
         while at < head {
@@ -383,8 +392,9 @@ impl Ring {
     /// calibration point and `point` (which becomes the last): piecewise
     /// linear, so every time stays within the points' pairing error of the
     /// real clock however long the recording. Times outside the two points
-    /// (a time filter's entry written late) follow the same line.
-    fn convert_times(&self, from: u64, to: u64, point: (u64, u64)) {
+    /// (a time filter's entry written late) follow the same line. Returns
+    /// [`Ring::convert`]'s corrections.
+    fn convert_times(&self, from: u64, to: u64, point: (u64, u64)) -> (u64, u64) {
         let h = self.header();
         let (raw0, ns0) = (
             h.seg_raw.load(Ordering::Relaxed),
@@ -394,13 +404,12 @@ impl Ring {
         h.seg_ns.store(point.1, Ordering::Relaxed);
         if h.tsc == 0 || point.0 <= raw0 || point.1 <= ns0 {
             // Nanoseconds already, or no time between the points to
-            // measure a rate: keep the previous times (raw ones are
-            // converted by the start calibration when read).
+            // measure a rate: raw times follow the start calibration's.
             if h.tsc != 0 {
                 let c = start_calibration().converter();
-                self.convert(from, to, |t| c.to_ns(t));
+                return self.convert(from, to, |t| c.to_ns(t));
             }
-            return;
+            return self.convert(from, to, |t| t);
         }
         let c = Calibration {
             raw0,
@@ -409,19 +418,43 @@ impl Ring {
             ns1: point.1,
         }
         .converter();
-        self.convert(from, to, |t| c.to_ns(t));
+        self.convert(from, to, |t| c.to_ns(t))
     }
 
-    fn convert(&self, from: u64, to: u64, f: impl Fn(u64) -> u64) {
-        let mask = self.header().capacity - 1;
+    /// Rewrites the times of records `from..to` by `f`, each at least 1 ns
+    /// after the one before it, so that every call lasts at least 1 ns.
+    /// The records are in the order their times were read on one thread,
+    /// so an equal or earlier time is a clock artefact: two reads of a
+    /// virtual machine's TSC a few ns apart can return values 1 tick apart
+    /// (the same ns); the TSCs of two CPUs differ by a few ns (a thread that
+    /// migrates between a call's entry and exit would otherwise get a
+    /// negative duration); the calibration lines of two drains meet a little
+    /// apart. Returns how many times stepped back (equal ones are not
+    /// counted) and the largest step (ns).
+    fn convert(&self, from: u64, to: u64, f: impl Fn(u64) -> u64) -> (u64, u64) {
+        let h = self.header();
+        let mask = h.capacity - 1;
+        let mut last = h.last_ns.load(Ordering::Relaxed);
+        let (mut steps, mut worst) = (0, 0);
         for k in from..to {
             // SAFETY: a published record's time word, the consumer's until
             // `tail` moves past it.
             unsafe {
                 let w = self.words().add(2 * (k & mask) as usize);
-                w.write(f(w.read()));
+                let mut t = f(w.read());
+                if t <= last {
+                    if t < last {
+                        steps += 1;
+                        worst = worst.max(last - t);
+                    }
+                    t = last + 1;
+                }
+                w.write(t);
+                last = t;
             }
         }
+        h.last_ns.store(last, Ordering::Relaxed);
+        (steps, worst)
     }
 }
 
@@ -514,7 +547,8 @@ mod tests {
                 for i in 0..N {
                     ring.begin();
                     let (c, t) = loop {
-                        if let Some(ct) = ring.claim_at(|| i) {
+                        // Times from 1: each after the one before it.
+                        if let Some(ct) = ring.claim_at(|| i + 1) {
                             break ct;
                         }
                         ring.refresh();
@@ -545,8 +579,46 @@ mod tests {
             let i = i as u64;
             assert_eq!((r.addr, r.depth as u64), (i, i % 1024), "record {i}");
             if !tsc {
-                assert_eq!(r.time, i, "record {i}");
+                assert_eq!(r.time, i + 1, "record {i}");
             }
         }
+    }
+
+    /// Times that step back (another CPU's TSC) or repeat are moved 1 ns
+    /// after the thread's previous one, across drains; steps back are
+    /// counted.
+    #[test]
+    fn a_threads_times_only_go_forward() {
+        const CAP: u64 = 16;
+        let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
+        // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
+        // during the test.
+        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0) };
+        if ring.header().tsc != 0 {
+            return; // times are converted: the steps would not be these
+        }
+        let path = std::env::temp_dir().join(format!("sg-ring-fwd-{}", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        let put = |times: &[u64]| {
+            use std::os::fd::AsRawFd;
+            for &t in times {
+                ring.begin();
+                let (c, t) = ring.claim_at(|| t).unwrap();
+                ring.write(c, t, Kind::Entry, 0, 0);
+                ring.end();
+            }
+            let d = ring.drain(file.as_raw_fd());
+            (d.written, d.clock_steps_back, d.clock_step_max)
+        };
+        assert_eq!(put(&[100, 200, 195, 195, 300, 50]), (6, 2, 250));
+        assert_eq!(put(&[310, 301, 400]), (3, 1, 9));
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let times: Vec<u64> = bytes
+            .chunks_exact(16)
+            .enumerate()
+            .map(|(i, rec)| decode(rec.try_into().unwrap(), i as u64 * 16).unwrap().time)
+            .collect();
+        assert_eq!(times, [100, 200, 201, 202, 300, 301, 310, 311, 400]);
     }
 }

@@ -78,7 +78,20 @@ static LOST: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INST
 /// the loss it caused is reported with its reason.
 static WRITE_ERRNO: [AtomicI32; MAX_INSTANCES] = [const { AtomicI32::new(0) }; MAX_INSTANCES];
 
-/// Local mode: records of instance `inst` written so far.
+/// Local mode: per instance, times moved forward to keep each thread's
+/// increasing and the largest step back among them (ns).
+static CLOCK_STEPS_BACK: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
+static CLOCK_STEP_MAX: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
+
+/// Local mode: (times moved forward, largest step back in ns) of instance
+/// `inst` so far.
+pub fn clock_steps_back(inst: usize) -> (u64, u64) {
+    (
+        CLOCK_STEPS_BACK[inst].load(Ordering::Relaxed),
+        CLOCK_STEP_MAX[inst].load(Ordering::Relaxed),
+    )
+}
+
 /// Times a thread found its ring full and waited for the writer, and the
 /// nanoseconds it waited in all (shared mode).
 static WAITS: AtomicU64 = AtomicU64::new(0);
@@ -92,6 +105,7 @@ pub fn waits() -> (u64, u64) {
     )
 }
 
+/// Local mode: records of instance `inst` written so far.
 pub fn written(inst: usize) -> u64 {
     WRITTEN[inst].load(Ordering::Relaxed)
 }
@@ -282,6 +296,8 @@ fn drain_local(inst: usize, r: Ring, fd: i32) {
 fn account(inst: usize, d: Drained) {
     WRITTEN[inst].fetch_add(d.written, Ordering::Relaxed);
     LOST[inst].fetch_add(d.lost, Ordering::Relaxed);
+    CLOCK_STEPS_BACK[inst].fetch_add(d.clock_steps_back, Ordering::Relaxed);
+    CLOCK_STEP_MAX[inst].fetch_max(d.clock_step_max, Ordering::Relaxed);
     if d.errno != 0 {
         let _ =
             WRITE_ERRNO[inst].compare_exchange(0, d.errno, Ordering::Relaxed, Ordering::Relaxed);
