@@ -59,6 +59,17 @@ pub enum Which {
         #[arg(long, default_value_t = 7)]
         reps: usize,
     },
+    /// (For `bench fgraph`, in a process of its own: the recording path is
+    /// chosen once per process.) ns per call recorded into memory, `record`
+    /// (fused) or `record-general` (callbacks).
+    #[command(hide = true)]
+    MemoryRecord {
+        mode: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        calls: i64,
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+    },
     /// Cost of a call untraced / through a nop site / patched, and of
     /// flipping 10,000 sites in one batch.
     Patch {
@@ -81,6 +92,11 @@ pub fn run(which: Which) -> Result<ExitCode, String> {
         Which::Fgraph { calls, reps } => bench_fgraph(calls, reps.max(1)),
         Which::Ir { mode, calls } => bench_ir(&mode, calls),
         Which::Record { n, reps } => bench_record(n, reps.max(1)),
+        Which::MemoryRecord { mode, calls, reps } => {
+            let ns = memory_record_ns(&mode, calls.max(1), reps.max(1))?;
+            println!("{ns:.3}");
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -738,6 +754,17 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
     reg(&timed)?;
     rows.push(("1 user timing each call (2 timestamps)".into(), measure()));
     unreg(&timed)?;
+    // Recording into memory, each path in a process of its own (chosen
+    // before the first user registers).
+    for (label, mode) in [
+        ("record in memory, fused (entry+exit records)", "record"),
+        (
+            "record in memory, callbacks (general path)",
+            "record-general",
+        ),
+    ] {
+        rows.push((label.into(), memory_record_in_child(mode, calls, reps)?));
+    }
     rows.push(("all unregistered (NOP5 again)".into(), measure()));
     print_rows(&rows, base);
     let [plain, hijacked, stubbed] = model_floors(calls, reps);
@@ -749,6 +776,98 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
     );
     println!("{}", timestamp_line(reps));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Records of this process go to rings in its memory, drained by their
+/// thread into `dir` (none inside a loop of up to `calls` calls).
+fn start_memory_recording(dir: &Path, calls: i64) -> Result<(), String> {
+    use shadowgraph::record::writer;
+    shadowgraph::record::clock::init();
+    writer::set_ring_bytes((calls as u64 * 2 * 16 + (1 << 20)).next_power_of_two());
+    writer::start(0, dir, None).map_err(|e| e.to_string())
+}
+
+/// The plain recorder (instance 0): an entry and an exit record per call,
+/// by callbacks, or by the fused path in assembly when `fused`.
+fn recorder(filter: Arc<ftrace::FilterSet>, fused: bool) -> Result<Arc<fgraph::GraphUser>, String> {
+    use shadowgraph::record::{format::Kind, writer};
+    fn entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+        writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
+        true
+    }
+    fn ret(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+        writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
+    }
+    let u = fgraph::GraphUser::new(entry, ret, filter, 0);
+    if fused && !shadowgraph::record::fused::attach(&u, 0, 0) {
+        return Err("the fused path needs the TSC clock".into());
+    }
+    Ok(u)
+}
+
+/// `bench memory-record MODE` run by this binary: its ns per call.
+fn memory_record_in_child(mode: &str, calls: i64, reps: usize) -> Result<f64, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate myself: {e}"))?;
+    let o = std::process::Command::new(exe)
+        .args(["bench", "memory-record", mode])
+        .arg(format!("--calls={}", calls.min(1_000_000)))
+        .arg(format!("--reps={reps}"))
+        .output()
+        .map_err(|e| format!("bench memory-record: {e}"))?;
+    let out = String::from_utf8_lossy(&o.stdout);
+    out.trim().parse().map_err(|_| {
+        format!(
+            "bench memory-record {mode} failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )
+    })
+}
+
+/// ns per call of the bench loop recorded into memory by the fused path
+/// (`record`) or the callbacks (`record-general`): the thread's ring,
+/// big enough for one loop, is written out between loops (untimed), to a
+/// directory in /dev/shm removed afterwards.
+fn memory_record_ns(mode: &str, calls: i64, reps: usize) -> Result<f64, String> {
+    let fused = match mode {
+        "record" => true,
+        "record-general" => false,
+        other => return Err(format!("unknown mode `{other}` (record or record-general)")),
+    };
+    fgraph::set_site_stubs(std::env::var_os("SHADOWGRAPH_NO_SITE_STUBS").is_none());
+    let (_, loop_target, _lib) = load_dispatch_lib()?;
+    let filter = ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string())?;
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    }
+    .join(format!("shadowgraph-bench-memory-{}", std::process::id()));
+    start_memory_recording(&dir, calls)?;
+    let u = recorder(filter, fused)?;
+    fgraph::register_graph(&u).map_err(|e| e.to_string())?;
+    let ns = ns_per_recorded_call(loop_target, calls, reps);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(ns)
+}
+
+/// [`ns_per_call`] of a recording loop: the thread's ring, big enough for
+/// one loop, is written out between loops (untimed).
+fn ns_per_recorded_call(f: Loop, calls: i64, reps: usize) -> f64 {
+    let flush = shadowgraph::record::writer::flush_all;
+    f(calls); // warm up: the ring's pages touched once
+    flush();
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(f(std::hint::black_box(calls)));
+                let ns = t.elapsed().as_nanos() as f64 / calls as f64;
+                flush();
+                ns
+            })
+            .collect(),
+    )
 }
 
 fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
@@ -788,22 +907,9 @@ fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
         "record" | "record-general" => {
             // The plain recorder into a ring of this process big enough for
             // the whole loop (no drain inside it), fused unless told not.
-            use shadowgraph::record::{format::Kind, writer};
-            shadowgraph::record::clock::init();
             let dir = std::env::temp_dir().join(format!("shadowgraph-ir-{}", std::process::id()));
-            writer::set_ring_bytes((calls as u64 * 2 * 16 + (1 << 20)).next_power_of_two());
-            writer::start(0, &dir, None).map_err(|e| e.to_string())?;
-            fn entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
-                writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
-                true
-            }
-            fn ret(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-                writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
-            }
-            let u = fgraph::GraphUser::new(entry, ret, filter()?, 0);
-            if mode == "record" && !shadowgraph::record::fused::attach(&u, 0, 0) {
-                return Err("the fused path needs the TSC clock".into());
-            }
+            start_memory_recording(&dir, calls)?;
+            let u = recorder(filter()?, mode == "record")?;
             fgraph::register_graph(&u).map_err(|e| e.to_string())?;
             keep_users.push(u);
             keep_dir = Some(dir);

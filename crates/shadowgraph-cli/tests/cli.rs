@@ -10,10 +10,11 @@ fn shadowgraph() -> Command {
     Command::new(env!("CARGO_BIN_EXE_shadowgraph"))
 }
 
+#[path = "../../shadowgraph/tests/common/scratch.rs"]
+mod scratch;
+
 fn workdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("shadowgraph-cli-tests-{}", std::process::id()))
-        .join(name);
+    let dir = scratch::scratch_root("shadowgraph-cli-tests").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

@@ -371,9 +371,16 @@ pub fn set_site_stubs(on: bool) {
     SITE_STUBS.store(on, Ordering::Relaxed);
 }
 
+/// The manager ops, made when the first user registers.
+static MANAGER: OnceLock<Arc<Ops>> = OnceLock::new();
+
+/// Whether the manager exists (its entry and return code chosen for good).
+pub(crate) fn manager_made() -> bool {
+    MANAGER.get().is_some()
+}
+
 fn manager() -> &'static Arc<Ops> {
-    static M: OnceLock<Arc<Ops>> = OnceLock::new();
-    M.get_or_init(|| {
+    MANAGER.get_or_init(|| {
         init_tp_offsets();
         let site = match MANAGER_SITE_ENTRY.load(Ordering::Acquire) {
             _ if !SITE_STUBS.load(Ordering::Relaxed) => (0, 0),

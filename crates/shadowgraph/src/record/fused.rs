@@ -60,8 +60,8 @@ extern "C" {
 /// function as fgraph gives them), to recording instance `inst` — eligible
 /// for the fused path, and turns the path on. Call before the first graph
 /// user registers (the manager's trampolines are made then). Returns false
-/// (nothing changed) when the records are not timed by the TSC or `inst`
-/// is out of range.
+/// (nothing changed) when the records are not timed by the TSC, `inst` is
+/// out of range, or a graph user registered already.
 pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
     attach_inner(user, inst, max_depth, None)
 }
@@ -74,7 +74,11 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
 /// or with a thread filter.
 pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> bool {
     // Refused before the table is made (it is never freed).
-    if filter.threads.is_some() || !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES {
+    if filter.threads.is_some()
+        || !super::clock::uses_tsc()
+        || inst >= writer::MAX_INSTANCES
+        || fgraph::manager_made()
+    {
         return false;
     }
     let n = crate::ftrace::site_count();
@@ -102,7 +106,7 @@ fn attach_inner(
     max_depth: u32,
     filter: Option<&'static mut FusedFilter>,
 ) -> bool {
-    if !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES {
+    if !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
         return false;
     }
     let tp: usize;
@@ -156,9 +160,7 @@ macro_rules! ring_begin_claim {
             "inc qword ptr [r11 + {r_nest}]\n",
             "2:\n",
             "mov rax, [r11 + {r_reserve}]\n",
-            "mov rdx, rax\n",
-            "sub rdx, [r11 + {r_tail_cache}]\n",
-            "cmp rdx, [r11 + {r_cap}]\n",
+            "cmp rax, [r11 + {r_room_end}]\n",
             "jae ",
             $full,
             "\n",
@@ -167,10 +169,15 @@ macro_rules! ring_begin_claim {
             ", rax\n",
             "rdtsc\n",
             "shl rdx, 32\n",
-            "or rax, rdx\n",
-            "xchg rax, ",
+            "or rdx, rax\n",
+            // The slot back in rax by a plain move, so that the claim does
+            // not wait for the TSC (only the record's time store does).
+            "mov rax, ",
             $time,
             "\n",
+            "mov ",
+            $time,
+            ", rdx\n",
             "lea rdx, [rax + 1]\n",
             "cmpxchg qword ptr [r11 + {r_reserve}], rdx\n",
             "jne 2b\n",
@@ -182,12 +189,8 @@ macro_rules! ring_begin_claim {
 macro_rules! ring_write {
     ($time:literal) => {
         concat!(
-            "push rdx\n",
-            "mov rdx, [r11 + {r_cap}]\n",
-            "dec rdx\n",
-            "and rax, rdx\n",
+            "and rax, [r11 + {r_mask}]\n",
             "shl rax, 4\n",
-            "pop rdx\n",
             "mov [r11 + rax + {header}], ",
             $time,
             "\n",
@@ -362,15 +365,14 @@ macro_rules! fused_entry {
             frame_words!(),
             // The entry record {time, Entry | MAGIC | depth << 6 | func << 16} in
             // a slot of the ring, else the frame goes and the general way waits
-            // for one.
-            ring_begin_claim!("82f", "r10"),
-            $site,
+            // for one. Its word from the frame's (rdx: func | depth << 48, the
+            // shift dropping the depth), in r9 across the claim.
             "shl rdx, 16\n",
-            "push r9\n",
             "shl r9, 6\n",
-            "or rdx, r9\n",
-            "pop r9\n",
-            "or rdx, {entry_bits}\n",
+            "or r9, rdx\n",
+            "or r9, {entry_bits}\n",
+            ring_begin_claim!("82f", "r10"),
+            "mov rdx, r9\n",
             ring_write!("r10"),
             ring_end!("5f"),
             "5:\n",
@@ -459,27 +461,29 @@ macro_rules! fused_return {
             // users are taken before it is written (as finish_frame: a handler
             // that never returns leaves no second exit).
             $filtered,
+            // The record's word from the frame's (func | depth << 48), in
+            // rcx across the claim.
+            "mov rcx, [rdi + r10*8 + 8]\n",
+            "mov rdx, rcx\n",
+            "shr rdx, 48\n",
+            "shl rdx, 6\n",
+            "shl rcx, 16\n",
+            "or rcx, rdx\n",
+            "or rcx, {exit_bits}\n",
             ring_begin_claim!("92f", "r9"),
             "movabs rdx, {users_clear}\n",
             "and rdx, [rdi + r10*8 + 24]\n",
             "mov [rdi + r10*8 + 24], rdx\n",
-            "push rax\n",
-            "mov rax, [rdi + r10*8 + 8]\n",
-            "mov rdx, rax\n",
-            "shr rdx, 48\n",
-            "shl rdx, 6\n",
-            "shl rax, 16\n",
-            "or rdx, rax\n",
-            "or rdx, {exit_bits}\n",
-            "pop rax\n",
+            "mov rdx, rcx\n",
             ring_write!("r9"),
             ring_end!("5f"),
             "5:\n",
-            // Pop the frame; resume at its real return address.
+            // Pop the frame; resume at its real return address. The bracket
+            // left through its word, still in r8.
             "mov r11, [rdi + r10*8]\n",
             "mov rcx, [rip + {tp_thread}]\n",
             "mov qword ptr fs:[rcx + {t_curr}], r10\n",
-            bracket_leave!(),
+            "add qword ptr [r8], 0xffff\n",
             "pop rdx\n",
             "pop rax\n",
             $resume,
@@ -764,9 +768,9 @@ std::arch::global_asm!(
     u_inst = const offset_of!(GraphUser, fused_inst),
     u_frame_word = const offset_of!(GraphUser, frame_word),
     u_max_depth = const offset_of!(GraphUser, fused_max_depth),
-    r_cap = const offset_of!(RingHeader, capacity),
+    r_mask = const offset_of!(RingHeader, mask),
     r_head = const offset_of!(RingHeader, head),
-    r_tail_cache = const offset_of!(RingHeader, tail_cache),
+    r_room_end = const offset_of!(RingHeader, room_end),
     r_reserve = const offset_of!(RingHeader, reserve),
     r_nest = const offset_of!(RingHeader, nest),
     header = const HEADER_BYTES,

@@ -55,7 +55,9 @@ pub struct RingHeader {
     /// program started by exec is a session of its own, recorded into its
     /// own directory).
     pub session: u64,
-    _pad5: [u64; 2],
+    /// `capacity - 1`: a record's index from its number.
+    pub mask: u64,
+    _pad5: u64,
     // --- producer line
     /// Records ever written (the next one goes to `head % capacity`).
     pub head: AtomicU64,
@@ -65,9 +67,11 @@ pub struct RingHeader {
     /// The thread exited: the ring gets no more records.
     pub closed: AtomicU32,
     _pad1: u32,
-    /// The producer's last view of `tail` (its own field: reading `tail`
-    /// on every record would pull the consumer's cache line).
-    pub tail_cache: AtomicU64,
+    /// The end of the room the producer knows of: `tail + capacity` as of
+    /// its last look at `tail` (its own field: reading `tail` on every
+    /// record would pull the consumer's cache line). Slots below it are
+    /// free or the producer's.
+    pub room_end: AtomicU64,
     /// Slots claimed (≥ `head`): those in between are being written by the
     /// thread or a signal handler that interrupted it.
     pub reserve: AtomicU64,
@@ -174,6 +178,8 @@ impl Ring {
             std::ptr::addr_of_mut!((*h).pid).write(pid);
             std::ptr::addr_of_mut!((*h).tsc).write(clock::uses_tsc() as u32);
             std::ptr::addr_of_mut!((*h).capacity).write(capacity);
+            std::ptr::addr_of_mut!((*h).mask).write(capacity - 1);
+            (*h).room_end.store(capacity, Ordering::Relaxed);
             std::ptr::addr_of_mut!((*h).ppid).write(libc::getppid());
             std::ptr::addr_of_mut!((*h).session).write(session);
             (*h).seg_raw.store(raw, Ordering::Relaxed);
@@ -273,7 +279,7 @@ impl Ring {
         let h = self.header();
         loop {
             let c = h.reserve.load(Ordering::Relaxed);
-            if c - h.tail_cache.load(Ordering::Relaxed) >= h.capacity {
+            if c >= h.room_end.load(Ordering::Relaxed) {
                 return None;
             }
             let t = time();
@@ -288,7 +294,7 @@ impl Ring {
     pub fn refresh(&self) -> bool {
         let h = self.header();
         let t = h.tail.load(Ordering::Acquire);
-        h.tail_cache.store(t, Ordering::Relaxed);
+        h.room_end.store(t + h.capacity, Ordering::Relaxed);
         h.reserve.load(Ordering::Relaxed) - t < h.capacity
     }
 
@@ -610,8 +616,9 @@ mod tests {
             let d = ring.drain(file.as_raw_fd());
             (d.written, d.clock_steps_back, d.clock_step_max)
         };
-        assert_eq!(put(&[100, 200, 195, 195, 300, 50]), (6, 2, 250));
-        assert_eq!(put(&[310, 301, 400]), (3, 1, 9));
+        assert_eq!(put(&[100, 200, 195, 195, 300, 50]), (6, 3, 250));
+        // An equal time moves too, but is not a step back.
+        assert_eq!(put(&[310, 301, 400, 400]), (4, 1, 9));
         let bytes = std::fs::read(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         let times: Vec<u64> = bytes
@@ -619,6 +626,6 @@ mod tests {
             .enumerate()
             .map(|(i, rec)| decode(rec.try_into().unwrap(), i as u64 * 16).unwrap().time)
             .collect();
-        assert_eq!(times, [100, 200, 201, 202, 300, 301, 310, 311, 400]);
+        assert_eq!(times, [100, 200, 201, 202, 300, 301, 310, 311, 400, 401]);
     }
 }

@@ -5,11 +5,11 @@
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
+mod scratch;
+
 /// A fresh directory under the target dir, unique per test.
 pub fn workdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("shadowgraph-tests-{}", std::process::id()))
-        .join(name);
+    let dir = scratch::scratch_root("shadowgraph-tests").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
