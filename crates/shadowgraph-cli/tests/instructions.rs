@@ -22,7 +22,7 @@ const BUDGETS: [(&str, f64); 10] = [
     ("graph16", 1900.0),
     // The plain recorder, timestamps and ring writes included: on the
     // fused path (record::fused) and through fgraph's callbacks.
-    ("record", 235.0),
+    ("record", 230.0),
     ("record-general", 460.0),
 ];
 

@@ -476,12 +476,10 @@ mod tests {
         // page-aligned, never unmapped while the test runs.
         let ring = unsafe { Ring::init(base, 0, dead, dead, 4096, 0) };
         for i in 0..2 {
-            ring.begin();
             let (s, t) = ring.claim_at(|| i).unwrap();
             ring.write(s, t, Kind::Entry, 0, 0x1000);
-            ring.end();
+            ring.publish(s);
         }
-        ring.begin();
         for _ in 0..3 {
             ring.claim_at(|| 9).unwrap();
         }

@@ -147,17 +147,14 @@ fn attach_inner(
     true
 }
 
-// A ring's producer side, as `Ring::begin/claim_at/end` (ring.rs): `nest`
-// up, then, while there is room (else jump to `$full` with the ring begun),
-// read the TSC and claim `reserve` by one cmpxchg, again both if a signal
-// handler claimed meanwhile (so the thread's records stay in time order);
-// … `nest` down and, if 0, publish `head = reserve` without ever moving it
-// backwards. Ring in r11; the claimed slot in rax, its time in `$time`;
-// clobbers rdx and the flags.
+// A ring's producer side, as `Ring::claim_at/write/publish` (ring.rs):
+// while there is room (else jump to `$full`), read the TSC and claim
+// `reserve` by one cmpxchg, again both if a signal handler claimed meanwhile
+// (so the thread's records stay in time order). Ring in r11; the claimed
+// slot in rax, its time in `$time`; clobbers rdx and the flags.
 macro_rules! ring_begin_claim {
     ($full:literal, $time:literal) => {
         concat!(
-            "inc qword ptr [r11 + {r_nest}]\n",
             "2:\n",
             "mov rax, [r11 + {r_reserve}]\n",
             "cmp rax, [r11 + {r_room_end}]\n",
@@ -185,37 +182,39 @@ macro_rules! ring_begin_claim {
     };
 }
 
-// The record at slot rax of ring r11: `{$time, rdx}`. Clobbers rax.
+// The record at slot rax of ring r11: `{$time, $word}`. Clobbers rdx.
 macro_rules! ring_write {
-    ($time:literal) => {
+    ($time:literal, $word:literal) => {
         concat!(
-            "and rax, [r11 + {r_mask}]\n",
-            "shl rax, 4\n",
-            "mov [r11 + rax + {header}], ",
+            "mov rdx, rax\n",
+            "and rdx, [r11 + {r_mask}]\n",
+            "shl rdx, 4\n",
+            "mov [r11 + rdx + {header}], ",
             $time,
             "\n",
-            "mov [r11 + rax + {header} + 8], rdx\n",
+            "mov [r11 + rdx + {header} + 8], ",
+            $word,
+            "\n",
         )
     };
 }
 
-// `nest` down; the outermost publishes. Then falls through (or jumps to
-// `$busy` when an outer writer is still at it).
-macro_rules! ring_end {
-    ($busy:literal) => {
+// Publishes slot rax of ring r11, written, as `Ring::publish`: `head`
+// moves to `reserve` if it is at rax (else an earlier slot's writer, which
+// we interrupted, publishes ours), again from there if a handler claimed
+// meanwhile. Ends at `$done`, the label right after it. Clobbers rax, rdx
+// and the flags.
+macro_rules! ring_publish {
+    ($done:literal) => {
         concat!(
-            "dec qword ptr [r11 + {r_nest}]\n",
-            "jnz ",
-            $busy,
-            "\n",
             "3:\n",
-            "mov rax, [r11 + {r_head}]\n",
             "mov rdx, [r11 + {r_reserve}]\n",
-            "cmp rax, rdx\n",
-            "je ",
-            $busy,
-            "\n",
             "cmpxchg qword ptr [r11 + {r_head}], rdx\n",
+            "jne ",
+            $done,
+            "\n",
+            "cmp rdx, [r11 + {r_reserve}]\n",
+            "mov rax, rdx\n",
             "jne 3b\n",
         )
     };
@@ -372,9 +371,8 @@ macro_rules! fused_entry {
             "or r9, rdx\n",
             "or r9, {entry_bits}\n",
             ring_begin_claim!("82f", "r10"),
-            "mov rdx, r9\n",
-            ring_write!("r10"),
-            ring_end!("5f"),
+            ring_write!("r10", "r9"),
+            ring_publish!("5f"),
             "5:\n",
             // Kept for the user: its BITMAP word, then the hijack.
             "mov rax, [rsi + {u_frame_word}]\n",
@@ -391,11 +389,10 @@ macro_rules! fused_entry {
             pop_saved!(),
             "ret\n",
             // The general way: from 82 with the frame pushed (take it back: any
-            // handler's frames above it are gone) and the ring begun (end it),
-            // from 81 with the bracket entered (leave it), from 80 as at entry.
+            // handler's frames above it are gone), from 81 with the bracket
+            // entered (leave it), from 80 as at entry.
             "82:\n",
             "mov qword ptr fs:[rcx + {t_curr}], r8\n",
-            ring_end!("81f"),
             "81:\n",
             bracket_leave!(),
             "80:\n",
@@ -474,9 +471,8 @@ macro_rules! fused_return {
             "movabs rdx, {users_clear}\n",
             "and rdx, [rdi + r10*8 + 24]\n",
             "mov [rdi + r10*8 + 24], rdx\n",
-            "mov rdx, rcx\n",
-            ring_write!("r9"),
-            ring_end!("5f"),
+            ring_write!("r9", "rcx"),
+            ring_publish!("5f"),
             "5:\n",
             // Pop the frame; resume at its real return address. The bracket
             // left through its word, still in r8.
@@ -488,7 +484,6 @@ macro_rules! fused_return {
             "pop rax\n",
             $resume,
             "92:\n",
-            ring_end!("91f"),
             "91:\n",
             bracket_leave!(),
             "90:\n",
@@ -628,16 +623,16 @@ std::arch::global_asm!(
     "mov rdx, [rip + {tp_rings}]",
     "mov r11, qword ptr fs:[rdx + rax*8]",
     ring_begin_claim!("82b", "r9"),
-    "mov rdx, [rsp + 72]",
-    "mov rdx, [rdx + {site_off}]",
-    "shl rdx, 16",
-    "movzx ecx, r10w",
-    "dec ecx",
-    "shl rcx, 6",
-    "or rdx, rcx",
-    "or rdx, {entry_bits}",
-    ring_write!("r9"),
-    ring_end!("44f"),
+    "mov rcx, [rsp + 72]",
+    "mov rcx, [rcx + {site_off}]",
+    "shl rcx, 16",
+    "movzx edx, r10w",
+    "dec edx",
+    "shl rdx, 6",
+    "or rcx, rdx",
+    "or rcx, {entry_bits}",
+    ring_write!("r9", "rcx"),
+    ring_publish!("44f"),
     "44:",
     "jmp 47f",
     // A -N function: NOTRACE in v, its frame kept, nothing recorded.
@@ -728,16 +723,14 @@ std::arch::global_asm!(
     "movabs rdx, {users_clear}",
     "and rdx, [rdi + r10*8 + 24]",
     "mov [rdi + r10*8 + 24], rdx",
-    "push rax",
-    "mov rax, [rdi + r10*8 + 8]",
-    "shl rax, 16",
+    "mov rcx, [rdi + r10*8 + 8]",
+    "shl rcx, 16",
     "movzx edx, r8w",
     "shl rdx, 6",
-    "or rdx, rax",
-    "or rdx, {exit_bits}",
-    "pop rax",
-    ring_write!("r9"),
-    ring_end!("54f"),
+    "or rcx, rdx",
+    "or rcx, {exit_bits}",
+    ring_write!("r9", "rcx"),
+    ring_publish!("54f"),
     "54:",
     "mov rcx, [rsi + {u_frame_word}]",
     "shr rcx, 12",
@@ -772,7 +765,6 @@ std::arch::global_asm!(
     r_head = const offset_of!(RingHeader, head),
     r_room_end = const offset_of!(RingHeader, room_end),
     r_reserve = const offset_of!(RingHeader, reserve),
-    r_nest = const offset_of!(RingHeader, nest),
     header = const HEADER_BYTES,
     max_offset = const MAX_OFFSET,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,

@@ -4,12 +4,14 @@
 //! to the thread's `.dat` file.
 //!
 //! The producer is the thread *and its signal handlers*: a handler may
-//! interrupt a record half written (or a wait for room) and record calls
-//! of its own. So a record's slot is claimed by a single instruction
-//! (`cmpxchg` on `reserve`, which a handler cannot split), written, and
-//! published (`head`) only by the outermost writer (`nest` back to 0),
-//! when every claimed slot below `reserve` is complete: a handler's records
-//! follow the interrupted one's slot and are published with it.
+//! interrupt a record half written and record calls of its own. So a
+//! record's slot is claimed by a single instruction (`cmpxchg` on
+//! `reserve`, which a handler cannot split), written, and published by
+//! its writer only if every slot before it is (`head` equal to its slot:
+//! one `cmpxchg` moves `head` to `reserve`). A handler's records follow
+//! the interrupted one's slot; the handler cannot publish them past that
+//! unwritten slot, and the interrupted writer, resuming once the handler
+//! has returned, publishes them with its own.
 //!
 //! The ring lives either in a file of a shared-memory directory, drained by
 //! the `shadowgraph record` process (the writer outside the traced program:
@@ -73,12 +75,10 @@ pub struct RingHeader {
     /// free or the producer's.
     pub room_end: AtomicU64,
     /// Slots claimed (≥ `head`): those in between are being written by the
-    /// thread or a signal handler that interrupted it.
+    /// thread or a signal handler that interrupted it, or were written by
+    /// a handler that interrupted the writer of an earlier one.
     pub reserve: AtomicU64,
-    /// Writers in progress on this thread (the thread, and handlers that
-    /// interrupted it mid-record); the one that brings it to 0 publishes.
-    pub nest: AtomicU64,
-    _pad2: [u64; 2],
+    _pad2: [u64; 3],
     // --- consumer line
     /// Records consumed (their slots may be reused).
     pub tail: AtomicU64,
@@ -232,38 +232,24 @@ impl Ring {
         unsafe { self.base.add(HEADER_BYTES) as *mut u64 }
     }
 
-    /// Starts a record (or a wait for room): until the matching
-    /// [`Ring::end`], records of handlers that interrupt it stay unpublished.
+    /// Publishes the records up to `reserve` if `slot`, just written, is
+    /// the first unpublished one (`head == slot`); else the writer of an
+    /// earlier slot, which this one interrupted (a signal handler's record),
+    /// publishes it when it resumes. A handler that records between our
+    /// exchange and our second look at `reserve` publishes its own (its
+    /// slot is `head` then); one that records before the exchange is
+    /// published by it. Async-signal-safe; producer only.
     #[inline(always)]
-    pub fn begin(&self) {
-        let n = &self.header().nest;
-        // Load and store, not one instruction: a handler that interrupts
-        // them leaves `nest` as it found it.
-        n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        std::sync::atomic::compiler_fence(Ordering::SeqCst);
-    }
-
-    /// Ends a record begun with [`Ring::begin`]; the outermost publishes
-    /// every slot claimed so far (all complete by then: handlers that
-    /// claimed some have returned).
-    #[inline(always)]
-    pub fn end(&self) {
+    pub fn publish(&self, slot: u64) {
         let h = self.header();
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
-        let n = h.nest.load(Ordering::Relaxed) - 1;
-        h.nest.store(n, Ordering::Relaxed);
-        if n != 0 {
-            return;
-        }
-        std::sync::atomic::compiler_fence(Ordering::SeqCst);
-        // head = reserve, never backwards: a handler may publish between
-        // our loads and the exchange, which then fails and we look again.
+        let mut from = slot;
         loop {
             let r = h.reserve.load(Ordering::Relaxed);
-            let old = h.head.load(Ordering::Relaxed);
-            if old == r || exchange_local(&h.head, old, r) {
+            if !exchange_local(&h.head, from, r) || h.reserve.load(Ordering::Relaxed) == r {
                 return;
             }
+            from = r;
         }
     }
 
@@ -272,8 +258,9 @@ impl Ring {
     /// `time()` read just before the claim takes effect — again if a signal
     /// handler claimed meanwhile — so that records of handlers that come
     /// before it in the ring are older and those after it newer: a
-    /// thread's records stay in time order. Between [`Ring::begin`] and
-    /// [`Ring::end`]; returns (slot, time).
+    /// thread's records stay in time order. Returns (slot, time); the
+    /// slot is then written ([`Ring::write`]) and published
+    /// ([`Ring::publish`]).
     #[inline(always)]
     pub fn claim_at(&self, time: impl Fn() -> u64) -> Option<(u64, u64)> {
         let h = self.header();
@@ -298,7 +285,8 @@ impl Ring {
         h.reserve.load(Ordering::Relaxed) - t < h.capacity
     }
 
-    /// Stores record `slot` (from [`Ring::claim`]); [`Ring::end`] publishes.
+    /// Stores record `slot` (from [`Ring::claim_at`]); [`Ring::publish`]
+    /// publishes it.
     #[inline(always)]
     pub fn write(&self, slot: u64, time: u64, kind: Kind, depth: u16, addr: u64) {
         let h = self.header();
@@ -313,18 +301,18 @@ impl Ring {
 
     /// The thread's writers on this ring were abandoned — a signal handler
     /// that interrupted one never returned (siglongjmp) — as the bracket
-    /// they ran in tells (`quiesce::on_abandoned`): the slots claimed and
-    /// not published, which they may have left half written, are given back
-    /// and counted as lost, and the ring publishes again. Producer only.
+    /// they ran in tells (`quiesce::on_abandoned`, called where no writer
+    /// of this thread is in progress): the slots claimed and not published,
+    /// which they may have left half written, are given back and counted as
+    /// lost, and the ring publishes again. Producer only.
     pub fn recover_abandoned(&self) {
         let h = self.header();
-        if h.nest.load(Ordering::Relaxed) == 0 {
-            return;
-        }
         let head = h.head.load(Ordering::Relaxed);
         let claimed = h.reserve.load(Ordering::Relaxed) - head;
+        if claimed == 0 {
+            return;
+        }
         h.reserve.store(head, Ordering::Relaxed);
-        h.nest.store(0, Ordering::Relaxed);
         h.lost.fetch_add(claimed, Ordering::Relaxed);
     }
 
@@ -551,7 +539,6 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 for i in 0..N {
-                    ring.begin();
                     let (c, t) = loop {
                         // Times from 1: each after the one before it.
                         if let Some(ct) = ring.claim_at(|| i + 1) {
@@ -561,7 +548,7 @@ mod tests {
                         std::hint::spin_loop();
                     };
                     ring.write(c, t, Kind::Entry, (i % 1024) as u16, i);
-                    ring.end();
+                    ring.publish(c);
                 }
                 done.store(true, Ordering::Release);
             });
@@ -608,10 +595,9 @@ mod tests {
         let put = |times: &[u64]| {
             use std::os::fd::AsRawFd;
             for &t in times {
-                ring.begin();
                 let (c, t) = ring.claim_at(|| t).unwrap();
                 ring.write(c, t, Kind::Entry, 0, 0);
-                ring.end();
+                ring.publish(c);
             }
             let d = ring.drain(file.as_raw_fd());
             (d.written, d.clock_steps_back, d.clock_step_max)

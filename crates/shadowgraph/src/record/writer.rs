@@ -191,7 +191,6 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
     let Some(r) = my_ring(inst) else {
         return;
     };
-    r.begin();
     // Timed as the slot is claimed, after any wait it needed: its time is
     // not the wait's.
     if let Some((c, t)) = r
@@ -199,8 +198,8 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
         .or_else(|| make_room(inst, r, clock::now))
     {
         r.write(c, t, kind, depth, addr);
+        r.publish(c);
     }
-    r.end();
 }
 
 /// [`emit`] with a timestamp taken earlier (the entry of a call kept by a
@@ -211,11 +210,10 @@ pub fn emit_at(inst: usize, time: u64, kind: Kind, depth: u16, addr: u64) {
     let Some(r) = my_ring(inst) else {
         return;
     };
-    r.begin();
     if let Some((c, t)) = r.claim_at(|| time).or_else(|| make_room(inst, r, || time)) {
         r.write(c, t, kind, depth, addr);
+        r.publish(c);
     }
-    r.end();
 }
 
 /// This thread's ring of instance `inst`, or None (the record counted as
