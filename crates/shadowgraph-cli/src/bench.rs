@@ -981,7 +981,17 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         .arg("--version")
         .output()
         .is_ok();
-    let (sg_data, uf_data) = (dir.join("sg.data"), dir.join("uf.data"));
+    // The recordings (86 MB each for fib(30)) go to memory when /dev/shm
+    // is there: the disk's write-back of one run then does not slow the
+    // next (the same for both tools).
+    let shm = Path::new("/dev/shm");
+    let data_dir = if shm.is_dir() {
+        shm.join(format!("shadowgraph-bench-record-{}", std::process::id()))
+    } else {
+        dir.clone()
+    };
+    std::fs::create_dir_all(&data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    let (sg_data, uf_data) = (data_dir.join("sg.data"), data_dir.join("uf.data"));
     let arg = n.to_string();
     let run_plain = |k: &str| {
         let mut c = std::process::Command::new(&exe);
@@ -992,7 +1002,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     // `opts`: more options of `record`.
     let run_sg_with = |k: &str, off: Option<&str>, opts: &[&str]| {
         let _ = std::fs::remove_dir_all(&sg_data);
-        let _ = std::fs::remove_dir_all(dir.join("sg.data.old"));
+        let _ = std::fs::remove_dir_all(data_dir.join("sg.data.old"));
         let mut c = std::process::Command::new(&me);
         c.arg("record")
             .args(opts)
@@ -1016,7 +1026,10 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             .arg(k);
         c
     };
-    eprintln!("# fib({n}): {calls} traced calls; medians of {reps} runs …");
+    eprintln!(
+        "# fib({n}): {calls} traced calls; medians of {reps} runs; recordings in {} …",
+        data_dir.display()
+    );
     // Every variant once per round, rounds repeated: the machine's slow
     // spells then fall on all of them alike (medians per variant, and the
     // ratio to uftrace as the median of each round's ratio).
@@ -1123,5 +1136,6 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     println!("# ns/call = (total − untraced − start-up overhead) / calls");
     println!("{}", timestamp_line(reps));
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&data_dir);
     Ok(ExitCode::SUCCESS)
 }

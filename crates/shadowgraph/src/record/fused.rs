@@ -152,7 +152,7 @@ fn attach_inner(
 // `reserve` by one cmpxchg, again both if a signal handler claimed meanwhile
 // (so the thread's records stay in time order). Ring in r11; the claimed
 // slot in rax, its time in `$time`; clobbers rdx and the flags.
-macro_rules! ring_begin_claim {
+macro_rules! ring_claim {
     ($full:literal, $time:literal) => {
         concat!(
             "2:\n",
@@ -370,7 +370,7 @@ macro_rules! fused_entry {
             "shl r9, 6\n",
             "or r9, rdx\n",
             "or r9, {entry_bits}\n",
-            ring_begin_claim!("82f", "r10"),
+            ring_claim!("82f", "r10"),
             ring_write!("r10", "r9"),
             ring_publish!("5f"),
             "5:\n",
@@ -467,7 +467,7 @@ macro_rules! fused_return {
             "shl rcx, 16\n",
             "or rcx, rdx\n",
             "or rcx, {exit_bits}\n",
-            ring_begin_claim!("92f", "r9"),
+            ring_claim!("92f", "r9"),
             "movabs rdx, {users_clear}\n",
             "and rdx, [rdi + r10*8 + 24]\n",
             "mov [rdi + r10*8 + 24], rdx\n",
@@ -622,7 +622,7 @@ std::arch::global_asm!(
     "mov rax, [rsi + {u_inst}]",
     "mov rdx, [rip + {tp_rings}]",
     "mov r11, qword ptr fs:[rdx + rax*8]",
-    ring_begin_claim!("82b", "r9"),
+    ring_claim!("82b", "r9"),
     "mov rcx, [rsp + 72]",
     "mov rcx, [rcx + {site_off}]",
     "shl rcx, 16",
@@ -719,7 +719,7 @@ std::arch::global_asm!(
     "52:",
     "and r8, -65536",
     "or r8, rdx",
-    ring_begin_claim!("92b", "r9"),
+    ring_claim!("92b", "r9"),
     "movabs rdx, {users_clear}",
     "and rdx, [rdi + r10*8 + 24]",
     "mov [rdi + r10*8 + 24], rdx",
