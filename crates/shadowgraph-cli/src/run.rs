@@ -129,7 +129,7 @@ pub struct RecordOptions {
     /// Record only the program's own process, not the children it forks.
     #[arg(long)]
     no_children: bool,
-    /// Each thread's buffer (e.g. 512K, 4M; default 1M): a thread whose
+    /// Each thread's buffer (e.g. 512K, 4M; default 2M): a thread whose
     /// buffer is full waits for the writer, so a larger one smooths bursts.
     #[arg(short = 'b', long = "buffer", value_name = "SIZE", value_parser = parse_size)]
     buffer: Option<u64>,

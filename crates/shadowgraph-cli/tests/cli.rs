@@ -1886,7 +1886,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
     let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
     assert_eq!(d.tids.len(), 1);
     let recs = d.records(d.tids[0]).unwrap();
-    // 4 write-outs of 65,536 records at least.
+    // Written out in pieces (a ring holds 131,072 records: three at least).
     assert_eq!(recs.len(), 2 * (2 * 100_000 + 2) + 2);
     let mut naps = Vec::new();
     let mut open = 0;

@@ -50,8 +50,8 @@ static DIRS: [OnceLock<CString>; MAX_INSTANCES] = [const { OnceLock::new() }; MA
 static SHM: OnceLock<CString> = OnceLock::new();
 /// This process image's recording session (see [`set_session`]).
 static SESSION: AtomicU64 = AtomicU64::new(0);
-/// Records per ring, shared or local (a power of two; 1 MiB by default: a
-/// local ring makes one `write` per 65,536 records).
+/// Records per ring, shared or local (a power of two; 2 MiB by default: a
+/// local ring makes one `write` per 131,072 records).
 static SHARED_RECORDS: AtomicU64 = AtomicU64::new(RING_RECORDS);
 
 /// Sets the size of the threads' rings: `bytes` of records, rounded up to a
