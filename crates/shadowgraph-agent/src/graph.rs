@@ -78,8 +78,9 @@ fn after_dlopen() {
         .filter(|m| !ftrace::has_module(&m.path, m.bias))
         .collect();
     if !mods.is_empty() {
-        if let Err(e) = ftrace::add_modules(mods) {
-            eprintln!("shadowgraph: {e}; objects loaded by dlopen are not traced");
+        match ftrace::add_modules(mods) {
+            Ok(()) => crate::record::after_new_objects(),
+            Err(e) => eprintln!("shadowgraph: {e}; objects loaded by dlopen are not traced"),
         }
     }
 }

@@ -45,6 +45,16 @@ struct Config {
 }
 
 static TRACERS: OnceLock<Vec<Tracer>> = OnceLock::new();
+
+/// Objects loaded by dlopen joined the core: a fused tracer's filter table
+/// covers their sites too (their calls took the general way until now).
+pub(crate) fn after_new_objects() {
+    for t in TRACERS.get().into_iter().flatten() {
+        if let Some(f) = &t.filter {
+            shadowgraph::record::fused::refresh_filtered(&t.user, f);
+        }
+    }
+}
 static RAW0: AtomicU64 = AtomicU64::new(0);
 static NS0: AtomicU64 = AtomicU64::new(0);
 

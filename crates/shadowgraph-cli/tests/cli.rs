@@ -2784,6 +2784,84 @@ fn the_profile_of_threads_running_at_once_is_exact() {
     assert_eq!(counts, [20_000, 20_001, 20_002, 20_003], "{per_thread}");
 }
 
+/// A library loaded by dlopen under a relative name is traced, and `-F`/`-N`
+/// patterns naming its functions (`NAME@LIB`) take effect once it is
+/// loaded, on the fused and the general path alike.
+#[test]
+fn dlopened_library_by_relative_name_is_filtered_by_its_functions() {
+    let dir = workdir("dlrel");
+    let lib_src = dir.join("plug.c");
+    std::fs::write(
+        &lib_src,
+        "#define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int plug_inner(int x) { return x + 1; }\n\
+         KEEP int plug_mid(int x) { return plug_inner(x) + 1; }\n\
+         KEEP int plug_outer(int x) { return plug_mid(x) * 2; }\n",
+    )
+    .unwrap();
+    cc(
+        &[&lib_src],
+        &["-O2", "-shared", "-fPIC", "-fpatchable-function-entry=5"],
+        &dir.join("libplug.so"),
+    );
+    let exe = build_c(
+        &dir,
+        "dlrel",
+        "#include <dlfcn.h>\n#include <stdio.h>\n\
+         #define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int own(int x) { return x * 3; }\n\
+         int main(void) {\n\
+           void *h = dlopen(\"./libplug.so\", RTLD_NOW); if (!h) { puts(dlerror()); return 1; }\n\
+           int (*f)(int) = (int (*)(int))dlsym(h, \"plug_outer\");\n\
+           int s = 0; for (int i = 0; i < 2; i++) s += f(i) + own(i);\n\
+           printf(\"%d\\n\", s); return 0; }\n",
+    );
+    let run = |opts: &[&str], fused: bool| -> Vec<String> {
+        let data = dir.join(format!("d{}{}.data", opts.len(), fused));
+        let o = shadowgraph()
+            .current_dir(&dir)
+            .envs(path_env(fused).iter().copied())
+            .arg("record")
+            .args(opts)
+            .arg("-d")
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{opts:?}: {err}");
+        assert_eq!(out.trim(), "13", "{opts:?}");
+        replay_body(&view_text("replay", &data))
+    };
+    for fused in [true, false] {
+        let all = run(&[], fused);
+        assert!(all.contains(&"      plug_inner();".to_string()), "{all:#?}");
+        let outer = |mid: &[&str]| -> Vec<String> {
+            std::iter::once("plug_outer() {")
+                .chain(mid.iter().copied())
+                .chain(["} /* plug_outer */"])
+                .map(String::from)
+                .collect()
+        };
+        let full = outer(&["  plug_mid() {", "    plug_inner();", "  } /* plug_mid */"]);
+        assert_eq!(
+            run(&["-F", "plug_outer@libplug*"], fused),
+            [full.clone(), full].concat(),
+            "fused: {fused}"
+        );
+        let cut = outer(&["  plug_mid();"]);
+        assert_eq!(
+            run(
+                &["-F", "plug_outer@libplug*", "-N", "plug_inner@libplug*"],
+                fused
+            ),
+            [cut.clone(), cut].concat(),
+            "fused: {fused}"
+        );
+    }
+}
+
 /// Signal handlers and dlopen'd libraries under `record`: a handler that
 /// calls traced functions, run synchronously by `raise` inside a traced
 /// call and asynchronously by a timer while a traced loop runs, and a

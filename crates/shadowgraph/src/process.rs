@@ -55,16 +55,23 @@ impl Module {
     }
 }
 
-/// Loaded objects: (path, bias). The main program is `/proc/self/exe`'s target.
+/// Loaded objects: (path, bias). The main program is `/proc/self/exe`'s
+/// target; an object loaded by a relative name (`dlopen("./libx.so")`,
+/// a relative `LD_LIBRARY_PATH`) is named by the file its first segment
+/// is mapped from (`/proc/self/maps`), not by the name, which the working
+/// directory may no longer resolve.
 pub fn loaded_objects() -> Vec<(PathBuf, usize)> {
+    // (name, bias, address of its first loaded segment)
+    type Seen = Vec<(PathBuf, usize, usize)>;
     extern "C" fn each(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut libc::c_void,
     ) -> i32 {
-        // SAFETY: dl_iterate_phdr passes a valid info and our Vec pointer.
+        // SAFETY: dl_iterate_phdr passes a valid info (its program headers
+        // included) and our Vec pointer.
         unsafe {
-            let out = &mut *(data as *mut Vec<(PathBuf, usize)>);
+            let out = &mut *(data as *mut Seen);
             let name = if (*info).dlpi_name.is_null() {
                 ""
             } else {
@@ -75,13 +82,41 @@ pub fn loaded_objects() -> Vec<(PathBuf, usize)> {
             } else {
                 PathBuf::from(name)
             };
-            out.push((path, (*info).dlpi_addr as usize));
+            let bias = (*info).dlpi_addr as usize;
+            let phdrs = (0..(*info).dlpi_phnum as usize).map(|i| &*(*info).dlpi_phdr.add(i));
+            let first = phdrs
+                .filter(|p| p.p_type == libc::PT_LOAD)
+                .map(|p| bias.wrapping_add(p.p_vaddr as usize))
+                .next()
+                .unwrap_or(0);
+            out.push((path, bias, first));
         }
         0
     }
-    let mut out: Vec<(PathBuf, usize)> = Vec::new();
-    // SAFETY: the callback matches the expected signature and only touches `out`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut _ as *mut libc::c_void) };
+    let mut seen: Seen = Vec::new();
+    // SAFETY: the callback matches the expected signature and only touches `seen`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut seen as *mut _ as *mut libc::c_void) };
+    let maps = if seen
+        .iter()
+        .any(|(p, _, _)| !p.as_os_str().is_empty() && !p.is_absolute())
+    {
+        crate::sys::read_maps().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let mut out: Vec<(PathBuf, usize)> = seen
+        .into_iter()
+        .map(|(p, bias, first)| {
+            if p.as_os_str().is_empty() || p.is_absolute() {
+                return (p, bias);
+            }
+            let file = maps
+                .iter()
+                .find(|m| m.start <= first && first < m.end && m.path.starts_with('/'))
+                .map_or(p, |m| PathBuf::from(&m.path));
+            (file, bias)
+        })
+        .collect();
     // The vDSO and other objects without a file on disk have no sites to read.
     out.retain(|(p, _)| p.is_absolute() && p.exists());
     out

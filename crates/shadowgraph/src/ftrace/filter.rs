@@ -135,7 +135,10 @@ impl fmt::Display for FilterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FilterError::BadPattern { pattern, why } => write!(f, "bad pattern `{pattern}`: {why}"),
-            FilterError::NoMatch(p) => write!(f, "pattern `{p}` matches no function"),
+            FilterError::NoMatch(p) => write!(
+                f,
+                "pattern `{p}` matches no function (one in a library loaded later by dlopen is named with it: `{p}@LIB`)"
+            ),
         }
     }
 }

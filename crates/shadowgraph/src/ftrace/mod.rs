@@ -290,8 +290,10 @@ impl FilterSet {
             filter: Some(parse_all(filter)?),
             notrace: parse_all(notrace)?,
         };
-        let c = lock_core();
+        let mut c = lock_core();
         let pair = c.resolve(&lock(&fs.spec))?;
+        c.pattern_sets.retain(|w| w.strong_count() > 0);
+        c.pattern_sets.push(Arc::downgrade(&fs));
         drop(c);
         // Not yet visible to any thread: the initial pair is replaced in place.
         let old = fs
@@ -451,6 +453,10 @@ struct Core {
     single: Option<Box<DispatchRecord>>,
     /// Things unpublished under the lock, to free after the grace period.
     retired: Vec<Retired>,
+    /// Every pattern set made (`FilterSet::with_patterns`), whether an ops
+    /// uses it or not (fgraph's graph filters): resolved again when objects
+    /// are loaded, like the ops' own.
+    pattern_sets: Vec<std::sync::Weak<FilterSet>>,
 }
 
 enum Retired {
@@ -474,6 +480,7 @@ static CORE: Mutex<Core> = Mutex::new(Core {
     pads: Vec::new(),
     single: None,
     retired: Vec::new(),
+    pattern_sets: Vec::new(),
 });
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -569,8 +576,13 @@ pub fn add_modules(mut modules: Vec<Module>) -> Result<(), CoreError> {
     // The hot path's address → id index (old indexes are leaked: tiny, and a
     // thread may hold one indefinitely).
     c.publish_site_index();
-    // Patterns are kept: resolve them again over the grown table.
-    let sets: Vec<Arc<FilterSet>> = c.all_ops().map(|o| o.filter.clone()).collect();
+    // Patterns are kept: resolve them again over the grown table, the ops'
+    // and every other pattern set still in use (once each).
+    let mut sets: Vec<Arc<FilterSet>> = c.all_ops().map(|o| o.filter.clone()).collect();
+    c.pattern_sets.retain(|w| w.strong_count() > 0);
+    sets.extend(c.pattern_sets.iter().filter_map(|w| w.upgrade()));
+    sets.sort_by_key(|s| Arc::as_ptr(s) as usize);
+    sets.dedup_by_key(|s| Arc::as_ptr(s) as usize);
     for fs in sets {
         let spec = lock(&fs.spec).clone();
         if let FilterSpec::Patterns { .. } = spec {

@@ -81,6 +81,24 @@ pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> b
     {
         return false;
     }
+    attach_inner(user, inst, 0, Some(filter_table(filter)))
+}
+
+/// After objects were loaded (dlopen): a user attached with
+/// [`attach_filtered`] gets a table covering the new sites too, which
+/// took the general way until then (their ids were beyond the table).
+/// The old table stays (a thread may be reading it; one per load).
+pub fn refresh_filtered(user: &GraphUser, filter: &GraphFilter) {
+    if user.fused_filter.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    user.fused_filter
+        .store(filter_table(filter), Ordering::Release);
+}
+
+/// Each site's class under `filter` (bit 0: a `-F` function, bit 1: `-N`),
+/// for every site the core knows now; never freed.
+fn filter_table(filter: &GraphFilter) -> &'static mut FusedFilter {
     let n = crate::ftrace::site_count();
     let classes: Vec<u8> = (0..n as crate::ftrace::SiteId)
         .map(|id| {
@@ -91,13 +109,12 @@ pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> b
         })
         .collect();
     let classes = Box::leak(classes.into_boxed_slice());
-    let f = Box::leak(Box::new(FusedFilter {
+    Box::leak(Box::new(FusedFilter {
         classes: classes.as_ptr(),
         len: n as u64,
         has_functions: filter.functions.is_some() as u64,
         max_depth: filter.max_depth as u64,
-    }));
-    attach_inner(user, inst, 0, Some(f))
+    }))
 }
 
 fn attach_inner(
