@@ -35,8 +35,8 @@ pub enum Which {
         /// fib(N): 2·fib(N+1)−1 calls.
         #[arg(long, default_value_t = 30)]
         n: u32,
-        /// Runs per measurement (the median is reported).
-        #[arg(long, default_value_t = 5)]
+        /// Rounds, every variant once per round (medians are reported).
+        #[arg(long, default_value_t = 9)]
         reps: usize,
     },
     /// One configuration, one untimed loop of `loop_target` calls: for
