@@ -16,13 +16,13 @@ const BUDGETS: [(&str, f64); 10] = [
     ("list2", 350.0),
     ("direct", 14.0),
     ("graph-decline", 185.0),
-    ("graph", 285.0),
+    ("graph", 275.0),
     // Several users: the general way, in Rust.
     ("graph2", 680.0),
     ("graph16", 1900.0),
     // The plain recorder, timestamps and ring writes included: on the
     // fused path (record::fused) and through fgraph's callbacks.
-    ("record", 230.0),
+    ("record", 225.0),
     ("record-general", 460.0),
 ];
 

@@ -729,8 +729,6 @@ std::arch::global_asm!(
     // one; a top frame whose slot is not above ours: the general way.
     "mov r8, qword ptr fs:[r9 + {t_curr}]",
     "xor r10d, r10d",
-    "test r8, r8",
-    "jz 4f",
     "mov rax, [rdi + r8*8 - 8]",
     "and eax, 0x3ff",
     "jz 4f",
@@ -746,8 +744,7 @@ std::arch::global_asm!(
     "inc r10",
     "4:",
     // Room for the frame, else the general way counts an overrun.
-    "lea rax, [r8 + 4]",
-    "cmp rax, {max_offset}",
+    "cmp r8, {room_limit}",
     "jae 71f",
     // The recursion bit and errno, as `try_lock_at_rest` and ErrnoGuard.
     "mov dword ptr fs:[rcx + {l_rec}], {bit}",
@@ -877,8 +874,6 @@ std::arch::global_asm!(
     "test rdi, rdi",
     "jz 61f",
     "mov r10, qword ptr fs:[r9 + {t_curr}]",
-    "test r10, r10",
-    "jz 61f",
     "mov rax, [rdi + r10*8 - 8]",
     "and eax, 0x3ff",
     "jz 61f",
@@ -897,8 +892,7 @@ std::arch::global_asm!(
     "mov eax, dword ptr [rax]",
     "mov dword ptr [rsp + 64], eax",
     // The frame's users taken before the callback (as finish_frame).
-    "movabs rax, {users_clear}",
-    "and [rdi + r10*8 + 24], rax",
+    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
     "mov [rsp + 72], r10",
     // The GraphReturn: func and depth from the frame, rax, the overruns.
     "mov rax, [rdi + r10*8 + 8]",
@@ -957,11 +951,12 @@ std::arch::global_asm!(
     t_reserved_once = const offset_of!(ThreadState, reserved_once),
     t_overrun = const offset_of!(ThreadState, overrun),
     u_frame_word = const offset_of!(GraphUser, frame_word),
-    max_offset = const stack::MAX_OFFSET,
+    room_limit = const stack::MAX_OFFSET - 4,
     frame_words = const stack::FRAME_WORDS,
     bit = const 1u32 << (Group::Graph as u32),
     unbit = const !(1i32 << (Group::Graph as u32)),
-    users_clear = const !(0xffffu64 << 12),
+    // The users' bits (12..27) lie in the word's low half.
+    users_clear = const !(0xffffu32 << 12),
     site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
     data_off = const crate::tramp::SITE_STUB_DATA_FROM_RET,
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,

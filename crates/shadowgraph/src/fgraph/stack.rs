@@ -343,19 +343,25 @@ static FREE_STACKS: [AtomicPtr<u64>; POOL] = [const { AtomicPtr::new(std::ptr::n
 /// Stacks in use or pooled (never unmapped).
 pub static STACKS_MAPPED: AtomicU64 = AtomicU64::new(0);
 
-/// Bytes of a stack mapping: the words, then the graves.
-const STACK_BYTES: usize = WORDS * 8 + std::mem::size_of::<Graves>();
+/// Bytes of a stack mapping: a guard line, the words, then the graves.
+const STACK_BYTES: usize = GUARD_BYTES + WORDS * 8 + std::mem::size_of::<Graves>();
+/// Bytes before a stack's first word. Its last word (word −1) stays 0, so
+/// that the assembly reads "no frame below" there for an empty stack
+/// without testing `curr` first.
+const GUARD_BYTES: usize = 64;
 
 fn map_stack() -> *mut u64 {
-    let Some(p) = crate::sys::map_anonymous(STACK_BYTES) else {
+    let Some(m) = crate::sys::map_anonymous(STACK_BYTES) else {
         return std::ptr::null_mut();
     };
+    // SAFETY: the mapping is STACK_BYTES long; the words start after the guard.
+    let p = unsafe { m.add(GUARD_BYTES) };
     let i = ALL_COUNT.fetch_add(1, Ordering::AcqRel);
     if i >= ALL_MAX {
         // Not listable: give it back rather than miss a task-variable reset.
         ALL_COUNT.fetch_sub(1, Ordering::AcqRel);
-        // SAFETY: p is the mapping just made, unused.
-        unsafe { libc::munmap(p.cast(), STACK_BYTES) };
+        // SAFETY: m is the mapping just made, unused.
+        unsafe { libc::munmap(m.cast(), STACK_BYTES) };
         return std::ptr::null_mut();
     }
     ALL_STACKS[i].store(p as *mut u64, Ordering::Release);

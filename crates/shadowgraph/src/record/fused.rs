@@ -336,8 +336,6 @@ macro_rules! fused_entry {
             // slot is not above ours was left by a longjmp: the general way.
             "mov r8, qword ptr fs:[rcx + {t_curr}]\n",
             "xor r9d, r9d\n",
-            "test r8, r8\n",
-            "jz 4f\n",
             "mov rax, [rdi + r8*8 - 8]\n",
             "and eax, 0x3ff\n",
             "jz 4f\n",
@@ -363,8 +361,7 @@ macro_rules! fused_entry {
             "jae 83f\n",
             "6:\n",
             // Room for the frame, else the general way counts an overrun.
-            "lea rax, [r8 + 4]\n",
-            "cmp rax, {max_offset}\n",
+            "cmp r8, {room_limit}\n",
             "jae 81f\n",
             // The frame {R, func | depth << 48, slot, RESERVED}, written whole
             // before curr publishes it and again after (a handler that ran in
@@ -454,8 +451,6 @@ macro_rules! fused_return {
             "test rdi, rdi\n",
             "jz 91f\n",
             "mov r9, qword ptr fs:[rcx + {t_curr}]\n",
-            "test r9, r9\n",
-            "jz 91f\n",
             "mov rax, [rdi + r9*8 - 8]\n",
             "and eax, 0x3ff\n",
             "jz 91f\n",
@@ -485,9 +480,7 @@ macro_rules! fused_return {
             "or rcx, rdx\n",
             "or rcx, {exit_bits}\n",
             ring_claim!("92f", "r9"),
-            "movabs rdx, {users_clear}\n",
-            "and rdx, [rdi + r10*8 + 24]\n",
-            "mov [rdi + r10*8 + 24], rdx\n",
+            "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
             ring_write!("r9", "rcx"),
             ring_publish!("5f"),
             "5:\n",
@@ -674,8 +667,7 @@ std::arch::global_asm!(
     // full stack: the general way (this return address dropped first).
     "46:",
     "mov rcx, [rip + {tp_thread}]",
-    "lea rax, [r8 + 4]",
-    "cmp rax, {max_offset}",
+    "cmp r8, {room_limit}",
     "jb 48f",
     "add rsp, 8",
     "jmp 81b",
@@ -716,8 +708,7 @@ std::arch::global_asm!(
     "jnc 51f",
     // The -N function's own return: NOTRACE cleared, nothing recorded.
     "mov [rdi + rcx*8 + {tv}], r8",
-    "movabs rdx, {users_clear}",
-    "and [rdi + r10*8 + 24], rdx",
+    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
     "jmp 53f",
     // Own depth − 1; IN_GRAPH ends with the call that set it.
     "51:",
@@ -737,9 +728,7 @@ std::arch::global_asm!(
     "and r8, -65536",
     "or r8, rdx",
     ring_claim!("92b", "r9"),
-    "movabs rdx, {users_clear}",
-    "and rdx, [rdi + r10*8 + 24]",
-    "mov [rdi + r10*8 + 24], rdx",
+    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
     "mov rcx, [rdi + r10*8 + 8]",
     "shl rcx, 16",
     "movzx edx, r8w",
@@ -783,10 +772,11 @@ std::arch::global_asm!(
     r_room_end = const offset_of!(RingHeader, room_end),
     r_reserve = const offset_of!(RingHeader, reserve),
     header = const HEADER_BYTES,
-    max_offset = const MAX_OFFSET,
+    room_limit = const MAX_OFFSET - 4,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,
     entry_bits = const super::format::MAGIC << 3,
-    users_clear = const !(0xffffu64 << 12),
+    // The users' bits (12..27) lie in the word's low half.
+    users_clear = const !(0xffffu32 << 12),
     exit_bits = const super::format::MAGIC << 3 | 1,
     site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
