@@ -752,7 +752,9 @@ std::arch::global_asm!(
     "mov eax, dword ptr [rax]",
     "mov dword ptr [rsp + 0x130], eax",
     // The frame, written whole before curr publishes it and again after
-    // (as ThreadState::push).
+    // (as ThreadState::push): a signal handler may land between two of the
+    // first writes and push and pop its own frame over them, leaving some
+    // words its own and others ours, so no one word tells whether it did.
     "mov rdx, r10",
     "shl rdx, 48",
     "or rdx, [rsp + 0xc8]",

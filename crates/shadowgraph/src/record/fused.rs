@@ -365,7 +365,9 @@ macro_rules! fused_entry {
             "jae 81f\n",
             // The frame {R, func | depth << 48, slot, RESERVED}, written whole
             // before curr publishes it and again after (a handler that ran in
-            // between may have used the words); pushed before the record is
+            // between, even between two of the first writes, may have used the
+            // words: the signal fuzz test of tests/fgraph.rs catches a single
+            // write checked by one word); pushed before the record is
             // claimed, as on the general way (a handler's calls in between nest in
             // it and come first).
             $site,
