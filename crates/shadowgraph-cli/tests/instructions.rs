@@ -15,8 +15,8 @@ const BUDGETS: [(&str, f64); 10] = [
     ("ops", 155.0),
     ("list2", 350.0),
     ("direct", 14.0),
-    ("graph-decline", 185.0),
-    ("graph", 275.0),
+    ("graph-decline", 175.0),
+    ("graph", 270.0),
     // Several users: the general way, in Rust.
     ("graph2", 680.0),
     ("graph16", 1900.0),

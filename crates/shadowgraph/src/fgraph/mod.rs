@@ -127,6 +127,10 @@ pub struct GraphUser {
     /// user: its slot's bit and the epoch it registered at (set before it
     /// can become the sole user).
     pub(crate) frame_word: AtomicU64,
+    /// `ThreadState::in_entry` and `reserved_once` as the single-user path
+    /// sets them around this user's entry callback, as one word (see
+    /// `stack::OFFER_WORD`): the slot (+1), nothing reserved.
+    pub(crate) offer_word: AtomicU64,
     /// The recording instance whose records this user's callbacks write,
     /// when they do nothing else (the fused recording path may then stand
     /// in for them: record::fused); −1 otherwise.
@@ -165,6 +169,7 @@ impl GraphUser {
             subop,
             slot: AtomicI32::new(-1),
             frame_word: AtomicU64::new(0),
+            offer_word: AtomicU64::new(0),
             fused_inst: std::sync::atomic::AtomicI64::new(-1),
             fused_max_depth: AtomicU64::new(0),
             fused_filter: AtomicPtr::new(std::ptr::null_mut()),
@@ -477,6 +482,7 @@ pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
         stack::bitmap(stack::FRAME_WORDS, 1 << i, epoch),
         Ordering::Release,
     );
+    user.offer_word.store(i as u64 + 1, Ordering::Release);
     user.slot.store(i as i32, Ordering::Release);
     r.users[i] = Some(user.clone());
     let ptr = Arc::as_ptr(user) as *mut GraphUser;
@@ -765,17 +771,11 @@ std::arch::global_asm!(
     "mov [rsp + 0x138], r8",
     "mov [rsp + 0x140], rsi",
     // The offer (as `offer`): in_entry = the user's slot, reserved_once
-    // cleared, both put back after the callback.
-    "mov eax, dword ptr fs:[r9 + {t_in_entry}]",
-    "mov dword ptr [rsp + 0x148], eax",
-    "movzx eax, byte ptr fs:[r9 + {t_reserved_once}]",
-    "mov byte ptr [rsp + 0x14c], al",
-    "mov rax, [rsi + {u_frame_word}]",
-    "shr rax, 12",
-    "tzcnt eax, eax",
-    "inc eax", // MinusOneCell keeps v + 1
-    "mov dword ptr fs:[r9 + {t_in_entry}], eax",
-    "mov byte ptr fs:[r9 + {t_reserved_once}], 0",
+    // cleared (one word: stack::OFFER_WORD), put back after the callback.
+    "mov rax, qword ptr fs:[r9 + {t_offer}]",
+    "mov [rsp + 0x148], rax",
+    "mov rax, [rsi + {u_offer}]",
+    "mov qword ptr fs:[r9 + {t_offer}], rax",
     "mov rax, [rsp + 0xc8]",
     "mov [rsp + 0x150], rax",
     "mov rax, [rbp + 16]",
@@ -785,10 +785,8 @@ std::arch::global_asm!(
     "mov rdx, rsp",
     "call {call_entry}",
     "mov rcx, [rip + {tp_thread}]",
-    "mov edx, dword ptr [rsp + 0x148]",
-    "mov dword ptr fs:[rcx + {t_in_entry}], edx",
-    "movzx edx, byte ptr [rsp + 0x14c]",
-    "mov byte ptr fs:[rcx + {t_reserved_once}], dl",
+    "mov rdx, [rsp + 0x148]",
+    "mov qword ptr fs:[rcx + {t_offer}], rdx",
     "mov r8, [rsp + 0x138]",
     "test al, al",
     "jz 5f",
@@ -949,10 +947,10 @@ std::arch::global_asm!(
     t_stack = const offset_of!(ThreadState, stack),
     t_curr = const offset_of!(ThreadState, curr),
     t_blockers = const stack::BLOCKERS,
-    t_in_entry = const offset_of!(ThreadState, in_entry),
-    t_reserved_once = const offset_of!(ThreadState, reserved_once),
+    t_offer = const stack::OFFER_WORD,
     t_overrun = const offset_of!(ThreadState, overrun),
     u_frame_word = const offset_of!(GraphUser, frame_word),
+    u_offer = const offset_of!(GraphUser, offer_word),
     room_limit = const stack::MAX_OFFSET - 4,
     frame_words = const stack::FRAME_WORDS,
     bit = const 1u32 << (Group::Graph as u32),

@@ -204,6 +204,16 @@ const _: () = assert!(
         && std::mem::offset_of!(ThreadState, _blockers_pad) + 2 == BLOCKERS + 8
 );
 
+/// Offset in [`ThreadState`] of the word holding `in_entry` (low half) and
+/// `reserved_once` (the next byte), the rest padding: the single-user path
+/// saves, sets and restores both with one access each.
+pub const OFFER_WORD: usize = std::mem::offset_of!(ThreadState, in_entry);
+const _: () = assert!(
+    OFFER_WORD.is_multiple_of(8)
+        && std::mem::offset_of!(ThreadState, reserved_once) == OFFER_WORD + 4
+        && std::mem::offset_of!(ThreadState, reserve_fail) == OFFER_WORD + 8
+);
+
 /// Overruns of every thread: calls not hooked because their thread's
 /// shadow stack was full.
 pub static OVERRUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
