@@ -150,6 +150,31 @@ fn in_time_order(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result<(),
     Ok(())
 }
 
+/// Whether every entry of `tid` is at the depth of the calls open before
+/// it, and every exit one less (uftrace's replay nests by these depths).
+fn depths_follow_the_records(
+    d: &shadowgraph::record::data::DataDir,
+    tid: i32,
+) -> Result<(), String> {
+    use shadowgraph::record::format::Kind;
+    let mut open = 0i64;
+    for (i, r) in d.records(tid).map_err(|e| e.to_string())?.iter().enumerate() {
+        let want = match r.kind {
+            Kind::Entry => open,
+            Kind::Exit => open - 1,
+            _ => continue,
+        };
+        if r.depth as i64 != want {
+            return Err(format!(
+                "thread {tid}, record {i}: {:?} at depth {}, {open} calls open",
+                r.kind, r.depth
+            ));
+        }
+        open = want + (r.kind == Kind::Entry) as i64;
+    }
+    Ok(())
+}
+
 fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -3097,6 +3122,10 @@ fn handlers_record_inside_records(fused: bool, filter: &[&str]) {
     let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
     for &tid in &d.tids {
         in_time_order(&d, tid).unwrap();
+        // And their depths follow the ring's order: a handler that landed
+        // between a call's frame being pushed or popped and its record
+        // being written nests in it or follows it as the records do.
+        depths_follow_the_records(&d, tid).unwrap();
     }
 
     let prof = dir.join("p.data");

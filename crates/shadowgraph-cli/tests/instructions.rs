@@ -23,7 +23,7 @@ const BUDGETS: [(&str, f64); 10] = [
     // The plain recorder, timestamps and ring writes included: on the
     // fused path (record::fused) and through fgraph's callbacks.
     ("record", 225.0),
-    ("record-general", 460.0),
+    ("record-general", 480.0),
 ];
 
 fn have_valgrind() -> bool {

@@ -205,6 +205,20 @@ pub static ABANDONED: AtomicU64 = AtomicU64::new(0);
 /// written). A plain `fn()`, async-signal-safe.
 static ABANDON_HOOK: AtomicUsize = AtomicUsize::new(0);
 
+/// How many brackets this thread is inside: 0 outside our code, 1 in a
+/// traced call's, more when a signal handler's traced call interrupted our
+/// code. Async-signal-safe.
+#[inline]
+pub fn bracket_depth() -> u64 {
+    let w = local().word.get();
+    if w.is_null() {
+        return 0;
+    }
+    // SAFETY: a thread's bracket word, once set, lives until the thread
+    // exits (this thread's own).
+    unsafe { &*w }.load(Ordering::Relaxed) & 0xffff
+}
+
 /// Sets the hook run when a thread's abandoned brackets are released.
 pub fn on_abandoned(hook: fn()) {
     ABANDON_HOOK.store(hook as usize, Ordering::Release);

@@ -304,10 +304,9 @@ impl Collector {
         for m in &self.rings {
             let h = m.ring.header();
             if running.binary_search(&h.pid).is_err() {
-                let unpublished = h
-                    .reserve
-                    .load(Ordering::Acquire)
-                    .saturating_sub(h.head.load(Ordering::Acquire));
+                let shift = super::ring::SLOT_SHIFT;
+                let unpublished = (h.reserve.load(Ordering::Acquire) >> shift)
+                    .saturating_sub(h.head.load(Ordering::Acquire) >> shift);
                 if unpublished > 0 {
                     self.totals.entry(m.dir.clone()).or_default().lost += unpublished;
                 }
@@ -446,7 +445,7 @@ fn map_ring(path: &Path) -> Option<(Ring, *mut libc::c_void, usize)> {
 mod tests {
     use super::*;
     use crate::record::format::Kind;
-    use crate::record::ring::ring_bytes;
+    use crate::record::ring::{ring_bytes, Depth};
 
     /// A process killed while recording: two records published, three
     /// claimed and never published (its writers were mid-record). The last
@@ -474,14 +473,14 @@ mod tests {
         let base = crate::sys::map_shared(f.as_raw_fd(), len).unwrap();
         // SAFETY: a fresh shared mapping of the zeroed file's whole length,
         // page-aligned, never unmapped while the test runs.
-        let ring = unsafe { Ring::init(base, 0, dead, dead, 4096, 0) };
+        let ring = unsafe { Ring::init(base, 0, dead, dead, 4096, 0, 0) };
         for i in 0..2 {
-            let (s, t) = ring.claim_at(|| i).unwrap();
-            ring.write(s, t, Kind::Entry, 0, 0x1000);
-            ring.publish(s);
+            let c = ring.claim_at(|| i, Kind::Entry, Depth::Given(0)).unwrap();
+            ring.write(c.slot, c.time, Kind::Entry, c.depth, 0x1000);
+            ring.publish(&c);
         }
         for _ in 0..3 {
-            ring.claim_at(|| 9).unwrap();
+            ring.claim_at(|| 9, Kind::Entry, Depth::Given(0)).unwrap();
         }
         c.scan();
         let done = c.finish();

@@ -167,10 +167,14 @@ fn attach_inner(
 // A ring's producer side, as `Ring::claim_at/write/publish` (ring.rs):
 // while there is room (else jump to `$full`), read the TSC and claim
 // `reserve` by one cmpxchg, again both if a signal handler claimed meanwhile
-// (so the thread's records stay in time order). Ring in r11; the claimed
-// slot in rax, its time in `$time`; clobbers rdx and the flags.
+// (so the thread's records stay in time order). `reserve` packs the slot
+// (from bit 16) and the ring's depth (bits 0..15): the thread is at rest,
+// so the depth is ours (`Depth::Given`), which `$depth` puts in dx — one
+// more than an entry's, an exit's — after the slot's step. Ring in r11;
+// `reserve` as claimed in rax, its time in `$time`; clobbers rdx and the
+// flags.
 macro_rules! ring_claim {
-    ($full:literal, $time:literal) => {
+    ($full:literal, $time:literal, $depth:literal) => {
         concat!(
             "2:\n",
             "mov rax, [r11 + {r_reserve}]\n",
@@ -192,18 +196,21 @@ macro_rules! ring_claim {
             "mov ",
             $time,
             ", rdx\n",
-            "lea rdx, [rax + 1]\n",
+            "lea rdx, [rax + 0x10000]\n",
+            $depth,
             "cmpxchg qword ptr [r11 + {r_reserve}], rdx\n",
             "jne 2b\n",
         )
     };
 }
 
-// The record at slot rax of ring r11: `{$time, $word}`. Clobbers rdx.
+// The record at the slot claimed (rax) of ring r11: `{$time, $word}`.
+// Clobbers rdx.
 macro_rules! ring_write {
     ($time:literal, $word:literal) => {
         concat!(
             "mov rdx, rax\n",
+            "shr rdx, 16\n",
             "and rdx, [r11 + {r_mask}]\n",
             "shl rdx, 4\n",
             "mov [r11 + rdx + {header}], ",
@@ -216,7 +223,7 @@ macro_rules! ring_write {
     };
 }
 
-// Publishes slot rax of ring r11, written, as `Ring::publish`: `head`
+// Publishes the claim rax of ring r11, written, as `Ring::publish`: `head`
 // moves to `reserve` if it is at rax (else an earlier slot's writer, which
 // we interrupted, publishes ours), again from there if a handler claimed
 // meanwhile. Ends at `$done`, the label right after it. Clobbers rax, rdx
@@ -386,7 +393,7 @@ macro_rules! fused_entry {
             "shl r9, 6\n",
             "or r9, rdx\n",
             "or r9, {entry_bits}\n",
-            ring_claim!("82f", "r10"),
+            ring_claim!("82f", "r10", "mov dx, r9w\nshr dx, 6\ninc dx\n"),
             ring_write!("r10", "r9"),
             ring_publish!("5f"),
             "5:\n",
@@ -481,7 +488,7 @@ macro_rules! fused_return {
             "shl rcx, 16\n",
             "or rcx, rdx\n",
             "or rcx, {exit_bits}\n",
-            ring_claim!("92f", "r9"),
+            ring_claim!("92f", "r9", "mov dx, cx\nshr dx, 6\n"),
             "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
             ring_write!("r9", "rcx"),
             ring_publish!("5f"),
@@ -634,7 +641,7 @@ std::arch::global_asm!(
     "mov rax, [rsi + {u_inst}]",
     "mov rdx, [rip + {tp_rings}]",
     "mov r11, qword ptr fs:[rdx + rax*8]",
-    ring_claim!("82b", "r9"),
+    ring_claim!("82b", "r9", "mov dx, r10w\n"),
     "mov rcx, [rsp + 72]",
     "mov rcx, [rcx + {site_off}]",
     "shl rcx, 16",
@@ -729,7 +736,7 @@ std::arch::global_asm!(
     "52:",
     "and r8, -65536",
     "or r8, rdx",
-    ring_claim!("92b", "r9"),
+    ring_claim!("92b", "r9", "mov dx, r8w\n"),
     "and dword ptr [rdi + r10*8 + 24], {users_clear}",
     "mov rcx, [rdi + r10*8 + 8]",
     "shl rcx, 16",

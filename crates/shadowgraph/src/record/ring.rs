@@ -13,6 +13,17 @@
 //! unwritten slot, and the interrupted writer, resuming once the handler
 //! has returned, publishes them with its own.
 //!
+//! Depths follow the ring's order: `reserve` (and so `head`) carries the
+//! thread's recorded depth in its low 16 bits beside the slot number, set
+//! by the same `cmpxchg` that claims a slot. A record written at rest (the
+//! thread was not inside our code) has the caller's depth and sets the
+//! ring's from it; one written by a signal handler that interrupted our
+//! code — between a function's frame being pushed or popped and its record
+//! being claimed — takes the ring's instead (an entry records it and
+//! deepens it, an exit shallows it and records the result), so that its
+//! calls nest in that function or follow it as the ring says, not as the
+//! frames do.
+//!
 //! The ring lives either in a file of a shared-memory directory, drained by
 //! the `shadowgraph record` process (the writer outside the traced program:
 //! the program pays no system call for its records, and a crash loses
@@ -26,7 +37,32 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The ring layout's version: a writer and an agent from different builds
 /// check it before recording (`SHADOWGRAPH_RING_LAYOUT`).
-pub const LAYOUT: u8 = 2;
+pub const LAYOUT: u8 = 3;
+/// `reserve`, `head` and `room_end` count slots from this bit; below it,
+/// `reserve` and `head` hold the recorded depth.
+pub const SLOT_SHIFT: u32 = 16;
+const DEPTH_MASK: u64 = (1 << SLOT_SHIFT) - 1;
+
+/// Where a record's depth comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Depth {
+    /// The caller's (the thread at rest): recorded as given; the ring's
+    /// becomes one more after an entry, the same after an exit.
+    Given(u16),
+    /// The ring's (a handler inside our code): an entry records it and
+    /// adds one, an exit takes one (not below 0) and records the result.
+    Follow,
+}
+
+/// A claimed slot: `reserve` as found (what `publish` needs), the slot,
+/// the record's time and depth.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim {
+    pub reserve: u64,
+    pub slot: u64,
+    pub time: u64,
+    pub depth: u16,
+}
 /// "SGRING" + [`LAYOUT`].
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\0\0") | (LAYOUT as u64) << 48;
 /// Bytes before the records.
@@ -78,9 +114,10 @@ pub struct RingHeader {
     /// record would pull the consumer's cache line). Slots below it are
     /// free or the producer's.
     pub room_end: AtomicU64,
-    /// Slots claimed (≥ `head`): those in between are being written by the
-    /// thread or a signal handler that interrupted it, or were written by
-    /// a handler that interrupted the writer of an earlier one.
+    /// Slots claimed (≥ `head`), from bit `SLOT_SHIFT`: those in between
+    /// are being written by the thread or a signal handler that interrupted
+    /// it, or were written by a handler that interrupted the writer of an
+    /// earlier one. Below: the depth of the next entry.
     pub reserve: AtomicU64,
     _pad2: [u64; 3],
     // --- consumer line
@@ -164,6 +201,8 @@ impl Ring {
     /// `base` must be a fresh, zeroed, writable mapping of at least
     /// `ring_bytes(capacity)` bytes, 64-aligned, that lives for the
     /// process's life.
+    /// `depth`: the thread's recorded depth so far (the frames it has open
+    /// when its first record is written: a forked child's).
     pub unsafe fn init(
         base: *mut u8,
         inst: usize,
@@ -171,6 +210,7 @@ impl Ring {
         pid: i32,
         capacity: u64,
         session: u64,
+        depth: u16,
     ) -> Ring {
         debug_assert!(capacity.is_power_of_two());
         let (raw, ns) = Calibration::point();
@@ -183,7 +223,10 @@ impl Ring {
             std::ptr::addr_of_mut!((*h).tsc).write(clock::uses_tsc() as u32);
             std::ptr::addr_of_mut!((*h).capacity).write(capacity);
             std::ptr::addr_of_mut!((*h).mask).write(capacity - 1);
-            (*h).room_end.store(capacity, Ordering::Relaxed);
+            (*h).room_end
+                .store(capacity << SLOT_SHIFT, Ordering::Relaxed);
+            (*h).reserve.store(depth as u64, Ordering::Relaxed);
+            (*h).head.store(depth as u64, Ordering::Relaxed);
             std::ptr::addr_of_mut!((*h).ppid).write(libc::getppid());
             std::ptr::addr_of_mut!((*h).session).write(session);
             (*h).seg_raw.store(raw, Ordering::Relaxed);
@@ -236,18 +279,19 @@ impl Ring {
         unsafe { self.base.add(HEADER_BYTES) as *mut u64 }
     }
 
-    /// Publishes the records up to `reserve` if `slot`, just written, is
-    /// the first unpublished one (`head == slot`); else the writer of an
-    /// earlier slot, which this one interrupted (a signal handler's record),
-    /// publishes it when it resumes. A handler that records between our
-    /// exchange and our second look at `reserve` publishes its own (its
-    /// slot is `head` then); one that records before the exchange is
-    /// published by it. Async-signal-safe; producer only.
+    /// Publishes the records up to `reserve` if the claim `c`, just
+    /// written, is the first unpublished one (`head` is `reserve` as the
+    /// claim found it); else the writer of an earlier slot, which this one
+    /// interrupted (a signal handler's record), publishes it when it
+    /// resumes. A handler that records between our exchange and our second
+    /// look at `reserve` publishes its own (`head` is its claim's then);
+    /// one that records before the exchange is published by it.
+    /// Async-signal-safe; producer only.
     #[inline(always)]
-    pub fn publish(&self, slot: u64) {
+    pub fn publish(&self, c: &Claim) {
         let h = self.header();
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
-        let mut from = slot;
+        let mut from = c.reserve;
         loop {
             let r = h.reserve.load(Ordering::Relaxed);
             if !exchange_local(&h.head, from, r) || h.reserve.load(Ordering::Relaxed) == r {
@@ -262,11 +306,11 @@ impl Ring {
     /// `time()` read just before the claim takes effect — again if a signal
     /// handler claimed meanwhile — so that records of handlers that come
     /// before it in the ring are older and those after it newer: a
-    /// thread's records stay in time order. Returns (slot, time); the
-    /// slot is then written ([`Ring::write`]) and published
-    /// ([`Ring::publish`]).
+    /// thread's records stay in time order. The depth moves with the same
+    /// exchange (`nesting`). The slot is then written ([`Ring::write`])
+    /// and published ([`Ring::publish`]).
     #[inline(always)]
-    pub fn claim_at(&self, time: impl Fn() -> u64) -> Option<(u64, u64)> {
+    pub fn claim_at(&self, time: impl Fn() -> u64, kind: Kind, from: Depth) -> Option<Claim> {
         let h = self.header();
         loop {
             let c = h.reserve.load(Ordering::Relaxed);
@@ -274,8 +318,26 @@ impl Ring {
                 return None;
             }
             let t = time();
-            if exchange_local(&h.reserve, c, c + 1) {
-                return Some((c, t));
+            let d = match from {
+                Depth::Given(d) => d,
+                Depth::Follow => (c & DEPTH_MASK) as u16,
+            };
+            // 16-bit arithmetic, as the assembly's: the slot never borrows
+            // or carries from the depth.
+            let (next, depth) = match (kind, from) {
+                (Kind::Entry, _) => (d.wrapping_add(1), d),
+                (Kind::Exit, Depth::Given(_)) => (d, d),
+                (Kind::Exit, Depth::Follow) => (d.saturating_sub(1), d.saturating_sub(1)),
+                _ => ((c & DEPTH_MASK) as u16, d),
+            };
+            let n = ((c >> SLOT_SHIFT) + 1) << SLOT_SHIFT | next as u64;
+            if exchange_local(&h.reserve, c, n) {
+                return Some(Claim {
+                    reserve: c,
+                    slot: c >> SLOT_SHIFT,
+                    time: t,
+                    depth,
+                });
             }
         }
     }
@@ -285,8 +347,9 @@ impl Ring {
     pub fn refresh(&self) -> bool {
         let h = self.header();
         let t = h.tail.load(Ordering::Acquire);
-        h.room_end.store(t + h.capacity, Ordering::Relaxed);
-        h.reserve.load(Ordering::Relaxed) - t < h.capacity
+        h.room_end
+            .store((t + h.capacity) << SLOT_SHIFT, Ordering::Relaxed);
+        (h.reserve.load(Ordering::Relaxed) >> SLOT_SHIFT) - t < h.capacity
     }
 
     /// Stores record `slot` (from [`Ring::claim_at`]); [`Ring::publish`]
@@ -312,10 +375,11 @@ impl Ring {
     pub fn recover_abandoned(&self) {
         let h = self.header();
         let head = h.head.load(Ordering::Relaxed);
-        let claimed = h.reserve.load(Ordering::Relaxed) - head;
+        let claimed = (h.reserve.load(Ordering::Relaxed) >> SLOT_SHIFT) - (head >> SLOT_SHIFT);
         if claimed == 0 {
             return;
         }
+        // Back to the published slot and depth.
         h.reserve.store(head, Ordering::Relaxed);
         h.lost.fetch_add(claimed, Ordering::Relaxed);
     }
@@ -332,7 +396,7 @@ impl Ring {
     /// (counted) and stops this drain.
     pub fn drain(&self, fd: i32) -> Drained {
         let h = self.header();
-        let head = h.head.load(Ordering::Acquire);
+        let head = h.head.load(Ordering::Acquire) >> SLOT_SHIFT;
         let tail = h.tail.load(Ordering::Relaxed);
         let dropped = h.lost.load(Ordering::Relaxed);
         let mut out = Drained::default();
@@ -379,7 +443,7 @@ impl Ring {
     /// is nowhere to write); returns how many records that loses.
     pub fn discard(&self) -> u64 {
         let h = self.header();
-        let head = h.head.load(Ordering::Acquire);
+        let head = h.head.load(Ordering::Acquire) >> SLOT_SHIFT;
         let tail = h.tail.load(Ordering::Relaxed);
         let dropped = h.lost.swap(0, Ordering::Relaxed);
         h.tail.store(head, Ordering::Release);
@@ -535,7 +599,7 @@ mod tests {
         let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
         // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
         // during the test.
-        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0) };
+        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
         let path = std::env::temp_dir().join(format!("sg-ring-test-{}", std::process::id()));
         let file = std::fs::File::create(&path).unwrap();
         let done = AtomicBool::new(false);
@@ -543,16 +607,16 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 for i in 0..N {
-                    let (c, t) = loop {
+                    let c = loop {
                         // Times from 1: each after the one before it.
-                        if let Some(ct) = ring.claim_at(|| i + 1) {
-                            break ct;
+                        if let Some(c) = ring.claim_at(|| i + 1, Kind::Lost, Depth::Follow) {
+                            break c;
                         }
                         ring.refresh();
                         std::hint::spin_loop();
                     };
-                    ring.write(c, t, Kind::Entry, (i % 1024) as u16, i);
-                    ring.publish(c);
+                    ring.write(c.slot, c.time, Kind::Entry, (i % 1024) as u16, i);
+                    ring.publish(&c);
                 }
                 done.store(true, Ordering::Release);
             });
@@ -590,7 +654,7 @@ mod tests {
         let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
         // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
         // during the test.
-        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0) };
+        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
         if ring.header().tsc != 0 {
             return; // times are converted: the steps would not be these
         }
@@ -599,9 +663,9 @@ mod tests {
         let put = |times: &[u64]| {
             use std::os::fd::AsRawFd;
             for &t in times {
-                let (c, t) = ring.claim_at(|| t).unwrap();
-                ring.write(c, t, Kind::Entry, 0, 0);
-                ring.publish(c);
+                let c = ring.claim_at(|| t, Kind::Lost, Depth::Follow).unwrap();
+                ring.write(c.slot, c.time, Kind::Entry, 0, 0);
+                ring.publish(&c);
             }
             let d = ring.drain(file.as_raw_fd());
             (d.written, d.clock_steps_back, d.clock_step_max)

@@ -17,7 +17,7 @@
 
 use super::clock;
 use super::format::Kind;
-use super::ring::{ring_bytes, Drained, Ring, RING_RECORDS};
+use super::ring::{ring_bytes, Claim, Depth, Drained, Ring, RING_RECORDS};
 use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
@@ -185,20 +185,23 @@ pub fn start(inst: usize, dir: &Path, shm: Option<&Path>) -> io::Result<()> {
 }
 
 /// Appends one record for this thread, timed now. Async-signal-safe, and
-/// reentrant: a signal handler that interrupts it may record too.
+/// reentrant: a signal handler that interrupts it may record too. The
+/// record is at `depth`, unless a signal handler writes it inside our own
+/// code: then at the ring's depth (see `ring`).
 #[inline]
 pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
-    let Some(r) = my_ring(inst) else {
+    let Some(r) = my_ring(inst, kind, depth) else {
         return;
     };
     // Timed as the slot is claimed, after any wait it needed: its time is
     // not the wait's.
-    if let Some((c, t)) = r
-        .claim_at(clock::now)
-        .or_else(|| make_room(inst, r, clock::now))
+    let from = depth_from(depth);
+    if let Some(c) = r
+        .claim_at(clock::now, kind, from)
+        .or_else(|| make_room(inst, r, clock::now, kind, from))
     {
-        r.write(c, t, kind, depth, addr);
-        r.publish(c);
+        r.write(c.slot, c.time, kind, c.depth, addr);
+        r.publish(&c);
     }
 }
 
@@ -207,22 +210,39 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
 /// thread's records in time order.
 #[inline]
 pub fn emit_at(inst: usize, time: u64, kind: Kind, depth: u16, addr: u64) {
-    let Some(r) = my_ring(inst) else {
+    let Some(r) = my_ring(inst, kind, depth) else {
         return;
     };
-    if let Some((c, t)) = r.claim_at(|| time).or_else(|| make_room(inst, r, || time)) {
-        r.write(c, t, kind, depth, addr);
-        r.publish(c);
+    let from = depth_from(depth);
+    if let Some(c) = r
+        .claim_at(|| time, kind, from)
+        .or_else(|| make_room(inst, r, || time, kind, from))
+    {
+        r.write(c.slot, c.time, kind, c.depth, addr);
+        r.publish(&c);
+    }
+}
+
+/// The caller's depth, unless this record is written by a signal handler
+/// that interrupted our own code (two brackets deep): the ring's then.
+#[inline(always)]
+fn depth_from(depth: u16) -> Depth {
+    if crate::ftrace::quiesce::bracket_depth() > 1 {
+        Depth::Follow
+    } else {
+        Depth::Given(depth)
     }
 }
 
 /// This thread's ring of instance `inst`, or None (the record counted as
-/// lost) when it has none and cannot make one.
+/// lost) when it has none and cannot make one. A new ring starts at the
+/// depth a record of `kind` at `depth` implies.
 #[inline(always)]
-fn my_ring(inst: usize) -> Option<Ring> {
+fn my_ring(inst: usize, kind: Kind, depth: u16) -> Option<Ring> {
     let mut b = MINE[inst].get();
     if b.is_null() {
-        b = create(inst);
+        let open = if kind == Kind::Exit { depth + 1 } else { depth };
+        b = create(inst, open);
         if b.is_null() {
             LOST[inst].fetch_add(1, Ordering::Relaxed);
             return None;
@@ -237,10 +257,16 @@ fn my_ring(inst: usize) -> Option<Ring> {
 /// claimed slot and its time, or None (counted as lost).
 #[cold]
 #[inline(never)]
-fn make_room(inst: usize, r: Ring, time: impl Fn() -> u64) -> Option<(u64, u64)> {
+fn make_room(
+    inst: usize,
+    r: Ring,
+    time: impl Fn() -> u64,
+    kind: Kind,
+    from: Depth,
+) -> Option<Claim> {
     let room = |r: &Ring| {
         if r.refresh() {
-            r.claim_at(&time)
+            r.claim_at(&time, kind, from)
         } else {
             None
         }
@@ -388,7 +414,7 @@ fn create_shared(
 }
 
 #[cold]
-fn create(inst: usize) -> *mut u8 {
+fn create(inst: usize, depth: u16) -> *mut u8 {
     if DISABLED.load(Ordering::Acquire) {
         return std::ptr::null_mut();
     }
@@ -433,7 +459,17 @@ fn create(inst: usize) -> *mut u8 {
         (p, fd, records)
     };
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped.
-    unsafe { Ring::init(base, inst, tid, pid, cap, SESSION.load(Ordering::Relaxed)) };
+    unsafe {
+        Ring::init(
+            base,
+            inst,
+            tid,
+            pid,
+            cap,
+            SESSION.load(Ordering::Relaxed),
+            depth,
+        )
+    };
     let Some(i) = RINGS.iter().position(|s| {
         s.ring
             .compare_exchange(
