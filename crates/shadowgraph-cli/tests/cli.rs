@@ -70,7 +70,20 @@ fn record_run(
     exe: &Path,
     args: &[&Path],
 ) -> Output {
+    record_run_in(Path::new("."), env, opts, data, exe, args)
+}
+
+/// [`record_run`] in directory `cwd`.
+fn record_run_in(
+    cwd: &Path,
+    env: &[(&str, &str)],
+    opts: &[&str],
+    data: &Path,
+    exe: &Path,
+    args: &[&Path],
+) -> Output {
     shadowgraph()
+        .current_dir(cwd)
         .envs(env.iter().copied())
         .arg("record")
         .args(opts)
@@ -158,7 +171,12 @@ fn depths_follow_the_records(
 ) -> Result<(), String> {
     use shadowgraph::record::format::Kind;
     let mut open = 0i64;
-    for (i, r) in d.records(tid).map_err(|e| e.to_string())?.iter().enumerate() {
+    for (i, r) in d
+        .records(tid)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .enumerate()
+    {
         let want = match r.kind {
             Kind::Entry => open,
             Kind::Exit => open - 1,
@@ -2843,17 +2861,7 @@ fn dlopened_library_by_relative_name_is_filtered_by_its_functions() {
     );
     let run = |opts: &[&str], fused: bool| -> Vec<String> {
         let data = dir.join(format!("d{}{}.data", opts.len(), fused));
-        let o = shadowgraph()
-            .current_dir(&dir)
-            .envs(path_env(fused).iter().copied())
-            .arg("record")
-            .args(opts)
-            .arg("-d")
-            .arg(&data)
-            .arg("--")
-            .arg(&exe)
-            .output()
-            .unwrap();
+        let o = record_run_in(&dir, path_env(fused), opts, &data, &exe, &[]);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{opts:?}: {err}");
         assert_eq!(out.trim(), "13", "{opts:?}");
