@@ -38,6 +38,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// The ring layout's version: a writer and an agent from different builds
 /// check it before recording (`SHADOWGRAPH_RING_LAYOUT`).
 pub const LAYOUT: u8 = 3;
+/// "SGRING" + [`LAYOUT`].
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\0\0") | (LAYOUT as u64) << 48;
 /// `reserve`, `head` and `room_end` count slots from this bit; below it,
 /// `reserve` and `head` hold the recorded depth.
 pub const SLOT_SHIFT: u32 = 16;
@@ -63,8 +65,6 @@ pub struct Claim {
     pub time: u64,
     pub depth: u16,
 }
-/// "SGRING" + [`LAYOUT`].
-pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\0\0") | (LAYOUT as u64) << 48;
 /// Bytes before the records.
 pub const HEADER_BYTES: usize = 256;
 /// Records per shared ring by default (2 MiB): about three milliseconds of
@@ -101,7 +101,9 @@ pub struct RingHeader {
     pub mask: u64,
     _pad5: u64,
     // --- producer line
-    /// Records ever written (the next one goes to `head % capacity`).
+    /// Records published, from bit `SLOT_SHIFT` (the next one goes to that
+    /// number modulo `capacity`), and below it the depth after them: the
+    /// value `reserve` had when they were all written.
     pub head: AtomicU64,
     /// Records the producer dropped (no room in time); the consumer takes
     /// them and writes a LOST record.
@@ -110,7 +112,8 @@ pub struct RingHeader {
     pub closed: AtomicU32,
     _pad1: u32,
     /// The end of the room the producer knows of: `tail + capacity` as of
-    /// its last look at `tail` (its own field: reading `tail` on every
+    /// its last look at `tail`, from bit `SLOT_SHIFT` so that `reserve`
+    /// compares with it whole (its own field: reading `tail` on every
     /// record would pull the consumer's cache line). Slots below it are
     /// free or the producer's.
     pub room_end: AtomicU64,
@@ -306,9 +309,9 @@ impl Ring {
     /// `time()` read just before the claim takes effect — again if a signal
     /// handler claimed meanwhile — so that records of handlers that come
     /// before it in the ring are older and those after it newer: a
-    /// thread's records stay in time order. The depth moves with the same
-    /// exchange (`nesting`). The slot is then written ([`Ring::write`])
-    /// and published ([`Ring::publish`]).
+    /// thread's records stay in time order. The ring's depth moves with the
+    /// same exchange, from the caller's or its own ([`Depth`]). The slot is
+    /// then written ([`Ring::write`]) and published ([`Ring::publish`]).
     #[inline(always)]
     pub fn claim_at(&self, time: impl Fn() -> u64, kind: Kind, from: Depth) -> Option<Claim> {
         let h = self.header();

@@ -241,7 +241,11 @@ fn depth_from(depth: u16) -> Depth {
 fn my_ring(inst: usize, kind: Kind, depth: u16) -> Option<Ring> {
     let mut b = MINE[inst].get();
     if b.is_null() {
-        let open = if kind == Kind::Exit { depth + 1 } else { depth };
+        let open = if kind == Kind::Exit {
+            depth.saturating_add(1)
+        } else {
+            depth
+        };
         b = create(inst, open);
         if b.is_null() {
             LOST[inst].fetch_add(1, Ordering::Relaxed);
