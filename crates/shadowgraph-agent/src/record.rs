@@ -67,6 +67,11 @@ fn tracer(u: &fgraph::GraphUser) -> Option<&'static Tracer> {
 /// record is written (a descendant was long enough, so it is too). The
 /// function and depth of the record come from the frame and its nesting.
 const ENTRY_WRITTEN: u64 = 1 << 63;
+/// In the same word: the call returned too short to record. A signal
+/// handler that lands before its frame is popped and releases its callers
+/// passes over it (its exit was decided: writing its entry then would leave
+/// an entry without an exit).
+const ENTRY_DROPPED: u64 = 1 << 62;
 
 // The callbacks, in two builds: TIMED for tracers with a time filter, so
 // that the others pay nothing for it.
@@ -139,7 +144,7 @@ fn entry<const TIMED: bool>(
         if let Some(w) = word {
             // SAFETY: 8 reserved, word-aligned bytes, ours until the call
             // returns.
-            unsafe { w.write(clock::now() & !ENTRY_WRITTEN) };
+            unsafe { w.write(clock::now() & !(ENTRY_WRITTEN | ENTRY_DROPPED)) };
             return true;
         }
         // No room on the shadow stack: recorded now, unfiltered, after its
@@ -167,6 +172,8 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
         return true;
     }
     if clock::now().wrapping_sub(entry) < min_ticks {
+        // SAFETY: as above.
+        unsafe { *me = entry | ENTRY_DROPPED };
         return false;
     }
     release_callers(u, depth);
@@ -187,11 +194,14 @@ fn release_callers(u: &fgraph::GraphUser, depth: u16) {
     for k in 1..=frames {
         if let Some((q, _)) = u.retrieve_ancestor(k) {
             // SAFETY: our word in an ancestor frame, live below ours.
-            if unsafe { *(q as *const u64) } & ENTRY_WRITTEN != 0 {
+            let w = unsafe { *(q as *const u64) };
+            if w & ENTRY_WRITTEN != 0 {
                 break;
             }
-            outermost = k;
-            pending += 1;
+            if w & ENTRY_DROPPED == 0 {
+                outermost = k;
+                pending += 1;
+            }
         }
     }
     for k in (1..=outermost).rev() {
@@ -199,6 +209,9 @@ fn release_callers(u: &fgraph::GraphUser, depth: u16) {
             let q = q as *mut u64;
             // SAFETY: as above.
             let time = unsafe { *q };
+            if time & ENTRY_DROPPED != 0 {
+                continue;
+            }
             let d = depth.saturating_sub(pending);
             writer::emit_at(u.private, time, Kind::Entry, d, f as u64);
             // SAFETY: as above.
