@@ -198,7 +198,9 @@ fn release_callers(u: &fgraph::GraphUser, depth: u16) {
             if w & ENTRY_WRITTEN != 0 {
                 break;
             }
-            if w & ENTRY_DROPPED == 0 {
+            // 0: the call's entry callback has not timed it yet (a handler
+            // landed in it): not pending either.
+            if w != 0 && w & ENTRY_DROPPED == 0 {
                 outermost = k;
                 pending += 1;
             }
@@ -209,7 +211,7 @@ fn release_callers(u: &fgraph::GraphUser, depth: u16) {
             let q = q as *mut u64;
             // SAFETY: as above.
             let time = unsafe { *q };
-            if time & ENTRY_DROPPED != 0 {
+            if time == 0 || time & ENTRY_DROPPED != 0 {
                 continue;
             }
             let d = depth.saturating_sub(pending);

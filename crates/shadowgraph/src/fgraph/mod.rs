@@ -203,7 +203,9 @@ impl GraphUser {
 
     /// Reserves `bytes` (1..=256) of per-call data in the frame being built:
     /// only inside this user's own entry callback, once per call. The memory
-    /// is word-aligned and uninitialised; it vanishes if the entry declines.
+    /// is word-aligned and zeroed (a signal handler that looks at it before
+    /// the callback writes it, through `retrieve_ancestor`, sees zeros, not
+    /// what an earlier frame left); it vanishes if the entry declines.
     pub fn reserve(&self, bytes: usize) -> Option<*mut u8> {
         let slot = self.slot()?;
         let t = thread();
@@ -223,11 +225,19 @@ impl GraphUser {
                 return None;
             }
             let val = stack::data(stack::offset_of(t.word(cur - 1)) + w + 1, slot, w);
-            t.set_word(new - 1, val);
+            // Written whole before `curr` publishes them and again after (a
+            // handler in between may have used the words), as frames are.
+            let write = || {
+                for i in cur..new - 1 {
+                    t.set_word(i, 0);
+                }
+                t.set_word(new - 1, val);
+            };
+            write();
             compiler_fence(Ordering::SeqCst);
             t.curr.set(new);
             compiler_fence(Ordering::SeqCst);
-            t.set_word(new - 1, val);
+            write();
             t.reserved_once.set(true);
             // SAFETY: words cur..new-1 belong to the reservation.
             Some(unsafe { t.stack.get().add(cur) as *mut u8 })
