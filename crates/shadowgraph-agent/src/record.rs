@@ -165,22 +165,35 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
     let Some((p, _)) = u.retrieve() else {
         return true; // entered unfiltered
     };
-    let me = p as *mut u64;
-    // SAFETY: our own word in the frame returning now.
-    let entry = unsafe { *me };
+    // SAFETY: our own word in the frame returning now, 8-aligned.
+    let me = unsafe { &*(p as *const AtomicU64) };
+    let entry = me.load(Ordering::Relaxed);
     if entry & ENTRY_WRITTEN != 0 {
         return true;
     }
     if clock::now().wrapping_sub(entry) < min_ticks {
-        // SAFETY: as above.
-        unsafe { *me = entry | ENTRY_DROPPED };
+        me.store(entry | ENTRY_DROPPED, Ordering::Relaxed);
         return false;
     }
     release_callers(u, depth);
-    writer::emit_at(u.private, entry, Kind::Entry, depth, func as u64);
-    // SAFETY: as above.
-    unsafe { *me = entry | ENTRY_WRITTEN };
+    // Taken by one exchange: a handler releasing its callers meanwhile
+    // (this frame among them) writes the entry instead, once.
+    if take_entry(me, entry) {
+        writer::emit_at(u.private, entry, Kind::Entry, depth, func as u64);
+    }
     true
+}
+
+/// Marks a pending entry written, unless a signal handler did first: only
+/// the one that marks it writes it.
+fn take_entry(w: &AtomicU64, time: u64) -> bool {
+    w.compare_exchange(
+        time,
+        time | ENTRY_WRITTEN,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    )
+    .is_ok()
 }
 
 /// Writes the waiting entries of the callers of the call at `depth` whose
@@ -208,17 +221,18 @@ fn release_callers(u: &fgraph::GraphUser, depth: u16) {
     }
     for k in (1..=outermost).rev() {
         if let Some((q, _, f)) = u.retrieve_ancestor_call(k) {
-            let q = q as *mut u64;
-            // SAFETY: as above.
-            let time = unsafe { *q };
+            // SAFETY: as above, 8-aligned.
+            let w = unsafe { &*(q as *const AtomicU64) };
+            let time = w.load(Ordering::Relaxed);
             if time == 0 || time & ENTRY_DROPPED != 0 {
                 continue;
             }
             let d = depth.saturating_sub(pending);
-            writer::emit_at(u.private, time, Kind::Entry, d, f as u64);
-            // SAFETY: as above.
-            unsafe { *q = time | ENTRY_WRITTEN };
             pending -= 1;
+            // A handler that interrupted this loop may have written it.
+            if time & ENTRY_WRITTEN == 0 && take_entry(w, time) {
+                writer::emit_at(u.private, time, Kind::Entry, d, f as u64);
+            }
         }
     }
 }
