@@ -172,8 +172,16 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
         return true;
     }
     if clock::now().wrapping_sub(entry) < min_ticks {
-        me.store(entry | ENTRY_DROPPED, Ordering::Relaxed);
-        return false;
+        // Marked by one exchange too: a handler that landed since the load
+        // and released this call (its entry is written) gets its exit.
+        return me
+            .compare_exchange(
+                entry,
+                entry | ENTRY_DROPPED,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_err();
     }
     release_callers(u, depth);
     // Taken by one exchange: a handler releasing its callers meanwhile

@@ -163,6 +163,36 @@ fn in_time_order(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result<(),
     Ok(())
 }
 
+/// A time filter with handlers landing anywhere, also while the thread
+/// writes the waiting entries of its callers or decides a call was too
+/// short: every entry written has its exit (each function's entries and
+/// exits balance; 362 entries of fib lacked theirs before).
+#[test]
+fn signal_handlers_inside_a_time_filtered_record_leave_every_entry_its_exit() {
+    let dir = workdir("sigtime");
+    let exe = build_c(&dir, "sigring", SIGRING_C);
+    let data = dir.join("t.data");
+    let o = record_run(&[], &["-t", "200ns"], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(err.contains("(0 lost)"), "{err}");
+    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    use shadowgraph::record::format::Kind;
+    for &tid in &d.tids {
+        let recs = d.records(tid).unwrap();
+        let mut open: HashMap<u64, i64> = HashMap::new();
+        for r in &recs {
+            match r.kind {
+                Kind::Entry => *open.entry(r.addr).or_default() += 1,
+                Kind::Exit => *open.entry(r.addr).or_default() -= 1,
+                _ => {}
+            }
+        }
+        assert!(open.values().all(|&n| n == 0), "thread {tid}: {open:x?}");
+        assert!(recs.len() > 1000, "thread {tid}: {} records", recs.len());
+    }
+}
+
 /// Whether every entry of `tid` is at the depth of the calls open before
 /// it, and every exit one less (uftrace's replay nests by these depths).
 fn depths_follow_the_records(
@@ -3057,16 +3087,10 @@ fn signal_handlers_recording_inside_a_filtered_record() {
     handlers_record_inside_records(true, &["-F", "main"]);
 }
 
-fn handlers_record_inside_records(fused: bool, filter: &[&str]) {
-    let dir = workdir(match (fused, filter.is_empty()) {
-        (true, true) => "sigring",
-        (false, _) => "sigring-general",
-        (true, false) => "sigring-filtered",
-    });
-    let exe = build_c(
-        &dir,
-        "sigring",
-        "#include <signal.h>\n#include <stdio.h>\n#include <string.h>\n#include <sys/time.h>\n\
+/// A timer's handler calls traced functions 4000 times while `main` runs
+/// traced fib(12) in a loop; prints the alarms and fib's calls.
+const SIGRING_C: &str =
+    "#include <signal.h>\n#include <stdio.h>\n#include <string.h>\n#include <sys/time.h>\n\
          #define KEEP __attribute__((noinline, noipa))\n\
          static volatile sig_atomic_t alarms;\n\
          KEEP int in_handler(int x) { return x + 1; }\n\
@@ -3078,8 +3102,15 @@ fn handlers_record_inside_records(fused: bool, filter: &[&str]) {
            struct itimerval it = {{0, 50}, {0, 50}}; setitimer(ITIMER_REAL, &it, 0);\n\
            long calls = 0; while (alarms < 4000) { fib(12); calls += 465; }\n\
            struct itimerval off = {{0, 0}, {0, 0}}; setitimer(ITIMER_REAL, &off, 0);\n\
-           printf(\"%d %ld\\n\", (int)alarms, calls); return 0; }\n",
-    );
+           printf(\"%d %ld\\n\", (int)alarms, calls); return 0; }\n";
+
+fn handlers_record_inside_records(fused: bool, filter: &[&str]) {
+    let dir = workdir(match (fused, filter.is_empty()) {
+        (true, true) => "sigring",
+        (false, _) => "sigring-general",
+        (true, false) => "sigring-filtered",
+    });
+    let exe = build_c(&dir, "sigring", SIGRING_C);
     let data = dir.join("r.data");
     // Small rings: the thread often waits for the writer, and handlers
     // land in the waits as well.
