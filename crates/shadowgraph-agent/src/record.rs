@@ -174,14 +174,7 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
     if clock::now().wrapping_sub(entry) < min_ticks {
         // Marked by one exchange too: a handler that landed since the load
         // and released this call (its entry is written) gets its exit.
-        return me
-            .compare_exchange(
-                entry,
-                entry | ENTRY_DROPPED,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_err();
+        return !ring::exchange_local(me, entry, entry | ENTRY_DROPPED);
     }
     release_callers(u, depth);
     // Taken by one exchange: a handler releasing its callers meanwhile
@@ -193,15 +186,10 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
 }
 
 /// Marks a pending entry written, unless a signal handler did first: only
-/// the one that marks it writes it.
+/// the one that marks it writes it. (The thread's own words: an exchange
+/// that a signal cannot split, without a bus lock.)
 fn take_entry(w: &AtomicU64, time: u64) -> bool {
-    w.compare_exchange(
-        time,
-        time | ENTRY_WRITTEN,
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    )
-    .is_ok()
+    ring::exchange_local(w, time, time | ENTRY_WRITTEN)
 }
 
 /// Writes the waiting entries of the callers of the call at `depth` whose
@@ -214,8 +202,9 @@ fn release_callers(u: &fgraph::GraphUser, depth: u16) {
     let (mut outermost, mut pending) = (0, 0u16);
     for k in 1..=frames {
         if let Some((q, _)) = u.retrieve_ancestor(k) {
-            // SAFETY: our word in an ancestor frame, live below ours.
-            let w = unsafe { *(q as *const u64) };
+            // SAFETY: our word in an ancestor frame, live below ours,
+            // 8-aligned.
+            let w = unsafe { &*(q as *const AtomicU64) }.load(Ordering::Relaxed);
             if w & ENTRY_WRITTEN != 0 {
                 break;
             }

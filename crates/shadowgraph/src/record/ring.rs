@@ -177,11 +177,11 @@ pub struct Drained {
 }
 
 /// Compare-and-exchange of a word only this thread and its signal handlers
-/// write (the consumer only reads it): one `cmpxchg` without `lock`, which
+/// write (others may only read it): one `cmpxchg` without `lock`, which
 /// an interrupt cannot split and which costs no bus lock. Returns whether
 /// `a` held `old` (and now holds `new`).
 #[inline(always)]
-fn exchange_local(a: &AtomicU64, old: u64, new: u64) -> bool {
+pub fn exchange_local(a: &AtomicU64, old: u64, new: u64) -> bool {
     let prev: u64;
     // SAFETY: `a` is a valid, aligned u64; cmpxchg reads and maybe writes
     // it and sets rax and the flags (declared), nothing else.
