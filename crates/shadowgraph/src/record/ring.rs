@@ -360,7 +360,7 @@ impl Ring {
     #[inline(always)]
     pub fn write(&self, slot: u64, time: u64, kind: Kind, depth: u16, addr: u64) {
         let h = self.header();
-        let i = (slot & (h.capacity - 1)) as usize;
+        let i = (slot & h.mask) as usize;
         // SAFETY: i < capacity: two words inside the ring, claimed by us
         // and not the consumer's until `head` moves past them.
         unsafe {
