@@ -44,7 +44,9 @@ pub enum Which {
     /// --toggle-collect=loop_target` (deterministic, unlike time).
     Ir {
         /// none | ops | list2 | direct | graph-decline | graph | graph2 |
-        /// graph16 | record | record-general
+        /// graph16 | record | record-general; `MODE-tail`: MODE on
+        /// `loop_tail` (a traced function tail-calling `target`; count
+        /// with --toggle-collect=loop_tail)
         mode: String,
         #[arg(default_value_t = 100_000)]
         calls: i64,
@@ -299,7 +301,9 @@ KEEP long other4(long x) { return x; } KEEP long other5(long x) { return x; }\n\
 KEEP long other6(long x) { return x; } KEEP long other7(long x) { return x; }\n\
 KEEP long other8(long x) { return x; } KEEP long other9(long x) { return x; }\n\
 UNPATCHABLE long loop_plain(long n) { long s = 0; for (long i = 0; i < n; i++) s += plain(i); return s; }\n\
-UNPATCHABLE long loop_target(long n) { long s = 0; for (long i = 0; i < n; i++) s += target(i); return s; }\n";
+UNPATCHABLE long loop_target(long n) { long s = 0; for (long i = 0; i < n; i++) s += target(i); return s; }\n\
+KEEP long tail_target(long x) { return target(x + 1); }\n\
+UNPATCHABLE long loop_tail(long n) { long s = 0; for (long i = 0; i < n; i++) s += tail_target(i); return s; }\n";
 
 fn empty_cb(_ip: usize, _parent: usize, _ops: &ftrace::Ops, _regs: &mut ftrace::Regs) {}
 
@@ -951,8 +955,15 @@ fn ns_per_recorded_call(f: Loop, calls: i64, reps: usize) -> f64 {
 }
 
 fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
-    let (_, loop_target, _lib) = load_dispatch_lib()?;
-    let filter = || ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string());
+    let (_, loop_target, lib) = load_dispatch_lib()?;
+    // `MODE-tail`: MODE on `loop_tail`, whose traced `tail_target` ends in
+    // a tail call (a jump) to the traced `target`: two calls per iteration,
+    // the second in the first's return slot.
+    let (mode, looped, pats): (&str, Loop, &[&str]) = match mode.strip_suffix("-tail") {
+        Some(m) => (m, lib.func("loop_tail")?, &["target", "tail_target"]),
+        None => (mode, loop_target, &["target"]),
+    };
+    let filter = || ftrace::FilterSet::with_patterns(pats, &[]).map_err(|e| e.to_string());
     let mut keep_ops = Vec::new();
     let mut keep_users = Vec::new();
     let mut keep_dir = None;
@@ -996,7 +1007,7 @@ fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
         }
         other => return Err(format!("unknown mode `{other}`")),
     }
-    std::hint::black_box(loop_target(std::hint::black_box(calls)));
+    std::hint::black_box(looped(std::hint::black_box(calls)));
     if let Some(d) = keep_dir {
         let _ = std::fs::remove_dir_all(d);
     }

@@ -3468,3 +3468,55 @@ fn filtered_recording_is_fused_and_exact() {
         }
     }
 }
+
+/// Optimised code's tail calls (gcc -O2 turns `return f(x)` into a jump):
+/// the callee reuses its caller's return slot. Each is recorded nested in
+/// its caller and returns just before it, on every recording path; the
+/// fast paths keep them (their cost: the `-tail` instruction budgets).
+#[test]
+fn tail_calls_are_recorded_nested_in_their_callers() {
+    let dir = workdir("tailcalls");
+    let src = dir.join("tc.c");
+    std::fs::write(
+        &src,
+        "#define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int leaf(int x) { return x + 1; }\n\
+         KEEP int tail2(int x) { return leaf(x * 2); }\n\
+         KEEP int tail1(int x) { return tail2(x + 1); }\n\
+         KEEP int work(int x) { int y = tail1(x); return y + leaf(y); }\n\
+         int main(void) { int s = 0; for (int i = 0; i < 3; i++) s += work(i);\n\
+           return s != 33; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("tc");
+    cc(&[&src], &["-O2", "-fpatchable-function-entry=5"], &exe);
+    let chain = [
+        "tail1() {",
+        "  tail2() {",
+        "    leaf();",
+        "  } /* tail2 */",
+        "} /* tail1 */",
+    ];
+    let indent = |n: usize, l: &str| format!("{}{l}", "  ".repeat(n));
+    let mut whole = vec!["main() {".to_string()];
+    for _ in 0..3 {
+        whole.push(indent(1, "work() {"));
+        whole.extend(chain.iter().map(|l| indent(2, l)));
+        whole.push(indent(2, "leaf();"));
+        whole.push(indent(1, "} /* work */"));
+    }
+    whole.push("} /* main */".into());
+    let filtered: Vec<String> = (0..3).flat_map(|_| chain.map(String::from)).collect();
+    for (name, env) in [
+        ("fused", &[][..]),
+        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
+        ("hijacked", &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..]),
+    ] {
+        for (opts, want) in [(&[][..], &whole), (&["-F", "tail1"][..], &filtered)] {
+            let data = dir.join(format!("{name}{}.data", opts.len()));
+            let o = record_run(env, opts, &data, &exe, &[]);
+            assert!(o.status.success(), "{name} {opts:?}: {}", text(&o).1);
+            assert_eq!(&replay_body(&replay_text(&data)), want, "{name} {opts:?}");
+        }
+    }
+}

@@ -534,11 +534,27 @@ pub(crate) const SITE_STUB_ID_FROM_RET: usize = 26;
 /// Offset of the data slot literal from the same.
 pub(crate) const SITE_STUB_DATA_FROM_RET: usize = 42;
 
+/// Offset of the site literal from a stub's return point.
+pub(crate) const SITE_STUB_SITE_FROM_RETURN: usize = 40 - SITE_STUB_RETURN;
+
 const MAX_STUB_BLOCKS: usize = 1024;
-/// The blocks of stubs written so far: (base, bytes), published by count.
-static STUB_BLOCKS: [(AtomicUsize, AtomicUsize); MAX_STUB_BLOCKS] =
-    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_STUB_BLOCKS];
-static STUB_BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// A block of stubs: its base and bytes. C layout: fgraph's assembly
+/// walks the blocks (`shadowgraph_tail_call_from`).
+#[repr(C)]
+pub(crate) struct StubBlock {
+    pub(crate) base: AtomicUsize,
+    pub(crate) len: AtomicUsize,
+}
+
+/// The blocks of stubs written so far, published by count.
+pub(crate) static STUB_BLOCKS: [StubBlock; MAX_STUB_BLOCKS] = [const {
+    StubBlock {
+        base: AtomicUsize::new(0),
+        len: AtomicUsize::new(0),
+    }
+}; MAX_STUB_BLOCKS];
+pub(crate) static STUB_BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);
 static STUB_BLOCK_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Writes a block of stubs into `arena`, one per (site, id) of `sites`
@@ -588,8 +604,8 @@ pub(crate) fn site_stubs(
         }
         code
     })?;
-    STUB_BLOCKS[n].0.store(block, Ordering::Relaxed);
-    STUB_BLOCKS[n].1.store(len, Ordering::Relaxed);
+    STUB_BLOCKS[n].base.store(block, Ordering::Relaxed);
+    STUB_BLOCKS[n].len.store(len, Ordering::Relaxed);
     STUB_BLOCK_COUNT.store(n + 1, Ordering::Release);
     Ok(block)
 }
@@ -598,8 +614,11 @@ pub(crate) fn site_stubs(
 /// stub-called function finds in its slot in place of the real one.
 pub fn is_stub_return(addr: usize) -> bool {
     let n = STUB_BLOCK_COUNT.load(Ordering::Acquire);
-    STUB_BLOCKS[..n].iter().any(|(b, l)| {
-        let (b, l) = (b.load(Ordering::Relaxed), l.load(Ordering::Relaxed));
+    STUB_BLOCKS[..n].iter().any(|blk| {
+        let (b, l) = (
+            blk.base.load(Ordering::Relaxed),
+            blk.len.load(Ordering::Relaxed),
+        );
         addr.wrapping_sub(b) < l && (addr - b) % SITE_STUB_LEN == SITE_STUB_RETURN
     })
 }

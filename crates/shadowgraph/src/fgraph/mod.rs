@@ -754,7 +754,18 @@ std::arch::global_asm!(
     "sub rdx, rax", // f + 1
     "lea rax, [rbp + 16]",
     "cmp [rdi + rdx*8 + 8], rax",
-    "jbe 71f",
+    "jb 71f",
+    "ja 6f",
+    // The same slot: a tail call from the top frame's function nests in
+    // it (as `enter` decides); a fresh call in a dead frame's slot goes
+    // the general way, which drops that frame.
+    "mov r10, [rbp + 16]",
+    "mov rax, [rdi + rdx*8]",
+    "shl rax, 16",
+    "shr rax, 16",
+    "call shadowgraph_tail_call_from",
+    "jne 71f",
+    "6:",
     "mov r10, [rdi + rdx*8]",
     "shr r10, 48",
     "inc r10",
@@ -942,7 +953,58 @@ std::arch::global_asm!(
     "add rsp, 128",
     "push r11",
     "ret",
+    // Whether a new call whose return slot is the top frame's is a tail
+    // call from that frame's function (`enter`: not `fresh`), for the fast
+    // paths here and in record::fused. Register contract: reached by
+    // `call`; r10 = the return address in the slot, rax = the top frame's
+    // function. ZF=1 if r10 is `return_to_handler` (the frame hijacked the
+    // slot) or the return point of a site stub of that function (inside a
+    // registered block, with that function as its site literal), else
+    // ZF=0. Every register preserved; no stack beyond its own pushes.
+    ".globl shadowgraph_tail_call_from",
+    ".hidden shadowgraph_tail_call_from",
+    "shadowgraph_tail_call_from:",
+    "push rcx",
+    "push rdx",
+    "push r11",
+    "lea rdx, [rip + shadowgraph_return_to_handler]",
+    "cmp r10, rdx",
+    "je 3f",
+    "mov rcx, [rip + {stub_block_count}]",
+    "lea r11, [rip + {stub_blocks}]",
+    "1:",
+    "sub rcx, 1",
+    "jb 2f",
+    // r10 within [base, base + len − site − 8]: its site literal is in the
+    // block.
+    "mov rdx, r10",
+    "sub rdx, [r11]",
+    "jb 4f",
+    "add rdx, {site_from_return} + 8",
+    "cmp rdx, [r11 + 8]",
+    "ja 4f",
+    "cmp rax, [r10 + {site_from_return}]",
+    "je 3f",
+    "4:",
+    "add r11, {stub_block_bytes}",
+    "jmp 1b",
+    "2:",
+    "pop r11",
+    "pop rdx",
+    "pop rcx",
+    "test rsp, rsp",
+    "ret",
+    "3:",
+    "pop r11",
+    "pop rdx",
+    "pop rcx",
+    "cmp rsp, rsp",
+    "ret",
     ".popsection",
+    stub_block_count = sym crate::tramp::STUB_BLOCK_COUNT,
+    stub_blocks = sym crate::tramp::STUB_BLOCKS,
+    stub_block_bytes = const std::mem::size_of::<crate::tramp::StubBlock>(),
+    site_from_return = const crate::tramp::SITE_STUB_SITE_FROM_RETURN,
     manager_entry = sym manager_tramp_entry,
     call_entry = sym call_entry,
     call_ret = sym call_return,
@@ -1061,6 +1123,10 @@ fn enter_fast(t: &ThreadState, u: &GraphUser, regs: &mut Regs) {
     let depth = match t.frame_below(t.curr.get()) {
         None => 0,
         Some(f) if t.word(f + 2) as usize > parent_slot as usize => t.frame_depth(f) + 1,
+        // A tail call from f's function nests in f, as in `enter`.
+        Some(f) if t.word(f + 2) as usize == parent_slot as usize && is_hijack(parent_ip) => {
+            t.frame_depth(f) + 1
+        }
         Some(_) => return enter(t, ip, parent_ip, regs),
     };
     let Some(b) = t.push(parent_ip, ip, parent_slot as usize, depth) else {
@@ -1154,6 +1220,17 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
 /// stack (we run on the alternate signal stack) are never compared.
 #[cold]
 fn drop_dead_frames(t: &ThreadState, slot: usize, parent_ip: usize) {
+    let fresh = !is_hijack(parent_ip);
+    let dead = |top: usize| {
+        let retp = t.word(top + 2) as usize;
+        retp < slot || (retp == slot && fresh)
+    };
+    // A tail call (the top frame's slot, its return point there) drops
+    // nothing: known before asking the kernel about the signal stack,
+    // which optimised code's tail calls would otherwise pay on every call.
+    if !t.frame_below(t.curr.get()).is_some_and(dead) {
+        return;
+    }
     let mut ss: libc::stack_t = libc::stack_t {
         ss_sp: std::ptr::null_mut(),
         ss_flags: 0,
@@ -1166,12 +1243,7 @@ fn drop_dead_frames(t: &ThreadState, slot: usize, parent_ip: usize) {
         return;
     }
     let r = RetRegs::zeroed();
-    let fresh = !is_hijack(parent_ip);
-    while let Some(top) = t.frame_below(t.curr.get()) {
-        let retp = t.word(top + 2) as usize;
-        if retp > slot || (retp == slot && !fresh) {
-            break;
-        }
+    while let Some(top) = t.frame_below(t.curr.get()).filter(|&f| dead(f)) {
         finish_frame(t, top, &r, true);
     }
 }

@@ -352,7 +352,18 @@ macro_rules! fused_entry {
             "sub rdx, rax\n", // f + 1
             "lea rax, [rsp + 80]\n",
             "cmp [rdi + rdx*8 + 8], rax\n", // word[f+2]: its return slot
-            "jbe 81f\n",
+            "jb 81f\n",
+            "ja 7f\n",
+            // The same slot: a tail call from f's function nests in f
+            // (fgraph's `enter` decides alike); anything else goes the
+            // general way.
+            "mov r10, [rsp + 80]\n",
+            "mov rax, [rdi + rdx*8]\n",
+            "shl rax, 16\n",
+            "shr rax, 16\n",
+            "call shadowgraph_tail_call_from\n",
+            "jne 81f\n",
+            "7:\n",
             "mov r9, [rdi + rdx*8]\n", // word[f+1]: func | depth << 48
             "shr r9, 48\n",
             "inc r9\n",
