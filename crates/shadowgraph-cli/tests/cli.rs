@@ -3520,3 +3520,50 @@ fn tail_calls_are_recorded_nested_in_their_callers() {
         }
     }
 }
+
+/// gcc calls a function it knows needs no stack alignment without it
+/// (here `worker` pushes two registers and calls `mid` with rsp ≡ 8 mod
+/// 16), so a traced function may return to us on an unaligned stack. Every
+/// return path realigns before saving xmm0/xmm1 or calling Rust: the
+/// general one (always taken without the fused path, and by the fused path
+/// when a small ring is full) crashed on `movaps` before.
+#[test]
+fn functions_called_on_an_unaligned_stack_return_on_every_path() {
+    let dir = workdir("unaligned");
+    let exe = build_c(
+        &dir,
+        "ua",
+        "#include <pthread.h>\n#include <stdio.h>\n\
+         #define KEEP __attribute__((noinline))\n\
+         KEEP int leaf(int x) { return x * 3 + 1; }\n\
+         KEEP int mid(int x) { return leaf(x) + leaf(x + 1); }\n\
+         KEEP void *worker(void *arg) { long s = 0;\n\
+           for (int i = 0; i < 20000; i++) s += mid(i); return (void *)s; }\n\
+         int main(void) { long total = 0;\n\
+           for (int i = 0; i < 2; i++) { pthread_t t; void *r;\n\
+             pthread_create(&t, 0, worker, 0); pthread_join(t, &r); total += (long)r; }\n\
+           printf(\"%ld\\n\", total); return 0; }\n",
+    );
+    let plain = Command::new(&exe).output().unwrap();
+    assert!(plain.status.success());
+    for (name, env, opts) in [
+        ("fused", &[][..], &[][..]),
+        ("fused, ring full", &[][..], &["-b", "64K"][..]),
+        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..], &[][..]),
+        (
+            "hijacked",
+            &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..],
+            &[][..],
+        ),
+    ] {
+        let data = dir.join(format!("{}.data", name.replace([' ', ','], "")));
+        let o = record_run(env, opts, &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{name}: {out}\n{err}");
+        assert_eq!(out, String::from_utf8_lossy(&plain.stdout), "{name}");
+        assert!(err.contains("(0 lost)"), "{name}: {err}");
+        let rows = report_rows(&report_text(&data));
+        assert_eq!(rows["mid"].2, 40000, "{name}: {rows:?}");
+        assert_eq!(rows["leaf"].2, 80000, "{name}: {rows:?}");
+    }
+}

@@ -87,7 +87,8 @@ pub struct RetRegs {
     pub xmm1: u128,
     /// Stack pointer after the traced function's `ret`.
     pub rsp: usize,
-    _pad: u64,
+    /// The assembly's own copy of `rsp`, which it restores.
+    _rsp_again: u64,
 }
 
 impl RetRegs {
@@ -98,7 +99,7 @@ impl RetRegs {
             xmm0: 0,
             xmm1: 0,
             rsp: 0,
-            _pad: 0,
+            _rsp_again: 0,
         }
     }
 }
@@ -853,23 +854,27 @@ std::arch::global_asm!(
     "ret",
     // Return through a stub. Register contract: jumped to by the stub's
     // `jmp [RETURN]` at its return point: rsp = the returning call's
-    // slot + 8, 16-byte aligned; rax/rdx/xmm0/xmm1 hold the result; the
-    // other caller-saved registers are dead. The frame: a RetRegs (64
-    // bytes), 64 the saved errno, 72 the frame's start, 80 the GraphReturn
-    // (40 bytes), 120 the return slot (dead). Resumes at the real
-    // return address by `ret` (the return-stack predictor holds it, the
-    // stub's call having returned) with the result restored.
+    // slot + 8, aligned or not (gcc calls functions it knows need no
+    // alignment without it); rax/rdx/xmm0/xmm1 hold the result; the other
+    // caller-saved registers are dead. The frame, 16-byte aligned below
+    // rsp: a RetRegs (64 bytes; its rsp and the word after it hold rsp as
+    // it came), 64 the saved errno, 72 the frame's start, 80 the
+    // GraphReturn (40 bytes). Resumes at the real return address by `ret`
+    // (the return-stack predictor holds it, the stub's call having
+    // returned) with the result and rsp restored.
     ".globl shadowgraph_site_return_general",
     ".hidden shadowgraph_site_return_general",
     "shadowgraph_site_return_general:",
     "endbr64",
+    "mov r11, rsp",
     "sub rsp, 128",
+    "and rsp, -16",
     "mov [rsp], rax",
     "mov [rsp + 8], rdx",
     "movaps [rsp + 16], xmm0",
     "movaps [rsp + 32], xmm1",
-    "lea rax, [rsp + 128]",
-    "mov [rsp + 48], rax",
+    "mov [rsp + 48], r11",
+    "mov [rsp + 56], r11",
     "mov rcx, [rip + {tp_local}]",
     "mov rdx, qword ptr fs:[rcx + {l_word}]",
     "test rdx, rdx",
@@ -882,7 +887,8 @@ std::arch::global_asm!(
     "je 60f",
     "cmp qword ptr [rip + {fast}], 0",
     "je 60f",
-    "lea rax, [rsp + 120]",
+    "mov rax, [rsp + 56]",
+    "sub rax, 8",
     "mov qword ptr fs:[rcx + {l_anchor}], rax",
     "inc qword ptr [rdx]",
     // The top frame f (r10) is the returning call's (its slot) and was
@@ -902,7 +908,8 @@ std::arch::global_asm!(
     "jae 61f",
     "sub r10, rax",
     "dec r10",
-    "lea rax, [rsp + 120]",
+    "mov rax, [rsp + 56]",
+    "sub rax, 8",
     "cmp [rdi + r10*8 + 16], rax",
     "jne 61f",
     "mov rax, [rdi + r10*8 + 24]",
@@ -950,7 +957,7 @@ std::arch::global_asm!(
     "mov rdx, [rsp + 8]",
     "movaps xmm0, [rsp + 16]",
     "movaps xmm1, [rsp + 32]",
-    "add rsp, 128",
+    "mov rsp, [rsp + 56]",
     "push r11",
     "ret",
     // Whether a new call whose return slot is the top frame's is a tail
@@ -1268,18 +1275,22 @@ fn offer(t: &ThreadState, u: &GraphUser, i: usize, ent: &GraphEntry, regs: &mut 
 
 // --- Return ---------------------------------------------------------------------------
 
-// The general return: RetRegs saved, graph_return called, the real return
-// address left in r11, the return registers restored.
+// The general return: RetRegs saved (16-byte aligned below rsp, which may
+// not be: its rsp and the word after it hold rsp as it came), graph_return
+// called, the real return address left in r11, the return registers and
+// rsp restored. r11 is dead at a return.
 macro_rules! return_body {
     () => {
         concat!(
+            "mov r11, rsp\n",
             "sub rsp, 64\n",
+            "and rsp, -16\n",
             "mov [rsp], rax\n",
             "mov [rsp + 8], rdx\n",
             "movaps [rsp + 16], xmm0\n",
             "movaps [rsp + 32], xmm1\n",
-            "lea rax, [rsp + 64]\n",
-            "mov [rsp + 48], rax\n",
+            "mov [rsp + 48], r11\n",
+            "mov [rsp + 56], r11\n",
             "mov rdi, rsp\n",
             "call {ret}\n",
             "mov r11, rax\n",
@@ -1287,14 +1298,14 @@ macro_rules! return_body {
             "mov rdx, [rsp + 8]\n",
             "movaps xmm0, [rsp + 16]\n",
             "movaps xmm1, [rsp + 32]\n",
-            "add rsp, 64\n",
+            "mov rsp, [rsp + 56]\n",
         )
     };
 }
 
 // return_to_handler: where a hijacked return lands.
-// Entered by the traced function's `ret`: rsp = its return slot + 8 and is
-// 16-byte aligned; rax/rdx and xmm0/xmm1 hold the return value (x87 st0,
+// Entered by the traced function's `ret`: rsp = its return slot + 8,
+// aligned or not; rax/rdx and xmm0/xmm1 hold the return value (x87 st0,
 // for long double, is never touched by Rust code). Saves them in a RetRegs,
 // calls graph_return (which yields the real return address), restores them
 // and jumps there through r11. Everything else is dead at a return or
