@@ -558,7 +558,9 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
         .collect();
     let mut syms = String::new();
     for s in ftrace::sites() {
-        syms.push_str(&format!("{:#x}\t{}\n", s.addr, s.function));
+        // The symbol as the object names it: views demangle it as asked
+        // (`--demangle`), and so does uftrace reading our data.
+        syms.push_str(&format!("{:#x}\t{}\n", s.addr, s.symbol));
     }
     let maps = module_maps();
     for (i, t) in tracers.iter().enumerate() {

@@ -168,6 +168,7 @@ fn main() -> ExitCode {
             program,
         } => run::record(&data, &opts, &program),
         Command::Replay { data, filter } => {
+            filter.show_names();
             let filter = filter.into();
             view_with_sessions(&data, |d, o| {
                 shadowgraph::record::replay::replay_filtered(d, &filter, o)
@@ -178,7 +179,10 @@ fn main() -> ExitCode {
             sort,
             threads,
             filter,
-        } => report(&data, &sort, threads, &filter.into()),
+        } => {
+            filter.show_names();
+            report(&data, &sort, threads, &filter.into())
+        }
         Command::Dump {
             data,
             perfetto,
@@ -188,6 +192,7 @@ fn main() -> ExitCode {
             ..
         } => {
             use shadowgraph::record::{chrome, flame, perfetto as pf};
+            filter.show_names();
             let f = filter.into();
             match (flame_graph, svg, perfetto) {
                 (true, true, _) => flame_svg(&data, &f),
@@ -202,6 +207,7 @@ fn main() -> ExitCode {
             function,
             filter,
         } => {
+            filter.show_names();
             let f = filter.into();
             view(&data, |d, o| {
                 shadowgraph::record::graph::graph(d, &function, &f, o)
@@ -253,6 +259,29 @@ struct ViewFilter {
     /// Only these threads (comma-separated; repeatable).
     #[arg(long = "tid", value_delimiter = ',')]
     tids: Vec<i32>,
+    /// How C++ and Rust names are shown: simple (the qualified name alone,
+    /// as uftrace), full (types and parameters too), no (the symbols).
+    #[arg(long, value_enum, default_value = "simple")]
+    demangle: DemangleArg,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum DemangleArg {
+    Simple,
+    Full,
+    No,
+}
+
+impl ViewFilter {
+    /// Applies `--demangle` to the recordings opened from now on.
+    fn show_names(&self) {
+        use shadowgraph::elf::Demangle;
+        shadowgraph::record::data::show_names(match self.demangle {
+            DemangleArg::Simple => Demangle::Simple,
+            DemangleArg::Full => Demangle::Full,
+            DemangleArg::No => Demangle::No,
+        });
+    }
 }
 
 impl From<ViewFilter> for shadowgraph::record::replay::ReplayFilter {

@@ -529,18 +529,18 @@ fn graph_mode_survives_exceptions_pthread_exit_longjmp_backtrace_and_fork() {
     let c = graph_counts(&out);
     let get = |f: &str| *c.get(f).unwrap_or_else(|| panic!("{f} missing:\n{out}"));
     assert_eq!(
-        get("thrower(int)"),
+        get("thrower"),
         (600, 600),
         "thrown-through frames are reported as exits"
     );
-    assert_eq!(get("catcher(int)"), (100, 100));
+    assert_eq!(get("catcher"), (100, 100));
     assert_eq!(
-        get("exit_deep(int)"),
+        get("exit_deep"),
         (4, 4),
         "frames of an exiting thread are reported"
     );
-    assert_eq!(get("lj(int)"), (60, 60), "longjmp'ed frames are reported");
-    assert_eq!(get("bt_depth(int)"), (11, 11));
+    assert_eq!(get("lj"), (60, 60), "longjmp'ed frames are reported");
+    assert_eq!(get("bt_depth"), (11, 11));
     assert_eq!(get("main"), (1, 1));
     assert!(!out.contains("still running"), "{out}");
 }
@@ -2520,35 +2520,35 @@ fn unwinding_program_replays_exactly(fused: bool) {
     );
     // A chain: `f` called `open` levels deep, the innermost a leaf, then
     // closed back out, at indentation `base`.
-    // (C++ names carry their parameters: no `()` is added, as uftrace does.)
+    // (C++ names show in the simple form, as uftrace shows them.)
     let chain = |v: &mut Vec<String>, f: &str, open: usize, base: usize| {
         for d in 0..open {
-            v.push(format!("{}{f} {{", "  ".repeat(base + d)));
+            v.push(format!("{}{f}() {{", "  ".repeat(base + d)));
         }
-        v.push(format!("{}{f};", "  ".repeat(base + open)));
+        v.push(format!("{}{f}();", "  ".repeat(base + open)));
         for d in (0..open).rev() {
             v.push(format!("{}}} /* {f} */", "  ".repeat(base + d)));
         }
     };
     let mut main = vec!["main() {".to_string()];
     for _ in 0..100 {
-        main.push("  catcher(int) {".into());
-        chain(&mut main, "thrower(int)", 5, 2);
-        main.push("  } /* catcher(int) */".into());
+        main.push("  catcher() {".into());
+        chain(&mut main, "thrower", 5, 2);
+        main.push("  } /* catcher */".into());
     }
     for _ in 0..10 {
         main.push("  lj_run() {".into());
-        chain(&mut main, "lj(int)", 5, 2);
-        main.push("  } /* lj_run() */".into());
+        chain(&mut main, "lj", 5, 2);
+        main.push("  } /* lj_run */".into());
     }
-    chain(&mut main, "bt_depth(int)", 10, 1);
+    chain(&mut main, "bt_depth", 10, 1);
     main.push("} /* main */".into());
-    let mut exiting = vec!["exit_thread(void*) {".to_string()];
-    chain(&mut exiting, "exit_deep(int)", 3, 1);
-    exiting.push("} /* exit_thread(void*) */".into());
-    let mut child = vec!["  catcher(int) {".to_string()];
-    chain(&mut child, "thrower(int)", 3, 2);
-    child.push("  } /* catcher(int) */".into());
+    let mut exiting = vec!["exit_thread() {".to_string()];
+    chain(&mut exiting, "exit_deep", 3, 1);
+    exiting.push("} /* exit_thread */".into());
+    let mut child = vec!["  catcher() {".to_string()];
+    chain(&mut child, "thrower", 3, 2);
+    child.push("  } /* catcher */".into());
 
     let replay = |cmd: &mut Command, width: usize| -> HashMap<i32, Vec<String>> {
         let o = cmd.args(["replay", "-d"]).arg(&data).output().unwrap();
@@ -3566,4 +3566,95 @@ fn functions_called_on_an_unaligned_stack_return_on_every_path() {
         assert_eq!(rows["mid"].2, 40000, "{name}: {rows:?}");
         assert_eq!(rows["leaf"].2, 80000, "{name}: {rows:?}");
     }
+}
+
+/// C++ names as uftrace users know them: views show the qualified name
+/// alone (`--demangle=full` adds types and parameters, `no` shows the
+/// symbols), functions that show alike are one report row, `-F` matches the
+/// simple name (or a symbol, to pick one overload), and uftrace demangles
+/// our recording itself.
+#[test]
+fn cpp_functions_go_by_their_simple_names() {
+    let dir = workdir("cppnames");
+    let src = dir.join("names.cc");
+    std::fs::write(
+        &src,
+        "namespace geo {\n\
+         struct P { int x; };\n\
+         __attribute__((noinline, noipa)) int area(const P &p) { return p.x * p.x; }\n\
+         __attribute__((noinline, noipa)) double area(double r) { return 3.0 * r * r; }\n\
+         template <typename T> __attribute__((noinline, noipa)) T twice(T v) { return v + v; }\n\
+         }\n\
+         int main() { int s = 0; for (int i = 0; i < 3; i++) { geo::P p{i};\n\
+           s += geo::area(p) + (int)geo::area(i * 1.0) + geo::twice(i) + (int)geo::twice(i * 0.5); }\n\
+           return s == 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("names");
+    let o = Command::new("g++")
+        .args(["-O2", "-fpatchable-function-entry=5"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let calls = |report: &str| -> HashMap<String, u64> {
+        report
+            .lines()
+            .skip(2)
+            .map(|l| {
+                let mut f = l[24..].split_whitespace();
+                let n = f.next().unwrap().parse().unwrap();
+                (f.collect::<Vec<_>>().join(" "), n)
+            })
+            .collect()
+    };
+    let want = |v: &[(&str, u64)]| -> HashMap<String, u64> {
+        v.iter().map(|&(k, n)| (k.to_string(), n)).collect()
+    };
+    let data = dir.join("all.data");
+    record_ok(&[], &data, &exe);
+    let simple = want(&[("main", 1), ("geo::area", 6), ("geo::twice", 6)]);
+    assert_eq!(calls(&report_text(&data)), simple);
+    let full = shadowgraph()
+        .args(["report", "--demangle", "full", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(
+        calls(&text(&full).0),
+        want(&[
+            ("main", 1),
+            ("geo::area(geo::P const&)", 3),
+            ("geo::area(double)", 3),
+            ("int geo::twice<int>(int)", 3),
+            ("double geo::twice<double>(double)", 3),
+        ])
+    );
+    let raw = shadowgraph()
+        .args(["replay", "--demangle", "no", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        text(&raw).0.contains("  _ZN3geo4areaEd();"),
+        "{}",
+        text(&raw).0
+    );
+    if let Some(theirs) = uftrace_view("report", &data) {
+        assert_eq!(calls(&theirs), simple, "uftrace report:\n{theirs}");
+    }
+    // -F by the simple name takes both overloads; by a symbol, one.
+    let data = dir.join("area.data");
+    record_ok(&["-F", "geo::area"], &data, &exe);
+    assert_eq!(replay_body(&replay_text(&data)), vec!["geo::area();"; 6]);
+    let data = dir.join("double.data");
+    record_ok(&["-F", "_ZN3geo4areaEd"], &data, &exe);
+    let full = shadowgraph()
+        .args(["replay", "--demangle", "full", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(replay_body(&text(&full).0), vec!["geo::area(double);"; 3]);
 }

@@ -20,8 +20,11 @@ use std::path::{Path, PathBuf};
 pub struct FoundSite {
     /// Address the patcher rewrites (after a leading `endbr64`, if any).
     pub addr: u64,
-    /// Name of the function the site belongs to, demangled.
+    /// Name of the function the site belongs to, demangled in the simple
+    /// form (see [`demangle`]).
     pub function: String,
+    /// Its symbol as the object names it (mangled, for C++ and Rust).
+    pub symbol: String,
     /// Section that listed it.
     pub source: SiteSource,
     /// The kind of the bytes in the file, or why they cannot be patched.
@@ -180,11 +183,12 @@ fn examine(
     if addr >= 4 && read_at(file, addr - 4, 4).as_deref() == Some(&ENDBR64[..]) {
         endbr = true;
     }
-    let (mut function, inside) = symbols.describe(addr);
+    let (mut symbol, inside) = symbols.describe(addr);
     if let Some(next) = symbols.starting_within(addr + 1, addr + 5) {
         // Nops before a symbol belong to the function that follows them.
-        function = next.to_string();
+        symbol = next.to_string();
     }
+    let function = demangle(&symbol);
     let kind = if !text.iter().any(|&(lo, hi)| addr >= lo && addr + 5 <= hi) {
         Err("entry outside any executable section".to_string())
     } else if !inside || symbols.starting_within(addr + 1, addr + 5).is_some() {
@@ -197,6 +201,7 @@ fn examine(
     FoundSite {
         addr,
         function,
+        symbol,
         source,
         kind,
         endbr,
@@ -244,7 +249,7 @@ impl FunctionSymbols {
             syms: impl Iterator<Item = object::Symbol<'d, 'd>>,
         ) -> Vec<(u64, u64, String)> {
             syms.filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition())
-                .filter_map(|s| Some((s.address(), s.size(), demangle(s.name().ok()?))))
+                .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
                 .collect()
         }
         let mut list = collect(file.symbols());
@@ -285,19 +290,95 @@ impl FunctionSymbols {
     }
 }
 
-/// Demangles C++ (Itanium) and Rust (legacy and v0) symbol names.
+/// How symbol names are shown (uftrace's `--demangle`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Demangle {
+    /// Qualified names alone: no return type, template arguments,
+    /// parameters, qualifiers or clone suffix (`std::vector::push_back`).
+    #[default]
+    Simple = 0,
+    /// Everything the mangled name says.
+    Full = 1,
+    /// The symbols as the objects name them.
+    No = 2,
+}
+
+/// `name` demangled in the simple form (C++ Itanium, Rust legacy and v0):
+/// the names sites go by, which filters match and views show by default,
+/// as uftrace does.
 pub fn demangle(name: &str) -> String {
+    demangle_as(name, Demangle::Simple)
+}
+
+/// `name` shown as `how` says; names that are not mangled are kept.
+pub fn demangle_as(name: &str, how: Demangle) -> String {
+    if how == Demangle::No {
+        return name.to_string();
+    }
     if let Ok(d) = rustc_demangle::try_demangle(name) {
+        // The alternate form drops the hash. (Rust paths are kept whole:
+        // their angle brackets also frame trait impls, `<T as Trait>::f`.)
         return format!("{d:#}");
     }
     if name.starts_with("_Z") {
         if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return s;
+            let opts = match how {
+                Demangle::Simple => cpp_demangle::DemangleOptions::new()
+                    .no_params()
+                    .no_return_type(),
+                _ => cpp_demangle::DemangleOptions::default(),
+            };
+            if let Ok(s) = sym.demangle(&opts) {
+                return match how {
+                    Demangle::Simple => strip_template_args(&s),
+                    _ => s,
+                };
             }
         }
     }
     name.to_string()
+}
+
+/// `name` without its template argument lists (`<...>`, nested), keeping
+/// the angle brackets of operator names (`operator<<`, `operator->`).
+fn strip_template_args(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    // Open `<` and, inside them, open `(` (whose `>` is an operator:
+    // `f<(3>2)>`).
+    let (mut depth, mut parens) = (0usize, 0usize);
+    let mut rest = name;
+    while let Some(c) = rest.chars().next() {
+        if depth == 0 && rest.starts_with("operator") {
+            // The operator's own symbol, which may hold < or >.
+            let after = &rest["operator".len()..];
+            let op_len = [
+                "<=>", "<<=", ">>=", "<<", ">>", "<=", ">=", "->*", "->", "<", ">",
+            ]
+            .iter()
+            .find(|op| after.starts_with(**op))
+            .map_or(0, |op| op.len());
+            let take = "operator".len() + op_len;
+            out.push_str(&rest[..take]);
+            rest = &rest[take..];
+            continue;
+        }
+        match c {
+            '<' => {
+                if depth == 0 && out.ends_with(' ') {
+                    out.pop(); // gcc's `operator< <int>`
+                }
+                depth += 1;
+            }
+            '(' if depth > 0 => parens += 1,
+            ')' if depth > 0 => parens = parens.saturating_sub(1),
+            '>' if depth > 0 && parens == 0 => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// The GNU build id of an ELF file, as hex, if it has one.
@@ -315,12 +396,42 @@ mod tests {
 
     #[test]
     fn demangles_cpp_and_rust() {
-        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar");
+        assert_eq!(demangle_as("_ZN3foo3barEv", Demangle::Full), "foo::bar()");
+        assert_eq!(demangle_as("_ZN3foo3barEv", Demangle::No), "_ZN3foo3barEv");
         assert_eq!(
             demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
             "core::fmt::write"
         );
         assert_eq!(demangle("plain_c"), "plain_c");
+    }
+
+    #[test]
+    fn simple_names_are_uftraces() {
+        for (mangled, simple) in [
+            ("_ZNK2Ci4areaEv", "Ci::area"),
+            ("_ZN2CiD0Ev", "Ci::~Ci"),
+            ("_ZNSt6vectorISt6threadSaIS0_EED1Ev", "std::vector::~vector"),
+            (
+                "_ZNSt6thread11_State_implINS_8_InvokerISt5tupleIJZ4mainEUlvE_EEEEE6_M_runEv",
+                "std::thread::_State_impl::_M_run",
+            ),
+            (
+                "_ZNSt8_Rb_treeINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt4pairIKS5_iESt10_Select1stIS8_ESt4lessIS5_ESaIS8_EE8_M_eraseEPSt13_Rb_tree_nodeIS8_E.isra.0",
+                "std::_Rb_tree::_M_erase",
+            ),
+            ("_Z7checkedd", "checked"),
+            ("_Z5twiceIiET_S0_", "twice"),
+        ] {
+            assert_eq!(demangle(mangled), simple, "{mangled}");
+        }
+        assert_eq!(
+            strip_template_args("std::ostream& std::operator<< <std::char_traits<char> >"),
+            "std::ostream& std::operator<<"
+        );
+        assert_eq!(strip_template_args("a::operator->"), "a::operator->");
+        assert_eq!(strip_template_args("m<int>::operator<=>"), "m::operator<=>");
+        assert_eq!(strip_template_args("f<(3>2)>"), "f");
     }
 
     #[test]

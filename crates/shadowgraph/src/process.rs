@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug)]
 pub struct CallSite {
     pub addr: usize,
+    /// The function's name in the simple demangled form (`elf::demangle`).
     pub function: String,
+    /// Its symbol as the object names it.
+    pub symbol: String,
     /// The form the compiler produced.
     pub kind: SiteKind,
     /// `None` while the site can be patched; otherwise why it is DISABLED.
@@ -170,6 +173,7 @@ fn in_memory(s: &FoundSite, bias: usize) -> CallSite {
     CallSite {
         addr,
         function: s.function.clone(),
+        symbol: s.symbol.clone(),
         kind,
         disabled,
     }

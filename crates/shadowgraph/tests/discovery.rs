@@ -238,17 +238,32 @@ fn cpp_names_are_demangled() {
         .status()
         .unwrap();
     assert!(r.success());
-    let names: BTreeSet<String> = scan_file(&out)
-        .unwrap()
+    let found = scan_file(&out).unwrap();
+    let names: BTreeSet<(String, String)> = found
         .usable()
-        .map(|s| s.function.clone())
+        .map(|s| (s.function.clone(), s.symbol.clone()))
         .collect();
-    for want in [
-        "geometry::manhattan(geometry::Point const&)",
-        "int geometry::twice<int>(int)",
-        "use_them(int)",
+    // Sites go by the simple form (uftrace's default), and keep the symbol
+    // for the views' --demangle=full|no.
+    for (want, symbol, full) in [
+        (
+            "geometry::manhattan",
+            "_ZN8geometry9manhattanERKNS_5PointE",
+            "geometry::manhattan(geometry::Point const&)",
+        ),
+        (
+            "geometry::twice",
+            "_ZN8geometry5twiceIiEET_S1_",
+            "int geometry::twice<int>(int)",
+        ),
+        ("use_them", "_Z8use_themi", "use_them(int)"),
     ] {
-        assert!(names.contains(want), "{want} not in {names:?}");
+        let pair = (want.to_string(), symbol.to_string());
+        assert!(names.contains(&pair), "{pair:?} not in {names:?}");
+        assert_eq!(
+            shadowgraph::elf::demangle_as(symbol, shadowgraph::elf::Demangle::Full),
+            full
+        );
     }
 }
 

@@ -120,7 +120,10 @@ impl FilterPair {
 
 /// What a pattern is matched against.
 pub struct SiteName<'a> {
+    /// The function's name (simple demangled form).
     pub function: &'a str,
+    /// Its symbol as the object names it.
+    pub symbol: &'a str,
     pub module: &'a str,
 }
 
@@ -231,10 +234,14 @@ impl Pattern {
                 return false;
             }
         }
-        match &self.matcher {
-            Matcher::Glob(g) => glob_match(g.as_bytes(), site.function.as_bytes()),
-            Matcher::Regex(r) => r.is_match(site.function),
-        }
+        // The name views show, or the symbol itself (one overload of a C++
+        // function, whose simple names are alike).
+        let names = [site.function, site.symbol];
+        let names = &names[..if site.symbol == site.function { 1 } else { 2 }];
+        names.iter().any(|n| match &self.matcher {
+            Matcher::Glob(g) => glob_match(g.as_bytes(), n.as_bytes()),
+            Matcher::Regex(r) => r.is_match(n),
+        })
     }
 
     /// Whether this pattern names a module none of `modules` is.
@@ -367,6 +374,7 @@ mod tests {
         v.iter()
             .map(|&(f, m)| SiteName {
                 function: f,
+                symbol: f,
                 module: m,
             })
             .collect()

@@ -411,7 +411,10 @@ pub mod site_flags {
 pub struct SiteState {
     pub id: SiteId,
     pub addr: usize,
+    /// The function's name (simple demangled form).
     pub function: String,
+    /// Its symbol as the object names it (mangled).
+    pub symbol: String,
     pub module: PathBuf,
     /// Enabled core-list ops whose filter contains the site.
     pub count: u16,
@@ -425,6 +428,7 @@ pub struct SiteState {
 struct SiteRec {
     addr: usize,
     function: String,
+    symbol: String,
     module: u16,
     count: u16,
     flags: u16,
@@ -562,6 +566,7 @@ pub fn add_modules(mut modules: Vec<Module>) -> Result<(), CoreError> {
             c.sites.push(SiteRec {
                 addr: s.addr,
                 function: s.function,
+                symbol: s.symbol,
                 module,
                 count: 0,
                 flags: if s.disabled.is_some() {
@@ -972,6 +977,7 @@ impl Core {
             .iter()
             .map(|s| SiteName {
                 function: &s.function,
+                symbol: &s.symbol,
                 module: self.modules[s.module as usize].path.to_str().unwrap_or(""),
             })
             .collect()
@@ -1035,6 +1041,7 @@ impl Core {
             id,
             addr: s.addr,
             function: s.function.clone(),
+            symbol: s.symbol.clone(),
             module: m.path.clone(),
             count: s.count,
             flags: s.flags,

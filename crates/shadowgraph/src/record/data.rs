@@ -91,8 +91,12 @@ impl Info {
 pub struct DataDir {
     pub dir: PathBuf,
     pub info: Info,
-    /// Sorted by address.
+    /// Sorted by address: each function's symbol as recorded (mangled, for
+    /// C++ and Rust; recordings of earlier versions hold demangled names).
     pub symbols: Vec<(u64, String)>,
+    /// The names views show for `symbols`, index for index: demangled in
+    /// the simple form unless [`DataDir::set_demangle`] says otherwise.
+    pub names: Vec<String>,
     /// Thread ids with a `.dat` file, ascending.
     pub tids: Vec<i32>,
     /// Traced objects: (start, end, path), by start (empty when the
@@ -213,10 +217,16 @@ impl DataDir {
             }
         }
         tids.sort_unstable();
+        let how = shown_names();
+        let names = symbols
+            .iter()
+            .map(|s| crate::elf::demangle_as(&s.1, how))
+            .collect();
         Ok(DataDir {
             dir: dir.to_owned(),
             info,
             symbols,
+            names,
             tids,
             modules,
             sched: super::sched::read(dir)?,
@@ -269,8 +279,36 @@ impl DataDir {
         }
         match self.symbols.partition_point(|s| s.0 <= addr) {
             0 => format!("{addr:#x}").into(),
-            i => self.symbols[i - 1].1.as_str().into(),
+            i => self.names[i - 1].as_str().into(),
         }
+    }
+
+    /// Shows the symbols demangled as `how` says (uftrace's `--demangle`).
+    pub fn set_demangle(&mut self, how: crate::elf::Demangle) {
+        self.names = self
+            .symbols
+            .iter()
+            .map(|s| crate::elf::demangle_as(&s.1, how))
+            .collect();
+    }
+}
+
+/// How recordings opened from now on show their symbols (simple
+/// demangling unless told).
+static SHOWN_NAMES: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets how recordings opened from now on show their symbols: what a
+/// view's `--demangle` asks for.
+pub fn show_names(how: crate::elf::Demangle) {
+    SHOWN_NAMES.store(how as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn shown_names() -> crate::elf::Demangle {
+    use crate::elf::Demangle;
+    match SHOWN_NAMES.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => Demangle::Full,
+        2 => Demangle::No,
+        _ => Demangle::Simple,
     }
 }
 

@@ -130,9 +130,10 @@ fn select(data: &DataDir, patterns: &[Pattern], flag: &str) -> Result<Vec<bool>,
     let mut sel = vec![false; data.symbols.len()];
     for p in patterns {
         let mut hit = false;
-        for (i, (addr, name)) in data.symbols.iter().enumerate() {
+        for (i, (addr, symbol)) in data.symbols.iter().enumerate() {
             let site = SiteName {
-                function: name,
+                function: &data.names[i],
+                symbol,
                 module: data.module_of(*addr),
             };
             if p.matches(&site) {

@@ -27,14 +27,22 @@ pub enum SortKey {
     Name,
 }
 
-/// Per function (by address) statistics; `per_thread` keys them by thread
-/// too.
+/// Per function statistics, keyed by the address of the first function
+/// seen under its name: functions that show alike (C++ overloads and
+/// clones, in the simple demangled form) are one row, as in uftrace's
+/// report. `per_thread` keys them by thread too.
 pub fn collect(
     data: &DataDir,
     per_thread: bool,
     filter: &ReplayFilter,
 ) -> Result<HashMap<(i32, u64), FuncStats>, ReportError> {
     let mut stats: HashMap<(i32, u64), FuncStats> = HashMap::new();
+    let (mut first_of, mut by_name) = (HashMap::new(), HashMap::new());
+    let mut function = |addr: u64| -> u64 {
+        *first_of
+            .entry(addr)
+            .or_insert_with(|| *by_name.entry(data.name(addr).into_owned()).or_insert(addr))
+    };
     for (tid, records) in thread_records(data, filter)? {
         let key_tid = if per_thread { tid } else { 0 };
         // (addr, entry time, children time)
@@ -44,10 +52,12 @@ pub fn collect(
             let r = r?;
             match r.kind {
                 Kind::Entry => {
-                    stack.push((r.addr, r.time, 0));
-                    *active.entry(r.addr).or_default() += 1;
+                    let f = function(r.addr);
+                    stack.push((f, r.time, 0));
+                    *active.entry(f).or_default() += 1;
                 }
                 Kind::Exit => {
+                    let f = function(r.addr);
                     // Unwind to the matching entry (records lost in between
                     // leave unmatched frames: they are closed here too).
                     while let Some((addr, start, children)) = stack.pop() {
@@ -63,7 +73,7 @@ pub fn collect(
                         if let Some(parent) = stack.last_mut() {
                             parent.2 += dur;
                         }
-                        if addr == r.addr {
+                        if addr == f {
                             break;
                         }
                     }
