@@ -3658,3 +3658,37 @@ fn cpp_functions_go_by_their_simple_names() {
         .unwrap();
     assert_eq!(replay_body(&text(&full).0), vec!["geo::area(double);"; 3]);
 }
+
+/// A thread's ring is unmapped when it exits (the writer's own mapping
+/// keeps the file until drained): a program whose threads come and go
+/// keeps one ring per live thread, not one per thread it ever had (2 MiB
+/// of shared memory each, for as long as it runs), and loses nothing.
+#[test]
+fn rings_of_exited_threads_are_unmapped() {
+    let dir = workdir("churn");
+    let exe = build_c(
+        &dir,
+        "churn",
+        "#include <pthread.h>\n#include <stdio.h>\n#include <string.h>\n\
+         #define KEEP __attribute__((noinline))\n\
+         KEEP int leaf(int x) { return x * 3 + 1; }\n\
+         KEEP void *worker(void *arg) { long s = 0;\n\
+           for (int i = 0; i < 1000; i++) s += leaf(i); return (void *)s; }\n\
+         int main(void) { long total = 0;\n\
+           for (int i = 0; i < 20; i++) { pthread_t t; void *r;\n\
+             pthread_create(&t, 0, worker, 0); pthread_join(t, &r); total += (long)r; }\n\
+           FILE *f = fopen(\"/proc/self/maps\", \"r\"); char l[512]; int rings = 0;\n\
+           while (fgets(l, sizeof l, f)) rings += strstr(l, \"shadowgraph-rings\") != 0;\n\
+           printf(\"%ld rings=%d\\n\", total, rings); return 0; }\n",
+    );
+    let data = dir.join("churn.data");
+    let o = record_run(&[], &[], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    // main's own ring is the one left.
+    assert_eq!(out.trim(), "29990000 rings=1", "{err}");
+    assert!(err.contains("(0 lost)"), "{err}");
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows["leaf"].2, 20 * 1000);
+    assert_eq!(rows["worker"].2, 20);
+}

@@ -141,7 +141,8 @@ fn recover_abandoned() {
     for m in MINE.iter() {
         let b = m.get();
         if !b.is_null() {
-            // SAFETY: this thread's ring, made by `create`, never unmapped.
+            // SAFETY: this thread's ring, made by `create`; only its exit
+            // step unmaps it, after taking it out of MINE.
             unsafe { Ring::from_base(b) }.recover_abandoned();
         }
     }
@@ -252,7 +253,8 @@ fn my_ring(inst: usize, kind: Kind, depth: u16) -> Option<Ring> {
             return None;
         }
     }
-    // SAFETY: this thread's ring, made by `create`, never unmapped.
+    // SAFETY: this thread's ring, made by `create`; only its exit step
+    // unmaps it, after taking it out of MINE.
     Some(unsafe { Ring::from_base(b) })
 }
 
@@ -462,7 +464,8 @@ fn create(inst: usize, depth: u16) -> *mut u8 {
         };
         (p, fd, records)
     };
-    // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped.
+    // SAFETY: a fresh zeroed mapping of the ring's size, unmapped only by
+    // this thread's exit step.
     unsafe {
         Ring::init(
             base,
@@ -503,7 +506,9 @@ crate::fast_thread_local!(
 
 /// Thread exit: the thread's rings get no more records. Local mode: write
 /// them out and close their files; shared mode: mark them closed for the
-/// writer, which drains and removes them.
+/// writer, which drains and removes them, and unmap them, so that a
+/// program whose threads come and go does not keep every one's ring
+/// (the writer's own mapping holds the file until it has drained it).
 ///
 /// Other thread-exit steps may still record (fgraph reports the frames a
 /// `pthread_exit` left open as exits): the first call only re-arms the
@@ -525,7 +530,8 @@ extern "C" fn thread_exit(v: *mut libc::c_void) {
             continue;
         }
         let i = MINE_SLOT[inst].replace(0) - 1;
-        // SAFETY: this thread's ring; rings are never unmapped.
+        // SAFETY: this thread's ring, out of MINE now: a signal handler
+        // recording from here on makes a new one.
         let r = unsafe { Ring::from_base(b) };
         let fd = RINGS[i].fd.load(Ordering::Relaxed);
         if fd >= 0 {
@@ -534,8 +540,15 @@ extern "C" fn thread_exit(v: *mut libc::c_void) {
             unsafe { libc::close(fd) };
         }
         r.header().closed.store(1, Ordering::Release);
+        let bytes = ring_bytes(r.header().capacity);
         RINGS[i].fd.store(-1, Ordering::Release);
         RINGS[i].ring.store(std::ptr::null_mut(), Ordering::Release);
+        if fd < 0 {
+            // SAFETY: a shared ring is this thread's alone in this process
+            // (`flush_all` drains local rings only) and out of MINE and
+            // RINGS: nothing here reads it again.
+            unsafe { libc::munmap(b.cast(), bytes) };
+        }
     }
 }
 
