@@ -778,9 +778,15 @@ fn current_module_maps() -> Vec<(usize, usize, String)> {
     let maps = shadowgraph::sys::read_maps().unwrap_or_default();
     let mut out = Vec::new();
     for p in paths {
+        // The kernel names the file itself; the loader the name it opened
+        // (`libfoo.so.1`, often a link to `libfoo.so.1.2.3`).
+        let real = std::fs::canonicalize(&p).unwrap_or_else(|_| p.clone());
         let mine: Vec<_> = maps
             .iter()
-            .filter(|m| std::path::Path::new(&m.path) == p)
+            .filter(|m| {
+                let m = std::path::Path::new(&m.path);
+                m == p || m == real
+            })
             .collect();
         let base = mine.iter().map(|m| m.start).min();
         let end = mine

@@ -3692,3 +3692,60 @@ fn rings_of_exited_threads_are_unmapped() {
     assert_eq!(rows["leaf"].2, 20 * 1000);
     assert_eq!(rows["worker"].2, 20);
 }
+
+/// A library the loader opens by its soname, a link to the versioned file
+/// (`libver.so.1` -> `libver.so.1.0.0`, as installed libraries are): its
+/// functions are named in every view, ours and uftrace's (the kernel's maps
+/// name the file, the loader the link).
+#[test]
+fn a_library_opened_through_a_link_has_its_functions_named() {
+    let dir = workdir("verlib");
+    let lib_src = dir.join("ver.c");
+    std::fs::write(
+        &lib_src,
+        "__attribute__((noinline)) int ver_leaf(int x) { return x + 1; }\n\
+         int ver_api(int x) { return ver_leaf(x) * 2; }\n",
+    )
+    .unwrap();
+    let real = dir.join("libver.so.1.0.0");
+    cc(
+        &[&lib_src],
+        &[
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-fpatchable-function-entry=5",
+            "-Wl,-soname,libver.so.1",
+        ],
+        &real,
+    );
+    std::os::unix::fs::symlink("libver.so.1.0.0", dir.join("libver.so.1")).unwrap();
+    std::os::unix::fs::symlink("libver.so.1", dir.join("libver.so")).unwrap();
+    let src = dir.join("main.c");
+    std::fs::write(
+        &src,
+        "int ver_api(int);\n\
+         int main(void) { int s = 0; for (int i = 0; i < 3; i++) s += ver_api(i); return s != 12; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("main");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    // Linked by the link's name; the loader looks for the soname.
+    cc(
+        &[&src, &dir.join("libver.so")],
+        &["-O2", "-fpatchable-function-entry=5", &rpath],
+        &exe,
+    );
+    let data = dir.join("v.data");
+    record_ok(&[], &data, &exe);
+    let want = |replay: &str| {
+        let body: Vec<String> = replay_body(replay);
+        assert_eq!(body.len(), 3 * 3 + 2, "{replay}");
+        assert_eq!(body[1], "  ver_api() {", "{replay}");
+        assert_eq!(body[2], "    ver_leaf();", "{replay}");
+    };
+    want(&replay_text(&data));
+    if let Some(theirs) = uftrace_view("replay", &data) {
+        want(&theirs);
+    }
+}
