@@ -54,15 +54,19 @@ pub fn init(sites: usize) {
     CAPACITY.store(sites + 64, Ordering::Relaxed);
 }
 
-pub fn on_entry(_: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
-    match u.reserve(16) {
+pub fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    match u.reserve(24) {
         Some(p) => {
             let p = p as *mut u64;
-            // SAFETY: 16 reserved, word-aligned bytes, ours until the call
+            // The site's id now, while the entry (through a site stub) says
+            // it: at the return only a search of every site would.
+            let id = e.site_id().map_or(u64::MAX, u64::from);
+            // SAFETY: 24 reserved, word-aligned bytes, ours until the call
             // returns.
             unsafe {
                 p.write(clock::now());
                 p.add(1).write(0);
+                p.add(2).write(id);
             }
         }
         None => {
@@ -72,23 +76,23 @@ pub fn on_entry(_: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::R
     true
 }
 
-pub fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+pub fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
     let now = clock::now();
     let Some((p, _)) = u.retrieve() else {
         return;
     };
     let p = p as *const u64;
-    // SAFETY: our 16 bytes in the frame returning now.
-    let (start, children) = unsafe { (p.read(), p.add(1).read()) };
+    // SAFETY: our 24 bytes in the frame returning now.
+    let (start, children, id) = unsafe { (p.read(), p.add(1).read(), p.add(2).read()) };
     let d = now.saturating_sub(start);
     if let Some((q, _)) = u.retrieve_nearest_own() {
         // SAFETY: the caller's frame data, live below ours.
         unsafe { add_local((q as *mut u64).add(1), d) };
     }
-    let Some(id) = ftrace::site_id_of(r.func) else {
+    if id == u64::MAX {
         BEYOND.fetch_add(1, Ordering::Relaxed);
         return;
-    };
+    }
     let inst = u.private;
     let mut t = PROFILE_TABLES[inst].get();
     if t.is_null() {

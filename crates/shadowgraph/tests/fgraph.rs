@@ -105,8 +105,19 @@ fn tally(u: &GraphUser) -> &'static Tally {
     unsafe { &*(u.private as *const Tally) }
 }
 
+/// Entries whose `site` was said, and said wrong (not the id a search of
+/// every site finds).
+static SITE_SAID: AtomicU64 = AtomicU64::new(0);
+static SITE_WRONG: AtomicU64 = AtomicU64::new(0);
+
 fn count_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
     let t = tally(u);
+    if e.site != u32::MAX {
+        SITE_SAID.fetch_add(1, Ordering::Relaxed);
+        if Some(e.site) != ftrace::site_id_of(e.func) {
+            SITE_WRONG.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     if let Some(i) = idx(e.func) {
         t.entries[i].fetch_add(1, Ordering::Relaxed);
     }
@@ -154,6 +165,7 @@ fn entries_returns_depths_and_return_values() {
     let u = counting_user(&[], t);
     fgraph::register_graph(&u).unwrap();
     assert!(fgraph::fast_path_active());
+    let said = SITE_SAID.load(Ordering::Relaxed);
     let r0 = (f.run)(10);
     let (e, r) = t.take();
     assert_eq!(by_name(&e, "g_top"), 10);
@@ -172,6 +184,9 @@ fn entries_returns_depths_and_return_values() {
     let (e, r) = t.take();
     assert_eq!(by_name(&e, "g_deep"), 101);
     assert_eq!(e, r);
+    // Entries through site stubs say their site, rightly.
+    assert!(SITE_SAID.load(Ordering::Relaxed) > said);
+    assert_eq!(SITE_WRONG.load(Ordering::Relaxed), 0);
     fgraph::unregister_graph(&u).unwrap();
     assert_eq!((f.run)(10), r0);
     assert_eq!(t.take().0.iter().sum::<u64>(), 0);
@@ -272,6 +287,7 @@ fn storage_selftest_each_size_then_four_users() {
 fn three_users_with_disjoint_filters_and_an_unfiltered_fourth() {
     let _g = serial();
     let f = fixture();
+    let said = SITE_SAID.load(Ordering::Relaxed);
     let (ts, tl, tr, ta) = (Tally::new(), Tally::new(), Tally::new(), Tally::new());
     let us = counting_user(&["sched_*"], ts);
     let ul = counting_user(&["lock_*"], tl);
@@ -314,6 +330,9 @@ fn three_users_with_disjoint_filters_and_an_unfiltered_fourth() {
     assert_eq!(by_name(&ea, "sched_outer"), 5);
     assert_eq!(by_name(&ea, "lock_a"), 10);
     assert_eq!(ea, ra);
+    // Several users: the general way says the site too (the stub's hint).
+    assert!(SITE_SAID.load(Ordering::Relaxed) > said);
+    assert_eq!(SITE_WRONG.load(Ordering::Relaxed), 0);
     for u in [&ua, &us, &ul, &ur] {
         fgraph::unregister_graph(u).unwrap();
     }

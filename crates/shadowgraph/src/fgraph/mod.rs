@@ -45,6 +45,22 @@ pub struct GraphEntry {
     pub parent_ip: usize,
     /// Frames kept on this thread below this one, for any user.
     pub depth: i32,
+    /// The function's site id when the entry knew it at no cost (through a
+    /// site stub), else `u32::MAX`: [`GraphEntry::site_id`] has it either
+    /// way.
+    pub site: u32,
+}
+
+impl GraphEntry {
+    /// The traced function's site id (`ftrace::site_id_of(func)`, which
+    /// searches every site unless the entry said).
+    pub fn site_id(&self) -> Option<ftrace::SiteId> {
+        if self.site != u32::MAX {
+            Some(self.site)
+        } else {
+            ftrace::site_id_of(self.func)
+        }
+    }
 }
 
 /// What a return callback learns. C layout: the assembly fast path builds
@@ -68,6 +84,7 @@ const _: () = assert!(
     offset_of!(GraphEntry, func) == 0
         && offset_of!(GraphEntry, parent_ip) == 8
         && offset_of!(GraphEntry, depth) == 16
+        && offset_of!(GraphEntry, site) == 20
         && std::mem::size_of::<GraphEntry>() == 24
         && offset_of!(GraphReturn, func) == 0
         && offset_of!(GraphReturn, depth) == 8
@@ -803,6 +820,9 @@ std::arch::global_asm!(
     "mov rax, [rbp + 16]",
     "mov [rsp + 0x158], rax",
     "mov dword ptr [rsp + 0x160], r10d",
+    "mov rax, [rbp + 8]",
+    "mov eax, dword ptr [rax + {id_off}]",
+    "mov dword ptr [rsp + 0x164], eax",
     "lea rdi, [rsp + 0x150]",
     "mov rdx, rsp",
     "call {call_entry}",
@@ -1144,6 +1164,7 @@ fn enter_fast(t: &ThreadState, u: &GraphUser, regs: &mut Regs) {
         func: ip,
         parent_ip,
         depth: depth as i32,
+        site: crate::ftrace::dispatch::site_hint(ip).unwrap_or(u32::MAX),
     };
     let i = stack::bitmap_users(word).trailing_zeros() as usize;
     if !offer(t, u, i, &ent, regs) {
@@ -1179,6 +1200,7 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
         func: ip,
         parent_ip,
         depth: depth as i32,
+        site: crate::ftrace::dispatch::site_hint(ip).unwrap_or(u32::MAX),
     };
     let mut bits: u16 = 0;
     let fast = FAST.load(Ordering::Acquire);

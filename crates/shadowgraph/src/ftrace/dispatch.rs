@@ -111,11 +111,8 @@ pub(crate) static SITE_INDEX: AtomicPtr<SiteIndex> = AtomicPtr::new(std::ptr::nu
 
 #[inline]
 pub(crate) fn site_id(ip: usize) -> Option<u32> {
-    // The entry through a site stub says it (set and cleared around the
-    // call into Rust; a signal handler's entry clears it on its way out).
-    let c = local();
-    if c.site_hint_ip.get() == ip {
-        return Some(c.site_hint_id.get());
+    if let Some(id) = site_hint(ip) {
+        return Some(id);
     }
     let p = SITE_INDEX.load(Ordering::Acquire);
     if p.is_null() {
@@ -124,6 +121,15 @@ pub(crate) fn site_id(ip: usize) -> Option<u32> {
     // SAFETY: indexes are leaked, never freed, immutable once published.
     let idx = unsafe { &*p };
     idx.addrs.binary_search(&ip).ok().map(|i| idx.ids[i])
+}
+
+/// The id of the site at `ip` if the entry under way says it: through a
+/// site stub (set and cleared around the call into Rust; a signal
+/// handler's entry clears it on its way out).
+#[inline]
+pub(crate) fn site_hint(ip: usize) -> Option<u32> {
+    let c = local();
+    (c.site_hint_ip.get() == ip).then(|| c.site_hint_id.get())
 }
 
 /// Data slot of a per-ops trampoline: the ops it calls, or null while the
