@@ -3,7 +3,7 @@
 use shadowgraph::record::collect;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 const DEMO_C: &str = include_str!("../samples/demo.c");
 const AGENT: &str = "libshadowgraph_agent.so";
@@ -385,6 +385,13 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
         made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
     let collector = collector.spawn();
     let _signals = ForwardSignals::install();
+    // Unless told not to, the recording lasts as long as the program's
+    // descendants too (those it forked, and the programs they became).
+    let lifeline = if opts.no_children {
+        None
+    } else {
+        Some(Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?)
+    };
     let mut program_pid = 0;
     let status = Command::new(prog)
         .args(args)
@@ -403,8 +410,12 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
             let pid = child.id() as i32;
             program_pid = pid;
             CHILD.store(pid, Ordering::Release);
+            let lifeline = lifeline.map(Lifeline::handed_over);
             let st = wait_with_usage(pid, started);
             CHILD.store(0, Ordering::Release);
+            if let Some(l) = lifeline {
+                l.wait_for_descendants(prog);
+            }
             st
         });
     let finished = collector.finish();
@@ -546,6 +557,87 @@ fn wait_with_usage(
 /// The traced program while it runs (0: none).
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// A signal came to `record` after the program ended, while it waited for
+/// the program's descendants: stop waiting.
+static STOP_WAITING: AtomicBool = AtomicBool::new(false);
+
+/// A pipe whose write end the program and every process it starts inherit
+/// (it is not close-on-exec; a high number, out of the way of the fds a
+/// program opens): its read end reaches end-of-file once the last of them
+/// has ended (or closed it), as uftrace waits for a program's children.
+struct Lifeline {
+    read: std::os::fd::OwnedFd,
+    write: Option<std::os::fd::OwnedFd>,
+}
+
+impl Lifeline {
+    fn new() -> std::io::Result<Lifeline> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 fills two fds on success, which we then own.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: just made, owned by nobody else.
+        let (read, w) = unsafe {
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        // F_DUPFD's copy is not close-on-exec: the program inherits it.
+        // SAFETY: duplicating an fd we own.
+        let inherited =
+            unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&w), libc::F_DUPFD, 200) };
+        if inherited < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        drop(w);
+        Ok(Lifeline {
+            read,
+            // SAFETY: the duplicate is ours.
+            write: Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(inherited) }),
+        })
+    }
+
+    /// The program has its copy: ours goes, or we would wait for ourselves.
+    fn handed_over(mut self) -> Lifeline {
+        self.write = None;
+        self
+    }
+
+    /// Waits until every process holding the write end has ended, or a
+    /// signal tells `record` to stop; says what it waits for if it takes
+    /// a while.
+    fn wait_for_descendants(&self, prog: &str) {
+        use std::os::fd::AsRawFd;
+        let mut told = false;
+        while !STOP_WAITING.load(Ordering::Acquire) {
+            let mut p = libc::pollfd {
+                fd: self.read.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let r = unsafe { libc::poll(&mut p, 1, 200) };
+            if r > 0 {
+                // Nobody writes: readable means end-of-file (all gone).
+                break;
+            }
+            if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                break;
+            }
+            if r == 0 && !told {
+                eprintln!(
+                    "# {prog} ended; recording the processes it started until they end \
+                     (Ctrl-C stops here; --no-children does not wait)"
+                );
+                told = true;
+            }
+        }
+    }
+}
+
 /// While a program is recorded, `record` must outlive it: the writer drains
 /// the program's last records after it ended. Interrupts from the terminal
 /// (which reach the program too) are ignored here; those sent to `record`
@@ -567,6 +659,9 @@ extern "C" fn forward_signal(sig: i32, info: *mut libc::siginfo_t, _: *mut libc:
     if code <= 0 && child > 0 {
         // SAFETY: kill is async-signal-safe.
         unsafe { libc::kill(child, sig) };
+    }
+    if child == 0 {
+        STOP_WAITING.store(true, Ordering::Release);
     }
 }
 

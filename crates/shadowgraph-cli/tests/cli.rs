@@ -3749,3 +3749,36 @@ fn a_library_opened_through_a_link_has_its_functions_named() {
         want(&theirs);
     }
 }
+
+/// `record` lasts until the processes the program started have ended too
+/// (as uftrace's does): a child that outlives its parent, and calls its
+/// functions only after the parent exited, is recorded whole.
+/// `--no-children` neither records nor waits for it.
+#[test]
+fn a_child_that_outlives_the_program_is_recorded_whole() {
+    let dir = workdir("outlive");
+    let exe = build_c(
+        &dir,
+        "outlive",
+        "#include <unistd.h>\n#include <time.h>\n\
+         __attribute__((noinline)) int leaf(int x) { return x + 1; }\n\
+         __attribute__((noinline)) int child_work(void) { int s = 0;\n\
+           for (int i = 0; i < 100; i++) s += leaf(i); return s; }\n\
+         int main(void) {\n\
+           if (fork() == 0) { struct timespec t = {0, 100000000}; nanosleep(&t, 0);\n\
+             _exit(child_work() == 5050 ? 0 : 1); }\n\
+           return 0; }\n",
+    );
+    let data = dir.join("all.data");
+    let o = record_run(&[], &[], &data, &exe, &[]);
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("still running"), "{err}");
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows["child_work"].2, 1, "{rows:?}\n{err}");
+    assert_eq!(rows["leaf"].2, 100, "{rows:?}\n{err}");
+    let data = dir.join("alone.data");
+    let o = record_run(&[], &["--no-children"], &data, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(!report_rows(&report_text(&data)).contains_key("child_work"));
+}

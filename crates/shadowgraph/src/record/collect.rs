@@ -112,6 +112,20 @@ pub fn shm_dirs(tag: &str) -> Vec<PathBuf> {
 
 /// Removes the shared-memory directories of recordings whose process is
 /// gone (killed before it could clean up): their rings hold memory.
+/// Whether process `pid` exists and has not ended: a zombie (ended, not
+/// yet reaped: an orphan waits for init a moment) is not running.
+fn still_running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command, which is in parentheses and may
+        // hold any character: after the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X')),
+        Err(_) => false,
+    }
+}
+
 fn remove_stale(base: &Path, tag: &str) {
     let prefix = format!("shadowgraph-{tag}-");
     let Ok(entries) = std::fs::read_dir(base) else {
@@ -294,8 +308,7 @@ impl Collector {
             .rings
             .iter()
             .map(|m| m.ring.header().pid)
-            // SAFETY: kill with signal 0 only checks that the process exists.
-            .filter(|&pid| unsafe { libc::kill(pid, 0) } == 0)
+            .filter(|&pid| still_running(pid))
             .collect();
         running.sort_unstable();
         running.dedup();
