@@ -114,7 +114,7 @@ pub(crate) fn note_untraced_exec(pid: i32, why: &str) {
         return; // not wanted: nothing missing
     }
     if let Some(shm) = std::env::var_os("SHADOWGRAPH_SHM") {
-        let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+        let exe = std::fs::read_link("/proc/thread-self/exe").unwrap_or_default();
         let _ = std::fs::write(
             std::path::Path::new(&shm).join(format!("exec-{pid}")),
             format!("{}\t{why}", exe.display()),
@@ -157,7 +157,7 @@ fn attach_counter() -> Result<(), String> {
 /// naming the program when there are none.
 pub(crate) fn discover_program() -> Result<Vec<Module>, String> {
     let me = agent_path();
-    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    let exe = std::fs::read_link("/proc/thread-self/exe").unwrap_or_default();
     // SHADOWGRAPH_LIBS: unset or "all" → every object; "none" → the program
     // only; else `;`-separated file names of the libraries to trace too.
     let libs = std::env::var("SHADOWGRAPH_LIBS").unwrap_or_default();

@@ -294,7 +294,7 @@ fn start_session(
     let pid = unsafe { libc::getpid() };
     let id = ((pid as u64) << 40) | (clock::monotonic_ns() & ((1 << 40) - 1)) | 1;
     let dir = if started_by_exec {
-        let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+        let exe = std::fs::read_link("/proc/thread-self/exe").unwrap_or_default();
         let name = exe
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -550,7 +550,7 @@ static FUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new
 /// clock calibration's end point (raw1, ns1): at start with an estimate (so
 /// that a recording cut short by a crash stays readable), at exit for real.
 fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
-    let cmd = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let cmd = std::fs::read("/proc/thread-self/cmdline").unwrap_or_default();
     let cmd: Vec<String> = cmd
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
@@ -568,7 +568,7 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
         info.set("format", "shadowgraph-1");
         info.set(
             "exe",
-            std::fs::read_link("/proc/self/exe")
+            std::fs::read_link("/proc/thread-self/exe")
                 .unwrap_or_default()
                 .display(),
         );

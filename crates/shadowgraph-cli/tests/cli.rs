@@ -3782,3 +3782,29 @@ fn a_child_that_outlives_the_program_is_recorded_whole() {
     assert!(o.status.success(), "{}", text(&o).1);
     assert!(!report_rows(&report_text(&data)).contains_key("child_work"));
 }
+
+/// main may end by `pthread_exit` while other threads run on; the process's
+/// /proc/self then describes a dead thread (no maps, no exe), so the
+/// recording's metadata, written at the last thread's exit, comes from
+/// /proc/thread-self: every function is named, the program too.
+#[test]
+fn a_program_whose_main_thread_exits_first_is_named() {
+    let dir = workdir("mainexit");
+    let exe = build_c(
+        &dir,
+        "mainexit",
+        "#include <pthread.h>\n#include <time.h>\n\
+         __attribute__((noinline)) int leaf(int x) { return x + 1; }\n\
+         __attribute__((noinline)) void *worker(void *a) {\n\
+           struct timespec t = {0, 50000000}; nanosleep(&t, 0);\n\
+           int s = 0; for (int i = 0; i < 1000; i++) s += leaf(i); return (void *)(long)s; }\n\
+         int main(void) { pthread_t t; pthread_create(&t, 0, worker, 0); pthread_exit(0); }\n",
+    );
+    let data = dir.join("m.data");
+    record_ok(&[], &data, &exe);
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows.get("leaf").map(|r| r.2), Some(1000), "{rows:?}");
+    assert_eq!(rows.get("worker").map(|r| r.2), Some(1), "{rows:?}");
+    let info = view_text("info", &data);
+    assert!(info.contains("mainexit"), "{info}");
+}

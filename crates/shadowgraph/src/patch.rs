@@ -409,8 +409,8 @@ impl TextWindow {
         let mode = write_mode();
         let mut ranges = Vec::new();
         if mode == WriteMode::Mprotect {
-            let maps =
-                sys::read_maps().map_err(|e| PatchError::Io(format!("/proc/self/maps: {e}")))?;
+            let maps = sys::read_maps()
+                .map_err(|e| PatchError::Io(format!("/proc/thread-self/maps: {e}")))?;
             let page = sys::page_size();
             // Spans come sorted by address: most fall in the last range.
             for (addr, len) in spans {
@@ -499,10 +499,15 @@ fn procmem_write(addr: usize, bytes: &[u8]) -> Result<(), PatchError> {
     let mut fd = PROC_MEM_FD.load(Ordering::Relaxed);
     if fd == usize::MAX {
         // SAFETY: valid NUL-terminated path.
-        let f = unsafe { libc::open(c"/proc/self/mem".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        let f = unsafe {
+            libc::open(
+                c"/proc/thread-self/mem".as_ptr(),
+                libc::O_RDWR | libc::O_CLOEXEC,
+            )
+        };
         if f < 0 {
             return Err(PatchError::Io(format!(
-                "open /proc/self/mem: {}",
+                "open /proc/thread-self/mem: {}",
                 io::Error::last_os_error()
             )));
         }
@@ -529,7 +534,7 @@ fn procmem_write(addr: usize, bytes: &[u8]) -> Result<(), PatchError> {
         Ok(())
     } else {
         Err(PatchError::Io(format!(
-            "pwrite /proc/self/mem at {addr:#x}: {}",
+            "pwrite /proc/thread-self/mem at {addr:#x}: {}",
             io::Error::last_os_error()
         )))
     }

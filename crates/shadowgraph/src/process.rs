@@ -81,7 +81,7 @@ pub fn loaded_objects() -> Vec<(PathBuf, usize)> {
                 CStr::from_ptr((*info).dlpi_name).to_str().unwrap_or("")
             };
             let path = if name.is_empty() && out.is_empty() {
-                std::fs::read_link("/proc/self/exe").unwrap_or_default()
+                std::fs::read_link("/proc/thread-self/exe").unwrap_or_default()
             } else {
                 PathBuf::from(name)
             };
@@ -282,7 +282,7 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
         Ok(s) => s,
         Err(e) => {
             window.close();
-            return Err(PatchError::Io(format!("/proc/self/maps: {e}")).into());
+            return Err(PatchError::Io(format!("/proc/thread-self/maps: {e}")).into());
         }
     };
     let mut deferred = vec![false; sleds.len()];

@@ -15,9 +15,11 @@ pub struct Mapping {
     pub path: String,
 }
 
-/// Parses `/proc/self/maps`.
+/// Parses the process's maps, read through `/proc/thread-self`: those of
+/// `/proc/self` (the main thread's) are empty once the main thread has
+/// ended by `pthread_exit` while others run on.
 pub fn read_maps() -> io::Result<Vec<Mapping>> {
-    let text = std::fs::read_to_string("/proc/self/maps")?;
+    let text = std::fs::read_to_string("/proc/thread-self/maps")?;
     let mut out = Vec::new();
     for line in text.lines() {
         let mut it = line.split_whitespace();
