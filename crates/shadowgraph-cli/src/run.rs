@@ -65,7 +65,9 @@ pub fn run_counted(
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
     let found = shadowgraph::elf::scan_file(&path).map_err(|e| e.to_string())?;
-    found.require_sites().map_err(|e| e.to_string())?;
+    found
+        .require_traceable_program()
+        .map_err(|e| e.to_string())?;
     let agent = agent_path()?;
     let out = tempfile("counts")?;
     let status = Command::new(prog)
@@ -346,7 +348,9 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
     let found = shadowgraph::elf::scan_file(&path).map_err(|e| e.to_string())?;
-    found.require_sites().map_err(|e| e.to_string())?;
+    found
+        .require_traceable_program()
+        .map_err(|e| e.to_string())?;
     let agent = agent_path()?;
     if data.exists() {
         let old = PathBuf::from(format!("{}.old", data.display()));

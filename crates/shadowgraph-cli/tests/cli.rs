@@ -470,6 +470,31 @@ fn sites_lists_and_explains() {
             "{err}"
         );
     }
+    // A static program: the agent cannot come in; said in one line, and
+    // the program is not run.
+    let stat = dir.join("static");
+    cc(
+        &[&lib_fixture("calls.c")],
+        &[
+            "-O2",
+            "-DWITH_MAIN",
+            "-static",
+            "-fpatchable-function-entry=5",
+        ],
+        &stat,
+    );
+    for cmd in [vec!["count"], vec!["record", "-d"]] {
+        let mut c = shadowgraph();
+        c.args(&cmd);
+        if cmd[0] == "record" {
+            c.arg(dir.join("static.data")).arg("--");
+        }
+        let o = c.arg(&stat).output().unwrap();
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{cmd:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{cmd:?}: {err}");
+        assert!(err.contains("statically linked"), "{cmd:?}: {err}");
+    }
     let o = shadowgraph()
         .args(["count", "/no/such/program"])
         .output()

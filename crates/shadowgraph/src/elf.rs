@@ -40,6 +40,9 @@ pub struct ObjectSites {
     /// `ET_DYN` (PIE executable or shared library): addresses are relative
     /// to the load bias.
     pub position_independent: bool,
+    /// Names a program interpreter (the dynamic loader): false for a
+    /// statically linked program, which LD_PRELOAD cannot reach.
+    pub has_interpreter: bool,
     /// Sorted by address, duplicates removed.
     pub sites: Vec<FoundSite>,
 }
@@ -70,6 +73,23 @@ impl ObjectSites {
     }
 
     /// `Err` with a one-line explanation when the object has no usable site.
+    /// [`ObjectSites::require_sites`], for a program to start traced: it
+    /// must also be linked dynamically, since the agent comes in by the
+    /// dynamic loader (LD_PRELOAD), which a static program has not.
+    pub fn require_traceable_program(&self) -> Result<(), ElfError> {
+        self.require_sites()?;
+        if self.has_interpreter {
+            return Ok(());
+        }
+        Err(ElfError {
+            path: self.path.clone(),
+            message: "statically linked: the tracing agent is loaded by the dynamic \
+                      loader (LD_PRELOAD), which a static program does not use; \
+                      rebuild it without -static"
+                .to_string(),
+        })
+    }
+
     pub fn require_sites(&self) -> Result<(), ElfError> {
         if self.usable().next().is_some() {
             return Ok(());
@@ -155,9 +175,18 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
     }
     sites.sort_by_key(|s| s.addr);
     sites.dedup_by_key(|s| s.addr);
+    let has_interpreter = {
+        use object::read::elf::{FileHeader, ProgramHeader};
+        let header = object::elf::FileHeader64::<object::Endianness>::parse(data).ok();
+        header
+            .and_then(|h| Some((h, h.endian().ok()?)))
+            .and_then(|(h, e)| Some((h.program_headers(e, data).ok()?, e)))
+            .is_some_and(|(phs, e)| phs.iter().any(|ph| ph.p_type(e) == object::elf::PT_INTERP))
+    };
     Ok(ObjectSites {
         path: path.to_owned(),
         position_independent,
+        has_interpreter,
         sites,
     })
 }
