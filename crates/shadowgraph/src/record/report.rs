@@ -9,7 +9,33 @@ use super::data::DataDir;
 use super::format::Kind;
 use super::replay::{format_duration, thread_records, ReplayFilter};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
+
+/// A hasher for the per-record lookups by address (and thread): one
+/// multiply per word instead of SipHash's rounds; the keys come from our
+/// own recording, not from an adversary.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.write_u64(v as u32 as u64);
+    }
+}
+
+type AddrMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FuncStats {
@@ -36,8 +62,9 @@ pub fn collect(
     per_thread: bool,
     filter: &ReplayFilter,
 ) -> Result<HashMap<(i32, u64), FuncStats>, ReportError> {
-    let mut stats: HashMap<(i32, u64), FuncStats> = HashMap::new();
-    let (mut first_of, mut by_name) = (HashMap::new(), HashMap::new());
+    let mut stats: AddrMap<(i32, u64), FuncStats> = AddrMap::default();
+    let mut first_of: AddrMap<u64, u64> = AddrMap::default();
+    let mut by_name = HashMap::new();
     let mut function = |addr: u64| -> u64 {
         *first_of
             .entry(addr)
@@ -47,7 +74,7 @@ pub fn collect(
         let key_tid = if per_thread { tid } else { 0 };
         // (addr, entry time, children time)
         let mut stack: Vec<(u64, u64, u64)> = Vec::new();
-        let mut active: HashMap<u64, u32> = HashMap::new();
+        let mut active: AddrMap<u64, u32> = AddrMap::default();
         for r in records {
             let r = r?;
             match r.kind {
@@ -82,7 +109,7 @@ pub fn collect(
             }
         }
     }
-    Ok(stats)
+    Ok(stats.into_iter().collect())
 }
 
 /// Sorts report rows ((tid, address), stats, name) by `sort` (largest
