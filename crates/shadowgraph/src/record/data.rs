@@ -95,7 +95,7 @@ pub struct DataDir {
     /// C++ and Rust; recordings of earlier versions hold demangled names).
     pub symbols: Vec<(u64, String)>,
     /// The names views show for `symbols`, index for index: demangled in
-    /// the simple form unless [`DataDir::set_demangle`] says otherwise.
+    /// the simple form unless [`show_names`] said otherwise.
     pub names: Vec<String>,
     /// Thread ids with a `.dat` file, ascending.
     pub tids: Vec<i32>,
@@ -281,15 +281,6 @@ impl DataDir {
             0 => format!("{addr:#x}").into(),
             i => self.names[i - 1].as_str().into(),
         }
-    }
-
-    /// Shows the symbols demangled as `how` says (uftrace's `--demangle`).
-    pub fn set_demangle(&mut self, how: crate::elf::Demangle) {
-        self.names = self
-            .symbols
-            .iter()
-            .map(|s| crate::elf::demangle_as(&s.1, how))
-            .collect();
     }
 }
 
