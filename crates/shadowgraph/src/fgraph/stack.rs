@@ -12,8 +12,11 @@
 use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-/// Words per stack: 16 KiB.
-pub const WORDS: usize = 2048;
+/// Words per stack: 64 KiB, ~2,000 plain frames (uftrace keeps 1,024 by
+/// default; SPEC §4.1 suggests 16 KiB, ~500 frames, which recursive
+/// parsers and tree walks outgrow). Pages are touched only as deep as a
+/// thread goes (and the top one, for the thread variables).
+pub const WORDS: usize = 8192;
 /// Thread variables: one word per user slot, at the top of the stack.
 pub const TASK_VARS: usize = 16;
 /// Frames and data never reach above this word.
@@ -423,7 +426,7 @@ pub fn acquire() -> *mut u64 {
 }
 
 /// Returns a stack to the pool. Stacks are never unmapped (an unwinder on
-/// another thread may still read one); a full pool leaks the 16 KiB.
+/// another thread may still read one); a full pool leaks the mapping.
 pub fn release(s: *mut u64) {
     for slot in FREE_STACKS.iter() {
         if slot
