@@ -20,11 +20,18 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[derive(Clone, Copy, Default)]
 struct Row {
     hits: u64,
+    /// Every call's duration summed (for the average and spread).
     total: u64,
     self_time: u64,
-    _pad: u64,
+    /// Calls of the function under way on this thread.
+    active: u64,
     /// Σ d² in ticks².
     sumsq: u128,
+    /// The outermost calls' durations summed: a call inside another of the
+    /// same function adds nothing, so that the total is time spent, as
+    /// `report` counts recorded calls.
+    outer: u64,
+    _pad: u64,
 }
 
 /// A thread's rows, indexed by site id; listed globally for the exit dump.
@@ -55,25 +62,49 @@ pub fn init(sites: usize) {
 }
 
 pub fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
-    match u.reserve(24) {
-        Some(p) => {
-            let p = p as *mut u64;
-            // The site's id now, while the entry (through a site stub) says
-            // it: at the return only a search of every site would.
-            let id = e.site_id().map_or(u64::MAX, u64::from);
-            // SAFETY: 24 reserved, word-aligned bytes, ours until the call
-            // returns.
-            unsafe {
-                p.write(clock::now());
-                p.add(1).write(0);
-                p.add(2).write(id);
-            }
-        }
-        None => {
-            NO_ROOM.fetch_add(1, Ordering::Relaxed);
-        }
+    let Some(p) = u.reserve(24) else {
+        NO_ROOM.fetch_add(1, Ordering::Relaxed);
+        return true;
+    };
+    let p = p as *mut u64;
+    // The site's id now, while the entry (through a site stub) says it: at
+    // the return only a search of every site would. Its row counts the
+    // call as under way (the return takes it back).
+    let row = e
+        .site_id()
+        .and_then(|id| Some((id, row_of(u.private, id)?)));
+    if let Some((_, row)) = row {
+        // SAFETY: a row of this thread's table (see `row_of`).
+        unsafe { add_local(std::ptr::addr_of_mut!((*row).active), 1) };
+    }
+    let id = row.map_or(u64::MAX, |(id, _)| u64::from(id));
+    // SAFETY: 24 reserved, word-aligned bytes, ours until the call returns.
+    unsafe {
+        p.write(clock::now());
+        p.add(1).write(0);
+        p.add(2).write(id);
     }
     true
+}
+
+/// Row `id` of this thread's table for instance `inst` (made on first
+/// use), or None when it has none (no memory, or a site loaded after the
+/// table was sized). A row is written only by this thread and its signal
+/// handlers, each field by one instruction, and read by the exit dump
+/// once the threads are done.
+fn row_of(inst: usize, id: ftrace::SiteId) -> Option<*mut Row> {
+    let mut t = PROFILE_TABLES[inst].get();
+    if t.is_null() {
+        t = new_table(inst);
+        if t.is_null() {
+            return None;
+        }
+    }
+    if id as usize >= CAPACITY.load(Ordering::Relaxed) {
+        return None;
+    }
+    // SAFETY: this thread's table, never freed; id < capacity.
+    Some(unsafe { (*t).rows.add(id as usize) })
 }
 
 pub fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
@@ -89,31 +120,18 @@ pub fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::Ret
         // SAFETY: the caller's frame data, live below ours.
         unsafe { add_local((q as *mut u64).add(1), d) };
     }
-    if id == u64::MAX {
+    // The entry found the row (else it left no id); the same again.
+    let row = (id != u64::MAX)
+        .then(|| row_of(u.private, id as ftrace::SiteId))
+        .flatten();
+    let Some(row) = row else {
         BEYOND.fetch_add(1, Ordering::Relaxed);
         return;
-    }
-    let inst = u.private;
-    let mut t = PROFILE_TABLES[inst].get();
-    if t.is_null() {
-        t = new_table(inst);
-        if t.is_null() {
-            BEYOND.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-    }
-    // SAFETY: this thread's table, never freed.
-    let t = unsafe { &*t };
-    if id as usize >= CAPACITY.load(Ordering::Relaxed) {
-        BEYOND.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    // SAFETY: id < capacity: a row of this thread's table, written only
-    // by this thread and its signal handlers (the exit dump reads it after
-    // the threads are done), each field by one instruction that a handler
-    // updating the same row cannot split.
+    };
+    // SAFETY: a row of this thread's table (see `row_of`), each field
+    // updated by one instruction that a handler updating the same row
+    // cannot split.
     unsafe {
-        let row = t.rows.add(id as usize);
         add_local(std::ptr::addr_of_mut!((*row).hits), 1);
         add_local(std::ptr::addr_of_mut!((*row).total), d);
         add_local(
@@ -121,7 +139,30 @@ pub fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::Ret
             d.saturating_sub(children),
         );
         add_local_u128(std::ptr::addr_of_mut!((*row).sumsq), d as u128 * d as u128);
+        if dec_local(std::ptr::addr_of_mut!((*row).active)) {
+            add_local(std::ptr::addr_of_mut!((*row).outer), d);
+        }
     }
+}
+
+/// `*p -= 1` in one instruction (see [`add_local`]): whether it reached 0.
+///
+/// # Safety
+/// As for [`add_local`].
+#[inline(always)]
+unsafe fn dec_local(p: *mut u64) -> bool {
+    let zero: u8;
+    // SAFETY: per the contract; the flags it sets are read at once.
+    unsafe {
+        std::arch::asm!(
+            "dec qword ptr [{p}]",
+            "setz {z}",
+            p = in(reg) p,
+            z = out(reg_byte) zero,
+            options(nostack),
+        );
+    }
+    zero != 0
 }
 
 /// `*p += v` in one instruction: a signal handler of this thread that adds
@@ -193,11 +234,11 @@ fn new_table(inst: usize) -> *mut Table {
 }
 
 /// The profile of instance `inst` as text: `tid addr hits total self
-/// sumsq` per row with calls, times in nanoseconds (`conv` turns clock
+/// sumsq outer` per row with calls, times in nanoseconds (`conv` turns clock
 /// ticks into them).
 pub fn dump(inst: usize, sites: &[usize], ns_per_tick: f64) -> String {
     let mut out = String::from(
-        "# shadowgraph profile v1\n# tid\taddress\tcalls\ttotal_ns\tself_ns\tsum_sq_ns2\n",
+        "# shadowgraph profile v2\n# tid\taddress\tcalls\ttotal_ns\tself_ns\tsum_sq_ns2\touter_ns\n",
     );
     let cap = CAPACITY.load(Ordering::Relaxed).min(sites.len());
     let mut t = TABLES.load(Ordering::Acquire);
@@ -216,11 +257,12 @@ pub fn dump(inst: usize, sites: &[usize], ns_per_tick: f64) -> String {
                 let sq = (row.sumsq as f64 * ns_per_tick * ns_per_tick).round();
                 let _ = writeln!(
                     out,
-                    "{}\t{addr:#x}\t{}\t{}\t{}\t{sq}",
+                    "{}\t{addr:#x}\t{}\t{}\t{}\t{sq}\t{}",
                     tab.tid,
                     row.hits,
                     ns(row.total),
-                    ns(row.self_time)
+                    ns(row.self_time),
+                    ns(row.outer)
                 );
             }
         }

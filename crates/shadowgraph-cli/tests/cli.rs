@@ -2106,9 +2106,10 @@ fn nap_program(mids: u32, nap_us: u32, fib_n: u32) -> String {
 }
 
 /// A profile tracer beside a graph tracer on the same run: the profile's
-/// calls equal the recording's exactly, its totals of non-recursive
-/// functions match the recording's, self time excludes profiled callees
-/// only, and the other views refuse a profile with a clear message.
+/// calls equal the recording's exactly, its totals match the recording's
+/// (recursive functions too: the outermost calls'), self time excludes
+/// profiled callees only, and the other views refuse a profile with a
+/// clear message.
 #[test]
 fn the_profile_tracer_matches_the_recording_of_the_same_run() {
     let dir = workdir("profile");
@@ -2169,8 +2170,15 @@ fn the_profile_tracer_matches_the_recording_of_the_same_run() {
     }
     assert!(prof["nap"].0 >= 20_000_000 && prof["nap"].1 == prof["nap"].0);
     assert!(prof["mid"].1 < 5_000_000, "mid's self excludes nap");
-    // fib: the total counts every recursive call (the profiler's sum).
-    assert!(prof["fib"].0 > all["fib"].0, "{prof_text}");
+    // fib, recursive: the total is the outermost calls' (as the
+    // recording's report counts it, not every nested call's again), the
+    // average every call's.
+    let (a, b) = (prof["fib"].0, all["fib"].0);
+    assert!(a.abs_diff(b) < b / 5 + 5_000_000, "fib: {a} vs {b}");
+    assert!(a < prof["main"].0, "{prof_text}");
+    let fib_line = prof_text.lines().find(|l| l.ends_with(" fib")).unwrap();
+    let average = parse_report_duration(&fib_line[36..48]);
+    assert!(average * prof["fib"].2 > 2 * a, "{prof_text}");
     // The filtered profile: only mid and leaf; nap's time is mid's own.
     let part = report_rows(&report("part", &[]));
     assert_eq!(

@@ -13,11 +13,16 @@ use std::io::Write;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ProfileRow {
     pub calls: u64,
-    /// Sum of every call's duration (recursive calls included), ns.
+    /// Sum of every call's duration (recursive calls included), ns: the
+    /// average's and the spread's.
     pub total: u64,
     pub self_time: u64,
     /// Sum of squared durations, ns².
     pub sum_sq: f64,
+    /// Sum of the outermost calls' durations (a call inside another of
+    /// the same function on its thread adds nothing), ns: the time spent
+    /// in the function, as `report` totals recorded calls.
+    pub outer: u64,
 }
 
 impl ProfileRow {
@@ -26,6 +31,7 @@ impl ProfileRow {
         self.total += o.total;
         self.self_time += o.self_time;
         self.sum_sq += o.sum_sq;
+        self.outer += o.outer;
     }
 
     pub fn average(&self) -> u64 {
@@ -69,23 +75,31 @@ pub fn read(data: &DataDir) -> Result<HashMap<(i32, u64), ProfileRow>, DataError
         }
         let f: Vec<&str> = line.split('\t').collect();
         let parsed = (|| {
-            let [tid, addr, calls, total, self_time, sum_sq] = f[..] else {
+            // v1 profiles have no outermost total: every call's, then.
+            let (fields, outer) = match f.len() {
+                6 => (&f[..], None),
+                7 => (&f[..6], Some(f[6])),
+                _ => return None,
+            };
+            let [tid, addr, calls, total, self_time, sum_sq] = fields[..] else {
                 return None;
             };
             let addr = u64::from_str_radix(addr.strip_prefix("0x")?, 16).ok()?;
+            let total: u64 = total.parse().ok()?;
             Some((
                 (tid.parse().ok()?, addr),
                 ProfileRow {
                     calls: calls.parse().ok()?,
-                    total: total.parse().ok()?,
+                    total,
                     self_time: self_time.parse().ok()?,
                     sum_sq: sum_sq.parse().ok()?,
+                    outer: outer.map_or(Some(total), |o| o.parse().ok())?,
                 },
             ))
         })();
         let Some((k, row)) = parsed else {
             return Err(bad(format!(
-                "line {}: malformed (expected tid, address, calls, total, self, sum of squares)",
+                "line {}: malformed (expected tid, address, calls, total, self, sum of squares, outermost total)",
                 n + 1
             )));
         };
@@ -115,7 +129,7 @@ pub fn report(
         .into_iter()
         .map(|(k, r)| (k, r, data.name(k.1).into_owned()))
         .collect();
-    super::report::sort_rows(&mut rows, sort, |r| (r.total, r.self_time, r.calls));
+    super::report::sort_rows(&mut rows, sort, |r| (r.outer, r.self_time, r.calls));
     let tid_head = if per_thread { "    TID  " } else { "" };
     let tid_rule = if per_thread { "  =======" } else { "" };
     writeln!(
@@ -133,7 +147,7 @@ pub fn report(
         writeln!(
             out,
             "  {}  {}  {:>10}  {}  {}  {name}",
-            format_duration(Some(r.total)),
+            format_duration(Some(r.outer)),
             format_duration(Some(r.self_time)),
             r.calls,
             format_duration(Some(r.average())),
@@ -156,6 +170,7 @@ mod tests {
             total: d.iter().sum(),
             self_time: 0,
             sum_sq: d.iter().map(|&x| (x * x) as f64).sum(),
+            outer: 0,
         };
         assert_eq!(r.average(), 5);
         assert_eq!(r.stddev(), (32f64 / 7.0).sqrt().round() as u64);
@@ -164,6 +179,7 @@ mod tests {
             total: 10,
             self_time: 10,
             sum_sq: 100.0,
+            outer: 10,
         };
         assert_eq!(one.stddev(), 0);
     }
