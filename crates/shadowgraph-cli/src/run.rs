@@ -425,8 +425,26 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     let finished = collector.finish();
     let totals = finished.totals;
     let (status, usage) = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
+    // One line per program and reason: a program that runs `system()` in
+    // a loop starts the same shell many times.
+    let mut untraced: std::collections::BTreeMap<(&str, &str), Vec<i32>> = Default::default();
     for (pid, exe, why) in &finished.execs {
-        eprintln!("# not traced: process {pid} started {exe} (exec): {why}");
+        untraced.entry((exe, why)).or_default().push(*pid);
+    }
+    for ((exe, why), pids) in untraced {
+        match pids[..] {
+            [pid] => eprintln!("# not traced: process {pid} started {exe} (exec): {why}"),
+            _ => eprintln!(
+                "# not traced: {} processes started {exe} (exec; {}{}): {why}",
+                pids.len(),
+                pids.iter()
+                    .take(3)
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if pids.len() > 3 { ", …" } else { "" }
+            ),
+        }
     }
     if !finished.running.is_empty() {
         eprintln!(

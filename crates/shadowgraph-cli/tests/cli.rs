@@ -3841,3 +3841,28 @@ fn a_program_whose_main_thread_exits_first_is_named() {
     let info = view_text("info", &data);
     assert!(info.contains("mainexit"), "{info}");
 }
+
+/// Untraced programs a recorded one starts (here the shell of each
+/// `system()`) are named once per program and reason, with their count.
+#[test]
+fn untraced_programs_started_again_and_again_are_named_once() {
+    let dir = workdir("system3");
+    let exe = build_c(
+        &dir,
+        "sys3",
+        "#include <stdlib.h>\n\
+         int main(void) { int bad = 0; for (int i = 0; i < 3; i++) bad += system(\"true\") != 0;\n\
+           return bad; }\n",
+    );
+    let data = dir.join("s.data");
+    let o = record_run(&[], &[], &data, &exe, &[]);
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("not traced")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with("# not traced: 3 processes started ")
+            && lines[0].contains("no patchable function entries"),
+        "{err}"
+    );
+}
