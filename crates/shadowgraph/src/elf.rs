@@ -350,6 +350,13 @@ pub fn demangle_as(name: &str, how: Demangle) -> String {
         // their angle brackets also frame trait impls, `<T as Trait>::f`.)
         return format!("{d:#}");
     }
+    // gcc's static initialiser of a file is named after its first
+    // function's symbol.
+    if let Some(first) = name.strip_prefix("_GLOBAL__sub_I_") {
+        if first.starts_with("_Z") {
+            return format!("_GLOBAL__sub_I_{}", demangle_as(first, how));
+        }
+    }
     if name.starts_with("_Z") {
         if let Ok(sym) = cpp_demangle::Symbol::new(name) {
             let opts = match how {
@@ -360,7 +367,7 @@ pub fn demangle_as(name: &str, how: Demangle) -> String {
             };
             if let Ok(s) = sym.demangle(&opts) {
                 return match how {
-                    Demangle::Simple => strip_template_args(&s),
+                    Demangle::Simple => strip_enclosing_params(&strip_template_args(&s)),
                     _ => s,
                 };
             }
@@ -369,16 +376,52 @@ pub fn demangle_as(name: &str, how: Demangle) -> String {
     name.to_string()
 }
 
-/// `name` without its template argument lists (`<...>`, nested), keeping
-/// the angle brackets of operator names (`operator<<`, `operator->`).
-fn strip_template_args(name: &str) -> String {
+/// `name` without the parameter lists of the functions that enclose a
+/// local entity (`f()::{lambda()#1}::_FUN` → `f::{lambda()#1}::_FUN`),
+/// which the demangler keeps even when asked for no parameters; a
+/// `(anonymous namespace)` stays.
+fn strip_enclosing_params(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
-    // Open `<` and, inside them, open `(` (whose `>` is an operator:
-    // `f<(3>2)>`).
-    let (mut depth, mut parens) = (0usize, 0usize);
     let mut rest = name;
     while let Some(c) = rest.chars().next() {
-        if depth == 0 && rest.starts_with("operator") {
+        if c == '(' && !rest.starts_with("(anonymous namespace)") {
+            // A group closed before `::`: an enclosing function's.
+            let mut depth = 0usize;
+            let end = rest.char_indices().find_map(|(i, ch)| {
+                match ch {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                None
+            });
+            if let Some(end) = end.filter(|&e| rest[e..].starts_with("::")) {
+                rest = &rest[end..];
+                continue;
+            }
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// `name` without its template argument lists (`<...>`, nested), keeping
+/// the angle brackets of operator names (`operator<<`, `operator->`).
+/// Inside an argument list, `(...)` groups nest too, and a `>` in one is
+/// an operator (`f<(3>2)>`), not the list's end.
+fn strip_template_args(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    // The open `<` and `(` inside template arguments, innermost last.
+    let mut open: Vec<char> = Vec::new();
+    let mut rest = name;
+    while let Some(c) = rest.chars().next() {
+        if open.is_empty() && rest.starts_with("operator") {
             // The operator's own symbol, which may hold < or >.
             let after = &rest["operator".len()..];
             let op_len = [
@@ -394,15 +437,23 @@ fn strip_template_args(name: &str) -> String {
         }
         match c {
             '<' => {
-                if depth == 0 && out.ends_with(' ') {
+                if open.is_empty() && out.ends_with(' ') {
                     out.pop(); // gcc's `operator< <int>`
                 }
-                depth += 1;
+                open.push('<');
             }
-            '(' if depth > 0 => parens += 1,
-            ')' if depth > 0 => parens = parens.saturating_sub(1),
-            '>' if depth > 0 && parens == 0 => depth -= 1,
-            _ if depth == 0 => out.push(c),
+            '(' if !open.is_empty() => open.push('('),
+            ')' if !open.is_empty() => {
+                while let Some(o) = open.pop() {
+                    if o == '(' {
+                        break;
+                    }
+                }
+            }
+            '>' if open.last() == Some(&'<') => {
+                open.pop();
+            }
+            _ if open.is_empty() => out.push(c),
             _ => {}
         }
         rest = &rest[c.len_utf8()..];
@@ -461,6 +512,21 @@ mod tests {
         assert_eq!(strip_template_args("a::operator->"), "a::operator->");
         assert_eq!(strip_template_args("m<int>::operator<=>"), "m::operator<=>");
         assert_eq!(strip_template_args("f<(3>2)>"), "f");
+        assert_eq!(
+            strip_enclosing_params("a::f()::{lambda()#1}::_FUN"),
+            "a::f::{lambda()#1}::_FUN"
+        );
+        assert_eq!(
+            strip_enclosing_params("(anonymous namespace)::g"),
+            "(anonymous namespace)::g"
+        );
+        assert_eq!(demangle("_GLOBAL__sub_I__Z4leafi"), "_GLOBAL__sub_I_leaf");
+        assert_eq!(
+            demangle(
+                "_ZNSt6thread11_State_implINS_8_InvokerISt5tupleIJMNSt13__future_base17_Async_state_implINS1_IS2_IJPFiiEiEEEEiEEFvvEPS9_EEEEE6_M_runEv"
+            ),
+            "std::thread::_State_impl::_M_run"
+        );
     }
 
     #[test]
