@@ -367,13 +367,34 @@ pub fn demangle_as(name: &str, how: Demangle) -> String {
             };
             if let Ok(s) = sym.demangle(&opts) {
                 return match how {
-                    Demangle::Simple => strip_enclosing_params(&strip_template_args(&s)),
+                    Demangle::Simple => {
+                        strip_abi_tags(&strip_enclosing_params(&strip_template_args(&s)))
+                    }
                     _ => s,
                 };
             }
         }
     }
     name.to_string()
+}
+
+/// `name` without ABI tags (`f[abi:cxx11]` → `f`): not part of a
+/// qualified name.
+fn strip_abi_tags(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(i) = rest.find("[abi:") {
+        out.push_str(&rest[..i]);
+        match rest[i..].find(']') {
+            Some(j) => rest = &rest[i + j + 1..],
+            None => {
+                rest = &rest[i..];
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `name` without the parameter lists of the functions that enclose a
@@ -521,6 +542,10 @@ mod tests {
             "(anonymous namespace)::g"
         );
         assert_eq!(demangle("_GLOBAL__sub_I__Z4leafi"), "_GLOBAL__sub_I_leaf");
+        assert_eq!(
+            demangle("_ZN4Json11writeStringB5cxx11ERKNS_8Factory_5ValueE"),
+            "Json::writeString"
+        );
         assert_eq!(
             demangle(
                 "_ZNSt6thread11_State_implINS_8_InvokerISt5tupleIJMNSt13__future_base17_Async_state_implINS1_IS2_IJPFiiEiEEEEiEEFvvEPS9_EEEEE6_M_runEv"
