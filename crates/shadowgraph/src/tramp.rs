@@ -534,8 +534,9 @@ pub(crate) const SITE_STUB_ID_FROM_RET: usize = 26;
 /// Offset of the data slot literal from the same.
 pub(crate) const SITE_STUB_DATA_FROM_RET: usize = 42;
 
-/// Offset of the site literal from a stub's return point.
-pub(crate) const SITE_STUB_SITE_FROM_RETURN: usize = 40 - SITE_STUB_RETURN;
+/// Offset of the site literal from a stub's return point (the call of
+/// ENTRY, whose return address the other offsets count from, is 6 bytes).
+pub(crate) const SITE_STUB_SITE_FROM_RETURN: usize = 6 + SITE_STUB_SITE_FROM_RET - SITE_STUB_RETURN;
 
 const MAX_STUB_BLOCKS: usize = 1024;
 
