@@ -516,6 +516,24 @@ fn timestamp_line(reps: usize) -> String {
 /// can (seen on AMD). Said beside the back-to-back cost so that a table's
 /// reader knows which of the two a traced call pays.
 fn tsc_in_flow_ns(reps: usize) -> f64 {
+    macro_rules! work {
+        () => {
+            concat!(
+                "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
+                "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
+                "mov [{b}], r8\nmov [{b} + 8], r9\n",
+                "mov [{b} + 16], r10\nmov [{b} + 24], r11\n",
+                "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
+                "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
+                "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
+                "mov [{b} + 32], r8\nmov [{b} + 40], r9\n",
+                "mov [{b} + 48], r10\nmov [{b} + 56], r11\n",
+                "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
+                "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
+                "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
+            )
+        };
+    }
     const N: u32 = 2_000_000;
     let mut out = [0u64; 9];
     let mut time = |tsc: bool| {
@@ -525,24 +543,6 @@ fn tsc_in_flow_ns(reps: usize) -> f64 {
                 .map(|_| {
                     let t = Instant::now();
                     for _ in 0..N {
-                        macro_rules! work {
-                            () => {
-                                concat!(
-                                    "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
-                                    "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
-                                    "mov [{b}], r8\nmov [{b} + 8], r9\n",
-                                    "mov [{b} + 16], r10\nmov [{b} + 24], r11\n",
-                                    "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
-                                    "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
-                                    "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
-                                    "mov [{b} + 32], r8\nmov [{b} + 40], r9\n",
-                                    "mov [{b} + 48], r10\nmov [{b} + 56], r11\n",
-                                    "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
-                                    "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
-                                    "add r8, 1\nadd r9, 1\nadd r10, 1\nadd r11, 1\n",
-                                )
-                            };
-                        }
                         if tsc {
                             // SAFETY: rdtsc and register arithmetic; the
                             // stores go to `out` (9 words), through `b`.
