@@ -11,6 +11,8 @@
 //!   function through the ftrace core and fgraph (return hijacking);
 //!   without it the agent does nothing.
 //! * `SHADOWGRAPH_OUT=FILE` — where the report goes at exit (else stderr).
+//! * `SHADOWGRAPH_STACK_BYTES=N` — each thread's shadow stack size (a power
+//!   of two, 4 KiB to 1 MiB; default 64 KiB).
 //!
 //! The agent also interposes `sigaction`/`signal` so that the program can
 //! never replace the patcher's SIGTRAP handler (its handler is chained
@@ -94,6 +96,17 @@ extern "C" fn agent_init() {
     // Returns come back through each site's stub, unless told to hijack
     // them (SHADOWGRAPH_NO_SITE_STUBS=1, to compare).
     shadowgraph::fgraph::set_site_stubs(std::env::var_os("SHADOWGRAPH_NO_SITE_STUBS").is_none());
+    // Every shadow stack's size, before the first is mapped.
+    if let Ok(v) = std::env::var("SHADOWGRAPH_STACK_BYTES") {
+        let set = v
+            .parse()
+            .map_err(|_| format!("SHADOWGRAPH_STACK_BYTES=`{v}` is not a number"))
+            .and_then(shadowgraph::fgraph::stack::set_stack_bytes);
+        if let Err(e) = set {
+            eprintln!("shadowgraph: {e}; the program runs untraced");
+            return;
+        }
+    }
     let result = match mode.as_str() {
         "count" => attach_counter(),
         "graph" => graph::attach(),

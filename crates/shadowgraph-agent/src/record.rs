@@ -600,6 +600,7 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
             info.set("write_error", e);
         }
         info.set("overrun", fgraph::total_overruns());
+        info.set("max_stack", fgraph::stack::max_frames());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));
         if !t.profile {

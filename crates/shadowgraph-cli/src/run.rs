@@ -133,8 +133,13 @@ pub struct RecordOptions {
     no_children: bool,
     /// Each thread's buffer (e.g. 512K, 4M; default 2M): a thread whose
     /// buffer is full waits for the writer, so a larger one smooths bursts.
-    #[arg(short = 'b', long = "buffer", value_name = "SIZE", value_parser = parse_size)]
+    #[arg(short = 'b', long = "buffer", value_name = "SIZE", value_parser = parse_buffer_size)]
     buffer: Option<u64>,
+    /// Trace calls nested up to DEPTH frames deep in each thread (default
+    /// 2047; at most 32767): sets the shadow stack's size. Deeper calls
+    /// run untraced, and are counted.
+    #[arg(long = "max-stack", value_name = "DEPTH", value_parser = parse_max_stack)]
+    max_stack: Option<u64>,
     /// Trace this library too (file name prefix); repeatable; implies
     /// --no-libs for the others.
     #[arg(long = "lib")]
@@ -146,6 +151,20 @@ pub struct RecordOptions {
     /// self time for `report` (its filter selects the functions profiled).
     #[arg(long = "tracer")]
     tracers: Vec<String>,
+}
+
+/// `--max-stack DEPTH`: the shadow stack size, in bytes, that holds DEPTH
+/// plain frames (4 words each) above the push margin.
+fn parse_max_stack(v: &str) -> Result<u64, String> {
+    use shadowgraph::fgraph::stack::{MAX_STACK_BYTES, MIN_STACK_BYTES};
+    let most = MAX_STACK_BYTES as u64 / 32 - 1;
+    match v.trim().parse::<u64>() {
+        Ok(d) if (1..=most).contains(&d) => Ok(((d + 1) * 32)
+            .next_power_of_two()
+            .max(MIN_STACK_BYTES as u64)),
+        Ok(_) => Err(format!("`{v}`: the depth must be between 1 and {most}")),
+        Err(_) => Err(format!("`{v}` is not a depth (a number of frames)")),
+    }
 }
 
 /// A `--tracer` specification.
@@ -178,8 +197,8 @@ pub fn parse_duration_ns(v: &str) -> Result<u64, String> {
     }
 }
 
-/// A size: bytes, or with K, M or G (powers of 1024); 64K to 1G.
-fn parse_size(v: &str) -> Result<u64, String> {
+/// A buffer size: bytes, or with K, M or G (powers of 1024); 64K to 1G.
+fn parse_buffer_size(v: &str) -> Result<u64, String> {
     let t = v.trim();
     let (num, scale) = match t.char_indices().last() {
         Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
@@ -311,6 +330,9 @@ impl RecordOptions {
         ];
         if let Some(b) = self.buffer {
             env.push(("SHADOWGRAPH_RING_BYTES".to_string(), b.to_string()));
+        }
+        if let Some(b) = self.max_stack {
+            env.push(("SHADOWGRAPH_STACK_BYTES".to_string(), b.to_string()));
         }
         if self.no_children {
             env.push(("SHADOWGRAPH_NO_CHILDREN".to_string(), "1".to_string()));

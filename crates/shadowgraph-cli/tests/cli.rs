@@ -1903,7 +1903,9 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
 
 /// Calls nested deeper than the shadow stack holds are not traced; the
 /// program is unharmed, the trace stays balanced, and `record` and the
-/// views say how many calls are missing.
+/// views say how many calls are missing and how to trace them. With
+/// `--max-stack` (the shadow stack's size, set at start-up) the depth
+/// traced follows it, on every recording path.
 #[test]
 fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
     let dir = workdir("deep");
@@ -1914,42 +1916,80 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
          __attribute__((noinline)) int rec(int n) { return n == 0 ? 0 : 1 + rec(n - 1); }\n\
          int main(void) { printf(\"%d\\n\", rec(3000)); return 0; }\n",
     );
-    let data = dir.join("deep.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libs", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(out.trim(), "3000");
-    let missing: u64 = err
-        .split_once("warning: ")
-        .and_then(|(_, r)| r.split_once(" calls were not traced"))
-        .and_then(|(n, _)| n.parse().ok())
-        .unwrap_or_else(|| panic!("no overrun warning: {err}"));
-    let o = shadowgraph()
-        .args(["replay", "-d"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    let (out, err) = text(&o);
-    assert!(
-        err.contains(&format!("{missing} calls were not traced")),
-        "{err}"
-    );
-    let traced = out.matches("rec() {").count() + out.matches("rec();").count();
-    assert_eq!(
-        out.matches("} /* rec */").count() + out.matches("rec();").count(),
-        traced
-    );
-    assert_eq!(
-        traced as u64 + missing,
-        3001,
-        "every call traced or counted"
-    );
+    // Calls of `rec` traced and not traced (counted), checking the replay.
+    let run = |env: &[(&str, &str)], opts: &[&str], name: &str| -> (u64, u64) {
+        let data = dir.join(format!("{name}.data"));
+        let mut all = vec!["--no-libs"];
+        all.extend_from_slice(opts);
+        let o = record_run(env, &all, &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{name}: {err}");
+        assert_eq!(out.trim(), "3000", "{name}");
+        let missing: u64 = err
+            .split_once("warning: ")
+            .and_then(|(_, r)| r.split_once(" calls were not traced"))
+            .map_or(0, |(n, _)| n.parse().unwrap());
+        let o = shadowgraph()
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        if missing > 0 {
+            assert!(
+                err.contains(&format!("{missing} calls were not traced"))
+                    && err.contains("record with a larger --max-stack"),
+                "{name}: {err}"
+            );
+        } else {
+            assert!(!err.contains("warning"), "{name}: {err}");
+        }
+        let traced = out.matches("rec() {").count() + out.matches("rec();").count();
+        assert_eq!(
+            out.matches("} /* rec */").count() + out.matches("rec();").count(),
+            traced,
+            "{name}"
+        );
+        assert_eq!(
+            traced as u64 + missing,
+            3001,
+            "{name}: every call traced or counted"
+        );
+        let info = view_text("info", &data);
+        assert!(info.contains("max stack depth"), "{name}: {info}");
+        (traced as u64, missing)
+    };
+    for (name, env) in [
+        ("fused", &[][..]),
+        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
+        ("hijacked", &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..]),
+    ] {
+        // The default: ~2,000 frames.
+        let (traced, missing) = run(env, &[], &format!("{name}-default"));
+        assert!(
+            (1900..2100).contains(&traced) && missing > 0,
+            "{name}: {traced}"
+        );
+        // Deep enough: every call.
+        let (traced, _) = run(env, &["--max-stack", "3100"], &format!("{name}-deep"));
+        assert_eq!(traced, 3001, "{name}");
+        // The smallest stack, 4 KiB: ~127 frames (main's among them).
+        let (traced, _) = run(env, &["--max-stack", "100"], &format!("{name}-small"));
+        assert!((100..128).contains(&traced), "{name}: {traced}");
+    }
+    for (bad, want) in [
+        ("0", "the depth must be between 1 and 32767"),
+        ("40000", "the depth must be between 1 and 32767"),
+        ("deep", "is not a depth"),
+    ] {
+        let o = shadowgraph()
+            .args(["record", "--max-stack", bad, "--"])
+            .arg(&exe)
+            .output()
+            .unwrap();
+        let (_, err) = text(&o);
+        assert!(!o.status.success() && err.contains(want), "{bad}: {err}");
+    }
 }
 
 /// Times are converted to nanoseconds as buffers are written out, between

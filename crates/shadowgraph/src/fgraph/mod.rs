@@ -238,7 +238,7 @@ impl GraphUser {
             let w = bytes.div_ceil(8);
             let cur = t.curr.get();
             let new = cur + w + 1;
-            if new >= stack::MAX_OFFSET {
+            if new >= stack::max_offset() {
                 t.reserve_fail.set(t.reserve_fail.get() + 1);
                 return None;
             }
@@ -789,7 +789,7 @@ std::arch::global_asm!(
     "inc r10",
     "4:",
     // Room for the frame, else the general way counts an overrun.
-    "cmp r8, {room_limit}",
+    "cmp r8, [rip + {room_limit}]",
     "jae 71f",
     // The recursion bit and errno, as `try_lock_at_rest` and ErrnoGuard.
     "mov dword ptr fs:[rcx + {l_rec}], {bit}",
@@ -1050,7 +1050,7 @@ std::arch::global_asm!(
     t_overrun = const offset_of!(ThreadState, overrun),
     u_frame_word = const offset_of!(GraphUser, frame_word),
     u_offer = const offset_of!(GraphUser, offer_word),
-    room_limit = const stack::MAX_OFFSET - 4,
+    room_limit = sym stack::FAST_PUSH_LIMIT,
     frame_words = const stack::FRAME_WORDS,
     bit = const 1u32 << (Group::Graph as u32),
     unbit = const !(1i32 << (Group::Graph as u32)),

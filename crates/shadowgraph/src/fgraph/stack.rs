@@ -1,7 +1,7 @@
 //! The per-thread shadow stack (SPEC §4.1–4.2): a series of 8-byte words
 //! holding frames `{ret, func, retp}`, a BITMAP word per frame, DATA words
-//! for reserved per-call data, and the users' thread variables in the top
-//! 16 words.
+//! for reserved per-call data; the users' thread variables lie just below
+//! its first word. Its size is set at start-up ([`set_stack_bytes`]).
 //!
 //! Every word carries the distance back to its frame's start in bits 0..9,
 //! so `word[curr-1]` always leads to the top frame — at every instruction,
@@ -12,15 +12,66 @@
 use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-/// Words per stack: 64 KiB, ~2,000 plain frames (uftrace keeps 1,024 by
-/// default; SPEC §4.1 suggests 16 KiB, ~500 frames, which recursive
-/// parsers and tree walks outgrow). Pages are touched only as deep as a
-/// thread goes (and the top one, for the thread variables).
-pub const WORDS: usize = 8192;
-/// Thread variables: one word per user slot, at the top of the stack.
+/// Bytes per stack unless set at start-up ([`set_stack_bytes`]): 64 KiB,
+/// ~2,000 plain frames (uftrace keeps 1,024 by default; SPEC §4.1 suggests
+/// 16 KiB, ~500 frames, which recursive parsers and tree walks outgrow).
+/// Pages are touched only as deep as a thread goes.
+pub const DEFAULT_STACK_BYTES: usize = 64 << 10;
+/// The sizes a stack may be given: powers of two in this range.
+pub const MIN_STACK_BYTES: usize = 4 << 10;
+pub const MAX_STACK_BYTES: usize = 1 << 20;
+/// Thread variables: one word per user slot, just below the stack's first
+/// word (at a fixed distance from it whatever the stack's size).
 pub const TASK_VARS: usize = 16;
-/// Frames and data never reach above this word.
-pub const MAX_OFFSET: usize = WORDS - (3 + 1 + TASK_VARS);
+/// Room a push needs above `curr`: the frame and its BITMAP word.
+const PUSH_ROOM: usize = 3 + 1;
+
+/// Words per stack, the same for every stack: set before the first is
+/// mapped, never changed after.
+static WORDS: AtomicUsize = AtomicUsize::new(DEFAULT_STACK_BYTES / 8);
+/// `curr` from which the assembly fast paths send a call the general way
+/// (which counts the overrun): the highest word a frame may use, less a
+/// margin. Read by them as a plain word, written with [`WORDS`].
+pub static FAST_PUSH_LIMIT: AtomicUsize = AtomicUsize::new(DEFAULT_STACK_BYTES / 8 - PUSH_ROOM - 4);
+
+/// Words per stack.
+#[inline]
+pub fn words() -> usize {
+    WORDS.load(Ordering::Relaxed)
+}
+
+/// Frames and data never reach this word.
+#[inline]
+pub fn max_offset() -> usize {
+    words() - PUSH_ROOM
+}
+
+/// Plain frames (no reserved data) a stack holds: the depth traced.
+pub fn max_frames() -> usize {
+    max_offset() / (FRAME_WORDS + 1)
+}
+
+/// Sets every shadow stack's size, in bytes: a power of two from 4 KiB to
+/// 1 MiB. Only before the first stack is mapped (before any graph user
+/// registers), since all stacks share it; setting the size in force is
+/// always accepted.
+pub fn set_stack_bytes(bytes: usize) -> Result<(), String> {
+    if !bytes.is_power_of_two() || !(MIN_STACK_BYTES..=MAX_STACK_BYTES).contains(&bytes) {
+        return Err(format!(
+            "shadow stack size {bytes} bytes: not a power of two from 4 KiB to 1 MiB"
+        ));
+    }
+    if bytes / 8 == words() {
+        return Ok(());
+    }
+    if ALL_COUNT.load(Ordering::Acquire) > 0 {
+        return Err("the shadow stack size can only be set before tracing starts".into());
+    }
+    WORDS.store(bytes / 8, Ordering::Relaxed);
+    FAST_PUSH_LIMIT.store(bytes / 8 - PUSH_ROOM - 4, Ordering::Relaxed);
+    Ok(())
+}
+
 /// Words of a frame before its BITMAP word.
 pub const FRAME_WORDS: usize = 3;
 
@@ -265,7 +316,7 @@ impl ThreadState {
     #[inline]
     pub fn push(&self, ret: usize, func: usize, retp: usize, depth: u16) -> Option<usize> {
         let cur = self.curr.get();
-        if cur + FRAME_WORDS + 1 >= MAX_OFFSET {
+        if cur + FRAME_WORDS + 1 >= max_offset() {
             self.overrun.set(self.overrun.get() + 1);
             OVERRUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return None;
@@ -332,14 +383,16 @@ impl ThreadState {
     #[inline]
     pub fn graves(&self) -> Option<&Graves> {
         let s = self.stack.get();
-        // SAFETY: a stack mapping holds the graves after its WORDS words,
-        // zero-valid, cleared when the stack is taken (clear_task_vars).
-        (!s.is_null()).then(|| unsafe { &*(s.add(WORDS) as *const Graves) })
+        // SAFETY: a stack mapping starts with the graves, HEAD_BYTES before
+        // its first word; zero-valid, cleared when the stack is taken
+        // (clear_task_vars).
+        (!s.is_null()).then(|| unsafe { graves_of(s) })
     }
 
     pub fn task_var(&self, slot: usize) -> *mut u64 {
-        // SAFETY: the task variables are the top 16 words of the stack.
-        unsafe { self.stack.get().add(WORDS - TASK_VARS + slot) }
+        // SAFETY: the task variables are the 16 words below the guard word
+        // that precedes the stack's first word, in the same mapping.
+        unsafe { self.stack.get().offset(TASK_VAR_BASE + slot as isize) }
     }
 }
 
@@ -356,25 +409,44 @@ static FREE_STACKS: [AtomicPtr<u64>; POOL] = [const { AtomicPtr::new(std::ptr::n
 /// Stacks in use or pooled (never unmapped).
 pub static STACKS_MAPPED: AtomicU64 = AtomicU64::new(0);
 
-/// Bytes of a stack mapping: a guard line, the words, then the graves.
-const STACK_BYTES: usize = GUARD_BYTES + WORDS * 8 + std::mem::size_of::<Graves>();
-/// Bytes before a stack's first word. Its last word (word −1) stays 0, so
-/// that the assembly reads "no frame below" there for an empty stack
-/// without testing `curr` first.
-const GUARD_BYTES: usize = 64;
+/// Bytes of a stack mapping before its first word: the graves, the task
+/// variables, and a guard word (word −1) that stays 0, so that the
+/// assembly reads "no frame below" there for an empty stack without
+/// testing `curr` first. A multiple of a cache line, so that frames are
+/// aligned as the mapping is.
+const HEAD_BYTES: usize =
+    (std::mem::size_of::<Graves>() + (TASK_VARS + 1) * 8).next_multiple_of(64);
+/// Word index of thread variable 0 from a stack's first word.
+pub const TASK_VAR_BASE: isize = -(TASK_VARS as isize + 1);
+
+/// Bytes of a stack mapping: the head, then the words.
+fn stack_bytes() -> usize {
+    HEAD_BYTES + words() * 8
+}
+
+/// The graves of the stack whose first word is at `s`.
+///
+/// # Safety
+/// `s` must be a stack's first word (from `map_stack`).
+unsafe fn graves_of<'a>(s: *mut u64) -> &'a Graves {
+    // SAFETY: per the contract, the mapping starts HEAD_BYTES before `s`
+    // with the graves.
+    unsafe { &*(s.cast::<u8>().sub(HEAD_BYTES) as *const Graves) }
+}
 
 fn map_stack() -> *mut u64 {
-    let Some(m) = crate::sys::map_anonymous(STACK_BYTES) else {
+    let bytes = stack_bytes();
+    let Some(m) = crate::sys::map_anonymous(bytes) else {
         return std::ptr::null_mut();
     };
-    // SAFETY: the mapping is STACK_BYTES long; the words start after the guard.
-    let p = unsafe { m.add(GUARD_BYTES) };
+    // SAFETY: the mapping is `bytes` long; the words start after the head.
+    let p = unsafe { m.add(HEAD_BYTES) };
     let i = ALL_COUNT.fetch_add(1, Ordering::AcqRel);
     if i >= ALL_MAX {
         // Not listable: give it back rather than miss a task-variable reset.
         ALL_COUNT.fetch_sub(1, Ordering::AcqRel);
         // SAFETY: m is the mapping just made, unused.
-        unsafe { libc::munmap(m.cast(), STACK_BYTES) };
+        unsafe { libc::munmap(m.cast(), bytes) };
         return std::ptr::null_mut();
     }
     ALL_STACKS[i].store(p as *mut u64, Ordering::Release);
@@ -389,8 +461,9 @@ pub fn zero_task_var_everywhere(slot: usize) {
     for s in &ALL_STACKS[..n] {
         let p = s.load(Ordering::Acquire);
         if !p.is_null() {
-            // SAFETY: listed stacks are never unmapped.
-            unsafe { p.add(WORDS - TASK_VARS + slot).write_volatile(0) };
+            // SAFETY: listed stacks are never unmapped; their task
+            // variables lie in their heads.
+            unsafe { p.offset(TASK_VAR_BASE + slot as isize).write_volatile(0) };
         }
     }
 }
@@ -445,12 +518,12 @@ pub fn release(s: *mut u64) {
 /// `s` must point to a whole stack mapping that no other thread uses.
 pub unsafe fn clear_task_vars(s: *mut u64) {
     for i in 0..TASK_VARS {
-        // SAFETY: per the contract, `s` points to WORDS writable words.
-        unsafe { s.add(WORDS - TASK_VARS + i).write_volatile(0) };
+        // SAFETY: per the contract, `s` is a stack's first word; its task
+        // variables lie in its head.
+        unsafe { s.offset(TASK_VAR_BASE + i as isize).write_volatile(0) };
     }
-    // SAFETY: the graves follow the words in the same mapping.
-    let g = unsafe { &*(s.add(WORDS) as *const Graves) };
-    g.clear();
+    // SAFETY: as above, `s` is a stack's first word.
+    unsafe { graves_of(s) }.clear();
 }
 
 #[cfg(test)]
@@ -464,6 +537,35 @@ mod tests {
             seq: [const { Cell::new(0) }; GRAVES],
             next_seq: Cell::new(0),
         })
+    }
+
+    #[test]
+    fn stack_size_is_checked_and_fixed_once_a_stack_exists() {
+        for bad in [0, 3000, 2048, 2 << 20, 6 << 10] {
+            assert!(set_stack_bytes(bad).is_err(), "{bad}");
+        }
+        let s = acquire();
+        assert!(!s.is_null());
+        let now = words() * 8;
+        assert_eq!(set_stack_bytes(now), Ok(()));
+        let other = if now == MAX_STACK_BYTES {
+            now / 2
+        } else {
+            now * 2
+        };
+        assert!(set_stack_bytes(other)
+            .unwrap_err()
+            .contains("before tracing starts"));
+        assert_eq!(words() * 8, now);
+        // The head lies below the words: task variables and graves are
+        // usable, and word −1 reads 0.
+        // SAFETY: `s` is a stack just taken, ours alone.
+        unsafe {
+            clear_task_vars(s);
+            assert_eq!(s.sub(1).read(), 0);
+            assert_eq!(s.offset(TASK_VAR_BASE).read(), 0);
+        }
+        release(s);
     }
 
     #[test]

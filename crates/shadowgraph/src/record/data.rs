@@ -125,8 +125,14 @@ impl DataDir {
             what.push(format!("{lost} records were lost while recording{why}"));
         }
         if overrun > 0 {
+            let held = self
+                .info
+                .get("max_stack")
+                .map(|n| format!("'s {n} frames"))
+                .unwrap_or_else(|| " holds".into());
             what.push(format!(
-                "{overrun} calls were not traced (nested deeper than the shadow stack holds)"
+                "{overrun} calls were not traced (nested deeper than the shadow stack{held}; \
+                 record with a larger --max-stack)"
             ));
         }
         (!what.is_empty()).then(|| {

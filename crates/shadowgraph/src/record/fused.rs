@@ -26,7 +26,7 @@
 use super::ring::{RingHeader, HEADER_BYTES};
 use super::writer;
 use crate::fgraph::filters::GraphFilter;
-use crate::fgraph::stack::{ThreadState, MAX_OFFSET};
+use crate::fgraph::stack::ThreadState;
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace::local::CoreLocal;
 use std::mem::offset_of;
@@ -379,7 +379,7 @@ macro_rules! fused_entry {
             "jae 83f\n",
             "6:\n",
             // Room for the frame, else the general way counts an overrun.
-            "cmp r8, {room_limit}\n",
+            "cmp r8, [rip + {room_limit}]\n",
             "jae 81f\n",
             // The frame {R, func | depth << 48, slot, RESERVED}, written whole
             // before curr publishes it and again after (a handler that ran in
@@ -687,7 +687,7 @@ std::arch::global_asm!(
     // full stack: the general way (this return address dropped first).
     "46:",
     "mov rcx, [rip + {tp_thread}]",
-    "cmp r8, {room_limit}",
+    "cmp r8, [rip + {room_limit}]",
     "jb 48f",
     "add rsp, 8",
     "jmp 81b",
@@ -792,7 +792,7 @@ std::arch::global_asm!(
     r_room_end = const offset_of!(RingHeader, room_end),
     r_reserve = const offset_of!(RingHeader, reserve),
     header = const HEADER_BYTES,
-    room_limit = const MAX_OFFSET - 4,
+    room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,
     entry_bits = const super::format::MAGIC << 3,
     // The users' bits (12..27) lie in the word's low half.
@@ -806,7 +806,7 @@ std::arch::global_asm!(
     f_len = const offset_of!(FusedFilter, len),
     f_functions = const offset_of!(FusedFilter, has_functions),
     f_max_depth = const offset_of!(FusedFilter, max_depth),
-    tv = const (crate::fgraph::stack::WORDS - crate::fgraph::stack::TASK_VARS) * 8,
+    tv = const crate::fgraph::stack::TASK_VAR_BASE * 8,
     notrace_bit = const crate::fgraph::filters::NOTRACE_BIT,
     in_graph_bit = const crate::fgraph::filters::IN_GRAPH_BIT,
     graph_depth_shift = const crate::fgraph::filters::GRAPH_DEPTH_SHIFT,

@@ -101,6 +101,9 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                 get("clock").unwrap_or("?")
             ),
         )?;
+        if let Some(n) = get("max_stack") {
+            line(out, "max stack depth", n)?;
+        }
         line(out, "stack overruns", get("overrun").unwrap_or("0"))?;
         let (steps, worst) = data.info.clock_steps_back();
         if steps > 0 {
