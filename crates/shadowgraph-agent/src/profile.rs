@@ -80,7 +80,7 @@ pub fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::R
     let id = row.map_or(u64::MAX, |(id, _)| u64::from(id));
     // SAFETY: 24 reserved, word-aligned bytes, ours until the call returns.
     unsafe {
-        p.write(clock::now());
+        p.write(clock::now_shared(fgraph::event_time()));
         p.add(1).write(0);
         p.add(2).write(id);
     }
@@ -108,7 +108,8 @@ fn row_of(inst: usize, id: ftrace::SiteId) -> Option<*mut Row> {
 }
 
 pub fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    let now = clock::now();
+    // The event's time, shared with the other tracers that see it.
+    let now = clock::now_shared(fgraph::event_time());
     let Some((p, _)) = u.retrieve() else {
         return;
     };

@@ -102,21 +102,23 @@ fn on_entry_plain(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace:
     if max > 0 && e.depth >= max as i32 {
         return false;
     }
-    writer::emit(
+    writer::emit_shared(
         u.private,
         Kind::Entry,
         e.depth.clamp(0, 1023) as u16,
         e.func as u64,
+        fgraph::event_time(),
     );
     true
 }
 
 fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    writer::emit(
+    writer::emit_shared(
         u.private,
         Kind::Exit,
         r.depth.clamp(0, 1023) as u16,
         r.func as u64,
+        fgraph::event_time(),
     );
 }
 
@@ -151,7 +153,13 @@ fn entry<const TIMED: bool>(
         // waiting callers (time order).
         release_callers(u, depth);
     }
-    writer::emit(u.private, Kind::Entry, depth, e.func as u64);
+    writer::emit_shared(
+        u.private,
+        Kind::Entry,
+        depth,
+        e.func as u64,
+        fgraph::event_time(),
+    );
     true
 }
 
@@ -256,7 +264,13 @@ fn exit<const TIMED: bool>(
             }
         }
     }
-    writer::emit(u.private, Kind::Exit, depth, r.func as u64);
+    writer::emit_shared(
+        u.private,
+        Kind::Exit,
+        depth,
+        r.func as u64,
+        fgraph::event_time(),
+    );
 }
 
 fn filter_set(pats: &str) -> Result<Option<Arc<ftrace::FilterSet>>, String> {
@@ -432,7 +446,8 @@ pub fn attach() -> Result<(), String> {
         Some(shm) if follow => start_session(&top, shm, started_by_exec)?,
         _ => top,
     };
-    clock::init();
+    // SHADOWGRAPH_CLOCK=mono: CLOCK_MONOTONIC even where the TSC would do.
+    clock::init_with(std::env::var("SHADOWGRAPH_CLOCK").as_deref() != Ok("mono"));
     let (raw0, ns0) = clock::Calibration::point();
     RAW0.store(raw0, Ordering::Relaxed);
     NS0.store(ns0, Ordering::Relaxed);
@@ -476,12 +491,13 @@ pub fn attach() -> Result<(), String> {
             continue;
         }
         writer::start(i, &d, shm.as_deref()).map_err(|e| format!("{}: {e}", d.display()))?;
-        // A lone tracer limited by depth alone (`-D`) is plain too: its
-        // entry declines calls too deep, and nothing else is looked at.
-        let plain = alone
-            && filter.functions.is_none()
-            && filter.notrace.is_none()
-            && filter.threads.is_none();
+        // A tracer limited by depth alone (`-D`) is plain too: its entry
+        // declines calls too deep, and nothing else is looked at. Its own
+        // nesting is fgraph's: it accepts every call above its limit, so
+        // every frame below one it accepts is its own, whatever other
+        // tracers keep.
+        let plain =
+            filter.functions.is_none() && filter.notrace.is_none() && filter.threads.is_none();
         let max_depth = filter.max_depth;
         let filter = (!plain).then_some(filter);
         let min_ticks = (time_ns as f64 * ticks_per_ns) as u64;
@@ -496,8 +512,10 @@ pub fn attach() -> Result<(), String> {
                 i,
             );
             // Its callbacks only emit the two records: the fused path may
-            // stand in for them (SHADOWGRAPH_NO_FUSED=1: never, to compare).
-            if std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none()
+            // stand in for them when it is alone (SHADOWGRAPH_NO_FUSED=1:
+            // never, to compare).
+            if alone
+                && std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none()
                 && shadowgraph::record::fused::attach(&u, i, max_depth)
             {
                 FUSED.store(true, Ordering::Relaxed);
@@ -576,7 +594,7 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
         info.set("pid", std::process::id());
         info.set(
             "clock",
-            if clock::tsc_invariant() {
+            if clock::uses_tsc() {
                 "tsc"
             } else {
                 "monotonic"

@@ -140,6 +140,12 @@ pub struct RecordOptions {
     /// run untraced, and are counted.
     #[arg(long = "max-stack", value_name = "DEPTH", value_parser = parse_max_stack)]
     max_stack: Option<u64>,
+    /// The clock timestamps are read from: `tsc` (the default: the
+    /// processor's time-stamp counter, converted to CLOCK_MONOTONIC
+    /// nanoseconds, if it runs at a constant rate; else mono) or `mono`
+    /// (CLOCK_MONOTONIC for each timestamp: slower, no conversion).
+    #[arg(long, value_name = "CLOCK", value_parser = ["tsc", "mono"])]
+    clock: Option<String>,
     /// Trace this library too (file name prefix); repeatable; implies
     /// --no-libs for the others.
     #[arg(long = "lib")]
@@ -330,6 +336,9 @@ impl RecordOptions {
         ];
         if let Some(b) = self.buffer {
             env.push(("SHADOWGRAPH_RING_BYTES".to_string(), b.to_string()));
+        }
+        if self.clock.as_deref() == Some("mono") {
+            env.push(("SHADOWGRAPH_CLOCK".to_string(), "mono".to_string()));
         }
         if let Some(b) = self.max_stack {
             env.push(("SHADOWGRAPH_STACK_BYTES".to_string(), b.to_string()));

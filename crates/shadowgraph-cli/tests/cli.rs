@@ -3257,6 +3257,69 @@ fn handlers_record_inside_records(fused: bool, filter: &[&str]) {
     assert_eq!(rows["fib"].2, fib_calls + 3 * alarms, "{rows:?}");
 }
 
+/// Several tracers recording the same call share its entry's and its
+/// return's timestamps (one clock read per event, not one per tracer):
+/// with CLOCK_MONOTONIC (whose values the recording keeps as they are) two
+/// unfiltered tracers write the same files. Signal handlers that record
+/// between the tracers' callbacks make the later ones read the clock
+/// again: each tracer's records stay in time order.
+#[test]
+fn tracers_share_each_events_time_and_stay_in_time_order_under_signals() {
+    let dir = workdir("sharedtime");
+    let exe = build_c(
+        &dir,
+        "fibs",
+        "#include <stdio.h>\n\
+         #define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+         int main(void) { printf(\"%d\\n\", fib(20)); return 0; }\n",
+    );
+    let data = dir.join("two.data");
+    let opts = [
+        "--clock", "mono", "-b", "64M", "--tracer", "a", "--tracer", "b",
+    ];
+    let o = record_run(&[], &opts, &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success() && out.trim() == "6765", "{out}\n{err}");
+    let d = shadowgraph::record::data::DataDir::open(&data.join("a")).unwrap();
+    assert_eq!(d.info.get("clock"), Some("monotonic"));
+    let tid = d.tids[0];
+    let a = std::fs::read(data.join(format!("a/{tid}.dat"))).unwrap();
+    let b = std::fs::read(data.join(format!("b/{tid}.dat"))).unwrap();
+    assert_eq!(a.len(), 16 * 2 * (21891 + 1), "fib(20) and main");
+    assert!(a == b, "the two tracers' records differ");
+
+    let exe = build_c(&dir, "sigring", SIGRING_C);
+    for clock in ["mono", "tsc"] {
+        let data = dir.join(format!("sig-{clock}.data"));
+        let opts = [
+            "--clock", clock, "-b", "64K", "--tracer", "a", "--tracer", "b",
+        ];
+        let o = record_run(&[], &opts, &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        assert_eq!(err.matches("(0 lost)").count(), 2, "{err}");
+        let mut it = out.split_whitespace().map(|v| v.parse::<u64>().unwrap());
+        let (alarms, fib_calls) = (it.next().unwrap(), it.next().unwrap());
+        for t in ["a", "b"] {
+            let rows = report_rows(&report_text(&data.join(t)));
+            assert_eq!(rows["on_alarm"].2, alarms, "{clock} {t}: {rows:?}");
+            assert_eq!(
+                rows["fib"].2,
+                fib_calls + 3 * alarms,
+                "{clock} {t}: {rows:?}"
+            );
+            let d = shadowgraph::record::data::DataDir::open(&data.join(t)).unwrap();
+            for &tid in &d.tids {
+                in_time_order(&d, tid).unwrap_or_else(|e| panic!("{clock} {t}: {e}"));
+                if clock == "mono" {
+                    assert_eq!(d.info.clock_steps_back().0, 0, "{clock} {t}");
+                }
+            }
+        }
+    }
+}
+
 /// A program that becomes another by exec in the recorded process itself:
 /// the session's exit status is the program's (the process `record` waits
 /// for), and `record` exits with it.

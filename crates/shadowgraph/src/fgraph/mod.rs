@@ -1216,6 +1216,7 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
     } else {
         let site = site_id(ip);
         let mut occupied = OCCUPIED.load(Ordering::Acquire);
+        t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
         while occupied != 0 {
             let i = occupied.trailing_zeros() as usize;
             occupied &= occupied - 1;
@@ -1229,6 +1230,7 @@ fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Regs) {
                 bits |= 1 << i;
             }
         }
+        t.event_time.store(0, Ordering::Relaxed);
     }
     if bits == 0 {
         t.curr.set(b - stack::FRAME_WORDS);
@@ -1501,6 +1503,7 @@ fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
         let users = stack::bitmap_users(w);
         let epoch = stack::bitmap_epoch(w);
         let mut bits = users;
+        t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
         while bits != 0 {
             let i = bits.trailing_zeros() as usize;
             bits &= bits - 1;
@@ -1512,10 +1515,19 @@ fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
                 (u.ret)(&ev, u, r);
             }
         }
+        t.event_time.store(0, Ordering::Relaxed);
         unlock(bit);
     }
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
+}
+
+/// This thread's shared event time word ([`ThreadState::event_time`]):
+/// tracers whose callbacks would each read the clock for the same event
+/// may take one time through it (`record::writer::emit_shared`).
+#[inline(always)]
+pub fn event_time() -> &'static std::sync::atomic::AtomicU64 {
+    &thread().event_time
 }
 
 #[cold]

@@ -169,7 +169,19 @@ pub struct ThreadState {
     pub reserved_once: Cell<bool>,
     /// Reservations refused for lack of room.
     pub reserve_fail: Cell<u64>,
+    /// One timestamp for the callbacks of the event being offered to
+    /// several users: [`EVENT_OPEN`] while such an event's callbacks run
+    /// and none took a time yet, then the time the first one took (set
+    /// with one `cmpxchg` from `EVENT_OPEN`), 0 otherwise. Every such
+    /// event ends by setting 0, so a signal handler's event that ran in
+    /// between leaves 0: a time taken before it is never shared after it
+    /// (it would precede the handler's records).
+    pub event_time: std::sync::atomic::AtomicU64,
 }
+
+/// [`ThreadState::event_time`] of an event whose callbacks have taken no
+/// time yet.
+pub const EVENT_OPEN: u64 = 1;
 
 /// Frames popped as unwound, with their return slot and real return
 /// address. A frame looks skipped when a call below it on the shadow stack

@@ -16,9 +16,15 @@ pub fn tsc_invariant() -> bool {
     std::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
 }
 
-/// Chooses the clock for this process (call once before recording).
+/// Chooses the clock for this process (call once before recording): the
+/// TSC if invariant. Returns whether it is the TSC.
 pub fn init() -> bool {
-    let tsc = tsc_invariant();
+    init_with(true)
+}
+
+/// [`init`], or CLOCK_MONOTONIC whatever the TSC (`prefer_tsc` false).
+pub fn init_with(prefer_tsc: bool) -> bool {
+    let tsc = prefer_tsc && tsc_invariant();
     USE_TSC.store(tsc, Ordering::Relaxed);
     tsc
 }
@@ -47,6 +53,28 @@ pub fn now() -> u64 {
     } else {
         monotonic_ns()
     }
+}
+
+/// [`now`] for an event several tracers' callbacks see (a call's entry or
+/// return offered to each): the time the first of them took, through
+/// `shared` (fgraph's event time word, `fgraph::event_time`), or a fresh
+/// one when no time may be shared — no event open, or a signal handler's
+/// traced call ran since the time was taken (its event left the word 0).
+/// Async-signal-safe.
+#[inline]
+pub fn now_shared(shared: &std::sync::atomic::AtomicU64) -> u64 {
+    use crate::fgraph::stack::EVENT_OPEN;
+    let w = shared.load(Ordering::Relaxed);
+    if w > EVENT_OPEN {
+        return w;
+    }
+    let t = now();
+    if w == EVENT_OPEN {
+        // Kept only if no handler's event came since the load (one
+        // instruction, which no signal splits).
+        super::ring::exchange_local(shared, w, t);
+    }
+    t
 }
 
 /// Two (raw, ns) points, for converting raw timestamps to nanoseconds.

@@ -206,6 +206,28 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
     }
 }
 
+/// [`emit`] for one of several tracers recording the same event (a call's
+/// entry or return offered to each): the record's time is the event's,
+/// read once for all of them through `shared` ([`clock::now_shared`]). It
+/// is read again when a signal handler's traced call ran since it was
+/// taken: the handler's records, newer, may sit in this ring before ours.
+/// A handler that lands after the time is read and claims a slot in this
+/// ring makes our claim retry, and the retry reads the word again.
+#[inline]
+pub fn emit_shared(inst: usize, kind: Kind, depth: u16, addr: u64, shared: &AtomicU64) {
+    let Some(r) = my_ring(inst, kind, depth) else {
+        return;
+    };
+    let from = depth_from(depth);
+    if let Some(c) = r
+        .claim_at(|| clock::now_shared(shared), kind, from)
+        .or_else(|| make_room(inst, r, clock::now, kind, from))
+    {
+        r.write(c.slot, c.time, kind, c.depth, addr);
+        r.publish(&c);
+    }
+}
+
 /// [`emit`] with a timestamp taken earlier (the entry of a call kept by a
 /// time filter, written once its duration is known). The caller keeps the
 /// thread's records in time order.
