@@ -44,7 +44,7 @@ pub enum Which {
     /// --toggle-collect=loop_target` (deterministic, unlike time).
     Ir {
         /// none | ops | list2 | direct | graph-decline | graph | graph2 |
-        /// graph16 | record | record-general; `MODE-tail`: MODE on
+        /// graph16 | record | record-general | record2; `MODE-tail`: MODE on
         /// `loop_tail` (a traced function tail-calling `target`; count
         /// with --toggle-collect=loop_tail)
         mode: String,
@@ -63,7 +63,7 @@ pub enum Which {
     },
     /// (For `bench fgraph`, in a process of its own: the recording path is
     /// chosen once per process.) ns per call recorded into memory, `record`
-    /// (fused) or `record-general` (callbacks).
+    /// (fused), `record-general` (callbacks) or `record2` (two recorders).
     #[command(hide = true)]
     MemoryRecord {
         mode: String,
@@ -836,6 +836,7 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
             "record in memory, callbacks (general path)",
             "record-general",
         ),
+        ("record in memory, 2 recorders (general path)", "record2"),
     ] {
         rows.push((label.into(), memory_record_in_child(mode, calls, reps)?));
     }
@@ -863,27 +864,63 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
 }
 
 /// Records of this process go to rings in its memory, drained by their
-/// thread into `dir` (none inside a loop of up to `calls` calls).
-fn start_memory_recording(dir: &Path, calls: i64) -> Result<(), String> {
+/// thread into `dir` (none inside a loop of up to `calls` calls), for
+/// `instances` recorders (the others into subdirectories).
+fn start_memory_recording(dir: &Path, calls: i64, instances: usize) -> Result<(), String> {
     use shadowgraph::record::writer;
     shadowgraph::record::clock::init();
     writer::set_ring_bytes((calls as u64 * 2 * 16 + (1 << 20)).next_power_of_two());
-    writer::start(0, dir, None).map_err(|e| e.to_string())
+    for i in 0..instances {
+        let d = if i == 0 {
+            dir.to_owned()
+        } else {
+            dir.join(i.to_string())
+        };
+        writer::start(i, &d, None).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The recorders of bench mode `mode` (`record`: fused; `record-general`:
+/// through fgraph's callbacks; `record2`: two of those), registered.
+fn memory_recorders(
+    mode: &str,
+    dir: &Path,
+    calls: i64,
+    filter: impl Fn() -> Result<Arc<ftrace::FilterSet>, String>,
+) -> Result<Vec<Arc<fgraph::GraphUser>>, String> {
+    let n = if mode == "record2" { 2 } else { 1 };
+    start_memory_recording(dir, calls, n)?;
+    (0..n)
+        .map(|i| {
+            let u = recorder_of(filter()?, mode == "record", i)?;
+            fgraph::register_graph(&u).map_err(|e| e.to_string())?;
+            Ok(u)
+        })
+        .collect()
 }
 
 /// The plain recorder (instance 0): an entry and an exit record per call,
 /// by callbacks, or by the fused path in assembly when `fused`.
-fn recorder(filter: Arc<ftrace::FilterSet>, fused: bool) -> Result<Arc<fgraph::GraphUser>, String> {
+/// Several (instance `inst`, not fused) share each call's timestamps, as
+/// the agent's recorders do.
+fn recorder_of(
+    filter: Arc<ftrace::FilterSet>,
+    fused: bool,
+    inst: usize,
+) -> Result<Arc<fgraph::GraphUser>, String> {
     use shadowgraph::record::{format::Kind, writer};
     fn entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
-        writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
+        let t = fgraph::event_time();
+        writer::emit_shared(u.private, Kind::Entry, e.depth as u16, e.func as u64, t);
         true
     }
     fn ret(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-        writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
+        let t = fgraph::event_time();
+        writer::emit_shared(u.private, Kind::Exit, r.depth as u16, r.func as u64, t);
     }
-    let u = fgraph::GraphUser::new(entry, ret, filter, 0);
-    if fused && !shadowgraph::record::fused::attach(&u, 0, 0) {
+    let u = fgraph::GraphUser::new(entry, ret, filter, inst);
+    if fused && !shadowgraph::record::fused::attach(&u, inst, 0) {
         return Err("the fused path needs the TSC clock".into());
     }
     Ok(u)
@@ -908,18 +945,19 @@ fn memory_record_in_child(mode: &str, calls: i64, reps: usize) -> Result<f64, St
 }
 
 /// ns per call of the bench loop recorded into memory by the fused path
-/// (`record`) or the callbacks (`record-general`): the thread's ring,
-/// big enough for one loop, is written out between loops (untimed), to a
-/// directory in /dev/shm removed afterwards.
+/// (`record`), the callbacks (`record-general`) or two recorders'
+/// callbacks (`record2`): the thread's rings, big enough for one loop, are
+/// written out between loops (untimed), to a directory in /dev/shm removed
+/// afterwards.
 fn memory_record_ns(mode: &str, calls: i64, reps: usize) -> Result<f64, String> {
-    let fused = match mode {
-        "record" => true,
-        "record-general" => false,
-        other => return Err(format!("unknown mode `{other}` (record or record-general)")),
-    };
+    if !["record", "record-general", "record2"].contains(&mode) {
+        return Err(format!(
+            "unknown mode `{mode}` (record, record-general or record2)"
+        ));
+    }
     fgraph::set_site_stubs(std::env::var_os("SHADOWGRAPH_NO_SITE_STUBS").is_none());
     let (_, loop_target, _lib) = load_dispatch_lib()?;
-    let filter = ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string())?;
+    let filter = || ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string());
     let shm = Path::new("/dev/shm");
     let dir = if shm.is_dir() {
         shm.to_owned()
@@ -927,9 +965,7 @@ fn memory_record_ns(mode: &str, calls: i64, reps: usize) -> Result<f64, String> 
         std::env::temp_dir()
     }
     .join(format!("shadowgraph-bench-memory-{}", std::process::id()));
-    start_memory_recording(&dir, calls)?;
-    let u = recorder(filter, fused)?;
-    fgraph::register_graph(&u).map_err(|e| e.to_string())?;
+    let _users = memory_recorders(mode, &dir, calls, filter)?;
     let ns = ns_per_recorded_call(loop_target, calls, reps);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(ns)
@@ -995,14 +1031,12 @@ fn bench_ir(mode: &str, calls: i64) -> Result<ExitCode, String> {
                 keep_users.push(u);
             }
         }
-        "record" | "record-general" => {
+        "record" | "record-general" | "record2" => {
             // The plain recorder into a ring of this process big enough for
-            // the whole loop (no drain inside it), fused unless told not.
+            // the whole loop (no drain inside it), fused unless told not;
+            // or two of them.
             let dir = std::env::temp_dir().join(format!("shadowgraph-ir-{}", std::process::id()));
-            start_memory_recording(&dir, calls)?;
-            let u = recorder(filter()?, mode == "record")?;
-            fgraph::register_graph(&u).map_err(|e| e.to_string())?;
-            keep_users.push(u);
+            keep_users.extend(memory_recorders(mode, &dir, calls, filter)?);
             keep_dir = Some(dir);
         }
         other => return Err(format!("unknown mode `{other}`")),

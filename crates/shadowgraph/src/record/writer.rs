@@ -136,8 +136,11 @@ crate::fast_thread_local!(
     static MINE: [Cell<*mut u8>; MAX_INSTANCES];
 );
 /// This thread's brackets were abandoned (see `Ring::recover_abandoned`):
-/// so were the record writes they held, in any of its rings.
+/// so were the record writes they held, in any of its rings, and the event
+/// whose time tracers shared (its word would otherwise keep that time for
+/// callbacks outside any event: with a sole user left, forever).
 fn recover_abandoned() {
+    crate::fgraph::event_time().store(0, Ordering::Relaxed);
     for m in MINE.iter() {
         let b = m.get();
         if !b.is_null() {
@@ -213,7 +216,7 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
 /// taken: the handler's records, newer, may sit in this ring before ours.
 /// A handler that lands after the time is read and claims a slot in this
 /// ring makes our claim retry, and the retry reads the word again.
-#[inline]
+#[inline(always)]
 pub fn emit_shared(inst: usize, kind: Kind, depth: u16, addr: u64, shared: &AtomicU64) {
     let Some(r) = my_ring(inst, kind, depth) else {
         return;
