@@ -72,6 +72,16 @@ const ENTRY_WRITTEN: u64 = 1 << 63;
 /// passes over it (its exit was decided: writing its entry then would leave
 /// an entry without an exit).
 const ENTRY_DROPPED: u64 = 1 << 62;
+/// The word while the entry callback reads the clock: a signal handler that
+/// lands then (often: `rdtsc` is slow, and a signal waits for it to finish)
+/// and records, writes this call's entry first, at the entry time of its
+/// own outermost call, and marks it written; the callback's time, older
+/// than the handler's records, is then not kept. (A word still 0 belongs to
+/// a call whose callback has not begun to time it: its time will be later
+/// than the handler's records, and the handler passes over it.)
+const ENTRY_TIMING: u64 = 1 << 61;
+/// The flag bits of the word; the rest is a time.
+const ENTRY_FLAGS: u64 = ENTRY_WRITTEN | ENTRY_DROPPED | ENTRY_TIMING;
 
 // The callbacks, in two builds: TIMED for tracers with a time filter, so
 // that the others pay nothing for it.
@@ -146,12 +156,16 @@ fn entry<const TIMED: bool>(
         if let Some(w) = word {
             // SAFETY: 8 reserved, word-aligned bytes, ours until the call
             // returns.
-            unsafe { w.write(clock::now() & !(ENTRY_WRITTEN | ENTRY_DROPPED)) };
+            let w = unsafe { &*(w as *const AtomicU64) };
+            // By one exchange from ENTRY_TIMING: not if a handler wrote
+            // the entry meanwhile.
+            w.store(ENTRY_TIMING, Ordering::Relaxed);
+            ring::exchange_local(w, ENTRY_TIMING, clock::now() & !ENTRY_FLAGS);
             return true;
         }
         // No room on the shadow stack: recorded now, unfiltered, after its
         // waiting callers (time order).
-        release_callers(u, depth);
+        release_callers(u, depth, clock::now() & !ENTRY_FLAGS);
     }
     writer::emit_shared(
         u.private,
@@ -184,25 +198,25 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
         // and released this call (its entry is written) gets its exit.
         return !ring::exchange_local(me, entry, entry | ENTRY_DROPPED);
     }
-    release_callers(u, depth);
-    // Taken by one exchange: a handler releasing its callers meanwhile
-    // (this frame among them) writes the entry instead, once.
-    if take_entry(me, entry) {
-        writer::emit_at(u.private, entry, Kind::Entry, depth, func as u64);
-    }
+    release_callers(u, depth, entry);
+    // A handler releasing its callers meanwhile (this frame among them)
+    // writes the entry instead, once, before its own records.
+    writer::emit_pending_entry(
+        u.private,
+        me,
+        entry,
+        entry,
+        entry | ENTRY_WRITTEN,
+        depth,
+        func as u64,
+    );
     true
 }
 
-/// Marks a pending entry written, unless a signal handler did first: only
-/// the one that marks it writes it. (The thread's own words: an exchange
-/// that a signal cannot split, without a bus lock.)
-fn take_entry(w: &AtomicU64, time: u64) -> bool {
-    ring::exchange_local(w, time, time | ENTRY_WRITTEN)
-}
-
 /// Writes the waiting entries of the callers of the call at `depth` whose
-/// callback runs (from its entry or its exit), outermost first.
-fn release_callers(u: &fgraph::GraphUser, depth: u16) {
+/// callback runs (from its entry or its exit), outermost first. `inner` is
+/// that call's entry time.
+fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64) {
     // Pending ancestors: the frames holding our word below the nearest
     // written one (frames without it, silent under a filter, are passed
     // over). The j-th of them is recorded at depth - j.
@@ -212,12 +226,17 @@ fn release_callers(u: &fgraph::GraphUser, depth: u16) {
         if let Some((q, _)) = u.retrieve_ancestor(k) {
             // SAFETY: our word in an ancestor frame, live below ours,
             // 8-aligned.
-            let w = unsafe { &*(q as *const AtomicU64) }.load(Ordering::Relaxed);
-            if w & ENTRY_WRITTEN != 0 {
+            let word = unsafe { &*(q as *const AtomicU64) };
+            let w = word.load(Ordering::Relaxed);
+            // Written, or (we are a signal handler) being written by the
+            // code we interrupted, its slot claimed before ours.
+            if w & ENTRY_WRITTEN != 0 || writer::pending_entry_state(u.private, word) == Some(true)
+            {
                 break;
             }
-            // 0: the call's entry callback has not timed it yet (a handler
-            // landed in it): not pending either.
+            // 0: the call's entry callback has not begun to time it (we
+            // are a handler that landed in it): not pending; ENTRY_TIMING:
+            // pending, timed by us.
             if w != 0 && w & ENTRY_DROPPED == 0 {
                 outermost = k;
                 pending += 1;
@@ -228,15 +247,33 @@ fn release_callers(u: &fgraph::GraphUser, depth: u16) {
         if let Some((q, _, f)) = u.retrieve_ancestor_call(k) {
             // SAFETY: as above, 8-aligned.
             let w = unsafe { &*(q as *const AtomicU64) };
-            let time = w.load(Ordering::Relaxed);
-            if time == 0 || time & ENTRY_DROPPED != 0 {
+            let was = w.load(Ordering::Relaxed);
+            if was == 0 || was & ENTRY_DROPPED != 0 {
                 continue;
             }
             let d = depth.saturating_sub(pending);
             pending -= 1;
+            // Being timed (we are a handler that interrupted its entry
+            // callback): the entry time of its nearest timed descendant
+            // (ours, if none between), which follows everything in the
+            // ring and precedes our records.
+            let time = if was == ENTRY_TIMING {
+                (1..k)
+                    .rev()
+                    .filter_map(|j| u.retrieve_ancestor(j))
+                    .map(|(q, _)| {
+                        // SAFETY: as above, 8-aligned.
+                        unsafe { &*(q as *const AtomicU64) }.load(Ordering::Relaxed)
+                    })
+                    .find(|&t| t != 0 && t & (ENTRY_DROPPED | ENTRY_TIMING) == 0)
+                    .map_or(inner, |t| t & !ENTRY_FLAGS)
+            } else {
+                was
+            };
             // A handler that interrupted this loop may have written it.
-            if time & ENTRY_WRITTEN == 0 && take_entry(w, time) {
-                writer::emit_at(u.private, time, Kind::Entry, d, f as u64);
+            if was & ENTRY_WRITTEN == 0 {
+                let done = time | ENTRY_WRITTEN;
+                writer::emit_pending_entry(u.private, w, was, time, done, d, f as u64);
             }
         }
     }

@@ -171,25 +171,45 @@ fn in_time_order(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result<(),
 fn signal_handlers_inside_a_time_filtered_record_leave_every_entry_its_exit() {
     let dir = workdir("sigtime");
     let exe = build_c(&dir, "sigring", SIGRING_C);
-    let data = dir.join("t.data");
-    let o = record_run(&[], &["-t", "200ns"], &data, &exe, &[]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
-    assert!(err.contains("(0 lost)"), "{err}");
-    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
-    use shadowgraph::record::format::Kind;
-    for &tid in &d.tids {
-        let recs = d.records(tid).unwrap();
-        let mut open: HashMap<u64, i64> = HashMap::new();
-        for r in &recs {
-            match r.kind {
-                Kind::Entry => *open.entry(r.addr).or_default() += 1,
-                Kind::Exit => *open.entry(r.addr).or_default() -= 1,
-                _ => {}
+    // With CLOCK_MONOTONIC, which never steps back, also in exact time
+    // order: a handler that lands while an entry waiting for its call's
+    // duration is being written, or while the entry callback stores its
+    // time (the clock read, slow, delays the signal to just after it),
+    // writes that entry before its own records (hundreds of records stepped
+    // back in every run before).
+    for clock in ["tsc", "mono"] {
+        let data = dir.join(format!("t-{clock}.data"));
+        let o = record_run(&[], &["-t", "200ns", "--clock", clock], &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        assert!(err.contains("(0 lost)"), "{err}");
+        let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+        use shadowgraph::record::format::Kind;
+        for &tid in &d.tids {
+            let recs = d.records(tid).unwrap();
+            let mut open: HashMap<u64, i64> = HashMap::new();
+            for r in &recs {
+                match r.kind {
+                    Kind::Entry => *open.entry(r.addr).or_default() += 1,
+                    Kind::Exit => *open.entry(r.addr).or_default() -= 1,
+                    _ => {}
+                }
+            }
+            assert!(
+                open.values().all(|&n| n == 0),
+                "{clock}: thread {tid}: {open:x?}"
+            );
+            assert!(
+                recs.len() > 1000,
+                "{clock}: thread {tid}: {} records",
+                recs.len()
+            );
+            in_time_order(&d, tid).unwrap_or_else(|e| panic!("{clock}: {e}"));
+            depths_follow_the_records(&d, tid).unwrap_or_else(|e| panic!("{clock}: {e}"));
+            if clock == "mono" {
+                assert_eq!(d.info.clock_steps_back(), (0, 0), "{clock}");
             }
         }
-        assert!(open.values().all(|&n| n == 0), "thread {tid}: {open:x?}");
-        assert!(recs.len() > 1000, "thread {tid}: {} records", recs.len());
     }
 }
 

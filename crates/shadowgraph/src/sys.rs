@@ -107,6 +107,52 @@ pub fn gettid() -> i32 {
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
+/// Blocks every signal a handler could run for asynchronously (the
+/// synchronous ones a fault or a trap raises stay deliverable: blocked,
+/// they would kill the process); returns the mask to restore with
+/// [`restore_signals`]. Raw system calls: the agent interposes the libc
+/// functions. Async-signal-safe.
+pub fn block_async_signals() -> u64 {
+    let sync = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ]
+    .iter()
+    .fold(0u64, |m, &s| m | 1 << (s - 1));
+    let block: u64 = !sync;
+    let mut old: u64 = 0;
+    // SAFETY: the kernel's sigset is 8 bytes here; both pointers are valid.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            &block as *const u64,
+            &mut old as *mut u64,
+            8usize,
+        )
+    };
+    old
+}
+
+/// Restores the signal mask [`block_async_signals`] returned.
+/// Async-signal-safe.
+pub fn restore_signals(old: u64) {
+    // SAFETY: as in block_async_signals.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &old as *const u64,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        )
+    };
+}
+
 /// Sends `sig` to thread `tid` of this process. Async-signal-safe.
 pub fn tgkill(tid: i32, sig: i32) -> io::Result<()> {
     // SAFETY: plain system call; a stale tid yields ESRCH.

@@ -33,6 +33,7 @@
 
 use super::clock::{self, Calibration};
 use super::format::{encode, Kind};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The ring layout's version: a writer and an agent from different builds
@@ -197,6 +198,32 @@ pub fn exchange_local(a: &AtomicU64, old: u64, new: u64) -> bool {
     prev == old
 }
 
+/// [`Ring::claim_announced`]'s announcement while it reads `reserve`.
+pub const UNSURE: u64 = u64::MAX;
+
+/// The record was written by a signal handler ([`Ring::claim_announced`]).
+#[derive(Debug)]
+pub struct Taken;
+
+/// The `reserve` word after claiming a slot for a `kind` record from `c`,
+/// and the record's depth: the caller's or the ring's ([`Depth`]).
+#[inline(always)]
+fn next_reserve(c: u64, kind: Kind, from: Depth) -> (u64, u16) {
+    let d = match from {
+        Depth::Given(d) => d,
+        Depth::Follow => (c & DEPTH_MASK) as u16,
+    };
+    // 16-bit arithmetic, as the assembly's: the slot never borrows or
+    // carries from the depth.
+    let (next, depth) = match (kind, from) {
+        (Kind::Entry, _) => (d.wrapping_add(1), d),
+        (Kind::Exit, Depth::Given(_)) => (d, d),
+        (Kind::Exit, Depth::Follow) => (d.saturating_sub(1), d.saturating_sub(1)),
+        _ => ((c & DEPTH_MASK) as u16, d),
+    };
+    (((c >> SLOT_SHIFT) + 1) << SLOT_SHIFT | next as u64, depth)
+}
+
 impl Ring {
     /// Initialises a ring in `base` (zeroed memory of `ring_bytes(cap)`).
     ///
@@ -321,19 +348,7 @@ impl Ring {
                 return None;
             }
             let t = time();
-            let d = match from {
-                Depth::Given(d) => d,
-                Depth::Follow => (c & DEPTH_MASK) as u16,
-            };
-            // 16-bit arithmetic, as the assembly's: the slot never borrows
-            // or carries from the depth.
-            let (next, depth) = match (kind, from) {
-                (Kind::Entry, _) => (d.wrapping_add(1), d),
-                (Kind::Exit, Depth::Given(_)) => (d, d),
-                (Kind::Exit, Depth::Follow) => (d.saturating_sub(1), d.saturating_sub(1)),
-                _ => ((c & DEPTH_MASK) as u16, d),
-            };
-            let n = ((c >> SLOT_SHIFT) + 1) << SLOT_SHIFT | next as u64;
+            let (n, depth) = next_reserve(c, kind, from);
             if exchange_local(&h.reserve, c, n) {
                 return Some(Claim {
                     reserve: c,
@@ -343,6 +358,63 @@ impl Ring {
                 });
             }
         }
+    }
+
+    /// [`Ring::claim_at`] for a record timed earlier (`time`: a call's
+    /// entry, written once the call proved long enough) that a signal
+    /// handler may write in our stead: it must come before the records of
+    /// any handler that lands before our claim, older as it is. Before
+    /// each attempt `announce` holds the `reserve` value the claim starts
+    /// from ([`UNSURE`] while it is being read): a handler that finds
+    /// `reserve` still there (or the announcement unsure) knows the record
+    /// is not claimed, writes it itself before its own, and `pending()`
+    /// turns false here ([`Taken`]). `Ok(None)`: no room.
+    #[inline]
+    pub fn claim_announced(
+        &self,
+        time: u64,
+        kind: Kind,
+        from: Depth,
+        announce: &Cell<u64>,
+        pending: impl Fn() -> bool,
+    ) -> Result<Option<Claim>, Taken> {
+        let h = self.header();
+        loop {
+            announce.set(UNSURE);
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            let c = h.reserve.load(Ordering::Relaxed);
+            announce.set(c);
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            // A handler that came since the announcement was unsure, and
+            // recorded here, wrote our record first.
+            if !pending() {
+                return Err(Taken);
+            }
+            if h.reserve.load(Ordering::Relaxed) != c {
+                continue;
+            }
+            if c >= h.room_end.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            // From the announced value only: a handler that lands before
+            // the exchange makes it fail, and the next round finds the
+            // record written.
+            let (n, depth) = next_reserve(c, kind, from);
+            if exchange_local(&h.reserve, c, n) {
+                return Ok(Some(Claim {
+                    reserve: c,
+                    slot: c >> SLOT_SHIFT,
+                    time,
+                    depth,
+                }));
+            }
+        }
+    }
+
+    /// The `reserve` word, for [`Ring::claim_announced`]'s handlers.
+    #[inline]
+    pub fn reserve_now(&self) -> u64 {
+        self.header().reserve.load(Ordering::Relaxed)
     }
 
     /// Re-reads `tail` (the consumer moved it?); returns whether there is

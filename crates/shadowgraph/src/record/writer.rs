@@ -249,6 +249,107 @@ pub fn emit_at(inst: usize, time: u64, kind: Kind, depth: u16, addr: u64) {
     }
 }
 
+/// The entry record this thread is writing, outside any signal handler
+/// that interrupted our code, for a call timed earlier: its pending word
+/// (0: none), its instance, and the `reserve` value its claim starts from
+/// (`Ring::claim_announced`). A handler that lands meanwhile learns from
+/// it whether the record is already claimed (it then comes before the
+/// handler's) or is for the handler to write first.
+struct Announcement {
+    word: Cell<usize>,
+    inst: Cell<usize>,
+    at: Cell<u64>,
+}
+
+crate::fast_thread_local!(
+    static ANNOUNCED: Announcement;
+);
+
+/// Writes the entry record of a call timed earlier, at `time`, whose
+/// `word` holds `pending` until the record is written and then `done`;
+/// false if it was not ours to write (`word` had changed: a signal handler
+/// wrote it). A signal handler that lands at any point finds the record
+/// written before its own records or writes it first itself
+/// ([`pending_entry_state`]), so the ring stays in time order; handlers
+/// use the plain protocol for their own (mark `word`, then [`emit_at`]).
+pub fn emit_pending_entry(
+    inst: usize,
+    word: &AtomicU64,
+    pending: u64,
+    time: u64,
+    done: u64,
+    depth: u16,
+    addr: u64,
+) -> bool {
+    let nested = crate::ftrace::quiesce::bracket_depth() > 1;
+    if nested {
+        if !super::ring::exchange_local(word, pending, done) {
+            return false;
+        }
+        emit_at(inst, time, Kind::Entry, depth, addr);
+        return true;
+    }
+    // Announced before the ring is looked up: a handler that lands while
+    // it is being made writes the record (into a ring of its own making).
+    let a = &*ANNOUNCED;
+    a.inst.set(inst);
+    a.at.set(super::ring::UNSURE);
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    a.word.set(word as *const AtomicU64 as usize);
+    let Some(r) = my_ring(inst, Kind::Entry, depth) else {
+        a.word.set(0);
+        return false;
+    };
+    let still = || word.load(Ordering::Relaxed) == pending;
+    let from = Depth::Given(depth);
+    let attempt = || match r.claim_announced(time, Kind::Entry, from, &a.at, still) {
+        Ok(Some(c)) => Some(Some(c)),
+        Ok(None) => None,
+        Err(_) => Some(None),
+    };
+    let claimed = match attempt() {
+        Some(c) => c,
+        None => wait_for_room(inst, r, || if r.refresh() { attempt() } else { None }).flatten(),
+    };
+    let mine = match claimed {
+        Some(c) => {
+            r.write(c.slot, c.time, Kind::Entry, c.depth, addr);
+            r.publish(&c);
+            // Nobody else writes it now: a handler finds it claimed.
+            word.store(done, Ordering::Relaxed);
+            true
+        }
+        // Lost (counted) if still ours: nobody is to write it later, with a
+        // time older than what follows.
+        None => super::ring::exchange_local(word, pending, done),
+    };
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    a.word.set(0);
+    mine
+}
+
+/// For a signal handler that interrupted our code and found `word` (a
+/// call's pending entry, instance `inst`) not written: `Some(true)` if the
+/// code it interrupted has claimed the record's slot (the record comes
+/// before the handler's: treat it as written), `Some(false)` if that code
+/// announced it but has not claimed it (the handler writes it), `None` if
+/// nobody is writing it.
+pub fn pending_entry_state(inst: usize, word: &AtomicU64) -> Option<bool> {
+    let a = &*ANNOUNCED;
+    if a.word.get() != word as *const AtomicU64 as usize || a.inst.get() != inst {
+        return None;
+    }
+    let at = a.at.get();
+    let b = MINE[inst].get();
+    if b.is_null() {
+        return Some(false); // no ring yet: nothing claimed
+    }
+    // SAFETY: this thread's ring, made by `create`; only its exit step
+    // unmaps it, after taking it out of MINE.
+    let r = unsafe { Ring::from_base(b) };
+    Some(at != super::ring::UNSURE && r.reserve_now() != at)
+}
+
 /// The caller's depth, unless this record is written by a signal handler
 /// that interrupted our own code (two brackets deep): the ring's then.
 #[inline(always)]
@@ -272,7 +373,15 @@ fn my_ring(inst: usize, kind: Kind, depth: u16) -> Option<Ring> {
         } else {
             depth
         };
-        b = create(inst, open);
+        // Made with signals blocked: a handler that made a ring of its
+        // own meanwhile would leave the thread two, which reach the file
+        // out of order. (One that came before the mask made it: MINE.)
+        let mask = crate::sys::block_async_signals();
+        b = MINE[inst].get();
+        if b.is_null() {
+            b = create(inst, open);
+        }
+        crate::sys::restore_signals(mask);
         if b.is_null() {
             LOST[inst].fetch_add(1, Ordering::Relaxed);
             return None;
@@ -295,16 +404,22 @@ fn make_room(
     kind: Kind,
     from: Depth,
 ) -> Option<Claim> {
-    let room = |r: &Ring| {
+    let room = || {
         if r.refresh() {
             r.claim_at(&time, kind, from)
         } else {
             None
         }
     };
-    if let Some(c) = room(&r) {
-        return Some(c);
-    }
+    room().or_else(|| wait_for_room(inst, r, room))
+}
+
+/// The ring is full: drains it ourselves (local mode) or waits for the
+/// writer until `attempt` (which refreshes the ring's room) succeeds; None
+/// (a record counted as lost) when it never does.
+#[cold]
+#[inline(never)]
+fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Option<T>) -> Option<T> {
     let fd = RINGS[MINE_SLOT[inst].get() - 1].fd.load(Ordering::Relaxed);
     if fd >= 0 {
         drain_local(inst, r, fd);
@@ -312,7 +427,7 @@ fn make_room(
         let start = clock::monotonic_ns();
         WAITS.fetch_add(1, Ordering::Relaxed);
         loop {
-            if let Some(c) = room(&r) {
+            if let Some(c) = attempt() {
                 WAITED_NS.fetch_add(clock::monotonic_ns() - start, Ordering::Relaxed);
                 return Some(c);
             }
@@ -328,7 +443,7 @@ fn make_room(
             unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
         }
     }
-    let c = room(&r);
+    let c = attempt();
     if c.is_none() {
         r.drop_record();
     }
