@@ -26,6 +26,7 @@ use shadowgraph::tramp::SiteCounter;
 use std::io::Write;
 use std::sync::OnceLock;
 
+mod control;
 mod graph;
 mod interpose;
 mod profile;

@@ -581,8 +581,17 @@ pub fn attach() -> Result<(), String> {
         });
     }
     let tracers = TRACERS.get_or_init(|| tracers);
+    // `--disable`: paused before any site is patched.
+    let users: Vec<Arc<fgraph::GraphUser>> = tracers.iter().map(|t| t.user.clone()).collect();
+    let control = crate::control::fifos().filter(|_| !started_by_exec);
+    if control.is_some() && std::env::var_os("SHADOWGRAPH_DISABLED").is_some() {
+        crate::control::set_paused(&users, true)?;
+    }
     for t in tracers {
         fgraph::register_graph(&t.user).map_err(|e| e.to_string())?;
+    }
+    if let Some((ctl, ack)) = control {
+        crate::control::start(users, ctl, ack)?;
     }
     crate::graph::ON.store(true, Ordering::Release);
     // Metadata now, with the estimated clock rate, in case the program never
@@ -655,6 +664,17 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
             info.set("write_error", e);
         }
         info.set("overrun", fgraph::total_overruns());
+        if crate::control::fifos().is_some() {
+            use crate::control::{DISABLES, ENABLES};
+            info.set(
+                "control",
+                format!(
+                    "{} disables, {} enables",
+                    DISABLES.load(Ordering::Relaxed),
+                    ENABLES.load(Ordering::Relaxed)
+                ),
+            );
+        }
         info.set("max_stack", fgraph::stack::max_frames());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));

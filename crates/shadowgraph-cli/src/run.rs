@@ -146,6 +146,15 @@ pub struct RecordOptions {
     /// (CLOCK_MONOTONIC for each timestamp: slower, no conversion).
     #[arg(long, value_name = "CLOCK", value_parser = ["tsc", "mono"])]
     clock: Option<String>,
+    /// Switch tracing off and on while the program runs: commands
+    /// `disable` and `enable`, one per line, written to the FIFO CTL (made
+    /// with mkfifo); after each takes effect, `ack` is written to the FIFO
+    /// ACK if given. Disabled, the program's functions run unpatched.
+    #[arg(long, value_name = "CTL[,ACK]")]
+    control: Option<String>,
+    /// Start with tracing disabled (enable it through --control).
+    #[arg(long)]
+    disable: bool,
     /// Trace this library too (file name prefix); repeatable; implies
     /// --no-libs for the others.
     #[arg(long = "lib")]
@@ -336,6 +345,37 @@ impl RecordOptions {
         ];
         if let Some(b) = self.buffer {
             env.push(("SHADOWGRAPH_RING_BYTES".to_string(), b.to_string()));
+        }
+        if self.disable && self.control.is_none() {
+            return Err("--disable needs --control, to enable tracing later".into());
+        }
+        if let Some(c) = &self.control {
+            for p in c.split(',') {
+                use std::os::unix::fs::FileTypeExt;
+                match std::fs::metadata(p) {
+                    Ok(m) if m.file_type().is_fifo() => {}
+                    Ok(_) => {
+                        return Err(format!("--control {p}: not a FIFO (make one with mkfifo)"))
+                    }
+                    Err(e) => return Err(format!("--control {p}: {e} (make it with mkfifo)")),
+                }
+            }
+            if c.split(',').count() > 2 {
+                return Err(format!("--control {c}: CTL or CTL,ACK"));
+            }
+            // Absolute: the program may change directory before the
+            // agent opens them.
+            let abs: Vec<String> = c
+                .split(',')
+                .map(|p| {
+                    std::path::absolute(p)
+                        .map_or_else(|_| p.to_string(), |a| a.display().to_string())
+                })
+                .collect();
+            env.push(("SHADOWGRAPH_CONTROL".to_string(), abs.join(",")));
+            if self.disable {
+                env.push(("SHADOWGRAPH_DISABLED".to_string(), "1".to_string()));
+            }
         }
         if self.clock.as_deref() == Some("mono") {
             env.push(("SHADOWGRAPH_CLOCK".to_string(), "mono".to_string()));

@@ -4030,3 +4030,228 @@ fn threads_coming_and_going_under_signals_keep_every_call() {
     assert_eq!(rows["leaf"].2, 4 * 150 * 1000, "{rows:?}");
     assert!(rows["in_handler"].2 > 0, "{rows:?}");
 }
+
+/// Makes a FIFO at `p`.
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {p:?}"
+    );
+}
+
+/// `record --control CTL,ACK`: writes `cmd` to CTL and waits for its ack.
+struct Control {
+    ctl: PathBuf,
+    ack: std::io::BufReader<std::fs::File>,
+}
+
+impl Control {
+    fn new(dir: &Path) -> (Control, String) {
+        let (ctl, ack) = (dir.join("ctl"), dir.join("ack"));
+        let _ = std::fs::remove_file(&ctl);
+        let _ = std::fs::remove_file(&ack);
+        mkfifo(&ctl);
+        mkfifo(&ack);
+        // Read-write: opening never blocks, whoever comes first.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&ack)
+            .unwrap();
+        let arg = format!("{},{}", ctl.display(), ack.display());
+        (
+            Control {
+                ctl,
+                ack: std::io::BufReader::new(f),
+            },
+            arg,
+        )
+    }
+
+    fn send(&mut self, cmd: &str) {
+        use std::io::{BufRead, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.ctl)
+            .unwrap();
+        writeln!(f, "{cmd}").unwrap();
+        let mut line = String::new();
+        self.ack.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ack", "{cmd}");
+    }
+}
+
+/// `record --control` switches tracing off and on while the program runs:
+/// only the calls made while it is on are recorded (with the calls under
+/// way when it goes off: their exits), and `--disable` starts it off.
+#[test]
+fn tracing_switched_off_and_on_while_the_program_runs() {
+    use std::io::{BufRead, Write};
+    let dir = workdir("control");
+    let exe = build_c(
+        &dir,
+        "onoff",
+        "#include <stdio.h>\n\
+         #define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int a(int x) { return x + 1; }\n\
+         KEEP int b(int x) { return a(x) * 2; }\n\
+         KEEP int c(int x) { return x - 1; }\n\
+         int main(void) { char line[64]; int s = a(1);\n\
+           puts(\"p0\"); fflush(stdout); if (!fgets(line, sizeof line, stdin)) return 1;\n\
+           s += b(2) + b(3);\n\
+           puts(\"p1\"); fflush(stdout); if (!fgets(line, sizeof line, stdin)) return 1;\n\
+           s += c(4); printf(\"%d\\n\", s); return 0; }\n",
+    );
+    let (mut control, arg) = Control::new(&dir);
+    for fused in [true, false] {
+        let data = dir.join(format!("ctl-{fused}.data"));
+        let mut child = shadowgraph()
+            .envs(path_env(fused).iter().copied())
+            .args(["record", "--control", &arg, "--disable", "-d"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        if line.trim() != "p0" {
+            let o = child.wait_with_output().unwrap();
+            panic!("fused {fused}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        control.send("enable");
+        writeln!(stdin, "go").unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "p1");
+        control.send("disable");
+        writeln!(stdin, "go").unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let body = replay_body(&replay_text(&data));
+        assert_eq!(
+            body,
+            [
+                "b() {",
+                "  a();",
+                "} /* b */",
+                "b() {",
+                "  a();",
+                "} /* b */"
+            ],
+            "fused: {fused}"
+        );
+        let info = view_text("info", &data);
+        assert!(info.contains("1 disables, 1 enables"), "{info}");
+    }
+    let o = shadowgraph()
+        .args(["record", "--disable", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).1.contains("--disable needs --control"));
+    let o = shadowgraph()
+        .args(["record", "--control"])
+        .arg(dir.join("nothing"))
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && text(&o).1.contains("mkfifo"),
+        "{}",
+        text(&o).1
+    );
+}
+
+/// Switching tracing off and on 60 times while four threads call traced
+/// functions (the sites patched and unpatched under them): no crash, and
+/// every thread's records are balanced, nested and in time order.
+#[test]
+fn switching_tracing_while_threads_run_keeps_every_record_whole() {
+    let dir = workdir("control-stress");
+    let exe = build_c(
+        &dir,
+        "spin",
+        "#include <pthread.h>\n#include <stdio.h>\n\
+         #define KEEP __attribute__((noinline, noipa))\n\
+         static volatile int stop;\n\
+         KEEP int leaf(int x) { return x ^ 1; }\n\
+         KEEP int mid(int x) { return leaf(x) + leaf(x + 1); }\n\
+         KEEP void *worker(void *p) { long n = 0; while (!stop) n += mid((int)n); return (void *)n; }\n\
+         int main(void) { pthread_t t[4]; char line[8];\n\
+           for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, worker, 0);\n\
+           puts(\"running\"); fflush(stdout);\n\
+           if (!fgets(line, sizeof line, stdin)) return 1; stop = 1;\n\
+           for (int i = 0; i < 4; i++) pthread_join(t[i], 0);\n\
+           puts(\"done\"); return 0; }\n",
+    );
+    let (mut control, arg) = Control::new(&dir);
+    for (fused, env) in [
+        ("fused", &[][..]),
+        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
+        ("hijacked", &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..]),
+    ] {
+        use std::io::{BufRead, Write};
+        let data = dir.join(format!("spin-{fused}.data"));
+        let mut child = shadowgraph()
+            .envs(env.iter().copied())
+            .args(["record", "--control", &arg, "-b", "256K", "-d"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "running");
+        for _ in 0..30 {
+            control.send("disable");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            control.send("enable");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        writeln!(stdin, "stop").unwrap();
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "fused {fused}: {err}");
+        let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+        let mut records = 0;
+        for &tid in &d.tids {
+            in_time_order(&d, tid).unwrap();
+            depths_follow_the_records(&d, tid).unwrap();
+            use shadowgraph::record::format::Kind;
+            let mut open: HashMap<u64, i64> = HashMap::new();
+            let recs = d.records(tid).unwrap();
+            records += recs.len();
+            for r in &recs {
+                match r.kind {
+                    Kind::Entry => *open.entry(r.addr).or_default() += 1,
+                    Kind::Exit => *open.entry(r.addr).or_default() -= 1,
+                    _ => {}
+                }
+            }
+            // Every recorded call's exit too: a call under way when
+            // tracing went off still returned to its tracer.
+            assert!(
+                open.values().all(|&n| n == 0),
+                "fused {fused}: thread {tid}: {open:x?}"
+            );
+        }
+        assert!(records > 10_000, "fused {fused}: {records} records");
+        assert!(view_text("info", &data).contains("30 disables, 30 enables"));
+    }
+}

@@ -370,6 +370,23 @@ fn notrace_append_remove_and_reset() {
     ftrace::set_filter(ops.filter(), FilterEdit::Reset).unwrap();
     (f.run_all)(2);
     assert_eq!(p.take(), expect(2, |s| !glob("lock_*", s)));
+    // Paused: nothing (the sites back to nops), the patterns kept, edits
+    // taken meanwhile; resumed: what the patterns select.
+    ftrace::set_paused(ops.filter(), true).unwrap();
+    invariants();
+    (f.run_all)(2);
+    assert_eq!(p.take(), expect(2, |_| false), "paused");
+    ftrace::set_notrace(ops.filter(), FilterEdit::Append(&["sched_*"])).unwrap();
+    (f.run_all)(2);
+    assert_eq!(p.take(), expect(2, |_| false), "still paused");
+    ftrace::set_paused(ops.filter(), false).unwrap();
+    invariants();
+    (f.run_all)(2);
+    assert_eq!(
+        p.take(),
+        expect(2, |s| !glob("lock_*", s) && !glob("sched_*", s))
+    );
+    ftrace::set_notrace(ops.filter(), FilterEdit::Remove("sched_*")).unwrap();
     // Bad patterns change nothing.
     assert!(ftrace::set_filter(ops.filter(), FilterEdit::Set(&["no_such_fn*"])).is_err());
     assert!(ftrace::set_filter(ops.filter(), FilterEdit::Set(&["/bad(/"])).is_err());

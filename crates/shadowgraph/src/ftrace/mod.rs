@@ -265,6 +265,8 @@ enum FilterSpec {
     Patterns {
         filter: Option<Vec<Pattern>>,
         notrace: Vec<Pattern>,
+        /// Selects nothing for now, its patterns kept ([`set_paused`]).
+        paused: bool,
     },
     /// A manager's: computed from its subops.
     Computed,
@@ -278,6 +280,7 @@ impl FilterSet {
             spec: Mutex::new(FilterSpec::Patterns {
                 filter: None,
                 notrace: Vec::new(),
+                paused: false,
             }),
         })
     }
@@ -289,6 +292,7 @@ impl FilterSet {
         *lock(&fs.spec) = FilterSpec::Patterns {
             filter: Some(parse_all(filter)?),
             notrace: parse_all(notrace)?,
+            paused: false,
         };
         let mut c = lock_core();
         let pair = c.resolve(&lock(&fs.spec))?;
@@ -725,11 +729,12 @@ pub fn set_notrace(fs: &Arc<FilterSet>, edit: FilterEdit<'_>) -> Result<(), Core
 }
 
 fn edit_filter(fs: &Arc<FilterSet>, edit: FilterEdit<'_>, notrace: bool) -> Result<(), CoreError> {
-    let mut c = lock_core();
+    let c = lock_core();
     let old_spec = lock(&fs.spec).clone();
     let FilterSpec::Patterns {
         filter,
         notrace: nt,
+        paused,
     } = &old_spec
     else {
         return Err(CoreError::Invalid(
@@ -760,13 +765,51 @@ fn edit_filter(fs: &Arc<FilterSet>, edit: FilterEdit<'_>, notrace: bool) -> Resu
         FilterSpec::Patterns {
             filter: filter.clone(),
             notrace: list.unwrap_or_default(),
+            paused: *paused,
         }
     } else {
         FilterSpec::Patterns {
             filter: list,
             notrace: nt.clone(),
+            paused: *paused,
         }
     };
+    apply_spec(c, fs, old_spec, new_spec)
+}
+
+/// Pauses (`true`) or resumes what `fs` selects, for every ops and graph
+/// user sharing it: paused, it selects no function (their sites go back
+/// to nops unless another ops wants them: no cost), its patterns kept for
+/// when it resumes (and resolved again as objects load meanwhile). Calls
+/// under way are unaffected: their returns still reach the graph users
+/// that took them. Live: other threads run through the sites meanwhile.
+pub fn set_paused(fs: &Arc<FilterSet>, paused: bool) -> Result<(), CoreError> {
+    let c = lock_core();
+    let old_spec = lock(&fs.spec).clone();
+    let FilterSpec::Patterns {
+        filter, notrace, ..
+    } = &old_spec
+    else {
+        return Err(CoreError::Invalid(
+            "a manager's filter is computed from its subops".into(),
+        ));
+    };
+    let new_spec = FilterSpec::Patterns {
+        filter: filter.clone(),
+        notrace: notrace.clone(),
+        paused,
+    };
+    apply_spec(c, fs, old_spec, new_spec)
+}
+
+/// Makes `new_spec` the spec of `fs` and patches the sites it and the
+/// managers sharing it change; on failure `old_spec` stays.
+fn apply_spec(
+    mut c: MutexGuard<'static, Core>,
+    fs: &Arc<FilterSet>,
+    old_spec: FilterSpec,
+    new_spec: FilterSpec,
+) -> Result<(), CoreError> {
     let pair = c.resolve(&new_spec)?;
     *lock(&fs.spec) = new_spec;
     let n = c.sites.len();
@@ -984,9 +1027,20 @@ impl Core {
     }
 
     fn resolve(&self, spec: &FilterSpec) -> Result<FilterPair, FilterError> {
-        let FilterSpec::Patterns { filter, notrace } = spec else {
+        let FilterSpec::Patterns {
+            filter,
+            notrace,
+            paused,
+        } = spec
+        else {
             return Ok(FilterPair::default());
         };
+        if *paused {
+            return Ok(FilterPair {
+                filter: Filter::Set(SiteSet::default()),
+                notrace: SiteSet::default(),
+            });
+        }
         let names = self.names();
         Ok(FilterPair {
             filter: match filter {

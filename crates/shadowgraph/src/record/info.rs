@@ -105,6 +105,9 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
             line(out, "max stack depth", n)?;
         }
         line(out, "stack overruns", get("overrun").unwrap_or("0"))?;
+        if let Some(c) = get("control") {
+            line(out, "control commands", c)?;
+        }
         let (steps, worst) = data.info.clock_steps_back();
         if steps > 0 {
             line(
