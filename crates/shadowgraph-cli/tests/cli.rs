@@ -82,18 +82,21 @@ fn record_run_in(
     exe: &Path,
     args: &[&Path],
 ) -> Output {
-    shadowgraph()
-        .current_dir(cwd)
-        .envs(env.iter().copied())
+    let mut c = record_command(env, opts, data, exe);
+    c.current_dir(cwd).args(args).output().unwrap()
+}
+
+/// `shadowgraph record OPTS -d DATA -- EXE` with `env`.
+fn record_command(env: &[(&str, &str)], opts: &[&str], data: &Path, exe: &Path) -> Command {
+    let mut c = shadowgraph();
+    c.envs(env.iter().copied())
         .arg("record")
         .args(opts)
         .arg("-d")
         .arg(data)
         .arg("--")
-        .arg(exe)
-        .args(args)
-        .output()
-        .unwrap()
+        .arg(exe);
+    c
 }
 
 /// `shadowgraph VIEW -d DATA`'s output.
@@ -117,6 +120,35 @@ fn uftrace_view(view: &str, data: &Path) -> Option<String> {
 /// `shadowgraph report -d DATA`'s output.
 fn report_text(data: &Path) -> String {
     view_text("report", data)
+}
+
+/// `shadowgraph record OPTS -- EXE` fails with a message holding `want`.
+fn record_refuses(opts: &[&str], exe: &Path, want: &str) {
+    let o = shadowgraph()
+        .arg("record")
+        .args(opts)
+        .arg("--")
+        .arg(exe)
+        .output()
+        .unwrap();
+    let err = text(&o).1;
+    assert!(!o.status.success() && err.contains(want), "{opts:?}: {err}");
+}
+
+/// `shadowgraph record` started with `env` and `opts`, the program's stdin
+/// and stdout piped to the test.
+fn spawn_record(
+    env: &[(&str, &str)],
+    opts: &[&str],
+    data: &Path,
+    exe: &Path,
+) -> std::process::Child {
+    record_command(env, opts, data, exe)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// `shadowgraph replay -d DATA`'s output.
@@ -184,32 +216,38 @@ fn signal_handlers_inside_a_time_filtered_record_leave_every_entry_its_exit() {
         assert!(o.status.success(), "{out}\n{err}");
         assert!(err.contains("(0 lost)"), "{err}");
         let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
-        use shadowgraph::record::format::Kind;
         for &tid in &d.tids {
-            let recs = d.records(tid).unwrap();
-            let mut open: HashMap<u64, i64> = HashMap::new();
-            for r in &recs {
-                match r.kind {
-                    Kind::Entry => *open.entry(r.addr).or_default() += 1,
-                    Kind::Exit => *open.entry(r.addr).or_default() -= 1,
-                    _ => {}
-                }
-            }
-            assert!(
-                open.values().all(|&n| n == 0),
-                "{clock}: thread {tid}: {open:x?}"
-            );
-            assert!(
-                recs.len() > 1000,
-                "{clock}: thread {tid}: {} records",
-                recs.len()
-            );
+            let n = every_call_closes(&d, tid).unwrap_or_else(|e| panic!("{clock}: {e}"));
+            assert!(n > 1000, "{clock}: thread {tid}: {n} records");
             in_time_order(&d, tid).unwrap_or_else(|e| panic!("{clock}: {e}"));
             depths_follow_the_records(&d, tid).unwrap_or_else(|e| panic!("{clock}: {e}"));
             if clock == "mono" {
                 assert_eq!(d.info.clock_steps_back(), (0, 0), "{clock}");
             }
         }
+    }
+}
+
+/// Whether each function's entries and exits on thread `tid` are as many;
+/// the thread's record count.
+fn every_call_closes(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result<usize, String> {
+    use shadowgraph::record::format::Kind;
+    let recs = d.records(tid).map_err(|e| e.to_string())?;
+    let mut open: HashMap<u64, i64> = HashMap::new();
+    for r in &recs {
+        match r.kind {
+            Kind::Entry => *open.entry(r.addr).or_default() += 1,
+            Kind::Exit => *open.entry(r.addr).or_default() -= 1,
+            _ => {}
+        }
+    }
+    open.retain(|_, n| *n != 0);
+    if open.is_empty() {
+        Ok(recs.len())
+    } else {
+        Err(format!(
+            "thread {tid}: entries - exits by function {open:x?}"
+        ))
     }
 }
 
@@ -1313,26 +1351,8 @@ fn several_tracers_record_at_once_as_if_alone() {
             "tracer {name}"
         );
     }
-    let o = shadowgraph()
-        .args(["record", "-F", "mid", "--tracer", "x", "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        !o.status.success() && text(&o).1.contains("inside each tracer"),
-        "{}",
-        text(&o).1
-    );
-    let o = shadowgraph()
-        .args(["record", "--tracer", "x:color=red", "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        !o.status.success() && text(&o).1.contains("unknown key"),
-        "{}",
-        text(&o).1
-    );
+    record_refuses(&["-F", "mid", "--tracer", "x"], &exe, "inside each tracer");
+    record_refuses(&["--tracer", "x:color=red"], &exe, "unknown key");
 }
 
 #[test]
@@ -2273,12 +2293,11 @@ fn the_profile_tracer_matches_the_recording_of_the_same_run() {
             "{e}"
         );
     }
-    let o = shadowgraph()
-        .args(["record", "--tracer", "profile:depth=2", "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(!o.status.success() && text(&o).1.contains("a profile takes filter="));
+    record_refuses(
+        &["--tracer", "profile:depth=2"],
+        &exe,
+        "a profile takes filter=",
+    );
 }
 
 /// A forked child records on into its own `.dat` (its threads' rings are
@@ -4108,17 +4127,8 @@ fn tracing_switched_off_and_on_while_the_program_runs() {
     let (mut control, arg) = Control::new(&dir);
     for fused in [true, false] {
         let data = dir.join(format!("ctl-{fused}.data"));
-        let mut child = shadowgraph()
-            .envs(path_env(fused).iter().copied())
-            .args(["record", "--control", &arg, "--disable", "-d"])
-            .arg(&data)
-            .arg("--")
-            .arg(&exe)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let opts = ["--control", &arg, "--disable"];
+        let mut child = spawn_record(path_env(fused), &opts, &data, &exe);
         let mut stdin = child.stdin.take().unwrap();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
@@ -4152,24 +4162,9 @@ fn tracing_switched_off_and_on_while_the_program_runs() {
         let info = view_text("info", &data);
         assert!(info.contains("1 disables, 1 enables"), "{info}");
     }
-    let o = shadowgraph()
-        .args(["record", "--disable", "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(!o.status.success() && text(&o).1.contains("--disable needs --control"));
-    let o = shadowgraph()
-        .args(["record", "--control"])
-        .arg(dir.join("nothing"))
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        !o.status.success() && text(&o).1.contains("mkfifo"),
-        "{}",
-        text(&o).1
-    );
+    record_refuses(&["--disable"], &exe, "--disable needs --control");
+    let nothing = dir.join("nothing");
+    record_refuses(&["--control", nothing.to_str().unwrap()], &exe, "mkfifo");
 }
 
 /// Switching tracing off and on 60 times while four threads call traced
@@ -4202,17 +4197,7 @@ fn switching_tracing_while_threads_run_keeps_every_record_whole() {
     ] {
         use std::io::{BufRead, Write};
         let data = dir.join(format!("spin-{fused}.data"));
-        let mut child = shadowgraph()
-            .envs(env.iter().copied())
-            .args(["record", "--control", &arg, "-b", "256K", "-d"])
-            .arg(&data)
-            .arg("--")
-            .arg(&exe)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_record(env, &["--control", &arg, "-b", "256K"], &data, &exe);
         let mut stdin = child.stdin.take().unwrap();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
@@ -4233,23 +4218,9 @@ fn switching_tracing_while_threads_run_keeps_every_record_whole() {
         for &tid in &d.tids {
             in_time_order(&d, tid).unwrap();
             depths_follow_the_records(&d, tid).unwrap();
-            use shadowgraph::record::format::Kind;
-            let mut open: HashMap<u64, i64> = HashMap::new();
-            let recs = d.records(tid).unwrap();
-            records += recs.len();
-            for r in &recs {
-                match r.kind {
-                    Kind::Entry => *open.entry(r.addr).or_default() += 1,
-                    Kind::Exit => *open.entry(r.addr).or_default() -= 1,
-                    _ => {}
-                }
-            }
             // Every recorded call's exit too: a call under way when
             // tracing went off still returned to its tracer.
-            assert!(
-                open.values().all(|&n| n == 0),
-                "fused {fused}: thread {tid}: {open:x?}"
-            );
+            records += every_call_closes(&d, tid).unwrap_or_else(|e| panic!("{fused}: {e}"));
         }
         assert!(records > 10_000, "fused {fused}: {records} records");
         assert!(view_text("info", &data).contains("30 disables, 30 enables"));

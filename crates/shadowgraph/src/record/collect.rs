@@ -312,6 +312,13 @@ impl Collector {
             .collect();
         running.sort_unstable();
         running.dedup();
+        // A process that is exiting has closed its files (the end `record`
+        // waited for) a moment before it becomes a zombie: a short grace.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+        while !running.is_empty() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            running.retain(|&pid| still_running(pid));
+        }
         // A process that died mid-record (killed) left slots claimed and
         // never published: lost, and counted.
         for m in &self.rings {
