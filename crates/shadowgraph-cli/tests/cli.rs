@@ -4162,6 +4162,66 @@ fn tracing_switched_off_and_on_while_the_program_runs() {
         let info = view_text("info", &data);
         assert!(info.contains("1 disables, 1 enables"), "{info}");
     }
+    // A library loaded while tracing is off stays untraced, and is traced
+    // once it is on.
+    let plug = dir.join("plug.c");
+    std::fs::write(
+        &plug,
+        "__attribute__((noinline)) int plug_leaf(int x) { return x + 1; }\n\
+         int plug_api(int x) { return plug_leaf(x) * 2; }\n",
+    )
+    .unwrap();
+    let lib = dir.join("libplug.so");
+    cc(
+        &[&plug],
+        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
+        &lib,
+    );
+    let host = build_c(
+        &dir,
+        "host",
+        "#include <dlfcn.h>\n#include <stdio.h>\n\
+         int main(int argc, char **argv) { char line[16];\n\
+           puts(\"p0\"); fflush(stdout); if (!fgets(line, sizeof line, stdin)) return 1;\n\
+           void *h = dlopen(argv[1], RTLD_NOW); if (!h) return 2;\n\
+           int (*f)(int) = (int (*)(int))dlsym(h, \"plug_api\"); int s = f(1);\n\
+           puts(\"p1\"); fflush(stdout); if (!fgets(line, sizeof line, stdin)) return 1;\n\
+           s += f(2) + f(3); printf(\"%d\\n\", s); return 0; }\n",
+    );
+    let data = dir.join("dl.data");
+    let mut c = record_command(&[], &["--control", &arg], &data, &host);
+    let mut child = c
+        .arg(&lib)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    for (want, cmd) in [("p0", "disable"), ("p1", "enable")] {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), want);
+        control.send(cmd);
+        writeln!(stdin, "go").unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let body = replay_body(&replay_text(&data));
+    assert_eq!(
+        body,
+        [
+            "main() {",
+            "  plug_api() {",
+            "    plug_leaf();",
+            "  } /* plug_api */",
+            "  plug_api() {",
+            "    plug_leaf();",
+            "  } /* plug_api */",
+            "} /* main */"
+        ]
+    );
     record_refuses(&["--disable"], &exe, "--disable needs --control");
     let nothing = dir.join("nothing");
     record_refuses(&["--control", nothing.to_str().unwrap()], &exe, "mkfifo");
