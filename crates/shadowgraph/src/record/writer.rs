@@ -368,20 +368,7 @@ fn depth_from(depth: u16) -> Depth {
 fn my_ring(inst: usize, kind: Kind, depth: u16) -> Option<Ring> {
     let mut b = MINE[inst].get();
     if b.is_null() {
-        let open = if kind == Kind::Exit {
-            depth.saturating_add(1)
-        } else {
-            depth
-        };
-        // Made with signals blocked: a handler that made a ring of its
-        // own meanwhile would leave the thread two, which reach the file
-        // out of order. (One that came before the mask made it: MINE.)
-        let mask = crate::sys::block_async_signals();
-        b = MINE[inst].get();
-        if b.is_null() {
-            b = create(inst, open);
-        }
-        crate::sys::restore_signals(mask);
+        b = make_my_ring(inst, kind, depth);
         if b.is_null() {
             LOST[inst].fetch_add(1, Ordering::Relaxed);
             return None;
@@ -390,6 +377,27 @@ fn my_ring(inst: usize, kind: Kind, depth: u16) -> Option<Ring> {
     // SAFETY: this thread's ring, made by `create`; only its exit step
     // unmaps it, after taking it out of MINE.
     Some(unsafe { Ring::from_base(b) })
+}
+
+/// This thread's first ring of instance `inst`, made with signals blocked:
+/// a handler that made one of its own meanwhile would leave the thread
+/// two, which reach the file out of order. (One that came before the mask
+/// made it: then it is the one.)
+#[cold]
+#[inline(never)]
+fn make_my_ring(inst: usize, kind: Kind, depth: u16) -> *mut u8 {
+    let open = if kind == Kind::Exit {
+        depth.saturating_add(1)
+    } else {
+        depth
+    };
+    let mask = crate::sys::block_async_signals();
+    let mut b = MINE[inst].get();
+    if b.is_null() {
+        b = create(inst, open);
+    }
+    crate::sys::restore_signals(mask);
+    b
 }
 
 /// The ring is full as far as the producer knew: re-read the consumer's
