@@ -74,9 +74,10 @@ const ENTRY_WRITTEN: u64 = 1 << 63;
 const ENTRY_DROPPED: u64 = 1 << 62;
 /// The word while the entry callback reads the clock: a signal handler that
 /// lands then (often: `rdtsc` is slow, and a signal waits for it to finish)
-/// and records, writes this call's entry first, at the entry time of its
-/// own outermost call, and marks it written; the callback's time, older
-/// than the handler's records, is then not kept. (A word still 0 belongs to
+/// and records, writes this call's entry first, at the entry time of the
+/// call's nearest timed descendant (one of the handler's), and marks it
+/// written; the callback's time, older than the handler's records, is then
+/// not kept. (A word still 0 belongs to
 /// a call whose callback has not begun to time it: its time will be later
 /// than the handler's records, and the handler passes over it.)
 const ENTRY_TIMING: u64 = 1 << 61;
