@@ -45,6 +45,9 @@ pub struct ObjectSites {
     pub has_interpreter: bool,
     /// Sorted by address, duplicates removed.
     pub sites: Vec<FoundSite>,
+    /// When it has no site: how it was instrumented instead, if it was
+    /// (a build uftrace traces but we cannot), and what to add.
+    pub other_instrumentation: Option<&'static str>,
 }
 
 /// Failure to read sites from a file: always says which file and what.
@@ -94,7 +97,10 @@ impl ObjectSites {
         if self.usable().next().is_some() {
             return Ok(());
         }
-        let message = if self.sites.is_empty() {
+        let message = if let (true, Some(how)) = (self.sites.is_empty(), self.other_instrumentation)
+        {
+            format!("no patchable function entries: {how}")
+        } else if self.sites.is_empty() {
             format!("no patchable function entries; {HOW_TO_BUILD}")
         } else {
             format!(
@@ -183,12 +189,50 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
             .and_then(|(h, e)| Some((h.program_headers(e, data).ok()?, e)))
             .is_some_and(|(phs, e)| phs.iter().any(|ph| ph.p_type(e) == object::elf::PT_INTERP))
     };
+    let other_instrumentation = if sites.is_empty() {
+        other_instrumentation(&file)
+    } else {
+        None
+    };
     Ok(ObjectSites {
         path: path.to_owned(),
         position_independent,
         has_interpreter,
         sites,
+        other_instrumentation,
     })
+}
+
+/// How an object without sites was instrumented instead, as the functions
+/// it calls tell (the hooks of `-pg`, `-pg -mfentry`, and
+/// `-finstrument-functions`, which uftrace uses), with what to rebuild it
+/// with.
+fn other_instrumentation(file: &object::File<'_>) -> Option<&'static str> {
+    use object::{Object, ObjectSymbol};
+    let calls = |name: &str| {
+        file.symbols()
+            .chain(file.dynamic_symbols())
+            .any(|s| s.is_undefined() && s.name() == Ok(name))
+    };
+    if calls("__fentry__") {
+        Some(
+            "built with -pg -mfentry but without -mrecord-mcount, which lists the \
+             entries; add -mrecord-mcount (or rebuild with -fpatchable-function-entry=5)",
+        )
+    } else if calls("mcount") || calls("_mcount") {
+        Some(
+            "built with -pg alone, whose mcount call comes after each function's \
+             prologue; add -mfentry -mrecord-mcount to -pg (or rebuild with \
+             -fpatchable-function-entry=5)",
+        )
+    } else if calls("__cyg_profile_func_enter") {
+        Some(
+            "built with -finstrument-functions, whose hooks shadowgraph does not use; \
+             rebuild with -fpatchable-function-entry=5 (or -pg -mfentry -mrecord-mcount)",
+        )
+    } else {
+        None
+    }
 }
 
 fn examine(

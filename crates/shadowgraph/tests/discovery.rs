@@ -223,6 +223,27 @@ fn program_without_sites_gets_a_one_line_error() {
     ] {
         assert!(e.contains(how), "{e}");
     }
+    // Builds uftrace traces (its mcount, fentry and -finstrument-functions
+    // modes) are named, with what to add.
+    for (flags, want) in [
+        (&["-pg"][..], "built with -pg alone"),
+        (&["-pg", "-mfentry"][..], "without -mrecord-mcount"),
+        (
+            &["-finstrument-functions"][..],
+            "built with -finstrument-functions",
+        ),
+    ] {
+        let name = format!("other{}", flags.len() * 10 + flags[0].len());
+        let mut all = vec!["-DWITH_MAIN"];
+        all.extend_from_slice(flags);
+        let exe = build(&dir, &name, &all, &[]);
+        let e = scan_file(&exe)
+            .unwrap()
+            .require_sites()
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains('\n') && e.contains(want), "{flags:?}: {e}");
+    }
 }
 
 #[test]
