@@ -1351,6 +1351,17 @@ fn several_tracers_record_at_once_as_if_alone() {
             "tracer {name}"
         );
     }
+    // The top directory is no recording: the views name the tracers'.
+    let o = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&together)
+        .output()
+        .unwrap();
+    let err = text(&o).1;
+    assert!(
+        !o.status.success() && err.contains("4 tracers (all, mids, rec, top): choose one"),
+        "{err}"
+    );
     record_refuses(&["-F", "mid", "--tracer", "x"], &exe, "inside each tracer");
     record_refuses(&["--tracer", "x:color=red"], &exe, "unknown key");
 }

@@ -23,6 +23,23 @@ impl fmt::Display for DataError {
 
 impl std::error::Error for DataError {}
 
+/// The subdirectories of `dir` that are recordings (a tracer's, of
+/// `record --tracer`), by name.
+fn tracer_dirs(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let p = e.path();
+            p.join("shadowgraph.info").exists() || p.join("info").exists()
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 fn err(path: &Path, message: impl Into<String>) -> DataError {
     DataError {
         path: path.to_owned(),
@@ -202,7 +219,23 @@ impl DataDir {
                 false
             }
             Err(_) if ours.exists() => false,
-            Err(e) => return Err(err(&info_path, format!("cannot read: {e}"))),
+            Err(e) => {
+                // `record --tracer …` writes one recording per tracer, in
+                // subdirectories: name them.
+                let tracers = tracer_dirs(dir);
+                if !tracers.is_empty() {
+                    return Err(err(
+                        dir,
+                        format!(
+                            "holds the recordings of {} tracers ({}): choose one, e.g. -d {}",
+                            tracers.len(),
+                            tracers.join(", "),
+                            dir.join(&tracers[0]).display()
+                        ),
+                    ));
+                }
+                return Err(err(&info_path, format!("cannot read: {e}")));
+            }
         };
         let (symbols, mut modules) = if uftrace {
             // Times in .dat files are nanoseconds already.
