@@ -1166,6 +1166,8 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         Box::new(|| run_sg_with(&arg, Some("SHADOWGRAPH_NO_SITE_STUBS"), &[])),
         // Every call is inside main: the same records, through the filters.
         Box::new(|| run_sg_with(&arg, None, &["-F", "main"])),
+        // Two recordings of every call at once (fgraph's general path).
+        Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b"])),
     ];
     if uftrace {
         runs.push(Box::new(|| run_uf(&arg)));
@@ -1179,8 +1181,8 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     }
     drop(runs);
     let med = |i: usize| median(times[i].clone());
-    let (plain, sg_start, sg_general, sg_hijack, sg_filtered) =
-        (med(0), med(2), med(3), med(4), med(5));
+    let (plain, sg_start, sg_general, sg_hijack, sg_filtered, sg_two) =
+        (med(0), med(2), med(3), med(4), med(5), med(6));
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -1229,8 +1231,13 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         "  (fused path off)",
         per_call(sg_general, sg_start)
     );
+    println!(
+        "{:<34} {sg_two:>9.3} {:>12.1}",
+        "  (two tracers at once, both)",
+        per_call(sg_two, sg_start)
+    );
     if uftrace {
-        let (uf, uf_start) = (med(6), med(7));
+        let (uf, uf_start) = (med(7), med(8));
         let _ = time_cmd(1, || run_uf(&arg))?;
         let bytes = dir_bytes(&uf_data);
         let uf_bin = PathBuf::from("uftrace");
@@ -1246,7 +1253,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         );
         let ratios: Vec<f64> = times[1]
             .iter()
-            .zip(&times[6])
+            .zip(&times[7])
             .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
             .collect();
         println!(
