@@ -8,8 +8,8 @@
 //! sites go back to nops, so the program runs at full speed, and calls
 //! under way still record their exits (their frames keep their tracers).
 //! `enable` patches them in again, live, while the program's threads run.
-//! Only the recorded program's first process listens (the FIFO is read
-//! once); processes it starts record as told at their start.
+//! Only the recorded program's first process listens (a FIFO wants one
+//! reader); processes it starts keep the state they started or forked in.
 
 use shadowgraph::fgraph::GraphUser;
 use shadowgraph::ftrace;

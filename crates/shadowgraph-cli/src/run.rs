@@ -350,7 +350,12 @@ impl RecordOptions {
             return Err("--disable needs --control, to enable tracing later".into());
         }
         if let Some(c) = &self.control {
-            for p in c.split(',') {
+            let fifos: Vec<&str> = c.split(',').collect();
+            if fifos.len() > 2 {
+                return Err(format!("--control {c}: CTL or CTL,ACK"));
+            }
+            let mut abs = Vec::new();
+            for p in fifos {
                 use std::os::unix::fs::FileTypeExt;
                 match std::fs::metadata(p) {
                     Ok(m) if m.file_type().is_fifo() => {}
@@ -359,19 +364,12 @@ impl RecordOptions {
                     }
                     Err(e) => return Err(format!("--control {p}: {e} (make it with mkfifo)")),
                 }
-            }
-            if c.split(',').count() > 2 {
-                return Err(format!("--control {c}: CTL or CTL,ACK"));
-            }
-            // Absolute: the program may change directory before the
-            // agent opens them.
-            let abs: Vec<String> = c
-                .split(',')
-                .map(|p| {
+                // Absolute: the agent opens them whatever its directory.
+                abs.push(
                     std::path::absolute(p)
-                        .map_or_else(|_| p.to_string(), |a| a.display().to_string())
-                })
-                .collect();
+                        .map_or_else(|_| p.to_string(), |a| a.display().to_string()),
+                );
+            }
             env.push(("SHADOWGRAPH_CONTROL".to_string(), abs.join(",")));
             if self.disable {
                 env.push(("SHADOWGRAPH_DISABLED".to_string(), "1".to_string()));

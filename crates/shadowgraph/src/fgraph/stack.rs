@@ -32,7 +32,13 @@ static WORDS: AtomicUsize = AtomicUsize::new(DEFAULT_STACK_BYTES / 8);
 /// `curr` from which the assembly fast paths send a call the general way
 /// (which counts the overrun): the highest word a frame may use, less a
 /// margin. Read by them as a plain word, written with [`WORDS`].
-pub static FAST_PUSH_LIMIT: AtomicUsize = AtomicUsize::new(DEFAULT_STACK_BYTES / 8 - PUSH_ROOM - 4);
+pub static FAST_PUSH_LIMIT: AtomicUsize =
+    AtomicUsize::new(fast_push_limit(DEFAULT_STACK_BYTES / 8));
+
+/// [`FAST_PUSH_LIMIT`] for stacks of `words` words.
+const fn fast_push_limit(words: usize) -> usize {
+    words - PUSH_ROOM - 4
+}
 
 /// Words per stack.
 #[inline]
@@ -68,7 +74,7 @@ pub fn set_stack_bytes(bytes: usize) -> Result<(), String> {
         return Err("the shadow stack size can only be set before tracing starts".into());
     }
     WORDS.store(bytes / 8, Ordering::Relaxed);
-    FAST_PUSH_LIMIT.store(bytes / 8 - PUSH_ROOM - 4, Ordering::Relaxed);
+    FAST_PUSH_LIMIT.store(fast_push_limit(bytes / 8), Ordering::Relaxed);
     Ok(())
 }
 
