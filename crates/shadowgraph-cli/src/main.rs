@@ -77,8 +77,13 @@ enum Command {
         #[arg(short = 's', long = "sort", default_value = "total")]
         sort: String,
         /// One row per thread and function.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "diff")]
         threads: bool,
+        /// How the recording in DIFF differs from this one (uftrace's
+        /// `report --diff`): total, self time and calls of each function in
+        /// both and the change, largest changes first.
+        #[arg(long, value_name = "DIFF")]
+        diff: Option<PathBuf>,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -178,10 +183,11 @@ fn main() -> ExitCode {
             data,
             sort,
             threads,
+            diff,
             filter,
         } => {
             filter.show_names();
-            report(&data, &sort, threads, &filter.into())
+            report(&data, &sort, threads, diff.as_deref(), &filter.into())
         }
         Command::Dump {
             data,
@@ -386,6 +392,7 @@ fn report(
     dir: &std::path::Path,
     sort: &str,
     threads: bool,
+    diff: Option<&std::path::Path>,
     filter: &shadowgraph::record::replay::ReplayFilter,
 ) -> Result<ExitCode, String> {
     use shadowgraph::record::report::SortKey;
@@ -401,6 +408,25 @@ fn report(
         }
     };
     let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    if let Some(other) = diff {
+        use shadowgraph::record::profile::is_profile;
+        let other = shadowgraph::record::data::DataDir::open(other).map_err(|e| e.to_string())?;
+        if let Some(d) = [&data, &other].into_iter().find(|d| is_profile(d)) {
+            return Err(format!(
+                "{} holds a profile: --diff compares recordings of calls",
+                d.dir.display()
+            ));
+        }
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        return shadowgraph::record::report::report_diff(&data, &other, key, filter, &mut out)
+            .and_then(|()| {
+                use std::io::Write;
+                out.flush()
+                    .map_err(shadowgraph::record::replay::ReplayError::Io)
+            })
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| e.to_string());
+    }
     if shadowgraph::record::profile::is_profile(&data) {
         if !filter.functions.is_empty()
             || !filter.notrace.is_empty()

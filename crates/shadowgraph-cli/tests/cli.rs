@@ -4297,3 +4297,75 @@ fn switching_tracing_while_threads_run_keeps_every_record_whole() {
         assert!(view_text("info", &data).contains("30 disables, 30 enables"));
     }
 }
+
+/// `report --diff`: how a second recording differs, function by function
+/// (matched by name), in uftrace's layout, largest change first.
+#[test]
+fn report_diff_compares_two_recordings_by_function() {
+    let dir = workdir("diff");
+    let exe = build_c(
+        &dir,
+        "fibn",
+        "#include <stdio.h>\n#include <stdlib.h>\n\
+         #define KEEP __attribute__((noinline, noipa))\n\
+         KEEP int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+         KEEP int only_big(int n) { return n + 1; }\n\
+         int main(int argc, char **argv) { int n = atoi(argv[1]);\n\
+           printf(\"%d\\n\", n > 11 ? only_big(fib(n)) : fib(n)); return 0; }\n",
+    );
+    let (small, big) = (dir.join("small.data"), dir.join("big.data"));
+    for (d, n) in [(&small, "10"), (&big, "12")] {
+        let o = record_run(&[], &[], d, &exe, &[Path::new(n)]);
+        assert!(o.status.success(), "{}", text(&o).1);
+    }
+    let diff = |sort: &str| {
+        let o = shadowgraph()
+            .args(["report", "-s", sort, "-d"])
+            .arg(&small)
+            .arg("--diff")
+            .arg(&big)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0
+    };
+    let out = diff("call");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[1], "# shadowgraph diff");
+    assert!(
+        lines[2].starts_with("#  [0] base: ") && lines[2].ends_with(" 10)"),
+        "{out}"
+    );
+    assert!(
+        lines[3].starts_with("#  [1] diff: ") && lines[3].ends_with(" 12)"),
+        "{out}"
+    );
+    assert_eq!(
+        lines[5],
+        "    Total time     Self time         Calls   Function"
+    );
+    // fib(12) makes 465 calls, fib(10) 177; only_big is new; main as many.
+    let calls: Vec<(&str, &str)> = lines[7..]
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[f.len() - 2], f[f.len() - 1])
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [("+288", "fib"), ("+1", "only_big"), ("+0", "main")],
+        "{out}"
+    );
+    // fib's total grew with its calls.
+    let fib = lines.iter().find(|l| l.ends_with(" fib")).unwrap();
+    assert!(fib.trim_start().starts_with('+'), "{out}");
+    let o = shadowgraph()
+        .args(["report", "--threads", "--diff"])
+        .arg(&big)
+        .arg("-d")
+        .arg(&small)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+}

@@ -176,4 +176,91 @@ pub fn report(
     Ok(())
 }
 
+/// Writes how the recording `other` differs from `base`, function by
+/// function (matched by name: addresses differ from run to run), in
+/// uftrace's `report --diff` layout: the change of total time, self time
+/// and calls, `other` less `base` (uftrace 0.13 writes the times' changes
+/// the other way round, base less other, but not the calls'); a function
+/// only one of them has counts as zero in the other; the largest change in
+/// the `sort` column first (names ascending for `func`).
+pub fn report_diff(
+    base: &DataDir,
+    other: &DataDir,
+    sort: SortKey,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReportError> {
+    let by_name = |d: &DataDir| -> Result<HashMap<String, FuncStats>, ReportError> {
+        let mut m: HashMap<String, FuncStats> = HashMap::new();
+        for ((_, addr), s) in collect(d, false, filter)? {
+            let e = m.entry(d.name(addr).into_owned()).or_default();
+            e.total += s.total;
+            e.self_time += s.self_time;
+            e.calls += s.calls;
+        }
+        Ok(m)
+    };
+    let (a, b) = (by_name(base)?, by_name(other)?);
+    let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
+    names.sort();
+    names.dedup();
+    let zero = FuncStats::default();
+    let change = |n: &String| -> (i128, i128, i128) {
+        let (x, y) = (a.get(n).unwrap_or(&zero), b.get(n).unwrap_or(&zero));
+        (
+            y.total as i128 - x.total as i128,
+            y.self_time as i128 - x.self_time as i128,
+            y.calls as i128 - x.calls as i128,
+        )
+    };
+    names.sort_by(|m, n| {
+        let (cm, cn) = (change(m), change(n));
+        let o = match sort {
+            SortKey::Total => cn.0.abs().cmp(&cm.0.abs()),
+            SortKey::SelfTime => cn.1.abs().cmp(&cm.1.abs()),
+            SortKey::Calls => cn.2.abs().cmp(&cm.2.abs()),
+            SortKey::Name => std::cmp::Ordering::Equal,
+        };
+        o.then_with(|| m.cmp(n))
+    });
+    writeln!(out, "#")?;
+    writeln!(out, "# shadowgraph diff")?;
+    for (i, (role, d)) in [("base", base), ("diff", other)].iter().enumerate() {
+        writeln!(
+            out,
+            "#  [{i}] {role}: {}\t(from {})",
+            d.dir.display(),
+            d.info.get("cmdline").unwrap_or("?")
+        )?;
+    }
+    writeln!(out, "#")?;
+    writeln!(out, "    Total time     Self time         Calls   Function")?;
+    writeln!(
+        out,
+        "   ===========   ===========   ===========   ===================="
+    )?;
+    // A signed duration as uftrace's diff writes it: "+1.234 us", "0 us".
+    let signed = |d: i128| {
+        if d == 0 {
+            return "0 us".to_string();
+        }
+        let sign = if d < 0 { '-' } else { '+' };
+        format!(
+            "{sign}{}",
+            format_duration(Some(d.unsigned_abs() as u64)).trim_start()
+        )
+    };
+    for n in names {
+        let (t, st, c) = change(n);
+        writeln!(
+            out,
+            "   {:>11}   {:>11}   {:>11}   {n}",
+            signed(t),
+            signed(st),
+            format!("{c:+}")
+        )?;
+    }
+    Ok(())
+}
+
 pub type ReportError = super::replay::ReplayError;
