@@ -55,6 +55,15 @@ fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
     exe
 }
 
+/// Builds the shared library `out` from `src` with patchable entries.
+fn build_lib(src: &Path, out: &Path) {
+    cc(
+        &[src],
+        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
+        out,
+    );
+}
+
 /// `shadowgraph record OPTS -d DATA -- EXE`, which must succeed.
 fn record_ok(opts: &[&str], data: &Path, exe: &Path) {
     let o = record_run(&[], opts, data, exe, &[]);
@@ -632,11 +641,7 @@ fn graph_mode_survives_exceptions_pthread_exit_longjmp_backtrace_and_fork() {
 fn graph_mode_follows_dlopen_and_dlclose_while_a_thread_runs() {
     let dir = workdir("dl");
     let lib = dir.join("libcalls.so");
-    cc(
-        &[&lib_fixture("calls.c")],
-        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
-        &lib,
-    );
+    build_lib(&lib_fixture("calls.c"), &lib);
     let exe = dir.join("dl");
     cc(
         &[&fixture("dl.c")],
@@ -1181,11 +1186,7 @@ fn record_options_filter_notrace_depth_and_libs() {
 
     // Libraries: all by default, none with --no-libs, chosen ones with --lib.
     let lib = dir.join("libcalls.so");
-    cc(
-        &[&lib_fixture("calls.c")],
-        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
-        &lib,
-    );
+    build_lib(&lib_fixture("calls.c"), &lib);
     let user = dir.join("uses_lib");
     let rpath = format!("-Wl,-rpath,{}", dir.display());
     cc(
@@ -4101,6 +4102,27 @@ impl Control {
         )
     }
 
+    /// Drives a program that prints a line and waits for one at each
+    /// phase: after line `want`, sends `cmd`, then lets it go on; then
+    /// waits for `record` to succeed.
+    fn run_phases(&mut self, mut child: std::process::Child, phases: &[(&str, &str)]) {
+        use std::io::{BufRead, Write};
+        let mut stdin = child.stdin.take().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        for (want, cmd) in phases {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            if line.trim() != *want {
+                let o = child.wait_with_output().unwrap();
+                panic!("{want}: {line:?}; {}", String::from_utf8_lossy(&o.stderr));
+            }
+            self.send(cmd);
+            writeln!(stdin, "go").unwrap();
+        }
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
     fn send(&mut self, cmd: &str) {
         use std::io::{BufRead, Write};
         let mut f = std::fs::OpenOptions::new()
@@ -4119,7 +4141,6 @@ impl Control {
 /// way when it goes off: their exits), and `--disable` starts it off.
 #[test]
 fn tracing_switched_off_and_on_while_the_program_runs() {
-    use std::io::{BufRead, Write};
     let dir = workdir("control");
     let exe = build_c(
         &dir,
@@ -4139,24 +4160,8 @@ fn tracing_switched_off_and_on_while_the_program_runs() {
     for fused in [true, false] {
         let data = dir.join(format!("ctl-{fused}.data"));
         let opts = ["--control", &arg, "--disable"];
-        let mut child = spawn_record(path_env(fused), &opts, &data, &exe);
-        let mut stdin = child.stdin.take().unwrap();
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        if line.trim() != "p0" {
-            let o = child.wait_with_output().unwrap();
-            panic!("fused {fused}: {}", String::from_utf8_lossy(&o.stderr));
-        }
-        control.send("enable");
-        writeln!(stdin, "go").unwrap();
-        line.clear();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "p1");
-        control.send("disable");
-        writeln!(stdin, "go").unwrap();
-        let o = child.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let child = spawn_record(path_env(fused), &opts, &data, &exe);
+        control.run_phases(child, &[("p0", "enable"), ("p1", "disable")]);
         let body = replay_body(&replay_text(&data));
         assert_eq!(
             body,
@@ -4183,11 +4188,7 @@ fn tracing_switched_off_and_on_while_the_program_runs() {
     )
     .unwrap();
     let lib = dir.join("libplug.so");
-    cc(
-        &[&plug],
-        &["-O2", "-fPIC", "-shared", "-fpatchable-function-entry=5"],
-        &lib,
-    );
+    build_lib(&plug, &lib);
     let host = build_c(
         &dir,
         "host",
@@ -4201,24 +4202,14 @@ fn tracing_switched_off_and_on_while_the_program_runs() {
     );
     let data = dir.join("dl.data");
     let mut c = record_command(&[], &["--control", &arg], &data, &host);
-    let mut child = c
+    let child = c
         .arg(&lib)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    for (want, cmd) in [("p0", "disable"), ("p1", "enable")] {
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), want);
-        control.send(cmd);
-        writeln!(stdin, "go").unwrap();
-    }
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    control.run_phases(child, &[("p0", "disable"), ("p1", "enable")]);
     let body = replay_body(&replay_text(&data));
     assert_eq!(
         body,
