@@ -640,9 +640,14 @@ extern "C" {
 // then mispredicts, the return-stack predictor expecting the caller), and
 // (c) whose entry jumps to a stub that pushes it, pops it off the stack and
 // calls the body, then pops the shadow frame and returns with `ret` (every
-// return predicted) — what site stubs do (tramp.rs). Register contract:
-// `bench_model_loop_*` is called as `extern "C" fn(n: i64) -> i64`; the
-// models use rax, rcx, r10, r11 and the shadow stack at FLOOR_TOP.
+// return predicted) — what site stubs do (tramp.rs), and (d) the same stub
+// that also reads the TSC at entry and at return and stores a 16-byte
+// record {time, word} each time into one ring in memory: the least that
+// any recorder of call graphs with durations does, with no thread lookup,
+// no guard, no function or depth in the word, nothing for signals. Register
+// contract: `bench_model_loop_*` is called as `extern "C" fn(n: i64) ->
+// i64`; the models use rax, rcx, rdx, r10, r11, the shadow stack at
+// FLOOR_TOP and MODEL_RING.
 std::arch::global_asm!(
     ".pushsection .text.shadowgraph_bench_model,\"ax\",@progbits",
     ".p2align 4",
@@ -690,6 +695,27 @@ std::arch::global_asm!(
     "push qword ptr [rcx]",
     "ret",
     ".p2align 4",
+    "bench_model_recorded:",
+    "jmp bench_model_recording_stub",
+    "bench_model_recorded_body:",
+    "add rax, 1",
+    "ret",
+    ".p2align 4",
+    "bench_model_recording_stub:",
+    model_record!("1"),
+    "mov r11, [rip + {top}]",
+    "pop r10",
+    "mov [r11], r10",
+    "add r11, 8",
+    "mov [rip + {top}], r11",
+    "call bench_model_recorded_body",
+    model_record!("2"),
+    "mov rcx, [rip + {top}]",
+    "sub rcx, 8",
+    "mov [rip + {top}], rcx",
+    "push qword ptr [rcx]",
+    "ret",
+    ".p2align 4",
     ".globl bench_model_loop_plain",
     "bench_model_loop_plain:",
     "push rbx",
@@ -722,18 +748,67 @@ std::arch::global_asm!(
     "jnz 2b",
     "pop rbx",
     "ret",
+    ".p2align 4",
+    ".globl bench_model_loop_recorded",
+    "bench_model_loop_recorded:",
+    "push rbx",
+    "mov rbx, rdi",
+    "xor eax, eax",
+    "2: call bench_model_recorded",
+    "dec rbx",
+    "jnz 2b",
+    "pop rbx",
+    "ret",
     ".popsection",
     top = sym FLOOR_TOP,
+    ring = sym MODEL_RING,
+    ring_pos = sym MODEL_RING_POS,
+    ring_mask = const MODEL_RING_BYTES - 1,
 );
 
+// Model (d)'s record: {TSC, $word} at the next 16 bytes of MODEL_RING,
+// wrapping; rax and rdx saved around it, r11 clobbered.
+macro_rules! model_record {
+    ($word:literal) => {
+        concat!(
+            "push rax\n",
+            "push rdx\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rdx, rax\n",
+            "mov r11, [rip + {ring_pos}]\n",
+            "lea rax, [rip + {ring}]\n",
+            "mov [rax + r11], rdx\n",
+            "mov qword ptr [rax + r11 + 8], ",
+            $word,
+            "\n",
+            "add r11, 16\n",
+            "and r11, {ring_mask}\n",
+            "mov [rip + {ring_pos}], r11\n",
+            "pop rdx\n",
+            "pop rax\n",
+        )
+    };
+}
+use model_record;
+
+/// Model (d)'s ring: 1 MiB, as cache-resident as a drained ring can be.
+const MODEL_RING_BYTES: usize = 1 << 20;
+#[repr(align(64))]
+#[allow(dead_code)] // written only by the model's assembly
+struct ModelRing([u8; MODEL_RING_BYTES]);
+static mut MODEL_RING: ModelRing = ModelRing([0; MODEL_RING_BYTES]);
+static mut MODEL_RING_POS: usize = 0;
+
 extern "C" {
+    fn bench_model_loop_recorded(n: i64) -> i64;
     fn bench_model_loop_plain(n: i64) -> i64;
     fn bench_model_loop_hijacked(n: i64) -> i64;
     fn bench_model_loop_stubbed(n: i64) -> i64;
 }
 
-/// ns per call of the three return models (plain, hijacked, stubbed).
-fn model_floors(calls: i64, reps: usize) -> [f64; 3] {
+/// ns per call of the four models (plain, hijacked, stubbed, recorded).
+fn model_floors(calls: i64, reps: usize) -> [f64; 4] {
     let stack: &'static mut [u64] = Box::leak(vec![0u64; 64].into_boxed_slice());
     // SAFETY: set before the models run; only this thread runs them, one
     // frame deep.
@@ -756,7 +831,15 @@ fn model_floors(calls: i64, reps: usize) -> [f64; 3] {
         time(bench_model_loop_plain),
         time(bench_model_loop_hijacked),
         time(bench_model_loop_stubbed),
+        time(bench_model_loop_recorded),
     ]
+}
+
+/// What model (d) adds to a plain call: no recorder that times each call's
+/// entry and exit by the TSC can cost less on this machine.
+fn recorder_floor_ns(reps: usize) -> f64 {
+    let [plain, _, _, recorded] = model_floors(20_000_000, reps);
+    recorded - plain
 }
 
 /// Top of the floor's shadow stack (one thread only).
@@ -852,12 +935,14 @@ fn bench_fgraph(calls: i64, reps: usize) -> Result<ExitCode, String> {
         one / floor,
         (one - base) / (floor - base)
     );
-    let [plain, hijacked, stubbed] = model_floors(calls, reps);
+    let [plain, hijacked, stubbed, recorded] = model_floors(calls, reps);
     println!(
         "# floors, asm models (no site, no core): plain call {plain:.2} ns; \
-         push + hijack + pop +{:.2}; push + pop through a stub's call +{:.2}",
+         push + hijack + pop +{:.2}; push + pop through a stub's call +{:.2}; \
+         the same + two timestamped records in memory +{:.2}",
         hijacked - plain,
-        stubbed - plain
+        stubbed - plain,
+        recorded - plain
     );
     println!("{}", timestamp_line(reps));
     Ok(ExitCode::SUCCESS)
@@ -1261,6 +1346,15 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             median(ratios.clone()),
             ratios.iter().cloned().fold(f64::INFINITY, f64::min),
             ratios.iter().cloned().fold(0.0, f64::max)
+        );
+        let floor = recorder_floor_ns(reps);
+        let uf_call = per_call(uf, uf_start);
+        println!(
+            "# the floor of any recorder here (asm model: a stub's call, two TSC reads, two \
+             16-byte records in memory, nothing else): {floor:.1} ns/call = {:.2}× uftrace's \
+             overhead; 0.25× leaves {:.1} ns for the rest",
+            floor / uf_call,
+            0.25 * uf_call - floor
         );
     } else {
         println!("# uftrace is not installed (apt-get install uftrace) — no comparison");

@@ -65,6 +65,12 @@ enum Command {
         /// Data directory.
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
+        /// Columns left of each function, as uftrace's `replay -f`: duration,
+        /// tid, addr, time, delta (since the thread's previous line), elapsed
+        /// (since the first record), task, module; comma-separated, `+LIST`
+        /// to add to the default (duration,tid), or `none`.
+        #[arg(short = 'f', long = "output-fields", value_name = "FIELDS", value_parser = parse_fields)]
+        fields: Option<Fields>,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -172,12 +178,16 @@ fn main() -> ExitCode {
             opts,
             program,
         } => run::record(&data, &opts, &program),
-        Command::Replay { data, filter } => {
+        Command::Replay {
+            data,
+            fields,
+            filter,
+        } => {
+            use shadowgraph::record::replay::{replay_fields, Field};
             filter.show_names();
             let filter = filter.into();
-            view_with_sessions(&data, |d, o| {
-                shadowgraph::record::replay::replay_filtered(d, &filter, o)
-            })
+            let fields = fields.map_or_else(|| Field::DEFAULT.to_vec(), |f| f.0);
+            view_with_sessions(&data, |d, o| replay_fields(d, &filter, &fields, o))
         }
         Command::Report {
             data,
@@ -300,6 +310,14 @@ impl From<ViewFilter> for shadowgraph::record::replay::ReplayFilter {
             tids: v.tids,
         }
     }
+}
+
+/// `replay -f`'s columns (one value to clap, not a list of values).
+#[derive(Clone, Debug)]
+struct Fields(Vec<shadowgraph::record::replay::Field>);
+
+fn parse_fields(spec: &str) -> Result<Fields, String> {
+    shadowgraph::record::replay::Field::parse_list(spec).map(Fields)
 }
 
 fn parse_pattern(p: &str) -> Result<shadowgraph::ftrace::Pattern, String> {

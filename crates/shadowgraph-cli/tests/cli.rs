@@ -910,6 +910,89 @@ fn graph_part(replay: &str) -> Vec<String> {
         .collect()
 }
 
+/// `replay -f` shows uftrace's columns as uftrace 0.13 shows them for the
+/// same recording, but for the thread id's column, one wider (as in the
+/// default layout, which follows later uftrace).
+#[test]
+fn replay_output_fields_match_uftrace() {
+    let (_, data) = record_calls_program("fields");
+    let ours = |f: &str| {
+        let o = shadowgraph()
+            .args(["replay", "-f", f, "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "-f {f}: {}", text(&o).1);
+        text(&o).0
+    };
+    let all = ours("tid,addr,time,delta,elapsed,task,module");
+    let line = all.lines().find(|l| l.ends_with("| main() {")).unwrap();
+    assert!(
+        line.starts_with(" [") && line.contains(" prog | main"),
+        "{all}"
+    );
+    // Column order is fixed; `+` adds to the default; bad names are named.
+    assert_eq!(ours("time,tid"), ours("tid,time"));
+    assert_eq!(ours("+time"), ours("duration,tid,time"));
+    assert!(ours("none").starts_with("main() {\n"), "{}", ours("none"));
+    let o = shadowgraph()
+        .args(["replay", "-f", "tid,bogus", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).1.contains("unknown field `bogus`"),
+        "{}",
+        text(&o).1
+    );
+    if Command::new("uftrace").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install uftrace (see .ci/run)"
+        );
+        eprintln!("uftrace not installed: -f not checked against it");
+        return;
+    }
+    let narrow_tid = |t: String| -> String {
+        t.lines()
+            .map(|l| {
+                let l = l.replace("   TID   ", "   TID  ");
+                match l.find(" [ ") {
+                    Some(i) => format!("{} [{}", &l[..i], &l[i + 3..]),
+                    None => l,
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for f in [
+        "duration",
+        "tid",
+        "addr",
+        "time",
+        "delta",
+        "elapsed",
+        "task",
+        "module",
+        "none",
+        "+time,delta",
+        "tid,addr,time,delta,elapsed,task,module",
+    ] {
+        let theirs = Command::new("uftrace")
+            .args(["replay", "-f", f, "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(theirs.status.success(), "{}", text(&theirs).1);
+        assert_eq!(
+            narrow_tid(ours(f)),
+            text(&theirs).0.trim_end(),
+            "replay -f {f}"
+        );
+    }
+}
+
 #[test]
 fn exported_recording_reads_in_uftrace() {
     if Command::new("uftrace").arg("--version").output().is_err() {

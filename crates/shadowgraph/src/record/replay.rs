@@ -67,20 +67,183 @@ pub fn write_duration(out: &mut impl Write, ns: Option<u64>) -> io::Result<()> {
 
 const SPACES: [u8; 256] = [b' '; 256];
 
-/// One replay line; the text is `pre`, `name`, `post`. `tid` is the
-/// thread's ready-made ` [   tid] | ` column (no formatting per line).
+/// A column `replay` can show left of the function (uftrace's `replay
+/// -f`); always shown in this order, whatever the order asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Field {
+    /// The call's duration, on its exit or leaf line.
+    Duration,
+    /// The thread id.
+    Tid,
+    /// The function's address in the recorded process.
+    Addr,
+    /// The record's time: seconds.nanoseconds of the recording's clock.
+    Time,
+    /// Time since the thread's previous line.
+    Delta,
+    /// Time since the recording's first record.
+    Elapsed,
+    /// The program's name.
+    Task,
+    /// The name of the object holding the function.
+    Module,
+}
+
+impl Field {
+    pub const ALL: [Field; 8] = [
+        Field::Duration,
+        Field::Tid,
+        Field::Addr,
+        Field::Time,
+        Field::Delta,
+        Field::Elapsed,
+        Field::Task,
+        Field::Module,
+    ];
+    /// What shows with no `-f`.
+    pub const DEFAULT: [Field; 2] = [Field::Duration, Field::Tid];
+
+    pub fn name(self) -> &'static str {
+        [
+            "duration", "tid", "addr", "time", "delta", "elapsed", "task", "module",
+        ][self as usize]
+    }
+
+    /// The column's title, as wide as its values (uftrace's titles; the
+    /// thread id's column is one wider, as in the default layout).
+    fn title(self) -> &'static str {
+        [
+            " DURATION ",
+            "   TID   ",
+            "   ADDRESS  ",
+            "     TIMESTAMP    ",
+            " TIMEDELTA",
+            "  ELAPSED ",
+            "      TASK NAME",
+            "     MODULE NAME",
+        ][self as usize]
+    }
+
+    /// uftrace's `-f` list: names separated by commas, `none`, or `+NAME,…`
+    /// for the default columns and these.
+    pub fn parse_list(spec: &str) -> Result<Vec<Field>, String> {
+        let (mut fields, list) = match spec.strip_prefix('+') {
+            Some(rest) => (Field::DEFAULT.to_vec(), rest),
+            None => (Vec::new(), spec),
+        };
+        for name in list.split(',').map(str::trim) {
+            if name == "none" && spec == "none" {
+                continue;
+            }
+            match Field::ALL.iter().find(|f| f.name() == name) {
+                Some(&f) => fields.push(f),
+                None => {
+                    let all: Vec<&str> = Field::ALL.iter().map(|f| f.name()).collect();
+                    return Err(format!(
+                        "unknown field `{name}` (fields: {}, or none; +FIELD adds to the default)",
+                        all.join(" ")
+                    ));
+                }
+            }
+        }
+        fields.sort();
+        fields.dedup();
+        Ok(fields)
+    }
+}
+
+/// The columns of every line: which fields, and what each thread's lines
+/// share (ready-made, no formatting per line where it can be helped).
+struct Columns {
+    fields: Vec<Field>,
+    /// Per thread: ` [    tid]`.
+    tids: Vec<Vec<u8>>,
+    /// The program's name, right-aligned in 15.
+    task: Vec<u8>,
+    /// Per thread: the time of its previous line.
+    last: Vec<Option<u64>>,
+    /// The recording's first record's time.
+    first: u64,
+}
+
+impl Columns {
+    fn header(&self) -> Option<String> {
+        if self.fields.is_empty() {
+            return None;
+        }
+        let titles: Vec<&str> = self.fields.iter().map(|f| f.title()).collect();
+        Some(format!("#{}   FUNCTION", titles.join(" ")))
+    }
+
+    /// The columns of thread `k`'s line for a record at `time` of the
+    /// function at `addr`, then ` | `.
+    fn write(
+        &mut self,
+        out: &mut impl Write,
+        data: &DataDir,
+        k: usize,
+        time: u64,
+        addr: Option<u64>,
+        dur: Option<u64>,
+    ) -> io::Result<()> {
+        let last = self.last[k].replace(time);
+        for f in &self.fields {
+            match f {
+                Field::Duration => {
+                    out.write_all(b" ")?;
+                    write_duration(out, dur)?;
+                }
+                Field::Tid => out.write_all(&self.tids[k])?,
+                Field::Addr => match addr {
+                    Some(a) => write!(out, " {a:>12x}")?,
+                    None => out.write_all(&SPACES[..13])?,
+                },
+                Field::Time => write!(
+                    out,
+                    " {:>8}.{:09}",
+                    time / 1_000_000_000,
+                    time % 1_000_000_000
+                )?,
+                Field::Delta => {
+                    out.write_all(b" ")?;
+                    write_duration(out, last.map(|l| time.saturating_sub(l)))?;
+                }
+                Field::Elapsed => {
+                    out.write_all(b" ")?;
+                    write_duration(out, Some(time.saturating_sub(self.first)))?;
+                }
+                Field::Task => out.write_all(&self.task)?,
+                Field::Module => {
+                    let path = addr.map_or("", |a| data.module_of(a));
+                    let base = path.rsplit('/').next().unwrap_or(path);
+                    let base = base.get(..16).unwrap_or(base);
+                    write!(out, " {base:>16}")?;
+                }
+            }
+        }
+        if self.fields.is_empty() {
+            Ok(())
+        } else {
+            out.write_all(b" | ")
+        }
+    }
+}
+
+/// One replay line of thread `k`: the columns, then the text `pre`,
+/// `name`, `post` at `depth`.
+#[allow(clippy::too_many_arguments)]
 fn line(
     out: &mut impl Write,
+    data: &DataDir,
+    cols: &mut Columns,
+    k: usize,
+    r: &Record,
     dur: Option<u64>,
-    tid: &[u8],
     depth: u16,
-    pre: &str,
-    name: &str,
-    post: &str,
+    (pre, name, post): (&str, &str, &str),
 ) -> io::Result<()> {
-    out.write_all(b" ")?;
-    write_duration(out, dur)?;
-    out.write_all(tid)?;
+    let addr = (r.kind != Kind::Lost).then_some(r.addr);
+    cols.write(out, data, k, r.time, addr, dur)?;
     let mut n = 2 * depth as usize;
     while n > 0 {
         let k = n.min(SPACES.len());
@@ -341,6 +504,18 @@ pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
     replay_filtered(data, &ReplayFilter::default(), out)
 }
 
+/// The time of the recording's first record (0 for none).
+fn first_time(data: &DataDir) -> Result<u64, DataError> {
+    let mut first = None::<u64>;
+    for &t in &data.tids {
+        if let Some(r) = data.stream(t)?.next() {
+            let r = r?;
+            first = Some(first.map_or(r.time, |f| f.min(r.time)));
+        }
+    }
+    Ok(first.unwrap_or(0))
+}
+
 /// Each selected thread's records as `filter` selects them (what every
 /// view reads): only each thread's next record (and, with a time filter,
 /// its open calls' entries) is in memory.
@@ -379,16 +554,41 @@ pub fn replay_filtered(
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
+    replay_fields(data, filter, &Field::DEFAULT, out)
+}
+
+/// [`replay_filtered`] with `fields` left of each function.
+pub fn replay_fields(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    fields: &[Field],
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
     let threads = thread_records(data, filter)?;
     let tids: Vec<i32> = threads.iter().map(|t| t.0).collect();
     // One stream per thread, merged by time.
     let mut streams: Vec<std::iter::Peekable<Records>> =
         threads.into_iter().map(|(_, r)| r.peekable()).collect();
-    writeln!(out, "# DURATION     TID      FUNCTION")?;
-    let tid_cols: Vec<Vec<u8>> = tids
-        .iter()
-        .map(|t| format!(" [{t:>7}] | ").into_bytes())
-        .collect();
+    let exe = data.info.get("exename").unwrap_or("");
+    let task = exe.rsplit('/').next().unwrap_or(exe);
+    let task = task.get(..15).unwrap_or(task);
+    let mut cols = Columns {
+        fields: fields.to_vec(),
+        tids: tids
+            .iter()
+            .map(|t| format!(" [{t:>7}]").into_bytes())
+            .collect(),
+        task: format!(" {task:>15}").into_bytes(),
+        last: vec![None; tids.len()],
+        first: if fields.contains(&Field::Elapsed) {
+            first_time(data)?
+        } else {
+            0
+        },
+    };
+    if let Some(h) = cols.header() {
+        writeln!(out, "{h}")?;
+    }
     let mut heap = BinaryHeap::new();
     for (k, st) in streams.iter_mut().enumerate() {
         if let Some(t) = peek_time(st)? {
@@ -401,7 +601,6 @@ pub fn replay_filtered(
     let mut skip = vec![false; streams.len()];
     while let Some(Reverse((_, k))) = heap.pop() {
         let r = streams[k].next().expect("peeked")?;
-        let tid = &tid_cols[k];
         let next = match streams[k].peek() {
             Some(Ok(n)) => Some(*n),
             Some(Err(e)) => return Err(e.clone().into()),
@@ -423,10 +622,19 @@ pub fn replay_filtered(
                         if r.addr == super::sched::SCHED_ADDR {
                             // uftrace's event line.
                             let tail = if r.more { " (pre-empted) */" } else { " */" };
-                            line(out, dur, tid, r.depth, "/* ", &name, tail)?;
+                            line(
+                                out,
+                                data,
+                                &mut cols,
+                                k,
+                                &r,
+                                dur,
+                                r.depth,
+                                ("/* ", &name, tail),
+                            )?;
                         } else {
                             let tail = if name.ends_with(')') { ";" } else { "();" };
-                            line(out, dur, tid, r.depth, "", &name, tail)?;
+                            line(out, data, &mut cols, k, &r, dur, r.depth, ("", &name, tail))?;
                         }
                         skip[k] = true;
                     }
@@ -439,26 +647,38 @@ pub fn replay_filtered(
                         // A name with its parameters (C++) gets no `()`,
                         // as in uftrace's replay.
                         let tail = if name.ends_with(')') { " {" } else { "() {" };
-                        line(out, None, tid, r.depth, "", &name, tail)?;
+                        line(
+                            out,
+                            data,
+                            &mut cols,
+                            k,
+                            &r,
+                            None,
+                            r.depth,
+                            ("", &name, tail),
+                        )?;
                     }
                 }
             }
             Kind::Exit => {
                 let start = entry_time[k].get_mut(d).and_then(Option::take);
                 let name = data.name(r.addr);
+                let dur = start.map(|s| r.time.saturating_sub(s));
                 line(
                     out,
-                    start.map(|s| r.time.saturating_sub(s)),
-                    tid,
+                    data,
+                    &mut cols,
+                    k,
+                    &r,
+                    dur,
                     r.depth,
-                    "} /* ",
-                    &name,
-                    " */",
+                    ("} /* ", &name, " */"),
                 )?;
             }
             Kind::Lost => {
                 let n = r.addr.to_string();
-                line(out, None, tid, r.depth + 1, "/* LOST ", &n, " records!! */")?;
+                let text = ("/* LOST ", n.as_str(), " records!! */");
+                line(out, data, &mut cols, k, &r, None, r.depth + 1, text)?;
             }
             Kind::Event => {}
         }
@@ -502,6 +722,27 @@ mod tests {
     use super::*;
 
     /// Golden values: each unit, the remainder-based fractions, clamping.
+    #[test]
+    fn output_fields_parse_like_uftrace() {
+        use Field::*;
+        assert_eq!(Field::parse_list("time,tid").unwrap(), [Tid, Time]);
+        assert_eq!(
+            Field::parse_list("+elapsed").unwrap(),
+            [Duration, Tid, Elapsed]
+        );
+        assert_eq!(Field::parse_list("+tid").unwrap(), Field::DEFAULT);
+        assert!(Field::parse_list("none").unwrap().is_empty());
+        let e = Field::parse_list("tid,durations").unwrap_err();
+        assert!(e.contains("unknown field `durations`"), "{e}");
+        assert!(Field::parse_list("tid,none").is_err());
+        assert!(Field::parse_list("").is_err());
+        // Each column's title is as wide as its values.
+        let widths = [10, 9, 12, 18, 10, 10, 15, 16];
+        for (f, w) in Field::ALL.iter().zip(widths) {
+            assert_eq!(f.title().len(), w, "{f:?}");
+        }
+    }
+
     #[test]
     fn durations_like_uftrace() {
         for (ns, want) in [
