@@ -683,17 +683,9 @@ std::arch::global_asm!(
     "jmp [rcx]",
     ".p2align 4",
     "bench_model_stub:",
-    "mov r11, [rip + {top}]",
-    "pop r10",
-    "mov [r11], r10",
-    "add r11, 8",
-    "mov [rip + {top}], r11",
+    model_shadow_push!(),
     "call bench_model_stubbed_body",
-    "mov rcx, [rip + {top}]",
-    "sub rcx, 8",
-    "mov [rip + {top}], rcx",
-    "push qword ptr [rcx]",
-    "ret",
+    model_shadow_pop_ret!(),
     ".p2align 4",
     "bench_model_recorded:",
     "jmp bench_model_recording_stub",
@@ -703,18 +695,10 @@ std::arch::global_asm!(
     ".p2align 4",
     "bench_model_recording_stub:",
     model_record!("1"),
-    "mov r11, [rip + {top}]",
-    "pop r10",
-    "mov [r11], r10",
-    "add r11, 8",
-    "mov [rip + {top}], r11",
+    model_shadow_push!(),
     "call bench_model_recorded_body",
     model_record!("2"),
-    "mov rcx, [rip + {top}]",
-    "sub rcx, 8",
-    "mov [rip + {top}], rcx",
-    "push qword ptr [rcx]",
-    "ret",
+    model_shadow_pop_ret!(),
     ".p2align 4",
     ".globl bench_model_loop_plain",
     "bench_model_loop_plain:",
@@ -765,6 +749,24 @@ std::arch::global_asm!(
     ring_pos = sym MODEL_RING_POS,
     ring_mask = const MODEL_RING_BYTES - 1,
 );
+
+// The stub models' shadow push of R (popped off the stack, so that the
+// stub's call of the body reuses its slot); r10, r11 clobbered.
+macro_rules! model_shadow_push {
+    () => {
+        "mov r11, [rip + {top}]\npop r10\nmov [r11], r10\nadd r11, 8\nmov [rip + {top}], r11\n"
+    };
+}
+use model_shadow_push;
+
+// The stub models' shadow pop, returning to R by `ret` (predicted); rcx
+// clobbered.
+macro_rules! model_shadow_pop_ret {
+    () => {
+        "mov rcx, [rip + {top}]\nsub rcx, 8\nmov [rip + {top}], rcx\npush qword ptr [rcx]\nret\n"
+    };
+}
+use model_shadow_pop_ret;
 
 // Model (d)'s record: {TSC, $word} at the next 16 bytes of MODEL_RING,
 // wrapping; rax and rdx saved around it, r11 clobbered.

@@ -126,6 +126,20 @@ fn uftrace_view(view: &str, data: &Path) -> Option<String> {
     Some(text(&o).0)
 }
 
+/// Whether uftrace is not installed (said on stderr with `what` is not
+/// checked); CI must install it.
+fn uftrace_missing(what: &str) -> bool {
+    if Command::new("uftrace").arg("--version").output().is_ok() {
+        return false;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must install uftrace (see .ci/run)"
+    );
+    eprintln!("uftrace not installed: {what}");
+    true
+}
+
 /// `shadowgraph report -d DATA`'s output.
 fn report_text(data: &Path) -> String {
     view_text("report", data)
@@ -946,12 +960,7 @@ fn replay_output_fields_match_uftrace() {
         "{}",
         text(&o).1
     );
-    if Command::new("uftrace").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install uftrace (see .ci/run)"
-        );
-        eprintln!("uftrace not installed: -f not checked against it");
+    if uftrace_missing("-f not checked against it") {
         return;
     }
     let narrow_tid = |t: String| -> String {
@@ -995,12 +1004,7 @@ fn replay_output_fields_match_uftrace() {
 
 #[test]
 fn exported_recording_reads_in_uftrace() {
-    if Command::new("uftrace").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install uftrace (see .ci/run)"
-        );
-        eprintln!("uftrace not installed: export not checked against it");
+    if uftrace_missing("export not checked against it") {
         return;
     }
     let (_, data) = record_calls_program("export");
@@ -1048,12 +1052,7 @@ fn exported_recording_reads_in_uftrace() {
 
 #[test]
 fn recordings_are_uftrace_data_both_ways() {
-    if Command::new("uftrace").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install uftrace (see .ci/run)"
-        );
-        eprintln!("uftrace not installed: compatibility not checked");
+    if uftrace_missing("compatibility not checked") {
         return;
     }
     // uftrace reads what we record…

@@ -154,7 +154,8 @@ impl Field {
 
 /// The columns of every line: which fields, and what each thread's lines
 /// share (ready-made, no formatting per line where it can be helped).
-struct Columns {
+struct Columns<'a> {
+    data: &'a DataDir,
     fields: Vec<Field>,
     /// Per thread: ` [    tid]`.
     tids: Vec<Vec<u8>>,
@@ -166,7 +167,7 @@ struct Columns {
     first: u64,
 }
 
-impl Columns {
+impl Columns<'_> {
     fn header(&self) -> Option<String> {
         if self.fields.is_empty() {
             return None;
@@ -180,7 +181,6 @@ impl Columns {
     fn write(
         &mut self,
         out: &mut impl Write,
-        data: &DataDir,
         k: usize,
         time: u64,
         addr: Option<u64>,
@@ -214,7 +214,7 @@ impl Columns {
                 }
                 Field::Task => out.write_all(&self.task)?,
                 Field::Module => {
-                    let path = addr.map_or("", |a| data.module_of(a));
+                    let path = addr.map_or("", |a| self.data.module_of(a));
                     let base = path.rsplit('/').next().unwrap_or(path);
                     let base = base.get(..16).unwrap_or(base);
                     write!(out, " {base:>16}")?;
@@ -229,21 +229,17 @@ impl Columns {
     }
 }
 
-/// One replay line of thread `k`: the columns, then the text `pre`,
-/// `name`, `post` at `depth`.
-#[allow(clippy::too_many_arguments)]
+/// One replay line of thread `k` for record `r`: the columns, then the
+/// text `pre`, `name`, `post` at `depth`.
 fn line(
     out: &mut impl Write,
-    data: &DataDir,
     cols: &mut Columns,
-    k: usize,
-    r: &Record,
-    dur: Option<u64>,
+    (k, r, dur): (usize, &Record, Option<u64>),
     depth: u16,
     (pre, name, post): (&str, &str, &str),
 ) -> io::Result<()> {
     let addr = (r.kind != Kind::Lost).then_some(r.addr);
-    cols.write(out, data, k, r.time, addr, dur)?;
+    cols.write(out, k, r.time, addr, dur)?;
     let mut n = 2 * depth as usize;
     while n > 0 {
         let k = n.min(SPACES.len());
@@ -573,6 +569,7 @@ pub fn replay_fields(
     let task = exe.rsplit('/').next().unwrap_or(exe);
     let task = task.get(..15).unwrap_or(task);
     let mut cols = Columns {
+        data,
         fields: fields.to_vec(),
         tids: tids
             .iter()
@@ -622,19 +619,10 @@ pub fn replay_fields(
                         if r.addr == super::sched::SCHED_ADDR {
                             // uftrace's event line.
                             let tail = if r.more { " (pre-empted) */" } else { " */" };
-                            line(
-                                out,
-                                data,
-                                &mut cols,
-                                k,
-                                &r,
-                                dur,
-                                r.depth,
-                                ("/* ", &name, tail),
-                            )?;
+                            line(out, &mut cols, (k, &r, dur), r.depth, ("/* ", &name, tail))?;
                         } else {
                             let tail = if name.ends_with(')') { ";" } else { "();" };
-                            line(out, data, &mut cols, k, &r, dur, r.depth, ("", &name, tail))?;
+                            line(out, &mut cols, (k, &r, dur), r.depth, ("", &name, tail))?;
                         }
                         skip[k] = true;
                     }
@@ -647,16 +635,7 @@ pub fn replay_fields(
                         // A name with its parameters (C++) gets no `()`,
                         // as in uftrace's replay.
                         let tail = if name.ends_with(')') { " {" } else { "() {" };
-                        line(
-                            out,
-                            data,
-                            &mut cols,
-                            k,
-                            &r,
-                            None,
-                            r.depth,
-                            ("", &name, tail),
-                        )?;
+                        line(out, &mut cols, (k, &r, None), r.depth, ("", &name, tail))?;
                     }
                 }
             }
@@ -666,11 +645,8 @@ pub fn replay_fields(
                 let dur = start.map(|s| r.time.saturating_sub(s));
                 line(
                     out,
-                    data,
                     &mut cols,
-                    k,
-                    &r,
-                    dur,
+                    (k, &r, dur),
                     r.depth,
                     ("} /* ", &name, " */"),
                 )?;
@@ -678,7 +654,7 @@ pub fn replay_fields(
             Kind::Lost => {
                 let n = r.addr.to_string();
                 let text = ("/* LOST ", n.as_str(), " records!! */");
-                line(out, data, &mut cols, k, &r, None, r.depth + 1, text)?;
+                line(out, &mut cols, (k, &r, None), r.depth + 1, text)?;
             }
             Kind::Event => {}
         }
