@@ -682,6 +682,15 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
         if !t.profile {
             let fused = FUSED.load(Ordering::Relaxed);
             info.set("record_path", if fused { "fused" } else { "general" });
+            if fused {
+                let claims = if shadowgraph::record::fused::uses_rseq() {
+                    "rseq"
+                } else {
+                    "cmpxchg"
+                };
+                info.set("ring_claims", claims);
+                info.set("rseq_restarts", shadowgraph::record::fused::rseq_restarts());
+            }
         }
         if t.profile {
             info.set("tracer", "profile");

@@ -3278,19 +3278,26 @@ fn recorded_signal_handlers_and_dlopened_libraries_replay_exactly() {
 /// very row the thread was updating.
 #[test]
 fn signal_handlers_recording_inside_a_record_lose_and_corrupt_nothing() {
-    handlers_record_inside_records(true, &[]);
+    handlers_record_inside_records(RecordPath::Fused, &[]);
+}
+
+/// The same where the fused path cannot use rseq (glibc told not to
+/// register it): ring slots claimed by `cmpxchg`.
+#[test]
+fn signal_handlers_recording_inside_a_record_without_rseq() {
+    handlers_record_inside_records(RecordPath::FusedWithoutRseq, &[]);
 }
 
 #[test]
 fn signal_handlers_recording_inside_a_record_on_the_general_path() {
-    handlers_record_inside_records(false, &[]);
+    handlers_record_inside_records(RecordPath::General, &[]);
 }
 
 /// The same with a graph filter (the fused path's filter code, whose
 /// thread variable the handlers' calls share on the general way).
 #[test]
 fn signal_handlers_recording_inside_a_filtered_record() {
-    handlers_record_inside_records(true, &["-F", "main"]);
+    handlers_record_inside_records(RecordPath::Fused, &["-F", "main"]);
 }
 
 /// A timer's handler calls traced functions 4000 times while `main` runs
@@ -3310,17 +3317,40 @@ const SIGRING_C: &str =
            struct itimerval off = {{0, 0}, {0, 0}}; setitimer(ITIMER_REAL, &off, 0);\n\
            printf(\"%d %ld\\n\", (int)alarms, calls); return 0; }\n";
 
-fn handlers_record_inside_records(fused: bool, filter: &[&str]) {
-    let dir = workdir(match (fused, filter.is_empty()) {
-        (true, true) => "sigring",
-        (false, _) => "sigring-general",
-        (true, false) => "sigring-filtered",
+#[derive(Clone, Copy, PartialEq)]
+enum RecordPath {
+    /// Fused, with rseq where glibc registered it.
+    Fused,
+    FusedWithoutRseq,
+    General,
+}
+
+/// Whether glibc registered rseq for this process's threads (then for the
+/// recorded program's too: same glibc, same kernel).
+fn rseq_registered() -> bool {
+    // SAFETY: dlsym of glibc's `const unsigned int __rseq_size`, if any.
+    unsafe {
+        let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) as *const u32;
+        !size.is_null() && *size >= 16
+    }
+}
+
+fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
+    let fused = path != RecordPath::General;
+    let dir = workdir(match (path, filter.is_empty()) {
+        (RecordPath::Fused, true) => "sigring",
+        (RecordPath::FusedWithoutRseq, _) => "sigring-cmpxchg",
+        (RecordPath::General, _) => "sigring-general",
+        (RecordPath::Fused, false) => "sigring-filtered",
     });
     let exe = build_c(&dir, "sigring", SIGRING_C);
     let data = dir.join("r.data");
     // Small rings: the thread often waits for the writer, and handlers
     // land in the waits as well.
-    let env = path_env(fused);
+    let env = match path {
+        RecordPath::FusedWithoutRseq => &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..],
+        _ => path_env(fused),
+    };
     let mut opts = vec!["-b", "64K"];
     opts.extend_from_slice(filter);
     let o = record_run(env, &opts, &data, &exe, &[]);
@@ -3328,7 +3358,20 @@ fn handlers_record_inside_records(fused: bool, filter: &[&str]) {
     assert!(o.status.success(), "{out}\n{err}");
     assert!(err.contains("(0 lost)"), "{err}");
     if fused {
-        assert!(view_text("info", &data).contains("record path         : fused"));
+        let info = view_text("info", &data);
+        assert!(info.contains("record path         : fused"), "{info}");
+        let rseq = path == RecordPath::Fused && rseq_registered();
+        assert_eq!(info.contains("ring slots by rseq"), rseq, "{info}");
+        if rseq {
+            // Signals landed inside the sequences, which the kernel
+            // aborted and the path started again.
+            let n = info
+                .split("ring slots by rseq, ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse::<u64>().ok());
+            assert!(n.is_some_and(|n| n > 0), "{info}");
+        }
     }
     let mut it = out.split_whitespace().map(|v| v.parse::<u64>().unwrap());
     let (alarms, fib_calls) = (it.next().unwrap(), it.next().unwrap());

@@ -10,8 +10,9 @@
 //! `shadowgraph_fused_return` / `shadowgraph_fused_site_return`: each does
 //! in a few dozen instructions what fgraph's Rust path and the callbacks do
 //! — the bracket, the filters, the frame push or pop (with the return
-//! hijack where sites call the trampolines), the record in the ring (the
-//! same claim / write / publish protocol as `Ring`, so a signal handler may
+//! hijack where sites call the trampolines), the record in the ring (a
+//! restartable sequence where glibc registered rseq, else the same claim /
+//! write / publish protocol as `Ring`: either way a signal handler may
 //! record in between) — without saving the argument registers for Rust
 //! code or calling it. Anything unusual for either (a thread not at rest,
 //! no stack or ring yet, another user, frames a longjmp left, a full stack
@@ -30,7 +31,7 @@ use crate::fgraph::stack::ThreadState;
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace::local::CoreLocal;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Graph filters in the fused path's terms: each site's class (bit 0: a
 /// function of `-F`, bit 1: of `-N`) by site id, whether there is a `-F`
@@ -44,9 +45,50 @@ pub(crate) struct FusedFilter {
     max_depth: u64,
 }
 
-/// Offset from the thread pointer of the writer's thread-local rings (the
-/// core's and fgraph's: fgraph::TP_LOCAL, fgraph::TP_THREAD).
+/// Offset from the thread pointer of the fused instance's ring in the
+/// writer's thread-local rings (the core's and fgraph's state:
+/// fgraph::TP_LOCAL, fgraph::TP_THREAD).
 static TP_RINGS: AtomicI64 = AtomicI64::new(0);
+
+/// Offset from the thread pointer of the `rseq_cs` field of the thread's
+/// `struct rseq`, which glibc (2.35 on) registers with the kernel for every
+/// thread it starts; 0: no rseq (older glibc or kernel, valgrind,
+/// `GLIBC_TUNABLES=glibc.pthread.rseq=0`), and the fused path claims its
+/// ring slots by `cmpxchg` (ring_record).
+static RSEQ_CS: AtomicI64 = AtomicI64::new(0);
+
+/// The `rseq_cs` field's offset from the thread pointer if glibc
+/// registered rseq for its threads (looked up at run time: older glibc
+/// lacks the symbols).
+fn rseq_cs_offset() -> Option<i64> {
+    // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names; the
+    // symbols, where present, are glibc's `const ptrdiff_t __rseq_offset`
+    // and `const unsigned int __rseq_size`, fixed after start-up.
+    unsafe {
+        let off = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) as *const isize;
+        let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) as *const u32;
+        if off.is_null() || size.is_null() || *size < 16 {
+            return None;
+        }
+        // struct rseq { u32 cpu_id_start; u32 cpu_id; u64 rseq_cs; … }
+        Some(*off as i64 + 8)
+    }
+}
+
+/// Restartable sequences the kernel aborted (the thread was preempted or
+/// signalled inside one), all threads.
+static RSEQ_RESTARTS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the fused path claims ring slots by restartable sequences.
+pub fn uses_rseq() -> bool {
+    RSEQ_CS.load(Ordering::Relaxed) != 0
+}
+
+/// How many records the fused path started again because the kernel
+/// aborted their restartable sequence.
+pub fn rseq_restarts() -> u64 {
+    RSEQ_RESTARTS.load(Ordering::Relaxed)
+}
 
 extern "C" {
     fn shadowgraph_fused_entry();
@@ -132,10 +174,11 @@ fn attach_inner(
         std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
     }
     TP_RINGS.store(
-        writer::rings_of_this_thread().wrapping_sub(tp) as i64,
+        (writer::rings_of_this_thread() + inst * 8).wrapping_sub(tp) as i64,
         Ordering::Relaxed,
     );
     fgraph::init_tp_offsets();
+    RSEQ_CS.store(rseq_cs_offset().unwrap_or(0), Ordering::Relaxed);
     // A filtered user's limit is its filter's; the sign bit marks it.
     let limit = if filter.is_some() {
         1 << 63
@@ -229,7 +272,7 @@ macro_rules! ring_write {
 // meanwhile. Ends at `$done`, the label right after it. Clobbers rax, rdx
 // and the flags.
 macro_rules! ring_publish {
-    ($done:literal) => {
+    ($done:expr) => {
         concat!(
             "3:\n",
             "mov rdx, [r11 + {r_reserve}]\n",
@@ -240,6 +283,127 @@ macro_rules! ring_publish {
             "cmp rdx, [r11 + {r_reserve}]\n",
             "mov rax, rdx\n",
             "jne 3b\n",
+        )
+    };
+}
+
+// A record {$time, $word} in ring r11, written at rest (no writer of this
+// thread is between its claim and its publish: `reserve` equals `head`),
+// `$depth` setting dx after the slot's step as in ring_claim, `$extra`
+// run once the slot is known to have room (it may run twice). With the
+// kernel's rseq (registered by glibc; RSEQ_CS holds the offset of its
+// `rseq_cs` field from the thread pointer, 0 without): one restartable
+// sequence of the room check, the TSC read, the record's stores and the
+// claim's single store of `reserve`, which the kernel aborts if the thread
+// is preempted or signalled before that store, sending it back to the start
+// (`$name`_abort) before any handler runs: a handler finds the ring at
+// rest, and its records precede ours in the ring and in time. `head`
+// follows by a plain store after the sequence; a handler that records
+// between the two cannot publish its records past ours, so they are
+// published here as `Ring::publish` does (cold). No `cmpxchg` and nothing
+// waits on a load after the TSC read. Why that matters: on the machines
+// measured, `rdtsc` waits for every instruction before it to finish and
+// none after it starts before it has, so a recorded call costs its two
+// reads plus, between each read and the next, the longest chain of
+// dependent loads and operations (about 1 ns a load); the cmpxchg claim
+// and publish made one of 25 cycles after each read. Without rseq: ring_claim,
+// ring_write, ring_publish (cold). Labels `$name`_*; ends at `$name`_done,
+// or at `$full` without room (rseq_cs may stay set: the kernel ignores it
+// outside the sequence). Clobbers rax, rdx, `$time` and the flags.
+macro_rules! ring_record {
+    ($name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr, $extra:literal) => {
+        concat!(
+            $name,
+            "_restart:\n",
+            "mov rdx, [rip + {rseq_cs}]\n",
+            "test rdx, rdx\n",
+            "jz ",
+            $name,
+            "_legacy\n",
+            "lea rax, [rip + ",
+            $name,
+            "_cs]\n",
+            "mov qword ptr fs:[rdx], rax\n",
+            $name,
+            "_start:\n",
+            "mov rax, [r11 + {r_reserve}]\n",
+            "cmp rax, [r11 + {r_room_end}]\n",
+            "jae ",
+            $full,
+            "\n",
+            "mov ",
+            $time,
+            ", rax\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rdx, rax\n",
+            "mov rax, ",
+            $time,
+            "\n",
+            "mov ",
+            $time,
+            ", rdx\n",
+            $late,
+            $extra,
+            ring_write!($time, $word),
+            "lea rdx, [rax + 0x10000]\n",
+            $depth,
+            "mov [r11 + {r_reserve}], rdx\n",
+            $name,
+            "_post:\n",
+            "mov [r11 + {r_head}], rdx\n",
+            "cmp rdx, [r11 + {r_reserve}]\n",
+            "jne ",
+            $name,
+            "_publish\n",
+            $name,
+            "_done:\n",
+            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
+            $name,
+            "_publish:\n",
+            "mov rax, rdx\n",
+            ring_publish!(concat!($name, "_done")),
+            "jmp ",
+            $name,
+            "_done\n",
+            // glibc's signature (RSEQ_SIG), which the kernel checks
+            // before an abort handler.
+            ".long 0x53053053\n",
+            $name,
+            "_abort:\n",
+            "lock inc qword ptr [rip + {rseq_restarts}]\n",
+            "jmp ",
+            $name,
+            "_restart\n",
+            $name,
+            "_legacy:\n",
+            $late,
+            ring_claim!($full, $time, $depth),
+            $extra,
+            ring_write!($time, $word),
+            ring_publish!(concat!($name, "_done")),
+            "jmp ",
+            $name,
+            "_done\n",
+            ".popsection\n",
+            // struct rseq_cs: version, flags, start, length, abort.
+            ".pushsection .data.rel.ro.shadowgraph_rseq,\"aw\",@progbits\n",
+            ".balign 32\n",
+            $name,
+            "_cs:\n",
+            ".long 0, 0\n",
+            ".quad ",
+            $name,
+            "_start\n",
+            ".quad ",
+            $name,
+            "_post - ",
+            $name,
+            "_start\n",
+            ".quad ",
+            $name,
+            "_abort\n",
+            ".popsection\n",
         )
     };
 }
@@ -292,7 +456,7 @@ macro_rules! pop_saved {
 // or for a site stub (tramp.rs), which does the taking over itself. The
 // general way: label 80 with nothing held.
 macro_rules! fused_entry {
-    ($slot:literal, $site:literal, $hook:literal, $hooked:literal, $declined:literal, $filtered:literal) => {
+    ($name:literal, $slot:literal, $site:literal, $hook:literal, $hooked:literal, $declined:literal, $filtered:literal) => {
         concat!(
             "push rax\n",
             "push rcx\n",
@@ -328,7 +492,7 @@ macro_rules! fused_entry {
             "test rax, rax\n",
             "js 81f\n",
             "mov rcx, [rip + {tp_rings}]\n",
-            "mov r11, qword ptr fs:[rcx + rax*8]\n",
+            "mov r11, qword ptr fs:[rcx]\n",
             "test r11, r11\n",
             "jz 81f\n",
             // The thread's shadow stack: attached, hooked, not exiting or paused.
@@ -341,15 +505,27 @@ macro_rules! fused_entry {
             // r8 = curr; r9 = depth: one deeper than the top frame f = curr−1−o
             // (o = word[curr−1]'s offset), 0 without one. A top frame whose return
             // slot is not above ours was left by a longjmp: the general way.
+            // Most often f is one of this user's own frames, its last word
+            // the user's BITMAP word: then f = curr − 4 without waiting for
+            // the word's offset (every load this entry waits for before its
+            // clock read lengthens the call: see ring_record).
             "mov r8, qword ptr fs:[rcx + {t_curr}]\n",
             "xor r9d, r9d\n",
             "mov rax, [rdi + r8*8 - 8]\n",
+            "cmp r8, {frame_words} + 1\n",
+            "jb 3f\n",
+            "cmp rax, [rsi + {u_frame_word}]\n",
+            "jne 3f\n",
+            "lea rdx, [r8 - {frame_words}]\n", // f + 1
+            "jmp 2f\n",
+            "3:\n",
             "and eax, 0x3ff\n",
             "jz 4f\n",
             "cmp rax, r8\n",
             "jae 4f\n",
             "mov rdx, r8\n",
             "sub rdx, rax\n", // f + 1
+            "2:\n",
             "lea rax, [rsp + 80]\n",
             "cmp [rdi + rdx*8 + 8], rax\n", // word[f+2]: its return slot
             "jb 81f\n",
@@ -404,10 +580,15 @@ macro_rules! fused_entry {
             "shl r9, 6\n",
             "or r9, rdx\n",
             "or r9, {entry_bits}\n",
-            ring_claim!("82f", "r10", "mov dx, r9w\nshr dx, 6\ninc dx\n"),
-            ring_write!("r10", "r9"),
-            ring_publish!("5f"),
-            "5:\n",
+            ring_record!(
+                $name,
+                "82f",
+                "r10",
+                "r9",
+                "mov dx, r9w\nshr dx, 6\ninc dx\n",
+                "",
+                ""
+            ),
             // Kept for the user: its BITMAP word, then the hijack.
             "mov rax, [rsi + {u_frame_word}]\n",
             "mov [rdi + r8*8 + 24], rax\n",
@@ -426,6 +607,7 @@ macro_rules! fused_entry {
             // handler's frames above it are gone), from 81 with the bracket
             // entered (leave it), from 80 as at entry.
             "82:\n",
+            "mov rcx, [rip + {tp_thread}]\n",
             "mov qword ptr fs:[rcx + {t_curr}], r8\n",
             "81:\n",
             bracket_leave!(),
@@ -439,7 +621,7 @@ macro_rules! fused_entry {
 // address, every register of the result restored). The general way: label
 // 90 with nothing held.
 macro_rules! fused_return {
-    ($resume:literal, $filtered:literal) => {
+    ($name:literal, $resume:literal, $filtered:literal) => {
         concat!(
             "push rax\n",
             "push rdx\n",
@@ -461,29 +643,26 @@ macro_rules! fused_return {
             "test rax, rax\n",
             "js 91f\n",
             "mov rcx, [rip + {tp_rings}]\n",
-            "mov r11, qword ptr fs:[rcx + rax*8]\n",
+            "mov r11, qword ptr fs:[rcx]\n",
             "test r11, r11\n",
             "jz 91f\n",
             // The top frame f (r10) is the returning call's (its slot) and was
-            // kept for this user alone (its BITMAP word).
+            // kept for this user alone: its last word is the user's BITMAP
+            // word, whose offset says f = curr − 4 (compared whole, so that
+            // the frame's slot is read beside it, not after it).
             "mov rcx, [rip + {tp_thread}]\n",
             "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
             "test rdi, rdi\n",
             "jz 91f\n",
             "mov r9, qword ptr fs:[rcx + {t_curr}]\n",
+            "cmp r9, {frame_words} + 1\n",
+            "jb 91f\n",
             "mov rax, [rdi + r9*8 - 8]\n",
-            "and eax, 0x3ff\n",
-            "jz 91f\n",
-            "cmp rax, r9\n",
-            "jae 91f\n",
-            "mov r10, r9\n",
-            "sub r10, rax\n",
-            "dec r10\n",
-            "lea rax, [rsp + 8]\n",
-            "cmp [rdi + r10*8 + 16], rax\n",
-            "jne 91f\n",
-            "mov rax, [rdi + r10*8 + 24]\n",
             "cmp rax, [rsi + {u_frame_word}]\n",
+            "jne 91f\n",
+            "lea r10, [r9 - {frame_words} - 1]\n",
+            "lea rax, [rsp + 8]\n",
+            "cmp [rdi + r9*8 - 16], rax\n",
             "jne 91f\n",
             // The exit record {time, Exit | MAGIC | depth << 6 | func << 16} in a
             // slot of the ring, else the general way waits for one. The frame's
@@ -491,19 +670,25 @@ macro_rules! fused_return {
             // that never returns leaves no second exit).
             $filtered,
             // The record's word from the frame's (func | depth << 48), in
-            // rcx across the claim.
-            "mov rcx, [rdi + r10*8 + 8]\n",
-            "mov rdx, rcx\n",
-            "shr rdx, 48\n",
-            "shl rdx, 6\n",
-            "shl rcx, 16\n",
-            "or rcx, rdx\n",
-            "or rcx, {exit_bits}\n",
-            ring_claim!("92f", "r9", "mov dx, cx\nshr dx, 6\n"),
-            "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
-            ring_write!("r9", "rcx"),
-            ring_publish!("5f"),
-            "5:\n",
+            // rcx, made once the clock is read (nothing before the read
+            // waits for it).
+            ring_record!(
+                $name,
+                "92f",
+                "r9",
+                "rcx",
+                "mov dx, cx\nshr dx, 6\n",
+                concat!(
+                    "mov rcx, [rdi + r10*8 + 8]\n",
+                    "mov rdx, rcx\n",
+                    "shr rdx, 48\n",
+                    "shl rdx, 6\n",
+                    "shl rcx, 16\n",
+                    "or rcx, rdx\n",
+                    "or rcx, {exit_bits}\n",
+                ),
+                "and dword ptr [rdi + r10*8 + 24], {users_clear}\n"
+            ),
             // Pop the frame; resume at its real return address. The bracket
             // left through its word, still in r8.
             "mov r11, [rdi + r10*8]\n",
@@ -542,6 +727,7 @@ std::arch::global_asm!(
     "shadowgraph_fused_entry:",
     "endbr64",
     fused_entry!(
+        "shadowgraph_fused_entry_record",
         "mov rax, [rsp]\n",
         "mov rdx, [rsp + 72]\nsub rdx, 5\n",
         "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 80], rax\n",
@@ -575,6 +761,7 @@ std::arch::global_asm!(
     ".hidden shadowgraph_fused_return",
     "shadowgraph_fused_return:",
     fused_return!(
+        "shadowgraph_fused_return_record",
         "jmp r11\n",
         "cmp qword ptr [rsi + {u_filter}], 0\njne 91f\n"
     ),
@@ -591,6 +778,7 @@ std::arch::global_asm!(
     "shadowgraph_fused_site_entry:",
     "endbr64",
     fused_entry!(
+        "shadowgraph_fused_site_entry_record",
         "mov rax, [rsp + 72]\nmov rax, [rax + {data_off}]\n",
         "mov rdx, [rsp + 72]\nmov rdx, [rdx + {site_off}]\n",
         "",
@@ -649,10 +837,8 @@ std::arch::global_asm!(
     "mov r10, rdx",
     "call 46f",
     // Ring, then the entry record.
-    "mov rax, [rsi + {u_inst}]",
     "mov rdx, [rip + {tp_rings}]",
-    "mov r11, qword ptr fs:[rdx + rax*8]",
-    ring_claim!("82b", "r9", "mov dx, r10w\n"),
+    "mov r11, qword ptr fs:[rdx]",
     "mov rcx, [rsp + 72]",
     "mov rcx, [rcx + {site_off}]",
     "shl rcx, 16",
@@ -661,9 +847,15 @@ std::arch::global_asm!(
     "shl rdx, 6",
     "or rcx, rdx",
     "or rcx, {entry_bits}",
-    ring_write!("r9", "rcx"),
-    ring_publish!("44f"),
-    "44:",
+    ring_record!(
+        "shadowgraph_fused_filtered_entry",
+        "82b",
+        "r9",
+        "rcx",
+        "mov dx, r10w\n",
+        "",
+        ""
+    ),
     "jmp 47f",
     // A -N function: NOTRACE in v, its frame kept, nothing recorded.
     "45:",
@@ -711,6 +903,7 @@ std::arch::global_asm!(
     "shadowgraph_fused_site_return:",
     "endbr64",
     fused_return!(
+        "shadowgraph_fused_site_return_record",
         "push r11\nret\n",
         "cmp qword ptr [rsi + {u_filter}], 0\njne 50f\n"
     ),
@@ -747,17 +940,22 @@ std::arch::global_asm!(
     "52:",
     "and r8, -65536",
     "or r8, rdx",
-    ring_claim!("92b", "r9", "mov dx, r8w\n"),
-    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
-    "mov rcx, [rdi + r10*8 + 8]",
-    "shl rcx, 16",
-    "movzx edx, r8w",
-    "shl rdx, 6",
-    "or rcx, rdx",
-    "or rcx, {exit_bits}",
-    ring_write!("r9", "rcx"),
-    ring_publish!("54f"),
-    "54:",
+    ring_record!(
+        "shadowgraph_fused_filtered_return",
+        "92b",
+        "r9",
+        "rcx",
+        "mov dx, r8w\n",
+        concat!(
+            "mov rcx, [rdi + r10*8 + 8]\n",
+            "shl rcx, 16\n",
+            "movzx edx, r8w\n",
+            "shl rdx, 6\n",
+            "or rcx, rdx\n",
+            "or rcx, {exit_bits}\n",
+        ),
+        "and dword ptr [rdi + r10*8 + 24], {users_clear}\n"
+    ),
     "mov rcx, [rsi + {u_frame_word}]",
     "shr rcx, 12",
     "tzcnt ecx, ecx",
@@ -776,6 +974,8 @@ std::arch::global_asm!(
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
     tp_rings = sym TP_RINGS,
+    rseq_cs = sym RSEQ_CS,
+    rseq_restarts = sym RSEQ_RESTARTS,
     fast = sym fgraph::FAST,
     manager_entry = sym fgraph::manager_tramp_entry,
     l_word = const offset_of!(CoreLocal, word),

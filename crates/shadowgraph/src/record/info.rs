@@ -127,12 +127,15 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
             )?;
         }
         if let Some(p) = get("record_path") {
-            let what = if p == "fused" {
-                "fused (one tracer: entry, filters and return in asm)"
-            } else {
-                "general (fgraph callbacks)"
+            let what = match (p, get("ring_claims")) {
+                ("fused", Some("rseq")) => format!(
+                    "fused (one tracer: entry, filters and return in asm; ring slots by rseq, {} restarted)",
+                    get("rseq_restarts").unwrap_or("?")
+                ),
+                ("fused", _) => "fused (one tracer: entry, filters and return in asm)".into(),
+                _ => "general (fgraph callbacks)".into(),
             };
-            line(out, "record path", what)?;
+            line(out, "record path", &what)?;
         }
         if let Some(e) = get("write_error") {
             line(out, "write error", e)?;
