@@ -1210,9 +1210,9 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         c.arg(k);
         c
     };
-    // `off`: the environment variable that turns a part of the path off.
-    // `opts`: more options of `record`.
-    let run_sg_with = |k: &str, off: Option<&str>, opts: &[&str]| {
+    // `off`: the environment variable (and value) that turns a part of the
+    // path off. `opts`: more options of `record`.
+    let run_sg_with = |k: &str, off: Option<(&str, &str)>, opts: &[&str]| {
         let _ = std::fs::remove_dir_all(&sg_data);
         let _ = std::fs::remove_dir_all(data_dir.join("sg.data.old"));
         let mut c = std::process::Command::new(&me);
@@ -1223,8 +1223,8 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             .arg("--")
             .arg(&exe)
             .arg(k);
-        if let Some(v) = off {
-            c.env(v, "1");
+        if let Some((v, x)) = off {
+            c.env(v, x);
         }
         c
     };
@@ -1249,12 +1249,14 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         Box::new(|| run_plain(&arg)),
         Box::new(|| run_sg(&arg)),
         Box::new(|| run_sg("1")),
-        Box::new(|| run_sg_with(&arg, Some("SHADOWGRAPH_NO_FUSED"), &[])),
-        Box::new(|| run_sg_with(&arg, Some("SHADOWGRAPH_NO_SITE_STUBS"), &[])),
+        Box::new(|| run_sg_with(&arg, Some(("SHADOWGRAPH_NO_FUSED", "1")), &[])),
+        Box::new(|| run_sg_with(&arg, Some(("SHADOWGRAPH_NO_SITE_STUBS", "1")), &[])),
         // Every call is inside main: the same records, through the filters.
         Box::new(|| run_sg_with(&arg, None, &["-F", "main"])),
         // Two recordings of every call at once (fgraph's general path).
         Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b"])),
+        // glibc told not to register rseq: ring slots claimed by cmpxchg.
+        Box::new(|| run_sg_with(&arg, Some(("GLIBC_TUNABLES", "glibc.pthread.rseq=0")), &[])),
     ];
     if uftrace {
         runs.push(Box::new(|| run_uf(&arg)));
@@ -1268,8 +1270,8 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     }
     drop(runs);
     let med = |i: usize| median(times[i].clone());
-    let (plain, sg_start, sg_general, sg_hijack, sg_filtered, sg_two) =
-        (med(0), med(2), med(3), med(4), med(5), med(6));
+    let (plain, sg_start, sg_general, sg_hijack, sg_filtered, sg_two, sg_cmpxchg) =
+        (med(0), med(2), med(3), med(4), med(5), med(6), med(7));
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -1314,6 +1316,11 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         per_call(sg_filtered, sg_start)
     );
     println!(
+        "{:<34} {sg_cmpxchg:>9.3} {:>12.1}",
+        "  (rseq off: slots by cmpxchg)",
+        per_call(sg_cmpxchg, sg_start)
+    );
+    println!(
         "{:<34} {sg_general:>9.3} {:>12.1}",
         "  (fused path off)",
         per_call(sg_general, sg_start)
@@ -1324,7 +1331,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         per_call(sg_two, sg_start)
     );
     if uftrace {
-        let (uf, uf_start) = (med(7), med(8));
+        let (uf, uf_start) = (med(8), med(9));
         let _ = time_cmd(1, || run_uf(&arg))?;
         let bytes = dir_bytes(&uf_data);
         let uf_bin = PathBuf::from("uftrace");
@@ -1340,7 +1347,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         );
         let ratios: Vec<f64> = times[1]
             .iter()
-            .zip(&times[7])
+            .zip(&times[8])
             .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
             .collect();
         println!(
