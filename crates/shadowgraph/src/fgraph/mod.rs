@@ -140,7 +140,7 @@ pub struct GraphUser {
     pub private: usize,
     filter: Arc<FilterSet>,
     subop: Arc<Ops>,
-    slot: AtomicI32,
+    pub(crate) slot: AtomicI32,
     /// The BITMAP word of the frames the single-user path keeps for this
     /// user: its slot's bit and the epoch it registered at (set before it
     /// can become the sole user).

@@ -802,11 +802,9 @@ std::arch::global_asm!(
     "jae 81b",
     "mov r10, [rax + {f_classes}]",
     "movzx r10d, byte ptr [r10 + rdx]",
-    // The user's thread variable v (rdx), word r11 of the stack.
-    "mov r11, [rsi + {u_frame_word}]",
-    "shr r11, 12",
-    "tzcnt r11d, r11d",
-    "mov rdx, [rdi + r11*8 + {tv}]",
+    // The user's thread variable v (rdx), by the user's slot.
+    "movsxd rdx, dword ptr [rsi + {u_slot}]",
+    "mov rdx, [rdi + rdx*8 + {tv}]",
     "bt rdx, {notrace_bit}",
     "jc 83b", // inside a -N call: declined
     "test r10d, 2",
@@ -836,9 +834,7 @@ std::arch::global_asm!(
     "inc rdx",
     "mov r10, rdx",
     "call 46f",
-    // Ring, then the entry record.
-    "mov rdx, [rip + {tp_rings}]",
-    "mov r11, qword ptr fs:[rdx]",
+    // The entry record (the ring still in r11).
     "mov rcx, [rsp + 72]",
     "mov rcx, [rcx + {site_off}]",
     "shl rcx, 16",
@@ -865,9 +861,7 @@ std::arch::global_asm!(
     // The variable, then the BITMAP word; hooked.
     "47:",
     "mov rax, [rsi + {u_frame_word}]",
-    "mov rcx, rax",
-    "shr rcx, 12",
-    "tzcnt ecx, ecx",
+    "movsxd rcx, dword ptr [rsi + {u_slot}]",
     "mov [rdi + rcx*8 + {tv}], r10",
     "mov [rdi + r8*8 + 24], rax",
     bracket_leave!(),
@@ -913,9 +907,7 @@ std::arch::global_asm!(
     // rax and rdx saved at [rsp]): its thread variable as
     // `GraphFilter::ret` leaves it (r8), written once the record is in.
     "50:",
-    "mov rcx, [rsi + {u_frame_word}]",
-    "shr rcx, 12",
-    "tzcnt ecx, ecx",
+    "movsxd rcx, dword ptr [rsi + {u_slot}]",
     "mov r8, [rdi + rcx*8 + {tv}]",
     "btr r8, {notrace_bit}",
     "jnc 51f",
@@ -956,9 +948,7 @@ std::arch::global_asm!(
         ),
         "and dword ptr [rdi + r10*8 + 24], {users_clear}\n"
     ),
-    "mov rcx, [rsi + {u_frame_word}]",
-    "shr rcx, 12",
-    "tzcnt ecx, ecx",
+    "movsxd rcx, dword ptr [rsi + {u_slot}]",
     "mov [rdi + rcx*8 + {tv}], r8",
     // Pop the frame; resume at its real return address.
     "53:",
@@ -986,6 +976,7 @@ std::arch::global_asm!(
     t_blockers = const crate::fgraph::stack::BLOCKERS,
     u_inst = const offset_of!(GraphUser, fused_inst),
     u_frame_word = const offset_of!(GraphUser, frame_word),
+    u_slot = const offset_of!(GraphUser, slot),
     u_max_depth = const offset_of!(GraphUser, fused_max_depth),
     r_mask = const offset_of!(RingHeader, mask),
     r_head = const offset_of!(RingHeader, head),
