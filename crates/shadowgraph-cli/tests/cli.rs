@@ -3300,6 +3300,76 @@ fn signal_handlers_recording_inside_a_filtered_record() {
     handlers_record_inside_records(RecordPath::Fused, &["-F", "main"]);
 }
 
+/// Eight threads run traced recursions while a process timer's handler,
+/// delivered to whichever thread the kernel picks, calls traced functions
+/// 2000 times: on two cores the threads are preempted and signalled inside
+/// their records all the time (with rseq, the kernel restarts those
+/// records: some must have been). Every thread's records stay whole: each
+/// call closes, in time order, at the depth its place says; nothing is
+/// lost; every handler call is there. The same without rseq.
+#[test]
+fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
+    for path in [RecordPath::Fused, RecordPath::FusedWithoutRseq] {
+        let rseq = path == RecordPath::Fused;
+        let dir = workdir(if rseq { "mtsig" } else { "mtsig-cmpxchg" });
+        let exe = build_c(
+            &dir,
+            "mt",
+            "#include <pthread.h>\n#include <signal.h>\n#include <stdio.h>\n#include <string.h>\n\
+             #include <sys/time.h>\n\
+             #define KEEP __attribute__((noinline, noipa))\n\
+             static volatile sig_atomic_t alarms;\n\
+             static volatile int stop;\n\
+             KEEP int in_handler(int x) { return x + 1; }\n\
+             KEEP int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+             KEEP void on_alarm(int sig) { in_handler(sig); fib(3); alarms++; }\n\
+             KEEP void *worker(void *a) { while (!stop) fib(12); return a; }\n\
+             int main(void) {\n\
+               struct sigaction sa; memset(&sa, 0, sizeof sa);\n\
+               sa.sa_handler = on_alarm; sigaction(SIGALRM, &sa, 0);\n\
+               pthread_t t[8]; for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, worker, 0);\n\
+               struct itimerval it = {{0, 100}, {0, 100}}; setitimer(ITIMER_REAL, &it, 0);\n\
+               while (alarms < 2000) fib(10);\n\
+               struct itimerval off = {{0, 0}, {0, 0}}; setitimer(ITIMER_REAL, &off, 0);\n\
+               stop = 1; for (int i = 0; i < 8; i++) pthread_join(t[i], 0);\n\
+               printf(\"%d\\n\", (int)alarms); return 0; }\n",
+        );
+        let data = dir.join("m.data");
+        let env = if rseq {
+            &[][..]
+        } else {
+            &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..]
+        };
+        let o = record_run(env, &[], &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        assert!(err.contains("(0 lost) from 9 threads"), "{err}");
+        let alarms: u64 = out.trim().parse().unwrap();
+        let info = view_text("info", &data);
+        if rseq && rseq_registered() {
+            let n = info
+                .split("ring slots by rseq, ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse::<u64>().ok());
+            assert!(n.is_some_and(|n| n > 0), "{info}");
+        } else {
+            assert!(!info.contains("by rseq"), "{info}");
+        }
+        let rows = report_rows(&report_text(&data));
+        assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
+        assert_eq!(rows["in_handler"].2, alarms, "{rows:?}");
+        assert_eq!(rows["worker"].2, 8, "{rows:?}");
+        let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+        assert_eq!(d.tids.len(), 9);
+        for &tid in &d.tids {
+            in_time_order(&d, tid).unwrap();
+            every_call_closes(&d, tid).unwrap();
+            depths_follow_the_records(&d, tid).unwrap();
+        }
+    }
+}
+
 /// A timer's handler calls traced functions 4000 times while `main` runs
 /// traced fib(12) in a loop; prints the alarms and fib's calls.
 const SIGRING_C: &str =
