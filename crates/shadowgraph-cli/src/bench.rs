@@ -505,9 +505,67 @@ fn timestamp_line(reps: usize) -> String {
         timestamp_ns(reps)
     );
     if clock == "rdtsc" {
-        line += &format!(", {:.2} ns beside independent work", tsc_in_flow_ns(reps));
+        line += &format!(
+            ", {:.2} ns beside independent work; an instruction after one waits for it and costs {:.3} ns (100 independent moves)",
+            tsc_in_flow_ns(reps),
+            after_tsc_ns(reps)
+        );
     }
     line + " on this machine (a recorded call takes two)"
+}
+
+/// What an instruction costs right after an `rdtsc`: (a read followed by
+/// 100 independent register moves − a read alone) / 100. Where the read
+/// lets nothing after it start before it is done (seen on Intel), each
+/// such instruction costs its share of the core's issue width: the budget
+/// of a recorder's own work between its two reads.
+fn after_tsc_ns(reps: usize) -> f64 {
+    macro_rules! moves {
+        () => {
+            "mov r8d, 1\nmov r9d, 2\nmov r10d, 3\nmov r11d, 4\nmov ecx, 5\n"
+        };
+    }
+    macro_rules! moves25 {
+        () => {
+            concat!(moves!(), moves!(), moves!(), moves!(), moves!())
+        };
+    }
+    const N: u32 = 2_000_000;
+    let time = |with_moves: bool| {
+        median(
+            (0..reps)
+                .map(|_| {
+                    let t = Instant::now();
+                    for _ in 0..N {
+                        if with_moves {
+                            // SAFETY: rdtsc and register moves only.
+                            unsafe {
+                                std::arch::asm!(
+                                    "rdtsc",
+                                    moves25!(), moves25!(), moves25!(), moves25!(),
+                                    out("rax") _, out("rdx") _, out("rcx") _, out("r8") _,
+                                    out("r9") _, out("r10") _, out("r11") _,
+                                    options(nostack, nomem),
+                                );
+                            }
+                        } else {
+                            // SAFETY: as above, without the moves.
+                            unsafe {
+                                std::arch::asm!(
+                                    "rdtsc",
+                                    out("rax") _, out("rdx") _,
+                                    options(nostack, nomem),
+                                );
+                            }
+                        }
+                    }
+                    t.elapsed().as_nanos() as f64 / N as f64
+                })
+                .collect(),
+        )
+    };
+    let plain = time(false);
+    ((time(true) - plain) / 100.0).max(0.0)
 }
 
 /// What one `rdtsc` adds to a block of work that does not depend on it (32
@@ -1358,12 +1416,27 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         );
         let floor = recorder_floor_ns(reps);
         let uf_call = per_call(uf, uf_start);
+        let rest = 0.25 * uf_call - floor;
+        // Where nothing overlaps a clock read, the rest is a budget of
+        // instructions between the reads.
+        let per_instr = if shadowgraph::record::clock::init() {
+            after_tsc_ns(reps)
+        } else {
+            0.0
+        };
+        let budget = if per_instr > 0.01 && rest > 0.0 {
+            format!(
+                " (about {:.0} instructions after the reads)",
+                rest / per_instr
+            )
+        } else {
+            String::new()
+        };
         println!(
             "# the floor of any recorder here (asm model: a stub's call, two TSC reads, two \
              16-byte records in memory, nothing else): {floor:.1} ns/call = {:.2}× uftrace's \
-             overhead; 0.25× leaves {:.1} ns for the rest",
+             overhead; 0.25× leaves {rest:.1} ns for the rest{budget}",
             floor / uf_call,
-            0.25 * uf_call - floor
         );
     } else {
         println!("# uftrace is not installed (apt-get install uftrace) — no comparison");
