@@ -3347,12 +3347,7 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
         let alarms: u64 = out.trim().parse().unwrap();
         let info = view_text("info", &data);
         if rseq && rseq_registered() {
-            let n = info
-                .split("ring slots by rseq, ")
-                .nth(1)
-                .and_then(|r| r.split(' ').next())
-                .and_then(|n| n.parse::<u64>().ok());
-            assert!(n.is_some_and(|n| n > 0), "{info}");
+            assert!(rseq_restarts(&info).is_some_and(|n| n > 0), "{info}");
         } else {
             assert!(!info.contains("by rseq"), "{info}");
         }
@@ -3405,6 +3400,14 @@ fn rseq_registered() -> bool {
     }
 }
 
+/// The restarted records `info` reports for the fused path with rseq.
+fn rseq_restarts(info: &str) -> Option<u64> {
+    info.split("ring slots by rseq, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+}
+
 fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
     let fused = path != RecordPath::General;
     let dir = workdir(match (path, filter.is_empty()) {
@@ -3435,12 +3438,7 @@ fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
         if rseq {
             // Signals landed inside the sequences, which the kernel
             // aborted and the path started again.
-            let n = info
-                .split("ring slots by rseq, ")
-                .nth(1)
-                .and_then(|r| r.split(' ').next())
-                .and_then(|n| n.parse::<u64>().ok());
-            assert!(n.is_some_and(|n| n > 0), "{info}");
+            assert!(rseq_restarts(&info).is_some_and(|n| n > 0), "{info}");
         }
     }
     let mut it = out.split_whitespace().map(|v| v.parse::<u64>().unwrap());
