@@ -24,6 +24,15 @@
 //! calls nest in that function or follow it as the ring says, not as the
 //! frames do.
 //!
+//! The fused recording path (record::fused) writes a thread's records at
+//! rest another way where glibc registered rseq: the TSC read, the record
+//! and a plain store of `reserve` in one restartable sequence, which the
+//! kernel restarts if a signal or preemption lands inside it, then `head`
+//! by a plain store. Writers of this protocol never see its half-done
+//! record: a handler that interrupts the sequence runs after the kernel
+//! has sent it back to its start, and one that lands between the two
+//! stores finds `head` behind `reserve`, as behind any interrupted writer.
+//!
 //! The ring lives either in a file of a shared-memory directory, drained by
 //! the `shadowgraph record` process (the writer outside the traced program:
 //! the program pays no system call for its records, and a crash loses
