@@ -677,6 +677,7 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
             );
         }
         info.set("max_stack", fgraph::stack::max_frames());
+        info.set("recursion_drops", ftrace::recursion_drops_all());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));
         if !t.profile {

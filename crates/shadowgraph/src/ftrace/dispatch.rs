@@ -338,6 +338,7 @@ pub fn try_lock(g: Group) -> Option<u32> {
         bit = g as u32 + TRANSITION;
         if rec & (1 << bit) != 0 {
             local().rec_drops.set(local().rec_drops.get() + 1);
+            REC_DROPS_ALL.fetch_add(1, Ordering::Relaxed);
             return None;
         }
     }
@@ -377,4 +378,12 @@ pub(crate) fn reset_recursion() {
 /// Calls this thread dropped because a guarded callback recursed too deep.
 pub fn recursion_drops() -> u64 {
     local().rec_drops.get()
+}
+
+/// The same, all threads.
+static REC_DROPS_ALL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Calls every thread dropped because a guarded callback recursed too deep.
+pub fn recursion_drops_all() -> u64 {
+    REC_DROPS_ALL.load(Ordering::Relaxed)
 }

@@ -13,7 +13,8 @@ pub(crate) mod local;
 pub mod quiesce;
 
 pub use dispatch::{
-    call_subops, current_tid, recursion_drops, reset_tid_cache, try_lock, unlock, Group, Regs,
+    call_subops, current_tid, recursion_drops, recursion_drops_all, reset_tid_cache, try_lock,
+    unlock, Group, Regs,
 };
 pub use filter::{Filter, FilterError, FilterPair, Pattern, SiteId, SiteName, SiteSet};
 

@@ -128,7 +128,7 @@ impl DataDir {
     /// or failed writes), with the first write failure's reason: the views
     /// show what was kept, and this says that it is not all.
     /// Calls nested deeper than the shadow stack holds are not traced at
-    /// all: said too.
+    /// all, nor calls the recursion guard dropped: said too.
     pub fn loss_warning(&self) -> Option<String> {
         let count = |k| -> u64 { self.info.get(k).and_then(|v| v.parse().ok()).unwrap_or(0) };
         let (lost, overrun) = (count("lost"), count("overrun"));
@@ -150,6 +150,14 @@ impl DataDir {
             what.push(format!(
                 "{overrun} calls were not traced (nested deeper than the shadow stack{held}; \
                  record with a larger --max-stack)"
+            ));
+        }
+        let drops = count("recursion_drops");
+        if drops > 0 {
+            what.push(format!(
+                "{drops} calls were not traced (the recursion guard dropped them: made while \
+                 their thread was already inside our callbacks, such as a signal handler's \
+                 calls after another handler left our code by siglongjmp)"
             ));
         }
         (!what.is_empty()).then(|| {

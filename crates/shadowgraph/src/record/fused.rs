@@ -289,8 +289,12 @@ macro_rules! ring_publish {
 
 // A record {$time, $word} in ring r11, written at rest (no writer of this
 // thread is between its claim and its publish: `reserve` equals `head`),
-// `$depth` setting dx after the slot's step as in ring_claim, `$extra`
-// run once the slot is known to have room (it may run twice). With the
+// `$depth` setting dx after the slot's step as in ring_claim, `$late`
+// making `$word` after the TSC read, `$extra` a side effect due with the
+// claim (the exit's frame losing its users): with rseq it runs just before
+// the claim's store and `$undo` takes it back if the kernel aborts the
+// sequence, since the restart may find no room and take the general way,
+// which must find the frame as it was. With the
 // kernel's rseq (registered by glibc; RSEQ_CS holds the offset of its
 // `rseq_cs` field from the thread pointer, 0 without): one restartable
 // sequence of the room check, the TSC read, the record's stores and the
@@ -311,7 +315,7 @@ macro_rules! ring_publish {
 // or at `$full` without room (rseq_cs may stay set: the kernel ignores it
 // outside the sequence). Clobbers rax, rdx, `$time` and the flags.
 macro_rules! ring_record {
-    ($name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr, $extra:literal) => {
+    ($name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr, $extra:literal, $undo:literal) => {
         concat!(
             $name,
             "_restart:\n",
@@ -344,10 +348,10 @@ macro_rules! ring_record {
             $time,
             ", rdx\n",
             $late,
-            $extra,
             ring_write!($time, $word),
             "lea rdx, [rax + 0x10000]\n",
             $depth,
+            $extra,
             "mov [r11 + {r_reserve}], rdx\n",
             $name,
             "_post:\n",
@@ -372,6 +376,7 @@ macro_rules! ring_record {
             $name,
             "_abort:\n",
             "lock inc qword ptr [rip + {rseq_restarts}]\n",
+            $undo,
             "jmp ",
             $name,
             "_restart\n",
@@ -587,6 +592,7 @@ macro_rules! fused_entry {
                 "r9",
                 "mov dx, r9w\nshr dx, 6\ninc dx\n",
                 "",
+                "",
                 ""
             ),
             // Kept for the user: its BITMAP word, then the hijack.
@@ -687,7 +693,8 @@ macro_rules! fused_return {
                     "or rcx, rdx\n",
                     "or rcx, {exit_bits}\n",
                 ),
-                "and dword ptr [rdi + r10*8 + 24], {users_clear}\n"
+                "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
+                "mov rax, [rsi + {u_frame_word}]\nmov [rdi + r10*8 + 24], rax\n"
             ),
             // Pop the frame; resume at its real return address. The bracket
             // left through its word, still in r8.
@@ -850,6 +857,7 @@ std::arch::global_asm!(
         "rcx",
         "mov dx, r10w\n",
         "",
+        "",
         ""
     ),
     "jmp 47f",
@@ -946,7 +954,8 @@ std::arch::global_asm!(
             "or rcx, rdx\n",
             "or rcx, {exit_bits}\n",
         ),
-        "and dword ptr [rdi + r10*8 + 24], {users_clear}\n"
+        "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
+        "mov rax, [rsi + {u_frame_word}]\nmov [rdi + r10*8 + 24], rax\n"
     ),
     "movsxd rcx, dword ptr [rsi + {u_slot}]",
     "mov [rdi + rcx*8 + {tv}], r8",

@@ -105,6 +105,13 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
             line(out, "max stack depth", n)?;
         }
         line(out, "stack overruns", get("overrun").unwrap_or("0"))?;
+        if let Some(n) = get("recursion_drops") {
+            line(
+                out,
+                "recursion drops",
+                &format!("{n} (calls not traced: their thread was inside our callbacks)"),
+            )?;
+        }
         if let Some(c) = get("control") {
             line(out, "control commands", c)?;
         }
