@@ -207,6 +207,34 @@ fn attach_inner(
     true
 }
 
+// `reserve` of ring r11 in rax if there is room (else jump to `$full`),
+// then the TSC in `$time`. The slot comes back to rax by a plain move, so
+// that nothing after waits for the TSC but the record's time store.
+// Clobbers rdx and the flags.
+macro_rules! reserve_and_time {
+    ($full:literal, $time:literal) => {
+        concat!(
+            "mov rax, [r11 + {r_reserve}]\n",
+            "cmp rax, [r11 + {r_room_end}]\n",
+            "jae ",
+            $full,
+            "\n",
+            "mov ",
+            $time,
+            ", rax\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rdx, rax\n",
+            "mov rax, ",
+            $time,
+            "\n",
+            "mov ",
+            $time,
+            ", rdx\n",
+        )
+    };
+}
+
 // A ring's producer side, as `Ring::claim_at/write/publish` (ring.rs):
 // while there is room (else jump to `$full`), read the TSC and claim
 // `reserve` by one cmpxchg, again both if a signal handler claimed meanwhile
@@ -220,25 +248,7 @@ macro_rules! ring_claim {
     ($full:literal, $time:literal, $depth:literal) => {
         concat!(
             "2:\n",
-            "mov rax, [r11 + {r_reserve}]\n",
-            "cmp rax, [r11 + {r_room_end}]\n",
-            "jae ",
-            $full,
-            "\n",
-            "mov ",
-            $time,
-            ", rax\n",
-            "rdtsc\n",
-            "shl rdx, 32\n",
-            "or rdx, rax\n",
-            // The slot back in rax by a plain move, so that the claim does
-            // not wait for the TSC (only the record's time store does).
-            "mov rax, ",
-            $time,
-            "\n",
-            "mov ",
-            $time,
-            ", rdx\n",
+            reserve_and_time!($full, $time),
             "lea rdx, [rax + 0x10000]\n",
             $depth,
             "cmpxchg qword ptr [r11 + {r_reserve}], rdx\n",
@@ -330,23 +340,7 @@ macro_rules! ring_record {
             "mov qword ptr fs:[rdx], rax\n",
             $name,
             "_start:\n",
-            "mov rax, [r11 + {r_reserve}]\n",
-            "cmp rax, [r11 + {r_room_end}]\n",
-            "jae ",
-            $full,
-            "\n",
-            "mov ",
-            $time,
-            ", rax\n",
-            "rdtsc\n",
-            "shl rdx, 32\n",
-            "or rdx, rax\n",
-            "mov rax, ",
-            $time,
-            "\n",
-            "mov ",
-            $time,
-            ", rdx\n",
+            reserve_and_time!($full, $time),
             $late,
             ring_write!($time, $word),
             "lea rdx, [rax + 0x10000]\n",
