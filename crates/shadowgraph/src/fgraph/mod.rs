@@ -355,6 +355,10 @@ static SLOT_EPOCH: [AtomicU64; MAX_USERS] = [const { AtomicU64::new(u64::MAX) };
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// The sole user while exactly one is registered (fast path), else null.
 pub(crate) static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
+/// FAST when the sole user is one the fused recording path stands in for
+/// (its `fused_inst` set before it registered), else null: the fused path
+/// reads this one word to know it may run (record::fused).
+pub(crate) static FUSED: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
 /// Code the manager's trampolines hand over to instead of the caller
 /// template (record::fused), if set before the first user registers.
 pub(crate) static MANAGER_STUB: std::sync::atomic::AtomicUsize =
@@ -502,7 +506,7 @@ pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
     r.active += 1;
     if r.active == 2 {
         // Loop mode before any of the new user's sites is patched.
-        FAST.store(std::ptr::null_mut(), Ordering::Release);
+        publish_sole(std::ptr::null_mut());
     }
     let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
     SLOT_EPOCH[i].store(epoch, Ordering::Release);
@@ -543,7 +547,7 @@ pub fn unregister_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
     ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
     OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
     r.active -= 1;
-    FAST.store(std::ptr::null_mut(), Ordering::Release);
+    publish_sole(std::ptr::null_mut());
     let res = ftrace::unregister_subop(manager(), &user.subop);
     quiesce::synchronize();
     r.users[i] = None;
@@ -571,7 +575,19 @@ fn set_fast(r: &Registry) {
     } else {
         None
     };
-    FAST.store(sole.unwrap_or(std::ptr::null_mut()), Ordering::Release);
+    publish_sole(sole.unwrap_or(std::ptr::null_mut()));
+}
+
+/// FAST and FUSED for `sole` (null: none). A user stops being either
+/// before the grace period that precedes its freeing (unregister_graph).
+fn publish_sole(sole: *mut GraphUser) {
+    // SAFETY: a non-null `sole` is a registered user, held by the registry.
+    let fused = !sole.is_null() && unsafe { &*sole }.fused_inst.load(Ordering::Acquire) >= 0;
+    FUSED.store(
+        if fused { sole } else { std::ptr::null_mut() },
+        Ordering::Release,
+    );
+    FAST.store(sole, Ordering::Release);
 }
 
 fn thread_count() -> usize {

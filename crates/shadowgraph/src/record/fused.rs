@@ -455,7 +455,7 @@ macro_rules! pop_saved {
 // or for a site stub (tramp.rs), which does the taking over itself. The
 // general way: label 80 with nothing held.
 macro_rules! fused_entry {
-    ($name:literal, $slot:literal, $site:literal, $hook:literal, $hooked:literal, $declined:literal, $filtered:literal) => {
+    ($name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:literal, $filtered:literal) => {
         concat!(
             "push rax\n",
             "push rcx\n",
@@ -479,17 +479,13 @@ macro_rules! fused_entry {
             "lea rax, [rsp + 80]\n",
             "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
             "inc qword ptr [rdx]\n",
-            // The manager is still registered (its slot names it) and its sole
-            // user is a fused recorder with a ring on this thread.
-            $slot,
-            "cmp qword ptr [rax], 0\n",
-            "je 81f\n",
-            "mov rsi, [rip + {fast}]\n",
+            // The sole graph user is a fused recorder (so the manager is
+            // registered: fgraph::FUSED) with a ring on this thread. One
+            // load: every chain of loads before the clock read lengthens
+            // the call (see ring_record).
+            "mov rsi, [rip + {fused}]\n",
             "test rsi, rsi\n",
             "jz 81f\n",
-            "mov rax, [rsi + {u_inst}]\n",
-            "test rax, rax\n",
-            "js 81f\n",
             "mov rcx, [rip + {tp_rings}]\n",
             "mov r11, qword ptr fs:[rcx]\n",
             "test r11, r11\n",
@@ -636,12 +632,9 @@ macro_rules! fused_return {
             "lea rax, [rsp + 8]\n",
             "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
             "inc qword ptr [r8]\n",
-            "mov rsi, [rip + {fast}]\n",
+            "mov rsi, [rip + {fused}]\n",
             "test rsi, rsi\n",
             "jz 91f\n",
-            "mov rax, [rsi + {u_inst}]\n",
-            "test rax, rax\n",
-            "js 91f\n",
             "mov rcx, [rip + {tp_rings}]\n",
             "mov r11, qword ptr fs:[rcx]\n",
             "test r11, r11\n",
@@ -729,7 +722,6 @@ std::arch::global_asm!(
     "endbr64",
     fused_entry!(
         "shadowgraph_fused_entry_record",
-        "mov rax, [rsp]\n",
         "mov rdx, [rsp + 72]\nsub rdx, 5\n",
         "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 80], rax\n",
         "",
@@ -780,7 +772,6 @@ std::arch::global_asm!(
     "endbr64",
     fused_entry!(
         "shadowgraph_fused_site_entry_record",
-        "mov rax, [rsp + 72]\nmov rax, [rax + {data_off}]\n",
         "mov rdx, [rsp + 72]\nmov rdx, [rdx + {site_off}]\n",
         "",
         "cmp rsp, rsp\n",
@@ -969,7 +960,7 @@ std::arch::global_asm!(
     tp_rings = sym TP_RINGS,
     rseq_cs = sym RSEQ_CS,
     rseq_restarts = sym RSEQ_RESTARTS,
-    fast = sym fgraph::FAST,
+    fused = sym fgraph::FUSED,
     manager_entry = sym fgraph::manager_tramp_entry,
     l_word = const offset_of!(CoreLocal, word),
     l_rec = const offset_of!(CoreLocal, rec),
@@ -977,7 +968,6 @@ std::arch::global_asm!(
     t_stack = const offset_of!(ThreadState, stack),
     t_curr = const offset_of!(ThreadState, curr),
     t_blockers = const crate::fgraph::stack::BLOCKERS,
-    u_inst = const offset_of!(GraphUser, fused_inst),
     u_frame_word = const offset_of!(GraphUser, frame_word),
     u_slot = const offset_of!(GraphUser, slot),
     u_max_depth = const offset_of!(GraphUser, fused_max_depth),
@@ -994,7 +984,6 @@ std::arch::global_asm!(
     exit_bits = const super::format::MAGIC << 3 | 1,
     site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
-    data_off = const crate::tramp::SITE_STUB_DATA_FROM_RET,
     u_filter = const offset_of!(GraphUser, fused_filter),
     f_classes = const offset_of!(FusedFilter, classes),
     f_len = const offset_of!(FusedFilter, len),
