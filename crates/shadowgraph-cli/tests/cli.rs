@@ -3322,7 +3322,7 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
              static volatile int stop;\n\
              KEEP int in_handler(int x) { return x + 1; }\n\
              KEEP int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
-             KEEP void on_alarm(int sig) { in_handler(sig); fib(3); alarms++; }\n\
+             KEEP void on_alarm(int sig) { in_handler(sig); fib(3); __atomic_add_fetch(&alarms, 1, __ATOMIC_RELAXED); }\n\
              KEEP void *worker(void *a) { while (!stop) fib(12); return a; }\n\
              int main(void) {\n\
                struct sigaction sa; memset(&sa, 0, sizeof sa);\n\
@@ -3352,8 +3352,8 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
             assert!(!info.contains("by rseq"), "{info}");
         }
         let rows = report_rows(&report_text(&data));
-        assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
-        assert_eq!(rows["in_handler"].2, alarms, "{rows:?}");
+        assert_eq!(rows["on_alarm"].2, alarms, "{alarms} alarms: {rows:?}");
+        assert_eq!(rows["in_handler"].2, alarms, "{alarms} alarms: {rows:?}");
         assert_eq!(rows["worker"].2, 8, "{rows:?}");
         let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
         assert_eq!(d.tids.len(), 9);

@@ -501,42 +501,48 @@ pub(crate) fn direct_pad(arena: &Arena, target: usize) -> Result<usize, ArenaErr
 // stub by a real call: the return-stack predictor stays right, where a
 // hijacked return costs a misprediction on every call.
 //
-//   +0   call [ENTRY]      ENTRY (an address in a cell of the arena) sees
-//                          [rsp] = stub+6, [rsp+8] = R, the arguments
-//                          live; it returns with ZF=1 if it pushed a shadow
-//                          frame for this call (R saved in it), else ZF=0,
-//                          every argument register intact.
-//   +6   jne  +24
-//   +8   lea  rsp, [rsp+8] R's slot is popped: the call below reuses it,
-//   +13  call BODY         so stack arguments stay where the body expects.
-//   +18  jmp  [RETURN]     The body returned: rsp = slot + 8, the result
+//   +0   lea  r11, [site]  The site in r11 (free at a function's entry),
+//                          so that ENTRY has it without reading it from
+//                          here (a load after the load of its return
+//                          address: the fused path's clock read waits for
+//                          such chains, record::fused).
+//   +7   call [ENTRY]      ENTRY (an address in a cell of the arena) sees
+//                          [rsp] = stub+13, [rsp+8] = R, r11 = the site,
+//                          the arguments live; it returns with ZF=1 if it
+//                          pushed a shadow frame for this call (R saved in
+//                          it), else ZF=0, every argument register intact.
+//   +13  jne  +31
+//   +15  lea  rsp, [rsp+8] R's slot is popped: the call below reuses it,
+//   +20  call BODY         so stack arguments stay where the body expects.
+//   +25  jmp  [RETURN]     The body returned: rsp = slot + 8, the result
 //                          live; RETURN pops the frame and `ret`s to R.
-//   +24  jmp  BODY         Not hooked: the function runs untouched.
-//   +29  int3 × 3
-//   +32  .long id          The site's id in the core, read by ENTRY.
+//   +31  jmp  BODY         Not hooked: the function runs untouched.
 //   +36  int3 × 4
-//   +40  .quad site        The function's site, read by ENTRY.
-//   +48  .quad data        The ops' data slot in this arena, read by ENTRY.
+//   +40  .long id          The site's id in the core, read by ENTRY.
+//   +44  int3 × 4
+//   +48  .quad site        The function's site, read by ENTRY.
+//   +56  .quad data        The ops' data slot in this arena, read by ENTRY.
 //
-// The cells are in the same arena (rel32 reach). Stubs are written in
-// blocks and never freed or rewritten: a thread may sit in a function
-// called from a stub for any length of time.
+// A stub is one cache line: blocks start on one. The cells are in the
+// same arena (rel32 reach), as are the sites. Stubs are written in blocks
+// and never freed or rewritten: a thread may sit in a function called
+// from a stub for any length of time.
 
 /// Bytes of one site stub.
-pub(crate) const SITE_STUB_LEN: usize = 56;
+pub(crate) const SITE_STUB_LEN: usize = 64;
 /// Offset of a stub's return point (where the body returns to).
-pub(crate) const SITE_STUB_RETURN: usize = 18;
-/// Offset of the site literal from the stub's call of ENTRY's return
-/// address (stub + 6).
-pub(crate) const SITE_STUB_SITE_FROM_RET: usize = 34;
+pub(crate) const SITE_STUB_RETURN: usize = 25;
+/// Offset of ENTRY's return address (after the stub's call of ENTRY).
+const SITE_STUB_ENTRY_RET: usize = 13;
+/// Offset of the site literal from ENTRY's return address.
+pub(crate) const SITE_STUB_SITE_FROM_RET: usize = 48 - SITE_STUB_ENTRY_RET;
 /// Offset of the site id (u32) from the same.
-pub(crate) const SITE_STUB_ID_FROM_RET: usize = 26;
+pub(crate) const SITE_STUB_ID_FROM_RET: usize = 40 - SITE_STUB_ENTRY_RET;
 /// Offset of the data slot literal from the same.
-pub(crate) const SITE_STUB_DATA_FROM_RET: usize = 42;
+pub(crate) const SITE_STUB_DATA_FROM_RET: usize = 56 - SITE_STUB_ENTRY_RET;
 
-/// Offset of the site literal from a stub's return point (the call of
-/// ENTRY, whose return address the other offsets count from, is 6 bytes).
-pub(crate) const SITE_STUB_SITE_FROM_RETURN: usize = 6 + SITE_STUB_SITE_FROM_RET - SITE_STUB_RETURN;
+/// Offset of the site literal from a stub's return point.
+pub(crate) const SITE_STUB_SITE_FROM_RETURN: usize = 48 - SITE_STUB_RETURN;
 
 const MAX_STUB_BLOCKS: usize = 1024;
 
@@ -561,9 +567,9 @@ static STUB_BLOCK_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// Writes a block of stubs into `arena`, one per (site, id) of `sites`
 /// (each within rel32 reach of the arena), calling the address in cell
 /// `entry` and jumping to the one in cell `ret` (both cells in the arena),
-/// with `data` for ENTRY. Returns the block's address: site i's stub is at
-/// `block + i * SITE_STUB_LEN`. The block is registered (see
-/// [`is_stub_return`]) before any site can reach it.
+/// with `data` for ENTRY. Returns the block's address (a cache line's):
+/// site i's stub is at `block + i * SITE_STUB_LEN`. The block is
+/// registered (see [`is_stub_return`]) before any site can reach it.
 pub(crate) fn site_stubs(
     arena: &Arena,
     sites: &[(usize, u32)],
@@ -577,34 +583,40 @@ pub(crate) fn site_stubs(
         return Err(ArenaError::Full);
     }
     let len = sites.len() * SITE_STUB_LEN;
+    // Allocations are 16-byte aligned: up to 48 bytes of int3 in front.
+    let lead = |at: usize| at.next_multiple_of(64) - at;
     let rel = |from: usize, to: usize| -> [u8; 4] {
         i32::try_from(to as i64 - from as i64)
             .expect("arena within reach of its sites")
             .to_le_bytes()
     };
-    let block = arena.alloc_with(len, |at| {
-        let mut code = Vec::with_capacity(len);
+    let at = arena.alloc_with(len + 48, |at| {
+        let mut code = vec![0xcc; lead(at)];
         for (i, &(site, id)) in sites.iter().enumerate() {
-            let s = at + i * SITE_STUB_LEN;
+            let s = at + lead(at) + i * SITE_STUB_LEN;
             let body = site + 5;
+            code.extend_from_slice(&[0x4c, 0x8d, 0x1d]);
+            code.extend_from_slice(&rel(s + 7, site));
             code.extend_from_slice(&[0xff, 0x15]);
-            code.extend_from_slice(&rel(s + 6, entry));
+            code.extend_from_slice(&rel(s + 13, entry));
             code.extend_from_slice(&[0x75, 0x10]);
             code.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x08]);
             code.push(0xe8);
-            code.extend_from_slice(&rel(s + 18, body));
+            code.extend_from_slice(&rel(s + 25, body));
             code.extend_from_slice(&[0xff, 0x25]);
-            code.extend_from_slice(&rel(s + 24, ret));
+            code.extend_from_slice(&rel(s + 31, ret));
             code.push(0xe9);
-            code.extend_from_slice(&rel(s + 29, body));
-            code.extend_from_slice(&[0xcc; 3]);
+            code.extend_from_slice(&rel(s + 36, body));
+            code.extend_from_slice(&[0xcc; 4]);
             code.extend_from_slice(&id.to_le_bytes());
             code.extend_from_slice(&[0xcc; 4]);
             code.extend_from_slice(&(site as u64).to_le_bytes());
             code.extend_from_slice(&(data as u64).to_le_bytes());
         }
+        code.resize(len + 48, 0xcc);
         code
     })?;
+    let block = at + lead(at);
     STUB_BLOCKS[n].base.store(block, Ordering::Relaxed);
     STUB_BLOCKS[n].len.store(len, Ordering::Relaxed);
     STUB_BLOCK_COUNT.store(n + 1, Ordering::Release);

@@ -1172,7 +1172,7 @@ impl Core {
             let (block, tail) = rest.split_at(n);
             rest = tail;
             let (lo, hi) = (block[0].1, block[n - 1].1 + 5);
-            let bytes = n * tramp::SITE_STUB_LEN + 2 * 64;
+            let bytes = n * tramp::SITE_STUB_LEN + 3 * 64;
             let home = self.modules[module as usize].arena;
             let arena = if home.reaches(lo, hi) && home.room() >= bytes {
                 home

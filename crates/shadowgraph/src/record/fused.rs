@@ -94,6 +94,8 @@ extern "C" {
     fn shadowgraph_fused_entry();
     fn shadowgraph_fused_site_entry();
     fn shadowgraph_fused_site_return();
+    fn shadowgraph_fused_site_entry_plain();
+    fn shadowgraph_fused_site_return_plain();
 }
 
 /// Makes `user` — a graph user whose entry callback declines calls at
@@ -178,7 +180,8 @@ fn attach_inner(
         Ordering::Relaxed,
     );
     fgraph::init_tp_offsets();
-    RSEQ_CS.store(rseq_cs_offset().unwrap_or(0), Ordering::Relaxed);
+    let rseq = rseq_cs_offset().unwrap_or(0);
+    RSEQ_CS.store(rseq, Ordering::Relaxed);
     // A filtered user's limit is its filter's; the sign bit marks it.
     let limit = if filter.is_some() {
         1 << 63
@@ -195,14 +198,19 @@ fn attach_inner(
         shadowgraph_fused_entry as *const () as usize,
         Ordering::Release,
     );
-    fgraph::MANAGER_SITE_ENTRY.store(
-        shadowgraph_fused_site_entry as *const () as usize,
-        Ordering::Release,
-    );
-    fgraph::MANAGER_SITE_RETURN.store(
-        shadowgraph_fused_site_return as *const () as usize,
-        Ordering::Release,
-    );
+    let (entry, ret) = if rseq != 0 && limit == 0 {
+        (
+            shadowgraph_fused_site_entry_plain as *const () as usize,
+            shadowgraph_fused_site_return_plain as *const () as usize,
+        )
+    } else {
+        (
+            shadowgraph_fused_site_entry as *const () as usize,
+            shadowgraph_fused_site_return as *const () as usize,
+        )
+    };
+    fgraph::MANAGER_SITE_ENTRY.store(entry, Ordering::Release);
+    fgraph::MANAGER_SITE_RETURN.store(ret, Ordering::Release);
     fgraph::FUSED_RETURN_ON.store(1, Ordering::Release);
     true
 }
@@ -325,15 +333,11 @@ macro_rules! ring_publish {
 // or at `$full` without room (rseq_cs may stay set: the kernel ignores it
 // outside the sequence). Clobbers rax, rdx, `$time` and the flags.
 macro_rules! ring_record {
-    ($name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr, $extra:literal, $undo:literal) => {
+    ($proto:ident, $name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr, $extra:literal, $undo:literal) => {
         concat!(
             $name,
             "_restart:\n",
-            "mov rdx, [rip + {rseq_cs}]\n",
-            "test rdx, rdx\n",
-            "jz ",
-            $name,
-            "_legacy\n",
+            rseq_or_legacy!($proto, $name),
             "lea rax, [rip + ",
             $name,
             "_cs]\n",
@@ -407,6 +411,23 @@ macro_rules! ring_record {
     };
 }
 
+// How ring_record picks its protocol: `both`, by RSEQ_CS on every record
+// (rdx its value); `rseq`, code chosen at attach for a process with rseq.
+macro_rules! rseq_or_legacy {
+    (both, $name:literal) => {
+        concat!(
+            "mov rdx, [rip + {rseq_cs}]\n",
+            "test rdx, rdx\n",
+            "jz ",
+            $name,
+            "_legacy\n",
+        )
+    };
+    (rseq, $name:literal) => {
+        "mov rdx, [rip + {rseq_cs}]\n"
+    };
+}
+
 // The bracket, left: depth 1 → 0 and the exit generation + 1, in one
 // instruction (a signal handler leaves the word as it found it, save for
 // generations it completed). Clobbers rcx.
@@ -449,13 +470,31 @@ macro_rules! pop_saved {
     };
 }
 
+// The entry's limits, from label 4 (registers as there): a call the user
+// declines (`-D`) goes to 83, where nothing is left to do; a user with
+// graph filters (its limit the sign bit) goes where `$filtered` jumps.
+// Ends at label 6.
+macro_rules! depth_limits {
+    ($filtered:literal) => {
+        concat!(
+            "mov rax, [rsi + {u_max_depth}]\n",
+            "test rax, rax\n",
+            "jz 6f\n",
+            $filtered,
+            "cmp r9, rax\n",
+            "jae 83f\n",
+            "6:\n",
+        )
+    };
+}
+
 // The entry's fast path, for a site that called the manager's stub
 // (`$site` puts the site in rdx from [rsp+72], the address after the call,
 // `$hook` takes over the return, `$hooked`/`$declined` say what happened)
 // or for a site stub (tramp.rs), which does the taking over itself. The
 // general way: label 80 with nothing held.
 macro_rules! fused_entry {
-    ($name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:literal, $filtered:literal) => {
+    ($proto:ident, $name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:literal, $limits:expr) => {
         concat!(
             "push rax\n",
             "push rcx\n",
@@ -539,16 +578,7 @@ macro_rules! fused_entry {
             "shr r9, 48\n",
             "inc r9\n",
             "4:\n",
-            // A call the user declines (`-D`): nothing to do. A user with
-            // graph filters (its limit the sign bit): `$filtered` takes it
-            // elsewhere.
-            "mov rax, [rsi + {u_max_depth}]\n",
-            "test rax, rax\n",
-            "jz 6f\n",
-            $filtered,
-            "cmp r9, rax\n",
-            "jae 83f\n",
-            "6:\n",
+            $limits,
             // Room for the frame, else the general way counts an overrun.
             "cmp r8, [rip + {room_limit}]\n",
             "jae 81f\n",
@@ -576,6 +606,7 @@ macro_rules! fused_entry {
             "or r9, rdx\n",
             "or r9, {entry_bits}\n",
             ring_record!(
+                $proto,
                 $name,
                 "82f",
                 "r10",
@@ -617,7 +648,7 @@ macro_rules! fused_entry {
 // address, every register of the result restored). The general way: label
 // 90 with nothing held.
 macro_rules! fused_return {
-    ($name:literal, $resume:literal, $filtered:literal) => {
+    ($proto:ident, $name:literal, $resume:literal, $filtered:literal) => {
         concat!(
             "push rax\n",
             "push rdx\n",
@@ -666,6 +697,7 @@ macro_rules! fused_return {
             // rcx, made once the clock is read (nothing before the read
             // waits for it).
             ring_record!(
+                $proto,
                 $name,
                 "92f",
                 "r9",
@@ -721,12 +753,13 @@ std::arch::global_asm!(
     "shadowgraph_fused_entry:",
     "endbr64",
     fused_entry!(
+        both,
         "shadowgraph_fused_entry_record",
         "mov rdx, [rsp + 72]\nsub rdx, 5\n",
         "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 80], rax\n",
         "",
         "",
-        "js 81f\n"
+        depth_limits!("js 81f\n")
     ),
     "jmp shadowgraph_fused_general",
     // The manager's caller (tramp.rs, args variant), with the ops slot
@@ -754,15 +787,16 @@ std::arch::global_asm!(
     ".hidden shadowgraph_fused_return",
     "shadowgraph_fused_return:",
     fused_return!(
+        both,
         "shadowgraph_fused_return_record",
         "jmp r11\n",
         "cmp qword ptr [rsi + {u_filter}], 0\njne 91f\n"
     ),
     "jmp shadowgraph_return_general",
     // Site stubs (tramp.rs). Entry: register contract as above, reached by
-    // a stub's `call [ENTRY]`, so [rsp] = stub+6, the site, its id and the
-    // ops slot are the stub's literals, and r11 is free (the saved one is
-    // not the slot: the general way takes it from the stub too). The
+    // a stub's `call [ENTRY]`, so [rsp] = stub+13, r11 = the site (saved
+    // last: [rsp] after the pushes), its id and the ops slot are the
+    // stub's literals (the general way takes the slot from the stub). The
     // return is not taken over here: the stub calls the body itself when
     // the entry returns with ZF=1 (a frame was pushed), and runs it
     // untouched with ZF=0. Every argument register is restored either way.
@@ -771,12 +805,13 @@ std::arch::global_asm!(
     "shadowgraph_fused_site_entry:",
     "endbr64",
     fused_entry!(
+        both,
         "shadowgraph_fused_site_entry_record",
-        "mov rdx, [rsp + 72]\nmov rdx, [rdx + {site_off}]\n",
+        "mov rdx, [rsp]\n",
         "",
         "cmp rsp, rsp\n",
         "test rsp, rsp\n",
-        "js 40f\n"
+        depth_limits!("js 40f\n")
     ),
     "jmp shadowgraph_graph_site_entry",
     // A recorder with graph filters (`-F`, `-N`, `-D`: fgraph::filters,
@@ -827,8 +862,7 @@ std::arch::global_asm!(
     "mov r10, rdx",
     "call 46f",
     // The entry record (the ring still in r11).
-    "mov rcx, [rsp + 72]",
-    "mov rcx, [rcx + {site_off}]",
+    "mov rcx, [rsp]",
     "shl rcx, 16",
     "movzx edx, r10w",
     "dec edx",
@@ -836,6 +870,7 @@ std::arch::global_asm!(
     "or rcx, rdx",
     "or rcx, {entry_bits}",
     ring_record!(
+        both,
         "shadowgraph_fused_filtered_entry",
         "82b",
         "r9",
@@ -871,8 +906,7 @@ std::arch::global_asm!(
     "add rsp, 8",
     "jmp 81b",
     "48:",
-    "mov rdx, [rsp + 80]",
-    "mov rdx, [rdx + {site_off}]",
+    "mov rdx, [rsp + 8]",
     "mov rax, r9",
     "shl rax, 48",
     "or rdx, rax",
@@ -890,6 +924,7 @@ std::arch::global_asm!(
     "shadowgraph_fused_site_return:",
     "endbr64",
     fused_return!(
+        both,
         "shadowgraph_fused_site_return_record",
         "push r11\nret\n",
         "cmp qword ptr [rsi + {u_filter}], 0\njne 50f\n"
@@ -926,6 +961,7 @@ std::arch::global_asm!(
     "and r8, -65536",
     "or r8, rdx",
     ring_record!(
+        both,
         "shadowgraph_fused_filtered_return",
         "92b",
         "r9",
@@ -954,6 +990,35 @@ std::arch::global_asm!(
     "pop rax",
     "push r11",
     "ret",
+    // The site stubs' entry and return for the common case, chosen at
+    // attach: the process has rseq and the recorder neither filters nor
+    // limits depth. The same code less the checks for those, each a load
+    // and a branch on every call.
+    ".globl shadowgraph_fused_site_entry_plain",
+    ".hidden shadowgraph_fused_site_entry_plain",
+    "shadowgraph_fused_site_entry_plain:",
+    "endbr64",
+    fused_entry!(
+        rseq,
+        "shadowgraph_fused_site_entry_plain_record",
+        "mov rdx, [rsp]\n",
+        "",
+        "cmp rsp, rsp\n",
+        "test rsp, rsp\n",
+        ""
+    ),
+    "jmp shadowgraph_graph_site_entry",
+    ".globl shadowgraph_fused_site_return_plain",
+    ".hidden shadowgraph_fused_site_return_plain",
+    "shadowgraph_fused_site_return_plain:",
+    "endbr64",
+    fused_return!(
+        rseq,
+        "shadowgraph_fused_site_return_plain_record",
+        "push r11\nret\n",
+        ""
+    ),
+    "jmp shadowgraph_site_return_general",
     ".popsection",
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
@@ -982,7 +1047,6 @@ std::arch::global_asm!(
     // The users' bits (12..27) lie in the word's low half.
     users_clear = const !(0xffffu32 << 12),
     exit_bits = const super::format::MAGIC << 3 | 1,
-    site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
     u_filter = const offset_of!(GraphUser, fused_filter),
     f_classes = const offset_of!(FusedFilter, classes),
