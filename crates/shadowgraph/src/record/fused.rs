@@ -7,7 +7,9 @@
 //! variable as fgraph::filters, see [`attach_filtered`]), the manager's
 //! trampolines and site stubs hand over to `shadowgraph_fused_entry` /
 //! `shadowgraph_fused_site_entry`, and returns come back to
-//! `shadowgraph_fused_return` / `shadowgraph_fused_site_return`: each does
+//! `shadowgraph_fused_return` / `shadowgraph_fused_site_return` (for site
+//! stubs, the `_plain` copies without the per-call checks for rseq, a
+//! depth limit and filters where attach finds none needed): each does
 //! in a few dozen instructions what fgraph's Rust path and the callbacks do
 //! — the bracket, the filters, the frame push or pop (with the return
 //! hijack where sites call the trampolines), the record in the ring (a
