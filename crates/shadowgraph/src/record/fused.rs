@@ -490,13 +490,22 @@ macro_rules! depth_limits {
     };
 }
 
+// Label 83, where the entry's limits send a call they decline: leave as if
+// untraced, with `$declined` saying so.
+macro_rules! declined_exit {
+    ($declined:literal) => {
+        concat!("83:\n", bracket_leave!(), $declined, pop_saved!(), "ret\n")
+    };
+}
+
 // The entry's fast path, for a site that called the manager's stub
 // (`$site` puts the site in rdx from [rsp+72], the address after the call,
-// `$hook` takes over the return, `$hooked`/`$declined` say what happened)
+// `$hook` takes over the return, `$hooked` says so, `$declined` is the
+// exit for calls `$limits` declines: `declined_exit!`)
 // or for a site stub (tramp.rs), which does the taking over itself. The
 // general way: label 80 with nothing held.
 macro_rules! fused_entry {
-    ($proto:ident, $name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:literal, $limits:expr) => {
+    ($proto:ident, $name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:expr, $limits:expr) => {
         concat!(
             "push rax\n",
             "push rcx\n",
@@ -626,12 +635,7 @@ macro_rules! fused_entry {
             $hooked,
             pop_saved!(),
             "ret\n",
-            // Declined: leave as if untraced.
-            "83:\n",
-            bracket_leave!(),
             $declined,
-            pop_saved!(),
-            "ret\n",
             // The general way: from 82 with the frame pushed (take it back: any
             // handler's frames above it are gone), from 81 with the bracket
             // entered (leave it), from 80 as at entry.
@@ -760,7 +764,7 @@ std::arch::global_asm!(
         "mov rdx, [rsp + 72]\nsub rdx, 5\n",
         "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 80], rax\n",
         "",
-        "",
+        declined_exit!(""),
         depth_limits!("js 81f\n")
     ),
     "jmp shadowgraph_fused_general",
@@ -812,7 +816,7 @@ std::arch::global_asm!(
         "mov rdx, [rsp]\n",
         "",
         "cmp rsp, rsp\n",
-        "test rsp, rsp\n",
+        declined_exit!("test rsp, rsp\n"),
         depth_limits!("js 40f\n")
     ),
     "jmp shadowgraph_graph_site_entry",
@@ -1006,7 +1010,7 @@ std::arch::global_asm!(
         "mov rdx, [rsp]\n",
         "",
         "cmp rsp, rsp\n",
-        "test rsp, rsp\n",
+        "",
         ""
     ),
     "jmp shadowgraph_graph_site_entry",
