@@ -721,9 +721,9 @@ macro_rules! frame_at_r8 {
 
 // Entry. Register contract: reached by a stub's `call [ENTRY]` (tramp.rs):
 // [rsp] = stub+13, [rsp+8] = R, every argument register live, r11 the
-// site, not needed (it gets the manager's ops slot in that arena, from the
-// stub). The
-// frame is the manager's caller's (tramp.rs, args variant: a Regs, with the
+// site (unused here: r11 gets the manager's ops slot in that arena, from
+// the stub, and the site is read from the stub too). The frame is the
+// manager's caller's (tramp.rs, args variant: a Regs, with the
 // stub's site as regs.ip) and 0x48 more bytes: 0x128 the ops slot, 0x130
 // the saved errno, 0x138 the new frame's start, 0x140 the user, 0x148 the
 // interrupted callback's in_entry and reserved_once (as `offer` keeps
