@@ -1226,6 +1226,27 @@ fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Nanoseconds from the first record to the last of the largest `.dat`
+/// file in `dir` (the busiest thread's), if it holds two records or more.
+fn recorded_span_ns(dir: &Path) -> Option<f64> {
+    let largest = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
+        .max_by_key(|e| e.metadata().map_or(0, |m| m.len()))?;
+    let bytes = std::fs::read(largest.path()).ok()?;
+    let time_at = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+    let n = bytes.len() / shadowgraph::record::format::RECORD_SIZE;
+    if n < 2 {
+        return None;
+    }
+    let (first, last) = (
+        time_at(0)?,
+        time_at((n - 1) * shadowgraph::record::format::RECORD_SIZE)?,
+    );
+    last.checked_sub(first).map(|d| d as f64)
+}
+
 fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     let dir = std::env::temp_dir().join(format!("shadowgraph-bench-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -1442,6 +1463,13 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         println!("# uftrace is not installed (apt-get install uftrace) — no comparison");
     }
     println!("# ns/call = (total − untraced − start-up overhead) / calls");
+    if let Some(span) = recorded_span_ns(&sg_data) {
+        println!(
+            "# inside the program (its first record to its last, one run): {:.1} ns per call, \
+             the call's own work included, start-up, exit and the writer's final drain not",
+            span / calls as f64
+        );
+    }
     println!("{}", timestamp_line(reps));
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&data_dir);
