@@ -1228,22 +1228,28 @@ fn dir_bytes(dir: &Path) -> u64 {
 
 /// Nanoseconds from the first record to the last of the largest `.dat`
 /// file in `dir` (the busiest thread's), if it holds two records or more.
+/// Reads those two records only (the file is tens of MB).
 fn recorded_span_ns(dir: &Path) -> Option<f64> {
-    let largest = std::fs::read_dir(dir)
+    use std::os::unix::fs::FileExt;
+    const RECORD: u64 = shadowgraph::record::format::RECORD_SIZE as u64;
+    let (path, len) = std::fs::read_dir(dir)
         .ok()?
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
-        .max_by_key(|e| e.metadata().map_or(0, |m| m.len()))?;
-    let bytes = std::fs::read(largest.path()).ok()?;
-    let time_at = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
-    let n = bytes.len() / shadowgraph::record::format::RECORD_SIZE;
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?.len())))
+        .max_by_key(|&(_, len)| len)?;
+    let n = len / RECORD;
     if n < 2 {
         return None;
     }
-    let (first, last) = (
-        time_at(0)?,
-        time_at((n - 1) * shadowgraph::record::format::RECORD_SIZE)?,
-    );
+    let f = std::fs::File::open(path).ok()?;
+    let time_at = |at: u64| {
+        let mut b = [0u8; 8];
+        f.read_exact_at(&mut b, at)
+            .ok()
+            .map(|_| u64::from_le_bytes(b))
+    };
+    let (first, last) = (time_at(0)?, time_at((n - 1) * RECORD)?);
     last.checked_sub(first).map(|d| d as f64)
 }
 
