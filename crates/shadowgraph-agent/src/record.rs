@@ -534,11 +534,15 @@ pub fn attach() -> Result<(), String> {
         // nesting is fgraph's: it accepts every call above its limit, so
         // every frame below one it accepts is its own, whatever other
         // tracers keep.
-        let plain =
-            filter.functions.is_none() && filter.notrace.is_none() && filter.threads.is_none();
+        let min_ticks = (time_ns as f64 * ticks_per_ns) as u64;
+        // The time filter's callbacks apply a depth limit only through
+        // the filter: with one (`-t` and `-D`), they are not plain.
+        let plain = filter.functions.is_none()
+            && filter.notrace.is_none()
+            && filter.threads.is_none()
+            && (min_ticks == 0 || filter.max_depth == 0);
         let max_depth = filter.max_depth;
         let filter = (!plain).then_some(filter);
-        let min_ticks = (time_ns as f64 * ticks_per_ns) as u64;
         let user = if min_ticks > 0 {
             fgraph::GraphUser::new(on_entry_timed, on_return_timed, ftrace::FilterSet::all(), i)
         } else if filter.is_none() {

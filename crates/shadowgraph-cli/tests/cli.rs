@@ -1837,6 +1837,18 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
     if let Some(theirs) = uftrace_view("replay", &data) {
         assert_eq!(shape(&theirs), long, "uftrace reads it the same");
     }
+    // With a depth limit too: both apply (the limit was once lost).
+    let shallow = dir.join("d.data");
+    record(&["--no-libs", "-t", "10ms", "-D", "2"], &shallow);
+    assert_eq!(
+        replay(&shallow),
+        [
+            " |main() {",
+            "D|  middle();",
+            "D|  slow();",
+            "D|} /* main */",
+        ]
+    );
 
     // Three tracers: everything; the long calls; the long calls inside middle.
     let multi = dir.join("m.data");
