@@ -148,6 +148,24 @@ pub struct Converter {
 }
 
 impl Converter {
+    /// The line through (`raw0`, `ns0`) at `rate` ns per tick (32.32 fixed
+    /// point; 0: identity).
+    pub fn new(raw0: u64, ns0: u64, rate: u64) -> Converter {
+        Converter { raw0, ns0, rate }
+    }
+
+    pub fn raw0(&self) -> u64 {
+        self.raw0
+    }
+
+    pub fn ns0(&self) -> u64 {
+        self.ns0
+    }
+
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
     #[inline]
     pub fn to_ns(&self, raw: u64) -> u64 {
         if self.rate == 0 {

@@ -40,14 +40,14 @@
 //! when full. The layout is the same; it is shared by two builds of the
 //! same crate only (no compatibility promise beyond `MAGIC`).
 
-use super::clock::{self, Calibration};
+use super::clock::{self, Calibration, Converter};
 use super::format::{encode, Kind};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The ring layout's version: a writer and an agent from different builds
 /// check it before recording (`SHADOWGRAPH_RING_LAYOUT`).
-pub const LAYOUT: u8 = 3;
+pub const LAYOUT: u8 = 4;
 /// "SGRING" + [`LAYOUT`].
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\0\0") | (LAYOUT as u64) << 48;
 /// `reserve`, `head` and `room_end` count slots from this bit; below it,
@@ -136,8 +136,9 @@ pub struct RingHeader {
     // --- consumer line
     /// Records consumed (their slots may be reused).
     pub tail: AtomicU64,
-    /// The calibration point (raw, ns) of the last drain (or of creation),
-    /// where the next drain's conversion starts.
+    /// The line raw times are converted by: it starts at `seg_raw` (ns
+    /// `seg_ns`) with `seg_rate` ns per tick (32.32 fixed point; 0: the
+    /// start calibration's). See [`Ring::convert_times`].
     pub seg_raw: AtomicU64,
     pub seg_ns: AtomicU64,
     /// Held by whoever drains (in-process rings: the thread and the exit
@@ -146,7 +147,17 @@ pub struct RingHeader {
     _pad3: u32,
     /// The last time written (ns): the thread's times only go forward.
     pub last_ns: AtomicU64,
-    _pad4: [u64; 3],
+    pub seg_rate: AtomicU64,
+    /// The calibration point (raw, ns) read when the ring was made, from
+    /// which the rate of each new piece is measured.
+    pub ref_raw: AtomicU64,
+    pub ref_ns: AtomicU64,
+    /// The line before (`prev_rate` 0: none), for times older than
+    /// `seg_raw` drained after it (a time filter writes a call's entry
+    /// once the call proves long enough).
+    pub prev_raw: AtomicU64,
+    pub prev_ns: AtomicU64,
+    pub prev_rate: AtomicU64,
 }
 
 const _: () = {
@@ -270,6 +281,12 @@ impl Ring {
             std::ptr::addr_of_mut!((*h).session).write(session);
             (*h).seg_raw.store(raw, Ordering::Relaxed);
             (*h).seg_ns.store(ns, Ordering::Relaxed);
+            (*h).ref_raw.store(raw, Ordering::Relaxed);
+            (*h).ref_ns.store(ns, Ordering::Relaxed);
+            // The first piece's rate: the start calibration's, if the
+            // process has one (see convert_times).
+            (*h).seg_rate
+                .store(start_calibration().converter().rate(), Ordering::Relaxed);
             (*h).magic.store(MAGIC, Ordering::Release);
         }
         Ring { base }
@@ -534,37 +551,77 @@ impl Ring {
         head - tail + dropped
     }
 
-    /// Converts the times of records `from..to` between the ring's last
-    /// calibration point and `point` (which becomes the last): piecewise
-    /// linear, so every time stays within the points' pairing error of the
-    /// real clock however long the recording. Times outside the two points
-    /// (a time filter's entry written late) follow the same line. Returns
-    /// [`Ring::convert`]'s corrections.
+    /// Converts the raw times of records `from..to` to nanoseconds, given
+    /// the calibration point (raw, ns) read for this drain. Times map by a
+    /// continuous line in pieces, each at least [`SEGMENT_NS`] long: the
+    /// points are read every drain (every 100 µs on a busy ring), and a
+    /// line through two points that close would take their reading error
+    /// (up to ~100 ns each here) as a rate, off by 10⁻³ — a microsecond
+    /// over a millisecond, which a time written late (a time filter's
+    /// entry, written once its call proves long enough) would be misplaced
+    /// by against the times around it (before: up to 15 times per run of 8
+    /// threads under `-t 2us`, by up to 190 ns). Once the current piece spans the
+    /// segment, the next one starts where it ends, at the rate measured
+    /// since the ring was made, corrected to meet the clock again over the
+    /// next few pieces (NTP may slew CLOCK_MONOTONIC). Times older than
+    /// the current piece follow the one before it.
     fn convert_times(&self, from: u64, to: u64, point: (u64, u64)) -> (u64, u64) {
         let h = self.header();
-        let (raw0, ns0) = (
-            h.seg_raw.load(Ordering::Relaxed),
-            h.seg_ns.load(Ordering::Relaxed),
-        );
-        h.seg_raw.store(point.0, Ordering::Relaxed);
-        h.seg_ns.store(point.1, Ordering::Relaxed);
-        if h.tsc == 0 || point.0 <= raw0 || point.1 <= ns0 {
-            // Nanoseconds already, or no time between the points to
-            // measure a rate: raw times follow the start calibration's.
-            if h.tsc != 0 {
-                let c = start_calibration().converter();
-                return self.convert(from, to, |t| c.to_ns(t));
-            }
+        if h.tsc == 0 {
             return self.convert(from, to, |t| t);
         }
-        let c = Calibration {
-            raw0,
-            ns0,
-            raw1: point.0,
-            ns1: point.1,
+        let (ref_raw, ref_ns) = (
+            h.ref_raw.load(Ordering::Relaxed),
+            h.ref_ns.load(Ordering::Relaxed),
+        );
+        let mut rate = h.seg_rate.load(Ordering::Relaxed);
+        if rate == 0 && point.0 > ref_raw && point.1 > ref_ns {
+            // The ring's maker had no rate to start with: the points'.
+            rate = ((((point.1 - ref_ns) as u128) << 32) / (point.0 - ref_raw) as u128) as u64;
         }
-        .converter();
-        self.convert(from, to, |t| c.to_ns(t))
+        if rate == 0 {
+            // No time between the points to measure a rate: raw times
+            // follow the start calibration's.
+            let c = start_calibration().converter();
+            return self.convert(from, to, |t| c.to_ns(t));
+        }
+        let mut line = Converter::new(
+            h.seg_raw.load(Ordering::Relaxed),
+            h.seg_ns.load(Ordering::Relaxed),
+            rate,
+        );
+        let mut prev = Converter::new(
+            h.prev_raw.load(Ordering::Relaxed),
+            h.prev_ns.load(Ordering::Relaxed),
+            h.prev_rate.load(Ordering::Relaxed),
+        );
+        if point.0 > line.raw0() && point.0 > ref_raw && point.1 >= line.ns0() + SEGMENT_NS {
+            // The rate since the ring was made (its error shrinks as the
+            // ring ages), and what the piece ending here missed the clock
+            // by, made up over the next few.
+            let life = (point.0 - ref_raw) as i128;
+            let measured = (((point.1 - ref_ns) as i128) << 32) / life;
+            let end = line.to_ns(point.0);
+            let behind = point.1 as i128 - end as i128;
+            let piece = (point.0 - line.raw0()) as i128;
+            let next = (measured + (behind << 32) / (piece * CATCH_UP)).max(1) as u64;
+            prev = line;
+            line = Converter::new(point.0, end, next);
+            h.prev_raw.store(prev.raw0(), Ordering::Relaxed);
+            h.prev_ns.store(prev.ns0(), Ordering::Relaxed);
+            h.prev_rate.store(prev.rate(), Ordering::Relaxed);
+            h.seg_raw.store(point.0, Ordering::Relaxed);
+            h.seg_ns.store(end, Ordering::Relaxed);
+            h.seg_rate.store(next, Ordering::Relaxed);
+        }
+        let seg_raw = line.raw0();
+        self.convert(from, to, |t| {
+            if t < seg_raw && prev.rate() != 0 {
+                prev.to_ns(t)
+            } else {
+                line.to_ns(t)
+            }
+        })
     }
 
     /// Rewrites the times of records `from..to` by `f`, each at least 1 ns
@@ -574,8 +631,8 @@ impl Ring {
     /// virtual machine's TSC a few ns apart can return values 1 tick apart
     /// (the same ns); the TSCs of two CPUs differ by a few ns (a thread that
     /// migrates between a call's entry and exit would otherwise get a
-    /// negative duration); the calibration lines of two drains meet a little
-    /// apart. Returns how many times stepped back (equal ones are not
+    /// negative duration); a time older than the conversion's piece before
+    /// the current one is placed by extrapolation. Returns how many times stepped back (equal ones are not
     /// counted) and the largest step (ns).
     fn convert(&self, from: u64, to: u64, f: impl Fn(u64) -> u64) -> (u64, u64) {
         let h = self.header();
@@ -604,8 +661,20 @@ impl Ring {
     }
 }
 
-/// The recording's start calibration: the rate used when two points of a
-/// ring are too close to give one.
+/// The shortest piece of a ring's time conversion (see
+/// [`Ring::convert_times`]): 100 ms. A calibration point is off by up to
+/// ~100 ns on a virtual machine (the writer reads it on whichever vCPU it
+/// runs, each with its own view of the clock): over 100 ms, a rate error
+/// of 10⁻⁶.
+pub const SEGMENT_NS: u64 = 100_000_000;
+
+/// How many times the span since a ring was made a piece of its time
+/// conversion takes to meet the clock again (see [`Ring::convert_times`]).
+const CATCH_UP: i128 = 2;
+
+/// The recording's start calibration (set in the traced process): the
+/// rate of a ring's first piece, and of its times when its points are too
+/// close to give one.
 static START: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 
 pub fn set_start_calibration(c: Calibration) {
@@ -672,6 +741,86 @@ mod tests {
     use super::*;
     use crate::record::format::decode;
     use std::sync::atomic::AtomicBool;
+
+    /// The time conversion of a TSC ring whose calibration points are off
+    /// by up to ±100 ns each (as a writer migrating between vCPUs reads
+    /// them), drained every 100 µs, with now and then a time written 30 ms
+    /// late (a time filter's entry, after 30 ms of calls too short to
+    /// record): every converted time follows the one before it (no step
+    /// back); the times stray from the clock by the start rate's error in
+    /// the first piece (2 µs), half as much in each piece after.
+    #[test]
+    fn late_times_keep_their_place_under_noisy_calibration_points() {
+        const CAP: u64 = 1 << 16;
+        let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
+        // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
+        // during the test.
+        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
+        // A clock of 2.6 ticks per ns from raw 10^9 (ns 0), whatever the
+        // process's calibration: the header set as Ring::init would.
+        let h = base as *mut RingHeader;
+        let raw = |ns: u64| 1_000_000_000 + ns * 26 / 10;
+        // SAFETY: the header of the ring just made, this thread's alone.
+        unsafe {
+            (*h).tsc = 1;
+            for (f, v) in [
+                (&(*h).seg_raw, raw(0)),
+                (&(*h).seg_ns, 0),
+                (&(*h).ref_raw, raw(0)),
+                (&(*h).ref_ns, 0),
+                // A start rate 2·10⁻⁵ off.
+                (
+                    &(*h).seg_rate,
+                    ((1u128 << 32) * 10 / 26 * 100_002 / 100_000) as u64,
+                ),
+            ] {
+                f.store(v, Ordering::Relaxed);
+            }
+        }
+        let noise = |i: u64| (i * 7919 % 201) as i64 - 100;
+        let (mut prev, mut ns, mut off_at_end) = (0u64, 0u64, 0);
+        for drain in 0..3000u64 {
+            // 100 µs of records, one every 25 ns; every 700th drain, after
+            // 30 ms without records, the first is a late one, read just
+            // after the last before the gap.
+            let first = ring.header().head.load(Ordering::Relaxed) >> SLOT_SHIFT;
+            let late = drain % 700 == 699;
+            if late {
+                ns += 30_000_000;
+            }
+            for k in 0..4000 {
+                let t = if late && k == 0 {
+                    raw(ns - 30_000_000 - 10)
+                } else {
+                    raw(ns + 25 * k)
+                };
+                let c = ring.claim_at(|| t, Kind::Entry, Depth::Given(0)).unwrap();
+                ring.write(c.slot, c.time, Kind::Entry, 0, 0);
+                ring.publish(&c);
+            }
+            ns += 100_000;
+            let point = (raw(ns), (ns as i64 + noise(drain)) as u64);
+            let last = ring.header().head.load(Ordering::Relaxed) >> SLOT_SHIFT;
+            let (steps, _) = ring.convert_times(first, last, point);
+            assert_eq!(steps, 0, "drain {drain}");
+            for k in first..last {
+                // SAFETY: a converted record's time word.
+                let t = unsafe { ring.words().add(2 * (k & (CAP - 1)) as usize).read() };
+                assert!(
+                    t > prev || k == first && drain == 0,
+                    "drain {drain}, record {k}"
+                );
+                prev = t;
+            }
+            let off = (prev as i64 - (ns - 25) as i64).abs();
+            assert!(off <= 2_001, "drain {drain}: {off} ns off the clock");
+            off_at_end = off;
+            ring.header().tail.store(last, Ordering::Relaxed);
+            ring.refresh();
+        }
+        // 420 ms in: the start rate's error halved each piece since.
+        assert!(off_at_end < 300, "{off_at_end} ns off the clock at the end");
+    }
 
     /// A producer thread fills a small ring as fast as it can while a
     /// consumer thread drains it to a file: every record arrives once, in
