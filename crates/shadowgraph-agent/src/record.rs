@@ -62,27 +62,9 @@ fn tracer(u: &fgraph::GraphUser) -> Option<&'static Tracer> {
     TRACERS.get()?.get(u.private)
 }
 
-/// A time-filtered call keeps one word in its shadow frame until its
-/// duration is known: the entry's timestamp, and this bit once its entry
-/// record is written (a descendant was long enough, so it is too). The
-/// function and depth of the record come from the frame and its nesting.
-const ENTRY_WRITTEN: u64 = 1 << 63;
-/// In the same word: the call returned too short to record. A signal
-/// handler that lands before its frame is popped and releases its callers
-/// passes over it (its exit was decided: writing its entry then would leave
-/// an entry without an exit).
-const ENTRY_DROPPED: u64 = 1 << 62;
-/// The word while the entry callback reads the clock: a signal handler that
-/// lands then (often: `rdtsc` is slow, and a signal waits for it to finish)
-/// and records, writes this call's entry first, at the entry time of the
-/// call's nearest timed descendant (one of the handler's), and marks it
-/// written; the callback's time, older than the handler's records, is then
-/// not kept. (A word still 0 belongs to
-/// a call whose callback has not begun to time it: its time will be later
-/// than the handler's records, and the handler passes over it.)
-const ENTRY_TIMING: u64 = 1 << 61;
-/// The flag bits of the word; the rest is a time.
-const ENTRY_FLAGS: u64 = ENTRY_WRITTEN | ENTRY_DROPPED | ENTRY_TIMING;
+// A time-filtered call's word in its shadow frame (the fused path keeps
+// it the same way where it stands in).
+use shadowgraph::record::fused::{ENTRY_DROPPED, ENTRY_FLAGS, ENTRY_TIMING, ENTRY_WRITTEN};
 
 // The callbacks, in two builds: TIMED for tracers with a time filter, so
 // that the others pay nothing for it.
@@ -193,6 +175,12 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
     let entry = me.load(Ordering::Relaxed);
     if entry & ENTRY_WRITTEN != 0 {
         return true;
+    }
+    if entry & ENTRY_DROPPED != 0 {
+        // Judged too short already, its frame left before it was popped
+        // (a handler that jumped out landed in between): reported again as
+        // unwound.
+        return false;
     }
     if clock::now().wrapping_sub(entry) < min_ticks {
         // Marked by one exchange too: a handler that landed since the load
@@ -544,7 +532,22 @@ pub fn attach() -> Result<(), String> {
         let max_depth = filter.max_depth;
         let filter = (!plain).then_some(filter);
         let user = if min_ticks > 0 {
-            fgraph::GraphUser::new(on_entry_timed, on_return_timed, ftrace::FilterSet::all(), i)
+            let u = fgraph::GraphUser::new(
+                on_entry_timed,
+                on_return_timed,
+                ftrace::FilterSet::all(),
+                i,
+            );
+            // A time filter alone: the fused path keeps the entry times
+            // and drops the short calls where sites have stubs.
+            if alone
+                && filter.is_none()
+                && std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none()
+                && shadowgraph::record::fused::attach_timed(&u, i, min_ticks)
+            {
+                FUSED.store(true, Ordering::Relaxed);
+            }
+            u
         } else if filter.is_none() {
             PLAIN_MAX_DEPTH[i].store(max_depth, Ordering::Relaxed);
             let u = fgraph::GraphUser::new(

@@ -3312,6 +3312,27 @@ fn signal_handlers_recording_inside_a_filtered_record() {
     handlers_record_inside_records(RecordPath::Fused, &["-F", "main"]);
 }
 
+/// Eight threads run traced fib(12) while a process timer's handler,
+/// traced, lands on any of them 2000 times; prints the alarms.
+const MT_SIG_C: &str = "#include <pthread.h>\n#include <signal.h>\n#include <stdio.h>\n#include <string.h>\n\
+    #include <sys/time.h>\n\
+    #define KEEP __attribute__((noinline, noipa))\n\
+    static volatile sig_atomic_t alarms;\n\
+    static volatile int stop;\n\
+    KEEP int in_handler(int x) { return x + 1; }\n\
+    KEEP int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+    KEEP void on_alarm(int sig) { in_handler(sig); fib(3); __atomic_add_fetch(&alarms, 1, __ATOMIC_RELAXED); }\n\
+    KEEP void *worker(void *a) { while (!stop) fib(12); return a; }\n\
+    int main(void) {\n\
+      struct sigaction sa; memset(&sa, 0, sizeof sa);\n\
+      sa.sa_handler = on_alarm; sigaction(SIGALRM, &sa, 0);\n\
+      pthread_t t[8]; for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, worker, 0);\n\
+      struct itimerval it = {{0, 100}, {0, 100}}; setitimer(ITIMER_REAL, &it, 0);\n\
+      while (alarms < 2000) fib(10);\n\
+      struct itimerval off = {{0, 0}, {0, 0}}; setitimer(ITIMER_REAL, &off, 0);\n\
+      stop = 1; for (int i = 0; i < 8; i++) pthread_join(t[i], 0);\n\
+      printf(\"%d\\n\", (int)alarms); return 0; }\n";
+
 /// Eight threads run traced recursions while a process timer's handler,
 /// delivered to whichever thread the kernel picks, calls traced functions
 /// 2000 times: on two cores the threads are preempted and signalled inside
@@ -3324,28 +3345,7 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
     for path in [RecordPath::Fused, RecordPath::FusedWithoutRseq] {
         let rseq = path == RecordPath::Fused;
         let dir = workdir(if rseq { "mtsig" } else { "mtsig-cmpxchg" });
-        let exe = build_c(
-            &dir,
-            "mt",
-            "#include <pthread.h>\n#include <signal.h>\n#include <stdio.h>\n#include <string.h>\n\
-             #include <sys/time.h>\n\
-             #define KEEP __attribute__((noinline, noipa))\n\
-             static volatile sig_atomic_t alarms;\n\
-             static volatile int stop;\n\
-             KEEP int in_handler(int x) { return x + 1; }\n\
-             KEEP int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
-             KEEP void on_alarm(int sig) { in_handler(sig); fib(3); __atomic_add_fetch(&alarms, 1, __ATOMIC_RELAXED); }\n\
-             KEEP void *worker(void *a) { while (!stop) fib(12); return a; }\n\
-             int main(void) {\n\
-               struct sigaction sa; memset(&sa, 0, sizeof sa);\n\
-               sa.sa_handler = on_alarm; sigaction(SIGALRM, &sa, 0);\n\
-               pthread_t t[8]; for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, worker, 0);\n\
-               struct itimerval it = {{0, 100}, {0, 100}}; setitimer(ITIMER_REAL, &it, 0);\n\
-               while (alarms < 2000) fib(10);\n\
-               struct itimerval off = {{0, 0}, {0, 0}}; setitimer(ITIMER_REAL, &off, 0);\n\
-               stop = 1; for (int i = 0; i < 8; i++) pthread_join(t[i], 0);\n\
-               printf(\"%d\\n\", (int)alarms); return 0; }\n",
-        );
+        let exe = build_c(&dir, "mt", MT_SIG_C);
         let data = dir.join("m.data");
         let env = if rseq {
             &[][..]
@@ -3375,6 +3375,68 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
             depths_follow_the_records(&d, tid).unwrap();
         }
     }
+}
+
+/// The same program under a time filter (`-t 2us`): the fused path keeps
+/// the entry times in the frames and drops short calls while handlers
+/// land anywhere in it on every thread. Every record kept is whole, in
+/// time order, at its depth, and lasted at least the threshold.
+#[test]
+fn threads_and_signal_handlers_inside_a_time_filtered_record() {
+    let dir = workdir("mtsig-timed");
+    let exe = build_c(&dir, "mt", MT_SIG_C);
+    let data = dir.join("m.data");
+    let o = record_run(&[], &["-t", "2us"], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(err.contains("(0 lost) from 9 threads"), "{err}");
+    let info = view_text("info", &data);
+    if shadowgraph::record::clock::init() {
+        assert!(info.contains("record path         : fused"), "{info}");
+    }
+    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let mut kept = 0;
+    for &tid in &d.tids {
+        in_time_order(&d, tid).unwrap();
+        kept += every_call_closes(&d, tid).unwrap();
+        depths_follow_the_records(&d, tid).unwrap();
+        calls_last_at_least(&d, tid, 2000).unwrap();
+    }
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows["worker"].2, 8, "{rows:?}");
+    assert!(kept > 1000, "{kept} records");
+}
+
+/// Whether every call recorded on `tid` lasted at least `ns` (less 1 ns
+/// for the conversion of TSC times to nanoseconds).
+fn calls_last_at_least(
+    d: &shadowgraph::record::data::DataDir,
+    tid: i32,
+    ns: u64,
+) -> Result<(), String> {
+    use shadowgraph::record::format::Kind;
+    let mut open = Vec::new();
+    for (i, r) in d
+        .records(tid)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .enumerate()
+    {
+        match r.kind {
+            Kind::Entry => open.push(r.time),
+            Kind::Exit => {
+                let t0 = open.pop().ok_or(format!("record {i}: exit of no call"))?;
+                if r.time - t0 + 1 < ns {
+                    return Err(format!(
+                        "thread {tid}, record {i}: a call of {} ns",
+                        r.time - t0
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A timer's handler calls traced functions 4000 times while `main` runs
@@ -4552,7 +4614,7 @@ fn report_diff_compares_two_recordings_by_function() {
            printf(\"%d\\n\", n > 11 ? only_big(fib(n)) : fib(n)); return 0; }\n",
     );
     let (small, big) = (dir.join("small.data"), dir.join("big.data"));
-    for (d, n) in [(&small, "10"), (&big, "12")] {
+    for (d, n) in [(&small, "10"), (&big, "18")] {
         let o = record_run(&[], &[], d, &exe, &[Path::new(n)]);
         assert!(o.status.success(), "{}", text(&o).1);
     }
@@ -4575,14 +4637,14 @@ fn report_diff_compares_two_recordings_by_function() {
         "{out}"
     );
     assert!(
-        lines[3].starts_with("#  [1] diff: ") && lines[3].ends_with(" 12)"),
+        lines[3].starts_with("#  [1] diff: ") && lines[3].ends_with(" 18)"),
         "{out}"
     );
     assert_eq!(
         lines[5],
         "    Total time     Self time         Calls   Function"
     );
-    // fib(12) makes 465 calls, fib(10) 177; only_big is new; main as many.
+    // fib(18) makes 8361 calls, fib(10) 177; only_big is new; main as many.
     let calls: Vec<(&str, &str)> = lines[7..]
         .iter()
         .map(|l| {
@@ -4592,10 +4654,11 @@ fn report_diff_compares_two_recordings_by_function() {
         .collect();
     assert_eq!(
         calls,
-        [("+288", "fib"), ("+1", "only_big"), ("+0", "main")],
+        [("+8184", "fib"), ("+1", "only_big"), ("+0", "main")],
         "{out}"
     );
-    // fib's total grew with its calls.
+    // fib's total grew with its calls (47 times as many: a preemption of
+    // the small run cannot make up for them, as it once did for fib(12)).
     let fib = lines.iter().find(|l| l.ends_with(" fib")).unwrap();
     assert!(fib.trim_start().starts_with('+'), "{out}");
     let o = shadowgraph()

@@ -159,6 +159,9 @@ pub struct GraphUser {
     /// With `fused_inst`: the graph filters the fused path applies (its
     /// callbacks apply the same, as `filters::GraphFilter`); null: none.
     pub(crate) fused_filter: AtomicPtr<crate::record::fused::FusedFilter>,
+    /// With `fused_inst`: the time filter's threshold in TSC ticks (`-t`;
+    /// its callbacks keep the entry time in a reserved word), 0: none.
+    pub(crate) fused_min_ticks: AtomicU64,
 }
 
 impl fmt::Debug for GraphUser {
@@ -191,6 +194,7 @@ impl GraphUser {
             fused_inst: std::sync::atomic::AtomicI64::new(-1),
             fused_max_depth: AtomicU64::new(0),
             fused_filter: AtomicPtr::new(std::ptr::null_mut()),
+            fused_min_ticks: AtomicU64::new(0),
         })
     }
 

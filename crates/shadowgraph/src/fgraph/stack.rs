@@ -118,7 +118,7 @@ pub fn bitmap_epoch(w: u64) -> u64 {
 
 /// DATA word: size in words − 1 in bits 12..16, user slot in bits 17..20.
 #[inline]
-pub fn data(offset: usize, slot: usize, words: usize) -> u64 {
+pub const fn data(offset: usize, slot: usize, words: usize) -> u64 {
     offset as u64 | TYPE_DATA << 10 | ((words - 1) as u64) << 12 | (slot as u64) << 17
 }
 

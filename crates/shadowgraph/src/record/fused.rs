@@ -92,7 +92,31 @@ pub fn rseq_restarts() -> u64 {
     RSEQ_RESTARTS.load(Ordering::Relaxed)
 }
 
+/// A time-filtered call (`-t`) keeps one word in its shadow frame until its
+/// duration is known: the entry's timestamp, and this bit once its entry
+/// record is written (a descendant was long enough, so it is too). The
+/// function and depth of the record come from the frame and its nesting.
+pub const ENTRY_WRITTEN: u64 = 1 << 63;
+/// In the same word: the call returned too short to record. A signal
+/// handler that lands before its frame is popped and releases its callers
+/// passes over it (its exit was decided: writing its entry then would leave
+/// an entry without an exit).
+pub const ENTRY_DROPPED: u64 = 1 << 62;
+/// The word while the entry reads the clock: a signal handler that lands
+/// then (often: `rdtsc` is slow, and a signal waits for it to finish) and
+/// records, writes this call's entry first, at the entry time of the
+/// call's nearest timed descendant (one of the handler's), and marks it
+/// written; the entry's time, older than the handler's records, is then
+/// not kept. (A word still 0 belongs to a call whose entry has not begun
+/// to time it: its time will be later than the handler's records, and the
+/// handler passes over it.)
+pub const ENTRY_TIMING: u64 = 1 << 61;
+/// The flag bits of the word; the rest is a time.
+pub const ENTRY_FLAGS: u64 = ENTRY_WRITTEN | ENTRY_DROPPED | ENTRY_TIMING;
+
 extern "C" {
+    fn shadowgraph_fused_timed_entry();
+    fn shadowgraph_fused_timed_return();
     fn shadowgraph_fused_entry();
     fn shadowgraph_fused_site_entry();
     fn shadowgraph_fused_site_return();
@@ -128,6 +152,27 @@ pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> b
         return false;
     }
     attach_inner(user, inst, 0, Some(filter_table(filter)))
+}
+
+/// [`attach`] for a recorder with a time filter alone (`-t`): its entry
+/// callback reserves 8 bytes of the frame (`GraphUser::reserve`) and keeps
+/// the entry time there by [`ENTRY_TIMING`]'s protocol, records nothing,
+/// and its return callback drops a call shorter than `min_ticks` (marking
+/// the word [`ENTRY_DROPPED`]), writes the exit of one whose entry is
+/// written, and writes the waiting entries of a long one's callers, its
+/// own and its exit. The fused path does the first two where sites have
+/// stubs and leaves the rest to the callbacks. False (nothing changed) as
+/// for `attach`, or for a threshold of 0.
+pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
+    if min_ticks == 0
+        || !super::clock::uses_tsc()
+        || inst >= writer::MAX_INSTANCES
+        || fgraph::manager_made()
+    {
+        return false;
+    }
+    user.fused_min_ticks.store(min_ticks, Ordering::Release);
+    attach_inner(user, inst, 0, None)
 }
 
 /// After objects were loaded (dlopen): a user attached with
@@ -196,6 +241,18 @@ fn attach_inner(
         Ordering::Release,
     );
     user.fused_inst.store(inst as i64, Ordering::Release);
+    let timed = user.fused_min_ticks.load(Ordering::Acquire) != 0;
+    if timed {
+        // Sites without stubs, and their hijacked returns, go the general
+        // way.
+        let (entry, ret) = (
+            shadowgraph_fused_timed_entry as *const () as usize,
+            shadowgraph_fused_timed_return as *const () as usize,
+        );
+        fgraph::MANAGER_SITE_ENTRY.store(entry, Ordering::Release);
+        fgraph::MANAGER_SITE_RETURN.store(ret, Ordering::Release);
+        return true;
+    }
     fgraph::MANAGER_STUB.store(
         shadowgraph_fused_entry as *const () as usize,
         Ordering::Release,
@@ -498,14 +555,16 @@ macro_rules! declined_exit {
     };
 }
 
-// The entry's fast path, for a site that called the manager's stub
-// (`$site` puts the site in rdx from [rsp+72], the address after the call,
-// `$hook` takes over the return, `$hooked` says so, `$declined` is the
-// exit for calls `$limits` declines: `declined_exit!`)
-// or for a site stub (tramp.rs), which does the taking over itself. The
-// general way: label 80 with nothing held.
-macro_rules! fused_entry {
-    ($proto:ident, $name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:expr, $limits:expr) => {
+// The entry's first part, shared by its variants: the nine registers
+// saved, the bracket entered, the sole graph user a fused recorder (rsi),
+// `$ring` (the plain recorder's ring in r11, else nothing), the thread's
+// shadow stack (rdi, rcx the thread state's offset) and where the new frame
+// goes (r8 = curr) at what depth (r9), the parent frame's last word
+// recognised by `$top` and its length less one by `$parent` (see below).
+// Ends at label 4; the general way: label 80 with nothing held, 81 with
+// the bracket entered (the variant's code defines them).
+macro_rules! entry_head {
+    ($top:expr, $parent:literal, $ring:expr) => {
         concat!(
             "push rax\n",
             "push rcx\n",
@@ -536,10 +595,7 @@ macro_rules! fused_entry {
             "mov rsi, [rip + {fused}]\n",
             "test rsi, rsi\n",
             "jz 81f\n",
-            "mov rcx, [rip + {tp_rings}]\n",
-            "mov r11, qword ptr fs:[rcx]\n",
-            "test r11, r11\n",
-            "jz 81f\n",
+            $ring,
             // The thread's shadow stack: attached, hooked, not exiting or paused.
             "mov rcx, [rip + {tp_thread}]\n",
             "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
@@ -550,18 +606,23 @@ macro_rules! fused_entry {
             // r8 = curr; r9 = depth: one deeper than the top frame f = curr−1−o
             // (o = word[curr−1]'s offset), 0 without one. A top frame whose return
             // slot is not above ours was left by a longjmp: the general way.
-            // Most often f is one of this user's own frames, its last word
-            // the user's BITMAP word: then f = curr − 4 without waiting for
-            // the word's offset (every load this entry waits for before its
-            // clock read lengthens the call: see ring_record).
+            // Most often f is one of this user's own frames, whose last word
+            // `$top` recognises (comparing rax, setting ZF): then f + 1 =
+            // curr − `$parent` without waiting for the word's offset (every
+            // load this entry waits for before its clock read lengthens the
+            // call: see ring_record).
             "mov r8, qword ptr fs:[rcx + {t_curr}]\n",
             "xor r9d, r9d\n",
             "mov rax, [rdi + r8*8 - 8]\n",
-            "cmp r8, {frame_words} + 1\n",
+            "cmp r8, ",
+            $parent,
+            " + 1\n",
             "jb 3f\n",
-            "cmp rax, [rsi + {u_frame_word}]\n",
+            $top,
             "jne 3f\n",
-            "lea rdx, [r8 - {frame_words}]\n", // f + 1
+            "lea rdx, [r8 - ",
+            $parent,
+            "]\n", // f + 1
             "jmp 2f\n",
             "3:\n",
             "and eax, 0x3ff\n",
@@ -589,6 +650,29 @@ macro_rules! fused_entry {
             "shr r9, 48\n",
             "inc r9\n",
             "4:\n",
+        )
+    };
+}
+
+// The entry's fast path, for a site that called the manager's stub
+// (`$site` puts the site in rdx from [rsp+72], the address after the call,
+// `$hook` takes over the return, `$hooked` says so, `$declined` is the
+// exit for calls `$limits` declines: `declined_exit!`)
+// or for a site stub (tramp.rs), which does the taking over itself. The
+// general way: label 80 with nothing held.
+macro_rules! fused_entry {
+    ($proto:ident, $name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:expr, $limits:expr) => {
+        concat!(
+            entry_head!(
+                "cmp rax, [rsi + {u_frame_word}]\n",
+                "{frame_words}",
+                concat!(
+                    "mov rcx, [rip + {tp_rings}]\n",
+                    "mov r11, qword ptr fs:[rcx]\n",
+                    "test r11, r11\n",
+                    "jz 81f\n",
+                )
+            ),
             $limits,
             // Room for the frame, else the general way counts an overrun.
             "cmp r8, [rip + {room_limit}]\n",
@@ -650,11 +734,13 @@ macro_rules! fused_entry {
     };
 }
 
-// The return's fast path; resumes with `$resume` (r11 = the real return
-// address, every register of the result restored). The general way: label
-// 90 with nothing held.
-macro_rules! fused_return {
-    ($proto:ident, $name:literal, $resume:literal, $filtered:literal) => {
+// The return's first part, shared by its variants: rax and rdx saved, the
+// bracket entered (its word in r8), the sole graph user a fused recorder
+// (rsi), `$ring` (the ring in r11, else nothing), the thread's shadow stack
+// (rdi) and its `curr` (r9). The general way: label 90 with nothing held,
+// 91 with the bracket entered (the variant's code defines them).
+macro_rules! return_head {
+    ($ring:expr) => {
         concat!(
             "push rax\n",
             "push rdx\n",
@@ -672,19 +758,77 @@ macro_rules! fused_return {
             "mov rsi, [rip + {fused}]\n",
             "test rsi, rsi\n",
             "jz 91f\n",
-            "mov rcx, [rip + {tp_rings}]\n",
-            "mov r11, qword ptr fs:[rcx]\n",
-            "test r11, r11\n",
-            "jz 91f\n",
-            // The top frame f (r10) is the returning call's (its slot) and was
-            // kept for this user alone: its last word is the user's BITMAP
-            // word, whose offset says f = curr − 4 (compared whole, so that
-            // the frame's slot is read beside it, not after it).
+            $ring,
             "mov rcx, [rip + {tp_thread}]\n",
             "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
             "test rdi, rdi\n",
             "jz 91f\n",
             "mov r9, qword ptr fs:[rcx + {t_curr}]\n",
+        )
+    };
+}
+
+// The exit record of the returning call's frame f (r10) of stack rdi in
+// ring r11 (rsi the user), labels `$name`_*, without room: label 92.
+// The record's word from the frame's (func | depth << 48), in rcx, made
+// once the clock is read (nothing before the read waits for it).
+macro_rules! exit_record {
+    ($proto:ident, $name:literal) => {
+        ring_record!(
+            $proto,
+            $name,
+            "92f",
+            "r9",
+            "rcx",
+            "mov dx, cx\nshr dx, 6\n",
+            concat!(
+                "mov rcx, [rdi + r10*8 + 8]\n",
+                "mov rdx, rcx\n",
+                "shr rdx, 48\n",
+                "shl rdx, 6\n",
+                "shl rcx, 16\n",
+                "or rcx, rdx\n",
+                "or rcx, {exit_bits}\n",
+            ),
+            "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
+            "mov rax, [rsi + {u_frame_word}]\nmov [rdi + r10*8 + 24], rax\n"
+        )
+    };
+}
+
+// Pops frame f (r10) of stack rdi and resumes at its real return address
+// with `$resume` (in r11, rax and rdx restored). The bracket left through
+// its word, still in r8.
+macro_rules! pop_frame {
+    ($resume:literal) => {
+        concat!(
+            "mov r11, [rdi + r10*8]\n",
+            "mov rcx, [rip + {tp_thread}]\n",
+            "mov qword ptr fs:[rcx + {t_curr}], r10\n",
+            "add qword ptr [r8], 0xffff\n",
+            "pop rdx\n",
+            "pop rax\n",
+            $resume,
+        )
+    };
+}
+
+// The return's fast path; resumes with `$resume` (r11 = the real return
+// address, every register of the result restored). The general way: label
+// 90 with nothing held.
+macro_rules! fused_return {
+    ($proto:ident, $name:literal, $resume:literal, $filtered:literal) => {
+        concat!(
+            return_head!(concat!(
+                "mov rcx, [rip + {tp_rings}]\n",
+                "mov r11, qword ptr fs:[rcx]\n",
+                "test r11, r11\n",
+                "jz 91f\n",
+            )),
+            // The top frame f (r10) is the returning call's (its slot) and was
+            // kept for this user alone: its last word is the user's BITMAP
+            // word, whose offset says f = curr − 4 (compared whole, so that
+            // the frame's slot is read beside it, not after it).
             "cmp r9, {frame_words} + 1\n",
             "jb 91f\n",
             "mov rax, [rdi + r9*8 - 8]\n",
@@ -699,43 +843,46 @@ macro_rules! fused_return {
             // users are taken before it is written (as finish_frame: a handler
             // that never returns leaves no second exit).
             $filtered,
-            // The record's word from the frame's (func | depth << 48), in
-            // rcx, made once the clock is read (nothing before the read
-            // waits for it).
-            ring_record!(
-                $proto,
-                $name,
-                "92f",
-                "r9",
-                "rcx",
-                "mov dx, cx\nshr dx, 6\n",
-                concat!(
-                    "mov rcx, [rdi + r10*8 + 8]\n",
-                    "mov rdx, rcx\n",
-                    "shr rdx, 48\n",
-                    "shl rdx, 6\n",
-                    "shl rcx, 16\n",
-                    "or rcx, rdx\n",
-                    "or rcx, {exit_bits}\n",
-                ),
-                "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
-                "mov rax, [rsi + {u_frame_word}]\nmov [rdi + r10*8 + 24], rax\n"
-            ),
-            // Pop the frame; resume at its real return address. The bracket
-            // left through its word, still in r8.
-            "mov r11, [rdi + r10*8]\n",
-            "mov rcx, [rip + {tp_thread}]\n",
-            "mov qword ptr fs:[rcx + {t_curr}], r10\n",
-            "add qword ptr [r8], 0xffff\n",
-            "pop rdx\n",
-            "pop rax\n",
-            $resume,
+            exit_record!($proto, $name),
+            pop_frame!($resume),
             "92:\n",
             "91:\n",
             bracket_leave!(),
             "90:\n",
             "pop rdx\n",
             "pop rax\n",
+        )
+    };
+}
+
+// The timed variants' frame at word r8 of stack rdi: the frame (rdx the
+// function and depth, as frame_words!), then the user's data word (the
+// entry time's word, 0: not timed yet) and the DATA word (r10) that
+// fgraph's `GraphUser::reserve(8)` would make (its `retrieve` finds the
+// word, so the general way reads it as its own). Clobbers rax.
+macro_rules! timed_frame_words {
+    () => {
+        concat!(
+            frame_words!(),
+            "mov qword ptr [rdi + r8*8 + 32], 0\n",
+            "mov [rdi + r8*8 + 40], r10\n",
+        )
+    };
+}
+
+// The DATA word of a timed frame of user rsi, in `$reg`.
+macro_rules! timed_data_word {
+    ($reg:literal) => {
+        concat!(
+            "movsxd ",
+            $reg,
+            ", dword ptr [rsi + {u_slot}]\n",
+            "shl ",
+            $reg,
+            ", 17\n",
+            "or ",
+            $reg,
+            ", {data_one}\n",
         )
     };
 }
@@ -1025,6 +1172,131 @@ std::arch::global_asm!(
         ""
     ),
     "jmp shadowgraph_site_return_general",
+    // The site stubs' entry and return for a recorder with a time filter
+    // alone (`-t`): see [`attach_timed`]. Entry: as the site entry above
+    // up to label 4, then the frame with the user's word in it (the
+    // parent's, most often a timed frame: its DATA word last, 6 words),
+    // then the clock read into the word; nothing in the ring.
+    ".globl shadowgraph_fused_timed_entry",
+    ".hidden shadowgraph_fused_timed_entry",
+    "shadowgraph_fused_timed_entry:",
+    "endbr64",
+    entry_head!(
+        concat!(timed_data_word!("r10"), "cmp rax, r10\n"),
+        "5",
+        ""
+    ),
+    // Room for the frame and the data, else the general way counts an
+    // overrun (fast_push_limit leaves room for 4 words beyond curr).
+    "lea rax, [r8 + 2]",
+    "cmp rax, [rip + {room_limit}]",
+    "jae 81f",
+    "mov rdx, [rsp]",
+    "mov rax, r9",
+    "shl rax, 48",
+    "or rdx, rax",
+    timed_data_word!("r10"),
+    // Written whole before curr publishes it and again after, as frames
+    // are, the word 0 (a handler landing meanwhile passes over the call:
+    // it is not being timed). Then ENTRY_TIMING, by one store, so that a
+    // signal handler landing from then on, before the exchange below,
+    // writes this call's entry itself (at an older time than its own
+    // records: see ENTRY_TIMING); a second write of the frame after it
+    // would undo the handler's mark.
+    timed_frame_words!(),
+    "lea rax, [r8 + 6]",
+    "mov qword ptr fs:[rcx + {t_curr}], rax",
+    timed_frame_words!(),
+    "mov r11, {entry_timing}",
+    "mov [rdi + r8*8 + 32], r11",
+    // The entry time, by one exchange from ENTRY_TIMING (which fails if
+    // a handler wrote the entry meanwhile: its time stands), flags clear.
+    "rdtsc",
+    "shl rdx, 32",
+    "or rdx, rax",
+    "shl rdx, 3",
+    "shr rdx, 3",
+    "mov rax, r11",
+    "cmpxchg [rdi + r8*8 + 32], rdx",
+    // Kept for the user: its BITMAP word.
+    "mov rax, [rsi + {u_frame_word}]",
+    "mov [rdi + r8*8 + 24], rax",
+    bracket_leave!(),
+    "cmp rsp, rsp",
+    pop_saved!(),
+    "ret",
+    "81:",
+    bracket_leave!(),
+    "80:",
+    pop_saved!(),
+    "jmp shadowgraph_graph_site_entry",
+    // Return: as the site return above, for a top frame this entry made.
+    // A call whose entry is written (a descendant of it, or a signal
+    // handler, proved it long) writes its exit; one that lasted less
+    // than the threshold is marked dropped and popped, writing nothing;
+    // anything else goes the general way: a call that lasted long enough
+    // (rare, by the filter's purpose) has its callers' entries, its own
+    // and its exit written there, in time order.
+    ".globl shadowgraph_fused_timed_return",
+    ".hidden shadowgraph_fused_timed_return",
+    "shadowgraph_fused_timed_return:",
+    "endbr64",
+    return_head!(""),
+    // f (r10) = curr − 6: its BITMAP word the user's, its DATA word last,
+    // its slot the returning call's.
+    "cmp r9, 6",
+    "jb 91f",
+    "mov rax, [rsi + {u_frame_word}]",
+    "cmp [rdi + r9*8 - 24], rax",
+    "jne 91f",
+    timed_data_word!("rax"),
+    "cmp [rdi + r9*8 - 8], rax",
+    "jne 91f",
+    "lea r10, [r9 - 6]",
+    "lea rax, [rsp + 8]",
+    "cmp [rdi + r10*8 + 16], rax",
+    "jne 91f",
+    "mov r11, [rdi + r10*8 + 32]",
+    "bt r11, {written_bit}",
+    "jc 60f",
+    // Dropped, being timed or never timed: not ours to judge.
+    "mov rax, r11",
+    "shr rax, {written_bit} - 2",
+    "jnz 91f",
+    "test r11, r11",
+    "jz 91f",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "sub rax, r11",
+    "cmp rax, [rsi + {u_min_ticks}]",
+    "jae 91f",
+    // Too short: dropped by one exchange (a handler that wrote its entry
+    // since the load makes it fail: the general way writes the exit), its
+    // users taken, popped.
+    "mov rax, r11",
+    "mov rdx, r11",
+    "bts rdx, {dropped_bit}",
+    "cmpxchg [rdi + r10*8 + 32], rdx",
+    "jne 91f",
+    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
+    pop_frame!("push r11\nret\n"),
+    // Written: the exit record, in the ring of this thread (else the
+    // general way).
+    "60:",
+    "mov rcx, [rip + {tp_rings}]",
+    "mov r11, qword ptr fs:[rcx]",
+    "test r11, r11",
+    "jz 91f",
+    exit_record!(both, "shadowgraph_fused_timed_return_record"),
+    pop_frame!("push r11\nret\n"),
+    "92:",
+    "91:",
+    bracket_leave!(),
+    "90:",
+    "pop rdx",
+    "pop rax",
+    "jmp shadowgraph_site_return_general",
     ".popsection",
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
@@ -1064,4 +1336,9 @@ std::arch::global_asm!(
     in_graph_bit = const crate::fgraph::filters::IN_GRAPH_BIT,
     graph_depth_shift = const crate::fgraph::filters::GRAPH_DEPTH_SHIFT,
     not_graph_depth = const !(0xffffu64 << crate::fgraph::filters::GRAPH_DEPTH_SHIFT),
+    u_min_ticks = const offset_of!(GraphUser, fused_min_ticks),
+    data_one = const crate::fgraph::stack::data(5, 0, 1),
+    entry_timing = const ENTRY_TIMING,
+    written_bit = const ENTRY_WRITTEN.trailing_zeros(),
+    dropped_bit = const ENTRY_DROPPED.trailing_zeros(),
 );
