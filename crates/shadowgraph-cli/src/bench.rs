@@ -1314,15 +1314,18 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         c
     };
     let run_sg = |k: &str| run_sg_with(k, None, &[]);
-    let run_uf = |k: &str| {
+    let run_uf_with = |k: &str, opts: &[&str]| {
         let _ = std::fs::remove_dir_all(&uf_data);
         let mut c = std::process::Command::new("uftrace");
-        c.args(["record", "-P", ".", "-d"])
+        c.args(["record", "-P", "."])
+            .args(opts)
+            .arg("-d")
             .arg(&uf_data)
             .arg(&exe)
             .arg(k);
         c
     };
+    let run_uf = |k: &str| run_uf_with(k, &[]);
     eprintln!(
         "# fib({n}): {calls} traced calls; medians of {reps} runs; recordings in {} …",
         data_dir.display()
@@ -1342,10 +1345,13 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b"])),
         // glibc told not to register rseq: ring slots claimed by cmpxchg.
         Box::new(|| run_sg_with(&arg, Some(("GLIBC_TUNABLES", "glibc.pthread.rseq=0")), &[])),
+        // A time filter: the calls shorter than 1 µs (most) not recorded.
+        Box::new(|| run_sg_with(&arg, None, &["-t", "1us"])),
     ];
     if uftrace {
         runs.push(Box::new(|| run_uf(&arg)));
         runs.push(Box::new(|| run_uf("1")));
+        runs.push(Box::new(|| run_uf_with(&arg, &["-t", "1us"])));
     }
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
     for _ in 0..reps {
@@ -1355,8 +1361,16 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     }
     drop(runs);
     let med = |i: usize| median(times[i].clone());
-    let (plain, sg_start, sg_general, sg_hijack, sg_filtered, sg_two, sg_cmpxchg) =
-        (med(0), med(2), med(3), med(4), med(5), med(6), med(7));
+    let (plain, sg_start, sg_general, sg_hijack, sg_filtered, sg_two, sg_cmpxchg, sg_timed) = (
+        med(0),
+        med(2),
+        med(3),
+        med(4),
+        med(5),
+        med(6),
+        med(7),
+        med(8),
+    );
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -1415,8 +1429,13 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         "  (two tracers at once, both)",
         per_call(sg_two, sg_start)
     );
+    println!(
+        "{:<34} {sg_timed:>9.3} {:>12.1}",
+        "  (-t 1us: time filter)",
+        per_call(sg_timed, sg_start)
+    );
     if uftrace {
-        let (uf, uf_start) = (med(8), med(9));
+        let (uf, uf_start, uf_timed) = (med(9), med(10), med(11));
         let _ = time_cmd(1, || run_uf(&arg))?;
         let bytes = dir_bytes(&uf_data);
         let uf_bin = PathBuf::from("uftrace");
@@ -1430,9 +1449,14 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             uf_replay,
             uf_report,
         );
+        println!(
+            "{:<34} {uf_timed:>9.3} {:>12.1}",
+            "  (-t 1us: time filter)",
+            per_call(uf_timed, uf_start)
+        );
         let ratios: Vec<f64> = times[1]
             .iter()
-            .zip(&times[8])
+            .zip(&times[9])
             .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
             .collect();
         println!(
@@ -1440,6 +1464,15 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             median(ratios.clone()),
             ratios.iter().cloned().fold(f64::INFINITY, f64::min),
             ratios.iter().cloned().fold(0.0, f64::max)
+        );
+        let timed: Vec<f64> = times[8]
+            .iter()
+            .zip(&times[11])
+            .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
+            .collect();
+        println!(
+            "# the same with a time filter (-t 1us): {:.2}",
+            median(timed)
         );
         let floor = recorder_floor_ns(reps);
         let uf_call = per_call(uf, uf_start);
