@@ -176,10 +176,11 @@ fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) ->
     if entry & ENTRY_WRITTEN != 0 {
         return true;
     }
-    if entry & ENTRY_DROPPED != 0 {
-        // Judged too short already, its frame left before it was popped
-        // (a handler that jumped out landed in between): reported again as
-        // unwound.
+    if entry & (ENTRY_DROPPED | ENTRY_TIMING) != 0 || entry == 0 {
+        // Judged too short already, or never timed: its frame was left
+        // (a signal handler jumped out) before it was popped, or before its
+        // entry was timed (the fused path's frames are the user's from the
+        // start), and is reported now as unwound. Nothing to write.
         return false;
     }
     if clock::now().wrapping_sub(entry) < min_ticks {

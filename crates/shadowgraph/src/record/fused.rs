@@ -507,6 +507,10 @@ macro_rules! frame_words {
         frame_words!("80")
     };
     ($slot:literal) => {
+        frame_words!($slot, "qword ptr [rdi + r8*8 + 24], {frame_words}")
+    };
+    // `$bitmap`: the store of the frame's BITMAP word.
+    ($slot:literal, $bitmap:literal) => {
         concat!(
             "mov rax, [rsp + ",
             $slot,
@@ -517,7 +521,9 @@ macro_rules! frame_words {
             $slot,
             "]\n",
             "mov [rdi + r8*8 + 16], rax\n",
-            "mov qword ptr [rdi + r8*8 + 24], {frame_words}\n",
+            "mov ",
+            $bitmap,
+            "\n",
         )
     };
 }
@@ -856,16 +862,43 @@ macro_rules! fused_return {
 }
 
 // The timed variants' frame at word r8 of stack rdi: the frame (rdx the
-// function and depth, as frame_words!), then the user's data word (the
-// entry time's word, 0: not timed yet) and the DATA word (r10) that
-// fgraph's `GraphUser::reserve(8)` would make (its `retrieve` finds the
-// word, so the general way reads it as its own). Clobbers rax.
+// function and depth, as frame_words!, the user's BITMAP word in r11: the
+// user's from the start, so that a frame a signal handler jumps out of
+// reports its return, whatever its word says by then), then the user's
+// data word (the entry time's word, 0: not timed yet) and the DATA word
+// (r10) that fgraph's `GraphUser::reserve(8)` would make (its `retrieve`
+// finds the word, so the general way reads it as its own). Clobbers rax.
 macro_rules! timed_frame_words {
     () => {
         concat!(
-            frame_words!(),
+            frame_words!("80", "[rdi + r8*8 + 24], r11"),
             "mov qword ptr [rdi + r8*8 + 32], 0\n",
             "mov [rdi + r8*8 + 40], r10\n",
+        )
+    };
+}
+
+// The timed return's judgement of frame f (r10): its word in r11; to label
+// 60 if its entry is written; the general way (91) if it is dropped,
+// being timed or never timed (not ours to judge), or lasted at least the
+// threshold; on (rax, rdx clobbered) if it was too short.
+macro_rules! timed_judge {
+    () => {
+        concat!(
+            "mov r11, [rdi + r10*8 + 32]\n",
+            "bt r11, {written_bit}\n",
+            "jc 60f\n",
+            "mov rax, r11\n",
+            "shr rax, {written_bit} - 2\n",
+            "jnz 91f\n",
+            "test r11, r11\n",
+            "jz 91f\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "sub rax, r11\n",
+            "cmp rax, [rsi + {u_min_ticks}]\n",
+            "jae 91f\n",
         )
     };
 }
@@ -1196,6 +1229,7 @@ std::arch::global_asm!(
     "shl rax, 48",
     "or rdx, rax",
     timed_data_word!("r10"),
+    "mov r11, [rsi + {u_frame_word}]",
     // Written whole before curr publishes it and again after, as frames
     // are, the word 0 (a handler landing meanwhile passes over the call:
     // it is not being timed). Then ENTRY_TIMING, by one store, so that a
@@ -1218,9 +1252,6 @@ std::arch::global_asm!(
     "shr rdx, 3",
     "mov rax, r11",
     "cmpxchg [rdi + r8*8 + 32], rdx",
-    // Kept for the user: its BITMAP word.
-    "mov rax, [rsi + {u_frame_word}]",
-    "mov [rdi + r8*8 + 24], rax",
     bracket_leave!(),
     "cmp rsp, rsp",
     pop_saved!(),
@@ -1256,24 +1287,49 @@ std::arch::global_asm!(
     "lea rax, [rsp + 8]",
     "cmp [rdi + r10*8 + 16], rax",
     "jne 91f",
-    "mov r11, [rdi + r10*8 + 32]",
-    "bt r11, {written_bit}",
-    "jc 60f",
-    // Dropped, being timed or never timed: not ours to judge.
-    "mov rax, r11",
-    "shr rax, {written_bit} - 2",
-    "jnz 91f",
-    "test r11, r11",
-    "jz 91f",
-    "rdtsc",
-    "shl rdx, 32",
-    "or rax, rdx",
-    "sub rax, r11",
-    "cmp rax, [rsi + {u_min_ticks}]",
-    "jae 91f",
-    // Too short: dropped by one exchange (a handler that wrote its entry
-    // since the load makes it fail: the general way writes the exit), its
-    // users taken, popped.
+    // With rseq: the word read, the call judged and its frame popped in
+    // one restartable sequence, the pop its commit. A signal handler that
+    // lands in it finds the frame still pushed and its entry waiting (its
+    // records, if long, write the entry first, and the restart then finds
+    // it written and writes the exit); one that jumps out leaves the frame
+    // as a call not yet judged. A call popped is never marked dropped.
+    "shadowgraph_fused_timed_drop_restart:",
+    "mov rdx, [rip + {rseq_cs}]",
+    "test rdx, rdx",
+    "jz 62f",
+    "lea rax, [rip + shadowgraph_fused_timed_drop_cs]",
+    "mov qword ptr fs:[rdx], rax",
+    "shadowgraph_fused_timed_drop_start:",
+    timed_judge!(),
+    "mov rcx, [rip + {tp_thread}]",
+    "mov rdx, [rdi + r10*8]",
+    "mov qword ptr fs:[rcx + {t_curr}], r10",
+    "shadowgraph_fused_timed_drop_post:",
+    "mov r11, rdx",
+    "add qword ptr [r8], 0xffff",
+    "pop rdx",
+    "pop rax",
+    "push r11",
+    "ret",
+    ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
+    ".long 0x53053053",
+    "shadowgraph_fused_timed_drop_abort:",
+    "lock inc qword ptr [rip + {rseq_restarts}]",
+    "jmp shadowgraph_fused_timed_drop_restart",
+    ".popsection",
+    ".pushsection .data.rel.ro.shadowgraph_rseq,\"aw\",@progbits",
+    ".balign 32",
+    "shadowgraph_fused_timed_drop_cs:",
+    ".long 0, 0",
+    ".quad shadowgraph_fused_timed_drop_start",
+    ".quad shadowgraph_fused_timed_drop_post - shadowgraph_fused_timed_drop_start",
+    ".quad shadowgraph_fused_timed_drop_abort",
+    ".popsection",
+    // Without rseq: the same judgement, then the call dropped by one
+    // exchange (a handler that wrote its entry since the load makes it
+    // fail: the general way writes the exit), its users taken, popped.
+    "62:",
+    timed_judge!(),
     "mov rax, r11",
     "mov rdx, r11",
     "bts rdx, {dropped_bit}",
