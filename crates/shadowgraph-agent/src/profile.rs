@@ -15,33 +15,9 @@ use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-/// One function's row in a thread's table.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct Row {
-    hits: u64,
-    /// Every call's duration summed (for the average and spread).
-    total: u64,
-    self_time: u64,
-    /// Calls of the function under way on this thread.
-    active: u64,
-    /// Σ d² in ticks².
-    sumsq: u128,
-    /// The outermost calls' durations summed: a call inside another of the
-    /// same function adds nothing, so that the total is time spent, as
-    /// `report` counts recorded calls.
-    outer: u64,
-    _pad: u64,
-}
-
-/// A thread's rows, indexed by site id; listed globally for the exit dump.
-#[repr(C)]
-struct Table {
-    tid: i32,
-    inst: usize,
-    next: *mut Table,
-    rows: *mut Row,
-}
+// A thread's rows of counters by site id (the fused path updates them
+// too: their layout is the library's).
+use shadowgraph::record::fused::{ProfileCounters as Row, ProfileTable as Table};
 
 /// Rows per table: site ids at or above it (objects loaded later) are
 /// counted in `BEYOND` instead.
@@ -59,6 +35,14 @@ shadowgraph::fast_thread_local!(
 /// Sizes the tables for the sites known now (before registering).
 pub fn init(sites: usize) {
     CAPACITY.store(sites + 64, Ordering::Relaxed);
+}
+
+/// Lets the fused recording path stand in for `user`'s callbacks (see
+/// `record::fused::attach_profile`), which it alone registered, for
+/// instance `inst`; after [`init`].
+pub fn attach_fused(user: &fgraph::GraphUser, inst: usize) -> bool {
+    let cell = &PROFILE_TABLES[inst] as *const Cell<*mut Table> as usize;
+    shadowgraph::record::fused::attach_profile(user, inst, cell, CAPACITY.load(Ordering::Relaxed))
 }
 
 pub fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {

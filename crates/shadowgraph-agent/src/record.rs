@@ -503,15 +503,20 @@ pub fn attach() -> Result<(), String> {
         if let Some((f, n)) = profile {
             std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
             let set = profile_set(&f, &n).map_err(|e| format!("{}: {e}", d.display()))?;
+            let user =
+                fgraph::GraphUser::new(crate::profile::on_entry, crate::profile::on_return, set, i);
+            // Alone, the fused path keeps its counters where sites have
+            // stubs.
+            if alone
+                && std::env::var_os("SHADOWGRAPH_NO_FUSED").is_none()
+                && crate::profile::attach_fused(&user, i)
+            {
+                FUSED.store(true, Ordering::Relaxed);
+            }
             tracers.push(Tracer {
                 dir: d,
                 filter: None,
-                user: fgraph::GraphUser::new(
-                    crate::profile::on_entry,
-                    crate::profile::on_return,
-                    set,
-                    i,
-                ),
+                user,
                 min_ticks: 0,
                 profile: true,
             });
@@ -688,18 +693,16 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
         info.set("recursion_drops", ftrace::recursion_drops_all());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));
-        if !t.profile {
-            let fused = FUSED.load(Ordering::Relaxed);
-            info.set("record_path", if fused { "fused" } else { "general" });
-            if fused {
-                let claims = if shadowgraph::record::fused::uses_rseq() {
-                    "rseq"
-                } else {
-                    "cmpxchg"
-                };
-                info.set("ring_claims", claims);
-                info.set("rseq_restarts", shadowgraph::record::fused::rseq_restarts());
-            }
+        let fused = FUSED.load(Ordering::Relaxed);
+        info.set("record_path", if fused { "fused" } else { "general" });
+        if fused && !t.profile {
+            let claims = if shadowgraph::record::fused::uses_rseq() {
+                "rseq"
+            } else {
+                "cmpxchg"
+            };
+            info.set("ring_claims", claims);
+            info.set("rseq_restarts", shadowgraph::record::fused::rseq_restarts());
         }
         if t.profile {
             info.set("tracer", "profile");

@@ -3028,6 +3028,70 @@ fn the_users_ld_preload_is_kept() {
     assert!(err.contains("recorded 4 records (0 lost)"), "{err}");
 }
 
+/// A profile alone takes the fused path (where sites have stubs): with a
+/// timer's handler calling traced functions anywhere in it (inside the
+/// fused entry and return too), every call is counted once — fib's are
+/// main's and the handler's exactly — and each row's self time is at most
+/// its total; the same program's naps measure the same on the fused path
+/// as through the callbacks.
+#[test]
+fn a_profile_alone_counts_every_call_with_handlers_landing_anywhere() {
+    let dir = workdir("profsig");
+    let exe = build_c(&dir, "sigring", SIGRING_C);
+    let data = dir.join("p.data");
+    let o = record_run(&[], &["--tracer", "profile"], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let mut it = out.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    let (alarms, main_calls) = (it.next().unwrap(), it.next().unwrap());
+    let report = |d: &Path| {
+        let o = shadowgraph()
+            .args(["report", "-d"])
+            .arg(d.join("profile"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        report_rows(&text(&o).0)
+    };
+    let rows = report(&data);
+    // fib(2) in each handler: three calls.
+    assert_eq!(rows["fib"].2, main_calls + 3 * alarms, "{rows:?}");
+    assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
+    assert_eq!(rows["in_handler"].2, alarms, "{rows:?}");
+    for (f, &(total, self_t, _)) in &rows {
+        assert!(self_t <= total, "{f}: {rows:?}");
+    }
+    if shadowgraph::record::clock::init() {
+        let info = view_text("info", &data.join("profile"));
+        assert!(info.contains("record path         : fused"), "{info}");
+    }
+
+    // Naps of 2 ms: on either path, mid's total and nap's are 10 of them
+    // (give or take the machine), and mid's self time excludes nap's.
+    let naps = build_c(&dir, "naps", &nap_program(10, 2000, 15));
+    for (name, env) in [
+        ("fused", &[][..]),
+        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
+    ] {
+        let d = dir.join(format!("{name}.data"));
+        let o = record_run(env, &["--no-libs", "--tracer", "profile"], &d, &naps, &[]);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let rows = report(&d);
+        assert_eq!(rows["mid"].2, 10, "{name}: {rows:?}");
+        assert_eq!(rows["leaf"].2, 20, "{name}: {rows:?}");
+        assert_eq!(rows["fib"].2, 1973, "{name}: {rows:?}");
+        let (mid, nap) = (rows["mid"], rows["nap"]);
+        assert!(
+            (20_000_000..40_000_000).contains(&nap.0),
+            "{name}: {rows:?}"
+        );
+        assert!(
+            mid.0 >= nap.0 && mid.1 < mid.0 - nap.0 + 1_000_000,
+            "{name}: {rows:?}"
+        );
+    }
+}
+
 /// A profile of four threads calling at once: every thread's table is its
 /// own (made lock-free on its first return), the merged calls are exact,
 /// and `--threads` shows each thread's share.

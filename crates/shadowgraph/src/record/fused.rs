@@ -92,6 +92,43 @@ pub fn rseq_restarts() -> u64 {
     RSEQ_RESTARTS.load(Ordering::Relaxed)
 }
 
+/// A profile's counters of one function on one thread (the agent's
+/// `--tracer profile`), updated by its callbacks and by the fused path:
+/// each field by one instruction (`sumsq` by `add`/`adc`), which a signal
+/// handler of the thread updating the same row cannot split. C layout:
+/// the fused path's assembly updates it.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ProfileCounters {
+    pub hits: u64,
+    /// Every call's duration summed (for the average and spread), ticks.
+    pub total: u64,
+    pub self_time: u64,
+    /// Calls of the function under way on this thread.
+    pub active: u64,
+    /// Σ d² in ticks².
+    pub sumsq: u128,
+    /// The outermost calls' durations summed: a call inside another of the
+    /// same function adds nothing, so that the total is time spent.
+    pub outer: u64,
+    pub _pad: u64,
+}
+
+/// A thread's profile counters by site id, and the list all threads'
+/// tables are on. C layout, as [`ProfileCounters`].
+#[repr(C)]
+pub struct ProfileTable {
+    pub tid: i32,
+    pub inst: usize,
+    pub next: *mut ProfileTable,
+    pub rows: *mut ProfileCounters,
+}
+
+/// Offset from the thread pointer of the profile's table pointer of this
+/// thread ([`attach_profile`]), and how many rows each table has.
+static TP_PROFILE: AtomicI64 = AtomicI64::new(0);
+static PROFILE_ROWS: AtomicU64 = AtomicU64::new(0);
+
 /// A time-filtered call (`-t`) keeps one word in its shadow frame until its
 /// duration is known: the entry's timestamp, and this bit once its entry
 /// record is written (a descendant was long enough, so it is too). The
@@ -115,6 +152,8 @@ pub const ENTRY_TIMING: u64 = 1 << 61;
 pub const ENTRY_FLAGS: u64 = ENTRY_WRITTEN | ENTRY_DROPPED | ENTRY_TIMING;
 
 extern "C" {
+    fn shadowgraph_fused_profile_entry();
+    fn shadowgraph_fused_profile_return();
     fn shadowgraph_fused_timed_entry();
     fn shadowgraph_fused_timed_return();
     fn shadowgraph_fused_entry();
@@ -133,7 +172,7 @@ extern "C" {
 /// (nothing changed) when the records are not timed by the TSC, `inst` is
 /// out of range, or a graph user registered already.
 pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
-    attach_inner(user, inst, max_depth, None)
+    attach_inner(user, inst, max_depth, None, None)
 }
 
 /// [`attach`] for a recorder whose callbacks apply `filter` (its functions,
@@ -151,7 +190,49 @@ pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> b
     {
         return false;
     }
-    attach_inner(user, inst, 0, Some(filter_table(filter)))
+    attach_inner(user, inst, 0, Some(filter_table(filter)), None)
+}
+
+/// [`attach`] for a profile (`--tracer profile`) alone: `user`'s entry
+/// callback reserves 24 bytes of the frame, `{start, children, site id}`
+/// (the id's row of this thread's table counted under way), and its return
+/// callback adds the call's duration `d` to its caller's `children` (the
+/// frame below, if its own) and to the row (hits, total, self = d −
+/// children, Σd², and the outermost calls' total when none is under way).
+/// `table` is this thread's cell holding the thread's [`ProfileTable`]
+/// (thread-local, initial-exec: the same offset in every thread; null
+/// until the callbacks make it), each with `rows` rows. The fused path
+/// does both where sites have stubs, the callbacks the rest (no table
+/// yet, a site beyond the rows). False (nothing changed) as for `attach`.
+pub fn attach_profile(user: &GraphUser, inst: usize, table: usize, rows: usize) -> bool {
+    if !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
+        return false;
+    }
+    TP_PROFILE.store(
+        table.wrapping_sub(thread_pointer()) as i64,
+        Ordering::Relaxed,
+    );
+    PROFILE_ROWS.store(rows as u64, Ordering::Relaxed);
+    attach_inner(
+        user,
+        inst,
+        0,
+        None,
+        Some((
+            shadowgraph_fused_profile_entry as *const () as usize,
+            shadowgraph_fused_profile_return as *const () as usize,
+        )),
+    )
+}
+
+/// The thread pointer (fs:0 holds it, x86-64 TLS ABI).
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: reads the thread pointer, nothing else.
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    tp
 }
 
 /// [`attach`] for a recorder with a time filter alone (`-t`): its entry
@@ -172,7 +253,16 @@ pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
         return false;
     }
     user.fused_min_ticks.store(min_ticks, Ordering::Release);
-    attach_inner(user, inst, 0, None)
+    attach_inner(
+        user,
+        inst,
+        0,
+        None,
+        Some((
+            shadowgraph_fused_timed_entry as *const () as usize,
+            shadowgraph_fused_timed_return as *const () as usize,
+        )),
+    )
 }
 
 /// After objects were loaded (dlopen): a user attached with
@@ -208,22 +298,21 @@ fn filter_table(filter: &GraphFilter) -> &'static mut FusedFilter {
     }))
 }
 
+/// `stubs`: the site stubs' entry and return for a user that is not a
+/// plain recorder (sites without stubs, and their hijacked returns, then
+/// go the general way).
 fn attach_inner(
     user: &GraphUser,
     inst: usize,
     max_depth: u32,
     filter: Option<&'static mut FusedFilter>,
+    stubs: Option<(usize, usize)>,
 ) -> bool {
     if !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
         return false;
     }
-    let tp: usize;
-    // SAFETY: reads the thread pointer (fs:0 holds it, x86-64 TLS ABI).
-    unsafe {
-        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
-    }
     TP_RINGS.store(
-        (writer::rings_of_this_thread() + inst * 8).wrapping_sub(tp) as i64,
+        (writer::rings_of_this_thread() + inst * 8).wrapping_sub(thread_pointer()) as i64,
         Ordering::Relaxed,
     );
     fgraph::init_tp_offsets();
@@ -241,14 +330,7 @@ fn attach_inner(
         Ordering::Release,
     );
     user.fused_inst.store(inst as i64, Ordering::Release);
-    let timed = user.fused_min_ticks.load(Ordering::Acquire) != 0;
-    if timed {
-        // Sites without stubs, and their hijacked returns, go the general
-        // way.
-        let (entry, ret) = (
-            shadowgraph_fused_timed_entry as *const () as usize,
-            shadowgraph_fused_timed_return as *const () as usize,
-        );
+    if let Some((entry, ret)) = stubs {
         fgraph::MANAGER_SITE_ENTRY.store(entry, Ordering::Release);
         fgraph::MANAGER_SITE_RETURN.store(ret, Ordering::Release);
         return true;
@@ -903,9 +985,26 @@ macro_rules! timed_judge {
     };
 }
 
-// The DATA word of a timed frame of user rsi, in `$reg`.
-macro_rules! timed_data_word {
-    ($reg:literal) => {
+// A profile's frame at word r8 of stack rdi: the frame (rdx the function
+// and depth, as frame_words!, its BITMAP word reserved), then the
+// profile's data {start 0, children 0, id r9} and its DATA word (r10),
+// as `GraphUser::reserve(24)` would make them. Clobbers rax.
+macro_rules! profile_frame_words {
+    () => {
+        concat!(
+            frame_words!(),
+            "mov qword ptr [rdi + r8*8 + 32], 0\n",
+            "mov qword ptr [rdi + r8*8 + 40], 0\n",
+            "mov [rdi + r8*8 + 48], r9\n",
+            "mov [rdi + r8*8 + 56], r10\n",
+        )
+    };
+}
+
+// The DATA word of user rsi's frames with `$data` (`{data_one}`: a
+// timed frame's, `{data_three}`: a profile's) in `$reg`.
+macro_rules! data_word {
+    ($reg:literal, $data:literal) => {
         concat!(
             "movsxd ",
             $reg,
@@ -915,8 +1014,17 @@ macro_rules! timed_data_word {
             ", 17\n",
             "or ",
             $reg,
-            ", {data_one}\n",
+            ", ",
+            $data,
+            "\n",
         )
+    };
+}
+
+// The DATA word of a timed frame of user rsi, in `$reg`.
+macro_rules! timed_data_word {
+    ($reg:literal) => {
+        data_word!($reg, "{data_one}")
     };
 }
 
@@ -1353,6 +1461,138 @@ std::arch::global_asm!(
     "pop rdx",
     "pop rax",
     "jmp shadowgraph_site_return_general",
+    // The site stubs' entry and return for a profile alone (see
+    // [`attach_profile`]). Entry: as the site entry above up to label 4
+    // (the parent, most often a profile's frame: its DATA word last, 8
+    // words), then, if this thread has a table with a row for the site
+    // (else the general way makes it or counts the call), the row's call
+    // counted under way, the frame with the profile's data {start,
+    // children, id} and its DATA word, written whole before curr publishes
+    // it and again after, the start time, and the user's BITMAP word.
+    ".globl shadowgraph_fused_profile_entry",
+    ".hidden shadowgraph_fused_profile_entry",
+    "shadowgraph_fused_profile_entry:",
+    "endbr64",
+    entry_head!(
+        concat!(data_word!("r10", "{data_three}"), "cmp rax, r10\n"),
+        "7",
+        ""
+    ),
+    "lea rax, [r8 + 4]",
+    "cmp rax, [rip + {room_limit}]",
+    "jae 81f",
+    "mov rax, [rip + {tp_profile}]",
+    "mov r11, qword ptr fs:[rax]",
+    "test r11, r11",
+    "jz 81f",
+    "mov rdx, [rsp]",
+    "mov rax, r9",
+    "shl rax, 48",
+    "or rdx, rax",
+    "mov r9, [rsp + 72]",
+    "mov r9d, dword ptr [r9 + {id_off}]",
+    "cmp r9, [rip + {profile_rows}]",
+    "jae 81f",
+    "mov r11, [r11 + {pt_rows}]",
+    "mov rax, r9",
+    "shl rax, 6",
+    "add qword ptr [r11 + rax + {pc_active}], 1",
+    data_word!("r10", "{data_three}"),
+    profile_frame_words!(),
+    "lea rax, [r8 + 8]",
+    "mov qword ptr fs:[rcx + {t_curr}], rax",
+    profile_frame_words!(),
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "mov [rdi + r8*8 + 32], rax",
+    "mov rax, [rsi + {u_frame_word}]",
+    "mov [rdi + r8*8 + 24], rax",
+    bracket_leave!(),
+    "cmp rsp, rsp",
+    pop_saved!(),
+    "ret",
+    "81:",
+    bracket_leave!(),
+    "80:",
+    pop_saved!(),
+    "jmp shadowgraph_graph_site_entry",
+    // Return: as the site return above, for a top frame this entry made
+    // whose caller's frame (if any) is the profile's too and whose row is
+    // in this thread's table (else the general way): d = now − start (0 if
+    // the clock went back), the frame's users taken (as finish_frame), d
+    // added to the caller's children and to the row, one instruction a
+    // field, the frame popped.
+    ".globl shadowgraph_fused_profile_return",
+    ".hidden shadowgraph_fused_profile_return",
+    "shadowgraph_fused_profile_return:",
+    "endbr64",
+    return_head!(""),
+    "cmp r9, 8",
+    "jb 91f",
+    "mov rax, [rsi + {u_frame_word}]",
+    "cmp [rdi + r9*8 - 40], rax",
+    "jne 91f",
+    data_word!("rcx", "{data_three}"),
+    "cmp [rdi + r9*8 - 8], rcx",
+    "jne 91f",
+    "lea r10, [r9 - 8]",
+    "lea rax, [rsp + 8]",
+    "cmp [rdi + r10*8 + 16], rax",
+    "jne 91f",
+    // The caller's children (r11), 0: no caller.
+    "xor r11d, r11d",
+    "test r10, r10",
+    "jz 2f",
+    "cmp [rdi + r10*8 - 8], rcx",
+    "jne 91f",
+    "lea r11, [rdi + r10*8 - 24]",
+    "2:",
+    // The row (rsi).
+    "mov rax, [rip + {tp_profile}]",
+    "mov rcx, qword ptr fs:[rax]",
+    "test rcx, rcx",
+    "jz 91f",
+    "mov rsi, [rdi + r10*8 + 48]",
+    "cmp rsi, [rip + {profile_rows}]",
+    "jae 91f",
+    "shl rsi, 6",
+    "add rsi, [rcx + {pt_rows}]",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "sub rax, [rdi + r10*8 + 32]",
+    "jnc 3f",
+    "xor eax, eax",
+    "3:",
+    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
+    "test r11, r11",
+    "jz 4f",
+    "add [r11], rax",
+    "4:",
+    "add qword ptr [rsi + {pc_hits}], 1",
+    "add [rsi + {pc_total}], rax",
+    "mov rcx, rax",
+    "sub rcx, [rdi + r10*8 + 40]",
+    "jnc 5f",
+    "xor ecx, ecx",
+    "5:",
+    "add [rsi + {pc_self}], rcx",
+    "mov rcx, rax",
+    "mul rax",
+    "add [rsi + {pc_sumsq}], rax",
+    "adc [rsi + {pc_sumsq} + 8], rdx",
+    "sub qword ptr [rsi + {pc_active}], 1",
+    "jnz 6f",
+    "add [rsi + {pc_outer}], rcx",
+    "6:",
+    pop_frame!("push r11\nret\n"),
+    "91:",
+    bracket_leave!(),
+    "90:",
+    "pop rdx",
+    "pop rax",
+    "jmp shadowgraph_site_return_general",
     ".popsection",
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
@@ -1397,4 +1637,17 @@ std::arch::global_asm!(
     entry_timing = const ENTRY_TIMING,
     written_bit = const ENTRY_WRITTEN.trailing_zeros(),
     dropped_bit = const ENTRY_DROPPED.trailing_zeros(),
+    data_three = const crate::fgraph::stack::data(7, 0, 3),
+    tp_profile = sym TP_PROFILE,
+    profile_rows = sym PROFILE_ROWS,
+    pt_rows = const offset_of!(ProfileTable, rows),
+    pc_hits = const offset_of!(ProfileCounters, hits),
+    pc_total = const offset_of!(ProfileCounters, total),
+    pc_self = const offset_of!(ProfileCounters, self_time),
+    pc_active = const offset_of!(ProfileCounters, active),
+    pc_sumsq = const offset_of!(ProfileCounters, sumsq),
+    pc_outer = const offset_of!(ProfileCounters, outer),
 );
+
+// The profile rows' size the assembly indexes by (id << 6).
+const _: () = assert!(std::mem::size_of::<ProfileCounters>() == 64);
