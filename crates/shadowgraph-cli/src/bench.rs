@@ -1347,6 +1347,8 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         Box::new(|| run_sg_with(&arg, Some(("GLIBC_TUNABLES", "glibc.pthread.rseq=0")), &[])),
         // A time filter: the calls shorter than 1 µs (most) not recorded.
         Box::new(|| run_sg_with(&arg, None, &["-t", "1us"])),
+        // A profile: counters per function, no records.
+        Box::new(|| run_sg_with(&arg, None, &["--tracer", "profile"])),
     ];
     if uftrace {
         runs.push(Box::new(|| run_uf(&arg)));
@@ -1371,6 +1373,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         med(7),
         med(8),
     );
+    let sg_profile = med(9);
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -1434,8 +1437,13 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         "  (-t 1us: time filter)",
         per_call(sg_timed, sg_start)
     );
+    println!(
+        "{:<34} {sg_profile:>9.3} {:>12.1}",
+        "  (--tracer profile: no records)",
+        per_call(sg_profile, sg_start)
+    );
     if uftrace {
-        let (uf, uf_start, uf_timed) = (med(9), med(10), med(11));
+        let (uf, uf_start, uf_timed) = (med(10), med(11), med(12));
         let _ = time_cmd(1, || run_uf(&arg))?;
         let bytes = dir_bytes(&uf_data);
         let uf_bin = PathBuf::from("uftrace");
@@ -1456,7 +1464,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         );
         let ratios: Vec<f64> = times[1]
             .iter()
-            .zip(&times[9])
+            .zip(&times[10])
             .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
             .collect();
         println!(
@@ -1467,7 +1475,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         );
         let timed: Vec<f64> = times[8]
             .iter()
-            .zip(&times[11])
+            .zip(&times[12])
             .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
             .collect();
         println!(
