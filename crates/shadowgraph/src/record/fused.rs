@@ -943,6 +943,40 @@ macro_rules! fused_return {
     };
 }
 
+// A site entry variant's end: the call hooked (ZF=1) with the bracket left
+// and the nine registers restored; then the general way, from 81 with the
+// bracket entered, from 80 as at entry.
+macro_rules! site_entry_end {
+    () => {
+        concat!(
+            bracket_leave!(),
+            "cmp rsp, rsp\n",
+            pop_saved!(),
+            "ret\n",
+            "81:\n",
+            bracket_leave!(),
+            "80:\n",
+            pop_saved!(),
+            "jmp shadowgraph_graph_site_entry\n",
+        )
+    };
+}
+
+// A site return variant's general way: from 91 with the bracket entered,
+// from 90 as at entry.
+macro_rules! site_return_general {
+    () => {
+        concat!(
+            "91:\n",
+            bracket_leave!(),
+            "90:\n",
+            "pop rdx\n",
+            "pop rax\n",
+            "jmp shadowgraph_site_return_general\n",
+        )
+    };
+}
+
 // The timed variants' frame at word r8 of stack rdi: the frame (rdx the
 // function and depth, as frame_words!, the user's BITMAP word in r11: the
 // user's from the start, so that a frame a signal handler jumps out of
@@ -1360,15 +1394,7 @@ std::arch::global_asm!(
     "shr rdx, 3",
     "mov rax, r11",
     "cmpxchg [rdi + r8*8 + 32], rdx",
-    bracket_leave!(),
-    "cmp rsp, rsp",
-    pop_saved!(),
-    "ret",
-    "81:",
-    bracket_leave!(),
-    "80:",
-    pop_saved!(),
-    "jmp shadowgraph_graph_site_entry",
+    site_entry_end!(),
     // Return: as the site return above, for a top frame this entry made.
     // A call whose entry is written (a descendant of it, or a signal
     // handler, proved it long) writes its exit; one that lasted less
@@ -1455,12 +1481,7 @@ std::arch::global_asm!(
     exit_record!(both, "shadowgraph_fused_timed_return_record"),
     pop_frame!("push r11\nret\n"),
     "92:",
-    "91:",
-    bracket_leave!(),
-    "90:",
-    "pop rdx",
-    "pop rax",
-    "jmp shadowgraph_site_return_general",
+    site_return_general!(),
     // The site stubs' entry and return for a profile alone (see
     // [`attach_profile`]). Entry: as the site entry above up to label 4
     // (the parent, most often a profile's frame: its DATA word last, 8
@@ -1508,15 +1529,7 @@ std::arch::global_asm!(
     "mov [rdi + r8*8 + 32], rax",
     "mov rax, [rsi + {u_frame_word}]",
     "mov [rdi + r8*8 + 24], rax",
-    bracket_leave!(),
-    "cmp rsp, rsp",
-    pop_saved!(),
-    "ret",
-    "81:",
-    bracket_leave!(),
-    "80:",
-    pop_saved!(),
-    "jmp shadowgraph_graph_site_entry",
+    site_entry_end!(),
     // Return: as the site return above, for a top frame this entry made
     // whose caller's frame (if any) is the profile's too and whose row is
     // in this thread's table (else the general way): d = now − start (0 if
@@ -1587,12 +1600,7 @@ std::arch::global_asm!(
     "add [rsi + {pc_outer}], rcx",
     "6:",
     pop_frame!("push r11\nret\n"),
-    "91:",
-    bracket_leave!(),
-    "90:",
-    "pop rdx",
-    "pop rax",
-    "jmp shadowgraph_site_return_general",
+    site_return_general!(),
     ".popsection",
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
