@@ -111,7 +111,7 @@ pub struct ProfileCounters {
     /// The outermost calls' durations summed: a call inside another of the
     /// same function adds nothing, so that the total is time spent.
     pub outer: u64,
-    pub _pad: u64,
+    _pad: u64,
 }
 
 /// A thread's profile counters by site id, and the list all threads'
