@@ -5,6 +5,7 @@
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
+pub mod frames;
 mod scratch;
 
 /// A fresh directory under the target dir, unique per test.
