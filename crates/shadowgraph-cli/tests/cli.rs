@@ -3133,7 +3133,9 @@ fn the_profile_of_threads_running_at_once_is_exact() {
     let mut counts: Vec<u64> = per_thread
         .lines()
         .filter(|l| l.ends_with(" work"))
-        .map(|l| l.split_whitespace().rev().nth(5).unwrap().parse().unwrap())
+        // tid, total and self (number and unit each), calls: the average
+        // and spread may be blank.
+        .map(|l| l.split_whitespace().nth(5).unwrap().parse().unwrap())
         .collect();
     counts.sort_unstable();
     assert_eq!(counts, [20_000, 20_001, 20_002, 20_003], "{per_thread}");

@@ -38,6 +38,16 @@ impl ProfileRow {
         self.total.checked_div(self.calls).unwrap_or(0)
     }
 
+    /// The report's Stddev cell: blank for one call; a spread below half a
+    /// nanosecond (calls that all take the same ticks) is still one, 0.
+    fn stddev_cell(&self) -> String {
+        match (self.calls, self.stddev()) {
+            (0 | 1, _) => format_duration(None),
+            (_, 0) => "  0.000 us".to_string(),
+            (_, sd) => format_duration(Some(sd)),
+        }
+    }
+
     /// Sample standard deviation of the durations (0 for one call).
     pub fn stddev(&self) -> u64 {
         if self.calls < 2 {
@@ -151,7 +161,7 @@ pub fn report(
             format_duration(Some(r.self_time)),
             r.calls,
             format_duration(Some(r.average())),
-            format_duration(Some(r.stddev())),
+            r.stddev_cell(),
         )?;
     }
     Ok(())
@@ -182,5 +192,15 @@ mod tests {
             outer: 10,
         };
         assert_eq!(one.stddev(), 0);
+        assert_eq!(one.stddev_cell().trim(), "");
+        let same = ProfileRow {
+            calls: 3,
+            total: 30,
+            self_time: 30,
+            sum_sq: 300.0,
+            outer: 30,
+        };
+        assert_eq!(same.stddev_cell(), "  0.000 us");
+        assert_eq!(r.stddev_cell(), format_duration(Some(r.stddev())));
     }
 }
