@@ -1,12 +1,7 @@
-//! The fused path's frames with data, as tests/fused_frames.rs, for a
-//! profile standing in alone (record::fused::attach_profile): threads run
-//! a traced workload while the profile registers and unregisters in a loop
-//! and other users come and go, so that frames the fused entry pushed
-//! return through fgraph's general way and the callbacks, and frames the
-//! callbacks pushed return through the fused path. The callbacks find
-//! their data where `GraphUser::reserve` put it, in either kind of frame:
-//! the layouts agree. Its own process: the manager's entry code is chosen
-//! once.
+//! The fused path's frames with data under concurrency, as
+//! tests/fused_frames.rs, for a profile standing in alone
+//! (record::fused::attach_profile). Its own process: the manager's entry
+//! code is chosen once.
 
 mod common;
 
@@ -16,7 +11,6 @@ use shadowgraph::record::clock;
 use shadowgraph::record::fused::{self, ProfileTable};
 use shadowgraph::{fgraph, ftrace};
 use std::cell::Cell;
-use std::sync::atomic::Ordering;
 
 #[test]
 fn profile_frames_pass_between_the_fused_path_and_the_callbacks() {
@@ -34,40 +28,5 @@ fn profile_frames_pass_between_the_fused_path_and_the_callbacks() {
     let timed = fgraph::GraphUser::new(timed_entry, timed_return, filter.clone(), 1);
     let other = fgraph::GraphUser::new(accept, ignore, filter, 0);
 
-    let workers = Workers::start(3, run, 200);
-    for i in 0..150 {
-        fgraph::register_graph(&profile).unwrap();
-        std::thread::sleep(std::time::Duration::from_micros(500));
-        if i % 3 == 0 {
-            // Two users: the general way, with fused frames in flight.
-            fgraph::register_graph(&other).unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(300));
-            fgraph::unregister_graph(&other).unwrap();
-        }
-        if i % 5 == 0 {
-            fgraph::register_graph(&timed).unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(300));
-            fgraph::unregister_graph(&timed).unwrap();
-        }
-        fgraph::unregister_graph(&profile).unwrap();
-    }
-    // Alone, the profile's calls go the fused way: its callback sees few
-    // entries (a thread's first, which makes its table).
-    fgraph::register_graph(&profile).unwrap();
-    let (e0, r0) = (PROFILE_ENTRIES.load(Ordering::Relaxed), workers.rounds());
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    let (e1, r1) = (PROFILE_ENTRIES.load(Ordering::Relaxed), workers.rounds());
-    fgraph::unregister_graph(&profile).unwrap();
-    let rounds = workers.stop();
-    assert!(rounds > 0);
-    let calls = (r1 - r0) * 200 * 25;
-    assert!(
-        (e1 - e0) * 20 < calls,
-        "{} of {calls} entries by the callback",
-        e1 - e0
-    );
-    assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
-    let returns = RETURNS.load(Ordering::Relaxed);
-    assert!(returns > 1000, "{returns} returns by the callbacks");
-    assert_eq!(BAD.load(Ordering::Relaxed), 0, "of {returns} returns");
+    churn_and_check(run, &profile, &PROFILE_ENTRIES, &timed, &other);
 }

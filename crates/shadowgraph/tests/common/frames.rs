@@ -8,6 +8,7 @@ use shadowgraph::record::fused::{ProfileCounters, ProfileTable, ENTRY_FLAGS};
 use shadowgraph::{fgraph, ftrace};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Entries the timed user's callback saw (the general way).
 pub static TIMED_ENTRIES: AtomicU64 = AtomicU64::new(0);
@@ -111,3 +112,55 @@ pub fn accept(_: &fgraph::GraphEntry, _: &fgraph::GraphUser, _: &mut ftrace::Reg
 }
 
 pub fn ignore(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs) {}
+
+/// Threads run `run` (common::nested_workload's) while `fused`, attached to
+/// the fused path, registers and unregisters 150 times, `other` joining it
+/// every third round and `beside` (a user with frame data) every fifth,
+/// then `fused` alone for 50 ms. Checks that its entry callback (counting
+/// in `entries`) saw few of the calls made alone (the fused path ran), no
+/// frame went unmatched, and the callbacks found their data at every
+/// return.
+pub fn churn_and_check(
+    run: extern "C" fn(i64) -> i64,
+    fused: &Arc<fgraph::GraphUser>,
+    entries: &AtomicU64,
+    beside: &Arc<fgraph::GraphUser>,
+    other: &Arc<fgraph::GraphUser>,
+) {
+    let sleep = |us| std::thread::sleep(std::time::Duration::from_micros(us));
+    let workers = super::Workers::start(3, run, 200);
+    for i in 0..150 {
+        fgraph::register_graph(fused).unwrap();
+        sleep(500);
+        if i % 3 == 0 {
+            // Two users: the general way, with fused frames in flight.
+            fgraph::register_graph(other).unwrap();
+            sleep(300);
+            fgraph::unregister_graph(other).unwrap();
+        }
+        if i % 5 == 0 {
+            // Callbacks with data beside it: their frames and the fused
+            // user's interleave on the general way.
+            fgraph::register_graph(beside).unwrap();
+            sleep(300);
+            fgraph::unregister_graph(beside).unwrap();
+        }
+        fgraph::unregister_graph(fused).unwrap();
+    }
+    fgraph::register_graph(fused).unwrap();
+    let (e0, r0) = (entries.load(Ordering::Relaxed), workers.rounds());
+    sleep(50_000);
+    let (e1, r1) = (entries.load(Ordering::Relaxed), workers.rounds());
+    fgraph::unregister_graph(fused).unwrap();
+    assert!(workers.stop() > 0);
+    let calls = (r1 - r0) * 200 * 25;
+    assert!(
+        (e1 - e0) * 20 < calls,
+        "{} of {calls} entries by the callback",
+        e1 - e0
+    );
+    assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
+    let returns = RETURNS.load(Ordering::Relaxed);
+    assert!(returns > 1000, "{returns} returns by the callbacks");
+    assert_eq!(BAD.load(Ordering::Relaxed), 0, "of {returns} returns");
+}
