@@ -1398,7 +1398,8 @@ std::arch::global_asm!(
     // Return: as the site return above, for a top frame this entry made.
     // A call whose entry is written (a descendant of it, or a signal
     // handler, proved it long) writes its exit; one that lasted less
-    // than the threshold is marked dropped and popped, writing nothing;
+    // than the threshold is popped, writing nothing (below: in one
+    // restartable sequence, or marked dropped first without rseq);
     // anything else goes the general way: a call that lasted long enough
     // (rare, by the filter's purpose) has its callers' entries, its own
     // and its exit written there, in time order.

@@ -137,8 +137,9 @@ pub struct RingHeader {
     /// Records consumed (their slots may be reused).
     pub tail: AtomicU64,
     /// The line raw times are converted by: it starts at `seg_raw` (ns
-    /// `seg_ns`) with `seg_rate` ns per tick (32.32 fixed point; 0: the
-    /// start calibration's). See [`Ring::convert_times`].
+    /// `seg_ns`) with `seg_rate` ns per tick (32.32 fixed point; first the
+    /// start calibration's, 0 if the ring's maker had none: then the
+    /// points'). See [`Ring::convert_times`].
     pub seg_raw: AtomicU64,
     pub seg_ns: AtomicU64,
     /// Held by whoever drains (in-process rings: the thread and the exit
