@@ -95,24 +95,92 @@ fn on_entry_plain(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace:
     if max > 0 && e.depth >= max as i32 {
         return false;
     }
-    writer::emit_shared(
-        u.private,
-        Kind::Entry,
-        e.depth.clamp(0, 1023) as u16,
-        e.func as u64,
-        fgraph::event_time(),
-    );
+    emit_entry(u, e.depth.clamp(0, 1023) as u16, e.func);
     true
 }
 
 fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    writer::emit_shared(
+    emit_exit(u, r, r.depth.clamp(0, 1023) as u16);
+}
+
+/// In the 8 bytes a call entered inside a signal handler keeps in its
+/// frame: the depth its entry was recorded at, with this bit.
+const NESTED_DEPTH: u64 = 1 << 32;
+
+/// Whether this callback runs in a signal handler that interrupted our
+/// own code (two brackets deep).
+fn nested() -> bool {
+    ftrace::quiesce::bracket_depth() > 1
+}
+
+/// The entry record of an untimed tracer's call at `depth`. Inside a
+/// signal handler that interrupted our code, the ring's depth is recorded
+/// (the ring's records, not the frames, say where the thread is: the
+/// handler may have landed between a call's exit record and its frame's
+/// pop, one frame deeper); the call keeps it in its frame, so that its
+/// exit is recorded at the same depth — also when that exit is reported
+/// later, at rest, as unwound (the handler left by `siglongjmp`).
+#[inline(always)]
+fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize) {
+    let keep = if nested() { u.reserve(8) } else { None };
+    let from = writer::depth_from(depth);
+    let at = writer::emit_shared_from(
+        u.private,
+        Kind::Entry,
+        depth,
+        from,
+        func as u64,
+        fgraph::event_time(),
+    );
+    if let (Some(p), Some(d)) = (keep, at) {
+        // SAFETY: 8 reserved, word-aligned bytes of this call's frame,
+        // ours until it returns.
+        unsafe { (p as *mut u64).write(NESTED_DEPTH | d as u64) };
+    }
+}
+
+/// The exit record of an untimed tracer's call at `depth`: at its entry's
+/// depth if it kept one ([`emit_entry`]). An exit reported as unwound (a
+/// longjmp skipped the call) is written only if the ring is deeper than
+/// that: the call's entry is in the ring and its exit is not. A signal
+/// handler that left by `siglongjmp` may have interrupted the call's
+/// entry or return anywhere, between its record and the frame being
+/// handed to us or back (the frame then names no user: fgraph offers it
+/// all the same, see `GraphUser::offer_unowned_unwinds`), and only the
+/// ring knows which side of the record it was on.
+#[inline(always)]
+fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16) {
+    let kept = if r.unwound || nested() {
+        u.retrieve()
+            // SAFETY: the 8 bytes this call's entry reserved (a word).
+            .map(|(p, _)| unsafe { (p as *const u64).read() })
+            .filter(|w| w & NESTED_DEPTH != 0)
+    } else {
+        None
+    };
+    let at = kept.map_or(depth, |w| w as u16);
+    if written_or_never_begun(u, r, at) {
+        return;
+    }
+    let from = match kept {
+        Some(_) => ring::Depth::Given(at),
+        None => writer::depth_from(depth),
+    };
+    writer::emit_shared_from(
         u.private,
         Kind::Exit,
-        r.depth.clamp(0, 1023) as u16,
+        depth,
+        from,
         r.func as u64,
         fgraph::event_time(),
     );
+}
+
+/// For a call at `depth` reported as unwound: whether the ring is not
+/// deeper than that, so that its exit is in the ring already or its entry
+/// never was (see [`emit_exit`]).
+fn written_or_never_begun(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16) -> bool {
+    r.unwound && writer::ring_depth(u.private).is_some_and(|d| d <= depth)
 }
 
 #[inline(always)]
@@ -150,13 +218,7 @@ fn entry<const TIMED: bool>(
         // waiting callers (time order).
         release_callers(u, depth, clock::now() & !ENTRY_FLAGS);
     }
-    writer::emit_shared(
-        u.private,
-        Kind::Entry,
-        depth,
-        e.func as u64,
-        fgraph::event_time(),
-    );
+    emit_entry(u, depth, e.func);
     true
 }
 
@@ -290,14 +352,19 @@ fn exit<const TIMED: bool>(
                 return;
             }
         }
+        if written_or_never_begun(u, r, depth) {
+            return;
+        }
+        writer::emit_shared(
+            u.private,
+            Kind::Exit,
+            depth,
+            r.func as u64,
+            fgraph::event_time(),
+        );
+    } else {
+        emit_exit(u, r, depth);
     }
-    writer::emit_shared(
-        u.private,
-        Kind::Exit,
-        depth,
-        r.func as u64,
-        fgraph::event_time(),
-    );
 }
 
 fn filter_set(pats: &str) -> Result<Option<Arc<ftrace::FilterSet>>, String> {
@@ -562,6 +629,9 @@ pub fn attach() -> Result<(), String> {
                 ftrace::FilterSet::all(),
                 i,
             );
+            // Its exits reported as unwound are written or not by the
+            // ring's depth, whoever the frame names (emit_exit).
+            u.offer_unowned_unwinds();
             // Its callbacks only emit the two records: the fused path may
             // stand in for them when it is alone (SHADOWGRAPH_NO_FUSED=1:
             // never, to compare).

@@ -274,6 +274,48 @@ fn every_call_closes(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result
     }
 }
 
+/// Whether every exit of `tid` closes the innermost call still open, at
+/// its function and depth, every entry is at the depth of the calls open
+/// before it, and no call is left open but those of `open_at_end` (the
+/// functions still running when the recording ended, outermost first).
+fn calls_nest_exactly(
+    d: &shadowgraph::record::data::DataDir,
+    tid: i32,
+    open_at_end: &[u64],
+) -> Result<(), String> {
+    use shadowgraph::record::format::Kind;
+    let mut open: Vec<(u64, u16)> = Vec::new();
+    for (i, r) in d
+        .records(tid)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .enumerate()
+    {
+        match r.kind {
+            Kind::Entry if r.depth as usize == open.len() => open.push((r.addr, r.depth)),
+            Kind::Exit if open.last() == Some(&(r.addr, r.depth)) => {
+                open.pop();
+            }
+            Kind::Entry | Kind::Exit => {
+                return Err(format!(
+                    "thread {tid}, record {i}: {:?} of {:#x} at depth {}, the innermost of {} open calls {:x?}",
+                    r.kind,
+                    r.addr,
+                    r.depth,
+                    open.len(),
+                    open.last()
+                ))
+            }
+            _ => {}
+        }
+    }
+    let left: Vec<u64> = open.iter().map(|&(a, _)| a).collect();
+    if left != open_at_end {
+        return Err(format!("thread {tid}: left open {left:x?}"));
+    }
+    Ok(())
+}
+
 /// Whether every entry of `tid` is at the depth of the calls open before
 /// it, and every exit one less (uftrace's replay nests by these depths).
 fn depths_follow_the_records(
@@ -3840,6 +3882,17 @@ fn siglongjmp_out_of_handlers(path: RecordPath) {
         // and its publish, two stores apart, loses one (without rseq, one
         // from anywhere between claim and publish: ~250 a run here).
         assert!(lost <= 4, "{err}");
+        // Nothing lost, nothing out of place: wherever a handler landed
+        // (inside a call's entry or return, between its record and its
+        // frame being handed over, or after its exit record and before
+        // its frame's pop), its calls' records nest where the thread's
+        // records say it was, and each call the jumps skipped gets one
+        // exit (unwound) if its entry is in the ring, none if not.
+        if lost == 0 {
+            for &tid in &dd.tids {
+                calls_nest_exactly(&dd, tid, &[]).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
     }
     let replay = replay_text(&data);
     // (A LOST record stands where the writer noted the loss: the last one

@@ -162,6 +162,10 @@ pub struct GraphUser {
     /// With `fused_inst`: the time filter's threshold in TSC ticks (`-t`;
     /// its callbacks keep the entry time in a reserved word), 0: none.
     pub(crate) fused_min_ticks: AtomicU64,
+    /// Whether this user, while it is the sole one, is also offered the
+    /// frames a longjmp skipped that name no user (see
+    /// [`GraphUser::offer_unowned_unwinds`]).
+    unowned_unwinds: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for GraphUser {
@@ -195,7 +199,19 @@ impl GraphUser {
             fused_max_depth: AtomicU64::new(0),
             fused_filter: AtomicPtr::new(std::ptr::null_mut()),
             fused_min_ticks: AtomicU64::new(0),
+            unowned_unwinds: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// While this user is the only one, its return callback is also called
+    /// (`unwound` set) for frames a longjmp skipped whose users bits are
+    /// empty: frames a signal handler that never returned found half made
+    /// (pushed, not yet handed to the user) or half finished (handed back,
+    /// not yet popped). Only the callback can tell which, e.g. from what it
+    /// recorded; a user that opts in must return from such a call without
+    /// effect when the frame was not its own.
+    pub fn offer_unowned_unwinds(&self) {
+        self.unowned_unwinds.store(true, Ordering::Release);
     }
 
     pub fn filter(&self) -> &Arc<FilterSet> {
@@ -1521,8 +1537,21 @@ fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
             overrun: t.overrun.get(),
             unwound,
         };
-        let users = stack::bitmap_users(w);
-        let epoch = stack::bitmap_epoch(w);
+        let (users, epoch) = if stack::type_of(w) == stack::TYPE_BITMAP {
+            (stack::bitmap_users(w), stack::bitmap_epoch(w))
+        } else {
+            (0, 0)
+        };
+        if unwound && users == 0 {
+            let sole = FAST.load(Ordering::Acquire);
+            // SAFETY: as for ARRAY's users below: published, and we are
+            // inside the bracket.
+            if let Some(u) = unsafe { sole.as_ref() } {
+                if u.unowned_unwinds.load(Ordering::Relaxed) {
+                    (u.ret)(&ev, u, r);
+                }
+            }
+        }
         let mut bits = users;
         t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
         while bits != 0 {

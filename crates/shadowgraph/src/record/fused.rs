@@ -449,12 +449,7 @@ macro_rules! ring_publish {
 // A record {$time, $word} in ring r11, written at rest (no writer of this
 // thread is between its claim and its publish: `reserve` equals `head`),
 // `$depth` setting dx after the slot's step as in ring_claim, `$late`
-// making `$word` after the TSC read, `$extra` a side effect due with the
-// claim (the exit's frame losing its users): with rseq it runs just before
-// the claim's store and `$undo` takes it back if the kernel aborts the
-// sequence, since the restart may find no room and take the general way,
-// which must find the frame as it was. With the
-// kernel's rseq (registered by glibc; RSEQ_CS holds the offset of its
+// making `$word` after the TSC read. With the kernel's rseq (registered by glibc; RSEQ_CS holds the offset of its
 // `rseq_cs` field from the thread pointer, 0 without): one restartable
 // sequence of the room check, the TSC read, the record's stores and the
 // claim's single store of `reserve`, which the kernel aborts if the thread
@@ -474,7 +469,7 @@ macro_rules! ring_publish {
 // or at `$full` without room (rseq_cs may stay set: the kernel ignores it
 // outside the sequence). Clobbers rax, rdx, `$time` and the flags.
 macro_rules! ring_record {
-    ($proto:ident, $name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr, $extra:literal, $undo:literal) => {
+    ($proto:ident, $name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr) => {
         concat!(
             $name,
             "_restart:\n",
@@ -490,7 +485,6 @@ macro_rules! ring_record {
             ring_write!($time, $word),
             "lea rdx, [rax + 0x10000]\n",
             $depth,
-            $extra,
             "mov [r11 + {r_reserve}], rdx\n",
             $name,
             "_post:\n",
@@ -515,7 +509,6 @@ macro_rules! ring_record {
             $name,
             "_abort:\n",
             "lock inc qword ptr [rip + {rseq_restarts}]\n",
-            $undo,
             "jmp ",
             $name,
             "_restart\n",
@@ -523,7 +516,6 @@ macro_rules! ring_record {
             "_legacy:\n",
             $late,
             ring_claim!($full, $time, $depth),
-            $extra,
             ring_write!($time, $word),
             ring_publish!(concat!($name, "_done")),
             "jmp ",
@@ -795,8 +787,6 @@ macro_rules! fused_entry {
                 "r10",
                 "r9",
                 "mov dx, r9w\nshr dx, 6\ninc dx\n",
-                "",
-                "",
                 ""
             ),
             // Kept for the user: its BITMAP word, then the hijack.
@@ -862,24 +852,25 @@ macro_rules! return_head {
 // once the clock is read (nothing before the read waits for it).
 macro_rules! exit_record {
     ($proto:ident, $name:literal) => {
-        ring_record!(
-            $proto,
-            $name,
-            "92f",
-            "r9",
-            "rcx",
-            "mov dx, cx\nshr dx, 6\n",
-            concat!(
-                "mov rcx, [rdi + r10*8 + 8]\n",
-                "mov rdx, rcx\n",
-                "shr rdx, 48\n",
-                "shl rdx, 6\n",
-                "shl rcx, 16\n",
-                "or rcx, rdx\n",
-                "or rcx, {exit_bits}\n",
+        concat!(
+            ring_record!(
+                $proto,
+                $name,
+                "92f",
+                "r9",
+                "rcx",
+                "mov dx, cx\nshr dx, 6\n",
+                concat!(
+                    "mov rcx, [rdi + r10*8 + 8]\n",
+                    "mov rdx, rcx\n",
+                    "shr rdx, 48\n",
+                    "shl rdx, 6\n",
+                    "shl rcx, 16\n",
+                    "or rcx, rdx\n",
+                    "or rcx, {exit_bits}\n",
+                )
             ),
             "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
-            "mov rax, [rsi + {u_frame_word}]\nmov [rdi + r10*8 + 24], rax\n"
         )
     };
 }
@@ -928,8 +919,12 @@ macro_rules! fused_return {
             "jne 91f\n",
             // The exit record {time, Exit | MAGIC | depth << 6 | func << 16} in a
             // slot of the ring, else the general way waits for one. The frame's
-            // users are taken before it is written (as finish_frame: a handler
-            // that never returns leaves no second exit).
+            // users are taken once it is in: a signal handler that lands before
+            // and leaves by siglongjmp finds the frame still its user's (the
+            // kernel aborted the record: its exit is reported as unwound), one
+            // that lands after the record and before the frame is handed back
+            // finds it too, and the user's callback, seeing its exit in the ring
+            // (by the ring's depth), writes no second one.
             $filtered,
             exit_record!($proto, $name),
             pop_frame!($resume),
@@ -1204,8 +1199,6 @@ std::arch::global_asm!(
         "r9",
         "rcx",
         "mov dx, r10w\n",
-        "",
-        "",
         ""
     ),
     "jmp 47f",
@@ -1302,10 +1295,9 @@ std::arch::global_asm!(
             "shl rdx, 6\n",
             "or rcx, rdx\n",
             "or rcx, {exit_bits}\n",
-        ),
-        "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
-        "mov rax, [rsi + {u_frame_word}]\nmov [rdi + r10*8 + 24], rax\n"
+        )
     ),
+    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
     "movsxd rcx, dword ptr [rsi + {u_slot}]",
     "mov [rdi + rcx*8 + {tv}], r8",
     // Pop the frame; resume at its real return address.

@@ -444,6 +444,11 @@ impl Ring {
         self.header().reserve.load(Ordering::Relaxed)
     }
 
+    /// The ring's depth as its last claimed record left it.
+    pub fn depth_now(&self) -> u16 {
+        (self.reserve_now() & DEPTH_MASK) as u16
+    }
+
     /// Re-reads `tail` (the consumer moved it?); returns whether there is
     /// room for another record now.
     pub fn refresh(&self) -> bool {

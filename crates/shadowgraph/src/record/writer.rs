@@ -218,17 +218,28 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
 /// ring makes our claim retry, and the retry reads the word again.
 #[inline(always)]
 pub fn emit_shared(inst: usize, kind: Kind, depth: u16, addr: u64, shared: &AtomicU64) {
-    let Some(r) = my_ring(inst, kind, depth) else {
-        return;
-    };
-    let from = depth_from(depth);
-    if let Some(c) = r
+    emit_shared_from(inst, kind, depth, depth_from(depth), addr, shared);
+}
+
+/// [`emit_shared`] at the depth `from` says, whoever writes it (`depth`:
+/// the caller's, where a new ring starts); the depth recorded, or None if
+/// the record was lost (counted).
+#[inline(always)]
+pub fn emit_shared_from(
+    inst: usize,
+    kind: Kind,
+    depth: u16,
+    from: Depth,
+    addr: u64,
+    shared: &AtomicU64,
+) -> Option<u16> {
+    let r = my_ring(inst, kind, depth)?;
+    let c = r
         .claim_at(|| clock::now_shared(shared), kind, from)
-        .or_else(|| make_room(inst, r, clock::now, kind, from))
-    {
-        r.write(c.slot, c.time, kind, c.depth, addr);
-        r.publish(&c);
-    }
+        .or_else(|| make_room(inst, r, clock::now, kind, from))?;
+    r.write(c.slot, c.time, kind, c.depth, addr);
+    r.publish(&c);
+    Some(c.depth)
 }
 
 /// [`emit`] with a timestamp taken earlier (the entry of a call kept by a
@@ -350,10 +361,23 @@ pub fn pending_entry_state(inst: usize, word: &AtomicU64) -> Option<bool> {
     Some(at != super::ring::UNSURE && r.reserve_now() != at)
 }
 
+/// The depth this thread's ring of instance `inst` is at (after its
+/// last record claimed: one more than an entry's, an exit's), if it has
+/// one.
+pub fn ring_depth(inst: usize) -> Option<u16> {
+    let b = MINE[inst].get();
+    if b.is_null() {
+        return None;
+    }
+    // SAFETY: this thread's ring, made by `create`; only its exit step
+    // unmaps it, after taking it out of MINE.
+    Some(unsafe { Ring::from_base(b) }.depth_now())
+}
+
 /// The caller's depth, unless this record is written by a signal handler
 /// that interrupted our own code (two brackets deep): the ring's then.
 #[inline(always)]
-fn depth_from(depth: u16) -> Depth {
+pub fn depth_from(depth: u16) -> Depth {
     if crate::ftrace::quiesce::bracket_depth() > 1 {
         Depth::Follow
     } else {
