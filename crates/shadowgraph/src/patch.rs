@@ -363,6 +363,25 @@ pub(crate) fn write_quiescent(window: &TextWindow, edits: &[Edit]) -> Result<(),
     Ok(())
 }
 
+/// Writes `edits` to code no thread can reach yet (it is published later,
+/// by a release store the executing thread's path reads): verified,
+/// written by plain stores under the text lock, then every core
+/// serialised. On `Err` nothing was written if the old bytes did not
+/// match; a write error may leave some edits made.
+pub fn apply_unreached(edits: &[Edit]) -> Result<(), PatchError> {
+    if edits.is_empty() {
+        return Ok(());
+    }
+    init();
+    let _text = text_lock();
+    verify(edits)?;
+    let window = TextWindow::open_for(edits.iter().map(|e| (e.addr, e.len as usize)))?;
+    let written = write_quiescent(&window, edits);
+    window.close();
+    written?;
+    serialise()
+}
+
 /// Checks that every site holds its expected old bytes.
 pub(crate) fn verify(edits: &[Edit]) -> Result<(), PatchError> {
     for e in edits {

@@ -78,9 +78,119 @@ macro_rules! fast_thread_local {
     };
 }
 
+/// `mov $reg, [rip + {$cell}]` (an assembly template line) of a cell that
+/// holds its final value before the code can run: a thread-local variable's
+/// offset from the thread pointer, rseq's. The instruction is listed
+/// (section `shadowgraph_fixed_loads`: its address, the cell's) for
+/// [`patch_fixed_loads`] to rewrite as `mov $reg, imm32` of the same
+/// length: one load less at the start of each chain of dependent loads
+/// that begins there (the recording paths pay for the longest such chain
+/// before each clock read, record::fused). Either form is correct at any
+/// time.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! fixed_load {
+    ($reg:literal, $cell:literal) => {
+        concat!(
+            "1099:\n",
+            "mov ",
+            $reg,
+            ", [rip + {",
+            $cell,
+            "}]\n",
+            // Retained: only the linker's bounds refer to the section.
+            ".pushsection shadowgraph_fixed_loads,\"awR\",@progbits\n",
+            ".quad 1099b, {",
+            $cell,
+            "}\n",
+            ".popsection\n",
+        )
+    };
+}
+
+/// An entry of section `shadowgraph_fixed_loads` (see [`fixed_load!`]).
+#[repr(C)]
+struct FixedLoad {
+    insn: usize,
+    cell: *const i64,
+}
+
+extern "C" {
+    // The linker's bounds of the section (its name is a C identifier).
+    static __start_shadowgraph_fixed_loads: FixedLoad;
+    static __stop_shadowgraph_fixed_loads: FixedLoad;
+}
+
+fn fixed_load_table() -> &'static [FixedLoad] {
+    // SAFETY: the bounds of a section of 16-byte entries written by
+    // `fixed_load!`, in this object's data.
+    unsafe {
+        let start = &raw const __start_shadowgraph_fixed_loads;
+        let stop = &raw const __stop_shadowgraph_fixed_loads;
+        std::slice::from_raw_parts(start, stop.offset_from(start) as usize)
+    }
+}
+
+/// How many of the [`fixed_load!`]s hold their value as an immediate now,
+/// and how many there are.
+pub fn fixed_loads() -> (usize, usize) {
+    let t = fixed_load_table();
+    let imm = t
+        .iter()
+        // SAFETY: 2 bytes of our own text at a label of `fixed_load!`.
+        .filter(|l| unsafe { *((l.insn + 1) as *const u8) } == 0xc7)
+        .count();
+    (imm, t.len())
+}
+
+/// Rewrites each [`fixed_load!`] as a move of the value its cell holds now:
+/// `mov reg, [rip + cell]` (REX.W(R) 8B, ModRM 00 reg 101, disp32) or an
+/// earlier rewrite of it becomes `mov reg, imm32` (REX.W(B) C7, ModRM 11
+/// 000 reg), the same 7 bytes. Call once the cells hold their final values and
+/// before the code can run (fgraph's manager, as it is made). A value
+/// beyond imm32, or text that cannot be written, leaves the load.
+pub(crate) fn patch_fixed_loads() {
+    let _ = crate::patch::apply_unreached(&fixed_load_edits(fixed_load_table()));
+}
+
+/// The edits that make `loads` immediates of their cells' values now.
+fn fixed_load_edits(loads: &[FixedLoad]) -> Vec<crate::patch::Edit> {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let mut edits = Vec::new();
+    for l in loads {
+        // SAFETY: 7 bytes of our own text at a label of `fixed_load!`.
+        let old: [u8; 7] = unsafe { std::ptr::read(l.insn as *const [u8; 7]) };
+        // SAFETY: the cell is a static AtomicI64 (the macro's users').
+        let value = unsafe { (*(l.cell as *const AtomicI64)).load(Ordering::Relaxed) };
+        // The register, 0..15 (REX.R of a load, REX.B of a move).
+        let reg = match old {
+            [0x48 | 0x4c, 0x8b, m, ..] if m & 0xc7 == 0x05 => (old[0] & 4) << 1 | (m >> 3) & 7,
+            [0x48 | 0x49, 0xc7, m, ..] if m & 0xf8 == 0xc0 => (old[0] & 1) << 3 | m & 7,
+            _ => continue,
+        };
+        if old[1] == 0x8b {
+            let disp = i32::from_le_bytes([old[3], old[4], old[5], old[6]]);
+            if (l.insn + 7).wrapping_add_signed(disp as isize) != l.cell as usize {
+                continue;
+            }
+        }
+        let Ok(imm) = i32::try_from(value) else {
+            continue;
+        };
+        let mut new = [0x48 | reg >> 3, 0xc7, 0xc0 | reg & 7, 0, 0, 0, 0];
+        new[3..].copy_from_slice(&imm.to_le_bytes());
+        if new != old {
+            edits.push(crate::patch::Edit::new(l.insn, &old, &new));
+        }
+    }
+    edits
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
     use std::cell::Cell;
+    use std::sync::atomic::{AtomicI64, Ordering};
 
     crate::fast_thread_local!(
         static COUNTER: Cell<u64>;
@@ -104,5 +214,63 @@ mod tests {
         assert_eq!(other.1, 7);
         assert_ne!(other.2, &*COUNTER as *const Cell<u64> as usize);
         assert_eq!((COUNTER.get(), PAIR[1].get()), (5, 8 as *mut u8));
+    }
+
+    static CELL: AtomicI64 = AtomicI64::new(0);
+
+    // Returns CELL twice over, read into r9 (a REX.R load, REX.B move) and
+    // rcx.
+    std::arch::global_asm!(
+        ".pushsection .text.shadowgraph_fixed_load_test,\"ax\",@progbits",
+        ".p2align 4",
+        "shadowgraph_fixed_load_test:",
+        crate::fixed_load!("r9", "cell"),
+        "mov rax, r9",
+        crate::fixed_load!("rcx", "cell"),
+        "add rax, rcx",
+        "ret",
+        "shadowgraph_fixed_load_test_end:",
+        ".popsection",
+        cell = sym CELL,
+    );
+
+    extern "C" {
+        fn shadowgraph_fixed_load_test() -> i64;
+        fn shadowgraph_fixed_load_test_end();
+    }
+
+    fn twice() -> i64 {
+        // SAFETY: the function above: no arguments, clobbers only rax,
+        // rcx, r9 (caller-saved).
+        unsafe { shadowgraph_fixed_load_test() }
+    }
+
+    #[test]
+    fn fixed_loads_become_immediates_of_the_values_then() {
+        let (start, end) = (
+            shadowgraph_fixed_load_test as *const () as usize,
+            shadowgraph_fixed_load_test_end as *const () as usize,
+        );
+        // Only this test's loads: other tests may be running the others.
+        let ours: Vec<FixedLoad> = fixed_load_table()
+            .iter()
+            .filter(|l| (start..end).contains(&l.insn))
+            .map(|l| FixedLoad {
+                insn: l.insn,
+                cell: l.cell,
+            })
+            .collect();
+        assert_eq!(ours.len(), 2);
+        CELL.store(-512, Ordering::Relaxed);
+        assert_eq!(twice(), -1024);
+        let patch = || crate::patch::apply_unreached(&fixed_load_edits(&ours)).unwrap();
+        patch();
+        CELL.store(7, Ordering::Relaxed);
+        assert_eq!(twice(), -1024, "immediates of the values at the patch");
+        patch();
+        assert_eq!(twice(), 14, "rewritten again");
+        // Beyond imm32: left as it was.
+        CELL.store(1 << 40, Ordering::Relaxed);
+        assert!(fixed_load_edits(&ours).is_empty());
     }
 }

@@ -66,6 +66,11 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
     for i in 0..150 {
         fgraph::register_graph(&recorder).unwrap();
         if i == 0 {
+            // The loads of thread-local offsets and rseq's are immediates
+            // now (the manager, made by the first registration, wrote them).
+            let (imm, all) = shadowgraph::tls::fixed_loads();
+            assert!(all > 20, "{all} fixed loads listed");
+            assert_eq!(imm, all, "fixed loads rewritten as immediates");
             // Each site jumps to its own stub, which calls the function.
             for f in ["leaf", "mid", "top"] {
                 let s = ftrace::site_by_name(f).unwrap();

@@ -439,6 +439,10 @@ pub(crate) fn manager_made() -> bool {
 fn manager() -> &'static Arc<Ops> {
     MANAGER.get_or_init(|| {
         init_tp_offsets();
+        // Every cell a `fixed_load!` reads is final now (the fused path's
+        // are set before this, see record::fused::attach), and no code
+        // reading one can run before the manager is.
+        crate::tls::patch_fixed_loads();
         let site = match MANAGER_SITE_ENTRY.load(Ordering::Acquire) {
             _ if !SITE_STUBS.load(Ordering::Relaxed) => (0, 0),
             0 => (
@@ -699,7 +703,7 @@ pub(crate) fn init_tp_offsets() {
 macro_rules! leave_at_rest {
     () => {
         concat!(
-            "mov rcx, [rip + {tp_local}]\n",
+            crate::fixed_load!("rcx", "tp_local"),
             "mov rcx, qword ptr fs:[rcx + {l_word}]\n",
             "add qword ptr [rcx], 0xffff\n",
         )
@@ -711,7 +715,7 @@ macro_rules! leave_at_rest {
 macro_rules! fast_done {
     ($errno:literal) => {
         concat!(
-            "mov rcx, [rip + {tp_local}]\n",
+            crate::fixed_load!("rcx", "tp_local"),
             "and dword ptr fs:[rcx + {l_rec}], {unbit}\n",
             "mov rax, qword ptr fs:[rcx + {l_errno}]\n",
             "mov edx, dword ptr [rsp + ",
@@ -770,7 +774,7 @@ std::arch::global_asm!(
     // known: enter the bracket, anchored at the return slot.
     "cmp qword ptr [rip + {fast}], 0",
     "je 70f",
-    "mov rcx, [rip + {tp_local}]",
+    crate::fixed_load!("rcx", "tp_local"),
     "mov rdx, qword ptr fs:[rcx + {l_word}]",
     "test rdx, rdx",
     "jz 70f",
@@ -790,7 +794,7 @@ std::arch::global_asm!(
     "mov rsi, [rip + {fast}]",
     "test rsi, rsi",
     "jz 71f",
-    "mov r9, [rip + {tp_thread}]",
+    crate::fixed_load!("r9", "tp_thread"),
     "mov rdi, qword ptr fs:[r9 + {t_stack}]",
     "test rdi, rdi",
     "jz 71f",
@@ -863,7 +867,7 @@ std::arch::global_asm!(
     "lea rdi, [rsp + 0x150]",
     "mov rdx, rsp",
     "call {call_entry}",
-    "mov rcx, [rip + {tp_thread}]",
+    crate::fixed_load!("rcx", "tp_thread"),
     "mov rdx, [rsp + 0x148]",
     "mov qword ptr fs:[rcx + {t_offer}], rdx",
     "mov r8, [rsp + 0x138]",
@@ -893,7 +897,7 @@ std::arch::global_asm!(
     "70:",
     // The stub's site id for `site_id`, for the length of the call (id
     // first: a handler sees the old ip or both).
-    "mov rcx, [rip + {tp_local}]",
+    crate::fixed_load!("rcx", "tp_local"),
     "mov rax, [rbp + 8]",
     "mov eax, dword ptr [rax + {id_off}]",
     "mov dword ptr fs:[rcx + {l_hint_id}], eax",
@@ -902,7 +906,7 @@ std::arch::global_asm!(
     "mov rdi, rsp",
     "mov rsi, [rsp + 0x128]",
     "call {manager_entry}",
-    "mov rcx, [rip + {tp_local}]",
+    crate::fixed_load!("rcx", "tp_local"),
     "mov qword ptr fs:[rcx + {l_hint_ip}], 0",
     "lea r11, [rip + shadowgraph_return_to_handler]",
     "cmp [rbp + 16], r11",
@@ -932,7 +936,7 @@ std::arch::global_asm!(
     "movaps [rsp + 32], xmm1",
     "mov [rsp + 48], r11",
     "mov [rsp + 56], r11",
-    "mov rcx, [rip + {tp_local}]",
+    crate::fixed_load!("rcx", "tp_local"),
     "mov rdx, qword ptr fs:[rcx + {l_word}]",
     "test rdx, rdx",
     "jz 60f",
@@ -953,7 +957,7 @@ std::arch::global_asm!(
     "mov rsi, [rip + {fast}]",
     "test rsi, rsi",
     "jz 61f",
-    "mov r9, [rip + {tp_thread}]",
+    crate::fixed_load!("r9", "tp_thread"),
     "mov rdi, qword ptr fs:[r9 + {t_stack}]",
     "test rdi, rdi",
     "jz 61f",
@@ -997,7 +1001,7 @@ std::arch::global_asm!(
     "call {call_ret}",
     // Pop the frame; resume at its real return address.
     "mov r10, [rsp + 72]",
-    "mov rcx, [rip + {tp_thread}]",
+    crate::fixed_load!("rcx", "tp_thread"),
     "mov rdi, qword ptr fs:[rcx + {t_stack}]",
     "mov r11, [rdi + r10*8]",
     "mov qword ptr fs:[rcx + {t_curr}], r10",

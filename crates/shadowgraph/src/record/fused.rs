@@ -549,7 +549,7 @@ macro_rules! ring_record {
 macro_rules! rseq_or_legacy {
     (both, $name:literal) => {
         concat!(
-            "mov rdx, [rip + {rseq_cs}]\n",
+            crate::fixed_load!("rdx", "rseq_cs"),
             "test rdx, rdx\n",
             "jz ",
             $name,
@@ -557,7 +557,7 @@ macro_rules! rseq_or_legacy {
         )
     };
     (rseq, $name:literal) => {
-        "mov rdx, [rip + {rseq_cs}]\n"
+        crate::fixed_load!("rdx", "rseq_cs")
     };
 }
 
@@ -567,7 +567,7 @@ macro_rules! rseq_or_legacy {
 macro_rules! bracket_leave {
     () => {
         concat!(
-            "mov rcx, [rip + {tp_local}]\n",
+            crate::fixed_load!("rcx", "tp_local"),
             "mov rcx, qword ptr fs:[rcx + {l_word}]\n",
             "add qword ptr [rcx], 0xffff\n",
         )
@@ -656,7 +656,7 @@ macro_rules! entry_head {
             "push r10\n",
             "push r11\n",
             // At rest: a bracket word, depth 0, no recursion bit.
-            "mov rcx, [rip + {tp_local}]\n",
+            crate::fixed_load!("rcx", "tp_local"),
             "mov rdx, qword ptr fs:[rcx + {l_word}]\n",
             "test rdx, rdx\n",
             "jz 80f\n",
@@ -677,7 +677,7 @@ macro_rules! entry_head {
             "jz 81f\n",
             $ring,
             // The thread's shadow stack: attached, hooked, not exiting or paused.
-            "mov rcx, [rip + {tp_thread}]\n",
+            crate::fixed_load!("rcx", "tp_thread"),
             "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
             "test rdi, rdi\n",
             "jz 81f\n",
@@ -747,7 +747,7 @@ macro_rules! fused_entry {
                 "cmp rax, [rsi + {u_frame_word}]\n",
                 "{frame_words}",
                 concat!(
-                    "mov rcx, [rip + {tp_rings}]\n",
+                    crate::fixed_load!("rcx", "tp_rings"),
                     "mov r11, qword ptr fs:[rcx]\n",
                     "test r11, r11\n",
                     "jz 81f\n",
@@ -802,7 +802,7 @@ macro_rules! fused_entry {
             // handler's frames above it are gone), from 81 with the bracket
             // entered (leave it), from 80 as at entry.
             "82:\n",
-            "mov rcx, [rip + {tp_thread}]\n",
+            crate::fixed_load!("rcx", "tp_thread"),
             "mov qword ptr fs:[rcx + {t_curr}], r8\n",
             "81:\n",
             bracket_leave!(),
@@ -822,7 +822,7 @@ macro_rules! return_head {
         concat!(
             "push rax\n",
             "push rdx\n",
-            "mov rcx, [rip + {tp_local}]\n",
+            crate::fixed_load!("rcx", "tp_local"),
             "mov r8, qword ptr fs:[rcx + {l_word}]\n",
             "test r8, r8\n",
             "jz 90f\n",
@@ -837,7 +837,7 @@ macro_rules! return_head {
             "test rsi, rsi\n",
             "jz 91f\n",
             $ring,
-            "mov rcx, [rip + {tp_thread}]\n",
+            crate::fixed_load!("rcx", "tp_thread"),
             "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
             "test rdi, rdi\n",
             "jz 91f\n",
@@ -882,7 +882,7 @@ macro_rules! pop_frame {
     ($resume:literal) => {
         concat!(
             "mov r11, [rdi + r10*8]\n",
-            "mov rcx, [rip + {tp_thread}]\n",
+            crate::fixed_load!("rcx", "tp_thread"),
             "mov qword ptr fs:[rcx + {t_curr}], r10\n",
             "add qword ptr [r8], 0xffff\n",
             "pop rdx\n",
@@ -899,7 +899,7 @@ macro_rules! fused_return {
     ($proto:ident, $name:literal, $resume:literal, $filtered:literal) => {
         concat!(
             return_head!(concat!(
-                "mov rcx, [rip + {tp_rings}]\n",
+                crate::fixed_load!("rcx", "tp_rings"),
                 "mov r11, qword ptr fs:[rcx]\n",
                 "test r11, r11\n",
                 "jz 91f\n",
@@ -1221,7 +1221,7 @@ std::arch::global_asm!(
     // published, written again), rcx left the thread state's offset; a
     // full stack: the general way (this return address dropped first).
     "46:",
-    "mov rcx, [rip + {tp_thread}]",
+    crate::fixed_load!("rcx", "tp_thread"),
     "cmp r8, [rip + {room_limit}]",
     "jb 48f",
     "add rsp, 8",
@@ -1303,7 +1303,7 @@ std::arch::global_asm!(
     // Pop the frame; resume at its real return address.
     "53:",
     "mov r11, [rdi + r10*8]",
-    "mov rcx, [rip + {tp_thread}]",
+    crate::fixed_load!("rcx", "tp_thread"),
     "mov qword ptr fs:[rcx + {t_curr}], r10",
     bracket_leave!(),
     "pop rdx",
@@ -1421,14 +1421,14 @@ std::arch::global_asm!(
     // it written and writes the exit); one that jumps out leaves the frame
     // as a call not yet judged. A call popped is never marked dropped.
     "shadowgraph_fused_timed_drop_restart:",
-    "mov rdx, [rip + {rseq_cs}]",
+    crate::fixed_load!("rdx", "rseq_cs"),
     "test rdx, rdx",
     "jz 62f",
     "lea rax, [rip + shadowgraph_fused_timed_drop_cs]",
     "mov qword ptr fs:[rdx], rax",
     "shadowgraph_fused_timed_drop_start:",
     timed_judge!(),
-    "mov rcx, [rip + {tp_thread}]",
+    crate::fixed_load!("rcx", "tp_thread"),
     "mov rdx, [rdi + r10*8]",
     "mov qword ptr fs:[rcx + {t_curr}], r10",
     "shadowgraph_fused_timed_drop_post:",
@@ -1467,7 +1467,7 @@ std::arch::global_asm!(
     // Written: the exit record, in the ring of this thread (else the
     // general way).
     "60:",
-    "mov rcx, [rip + {tp_rings}]",
+    crate::fixed_load!("rcx", "tp_rings"),
     "mov r11, qword ptr fs:[rcx]",
     "test r11, r11",
     "jz 91f",
@@ -1495,7 +1495,7 @@ std::arch::global_asm!(
     "lea rax, [r8 + 4]",
     "cmp rax, [rip + {room_limit}]",
     "jae 81f",
-    "mov rax, [rip + {tp_profile}]",
+    crate::fixed_load!("rax", "tp_profile"),
     "mov r11, qword ptr fs:[rax]",
     "test r11, r11",
     "jz 81f",
@@ -1555,7 +1555,7 @@ std::arch::global_asm!(
     "lea r11, [rdi + r10*8 - 24]",
     "2:",
     // The row (rsi).
-    "mov rax, [rip + {tp_profile}]",
+    crate::fixed_load!("rax", "tp_profile"),
     "mov rcx, qword ptr fs:[rax]",
     "test rcx, rcx",
     "jz 91f",
