@@ -611,6 +611,12 @@ pub fn attach() -> Result<(), String> {
                 ftrace::FilterSet::all(),
                 i,
             );
+            if filter.is_none() {
+                // As a plain tracer's (emit_exit): its frames' words say
+                // whether their entries were written, the ring whether
+                // their exits were.
+                u.offer_unowned_unwinds();
+            }
             // A time filter alone: the fused path keeps the entry times
             // and drops the short calls where sites have stubs.
             if alone
