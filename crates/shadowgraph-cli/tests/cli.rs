@@ -207,7 +207,7 @@ fn replay_body(replay: &str) -> Vec<String> {
 /// whole call or more.
 fn in_time_order(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result<(), String> {
     const TSC_SKEW_NS: u64 = 50;
-    let recs = d.records(tid).map_err(|e| e.to_string())?;
+    let recs = records_of(d, tid)?;
     let back = recs.windows(2).filter(|w| w[1].time <= w[0].time).count();
     let (steps, worst) = d.info.clock_steps_back();
     if back > 0 || worst > TSC_SKEW_NS {
@@ -255,7 +255,7 @@ fn signal_handlers_inside_a_time_filtered_record_leave_every_entry_its_exit() {
 /// the thread's record count.
 fn every_call_closes(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result<usize, String> {
     use shadowgraph::record::format::Kind;
-    let recs = d.records(tid).map_err(|e| e.to_string())?;
+    let recs = records_of(d, tid)?;
     let mut open: HashMap<u64, i64> = HashMap::new();
     for r in &recs {
         match r.kind {
@@ -274,6 +274,14 @@ fn every_call_closes(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result
     }
 }
 
+/// The records of thread `tid`, or why not.
+fn records_of(
+    d: &shadowgraph::record::data::DataDir,
+    tid: i32,
+) -> Result<Vec<shadowgraph::record::format::Record>, String> {
+    d.records(tid).map_err(|e| e.to_string())
+}
+
 /// Whether every exit of `tid` closes the innermost call still open, at
 /// its function and depth, every entry is at the depth of the calls open
 /// before it, and no call is left open but those of `open_at_end` (the
@@ -285,12 +293,7 @@ fn calls_nest_exactly(
 ) -> Result<(), String> {
     use shadowgraph::record::format::Kind;
     let mut open: Vec<(u64, u16)> = Vec::new();
-    for (i, r) in d
-        .records(tid)
-        .map_err(|e| e.to_string())?
-        .iter()
-        .enumerate()
-    {
+    for (i, r) in records_of(d, tid)?.iter().enumerate() {
         match r.kind {
             Kind::Entry if r.depth as usize == open.len() => open.push((r.addr, r.depth)),
             Kind::Exit if open.last() == Some(&(r.addr, r.depth)) => {
@@ -324,12 +327,7 @@ fn depths_follow_the_records(
 ) -> Result<(), String> {
     use shadowgraph::record::format::Kind;
     let mut open = 0i64;
-    for (i, r) in d
-        .records(tid)
-        .map_err(|e| e.to_string())?
-        .iter()
-        .enumerate()
-    {
+    for (i, r) in records_of(d, tid)?.iter().enumerate() {
         let want = match r.kind {
             Kind::Entry => open,
             Kind::Exit => open - 1,
@@ -3524,12 +3522,7 @@ fn calls_last_at_least(
 ) -> Result<(), String> {
     use shadowgraph::record::format::Kind;
     let mut open = Vec::new();
-    for (i, r) in d
-        .records(tid)
-        .map_err(|e| e.to_string())?
-        .iter()
-        .enumerate()
-    {
+    for (i, r) in records_of(d, tid)?.iter().enumerate() {
         match r.kind {
             Kind::Entry => open.push(r.time),
             Kind::Exit => {
