@@ -122,8 +122,11 @@ fn nested() -> bool {
 /// later, at rest, as unwound (the handler left by `siglongjmp`).
 #[inline(always)]
 fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize) {
-    let keep = if nested() { u.reserve(8) } else { None };
-    let from = writer::depth_from(depth);
+    let (keep, from) = if nested() {
+        (u.reserve(8), ring::Depth::Follow)
+    } else {
+        (None, ring::Depth::Given(depth))
+    };
     let at = writer::emit_shared_from(
         u.private,
         Kind::Entry,
@@ -150,7 +153,8 @@ fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize) {
 /// ring knows which side of the record it was on.
 #[inline(always)]
 fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16) {
-    let kept = if r.unwound || nested() {
+    let nested = nested();
+    let kept = if r.unwound || nested {
         u.retrieve()
             // SAFETY: the 8 bytes this call's entry reserved (a word).
             .map(|(p, _)| unsafe { (p as *const u64).read() })
@@ -164,7 +168,8 @@ fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16) {
     }
     let from = match kept {
         Some(_) => ring::Depth::Given(at),
-        None => writer::depth_from(depth),
+        None if nested => ring::Depth::Follow,
+        None => ring::Depth::Given(depth),
     };
     writer::emit_shared_from(
         u.private,

@@ -24,7 +24,8 @@
 //!
 //! The thread-local state is reached at its offset from the thread pointer
 //! (initial-exec TLS: the same offset in every thread), computed once
-//! (fgraph::init_tp_offsets and [`attach`]).
+//! (fgraph::init_tp_offsets and [`attach`]) and then written into this
+//! code as immediates (`fixed_load!`, tls::patch_fixed_loads).
 
 use super::ring::{RingHeader, HEADER_BYTES};
 use super::writer;
@@ -449,8 +450,9 @@ macro_rules! ring_publish {
 // A record {$time, $word} in ring r11, written at rest (no writer of this
 // thread is between its claim and its publish: `reserve` equals `head`),
 // `$depth` setting dx after the slot's step as in ring_claim, `$late`
-// making `$word` after the TSC read. With the kernel's rseq (registered by glibc; RSEQ_CS holds the offset of its
-// `rseq_cs` field from the thread pointer, 0 without): one restartable
+// making `$word` after the TSC read. With the kernel's rseq (registered
+// by glibc; RSEQ_CS holds the offset of its `rseq_cs` field from the
+// thread pointer, 0 without): one restartable
 // sequence of the room check, the TSC read, the record's stores and the
 // claim's single store of `reserve`, which the kernel aborts if the thread
 // is preempted or signalled before that store, sending it back to the start

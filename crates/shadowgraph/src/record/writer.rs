@@ -377,7 +377,7 @@ pub fn ring_depth(inst: usize) -> Option<u16> {
 /// The caller's depth, unless this record is written by a signal handler
 /// that interrupted our own code (two brackets deep): the ring's then.
 #[inline(always)]
-pub fn depth_from(depth: u16) -> Depth {
+fn depth_from(depth: u16) -> Depth {
     if crate::ftrace::quiesce::bracket_depth() > 1 {
         Depth::Follow
     } else {
