@@ -1253,6 +1253,23 @@ fn recorded_span_ns(dir: &Path) -> Option<f64> {
     last.checked_sub(first).map(|d| d as f64)
 }
 
+/// How often the recording in `dir` made its thread wait for the writer
+/// (its ring full), said when it did: then the run measured the writer's
+/// pace (the machine's memory bandwidth) as much as the path.
+fn writer_waits(dir: &Path) -> String {
+    let d = shadowgraph::record::data::DataDir::open(dir).ok();
+    match d
+        .as_ref()
+        .and_then(|d| d.info.get("writer_waits")?.split_once(" / "))
+    {
+        Some((n, ns)) if n != "0" => format!(
+            "; it waited for the writer {n} times ({:.1} ms: the ring was full)",
+            ns.parse::<f64>().unwrap_or(0.0) / 1e6
+        ),
+        _ => String::new(),
+    }
+}
+
 fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     let dir = std::env::temp_dir().join(format!("shadowgraph-bench-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -1513,8 +1530,9 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     if let Some(span) = recorded_span_ns(&sg_data) {
         println!(
             "# inside the program (its first record to its last, one run): {:.1} ns per call, \
-             the call's own work included, start-up, exit and the writer's final drain not",
-            span / calls as f64
+             the call's own work included, start-up, exit and the writer's final drain not{}",
+            span / calls as f64,
+            writer_waits(&sg_data)
         );
     }
     println!("{}", timestamp_line(reps));
