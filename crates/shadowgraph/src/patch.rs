@@ -368,7 +368,7 @@ pub(crate) fn write_quiescent(window: &TextWindow, edits: &[Edit]) -> Result<(),
 /// written by plain stores under the text lock, then every core
 /// serialised. On `Err` nothing was written if the old bytes did not
 /// match; a write error may leave some edits made.
-pub fn apply_unreached(edits: &[Edit]) -> Result<(), PatchError> {
+pub(crate) fn apply_unreached(edits: &[Edit]) -> Result<(), PatchError> {
     if edits.is_empty() {
         return Ok(());
     }
