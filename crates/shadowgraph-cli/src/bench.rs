@@ -1372,6 +1372,11 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         runs.push(Box::new(|| run_uf("1")));
         runs.push(Box::new(|| run_uf_with(&arg, &["-t", "1us"])));
     }
+    // fib(1) untraced: what starting and ending the program costs. A
+    // recorder's start-up overhead is its fib(1) run less this (not less
+    // fib(30) untraced, which would count fib(30)'s own work as overhead).
+    let plain1_at = runs.len();
+    runs.push(Box::new(|| run_plain("1")));
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
     for _ in 0..reps {
         for (r, t) in runs.iter_mut().zip(times.iter_mut()) {
@@ -1407,8 +1412,13 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
         "{:<34} {:>9} {:>12} {:>10} {:>10} {:>9} {:>9}",
         "", "total s", "ns/call", "B/call", "start s", "replay s", "report s"
     );
-    println!("{:<34} {:>9.3}", "untraced", plain);
-    let per_call = |t: f64, start: f64| (t - plain - (start - plain).max(0.0)) * 1e9 / calls as f64;
+    let plain1 = med(plain1_at);
+    println!(
+        "{:<34} {:>9.3} {:>12} {:>10} {plain1:>10.3}",
+        "untraced", plain, "", ""
+    );
+    let per_call =
+        |t: f64, start: f64| (t - plain - (start - plain1).max(0.0)) * 1e9 / calls as f64;
     let row = |name: &str, t: f64, bytes: u64, start: f64, rep: f64, repo: f64| {
         println!(
             "{name:<34} {t:>9.3} {:>12.1} {:>10.1} {start:>10.3} {rep:>9.2} {repo:>9.2}",
@@ -1526,7 +1536,10 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
     } else {
         println!("# uftrace is not installed (apt-get install uftrace) — no comparison");
     }
-    println!("# ns/call = (total − untraced − start-up overhead) / calls");
+    println!(
+        "# ns/call = (total − untraced − start-up overhead) / calls; start-up overhead = start s \
+         (fib(1) under the tool) − fib(1) untraced"
+    );
     if let Some(span) = recorded_span_ns(&sg_data) {
         println!(
             "# inside the program (its first record to its last, one run): {:.1} ns per call, \
