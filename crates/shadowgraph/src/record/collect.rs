@@ -24,6 +24,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Records moved in one round that mean the writer is behind: the next
+/// round starts without a pause (a ring holds 131,072 by default).
+const BEHIND: u64 = 1 << 15;
+
 /// Per instance: what was written and lost, and the first write failure.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
@@ -383,7 +387,12 @@ impl Collector {
                     round += 1;
                     moved = c.drain();
                     // Busy rings are drained often (a full ring makes its
-                    // thread wait); idle, a wake-up per 250 µs.
+                    // thread wait), at once again after a drain of more
+                    // than a chunk (the writer is behind); idle, a wake-up
+                    // per 250 µs.
+                    if moved >= BEHIND {
+                        continue;
+                    }
                     std::thread::sleep(if moved > 0 {
                         Duration::from_micros(100)
                     } else {

@@ -31,6 +31,11 @@ const MAX_RINGS: usize = 4096;
 pub const MAX_INSTANCES: usize = 8;
 /// How long a thread waits for the writer to make room before dropping.
 const WAIT_LIMIT_NS: u64 = 5_000_000_000;
+/// How long of that it spins before it naps, if the writer can run
+/// meanwhile on another processor ([`SPIN_FOR_ROOM`]).
+const WAIT_SPIN_NS: u64 = 200_000;
+/// More than one processor online (when recording started).
+static SPIN_FOR_ROOM: AtomicBool = AtomicBool::new(false);
 
 /// A live ring of this process, and (local mode) the file it drains to.
 struct Slot {
@@ -179,6 +184,9 @@ pub fn start(inst: usize, dir: &Path, shm: Option<&Path>) -> io::Result<()> {
         let _ = SHM.set(c(s)?);
     }
     crate::ftrace::quiesce::on_abandoned(recover_abandoned);
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    SPIN_FOR_ROOM.store(cpus > 1, Ordering::Relaxed);
     KEY.get_or_init(|| {
         let mut k: libc::pthread_key_t = 0;
         // SAFETY: creating a key with a plain extern "C" destructor.
@@ -463,9 +471,20 @@ fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Option<T>) -> Op
                 WAITED_NS.fetch_add(clock::monotonic_ns() - start, Ordering::Relaxed);
                 return Some(c);
             }
-            if clock::monotonic_ns() - start > WAIT_LIMIT_NS {
+            let waited = clock::monotonic_ns() - start;
+            if waited > WAIT_LIMIT_NS {
                 WRITER_GONE.store(true, Ordering::Relaxed);
                 break;
+            }
+            if waited < WAIT_SPIN_NS && SPIN_FOR_ROOM.load(Ordering::Relaxed) {
+                // The writer frees the ring a chunk at a time: room
+                // comes back within microseconds of a chunk's write, and a
+                // nap (50 µs at least, often twice that) would lose most
+                // of it.
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
+                continue;
             }
             let nap = libc::timespec {
                 tv_sec: 0,
