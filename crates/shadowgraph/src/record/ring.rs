@@ -655,6 +655,17 @@ impl Ring {
             // `tail` moves past it.
             unsafe {
                 let w = self.words().add(2 * (k & mask) as usize);
+                // A hint, which reads nothing: one line in four records; none beyond this drain's
+                // records (the thread may be writing those).
+                if k % 4 == 0 && k + PREFETCH_RECORDS < to {
+                    let ahead = self
+                        .words()
+                        .add(2 * ((k + PREFETCH_RECORDS) & mask) as usize);
+                    std::arch::x86_64::_mm_prefetch(
+                        ahead as *const i8,
+                        std::arch::x86_64::_MM_HINT_T0,
+                    );
+                }
                 let mut t = f(w.read());
                 if t <= last {
                     if t < last {
@@ -671,6 +682,13 @@ impl Ring {
         (steps, worst)
     }
 }
+
+/// How far ahead (records: 4 KiB) the conversion asks for the ring's
+/// lines. They are most often still in the producing thread's cache, and
+/// the conversion waited for each in turn: prefetched, fib(30)'s 86 MB
+/// took the writer 63 ms instead of 71 (its waits for room went from a
+/// few per run to about none).
+const PREFETCH_RECORDS: u64 = 256;
 
 /// Records a drain converts and writes before it frees their slots (256
 /// KiB): a full ring's thread waits for one chunk, not for the writer's
