@@ -655,8 +655,9 @@ impl Ring {
             // `tail` moves past it.
             unsafe {
                 let w = self.words().add(2 * (k & mask) as usize);
-                // A hint, which reads nothing: one line in four records; none beyond this drain's
-                // records (the thread may be writing those).
+                // A hint, which reads nothing: one line in four records;
+                // none beyond this drain's (the thread may be writing
+                // those).
                 if k % 4 == 0 && k + PREFETCH_RECORDS < to {
                     let ahead = self
                         .words()
