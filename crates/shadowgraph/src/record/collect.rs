@@ -387,9 +387,9 @@ impl Collector {
                     round += 1;
                     moved = c.drain();
                     // Busy rings are drained often (a full ring makes its
-                    // thread wait), at once again after a drain of more
-                    // than a chunk (the writer is behind); idle, a wake-up
-                    // per 250 µs.
+                    // thread wait), at once again after a round that moved
+                    // BEHIND records or more (the writer is behind); idle,
+                    // a wake-up per 250 µs.
                     if moved >= BEHIND {
                         continue;
                     }
