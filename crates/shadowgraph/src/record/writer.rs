@@ -34,8 +34,22 @@ const WAIT_LIMIT_NS: u64 = 5_000_000_000;
 /// How long of that it spins before it naps, if the writer can run
 /// meanwhile on another processor ([`SPIN_FOR_ROOM`]).
 const WAIT_SPIN_NS: u64 = 200_000;
-/// More than one processor online (when recording started).
+/// More than one processor to run on (when recording started).
 static SPIN_FOR_ROOM: AtomicBool = AtomicBool::new(false);
+
+/// How many processors this thread may run on (its affinity mask: the
+/// program, and the writer with it, may have been confined to fewer than
+/// are online, e.g. by `taskset`).
+fn cpus_to_run_on() -> u32 {
+    // SAFETY: a zeroed cpu_set_t is an empty set, filled by the call.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set) as u32
+    }
+}
 
 /// A live ring of this process, and (local mode) the file it drains to.
 struct Slot {
@@ -184,9 +198,7 @@ pub fn start(inst: usize, dir: &Path, shm: Option<&Path>) -> io::Result<()> {
         let _ = SHM.set(c(s)?);
     }
     crate::ftrace::quiesce::on_abandoned(recover_abandoned);
-    // SAFETY: sysconf has no preconditions.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    SPIN_FOR_ROOM.store(cpus > 1, Ordering::Relaxed);
+    SPIN_FOR_ROOM.store(cpus_to_run_on() > 1, Ordering::Relaxed);
     KEY.get_or_init(|| {
         let mut k: libc::pthread_key_t = 0;
         // SAFETY: creating a key with a plain extern "C" destructor.
