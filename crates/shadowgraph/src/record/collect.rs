@@ -393,7 +393,9 @@ impl Collector {
                     if moved >= BEHIND {
                         continue;
                     }
-                    std::thread::sleep(if moved > 0 {
+                    // A nap `finish` cuts short (unpark): the last drain
+                    // starts as soon as the program has ended.
+                    std::thread::park_timeout(if moved > 0 {
                         Duration::from_micros(100)
                     } else {
                         Duration::from_micros(250)
@@ -423,6 +425,7 @@ impl CollectorThread {
     /// Stops the thread after a last drain; what it found.
     pub fn finish(self) -> Finished {
         self.stop.store(true, Ordering::Release);
+        self.join.thread().unpark();
         self.join.join().unwrap_or_default()
     }
 }
