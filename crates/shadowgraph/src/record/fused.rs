@@ -453,15 +453,17 @@ macro_rules! ring_publish {
 // making `$word` after the TSC read. With the kernel's rseq (registered
 // by glibc; RSEQ_CS holds the offset of its `rseq_cs` field from the
 // thread pointer, 0 without): one restartable
-// sequence of the room check, the TSC read, the record's stores and the
-// claim's single store of `reserve`, which the kernel aborts if the thread
-// is preempted or signalled before that store, sending it back to the start
-// (`$name`_abort) before any handler runs: a handler finds the ring at
-// rest, and its records precede ours in the ring and in time. `head`
-// follows by a plain store after the sequence; a handler that records
-// between the two cannot publish its records past ours, so they are
-// published here as `Ring::publish` does (cold). No `cmpxchg` and nothing
-// waits on a load after the TSC read. Why that matters: on the machines
+// sequence of the room check, the TSC read, the record's stores and one
+// 16-byte store of `head` and `reserve` (beside each other in the ring's
+// header) that claims and publishes the record at once, which the kernel
+// aborts if the thread is preempted or signalled before that store,
+// sending it back to the start (`$name`_abort) before any handler runs: a
+// handler finds the ring at rest, and its records precede ours in the
+// ring and in time. (With `head` stored after `reserve`, a handler that
+// landed between the two and left by siglongjmp lost our record and its
+// own, counted: 0–4 per run of the siglongjmp test, 30–80 when a
+// reordering of the sequence made that boundary likelier.) No `cmpxchg`
+// and nothing waits on a load after the TSC read. Why that matters: on the machines
 // measured, `rdtsc` waits for every instruction before it to finish and
 // none after it starts before it has, so a recorded call costs its two
 // reads plus, between each read and the next, the longest chain of
@@ -487,24 +489,17 @@ macro_rules! ring_record {
             ring_write!($time, $word),
             "lea rdx, [rax + 0x10000]\n",
             $depth,
-            "mov [r11 + {r_reserve}], rdx\n",
+            // Claimed and published by one store: `head` and `reserve`
+            // both the new value (xmm13 is free at a function's entry and
+            // return).
+            "movq xmm13, rdx\n",
+            "punpcklqdq xmm13, xmm13\n",
+            "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
             $name,
             "_post:\n",
-            "mov [r11 + {r_head}], rdx\n",
-            "cmp rdx, [r11 + {r_reserve}]\n",
-            "jne ",
-            $name,
-            "_publish\n",
             $name,
             "_done:\n",
             ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
-            $name,
-            "_publish:\n",
-            "mov rax, rdx\n",
-            ring_publish!(concat!($name, "_done")),
-            "jmp ",
-            $name,
-            "_done\n",
             // glibc's signature (RSEQ_SIG), which the kernel checks
             // before an abort handler.
             ".long 0x53053053\n",

@@ -26,12 +26,12 @@
 //!
 //! The fused recording path (record::fused) writes a thread's records at
 //! rest another way where glibc registered rseq: the TSC read, the record
-//! and a plain store of `reserve` in one restartable sequence, which the
-//! kernel restarts if a signal or preemption lands inside it, then `head`
-//! by a plain store. Writers of this protocol never see its half-done
-//! record: a handler that interrupts the sequence runs after the kernel
-//! has sent it back to its start, and one that lands between the two
-//! stores finds `head` behind `reserve`, as behind any interrupted writer.
+//! and one 16-byte store of `reserve` and `head` together (claimed and
+//! published at once) in one restartable sequence, which the kernel
+//! restarts if a signal or preemption lands inside it. Writers of this
+//! protocol never see its half-done record: a handler that interrupts the
+//! sequence runs after the kernel has sent it back to its start, and no
+//! instruction boundary lies between the claim and the publish.
 //!
 //! The ring lives either in a file of a shared-memory directory, drained by
 //! the `shadowgraph record` process (the writer outside the traced program:
@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The ring layout's version: a writer and an agent from different builds
 /// check it before recording (`SHADOWGRAPH_RING_LAYOUT`).
-pub const LAYOUT: u8 = 4;
+pub const LAYOUT: u8 = 5;
 /// "SGRING" + [`LAYOUT`].
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\0\0") | (LAYOUT as u64) << 48;
 /// `reserve`, `head` and `room_end` count slots from this bit; below it,
@@ -115,6 +115,13 @@ pub struct RingHeader {
     /// number modulo `capacity`), and below it the depth after them: the
     /// value `reserve` had when they were all written.
     pub head: AtomicU64,
+    /// Slots claimed (≥ `head`), from bit `SLOT_SHIFT`: those in between
+    /// are being written by the thread or a signal handler that interrupted
+    /// it, or were written by a handler that interrupted the writer of an
+    /// earlier one. Below: the depth of the next entry. Beside `head`, in
+    /// the same 16 bytes: the fused path claims and publishes a record by
+    /// one store of both (record::fused).
+    pub reserve: AtomicU64,
     /// Records the producer dropped (no room in time); the consumer takes
     /// them and writes a LOST record.
     pub lost: AtomicU64,
@@ -127,11 +134,6 @@ pub struct RingHeader {
     /// record would pull the consumer's cache line). Slots below it are
     /// free or the producer's.
     pub room_end: AtomicU64,
-    /// Slots claimed (≥ `head`), from bit `SLOT_SHIFT`: those in between
-    /// are being written by the thread or a signal handler that interrupted
-    /// it, or were written by a handler that interrupted the writer of an
-    /// earlier one. Below: the depth of the next entry.
-    pub reserve: AtomicU64,
     _pad2: [u64; 3],
     // --- consumer line
     /// Records consumed (their slots may be reused).
@@ -164,6 +166,7 @@ pub struct RingHeader {
 const _: () = {
     assert!(std::mem::size_of::<RingHeader>() <= HEADER_BYTES);
     assert!(std::mem::offset_of!(RingHeader, head) == 64);
+    assert!(std::mem::offset_of!(RingHeader, reserve) == 72);
     assert!(std::mem::offset_of!(RingHeader, tail) == 128);
 };
 
