@@ -461,9 +461,8 @@ macro_rules! ring_publish {
 // handler finds the ring at rest, and its records precede ours in the
 // ring and in time. (With `head` stored after `reserve`, a handler that
 // landed between the two and left by siglongjmp lost our record and its
-// own, counted: 0–4 per run of the siglongjmp test, 30–80 when a
-// reordering of the sequence made that boundary likelier.) No `cmpxchg`
-// and nothing waits on a load after the TSC read. Why that matters: on the machines
+// own, counted.) No `cmpxchg` and nothing waits on a load after the TSC
+// read. Why that matters: on the machines
 // measured, `rdtsc` waits for every instruction before it to finish and
 // none after it starts before it has, so a recorded call costs its two
 // reads plus, between each read and the next, the longest chain of
@@ -471,7 +470,7 @@ macro_rules! ring_publish {
 // and publish made one of 25 cycles after each read. Without rseq: ring_claim,
 // ring_write, ring_publish (cold). Labels `$name`_*; ends at `$name`_done,
 // or at `$full` without room (rseq_cs may stay set: the kernel ignores it
-// outside the sequence). Clobbers rax, rdx, `$time` and the flags.
+// outside the sequence). Clobbers rax, rdx, `$time`, xmm13 and the flags.
 macro_rules! ring_record {
     ($proto:ident, $name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr) => {
         concat!(
