@@ -113,6 +113,20 @@ fn nested() -> bool {
     ftrace::quiesce::bracket_depth() > 1
 }
 
+/// Whether a record of instance `inst` at `depth` belongs at the ring's
+/// depth instead: in a signal handler that interrupted our own code, and,
+/// where the fused path's plain site entry and return hold no bracket
+/// (`fused::ring_depth_witness`), whenever the ring is not at `depth`
+/// (`at` more than it: 0 for an entry, 1 for an exit). Such a handler
+/// landed between a frame's push and its entry record, or between an exit
+/// record and the frame's pop, and the frames it finds are a level off.
+#[inline(always)]
+fn follows_ring(inst: usize, depth: u16, at: u16) -> bool {
+    nested()
+        || (shadowgraph::record::fused::ring_depth_witness()
+            && writer::ring_depth(inst).is_some_and(|d| d != depth + at))
+}
+
 /// The entry record of an untimed tracer's call at `depth`. Inside a
 /// signal handler that interrupted our code, the ring's depth is recorded
 /// (the ring's records, not the frames, say where the thread is: the
@@ -122,7 +136,7 @@ fn nested() -> bool {
 /// later, at rest, as unwound (the handler left by `siglongjmp`).
 #[inline(always)]
 fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize) {
-    let (keep, from) = if nested() {
+    let (keep, from) = if follows_ring(u.private, depth, 0) {
         (u.reserve(8), ring::Depth::Follow)
     } else {
         (None, ring::Depth::Given(depth))
@@ -153,8 +167,12 @@ fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize) {
 /// ring knows which side of the record it was on.
 #[inline(always)]
 fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16) {
-    let nested = nested();
-    let kept = if r.unwound || nested {
+    let nested = if r.unwound {
+        nested()
+    } else {
+        follows_ring(u.private, depth, 1)
+    };
+    let kept = if r.unwound || nested || shadowgraph::record::fused::ring_depth_witness() {
         u.retrieve()
             // SAFETY: the 8 bytes this call's entry reserved (a word).
             .map(|(p, _)| unsafe { (p as *const u64).read() })

@@ -224,6 +224,8 @@ const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: i32 = 1 << 4;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 5;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 6;
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: i32 = 1 << 7;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: i32 = 1 << 8;
 
 fn membarrier(cmd: i32) -> io::Result<()> {
     // SAFETY: plain system call.
@@ -256,6 +258,19 @@ pub fn membarrier_register_sync_core() -> bool {
 /// instruction before this returns. Async-signal-safe.
 pub fn membarrier_sync_core() -> io::Result<()> {
     membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)
+}
+
+/// Registers for `membarrier(PRIVATE_EXPEDITED_RSEQ)` (per process: again
+/// after fork). `false` if the kernel does not offer it (before 5.10).
+pub fn membarrier_register_rseq() -> bool {
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ).is_ok()
+}
+
+/// Every running thread of this process that is inside a restartable
+/// sequence is sent to its abort handler before it runs another
+/// instruction of it. Async-signal-safe.
+pub fn membarrier_rseq() -> io::Result<()> {
+    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)
 }
 
 #[cfg(test)]

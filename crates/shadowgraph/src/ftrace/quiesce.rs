@@ -43,6 +43,27 @@ pub static UNBRACKETED: AtomicU64 = AtomicU64::new(0);
 static KEY_INIT: Once = Once::new();
 static mut KEY: libc::pthread_key_t = 0;
 static MEMBARRIER: AtomicI32 = AtomicI32::new(-1);
+/// Whether grace periods also restart every restartable sequence under
+/// way ([`fence_rseq_too`]).
+static RSEQ_FENCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every later grace period also send each thread inside a
+/// restartable sequence back to its start: the read side of code that
+/// loads what a grace period protects inside such a sequence, and holds
+/// no bracket (record::fused's plain path, which checks its user there).
+/// False (nothing changed) if the kernel lacks
+/// `membarrier(PRIVATE_EXPEDITED_RSEQ)`.
+pub fn fence_rseq_too() -> bool {
+    init();
+    if RSEQ_FENCE.load(Ordering::Acquire) {
+        return true;
+    }
+    if !sys::membarrier_register_rseq() {
+        return false;
+    }
+    RSEQ_FENCE.store(true, Ordering::Release);
+    true
+}
 
 /// Prepares the thread registry (a pthread key whose destructor frees a
 /// thread's slot at exit) and registers for membarrier. Called by the core
@@ -82,6 +103,10 @@ extern "C" fn after_fork_child() {
         sys::membarrier_register_expedited() as i32,
         Ordering::Relaxed,
     );
+    if RSEQ_FENCE.load(Ordering::Relaxed) && !sys::membarrier_register_rseq() {
+        // Grace periods fall back to signalling every thread (below).
+        RSEQ_FENCE_BROKEN.store(true, Ordering::Relaxed);
+    }
     crate::patch::after_fork_child();
 }
 
@@ -278,13 +303,27 @@ impl Drop for Bracket {
     }
 }
 
+/// A forked child could not register for the rseq fence again.
+static RSEQ_FENCE_BROKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Grace period, part A: returns once every thread that may have loaded
-/// something unpublished before this call has left its bracket.
+/// something unpublished before this call has left its bracket (and,
+/// with [`fence_rseq_too`], its restartable sequence).
 pub fn synchronize() {
     init();
     // Every thread either made its bracket increment visible before this
     // point or will see what was unpublished before it.
+    let mut pinged = false;
     if MEMBARRIER.load(Ordering::Relaxed) != 1 || sys::membarrier_expedited().is_err() {
+        let _ = crate::stop::ping_all();
+        pinged = true;
+    }
+    // A signal also sends a thread in a restartable sequence to its abort
+    // handler, so the ping above does both.
+    if RSEQ_FENCE.load(Ordering::Acquire)
+        && !pinged
+        && (RSEQ_FENCE_BROKEN.load(Ordering::Relaxed) || sys::membarrier_rseq().is_err())
+    {
         let _ = crate::stop::ping_all();
     }
     let mine = local().slot.get();

@@ -22,6 +22,14 @@
 //! untouched: `shadowgraph_fused_general` or fgraph's site entry, and
 //! `shadowgraph_return_general` or fgraph's site return.
 //!
+//! The `_plain` copies hold no bracket (the quiesce read side, and how a
+//! signal handler knows it landed in our code): each writes its record in
+//! one restartable sequence that rechecks the user (grace periods restart
+//! such sequences: quiesce::fence_rseq_too) and records only where the
+//! ring's depth is the call's, so that a handler landing between a frame
+//! and its record finds them a level apart and takes the general way,
+//! whose callbacks record at the ring's depth ([`ring_depth_witness`]).
+//!
 //! The thread-local state is reached at its offset from the thread pointer
 //! (initial-exec TLS: the same offset in every thread), computed once
 //! (fgraph::init_tp_offsets and [`attach`]) and then written into this
@@ -33,8 +41,10 @@ use crate::fgraph::filters::GraphFilter;
 use crate::fgraph::stack::ThreadState;
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace::local::CoreLocal;
+use crate::ftrace::quiesce;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Graph filters in the fused path's terms: each site's class (bit 0: a
 /// function of `-F`, bit 1: of `-N`) by site id, whether there is a `-F`
@@ -81,6 +91,22 @@ fn rseq_cs_offset() -> Option<i64> {
 /// Restartable sequences the kernel aborted (the thread was preempted or
 /// signalled inside one), all threads.
 static RSEQ_RESTARTS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the plain site entry and return are on (no bracket: see
+/// [`ring_depth_witness`]).
+static RING_DEPTH_WITNESS: AtomicBool = AtomicBool::new(false);
+
+/// Whether the fused path's plain site entry and return are on. They hold
+/// no bracket, so a signal handler that lands in them runs at rest, as
+/// far as the bracket says; they record only where the ring's depth is
+/// the call's (an entry's depth, an exit's depth + 1), and a recorder's
+/// callbacks must then do as they do inside a handler whenever it is not:
+/// record at the ring's depth (`Depth::Follow`), which is where the thread
+/// is (a handler that landed between a frame's push and its entry record
+/// is one level above the frames it finds).
+pub fn ring_depth_witness() -> bool {
+    RING_DEPTH_WITNESS.load(Ordering::Relaxed)
+}
 
 /// Whether the fused path claims ring slots by restartable sequences.
 pub fn uses_rseq() -> bool {
@@ -172,8 +198,16 @@ extern "C" {
 /// user registers (the manager's trampolines are made then). Returns false
 /// (nothing changed) when the records are not timed by the TSC, `inst` is
 /// out of range, or a graph user registered already.
-pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
-    attach_inner(user, inst, max_depth, None, None)
+///
+/// The user is kept for the life of the process: the plain site entry
+/// reads it before the restartable sequence that checks it is still
+/// published (and the grace period's wait cannot see that read).
+pub fn attach(user: &Arc<GraphUser>, inst: usize, max_depth: u32) -> bool {
+    if !attach_inner(user, inst, max_depth, None, None) {
+        return false;
+    }
+    std::mem::forget(Arc::clone(user));
+    true
 }
 
 /// [`attach`] for a recorder whose callbacks apply `filter` (its functions,
@@ -340,7 +374,8 @@ fn attach_inner(
         shadowgraph_fused_entry as *const () as usize,
         Ordering::Release,
     );
-    let (entry, ret) = if rseq != 0 && limit == 0 {
+    let (entry, ret) = if rseq != 0 && limit == 0 && quiesce::fence_rseq_too() {
+        RING_DEPTH_WITNESS.store(true, Ordering::Release);
         (
             shadowgraph_fused_site_entry_plain as *const () as usize,
             shadowgraph_fused_site_return_plain as *const () as usize,
@@ -540,6 +575,104 @@ macro_rules! ring_record {
     };
 }
 
+// A record {$time, $word} in ring r11 for the plain site entry and return,
+// which hold no bracket: one restartable sequence (as ring_record's) that
+// goes to `$general` — untouched, the ring as it was — unless the fused
+// user is still published (a grace period that unpublished it restarts
+// the sequence: quiesce::fence_rseq_too), the ring is at rest (`head` =
+// `reserve`: no record of this thread is between its claim and its
+// publish), there is room, and `$witness` finds the ring's depth
+// (`reserve`'s bits 0..15, in ax) where this call's record belongs: an
+// entry's depth, an exit's depth + 1. A signal handler that lands between
+// a frame's push and its entry record, or between an exit record and the
+// frame's pop, finds the frame and the ring a level apart, so its calls go
+// the general way, whose callbacks then record at the ring's depth
+// (`Depth::Follow`); one that lands in the sequence is sent back to its
+// start first, as with ring_record. `$depth` puts the ring's new depth in
+// dx, `$late` makes `$word` after the TSC read. Labels `$name`_*;
+// clobbers rax, rdx, `$time`, xmm13 and the flags.
+macro_rules! plain_record {
+    ($name:literal, $general:literal, $time:literal, $word:literal, $witness:literal, $depth:literal, $pre:expr, $late:expr) => {
+        concat!(
+            $name,
+            "_restart:\n",
+            crate::fixed_load!("rdx", "rseq_cs"),
+            "lea rax, [rip + ",
+            $name,
+            "_cs]\n",
+            "mov qword ptr fs:[rdx], rax\n",
+            $name,
+            "_start:\n",
+            "mov rsi, [rip + {fused}]\n",
+            "test rsi, rsi\n",
+            "jz ",
+            $general,
+            "\n",
+            $pre,
+            "mov rax, [r11 + {r_reserve}]\n",
+            "cmp rax, [r11 + {r_head}]\n",
+            "jne ",
+            $general,
+            "\n",
+            $witness,
+            "jne ",
+            $general,
+            "\n",
+            "cmp rax, [r11 + {r_room_end}]\n",
+            "jae ",
+            $general,
+            "\n",
+            "mov ",
+            $time,
+            ", rax\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rdx, rax\n",
+            "mov rax, ",
+            $time,
+            "\n",
+            "mov ",
+            $time,
+            ", rdx\n",
+            $late,
+            ring_write!($time, $word),
+            "lea rdx, [rax + 0x10000]\n",
+            $depth,
+            "movq xmm13, rdx\n",
+            "punpcklqdq xmm13, xmm13\n",
+            "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
+            $name,
+            "_post:\n",
+            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
+            ".long 0x53053053\n",
+            $name,
+            "_abort:\n",
+            "lock inc qword ptr [rip + {rseq_restarts}]\n",
+            "jmp ",
+            $name,
+            "_restart\n",
+            ".popsection\n",
+            ".pushsection .data.rel.ro.shadowgraph_rseq,\"aw\",@progbits\n",
+            ".balign 32\n",
+            $name,
+            "_cs:\n",
+            ".long 0, 0\n",
+            ".quad ",
+            $name,
+            "_start\n",
+            ".quad ",
+            $name,
+            "_post - ",
+            $name,
+            "_start\n",
+            ".quad ",
+            $name,
+            "_abort\n",
+            ".popsection\n",
+        )
+    };
+}
+
 // How ring_record picks its protocol: `both`, by RSEQ_CS on every record
 // (rdx its value); `rseq`, code chosen at attach for a process with rseq.
 macro_rules! rseq_or_legacy {
@@ -653,15 +786,7 @@ macro_rules! declined_exit {
 macro_rules! entry_head {
     ($top:expr, $parent:literal, $ring:expr) => {
         concat!(
-            "push rax\n",
-            "push rdi\n",
-            "push r10\n",
-            "push r11\n",
-            "movq xmm8, rcx\n",
-            "movq xmm9, rdx\n",
-            "movq xmm10, rsi\n",
-            "movq xmm11, r8\n",
-            "movq xmm12, r9\n",
+            entry_saves!(),
             // At rest: a bracket word, depth 0, no recursion bit.
             crate::fixed_load!("rcx", "tp_local"),
             "mov rdx, qword ptr fs:[rcx + {l_word}]\n",
@@ -675,21 +800,49 @@ macro_rules! entry_head {
             "lea rax, [rsp + 40]\n",
             "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
             "inc qword ptr [rdx]\n",
+            entry_stack!($top, $parent, $ring, "81f"),
+        )
+    };
+}
+
+// The nine registers the entry saves (see entry_head).
+macro_rules! entry_saves {
+    () => {
+        concat!(
+            "push rax\n",
+            "push rdi\n",
+            "push r10\n",
+            "push r11\n",
+            "movq xmm8, rcx\n",
+            "movq xmm9, rdx\n",
+            "movq xmm10, rsi\n",
+            "movq xmm11, r8\n",
+            "movq xmm12, r9\n",
+        )
+    };
+}
+
+// The rest of entry_head from the bracket on: the user, `$ring`, the
+// stack, curr and the new call's depth, to label 4; anything unusual
+// jumps to `$general`.
+macro_rules! entry_stack {
+    ($top:expr, $parent:literal, $ring:expr, $general:literal) => {
+        concat!(
             // The sole graph user is a fused recorder (so the manager is
             // registered: fgraph::FUSED) with a ring on this thread. One
             // load: every chain of loads before the clock read lengthens
             // the call (see ring_record).
             "mov rsi, [rip + {fused}]\n",
             "test rsi, rsi\n",
-            "jz 81f\n",
+            concat!("jz ", $general, "\n"),
             $ring,
             // The thread's shadow stack: attached, hooked, not exiting or paused.
             crate::fixed_load!("rcx", "tp_thread"),
             "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
             "test rdi, rdi\n",
-            "jz 81f\n",
+            concat!("jz ", $general, "\n"),
             "cmp qword ptr fs:[rcx + {t_blockers}], 0\n",
-            "jne 81f\n",
+            concat!("jne ", $general, "\n"),
             // r8 = curr; r9 = depth: one deeper than the top frame f = curr−1−o
             // (o = word[curr−1]'s offset), 0 without one. A top frame whose return
             // slot is not above ours was left by a longjmp: the general way.
@@ -721,7 +874,7 @@ macro_rules! entry_head {
             "2:\n",
             "lea rax, [rsp + 40]\n",
             "cmp [rdi + rdx*8 + 8], rax\n", // word[f+2]: its return slot
-            "jb 81f\n",
+            concat!("jb ", $general, "\n"),
             "ja 7f\n",
             // The same slot: a tail call from f's function nests in f
             // (fgraph's `enter` decides alike); anything else goes the
@@ -731,7 +884,7 @@ macro_rules! entry_head {
             "shl rax, 16\n",
             "shr rax, 16\n",
             "call shadowgraph_tail_call_from\n",
-            "jne 81f\n",
+            concat!("jne ", $general, "\n"),
             "7:\n",
             "mov r9, [rdi + rdx*8]\n", // word[f+1]: func | depth << 48
             "shr r9, 48\n",
@@ -1319,33 +1472,153 @@ std::arch::global_asm!(
     "push r11",
     "ret",
     // The site stubs' entry and return for the common case, chosen at
-    // attach: the process has rseq and the recorder neither filters nor
-    // limits depth. The same code less the checks for those, each a load
-    // and a branch on every call.
+    // attach: the process has rseq (and grace periods restart its
+    // sequences: quiesce::fence_rseq_too) and the recorder neither filters
+    // nor limits depth. They hold no bracket: a signal handler that lands
+    // in them is told by the ring's depth instead (see plain_record), and
+    // their one read of the user that a grace period must cover is in the
+    // sequence. Register contracts as for the site entry and return above.
+    //
+    // Entry: no recursion bit held (the general way holds one while it
+    // pushes a frame or writes a record), the stack's checks as the site
+    // entry's, then one restartable sequence that pushes the frame (the
+    // user's BITMAP word in it) and writes the entry record at the frame's
+    // depth (rcx).
     ".globl shadowgraph_fused_site_entry_plain",
     ".hidden shadowgraph_fused_site_entry_plain",
     "shadowgraph_fused_site_entry_plain:",
     "endbr64",
-    fused_entry!(
-        rseq,
-        "shadowgraph_fused_site_entry_plain_record",
-        "mov rdx, [rsp]\n",
-        "",
-        "cmp rsp, rsp\n",
-        "",
+    entry_saves!(),
+    crate::fixed_load!("rcx", "tp_local"),
+    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    "jne 80f",
+    entry_stack!(
+        "cmp rax, [rsi + {u_frame_word}]\n",
+        "{frame_words}",
+        concat!(
+            crate::fixed_load!("rcx", "tp_rings"),
+            "mov r11, qword ptr fs:[rcx]\n",
+            "test r11, r11\n",
+            "jz 80f\n",
+        ),
+        "80f"
+    ),
+    "cmp r8, [rip + {room_limit}]",
+    "jae 80f",
+    // r10: the frame's function and depth; rcx: the depth; r9: the
+    // record's word.
+    "mov r10, [rsp]",
+    "mov rax, r9",
+    "shl rax, 48",
+    "or r10, rax",
+    "mov rcx, r9",
+    "mov rdx, r10",
+    "shl rdx, 16",
+    "shl r9, 6",
+    "or r9, rdx",
+    "or r9, {entry_bits}",
+    plain_record!(
+        "shadowgraph_fused_plain_entry",
+        "82f",
+        "rsi",
+        "r9",
+        "cmp ax, cx\n",
+        "mov dx, cx\ninc dx\n",
+        // The frame {R, r10, slot, the user's BITMAP word}, pushed, in the
+        // sequence: a handler that lands anywhere in it, or preemption,
+        // sends the thread back to its start, where the same frame is
+        // written again at the same place (curr as the handler left it:
+        // the frame ours or none yet), so one write is whole.
+        concat!(
+            "mov rax, [rsp + 40]\n",
+            "mov [rdi + r8*8], rax\n",
+            "mov [rdi + r8*8 + 8], r10\n",
+            "lea rax, [rsp + 40]\n",
+            "mov [rdi + r8*8 + 16], rax\n",
+            "mov rax, [rsi + {u_frame_word}]\n",
+            "mov [rdi + r8*8 + 24], rax\n",
+            crate::fixed_load!("rdx", "tp_thread"),
+            "lea rax, [r8 + 4]\n",
+            "mov qword ptr fs:[rdx + {t_curr}], rax\n",
+        ),
         ""
     ),
+    "cmp rsp, rsp",
+    pop_saved!(),
+    "ret",
+    // The general way: from 82 with the frame pushed (taken back: any
+    // handler's frames above it are gone), from 80 as at entry.
+    "82:",
+    crate::fixed_load!("rcx", "tp_thread"),
+    "mov qword ptr fs:[rcx + {t_curr}], r8",
+    "80:",
+    pop_saved!(),
     "jmp shadowgraph_graph_site_entry",
+    // Return: the top frame f (r10) the returning call's (its slot) and
+    // kept for this user alone (its last word the user's BITMAP word), its
+    // exit record written at its depth if the ring is one deeper, then the
+    // frame popped.
     ".globl shadowgraph_fused_site_return_plain",
     ".hidden shadowgraph_fused_site_return_plain",
     "shadowgraph_fused_site_return_plain:",
     "endbr64",
-    fused_return!(
-        rseq,
-        "shadowgraph_fused_site_return_plain_record",
-        "push r11\nret\n",
-        ""
+    "push rax",
+    "push rdx",
+    crate::fixed_load!("rcx", "tp_local"),
+    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    "jne 90f",
+    "mov rsi, [rip + {fused}]",
+    "test rsi, rsi",
+    "jz 90f",
+    crate::fixed_load!("rcx", "tp_rings"),
+    "mov r11, qword ptr fs:[rcx]",
+    "test r11, r11",
+    "jz 90f",
+    crate::fixed_load!("rcx", "tp_thread"),
+    "mov rdi, qword ptr fs:[rcx + {t_stack}]",
+    "test rdi, rdi",
+    "jz 90f",
+    "mov r9, qword ptr fs:[rcx + {t_curr}]",
+    "cmp r9, {frame_words} + 1",
+    "jb 90f",
+    "mov rax, [rdi + r9*8 - 8]",
+    "cmp rax, [rsi + {u_frame_word}]",
+    "jne 90f",
+    "lea r10, [r9 - {frame_words} - 1]",
+    "lea rax, [rsp + 8]",
+    "cmp [rdi + r9*8 - 16], rax",
+    "jne 90f",
+    // r8: the frame's depth + 1, the ring's if nothing is out of place.
+    "mov r8, [rdi + r10*8 + 8]",
+    "shr r8, 48",
+    "inc r8",
+    plain_record!(
+        "shadowgraph_fused_plain_return",
+        "90f",
+        "r9",
+        "rcx",
+        "cmp ax, r8w\n",
+        "mov dx, r8w\ndec dx\n",
+        "",
+        concat!(
+            "mov rcx, [rdi + r10*8 + 8]\n",
+            "lea rdx, [r8 - 1]\n",
+            "shl rdx, 6\n",
+            "shl rcx, 16\n",
+            "or rcx, rdx\n",
+            "or rcx, {exit_bits}\n",
+        )
     ),
+    "mov r11, [rdi + r10*8]",
+    crate::fixed_load!("rcx", "tp_thread"),
+    "mov qword ptr fs:[rcx + {t_curr}], r10",
+    "pop rdx",
+    "pop rax",
+    "push r11",
+    "ret",
+    "90:",
+    "pop rdx",
+    "pop rax",
     "jmp shadowgraph_site_return_general",
     // The site stubs' entry and return for a recorder with a time filter
     // alone (`-t`): see [`attach_timed`]. Entry: as the site entry above
