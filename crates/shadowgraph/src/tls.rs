@@ -108,6 +108,119 @@ macro_rules! fixed_load {
     };
 }
 
+/// An instruction (an assembly template line: `$before`, then a memory
+/// operand of `$size` — `qword`, `dword` — at the thread pointer +
+/// `{$cell}` + `$field`, then `$after`) that addresses thread-local state
+/// at an offset from the thread pointer held by a cell, with no register:
+/// the instruction is written with a placeholder displacement
+/// ([`TLS_PLACEHOLDER`] + `$field`) and listed (section
+/// `shadowgraph_fixed_tls`: its address, the cell's, `$field`) for
+/// [`patch_fixed_tls`] to write the offset into. Unlike [`fixed_load!`],
+/// the placeholder is not correct: code that uses this must not run
+/// unless [`patch_fixed_tls`] returned true.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! fixed_tls {
+    ($before:literal, $size:literal, $cell:literal, $field:literal, $after:literal) => {
+        concat!(
+            "1098:\n",
+            $before,
+            $size,
+            " ptr fs:[0x5a5a0000 + ",
+            $field,
+            "]",
+            $after,
+            "\n",
+            ".pushsection shadowgraph_fixed_tls,\"awR\",@progbits\n",
+            ".quad 1098b, {",
+            $cell,
+            "}, ",
+            $field,
+            "\n",
+            ".popsection\n",
+        )
+    };
+}
+
+/// The displacement [`fixed_tls!`] writes (plus its field's offset) until
+/// it is patched: an address no thread-local variable has.
+const TLS_PLACEHOLDER: i32 = 0x5a5a_0000;
+
+/// An entry of section `shadowgraph_fixed_tls` (see [`fixed_tls!`]).
+#[repr(C)]
+struct FixedTls {
+    insn: usize,
+    cell: *const i64,
+    field: i64,
+}
+
+extern "C" {
+    static __start_shadowgraph_fixed_tls: FixedTls;
+    static __stop_shadowgraph_fixed_tls: FixedTls;
+}
+
+fn fixed_tls_table() -> &'static [FixedTls] {
+    // SAFETY: the bounds of a section of 24-byte entries written by
+    // `fixed_tls!`, in this object's data.
+    unsafe {
+        let start = &raw const __start_shadowgraph_fixed_tls;
+        let stop = &raw const __stop_shadowgraph_fixed_tls;
+        std::slice::from_raw_parts(start, stop.offset_from(start) as usize)
+    }
+}
+
+/// Whether every [`fixed_tls!`] holds its offset ([`patch_fixed_tls`]).
+static FIXED_TLS_DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether code using [`fixed_tls!`] may run.
+pub fn fixed_tls_done() -> bool {
+    FIXED_TLS_DONE.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// Writes each [`fixed_tls!`]'s offset (its cell's value now, plus its
+/// field) over its placeholder. Call once the cells hold their final
+/// values and before the code can run (fgraph's manager, as it is made).
+/// False if any could not be written (an offset beyond 32 bits, an
+/// instruction without its placeholder, text that cannot be written):
+/// then none of that code may run.
+pub(crate) fn patch_fixed_tls() -> bool {
+    use std::sync::atomic::Ordering;
+    if fixed_tls_done() {
+        return true;
+    }
+    let Some(edits) = fixed_tls_edits(fixed_tls_table()) else {
+        return false;
+    };
+    let ok = crate::patch::apply_unreached(&edits).is_ok();
+    FIXED_TLS_DONE.store(ok, Ordering::Release);
+    ok
+}
+
+/// The edits that put the offsets in place of the placeholders, or None
+/// if one cannot be made.
+fn fixed_tls_edits(ops: &[FixedTls]) -> Option<Vec<crate::patch::Edit>> {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let mut edits = Vec::new();
+    for op in ops {
+        // SAFETY: the cell is a static AtomicI64 (the macro's users').
+        let value = unsafe { (*(op.cell as *const AtomicI64)).load(Ordering::Relaxed) };
+        let field = i32::try_from(op.field).ok()?;
+        let old = TLS_PLACEHOLDER.checked_add(field)?.to_le_bytes();
+        let new = i32::try_from(value.checked_add(op.field)?)
+            .ok()?
+            .to_le_bytes();
+        // SAFETY: an instruction of our own text (at most 15 bytes) at a
+        // label of `fixed_tls!`, followed by more of it.
+        let bytes: [u8; 15] = unsafe { std::ptr::read(op.insn as *const [u8; 15]) };
+        let mut at = (0..bytes.len() - 3).filter(|&i| bytes[i..i + 4] == old);
+        let (Some(pos), None) = (at.next(), at.next()) else {
+            return None;
+        };
+        edits.push(crate::patch::Edit::new(op.insn + pos, &old, &new));
+    }
+    Some(edits)
+}
+
 /// An entry of section `shadowgraph_fixed_loads` (see [`fixed_load!`]).
 #[repr(C)]
 struct FixedLoad {
@@ -247,6 +360,60 @@ mod tests {
         // SAFETY: the function above: no arguments, clobbers only rax,
         // rcx, r9 (caller-saved).
         unsafe { shadowgraph_fixed_load_test() }
+    }
+
+    static TLS_CELL: AtomicI64 = AtomicI64::new(0);
+
+    // Returns the word at the thread pointer + TLS_CELL + 8, once patched
+    // (as `fixed_tls!` writes it, not listed in its section).
+    std::arch::global_asm!(
+        ".pushsection .text.shadowgraph_fixed_tls_test,\"ax\",@progbits",
+        ".p2align 4",
+        ".globl shadowgraph_fixed_tls_test",
+        ".hidden shadowgraph_fixed_tls_test",
+        "shadowgraph_fixed_tls_test:",
+        "mov rax, qword ptr fs:[0x5a5a0000 + 8]",
+        "ret",
+        ".popsection",
+    );
+
+    extern "C" {
+        fn shadowgraph_fixed_tls_test() -> usize;
+    }
+
+    #[test]
+    fn fixed_tls_operands_get_the_offset_or_nothing_is_written() {
+        let ours = [FixedTls {
+            insn: shadowgraph_fixed_tls_test as *const () as usize,
+            cell: &TLS_CELL as *const AtomicI64 as *const i64,
+            field: 8,
+        }];
+        let tp: usize;
+        // SAFETY: reads the thread pointer, nothing else.
+        unsafe {
+            std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+        }
+        // Beyond 32 bits: nothing to write.
+        TLS_CELL.store(1 << 40, Ordering::Relaxed);
+        assert!(fixed_tls_edits(&ours).is_none());
+        // PAIR's second word is at its offset + 8 in every thread.
+        TLS_CELL.store(
+            (&PAIR[0] as *const Cell<*mut u8> as usize).wrapping_sub(tp) as i64,
+            Ordering::Relaxed,
+        );
+        crate::patch::apply_unreached(&fixed_tls_edits(&ours).unwrap()).unwrap();
+        PAIR[1].set(0x1234 as *mut u8);
+        // SAFETY: the function above, patched: it reads this thread's
+        // PAIR[1] and clobbers only rax.
+        assert_eq!(unsafe { shadowgraph_fixed_tls_test() }, 0x1234);
+        let other = std::thread::spawn(|| {
+            PAIR[1].set(0x99 as *mut u8);
+            // SAFETY: as above, on this thread.
+            unsafe { shadowgraph_fixed_tls_test() }
+        });
+        assert_eq!(other.join().unwrap(), 0x99);
+        // Written: the placeholder is gone, so no second edit is made.
+        assert!(fixed_tls_edits(&ours).is_none());
     }
 
     #[test]

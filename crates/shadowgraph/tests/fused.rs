@@ -71,6 +71,9 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
             let (imm, all) = shadowgraph::tls::fixed_loads();
             assert!(all > 20, "{all} fixed loads listed");
             assert_eq!(imm, all, "fixed loads rewritten as immediates");
+            // And the plain path's thread-local operands hold their
+            // offsets (it could not run with the placeholders).
+            assert!(shadowgraph::tls::fixed_tls_done());
             // Each site jumps to its own stub, which calls the function.
             for f in ["leaf", "mid", "top"] {
                 let s = ftrace::site_by_name(f).unwrap();

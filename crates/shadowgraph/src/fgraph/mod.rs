@@ -389,6 +389,16 @@ pub(crate) static MANAGER_SITE_ENTRY: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 pub(crate) static MANAGER_SITE_RETURN: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
+/// The site entry and return to use instead of MANAGER_SITE_ENTRY and
+/// MANAGER_SITE_RETURN if the `fixed_tls!` operands could not be written
+/// (0: those need none).
+pub(crate) static MANAGER_SITE_FALLBACK: (
+    std::sync::atomic::AtomicUsize,
+    std::sync::atomic::AtomicUsize,
+) = (
+    std::sync::atomic::AtomicUsize::new(0),
+    std::sync::atomic::AtomicUsize::new(0),
+);
 /// Whether `return_to_handler` tries the fused recording path first.
 pub(crate) static FUSED_RETURN_ON: std::sync::atomic::AtomicU8 =
     std::sync::atomic::AtomicU8::new(0);
@@ -443,11 +453,19 @@ fn manager() -> &'static Arc<Ops> {
         // are set before this, see record::fused::attach), and no code
         // reading one can run before the manager is.
         crate::tls::patch_fixed_loads();
+        let tls_done = crate::tls::patch_fixed_tls();
         let site = match MANAGER_SITE_ENTRY.load(Ordering::Acquire) {
             _ if !SITE_STUBS.load(Ordering::Relaxed) => (0, 0),
             0 => (
                 shadowgraph_graph_site_entry as *const () as usize,
                 shadowgraph_site_return_general as *const () as usize,
+            ),
+            // Code that addresses thread-local state by `fixed_tls!` may
+            // not run unpatched: the site entry and return it names
+            // instead.
+            _ if !tls_done && MANAGER_SITE_FALLBACK.0.load(Ordering::Acquire) != 0 => (
+                MANAGER_SITE_FALLBACK.0.load(Ordering::Acquire),
+                MANAGER_SITE_FALLBACK.1.load(Ordering::Acquire),
             ),
             e => (e, MANAGER_SITE_RETURN.load(Ordering::Acquire)),
         };

@@ -105,7 +105,7 @@ static RING_DEPTH_WITNESS: AtomicBool = AtomicBool::new(false);
 /// is (a handler that landed between a frame's push and its entry record
 /// is one level above the frames it finds).
 pub fn ring_depth_witness() -> bool {
-    RING_DEPTH_WITNESS.load(Ordering::Relaxed)
+    RING_DEPTH_WITNESS.load(Ordering::Relaxed) && crate::tls::fixed_tls_done()
 }
 
 /// Whether the fused path claims ring slots by restartable sequences.
@@ -374,17 +374,26 @@ fn attach_inner(
         shadowgraph_fused_entry as *const () as usize,
         Ordering::Release,
     );
+    let general = (
+        shadowgraph_fused_site_entry as *const () as usize,
+        shadowgraph_fused_site_return as *const () as usize,
+    );
     let (entry, ret) = if rseq != 0 && limit == 0 && quiesce::fence_rseq_too() {
         RING_DEPTH_WITNESS.store(true, Ordering::Release);
+        // These address thread-local state by `fixed_tls!`: the manager
+        // takes the others if it cannot write the offsets in.
+        fgraph::MANAGER_SITE_FALLBACK
+            .0
+            .store(general.0, Ordering::Release);
+        fgraph::MANAGER_SITE_FALLBACK
+            .1
+            .store(general.1, Ordering::Release);
         (
             shadowgraph_fused_site_entry_plain as *const () as usize,
             shadowgraph_fused_site_return_plain as *const () as usize,
         )
     } else {
-        (
-            shadowgraph_fused_site_entry as *const () as usize,
-            shadowgraph_fused_site_return as *const () as usize,
-        )
+        general
     };
     fgraph::MANAGER_SITE_ENTRY.store(entry, Ordering::Release);
     fgraph::MANAGER_SITE_RETURN.store(ret, Ordering::Release);
@@ -596,11 +605,10 @@ macro_rules! plain_record {
         concat!(
             $name,
             "_restart:\n",
-            crate::fixed_load!("rdx", "rseq_cs"),
             "lea rax, [rip + ",
             $name,
             "_cs]\n",
-            "mov qword ptr fs:[rdx], rax\n",
+            crate::fixed_tls!("mov ", "qword", "rseq_cs", "0", ", rax"),
             $name,
             "_start:\n",
             "mov rsi, [rip + {fused}]\n",
@@ -800,7 +808,7 @@ macro_rules! entry_head {
             "lea rax, [rsp + 40]\n",
             "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
             "inc qword ptr [rdx]\n",
-            entry_stack!($top, $parent, $ring, "81f"),
+            entry_stack!($top, $parent, $ring, "81f", reg),
         )
     };
 }
@@ -822,11 +830,32 @@ macro_rules! entry_saves {
     };
 }
 
+// How entry_stack reaches the thread's state: `reg`, at the offset
+// fixed_load! puts in rcx (left there for the caller); `fixed`, at
+// offsets written into each instruction (fixed_tls!: the plain site path).
+macro_rules! thread_base {
+    (reg) => {
+        crate::fixed_load!("rcx", "tp_thread")
+    };
+    (fixed) => {
+        ""
+    };
+}
+
+macro_rules! thread_op {
+    (reg, $before:literal, $size:literal, $field:literal, $after:literal) => {
+        concat!($before, $size, " ptr fs:[rcx + ", $field, "]", $after, "\n")
+    };
+    (fixed, $before:literal, $size:literal, $field:literal, $after:literal) => {
+        crate::fixed_tls!($before, $size, "tp_thread", $field, $after)
+    };
+}
+
 // The rest of entry_head from the bracket on: the user, `$ring`, the
 // stack, curr and the new call's depth, to label 4; anything unusual
 // jumps to `$general`.
 macro_rules! entry_stack {
-    ($top:expr, $parent:literal, $ring:expr, $general:literal) => {
+    ($top:expr, $parent:literal, $ring:expr, $general:literal, $tls:ident) => {
         concat!(
             // The sole graph user is a fused recorder (so the manager is
             // registered: fgraph::FUSED) with a ring on this thread. One
@@ -837,11 +866,11 @@ macro_rules! entry_stack {
             concat!("jz ", $general, "\n"),
             $ring,
             // The thread's shadow stack: attached, hooked, not exiting or paused.
-            crate::fixed_load!("rcx", "tp_thread"),
-            "mov rdi, qword ptr fs:[rcx + {t_stack}]\n",
+            thread_base!($tls),
+            thread_op!($tls, "mov rdi, ", "qword", "{t_stack}", ""),
             "test rdi, rdi\n",
             concat!("jz ", $general, "\n"),
-            "cmp qword ptr fs:[rcx + {t_blockers}], 0\n",
+            thread_op!($tls, "cmp ", "qword", "{t_blockers}", ", 0"),
             concat!("jne ", $general, "\n"),
             // r8 = curr; r9 = depth: one deeper than the top frame f = curr−1−o
             // (o = word[curr−1]'s offset), 0 without one. A top frame whose return
@@ -851,7 +880,7 @@ macro_rules! entry_stack {
             // curr − `$parent` without waiting for the word's offset (every
             // load this entry waits for before its clock read lengthens the
             // call: see ring_record).
-            "mov r8, qword ptr fs:[rcx + {t_curr}]\n",
+            thread_op!($tls, "mov r8, ", "qword", "{t_curr}", ""),
             "xor r9d, r9d\n",
             "mov rax, [rdi + r8*8 - 8]\n",
             "cmp r8, ",
@@ -1489,19 +1518,18 @@ std::arch::global_asm!(
     "shadowgraph_fused_site_entry_plain:",
     "endbr64",
     entry_saves!(),
-    crate::fixed_load!("rcx", "tp_local"),
-    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    crate::fixed_tls!("cmp ", "dword", "tp_local", "{l_rec}", ", 0"),
     "jne 80f",
     entry_stack!(
         "cmp rax, [rsi + {u_frame_word}]\n",
         "{frame_words}",
         concat!(
-            crate::fixed_load!("rcx", "tp_rings"),
-            "mov r11, qword ptr fs:[rcx]\n",
+            crate::fixed_tls!("mov r11, ", "qword", "tp_rings", "0", ""),
             "test r11, r11\n",
             "jz 80f\n",
         ),
-        "80f"
+        "80f",
+        fixed
     ),
     "cmp r8, [rip + {room_limit}]",
     "jae 80f",
@@ -1537,9 +1565,8 @@ std::arch::global_asm!(
             "mov [rdi + r8*8 + 16], rax\n",
             "mov rax, [rsi + {u_frame_word}]\n",
             "mov [rdi + r8*8 + 24], rax\n",
-            crate::fixed_load!("rdx", "tp_thread"),
             "lea rax, [r8 + 4]\n",
-            "mov qword ptr fs:[rdx + {t_curr}], rax\n",
+            crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", rax"),
         ),
         ""
     ),
@@ -1549,8 +1576,7 @@ std::arch::global_asm!(
     // The general way: from 82 with the frame pushed (taken back: any
     // handler's frames above it are gone), from 80 as at entry.
     "82:",
-    crate::fixed_load!("rcx", "tp_thread"),
-    "mov qword ptr fs:[rcx + {t_curr}], r8",
+    crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r8"),
     "80:",
     pop_saved!(),
     "jmp shadowgraph_graph_site_entry",
@@ -1564,21 +1590,18 @@ std::arch::global_asm!(
     "endbr64",
     "push rax",
     "push rdx",
-    crate::fixed_load!("rcx", "tp_local"),
-    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    crate::fixed_tls!("cmp ", "dword", "tp_local", "{l_rec}", ", 0"),
     "jne 90f",
     "mov rsi, [rip + {fused}]",
     "test rsi, rsi",
     "jz 90f",
-    crate::fixed_load!("rcx", "tp_rings"),
-    "mov r11, qword ptr fs:[rcx]",
+    crate::fixed_tls!("mov r11, ", "qword", "tp_rings", "0", ""),
     "test r11, r11",
     "jz 90f",
-    crate::fixed_load!("rcx", "tp_thread"),
-    "mov rdi, qword ptr fs:[rcx + {t_stack}]",
+    crate::fixed_tls!("mov rdi, ", "qword", "tp_thread", "{t_stack}", ""),
     "test rdi, rdi",
     "jz 90f",
-    "mov r9, qword ptr fs:[rcx + {t_curr}]",
+    crate::fixed_tls!("mov r9, ", "qword", "tp_thread", "{t_curr}", ""),
     "cmp r9, {frame_words} + 1",
     "jb 90f",
     "mov rax, [rdi + r9*8 - 8]",
@@ -1610,8 +1633,7 @@ std::arch::global_asm!(
         )
     ),
     "mov r11, [rdi + r10*8]",
-    crate::fixed_load!("rcx", "tp_thread"),
-    "mov qword ptr fs:[rcx + {t_curr}], r10",
+    crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r10"),
     "pop rdx",
     "pop rax",
     "push r11",
