@@ -1580,41 +1580,16 @@ std::arch::global_asm!(
     "80:",
     pop_saved!(),
     "jmp shadowgraph_graph_site_entry",
-    // Return: the top frame f (r10) the returning call's (its slot) and
-    // kept for this user alone (its last word the user's BITMAP word), its
-    // exit record written at its depth if the ring is one deeper, then the
-    // frame popped.
+    // Return: in one restartable sequence, the top frame f (r10) the
+    // returning call's (its slot) and kept for this user alone (its last
+    // word the user's BITMAP word), its exit record written at its depth
+    // if the ring is one deeper; then the frame popped.
     ".globl shadowgraph_fused_site_return_plain",
     ".hidden shadowgraph_fused_site_return_plain",
     "shadowgraph_fused_site_return_plain:",
     "endbr64",
     "push rax",
     "push rdx",
-    crate::fixed_tls!("cmp ", "dword", "tp_local", "{l_rec}", ", 0"),
-    "jne 90f",
-    "mov rsi, [rip + {fused}]",
-    "test rsi, rsi",
-    "jz 90f",
-    crate::fixed_tls!("mov r11, ", "qword", "tp_rings", "0", ""),
-    "test r11, r11",
-    "jz 90f",
-    crate::fixed_tls!("mov rdi, ", "qword", "tp_thread", "{t_stack}", ""),
-    "test rdi, rdi",
-    "jz 90f",
-    crate::fixed_tls!("mov r9, ", "qword", "tp_thread", "{t_curr}", ""),
-    "cmp r9, {frame_words} + 1",
-    "jb 90f",
-    "mov rax, [rdi + r9*8 - 8]",
-    "cmp rax, [rsi + {u_frame_word}]",
-    "jne 90f",
-    "lea r10, [r9 - {frame_words} - 1]",
-    "lea rax, [rsp + 8]",
-    "cmp [rdi + r9*8 - 16], rax",
-    "jne 90f",
-    // r8: the frame's depth + 1, the ring's if nothing is out of place.
-    "mov r8, [rdi + r10*8 + 8]",
-    "shr r8, 48",
-    "inc r8",
     plain_record!(
         "shadowgraph_fused_plain_return",
         "90f",
@@ -1622,9 +1597,35 @@ std::arch::global_asm!(
         "rcx",
         "cmp ax, r8w\n",
         "mov dx, r8w\ndec dx\n",
-        "",
+        // All of it in the sequence (reads only: a restart reads it all
+        // again), the user (rsi) loaded first.
         concat!(
+            crate::fixed_tls!("cmp ", "dword", "tp_local", "{l_rec}", ", 0"),
+            "jne 90f\n",
+            crate::fixed_tls!("mov r11, ", "qword", "tp_rings", "0", ""),
+            "test r11, r11\n",
+            "jz 90f\n",
+            crate::fixed_tls!("mov rdi, ", "qword", "tp_thread", "{t_stack}", ""),
+            "test rdi, rdi\n",
+            "jz 90f\n",
+            crate::fixed_tls!("mov r9, ", "qword", "tp_thread", "{t_curr}", ""),
+            "cmp r9, {frame_words} + 1\n",
+            "jb 90f\n",
+            "mov rax, [rdi + r9*8 - 8]\n",
+            "cmp rax, [rsi + {u_frame_word}]\n",
+            "jne 90f\n",
+            "lea r10, [r9 - {frame_words} - 1]\n",
+            "lea rax, [rsp + 8]\n",
+            "cmp [rdi + r9*8 - 16], rax\n",
+            "jne 90f\n",
+            // rcx: the frame's function and depth; r8: the depth + 1,
+            // the ring's if nothing is out of place.
             "mov rcx, [rdi + r10*8 + 8]\n",
+            "mov r8, rcx\n",
+            "shr r8, 48\n",
+            "inc r8\n",
+        ),
+        concat!(
             "lea rdx, [r8 - 1]\n",
             "shl rdx, 6\n",
             "shl rcx, 16\n",
