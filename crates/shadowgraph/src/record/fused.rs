@@ -881,30 +881,37 @@ macro_rules! entry_stack {
             // load this entry waits for before its clock read lengthens the
             // call: see ring_record).
             thread_op!($tls, "mov r8, ", "qword", "{t_curr}", ""),
-            "xor r9d, r9d\n",
+            // (At curr = 0, the stack's word −1: always 0, no frame's.)
             "mov rax, [rdi + r8*8 - 8]\n",
-            "cmp r8, ",
-            $parent,
-            " + 1\n",
-            "jb 3f\n",
             $top,
             "jne 3f\n",
             "lea rdx, [r8 - ",
             $parent,
             "]\n", // f + 1
-            "jmp 2f\n",
-            "3:\n",
-            "and eax, 0x3ff\n",
-            "jz 4f\n",
-            "cmp rax, r8\n",
-            "jae 4f\n",
-            "mov rdx, r8\n",
-            "sub rdx, rax\n", // f + 1
             "2:\n",
             "lea rax, [rsp + 40]\n",
             "cmp [rdi + rdx*8 + 8], rax\n", // word[f+2]: its return slot
+            "jbe 5f\n",
+            "7:\n",
+            "mov r9, [rdi + rdx*8]\n", // word[f+1]: func | depth << 48
+            "shr r9, 48\n",
+            "inc r9\n",
+            "4:\n",
+            // Out of the way: a top frame not recognised by its last word
+            // (f + 1 from the word's offset; none: depth 0), and a slot
+            // not above f's.
+            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
+            "3:\n",
+            "xor r9d, r9d\n",
+            "and eax, 0x3ff\n",
+            "jz 4b\n",
+            "cmp rax, r8\n",
+            "jae 4b\n",
+            "mov rdx, r8\n",
+            "sub rdx, rax\n", // f + 1
+            "jmp 2b\n",
+            "5:\n",
             concat!("jb ", $general, "\n"),
-            "ja 7f\n",
             // The same slot: a tail call from f's function nests in f
             // (fgraph's `enter` decides alike); anything else goes the
             // general way.
@@ -914,11 +921,8 @@ macro_rules! entry_stack {
             "shr rax, 16\n",
             "call shadowgraph_tail_call_from\n",
             concat!("jne ", $general, "\n"),
-            "7:\n",
-            "mov r9, [rdi + rdx*8]\n", // word[f+1]: func | depth << 48
-            "shr r9, 48\n",
-            "inc r9\n",
-            "4:\n",
+            "jmp 7b\n",
+            ".popsection\n",
         )
     };
 }
@@ -1533,25 +1537,23 @@ std::arch::global_asm!(
     ),
     "cmp r8, [rip + {room_limit}]",
     "jae 80f",
-    // r10: the frame's function and depth; rcx: the depth; r9: the
-    // record's word.
-    "mov r10, [rsp]",
-    "mov rax, r9",
-    "shl rax, 48",
-    "or r10, rax",
-    "mov rcx, r9",
-    "mov rdx, r10",
-    "shl rdx, 16",
-    "shl r9, 6",
-    "or r9, rdx",
-    "or r9, {entry_bits}",
+    // r10: the frame's function and depth (r9); rcx: the record's word,
+    // {time, Entry | MAGIC | depth << 6 | func << 16}.
+    "mov r10, r9",
+    "shl r10, 48",
+    "or r10, [rsp]",
+    "mov rcx, r10",
+    "shl rcx, 16",
+    "lea rdx, [r9*8 + ({entry_bits} >> 3)]",
+    "shl rdx, 3",
+    "or rcx, rdx",
     plain_record!(
         "shadowgraph_fused_plain_entry",
         "82f",
         "rsi",
-        "r9",
-        "cmp ax, cx\n",
-        "mov dx, cx\ninc dx\n",
+        "rcx",
+        "cmp ax, r9w\n",
+        "mov dx, r9w\ninc dx\n",
         // The frame {R, r10, slot, the user's BITMAP word}, pushed, in the
         // sequence: a handler that lands anywhere in it, or preemption,
         // sends the thread back to its start, where the same frame is
@@ -1609,8 +1611,7 @@ std::arch::global_asm!(
             "test rdi, rdi\n",
             "jz 90f\n",
             crate::fixed_tls!("mov r9, ", "qword", "tp_thread", "{t_curr}", ""),
-            "cmp r9, {frame_words} + 1\n",
-            "jb 90f\n",
+            // (At curr = 0, the stack's word −1: always 0, no frame's.)
             "mov rax, [rdi + r9*8 - 8]\n",
             "cmp rax, [rsi + {u_frame_word}]\n",
             "jne 90f\n",
