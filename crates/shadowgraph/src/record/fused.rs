@@ -92,6 +92,11 @@ fn rseq_cs_offset() -> Option<i64> {
 /// signalled inside one), all threads.
 static RSEQ_RESTARTS: AtomicU64 = AtomicU64::new(0);
 
+/// The depth a record holds at most (10 bits). The general way records
+/// deeper calls at this depth; the fused paths leave them to it (a deeper
+/// depth would run into the record's function address).
+const MAX_RECORD_DEPTH: u32 = 1023;
+
 /// Whether the plain site entry and return are on (no bracket: see
 /// [`ring_depth_witness`]).
 static RING_DEPTH_WITNESS: AtomicBool = AtomicBool::new(false);
@@ -897,6 +902,10 @@ macro_rules! entry_stack {
             "shr r9, 48\n",
             "inc r9\n",
             "4:\n",
+            // Deeper than records can say (10 bits): the general way
+            // records those at 1023.
+            "cmp r9, {max_record_depth}\n",
+            concat!("jae ", $general, "\n"),
             // Out of the way: a top frame not recognised by its last word
             // (f + 1 from the word's offset; none: depth 0), and a slot
             // not above f's.
@@ -1057,6 +1066,8 @@ macro_rules! exit_record {
                     "mov rcx, [rdi + r10*8 + 8]\n",
                     "mov rdx, rcx\n",
                     "shr rdx, 48\n",
+                    "cmp edx, {max_record_depth}\n",
+                    "jae 92f\n",
                     "shl rdx, 6\n",
                     "shl rcx, 16\n",
                     "or rcx, rdx\n",
@@ -1374,6 +1385,9 @@ std::arch::global_asm!(
     "cmp rcx, r10",
     "jae 83b", // -D: too deep
     "43:",
+    // Deeper than records can say: the general way records it at 1023.
+    "cmp dx, {max_record_depth}",
+    "jae 81b",
     // Recorded at the own depth; v's own depth + 1 once the record is in.
     "inc rdx",
     "mov r10, rdx",
@@ -1486,6 +1500,8 @@ std::arch::global_asm!(
             "mov rcx, [rdi + r10*8 + 8]\n",
             "shl rcx, 16\n",
             "movzx edx, r8w\n",
+            "cmp edx, {max_record_depth}\n",
+            "jae 92b\n",
             "shl rdx, 6\n",
             "or rcx, rdx\n",
             "or rcx, {exit_bits}\n",
@@ -1624,6 +1640,10 @@ std::arch::global_asm!(
             "mov rcx, [rdi + r10*8 + 8]\n",
             "mov r8, rcx\n",
             "shr r8, 48\n",
+            // Deeper than records can say: the general way records it
+            // at 1023.
+            "cmp r8d, {max_record_depth}\n",
+            "jae 90f\n",
             "inc r8\n",
         ),
         concat!(
@@ -1924,6 +1944,7 @@ std::arch::global_asm!(
     room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,
     entry_bits = const super::format::MAGIC << 3,
+    max_record_depth = const MAX_RECORD_DEPTH,
     // The users' bits (12..27) lie in the word's low half.
     users_clear = const !(0xffffu32 << 12),
     exit_bits = const super::format::MAGIC << 3 | 1,
