@@ -589,24 +589,25 @@ macro_rules! ring_record {
     };
 }
 
-// A record {$time, $word} in ring r11 for the plain site entry and return,
+// A record {time, $word} in ring r11 for the plain site entry and return,
 // which hold no bracket: one restartable sequence (as ring_record's) that
-// goes to `$general` — untouched, the ring as it was — unless the fused
-// user is still published (a grace period that unpublished it restarts
-// the sequence: quiesce::fence_rseq_too), the ring is at rest (`head` =
-// `reserve`: no record of this thread is between its claim and its
-// publish), there is room, and `$witness` finds the ring's depth
-// (`reserve`'s bits 0..15, in ax) where this call's record belongs: an
-// entry's depth, an exit's depth + 1. A signal handler that lands between
-// a frame's push and its entry record, or between an exit record and the
-// frame's pop, finds the frame and the ring a level apart, so its calls go
-// the general way, whose callbacks then record at the ring's depth
-// (`Depth::Follow`); one that lands in the sequence is sent back to its
-// start first, as with ring_record. `$depth` puts the ring's new depth in
-// dx, `$late` makes `$word` after the TSC read. Labels `$name`_*;
-// clobbers rax, rdx, `$time`, xmm13 and the flags.
+// goes to `$general` — untouched, the ring as it was — unless `$user`
+// finds the fused user still published (a grace period that unpublished
+// it restarts the sequence: quiesce::fence_rseq_too), `$pre` passes, the
+// ring is at rest (`head` = `reserve`: no record of this thread is between
+// its claim and its publish), `$witness` finds the ring's depth
+// (`reserve`'s bits 0..15, in ax) where this call's record belongs (an
+// entry's depth, an exit's depth + 1), and there is room. A signal handler
+// that lands between a frame's push and its entry record, or between an
+// exit record and the frame's pop, finds the frame and the ring a level
+// apart, so its calls go the general way, whose callbacks then record at
+// the ring's depth (`Depth::Follow`); one that lands in the sequence is
+// sent back to its start first, as with ring_record. `$make_word` makes
+// `$word`; everything but the time is made before the clock read (the
+// slot's offset in `$slot`, the ring's new depth put in dx by `$depth`).
+// Labels `$name`_*; clobbers rax, rdx, `$slot`, xmm13 and the flags.
 macro_rules! plain_record {
-    ($name:literal, $general:literal, $time:literal, $word:literal, $witness:literal, $depth:literal, $pre:expr, $late:expr) => {
+    ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:literal, $depth:literal, $pre:expr, $make_word:expr) => {
         concat!(
             $name,
             "_restart:\n",
@@ -616,11 +617,7 @@ macro_rules! plain_record {
             crate::fixed_tls!("mov ", "qword", "rseq_cs", "0", ", rax"),
             $name,
             "_start:\n",
-            "mov rsi, [rip + {fused}]\n",
-            "test rsi, rsi\n",
-            "jz ",
-            $general,
-            "\n",
+            $user,
             $pre,
             "mov rax, [r11 + {r_reserve}]\n",
             "cmp rax, [r11 + {r_head}]\n",
@@ -635,24 +632,39 @@ macro_rules! plain_record {
             "jae ",
             $general,
             "\n",
-            "mov ",
-            $time,
-            ", rax\n",
-            "rdtsc\n",
-            "shl rdx, 32\n",
-            "or rdx, rax\n",
-            "mov rax, ",
-            $time,
-            "\n",
-            "mov ",
-            $time,
-            ", rdx\n",
-            $late,
-            ring_write!($time, $word),
+            $make_word,
+            // Everything but the time made before the clock read: the
+            // commit's value in xmm13 (xmm13 is free at a function's entry
+            // and return), the slot's offset in `$slot`.
             "lea rdx, [rax + 0x10000]\n",
             $depth,
             "movq xmm13, rdx\n",
             "punpcklqdq xmm13, xmm13\n",
+            "mov ",
+            $slot,
+            ", rax\n",
+            "shr ",
+            $slot,
+            ", 16\n",
+            "and ",
+            $slot,
+            ", [r11 + {r_mask}]\n",
+            "shl ",
+            $slot,
+            ", 4\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "mov [r11 + ",
+            $slot,
+            " + {header}], rax\n",
+            "mov [r11 + ",
+            $slot,
+            " + {header} + 8], ",
+            $word,
+            "\n",
+            // Claimed and published by one store: `head` and `reserve` both
+            // the new value.
             "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
             $name,
             "_post:\n",
@@ -1566,6 +1578,9 @@ std::arch::global_asm!(
     plain_record!(
         "shadowgraph_fused_plain_entry",
         "82f",
+        // The user loaded before the sequence, still the fused one (a
+        // restart, its register reused for the slot, goes the general way).
+        concat!("cmp rsi, [rip + {fused}]\n", "jne 82f\n"),
         "rsi",
         "rcx",
         "cmp ax, r9w\n",
@@ -1611,6 +1626,7 @@ std::arch::global_asm!(
     plain_record!(
         "shadowgraph_fused_plain_return",
         "90f",
+        concat!("mov rsi, [rip + {fused}]\n", "test rsi, rsi\n", "jz 90f\n"),
         "r9",
         "rcx",
         "cmp ax, r8w\n",
