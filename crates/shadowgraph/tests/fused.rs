@@ -74,6 +74,11 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
             // And the plain path's thread-local operands hold their
             // offsets (it could not run with the placeholders).
             assert!(shadowgraph::tls::fixed_tls_done());
+            // With rseq, the sites' stubs call the plain entry (no bracket,
+            // the ring's depth the handlers' witness).
+            if fused::uses_rseq() && ftrace::quiesce::fence_rseq_too() {
+                assert!(fused::ring_depth_witness());
+            }
             // Each site jumps to its own stub, which calls the function.
             for f in ["leaf", "mid", "top"] {
                 let s = ftrace::site_by_name(f).unwrap();

@@ -399,6 +399,10 @@ pub(crate) static MANAGER_SITE_FALLBACK: (
     std::sync::atomic::AtomicUsize::new(0),
     std::sync::atomic::AtomicUsize::new(0),
 );
+/// The site entry the manager's stubs call (0: none, or no stubs), as
+/// chosen when it was made.
+pub(crate) static MANAGER_SITE_CHOSEN: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
 /// Whether `return_to_handler` tries the fused recording path first.
 pub(crate) static FUSED_RETURN_ON: std::sync::atomic::AtomicU8 =
     std::sync::atomic::AtomicU8::new(0);
@@ -469,6 +473,7 @@ fn manager() -> &'static Arc<Ops> {
             ),
             e => (e, MANAGER_SITE_RETURN.load(Ordering::Acquire)),
         };
+        MANAGER_SITE_CHOSEN.store(site.0, Ordering::Release);
         Ops::new_manager_with_entry(
             graph_entry,
             manager_tramp_entry,

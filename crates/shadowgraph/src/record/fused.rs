@@ -43,7 +43,7 @@ use crate::fgraph::{self, GraphUser};
 use crate::ftrace::local::CoreLocal;
 use crate::ftrace::quiesce;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Graph filters in the fused path's terms: each site's class (bit 0: a
@@ -97,10 +97,6 @@ static RSEQ_RESTARTS: AtomicU64 = AtomicU64::new(0);
 /// depth would run into the record's function address).
 const MAX_RECORD_DEPTH: u32 = 1023;
 
-/// Whether the plain site entry and return are on (no bracket: see
-/// [`ring_depth_witness`]).
-static RING_DEPTH_WITNESS: AtomicBool = AtomicBool::new(false);
-
 /// Whether the fused path's plain site entry and return are on. They hold
 /// no bracket, so a signal handler that lands in them runs at rest, as
 /// far as the bracket says; they record only where the ring's depth is
@@ -110,7 +106,8 @@ static RING_DEPTH_WITNESS: AtomicBool = AtomicBool::new(false);
 /// is (a handler that landed between a frame's push and its entry record
 /// is one level above the frames it finds).
 pub fn ring_depth_witness() -> bool {
-    RING_DEPTH_WITNESS.load(Ordering::Relaxed) && crate::tls::fixed_tls_done()
+    fgraph::MANAGER_SITE_CHOSEN.load(Ordering::Relaxed)
+        == shadowgraph_fused_site_entry_plain as *const () as usize
 }
 
 /// Whether the fused path claims ring slots by restartable sequences.
@@ -384,7 +381,6 @@ fn attach_inner(
         shadowgraph_fused_site_return as *const () as usize,
     );
     let (entry, ret) = if rseq != 0 && limit == 0 && quiesce::fence_rseq_too() {
-        RING_DEPTH_WITNESS.store(true, Ordering::Release);
         // These address thread-local state by `fixed_tls!`: the manager
         // takes the others if it cannot write the offsets in.
         fgraph::MANAGER_SITE_FALLBACK
