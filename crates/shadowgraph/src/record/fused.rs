@@ -544,15 +544,7 @@ macro_rules! ring_record {
             $name,
             "_done:\n",
             ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
-            // glibc's signature (RSEQ_SIG), which the kernel checks
-            // before an abort handler.
-            ".long 0x53053053\n",
-            $name,
-            "_abort:\n",
-            "lock inc qword ptr [rip + {rseq_restarts}]\n",
-            "jmp ",
-            $name,
-            "_restart\n",
+            rseq_abort!($name),
             $name,
             "_legacy:\n",
             $late,
@@ -563,24 +555,7 @@ macro_rules! ring_record {
             $name,
             "_done\n",
             ".popsection\n",
-            // struct rseq_cs: version, flags, start, length, abort.
-            ".pushsection .data.rel.ro.shadowgraph_rseq,\"aw\",@progbits\n",
-            ".balign 32\n",
-            $name,
-            "_cs:\n",
-            ".long 0, 0\n",
-            ".quad ",
-            $name,
-            "_start\n",
-            ".quad ",
-            $name,
-            "_post - ",
-            $name,
-            "_start\n",
-            ".quad ",
-            $name,
-            "_abort\n",
-            ".popsection\n",
+            rseq_descriptor!($name),
         )
     };
 }
@@ -665,6 +640,20 @@ macro_rules! plain_record {
             $name,
             "_post:\n",
             ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
+            rseq_abort!($name),
+            ".popsection\n",
+            rseq_descriptor!($name),
+        )
+    };
+}
+
+// The abort handler of restartable sequence `$name` (labels `$name`_*):
+// counted, then back to `$name`_restart, which arms the sequence again.
+macro_rules! rseq_abort {
+    ($name:literal) => {
+        concat!(
+            // glibc's signature (RSEQ_SIG), which the kernel checks before
+            // an abort handler.
             ".long 0x53053053\n",
             $name,
             "_abort:\n",
@@ -672,7 +661,15 @@ macro_rules! plain_record {
             "jmp ",
             $name,
             "_restart\n",
-            ".popsection\n",
+        )
+    };
+}
+
+// The `struct rseq_cs` of sequence `$name` (version, flags, start, length,
+// abort), at `$name`_cs: from `$name`_start to `$name`_post.
+macro_rules! rseq_descriptor {
+    ($name:literal) => {
+        concat!(
             ".pushsection .data.rel.ro.shadowgraph_rseq,\"aw\",@progbits\n",
             ".balign 32\n",
             $name,
@@ -1776,19 +1773,9 @@ std::arch::global_asm!(
     "push r11",
     "ret",
     ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
-    ".long 0x53053053",
-    "shadowgraph_fused_timed_drop_abort:",
-    "lock inc qword ptr [rip + {rseq_restarts}]",
-    "jmp shadowgraph_fused_timed_drop_restart",
+    rseq_abort!("shadowgraph_fused_timed_drop"),
     ".popsection",
-    ".pushsection .data.rel.ro.shadowgraph_rseq,\"aw\",@progbits",
-    ".balign 32",
-    "shadowgraph_fused_timed_drop_cs:",
-    ".long 0, 0",
-    ".quad shadowgraph_fused_timed_drop_start",
-    ".quad shadowgraph_fused_timed_drop_post - shadowgraph_fused_timed_drop_start",
-    ".quad shadowgraph_fused_timed_drop_abort",
-    ".popsection",
+    rseq_descriptor!("shadowgraph_fused_timed_drop"),
     // Without rseq: the same judgement, then the call dropped by one
     // exchange (a handler that wrote its entry since the load makes it
     // fail: the general way writes the exit), its users taken, popped.
