@@ -517,11 +517,11 @@ macro_rules! ring_publish {
 // or at `$full` without room (rseq_cs may stay set: the kernel ignores it
 // outside the sequence). Clobbers rax, rdx, `$time`, xmm13 and the flags.
 macro_rules! ring_record {
-    ($proto:ident, $name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr) => {
+    ($name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr) => {
         concat!(
             $name,
             "_restart:\n",
-            rseq_or_legacy!($proto, $name),
+            rseq_or_legacy!($name),
             "lea rax, [rip + ",
             $name,
             "_cs]\n",
@@ -691,10 +691,10 @@ macro_rules! rseq_descriptor {
     };
 }
 
-// How ring_record picks its protocol: `both`, by RSEQ_CS on every record
-// (rdx its value); `rseq`, code chosen at attach for a process with rseq.
+// How ring_record picks its protocol: by RSEQ_CS on every record (rdx its
+// value).
 macro_rules! rseq_or_legacy {
-    (both, $name:literal) => {
+    ($name:literal) => {
         concat!(
             crate::fixed_load!("rdx", "rseq_cs"),
             "test rdx, rdx\n",
@@ -702,9 +702,6 @@ macro_rules! rseq_or_legacy {
             $name,
             "_legacy\n",
         )
-    };
-    (rseq, $name:literal) => {
-        crate::fixed_load!("rdx", "rseq_cs")
     };
 }
 
@@ -948,7 +945,7 @@ macro_rules! entry_stack {
 // or for a site stub (tramp.rs), which does the taking over itself. The
 // general way: label 80 with nothing held.
 macro_rules! fused_entry {
-    ($proto:ident, $name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:expr, $limits:expr) => {
+    ($name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:expr, $limits:expr) => {
         concat!(
             entry_head!(
                 "cmp rax, [rsi + {u_frame_word}]\n",
@@ -988,7 +985,6 @@ macro_rules! fused_entry {
             "or r9, rdx\n",
             "or r9, {entry_bits}\n",
             ring_record!(
-                $proto,
                 $name,
                 "82f",
                 "r10",
@@ -1058,10 +1054,9 @@ macro_rules! return_head {
 // The record's word from the frame's (func | depth << 48), in rcx, made
 // once the clock is read (nothing before the read waits for it).
 macro_rules! exit_record {
-    ($proto:ident, $name:literal) => {
+    ($name:literal) => {
         concat!(
             ring_record!(
-                $proto,
                 $name,
                 "92f",
                 "r9",
@@ -1105,7 +1100,7 @@ macro_rules! pop_frame {
 // address, every register of the result restored). The general way: label
 // 90 with nothing held.
 macro_rules! fused_return {
-    ($proto:ident, $name:literal, $resume:literal, $filtered:literal) => {
+    ($name:literal, $resume:literal, $filtered:literal) => {
         concat!(
             return_head!(concat!(
                 crate::fixed_load!("rcx", "tp_rings"),
@@ -1135,7 +1130,7 @@ macro_rules! fused_return {
             // finds it too, and the user's callback, seeing its exit in the ring
             // (by the ring's depth), writes no second one.
             $filtered,
-            exit_record!($proto, $name),
+            exit_record!($name),
             pop_frame!($resume),
             "92:\n",
             "91:\n",
@@ -1286,7 +1281,6 @@ std::arch::global_asm!(
     "shadowgraph_fused_entry:",
     "endbr64",
     fused_entry!(
-        both,
         "shadowgraph_fused_entry_record",
         "mov rdx, [rsp + 32]\nsub rdx, 5\n",
         "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 40], rax\n",
@@ -1320,7 +1314,6 @@ std::arch::global_asm!(
     ".hidden shadowgraph_fused_return",
     "shadowgraph_fused_return:",
     fused_return!(
-        both,
         "shadowgraph_fused_return_record",
         "jmp r11\n",
         "cmp qword ptr [rsi + {u_filter}], 0\njne 91f\n"
@@ -1338,7 +1331,6 @@ std::arch::global_asm!(
     "shadowgraph_fused_site_entry:",
     "endbr64",
     fused_entry!(
-        both,
         "shadowgraph_fused_site_entry_record",
         "mov rdx, [rsp]\n",
         "",
@@ -1406,7 +1398,6 @@ std::arch::global_asm!(
     "or rcx, rdx",
     "or rcx, {entry_bits}",
     ring_record!(
-        both,
         "shadowgraph_fused_filtered_entry",
         "82b",
         "r9",
@@ -1458,7 +1449,6 @@ std::arch::global_asm!(
     "shadowgraph_fused_site_return:",
     "endbr64",
     fused_return!(
-        both,
         "shadowgraph_fused_site_return_record",
         "push r11\nret\n",
         "cmp qword ptr [rsi + {u_filter}], 0\njne 50f\n"
@@ -1495,7 +1485,6 @@ std::arch::global_asm!(
     "and r8, -65536",
     "or r8, rdx",
     ring_record!(
-        both,
         "shadowgraph_fused_filtered_return",
         "92b",
         "r9",
@@ -1795,7 +1784,7 @@ std::arch::global_asm!(
     "mov r11, qword ptr fs:[rcx]",
     "test r11, r11",
     "jz 91f",
-    exit_record!(both, "shadowgraph_fused_timed_return_record"),
+    exit_record!("shadowgraph_fused_timed_return_record"),
     pop_frame!("push r11\nret\n"),
     "92:",
     site_return_general!(),
