@@ -1526,7 +1526,7 @@ std::arch::global_asm!(
     // pushes a frame or writes a record), the stack's checks as the site
     // entry's, then one restartable sequence that pushes the frame (the
     // user's BITMAP word in it) and writes the entry record at the frame's
-    // depth (rcx).
+    // depth (r9).
     ".globl shadowgraph_fused_site_entry_plain",
     ".hidden shadowgraph_fused_site_entry_plain",
     "shadowgraph_fused_site_entry_plain:",
