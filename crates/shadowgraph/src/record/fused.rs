@@ -26,9 +26,9 @@
 //! signal handler knows it landed in our code): each writes its record in
 //! one restartable sequence that rechecks the user (grace periods restart
 //! such sequences: quiesce::fence_rseq_too) and records only where the
-//! ring's depth is the call's, so that a handler landing between a frame
-//! and its record finds them a level apart and takes the general way,
-//! whose callbacks record at the ring's depth ([`ring_depth_witness`]).
+//! ring's depth is the call's: a handler landing between a frame and its
+//! record finds them a level apart, and its calls are recorded where the
+//! ring says the thread is ([`ring_depth_witness`]).
 //!
 //! The thread-local state is reached at its offset from the thread pointer
 //! (initial-exec TLS: the same offset in every thread), computed once
@@ -99,12 +99,14 @@ const MAX_RECORD_DEPTH: u32 = 1023;
 
 /// Whether the fused path's plain site entry and return are on. They hold
 /// no bracket, so a signal handler that lands in them runs at rest, as
-/// far as the bracket says; they record only where the ring's depth is
-/// the call's (an entry's depth, an exit's depth + 1), and a recorder's
-/// callbacks must then do as they do inside a handler whenever it is not:
-/// record at the ring's depth (`Depth::Follow`), which is where the thread
-/// is (a handler that landed between a frame's push and its entry record
-/// is one level above the frames it finds).
+/// far as the bracket says. They record where the ring's depth is the
+/// call's (an entry's depth, an exit's depth + 1), and an entry also where
+/// the ring is one level above its frames (a handler's call that landed
+/// between a frame's push and its entry record, or between an exit record
+/// and the frame's pop), at the ring's depth, which its frame then keeps.
+/// A recorder's callbacks must do as they do inside a handler whenever the
+/// ring is out of step with the depth they are given: record at the
+/// ring's depth (`Depth::Follow`), which is where the thread is.
 pub fn ring_depth_witness() -> bool {
     fgraph::MANAGER_SITE_CHOSEN.load(Ordering::Relaxed)
         == shadowgraph_fused_site_entry_plain as *const () as usize
@@ -568,17 +570,21 @@ macro_rules! ring_record {
 // ring is at rest (`head` = `reserve`: no record of this thread is between
 // its claim and its publish), `$witness` finds the ring's depth
 // (`reserve`'s bits 0..15, in ax) where this call's record belongs (an
-// entry's depth, an exit's depth + 1), and there is room. A signal handler
-// that lands between a frame's push and its entry record, or between an
-// exit record and the frame's pop, finds the frame and the ring a level
-// apart, so its calls go the general way, whose callbacks then record at
-// the ring's depth (`Depth::Follow`); one that lands in the sequence is
-// sent back to its start first, as with ring_record. `$make_word` makes
+// entry's depth, an exit's depth + 1; else it jumps to `$general`), and
+// there is room. A signal handler that lands between a frame's push and
+// its entry record, or between an exit record and the frame's pop, finds
+// the frame and the ring a level apart: the entry records its calls where
+// the ring says the thread is, and anything else out of step goes the
+// general way, whose callbacks then record at the ring's depth
+// (`Depth::Follow`). One that lands in the sequence is sent back to its
+// start first, as with ring_record. Nothing in the sequence may jump out
+// of it and come back: outside its range the kernel neither restarts it
+// nor keeps it armed. `$make_word` makes
 // `$word`; everything but the time is made before the clock read (the
 // slot's offset in `$slot`, the ring's new depth put in dx by `$depth`).
 // Labels `$name`_*; clobbers rax, rdx, `$slot`, xmm13 and the flags.
 macro_rules! plain_record {
-    ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:literal, $depth:literal, $pre:expr, $make_word:expr) => {
+    ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:expr, $depth:literal, $pre:expr, $make_word:expr) => {
         concat!(
             $name,
             "_restart:\n",
@@ -596,9 +602,6 @@ macro_rules! plain_record {
             $general,
             "\n",
             $witness,
-            "jne ",
-            $general,
-            "\n",
             "cmp rax, [r11 + {r_room_end}]\n",
             "jae ",
             $general,
@@ -1517,10 +1520,11 @@ std::arch::global_asm!(
     // The site stubs' entry and return for the common case, chosen at
     // attach: the process has rseq (and grace periods restart its
     // sequences: quiesce::fence_rseq_too) and the recorder neither filters
-    // nor limits depth. They hold no bracket: a signal handler that lands
-    // in them is told by the ring's depth instead (see plain_record), and
-    // their one read of the user that a grace period must cover is in the
-    // sequence. Register contracts as for the site entry and return above.
+    // nor limits depth. They hold no bracket: where a signal handler
+    // lands in them is told by the ring's depth instead (see
+    // plain_record), and their one read of the user that a grace period
+    // must cover is in the sequence. Register contracts as for the site
+    // entry and return above.
     //
     // Entry: no recursion bit held (the general way holds one while it
     // pushes a frame or writes a record), the stack's checks as the site
@@ -1547,16 +1551,6 @@ std::arch::global_asm!(
     ),
     "cmp r8, [rip + {room_limit}]",
     "jae 80f",
-    // r10: the frame's function and depth (r9); rcx: the record's word,
-    // {time, Entry | MAGIC | depth << 6 | func << 16}.
-    "mov r10, r9",
-    "shl r10, 48",
-    "or r10, [rsp]",
-    "mov rcx, r10",
-    "shl rcx, 16",
-    "lea rdx, [r9*8 + ({entry_bits} >> 3)]",
-    "shl rdx, 3",
-    "or rcx, rdx",
     plain_record!(
         "shadowgraph_fused_plain_entry",
         "82f",
@@ -1565,25 +1559,52 @@ std::arch::global_asm!(
         concat!("cmp rsi, [rip + {fused}]\n", "jne 82f\n"),
         "rsi",
         "rcx",
-        "cmp ax, r9w\n",
-        "mov dx, r9w\ninc dx\n",
-        // The frame {R, r10, slot, the user's BITMAP word}, pushed, in the
-        // sequence: a handler that lands anywhere in it, or preemption,
-        // sends the thread back to its start, where the same frame is
-        // written again at the same place (curr as the handler left it:
-        // the frame ours or none yet), so one write is whole.
+        // The ring at the call's depth r9; or one level above it, where a
+        // signal handler's call finds it between a frame's push and its
+        // entry record, or between an exit record and the frame's pop: the
+        // call is then recorded there (before the interrupted call, or
+        // after it), and its frame says so, so that its own calls and its
+        // exit follow it.
+        // (In line: code out of the sequence's range is not restarted, and
+        // the kernel may disarm the sequence while the thread runs there.)
         concat!(
-            "mov rax, [rsp + 40]\n",
-            "mov [rdi + r8*8], rax\n",
-            "mov [rdi + r8*8 + 8], r10\n",
-            "lea rax, [rsp + 40]\n",
-            "mov [rdi + r8*8 + 16], rax\n",
-            "mov rax, [rsi + {u_frame_word}]\n",
-            "mov [rdi + r8*8 + 24], rax\n",
-            "lea rax, [r8 + 4]\n",
-            crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", rax"),
+            "cmp ax, r9w\n",
+            "je 62f\n",
+            "lea edx, [eax + 1]\n",
+            "cmp dx, r9w\n",
+            "jne 82f\n",
+            "movzx r9d, ax\n",
+            "62:\n",
         ),
-        ""
+        "mov dx, r9w\ninc dx\n",
+        "",
+        concat!(
+            // r10: the frame's function and depth; rcx: the record's word,
+            // {time, Entry | MAGIC | depth << 6 | func << 16}.
+            "mov r10, r9\n",
+            "shl r10, 48\n",
+            "or r10, [rsp]\n",
+            "mov rcx, r10\n",
+            "shl rcx, 16\n",
+            "lea rdx, [r9*8 + ({entry_bits} >> 3)]\n",
+            "shl rdx, 3\n",
+            "or rcx, rdx\n",
+            // The frame {R, r10, slot, the user's BITMAP word}, pushed, in
+            // the sequence: a handler that lands anywhere in it, or
+            // preemption, sends the thread back to its start, where the
+            // same frame is written again at the same place (curr as the
+            // handler left it: the frame ours or none yet), so one write
+            // is whole.
+            "mov rdx, [rsp + 40]\n",
+            "mov [rdi + r8*8], rdx\n",
+            "mov [rdi + r8*8 + 8], r10\n",
+            "lea rdx, [rsp + 40]\n",
+            "mov [rdi + r8*8 + 16], rdx\n",
+            "mov rdx, [rsi + {u_frame_word}]\n",
+            "mov [rdi + r8*8 + 24], rdx\n",
+            "lea rdx, [r8 + 4]\n",
+            crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", rdx"),
+        )
     ),
     "cmp rsp, rsp",
     pop_saved!(),
@@ -1611,7 +1632,7 @@ std::arch::global_asm!(
         concat!("mov rsi, [rip + {fused}]\n", "test rsi, rsi\n", "jz 90f\n"),
         "r9",
         "rcx",
-        "cmp ax, r8w\n",
+        "cmp ax, r8w\njne 90f\n",
         "mov dx, r8w\ndec dx\n",
         // All of it in the sequence (reads only: a restart reads it all
         // again), the user (rsi) loaded first.
