@@ -160,13 +160,24 @@ extern "C" {
 }
 
 fn fixed_tls_table() -> &'static [FixedTls] {
-    // SAFETY: the bounds of a section of 24-byte entries written by
+    // SAFETY: the linker's bounds of a section of entries written by
     // `fixed_tls!`, in this object's data.
     unsafe {
-        let start = &raw const __start_shadowgraph_fixed_tls;
-        let stop = &raw const __stop_shadowgraph_fixed_tls;
-        std::slice::from_raw_parts(start, stop.offset_from(start) as usize)
+        section(
+            &raw const __start_shadowgraph_fixed_tls,
+            &raw const __stop_shadowgraph_fixed_tls,
+        )
     }
+}
+
+/// The entries of a section between the linker's bounds `start` and `stop`.
+///
+/// # Safety
+/// `start..stop` must be the bounds of a section of `T`s in this object's
+/// data, never written while the program runs.
+unsafe fn section<T>(start: *const T, stop: *const T) -> &'static [T] {
+    // SAFETY: per the contract, a whole number of `T`s lie between them.
+    unsafe { std::slice::from_raw_parts(start, stop.offset_from(start) as usize) }
 }
 
 /// Whether every [`fixed_tls!`] holds its offset ([`patch_fixed_tls`]).
@@ -235,12 +246,13 @@ extern "C" {
 }
 
 fn fixed_load_table() -> &'static [FixedLoad] {
-    // SAFETY: the bounds of a section of 16-byte entries written by
+    // SAFETY: the linker's bounds of a section of entries written by
     // `fixed_load!`, in this object's data.
     unsafe {
-        let start = &raw const __start_shadowgraph_fixed_loads;
-        let stop = &raw const __stop_shadowgraph_fixed_loads;
-        std::slice::from_raw_parts(start, stop.offset_from(start) as usize)
+        section(
+            &raw const __start_shadowgraph_fixed_loads,
+            &raw const __stop_shadowgraph_fixed_loads,
+        )
     }
 }
 

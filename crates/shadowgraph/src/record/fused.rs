@@ -1609,8 +1609,9 @@ std::arch::global_asm!(
     "cmp rsp, rsp",
     pop_saved!(),
     "ret",
-    // The general way: from 82 with the frame pushed (taken back: any
-    // handler's frames above it are gone), from 80 as at entry.
+    // The general way: from 82 in the sequence, the frame perhaps pushed
+    // (taken back: any handler's frames above it are gone), from 80 as
+    // at entry.
     "82:",
     crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r8"),
     "80:",
@@ -1632,8 +1633,8 @@ std::arch::global_asm!(
         concat!("mov rsi, [rip + {fused}]\n", "test rsi, rsi\n", "jz 90f\n"),
         "r9",
         "rcx",
-        "cmp ax, r8w\njne 90f\n",
-        "mov dx, r8w\ndec dx\n",
+        "lea edx, [r8 + 1]\ncmp ax, dx\njne 90f\n",
+        "mov dx, r8w\n",
         // All of it in the sequence (reads only: a restart reads it all
         // again), the user (rsi) loaded first.
         concat!(
@@ -1654,8 +1655,8 @@ std::arch::global_asm!(
             "lea rax, [rsp + 8]\n",
             "cmp [rdi + r9*8 - 16], rax\n",
             "jne 90f\n",
-            // rcx: the frame's function and depth; r8: the depth + 1,
-            // the ring's if nothing is out of place.
+            // rcx: the frame's function and depth; r8: the depth (the
+            // ring's is one more if nothing is out of place).
             "mov rcx, [rdi + r10*8 + 8]\n",
             "mov r8, rcx\n",
             "shr r8, 48\n",
@@ -1663,10 +1664,9 @@ std::arch::global_asm!(
             // at 1023.
             "cmp r8d, {max_record_depth}\n",
             "jae 90f\n",
-            "inc r8\n",
         ),
         concat!(
-            "lea rdx, [r8 - 1]\n",
+            "mov rdx, r8\n",
             "shl rdx, 6\n",
             "shl rcx, 16\n",
             "or rcx, rdx\n",
