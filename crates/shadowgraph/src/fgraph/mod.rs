@@ -379,6 +379,13 @@ pub(crate) static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut
 /// (its `fused_inst` set before it registered), else null: the fused path
 /// reads this one word to know it may run (record::fused).
 pub(crate) static FUSED: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
+/// FUSED's `frame_word` while FUSED is set, else [`NO_FRAME_WORD`]: the
+/// plain site path (record::fused) reads the word it checks frames by and
+/// pushes in them from here, one load with no user pointer to follow.
+pub(crate) static FUSED_FRAME_WORD: AtomicU64 = AtomicU64::new(NO_FRAME_WORD);
+/// No frame's last word: its type bits (10..11) are 3, which no word of a
+/// stack has (stack::TYPE_*), and a stack's word −1 is 0.
+pub(crate) const NO_FRAME_WORD: u64 = u64::MAX;
 /// Code the manager's trampolines hand over to instead of the caller
 /// template (record::fused), if set before the first user registers.
 pub(crate) static MANAGER_STUB: std::sync::atomic::AtomicUsize =
@@ -630,6 +637,17 @@ fn set_fast(r: &Registry) {
 fn publish_sole(sole: *mut GraphUser) {
     // SAFETY: a non-null `sole` is a registered user, held by the registry.
     let fused = !sole.is_null() && unsafe { &*sole }.fused_inst.load(Ordering::Acquire) >= 0;
+    // The word before the user (both are read by the plain path's one
+    // sequence; either unpublished sends it the general way).
+    FUSED_FRAME_WORD.store(
+        if fused {
+            // SAFETY: as above.
+            unsafe { &*sole }.frame_word.load(Ordering::Acquire)
+        } else {
+            NO_FRAME_WORD
+        },
+        Ordering::Release,
+    );
     FUSED.store(
         if fused { sole } else { std::ptr::null_mut() },
         Ordering::Release,

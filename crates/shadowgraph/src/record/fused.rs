@@ -460,9 +460,8 @@ macro_rules! ring_write {
     ($time:literal, $word:literal) => {
         concat!(
             "mov rdx, rax\n",
-            "shr rdx, 16\n",
-            "and rdx, [r11 + {r_mask}]\n",
-            "shl rdx, 4\n",
+            "shr rdx, {slot_shift} - 4\n",
+            "and rdx, [r11 + {r_offset_mask}]\n",
             "mov [r11 + rdx + {header}], ",
             $time,
             "\n",
@@ -577,14 +576,17 @@ macro_rules! ring_record {
 // the ring says the thread is, and anything else out of step goes the
 // general way, whose callbacks then record at the ring's depth
 // (`Depth::Follow`). One that lands in the sequence is sent back to its
-// start first, as with ring_record. Nothing in the sequence may jump out
-// of it and come back: outside its range the kernel neither restarts it
-// nor keeps it armed. `$make_word` makes
-// `$word`; everything but the time is made before the clock read (the
-// slot's offset in `$slot`, the ring's new depth put in dx by `$depth`).
-// Labels `$name`_*; clobbers rax, rdx, `$slot`, xmm13 and the flags.
+// start first, as with ring_record (through `$fix`, which restores what
+// the sequence may have changed that its start needs). Nothing in the
+// sequence may jump out of it and come back: outside its range the kernel
+// neither restarts it nor keeps it armed. `$make_word` makes `$word`;
+// everything but the time is made before the clock read (the slot's
+// offset in `$slot`; `reserve` and `head` after the record: `reserve` +
+// `$step`, one slot on and the ring's depth one deeper or shallower, as
+// the witness found it). Labels `$name`_*; clobbers rax, rdx, `$slot`,
+// xmm13 and the flags.
 macro_rules! plain_record {
-    ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:expr, $depth:literal, $pre:expr, $make_word:expr) => {
+    ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:expr, $step:literal, $pre:expr, $make_word:expr, $fix:expr) => {
         concat!(
             $name,
             "_restart:\n",
@@ -610,8 +612,9 @@ macro_rules! plain_record {
             // Everything but the time made before the clock read: the
             // commit's value in xmm13 (xmm13 is free at a function's entry
             // and return), the slot's offset in `$slot`.
-            "lea rdx, [rax + 0x10000]\n",
-            $depth,
+            "lea rdx, [rax + ",
+            $step,
+            "]\n",
             "movq xmm13, rdx\n",
             "punpcklqdq xmm13, xmm13\n",
             "mov ",
@@ -619,13 +622,10 @@ macro_rules! plain_record {
             ", rax\n",
             "shr ",
             $slot,
-            ", 16\n",
+            ", {slot_shift} - 4\n",
             "and ",
             $slot,
-            ", [r11 + {r_mask}]\n",
-            "shl ",
-            $slot,
-            ", 4\n",
+            ", [r11 + {r_offset_mask}]\n",
             "rdtsc\n",
             "shl rdx, 32\n",
             "or rax, rdx\n",
@@ -643,7 +643,7 @@ macro_rules! plain_record {
             $name,
             "_post:\n",
             ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
-            rseq_abort!($name),
+            rseq_abort!($name, $fix),
             ".popsection\n",
             rseq_descriptor!($name),
         )
@@ -651,9 +651,13 @@ macro_rules! plain_record {
 }
 
 // The abort handler of restartable sequence `$name` (labels `$name`_*):
-// counted, then back to `$name`_restart, which arms the sequence again.
+// counted, `$fix` (if given), then back to `$name`_restart, which arms the
+// sequence again.
 macro_rules! rseq_abort {
     ($name:literal) => {
+        rseq_abort!($name, "")
+    };
+    ($name:literal, $fix:expr) => {
         concat!(
             // glibc's signature (RSEQ_SIG), which the kernel checks before
             // an abort handler.
@@ -661,6 +665,7 @@ macro_rules! rseq_abort {
             $name,
             "_abort:\n",
             "lock inc qword ptr [rip + {rseq_restarts}]\n",
+            $fix,
             "jmp ",
             $name,
             "_restart\n",
@@ -818,7 +823,19 @@ macro_rules! entry_head {
             "lea rax, [rsp + 40]\n",
             "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
             "inc qword ptr [rdx]\n",
-            entry_stack!($top, $parent, $ring, "81f", reg),
+            entry_stack!(
+                // The sole graph user is a fused recorder (so the manager
+                // is registered: fgraph::FUSED) with a ring on this thread.
+                // One load: every chain of loads before the clock read
+                // lengthens the call (see ring_record).
+                concat!("mov rsi, [rip + {fused}]\n", "test rsi, rsi\n", "jz 81f\n"),
+                $top,
+                $parent,
+                $ring,
+                "81f",
+                reg,
+                "40"
+            ),
         )
     };
 }
@@ -837,6 +854,14 @@ macro_rules! entry_saves {
             "movq xmm11, r8\n",
             "movq xmm12, r9\n",
         )
+    };
+}
+
+// The seven registers the plain site entry saves (rax rdi pushed, rcx rdx
+// rsi r8 r9 in xmm8–12, as entry_saves), restored.
+macro_rules! plain_pop_saved {
+    () => {
+        "movq r9, xmm12\nmovq r8, xmm11\nmovq rsi, xmm10\nmovq rdx, xmm9\nmovq rcx, xmm8\npop rdi\npop rax\n"
     };
 }
 
@@ -861,19 +886,14 @@ macro_rules! thread_op {
     };
 }
 
-// The rest of entry_head from the bracket on: the user, `$ring`, the
-// stack, curr and the new call's depth, to label 4; anything unusual
-// jumps to `$general`.
+// The rest of entry_head from the bracket on: the user (`$user`, which
+// jumps to `$general` if there is none), `$ring`, the stack, curr and the
+// new call's depth, to label 4; anything unusual jumps to `$general`.
+// `$slot`: the offset from rsp of the call's return slot. r10 is kept.
 macro_rules! entry_stack {
-    ($top:expr, $parent:literal, $ring:expr, $general:literal, $tls:ident) => {
+    ($user:expr, $top:expr, $parent:literal, $ring:expr, $general:literal, $tls:ident, $slot:literal) => {
         concat!(
-            // The sole graph user is a fused recorder (so the manager is
-            // registered: fgraph::FUSED) with a ring on this thread. One
-            // load: every chain of loads before the clock read lengthens
-            // the call (see ring_record).
-            "mov rsi, [rip + {fused}]\n",
-            "test rsi, rsi\n",
-            concat!("jz ", $general, "\n"),
+            $user,
             $ring,
             // The thread's shadow stack: attached, hooked, not exiting or paused.
             thread_base!($tls),
@@ -899,7 +919,9 @@ macro_rules! entry_stack {
             $parent,
             "]\n", // f + 1
             "2:\n",
-            "lea rax, [rsp + 40]\n",
+            "lea rax, [rsp + ",
+            $slot,
+            "]\n",
             "cmp [rdi + rdx*8 + 8], rax\n", // word[f+2]: its return slot
             "jbe 5f\n",
             "7:\n",
@@ -929,11 +951,15 @@ macro_rules! entry_stack {
             // The same slot: a tail call from f's function nests in f
             // (fgraph's `enter` decides alike); anything else goes the
             // general way.
-            "mov r10, [rsp + 40]\n",
+            "movq xmm14, r10\n",
+            "mov r10, [rsp + ",
+            $slot,
+            "]\n",
             "mov rax, [rdi + rdx*8]\n",
             "shl rax, 16\n",
             "shr rax, 16\n",
             "call shadowgraph_tail_call_from\n",
+            "movq r10, xmm14\n",
             concat!("jne ", $general, "\n"),
             "jmp 7b\n",
             ".popsection\n",
@@ -1530,41 +1556,62 @@ std::arch::global_asm!(
     // pushes a frame or writes a record), the stack's checks as the site
     // entry's, then one restartable sequence that pushes the frame (the
     // user's BITMAP word in it) and writes the entry record at the frame's
-    // depth (r9).
+    // depth (r9). Seven registers saved, not nine: r11 (the site, from the
+    // stub) is free at a function's entry, and r10 is left alone (the
+    // frame's word is made in rcx, the record's in rdi once the frame is
+    // pushed). The call's return slot: rsp + 24.
     ".globl shadowgraph_fused_site_entry_plain",
     ".hidden shadowgraph_fused_site_entry_plain",
     "shadowgraph_fused_site_entry_plain:",
     "endbr64",
-    entry_saves!(),
+    "push rax",
+    "push rdi",
+    "movq xmm8, rcx",
+    "movq xmm9, rdx",
+    "movq xmm10, rsi",
+    "movq xmm11, r8",
+    "movq xmm12, r9",
     crate::fixed_tls!("cmp ", "dword", "tp_local", "{l_rec}", ", 0"),
     "jne 80f",
     entry_stack!(
-        "cmp rax, [rsi + {u_frame_word}]\n",
-        "{frame_words}",
+        // The fused user's frame word (fgraph::FUSED_FRAME_WORD), rather
+        // than the user: all the path needs of it.
         concat!(
-            crate::fixed_tls!("mov r11, ", "qword", "tp_rings", "0", ""),
-            "test r11, r11\n",
-            "jz 80f\n",
+            "mov rsi, [rip + {fused_word}]\n",
+            "cmp rsi, {no_frame_word}\n",
+            "je 80f\n",
         ),
+        "cmp rax, rsi\n",
+        "{frame_words}",
+        "",
         "80f",
-        fixed
+        fixed,
+        "24"
     ),
     "cmp r8, [rip + {room_limit}]",
     "jae 80f",
+    // rcx: the frame's function and depth, from the site (r11) before the
+    // ring takes its register.
+    "mov rcx, r9",
+    "shl rcx, 48",
+    "or rcx, r11",
+    crate::fixed_tls!("mov r11, ", "qword", "tp_rings", "0", ""),
+    "test r11, r11",
+    "jz 80f",
     plain_record!(
         "shadowgraph_fused_plain_entry",
         "82f",
-        // The user loaded before the sequence, still the fused one (a
+        // The word loaded before the sequence, still the fused user's (a
         // restart, its register reused for the slot, goes the general way).
-        concat!("cmp rsi, [rip + {fused}]\n", "jne 82f\n"),
+        concat!("cmp rsi, [rip + {fused_word}]\n", "jne 82f\n"),
         "rsi",
-        "rcx",
+        "rdi",
         // The ring at the call's depth r9; or one level above it, where a
         // signal handler's call finds it between a frame's push and its
         // entry record, or between an exit record and the frame's pop: the
         // call is then recorded there (before the interrupted call, or
-        // after it), and its frame says so, so that its own calls and its
-        // exit follow it.
+        // after it), and its frame says so (rcx made again), so that its
+        // own calls and its exit follow it.
         // (In line: code out of the sequence's range is not restarted, and
         // the kernel may disarm the sequence while the thread runs there.)
         concat!(
@@ -1574,48 +1621,52 @@ std::arch::global_asm!(
             "cmp dx, r9w\n",
             "jne 82f\n",
             "movzx r9d, ax\n",
+            "shl rcx, 16\n",
+            "shr rcx, 16\n",
+            "mov rdx, r9\n",
+            "shl rdx, 48\n",
+            "or rcx, rdx\n",
             "62:\n",
         ),
-        "mov dx, r9w\ninc dx\n",
+        // One slot on, the ring's depth (= r9) one deeper.
+        "0x10001",
         "",
         concat!(
-            // r10: the frame's function and depth; rcx: the record's word,
-            // {time, Entry | MAGIC | depth << 6 | func << 16}.
-            "mov r10, r9\n",
-            "shl r10, 48\n",
-            "or r10, [rsp]\n",
-            "mov rcx, r10\n",
-            "shl rcx, 16\n",
-            "lea rdx, [r9*8 + ({entry_bits} >> 3)]\n",
-            "shl rdx, 3\n",
-            "or rcx, rdx\n",
-            // The frame {R, r10, slot, the user's BITMAP word}, pushed, in
+            // The frame {R, rcx, slot, the user's BITMAP word}, pushed, in
             // the sequence: a handler that lands anywhere in it, or
             // preemption, sends the thread back to its start, where the
             // same frame is written again at the same place (curr as the
             // handler left it: the frame ours or none yet), so one write
             // is whole.
-            "mov rdx, [rsp + 40]\n",
+            "mov rdx, [rsp + 24]\n",
             "mov [rdi + r8*8], rdx\n",
-            "mov [rdi + r8*8 + 8], r10\n",
-            "lea rdx, [rsp + 40]\n",
+            "mov [rdi + r8*8 + 8], rcx\n",
+            "lea rdx, [rsp + 24]\n",
             "mov [rdi + r8*8 + 16], rdx\n",
-            "mov rdx, [rsi + {u_frame_word}]\n",
-            "mov [rdi + r8*8 + 24], rdx\n",
+            "mov [rdi + r8*8 + 24], rsi\n",
             "lea rdx, [r8 + 4]\n",
             crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", rdx"),
-        )
+            // rdi (the stack no longer needed; an abort loads it again):
+            // the record's word, {time, Entry | MAGIC | depth << 6 |
+            // func << 16}: rcx rotated is func << 16 | depth (< 1023), to
+            // which 63 × depth and the bits add without carrying.
+            "mov rdi, rcx\n",
+            "rol rdi, 16\n",
+            "imul rdx, r9, 63\n",
+            "lea rdi, [rdi + rdx + {entry_bits}]\n",
+        ),
+        crate::fixed_tls!("mov rdi, ", "qword", "tp_thread", "{t_stack}", "")
     ),
     "cmp rsp, rsp",
-    pop_saved!(),
+    plain_pop_saved!(),
     "ret",
     // The general way: from 82 in the sequence, the frame perhaps pushed
     // (taken back: any handler's frames above it are gone), from 80 as
-    // at entry.
+    // at entry (fgraph's site entry reads the site from the stub).
     "82:",
     crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r8"),
     "80:",
-    pop_saved!(),
+    plain_pop_saved!(),
     "jmp shadowgraph_graph_site_entry",
     // Return: in one restartable sequence, the top frame f (r10) the
     // returning call's (its slot) and kept for this user alone (its last
@@ -1630,13 +1681,14 @@ std::arch::global_asm!(
     plain_record!(
         "shadowgraph_fused_plain_return",
         "90f",
-        concat!("mov rsi, [rip + {fused}]\n", "test rsi, rsi\n", "jz 90f\n"),
+        "",
         "r9",
         "rcx",
         "lea edx, [r8 + 1]\ncmp ax, dx\njne 90f\n",
-        "mov dx, r8w\n",
+        // One slot on, the ring's depth (= r8 + 1) one shallower.
+        "0xffff",
         // All of it in the sequence (reads only: a restart reads it all
-        // again), the user (rsi) loaded first.
+        // again).
         concat!(
             crate::fixed_tls!("cmp ", "dword", "tp_local", "{l_rec}", ", 0"),
             "jne 90f\n",
@@ -1648,30 +1700,31 @@ std::arch::global_asm!(
             "jz 90f\n",
             crate::fixed_tls!("mov r9, ", "qword", "tp_thread", "{t_curr}", ""),
             // (At curr = 0, the stack's word −1: always 0, no frame's.)
+            // The top frame's last word the fused user's: its one read
+            // that a grace period covers (NO_FRAME_WORD, no stack word,
+            // once it is gone).
             "mov rax, [rdi + r9*8 - 8]\n",
-            "cmp rax, [rsi + {u_frame_word}]\n",
+            "cmp rax, [rip + {fused_word}]\n",
             "jne 90f\n",
             "lea r10, [r9 - {frame_words} - 1]\n",
             "lea rax, [rsp + 8]\n",
             "cmp [rdi + r9*8 - 16], rax\n",
             "jne 90f\n",
-            // rcx: the frame's function and depth; r8: the depth (the
-            // ring's is one more if nothing is out of place).
+            // rcx: the frame's function and depth, rotated: func << 16 |
+            // depth; r8: the depth (the ring's is one more if nothing is
+            // out of place).
             "mov rcx, [rdi + r10*8 + 8]\n",
-            "mov r8, rcx\n",
-            "shr r8, 48\n",
+            "rol rcx, 16\n",
+            "movzx r8d, cx\n",
             // Deeper than records can say: the general way records it
             // at 1023.
             "cmp r8d, {max_record_depth}\n",
             "jae 90f\n",
         ),
-        concat!(
-            "mov rdx, r8\n",
-            "shl rdx, 6\n",
-            "shl rcx, 16\n",
-            "or rcx, rdx\n",
-            "or rcx, {exit_bits}\n",
-        )
+        // The record's word, {time, Exit | MAGIC | depth << 6 | func <<
+        // 16}: 63 × depth and the bits add to rcx without carrying.
+        concat!("imul rdx, r8, 63\n", "lea rcx, [rcx + rdx + {exit_bits}]\n",),
+        ""
     ),
     "mov r11, [rdi + r10*8]",
     crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r10"),
@@ -1935,6 +1988,8 @@ std::arch::global_asm!(
     rseq_cs = sym RSEQ_CS,
     rseq_restarts = sym RSEQ_RESTARTS,
     fused = sym fgraph::FUSED,
+    fused_word = sym fgraph::FUSED_FRAME_WORD,
+    no_frame_word = const fgraph::NO_FRAME_WORD as i64,
     manager_entry = sym fgraph::manager_tramp_entry,
     l_word = const offset_of!(CoreLocal, word),
     l_rec = const offset_of!(CoreLocal, rec),
@@ -1945,7 +2000,8 @@ std::arch::global_asm!(
     u_frame_word = const offset_of!(GraphUser, frame_word),
     u_slot = const offset_of!(GraphUser, slot),
     u_max_depth = const offset_of!(GraphUser, fused_max_depth),
-    r_mask = const offset_of!(RingHeader, mask),
+    r_offset_mask = const offset_of!(RingHeader, offset_mask),
+    slot_shift = const super::ring::SLOT_SHIFT,
     r_head = const offset_of!(RingHeader, head),
     r_room_end = const offset_of!(RingHeader, room_end),
     r_reserve = const offset_of!(RingHeader, reserve),

@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The ring layout's version: a writer and an agent from different builds
 /// check it before recording (`SHADOWGRAPH_RING_LAYOUT`).
-pub const LAYOUT: u8 = 5;
+pub const LAYOUT: u8 = 6;
 /// "SGRING" + [`LAYOUT`].
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\0\0") | (LAYOUT as u64) << 48;
 /// `reserve`, `head` and `room_end` count slots from this bit; below it,
@@ -109,7 +109,11 @@ pub struct RingHeader {
     pub session: u64,
     /// `capacity - 1`: a record's index from its number.
     pub mask: u64,
-    _pad5: u64,
+    /// `mask << 4`: a record's byte offset from a `reserve` value shifted
+    /// right by `SLOT_SHIFT - 4` (the depth's top bits, then below bit 4,
+    /// fall outside it): one instruction fewer per record on the fused
+    /// path.
+    pub offset_mask: u64,
     // --- producer line
     /// Records published, from bit `SLOT_SHIFT` (the next one goes to that
     /// number modulo `capacity`), and below it the depth after them: the
@@ -277,6 +281,7 @@ impl Ring {
             std::ptr::addr_of_mut!((*h).tsc).write(clock::uses_tsc() as u32);
             std::ptr::addr_of_mut!((*h).capacity).write(capacity);
             std::ptr::addr_of_mut!((*h).mask).write(capacity - 1);
+            std::ptr::addr_of_mut!((*h).offset_mask).write((capacity - 1) << 4);
             (*h).room_end
                 .store(capacity << SLOT_SHIFT, Ordering::Relaxed);
             (*h).reserve.store(depth as u64, Ordering::Relaxed);
