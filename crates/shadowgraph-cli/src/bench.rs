@@ -1505,7 +1505,7 @@ fn bench_record(n: u32, reps: usize) -> Result<ExitCode, String> {
             .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
             .collect();
         println!(
-            "# overhead per call, shadowgraph / uftrace: {:.2} (median of the rounds' ratios; {:.2}–{:.2})",
+            "# overhead per call, shadowgraph / uftrace: {:.3} (median of the rounds' ratios; {:.2}–{:.2})",
             median(ratios.clone()),
             ratios.iter().cloned().fold(f64::INFINITY, f64::min),
             ratios.iter().cloned().fold(0.0, f64::max)
