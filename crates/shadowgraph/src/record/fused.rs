@@ -834,7 +834,8 @@ macro_rules! entry_head {
                 $ring,
                 "81f",
                 reg,
-                "40"
+                "40",
+                ""
             ),
         )
     };
@@ -889,9 +890,10 @@ macro_rules! thread_op {
 // The rest of entry_head from the bracket on: the user (`$user`, which
 // jumps to `$general` if there is none), `$ring`, the stack, curr and the
 // new call's depth, to label 4; anything unusual jumps to `$general`.
-// `$slot`: the offset from rsp of the call's return slot. r10 is kept.
+// `$slot`: the offset from rsp of the call's return slot; `$unknown`:
+// run first where `$top` does not recognise the top frame. r10 is kept.
 macro_rules! entry_stack {
-    ($user:expr, $top:expr, $parent:literal, $ring:expr, $general:literal, $tls:ident, $slot:literal) => {
+    ($user:expr, $top:expr, $parent:literal, $ring:expr, $general:literal, $tls:ident, $slot:literal, $unknown:expr) => {
         concat!(
             $user,
             $ring,
@@ -938,6 +940,7 @@ macro_rules! entry_stack {
             // not above f's.
             ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
             "3:\n",
+            $unknown,
             "xor r9d, r9d\n",
             "and eax, 0x3ff\n",
             "jz 4b\n",
@@ -1575,18 +1578,17 @@ std::arch::global_asm!(
     "jne 80f",
     entry_stack!(
         // The fused user's frame word (fgraph::FUSED_FRAME_WORD), rather
-        // than the user: all the path needs of it.
-        concat!(
-            "mov rsi, [rip + {fused_word}]\n",
-            "cmp rsi, {no_frame_word}\n",
-            "je 80f\n",
-        ),
+        // than the user: all the path needs of it. NO_FRAME_WORD (no fused
+        // user) is no stack word: the top frame is then never recognised,
+        // and the way out of line sends the call the general way.
+        "mov rsi, [rip + {fused_word}]\n",
         "cmp rax, rsi\n",
         "{frame_words}",
         "",
         "80f",
         fixed,
-        "24"
+        "24",
+        concat!("cmp rsi, {no_frame_word}\n", "je 80f\n")
     ),
     "cmp r8, [rip + {room_limit}]",
     "jae 80f",
@@ -1676,8 +1678,11 @@ std::arch::global_asm!(
     ".hidden shadowgraph_fused_site_return_plain",
     "shadowgraph_fused_site_return_plain:",
     "endbr64",
-    "push rax",
-    "push rdx",
+    // The result's registers kept in xmm8–9 (free at a function's return:
+    // caller-saved and no result's), out of memory: a pop's load made the
+    // caller's first use of the result wait longer.
+    "movq xmm8, rax",
+    "movq xmm9, rdx",
     plain_record!(
         "shadowgraph_fused_plain_return",
         "90f",
@@ -1707,7 +1712,7 @@ std::arch::global_asm!(
             "cmp rax, [rip + {fused_word}]\n",
             "jne 90f\n",
             "lea r10, [r9 - {frame_words} - 1]\n",
-            "lea rax, [rsp + 8]\n",
+            "lea rax, [rsp - 8]\n",
             "cmp [rdi + r9*8 - 16], rax\n",
             "jne 90f\n",
             // rcx: the frame's function and depth, rotated: func << 16 |
@@ -1728,13 +1733,13 @@ std::arch::global_asm!(
     ),
     "mov r11, [rdi + r10*8]",
     crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r10"),
-    "pop rdx",
-    "pop rax",
+    "movq rdx, xmm9",
+    "movq rax, xmm8",
     "push r11",
     "ret",
     "90:",
-    "pop rdx",
-    "pop rax",
+    "movq rdx, xmm9",
+    "movq rax, xmm8",
     "jmp shadowgraph_site_return_general",
     // The site stubs' entry and return for a recorder with a time filter
     // alone (`-t`): see [`attach_timed`]. Entry: as the site entry above
