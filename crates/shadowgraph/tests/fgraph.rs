@@ -961,6 +961,42 @@ fn frames_skipped_by_longjmp_to_an_untraced_setjmp_are_dropped_at_entry() {
     t.take();
 }
 
+/// A signal handler that interrupted our code (a bracket open below its
+/// calls') drops no frame as dead, whatever the top frame's slot: the
+/// interrupted code may be publishing that frame (written, published,
+/// about to be written again) with the words another handler, which ran
+/// just before the publish, left in it (a frame of that handler's, whose
+/// slot is this one's). Outside such a handler the same frame goes.
+#[test]
+fn a_handler_inside_our_code_drops_no_frame_as_dead() {
+    let _g = serial();
+    let f = fixture();
+    let leaf: extern "C" fn(i32) -> i32 = f._lib.func("g_leaf");
+    let t = Tally::new();
+    let u = counting_user(&[], t);
+    fgraph::register_graph(&u).unwrap();
+    assert_eq!(leaf(2), 4);
+    let ts = fgraph::stack::thread();
+    let base = ts.curr.get();
+    // A frame whose return slot lies below every call's here: dead by the
+    // slots, as a longjmp leaves one, or as the words a handler left.
+    ts.push(0x1000, leaf as usize, 8, 0).unwrap();
+    let top = ts.curr.get();
+    {
+        // The interrupted code's bracket, then the handler's call.
+        let _interrupted = ftrace::quiesce::Bracket::enter();
+        assert_eq!(leaf(2), 4);
+        assert_eq!(ts.curr.get(), top, "a handler's call dropped the top frame");
+    }
+    // At rest, the next call drops it.
+    assert_eq!(leaf(2), 4);
+    assert_eq!(ts.curr.get(), base, "the dead frame stayed");
+    fgraph::unregister_graph(&u).unwrap();
+    let (e, r) = t.take();
+    assert_eq!(by_name(&e, "g_leaf"), by_name(&r, "g_leaf"));
+    clean();
+}
+
 /// SPEC §6.1 #3: signals arriving at any instruction of the entry and
 /// return paths (a 20 µs timer aimed at the thread, over 1000 rounds of
 /// 1000 traced calls), whose handler calls traced functions and — second part — leaves

@@ -183,6 +183,13 @@ impl Bracket {
         }
         w.store(v + 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
+        if v & 0xffff == 0 {
+            // Again: a signal handler that ran between the anchor's store
+            // and the word's found the thread at rest and anchored its own
+            // brackets there; a second one inside this bracket, entered
+            // from about as deep, would then take it for abandoned.
+            local().outer_anchor.set(anchor);
+        }
         Bracket(p)
     }
 
@@ -207,6 +214,8 @@ impl Bracket {
         c.outer_anchor.set(anchor);
         w.store(v + 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
+        // Again, as in enter_at.
+        c.outer_anchor.set(anchor);
         Some(Bracket(p))
     }
 }

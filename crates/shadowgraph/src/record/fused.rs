@@ -823,6 +823,10 @@ macro_rules! entry_head {
             "lea rax, [rsp + 40]\n",
             "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
             "inc qword ptr [rdx]\n",
+            // Again: a signal handler that ran just before the `inc` found
+            // the thread at rest and anchored its own brackets (see
+            // quiesce::Bracket::enter_at).
+            "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
             entry_stack!(
                 // The sole graph user is a fused recorder (so the manager
                 // is registered: fgraph::FUSED) with a ring on this thread.
@@ -1068,6 +1072,8 @@ macro_rules! return_head {
             "lea rax, [rsp + 8]\n",
             "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
             "inc qword ptr [r8]\n",
+            // Again, as at entry.
+            "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
             "mov rsi, [rip + {fused}]\n",
             "test rsi, rsi\n",
             "jz 91f\n",
