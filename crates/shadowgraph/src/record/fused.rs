@@ -563,9 +563,10 @@ macro_rules! ring_record {
 
 // A record {time, $word} in ring r11 for the plain site entry and return,
 // which hold no bracket: one restartable sequence (as ring_record's) that
-// goes to `$general` — untouched, the ring as it was — unless `$user`
-// finds the fused user still published (a grace period that unpublished
-// it restarts the sequence: quiesce::fence_rseq_too), `$pre` passes, the
+// goes to `$general` — untouched, the ring as it was — unless `$user` and
+// `$pre` find the fused user still published (its frame word: a grace
+// period that unpublished it restarts the sequence:
+// quiesce::fence_rseq_too) and the rest `$pre` checks passes, the
 // ring is at rest (`head` = `reserve`: no record of this thread is between
 // its claim and its publish), `$witness` finds the ring's depth
 // (`reserve`'s bits 0..15, in ax) where this call's record belongs (an
@@ -862,8 +863,15 @@ macro_rules! entry_saves {
     };
 }
 
-// The seven registers the plain site entry saves (rax rdi pushed, rcx rdx
-// rsi r8 r9 in xmm8–12, as entry_saves), restored.
+// The seven registers the plain site entry saves: rax rdi pushed, rcx rdx
+// rsi r8 r9 in xmm8–12, as entry_saves (r10 is left alone, r11 is the
+// stub's site, free at a function's entry); and the same restored.
+macro_rules! plain_saves {
+    () => {
+        "push rax\npush rdi\nmovq xmm8, rcx\nmovq xmm9, rdx\nmovq xmm10, rsi\nmovq xmm11, r8\nmovq xmm12, r9\n"
+    };
+}
+
 macro_rules! plain_pop_saved {
     () => {
         "movq r9, xmm12\nmovq r8, xmm11\nmovq rsi, xmm10\nmovq rdx, xmm9\nmovq rcx, xmm8\npop rdi\npop rax\n"
@@ -1573,13 +1581,7 @@ std::arch::global_asm!(
     ".hidden shadowgraph_fused_site_entry_plain",
     "shadowgraph_fused_site_entry_plain:",
     "endbr64",
-    "push rax",
-    "push rdi",
-    "movq xmm8, rcx",
-    "movq xmm9, rdx",
-    "movq xmm10, rsi",
-    "movq xmm11, r8",
-    "movq xmm12, r9",
+    plain_saves!(),
     crate::fixed_tls!("cmp ", "dword", "tp_local", "{l_rec}", ", 0"),
     "jne 80f",
     entry_stack!(
