@@ -44,7 +44,6 @@ use crate::ftrace::local::CoreLocal;
 use crate::ftrace::quiesce;
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// Graph filters in the fused path's terms: each site's class (bit 0: a
 /// function of `-F`, bit 1: of `-N`) by site id, whether there is a `-F`
@@ -203,15 +202,11 @@ extern "C" {
 /// (nothing changed) when the records are not timed by the TSC, `inst` is
 /// out of range, or a graph user registered already.
 ///
-/// The user is kept for the life of the process: the plain site entry
-/// reads it before the restartable sequence that checks it is still
-/// published (and the grace period's wait cannot see that read).
-pub fn attach(user: &Arc<GraphUser>, inst: usize, max_depth: u32) -> bool {
-    if !attach_inner(user, inst, max_depth, None, None) {
-        return false;
-    }
-    std::mem::forget(Arc::clone(user));
-    true
+/// The plain site path reads nothing of the user but its frame word, a
+/// copy in fgraph::FUSED_FRAME_WORD (a value its restartable sequences
+/// check again, which grace periods restart): the user goes as any other.
+pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
+    attach_inner(user, inst, max_depth, None, None)
 }
 
 /// [`attach`] for a recorder whose callbacks apply `filter` (its functions,
