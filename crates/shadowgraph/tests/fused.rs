@@ -108,6 +108,12 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
         general * 20 < calls,
         "{general} of {calls} entries by the callback"
     );
+    // The recorder goes (fused::attach keeps no reference to it) while the
+    // threads still call through the sites' stubs: the plain path reads
+    // nothing of it but its frame word's copy, and finds no fused user.
+    assert_eq!(std::sync::Arc::strong_count(&recorder), 1, "held elsewhere");
+    drop(recorder);
+    std::thread::sleep(std::time::Duration::from_millis(20));
     let rounds = workers.stop();
     writer::flush_all();
     assert!(rounds > 0);
