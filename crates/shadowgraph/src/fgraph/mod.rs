@@ -826,11 +826,7 @@ std::arch::global_asm!(
     "cmp qword ptr fs:[rcx + {l_errno}], 0",
     "je 70f",
     "lea rax, [rbp + 16]",
-    "mov qword ptr fs:[rcx + {l_anchor}], rax",
-    "inc qword ptr [rdx]",
-    // Again: a signal handler that ran just before the `inc` found the
-    // thread at rest and anchored its own brackets (quiesce::Bracket).
-    "mov qword ptr fs:[rcx + {l_anchor}], rax",
+    crate::bracket_enter_at_rest!("rcx", "rdx"),
     // The manager still registered, one user, the thread ready.
     "mov rax, [rsp + 0x128]",
     "cmp qword ptr [rax], 0",
@@ -994,10 +990,7 @@ std::arch::global_asm!(
     "je 60f",
     "mov rax, [rsp + 56]",
     "sub rax, 8",
-    "mov qword ptr fs:[rcx + {l_anchor}], rax",
-    "inc qword ptr [rdx]",
-    // Again, as at entry.
-    "mov qword ptr fs:[rcx + {l_anchor}], rax",
+    crate::bracket_enter_at_rest!("rcx", "rdx"),
     // The top frame f (r10) is the returning call's (its slot) and was
     // kept for the sole user alone (its BITMAP word).
     "mov rsi, [rip + {fast}]",

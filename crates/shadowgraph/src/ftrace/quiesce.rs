@@ -147,6 +147,29 @@ fn claim() -> usize {
     0
 }
 
+/// The assembly paths' `Bracket::enter_at_rest`, the thread found at rest:
+/// the anchor in rax stored (at `fs:[$local + {l_anchor}]`, `$local` the
+/// CoreLocal's offset), the bracket word at `[$word]` incremented, and the
+/// anchor stored again: a signal handler that ran just before the
+/// increment found the thread at rest and anchored its own brackets there.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! bracket_enter_at_rest {
+    ($local:literal, $word:literal) => {
+        concat!(
+            "mov qword ptr fs:[",
+            $local,
+            " + {l_anchor}], rax\n",
+            "inc qword ptr [",
+            $word,
+            "]\n",
+            "mov qword ptr fs:[",
+            $local,
+            " + {l_anchor}], rax\n",
+        )
+    };
+}
+
 /// Inside the dispatch bracket while alive (null: no slot could be had).
 pub struct Bracket(*const AtomicU64);
 

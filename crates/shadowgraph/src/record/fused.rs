@@ -817,12 +817,7 @@ macro_rules! entry_head {
             "jne 80f\n",
             // Enter the bracket, anchored at the return slot.
             "lea rax, [rsp + 40]\n",
-            "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
-            "inc qword ptr [rdx]\n",
-            // Again: a signal handler that ran just before the `inc` found
-            // the thread at rest and anchored its own brackets (see
-            // quiesce::Bracket::enter_at).
-            "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
+            crate::bracket_enter_at_rest!("rcx", "rdx"),
             entry_stack!(
                 // The sole graph user is a fused recorder (so the manager
                 // is registered: fgraph::FUSED) with a ring on this thread.
@@ -1073,10 +1068,7 @@ macro_rules! return_head {
             "cmp dword ptr fs:[rcx + {l_rec}], 0\n",
             "jne 90f\n",
             "lea rax, [rsp + 8]\n",
-            "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
-            "inc qword ptr [r8]\n",
-            // Again, as at entry.
-            "mov qword ptr fs:[rcx + {l_anchor}], rax\n",
+            crate::bracket_enter_at_rest!("rcx", "r8"),
             "mov rsi, [rip + {fused}]\n",
             "test rsi, rsi\n",
             "jz 91f\n",
