@@ -514,6 +514,7 @@ extern "C" fn thread_exit(_: *mut libc::c_void) {
     while let Some(start) = t.frame_below(t.curr.get()) {
         finish_frame(t, start, &r, true);
     }
+    t.has_stack.set(false);
     let s = t.stack.replace(std::ptr::null_mut());
     stack::release(s);
 }
@@ -835,11 +836,9 @@ std::arch::global_asm!(
     "test rsi, rsi",
     "jz 71f",
     crate::fixed_load!("r9", "tp_thread"),
-    "mov rdi, qword ptr fs:[r9 + {t_stack}]",
-    "test rdi, rdi",
-    "jz 71f",
-    "cmp qword ptr fs:[r9 + {t_blockers}], 0",
+    "cmp qword ptr fs:[r9 + {t_blockers}], {hookable}",
     "jne 71f",
+    "mov rdi, qword ptr fs:[r9 + {t_stack}]",
     // r8 = curr, r10 = depth: one deeper than the top frame's, 0 without
     // one; a top frame whose slot is not above ours: the general way.
     "mov r8, qword ptr fs:[r9 + {t_curr}]",
@@ -1126,6 +1125,7 @@ std::arch::global_asm!(
     t_stack = const offset_of!(ThreadState, stack),
     t_curr = const offset_of!(ThreadState, curr),
     t_blockers = const stack::BLOCKERS,
+    hookable = const stack::HOOKABLE,
     t_offer = const stack::OFFER_WORD,
     t_overrun = const offset_of!(ThreadState, overrun),
     u_frame_word = const offset_of!(GraphUser, frame_word),
@@ -1213,6 +1213,7 @@ fn attach_stack(t: &ThreadState) -> bool {
     t.curr.set(0);
     compiler_fence(Ordering::SeqCst);
     t.stack.set(s);
+    t.has_stack.set(true);
     if let Some(&k) = KEY.get() {
         // SAFETY: a valid key; any non-null value arms the destructor.
         unsafe { libc::pthread_setspecific(k, std::ptr::dangling::<libc::c_void>()) };

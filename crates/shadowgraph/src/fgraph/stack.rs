@@ -153,9 +153,11 @@ impl MinusOneCell {
 /// This thread's graph state. Cells: only this thread (and its signal
 /// handlers, which restore what they change) touch it. Valid all-zero: it
 /// lives in initial-exec TLS (crate::tls), one `fs`-relative address away.
-/// C layout: the assembly fast paths read `pause`, `exiting` and
-/// `unhooked` as one 8-byte word ([`BLOCKERS`]), zero when nothing stops
-/// a call from being hooked.
+/// C layout: the assembly fast paths read `has_stack`, `exiting`,
+/// `unhooked` and `pause` as one 8-byte word ([`BLOCKERS`]), which is
+/// [`HOOKABLE`] when the stack is there and nothing stops a call from
+/// being hooked: one check where there were two (the stack's pointer
+/// and the word).
 #[repr(C)]
 pub struct ThreadState {
     pub stack: Cell<*mut u64>,
@@ -163,13 +165,15 @@ pub struct ThreadState {
     pub curr: Cell<usize>,
     /// Calls not hooked because the stack was full.
     pub overrun: Cell<u64>,
-    pub pause: Cell<u32>,
+    /// `stack` is there: set after it, cleared before it goes.
+    pub has_stack: Cell<bool>,
     pub exiting: Cell<bool>,
     /// The real return addresses are back in their slots (an unwinder is
     /// or was walking this stack); the next hook re-hijacks.
     pub unhooked: Cell<bool>,
-    /// Never written: keeps the blockers' word whole (zero).
-    _blockers_pad: [u8; 2],
+    /// Never written: keeps the blockers' word whole.
+    _blockers_pad: u8,
+    pub pause: Cell<u32>,
     /// Slot whose entry callback is running, −1 outside.
     pub in_entry: MinusOneCell,
     pub reserved_once: Cell<bool>,
@@ -266,14 +270,19 @@ impl Graves {
     }
 }
 
-/// Offset in [`ThreadState`] of the word that is zero when no state stops
-/// hooking (`pause`, `exiting`, `unhooked`).
-pub const BLOCKERS: usize = std::mem::offset_of!(ThreadState, pause);
+/// Offset in [`ThreadState`] of the word that is [`HOOKABLE`] when the
+/// thread has its stack and no state stops hooking (`exiting`,
+/// `unhooked`, `pause`).
+pub const BLOCKERS: usize = std::mem::offset_of!(ThreadState, has_stack);
+/// The [`BLOCKERS`] word of a thread whose calls may be hooked: `has_stack`
+/// (its low byte) alone.
+pub const HOOKABLE: u64 = 1;
 const _: () = assert!(
     BLOCKERS.is_multiple_of(8)
-        && std::mem::offset_of!(ThreadState, exiting) < BLOCKERS + 8
-        && std::mem::offset_of!(ThreadState, unhooked) < BLOCKERS + 8
-        && std::mem::offset_of!(ThreadState, _blockers_pad) + 2 == BLOCKERS + 8
+        && std::mem::offset_of!(ThreadState, exiting) == BLOCKERS + 1
+        && std::mem::offset_of!(ThreadState, unhooked) == BLOCKERS + 2
+        && std::mem::offset_of!(ThreadState, _blockers_pad) == BLOCKERS + 3
+        && std::mem::offset_of!(ThreadState, pause) == BLOCKERS + 4
 );
 
 /// Offset in [`ThreadState`] of the word holding `in_entry` (low half) and
