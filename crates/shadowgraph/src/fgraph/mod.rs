@@ -16,8 +16,8 @@
 pub mod filters;
 pub mod stack;
 
-use crate::ftrace::dispatch::try_lock_at_rest;
 use crate::ftrace::dispatch::ErrnoGuard;
+use crate::ftrace::dispatch::{held, try_lock_at_rest};
 use crate::ftrace::local::CoreLocal;
 use crate::ftrace::quiesce::{self, Bracket};
 use crate::ftrace::{
@@ -683,12 +683,12 @@ pub(crate) extern "C" fn manager_tramp_entry(
             let t = thread();
             let fast = FAST.load(Ordering::Acquire);
             if !fast.is_null() && t.ready() {
-                if let Some(bit) = try_lock_at_rest(Group::Graph) {
+                if let Some(bit) = lock_graph(t, true) {
                     // SAFETY: a published user outlives the grace period
                     // that follows its removal from FAST; we are inside
                     // the bracket.
                     enter_fast(t, unsafe { &*fast }, regs);
-                    unlock(bit);
+                    unlock_graph(t, bit);
                     return crate::tramp::EntryAction::default();
                 }
             }
@@ -752,13 +752,16 @@ macro_rules! leave_at_rest {
     };
 }
 
-// The recursion bit given back, errno as saved at `$errno`, the bracket
-// left. Clobbers rax, rcx, rdx.
+// The recursion bit given back (graph_busy 0 again: the fast paths take
+// it at rest), errno as saved at `$errno`, the bracket left. Clobbers
+// rax, rcx, rdx.
 macro_rules! fast_done {
     ($errno:literal) => {
         concat!(
             crate::fixed_load!("rcx", "tp_local"),
             "and dword ptr fs:[rcx + {l_rec}], {unbit}\n",
+            crate::fixed_load!("rdx", "tp_thread"),
+            "mov byte ptr fs:[rdx + {t_busy}], 0\n",
             "mov rax, qword ptr fs:[rcx + {l_errno}]\n",
             "mov edx, dword ptr [rsp + ",
             $errno,
@@ -871,8 +874,10 @@ std::arch::global_asm!(
     // Room for the frame, else the general way counts an overrun.
     "cmp r8, [rip + {room_limit}]",
     "jae 71f",
-    // The recursion bit and errno, as `try_lock_at_rest` and ErrnoGuard.
+    // The recursion bit and errno, as `lock_graph` (at rest: graph_busy
+    // 1) and ErrnoGuard.
     "mov dword ptr fs:[rcx + {l_rec}], {bit}",
+    "mov byte ptr fs:[r9 + {t_busy}], 1",
     "mov rax, qword ptr fs:[rcx + {l_errno}]",
     "mov eax, dword ptr [rax]",
     "mov dword ptr [rsp + 0x130], eax",
@@ -1015,6 +1020,7 @@ std::arch::global_asm!(
     "cmp rax, [rsi + {u_frame_word}]",
     "jne 61f",
     "mov dword ptr fs:[rcx + {l_rec}], {bit}",
+    "mov byte ptr fs:[r9 + {t_busy}], 1",
     "mov rax, qword ptr fs:[rcx + {l_errno}]",
     "mov eax, dword ptr [rax]",
     "mov dword ptr [rsp + 64], eax",
@@ -1126,6 +1132,7 @@ std::arch::global_asm!(
     t_curr = const offset_of!(ThreadState, curr),
     t_blockers = const stack::BLOCKERS,
     hookable = const stack::HOOKABLE,
+    t_busy = const std::mem::offset_of!(ThreadState, graph_busy),
     t_offer = const stack::OFFER_WORD,
     t_overrun = const offset_of!(ThreadState, overrun),
     u_frame_word = const offset_of!(GraphUser, frame_word),
@@ -1166,6 +1173,35 @@ fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {
     graph_entry_inline(ip, parent_ip, regs)
 }
 
+/// fgraph's recursion bit (Group::Graph), taken as `try_lock` does, or only
+/// with no bit held at all (`try_lock_at_rest`), and mirrored in the
+/// thread's `graph_busy`: how many of its bits the thread holds, set from
+/// the recursion word itself (a count left by a holder that never came
+/// back, after the core reset the bits, is mended at the next take). The
+/// assembly fast paths read it in the blockers word: the plain fused
+/// entry, which holds no bit and no bracket, finds there that fgraph's
+/// code is at work on the thread (a frame perhaps written and not yet
+/// published, or published and not yet written again) without reading
+/// the core's recursion word.
+#[inline(always)]
+fn lock_graph(t: &ThreadState, at_rest: bool) -> Option<u32> {
+    let bit = if at_rest {
+        try_lock_at_rest(Group::Graph)?
+    } else {
+        try_lock(Group::Graph)?
+    };
+    t.graph_busy.set(held(Group::Graph));
+    compiler_fence(Ordering::SeqCst);
+    Some(bit)
+}
+
+/// Gives back a bit of [`lock_graph`].
+#[inline(always)]
+fn unlock_graph(t: &ThreadState, bit: u32) {
+    unlock(bit);
+    t.graph_busy.set(held(Group::Graph));
+}
+
 #[inline(always)]
 fn graph_entry_inline(ip: usize, parent_ip: usize, regs: &mut Regs) {
     let t = thread();
@@ -1175,11 +1211,11 @@ fn graph_entry_inline(ip: usize, parent_ip: usize, regs: &mut Regs) {
             return;
         }
     }
-    let Some(bit) = try_lock(Group::Graph) else {
+    let Some(bit) = lock_graph(t, false) else {
         return;
     };
     enter(t, ip, parent_ip, regs);
-    unlock(bit);
+    unlock_graph(t, bit);
 }
 
 /// The thread has no stack yet, is exiting or paused, or an unwinder left
@@ -1193,11 +1229,11 @@ fn prepare_slow(t: &ThreadState, regs: &Regs) -> bool {
         return false;
     }
     if t.unhooked.get() {
-        let Some(bit) = try_lock(Group::Graph) else {
+        let Some(bit) = lock_graph(t, false) else {
             return false;
         };
         rehook_in(t, regs.parent_slot as usize);
-        unlock(bit);
+        unlock_graph(t, bit);
     }
     true
 }
@@ -1476,7 +1512,7 @@ extern "C" fn graph_return(r: &mut RetRegs) -> usize {
                 let fast = FAST.load(Ordering::Acquire);
                 // SAFETY: as in manager_tramp_entry.
                 if !fast.is_null() && w == unsafe { &*fast }.frame_word.load(Ordering::Relaxed) {
-                    if let Some(bit) = try_lock_at_rest(Group::Graph) {
+                    if let Some(bit) = lock_graph(t, true) {
                         // SAFETY: as above.
                         return return_fast(t, f, w, unsafe { &*fast }, r, bit);
                     }
@@ -1505,7 +1541,7 @@ fn return_fast(t: &ThreadState, f: usize, w: u64, u: &GraphUser, r: &RetRegs, bi
         unwound: false,
     };
     (u.ret)(&ev, u, r);
-    unlock(bit);
+    unlock_graph(t, bit);
     let ret = t.word(f) as usize;
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
@@ -1586,7 +1622,7 @@ fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
         // the frame, found dead later, reports no second return.
         t.set_word(f + stack::FRAME_WORDS, w & !(0xffff << 12));
     }
-    if let Some(bit) = try_lock(Group::Graph) {
+    if let Some(bit) = lock_graph(t, false) {
         let ev = GraphReturn {
             func: t.frame_func(f),
             depth: depth as i32,
@@ -1623,7 +1659,7 @@ fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
             }
         }
         t.event_time.store(0, Ordering::Relaxed);
-        unlock(bit);
+        unlock_graph(t, bit);
     }
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);

@@ -154,10 +154,11 @@ impl MinusOneCell {
 /// handlers, which restore what they change) touch it. Valid all-zero: it
 /// lives in initial-exec TLS (crate::tls), one `fs`-relative address away.
 /// C layout: the assembly fast paths read `has_stack`, `exiting`,
-/// `unhooked` and `pause` as one 8-byte word ([`BLOCKERS`]), which is
-/// [`HOOKABLE`] when the stack is there and nothing stops a call from
-/// being hooked: one check where there were two (the stack's pointer
-/// and the word).
+/// `unhooked`, `graph_busy` and `pause` as one 8-byte word
+/// ([`BLOCKERS`]), which is [`HOOKABLE`] when the stack is there, fgraph's
+/// code is not at work on the thread, and nothing stops a call from being
+/// hooked: one check where there were three (the stack's pointer, the
+/// word, and, on the plain fused entry, the core's recursion word).
 #[repr(C)]
 pub struct ThreadState {
     pub stack: Cell<*mut u64>,
@@ -171,8 +172,11 @@ pub struct ThreadState {
     /// The real return addresses are back in their slots (an unwinder is
     /// or was walking this stack); the next hook re-hijacks.
     pub unhooked: Cell<bool>,
-    /// Never written: keeps the blockers' word whole.
-    _blockers_pad: u8,
+    /// How many of fgraph's recursion bits (Group::Graph) the thread holds
+    /// ([`crate::fgraph`]'s `lock_graph`): non-zero while fgraph's code is
+    /// at work on it, e.g. between a frame's write and its publish, where
+    /// a signal handler's call must not take the top frame as it stands.
+    pub graph_busy: Cell<u8>,
     pub pause: Cell<u32>,
     /// Slot whose entry callback is running, −1 outside.
     pub in_entry: MinusOneCell,
@@ -272,7 +276,7 @@ impl Graves {
 
 /// Offset in [`ThreadState`] of the word that is [`HOOKABLE`] when the
 /// thread has its stack and no state stops hooking (`exiting`,
-/// `unhooked`, `pause`).
+/// `unhooked`, `graph_busy`, `pause`).
 pub const BLOCKERS: usize = std::mem::offset_of!(ThreadState, has_stack);
 /// The [`BLOCKERS`] word of a thread whose calls may be hooked: `has_stack`
 /// (its low byte) alone.
@@ -281,7 +285,7 @@ const _: () = assert!(
     BLOCKERS.is_multiple_of(8)
         && std::mem::offset_of!(ThreadState, exiting) == BLOCKERS + 1
         && std::mem::offset_of!(ThreadState, unhooked) == BLOCKERS + 2
-        && std::mem::offset_of!(ThreadState, _blockers_pad) == BLOCKERS + 3
+        && std::mem::offset_of!(ThreadState, graph_busy) == BLOCKERS + 3
         && std::mem::offset_of!(ThreadState, pause) == BLOCKERS + 4
 );
 

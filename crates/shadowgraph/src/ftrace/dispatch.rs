@@ -361,6 +361,12 @@ pub fn try_lock_at_rest(g: Group) -> Option<u32> {
     Some(bit)
 }
 
+/// How many of group `g`'s bits this thread holds (0 to 3).
+#[inline(always)]
+pub fn held(g: Group) -> u8 {
+    ((local().rec.get() >> g as u32) & 0b111).count_ones() as u8
+}
+
 #[inline]
 pub fn unlock(bit: u32) {
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
