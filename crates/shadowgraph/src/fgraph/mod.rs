@@ -514,7 +514,10 @@ extern "C" fn thread_exit(_: *mut libc::c_void) {
     while let Some(start) = t.frame_below(t.curr.get()) {
         finish_frame(t, start, &r, true);
     }
+    // The flag first, then the pointer (a signal handler's entry reads
+    // the pointer only after the flag: ThreadState).
     t.has_stack.set(false);
+    compiler_fence(Ordering::SeqCst);
     let s = t.stack.replace(std::ptr::null_mut());
     stack::release(s);
 }
@@ -1249,6 +1252,7 @@ fn attach_stack(t: &ThreadState) -> bool {
     t.curr.set(0);
     compiler_fence(Ordering::SeqCst);
     t.stack.set(s);
+    compiler_fence(Ordering::SeqCst);
     t.has_stack.set(true);
     if let Some(&k) = KEY.get() {
         // SAFETY: a valid key; any non-null value arms the destructor.
