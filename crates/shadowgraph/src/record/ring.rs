@@ -635,7 +635,10 @@ impl Ring {
         }
         let seg_raw = line.raw0();
         self.convert(from, to, |t| {
-            if t < seg_raw && prev.rate() != 0 {
+            if t >= seg_raw {
+                // The common case: the current piece (its rate is never 0).
+                line.to_ns_from_start(t)
+            } else if prev.rate() != 0 {
                 prev.to_ns(t)
             } else {
                 line.to_ns(t)
