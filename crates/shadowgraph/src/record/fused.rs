@@ -572,9 +572,9 @@ macro_rules! ring_record {
 // the frame and the ring a level apart: the entry records its calls where
 // the ring says the thread is, and anything else out of step goes the
 // general way, whose callbacks then record at the ring's depth
-// (`Depth::Follow`). One that lands in the sequence is sent back to its
-// start first, as with ring_record (through `$fix`, which restores what
-// the sequence may have changed that its start needs). Nothing in the
+// (`Depth::Follow`). One that lands in the sequence sends the thread to
+// `$resume` first: the sequence's start, as with ring_record, or where
+// the registers it may have reused are not needed. Nothing in the
 // sequence may jump out of it and come back: outside its range the kernel
 // neither restarts it nor keeps it armed. `$make_word` makes `$word`;
 // everything but the time is made before the clock read (the slot's
@@ -583,7 +583,7 @@ macro_rules! ring_record {
 // the witness found it). Labels `$name`_*; clobbers rax, rdx, `$slot`,
 // xmm13 and the flags.
 macro_rules! plain_record {
-    ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:expr, $step:literal, $pre:expr, $make_word:expr, $fix:expr) => {
+    ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:expr, $step:literal, $pre:expr, $make_word:expr, $resume:expr) => {
         concat!(
             $name,
             "_restart:\n",
@@ -640,7 +640,7 @@ macro_rules! plain_record {
             $name,
             "_post:\n",
             ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
-            rseq_abort!($name, $fix),
+            rseq_abort!($name, $resume),
             ".popsection\n",
             rseq_descriptor!($name),
         )
@@ -648,13 +648,13 @@ macro_rules! plain_record {
 }
 
 // The abort handler of restartable sequence `$name` (labels `$name`_*):
-// counted, `$fix` (if given), then back to `$name`_restart, which arms the
-// sequence again.
+// counted, then back to `$name`_restart, which arms the sequence again,
+// or on to `$resume`.
 macro_rules! rseq_abort {
     ($name:literal) => {
-        rseq_abort!($name, "")
+        rseq_abort!($name, concat!($name, "_restart"))
     };
-    ($name:literal, $fix:expr) => {
+    ($name:literal, $resume:expr) => {
         concat!(
             // glibc's signature (RSEQ_SIG), which the kernel checks before
             // an abort handler.
@@ -662,10 +662,9 @@ macro_rules! rseq_abort {
             $name,
             "_abort:\n",
             "lock inc qword ptr [rip + {rseq_restarts}]\n",
-            $fix,
             "jmp ",
-            $name,
-            "_restart\n",
+            $resume,
+            "\n",
         )
     };
 }
@@ -1569,10 +1568,9 @@ std::arch::global_asm!(
     // (the frame's word is made in rcx, the record's in rdi once the frame
     // is pushed, the slot's offset in rcx then; the user's frame word is
     // read where it is needed rather than kept: measured, 0.24 ns a call
-    // less). The call's return slot: rsp + 24.
-    // Each on a cache line of its own: builds that differed elsewhere
-    // only moved the recorded call's cost by up to 0.2 ns as the linker
-    // placed these.
+    // less). The call's return slot: rsp + 24. This entry and the return
+    // below each start a cache line: builds that differed elsewhere moved
+    // the recorded call's cost by up to 0.2 ns as the linker placed them.
     ".p2align 6",
     ".globl shadowgraph_fused_site_entry_plain",
     ".hidden shadowgraph_fused_site_entry_plain",
@@ -1656,9 +1654,10 @@ std::arch::global_asm!(
             "mov [rdi + r8*8 + 16], rdx\n",
             "lea rdx, [r8 + 4]\n",
             crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", rdx"),
-            // rdi (the stack no longer needed): the record's word, {time, Entry | MAGIC | depth << 6 |
-            // func << 16}: rcx rotated is func << 16 | depth (< 1023), to
-            // which 63 × depth and the bits add without carrying.
+            // rdi (the stack no longer needed): the record's word,
+            // {time, Entry | MAGIC | depth << 6 | func << 16}: rcx rotated
+            // is func << 16 | depth (< 1023), to which 63 × depth and the
+            // bits add without carrying.
             "mov rdi, rcx\n",
             "rol rdi, 16\n",
             "imul rdx, r9, 63\n",
@@ -1668,7 +1667,7 @@ std::arch::global_asm!(
         // registers are reused as it goes (rcx, the frame's word, for the
         // slot's offset), and the general way makes the call's frame and
         // record from the state as the interruption left it.
-        "jmp 82f\n"
+        "82f"
     ),
     "cmp rsp, rsp",
     plain_pop_saved!(),
@@ -1750,7 +1749,8 @@ std::arch::global_asm!(
         // The record's word, {time, Exit | MAGIC | depth << 6 | func <<
         // 16}: 63 × depth and the bits add to rcx without carrying.
         concat!("imul rdx, r8, 63\n", "lea rcx, [rcx + rdx + {exit_bits}]\n",),
-        ""
+        // An abort: the sequence again (it only read before its commit).
+        "shadowgraph_fused_plain_return_restart"
     ),
     "mov r11, [rdi + r10*8]",
     crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r10"),
