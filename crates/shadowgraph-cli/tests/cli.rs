@@ -3442,8 +3442,9 @@ const MT_SIG_C: &str = "#include <pthread.h>\n#include <signal.h>\n#include <std
 /// Eight threads run traced recursions while a process timer's handler,
 /// delivered to whichever thread the kernel picks, calls traced functions
 /// 2000 times: on two cores the threads are preempted and signalled inside
-/// their records all the time (with rseq, the kernel restarts those
-/// records: some must have been). Every thread's records stay whole: each
+/// their records all the time (with rseq, the kernel aborts those
+/// records, which start again or, on the plain entry, go the general way:
+/// some must have been). Every thread's records stay whole: each
 /// call closes, in time order, at the depth its place says; nothing is
 /// lost; every handler call is there. The same without rseq.
 #[test]
