@@ -454,8 +454,9 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
             Err(e) => failed.push(format!("{}: {e}", shm.display())),
         }
     }
-    let (shm, collector) =
+    let (shm, mut collector) =
         made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
+    collector.keep_spares(shadowgraph::record::writer::shared_ring_len(opts.buffer));
     let collector = collector.spawn();
     let _signals = ForwardSignals::install();
     // Unless told not to, the recording lasts as long as the program's

@@ -73,9 +73,10 @@ pub fn map_anonymous(len: usize) -> Option<*mut u8> {
 }
 
 /// Maps `len` bytes of the open file `fd` read-write and shared (a ring
-/// file: the writer and the traced threads see the same bytes). None if
-/// mmap fails. Async-signal-safe.
-pub fn map_shared(fd: i32, len: usize) -> Option<*mut u8> {
+/// file: the writer and the traced threads see the same bytes), with its
+/// pages mapped at once if `populate` (cheap for pages already in memory).
+/// None if mmap fails. Async-signal-safe.
+pub fn map_shared(fd: i32, len: usize, populate: bool) -> Option<*mut u8> {
     // SAFETY: mapping a file descriptor the caller owns; no existing memory
     // is touched (the kernel picks the address).
     let p = unsafe {
@@ -83,7 +84,7 @@ pub fn map_shared(fd: i32, len: usize) -> Option<*mut u8> {
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
+            libc::MAP_SHARED | if populate { libc::MAP_POPULATE } else { 0 },
             fd,
             0,
         )

@@ -96,6 +96,25 @@ pub struct Collector {
     totals: HashMap<PathBuf, Totals>,
     /// Per instance directory: thread → (process, parent process).
     tasks: HashMap<PathBuf, std::collections::BTreeMap<i32, (i32, i32)>>,
+    /// The spare rings kept ready for new threads (`writer::spare_count`).
+    spares: Spares,
+}
+
+/// Spare rings: files of a ring's length whose pages the writer has
+/// touched, named `spare-<len>-<i>` for the traced threads to take (see
+/// `writer::SPARE_RINGS`). The page faults of a new ring are then the
+/// writer's, taken while it would wait anyway, not the traced thread's.
+#[derive(Default)]
+struct Spares {
+    /// Ring length (0: none kept).
+    len: usize,
+    /// How many are kept at most: one until the program has made a second
+    /// ring (most have one thread; the spares are freed at the end).
+    count: usize,
+    /// Rings mapped so far.
+    rings: usize,
+    /// Some slot may be empty (a ring appeared since the last look).
+    check: bool,
 }
 
 /// Where the shared-memory directory of a recording may go, best first:
@@ -169,7 +188,50 @@ impl Collector {
             rings: Vec::new(),
             seen: HashSet::new(),
             files: HashMap::new(),
+            spares: Spares::default(),
         })
+    }
+
+    /// Keeps spare rings of `len` bytes ready for new threads: the writer
+    /// thread ([`Collector::spawn`]) makes the first while the program
+    /// starts, for its first thread to take.
+    pub fn keep_spares(&mut self, len: usize) {
+        self.spares = Spares {
+            len,
+            count: super::writer::spare_count(len),
+            rings: 0,
+            check: true,
+        };
+    }
+
+    /// Makes one missing spare ring, if any is missing; whether it made
+    /// one.
+    fn refill_spare(&mut self) -> bool {
+        if !self.spares.check {
+            return false;
+        }
+        let mut name = [0u8; 48];
+        let count = if self.spares.rings > 1 {
+            self.spares.count
+        } else {
+            self.spares.count.min(1)
+        };
+        for i in 0..count {
+            let n = super::writer::spare_name(self.spares.len, i, &mut name);
+            let path = self
+                .shm
+                .join(std::str::from_utf8(&name[..n]).unwrap_or("spare"));
+            if path.exists() {
+                continue;
+            }
+            if make_spare(&self.shm.join("spare.new"), &path, self.spares.len).is_err() {
+                // No memory for it: the threads fault their rings in.
+                self.spares.count = 0;
+            }
+            return true;
+        }
+        self.spares.check = false;
+        false
     }
 
     /// Where instance `inst` of session `session` writes.
@@ -217,6 +279,9 @@ impl Collector {
             match map_ring(&e.path()) {
                 Some((ring, base, len)) => {
                     self.seen.insert(name.clone());
+                    // Perhaps a spare taken: made again.
+                    self.spares.rings += 1;
+                    self.spares.check = true;
                     let h = ring.header();
                     let dir = self.dir_of(h.session, h.inst as usize);
                     let fd = self
@@ -389,8 +454,10 @@ impl Collector {
                     // Busy rings are drained often (a full ring makes its
                     // thread wait), at once again after a round that moved
                     // BEHIND records or more (the writer is behind); idle,
-                    // a wake-up per 250 µs.
-                    if moved >= BEHIND {
+                    // a wake-up per 250 µs. A spare ring taken is made
+                    // again in a round that is not behind, in its nap's
+                    // stead.
+                    if moved >= BEHIND || c.refill_spare() {
                         continue;
                     }
                     // A nap `finish` cuts short (unpark): the last drain
@@ -454,6 +521,48 @@ fn creation_order(name: &OsString) -> (u64, u64, u64, u64) {
     (at(3), at(0), at(1), at(2))
 }
 
+/// Makes the spare ring `path` of `len` bytes: built as `tmp`, its memory
+/// allocated (an error, not a SIGBUS, when there is none) and its pages
+/// touched, then renamed into place whole.
+fn make_spare(tmp: &Path, path: &Path, len: usize) -> io::Result<()> {
+    let _ = std::fs::remove_file(tmp);
+    let f = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(tmp)?;
+    let made = (|| {
+        f.set_len(len as u64)?;
+        // SAFETY: allocating the blocks of our own file.
+        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+            let e = io::Error::last_os_error();
+            if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::ENOMEM)) {
+                return Err(e);
+            }
+        }
+        let base = crate::sys::map_shared(f.as_raw_fd(), len, false)
+            .ok_or_else(io::Error::last_os_error)?;
+        // SAFETY: base maps len bytes of our file until the munmap; the
+        // pages are written with the zeros they hold (the ring must be
+        // zeroed when a thread takes it), where the kernel cannot populate
+        // them itself (before Linux 5.14).
+        unsafe {
+            if libc::madvise(base.cast(), len, libc::MADV_POPULATE_WRITE) != 0 {
+                let page = crate::sys::page_size();
+                for at in (0..len).step_by(page) {
+                    std::ptr::write_volatile(base.add(at), 0);
+                }
+            }
+            libc::munmap(base.cast(), len);
+        }
+        std::fs::rename(tmp, path)
+    })();
+    if made.is_err() {
+        let _ = std::fs::remove_file(tmp);
+    }
+    made
+}
+
 /// Maps a ring file, if it holds an initialised ring.
 fn map_ring(path: &Path) -> Option<(Ring, *mut libc::c_void, usize)> {
     let f = File::options().read(true).write(true).open(path).ok()?;
@@ -461,7 +570,7 @@ fn map_ring(path: &Path) -> Option<(Ring, *mut libc::c_void, usize)> {
     if len == 0 {
         return None;
     }
-    let base = crate::sys::map_shared(f.as_raw_fd(), len)? as *mut libc::c_void;
+    let base = crate::sys::map_shared(f.as_raw_fd(), len, false)? as *mut libc::c_void;
     // SAFETY: base maps len bytes until we unmap it (Mapped's drop).
     match unsafe { Ring::attach(base as *mut u8, len) } {
         Some(r) => Some((r, base, len)),
@@ -502,7 +611,7 @@ mod tests {
             .open(&path)
             .unwrap();
         f.set_len(len as u64).unwrap();
-        let base = crate::sys::map_shared(f.as_raw_fd(), len).unwrap();
+        let base = crate::sys::map_shared(f.as_raw_fd(), len, false).unwrap();
         // SAFETY: a fresh shared mapping of the zeroed file's whole length,
         // page-aligned, never unmapped while the test runs.
         let ring = unsafe { Ring::init(base, 0, dead, dead, 4096, 0, 0) };
@@ -518,6 +627,89 @@ mod tests {
         let done = c.finish();
         let t = done.totals[&top];
         assert_eq!((t.written, t.lost), (2, 3));
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    /// Spare rings: one while the program has made one ring, up to
+    /// `spare_count` once it has made a second; each is whole, zeroed and
+    /// in memory when it gets its name, and of threads racing for one,
+    /// exactly one takes it (the others make their own).
+    #[test]
+    fn spare_rings_are_made_whole_and_taken_once() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = std::env::temp_dir().join(format!("sg-spare-test-{}", std::process::id()));
+        let (shm, top) = (tmp.join("shm"), tmp.join("data"));
+        std::fs::create_dir_all(&top).unwrap();
+        let mut c = Collector::new(&shm, &top, vec![PathBuf::new()]).unwrap();
+        let len = ring_bytes(4096);
+        c.keep_spares(len);
+        let spares = |c: &Collector| {
+            let mut v: Vec<String> = std::fs::read_dir(&c.shm)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("spare"))
+                .collect();
+            v.sort();
+            v
+        };
+        while c.refill_spare() {}
+        assert_eq!(spares(&c), [format!("spare-{len}-0")]);
+        let m = std::fs::metadata(shm.join(format!("spare-{len}-0"))).unwrap();
+        assert_eq!(m.len() as usize, len);
+        assert!(m.blocks() as usize * 512 >= len, "its memory is allocated");
+
+        // Eight threads race for the one spare; all get a ring.
+        let dir = std::ffi::CString::new(shm.as_os_str().as_encoded_bytes()).unwrap();
+        let taken: Vec<bool> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|t| {
+                    let dir = dir.clone();
+                    let shm = &shm;
+                    s.spawn(move || {
+                        let mut path = [0u8; 4096];
+                        let name = shm.join(format!("0-1-{t}-{t}-0.ring"));
+                        let b = name.as_os_str().as_encoded_bytes();
+                        path[..b.len()].copy_from_slice(b);
+                        let got = crate::record::writer::claim_spare(&dir, len, &path);
+                        if let Some(p) = got {
+                            // SAFETY: the claimed mapping is len bytes long.
+                            let ring = unsafe { std::slice::from_raw_parts_mut(p, len) };
+                            assert!(ring.iter().all(|&b| b == 0), "a spare is zeroed");
+                            ring[len - 1] = 1;
+                            // SAFETY: our mapping, unused from here.
+                            unsafe { libc::munmap(p.cast(), len) };
+                        }
+                        got.is_some()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(taken.iter().filter(|&&t| t).count(), 1, "{taken:?}");
+        assert!(spares(&c).is_empty());
+
+        // The program makes two rings (the claimed file above holds none
+        // yet: not counted): now the writer keeps all its spares.
+        for t in 0..2 {
+            let f = File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(shm.join(format!("0-1-{}-9-0.ring", 100 + t)))
+                .unwrap();
+            f.set_len(len as u64).unwrap();
+            let base = crate::sys::map_shared(f.as_raw_fd(), len, false).unwrap();
+            // SAFETY: a fresh shared mapping of the zeroed file's length.
+            unsafe { Ring::init(base, 0, 100 + t, 1, 4096, 0, 0) };
+        }
+        c.scan();
+        while c.refill_spare() {}
+        let want: Vec<String> = (0..crate::record::writer::spare_count(len))
+            .map(|i| format!("spare-{len}-{i}"))
+            .collect();
+        assert_eq!(spares(&c), want);
+        drop(c);
         let _ = std::fs::remove_dir_all(&tmp);
     }
 }

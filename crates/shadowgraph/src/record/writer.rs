@@ -73,11 +73,48 @@ static SESSION: AtomicU64 = AtomicU64::new(0);
 /// local ring makes one `write` per 131,072 records).
 static SHARED_RECORDS: AtomicU64 = AtomicU64::new(RING_RECORDS);
 
-/// Sets the size of the threads' rings: `bytes` of records, rounded up to a
-/// power of two of at least 4096 records (64 KiB).
+/// Records per ring for `bytes` of records: rounded up to a power of two of
+/// at least 4096 records (64 KiB).
+fn records_for(bytes: u64) -> u64 {
+    (bytes / 16).max(4096).next_power_of_two()
+}
+
+/// Sets the size of the threads' rings: `bytes` of records (see
+/// [`records_for`]).
 pub fn set_ring_bytes(bytes: u64) {
-    let records = (bytes / 16).max(4096).next_power_of_two();
-    SHARED_RECORDS.store(records, Ordering::Relaxed);
+    SHARED_RECORDS.store(records_for(bytes), Ordering::Relaxed);
+}
+
+/// The length of a ring file for `bytes` of records (None: the default
+/// size), as the traced threads make them.
+pub fn shared_ring_len(bytes: Option<u64>) -> usize {
+    ring_bytes(bytes.map_or(RING_RECORDS, records_for))
+}
+
+/// Spare rings the writer keeps at most, ready for new threads: files
+/// whose memory the writer has already touched, so that a thread which
+/// takes one maps its pages at once instead of faulting each of them in
+/// while it records (about 2 µs a page in a VM: a millisecond for a 2 MiB
+/// ring, all of it in the traced thread's first lap of its ring).
+const SPARE_RINGS: usize = 4;
+/// The memory all spare rings may hold together.
+const SPARE_BYTES: usize = 16 << 20;
+
+/// How many spare rings of `len` bytes the writer keeps (none of rings
+/// larger than 16 MiB: memory held for threads that may never come).
+pub fn spare_count(len: usize) -> usize {
+    (SPARE_BYTES / len.max(1)).min(SPARE_RINGS)
+}
+
+/// Writes the file name of spare ring `i` of `len` bytes,
+/// `spare-<len>-<i>`, to `buf` (at least 48 bytes); returns its length.
+/// The length is in the name so that a ring of another size is never
+/// taken.
+pub fn spare_name(len: usize, i: usize, buf: &mut [u8]) -> usize {
+    buf[..6].copy_from_slice(b"spare-");
+    let n = put_decimal(buf, 6, len as u64);
+    buf[n] = b'-';
+    put_decimal(buf, n + 1, i as u64)
 }
 
 /// Names the recording session of this process image: its rings carry it,
@@ -538,7 +575,7 @@ fn account(inst: usize, d: Drained) {
 }
 
 /// "<dir>/<name>" as a NUL-terminated path, without allocating.
-fn path_in(dir: &CString, name: &[u8], out: &mut [u8; 4096]) -> bool {
+fn path_in(dir: &CString, name: &[u8], out: &mut [u8]) -> bool {
     let d = dir.as_bytes();
     if d.len() + 1 + name.len() + 1 > out.len() {
         return false;
@@ -597,9 +634,12 @@ fn create_shared(
         return None;
     }
     let len = ring_bytes(SHARED_RECORDS.load(Ordering::Relaxed));
+    if let Some(p) = claim_spare(dir, len, path) {
+        return Some(p);
+    }
     // SAFETY: path is NUL-terminated; the file is new (O_EXCL) and
-    // sized before it is mapped shared; mmap/ftruncate/close are
-    // async-signal-safe.
+    // sized before it is mapped shared; mmap/ftruncate/fallocate/close
+    // are async-signal-safe.
     unsafe {
         let fd = libc::open(
             path.as_ptr().cast(),
@@ -609,8 +649,14 @@ fn create_shared(
         if fd < 0 {
             return None;
         }
-        let p = if libc::ftruncate(fd, len as libc::off_t) == 0 {
-            crate::sys::map_shared(fd, len)
+        // The memory is taken now, where running out of it is an error
+        // (the thread then writes its own records), not later, where it
+        // would be a SIGBUS in the traced program.
+        let p = if libc::ftruncate(fd, len as libc::off_t) == 0
+            && (libc::fallocate(fd, 0, 0, len as libc::off_t) == 0
+                || !matches!(*libc::__errno_location(), libc::ENOSPC | libc::ENOMEM))
+        {
+            crate::sys::map_shared(fd, len, false)
         } else {
             None
         };
@@ -620,6 +666,42 @@ fn create_shared(
         }
         p
     }
+}
+
+/// Takes one of the writer's spare rings (see [`SPARE_RINGS`]) as the ring
+/// file `path` and maps it with its pages; None if there is none left.
+pub(crate) fn claim_spare(dir: &CString, len: usize, path: &[u8; 4096]) -> Option<*mut u8> {
+    let mut name = [0u8; 48];
+    let mut spare = [0u8; 256]; // small: a signal handler may get here
+    for i in 0..spare_count(len) {
+        let n = spare_name(len, i, &mut name);
+        if !path_in(dir, &name[..n], &mut spare) {
+            return None;
+        }
+        // SAFETY: both paths are NUL-terminated; rename, open, mmap,
+        // close and unlink are async-signal-safe. The rename is atomic:
+        // of the threads (of any process) that try the same spare, one
+        // gets it and the others ENOENT, and what it gets is a whole file
+        // the writer finished before it gave it this name.
+        unsafe {
+            if libc::rename(spare.as_ptr().cast(), path.as_ptr().cast()) != 0 {
+                continue;
+            }
+            let fd = libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC);
+            let p = if fd >= 0 {
+                let p = crate::sys::map_shared(fd, len, true);
+                libc::close(fd);
+                p
+            } else {
+                None
+            };
+            if p.is_none() {
+                libc::unlink(path.as_ptr().cast());
+            }
+            return p;
+        }
+    }
+    None
 }
 
 #[cold]
