@@ -119,11 +119,16 @@ impl ObjectSites {
 
 /// Reads `path` and lists its sites.
 pub fn scan_file(path: &Path) -> Result<ObjectSites, ElfError> {
-    let data = std::fs::read(path).map_err(|e| ElfError {
+    let cannot_read = |e: std::io::Error| ElfError {
         path: path.to_owned(),
         message: format!("cannot read: {e}"),
-    })?;
-    scan_bytes(path, &data)
+    };
+    match crate::sys::MappedFile::open(path) {
+        Ok(data) => scan_bytes(path, &data),
+        // An empty file, or one that cannot be mapped: read (the error
+        // then says what is wrong with it).
+        Err(_) => scan_bytes(path, &std::fs::read(path).map_err(cannot_read)?),
+    }
 }
 
 /// Lists the sites of the ELF image `data` (named `path` in messages).
@@ -141,14 +146,10 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
         )));
     }
     let position_independent = matches!(file.kind(), object::ObjectKind::Dynamic);
-    let relative = relative_relocations(&file);
-    let symbols = FunctionSymbols::new(&file);
-    let text: Vec<(u64, u64)> = file
-        .sections()
-        .filter(|s| s.kind() == SectionKind::Text)
-        .map(|s| (s.address(), s.address() + s.size()))
-        .collect();
-
+    // What placing the sites takes, read only for an object that has any
+    // (most libraries have none: libc's symbols and relocations would cost
+    // milliseconds of every traced program's start).
+    let mut context = None;
     let mut sites = Vec::new();
     for (name, source) in [
         ("__patchable_function_entries", SiteSource::PatchableEntries),
@@ -156,6 +157,18 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
     ] {
         // A linker may keep several input sections of the same name apart.
         for section in file.sections().filter(|s| s.name() == Ok(name)) {
+            let (relative, symbols, text) = context.get_or_insert_with(|| {
+                let text: Vec<(u64, u64)> = file
+                    .sections()
+                    .filter(|s| s.kind() == SectionKind::Text)
+                    .map(|s| (s.address(), s.address() + s.size()))
+                    .collect();
+                (
+                    relative_relocations(&file),
+                    FunctionSymbols::new(&file),
+                    text,
+                )
+            });
             let bytes = section
                 .data()
                 .map_err(|e| err(format!("section {name} unreadable: {e}")))?;
@@ -175,7 +188,7 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
                         None => continue,
                     }
                 }
-                sites.push(examine(&file, &symbols, &text, source, entry));
+                sites.push(examine(&file, symbols, text, source, entry));
             }
         }
     }
@@ -529,7 +542,7 @@ fn strip_template_args(name: &str) -> String {
 /// The GNU build id of an ELF file, as hex, if it has one.
 pub fn build_id(path: &Path) -> Option<String> {
     use object::Object;
-    let data = std::fs::read(path).ok()?;
+    let data = crate::sys::MappedFile::open(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let id = file.build_id().ok()??;
     Some(id.iter().map(|b| format!("{b:02x}")).collect())

@@ -72,6 +72,63 @@ pub fn map_anonymous(len: usize) -> Option<*mut u8> {
     (p != libc::MAP_FAILED).then_some(p as *mut u8)
 }
 
+/// A whole file mapped read-only (private): its bytes straight from the
+/// page cache, without copying them into fresh memory as a read would
+/// (that is most of the cost of reading a large library at start).
+pub struct MappedFile {
+    base: *const u8,
+    len: usize,
+}
+
+impl MappedFile {
+    /// Maps the file at `path`; an error if it cannot be opened or mapped
+    /// (an empty file cannot be mapped).
+    pub fn open(path: &std::path::Path) -> io::Result<MappedFile> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(path)?;
+        let len = usize::try_from(f.metadata()?.len()).map_err(io::Error::other)?;
+        if len == 0 {
+            return Err(io::Error::other("empty file"));
+        }
+        // SAFETY: a new private read-only mapping of a file we opened; no
+        // existing memory is touched. The mapping outlives the descriptor.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(MappedFile {
+            base: p as *const u8,
+            len,
+        })
+    }
+}
+
+impl std::ops::Deref for MappedFile {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: base maps len readable bytes until drop. (A file cut
+        // short meanwhile would fault: the files mapped are objects the
+        // program runs, which it would fault on too.)
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        // SAFETY: our mapping; no slice of it outlives self (Deref borrows).
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
 /// Maps `len` bytes of the open file `fd` read-write and shared (a ring
 /// file: the writer and the traced threads see the same bytes), with its
 /// pages mapped at once if `populate` (cheap for pages already in memory).

@@ -204,9 +204,9 @@ impl Collector {
         };
     }
 
-    /// Makes one missing spare ring, if any is missing; whether it made
-    /// one.
-    fn refill_spare(&mut self) -> bool {
+    /// Makes one missing spare ring, if any is missing, unless `stop` is
+    /// set meanwhile; whether it made (or began) one.
+    fn refill_spare(&mut self, stop: &AtomicBool) -> bool {
         if !self.spares.check {
             return false;
         }
@@ -224,7 +224,8 @@ impl Collector {
             if path.exists() {
                 continue;
             }
-            if make_spare(&self.shm.join("spare.new"), &path, self.spares.len).is_err() {
+            let made = make_spare(&self.shm.join("spare.new"), &path, self.spares.len, stop);
+            if made.is_err_and(|e| e.kind() != io::ErrorKind::Interrupted) {
                 // No memory for it: the threads fault their rings in.
                 self.spares.count = 0;
             }
@@ -457,7 +458,7 @@ impl Collector {
                     // a wake-up per 250 µs. A spare ring taken is made
                     // again in a round that is not behind, in its nap's
                     // stead.
-                    if moved >= BEHIND || c.refill_spare() {
+                    if moved >= BEHIND || c.refill_spare(&flag) {
                         continue;
                     }
                     // A nap `finish` cuts short (unpark): the last drain
@@ -523,8 +524,12 @@ fn creation_order(name: &OsString) -> (u64, u64, u64, u64) {
 
 /// Makes the spare ring `path` of `len` bytes: built as `tmp`, its memory
 /// allocated (an error, not a SIGBUS, when there is none) and its pages
-/// touched, then renamed into place whole.
-fn make_spare(tmp: &Path, path: &Path, len: usize) -> io::Result<()> {
+/// touched, then renamed into place whole. Given up, with nothing left,
+/// when `stop` is set meanwhile (the program has ended: its last drain
+/// waits for no spare).
+fn make_spare(tmp: &Path, path: &Path, len: usize, stop: &AtomicBool) -> io::Result<()> {
+    /// Bytes made at a time between looks at `stop`.
+    const STEP: usize = 256 << 10;
     let _ = std::fs::remove_file(tmp);
     let f = File::options()
         .read(true)
@@ -533,28 +538,42 @@ fn make_spare(tmp: &Path, path: &Path, len: usize) -> io::Result<()> {
         .open(tmp)?;
     let made = (|| {
         f.set_len(len as u64)?;
-        // SAFETY: allocating the blocks of our own file.
-        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
-            let e = io::Error::last_os_error();
-            if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::ENOMEM)) {
-                return Err(e);
-            }
-        }
         let base = crate::sys::map_shared(f.as_raw_fd(), len, false)
             .ok_or_else(io::Error::last_os_error)?;
-        // SAFETY: base maps len bytes of our file until the munmap; the
-        // pages are written with the zeros they hold (the ring must be
-        // zeroed when a thread takes it), where the kernel cannot populate
-        // them itself (before Linux 5.14).
-        unsafe {
-            if libc::madvise(base.cast(), len, libc::MADV_POPULATE_WRITE) != 0 {
-                let page = crate::sys::page_size();
-                for at in (0..len).step_by(page) {
-                    std::ptr::write_volatile(base.add(at), 0);
+        let mut at = 0;
+        let mut result = Ok(());
+        while at < len && result.is_ok() {
+            if stop.load(Ordering::Relaxed) {
+                result = Err(io::Error::from(io::ErrorKind::Interrupted));
+                break;
+            }
+            let n = STEP.min(len - at);
+            // SAFETY: allocating blocks of our own file, and touching
+            // bytes at..at+n of our mapping of it (base maps len bytes
+            // until the munmap below). The pages are written with the
+            // zeros they hold (a ring is zeroed when a thread takes it),
+            // by hand where the kernel cannot populate them (before
+            // Linux 5.14).
+            unsafe {
+                if libc::fallocate(f.as_raw_fd(), 0, at as libc::off_t, n as libc::off_t) != 0 {
+                    let e = io::Error::last_os_error();
+                    if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::ENOMEM)) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                if libc::madvise(base.add(at).cast(), n, libc::MADV_POPULATE_WRITE) != 0 {
+                    let page = crate::sys::page_size();
+                    for p in (at..at + n).step_by(page) {
+                        std::ptr::write_volatile(base.add(p), 0);
+                    }
                 }
             }
-            libc::munmap(base.cast(), len);
+            at += n;
         }
+        // SAFETY: our mapping, unused from here.
+        unsafe { libc::munmap(base.cast(), len) };
+        result?;
         std::fs::rename(tmp, path)
     })();
     if made.is_err() {
@@ -653,7 +672,7 @@ mod tests {
             v.sort();
             v
         };
-        while c.refill_spare() {}
+        while c.refill_spare(&AtomicBool::new(false)) {}
         assert_eq!(spares(&c), [format!("spare-{len}-0")]);
         let m = std::fs::metadata(shm.join(format!("spare-{len}-0"))).unwrap();
         assert_eq!(m.len() as usize, len);
@@ -704,11 +723,18 @@ mod tests {
             unsafe { Ring::init(base, 0, 100 + t, 1, 4096, 0, 0) };
         }
         c.scan();
-        while c.refill_spare() {}
+        while c.refill_spare(&AtomicBool::new(false)) {}
         let want: Vec<String> = (0..crate::record::writer::spare_count(len))
             .map(|i| format!("spare-{len}-{i}"))
             .collect();
         assert_eq!(spares(&c), want);
+
+        // The program ended while a spare was being made: given up whole.
+        let stop = AtomicBool::new(true);
+        let (tmp_spare, spare) = (shm.join("spare.new"), shm.join("spare-late"));
+        let e = make_spare(&tmp_spare, &spare, len, &stop).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Interrupted);
+        assert!(!tmp_spare.exists() && !spare.exists());
         drop(c);
         let _ = std::fs::remove_dir_all(&tmp);
     }
