@@ -96,25 +96,9 @@ pub struct Collector {
     totals: HashMap<PathBuf, Totals>,
     /// Per instance directory: thread → (process, parent process).
     tasks: HashMap<PathBuf, std::collections::BTreeMap<i32, (i32, i32)>>,
-    /// The spare rings kept ready for new threads (`writer::spare_count`).
-    spares: Spares,
-}
-
-/// Spare rings: files of a ring's length whose pages the writer has
-/// touched, named `spare-<len>-<i>` for the traced threads to take (see
-/// `writer::SPARE_RINGS`). The page faults of a new ring are then the
-/// writer's, taken while it would wait anyway, not the traced thread's.
-#[derive(Default)]
-struct Spares {
-    /// Ring length (0: none kept).
-    len: usize,
-    /// How many are kept at most: one until the program has made a second
-    /// ring (most have one thread; the spares are freed at the end).
-    count: usize,
-    /// Rings mapped so far.
-    rings: usize,
-    /// Some slot may be empty (a ring appeared since the last look).
-    check: bool,
+    /// The length of the spare ring the writer makes for the program's
+    /// first thread (see [`Collector::keep_spare`]), if any.
+    spare: Option<usize>,
 }
 
 /// Where the shared-memory directory of a recording may go, best first:
@@ -188,51 +172,35 @@ impl Collector {
             rings: Vec::new(),
             seen: HashSet::new(),
             files: HashMap::new(),
-            spares: Spares::default(),
+            spare: None,
         })
     }
 
-    /// Keeps spare rings of `len` bytes ready for new threads: the writer
-    /// thread ([`Collector::spawn`]) makes the first while the program
-    /// starts, for its first thread to take.
-    pub fn keep_spares(&mut self, len: usize) {
-        self.spares = Spares {
-            len,
-            count: super::writer::spare_count(len),
-            rings: 0,
-            check: true,
-        };
+    /// Has the writer thread ([`Collector::spawn`]) make one spare ring
+    /// of `len` bytes while the program starts (none for rings over 16
+    /// MiB): a ring file whose pages the writer has touched, named
+    /// `writer::spare_name`, which the first thread to make a ring takes
+    /// instead (`writer::claim_spare`). Its pages then cost it one mapping
+    /// (~50 µs) instead of a fault each while it records (~2 µs a page in
+    /// a VM: a millisecond for a 2 MiB ring, in its ring's first lap),
+    /// and the writer pays for them while it has nothing else to do. Only
+    /// one, for the thread most likely to record much: a spare given to a
+    /// thread that records little would cost more than the pages it uses.
+    pub fn keep_spare(&mut self, len: usize) {
+        self.spare = (len <= super::writer::SPARE_MAX_BYTES).then_some(len);
     }
 
-    /// Makes one missing spare ring, if any is missing, unless `stop` is
-    /// set meanwhile; whether it made (or began) one.
-    fn refill_spare(&mut self, stop: &AtomicBool) -> bool {
-        if !self.spares.check {
-            return false;
-        }
-        let mut name = [0u8; 48];
-        let count = if self.spares.rings > 1 {
-            self.spares.count
-        } else {
-            self.spares.count.min(1)
-        };
-        for i in 0..count {
-            let n = super::writer::spare_name(self.spares.len, i, &mut name);
+    /// Makes the spare ring, unless `stop` is set meanwhile.
+    fn make_first_spare(&mut self, stop: &AtomicBool) {
+        if let Some(len) = self.spare.take() {
+            let mut name = [0u8; 48];
+            let n = super::writer::spare_name(len, &mut name);
             let path = self
                 .shm
                 .join(std::str::from_utf8(&name[..n]).unwrap_or("spare"));
-            if path.exists() {
-                continue;
-            }
-            let made = make_spare(&self.shm.join("spare.new"), &path, self.spares.len, stop);
-            if made.is_err_and(|e| e.kind() != io::ErrorKind::Interrupted) {
-                // No memory for it: the threads fault their rings in.
-                self.spares.count = 0;
-            }
-            return true;
+            // Failing (no memory): the thread faults its ring in.
+            let _ = make_spare(&self.shm.join("spare.new"), &path, len, stop);
         }
-        self.spares.check = false;
-        false
     }
 
     /// Where instance `inst` of session `session` writes.
@@ -280,9 +248,6 @@ impl Collector {
             match map_ring(&e.path()) {
                 Some((ring, base, len)) => {
                     self.seen.insert(name.clone());
-                    // Perhaps a spare taken: made again.
-                    self.spares.rings += 1;
-                    self.spares.check = true;
                     let h = ring.header();
                     let dir = self.dir_of(h.session, h.inst as usize);
                     let fd = self
@@ -443,6 +408,7 @@ impl Collector {
                 let mut c = self;
                 let mut round = 0u64;
                 let mut moved = 0;
+                c.make_first_spare(&flag);
                 while !flag.load(Ordering::Acquire) {
                     // New rings are looked for every round while nothing
                     // moves (a new thread's ring fills in about a
@@ -455,10 +421,8 @@ impl Collector {
                     // Busy rings are drained often (a full ring makes its
                     // thread wait), at once again after a round that moved
                     // BEHIND records or more (the writer is behind); idle,
-                    // a wake-up per 250 µs. A spare ring taken is made
-                    // again in a round that is not behind, in its nap's
-                    // stead.
-                    if moved >= BEHIND || c.refill_spare(&flag) {
+                    // a wake-up per 250 µs.
+                    if moved >= BEHIND {
                         continue;
                     }
                     // A nap `finish` cuts short (unpark): the last drain
@@ -649,19 +613,18 @@ mod tests {
         let _ = std::fs::remove_dir_all(&tmp);
     }
 
-    /// Spare rings: one while the program has made one ring, up to
-    /// `spare_count` once it has made a second; each is whole, zeroed and
-    /// in memory when it gets its name, and of threads racing for one,
-    /// exactly one takes it (the others make their own).
+    /// The spare ring: whole, zeroed and in memory when it gets its name;
+    /// of threads racing for it, exactly one takes it (the others make
+    /// their own), and none is made again.
     #[test]
-    fn spare_rings_are_made_whole_and_taken_once() {
+    fn the_spare_ring_is_made_whole_and_taken_once() {
         use std::os::unix::fs::MetadataExt;
         let tmp = std::env::temp_dir().join(format!("sg-spare-test-{}", std::process::id()));
         let (shm, top) = (tmp.join("shm"), tmp.join("data"));
         std::fs::create_dir_all(&top).unwrap();
         let mut c = Collector::new(&shm, &top, vec![PathBuf::new()]).unwrap();
         let len = ring_bytes(4096);
-        c.keep_spares(len);
+        c.keep_spare(len);
         let spares = |c: &Collector| {
             let mut v: Vec<String> = std::fs::read_dir(&c.shm)
                 .unwrap()
@@ -672,13 +635,15 @@ mod tests {
             v.sort();
             v
         };
-        while c.refill_spare(&AtomicBool::new(false)) {}
-        assert_eq!(spares(&c), [format!("spare-{len}-0")]);
-        let m = std::fs::metadata(shm.join(format!("spare-{len}-0"))).unwrap();
+        c.make_first_spare(&AtomicBool::new(false));
+        c.make_first_spare(&AtomicBool::new(false));
+        assert_eq!(spares(&c), [format!("spare-{len}")]);
+        let m = std::fs::metadata(shm.join(format!("spare-{len}"))).unwrap();
         assert_eq!(m.len() as usize, len);
         assert!(m.blocks() as usize * 512 >= len, "its memory is allocated");
 
-        // Eight threads race for the one spare; all get a ring.
+        // Eight threads race for it, as threads of forked processes would
+        // (in one process only the first looks); all get a ring.
         let dir = std::ffi::CString::new(shm.as_os_str().as_encoded_bytes()).unwrap();
         let taken: Vec<bool> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..8)
@@ -690,7 +655,7 @@ mod tests {
                         let name = shm.join(format!("0-1-{t}-{t}-0.ring"));
                         let b = name.as_os_str().as_encoded_bytes();
                         path[..b.len()].copy_from_slice(b);
-                        let got = crate::record::writer::claim_spare(&dir, len, &path);
+                        let got = crate::record::writer::take_spare(&dir, len, &path);
                         if let Some(p) = got {
                             // SAFETY: the claimed mapping is len bytes long.
                             let ring = unsafe { std::slice::from_raw_parts_mut(p, len) };
@@ -707,27 +672,8 @@ mod tests {
         });
         assert_eq!(taken.iter().filter(|&&t| t).count(), 1, "{taken:?}");
         assert!(spares(&c).is_empty());
-
-        // The program makes two rings (the claimed file above holds none
-        // yet: not counted): now the writer keeps all its spares.
-        for t in 0..2 {
-            let f = File::options()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(shm.join(format!("0-1-{}-9-0.ring", 100 + t)))
-                .unwrap();
-            f.set_len(len as u64).unwrap();
-            let base = crate::sys::map_shared(f.as_raw_fd(), len, false).unwrap();
-            // SAFETY: a fresh shared mapping of the zeroed file's length.
-            unsafe { Ring::init(base, 0, 100 + t, 1, 4096, 0, 0) };
-        }
-        c.scan();
-        while c.refill_spare(&AtomicBool::new(false)) {}
-        let want: Vec<String> = (0..crate::record::writer::spare_count(len))
-            .map(|i| format!("spare-{len}-{i}"))
-            .collect();
-        assert_eq!(spares(&c), want);
+        c.make_first_spare(&AtomicBool::new(false));
+        assert!(spares(&c).is_empty(), "one spare only");
 
         // The program ended while a spare was being made: given up whole.
         let stop = AtomicBool::new(true);

@@ -91,30 +91,20 @@ pub fn shared_ring_len(bytes: Option<u64>) -> usize {
     ring_bytes(bytes.map_or(RING_RECORDS, records_for))
 }
 
-/// Spare rings the writer keeps at most, ready for new threads: files
-/// whose memory the writer has already touched, so that a thread which
-/// takes one maps its pages at once instead of faulting each of them in
-/// while it records (about 2 µs a page in a VM: a millisecond for a 2 MiB
-/// ring, all of it in the traced thread's first lap of its ring).
-const SPARE_RINGS: usize = 4;
-/// The memory all spare rings may hold together.
-const SPARE_BYTES: usize = 16 << 20;
+/// The largest ring the writer makes a spare of (see
+/// `collect::Collector::keep_spare`): more would be memory held for a
+/// thread that may never record that much.
+pub const SPARE_MAX_BYTES: usize = 16 << 20;
+/// The spare ring was tried for (by this process image, or the one it was
+/// forked from): there is one, and only the first try may find it.
+static SPARE_TRIED: AtomicBool = AtomicBool::new(false);
 
-/// How many spare rings of `len` bytes the writer keeps (none of rings
-/// larger than 16 MiB: memory held for threads that may never come).
-pub fn spare_count(len: usize) -> usize {
-    (SPARE_BYTES / len.max(1)).min(SPARE_RINGS)
-}
-
-/// Writes the file name of spare ring `i` of `len` bytes,
-/// `spare-<len>-<i>`, to `buf` (at least 48 bytes); returns its length.
-/// The length is in the name so that a ring of another size is never
-/// taken.
-pub fn spare_name(len: usize, i: usize, buf: &mut [u8]) -> usize {
+/// Writes the file name of the spare ring of `len` bytes, `spare-<len>`,
+/// to `buf` (at least 32 bytes); returns its length. The length is in the
+/// name so that a ring of another size is never taken.
+pub fn spare_name(len: usize, buf: &mut [u8]) -> usize {
     buf[..6].copy_from_slice(b"spare-");
-    let n = put_decimal(buf, 6, len as u64);
-    buf[n] = b'-';
-    put_decimal(buf, n + 1, i as u64)
+    put_decimal(buf, 6, len as u64)
 }
 
 /// Names the recording session of this process image: its rings carry it,
@@ -649,13 +639,12 @@ fn create_shared(
         if fd < 0 {
             return None;
         }
-        // The memory is taken now, where running out of it is an error
-        // (the thread then writes its own records), not later, where it
-        // would be a SIGBUS in the traced program.
-        let p = if libc::ftruncate(fd, len as libc::off_t) == 0
-            && (libc::fallocate(fd, 0, 0, len as libc::off_t) == 0
-                || !matches!(*libc::__errno_location(), libc::ENOSPC | libc::ENOMEM))
-        {
+        // The pages come as they are written (a thread that records
+        // little takes little: allocating all of them here would cost a
+        // short-lived thread ~0.25 ms). A file system without room for the
+        // ring, where a page written later would be a SIGBUS in the traced
+        // program, sends the thread to write its own records instead.
+        let p = if libc::ftruncate(fd, len as libc::off_t) == 0 && has_room(fd, len) {
             crate::sys::map_shared(fd, len, false)
         } else {
             None
@@ -668,40 +657,60 @@ fn create_shared(
     }
 }
 
-/// Takes one of the writer's spare rings (see [`SPARE_RINGS`]) as the ring
-/// file `path` and maps it with its pages; None if there is none left.
-pub(crate) fn claim_spare(dir: &CString, len: usize, path: &[u8; 4096]) -> Option<*mut u8> {
-    let mut name = [0u8; 48];
+/// Whether the file system of `fd` has `len` bytes free (and then some:
+/// the writer's files grow there too). Async-signal-safe.
+fn has_room(fd: i32, len: usize) -> bool {
+    // SAFETY: a zeroed statfs is filled by the call; fstatfs is a plain
+    // system call on an fd we own.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::fstatfs(fd, &mut st) != 0 {
+            return true; // cannot tell: as before there was this check
+        }
+        (st.f_bavail as u128) * (st.f_bsize as u128) >= 2 * len as u128
+    }
+}
+
+/// Takes the writer's spare ring (see `collect::Collector::keep_spare`)
+/// as the ring file `path` and maps it with its pages; None if it is gone
+/// or another thread tried for it first.
+fn claim_spare(dir: &CString, len: usize, path: &[u8; 4096]) -> Option<*mut u8> {
+    if SPARE_TRIED.swap(true, Ordering::Relaxed) {
+        return None;
+    }
+    take_spare(dir, len, path)
+}
+
+/// [`claim_spare`] without its once-per-process guard.
+pub(crate) fn take_spare(dir: &CString, len: usize, path: &[u8; 4096]) -> Option<*mut u8> {
+    let mut name = [0u8; 32];
     let mut spare = [0u8; 256]; // small: a signal handler may get here
-    for i in 0..spare_count(len) {
-        let n = spare_name(len, i, &mut name);
-        if !path_in(dir, &name[..n], &mut spare) {
+    let n = spare_name(len, &mut name);
+    if !path_in(dir, &name[..n], &mut spare) {
+        return None;
+    }
+    // SAFETY: both paths are NUL-terminated; rename, open, mmap, close and
+    // unlink are async-signal-safe. The rename is atomic: of the processes
+    // that try (a forked child's first thread may), one gets the spare and
+    // the others ENOENT, and what it gets is a whole file the writer
+    // finished before it gave it this name.
+    unsafe {
+        if libc::rename(spare.as_ptr().cast(), path.as_ptr().cast()) != 0 {
             return None;
         }
-        // SAFETY: both paths are NUL-terminated; rename, open, mmap,
-        // close and unlink are async-signal-safe. The rename is atomic:
-        // of the threads (of any process) that try the same spare, one
-        // gets it and the others ENOENT, and what it gets is a whole file
-        // the writer finished before it gave it this name.
-        unsafe {
-            if libc::rename(spare.as_ptr().cast(), path.as_ptr().cast()) != 0 {
-                continue;
-            }
-            let fd = libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC);
-            let p = if fd >= 0 {
-                let p = crate::sys::map_shared(fd, len, true);
-                libc::close(fd);
-                p
-            } else {
-                None
-            };
-            if p.is_none() {
-                libc::unlink(path.as_ptr().cast());
-            }
-            return p;
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC);
+        let p = if fd >= 0 {
+            let p = crate::sys::map_shared(fd, len, true);
+            libc::close(fd);
+            p
+        } else {
+            None
+        };
+        if p.is_none() {
+            libc::unlink(path.as_ptr().cast());
         }
+        p
     }
-    None
 }
 
 #[cold]
