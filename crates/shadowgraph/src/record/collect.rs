@@ -68,6 +68,44 @@ struct Mapped {
     /// Its `<tid>.dat`, or why there is none (errno): resolved once, when
     /// the ring is mapped.
     fd: Result<i32, i32>,
+    /// Bytes from `base` this mapping has page table entries for (see
+    /// [`Mapped::map_written`]).
+    mapped: usize,
+}
+
+impl Mapped {
+    /// Maps in this mapping's pages of the records the thread has
+    /// written, in one system call, before they are read: in the ring's
+    /// first lap the drain would otherwise fault on each page (a
+    /// millisecond per 2 MiB in a VM), at the start of the thread's
+    /// recording, when a drain late by that long makes it wait. The
+    /// pages exist (the thread wrote them): nothing is allocated.
+    fn map_written(&mut self) {
+        if self.mapped >= self.len {
+            return;
+        }
+        let h = self.ring.header();
+        let written = h.head.load(Ordering::Acquire) >> super::ring::SLOT_SHIFT;
+        let end = if written >= h.capacity {
+            self.len
+        } else {
+            let page = crate::sys::page_size();
+            (super::ring::HEADER_BYTES + written as usize * 16) / page * page
+        };
+        if end > self.mapped {
+            // SAFETY: mapped..end lies within our mapping of len bytes;
+            // populating maps pages without changing them. It fails before
+            // Linux 5.14: the drain then faults them in, as before.
+            unsafe {
+                libc::madvise(
+                    (self.base as *mut u8).add(self.mapped).cast(),
+                    end - self.mapped,
+                    libc::MADV_POPULATE_READ,
+                )
+            };
+            self.mapped = end;
+        }
+    }
 }
 
 // SAFETY: the mapping is owned by the collector, which one thread drives.
@@ -266,6 +304,7 @@ impl Collector {
                         len,
                         dir: dir.unwrap_or_else(|| self.top.clone()),
                         fd,
+                        mapped: 0,
                     });
                 }
                 // Not initialised yet (or not a ring): looked at again at
@@ -282,6 +321,8 @@ impl Collector {
         let mut moved = 0;
         let mut i = 0;
         while i < self.rings.len() {
+            let m = &mut self.rings[i];
+            m.map_written();
             let m = &self.rings[i];
             // Read before draining: a ring closed then gets nothing more.
             let closed = m.ring.header().closed.load(Ordering::Acquire) != 0;
