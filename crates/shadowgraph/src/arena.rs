@@ -128,13 +128,16 @@ impl Arena {
         assert_eq!(code.len(), len, "arena code of the reserved length");
         let _text = text_lock();
         let window =
-            TextWindow::open_for(std::iter::once((at, code.len()))).map_err(ArenaError::Write)?;
+            TextWindow::open_known(at, at + code.len(), ARENA_PROT).map_err(ArenaError::Write)?;
         let r = window.write(at, &code);
         window.close();
         r.map_err(ArenaError::Write)?;
         Ok(at)
     }
 }
+
+/// An arena's protection, always (windows that write it restore this).
+const ARENA_PROT: i32 = libc::PROT_READ | libc::PROT_EXEC;
 
 fn map_near(lo: usize, hi: usize) -> Result<Arena, ArenaError> {
     let page = sys::page_size();
@@ -182,7 +185,7 @@ fn map_near(lo: usize, hi: usize) -> Result<Arena, ArenaError> {
             libc::mmap(
                 base as *mut _,
                 ARENA_SIZE,
-                libc::PROT_READ | libc::PROT_EXEC,
+                ARENA_PROT,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
                 -1,
                 0,

@@ -457,12 +457,35 @@ impl TextWindow {
     pub(crate) fn open_for(
         spans: impl Iterator<Item = (usize, usize)> + Clone,
     ) -> Result<Self, PatchError> {
-        let w = TextWindow::new(spans.clone())?;
+        Self::open_planned(|| TextWindow::new(spans.clone()))
+    }
+
+    /// [`TextWindow::open_for`] the bytes `start..end` of our own code,
+    /// whose protection is `prot`: planned without reading the process's
+    /// mappings (an arena's code is written a dozen times at start).
+    pub(crate) fn open_known(start: usize, end: usize, prot: i32) -> Result<Self, PatchError> {
+        Self::open_planned(|| {
+            let page = sys::page_size();
+            let ranges = vec![(start & !(page - 1), end.next_multiple_of(page), prot)];
+            let mode = write_mode();
+            Ok(TextWindow {
+                mode,
+                ranges: if mode == WriteMode::Mprotect {
+                    ranges
+                } else {
+                    Vec::new()
+                },
+            })
+        })
+    }
+
+    fn open_planned(plan: impl Fn() -> Result<Self, PatchError>) -> Result<Self, PatchError> {
+        let w = plan()?;
         match w.open() {
             Ok(()) => Ok(w),
             Err(_) if WRITE_MODE.load(Ordering::Relaxed) == 0 => {
                 set_write_mode(WriteMode::ProcMem);
-                let w = TextWindow::new(spans)?;
+                let w = plan()?;
                 w.open()?;
                 Ok(w)
             }
