@@ -321,8 +321,7 @@ impl Collector {
         let mut moved = 0;
         let mut i = 0;
         while i < self.rings.len() {
-            let m = &mut self.rings[i];
-            m.map_written();
+            self.rings[i].map_written();
             let m = &self.rings[i];
             // Read before draining: a ring closed then gets nothing more.
             let closed = m.ring.header().closed.load(Ordering::Acquire) != 0;
@@ -684,7 +683,7 @@ mod tests {
         assert!(m.blocks() as usize * 512 >= len, "its memory is allocated");
 
         // Eight threads race for it, as threads of forked processes would
-        // (in one process only the first looks); all get a ring.
+        // (in one process only the first looks): one gets it.
         let dir = std::ffi::CString::new(shm.as_os_str().as_encoded_bytes()).unwrap();
         let taken: Vec<bool> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..8)

@@ -628,8 +628,8 @@ fn create_shared(
         return Some(p);
     }
     // SAFETY: path is NUL-terminated; the file is new (O_EXCL) and
-    // sized before it is mapped shared; mmap/ftruncate/fallocate/close
-    // are async-signal-safe.
+    // sized before it is mapped shared; mmap/ftruncate/close are
+    // async-signal-safe.
     unsafe {
         let fd = libc::open(
             path.as_ptr().cast(),
@@ -657,15 +657,15 @@ fn create_shared(
     }
 }
 
-/// Whether the file system of `fd` has `len` bytes free (and then some:
-/// the writer's files grow there too). Async-signal-safe.
+/// Whether the file system of `fd` has twice `len` bytes free (the
+/// writer's files may grow there too). Async-signal-safe.
 fn has_room(fd: i32, len: usize) -> bool {
     // SAFETY: a zeroed statfs is filled by the call; fstatfs is a plain
     // system call on an fd we own.
     unsafe {
         let mut st: libc::statfs = std::mem::zeroed();
         if libc::fstatfs(fd, &mut st) != 0 {
-            return true; // cannot tell: as before there was this check
+            return true; // cannot tell: room assumed
         }
         (st.f_bavail as u128) * (st.f_bsize as u128) >= 2 * len as u128
     }
