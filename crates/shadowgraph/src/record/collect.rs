@@ -611,15 +611,23 @@ mod tests {
     use crate::record::format::Kind;
     use crate::record::ring::{ring_bytes, Depth};
 
+    /// A collector of one instance writing to `<tmp>/data`, its rings in
+    /// `<tmp>/shm`, `tmp` a fresh directory named after `test`: (tmp, shm,
+    /// top, collector).
+    fn collector_in_tmp(test: &str) -> (PathBuf, PathBuf, PathBuf, Collector) {
+        let tmp = std::env::temp_dir().join(format!("sg-{test}-{}", std::process::id()));
+        let (shm, top) = (tmp.join("shm"), tmp.join("data"));
+        std::fs::create_dir_all(&top).unwrap();
+        let c = Collector::new(&shm, &top, vec![PathBuf::new()]).unwrap();
+        (tmp, shm, top, c)
+    }
+
     /// A process killed while recording: two records published, three
     /// claimed and never published (its writers were mid-record). The last
     /// drain writes the two and counts the three as lost.
     #[test]
     fn slots_a_killed_process_claimed_are_counted_lost() {
-        let tmp = std::env::temp_dir().join(format!("sg-collect-test-{}", std::process::id()));
-        let (shm, top) = (tmp.join("shm"), tmp.join("data"));
-        std::fs::create_dir_all(&top).unwrap();
-        let mut c = Collector::new(&shm, &top, vec![PathBuf::new()]).unwrap();
+        let (tmp, shm, top, mut c) = collector_in_tmp("collect-test");
         // A process that is gone.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id() as i32;
@@ -659,10 +667,7 @@ mod tests {
     #[test]
     fn the_spare_ring_is_made_whole_and_taken_once() {
         use std::os::unix::fs::MetadataExt;
-        let tmp = std::env::temp_dir().join(format!("sg-spare-test-{}", std::process::id()));
-        let (shm, top) = (tmp.join("shm"), tmp.join("data"));
-        std::fs::create_dir_all(&top).unwrap();
-        let mut c = Collector::new(&shm, &top, vec![PathBuf::new()]).unwrap();
+        let (tmp, shm, _, mut c) = collector_in_tmp("spare-test");
         let len = ring_bytes(4096);
         c.keep_spare(len);
         let spares = |c: &Collector| {
