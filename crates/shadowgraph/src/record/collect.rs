@@ -530,7 +530,8 @@ fn creation_order(name: &OsString) -> (u64, u64, u64, u64) {
 /// allocated (an error, not a SIGBUS, when there is none) and its pages
 /// touched, then renamed into place whole. Given up, with nothing left,
 /// when `stop` is set meanwhile (the program has ended: its last drain
-/// waits for no spare).
+/// waits for no spare) or a ring appears in the directory (the program
+/// made its first ring without it, and that ring needs the writer).
 fn make_spare(tmp: &Path, path: &Path, len: usize, stop: &AtomicBool) -> io::Result<()> {
     /// Bytes made at a time between looks at `stop`.
     const STEP: usize = 256 << 10;
@@ -542,12 +543,18 @@ fn make_spare(tmp: &Path, path: &Path, len: usize, stop: &AtomicBool) -> io::Res
         .open(tmp)?;
     let made = (|| {
         f.set_len(len as u64)?;
+        let dir = tmp.parent().unwrap_or(Path::new("."));
+        let ring_made = || {
+            std::fs::read_dir(dir).is_ok_and(|mut d| {
+                d.any(|e| e.is_ok_and(|e| e.file_name().as_encoded_bytes().ends_with(b".ring")))
+            })
+        };
         let base = crate::sys::map_shared(f.as_raw_fd(), len, false)
             .ok_or_else(io::Error::last_os_error)?;
         let mut at = 0;
         let mut result = Ok(());
         while at < len && result.is_ok() {
-            if stop.load(Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) || ring_made() {
                 result = Err(io::Error::from(io::ErrorKind::Interrupted));
                 break;
             }
@@ -719,6 +726,25 @@ mod tests {
         assert!(spares(&c).is_empty());
         c.make_first_spare(&AtomicBool::new(false));
         assert!(spares(&c).is_empty(), "one spare only");
+
+        // A ring appeared while a spare was being made: given up whole.
+        for e in std::fs::read_dir(&shm).unwrap().flatten() {
+            std::fs::remove_file(e.path()).unwrap(); // the racers' rings
+        }
+        let (tmp_spare, spare) = (shm.join("spare.new"), shm.join("spare-late"));
+        let appear = shm.join("0-1-1-1-0.ring");
+        let e = std::thread::scope(|s| {
+            let maker =
+                s.spawn(|| make_spare(&tmp_spare, &spare, 256 << 20, &AtomicBool::new(false)));
+            while !tmp_spare.exists() && !maker.is_finished() {
+                std::thread::yield_now();
+            }
+            std::fs::write(&appear, b"").unwrap();
+            maker.join().unwrap()
+        });
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::Interrupted);
+        assert!(!tmp_spare.exists() && !spare.exists());
+        std::fs::remove_file(&appear).unwrap();
 
         // The program ended while a spare was being made: given up whole.
         let stop = AtomicBool::new(true);
