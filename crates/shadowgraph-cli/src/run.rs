@@ -607,6 +607,9 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
                 if let Some(w) = dd.loss_warning() {
                     eprintln!("shadowgraph: {label}{w}");
                 }
+                if let Some(n) = dd.writer_wait_note(usage.elapsed_ns) {
+                    eprintln!("shadowgraph: {label}{n}");
+                }
             }
             Err(_) => eprintln!(
                 "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",

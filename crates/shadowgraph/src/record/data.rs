@@ -169,6 +169,15 @@ impl DataDir {
         })
     }
 
+    /// Says how long the threads waited for the writer (their rings full),
+    /// when that was a tenth of the program's run (`run_ns`) or more: the
+    /// recording then slowed the program down by that much.
+    pub fn writer_wait_note(&self, run_ns: u64) -> Option<String> {
+        let (n, ns) = self.info.get("writer_waits")?.split_once(" / ")?;
+        let (n, ns): (u64, u64) = (n.parse().ok()?, ns.parse().ok()?);
+        writer_wait_note(n, ns, run_ns)
+    }
+
     /// Programs started by exec during the recording are recorded into
     /// directories of their own inside this one: where, for the views to
     /// say so.
@@ -618,5 +627,39 @@ impl Iterator for RecordStream {
             })
             .inspect_err(|_| self.failed = true),
         )
+    }
+}
+
+/// [`DataDir::writer_wait_note`] of `waits` waits of `waited_ns` in all, in
+/// a run of `run_ns`.
+fn writer_wait_note(waits: u64, waited_ns: u64, run_ns: u64) -> Option<String> {
+    (waits > 0 && waited_ns >= 1_000_000 && waited_ns.saturating_mul(10) >= run_ns).then(|| {
+        format!(
+            "note: the program's threads waited {:.1} ms ({waits} times) for the writer to \
+             empty their full buffers, {:.0}% of the run; a larger buffer (-b) absorbs \
+             bursts, a faster disk (or /dev/shm) a writer slower throughout",
+            waited_ns as f64 / 1e6,
+            100.0 * waited_ns as f64 / run_ns.max(1) as f64
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::writer_wait_note;
+
+    /// Said when the waits were a tenth of the run or more (and a
+    /// millisecond at least), not for the few that most runs have.
+    #[test]
+    fn long_waits_for_the_writer_are_noted() {
+        let ms = 1_000_000;
+        assert_eq!(writer_wait_note(0, 0, 70 * ms), None);
+        assert_eq!(writer_wait_note(16, 2 * ms, 70 * ms), None);
+        assert_eq!(writer_wait_note(3, ms / 2, 2 * ms), None);
+        let n = writer_wait_note(67, 10_300_000, 80 * ms).unwrap();
+        assert!(
+            n.contains("waited 10.3 ms (67 times)") && n.contains("13% of the run"),
+            "{n}"
+        );
     }
 }
