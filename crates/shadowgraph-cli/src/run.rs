@@ -456,7 +456,7 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     }
     let (shm, mut collector) =
         made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
-    collector.keep_spare(shadowgraph::record::writer::shared_ring_len(opts.buffer));
+    collector.set_ring_len(shadowgraph::record::writer::shared_ring_len(opts.buffer));
     let collector = collector.spawn();
     let _signals = ForwardSignals::install();
     // Unless told not to, the recording lasts as long as the program's

@@ -137,7 +137,14 @@ pub struct Collector {
     /// The length of the spare ring the writer makes for the program's
     /// first thread (see [`Collector::keep_spare`]), if any.
     spare: Option<usize>,
+    /// The writer's nap after a round that moved records but was not
+    /// behind (see [`Collector::set_ring_len`]).
+    busy_nap: Duration,
 }
+
+/// [`Collector::busy_nap`] for rings of the default size (2 MiB: ~1.4 ms
+/// of records at full speed).
+const BUSY_NAP: Duration = Duration::from_micros(100);
 
 /// Where the shared-memory directory of a recording may go, best first:
 /// `/dev/shm` (memory), then the temporary directory (systems without a
@@ -211,7 +218,22 @@ impl Collector {
             seen: HashSet::new(),
             files: HashMap::new(),
             spare: None,
+            busy_nap: BUSY_NAP,
         })
+    }
+
+    /// The threads' rings are `len` bytes (`-b`): the writer makes the
+    /// first thread's ahead ([`Collector::keep_spare`]), and naps for less
+    /// between drains of smaller ones, which fill sooner (a 64 KiB ring in
+    /// ~45 µs): in proportion, 10 µs at least, with a timer slack of 1 µs
+    /// instead of 50 (fib(30) with -b 64K waited 249 ms for the writer,
+    /// with -b 256K 49 ms; then 51 and 12-20 ms).
+    pub fn set_ring_len(&mut self, len: usize) {
+        let default = super::writer::shared_ring_len(None);
+        self.busy_nap = BUSY_NAP
+            .mul_f64(len as f64 / default as f64)
+            .clamp(Duration::from_micros(10), BUSY_NAP);
+        self.keep_spare(len);
     }
 
     /// Has the writer thread ([`Collector::spawn`]) make one spare ring
@@ -224,7 +246,7 @@ impl Collector {
     /// and the writer pays for them while it has nothing else to do. Only
     /// one, for the thread most likely to record much: a spare given to a
     /// thread that records little would cost more than the pages it uses.
-    pub fn keep_spare(&mut self, len: usize) {
+    fn keep_spare(&mut self, len: usize) {
         self.spare = (len <= super::writer::SPARE_MAX_BYTES).then_some(len);
     }
 
@@ -446,6 +468,11 @@ impl Collector {
             .name("shadowgraph-writer".into())
             .spawn(move || {
                 let mut c = self;
+                if c.busy_nap < BUSY_NAP {
+                    // SAFETY: sets this thread's timer slack (1 µs); no
+                    // memory is passed.
+                    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };
+                }
                 let mut round = 0u64;
                 let mut moved = 0;
                 c.make_first_spare(&flag);
@@ -468,7 +495,7 @@ impl Collector {
                     // A nap `finish` cuts short (unpark): the last drain
                     // starts as soon as the program has ended.
                     std::thread::park_timeout(if moved > 0 {
-                        Duration::from_micros(100)
+                        c.busy_nap
                     } else {
                         Duration::from_micros(250)
                     });

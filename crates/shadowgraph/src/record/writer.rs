@@ -92,7 +92,7 @@ pub fn shared_ring_len(bytes: Option<u64>) -> usize {
 }
 
 /// The largest ring the writer makes a spare of (see
-/// `collect::Collector::keep_spare`): more would be memory held for a
+/// `collect::Collector::set_ring_len`): more would be memory held for a
 /// thread that may never record that much.
 pub const SPARE_MAX_BYTES: usize = 16 << 20;
 /// The spare ring was tried for (by this process image, or the one it was
@@ -671,7 +671,7 @@ fn has_room(fd: i32, len: usize) -> bool {
     }
 }
 
-/// Takes the writer's spare ring (see `collect::Collector::keep_spare`)
+/// Takes the writer's spare ring (see `collect::Collector::set_ring_len`)
 /// as the ring file `path` and maps it with its pages; None if it is gone
 /// or another thread tried for it first.
 fn claim_spare(dir: &CString, len: usize, path: &[u8; 4096]) -> Option<*mut u8> {
