@@ -226,8 +226,8 @@ impl Collector {
     /// first thread's ahead ([`Collector::keep_spare`]), and naps for less
     /// between drains of smaller ones, which fill sooner (a 64 KiB ring in
     /// ~45 µs): in proportion, 10 µs at least, with a timer slack of 1 µs
-    /// instead of 50 (fib(30) with -b 64K waited 249 ms for the writer,
-    /// with -b 256K 49 ms; then 51 and 12-20 ms).
+    /// instead of 50 (fib(30) with -b 64K waited 252 ms for the writer,
+    /// with -b 256K 53 ms; now 60 and 15 ms, medians of 11 runs).
     pub fn set_ring_len(&mut self, len: usize) {
         let default = super::writer::shared_ring_len(None);
         self.busy_nap = BUSY_NAP
