@@ -4910,3 +4910,59 @@ fn every_argument_register_reaches_the_traced_function() {
         }
     }
 }
+
+/// Rings in a directory without room for them (a container's small
+/// /dev/shm, here `SHADOWGRAPH_RINGS_DIR` on a 3 MiB tmpfs, a 4 MiB ring):
+/// the thread writes its own records instead of taking a SIGBUS when its
+/// ring outgrows the space (as it did before), and the writer makes no
+/// spare there. Mounting needs root: without the right to, this says so
+/// and checks nothing.
+#[test]
+fn rings_without_room_in_their_directory_leave_the_thread_its_own_records() {
+    let dir = workdir("noroom");
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"])
+        .arg(&mnt)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let exe = build_c(
+        &dir,
+        "fib",
+        "#include <stdio.h>\n\
+         __attribute__((noinline)) long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+         int main(void) { printf(\"%ld\\n\", fib(25)); return 0; }\n",
+    );
+    let data = dir.join("fib.data");
+    let rings = mnt.to_str().unwrap();
+    let o = record_run(
+        &[("SHADOWGRAPH_RINGS_DIR", rings)],
+        &["-b", "4M"],
+        &data,
+        &exe,
+        &[],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "75025");
+    // fib(25): 242,785 calls, and main.
+    assert!(
+        err.contains("recorded 485572 records (0 lost) from 1 threads"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&mnt).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+}

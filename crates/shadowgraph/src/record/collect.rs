@@ -147,10 +147,14 @@ pub struct Collector {
 const BUSY_NAP: Duration = Duration::from_micros(100);
 
 /// Where the shared-memory directory of a recording may go, best first:
-/// `/dev/shm` (memory), then the temporary directory (systems without a
-/// usable /dev/shm).
+/// `$SHADOWGRAPH_RINGS_DIR` if set (alone: e.g. a container's /dev/shm is
+/// small), else `/dev/shm` (memory), then the temporary directory
+/// (systems without a usable /dev/shm).
 pub fn shm_dirs(tag: &str) -> Vec<PathBuf> {
-    let mut bases = vec![PathBuf::from("/dev/shm"), std::env::temp_dir()];
+    let mut bases = match std::env::var_os("SHADOWGRAPH_RINGS_DIR") {
+        Some(d) => vec![PathBuf::from(d)],
+        None => vec![PathBuf::from("/dev/shm"), std::env::temp_dir()],
+    };
     bases.dedup();
     bases
         .into_iter()
@@ -162,8 +166,6 @@ pub fn shm_dirs(tag: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Removes the shared-memory directories of recordings whose process is
-/// gone (killed before it could clean up): their rings hold memory.
 /// Whether process `pid` exists and has not ended: a zombie (ended, not
 /// yet reaped: an orphan waits for init a moment) is not running.
 fn still_running(pid: i32) -> bool {
@@ -178,6 +180,8 @@ fn still_running(pid: i32) -> bool {
     }
 }
 
+/// Removes the shared-memory directories of recordings whose process is
+/// gone (killed before it could clean up): their rings hold memory.
 fn remove_stale(base: &Path, tag: &str) {
     let prefix = format!("shadowgraph-{tag}-");
     let Ok(entries) = std::fs::read_dir(base) else {
