@@ -12,9 +12,10 @@
 //! in ns: calls shorter than that are not recorded.
 
 use shadowgraph::fgraph::filters::{GraphFilter, Verdict};
-use shadowgraph::record::data::{DataDir, Info};
-use shadowgraph::record::{clock, format::Kind, ring, uftrace, writer};
+use shadowgraph::record::{clock, ring, writer};
 use shadowgraph::{fgraph, ftrace};
+use shadowgraph_data::dir::{DataDir, Info};
+use shadowgraph_data::{format::Kind, uftrace};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -568,7 +569,7 @@ pub fn attach() -> Result<(), String> {
     };
     // SHADOWGRAPH_CLOCK=mono: CLOCK_MONOTONIC even where the TSC would do.
     clock::init_with(std::env::var("SHADOWGRAPH_CLOCK").as_deref() != Ok("mono"));
-    let (raw0, ns0) = clock::Calibration::point();
+    let (raw0, ns0) = clock::calibration_point();
     RAW0.store(raw0, Ordering::Relaxed);
     NS0.store(ns0, Ordering::Relaxed);
     ftrace::add_modules(modules).map_err(|e| e.to_string())?;
@@ -579,7 +580,7 @@ pub fn attach() -> Result<(), String> {
     // the time filters, and for the metadata written at start.
     let (raw1, ns1) = early_calibration_point();
     let ticks_per_ns = raw1.saturating_sub(raw0) as f64 / ns1.saturating_sub(ns0).max(1) as f64;
-    shadowgraph::record::ring::set_start_calibration(clock::Calibration {
+    shadowgraph::record::ring::set_start_calibration(shadowgraph_data::time::Calibration {
         raw0,
         ns0,
         raw1,
@@ -845,7 +846,7 @@ fn write_metadata(tracers: &[Tracer], raw1: u64, ns1: u64, finished: bool) {
 fn early_calibration_point() -> (u64, u64) {
     let ns0 = NS0.load(Ordering::Relaxed);
     loop {
-        let (raw, ns) = clock::Calibration::point();
+        let (raw, ns) = clock::calibration_point();
         if ns >= ns0 + 500_000 {
             return (raw, ns);
         }
@@ -865,7 +866,7 @@ extern "C" fn finish() {
         return;
     }
     writer::flush_all();
-    let (raw1, ns1) = clock::Calibration::point();
+    let (raw1, ns1) = clock::calibration_point();
     write_metadata(tracers, raw1, ns1, true);
     if writer::shared() {
         return; // the writer converts once it has drained the rings

@@ -1054,7 +1054,8 @@ fn recorder_of(
     fused: bool,
     inst: usize,
 ) -> Result<Arc<fgraph::GraphUser>, String> {
-    use shadowgraph::record::{format::Kind, writer};
+    use shadowgraph::record::writer;
+    use shadowgraph_data::format::Kind;
     fn entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
         let t = fgraph::event_time();
         writer::emit_shared(u.private, Kind::Entry, e.depth as u16, e.func as u64, t);
@@ -1231,7 +1232,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 /// Reads those two records only (the file is tens of MB).
 fn recorded_span_ns(dir: &Path) -> Option<f64> {
     use std::os::unix::fs::FileExt;
-    const RECORD: u64 = shadowgraph::record::format::RECORD_SIZE as u64;
+    const RECORD: u64 = shadowgraph_data::format::RECORD_SIZE as u64;
     let (path, len) = std::fs::read_dir(dir)
         .ok()?
         .flatten()
@@ -1257,7 +1258,7 @@ fn recorded_span_ns(dir: &Path) -> Option<f64> {
 /// (its ring full), said when it did: then the run measured the writer's
 /// pace (the machine's memory bandwidth) as much as the path.
 fn writer_waits(dir: &Path) -> String {
-    let d = shadowgraph::record::data::DataDir::open(dir).ok();
+    let d = shadowgraph_data::dir::DataDir::open(dir).ok();
     match d
         .as_ref()
         .and_then(|d| d.info.get("writer_waits")?.split_once(" / "))

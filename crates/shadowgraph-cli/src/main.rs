@@ -183,7 +183,7 @@ fn main() -> ExitCode {
             fields,
             filter,
         } => {
-            use shadowgraph::record::replay::{replay_fields, Field};
+            use shadowgraph_data::replay::{replay_fields, Field};
             filter.show_names();
             let filter = filter.into();
             let fields = fields.map_or_else(|| Field::DEFAULT.to_vec(), |f| f.0);
@@ -207,7 +207,7 @@ fn main() -> ExitCode {
             filter,
             ..
         } => {
-            use shadowgraph::record::{chrome, flame, perfetto as pf};
+            use shadowgraph_data::{chrome, flame, perfetto as pf};
             filter.show_names();
             let f = filter.into();
             match (flame_graph, svg, perfetto) {
@@ -226,21 +226,21 @@ fn main() -> ExitCode {
             filter.show_names();
             let f = filter.into();
             view(&data, |d, o| {
-                shadowgraph::record::graph::graph(d, &function, &f, o)
+                shadowgraph_data::graph::graph(d, &function, &f, o)
             })
         }
         Command::Info { data } => {
-            let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string());
+            let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
             d.and_then(|d| {
                 let mut out = std::io::stdout().lock();
-                shadowgraph::record::info::info(&d, &mut out).map_err(|e| e.to_string())
+                shadowgraph_data::info::info(&d, &mut out).map_err(|e| e.to_string())
             })
             .map(|()| ExitCode::SUCCESS)
         }
         Command::Export { data, uftrace } => {
-            let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string());
+            let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
             d.and_then(|d| {
-                shadowgraph::record::uftrace::export(&d, &uftrace).map_err(|e| e.to_string())
+                shadowgraph_data::uftrace::export(&d, &uftrace).map_err(|e| e.to_string())
             })
             .map(|()| ExitCode::SUCCESS)
         }
@@ -261,10 +261,10 @@ struct ViewFilter {
     /// Only calls inside these functions' calls (glob or /regex/; `!P`
     /// removes); repeatable.
     #[arg(short = 'F', long = "filter", value_parser = parse_pattern)]
-    filter: Vec<shadowgraph::ftrace::Pattern>,
+    filter: Vec<shadowgraph_data::pattern::Pattern>,
     /// Without these functions and the calls inside them; repeatable.
     #[arg(short = 'N', long = "notrace", value_parser = parse_pattern)]
-    notrace: Vec<shadowgraph::ftrace::Pattern>,
+    notrace: Vec<shadowgraph_data::pattern::Pattern>,
     /// Only calls nested less than DEPTH deep.
     #[arg(short = 'D', long = "depth", default_value_t = 0)]
     depth: u16,
@@ -291,8 +291,8 @@ enum DemangleArg {
 impl ViewFilter {
     /// Applies `--demangle` to the recordings opened from now on.
     fn show_names(&self) {
-        use shadowgraph::elf::Demangle;
-        shadowgraph::record::data::show_names(match self.demangle {
+        use shadowgraph_data::names::Demangle;
+        shadowgraph_data::dir::show_names(match self.demangle {
             DemangleArg::Simple => Demangle::Simple,
             DemangleArg::Full => Demangle::Full,
             DemangleArg::No => Demangle::No,
@@ -300,9 +300,9 @@ impl ViewFilter {
     }
 }
 
-impl From<ViewFilter> for shadowgraph::record::replay::ReplayFilter {
+impl From<ViewFilter> for shadowgraph_data::replay::ReplayFilter {
     fn from(v: ViewFilter) -> Self {
-        shadowgraph::record::replay::ReplayFilter {
+        shadowgraph_data::replay::ReplayFilter {
             functions: v.filter,
             notrace: v.notrace,
             max_depth: v.depth,
@@ -314,14 +314,14 @@ impl From<ViewFilter> for shadowgraph::record::replay::ReplayFilter {
 
 /// `replay -f`'s columns (one value to clap, not a list of values).
 #[derive(Clone, Debug)]
-struct Fields(Vec<shadowgraph::record::replay::Field>);
+struct Fields(Vec<shadowgraph_data::replay::Field>);
 
 fn parse_fields(spec: &str) -> Result<Fields, String> {
-    shadowgraph::record::replay::Field::parse_list(spec).map(Fields)
+    shadowgraph_data::replay::Field::parse_list(spec).map(Fields)
 }
 
-fn parse_pattern(p: &str) -> Result<shadowgraph::ftrace::Pattern, String> {
-    shadowgraph::ftrace::Pattern::parse(p).map_err(|e| e.to_string())
+fn parse_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {
+    shadowgraph_data::pattern::Pattern::parse(p).map_err(|e| e.to_string())
 }
 
 /// Opens a data directory and writes a view of it to stdout (a closed pipe,
@@ -329,9 +329,9 @@ fn parse_pattern(p: &str) -> Result<shadowgraph::ftrace::Pattern, String> {
 fn view(
     dir: &std::path::Path,
     write: impl FnOnce(
-        &shadowgraph::record::data::DataDir,
+        &shadowgraph_data::dir::DataDir,
         &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
-    ) -> Result<(), shadowgraph::record::replay::ReplayError>,
+    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
     view_of(dir, true, write)
 }
@@ -341,15 +341,15 @@ fn view_of(
     dir: &std::path::Path,
     notice: bool,
     write: impl FnOnce(
-        &shadowgraph::record::data::DataDir,
+        &shadowgraph_data::dir::DataDir,
         &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
-    ) -> Result<(), shadowgraph::record::replay::ReplayError>,
+    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
-    use shadowgraph::record::replay::ReplayError;
+    use shadowgraph_data::replay::ReplayError;
     use std::io::IsTerminal;
     use std::io::Write;
-    let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
-    if shadowgraph::record::profile::is_profile(&data) {
+    let data = shadowgraph_data::dir::DataDir::open(dir).map_err(|e| e.to_string())?;
+    if shadowgraph_data::profile::is_profile(&data) {
         return Err(format!(
             "{} holds a profile (per-function totals, no call records): see it with `shadowgraph report -d {}`",
             dir.display(),
@@ -367,11 +367,11 @@ fn view_of(
     }
     // Progress on a terminal, unless the output itself goes there.
     if std::io::stderr().is_terminal() && !std::io::stdout().is_terminal() {
-        shadowgraph::record::data::show_progress(&data);
+        shadowgraph_data::dir::show_progress(&data);
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let result = write(&data, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
-    shadowgraph::record::data::end_progress();
+    shadowgraph_data::dir::end_progress();
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
@@ -384,14 +384,14 @@ fn view_of(
 /// The folded stacks rendered as an SVG flame graph (widths: self time).
 fn flame_svg(
     dir: &std::path::Path,
-    filter: &shadowgraph::record::replay::ReplayFilter,
+    filter: &shadowgraph_data::replay::ReplayFilter,
 ) -> Result<ExitCode, String> {
-    let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    let data = shadowgraph_data::dir::DataDir::open(dir).map_err(|e| e.to_string())?;
     if let Some(w) = data.loss_warning() {
         eprintln!("shadowgraph: {w}");
     }
     let mut folded = Vec::new();
-    shadowgraph::record::flame::dump_flame_graph(&data, filter, &mut folded)
+    shadowgraph_data::flame::dump_flame_graph(&data, filter, &mut folded)
         .map_err(|e| e.to_string())?;
     let folded = String::from_utf8_lossy(&folded);
     if folded.is_empty() {
@@ -411,9 +411,9 @@ fn report(
     sort: &str,
     threads: bool,
     diff: Option<&std::path::Path>,
-    filter: &shadowgraph::record::replay::ReplayFilter,
+    filter: &shadowgraph_data::replay::ReplayFilter,
 ) -> Result<ExitCode, String> {
-    use shadowgraph::record::report::SortKey;
+    use shadowgraph_data::report::SortKey;
     let key = match sort {
         "total" => SortKey::Total,
         "self" => SortKey::SelfTime,
@@ -425,10 +425,10 @@ fn report(
             ))
         }
     };
-    let data = shadowgraph::record::data::DataDir::open(dir).map_err(|e| e.to_string())?;
+    let data = shadowgraph_data::dir::DataDir::open(dir).map_err(|e| e.to_string())?;
     if let Some(other) = diff {
-        use shadowgraph::record::profile::is_profile;
-        let other = shadowgraph::record::data::DataDir::open(other).map_err(|e| e.to_string())?;
+        use shadowgraph_data::profile::is_profile;
+        let other = shadowgraph_data::dir::DataDir::open(other).map_err(|e| e.to_string())?;
         if let Some(d) = [&data, &other].into_iter().find(|d| is_profile(d)) {
             return Err(format!(
                 "{} holds a profile: --diff compares recordings of calls",
@@ -436,16 +436,16 @@ fn report(
             ));
         }
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        return shadowgraph::record::report::report_diff(&data, &other, key, filter, &mut out)
+        return shadowgraph_data::report::report_diff(&data, &other, key, filter, &mut out)
             .and_then(|()| {
                 use std::io::Write;
                 out.flush()
-                    .map_err(shadowgraph::record::replay::ReplayError::Io)
+                    .map_err(shadowgraph_data::replay::ReplayError::Io)
             })
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| e.to_string());
     }
-    if shadowgraph::record::profile::is_profile(&data) {
+    if shadowgraph_data::profile::is_profile(&data) {
         if !filter.functions.is_empty()
             || !filter.notrace.is_empty()
             || filter.max_depth > 0
@@ -457,17 +457,17 @@ fn report(
             ));
         }
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        return shadowgraph::record::profile::report(&data, key, threads, &filter.tids, &mut out)
+        return shadowgraph_data::profile::report(&data, key, threads, &filter.tids, &mut out)
             .and_then(|()| {
                 use std::io::Write;
                 out.flush()
-                    .map_err(shadowgraph::record::replay::ReplayError::Io)
+                    .map_err(shadowgraph_data::replay::ReplayError::Io)
             })
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| e.to_string());
     }
     view_with_sessions(dir, |d, o| {
-        shadowgraph::record::report::report(d, key, threads, filter, o)
+        shadowgraph_data::report::report(d, key, threads, filter, o)
     })
 }
 
@@ -477,18 +477,18 @@ fn report(
 fn view_with_sessions(
     dir: &std::path::Path,
     write: impl Fn(
-        &shadowgraph::record::data::DataDir,
+        &shadowgraph_data::dir::DataDir,
         &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
-    ) -> Result<(), shadowgraph::record::replay::ReplayError>,
+    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
     use std::io::Write;
     let code = view_of(dir, false, &write)?;
-    let sessions = match shadowgraph::record::data::DataDir::open(dir) {
+    let sessions = match shadowgraph_data::dir::DataDir::open(dir) {
         Ok(d) => d.exec_sessions(),
         Err(_) => Vec::new(),
     };
     for s in sessions {
-        let exe = shadowgraph::record::data::DataDir::open(&s)
+        let exe = shadowgraph_data::dir::DataDir::open(&s)
             .ok()
             .and_then(|d| d.info.get("exe").map(str::to_string))
             .unwrap_or_default();

@@ -320,7 +320,7 @@ impl RecordOptions {
                 .flat_map(|t| t.filter.iter().chain(&t.notrace)),
         );
         for p in all {
-            shadowgraph::ftrace::Pattern::parse(p).map_err(|e| e.to_string())?;
+            shadowgraph_data::pattern::Pattern::parse(p).map_err(|e| e.to_string())?;
             if p.contains(';') || p.contains('\t') {
                 return Err(format!("pattern `{p}` contains `;` or a tab"));
             }
@@ -563,20 +563,20 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
                     eprintln!("# {label}{prog} ended without the recording's exit step ({status}); what it recorded is kept");
                 }
             }
-            let converted = shadowgraph::record::data::DataDir::open(&d).and_then(|dd| {
-                if shadowgraph::record::profile::is_profile(&dd) {
+            let converted = shadowgraph_data::dir::DataDir::open(&d).and_then(|dd| {
+                if shadowgraph_data::profile::is_profile(&dd) {
                     Ok(()) // no records to convert
                 } else {
-                    shadowgraph::record::uftrace::export(&dd, &d)
+                    shadowgraph_data::uftrace::export(&dd, &d)
                 }
             });
             if let Err(e) = converted {
                 eprintln!("shadowgraph: {e}");
             }
         }
-        match shadowgraph::record::data::DataDir::open(&d) {
-            Ok(dd) if shadowgraph::record::profile::is_profile(&dd) => {
-                match shadowgraph::record::profile::read(&dd) {
+        match shadowgraph_data::dir::DataDir::open(&d) {
+            Ok(dd) if shadowgraph_data::profile::is_profile(&dd) => {
+                match shadowgraph_data::profile::read(&dd) {
                     Ok(rows) => eprintln!(
                         "# {label}profiled {} calls of {} functions into {}",
                         rows.values().map(|r| r.calls).sum::<u64>(),
@@ -797,7 +797,7 @@ fn complete_metadata(
     exe: &Path,
     run: Option<(std::process::ExitStatus, &crate::sysinfo::Usage)>,
 ) -> Result<bool, String> {
-    use shadowgraph::record::data::{DataDir, Info};
+    use shadowgraph_data::dir::{DataDir, Info};
     let d = DataDir::open(dir).map_err(|e| e.to_string())?;
     let n = |k: &str| {
         d.info
@@ -863,7 +863,7 @@ pub fn live(opts: &RecordOptions, program: &[String]) -> Result<ExitCode, String
 /// report; headed by the tracer's name when there are several. Without a
 /// recording `record` has said why already.
 fn show_live(dir: &Path, tracer: Option<&str>) -> Result<(), String> {
-    use shadowgraph::record::{data::DataDir, profile, replay, report::SortKey};
+    use shadowgraph_data::{dir::DataDir, profile, replay, report::SortKey};
     use std::io::Write;
     let Ok(d) = DataDir::open(dir) else {
         return Ok(());
@@ -995,9 +995,9 @@ pub fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
         &RecordOptions::default(),
         &[exe.to_string_lossy().into_owned()],
     )?;
-    let d = shadowgraph::record::data::DataDir::open(&data).map_err(|e| e.to_string())?;
+    let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string())?;
     let mut text = Vec::new();
-    shadowgraph::record::replay::replay(&d, &mut text).map_err(|e| e.to_string())?;
+    shadowgraph_data::replay::replay(&d, &mut text).map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&text);
     const SHOWN: usize = 40;
     println!(
@@ -1009,9 +1009,9 @@ pub fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
     }
     println!("\n## report: time and calls per function");
     let mut out = std::io::stdout().lock();
-    shadowgraph::record::report::report(
+    shadowgraph_data::report::report(
         &d,
-        shadowgraph::record::report::SortKey::Calls,
+        shadowgraph_data::report::SortKey::Calls,
         false,
         &Default::default(),
         &mut out,

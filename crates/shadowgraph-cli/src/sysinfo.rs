@@ -2,7 +2,7 @@
 //! fields uftrace's `info` has): read here, where the program ran, and
 //! stored in the recording's `shadowgraph.info`.
 
-use shadowgraph::record::data::Info;
+use shadowgraph_data::dir::Info;
 use std::path::Path;
 
 /// The traced program's resource usage (wait4) and how it ended.

@@ -205,7 +205,7 @@ fn replay_body(replay: &str) -> Vec<String> {
 /// thread moved to another vCPU of this VM may read a clock a few ns behind:
 /// 5–6 seen under load). A record out of place in the ring is off by a
 /// whole call or more.
-fn in_time_order(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result<(), String> {
+fn in_time_order(d: &shadowgraph_data::dir::DataDir, tid: i32) -> Result<(), String> {
     const TSC_SKEW_NS: u64 = 50;
     let recs = records_of(d, tid)?;
     let back = recs.windows(2).filter(|w| w[1].time <= w[0].time).count();
@@ -238,7 +238,7 @@ fn signal_handlers_inside_a_time_filtered_record_leave_every_entry_its_exit() {
         let (out, err) = text(&o);
         assert!(o.status.success(), "{out}\n{err}");
         assert!(err.contains("(0 lost)"), "{err}");
-        let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+        let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
         for &tid in &d.tids {
             let n = every_call_closes(&d, tid).unwrap_or_else(|e| panic!("{clock}: {e}"));
             assert!(n > 1000, "{clock}: thread {tid}: {n} records");
@@ -253,8 +253,8 @@ fn signal_handlers_inside_a_time_filtered_record_leave_every_entry_its_exit() {
 
 /// Whether each function's entries and exits on thread `tid` are as many;
 /// the thread's record count.
-fn every_call_closes(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result<usize, String> {
-    use shadowgraph::record::format::Kind;
+fn every_call_closes(d: &shadowgraph_data::dir::DataDir, tid: i32) -> Result<usize, String> {
+    use shadowgraph_data::format::Kind;
     let recs = records_of(d, tid)?;
     let mut open: HashMap<u64, i64> = HashMap::new();
     for r in &recs {
@@ -276,9 +276,9 @@ fn every_call_closes(d: &shadowgraph::record::data::DataDir, tid: i32) -> Result
 
 /// The records of thread `tid`, or why not.
 fn records_of(
-    d: &shadowgraph::record::data::DataDir,
+    d: &shadowgraph_data::dir::DataDir,
     tid: i32,
-) -> Result<Vec<shadowgraph::record::format::Record>, String> {
+) -> Result<Vec<shadowgraph_data::format::Record>, String> {
     d.records(tid).map_err(|e| e.to_string())
 }
 
@@ -287,11 +287,11 @@ fn records_of(
 /// before it, and no call is left open but those of `open_at_end` (the
 /// functions still running when the recording ended, outermost first).
 fn calls_nest_exactly(
-    d: &shadowgraph::record::data::DataDir,
+    d: &shadowgraph_data::dir::DataDir,
     tid: i32,
     open_at_end: &[u64],
 ) -> Result<(), String> {
-    use shadowgraph::record::format::Kind;
+    use shadowgraph_data::format::Kind;
     let mut open: Vec<(u64, u16)> = Vec::new();
     for (i, r) in records_of(d, tid)?.iter().enumerate() {
         match r.kind {
@@ -321,11 +321,8 @@ fn calls_nest_exactly(
 
 /// Whether every entry of `tid` is at the depth of the calls open before
 /// it, and every exit one less (uftrace's replay nests by these depths).
-fn depths_follow_the_records(
-    d: &shadowgraph::record::data::DataDir,
-    tid: i32,
-) -> Result<(), String> {
-    use shadowgraph::record::format::Kind;
+fn depths_follow_the_records(d: &shadowgraph_data::dir::DataDir, tid: i32) -> Result<(), String> {
+    use shadowgraph_data::format::Kind;
     let mut open = 0i64;
     for (i, r) in records_of(d, tid)?.iter().enumerate() {
         let want = match r.kind {
@@ -1599,7 +1596,7 @@ fn forked_and_executed_children_leave_the_parents_results_alone() {
     // The parent's thread shows the parent's calls only; the forked child
     // is recorded in its own (the shell started by system() is an exec:
     // not traced).
-    let parent: i32 = shadowgraph::record::data::DataDir::open(&data)
+    let parent: i32 = shadowgraph_data::dir::DataDir::open(&data)
         .unwrap()
         .info
         .get("pid")
@@ -2207,7 +2204,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
         .unwrap();
     let after = shadowgraph::record::clock::monotonic_ns();
     assert!(o.status.success(), "{}", text(&o).1);
-    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     assert_eq!(d.tids.len(), 1);
     let recs = d.records(d.tids[0]).unwrap();
     // Written out in pieces (a ring holds 131,072 records: three at least).
@@ -2223,7 +2220,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
         );
         if d.name(r.addr) == "nap" {
             match r.kind {
-                shadowgraph::record::format::Kind::Entry => open = r.time,
+                shadowgraph_data::format::Kind::Entry => open = r.time,
                 _ => naps.push(r.time - open),
             }
         }
@@ -2563,7 +2560,7 @@ fn forked_children_and_exec_sessions_are_recorded() {
         "the views point at it: {}",
         text(&o).1
     );
-    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     let parent: i32 = d.info.get("pid").unwrap().parse().unwrap();
     let child = *d.tids.iter().find(|&&t| t != parent).unwrap();
     let task = std::fs::read_to_string(data.join("task.txt")).unwrap();
@@ -2820,7 +2817,7 @@ fn unwinding_program_replays_exactly(fused: bool) {
         by_tid
     };
     let ours = replay(&mut shadowgraph(), 7);
-    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     let pid: i32 = d.info.get("pid").unwrap().parse().unwrap();
     assert_eq!(ours.len(), 3);
     assert_eq!(ours[&pid], main);
@@ -3021,12 +3018,12 @@ fn small_buffers_make_threads_wait_for_the_writer_not_lose() {
         )),
         "{err}"
     );
-    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     for &tid in &d.tids {
         let recs = d.records(tid).unwrap();
         let entries = recs
             .iter()
-            .filter(|r| r.kind == shadowgraph::record::format::Kind::Entry)
+            .filter(|r| r.kind == shadowgraph_data::format::Kind::Entry)
             .count();
         assert_eq!(entries * 2, recs.len(), "thread {tid} balanced");
         in_time_order(&d, tid).unwrap();
@@ -3474,7 +3471,7 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
         assert_eq!(rows["on_alarm"].2, alarms, "{alarms} alarms: {rows:?}");
         assert_eq!(rows["in_handler"].2, alarms, "{alarms} alarms: {rows:?}");
         assert_eq!(rows["worker"].2, 8, "{rows:?}");
-        let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+        let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
         assert_eq!(d.tids.len(), 9);
         for &tid in &d.tids {
             in_time_order(&d, tid).unwrap();
@@ -3501,7 +3498,7 @@ fn threads_and_signal_handlers_inside_a_time_filtered_record() {
     if shadowgraph::record::clock::init() {
         assert!(info.contains("record path         : fused"), "{info}");
     }
-    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     let mut kept = 0;
     for &tid in &d.tids {
         in_time_order(&d, tid).unwrap();
@@ -3517,11 +3514,11 @@ fn threads_and_signal_handlers_inside_a_time_filtered_record() {
 /// Whether every call recorded on `tid` lasted at least `ns` (less 1 ns
 /// for the conversion of TSC times to nanoseconds).
 fn calls_last_at_least(
-    d: &shadowgraph::record::data::DataDir,
+    d: &shadowgraph_data::dir::DataDir,
     tid: i32,
     ns: u64,
 ) -> Result<(), String> {
-    use shadowgraph::record::format::Kind;
+    use shadowgraph_data::format::Kind;
     let mut open = Vec::new();
     for (i, r) in records_of(d, tid)?.iter().enumerate() {
         match r.kind {
@@ -3651,7 +3648,7 @@ fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
     // The thread's records are in time order, though handlers recorded
     // while the thread was claiming a slot (their records follow or
     // precede its record in the ring as their times do).
-    let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     for &tid in &d.tids {
         in_time_order(&d, tid).unwrap();
         // And their depths follow the ring's order: a handler that landed
@@ -3701,7 +3698,7 @@ fn tracers_share_each_events_time_and_stay_in_time_order_under_signals() {
     let o = record_run(&[], &opts, &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success() && out.trim() == "6765", "{out}\n{err}");
-    let d = shadowgraph::record::data::DataDir::open(&data.join("a")).unwrap();
+    let d = shadowgraph_data::dir::DataDir::open(&data.join("a")).unwrap();
     assert_eq!(d.info.get("clock"), Some("monotonic"));
     let tid = d.tids[0];
     let a = std::fs::read(data.join(format!("a/{tid}.dat"))).unwrap();
@@ -3729,7 +3726,7 @@ fn tracers_share_each_events_time_and_stay_in_time_order_under_signals() {
                 fib_calls + 3 * alarms,
                 "{clock} {t}: {rows:?}"
             );
-            let d = shadowgraph::record::data::DataDir::open(&data.join(t)).unwrap();
+            let d = shadowgraph_data::dir::DataDir::open(&data.join(t)).unwrap();
             for &tid in &d.tids {
                 in_time_order(&d, tid).unwrap_or_else(|e| panic!("{clock} {t}: {e}"));
                 if clock == "mono" {
@@ -3855,7 +3852,7 @@ fn siglongjmp_out_of_handlers(path: RecordPath) {
     // lands while its thread holds a guard bit left by a handler that
     // jumped out of our callbacks, before the thread's next traced call
     // finds the abandoned bracket and frees the bits).
-    let dd = shadowgraph::record::data::DataDir::open(&data).unwrap();
+    let dd = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     let drops: u64 = dd
         .info
         .get("recursion_drops")
@@ -3932,7 +3929,7 @@ fn calls_deeper_than_records_can_say_keep_their_function() {
         let (out, err) = text(&o);
         assert!(o.status.success(), "{name}: {out}\n{err}");
         assert_eq!(out.trim(), "3300", "{name}");
-        let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+        let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
         for &tid in &d.tids {
             let recs = records_of(&d, tid).unwrap();
             let funcs: std::collections::BTreeSet<u64> = recs.iter().map(|r| r.addr).collect();
@@ -4739,7 +4736,7 @@ fn switching_tracing_while_threads_run_keeps_every_record_whole() {
         let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "fused {fused}: {err}");
-        let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+        let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
         let mut records = 0;
         for &tid in &d.tids {
             in_time_order(&d, tid).unwrap();
@@ -4901,7 +4898,7 @@ fn every_argument_register_reaches_the_traced_function() {
             assert!(err.contains("profiled 18001 calls of 7 functions"), "{err}");
             continue;
         }
-        let d = shadowgraph::record::data::DataDir::open(&data).unwrap();
+        let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
         assert!(err.contains("(0 lost)"), "{env:?} {opts:?}: {err}");
         for &tid in &d.tids {
             calls_nest_exactly(&d, tid, &[]).unwrap_or_else(|e| panic!("{env:?} {opts:?}: {e}"));

@@ -21,7 +21,7 @@ pub struct FoundSite {
     /// Address the patcher rewrites (after a leading `endbr64`, if any).
     pub addr: u64,
     /// Name of the function the site belongs to, demangled in the simple
-    /// form (see [`demangle`]).
+    /// form (see [`shadowgraph_data::names::demangle`]).
     pub function: String,
     /// Its symbol as the object names it (mangled, for C++ and Rust).
     pub symbol: String,
@@ -274,7 +274,7 @@ fn examine(
         // Nops before a symbol belong to the function that follows them.
         symbol = next.to_string();
     }
-    let function = demangle(&symbol);
+    let function = shadowgraph_data::names::demangle(&symbol);
     let kind = if !text.iter().any(|&(lo, hi)| addr >= lo && addr + 5 <= hi) {
         Err("entry outside any executable section".to_string())
     } else if !inside || symbols.starting_within(addr + 1, addr + 5).is_some() {
@@ -376,169 +376,6 @@ impl FunctionSymbols {
     }
 }
 
-/// How symbol names are shown (uftrace's `--demangle`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Demangle {
-    /// Qualified names alone: no return type, template arguments,
-    /// parameters, qualifiers or clone suffix (`std::vector::push_back`).
-    #[default]
-    Simple = 0,
-    /// Everything the mangled name says.
-    Full = 1,
-    /// The symbols as the objects name them.
-    No = 2,
-}
-
-/// `name` demangled in the simple form (C++ Itanium, Rust legacy and v0):
-/// the names sites go by, which filters match and views show by default,
-/// as uftrace does.
-pub fn demangle(name: &str) -> String {
-    demangle_as(name, Demangle::Simple)
-}
-
-/// `name` shown as `how` says; names that are not mangled are kept.
-pub fn demangle_as(name: &str, how: Demangle) -> String {
-    if how == Demangle::No {
-        return name.to_string();
-    }
-    if let Ok(d) = rustc_demangle::try_demangle(name) {
-        // The alternate form drops the hash. (Rust paths are kept whole:
-        // their angle brackets also frame trait impls, `<T as Trait>::f`.)
-        return format!("{d:#}");
-    }
-    // gcc's static initialiser of a file is named after its first
-    // function's symbol.
-    if let Some(first) = name.strip_prefix("_GLOBAL__sub_I_") {
-        if first.starts_with("_Z") {
-            return format!("_GLOBAL__sub_I_{}", demangle_as(first, how));
-        }
-    }
-    if name.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            let opts = match how {
-                Demangle::Simple => cpp_demangle::DemangleOptions::new()
-                    .no_params()
-                    .no_return_type(),
-                _ => cpp_demangle::DemangleOptions::default(),
-            };
-            if let Ok(s) = sym.demangle(&opts) {
-                return match how {
-                    Demangle::Simple => {
-                        strip_abi_tags(&strip_enclosing_params(&strip_template_args(&s)))
-                    }
-                    _ => s,
-                };
-            }
-        }
-    }
-    name.to_string()
-}
-
-/// `name` without ABI tags (`f[abi:cxx11]` → `f`): not part of a
-/// qualified name.
-fn strip_abi_tags(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut rest = name;
-    while let Some(i) = rest.find("[abi:") {
-        out.push_str(&rest[..i]);
-        match rest[i..].find(']') {
-            Some(j) => rest = &rest[i + j + 1..],
-            None => {
-                rest = &rest[i..];
-                break;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// `name` without the parameter lists of the functions that enclose a
-/// local entity (`f()::{lambda()#1}::_FUN` → `f::{lambda()#1}::_FUN`),
-/// which the demangler keeps even when asked for no parameters; a
-/// `(anonymous namespace)` stays.
-fn strip_enclosing_params(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut rest = name;
-    while let Some(c) = rest.chars().next() {
-        if c == '(' && !rest.starts_with("(anonymous namespace)") {
-            // A group closed before `::`: an enclosing function's.
-            let mut depth = 0usize;
-            let end = rest.char_indices().find_map(|(i, ch)| {
-                match ch {
-                    '(' => depth += 1,
-                    ')' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(i + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                None
-            });
-            if let Some(end) = end.filter(|&e| rest[e..].starts_with("::")) {
-                rest = &rest[end..];
-                continue;
-            }
-        }
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
-    }
-    out
-}
-
-/// `name` without its template argument lists (`<...>`, nested), keeping
-/// the angle brackets of operator names (`operator<<`, `operator->`).
-/// Inside an argument list, `(...)` groups nest too, and a `>` in one is
-/// an operator (`f<(3>2)>`), not the list's end.
-fn strip_template_args(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    // The open `<` and `(` inside template arguments, innermost last.
-    let mut open: Vec<char> = Vec::new();
-    let mut rest = name;
-    while let Some(c) = rest.chars().next() {
-        if open.is_empty() && rest.starts_with("operator") {
-            // The operator's own symbol, which may hold < or >.
-            let after = &rest["operator".len()..];
-            let op_len = [
-                "<=>", "<<=", ">>=", "<<", ">>", "<=", ">=", "->*", "->", "<", ">",
-            ]
-            .iter()
-            .find(|op| after.starts_with(**op))
-            .map_or(0, |op| op.len());
-            let take = "operator".len() + op_len;
-            out.push_str(&rest[..take]);
-            rest = &rest[take..];
-            continue;
-        }
-        match c {
-            '<' => {
-                if open.is_empty() && out.ends_with(' ') {
-                    out.pop(); // gcc's `operator< <int>`
-                }
-                open.push('<');
-            }
-            '(' if !open.is_empty() => open.push('('),
-            ')' if !open.is_empty() => {
-                while let Some(o) = open.pop() {
-                    if o == '(' {
-                        break;
-                    }
-                }
-            }
-            '>' if open.last() == Some(&'<') => {
-                open.pop();
-            }
-            _ if open.is_empty() => out.push(c),
-            _ => {}
-        }
-        rest = &rest[c.len_utf8()..];
-    }
-    out
-}
-
 /// The GNU build id of an ELF file, as hex, if it has one.
 pub fn build_id(path: &Path) -> Option<String> {
     use object::Object;
@@ -551,65 +388,6 @@ pub fn build_id(path: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn demangles_cpp_and_rust() {
-        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar");
-        assert_eq!(demangle_as("_ZN3foo3barEv", Demangle::Full), "foo::bar()");
-        assert_eq!(demangle_as("_ZN3foo3barEv", Demangle::No), "_ZN3foo3barEv");
-        assert_eq!(
-            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
-            "core::fmt::write"
-        );
-        assert_eq!(demangle("plain_c"), "plain_c");
-    }
-
-    #[test]
-    fn simple_names_are_uftraces() {
-        for (mangled, simple) in [
-            ("_ZNK2Ci4areaEv", "Ci::area"),
-            ("_ZN2CiD0Ev", "Ci::~Ci"),
-            ("_ZNSt6vectorISt6threadSaIS0_EED1Ev", "std::vector::~vector"),
-            (
-                "_ZNSt6thread11_State_implINS_8_InvokerISt5tupleIJZ4mainEUlvE_EEEEE6_M_runEv",
-                "std::thread::_State_impl::_M_run",
-            ),
-            (
-                "_ZNSt8_Rb_treeINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt4pairIKS5_iESt10_Select1stIS8_ESt4lessIS5_ESaIS8_EE8_M_eraseEPSt13_Rb_tree_nodeIS8_E.isra.0",
-                "std::_Rb_tree::_M_erase",
-            ),
-            ("_Z7checkedd", "checked"),
-            ("_Z5twiceIiET_S0_", "twice"),
-        ] {
-            assert_eq!(demangle(mangled), simple, "{mangled}");
-        }
-        assert_eq!(
-            strip_template_args("std::ostream& std::operator<< <std::char_traits<char> >"),
-            "std::ostream& std::operator<<"
-        );
-        assert_eq!(strip_template_args("a::operator->"), "a::operator->");
-        assert_eq!(strip_template_args("m<int>::operator<=>"), "m::operator<=>");
-        assert_eq!(strip_template_args("f<(3>2)>"), "f");
-        assert_eq!(
-            strip_enclosing_params("a::f()::{lambda()#1}::_FUN"),
-            "a::f::{lambda()#1}::_FUN"
-        );
-        assert_eq!(
-            strip_enclosing_params("(anonymous namespace)::g"),
-            "(anonymous namespace)::g"
-        );
-        assert_eq!(demangle("_GLOBAL__sub_I__Z4leafi"), "_GLOBAL__sub_I_leaf");
-        assert_eq!(
-            demangle("_ZN4Json11writeStringB5cxx11ERKNS_8Factory_5ValueE"),
-            "Json::writeString"
-        );
-        assert_eq!(
-            demangle(
-                "_ZNSt6thread11_State_implINS_8_InvokerISt5tupleIJMNSt13__future_base17_Async_state_implINS1_IS2_IJPFiiEiEEEEiEEFvvEPS9_EEEEE6_M_runEv"
-            ),
-            "std::thread::_State_impl::_M_run"
-        );
-    }
 
     #[test]
     fn garbage_is_a_clear_error() {

@@ -282,7 +282,7 @@ fn cpp_names_are_demangled() {
         let pair = (want.to_string(), symbol.to_string());
         assert!(names.contains(&pair), "{pair:?} not in {names:?}");
         assert_eq!(
-            shadowgraph::elf::demangle_as(symbol, shadowgraph::elf::Demangle::Full),
+            shadowgraph_data::names::demangle_as(symbol, shadowgraph_data::names::Demangle::Full),
             full
         );
     }

@@ -125,7 +125,7 @@ fn probe_ops(probe: &'static Probe, filter: &[&str], notrace: &[&str], flags: u3
 }
 
 fn glob(p: &str, s: &str) -> bool {
-    shadowgraph::ftrace::filter::glob_match(p.as_bytes(), s.as_bytes())
+    shadowgraph_data::pattern::glob_match(p.as_bytes(), s.as_bytes())
 }
 
 /// Expected hits of run_all(n) for a probe selecting `sel`.

@@ -10,8 +10,9 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use shadowgraph::ftrace::{self, filter::glob_match, site_flags, FilterEdit, FilterSet, Ops, Regs};
+use shadowgraph::ftrace::{self, site_flags, FilterEdit, FilterSet, Ops, Regs};
 use shadowgraph::site::{encode_call, NOP5};
+use shadowgraph_data::pattern::glob_match;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 

@@ -8,9 +8,9 @@
 mod common;
 
 use common::*;
-use shadowgraph::record::format::{decode, Kind, RECORD_SIZE};
 use shadowgraph::record::{clock, fused, writer};
 use shadowgraph::{fgraph, ftrace};
+use shadowgraph_data::format::{decode, Kind, RECORD_SIZE};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Entries recorded by the callback (the general way), not the fused path.

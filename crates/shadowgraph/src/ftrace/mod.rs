@@ -16,7 +16,7 @@ pub use dispatch::{
     call_subops, current_tid, recursion_drops, recursion_drops_all, reset_tid_cache, try_lock,
     unlock, Group, Regs,
 };
-pub use filter::{Filter, FilterError, FilterPair, Pattern, SiteId, SiteName, SiteSet};
+pub use filter::{Filter, FilterPair, FunctionName, Pattern, PatternError, SiteId, SiteSet};
 
 use crate::arena::{Arena, ArenaError};
 use crate::patch::{self, Edit, PatchError};
@@ -288,7 +288,10 @@ impl FilterSet {
 
     /// Only the functions the patterns select (resolved when first used by a
     /// registered ops and at every change of the loaded objects).
-    pub fn with_patterns(filter: &[&str], notrace: &[&str]) -> Result<Arc<FilterSet>, FilterError> {
+    pub fn with_patterns(
+        filter: &[&str],
+        notrace: &[&str],
+    ) -> Result<Arc<FilterSet>, PatternError> {
         let fs = FilterSet::all();
         *lock(&fs.spec) = FilterSpec::Patterns {
             filter: Some(parse_all(filter)?),
@@ -332,7 +335,7 @@ impl FilterSet {
     }
 }
 
-fn parse_all(p: &[&str]) -> Result<Vec<Pattern>, FilterError> {
+fn parse_all(p: &[&str]) -> Result<Vec<Pattern>, PatternError> {
     p.iter().map(|t| Pattern::parse(t)).collect()
 }
 
@@ -360,7 +363,7 @@ pub enum CoreError {
         function: String,
     },
     Invalid(String),
-    Filter(FilterError),
+    Filter(PatternError),
     Patch(PatchError),
     Arena(ArenaError),
 }
@@ -383,8 +386,8 @@ impl fmt::Display for CoreError {
 
 impl std::error::Error for CoreError {}
 
-impl From<FilterError> for CoreError {
-    fn from(e: FilterError) -> Self {
+impl From<PatternError> for CoreError {
+    fn from(e: PatternError) -> Self {
         CoreError::Filter(e)
     }
 }
@@ -1016,10 +1019,10 @@ impl Core {
             .flat_map(|o| std::iter::once(o.clone()).chain(lock(&o.inner).subops.clone()))
     }
 
-    fn names(&self) -> Vec<SiteName<'_>> {
+    fn names(&self) -> Vec<FunctionName<'_>> {
         self.sites
             .iter()
-            .map(|s| SiteName {
+            .map(|s| FunctionName {
                 function: &s.function,
                 symbol: &s.symbol,
                 module: self.modules[s.module as usize].path.to_str().unwrap_or(""),
@@ -1027,7 +1030,7 @@ impl Core {
             .collect()
     }
 
-    fn resolve(&self, spec: &FilterSpec) -> Result<FilterPair, FilterError> {
+    fn resolve(&self, spec: &FilterSpec) -> Result<FilterPair, PatternError> {
         let FilterSpec::Patterns {
             filter,
             notrace,

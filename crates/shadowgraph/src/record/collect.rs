@@ -646,8 +646,8 @@ fn map_ring(path: &Path) -> Option<(Ring, *mut libc::c_void, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::format::Kind;
     use crate::record::ring::{ring_bytes, Depth};
+    use shadowgraph_data::format::Kind;
 
     /// A collector of one instance writing to `<tmp>/data`, its rings in
     /// `<tmp>/shm`, `tmp` a fresh directory named after `test`: (tmp, shm,

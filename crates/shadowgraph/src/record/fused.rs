@@ -2035,11 +2035,11 @@ std::arch::global_asm!(
     header = const HEADER_BYTES,
     room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,
-    entry_bits = const super::format::MAGIC << 3,
+    entry_bits = const shadowgraph_data::format::MAGIC << 3,
     max_record_depth = const MAX_RECORD_DEPTH,
     // The users' bits (12..27) lie in the word's low half.
     users_clear = const !(0xffffu32 << 12),
-    exit_bits = const super::format::MAGIC << 3 | 1,
+    exit_bits = const shadowgraph_data::format::MAGIC << 3 | 1,
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
     u_filter = const offset_of!(GraphUser, fused_filter),
     f_classes = const offset_of!(FusedFilter, classes),

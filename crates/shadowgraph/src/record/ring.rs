@@ -40,8 +40,9 @@
 //! when full. The layout is the same; it is shared by two builds of the
 //! same crate only (no compatibility promise beyond `MAGIC`).
 
-use super::clock::{self, Calibration, Converter};
-use super::format::{encode, Kind};
+use super::clock;
+use shadowgraph_data::format::{encode, Kind};
+use shadowgraph_data::time::{Calibration, Converter};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -271,7 +272,7 @@ impl Ring {
         depth: u16,
     ) -> Ring {
         debug_assert!(capacity.is_power_of_two());
-        let (raw, ns) = Calibration::point();
+        let (raw, ns) = clock::calibration_point();
         let h = base as *mut RingHeader;
         // SAFETY: per the contract; fields written before `magic` publishes.
         unsafe {
@@ -518,7 +519,7 @@ impl Ring {
         if head == tail && dropped == 0 {
             return out;
         }
-        let point = Calibration::point();
+        let point = clock::calibration_point();
         let cap = h.capacity;
         let mut at = tail;
         while at < head {
@@ -786,7 +787,7 @@ fn write_all(fd: i32, mut p: *const u8, mut len: usize) -> Result<(), (i32, usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::format::decode;
+    use shadowgraph_data::format::decode;
     use std::sync::atomic::AtomicBool;
 
     /// A drain frees the ring a chunk at a time: while the writer is

@@ -16,8 +16,8 @@
 //! nanoseconds ([`Ring::drain`]), so the files need no second pass.
 
 use super::clock;
-use super::format::Kind;
 use super::ring::{ring_bytes, Claim, Depth, Drained, Ring, RING_RECORDS};
+use shadowgraph_data::format::Kind;
 use std::cell::Cell;
 use std::ffi::CString;
 use std::io;

@@ -3,7 +3,7 @@
 //! squared durations; and its report (threads merged or not, sortable):
 //! calls, total, self, average and standard deviation per function.
 
-use super::data::{DataDir, DataError};
+use super::dir::{DataDir, DataError};
 use super::replay::{format_duration, ReplayError};
 use super::report::SortKey;
 use std::collections::HashMap;

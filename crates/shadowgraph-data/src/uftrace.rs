@@ -4,9 +4,9 @@
 //! (addresses relative to its base), and `<tid>.dat` with nanosecond
 //! timestamps (the record layout is already uftrace's).
 
-use super::clock::Calibration;
-use super::data::{DataDir, DataError};
+use super::dir::{DataDir, DataError};
 use super::format::{decode, RECORD_SIZE};
+use super::time::Calibration;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};

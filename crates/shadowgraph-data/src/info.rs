@@ -2,7 +2,7 @@
 //! uftrace's layout (from uftrace's `info` file, ours or uftrace's), then
 //! what only our recordings hold (records, losses, clock, sessions).
 
-use super::data::DataDir;
+use super::dir::DataDir;
 use super::replay::ReplayError;
 use std::io::Write;
 
@@ -45,10 +45,12 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
         // program that another process of the run started by exec).
         let status = if get("raw0").is_some() && get("exit_raw").is_none() {
             "unknown (a process the recorded program started)".to_string()
-        } else if libc::WIFSIGNALED(raw) {
-            format!("terminated by signal: {}", libc::WTERMSIG(raw))
+        } else if (raw & 0x7f) != 0 && (raw & 0x7f) != 0x7f {
+            // A wait status (wait(2)): the low 7 bits are the signal that
+            // ended the process, 0 for an exit, whose code is bits 8..15.
+            format!("terminated by signal: {}", raw & 0x7f)
         } else {
-            format!("exited with code: {}", libc::WEXITSTATUS(raw))
+            format!("exited with code: {}", (raw >> 8) & 0xff)
         };
         line(out, "exit status", &status)?;
         line(out, "elapsed time", get("elapsed_time").unwrap_or(""))?;

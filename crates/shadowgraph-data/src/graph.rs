@@ -2,7 +2,7 @@
 //! with hits and time), and the call tree below it aggregated over all its
 //! calls (total time and calls per node), in uftrace's layout.
 
-use super::data::{DataDir, DataError};
+use super::dir::{DataDir, DataError};
 use super::format::Kind;
 use super::replay::{thread_records, write_duration, ReplayError, ReplayFilter};
 use std::collections::BTreeMap;

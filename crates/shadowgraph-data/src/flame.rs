@@ -2,7 +2,7 @@
 //! distinct call path, weighted by self time in nanoseconds; the input of
 //! flame-graph renderers (inferno, FlameGraph.pl).
 
-use super::data::DataDir;
+use super::dir::DataDir;
 use super::format::Kind;
 use super::replay::{thread_records, ReplayError, ReplayFilter};
 use std::collections::BTreeMap;

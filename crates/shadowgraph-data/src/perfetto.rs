@@ -7,7 +7,7 @@
 //! TrackDescriptor, ThreadDescriptor, ProcessDescriptor, TrackEvent,
 //! InternedData, EventName).
 
-use super::data::DataDir;
+use super::dir::DataDir;
 use super::format::Kind;
 use super::replay::{thread_records, ReplayError, ReplayFilter};
 use std::collections::HashMap;

@@ -8,9 +8,9 @@
 //!    9.914 us [   6970] | } /* main */
 //! ```
 
-use super::data::{DataDir, DataError};
+use super::dir::{DataDir, DataError};
 use super::format::{Kind, Record};
-use crate::ftrace::{Pattern, SiteName};
+use crate::pattern::{FunctionName, Pattern};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, Write};
@@ -290,7 +290,7 @@ fn select(data: &DataDir, patterns: &[Pattern], flag: &str) -> Result<Vec<bool>,
     for p in patterns {
         let mut hit = false;
         for (i, (addr, symbol)) in data.symbols.iter().enumerate() {
-            let site = SiteName {
+            let site = FunctionName {
                 function: &data.names[i],
                 symbol,
                 module: data.module_of(*addr),

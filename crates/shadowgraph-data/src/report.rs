@@ -5,7 +5,7 @@
 //! calls of the same function are inside it already); self time is the
 //! function's own duration minus its direct children's.
 
-use super::data::DataDir;
+use super::dir::DataDir;
 use super::format::Kind;
 use super::replay::{format_duration, thread_records, ReplayFilter};
 use std::collections::HashMap;

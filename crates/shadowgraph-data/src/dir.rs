@@ -3,8 +3,8 @@
 //! `<tid>.dat` of 16-byte records per thread. Every read error names the
 //! file and, for records, the byte offset.
 
-use super::clock::Calibration;
 use super::format::{decode, Record, RECORD_SIZE};
+use super::time::Calibration;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -276,7 +276,7 @@ impl DataDir {
         let how = shown_names();
         let names = symbols
             .iter()
-            .map(|s| crate::elf::demangle_as(&s.1, how))
+            .map(|s| crate::names::demangle_as(&s.1, how))
             .collect();
         Ok(DataDir {
             dir: dir.to_owned(),
@@ -346,12 +346,12 @@ static SHOWN_NAMES: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::n
 
 /// Sets how recordings opened from now on show their symbols: what a
 /// view's `--demangle` asks for.
-pub fn show_names(how: crate::elf::Demangle) {
+pub fn show_names(how: crate::names::Demangle) {
     SHOWN_NAMES.store(how as u8, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn shown_names() -> crate::elf::Demangle {
-    use crate::elf::Demangle;
+fn shown_names() -> crate::names::Demangle {
+    use crate::names::Demangle;
     match SHOWN_NAMES.load(std::sync::atomic::Ordering::Relaxed) {
         1 => Demangle::Full,
         2 => Demangle::No,
@@ -579,7 +579,7 @@ pub struct RecordStream {
     input: std::io::BufReader<std::fs::File>,
     path: PathBuf,
     offset: u64,
-    conv: super::clock::Converter,
+    conv: super::time::Converter,
     failed: bool,
 }
 

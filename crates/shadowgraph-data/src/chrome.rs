@@ -2,7 +2,7 @@
 //! event per record, timestamps in microseconds), streamed thread by
 //! thread: memory stays bounded by one thread's records.
 
-use super::data::DataDir;
+use super::dir::DataDir;
 use super::format::Kind;
 use super::replay::{thread_records, ReplayError, ReplayFilter};
 use std::io::Write;

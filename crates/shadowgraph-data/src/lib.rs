@@ -1,0 +1,32 @@
+//! shadowgraph's recordings, read and written without running anything:
+//! the data directory a recording leaves (uftrace's format, both ways) and
+//! the views that show it.
+//!
+//! * [`format`] — the 16-byte entry/exit record; [`time`] — raw timestamps
+//!   to nanoseconds.
+//! * [`dir`] — a data directory: its `info`, threads, symbols and record
+//!   streams; [`sched`] — scheduling events in it; [`uftrace`] — uftrace's
+//!   own metadata, written for a recording and read from uftrace's.
+//! * Views, each a function of a [`dir::DataDir`] and its options:
+//!   [`replay`], [`report`], [`graph`], [`info`], [`profile`], and the dumps
+//!   [`chrome`], [`perfetto`], [`flame`].
+//! * [`pattern`] and [`names`] — function patterns and demangled names, as
+//!   filters and views use them.
+
+#![forbid(unsafe_code)]
+
+pub mod chrome;
+pub mod dir;
+pub mod flame;
+pub mod format;
+pub mod graph;
+pub mod info;
+pub mod names;
+pub mod pattern;
+pub mod perfetto;
+pub mod profile;
+pub mod replay;
+pub mod report;
+pub mod sched;
+pub mod time;
+pub mod uftrace;

@@ -1,0 +1,319 @@
+//! Function patterns, as `-F`, `-N` and the views' filters take them:
+//! a glob (`*`, `?`, `[...]`) or a `/regex/`, either followed by
+//! `@module` (a glob over the object's file name), and a leading `!` to
+//! take away what it matches from what earlier patterns selected.
+
+use std::fmt;
+
+/// What a pattern is matched against.
+pub struct FunctionName<'a> {
+    /// The function's name (simple demangled form).
+    pub function: &'a str,
+    /// Its symbol as the object names it.
+    pub symbol: &'a str,
+    pub module: &'a str,
+}
+
+/// A bad pattern, or one that matches nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatternError {
+    BadPattern { pattern: String, why: String },
+    NoMatch(String),
+}
+
+impl fmt::Display for PatternError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PatternError::BadPattern { pattern, why } => write!(f, "bad pattern `{pattern}`: {why}"),
+            PatternError::NoMatch(p) => write!(
+                f,
+                "pattern `{p}` matches no function (one in a library loaded later by dlopen is named with it: `{p}@LIB`)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PatternError {}
+
+#[derive(Clone, Debug)]
+enum Matcher {
+    Glob(String),
+    Regex(regex::Regex),
+}
+
+/// One filter pattern: `glob`, `/regex/`, either with `@module` (matched
+/// against the object's file name, as a glob), and a leading `!` to remove
+/// what it matches from what earlier patterns selected.
+#[derive(Clone, Debug)]
+pub struct Pattern {
+    text: String,
+    negate: bool,
+    matcher: Matcher,
+    module: Option<String>,
+}
+
+impl Pattern {
+    pub fn parse(text: &str) -> Result<Pattern, PatternError> {
+        let bad = |why: &str| PatternError::BadPattern {
+            pattern: text.to_string(),
+            why: why.to_string(),
+        };
+        let (negate, rest) = match text.strip_prefix('!') {
+            Some(r) => (true, r),
+            None => (false, text),
+        };
+        let (body, module) = if let Some(inner) = rest.strip_prefix('/') {
+            // `/re/` or `/re/@module`
+            let end = inner
+                .rfind('/')
+                .ok_or_else(|| bad("regex lacks its closing `/`"))?;
+            let after = &inner[end + 1..];
+            let module = match after {
+                "" => None,
+                m => Some(
+                    m.strip_prefix('@')
+                        .ok_or_else(|| bad("unexpected text after the regex"))?,
+                ),
+            };
+            (&rest[..end + 2], module)
+        } else {
+            match rest.rsplit_once('@') {
+                Some((b, m)) => (b, Some(m)),
+                None => (rest, None),
+            }
+        };
+        if body.is_empty() {
+            return Err(bad("empty pattern"));
+        }
+        if module == Some("") {
+            return Err(bad("empty module after `@`"));
+        }
+        let matcher = if let Some(re) = body.strip_prefix('/').and_then(|b| b.strip_suffix('/')) {
+            // regex's messages span lines (a caret diagram): keep the last.
+            Matcher::Regex(regex::Regex::new(re).map_err(|e| {
+                let m = e.to_string();
+                bad(m
+                    .lines()
+                    .last()
+                    .unwrap_or("invalid regex")
+                    .trim_start_matches("error: "))
+            })?)
+        } else {
+            check_glob(body).map_err(|w| bad(&w))?;
+            Matcher::Glob(body.to_string())
+        };
+        Ok(Pattern {
+            text: text.to_string(),
+            negate,
+            matcher,
+            module: module.map(str::to_string),
+        })
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn matches(&self, site: &FunctionName<'_>) -> bool {
+        if let Some(m) = &self.module {
+            let file = site.module.rsplit('/').next().unwrap_or(site.module);
+            if !glob_match(m.as_bytes(), file.as_bytes()) {
+                return false;
+            }
+        }
+        // The name views show, or the symbol itself (one overload of a C++
+        // function, whose simple names are alike).
+        let names = [site.function, site.symbol];
+        let names = &names[..if site.symbol == site.function { 1 } else { 2 }];
+        names.iter().any(|n| match &self.matcher {
+            Matcher::Glob(g) => glob_match(g.as_bytes(), n.as_bytes()),
+            Matcher::Regex(r) => r.is_match(n),
+        })
+    }
+
+    /// Whether this pattern names a module none of `modules` is.
+    fn module_absent<'a>(&self, mut modules: impl Iterator<Item = &'a str>) -> bool {
+        match &self.module {
+            None => false,
+            Some(m) => !modules.any(|path| {
+                let file = path.rsplit('/').next().unwrap_or(path);
+                glob_match(m.as_bytes(), file.as_bytes())
+            }),
+        }
+    }
+}
+
+/// Selects among `names`, applying the patterns in order: positive
+/// patterns add, `!` patterns remove. Returns the indices selected, in
+/// ascending order. A pattern that matches nothing is an error unless it
+/// names a module none of `names` is in (it may be loaded later).
+pub fn select(
+    patterns: &[Pattern],
+    names: &[FunctionName<'_>],
+) -> Result<Vec<usize>, PatternError> {
+    let mut selected = vec![false; names.len()];
+    for p in patterns {
+        let mut any = false;
+        for (i, s) in names.iter().enumerate() {
+            if p.matches(s) {
+                selected[i] = !p.negate;
+                any = true;
+            }
+        }
+        if !any && !p.module_absent(names.iter().map(|s| s.module)) {
+            return Err(PatternError::NoMatch(p.text.clone()));
+        }
+    }
+    Ok(selected
+        .iter()
+        .enumerate()
+        .filter(|(_, &s)| s)
+        .map(|(i, _)| i)
+        .collect())
+}
+
+fn check_glob(g: &str) -> Result<(), String> {
+    let b = g.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'[' {
+            let close = b[i + 1..].iter().skip(1).position(|&c| c == b']');
+            if close.is_none() {
+                return Err("unclosed `[`".into());
+            }
+            i += close.unwrap() + 2;
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Shell-style glob: `*`, `?`, `[abc]`, `[a-z]`, `[!abc]`.
+pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
+    let (mut p, mut i) = (0usize, 0usize);
+    let (mut star_p, mut star_i) = (usize::MAX, 0usize);
+    while i < s.len() {
+        if p < pat.len() {
+            match pat[p] {
+                b'*' => {
+                    star_p = p;
+                    star_i = i;
+                    p += 1;
+                    continue;
+                }
+                b'?' => {
+                    p += 1;
+                    i += 1;
+                    continue;
+                }
+                b'[' => {
+                    if let Some((ok, next)) = class_match(pat, p, s[i]) {
+                        if ok {
+                            p = next;
+                            i += 1;
+                            continue;
+                        }
+                    }
+                }
+                c if c == s[i] => {
+                    p += 1;
+                    i += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        if star_p == usize::MAX {
+            return false;
+        }
+        star_i += 1;
+        i = star_i;
+        p = star_p + 1;
+    }
+    pat[p..].iter().all(|&c| c == b'*')
+}
+
+/// Matches `c` against the class starting at `pat[p] == '['`; returns
+/// (matched, index after the class).
+fn class_match(pat: &[u8], p: usize, c: u8) -> Option<(bool, usize)> {
+    let mut j = p + 1;
+    let negate = matches!(pat.get(j), Some(b'!') | Some(b'^'));
+    if negate {
+        j += 1;
+    }
+    let start = j;
+    let mut hit = false;
+    while j < pat.len() && (pat[j] != b']' || j == start) {
+        if j + 2 < pat.len() && pat[j + 1] == b'-' && pat[j + 2] != b']' {
+            hit |= pat[j] <= c && c <= pat[j + 2];
+            j += 3;
+        } else {
+            hit |= pat[j] == c;
+            j += 1;
+        }
+    }
+    (j < pat.len()).then_some((hit != negate, j + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[(&'static str, &'static str)]) -> Vec<FunctionName<'static>> {
+        v.iter()
+            .map(|&(f, m)| FunctionName {
+                function: f,
+                symbol: f,
+                module: m,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn globs() {
+        for (p, s, want) in [
+            ("*sched*", "try_sched_x", true),
+            ("*sched*", "sche", false),
+            ("f?o", "foo", true),
+            ("f?o", "fo", false),
+            ("[a-c]x", "bx", true),
+            ("[!a-c]x", "bx", false),
+            ("[!a-c]x", "dx", true),
+            ("a*b*c", "aXbYc", true),
+            ("a*b*c", "aXbY", false),
+            ("*", "", true),
+        ] {
+            assert_eq!(glob_match(p.as_bytes(), s.as_bytes()), want, "{p} vs {s}");
+        }
+    }
+
+    #[test]
+    fn resolve_in_order_with_negation_regex_and_module() {
+        let s = names(&[
+            ("sched_a", "/x/libfoo.so"),
+            ("sched_b", "/x/prog"),
+            ("lock_a", "/x/prog"),
+            ("clock_gettime", "/x/prog"),
+        ]);
+        let p = |v: &[&str]| {
+            v.iter()
+                .map(|t| Pattern::parse(t).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(select(&p(&["sched_*"]), &s).unwrap(), &[0, 1]);
+        assert_eq!(select(&p(&["sched_*", "!*_b"]), &s).unwrap(), &[0]);
+        assert_eq!(select(&p(&["/^(lock|sched)_a$/"]), &s).unwrap(), &[0, 2]);
+        assert_eq!(select(&p(&["sched_*@libfoo.so"]), &s).unwrap(), &[0]);
+        assert_eq!(select(&p(&["/_a$/@prog"]), &s).unwrap(), &[2]);
+        // Matching nothing: an error, unless the module is not loaded yet.
+        assert_eq!(
+            select(&p(&["nothing*"]), &s),
+            Err(PatternError::NoMatch("nothing*".into()))
+        );
+        assert!(select(&p(&["x@libnotyet.so"]), &s).unwrap().is_empty());
+        assert!(Pattern::parse("/unclosed").is_err());
+        assert!(Pattern::parse("/a(/").is_err());
+        assert!(Pattern::parse("[abc").is_err());
+        assert!(Pattern::parse("f@").is_err());
+    }
+}
