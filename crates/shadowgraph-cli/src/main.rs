@@ -6,6 +6,7 @@ mod run;
 mod sysinfo;
 
 use clap::{Parser, Subcommand};
+use shadowgraph_data::dir::{DataDir, OpenOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -184,10 +185,10 @@ fn main() -> ExitCode {
             filter,
         } => {
             use shadowgraph_data::replay::{replay_fields, Field};
-            filter.show_names();
+            let how = filter.open_options();
             let filter = filter.into();
             let fields = fields.map_or_else(|| Field::DEFAULT.to_vec(), |f| f.0);
-            view_with_sessions(&data, |d, o| replay_fields(d, &filter, &fields, o))
+            view_with_sessions(&data, how, |d, o| replay_fields(d, &filter, &fields, o))
         }
         Command::Report {
             data,
@@ -196,8 +197,8 @@ fn main() -> ExitCode {
             diff,
             filter,
         } => {
-            filter.show_names();
-            report(&data, &sort, threads, diff.as_deref(), &filter.into())
+            let how = filter.open_options();
+            report(&data, how, &sort, threads, diff.as_deref(), &filter.into())
         }
         Command::Dump {
             data,
@@ -208,13 +209,13 @@ fn main() -> ExitCode {
             ..
         } => {
             use shadowgraph_data::{chrome, flame, perfetto as pf};
-            filter.show_names();
+            let how = filter.open_options();
             let f = filter.into();
             match (flame_graph, svg, perfetto) {
-                (true, true, _) => flame_svg(&data, &f),
-                (true, false, _) => view(&data, |d, o| flame::dump_flame_graph(d, &f, o)),
-                (false, _, true) => view(&data, |d, o| pf::dump_perfetto(d, &f, o)),
-                _ => view(&data, |d, o| chrome::dump_chrome(d, &f, o)),
+                (true, true, _) => flame_svg(&data, how, &f),
+                (true, false, _) => view(&data, how, |d, o| flame::dump_flame_graph(d, &f, o)),
+                (false, _, true) => view(&data, how, |d, o| pf::dump_perfetto(d, &f, o)),
+                _ => view(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
             }
         }
         Command::Live { opts, program } => run::live(&opts, &program),
@@ -223,9 +224,9 @@ fn main() -> ExitCode {
             function,
             filter,
         } => {
-            filter.show_names();
+            let how = filter.open_options();
             let f = filter.into();
-            view(&data, |d, o| {
+            view(&data, how, |d, o| {
                 shadowgraph_data::graph::graph(d, &function, &f, o)
             })
         }
@@ -289,14 +290,19 @@ enum DemangleArg {
 }
 
 impl ViewFilter {
-    /// Applies `--demangle` to the recordings opened from now on.
-    fn show_names(&self) {
+    /// How the view opens its recordings: names as `--demangle` says,
+    /// progress on a terminal unless the output itself goes there.
+    fn open_options(&self) -> OpenOptions {
         use shadowgraph_data::names::Demangle;
-        shadowgraph_data::dir::show_names(match self.demangle {
-            DemangleArg::Simple => Demangle::Simple,
-            DemangleArg::Full => Demangle::Full,
-            DemangleArg::No => Demangle::No,
-        });
+        use std::io::IsTerminal;
+        OpenOptions {
+            names: match self.demangle {
+                DemangleArg::Simple => Demangle::Simple,
+                DemangleArg::Full => Demangle::Full,
+                DemangleArg::No => Demangle::No,
+            },
+            progress: std::io::stderr().is_terminal() && !std::io::stdout().is_terminal(),
+        }
     }
 }
 
@@ -328,17 +334,19 @@ fn parse_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> 
 /// as with `| head`, ends the output quietly).
 fn view(
     dir: &std::path::Path,
+    how: OpenOptions,
     write: impl FnOnce(
         &shadowgraph_data::dir::DataDir,
         &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
     ) -> Result<(), shadowgraph_data::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
-    view_of(dir, true, write)
+    view_of(dir, how, true, write)
 }
 
 /// [`view`]; `notice`: whether to point at the recording's exec sessions.
 fn view_of(
     dir: &std::path::Path,
+    how: OpenOptions,
     notice: bool,
     write: impl FnOnce(
         &shadowgraph_data::dir::DataDir,
@@ -346,9 +354,8 @@ fn view_of(
     ) -> Result<(), shadowgraph_data::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
     use shadowgraph_data::replay::ReplayError;
-    use std::io::IsTerminal;
     use std::io::Write;
-    let data = shadowgraph_data::dir::DataDir::open(dir).map_err(|e| e.to_string())?;
+    let data = DataDir::open_with(dir, how).map_err(|e| e.to_string())?;
     if shadowgraph_data::profile::is_profile(&data) {
         return Err(format!(
             "{} holds a profile (per-function totals, no call records): see it with `shadowgraph report -d {}`",
@@ -365,13 +372,9 @@ fn view_of(
     {
         eprintln!("shadowgraph: {w}");
     }
-    // Progress on a terminal, unless the output itself goes there.
-    if std::io::stderr().is_terminal() && !std::io::stdout().is_terminal() {
-        shadowgraph_data::dir::show_progress(&data);
-    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let result = write(&data, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
-    shadowgraph_data::dir::end_progress();
+    drop(data); // (clears the progress line)
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
@@ -384,9 +387,10 @@ fn view_of(
 /// The folded stacks rendered as an SVG flame graph (widths: self time).
 fn flame_svg(
     dir: &std::path::Path,
+    how: OpenOptions,
     filter: &shadowgraph_data::replay::ReplayFilter,
 ) -> Result<ExitCode, String> {
-    let data = shadowgraph_data::dir::DataDir::open(dir).map_err(|e| e.to_string())?;
+    let data = DataDir::open_with(dir, how).map_err(|e| e.to_string())?;
     if let Some(w) = data.loss_warning() {
         eprintln!("shadowgraph: {w}");
     }
@@ -408,6 +412,7 @@ fn flame_svg(
 
 fn report(
     dir: &std::path::Path,
+    how: OpenOptions,
     sort: &str,
     threads: bool,
     diff: Option<&std::path::Path>,
@@ -425,10 +430,10 @@ fn report(
             ))
         }
     };
-    let data = shadowgraph_data::dir::DataDir::open(dir).map_err(|e| e.to_string())?;
+    let data = DataDir::open_with(dir, how).map_err(|e| e.to_string())?;
     if let Some(other) = diff {
         use shadowgraph_data::profile::is_profile;
-        let other = shadowgraph_data::dir::DataDir::open(other).map_err(|e| e.to_string())?;
+        let other = DataDir::open_with(other, how).map_err(|e| e.to_string())?;
         if let Some(d) = [&data, &other].into_iter().find(|d| is_profile(d)) {
             return Err(format!(
                 "{} holds a profile: --diff compares recordings of calls",
@@ -466,7 +471,8 @@ fn report(
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| e.to_string());
     }
-    view_with_sessions(dir, |d, o| {
+    drop(data);
+    view_with_sessions(dir, how, |d, o| {
         shadowgraph_data::report::report(d, key, threads, filter, o)
     })
 }
@@ -476,13 +482,14 @@ fn report(
 /// each after a line that names it, in the order they started.
 fn view_with_sessions(
     dir: &std::path::Path,
+    how: OpenOptions,
     write: impl Fn(
         &shadowgraph_data::dir::DataDir,
         &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
     ) -> Result<(), shadowgraph_data::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
     use std::io::Write;
-    let code = view_of(dir, false, &write)?;
+    let code = view_of(dir, how, false, &write)?;
     let sessions = match shadowgraph_data::dir::DataDir::open(dir) {
         Ok(d) => d.exec_sessions(),
         Err(_) => Vec::new(),
@@ -504,7 +511,7 @@ fn view_with_sessions(
                 return Ok(code); // closed pipe
             }
         }
-        view_of(&s, false, &write)?;
+        view_of(&s, how, false, &write)?;
     }
     Ok(code)
 }

@@ -111,8 +111,8 @@ pub struct DataDir {
     /// Sorted by address: each function's symbol as recorded (mangled, for
     /// C++ and Rust; recordings of earlier versions hold demangled names).
     pub symbols: Vec<(u64, String)>,
-    /// The names views show for `symbols`, index for index: demangled in
-    /// the simple form unless [`show_names`] said otherwise.
+    /// The names views show for `symbols`, index for index, as
+    /// [`OpenOptions::names`] says.
     pub names: Vec<String>,
     /// Thread ids with a `.dat` file, ascending.
     pub tids: Vec<i32>,
@@ -121,6 +121,8 @@ pub struct DataDir {
     pub modules: Vec<(u64, u64, String)>,
     /// uftrace's schedule events per thread (`perf-cpu*.dat`).
     pub sched: std::collections::HashMap<i32, Vec<super::sched::SchedSpan>>,
+    /// Shared by the record streams when progress is shown.
+    progress: Option<std::sync::Arc<Progress>>,
 }
 
 impl DataDir {
@@ -212,8 +214,14 @@ impl DataDir {
 
     /// Opens a data directory: uftrace's format (what `record` writes, and
     /// what uftrace writes), or the raw form a recording has before its
-    /// timestamps are converted (`shadowgraph.info`, `symbols`).
+    /// timestamps are converted (`shadowgraph.info`, `symbols`); names in
+    /// the simple form, no progress shown.
     pub fn open(dir: &Path) -> Result<DataDir, DataError> {
+        DataDir::open_with(dir, OpenOptions::default())
+    }
+
+    /// [`DataDir::open`] as `how` says.
+    pub fn open_with(dir: &Path, how: OpenOptions) -> Result<DataDir, DataError> {
         if !dir.is_dir() {
             return Err(err(
                 dir,
@@ -273,12 +281,11 @@ impl DataDir {
             }
         }
         tids.sort_unstable();
-        let how = shown_names();
         let names = symbols
             .iter()
-            .map(|s| crate::names::demangle_as(&s.1, how))
+            .map(|s| crate::names::demangle_as(&s.1, how.names))
             .collect();
-        Ok(DataDir {
+        let mut data = DataDir {
             dir: dir.to_owned(),
             info,
             symbols,
@@ -286,7 +293,24 @@ impl DataDir {
             tids,
             modules,
             sched: super::sched::read(dir)?,
-        })
+            progress: None,
+        };
+        if how.progress {
+            let total: u64 = data
+                .tids
+                .iter()
+                .filter_map(|&t| std::fs::metadata(data.dat_path(t)).ok())
+                .map(|m| m.len() / RECORD_SIZE as u64)
+                .sum();
+            data.progress = (total >= Progress::WORTH).then(|| {
+                std::sync::Arc::new(Progress {
+                    total,
+                    read: 0.into(),
+                    shown: false.into(),
+                })
+            });
+        }
+        Ok(data)
     }
 
     pub fn dat_path(&self, tid: i32) -> PathBuf {
@@ -305,6 +329,7 @@ impl DataDir {
             offset: 0,
             conv: self.info.calibration().converter(),
             failed: false,
+            progress: self.progress.clone(),
         })
     }
 
@@ -337,25 +362,6 @@ impl DataDir {
             0 => format!("{addr:#x}").into(),
             i => self.names[i - 1].as_str().into(),
         }
-    }
-}
-
-/// How recordings opened from now on show their symbols (simple
-/// demangling unless told).
-static SHOWN_NAMES: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Sets how recordings opened from now on show their symbols: what a
-/// view's `--demangle` asks for.
-pub fn show_names(how: crate::names::Demangle) {
-    SHOWN_NAMES.store(how as u8, std::sync::atomic::Ordering::Relaxed);
-}
-
-fn shown_names() -> crate::names::Demangle {
-    use crate::names::Demangle;
-    match SHOWN_NAMES.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => Demangle::Full,
-        2 => Demangle::No,
-        _ => Demangle::Simple,
     }
 }
 
@@ -536,42 +542,51 @@ fn read_uftrace_symbols(dir: &Path) -> Result<(Vec<(u64, String)>, Modules), Dat
     Ok((symbols, modules))
 }
 
-static PROGRESS_TOTAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static PROGRESS_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Reading progress shown on stderr while a view reads a large recording
+/// (a percentage every 2^20 records); the line is cleared when the last
+/// reader lets go of it.
+#[derive(Debug)]
+pub struct Progress {
+    total: u64,
+    read: std::sync::atomic::AtomicU64,
+    shown: std::sync::atomic::AtomicBool,
+}
 
-/// Shows reading progress on stderr (for long views on a terminal): a
-/// percentage every 2^20 records; [`end_progress`] clears the line.
-pub fn show_progress(data: &DataDir) {
-    let total: u64 = data
-        .tids
-        .iter()
-        .filter_map(|&t| std::fs::metadata(data.dat_path(t)).ok())
-        .map(|m| m.len() / RECORD_SIZE as u64)
-        .sum();
-    if total >= 1 << 21 {
-        PROGRESS_TOTAL.store(total, std::sync::atomic::Ordering::Relaxed);
+impl Progress {
+    /// Records at which progress is worth showing.
+    const WORTH: u64 = 1 << 21;
+    const EVERY: u64 = 1 << 20;
+
+    fn tick(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Relaxed: a count for display, read by nothing else.
+        let n = self.read.fetch_add(1, Relaxed) + 1;
+        if n.is_multiple_of(Self::EVERY) {
+            self.shown.store(true, Relaxed);
+            eprint!(
+                "\r# reading records: {}% ({n} of {})",
+                n * 100 / self.total.max(1),
+                self.total
+            );
+        }
     }
 }
 
-pub fn end_progress() {
-    if PROGRESS_TOTAL.swap(0, std::sync::atomic::Ordering::Relaxed) != 0 {
-        eprint!("\r\x1b[K");
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if *self.shown.get_mut() {
+            eprint!("\r\x1b[K");
+        }
     }
 }
 
-fn tick_progress() {
-    use std::sync::atomic::Ordering::Relaxed;
-    let total = PROGRESS_TOTAL.load(Relaxed);
-    if total == 0 {
-        return;
-    }
-    let n = PROGRESS_READ.fetch_add(1, Relaxed) + 1;
-    if n.is_multiple_of(1 << 20) {
-        eprint!(
-            "\r# reading records: {}% ({n} of {total})",
-            n * 100 / total.max(1)
-        );
-    }
+/// How a view opens a data directory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// How symbols are shown (`--demangle`).
+    pub names: crate::names::Demangle,
+    /// Whether reading a large recording shows its progress on stderr.
+    pub progress: bool,
 }
 
 /// Records of one `.dat` file, decoded one at a time.
@@ -581,6 +596,7 @@ pub struct RecordStream {
     offset: u64,
     conv: super::time::Converter,
     failed: bool,
+    progress: Option<std::sync::Arc<Progress>>,
 }
 
 impl Iterator for RecordStream {
@@ -619,7 +635,9 @@ impl Iterator for RecordStream {
         }
         let r = decode(&b, self.offset).map_err(|e| err(&self.path, e.to_string()));
         self.offset += RECORD_SIZE as u64;
-        tick_progress();
+        if let Some(p) = &self.progress {
+            p.tick();
+        }
         Some(
             r.map(|mut r| {
                 r.time = self.conv.to_ns(r.time);

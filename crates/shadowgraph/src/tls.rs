@@ -154,6 +154,15 @@ struct FixedTls {
     field: i64,
 }
 
+// One empty entry (insn 0), so that the section and its bounds exist in a
+// build where no code uses `fixed_tls!`.
+std::arch::global_asm!(
+    ".pushsection shadowgraph_fixed_tls,\"awR\",@progbits",
+    ".p2align 3",
+    ".quad 0, 0, 0",
+    ".popsection",
+);
+
 extern "C" {
     static __start_shadowgraph_fixed_tls: FixedTls;
     static __stop_shadowgraph_fixed_tls: FixedTls;
@@ -212,7 +221,7 @@ pub(crate) fn patch_fixed_tls() -> bool {
 fn fixed_tls_edits(ops: &[FixedTls]) -> Option<Vec<crate::patch::Edit>> {
     use std::sync::atomic::{AtomicI64, Ordering};
     let mut edits = Vec::new();
-    for op in ops {
+    for op in ops.iter().filter(|op| op.insn != 0) {
         // SAFETY: the cell is a static AtomicI64 (the macro's users').
         let value = unsafe { (*(op.cell as *const AtomicI64)).load(Ordering::Relaxed) };
         let field = i32::try_from(op.field).ok()?;

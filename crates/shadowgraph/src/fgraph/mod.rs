@@ -149,19 +149,12 @@ pub struct GraphUser {
     /// sets them around this user's entry callback, as one word (see
     /// `stack::OFFER_WORD`): the slot (+1), nothing reserved.
     pub(crate) offer_word: AtomicU64,
-    /// The recording instance whose records this user's callbacks write,
-    /// when they do nothing else (the fused recording path may then stand
-    /// in for them: record::fused); −1 otherwise.
-    pub(crate) fused_inst: std::sync::atomic::AtomicI64,
-    /// With `fused_inst`: calls at this depth or deeper are declined
-    /// (`-D`); 0: no limit; the sign bit: `fused_filter` decides.
-    pub(crate) fused_max_depth: AtomicU64,
-    /// With `fused_inst`: the graph filters the fused path applies (its
-    /// callbacks apply the same, as `filters::GraphFilter`); null: none.
-    pub(crate) fused_filter: AtomicPtr<crate::record::fused::FusedFilter>,
-    /// With `fused_inst`: the time filter's threshold in TSC ticks (`-t`;
-    /// its callbacks keep the entry time in a reserved word), 0: none.
-    pub(crate) fused_min_ticks: AtomicU64,
+    /// Whether the registered [`SolePath`] stands in for this user's
+    /// callbacks while it is the only user (set before it registers).
+    pub(crate) sole_path: std::sync::atomic::AtomicBool,
+    /// Words the registered [`SolePath`] reads for this user, at
+    /// [`GraphUser::PATH_WORDS`] (their meaning is the path's).
+    pub(crate) path_words: [AtomicU64; PATH_WORDS],
     /// Whether this user, while it is the sole one, is also offered the
     /// frames a longjmp skipped that name no user (see
     /// [`GraphUser::offer_unowned_unwinds`]).
@@ -178,7 +171,13 @@ impl fmt::Debug for GraphUser {
 
 fn no_op(_: usize, _: usize, _: &Ops, _: &mut Regs) {}
 
+/// Words a [`SolePath`] keeps in each user.
+pub(crate) const PATH_WORDS: usize = 4;
+
 impl GraphUser {
+    /// Offset of the [`SolePath`]'s words in a user (for its assembly).
+    pub(crate) const PATH_WORDS: usize = offset_of!(GraphUser, path_words);
+
     pub fn new(
         entry: EntryFn,
         ret: ReturnFn,
@@ -195,10 +194,8 @@ impl GraphUser {
             slot: AtomicI32::new(-1),
             frame_word: AtomicU64::new(0),
             offer_word: AtomicU64::new(0),
-            fused_inst: std::sync::atomic::AtomicI64::new(-1),
-            fused_max_depth: AtomicU64::new(0),
-            fused_filter: AtomicPtr::new(std::ptr::null_mut()),
-            fused_min_ticks: AtomicU64::new(0),
+            sole_path: std::sync::atomic::AtomicBool::new(false),
+            path_words: [const { AtomicU64::new(0) }; PATH_WORDS],
             unowned_unwinds: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -212,6 +209,12 @@ impl GraphUser {
     /// effect when the frame was not its own.
     pub fn offer_unowned_unwinds(&self) {
         self.unowned_unwinds.store(true, Ordering::Release);
+    }
+
+    /// Lets the registered [`SolePath`] stand in for this user's callbacks
+    /// while it is the only user (before it registers).
+    pub(crate) fn let_sole_path_stand_in(&self) {
+        self.sole_path.store(true, Ordering::Release);
     }
 
     pub fn filter(&self) -> &Arc<FilterSet> {
@@ -375,44 +378,80 @@ static SLOT_EPOCH: [AtomicU64; MAX_USERS] = [const { AtomicU64::new(u64::MAX) };
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// The sole user while exactly one is registered (fast path), else null.
 pub(crate) static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
-/// FAST when the sole user is one the fused recording path stands in for
-/// (its `fused_inst` set before it registered), else null: the fused path
-/// reads this one word to know it may run (record::fused).
-pub(crate) static FUSED: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
-/// FUSED's `frame_word` while FUSED is set, else [`NO_FRAME_WORD`]: the
-/// plain site path (record::fused) reads the word it checks frames by and
-/// pushes in them from here, one load with no user pointer to follow.
-pub(crate) static FUSED_FRAME_WORD: AtomicU64 = AtomicU64::new(NO_FRAME_WORD);
+/// FAST when the sole user is one the registered [`SolePath`] stands in
+/// for, else null: the path reads this one word to know it may run.
+pub(crate) static SOLE_PROVIDED: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
+/// SOLE_PROVIDED's `frame_word` while it is set, else [`NO_FRAME_WORD`]:
+/// a path that pushes frames reads the word it checks and makes them by
+/// from here, one load with no user pointer to follow.
+pub(crate) static SOLE_FRAME_WORD: AtomicU64 = AtomicU64::new(NO_FRAME_WORD);
 /// No frame's last word: its type bits (10..11) are 3, which no word of a
 /// stack has (stack::TYPE_*), and a stack's word −1 is 0.
 pub(crate) const NO_FRAME_WORD: u64 = u64::MAX;
-/// Code the manager's trampolines hand over to instead of the caller
-/// template (record::fused), if set before the first user registers.
-pub(crate) static MANAGER_STUB: std::sync::atomic::AtomicUsize =
+
+/// Code a tracer registers to stand in for its callbacks while its user is
+/// the only one (SPEC §4.8's fast path, done by the tracer itself): where
+/// the manager's trampolines, its site stubs and hijacked returns go. Each
+/// entry point comes back to fgraph's general code for what it does not
+/// handle: trampoline entries to [`manager_tramp_entry`], site entries and returns to
+/// `shadowgraph_graph_site_entry` / `shadowgraph_site_return_general`,
+/// hijacked returns to `shadowgraph_return_general`. An address of 0 keeps
+/// fgraph's own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SolePath {
+    /// Where the manager's trampolines hand over instead of fgraph's
+    /// caller template.
+    pub trampoline_entry: usize,
+    /// What the manager's site stubs call in to and return to.
+    pub site_entry: usize,
+    pub site_return: usize,
+    /// Taken instead of the site entry and return if the code could not
+    /// have its `fixed_tls!` operands written in (0: they need none).
+    pub site_fallback: (usize, usize),
+    /// Where `return_to_handler` goes first.
+    pub hijacked_return: usize,
+}
+
+/// The registered path, and whether the manager has taken it (then it is
+/// final).
+static SOLE_PATH: Mutex<(SolePath, bool)> = Mutex::new((
+    SolePath {
+        trampoline_entry: 0,
+        site_entry: 0,
+        site_return: 0,
+        site_fallback: (0, 0),
+        hijacked_return: 0,
+    },
+    false,
+));
+/// The registered path's `hijacked_return` (0: none), which
+/// `return_to_handler` jumps through. Written before the manager exists,
+/// so before any return can be hijacked.
+static SOLE_HIJACKED_RETURN: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
-/// Where the manager's site stubs call in and return to, if set before the
-/// first user registers (record::fused); 0: fgraph's general ones.
-pub(crate) static MANAGER_SITE_ENTRY: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
-pub(crate) static MANAGER_SITE_RETURN: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
-/// The site entry and return to use instead of MANAGER_SITE_ENTRY and
-/// MANAGER_SITE_RETURN if the `fixed_tls!` operands could not be written
-/// (0: those need none).
-pub(crate) static MANAGER_SITE_FALLBACK: (
-    std::sync::atomic::AtomicUsize,
-    std::sync::atomic::AtomicUsize,
-) = (
-    std::sync::atomic::AtomicUsize::new(0),
-    std::sync::atomic::AtomicUsize::new(0),
-);
 /// The site entry the manager's stubs call (0: none, or no stubs), as
 /// chosen when it was made.
-pub(crate) static MANAGER_SITE_CHOSEN: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
-/// Whether `return_to_handler` tries the fused recording path first.
-pub(crate) static FUSED_RETURN_ON: std::sync::atomic::AtomicU8 =
-    std::sync::atomic::AtomicU8::new(0);
+static SITE_ENTRY_CHOSEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Registers the code that stands in for the callbacks of users marked
+/// with [`GraphUser::let_sole_path_stand_in`]. Only before the first user
+/// registers (the manager's code is chosen then, for good): false
+/// otherwise, and nothing changes.
+pub(crate) fn register_sole_path(path: SolePath) -> bool {
+    let mut p = SOLE_PATH.lock().unwrap_or_else(|e| e.into_inner());
+    if p.1 {
+        return false;
+    }
+    p.0 = path;
+    SOLE_HIJACKED_RETURN.store(path.hijacked_return, Ordering::Release);
+    true
+}
+
+/// The site entry the manager's stubs call, once it is made (0 before,
+/// or without site stubs).
+pub(crate) fn chosen_site_entry() -> usize {
+    SITE_ENTRY_CHOSEN.load(Ordering::Relaxed)
+}
 
 /// Frames whose return could not be matched (should stay 0).
 pub static LOST_FRAMES: AtomicU64 = AtomicU64::new(0);
@@ -454,18 +493,24 @@ static MANAGER: OnceLock<Arc<Ops>> = OnceLock::new();
 
 /// Whether the manager exists (its entry and return code chosen for good).
 pub(crate) fn manager_made() -> bool {
-    MANAGER.get().is_some()
+    MANAGER.get().is_some() || SOLE_PATH.lock().unwrap_or_else(|e| e.into_inner()).1
 }
 
 fn manager() -> &'static Arc<Ops> {
     MANAGER.get_or_init(|| {
         init_tp_offsets();
-        // Every cell a `fixed_load!` reads is final now (the fused path's
-        // are set before this, see record::fused::attach), and no code
-        // reading one can run before the manager is.
+        // The registered path is final from here on.
+        let path = {
+            let mut p = SOLE_PATH.lock().unwrap_or_else(|e| e.into_inner());
+            p.1 = true;
+            p.0
+        };
+        // Every cell a `fixed_load!` reads is final now (a sole path's are
+        // set before it registers), and no code reading one can run before
+        // the manager is.
         crate::tls::patch_fixed_loads();
         let tls_done = crate::tls::patch_fixed_tls();
-        let site = match MANAGER_SITE_ENTRY.load(Ordering::Acquire) {
+        let site = match path.site_entry {
             _ if !SITE_STUBS.load(Ordering::Relaxed) => (0, 0),
             0 => (
                 shadowgraph_graph_site_entry as *const () as usize,
@@ -474,17 +519,14 @@ fn manager() -> &'static Arc<Ops> {
             // Code that addresses thread-local state by `fixed_tls!` may
             // not run unpatched: the site entry and return it names
             // instead.
-            _ if !tls_done && MANAGER_SITE_FALLBACK.0.load(Ordering::Acquire) != 0 => (
-                MANAGER_SITE_FALLBACK.0.load(Ordering::Acquire),
-                MANAGER_SITE_FALLBACK.1.load(Ordering::Acquire),
-            ),
-            e => (e, MANAGER_SITE_RETURN.load(Ordering::Acquire)),
+            _ if !tls_done && path.site_fallback.0 != 0 => path.site_fallback,
+            e => (e, path.site_return),
         };
-        MANAGER_SITE_CHOSEN.store(site.0, Ordering::Release);
+        SITE_ENTRY_CHOSEN.store(site.0, Ordering::Release);
         Ops::new_manager_with_entry(
             graph_entry,
             manager_tramp_entry,
-            MANAGER_STUB.load(Ordering::Acquire),
+            path.trampoline_entry,
             site,
         )
     })
@@ -636,15 +678,16 @@ fn set_fast(r: &Registry) {
     publish_sole(sole.unwrap_or(std::ptr::null_mut()));
 }
 
-/// FAST and FUSED for `sole` (null: none). A user stops being either
-/// before the grace period that precedes its freeing (unregister_graph).
+/// FAST and SOLE_PROVIDED for `sole` (null: none). A user stops being
+/// either before the grace period that precedes its freeing
+/// (unregister_graph).
 fn publish_sole(sole: *mut GraphUser) {
     // SAFETY: a non-null `sole` is a registered user, held by the registry.
-    let fused = !sole.is_null() && unsafe { &*sole }.fused_inst.load(Ordering::Acquire) >= 0;
-    // The word before the user (both are read by the plain path's one
-    // sequence; either unpublished sends it the general way).
-    FUSED_FRAME_WORD.store(
-        if fused {
+    let provided = !sole.is_null() && unsafe { &*sole }.sole_path.load(Ordering::Acquire);
+    // The word before the user (a path may read both in one sequence;
+    // either unpublished sends it the general way).
+    SOLE_FRAME_WORD.store(
+        if provided {
             // SAFETY: as above.
             unsafe { &*sole }.frame_word.load(Ordering::Acquire)
         } else {
@@ -652,8 +695,8 @@ fn publish_sole(sole: *mut GraphUser) {
         },
         Ordering::Release,
     );
-    FUSED.store(
-        if fused { sole } else { std::ptr::null_mut() },
+    SOLE_PROVIDED.store(
+        if provided { sole } else { std::ptr::null_mut() },
         Ordering::Release,
     );
     FAST.store(sole, Ordering::Release);
@@ -720,7 +763,7 @@ pub(crate) extern "C" fn manager_tramp_entry(
 // (initial-exec TLS: the same in every thread), see `init_tp_offsets`.
 
 /// Offsets from the thread pointer of the core's and fgraph's thread-local
-/// state (also read by record::fused).
+/// state (also read by a registered [`SolePath`]).
 pub(crate) static TP_LOCAL: AtomicI64 = AtomicI64::new(0);
 pub(crate) static TP_THREAD: AtomicI64 = AtomicI64::new(0);
 
@@ -1070,7 +1113,7 @@ std::arch::global_asm!(
     "ret",
     // Whether a new call whose return slot is the top frame's is a tail
     // call from that frame's function (`enter`: not `fresh`), for the fast
-    // paths here and in record::fused. Register contract: reached by
+    // paths here and in a registered SolePath. Register contract: reached by
     // `call`; r10 = the return address in the slot, rax = the top frame's
     // function. ZF=1 if r10 is `return_to_handler` (the frame hijacked the
     // slot) or the return point of a site stub of that function (inside a
@@ -1474,10 +1517,13 @@ std::arch::global_asm!(
     ".hidden shadowgraph_return_to_handler",
     "shadowgraph_return_to_handler:",
     "endbr64",
-    // The fused recording path (record::fused) first, when it is on; it
-    // comes back to the general one below for anything unusual.
-    "cmp byte ptr [rip + {fused_on}], 0",
-    "jne shadowgraph_fused_return",
+    // The registered sole path first, if any; it comes back to the
+    // general one below for anything unusual. (r11 is dead at a return.)
+    "mov r11, qword ptr [rip + {sole_return}]",
+    "test r11, r11",
+    "jz 1f",
+    "jmp r11",
+    "1:",
     ".globl shadowgraph_return_general",
     ".hidden shadowgraph_return_general",
     "shadowgraph_return_general:",
@@ -1485,7 +1531,7 @@ std::arch::global_asm!(
     "jmp r11",
     ".popsection",
     ret = sym graph_return,
-    fused_on = sym FUSED_RETURN_ON,
+    sole_return = sym SOLE_HIJACKED_RETURN,
 );
 
 extern "C" {

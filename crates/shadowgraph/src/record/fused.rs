@@ -45,6 +45,17 @@ use crate::ftrace::quiesce;
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+// The user's words this path reads (fgraph's `GraphUser::path_words`):
+/// Calls at this depth or deeper are declined (`-D`); 0: no limit; the
+/// sign bit: the filter table decides.
+const W_MAX_DEPTH: usize = 0;
+/// The graph filters applied, a [`FusedFilter`] (its callbacks apply the
+/// same, as `fgraph::filters::GraphFilter`); 0: none.
+const W_FILTER: usize = 1;
+/// The time filter's threshold in TSC ticks (`-t`; its callbacks keep the
+/// entry time in a reserved word), 0: none.
+const W_MIN_TICKS: usize = 2;
+
 /// Graph filters in the fused path's terms: each site's class (bit 0: a
 /// function of `-F`, bit 1: of `-N`) by site id, whether there is a `-F`
 /// set, and the depth limit (0: none). Sites added later (ids from `len`
@@ -107,8 +118,7 @@ const MAX_RECORD_DEPTH: u32 = 1023;
 /// ring is out of step with the depth they are given: record at the
 /// ring's depth (`Depth::Follow`), which is where the thread is.
 pub fn ring_depth_witness() -> bool {
-    fgraph::MANAGER_SITE_CHOSEN.load(Ordering::Relaxed)
-        == shadowgraph_fused_site_entry_plain as *const () as usize
+    fgraph::chosen_site_entry() == shadowgraph_fused_site_entry_plain as *const () as usize
 }
 
 /// Whether the fused path claims ring slots by restartable sequences.
@@ -188,6 +198,7 @@ extern "C" {
     fn shadowgraph_fused_timed_entry();
     fn shadowgraph_fused_timed_return();
     fn shadowgraph_fused_entry();
+    fn shadowgraph_fused_return();
     fn shadowgraph_fused_site_entry();
     fn shadowgraph_fused_site_return();
     fn shadowgraph_fused_site_entry_plain();
@@ -204,7 +215,7 @@ extern "C" {
 /// out of range, or a graph user registered already.
 ///
 /// The plain site path reads nothing of the user but its frame word, a
-/// copy in fgraph::FUSED_FRAME_WORD (a value its restartable sequences
+/// copy in fgraph::SOLE_FRAME_WORD (a value its restartable sequences
 /// check again, which grace periods restart): the user goes as any other.
 pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
     attach_inner(user, inst, max_depth, None, None)
@@ -287,7 +298,7 @@ pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
     {
         return false;
     }
-    user.fused_min_ticks.store(min_ticks, Ordering::Release);
+    user.path_words[W_MIN_TICKS].store(min_ticks, Ordering::Release);
     attach_inner(
         user,
         inst,
@@ -305,11 +316,11 @@ pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
 /// took the general way until then (their ids were beyond the table).
 /// The old table stays (a thread may be reading it; one per load).
 pub fn refresh_filtered(user: &GraphUser, filter: &GraphFilter) {
-    if user.fused_filter.load(Ordering::Acquire).is_null() {
+    if user.path_words[W_FILTER].load(Ordering::Acquire) == 0 {
         return;
     }
-    user.fused_filter
-        .store(filter_table(filter), Ordering::Release);
+    let table: *mut FusedFilter = filter_table(filter);
+    user.path_words[W_FILTER].store(table as u64, Ordering::Release);
 }
 
 /// Each site's class under `filter` (bit 0: a `-F` function, bit 1: `-N`),
@@ -359,44 +370,44 @@ fn attach_inner(
     } else {
         max_depth as u64
     };
-    user.fused_max_depth.store(limit, Ordering::Release);
-    user.fused_filter.store(
-        filter.map_or(std::ptr::null_mut(), |f| f as *mut FusedFilter),
-        Ordering::Release,
-    );
-    user.fused_inst.store(inst as i64, Ordering::Release);
-    if let Some((entry, ret)) = stubs {
-        fgraph::MANAGER_SITE_ENTRY.store(entry, Ordering::Release);
-        fgraph::MANAGER_SITE_RETURN.store(ret, Ordering::Release);
-        return true;
-    }
-    fgraph::MANAGER_STUB.store(
-        shadowgraph_fused_entry as *const () as usize,
-        Ordering::Release,
-    );
-    let general = (
-        shadowgraph_fused_site_entry as *const () as usize,
-        shadowgraph_fused_site_return as *const () as usize,
-    );
-    let (entry, ret) = if rseq != 0 && limit == 0 && quiesce::fence_rseq_too() {
-        // These address thread-local state by `fixed_tls!`: the manager
-        // takes the others if it cannot write the offsets in.
-        fgraph::MANAGER_SITE_FALLBACK
-            .0
-            .store(general.0, Ordering::Release);
-        fgraph::MANAGER_SITE_FALLBACK
-            .1
-            .store(general.1, Ordering::Release);
-        (
-            shadowgraph_fused_site_entry_plain as *const () as usize,
-            shadowgraph_fused_site_return_plain as *const () as usize,
-        )
+    user.path_words[W_MAX_DEPTH].store(limit, Ordering::Release);
+    let table = filter.map_or(std::ptr::null_mut(), |f| f as *mut FusedFilter);
+    user.path_words[W_FILTER].store(table as u64, Ordering::Release);
+    let path = if let Some((entry, ret)) = stubs {
+        fgraph::SolePath {
+            site_entry: entry,
+            site_return: ret,
+            ..Default::default()
+        }
     } else {
-        general
+        let general = (
+            shadowgraph_fused_site_entry as *const () as usize,
+            shadowgraph_fused_site_return as *const () as usize,
+        );
+        let plain = rseq != 0 && limit == 0 && quiesce::fence_rseq_too();
+        fgraph::SolePath {
+            trampoline_entry: shadowgraph_fused_entry as *const () as usize,
+            // The plain copies address thread-local state by `fixed_tls!`:
+            // the manager takes the general ones if it cannot write the
+            // offsets in.
+            site_entry: if plain {
+                shadowgraph_fused_site_entry_plain as *const () as usize
+            } else {
+                general.0
+            },
+            site_return: if plain {
+                shadowgraph_fused_site_return_plain as *const () as usize
+            } else {
+                general.1
+            },
+            site_fallback: if plain { general } else { (0, 0) },
+            hijacked_return: shadowgraph_fused_return as *const () as usize,
+        }
     };
-    fgraph::MANAGER_SITE_ENTRY.store(entry, Ordering::Release);
-    fgraph::MANAGER_SITE_RETURN.store(ret, Ordering::Release);
-    fgraph::FUSED_RETURN_ON.store(1, Ordering::Release);
+    if !fgraph::register_sole_path(path) {
+        return false;
+    }
+    user.let_sole_path_stand_in();
     true
 }
 
@@ -2013,8 +2024,8 @@ std::arch::global_asm!(
     tp_rings = sym TP_RINGS,
     rseq_cs = sym RSEQ_CS,
     rseq_restarts = sym RSEQ_RESTARTS,
-    fused = sym fgraph::FUSED,
-    fused_word = sym fgraph::FUSED_FRAME_WORD,
+    fused = sym fgraph::SOLE_PROVIDED,
+    fused_word = sym fgraph::SOLE_FRAME_WORD,
     no_frame_word = const fgraph::NO_FRAME_WORD as i64,
     manager_entry = sym fgraph::manager_tramp_entry,
     l_word = const offset_of!(CoreLocal, word),
@@ -2026,7 +2037,7 @@ std::arch::global_asm!(
     hookable = const crate::fgraph::stack::HOOKABLE,
     u_frame_word = const offset_of!(GraphUser, frame_word),
     u_slot = const offset_of!(GraphUser, slot),
-    u_max_depth = const offset_of!(GraphUser, fused_max_depth),
+    u_max_depth = const GraphUser::PATH_WORDS + 8 * W_MAX_DEPTH,
     r_offset_mask = const offset_of!(RingHeader, offset_mask),
     slot_shift = const super::ring::SLOT_SHIFT,
     r_head = const offset_of!(RingHeader, head),
@@ -2041,7 +2052,7 @@ std::arch::global_asm!(
     users_clear = const !(0xffffu32 << 12),
     exit_bits = const shadowgraph_data::format::MAGIC << 3 | 1,
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
-    u_filter = const offset_of!(GraphUser, fused_filter),
+    u_filter = const GraphUser::PATH_WORDS + 8 * W_FILTER,
     f_classes = const offset_of!(FusedFilter, classes),
     f_len = const offset_of!(FusedFilter, len),
     f_functions = const offset_of!(FusedFilter, has_functions),
@@ -2051,7 +2062,7 @@ std::arch::global_asm!(
     in_graph_bit = const crate::fgraph::filters::IN_GRAPH_BIT,
     graph_depth_shift = const crate::fgraph::filters::GRAPH_DEPTH_SHIFT,
     not_graph_depth = const !(0xffffu64 << crate::fgraph::filters::GRAPH_DEPTH_SHIFT),
-    u_min_ticks = const offset_of!(GraphUser, fused_min_ticks),
+    u_min_ticks = const GraphUser::PATH_WORDS + 8 * W_MIN_TICKS,
     data_one = const crate::fgraph::stack::data(5, 0, 1),
     entry_timing = const ENTRY_TIMING,
     written_bit = const ENTRY_WRITTEN.trailing_zeros(),
