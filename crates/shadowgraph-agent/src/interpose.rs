@@ -21,16 +21,6 @@ fn real_sigaction() -> SigactionFn {
     }
 }
 
-/// Whether the SIGTRAP disposition in the kernel is still ours.
-pub fn our_sigtrap_handler_installed() -> bool {
-    // SAFETY: querying the disposition with a null new action.
-    unsafe {
-        let mut cur: libc::sigaction = std::mem::zeroed();
-        real_sigaction()(libc::SIGTRAP, std::ptr::null(), &mut cur);
-        cur.sa_sigaction == patch::sigtrap_handler_address()
-    }
-}
-
 /// `sigaction(2)`: SIGTRAP requests are recorded as the chained handler
 /// once the patcher's handler is installed.
 ///

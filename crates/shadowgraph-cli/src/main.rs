@@ -42,9 +42,14 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         top: usize,
         /// Count through function-graph tracing: entries and returns (the
-        /// return of every call is hijacked, as the graph tracers do).
+        /// return of every call comes back through fgraph, as the graph
+        /// tracers' do).
         #[arg(long)]
         graph: bool,
+        /// With --graph: hijack return addresses instead of returning
+        /// through site stubs (to compare them).
+        #[arg(long, hide = true)]
+        hijack_returns: bool,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
@@ -154,10 +159,14 @@ enum Command {
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
     },
-    /// Benchmarks (not timed tests): `bench patch`, `bench dispatch`, `bench fgraph`.
+    /// Benchmarks: `bench patch`, `bench dispatch`, `bench fgraph`,
+    /// `bench record`, `bench ir` (from a workspace build; see `bench
+    /// --help`).
+    #[command(disable_help_flag = true)]
     Bench {
-        #[command(subcommand)]
-        which: bench::Which,
+        /// What `shadowgraph-bench` takes.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
 }
 
@@ -172,8 +181,9 @@ fn main() -> ExitCode {
         Command::Count {
             top,
             graph,
+            hijack_returns,
             program,
-        } => run::count(&program, top, graph),
+        } => run::count(&program, top, graph, hijack_returns),
         Command::Record {
             data,
             opts,
@@ -245,7 +255,7 @@ fn main() -> ExitCode {
             })
             .map(|()| ExitCode::SUCCESS)
         }
-        Command::Bench { which } => bench::run(which),
+        Command::Bench { args } => bench::run(&args),
     };
     match result {
         Ok(code) => code,

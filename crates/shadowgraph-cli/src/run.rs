@@ -1,5 +1,6 @@
 //! Running a program under the agent, and the demo.
 
+use shadowgraph::config::{self, Config, TracerKind};
 use shadowgraph::record::collect;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -19,8 +20,10 @@ fn preload(agent: &Path) -> std::ffi::OsString {
     v
 }
 
-/// The agent's shared object: `$SHADOWGRAPH_AGENT`, or next to this binary
-/// (cargo puts it in `deps/` beside the binary).
+/// The agent's shared object: `$SHADOWGRAPH_AGENT`, or the newest of those
+/// next to this binary (cargo puts it beside the binary, or in `deps/`
+/// when it builds it as the CLI's dependency: the other may be a stale
+/// copy from an earlier build).
 pub fn agent_path() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("SHADOWGRAPH_AGENT") {
         let p = PathBuf::from(p);
@@ -32,19 +35,21 @@ pub fn agent_path() -> Result<PathBuf, String> {
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate myself: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
-    for cand in [
+    [
         dir.join(AGENT),
         dir.join("deps").join(AGENT),
         dir.join("../lib").join(AGENT),
-    ] {
-        if cand.is_file() {
-            return Ok(cand);
-        }
-    }
-    Err(format!(
-        "cannot find {AGENT} next to {} (build the workspace: cargo build --release, or set SHADOWGRAPH_AGENT)",
-        exe.display()
-    ))
+    ]
+    .into_iter()
+    .filter_map(|c| Some((std::fs::metadata(&c).ok()?.modified().ok()?, c)))
+    .max()
+    .map(|(_, c)| c)
+    .ok_or_else(|| {
+        format!(
+            "cannot find {AGENT} next to {} (build the workspace: cargo build --release, or set SHADOWGRAPH_AGENT)",
+            exe.display()
+        )
+    })
 }
 
 /// One line of the agent's count report.
@@ -61,6 +66,7 @@ pub struct Counted {
 pub fn run_counted(
     program: &[String],
     graph: bool,
+    hijack_returns: bool,
 ) -> Result<(std::process::ExitStatus, Vec<Counted>, String), String> {
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
@@ -70,11 +76,21 @@ pub fn run_counted(
         .map_err(|e| e.to_string())?;
     let agent = agent_path()?;
     let out = tempfile("counts")?;
+    let config = Config {
+        mode: config::Mode::Count(config::Count {
+            report: Some(out.clone()),
+            graph,
+        }),
+        objects: config::Objects::All,
+        stack_bytes: None,
+        returns: returns(hijack_returns),
+        text_write: text_write()?,
+        lineage: Default::default(),
+    };
     let status = Command::new(prog)
         .args(args)
         .env("LD_PRELOAD", preload(&agent))
-        .env("SHADOWGRAPH_MODE", if graph { "graph" } else { "count" })
-        .env("SHADOWGRAPH_OUT", &out)
+        .env(config::ENV, config.to_env_value())
         .status()
         .map_err(|e| format!("cannot run {prog}: {e}"))?;
     let text = std::fs::read_to_string(&out).map_err(|_| {
@@ -166,6 +182,14 @@ pub struct RecordOptions {
     /// self time for `report` (its filter selects the functions profiled).
     #[arg(long = "tracer")]
     tracers: Vec<String>,
+    /// Record through fgraph's callbacks, never the fused paths (to
+    /// compare them).
+    #[arg(long, hide = true)]
+    general_path: bool,
+    /// Hijack return addresses instead of returning through site stubs
+    /// (to compare them).
+    #[arg(long, hide = true)]
+    hijack_returns: bool,
 }
 
 /// `--max-stack DEPTH`: the shadow stack size, in bytes, that holds DEPTH
@@ -180,16 +204,6 @@ fn parse_max_stack(v: &str) -> Result<u64, String> {
         Ok(_) => Err(format!("`{v}`: the depth must be between 1 and {most}")),
         Err(_) => Err(format!("`{v}` is not a depth (a number of frames)")),
     }
-}
-
-/// A `--tracer` specification.
-struct TracerSpec {
-    name: String,
-    filter: Vec<String>,
-    notrace: Vec<String>,
-    depth: u32,
-    time_ns: u64,
-    profile: bool,
 }
 
 /// A duration with a unit (ns, us, ms, s; none: ns) in nanoseconds.
@@ -230,7 +244,8 @@ fn parse_buffer_size(v: &str) -> Result<u64, String> {
     }
 }
 
-fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
+/// A `--tracer` specification as the configuration's tracer.
+fn parse_tracer(spec: &str) -> Result<config::Tracer, String> {
     let mut parts = spec.split(':');
     let name = parts.next().unwrap_or_default().to_string();
     if name.is_empty() || name.contains('/') || name.starts_with('.') {
@@ -238,15 +253,15 @@ fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
             "--tracer {spec}: needs a name (a plain directory name) first"
         ));
     }
-    let mut t = TracerSpec {
-        name,
-        filter: Vec::new(),
-        notrace: Vec::new(),
-        depth: 0,
-        time_ns: 0,
-        profile: false,
+    let mut t = config::Tracer {
+        kind: if name == "profile" {
+            TracerKind::Profile
+        } else {
+            TracerKind::Graph
+        },
+        name: Some(name),
+        ..Default::default()
     };
-    t.profile = t.name == "profile";
     for p in parts {
         let (k, v) = p
             .split_once('=')
@@ -269,9 +284,9 @@ fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
                 t.time_ns = parse_duration_ns(v).map_err(|e| format!("--tracer {spec}: {e}"))?
             }
             "type" => {
-                t.profile = match v {
-                    "graph" => false,
-                    "profile" => true,
+                t.kind = match v {
+                    "graph" => TracerKind::Graph,
+                    "profile" => TracerKind::Profile,
                     _ => {
                         return Err(format!(
                             "--tracer {spec}: unknown type `{v}` (graph, profile)"
@@ -286,7 +301,7 @@ fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
             }
         }
     }
-    if t.profile && (t.depth > 0 || t.time_ns > 0) {
+    if t.kind == TracerKind::Profile && (t.depth > 0 || t.time_ns > 0) {
         return Err(format!(
             "--tracer {spec}: a profile takes filter= and notrace= only (it keeps no call records)"
         ));
@@ -295,125 +310,140 @@ fn parse_tracer(spec: &str) -> Result<TracerSpec, String> {
 }
 
 impl RecordOptions {
-    /// Checks the patterns (one-line error) and returns the environment for
-    /// the agent.
-    fn env(&self) -> Result<Vec<(String, String)>, String> {
-        let tracers: Vec<TracerSpec> = self
+    /// The tracers these options ask for (one unnamed without `--tracer`).
+    fn tracers(&self) -> Result<Vec<config::Tracer>, String> {
+        let tracers: Vec<config::Tracer> = self
             .tracers
             .iter()
             .map(|t| parse_tracer(t))
             .collect::<Result<_, _>>()?;
-        if !tracers.is_empty()
-            && (!self.filter.is_empty()
-                || !self.notrace.is_empty()
-                || self.depth > 0
-                || self.time_filter.is_some())
+        if tracers.is_empty() {
+            return Ok(vec![config::Tracer {
+                filter: self.filter.clone(),
+                notrace: self.notrace.clone(),
+                depth: self.depth,
+                time_ns: self.time_filter.unwrap_or(0),
+                ..Default::default()
+            }]);
+        }
+        if !self.filter.is_empty()
+            || !self.notrace.is_empty()
+            || self.depth > 0
+            || self.time_filter.is_some()
         {
             return Err(
                 "with --tracer, give filters inside each tracer (filter=, notrace=, depth=, time=)"
                     .into(),
             );
         }
-        let all = self.filter.iter().chain(&self.notrace).chain(
-            tracers
-                .iter()
-                .flat_map(|t| t.filter.iter().chain(&t.notrace)),
-        );
-        for p in all {
-            shadowgraph_data::pattern::Pattern::parse(p).map_err(|e| e.to_string())?;
-            if p.contains(';') || p.contains('\t') {
-                return Err(format!("pattern `{p}` contains `;` or a tab"));
-            }
-        }
-        let libs = if !self.libs.is_empty() {
-            self.libs.join(";")
-        } else if self.no_libs {
-            "none".to_string()
-        } else {
-            "all".to_string()
-        };
-        let mut env = vec![
-            ("SHADOWGRAPH_FILTER".to_string(), self.filter.join(";")),
-            ("SHADOWGRAPH_NOTRACE".to_string(), self.notrace.join(";")),
-            ("SHADOWGRAPH_DEPTH".to_string(), self.depth.to_string()),
-            (
-                "SHADOWGRAPH_TIME".to_string(),
-                self.time_filter.unwrap_or(0).to_string(),
-            ),
-            ("SHADOWGRAPH_LIBS".to_string(), libs),
-            ("SHADOWGRAPH_TRACERS".to_string(), tracers.len().to_string()),
-        ];
-        if let Some(b) = self.buffer {
-            env.push(("SHADOWGRAPH_RING_BYTES".to_string(), b.to_string()));
-        }
+        Ok(tracers)
+    }
+
+    /// `--control CTL[,ACK]` checked: FIFOs, made absolute (the agent opens
+    /// them whatever its directory).
+    fn control(&self) -> Result<Option<config::Control>, String> {
         if self.disable && self.control.is_none() {
             return Err("--disable needs --control, to enable tracing later".into());
         }
-        if let Some(c) = &self.control {
-            let fifos: Vec<&str> = c.split(',').collect();
-            if fifos.len() > 2 {
-                return Err(format!("--control {c}: CTL or CTL,ACK"));
+        let Some(c) = &self.control else {
+            return Ok(None);
+        };
+        let fifos: Vec<&str> = c.split(',').collect();
+        if fifos.len() > 2 {
+            return Err(format!("--control {c}: CTL or CTL,ACK"));
+        }
+        let mut abs = Vec::new();
+        for p in fifos {
+            use std::os::unix::fs::FileTypeExt;
+            match std::fs::metadata(p) {
+                Ok(m) if m.file_type().is_fifo() => {}
+                Ok(_) => return Err(format!("--control {p}: not a FIFO (make one with mkfifo)")),
+                Err(e) => return Err(format!("--control {p}: {e} (make it with mkfifo)")),
             }
-            let mut abs = Vec::new();
-            for p in fifos {
-                use std::os::unix::fs::FileTypeExt;
-                match std::fs::metadata(p) {
-                    Ok(m) if m.file_type().is_fifo() => {}
-                    Ok(_) => {
-                        return Err(format!("--control {p}: not a FIFO (make one with mkfifo)"))
-                    }
-                    Err(e) => return Err(format!("--control {p}: {e} (make it with mkfifo)")),
-                }
-                // Absolute: the agent opens them whatever its directory.
-                abs.push(
-                    std::path::absolute(p)
-                        .map_or_else(|_| p.to_string(), |a| a.display().to_string()),
-                );
-            }
-            env.push(("SHADOWGRAPH_CONTROL".to_string(), abs.join(",")));
-            if self.disable {
-                env.push(("SHADOWGRAPH_DISABLED".to_string(), "1".to_string()));
-            }
+            abs.push(std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p)));
         }
-        if self.clock.as_deref() == Some("mono") {
-            env.push(("SHADOWGRAPH_CLOCK".to_string(), "mono".to_string()));
-        }
-        if let Some(b) = self.max_stack {
-            env.push(("SHADOWGRAPH_STACK_BYTES".to_string(), b.to_string()));
-        }
-        if self.no_children {
-            env.push(("SHADOWGRAPH_NO_CHILDREN".to_string(), "1".to_string()));
-        }
-        for (i, t) in tracers.iter().enumerate() {
-            env.push((
-                format!("SHADOWGRAPH_TRACER_{i}"),
-                format!(
-                    "{}\t{}\t{}\t{}\t{}\t{}",
-                    t.name,
-                    t.filter.join(";"),
-                    t.notrace.join(";"),
-                    t.depth,
-                    t.time_ns,
-                    if t.profile { "profile" } else { "graph" }
-                ),
-            ));
-        }
-        Ok(env)
+        let mut abs = abs.into_iter();
+        Ok(Some(config::Control {
+            commands: abs.next().expect("one FIFO at least"),
+            acks: abs.next(),
+            start_disabled: self.disable,
+        }))
+    }
+
+    /// The session's configuration: recording into `dir` (absolute), the
+    /// threads' rings in `rings`. Patterns are checked here (a one-line
+    /// error before the program starts).
+    fn config(&self, dir: &Path, rings: &Path) -> Result<Config, String> {
+        let objects = if !self.libs.is_empty() {
+            config::Objects::Program(self.libs.clone())
+        } else if self.no_libs {
+            config::Objects::Program(Vec::new())
+        } else {
+            config::Objects::All
+        };
+        let config = Config {
+            mode: config::Mode::Record(config::Record {
+                dir: dir.to_owned(),
+                tracers: self.tracers()?,
+                rings: Some(config::Rings {
+                    dir: rings.to_owned(),
+                    layout: shadowgraph::record::ring::LAYOUT,
+                }),
+                ring_bytes: self.buffer,
+                clock: match self.clock.as_deref() {
+                    Some("mono") => config::Clock::Monotonic,
+                    _ => config::Clock::Tsc,
+                },
+                control: self.control()?,
+                children: !self.no_children,
+                fused: !self.general_path,
+            }),
+            objects,
+            stack_bytes: self.max_stack.map(|b| b as usize),
+            returns: returns(self.hijack_returns),
+            text_write: text_write()?,
+            lineage: Default::default(),
+        };
+        config.check().map_err(|e| e.to_string())?;
+        Ok(config)
     }
 
     fn tracer_names(&self) -> Vec<String> {
         self.tracers
             .iter()
             .filter_map(|t| parse_tracer(t).ok())
-            .map(|t| t.name)
+            .filter_map(|t| t.name)
             .collect()
+    }
+}
+
+/// How returns come back: through site stubs unless `--hijack-returns`.
+fn returns(hijack: bool) -> config::Returns {
+    if hijack {
+        config::Returns::Hijack
+    } else {
+        config::Returns::SiteStubs
+    }
+}
+
+/// How code is written: `SHADOWGRAPH_TEXT_WRITE=procmem|mprotect`, else the
+/// patcher's choice.
+fn text_write() -> Result<Option<config::TextWrite>, String> {
+    match std::env::var("SHADOWGRAPH_TEXT_WRITE").as_deref() {
+        Err(_) | Ok("") => Ok(None),
+        Ok("procmem") => Ok(Some(config::TextWrite::ProcMem)),
+        Ok("mprotect") => Ok(Some(config::TextWrite::Mprotect)),
+        Ok(other) => Err(format!(
+            "SHADOWGRAPH_TEXT_WRITE=`{other}`: procmem or mprotect"
+        )),
     }
 }
 
 /// Runs `program` recording into `data` (an existing directory is renamed
 /// to `<data>.old`).
 pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<ExitCode, String> {
-    let env = opts.env()?;
+    // The options checked before anything is moved or made.
+    opts.config(Path::new("/"), Path::new("/"))?;
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
     let found = shadowgraph::elf::scan_file(&path).map_err(|e| e.to_string())?;
@@ -456,6 +486,7 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     }
     let (shm, mut collector) =
         made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
+    let config = opts.config(&abs, &shm)?;
     collector.set_ring_len(shadowgraph::record::writer::shared_ring_len(opts.buffer));
     let collector = collector.spawn();
     let _signals = ForwardSignals::install();
@@ -470,14 +501,7 @@ pub fn record(data: &Path, opts: &RecordOptions, program: &[String]) -> Result<E
     let status = Command::new(prog)
         .args(args)
         .env("LD_PRELOAD", preload(&agent))
-        .env("SHADOWGRAPH_MODE", "record")
-        .env("SHADOWGRAPH_DIR", &abs)
-        .env("SHADOWGRAPH_SHM", &shm)
-        .env(
-            "SHADOWGRAPH_RING_LAYOUT",
-            shadowgraph::record::ring::LAYOUT.to_string(),
-        )
-        .envs(env)
+        .env(config::ENV, config.to_env_value())
         .spawn()
         .and_then(|child| {
             let started = std::time::Instant::now();
@@ -921,8 +945,13 @@ fn tempfile(what: &str) -> Result<PathBuf, String> {
     Ok(dir.join(format!("shadowgraph-{what}-{}", std::process::id())))
 }
 
-pub fn count(program: &[String], top: usize, graph: bool) -> Result<ExitCode, String> {
-    let (status, mut counts, summary) = run_counted(program, graph)?;
+pub fn count(
+    program: &[String],
+    top: usize,
+    graph: bool,
+    hijack_returns: bool,
+) -> Result<ExitCode, String> {
+    let (status, mut counts, summary) = run_counted(program, graph, hijack_returns)?;
     counts.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.function.cmp(&b.function)));
     print_counts(&counts, top);
     eprintln!("# {summary}");
@@ -981,13 +1010,22 @@ pub fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
     let exe = dir.join("demo");
     std::fs::write(&src, DEMO_C).map_err(|e| format!("{}: {e}", src.display()))?;
     let flags = ["-O2", "-pthread", "-fpatchable-function-entry=5"];
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     eprintln!(
-        "# building the sample: {} {} {}",
-        shadowgraph::cc::compiler(),
+        "# building the sample: {cc} {} {}",
         flags.join(" "),
         src.display()
     );
-    shadowgraph::cc::compile(&[&src], &flags, &exe)?;
+    let built = Command::new(&cc)
+        .args(flags)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .map_err(|e| format!("cannot run the C compiler `{cc}`: {e} (install gcc)"))?;
+    if !built.success() {
+        return Err(format!("`{cc}` could not build the sample ({built})"));
+    }
     eprintln!("# recording it (every function entry patched before main):");
     let data = dir.join("shadowgraph.data");
     let code = record(

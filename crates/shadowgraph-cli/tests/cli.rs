@@ -33,7 +33,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn cc(srcs: &[&Path], flags: &[&str], out: &Path) {
-    shadowgraph::cc::compile(srcs, flags, out).unwrap();
+    shadowgraph_testkit::cc::compile(srcs, flags, out).unwrap();
 }
 
 /// Writes `source` as `<dir>/<name>.c` and builds `<dir>/<name>` with
@@ -98,13 +98,15 @@ fn record_run_in(
 /// `shadowgraph record OPTS -d DATA -- EXE` with `env`.
 fn record_command(env: &[(&str, &str)], opts: &[&str], data: &Path, exe: &Path) -> Command {
     let mut c = shadowgraph();
-    c.envs(env.iter().copied())
-        .arg("record")
-        .args(opts)
-        .arg("-d")
-        .arg(data)
-        .arg("--")
-        .arg(exe);
+    c.arg("record");
+    for &(k, v) in env {
+        match k {
+            "SHADOWGRAPH_NO_FUSED" => c.arg("--general-path"),
+            "SHADOWGRAPH_NO_SITE_STUBS" => c.arg("--hijack-returns"),
+            _ => c.env(k, v),
+        };
+    }
+    c.args(opts).arg("-d").arg(data).arg("--").arg(exe);
     c
 }
 

@@ -1,28 +1,48 @@
 //! shadowgraph: the Linux kernel's ftrace function-tracing machinery in user
-//! space. This crate holds the in-process API, layer by layer (SPEC §1):
+//! space, as a library that runs inside the traced process. Layer by layer,
+//! in the order a traced call goes through them (SPEC §1):
 //!
-//! * L0 sites & patcher — [`elf`] finds patchable entries in files,
-//!   [`process`] in loaded objects (and converts them to one patchable
-//!   form), [`patch`] rewrites them live with the int3-first protocol,
+//! * Sites — [`elf`] finds patchable entries in files, [`process`] in
+//!   loaded objects (and converts them to one patchable form), [`site`]
+//!   names their kinds.
+//! * Patching — [`patch`] rewrites them live with the int3-first protocol,
 //!   [`stop`] parks threads when an edit is not safe to make live,
 //!   [`arena`] and [`tramp`] hold the trampolines that sites call.
-//! * L1 core — [`ftrace`]: ops, filters, per-site accounting, the shared
+//! * Core — [`ftrace`]: ops, filters, per-site accounting, the shared
 //!   caller and list function, per-ops trampolines, direct calls, subops,
 //!   the recursion guard and grace periods.
-//! * L2 — [`fgraph`]: one shadow stack per thread shared by up to 16
+//! * [`fgraph`] — one shadow stack per thread shared by up to 16
 //!   function-graph users.
-//! * L4 — [`record`]: per-thread record buffers, the data directory, replay.
+//! * Tracers — [`tracer`]: counters, the recorder, the profile, and their
+//!   fused single-user paths.
+//! * Rings — [`record`]: per-thread record rings, the clock, and the writer
+//!   that drains them into a data directory (`shadowgraph_data`'s format).
+//!
+//! [`session`] applies a [`config::Config`] to the running process: the
+//! agent starts one before `main`; a program can start one itself:
+//!
+//! ```no_run
+//! use shadowgraph::config::{Config, Mode, Record, Tracer};
+//! use shadowgraph::session::Session;
+//!
+//! let config = Config::record(Record::into_dir("/tmp/trace.data", vec![Tracer::default()]));
+//! let session = Session::start(config).expect("tracing starts");
+//! // ... the calls to trace ...
+//! session.finish(); // the data directory is complete: `shadowgraph replay -d /tmp/trace.data`
+//! ```
 
 pub mod arena;
-pub mod cc;
+pub mod config;
 pub mod elf;
 pub mod fgraph;
 pub mod ftrace;
 pub mod patch;
 pub mod process;
 pub mod record;
+pub mod session;
 pub mod site;
 pub mod stop;
 pub mod sys;
 pub mod tls;
+pub mod tracer;
 pub mod tramp;

@@ -199,11 +199,6 @@ static MEMBARRIER_OK: AtomicBool = AtomicBool::new(false);
 /// child (membarrier registration is per process).
 pub fn init() {
     INIT.call_once(|| {
-        match std::env::var("SHADOWGRAPH_TEXT_WRITE").as_deref() {
-            Ok("procmem") => set_write_mode(WriteMode::ProcMem),
-            Ok("mprotect") => set_write_mode(WriteMode::Mprotect),
-            _ => {}
-        }
         MEMBARRIER_OK.store(sys::membarrier_register_sync_core(), Ordering::Relaxed);
         trap::install();
     });
@@ -677,6 +672,27 @@ mod trap {
         on_sigtrap as *const () as usize
     }
 
+    /// Whether the kernel's SIGTRAP disposition is still our handler (asked
+    /// of the kernel itself: a `sigaction` interposer would answer with the
+    /// program's own request).
+    pub fn handler_intact() -> bool {
+        // The kernel's struct sigaction: handler, flags, restorer, mask.
+        let mut k = [0usize; 4];
+        // SAFETY: rt_sigaction with a null new action only writes the
+        // current one into `k`, which is as large as the kernel's struct
+        // with its 8-byte mask.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                libc::SIGTRAP,
+                std::ptr::null::<usize>(),
+                k.as_mut_ptr(),
+                8usize,
+            )
+        };
+        r == 0 && k[0] == handler_address()
+    }
+
     pub(super) fn install() {
         let _g = PREV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: zeroed sigaction is valid; the handler has the SA_SIGINFO
@@ -810,6 +826,7 @@ mod trap {
 }
 
 pub use trap::{
-    handler_address as sigtrap_handler_address, installed as sigtrap_installed,
-    previous as previous_sigtrap_action, set_previous as set_previous_sigtrap_action,
+    handler_address as sigtrap_handler_address, handler_intact as sigtrap_handler_intact,
+    installed as sigtrap_installed, previous as previous_sigtrap_action,
+    set_previous as set_previous_sigtrap_action,
 };

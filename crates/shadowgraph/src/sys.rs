@@ -331,6 +331,27 @@ pub fn membarrier_rseq() -> io::Result<()> {
     membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)
 }
 
+/// The path (made canonical) of the loaded object holding `addr`.
+pub fn object_of(addr: usize) -> Option<std::path::PathBuf> {
+    // SAFETY: a zeroed Dl_info is a valid out-parameter.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables for `addr`.
+    let ok = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) };
+    if ok == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    let name = name.to_str().ok()?;
+    // The program itself may be named "" by the loader.
+    let path = if name.is_empty() {
+        "/proc/self/exe"
+    } else {
+        name
+    };
+    std::fs::canonicalize(path).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

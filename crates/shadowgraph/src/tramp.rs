@@ -2,7 +2,7 @@
 //! caller that saves the argument registers and calls a Rust handler.
 
 use crate::arena::{Arena, ArenaError};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Handler called by a caller trampoline for every call crossing its sites:
 /// `ip` is the site address, `parent_ip` the traced function's return
@@ -119,76 +119,6 @@ pub fn caller(arena: &Arena, handler: Handler, data: *const ()) -> Result<usize,
     code[data_off..data_off + 8].copy_from_slice(&(data as u64).to_le_bytes());
     code[fn_off..fn_off + 8].copy_from_slice(&(handler as usize as u64).to_le_bytes());
     arena.alloc_code(&code)
-}
-
-/// Per-site call counters behind a caller trampoline: the counting tracer
-/// used by the demo, the tests and `bench patch`.
-pub struct SiteCounter {
-    sites: Box<[usize]>,
-    counts: Box<[AtomicU64]>,
-    unknown: AtomicU64,
-}
-
-impl SiteCounter {
-    /// Counters for the given sites (any order). Leaked: trampolines may
-    /// reference it for the life of the process.
-    pub fn new(sites: impl IntoIterator<Item = usize>) -> &'static SiteCounter {
-        let mut v: Vec<usize> = sites.into_iter().collect();
-        v.sort_unstable();
-        v.dedup();
-        let counts = v.iter().map(|_| AtomicU64::new(0)).collect();
-        Box::leak(Box::new(SiteCounter {
-            sites: v.into_boxed_slice(),
-            counts,
-            unknown: AtomicU64::new(0),
-        }))
-    }
-
-    /// A caller trampoline in `arena` that counts into `self`.
-    pub fn trampoline(&'static self, arena: &Arena) -> Result<usize, ArenaError> {
-        caller(arena, count_hit, self as *const SiteCounter as *const ())
-    }
-
-    /// Calls counted for the site at `addr`.
-    pub fn count(&self, addr: usize) -> u64 {
-        self.sites
-            .binary_search(&addr)
-            .map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
-    }
-
-    /// Counts one call of the site at `addr` (from any callback).
-    #[inline]
-    pub fn add(&self, addr: usize) {
-        match self.sites.binary_search(&addr) {
-            Ok(i) => self.counts[i].fetch_add(1, Ordering::Relaxed),
-            Err(_) => self.unknown.fetch_add(1, Ordering::Relaxed),
-        };
-    }
-
-    /// Calls from addresses that are not among the sites (never expected).
-    pub fn unknown(&self) -> u64 {
-        self.unknown.load(Ordering::Relaxed)
-    }
-
-    pub fn reset(&self) {
-        for c in self.counts.iter() {
-            c.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// (site, count) pairs in address order.
-    pub fn snapshot(&self) -> Vec<(usize, u64)> {
-        self.sites
-            .iter()
-            .zip(self.counts.iter())
-            .map(|(&s, c)| (s, c.load(Ordering::Relaxed)))
-            .collect()
-    }
-}
-
-extern "C" fn count_hit(ip: usize, _parent: usize, _slot: *mut usize, data: *const ()) {
-    // SAFETY: `data` is the leaked SiteCounter the trampoline was built for.
-    unsafe { &*(data as *const SiteCounter) }.add(ip);
 }
 
 // ---------------------------------------------------------------------------

@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
-use shadowgraph::cc::{self, flavour};
 use shadowgraph::elf::{scan_file, ObjectSites};
 use shadowgraph::site::SiteKind;
+use shadowgraph_testkit::cc::{self, flavour};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -535,7 +535,7 @@ fn users_come_and_go_while_threads_run() {
     for w in workers {
         w.join().unwrap();
     }
-    assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
+    assert_eq!(fgraph::counters().lost_frames, 0);
     clean();
 }
 
@@ -603,9 +603,9 @@ fn unwinder_translation_of_a_400_deep_stack_is_linear() {
     let t = Tally::new();
     let u = counting_user(&["fp_deep"], t);
     fgraph::register_graph(&u).unwrap();
-    let v0 = fgraph::RET_ADDR_VISITS.load(Ordering::Relaxed);
+    let v0 = fgraph::counters().ret_addr_visits;
     assert_eq!(fp_deep(400), 400);
-    let visits = fgraph::RET_ADDR_VISITS.load(Ordering::Relaxed) - v0;
+    let visits = fgraph::counters().ret_addr_visits - v0;
     fgraph::unregister_graph(&u).unwrap();
     let w = WALK.lock().unwrap();
     assert_eq!(
@@ -1015,7 +1015,7 @@ fn signals_that_push_pop_and_unwind_anywhere() {
         let t = Tally::new();
         let u = counting_user(&[], t);
         fgraph::register_graph(&u).unwrap();
-        let lost = fgraph::LOST_FRAMES.load(Ordering::Relaxed);
+        let lost = fgraph::counters().lost_frames;
         let (mut good, mut bad, mut left, mut hits) = (0i64, 0i64, 0i64, 0i64);
         fuzz(1000, unwind, &mut good, &mut bad, &mut left, &mut hits);
         // A last traced call finds the frames a final jump left behind.
@@ -1029,9 +1029,9 @@ fn signals_that_push_pop_and_unwind_anywhere() {
             assert_eq!(left, 0);
         }
         assert_eq!(good + left, 1000, "every round completed or was left");
-        assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), lost);
+        assert_eq!(fgraph::counters().lost_frames, lost);
         if unwind == 1 {
-            assert!(ftrace::quiesce::ABANDONED.load(Ordering::Relaxed) > 0);
+            assert!(ftrace::counters().abandoned_brackets > 0);
         }
         assert_eq!(
             fgraph::thread_depth(),

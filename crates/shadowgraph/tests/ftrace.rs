@@ -676,7 +676,7 @@ fn registration_churn_under_running_threads() {
         "a callback ran after unregister returned"
     );
     assert_eq!(
-        ftrace::CODE_GRACE_GIVEN_UP.load(Ordering::Relaxed),
+        ftrace::counters().code_grace_given_up,
         0,
         "a code grace period could not complete"
     );

@@ -8,7 +8,8 @@
 mod common;
 
 use common::*;
-use shadowgraph::record::{clock, fused, writer};
+use shadowgraph::record::{clock, writer};
+use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
 use shadowgraph_data::format::{decode, Kind, RECORD_SIZE};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,7 +118,7 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
     let rounds = workers.stop();
     writer::flush_all();
     assert!(rounds > 0);
-    assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
+    assert_eq!(fgraph::counters().lost_frames, 0);
 
     // Every record whole: a traced function, at a depth it can have.
     let (mut records, mut entries) = (0, 0);

@@ -12,7 +12,7 @@ mod common;
 use common::frames::*;
 use common::*;
 use shadowgraph::record::clock;
-use shadowgraph::record::fused;
+use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
 
 #[test]

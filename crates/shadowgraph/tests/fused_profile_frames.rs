@@ -8,7 +8,8 @@ mod common;
 use common::frames::*;
 use common::*;
 use shadowgraph::record::clock;
-use shadowgraph::record::fused::{self, ProfileTable};
+use shadowgraph::tracer::fused;
+use shadowgraph::tracer::profile::ProfileTable;
 use shadowgraph::{fgraph, ftrace};
 use std::cell::Cell;
 

@@ -6,11 +6,11 @@ mod common;
 
 use common::*;
 use shadowgraph::arena::Arena;
-use shadowgraph::cc::flavour;
 use shadowgraph::patch::{self, BatchStep, Edit, PatchError};
 use shadowgraph::process::{self, Module};
 use shadowgraph::site::NOP5;
-use shadowgraph::tramp::SiteCounter;
+use shadowgraph::tracer::count::SiteCounter;
+use shadowgraph_testkit::cc::flavour;
 use std::sync::Mutex;
 
 type Run = extern "C" fn(i32) -> i64;

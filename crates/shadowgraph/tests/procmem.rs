@@ -7,11 +7,11 @@ mod common;
 
 use common::*;
 use shadowgraph::arena::Arena;
-use shadowgraph::cc::flavour;
 use shadowgraph::patch::{self, Edit, WriteMode};
 use shadowgraph::process;
 use shadowgraph::site::NOP5;
-use shadowgraph::tramp::SiteCounter;
+use shadowgraph::tracer::count::SiteCounter;
+use shadowgraph_testkit::cc::flavour;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 type Run = extern "C" fn(i32) -> i64;

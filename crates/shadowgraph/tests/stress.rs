@@ -5,11 +5,11 @@ mod common;
 
 use common::*;
 use shadowgraph::arena::Arena;
-use shadowgraph::cc::flavour;
 use shadowgraph::patch::{self, Edit};
 use shadowgraph::process;
 use shadowgraph::site::{NOP5, SLED};
-use shadowgraph::tramp::SiteCounter;
+use shadowgraph::tracer::count::SiteCounter;
+use shadowgraph_testkit::cc::flavour;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -80,6 +80,6 @@ fn sites_switch_between_stub_list_and_nop_while_threads_run() {
         e1 > e0 && r1 - r0 >= e1 - e0,
         "entries {e0}..{e1}, returns {r0}..{r1}"
     );
-    assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
+    assert_eq!(fgraph::counters().lost_frames, 0);
     assert!(RETURNS.load(Ordering::Relaxed) <= ENTRIES.load(Ordering::Relaxed));
 }

@@ -454,7 +454,7 @@ pub(crate) fn chosen_site_entry() -> usize {
 }
 
 /// Frames whose return could not be matched (should stay 0).
-pub static LOST_FRAMES: AtomicU64 = AtomicU64::new(0);
+static LOST_FRAMES: AtomicU64 = AtomicU64::new(0);
 
 struct Registry {
     /// Free slots, FIFO (`-1` = none): released slots are reused last.
@@ -577,6 +577,34 @@ pub fn thread_overrun() -> u64 {
 /// Calls of any thread not hooked because the shadow stack was full.
 pub fn total_overruns() -> u64 {
     stack::OVERRUNS.load(Ordering::Relaxed)
+}
+
+/// What fgraph counted, every thread, since the process started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphCounters {
+    /// Returns whose frame could not be found (should stay 0).
+    pub lost_frames: u64,
+    /// Returns of frames popped early (see `stack::Graves`).
+    pub revived_frames: u64,
+    /// Shadow frames visited by unwinder translations (their linearity).
+    pub ret_addr_visits: u64,
+    /// Calls not hooked because their thread's shadow stack was full.
+    pub overruns: u64,
+    /// Shadow stacks mapped (in use or pooled; never unmapped).
+    pub stacks_mapped: u64,
+}
+
+/// fgraph's counts now. Each is read on its own (Relaxed: they are
+/// statistics, never used to order anything).
+pub fn counters() -> GraphCounters {
+    let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    GraphCounters {
+        lost_frames: r(&LOST_FRAMES),
+        revived_frames: r(&REVIVED_FRAMES),
+        ret_addr_visits: r(&RET_ADDR_VISITS),
+        overruns: r(&stack::OVERRUNS),
+        stacks_mapped: r(&stack::STACKS_MAPPED),
+    }
 }
 
 /// This thread's current graph depth (−1: no kept frame).
@@ -1654,7 +1682,7 @@ fn revive(t: &ThreadState, slot: usize) -> usize {
 }
 
 /// Returns of frames popped early (see [`stack::Graves`]).
-pub static REVIVED_FRAMES: AtomicU64 = AtomicU64::new(0);
+static REVIVED_FRAMES: AtomicU64 = AtomicU64::new(0);
 
 /// Runs the return callbacks of the frame at `f` (the top one) and pops it.
 #[inline(always)]
@@ -1738,7 +1766,7 @@ fn fatal_no_frame(_slot: usize) -> ! {
 // --- Unwinder translation (SPEC §4.6) ------------------------------------------------------
 
 /// Shadow frames visited by unwinder translations (to check linearity).
-pub static RET_ADDR_VISITS: AtomicU64 = AtomicU64::new(0);
+static RET_ADDR_VISITS: AtomicU64 = AtomicU64::new(0);
 
 /// Translates a return address an unwinder found in the slot `retp` of the
 /// current thread's stack: a hijacked one (`return_to_handler`) becomes the

@@ -32,7 +32,7 @@ static WORDS: AtomicUsize = AtomicUsize::new(DEFAULT_STACK_BYTES / 8);
 /// `curr` from which the assembly fast paths send a call the general way
 /// (which counts the overrun): the highest word a frame may use, less a
 /// margin. Read by them as a plain word, written with [`WORDS`].
-pub static FAST_PUSH_LIMIT: AtomicUsize =
+pub(crate) static FAST_PUSH_LIMIT: AtomicUsize =
     AtomicUsize::new(fast_push_limit(DEFAULT_STACK_BYTES / 8));
 
 /// [`FAST_PUSH_LIMIT`] for stacks of `words` words.
@@ -301,7 +301,7 @@ const _: () = assert!(
 
 /// Overruns of every thread: calls not hooked because their thread's
 /// shadow stack was full.
-pub static OVERRUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(super) static OVERRUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 crate::fast_thread_local!(
     static THREAD: ThreadState;
@@ -438,7 +438,7 @@ static ALL_STACKS: [AtomicPtr<u64>; ALL_MAX] =
 static ALL_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static FREE_STACKS: [AtomicPtr<u64>; POOL] = [const { AtomicPtr::new(std::ptr::null_mut()) }; POOL];
 /// Stacks in use or pooled (never unmapped).
-pub static STACKS_MAPPED: AtomicU64 = AtomicU64::new(0);
+pub(super) static STACKS_MAPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Bytes of a stack mapping before its first word: the graves, the task
 /// variables, and a guard word (word −1) that stays 0, so that the

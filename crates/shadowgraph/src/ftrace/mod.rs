@@ -503,11 +503,36 @@ fn lock_core() -> MutexGuard<'static, Core> {
     lock(&CORE)
 }
 
+/// What the core counted, every thread, since the process started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreCounters {
+    /// Code grace periods given up (threads that could not be stopped, or
+    /// a stale stack word): their trampolines are never reused.
+    pub code_grace_given_up: u64,
+    /// Calls that found no free quiescence slot and ran without a bracket.
+    pub unbracketed: u64,
+    /// Brackets a thread left without leaving them (a signal handler that
+    /// interrupted our code and left by siglongjmp).
+    pub abandoned_brackets: u64,
+    /// Calls dropped because a guarded callback recursed too deep.
+    pub recursion_drops: u64,
+}
+
+/// The core's counts now (each read on its own, Relaxed: statistics).
+pub fn counters() -> CoreCounters {
+    CoreCounters {
+        code_grace_given_up: CODE_GRACE_GIVEN_UP.load(Ordering::Relaxed),
+        unbracketed: quiesce::UNBRACKETED.load(Ordering::Relaxed),
+        abandoned_brackets: quiesce::ABANDONED.load(Ordering::Relaxed),
+        recursion_drops: recursion_drops_all(),
+    }
+}
+
 /// Frees what `c.retired` holds once no thread can still use it.
 /// Code grace periods that could not be completed (threads that could not
 /// be stopped, or a stale stack word): the trampolines are never reused, so
 /// this only weakens "no thread is still inside" to "no thread can start".
-pub static CODE_GRACE_GIVEN_UP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static CODE_GRACE_GIVEN_UP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn finish(mut c: MutexGuard<'static, Core>) {
     let retired = std::mem::take(&mut c.retired);

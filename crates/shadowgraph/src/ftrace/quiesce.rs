@@ -38,7 +38,7 @@ static WORDS: [ThreadWord; MAX_THREADS] = [FREE; MAX_THREADS];
 /// One past the highest slot ever claimed.
 static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 /// Calls that found no free slot (they run without a bracket: counted).
-pub static UNBRACKETED: AtomicU64 = AtomicU64::new(0);
+pub(super) static UNBRACKETED: AtomicU64 = AtomicU64::new(0);
 
 static KEY_INIT: Once = Once::new();
 static mut KEY: libc::pthread_key_t = 0;
@@ -255,7 +255,7 @@ fn stack_pointer() -> usize {
 
 /// Brackets a thread left without leaving them: a signal handler that
 /// interrupted a trampoline or callback and never returned (siglongjmp).
-pub static ABANDONED: AtomicU64 = AtomicU64::new(0);
+pub(super) static ABANDONED: AtomicU64 = AtomicU64::new(0);
 
 /// Called on the thread when its abandoned brackets are released: whatever
 /// a tracer's callback held half done on it is gone too (a record half

@@ -4,6 +4,5 @@
 
 pub mod clock;
 pub mod collect;
-pub mod fused;
 pub mod ring;
 pub mod writer;

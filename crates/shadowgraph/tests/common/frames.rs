@@ -4,7 +4,8 @@
 //! left there (tests/fused_frames*.rs).
 
 use shadowgraph::record::clock;
-use shadowgraph::record::fused::{ProfileCounters, ProfileTable, ENTRY_FLAGS};
+use shadowgraph::tracer::fused::ENTRY_FLAGS;
+use shadowgraph::tracer::profile::{ProfileCounters, ProfileTable};
 use shadowgraph::{fgraph, ftrace};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -159,7 +160,7 @@ pub fn churn_and_check(
         "{} of {calls} entries by the callback",
         e1 - e0
     );
-    assert_eq!(fgraph::LOST_FRAMES.load(Ordering::Relaxed), 0);
+    assert_eq!(fgraph::counters().lost_frames, 0);
     let returns = RETURNS.load(Ordering::Relaxed);
     assert!(returns > 1000, "{returns} returns by the callbacks");
     assert_eq!(BAD.load(Ordering::Relaxed), 0, "of {returns} returns");

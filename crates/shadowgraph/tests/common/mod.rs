@@ -27,7 +27,7 @@ pub fn build_lib(dir: &Path, src: &Path, name: &str, flags: &[&str]) -> PathBuf 
     let out = dir.join(format!("lib{name}.so"));
     let mut all = vec!["-O2", "-fPIC", "-shared"];
     all.extend_from_slice(flags);
-    shadowgraph::cc::compile(&[src], &all, &out).unwrap();
+    shadowgraph_testkit::cc::compile(&[src], &all, &out).unwrap();
     out
 }
 
@@ -89,7 +89,7 @@ pub fn load_into_core(name: &str, file: &str) -> Lib {
         &dir,
         &fixture(file),
         name,
-        shadowgraph::cc::flavour::PATCHABLE,
+        shadowgraph_testkit::cc::flavour::PATCHABLE,
     ));
     shadowgraph::ftrace::add_modules(vec![lib.module()]).unwrap();
     lib
@@ -113,7 +113,7 @@ __attribute__((patchable_function_entry(0, 0))) long run(long n) {\n\
         &dir,
         &src,
         name,
-        shadowgraph::cc::flavour::PATCHABLE,
+        shadowgraph_testkit::cc::flavour::PATCHABLE,
     ));
     shadowgraph::ftrace::add_modules(vec![lib.module()]).unwrap();
     let run = lib.func("run");

@@ -11,49 +11,50 @@
 //! Only the recorded program's first process listens (a FIFO wants one
 //! reader); processes it starts keep the state they started or forked in.
 
-use shadowgraph::fgraph::GraphUser;
-use shadowgraph::ftrace;
+use crate::config::Control;
+use crate::fgraph::GraphUser;
+use crate::ftrace;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Commands that took effect: disables, enables.
-pub static DISABLES: AtomicU64 = AtomicU64::new(0);
-pub static ENABLES: AtomicU64 = AtomicU64::new(0);
+/// Commands that took effect: disables, enables. Relaxed: counts for the
+/// metadata, read once the program is done.
+static DISABLES: AtomicU64 = AtomicU64::new(0);
+static ENABLES: AtomicU64 = AtomicU64::new(0);
+
+/// The commands that took effect: (disables, enables).
+pub(crate) fn counts() -> (u64, u64) {
+    (
+        DISABLES.load(Ordering::Relaxed),
+        ENABLES.load(Ordering::Relaxed),
+    )
+}
 
 /// Pauses or resumes every tracer.
-pub fn set_paused(users: &[Arc<GraphUser>], paused: bool) -> Result<(), String> {
+fn set_paused(users: &[Arc<GraphUser>], paused: bool) -> Result<(), String> {
     for u in users {
         ftrace::set_paused(u.filter(), paused).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
-/// `SHADOWGRAPH_CONTROL=CTL[,ACK]`: the FIFOs to read commands from and
-/// acknowledge them to.
-pub fn fifos() -> Option<(String, Option<String>)> {
-    let v = std::env::var("SHADOWGRAPH_CONTROL").ok()?;
-    Some(match v.split_once(',') {
-        Some((c, a)) => (c.to_string(), Some(a.to_string())),
-        None => (v, None),
-    })
-}
-
 /// Starts the thread that reads commands for `users`.
-pub fn start(users: Vec<Arc<GraphUser>>, ctl: String, ack: Option<String>) -> Result<(), String> {
+pub(crate) fn start(users: Vec<Arc<GraphUser>>, c: &Control) -> Result<(), String> {
     // Both opened read-write: never blocks, and the command FIFO never
     // reads end-of-file when a writer goes (the next one just writes).
-    let open = |p: &str| {
+    let open = |p: &Path| {
         std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .custom_flags(libc::O_CLOEXEC)
             .open(p)
-            .map_err(|e| format!("--control {p}: {e}"))
+            .map_err(|e| format!("--control {}: {e}", p.display()))
     };
-    let input = open(&ctl)?;
-    let mut ack = ack.as_deref().map(open).transpose()?;
+    let input = open(&c.commands)?;
+    let mut ack = c.acks.as_deref().map(open).transpose()?;
     std::thread::Builder::new()
         .name("shadowgraph-ctl".into())
         .spawn(move || {

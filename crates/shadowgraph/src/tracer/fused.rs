@@ -35,13 +35,15 @@
 //! (fgraph::init_tp_offsets and [`attach`]) and then written into this
 //! code as immediates (`fixed_load!`, tls::patch_fixed_loads).
 
-use super::ring::{RingHeader, HEADER_BYTES};
-use super::writer;
+use crate::record::ring::{RingHeader, HEADER_BYTES};
+use crate::record::{clock, writer};
+
 use crate::fgraph::filters::GraphFilter;
 use crate::fgraph::stack::ThreadState;
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace::local::CoreLocal;
 use crate::ftrace::quiesce;
+use crate::tracer::profile::{ProfileCounters, ProfileTable};
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -133,38 +135,6 @@ pub fn rseq_restarts() -> u64 {
     RSEQ_RESTARTS.load(Ordering::Relaxed)
 }
 
-/// A profile's counters of one function on one thread (the agent's
-/// `--tracer profile`), updated by its callbacks and by the fused path:
-/// each field by one instruction (`sumsq` by `add`/`adc`), which a signal
-/// handler of the thread updating the same row cannot split. C layout:
-/// the fused path's assembly updates it.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct ProfileCounters {
-    pub hits: u64,
-    /// Every call's duration summed (for the average and spread), ticks.
-    pub total: u64,
-    pub self_time: u64,
-    /// Calls of the function under way on this thread.
-    pub active: u64,
-    /// Σ d² in ticks².
-    pub sumsq: u128,
-    /// The outermost calls' durations summed: a call inside another of the
-    /// same function adds nothing, so that the total is time spent.
-    pub outer: u64,
-    _pad: u64,
-}
-
-/// A thread's profile counters by site id, and the list all threads'
-/// tables are on. C layout, as [`ProfileCounters`].
-#[repr(C)]
-pub struct ProfileTable {
-    pub tid: i32,
-    pub inst: usize,
-    pub next: *mut ProfileTable,
-    pub rows: *mut ProfileCounters,
-}
-
 /// Offset from the thread pointer of the profile's table pointer of this
 /// thread ([`attach_profile`]), and how many rows each table has.
 static TP_PROFILE: AtomicI64 = AtomicI64::new(0);
@@ -230,7 +200,7 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
 pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> bool {
     // Refused before the table is made (it is never freed).
     if filter.threads.is_some()
-        || !super::clock::uses_tsc()
+        || !clock::uses_tsc()
         || inst >= writer::MAX_INSTANCES
         || fgraph::manager_made()
     {
@@ -251,7 +221,7 @@ pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> b
 /// does both where sites have stubs, the callbacks the rest (no table
 /// yet, a site beyond the rows). False (nothing changed) as for `attach`.
 pub fn attach_profile(user: &GraphUser, inst: usize, table: usize, rows: usize) -> bool {
-    if !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
+    if !clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
         return false;
     }
     TP_PROFILE.store(
@@ -292,7 +262,7 @@ fn thread_pointer() -> usize {
 /// for `attach`, or for a threshold of 0.
 pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
     if min_ticks == 0
-        || !super::clock::uses_tsc()
+        || !clock::uses_tsc()
         || inst >= writer::MAX_INSTANCES
         || fgraph::manager_made()
     {
@@ -354,7 +324,7 @@ fn attach_inner(
     filter: Option<&'static mut FusedFilter>,
     stubs: Option<(usize, usize)>,
 ) -> bool {
-    if !super::clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
+    if !clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
         return false;
     }
     TP_RINGS.store(
@@ -2039,7 +2009,7 @@ std::arch::global_asm!(
     u_slot = const offset_of!(GraphUser, slot),
     u_max_depth = const GraphUser::PATH_WORDS + 8 * W_MAX_DEPTH,
     r_offset_mask = const offset_of!(RingHeader, offset_mask),
-    slot_shift = const super::ring::SLOT_SHIFT,
+    slot_shift = const crate::record::ring::SLOT_SHIFT,
     r_head = const offset_of!(RingHeader, head),
     r_room_end = const offset_of!(RingHeader, room_end),
     r_reserve = const offset_of!(RingHeader, reserve),

@@ -9,15 +9,45 @@
 //! time is the sum of every call's duration, recursive calls included (the
 //! kernel's function profiler's definition).
 
-use shadowgraph::record::clock;
-use shadowgraph::{fgraph, ftrace};
+use crate::record::clock;
+use crate::{fgraph, ftrace};
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-// A thread's rows of counters by site id (the fused path updates them
-// too: their layout is the library's).
-use shadowgraph::record::fused::{ProfileCounters as Row, ProfileTable as Table};
+/// A profile's counters of one function on one thread (`--tracer profile`), updated by its callbacks and by the fused path:
+/// each field by one instruction (`sumsq` by `add`/`adc`), which a signal
+/// handler of the thread updating the same row cannot split. C layout:
+/// the fused path's assembly updates it.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ProfileCounters {
+    pub hits: u64,
+    /// Every call's duration summed (for the average and spread), ticks.
+    pub total: u64,
+    pub self_time: u64,
+    /// Calls of the function under way on this thread.
+    pub active: u64,
+    /// Σ d² in ticks².
+    pub sumsq: u128,
+    /// The outermost calls' durations summed: a call inside another of the
+    /// same function adds nothing, so that the total is time spent.
+    pub outer: u64,
+    _pad: u64,
+}
+
+/// A thread's profile counters by site id, and the list all threads'
+/// tables are on. C layout, as [`ProfileCounters`].
+#[repr(C)]
+pub struct ProfileTable {
+    pub tid: i32,
+    pub inst: usize,
+    pub next: *mut ProfileTable,
+    pub rows: *mut ProfileCounters,
+}
+
+type Row = ProfileCounters;
+type Table = ProfileTable;
 
 /// Rows per table: site ids at or above it (objects loaded later) are
 /// counted in `BEYOND` instead.
@@ -28,7 +58,7 @@ pub static BEYOND: AtomicU64 = AtomicU64::new(0);
 /// Calls whose frame had no room for the profile's data.
 pub static NO_ROOM: AtomicU64 = AtomicU64::new(0);
 
-shadowgraph::fast_thread_local!(
+crate::fast_thread_local!(
     static PROFILE_TABLES: [Cell<*mut Table>; 8];
 );
 
@@ -42,7 +72,7 @@ pub fn init(sites: usize) {
 /// instance `inst`; after [`init`].
 pub fn attach_fused(user: &fgraph::GraphUser, inst: usize) -> bool {
     let cell = &PROFILE_TABLES[inst] as *const Cell<*mut Table> as usize;
-    shadowgraph::record::fused::attach_profile(user, inst, cell, CAPACITY.load(Ordering::Relaxed))
+    crate::tracer::fused::attach_profile(user, inst, cell, CAPACITY.load(Ordering::Relaxed))
 }
 
 pub fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
@@ -192,14 +222,14 @@ unsafe fn add_local_u128(p: *mut u128, v: u128) {
 fn new_table(inst: usize) -> *mut Table {
     let cap = CAPACITY.load(Ordering::Relaxed);
     let len = std::mem::size_of::<Table>().next_multiple_of(64) + cap * std::mem::size_of::<Row>();
-    let Some(p) = shadowgraph::sys::map_anonymous(len) else {
+    let Some(p) = crate::sys::map_anonymous(len) else {
         return std::ptr::null_mut();
     };
     let t = p as *mut Table;
     // SAFETY: the mapping holds the header and `cap` rows (zero = empty).
     unsafe {
         t.write(Table {
-            tid: shadowgraph::sys::gettid(),
+            tid: crate::sys::gettid(),
             inst,
             next: std::ptr::null_mut(),
             rows: p.add(std::mem::size_of::<Table>().next_multiple_of(64)) as *mut Row,

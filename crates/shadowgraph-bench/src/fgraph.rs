@@ -1,0 +1,161 @@
+//! `bench fgraph`: function-graph tracing with empty callbacks: one user
+//! (the fast path), two and sixteen, declining, reserving, timing; the
+//! floor of any graph tracer (assembly models); recording into memory by
+//! the library's recorders.
+
+use crate::clock::timestamp_line;
+use crate::common::{load_dispatch_lib, ns_per_call, ns_per_call_two_threads, print_rows};
+use crate::memory::in_child;
+use crate::models::{floor_ns, model_floors};
+use shadowgraph::{fgraph, ftrace};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+pub(crate) fn accept_all(
+    _e: &fgraph::GraphEntry,
+    _u: &fgraph::GraphUser,
+    _r: &mut ftrace::Regs,
+) -> bool {
+    true
+}
+
+pub(crate) fn decline(
+    _e: &fgraph::GraphEntry,
+    _u: &fgraph::GraphUser,
+    _r: &mut ftrace::Regs,
+) -> bool {
+    false
+}
+
+pub(crate) fn ignore_return(
+    _r: &fgraph::GraphReturn,
+    _u: &fgraph::GraphUser,
+    _regs: &fgraph::RetRegs,
+) {
+}
+
+fn reserve_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+    match u.reserve(8) {
+        Some(p) => {
+            // SAFETY: 8 reserved, word-aligned bytes.
+            unsafe { (p as *mut u64).write(e.func as u64) };
+            true
+        }
+        None => false,
+    }
+}
+
+fn retrieve_return(_r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+    if let Some((p, _)) = u.retrieve() {
+        // SAFETY: our 8 bytes in this frame.
+        std::hint::black_box(unsafe { (p as *const u64).read() });
+    }
+}
+
+fn timed_entry(_e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+    match u.reserve(8) {
+        Some(p) => {
+            // SAFETY: 8 reserved, word-aligned bytes.
+            unsafe { (p as *mut u64).write(shadowgraph::record::clock::now()) };
+            true
+        }
+        None => false,
+    }
+}
+
+fn timed_return(_r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+    if let Some((p, _)) = u.retrieve() {
+        // SAFETY: our 8 bytes in this frame.
+        let start = unsafe { (p as *const u64).read() };
+        std::hint::black_box(shadowgraph::record::clock::now().wrapping_sub(start));
+    }
+}
+
+pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, String> {
+    fgraph::set_site_stubs(!hijack_returns);
+    let (loop_plain, loop_target, _lib) = load_dispatch_lib()?;
+    let filter = || ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string());
+    let user =
+        |e: fgraph::EntryFn, r: fgraph::ReturnFn| -> Result<Arc<fgraph::GraphUser>, String> {
+            Ok(fgraph::GraphUser::new(e, r, filter()?, 0))
+        };
+    let reg = |u: &Arc<fgraph::GraphUser>| fgraph::register_graph(u).map_err(|e| e.to_string());
+    let unreg = |u: &Arc<fgraph::GraphUser>| fgraph::unregister_graph(u).map_err(|e| e.to_string());
+    let measure = || ns_per_call(loop_target, calls, reps);
+    println!("# shadowgraph bench fgraph: {calls} calls per loop, median of {reps}; entry + return, empty callbacks, no timestamps");
+    let base = ns_per_call(loop_plain, calls, reps);
+    let mut rows: Vec<(String, f64)> = vec![("untraced function (no site)".into(), base)];
+    let users: Vec<_> = (0..16)
+        .map(|_| user(accept_all, ignore_return))
+        .collect::<Result<_, _>>()?;
+    reg(&users[0])?;
+    if !fgraph::fast_path_active() {
+        return Err("fast path not active with one user".into());
+    }
+    rows.push(("1 user (fast path)".into(), measure()));
+    rows.push((
+        "1 user, 2 threads at once (each)".into(),
+        ns_per_call_two_threads(loop_target, calls, reps),
+    ));
+    reg(&users[1])?;
+    rows.push(("2 users (loop)".into(), measure()));
+    for u in &users[2..] {
+        reg(u)?;
+    }
+    rows.push(("16 users (loop)".into(), measure()));
+    for u in &users {
+        unreg(u)?;
+    }
+    let d = user(decline, ignore_return)?;
+    reg(&d)?;
+    rows.push(("1 user declining every call (no hijack)".into(), measure()));
+    unreg(&d)?;
+    let r = user(reserve_entry, retrieve_return)?;
+    reg(&r)?;
+    rows.push(("1 user reserving 8 bytes per call".into(), measure()));
+    unreg(&r)?;
+    rows.push((
+        "floor: push + hijack + pop, nothing else".into(),
+        floor_ns(loop_target, calls, reps)?,
+    ));
+    shadowgraph::record::clock::init();
+    let timed = user(timed_entry, timed_return)?;
+    reg(&timed)?;
+    rows.push(("1 user timing each call (2 timestamps)".into(), measure()));
+    unreg(&timed)?;
+    // Recording into memory, each path in a process of its own (chosen
+    // before the first user registers).
+    for (label, mode) in [
+        ("record in memory, fused (entry+exit records)", "record"),
+        (
+            "record in memory, callbacks (general path)",
+            "record-general",
+        ),
+        ("record in memory, 2 recorders (general path)", "record2"),
+    ] {
+        rows.push((label.into(), in_child(mode, calls, reps, hijack_returns)?));
+    }
+    rows.push(("all unregistered (NOP5 again)".into(), measure()));
+    print_rows(&rows, base);
+    let one = rows[1].1;
+    let floor = rows
+        .iter()
+        .find(|(name, _)| name.starts_with("floor"))
+        .map_or(f64::NAN, |r| r.1);
+    println!(
+        "# 1 user / floor: {:.2}× per call, {:.2}× over untraced (the aim: within 1.5×)",
+        one / floor,
+        (one - base) / (floor - base)
+    );
+    let [plain, hijacked, stubbed, recorded] = model_floors(calls, reps);
+    println!(
+        "# floors, asm models (no site, no core): plain call {plain:.2} ns; \
+         push + hijack + pop +{:.2}; push + pop through a stub's call +{:.2}; \
+         the same + two timestamped records in memory +{:.2}",
+        hijacked - plain,
+        stubbed - plain,
+        recorded - plain
+    );
+    println!("{}", timestamp_line(reps));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,369 @@
+//! What a tracing session does, as one typed value: the CLI builds it from
+//! its options, serialises it once (JSON, in the environment variable
+//! [`ENV`]) for the agent in the traced program, which parses it once and
+//! hands it to [`crate::session::Session::start`]. A program that embeds
+//! the library builds one the same way.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The environment variable that carries a [`Config`] to the agent.
+pub const ENV: &str = "SHADOWGRAPH_CONFIG";
+
+/// A tracing session's configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// What the session does.
+    pub mode: Mode,
+    /// Which loaded objects are traced.
+    #[serde(default)]
+    pub objects: Objects,
+    /// Each thread's shadow stack in bytes (a power of two, 4 KiB to
+    /// 1 MiB; `record --max-stack` sets it); `None`: the default.
+    #[serde(default)]
+    pub stack_bytes: Option<usize>,
+    /// How traced calls come back.
+    #[serde(default)]
+    pub returns: Returns,
+    /// How code is written (`None`: `mprotect`, or `/proc/self/mem` where
+    /// the system refuses writable text).
+    #[serde(default)]
+    pub text_write: Option<TextWrite>,
+    /// Where this process stands among those the traced program started;
+    /// the agent fills it in for the processes that inherit the
+    /// configuration.
+    #[serde(default)]
+    pub lineage: Lineage,
+}
+
+/// What a session does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Count every call of every traced function (`shadowgraph count`).
+    Count(Count),
+    /// Record calls into a data directory (`shadowgraph record`).
+    Record(Record),
+}
+
+/// `shadowgraph count`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Count {
+    /// Where the counts go at exit (`None`: standard error).
+    pub report: Option<PathBuf>,
+    /// Count entries and returns through function-graph tracing (return
+    /// hijacking or site stubs), rather than entries by a counting
+    /// trampoline.
+    pub graph: bool,
+}
+
+/// `shadowgraph record`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// The data directory (absolute).
+    pub dir: PathBuf,
+    /// The tracers, each an fgraph user with its own filters; at most
+    /// [`MAX_TRACERS`]. One without a name records into `dir` itself.
+    pub tracers: Vec<Tracer>,
+    /// The threads' rings in shared memory, drained by `shadowgraph
+    /// record`'s writer; `None`: each thread writes its own records into
+    /// `dir` (an embedded recording).
+    #[serde(default)]
+    pub rings: Option<Rings>,
+    /// Each thread's ring in bytes (`-b`); `None`: the default.
+    #[serde(default)]
+    pub ring_bytes: Option<u64>,
+    /// The clock timestamps are read from.
+    #[serde(default)]
+    pub clock: Clock,
+    /// Tracing switched off and on through FIFOs (`--control`).
+    #[serde(default)]
+    pub control: Option<Control>,
+    /// Whether forked children and the programs they start by exec are
+    /// recorded too (`--no-children`: false).
+    #[serde(default = "yes")]
+    pub children: bool,
+    /// Whether a lone tracer may take the fused recording paths (false:
+    /// always fgraph's callbacks, to compare).
+    #[serde(default = "yes")]
+    pub fused: bool,
+}
+
+impl Record {
+    /// A recording into `dir` by `tracers`, each thread writing its own
+    /// records there (no writer process), every other setting at its
+    /// default.
+    pub fn into_dir(dir: impl Into<PathBuf>, tracers: Vec<Tracer>) -> Record {
+        Record {
+            dir: dir.into(),
+            tracers,
+            rings: None,
+            ring_bytes: None,
+            clock: Clock::Tsc,
+            control: None,
+            children: true,
+            fused: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Most tracers one recording holds.
+pub const MAX_TRACERS: usize = 8;
+
+/// One tracer of a recording.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tracer {
+    /// Its directory inside the recording's (`None`: the recording's own).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What it keeps.
+    #[serde(default)]
+    pub kind: TracerKind,
+    /// Record only inside these functions (patterns as `-F` takes them).
+    #[serde(default)]
+    pub filter: Vec<String>,
+    /// Record nothing inside these functions (`-N`).
+    #[serde(default)]
+    pub notrace: Vec<String>,
+    /// Record at most this many nested levels (0: no limit).
+    #[serde(default)]
+    pub depth: u32,
+    /// Record only calls lasting at least this many nanoseconds, with
+    /// their callers (0: every call).
+    #[serde(default)]
+    pub time_ns: u64,
+}
+
+/// What a tracer keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TracerKind {
+    /// Every call's entry and exit records.
+    #[default]
+    Graph,
+    /// Per-function calls, total and self time, and their spread, in
+    /// memory (no records).
+    Profile,
+}
+
+/// The threads' rings in shared memory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rings {
+    /// The directory the rings are made in (`/dev/shm/…`).
+    pub dir: PathBuf,
+    /// The ring layout the writer reads ([`crate::record::ring::LAYOUT`]):
+    /// an agent of another build refuses to record.
+    pub layout: u8,
+}
+
+/// The clock records are timed by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// The TSC where its rate is constant, converted to CLOCK_MONOTONIC
+    /// nanoseconds; else CLOCK_MONOTONIC.
+    #[default]
+    Tsc,
+    /// CLOCK_MONOTONIC for every timestamp.
+    Monotonic,
+}
+
+/// `record --control CTL[,ACK] [--disable]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Control {
+    /// The FIFO commands (`disable`, `enable`) are read from (absolute).
+    pub commands: PathBuf,
+    /// The FIFO `ack` is written to once a command took effect.
+    #[serde(default)]
+    pub acks: Option<PathBuf>,
+    /// Tracing starts switched off.
+    #[serde(default)]
+    pub start_disabled: bool,
+}
+
+/// Which loaded objects are traced.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Objects {
+    /// The program and every library with sites.
+    #[default]
+    All,
+    /// The program, and the libraries whose file names start with one of
+    /// these (none: the program alone).
+    Program(Vec<String>),
+}
+
+/// How traced calls come back to the tracers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Returns {
+    /// Through each site's stub, which calls the function (a real
+    /// call/ret pair: the return-stack predictor stays right).
+    #[default]
+    SiteStubs,
+    /// By hijacking return addresses (to compare).
+    Hijack,
+}
+
+/// How the patcher writes code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TextWrite {
+    /// `mprotect` the pages writable for the write, then restore them.
+    Mprotect,
+    /// `pwrite` to `/proc/self/mem`: text never becomes writable.
+    ProcMem,
+}
+
+/// Where a process stands among those the traced program started.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lineage {
+    /// The process the session began in; `None` in that process itself.
+    #[serde(default)]
+    pub root_pid: Option<i32>,
+    /// The recording session this image was started by exec inside of.
+    #[serde(default)]
+    pub session: Option<u64>,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// A recording, every other setting at its default.
+    pub fn record(r: Record) -> Config {
+        Config {
+            mode: Mode::Record(r),
+            objects: Objects::All,
+            stack_bytes: None,
+            returns: Returns::SiteStubs,
+            text_write: None,
+            lineage: Lineage::default(),
+        }
+    }
+
+    /// The configuration the environment carries ([`ENV`]), if any.
+    pub fn from_env() -> Result<Option<Config>, ConfigError> {
+        match std::env::var(ENV) {
+            Ok(v) => Config::parse(&v).map(Some),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(e) => Err(ConfigError(format!("{ENV}: {e}"))),
+        }
+    }
+
+    /// Parses and checks a serialised configuration.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let c: Config =
+            serde_json::from_str(text).map_err(|e| ConfigError(format!("{ENV}: {e}")))?;
+        c.check()?;
+        Ok(c)
+    }
+
+    /// The configuration serialised, for [`ENV`].
+    pub fn to_env_value(&self) -> String {
+        serde_json::to_string(self).expect("a configuration always serialises")
+    }
+
+    /// Checks what the types cannot say: patterns, the number of tracers,
+    /// what each kind of tracer takes.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let Mode::Record(r) = &self.mode else {
+            return Ok(());
+        };
+        if r.tracers.is_empty() || r.tracers.len() > MAX_TRACERS {
+            return Err(ConfigError(format!(
+                "a recording has 1 to {MAX_TRACERS} tracers, not {}",
+                r.tracers.len()
+            )));
+        }
+        for t in &r.tracers {
+            let who = t
+                .name
+                .as_deref()
+                .map_or(String::new(), |n| format!("tracer {n}: "));
+            if let Some(n) = &t.name {
+                if n.is_empty() || n.contains('/') || n.starts_with('.') {
+                    return Err(ConfigError(format!(
+                        "tracer `{n}`: a tracer's name is a plain directory name"
+                    )));
+                }
+            }
+            for p in t.filter.iter().chain(&t.notrace) {
+                shadowgraph_data::pattern::Pattern::parse(p)
+                    .map_err(|e| ConfigError(format!("{who}{e}")))?;
+            }
+            if t.kind == TracerKind::Profile && (t.depth > 0 || t.time_ns > 0) {
+                return Err(ConfigError(format!(
+                    "{who}a profile takes filter= and notrace= only (it keeps no call records)"
+                )));
+            }
+        }
+        if r.tracers.len() > 1 && r.tracers.iter().any(|t| t.name.is_none()) {
+            return Err(ConfigError(
+                "several tracers each need a name (their directories)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_checks() {
+        let c = Config {
+            mode: Mode::Record(Record {
+                dir: "/tmp/x".into(),
+                tracers: vec![Tracer {
+                    filter: vec!["main".into()],
+                    depth: 3,
+                    ..Default::default()
+                }],
+                rings: None,
+                ring_bytes: Some(1 << 20),
+                clock: Clock::Monotonic,
+                control: None,
+                children: true,
+                fused: true,
+            }),
+            objects: Objects::Program(vec!["libfoo".into()]),
+            stack_bytes: None,
+            returns: Returns::SiteStubs,
+            text_write: Some(TextWrite::ProcMem),
+            lineage: Lineage::default(),
+        };
+        assert_eq!(Config::parse(&c.to_env_value()).unwrap(), c);
+        let mut bad = c.clone();
+        if let Mode::Record(r) = &mut bad.mode {
+            r.tracers[0].filter = vec!["[abc".into()];
+        }
+        let e = Config::parse(&bad.to_env_value()).unwrap_err();
+        assert!(e.0.contains("bad pattern `[abc`"), "{e}");
+        assert!(Config::parse("{\"mode\":1}")
+            .unwrap_err()
+            .0
+            .starts_with(ENV));
+    }
+}

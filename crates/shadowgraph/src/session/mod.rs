@@ -1,0 +1,269 @@
+//! A tracing session in this process: a [`Config`] applied to the running
+//! program. The agent starts one before `main` from the configuration the
+//! CLI hands it; a program that embeds the library starts one itself.
+//!
+//! Starting a session finds the sites of the objects the configuration
+//! selects, brings them under the ftrace core, and attaches the tracers:
+//! the counters of `count`, or the recorders and profiles of `record`.
+//! Objects loaded later by `dlopen` join ([`objects`]); programs started
+//! by exec inherit the configuration and record a session of their own
+//! ([`exec`]). One session per process.
+
+mod control;
+mod count;
+mod exec;
+pub mod objects;
+
+use crate::config::{self, Config, Mode};
+use crate::record::ring;
+use crate::tracer::recorder;
+use crate::{fgraph, ftrace};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::OnceLock;
+
+/// The process the session started in (its forked children inherit the
+/// state, but are not it).
+static ROOT_PID: AtomicI32 = AtomicI32::new(0);
+
+/// What the session in this process does, once started.
+static STARTED: OnceLock<Started> = OnceLock::new();
+
+/// What [`finish`] needs of the session.
+enum Started {
+    Count,
+    Record {
+        control: bool,
+    },
+    /// Nothing here is traced (a program started by exec that has no
+    /// sites, or that `count` does not follow).
+    Untraced,
+}
+
+/// Whether this is the process the session started in (not a forked child
+/// that inherited its state).
+pub fn in_root_process() -> bool {
+    // SAFETY: getpid has no preconditions.
+    ROOT_PID.load(Ordering::Relaxed) == unsafe { libc::getpid() }
+}
+
+/// A session started by [`Session::start`]; [`Session::finish`] ends it.
+#[derive(Debug)]
+#[must_use = "a session is finished by Session::finish"]
+pub struct Session {
+    _one: (),
+}
+
+impl Session {
+    /// Starts tracing this process as `config` says. Fails with a one-line
+    /// message (nothing traced) when the configuration cannot be applied:
+    /// no sites, a bad pattern, a data directory that cannot be written, a
+    /// second session in the process.
+    pub fn start(config: Config) -> Result<Session, String> {
+        config.check().map_err(|e| e.to_string())?;
+        static BEGUN: AtomicBool = AtomicBool::new(false);
+        // AcqRel: one caller goes on; a second is refused.
+        if BEGUN.swap(true, Ordering::AcqRel) {
+            return Err("a process runs one tracing session".into());
+        }
+        let started = start(config)?;
+        let _ = STARTED.set(started);
+        Ok(Session { _one: () })
+    }
+
+    /// Ends the session: a recording's buffers are written out and its
+    /// data directory completed (uftrace's format, when no writer process
+    /// does it); a count's report is written. Tracing goes on until the
+    /// process ends.
+    pub fn finish(self) {
+        finish();
+    }
+}
+
+/// Ends the session of this process, if any (what [`Session::finish`]
+/// does; the agent calls it at exit). In a forked child, nothing: the
+/// session is the parent's to finish.
+pub fn finish() {
+    if !in_root_process() {
+        return;
+    }
+    match STARTED.get() {
+        Some(Started::Count) => count::finish(crate::patch::sigtrap_handler_intact()),
+        Some(Started::Record { control }) => {
+            recorder::finish(control.then(control::counts));
+        }
+        Some(Started::Untraced) | None => {}
+    }
+}
+
+fn start(mut config: Config) -> Result<Started, String> {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let record = match &config.mode {
+        Mode::Record(r) => Some(r.clone()),
+        Mode::Count(_) => None,
+    };
+    // `record` follows programs started by exec (each a session of its
+    // own) when its writer drains the rings, unless told not to.
+    let follows_exec = record
+        .as_ref()
+        .is_some_and(|r| r.rings.is_some() && r.children);
+    let started_by_exec = config.lineage.root_pid.is_some_and(|root| root != pid);
+    if started_by_exec && !follows_exec {
+        // A program the traced one started: not traced, but the writer
+        // hears of it.
+        if let Some(r) = record.as_ref().filter(|r| r.children) {
+            if let Some(rings) = &r.rings {
+                exec::note_untraced(
+                    &rings.dir,
+                    pid,
+                    "programs started by exec are followed only by `record`",
+                );
+            }
+        }
+        return Ok(Started::Untraced);
+    }
+    ROOT_PID.store(pid, Ordering::Relaxed);
+    config.lineage.root_pid = Some(pid);
+    pass_on(&config);
+    if let Some(w) = config.text_write {
+        crate::patch::set_write_mode(match w {
+            config::TextWrite::Mprotect => crate::patch::WriteMode::Mprotect,
+            config::TextWrite::ProcMem => crate::patch::WriteMode::ProcMem,
+        });
+    }
+    // Returns come back through each site's stub, unless told to hijack
+    // them (to compare).
+    fgraph::set_site_stubs(config.returns == config::Returns::SiteStubs);
+    // Every shadow stack's size, before the first is mapped.
+    if let Some(b) = config.stack_bytes {
+        fgraph::stack::set_stack_bytes(b)?;
+    }
+    let started = match &config.mode {
+        Mode::Count(c) => {
+            count::start(&config.objects, c.graph, c.report.clone())?;
+            Started::Count
+        }
+        Mode::Record(r) => start_recording(&r.clone(), &mut config)?,
+    };
+    Ok(started)
+}
+
+/// `record`: the recorders of `r`, into this image's directory.
+fn start_recording(r: &config::Record, config: &mut Config) -> Result<Started, String> {
+    if let Some(rings) = &r.rings {
+        if rings.layout != ring::LAYOUT {
+            return Err(format!(
+                "this agent writes ring layout {} but the `shadowgraph` running it reads layout {}: they come from different builds (rebuild both: cargo build --release)",
+                ring::LAYOUT,
+                rings.layout
+            ));
+        }
+    }
+    let follow = r.rings.as_ref().filter(|_| r.children);
+    let started_by_exec = follow.is_some() && config.lineage.session.is_some();
+    let modules = match objects::discover(&config.objects) {
+        Ok(m) => m,
+        Err(e) if started_by_exec => {
+            // A program the traced one started (a shell, a tool) that was
+            // not built for tracing: said once by `record`, not here.
+            if let Some(rings) = follow {
+                // SAFETY: getpid has no preconditions.
+                exec::note_untraced(&rings.dir, unsafe { libc::getpid() }, &e);
+            }
+            return Ok(Started::Untraced);
+        }
+        Err(e) => return Err(e),
+    };
+    let dir = match follow {
+        Some(rings) => {
+            let (dir, id) = exec::start_session(&r.dir, &rings.dir, started_by_exec)?;
+            config.lineage.session = Some(id);
+            pass_on(config);
+            dir
+        }
+        None => r.dir.clone(),
+    };
+    recorder::init_clock(r.clock);
+    ftrace::add_modules(modules).map_err(|e| e.to_string())?;
+    // Only the recorded program's first image listens for commands.
+    let control = r.control.as_ref().filter(|_| !started_by_exec);
+    let rings = r.rings.as_ref().map(|x| x.dir.as_path());
+    let users = recorder::start(r, &dir, rings, control)?;
+    if let Some(c) = control {
+        control::start(users, c)?;
+    }
+    objects::follow();
+    CHILDREN_RECORD.store(r.children, Ordering::Relaxed);
+    install_fatal_handlers();
+    // SAFETY: registering a plain extern "C" child handler.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    Ok(Started::Record {
+        control: control.is_some(),
+    })
+}
+
+/// The configuration, with this process's place in the lineage, for the
+/// programs it starts by exec: when it came through the environment, it
+/// is passed on the same way.
+fn pass_on(config: &Config) {
+    if std::env::var_os(config::ENV).is_none() {
+        return;
+    }
+    let Ok(v) = std::ffi::CString::new(config.to_env_value()) else {
+        return;
+    };
+    let k = std::ffi::CString::new(config::ENV).expect("no NUL in the name");
+    // SAFETY: setenv with NUL-terminated strings, while the process has one
+    // thread (the agent's constructor runs before main).
+    unsafe { libc::setenv(k.as_ptr(), v.as_ptr(), 1) };
+}
+
+/// Forked children go on recording (`record` without `--no-children`).
+static CHILDREN_RECORD: AtomicBool = AtomicBool::new(false);
+
+/// A forked child inherits the parent's rings: it must not write them.
+extern "C" fn after_fork_child() {
+    recorder::after_fork_child(CHILDREN_RECORD.load(Ordering::Relaxed));
+}
+
+const FATAL: [i32; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGABRT,
+];
+
+/// A crash: write out what the buffers hold, then let the signal do what it
+/// would have done (the faulting instruction runs again, or the signal is
+/// raised again, under the default disposition).
+extern "C" fn on_fatal(sig: i32) {
+    if in_root_process() {
+        recorder::flush();
+    }
+    // SAFETY: restoring the default disposition and re-raising are
+    // async-signal-safe; the signal stays blocked until we return.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        if sig == libc::SIGABRT {
+            libc::raise(sig);
+        }
+    }
+}
+
+fn install_fatal_handlers() {
+    for sig in FATAL {
+        // SAFETY: querying and installing dispositions; ours only replaces
+        // the default one (a program's own handler is left alone).
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old);
+            if old.sa_sigaction == libc::SIG_DFL {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_fatal as *const () as usize;
+                sa.sa_flags = libc::SA_RESETHAND | libc::SA_NODEFER;
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+    }
+}

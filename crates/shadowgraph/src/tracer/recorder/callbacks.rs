@@ -1,0 +1,253 @@
+//! The recorder's fgraph callbacks: an entry and an exit record per call
+//! in the thread's ring, at the depth the call has for this tracer (its own
+//! nesting when it filters), or, inside a signal handler that interrupted
+//! our code, where the ring says the thread is. Three builds: plain (no
+//! filter but a depth limit: the common `record`), filtered, and timed
+//! (`-t`: see [`super::timed`]), so that each pays only for what it uses.
+
+use super::timed::{keep_timed, release_callers};
+use super::tracer;
+use crate::fgraph::filters::{GraphFilter, Verdict};
+use crate::record::{clock, ring, writer};
+use crate::tracer::fused::{ENTRY_FLAGS, ENTRY_TIMING};
+use crate::{fgraph, ftrace};
+use shadowgraph_data::format::Kind;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+// The callbacks, in two builds: TIMED for tracers with a time filter, so
+// that the others pay nothing for it.
+pub(super) fn on_entry(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    r: &mut ftrace::Regs,
+) -> bool {
+    entry::<false>(e, u, r)
+}
+
+pub(super) fn on_entry_timed(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    r: &mut ftrace::Regs,
+) -> bool {
+    entry::<true>(e, u, r)
+}
+
+pub(super) fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph::RetRegs) {
+    exit::<false>(r, u, regs)
+}
+
+pub(super) fn on_return_timed(
+    r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    regs: &fgraph::RetRegs,
+) {
+    exit::<true>(r, u, regs)
+}
+
+/// A plain tracer's depth limit (`-D`; 0: none), by instance.
+pub(super) static PLAIN_MAX_DEPTH: [std::sync::atomic::AtomicU32; writer::MAX_INSTANCES] =
+    [const { std::sync::atomic::AtomicU32::new(0) }; writer::MAX_INSTANCES];
+
+// A lone tracer without filters but a depth limit (the common `record`):
+// the event's depth is the record's, and nothing else is looked at.
+pub(super) fn on_entry_plain(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _: &mut ftrace::Regs,
+) -> bool {
+    let max = PLAIN_MAX_DEPTH[u.private].load(Ordering::Relaxed);
+    if max > 0 && e.depth >= max as i32 {
+        return false;
+    }
+    emit_entry(u, e.depth.clamp(0, 1023) as u16, e.func);
+    true
+}
+
+pub(super) fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+    emit_exit(u, r, r.depth.clamp(0, 1023) as u16);
+}
+
+/// In the 8 bytes a call entered inside a signal handler keeps in its
+/// frame: the depth its entry was recorded at, with this bit.
+const NESTED_DEPTH: u64 = 1 << 32;
+
+/// Whether this callback runs in a signal handler that interrupted our
+/// own code (two brackets deep).
+fn nested() -> bool {
+    ftrace::quiesce::bracket_depth() > 1
+}
+
+/// Whether a record of instance `inst` at `depth` belongs at the ring's
+/// depth instead: in a signal handler that interrupted our own code, and,
+/// where the fused path's plain site entry and return hold no bracket
+/// (`fused::ring_depth_witness`), whenever the ring is not at `depth`
+/// (`at` more than it: 0 for an entry, 1 for an exit). Such a handler
+/// landed between a frame's push and its entry record, or between an exit
+/// record and the frame's pop, and the frames it finds are a level off.
+#[inline(always)]
+fn follows_ring(inst: usize, depth: u16, at: u16) -> bool {
+    nested()
+        || (crate::tracer::fused::ring_depth_witness()
+            // (Calls deeper than records can say are recorded at 1023,
+            // the ring's depth running on: not a sign of anything.)
+            && depth < 1023
+            && writer::ring_depth(inst).is_some_and(|d| d != depth + at))
+}
+
+/// The entry record of an untimed tracer's call at `depth`. Inside a
+/// signal handler that interrupted our code, the ring's depth is recorded
+/// (the ring's records, not the frames, say where the thread is: the
+/// handler may have landed between a call's exit record and its frame's
+/// pop, one frame deeper); the call keeps it in its frame, so that its
+/// exit is recorded at the same depth — also when that exit is reported
+/// later, at rest, as unwound (the handler left by `siglongjmp`).
+#[inline(always)]
+fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize) {
+    let (keep, from) = if follows_ring(u.private, depth, 0) {
+        (u.reserve(8), ring::Depth::Follow)
+    } else {
+        (None, ring::Depth::Given(depth))
+    };
+    let at = writer::emit_shared_from(
+        u.private,
+        Kind::Entry,
+        depth,
+        from,
+        func as u64,
+        fgraph::event_time(),
+    );
+    if let (Some(p), Some(d)) = (keep, at) {
+        // SAFETY: 8 reserved, word-aligned bytes of this call's frame,
+        // ours until it returns.
+        unsafe { (p as *mut u64).write(NESTED_DEPTH | d as u64) };
+    }
+}
+
+/// The exit record of an untimed tracer's call at `depth`: at its entry's
+/// depth if it kept one ([`emit_entry`]). An exit reported as unwound (a
+/// longjmp skipped the call) is written only if the ring is deeper than
+/// that: the call's entry is in the ring and its exit is not. A signal
+/// handler that left by `siglongjmp` may have interrupted the call's
+/// entry or return anywhere, between its record and the frame being
+/// handed to us or back (the frame then names no user: fgraph offers it
+/// all the same, see `GraphUser::offer_unowned_unwinds`), and only the
+/// ring knows which side of the record it was on.
+#[inline(always)]
+fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16) {
+    let nested = if r.unwound {
+        nested()
+    } else {
+        follows_ring(u.private, depth, 1)
+    };
+    let kept = if r.unwound || nested || crate::tracer::fused::ring_depth_witness() {
+        u.retrieve()
+            // SAFETY: the 8 bytes this call's entry reserved (a word).
+            .map(|(p, _)| unsafe { (p as *const u64).read() })
+            .filter(|w| w & NESTED_DEPTH != 0)
+    } else {
+        None
+    };
+    let at = kept.map_or(depth, |w| w as u16);
+    if written_or_never_begun(u, r, at) {
+        return;
+    }
+    let from = match kept {
+        Some(_) => ring::Depth::Given(at),
+        None if nested => ring::Depth::Follow,
+        None => ring::Depth::Given(depth),
+    };
+    writer::emit_shared_from(
+        u.private,
+        Kind::Exit,
+        depth,
+        from,
+        r.func as u64,
+        fgraph::event_time(),
+    );
+}
+
+/// For a call at `depth` reported as unwound: whether the ring is not
+/// deeper than that, so that its exit is in the ring already or its entry
+/// never was (see [`emit_exit`]).
+pub(super) fn written_or_never_begun(
+    u: &fgraph::GraphUser,
+    r: &fgraph::GraphReturn,
+    depth: u16,
+) -> bool {
+    r.unwound && writer::ring_depth(u.private).is_some_and(|d| d <= depth)
+}
+
+#[inline(always)]
+fn entry<const TIMED: bool>(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _r: &mut ftrace::Regs,
+) -> bool {
+    let t = tracer(u);
+    let (depth, word) = match t.and_then(|t| t.filter.as_ref()) {
+        None => (e.depth, None),
+        // The filter's 8 bytes only for the time filter (they hold the
+        // call's start).
+        Some(f) => match f.entry_with(e, u, TIMED) {
+            Verdict::Record(p) => (GraphFilter::own_depth(u) as i32 - 1, Some(p)),
+            Verdict::Silent => return true,
+            Verdict::Reject => return false,
+        },
+    };
+    let depth = depth.clamp(0, 1023) as u16;
+    if TIMED {
+        // The filter's word (a recorded call's), else one of our own.
+        let word = word.or_else(|| u.reserve(8).map(|p| p as *mut u64));
+        if let Some(w) = word {
+            // SAFETY: 8 reserved, word-aligned bytes, ours until the call
+            // returns.
+            let w = unsafe { &*(w as *const AtomicU64) };
+            // By one exchange from ENTRY_TIMING: not if a handler wrote
+            // the entry meanwhile.
+            w.store(ENTRY_TIMING, Ordering::Relaxed);
+            ring::exchange_local(w, ENTRY_TIMING, clock::now() & !ENTRY_FLAGS);
+            return true;
+        }
+        // No room on the shadow stack: recorded now, unfiltered, after its
+        // waiting callers (time order).
+        release_callers(u, depth, clock::now() & !ENTRY_FLAGS);
+    }
+    emit_entry(u, depth, e.func);
+    true
+}
+
+#[inline(always)]
+fn exit<const TIMED: bool>(
+    r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    _regs: &fgraph::RetRegs,
+) {
+    let t = tracer(u);
+    let depth = match t.and_then(|t| t.filter.as_ref()) {
+        None => r.depth,
+        Some(f) => match f.ret(r, u) {
+            Some(_) => GraphFilter::own_depth(u) as i32,
+            None => return,
+        },
+    };
+    let depth = depth.clamp(0, 1023) as u16;
+    if TIMED {
+        if let Some(t) = t {
+            if !keep_timed(u, t.min_ticks, r.func, depth) {
+                return;
+            }
+        }
+        if written_or_never_begun(u, r, depth) {
+            return;
+        }
+        writer::emit_shared(
+            u.private,
+            Kind::Exit,
+            depth,
+            r.func as u64,
+            fgraph::event_time(),
+        );
+    } else {
+        emit_exit(u, r, depth);
+    }
+}

@@ -1,0 +1,236 @@
+//! A recording's metadata, written by the traced process beside its
+//! records: `shadowgraph.info` (the run, the clock's calibration points,
+//! what was lost and why), `symbols` and `maps` (every traced function and
+//! object, those unloaded since included), and a profile's counters.
+
+use super::Tracer;
+use crate::record::{clock, writer};
+use crate::{fgraph, ftrace};
+use shadowgraph_data::dir::Info;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+// The clock's calibration points: the first before tracing starts, the
+// second soon after (an estimate of its rate for the metadata written at
+// start); the final one is taken at the end.
+static RAW0: AtomicU64 = AtomicU64::new(0);
+static NS0: AtomicU64 = AtomicU64::new(0);
+static RAW1: AtomicU64 = AtomicU64::new(0);
+static NS1: AtomicU64 = AtomicU64::new(0);
+
+/// Writes each tracer's `symbols`, `maps` and `shadowgraph.info` with the
+/// clock calibration's end point (raw1, ns1): at start with an estimate (so
+/// that a recording cut short by a crash stays readable), at exit for real.
+fn write(tracers: &[Tracer], raw1: u64, ns1: u64, control: Option<(u64, u64)>, finished: bool) {
+    let cmd = std::fs::read("/proc/thread-self/cmdline").unwrap_or_default();
+    let cmd: Vec<String> = cmd
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let mut syms = String::new();
+    for s in ftrace::sites() {
+        // The symbol as the object names it: views demangle it as asked
+        // (`--demangle`), and so does uftrace reading our data.
+        syms.push_str(&format!("{:#x}\t{}\n", s.addr, s.symbol));
+    }
+    let maps = module_maps();
+    for (i, t) in tracers.iter().enumerate() {
+        let mut info = Info::default();
+        info.set("format", "shadowgraph-1");
+        info.set(
+            "exe",
+            std::fs::read_link("/proc/thread-self/exe")
+                .unwrap_or_default()
+                .display(),
+        );
+        info.set("cmdline", cmd.join(" "));
+        info.set("pid", std::process::id());
+        info.set(
+            "clock",
+            if clock::uses_tsc() {
+                "tsc"
+            } else {
+                "monotonic"
+            },
+        );
+        // Written out as nanoseconds (the raw points stay for reference).
+        info.set("timestamps", "ns");
+        info.set("raw0", RAW0.load(Ordering::Relaxed));
+        info.set("ns0", NS0.load(Ordering::Relaxed));
+        info.set("raw1", raw1);
+        info.set("ns1", ns1);
+        if finished {
+            info.set("finished", 1);
+        }
+        // With rings in shared memory the writer counts (and adds these).
+        info.set("records", writer::written(i));
+        info.set("lost", writer::lost(i));
+        let (steps, worst) = writer::clock_steps_back(i);
+        info.set("clock_steps_back", format!("{steps} / {worst}"));
+        if let Some(e) = writer::write_error(i) {
+            info.set("write_error", e);
+        }
+        info.set("overrun", fgraph::total_overruns());
+        if let Some((disables, enables)) = control {
+            info.set("control", format!("{disables} disables, {enables} enables"));
+        }
+        info.set("max_stack", fgraph::stack::max_frames());
+        info.set("recursion_drops", ftrace::recursion_drops_all());
+        let (waits, waited) = writer::waits();
+        info.set("writer_waits", format!("{waits} / {waited}"));
+        let fused = super::FUSED.load(Ordering::Relaxed);
+        info.set("record_path", if fused { "fused" } else { "general" });
+        if fused && !t.profile {
+            let claims = if crate::tracer::fused::uses_rseq() {
+                "rseq"
+            } else {
+                "cmpxchg"
+            };
+            info.set("ring_claims", claims);
+            info.set("rseq_restarts", crate::tracer::fused::rseq_restarts());
+        }
+        if t.profile {
+            info.set("tracer", "profile");
+            info.set(
+                "profile_unattributed",
+                crate::tracer::profile::BEYOND.load(Ordering::Relaxed),
+            );
+            info.set(
+                "profile_no_room",
+                crate::tracer::profile::NO_ROOM.load(Ordering::Relaxed),
+            );
+        }
+        let dir = &t.dir;
+        if t.profile && finished {
+            let raw0 = RAW0.load(Ordering::Relaxed);
+            let ns0 = NS0.load(Ordering::Relaxed);
+            let ns_per_tick = if raw1 > raw0 && clock::uses_tsc() {
+                (ns1 - ns0) as f64 / (raw1 - raw0) as f64
+            } else {
+                1.0
+            };
+            let addrs: Vec<usize> = ftrace::sites().iter().map(|s| s.addr).collect();
+            let text = crate::tracer::profile::dump(i, &addrs, ns_per_tick);
+            if let Err(e) = std::fs::write(dir.join("profile"), text) {
+                eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
+            }
+        }
+        if let Err(e) = std::fs::write(dir.join("symbols"), &syms)
+            .and_then(|_| std::fs::write(dir.join("maps"), &maps))
+            .and_then(|_| info.write(dir))
+        {
+            eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
+        }
+    }
+}
+
+/// The first calibration point, before tracing starts.
+pub(super) fn take_first_calibration_point() {
+    let (raw0, ns0) = clock::calibration_point();
+    RAW0.store(raw0, Ordering::Relaxed);
+    NS0.store(ns0, Ordering::Relaxed);
+}
+
+/// A second calibration point a few hundred microseconds after the first
+/// (a clock rate before tracing starts: for the time filters, and for the
+/// metadata written at start); returns the ticks per nanosecond.
+pub(super) fn take_early_calibration_point() -> f64 {
+    let (raw0, ns0) = (RAW0.load(Ordering::Relaxed), NS0.load(Ordering::Relaxed));
+    let (raw1, ns1) = loop {
+        let (raw, ns) = clock::calibration_point();
+        if ns >= ns0 + 500_000 {
+            break (raw, ns);
+        }
+        std::hint::spin_loop();
+    };
+    RAW1.store(raw1, Ordering::Relaxed);
+    NS1.store(ns1, Ordering::Relaxed);
+    crate::record::ring::set_start_calibration(shadowgraph_data::time::Calibration {
+        raw0,
+        ns0,
+        raw1,
+        ns1,
+    });
+    raw1.saturating_sub(raw0) as f64 / ns1.saturating_sub(ns0).max(1) as f64
+}
+
+/// Every tracer's metadata: at start with the early calibration point (so
+/// that a recording cut short by a crash stays readable), when `finished`
+/// with a point taken now.
+pub(super) fn write_all(tracers: &[Tracer], control: Option<(u64, u64)>, finished: bool) {
+    let (raw1, ns1) = if finished {
+        clock::calibration_point()
+    } else {
+        (RAW1.load(Ordering::Relaxed), NS1.load(Ordering::Relaxed))
+    };
+    write(tracers, raw1, ns1, control, finished);
+}
+
+/// Ranges of traced objects since unloaded (dlclose), kept so that their
+/// recorded calls keep their names: (base, end, path).
+static UNLOADED_MAPS: Mutex<Vec<(usize, usize, String)>> = Mutex::new(Vec::new());
+
+/// Before objects may be unmapped (dlclose): note the ranges of every
+/// traced object while they are still mapped.
+pub(crate) fn remember_module_maps() {
+    if !super::active() {
+        return;
+    }
+    let now = current_module_maps();
+    let mut kept = UNLOADED_MAPS.lock().unwrap_or_else(|e| e.into_inner());
+    kept.extend(now);
+    kept.sort();
+    kept.dedup();
+}
+
+/// `base<TAB>end<TAB>path` for every object traced during the run (those
+/// mapped now and those unloaded since).
+fn module_maps() -> String {
+    let mut all = current_module_maps();
+    all.extend(
+        UNLOADED_MAPS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned(),
+    );
+    all.sort();
+    all.dedup();
+    all.iter()
+        .map(|(b, e, p)| format!("{b:#x}\t{e:#x}\t{p}\n"))
+        .collect()
+}
+
+/// Every traced object mapped now: base is its lowest mapping, end the end
+/// of its last executable one.
+fn current_module_maps() -> Vec<(usize, usize, String)> {
+    let mut paths: Vec<std::path::PathBuf> =
+        ftrace::sites().into_iter().map(|s| s.module).collect();
+    paths.sort();
+    paths.dedup();
+    let maps = crate::sys::read_maps().unwrap_or_default();
+    let mut out = Vec::new();
+    for p in paths {
+        // The kernel names the file itself; the loader the name it opened
+        // (`libfoo.so.1`, often a link to `libfoo.so.1.2.3`).
+        let real = std::fs::canonicalize(&p).unwrap_or_else(|_| p.clone());
+        let mine: Vec<_> = maps
+            .iter()
+            .filter(|m| {
+                let m = std::path::Path::new(&m.path);
+                m == p || m == real
+            })
+            .collect();
+        let base = mine.iter().map(|m| m.start).min();
+        let end = mine
+            .iter()
+            .filter(|m| m.prot & libc::PROT_EXEC != 0)
+            .map(|m| m.end)
+            .max();
+        if let (Some(b), Some(e)) = (base, end) {
+            out.push((b, e, p.display().to_string()));
+        }
+    }
+    out
+}

@@ -1,0 +1,119 @@
+//! The time filter (`-t`): a call's entry record waits in its shadow frame
+//! (one word: its entry time and the flags of [`crate::tracer::fused`]'s
+//! protocol, which the fused path keeps the same way) until the call is
+//! known to last long enough; its callers' entries, still waiting, are
+//! written first, so that the thread's records stay in time order.
+
+use crate::fgraph;
+use crate::record::{clock, ring, writer};
+use crate::tracer::fused::{ENTRY_DROPPED, ENTRY_FLAGS, ENTRY_TIMING, ENTRY_WRITTEN};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A time-filtered call of `func` at `depth` returns: false if it was too
+/// short to record (nothing of it is written); else its entry record is
+/// written if it was not, after those of its ancestors still pending (a
+/// call lasts at least as long as the calls it makes, so they will be
+/// recorded too, and writing them first keeps the thread's records in time
+/// order).
+pub(super) fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) -> bool {
+    let Some((p, _)) = u.retrieve() else {
+        return true; // entered unfiltered
+    };
+    // SAFETY: our own word in the frame returning now, 8-aligned.
+    let me = unsafe { &*(p as *const AtomicU64) };
+    let entry = me.load(Ordering::Relaxed);
+    if entry & ENTRY_WRITTEN != 0 {
+        return true;
+    }
+    if entry & (ENTRY_DROPPED | ENTRY_TIMING) != 0 || entry == 0 {
+        // Judged too short already, or never timed: its frame was left
+        // (a signal handler jumped out) before it was popped, or before its
+        // entry was timed (the fused path's frames are the user's from the
+        // start), and is reported now as unwound. Nothing to write.
+        return false;
+    }
+    if clock::now().wrapping_sub(entry) < min_ticks {
+        // Marked by one exchange too: a handler that landed since the load
+        // and released this call (its entry is written) gets its exit.
+        return !ring::exchange_local(me, entry, entry | ENTRY_DROPPED);
+    }
+    release_callers(u, depth, entry);
+    // A handler releasing its callers meanwhile (this frame among them)
+    // writes the entry instead, once, before its own records.
+    writer::emit_pending_entry(
+        u.private,
+        me,
+        entry,
+        entry,
+        entry | ENTRY_WRITTEN,
+        depth,
+        func as u64,
+    );
+    true
+}
+
+/// Writes the waiting entries of the callers of the call at `depth` whose
+/// callback runs (from its entry or its exit), outermost first. `inner` is
+/// that call's entry time.
+pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64) {
+    // Pending ancestors: the frames holding our word below the nearest
+    // written one (frames without it, silent under a filter, are passed
+    // over). The j-th of them is recorded at depth - j.
+    let frames = fgraph::thread_depth().max(0) as usize + 1;
+    let (mut outermost, mut pending) = (0, 0u16);
+    for k in 1..=frames {
+        if let Some((q, _)) = u.retrieve_ancestor(k) {
+            // SAFETY: our word in an ancestor frame, live below ours,
+            // 8-aligned.
+            let word = unsafe { &*(q as *const AtomicU64) };
+            let w = word.load(Ordering::Relaxed);
+            // Written, or (we are a signal handler) being written by the
+            // code we interrupted, its slot claimed before ours.
+            if w & ENTRY_WRITTEN != 0 || writer::pending_entry_state(u.private, word) == Some(true)
+            {
+                break;
+            }
+            // 0: the call's entry callback has not begun to time it (we
+            // are a handler that landed in it): not pending; ENTRY_TIMING:
+            // pending, timed by us.
+            if w != 0 && w & ENTRY_DROPPED == 0 {
+                outermost = k;
+                pending += 1;
+            }
+        }
+    }
+    for k in (1..=outermost).rev() {
+        if let Some((q, _, f)) = u.retrieve_ancestor_call(k) {
+            // SAFETY: as above, 8-aligned.
+            let w = unsafe { &*(q as *const AtomicU64) };
+            let was = w.load(Ordering::Relaxed);
+            if was == 0 || was & ENTRY_DROPPED != 0 {
+                continue;
+            }
+            let d = depth.saturating_sub(pending);
+            pending -= 1;
+            // Being timed (we are a handler that interrupted its entry
+            // callback): the entry time of its nearest timed descendant
+            // (ours, if none between), which follows everything in the
+            // ring and precedes our records.
+            let time = if was == ENTRY_TIMING {
+                (1..k)
+                    .rev()
+                    .filter_map(|j| u.retrieve_ancestor(j))
+                    .map(|(q, _)| {
+                        // SAFETY: as above, 8-aligned.
+                        unsafe { &*(q as *const AtomicU64) }.load(Ordering::Relaxed)
+                    })
+                    .find(|&t| t != 0 && t & (ENTRY_DROPPED | ENTRY_TIMING) == 0)
+                    .map_or(inner, |t| t & !ENTRY_FLAGS)
+            } else {
+                was
+            };
+            // A handler that interrupted this loop may have written it.
+            if was & ENTRY_WRITTEN == 0 {
+                let done = time | ENTRY_WRITTEN;
+                writer::emit_pending_entry(u.private, w, was, time, done, d, f as u64);
+            }
+        }
+    }
+}
