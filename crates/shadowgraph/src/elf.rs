@@ -331,20 +331,30 @@ struct FunctionSymbols {
 
 impl FunctionSymbols {
     fn new(file: &object::File<'_>) -> Self {
+        // (start, size, local, name)
         fn collect<'d>(
             syms: impl Iterator<Item = object::Symbol<'d, 'd>>,
-        ) -> Vec<(u64, u64, String)> {
+        ) -> Vec<(u64, u64, bool, String)> {
             syms.filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition())
-                .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+                .filter_map(|s| {
+                    let name = s.name().ok()?.to_string();
+                    Some((s.address(), s.size(), !s.is_global(), name))
+                })
                 .collect()
         }
         let mut list = collect(file.symbols());
         if list.is_empty() {
             list = collect(file.dynamic_symbols());
         }
-        // Prefer sized symbols and the first name seen for an address.
-        list.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        // For an address: a sized symbol first, then a global one (gcc's
+        // `-fPIC` adds local aliases such as `fib.localalias` beside a
+        // global function), then the first seen.
+        list.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
         list.dedup_by_key(|s| s.0);
+        let list = list
+            .into_iter()
+            .map(|(start, size, _, name)| (start, size, name))
+            .collect();
         FunctionSymbols { list }
     }
 

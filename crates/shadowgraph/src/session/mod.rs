@@ -70,18 +70,22 @@ impl Session {
         Ok(Session { _one: () })
     }
 
-    /// Ends the session: a recording's buffers are written out and its
-    /// data directory completed (uftrace's format, when no writer process
-    /// does it); a count's report is written. Tracing goes on until the
-    /// process ends.
+    /// Ends the session: tracing stops (the sites go back to nops), a
+    /// recording's buffers are written out and its data directory
+    /// completed (uftrace's format, when no writer process does it); a
+    /// count's report is written.
     pub fn finish(self) {
+        if let Some(Started::Record { .. }) = STARTED.get() {
+            recorder::stop();
+        }
         finish();
     }
 }
 
-/// Ends the session of this process, if any (what [`Session::finish`]
-/// does; the agent calls it at exit). In a forked child, nothing: the
-/// session is the parent's to finish.
+/// Completes the session of this process, if any, as the process ends
+/// (the agent calls it at exit): as [`Session::finish`], tracing left on
+/// for the threads that still run. In a forked child, nothing: the session
+/// is the parent's to finish.
 pub fn finish() {
     if !in_root_process() {
         return;

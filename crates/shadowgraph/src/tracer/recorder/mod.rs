@@ -254,6 +254,17 @@ pub(crate) fn after_new_objects() {
     }
 }
 
+/// Stops recording: every tracer's user unregistered (its sites back to
+/// nops unless another user wants them); returns once no callback of
+/// theirs runs or can start.
+pub(crate) fn stop() {
+    for t in TRACERS.get().into_iter().flatten() {
+        if let Err(e) = fgraph::unregister_graph(&t.user) {
+            eprintln!("shadowgraph: {}: {e}", t.dir.display());
+        }
+    }
+}
+
 /// Writes out what the buffers hold: the process is about to end
 /// abnormally (a fatal signal). Async-signal-safe.
 pub(crate) fn flush() {
