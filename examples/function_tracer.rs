@@ -5,7 +5,7 @@
 //!
 //! `cargo run -p shadowgraph-examples --bin function_tracer`
 
-use shadowgraph::ftrace::{self, FilterSet, Ops, Regs};
+use shadowgraph::ftrace::{self, FilterSet, Ops, OpsFlags, Regs};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -39,7 +39,7 @@ fn on_call(ip: usize, parent_ip: usize, _: &Ops, _: &mut Regs) {
 
 fn main() -> Result<(), String> {
     ftrace::add_loaded(|_| false).map_err(|e| e.to_string())?;
-    let ops = Ops::new(on_call, 0, FilterSet::all());
+    let ops = Ops::new(on_call, OpsFlags::NONE, FilterSet::all());
     ftrace::register(&ops).map_err(|e| e.to_string())?;
     // SAFETY: `long work(int)` of c/work.c.
     let result = unsafe { work(12) };

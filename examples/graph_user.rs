@@ -5,9 +5,9 @@
 //!
 //! `cargo run -p shadowgraph-examples --bin graph_user`
 
+use shadowgraph::clock;
 use shadowgraph::fgraph::{self, GraphEntry, GraphReturn, GraphUser, RetRegs};
 use shadowgraph::ftrace::{self, FilterSet, Regs};
-use shadowgraph::record::clock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 extern "C" {

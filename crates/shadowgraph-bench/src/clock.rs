@@ -7,7 +7,7 @@ use std::time::Instant;
 
 /// What one timestamp costs on this machine, for the tables' readers.
 pub fn timestamp_line(reps: usize) -> String {
-    let clock = if shadowgraph::record::clock::init() {
+    let clock = if shadowgraph::clock::init() {
         "rdtsc"
     } else {
         "clock_gettime"
@@ -149,7 +149,7 @@ fn tsc_in_flow_ns(reps: usize) -> f64 {
 /// Nanoseconds per timestamp of the recording clock (`rdtsc` when the TSC
 /// is usable), read back to back: the cost every recorded event pays twice.
 pub fn timestamp_ns(reps: usize) -> f64 {
-    shadowgraph::record::clock::init();
+    shadowgraph::clock::init();
     const N: u32 = 2_000_000;
     median(
         (0..reps)
@@ -157,7 +157,7 @@ pub fn timestamp_ns(reps: usize) -> f64 {
                 let t = Instant::now();
                 let mut s = 0u64;
                 for _ in 0..N {
-                    s = s.wrapping_add(shadowgraph::record::clock::now());
+                    s = s.wrapping_add(shadowgraph::clock::now());
                 }
                 std::hint::black_box(s);
                 t.elapsed().as_nanos() as f64 / N as f64

@@ -11,7 +11,7 @@ pub fn bench(calls: i64, reps: usize) -> Result<ExitCode, String> {
     let (loop_plain, loop_target, _lib) = load_dispatch_lib()?;
     let filter =
         |pats: &[&str]| ftrace::FilterSet::with_patterns(pats, &[]).map_err(|e| e.to_string());
-    let ops = |pats: &[&str], flags: u32| -> Result<Arc<ftrace::Ops>, String> {
+    let ops = |pats: &[&str], flags: ftrace::OpsFlags| -> Result<Arc<ftrace::Ops>, String> {
         Ok(ftrace::Ops::new(empty_cb, flags, filter(pats)?))
     };
     let reg = |o: &Arc<ftrace::Ops>| ftrace::register(o).map_err(|e| e.to_string());
@@ -25,11 +25,11 @@ pub fn bench(calls: i64, reps: usize) -> Result<ExitCode, String> {
     let mut rows: Vec<(String, f64)> = vec![("untraced function (no site)".into(), base)];
     rows.push(("no ops (NOP5 site)".into(), measure()));
 
-    let one = ops(&["target"], 0)?;
+    let one = ops(&["target"], ftrace::OpsFlags::NONE)?;
     reg(&one)?;
     rows.push(("1 ops (its own trampoline)".into(), measure()));
     let others: Vec<Arc<ftrace::Ops>> = (0..10)
-        .map(|i| ops(&[&format!("other{i}")], 0))
+        .map(|i| ops(&[&format!("other{i}")], ftrace::OpsFlags::NONE))
         .collect::<Result<_, _>>()?;
     for o in &others {
         reg(o)?;
@@ -46,7 +46,7 @@ pub fn bench(calls: i64, reps: usize) -> Result<ExitCode, String> {
     unreg(&solo)?;
 
     let many: Vec<Arc<ftrace::Ops>> = (0..10)
-        .map(|_| ops(&["target"], 0))
+        .map(|_| ops(&["target"], ftrace::OpsFlags::NONE))
         .collect::<Result<_, _>>()?;
     for o in &many[..2] {
         reg(o)?;
@@ -64,7 +64,7 @@ pub fn bench(calls: i64, reps: usize) -> Result<ExitCode, String> {
     let direct = ftrace::Ops::new_direct(filter(&["target"])?);
     ftrace::register_direct(&direct, ret).map_err(|e| e.to_string())?;
     rows.push(("direct call (pad to an empty target)".into(), measure()));
-    let probe = ops(&["target"], 0)?;
+    let probe = ops(&["target"], ftrace::OpsFlags::NONE)?;
     reg(&probe)?;
     rows.push(("direct + 1 ops (regs caller, list, jump)".into(), measure()));
     unreg(&probe)?;

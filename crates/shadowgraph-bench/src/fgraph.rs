@@ -56,7 +56,7 @@ fn timed_entry(_e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::
     match u.reserve(8) {
         Some(p) => {
             // SAFETY: 8 reserved, word-aligned bytes.
-            unsafe { (p as *mut u64).write(shadowgraph::record::clock::now()) };
+            unsafe { (p as *mut u64).write(shadowgraph::clock::now()) };
             true
         }
         None => false,
@@ -67,7 +67,7 @@ fn timed_return(_r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph:
     if let Some((p, _)) = u.retrieve() {
         // SAFETY: our 8 bytes in this frame.
         let start = unsafe { (p as *const u64).read() };
-        std::hint::black_box(shadowgraph::record::clock::now().wrapping_sub(start));
+        std::hint::black_box(shadowgraph::clock::now().wrapping_sub(start));
     }
 }
 
@@ -118,7 +118,7 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
         "floor: push + hijack + pop, nothing else".into(),
         floor_ns(loop_target, calls, reps)?,
     ));
-    shadowgraph::record::clock::init();
+    shadowgraph::clock::init();
     let timed = user(timed_entry, timed_return)?;
     reg(&timed)?;
     rows.push(("1 user timing each call (2 timestamps)".into(), measure()));

@@ -37,7 +37,7 @@ pub fn bench(mode: &str, calls: i64, hijack_returns: bool) -> Result<ExitCode, S
         "none" => {}
         "ops" | "list2" => {
             for _ in 0..if mode == "ops" { 1 } else { 2 } {
-                let o = ftrace::Ops::new(empty_cb, 0, filter()?);
+                let o = ftrace::Ops::new(empty_cb, ftrace::OpsFlags::NONE, filter()?);
                 ftrace::register(&o).map_err(|e| e.to_string())?;
                 keep_ops.push(o);
             }

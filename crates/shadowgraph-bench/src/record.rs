@@ -354,7 +354,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         let rest = 0.25 * uf_call - floor;
         // Where nothing overlaps a clock read, the rest is a budget of
         // instructions between the reads.
-        let per_instr = if shadowgraph::record::clock::init() {
+        let per_instr = if shadowgraph::clock::init() {
             after_tsc_ns(reps)
         } else {
             0.0

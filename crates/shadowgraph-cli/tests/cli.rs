@@ -2196,7 +2196,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
          printf(\"%d\\n\", s); return 0; }\n",
     );
     let data = dir.join("t.data");
-    let before = shadowgraph::record::clock::monotonic_ns();
+    let before = shadowgraph::clock::monotonic_ns();
     let o = shadowgraph()
         .args(["record", "--no-libs", "-d"])
         .arg(&data)
@@ -2204,7 +2204,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
         .arg(&exe)
         .output()
         .unwrap();
-    let after = shadowgraph::record::clock::monotonic_ns();
+    let after = shadowgraph::clock::monotonic_ns();
     assert!(o.status.success(), "{}", text(&o).1);
     let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     assert_eq!(d.tids.len(), 1);
@@ -3100,7 +3100,7 @@ fn a_profile_alone_counts_every_call_with_handlers_landing_anywhere() {
     for (f, &(total, self_t, _)) in &rows {
         assert!(self_t <= total, "{f}: {rows:?}");
     }
-    if shadowgraph::record::clock::init() {
+    if shadowgraph::clock::init() {
         let info = view_text("info", &data.join("profile"));
         assert!(info.contains("record path         : fused"), "{info}");
     }
@@ -3497,7 +3497,7 @@ fn threads_and_signal_handlers_inside_a_time_filtered_record() {
     assert!(o.status.success(), "{out}\n{err}");
     assert!(err.contains("(0 lost) from 9 threads"), "{err}");
     let info = view_text("info", &data);
-    if shadowgraph::record::clock::init() {
+    if shadowgraph::clock::init() {
         assert!(info.contains("record path         : fused"), "{info}");
     }
     let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();

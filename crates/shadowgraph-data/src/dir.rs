@@ -5,23 +5,10 @@
 
 use super::format::{decode, Record, RECORD_SIZE};
 use super::time::Calibration;
+use crate::error::err;
+pub use crate::error::DataError;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone)]
-pub struct DataError {
-    pub path: PathBuf,
-    pub message: String,
-}
-
-impl fmt::Display for DataError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.message)
-    }
-}
-
-impl std::error::Error for DataError {}
 
 /// The subdirectories of `dir` that are recordings (a tracer's, of
 /// `record --tracer`), by name.
@@ -38,13 +25,6 @@ fn tracer_dirs(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn err(path: &Path, message: impl Into<String>) -> DataError {
-    DataError {
-        path: path.to_owned(),
-        message: message.into(),
-    }
 }
 
 /// What `info` holds.

@@ -17,6 +17,7 @@
 
 pub mod chrome;
 pub mod dir;
+pub mod error;
 pub mod flame;
 pub mod format;
 pub mod graph;

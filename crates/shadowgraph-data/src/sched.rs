@@ -6,7 +6,7 @@
 //! as uftrace does: `/* linux:schedule */` (or `(pre-empted)`) inside the
 //! call the thread was in, a child of it in reports.
 
-use super::dir::DataError;
+use super::error::DataError;
 use super::format::{Kind, Record};
 use std::collections::HashMap;
 use std::path::Path;

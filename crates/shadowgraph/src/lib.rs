@@ -32,10 +32,12 @@
 //! ```
 
 pub mod arena;
+pub mod clock;
 pub mod config;
 pub mod elf;
 pub mod fgraph;
 pub mod ftrace;
+pub mod local;
 pub mod patch;
 pub mod process;
 pub mod record;

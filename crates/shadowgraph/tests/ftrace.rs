@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use shadowgraph::ftrace::{self, site_flags, FilterEdit, FilterSet, Ops, Regs};
+use shadowgraph::ftrace::{self, site_flags, FilterEdit, FilterSet, Ops, OpsFlags, Regs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -111,7 +111,12 @@ fn probe_cb(ip: usize, _parent: usize, ops: &Ops, _regs: &mut Regs) {
     }
 }
 
-fn probe_ops(probe: &'static Probe, filter: &[&str], notrace: &[&str], flags: u32) -> Arc<Ops> {
+fn probe_ops(
+    probe: &'static Probe,
+    filter: &[&str],
+    notrace: &[&str],
+    flags: OpsFlags,
+) -> Arc<Ops> {
     let fs = if filter.is_empty() {
         let fs = FilterSet::all();
         if !notrace.is_empty() {
@@ -162,8 +167,8 @@ fn three_probes_with_overlapping_filters_count_exactly() {
     let _g = serial();
     let f = fixture();
     let (a, b, c) = (Probe::new(), Probe::new(), Probe::new());
-    let pa = probe_ops(a, &["sched_*"], &[], 0);
-    let pb = probe_ops(b, &["*lock*"], &[], 0);
+    let pa = probe_ops(a, &["sched_*"], &[], OpsFlags::NONE);
+    let pb = probe_ops(b, &["*lock*"], &[], OpsFlags::NONE);
     let pc = probe_ops(c, &["*time*"], &[], ftrace::RECURSION);
     let sa = |s: &str| glob("sched_*", s);
     let sb = |s: &str| glob("*lock*", s);
@@ -225,8 +230,8 @@ fn filter_algebra_enabled_site_counts() {
     let base = fixture_sites_enabled();
     assert_eq!(base, 0);
     let p = Probe::new();
-    let i1 = probe_ops(p, &["*sched*"], &["*time*"], 0);
-    let i2 = probe_ops(p, &["*lock*"], &["*clock*"], 0);
+    let i1 = probe_ops(p, &["*sched*"], &["*time*"], OpsFlags::NONE);
+    let i2 = probe_ops(p, &["*lock*"], &["*clock*"], OpsFlags::NONE);
     let count = |pat: &str, nt: &str| {
         NAMES
             .iter()
@@ -262,8 +267,8 @@ fn filter_algebra_enabled_site_counts() {
     invariants();
 
     // Both tracing all with different notrace: a site is off only if both exclude it.
-    let j1 = probe_ops(p, &[], &["*locks*"], 0);
-    let j2 = probe_ops(p, &[], &["*clock*"], 0);
+    let j1 = probe_ops(p, &[], &["*locks*"], OpsFlags::NONE);
+    let j2 = probe_ops(p, &[], &["*clock*"], OpsFlags::NONE);
     ftrace::register(&j1).unwrap();
     ftrace::register(&j2).unwrap();
     for (i, n) in NAMES.iter().enumerate() {
@@ -287,8 +292,8 @@ fn trampoline_accounting_of_seed_003_in_every_order() {
     let f = fixture();
     let (pa, pb) = (Probe::new(), Probe::new());
     for order in 0..4 {
-        let a = probe_ops(pa, &[], &[], 0);
-        let b = probe_ops(pb, &["plain_work"], &[], 0);
+        let a = probe_ops(pa, &[], &[], OpsFlags::NONE);
+        let b = probe_ops(pb, &["plain_work"], &[], OpsFlags::NONE);
         let (first, second) = if order < 2 { (&a, &b) } else { (&b, &a) };
         ftrace::register(first).unwrap();
         invariants();
@@ -341,7 +346,7 @@ fn notrace_append_remove_and_reset() {
     let _g = serial();
     let f = fixture();
     let p = Probe::new();
-    let ops = probe_ops(p, &[], &["sched_*"], 0);
+    let ops = probe_ops(p, &[], &["sched_*"], OpsFlags::NONE);
     ftrace::register(&ops).unwrap();
     (f.run_all)(2);
     assert_eq!(p.take(), expect(2, |s| !glob("sched_*", s)));
@@ -425,7 +430,7 @@ fn recursion_guard_limits_reentry() {
     for (alone, cb, flags) in [
         (true, recursing_cb as ftrace::OpsFunc, ftrace::RECURSION),
         (false, recursing_cb as ftrace::OpsFunc, ftrace::RECURSION),
-        (true, self_guarded_cb as ftrace::OpsFunc, 0),
+        (true, self_guarded_cb as ftrace::OpsFunc, OpsFlags::NONE),
     ] {
         let ops = Ops::new(
             cb,
@@ -433,7 +438,7 @@ fn recursion_guard_limits_reentry() {
             FilterSet::with_patterns(&["plain_work"], &[]).unwrap(),
         );
         // A second ops on the same site routes through the list function.
-        let other = probe_ops(Probe::new(), &["plain_work"], &[], 0);
+        let other = probe_ops(Probe::new(), &["plain_work"], &[], OpsFlags::NONE);
         ftrace::register(&ops).unwrap();
         if !alone {
             ftrace::register(&other).unwrap();
@@ -441,7 +446,7 @@ fn recursion_guard_limits_reentry() {
         RECURSE_CALLS.store(0, Ordering::Relaxed);
         assert_eq!((f.plain_work)(5), 17);
         let n = RECURSE_CALLS.load(Ordering::Relaxed);
-        if flags & ftrace::RECURSION != 0 {
+        if flags.contains(ftrace::RECURSION) {
             assert!(n == 1 || n == 2, "guarded callback entered {n} times");
         } else {
             assert_eq!(n, 2, "self-guarded callback entered {n} times");
@@ -460,9 +465,9 @@ fn subops_manager_traces_exactly_the_union() {
     let _g = serial();
     let f = fixture();
     let (p1, p2, p3) = (Probe::new(), Probe::new(), Probe::new());
-    let manager = Ops::new_manager(ftrace::call_subops, 0);
-    let s1 = probe_ops(p1, &["sched_*"], &["*time*"], 0);
-    let s2 = probe_ops(p2, &["*lock*"], &[], 0);
+    let manager = Ops::new_manager(ftrace::call_subops, ftrace::OpsFlags::NONE);
+    let s1 = probe_ops(p1, &["sched_*"], &["*time*"], OpsFlags::NONE);
+    let s2 = probe_ops(p2, &["*lock*"], &[], OpsFlags::NONE);
     ftrace::register_subop(&manager, &s1).unwrap();
     assert!(manager.is_enabled());
     ftrace::register_subop(&manager, &s2).unwrap();
@@ -479,7 +484,7 @@ fn subops_manager_traces_exactly_the_union() {
     assert_eq!(p2.take(), expect(4, |s| glob("*lock*", s)));
     // A subop tracing all but *time* and rcu_*: the manager traces all and
     // excludes only what no subop wants.
-    let s3 = probe_ops(p3, &[], &["*time*", "rcu_*"], 0);
+    let s3 = probe_ops(p3, &[], &["*time*", "rcu_*"], OpsFlags::NONE);
     ftrace::register_subop(&manager, &s3).unwrap();
     invariants();
     for n in NAMES {
@@ -558,7 +563,7 @@ fn direct_calls_register_modify_share_and_leave() {
     assert_eq!(DIRECT_A.load(Ordering::SeqCst), 0);
     // Shared with a probe: regs caller, list function, then the direct target.
     let p = Probe::new();
-    let probe = probe_ops(p, &[], &[], 0);
+    let probe = probe_ops(p, &[], &[], OpsFlags::NONE);
     ftrace::register(&probe).unwrap();
     invariants();
     let s = ftrace::site_by_name("plain_work").unwrap();
@@ -651,7 +656,11 @@ fn registration_churn_under_running_threads() {
                     p,
                     pats[(round + k) % 4],
                     &[],
-                    if k == 1 { ftrace::NO_TRAMP } else { 0 },
+                    if k == 1 {
+                        ftrace::NO_TRAMP
+                    } else {
+                        OpsFlags::NONE
+                    },
                 )
             })
             .collect();
@@ -692,7 +701,7 @@ fn clobber_errno(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
 fn callbacks_preserve_errno_for_the_traced_function() {
     let _g = serial();
     let lib_errno_seen = fixture().errno_seen;
-    for flags in [0, ftrace::NO_TRAMP, ftrace::SAVE_REGS] {
+    for flags in [OpsFlags::NONE, ftrace::NO_TRAMP, ftrace::SAVE_REGS] {
         let ops = Ops::new(
             clobber_errno,
             flags,
@@ -704,7 +713,7 @@ fn callbacks_preserve_errno_for_the_traced_function() {
         assert_eq!(
             lib_errno_seen(1),
             1235,
-            "errno changed under the traced function (flags {flags})"
+            "errno changed under the traced function (flags {flags:?})"
         );
         ftrace::unregister(&ops).unwrap();
     }
@@ -758,7 +767,7 @@ fn save_regs_and_ipmodify_change_what_runs() {
     ));
     // Shared with a plain probe (list function through the regs caller).
     let p = Probe::new();
-    let probe = probe_ops(p, &["plain_work"], &[], 0);
+    let probe = probe_ops(p, &["plain_work"], &[], OpsFlags::NONE);
     ftrace::register(&probe).unwrap();
     assert_eq!((f.plain_work)(7), -7);
     assert_eq!(p.take()[11], 1);
@@ -775,7 +784,7 @@ fn thread_filter_admits_only_listed_threads() {
     let _g = serial();
     let f = fixture();
     let p = Probe::new();
-    let ops = probe_ops(p, &["plain_work"], &[], 0);
+    let ops = probe_ops(p, &["plain_work"], &[], OpsFlags::NONE);
     ftrace::register(&ops).unwrap();
     let run_in_thread = || {
         std::thread::spawn(move || {
@@ -813,10 +822,10 @@ fn thread_filter_admits_only_listed_threads() {
 fn objects_added_later_join_registered_filters() {
     let _g = serial();
     let (pa, pb) = (Probe::new(), Probe::new());
-    let all = probe_ops(pa, &[], &[], 0);
+    let all = probe_ops(pa, &[], &[], OpsFlags::NONE);
     let later = Ops::with_private(
         probe_cb,
-        0,
+        OpsFlags::NONE,
         FilterSet::with_patterns(&["mid@liblater.so"], &[]).unwrap(),
         pb as *const Probe as usize,
     );

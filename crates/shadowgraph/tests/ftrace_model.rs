@@ -148,7 +148,7 @@ impl Model {
                 let flags = if i == 1 || i == 3 {
                     ftrace::NO_TRAMP
                 } else {
-                    0
+                    ftrace::OpsFlags::NONE
                 };
                 Ops::with_private(hit, flags, sets[set_of(i)].clone(), i)
             })

@@ -8,7 +8,8 @@
 mod common;
 
 use common::*;
-use shadowgraph::record::{clock, writer};
+use shadowgraph::clock;
+use shadowgraph::record::writer;
 use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
 use shadowgraph_data::format::{decode, Kind, RECORD_SIZE};

@@ -11,7 +11,7 @@ mod common;
 
 use common::frames::*;
 use common::*;
-use shadowgraph::record::clock;
+use shadowgraph::clock;
 use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
 

@@ -40,7 +40,7 @@ fn sites_switch_between_stub_list_and_nop_while_threads_run() {
     let funcs = ["leaf", "mid", "top"];
     let filter = || ftrace::FilterSet::with_patterns(&funcs, &[]).unwrap();
     let user = fgraph::GraphUser::new(on_entry, on_return, filter(), 0);
-    let ops = ftrace::Ops::new(count, 0, filter());
+    let ops = ftrace::Ops::new(count, ftrace::OpsFlags::NONE, filter());
 
     let workers = Workers::start(3, run, 100);
     let pause = || std::thread::sleep(std::time::Duration::from_micros(300));

@@ -17,9 +17,9 @@ pub mod filters;
 pub mod stack;
 
 use crate::ftrace::dispatch::ErrnoGuard;
-use crate::ftrace::dispatch::{held, try_lock_at_rest};
 use crate::ftrace::local::CoreLocal;
 use crate::ftrace::quiesce::{self, Bracket};
+use crate::ftrace::recursion::{held, try_lock_at_rest};
 use crate::ftrace::{
     self, dispatch::site_id, try_lock, unlock, CoreError, FilterSet, Group, Ops, Regs,
 };
@@ -184,7 +184,7 @@ impl GraphUser {
         filter: Arc<FilterSet>,
         private: usize,
     ) -> Arc<GraphUser> {
-        let subop = Ops::new(no_op, 0, filter.clone());
+        let subop = Ops::new(no_op, ftrace::OpsFlags::NONE, filter.clone());
         Arc::new(GraphUser {
             entry,
             ret,
@@ -499,6 +499,7 @@ pub(crate) fn manager_made() -> bool {
 fn manager() -> &'static Arc<Ops> {
     MANAGER.get_or_init(|| {
         init_tp_offsets();
+        quiesce::on_abandoned(forget_event_time);
         // The registered path is final from here on.
         let path = {
             let mut p = SOLE_PATH.lock().unwrap_or_else(|e| e.into_inner());
@@ -748,7 +749,7 @@ pub(crate) extern "C" fn manager_tramp_entry(
     let (regs, slot) = unsafe {
         (
             &mut *(regs as *mut Regs),
-            &*(data as *const crate::ftrace::dispatch::OpsSlot),
+            &*(data as *const crate::ftrace::OpsSlot),
         )
     };
     if let Some(_b) = Bracket::enter_at_rest(regs.parent_slot as usize) {
@@ -1741,6 +1742,13 @@ fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool) {
     }
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
+}
+
+/// A thread's brackets were abandoned: so was the event whose time its
+/// users shared (its word would otherwise keep that time for callbacks
+/// outside any event: with a sole user left, forever).
+fn forget_event_time() {
+    thread().event_time.store(0, Ordering::Relaxed);
 }
 
 /// This thread's shared event time word ([`ThreadState::event_time`]):

@@ -195,7 +195,7 @@ pub struct ThreadState {
 
 /// [`ThreadState::event_time`] of an event whose callbacks have taken no
 /// time yet.
-pub const EVENT_OPEN: u64 = 1;
+pub use crate::clock::EVENT_OPEN;
 
 /// Frames popped as unwound, with their return slot and real return
 /// address. A frame looks skipped when a call below it on the shadow stack

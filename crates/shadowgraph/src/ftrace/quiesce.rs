@@ -98,7 +98,7 @@ extern "C" fn after_fork_child() {
     if mine != 0 {
         WORDS[mine - 1].tid.store(sys::gettid(), Ordering::Relaxed);
     }
-    super::dispatch::reset_tid_cache();
+    super::recursion::reset_tid_cache();
     MEMBARRIER.store(
         sys::membarrier_register_expedited() as i32,
         Ordering::Relaxed,
@@ -258,9 +258,10 @@ fn stack_pointer() -> usize {
 pub(super) static ABANDONED: AtomicU64 = AtomicU64::new(0);
 
 /// Called on the thread when its abandoned brackets are released: whatever
-/// a tracer's callback held half done on it is gone too (a record half
-/// written). A plain `fn()`, async-signal-safe.
-static ABANDON_HOOK: AtomicUsize = AtomicUsize::new(0);
+/// the code they held had half done on it is gone too (a record half
+/// written, an event's shared time). Plain `fn()`s, async-signal-safe, in
+/// the order they were set; 0: a free entry.
+static ABANDON_HOOKS: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
 
 /// How many brackets this thread is inside: 0 outside our code, 1 in a
 /// traced call's, more when a signal handler's traced call interrupted our
@@ -276,9 +277,21 @@ pub fn bracket_depth() -> u64 {
     unsafe { &*w }.load(Ordering::Relaxed) & 0xffff
 }
 
-/// Sets the hook run when a thread's abandoned brackets are released.
-pub fn on_abandoned(hook: fn()) {
-    ABANDON_HOOK.store(hook as usize, Ordering::Release);
+/// Adds a hook run when a thread's abandoned brackets are released (once
+/// per hook: setting it again changes nothing). Four at most: a fifth is
+/// refused (false).
+pub fn on_abandoned(hook: fn()) -> bool {
+    let h = hook as usize;
+    for slot in &ABANDON_HOOKS {
+        // AcqRel/Acquire: a hook is published whole before a thread that
+        // loads the entry calls it.
+        match slot.compare_exchange(0, h, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(x) if x == h => return true,
+            Err(_) => {}
+        }
+    }
+    false
 }
 
 /// A bracket is open, yet this entry is anchored at or above where the
@@ -305,12 +318,14 @@ fn abandoned(v: u64, anchor: usize) -> u64 {
         return v;
     }
     ABANDONED.fetch_add(1, Ordering::Relaxed);
-    super::dispatch::reset_recursion();
-    let hook = ABANDON_HOOK.load(Ordering::Acquire);
-    if hook != 0 {
-        // SAFETY: only `on_abandoned` stores here, from a `fn()`.
-        let hook = unsafe { std::mem::transmute::<usize, fn()>(hook) };
-        hook();
+    super::recursion::reset_recursion();
+    for slot in &ABANDON_HOOKS {
+        let hook = slot.load(Ordering::Acquire);
+        if hook != 0 {
+            // SAFETY: only `on_abandoned` stores here, from a `fn()`.
+            let hook = unsafe { std::mem::transmute::<usize, fn()>(hook) };
+            hook();
+        }
     }
     local().outer_anchor.set(anchor);
     // Depth 0, and the exit generation moves: as if they had been left.

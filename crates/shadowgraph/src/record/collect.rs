@@ -208,7 +208,7 @@ impl Collector {
     /// A collector for rings in `shm` (created, private to the user), of
     /// instances writing to `top.join(rel[inst])`.
     pub fn new(shm: &Path, top: &Path, rel: Vec<PathBuf>) -> io::Result<Collector> {
-        super::clock::init();
+        crate::clock::init();
         let _ = std::fs::remove_dir_all(shm);
         std::fs::DirBuilder::new().mode(0o700).create(shm)?;
         Ok(Collector {

@@ -2,7 +2,6 @@
 //! records with raw timestamps into a ring of its own; the writer drains the
 //! rings into `<tid>.dat` files of a data directory (`shadowgraph_data`).
 
-pub mod clock;
 pub mod collect;
 pub mod ring;
 pub mod writer;

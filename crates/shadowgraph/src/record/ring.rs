@@ -40,7 +40,7 @@
 //! when full. The layout is the same; it is shared by two builds of the
 //! same crate only (no compatibility promise beyond `MAGIC`).
 
-use super::clock;
+use crate::clock;
 use shadowgraph_data::format::{encode, Kind};
 use shadowgraph_data::time::{Calibration, Converter};
 use std::cell::Cell;
@@ -206,27 +206,6 @@ pub struct Drained {
     pub clock_step_max: u64,
 }
 
-/// Compare-and-exchange of a word only this thread and its signal handlers
-/// write (others may only read it): one `cmpxchg` without `lock`, which
-/// an interrupt cannot split and which costs no bus lock. Returns whether
-/// `a` held `old` (and now holds `new`).
-#[inline(always)]
-pub fn exchange_local(a: &AtomicU64, old: u64, new: u64) -> bool {
-    let prev: u64;
-    // SAFETY: `a` is a valid, aligned u64; cmpxchg reads and maybe writes
-    // it and sets rax and the flags (declared), nothing else.
-    unsafe {
-        std::arch::asm!(
-            "cmpxchg qword ptr [{a}], {new}",
-            a = in(reg) a.as_ptr(),
-            new = in(reg) new,
-            inout("rax") old => prev,
-            options(nostack),
-        );
-    }
-    prev == old
-}
-
 /// [`Ring::claim_announced`]'s announcement while it reads `reserve`.
 pub const UNSURE: u64 = u64::MAX;
 
@@ -360,7 +339,7 @@ impl Ring {
         let mut from = c.reserve;
         loop {
             let r = h.reserve.load(Ordering::Relaxed);
-            if !exchange_local(&h.head, from, r) || h.reserve.load(Ordering::Relaxed) == r {
+            if !crate::local::exchange(&h.head, from, r) || h.reserve.load(Ordering::Relaxed) == r {
                 return;
             }
             from = r;
@@ -385,7 +364,7 @@ impl Ring {
             }
             let t = time();
             let (n, depth) = next_reserve(c, kind, from);
-            if exchange_local(&h.reserve, c, n) {
+            if crate::local::exchange(&h.reserve, c, n) {
                 return Some(Claim {
                     reserve: c,
                     slot: c >> SLOT_SHIFT,
@@ -436,7 +415,7 @@ impl Ring {
             // the exchange makes it fail, and the next round finds the
             // record written.
             let (n, depth) = next_reserve(c, kind, from);
-            if exchange_local(&h.reserve, c, n) {
+            if crate::local::exchange(&h.reserve, c, n) {
                 return Ok(Some(Claim {
                     reserve: c,
                     slot: c >> SLOT_SHIFT,

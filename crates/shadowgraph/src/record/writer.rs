@@ -15,8 +15,8 @@
 //! Times are raw clock values in the ring; the drain converts them to
 //! nanoseconds ([`Ring::drain`]), so the files need no second pass.
 
-use super::clock;
 use super::ring::{ring_bytes, Claim, Depth, Drained, Ring, RING_RECORDS};
+use crate::clock;
 use shadowgraph_data::format::Kind;
 use std::cell::Cell;
 use std::ffi::CString;
@@ -182,11 +182,8 @@ crate::fast_thread_local!(
     static MINE: [Cell<*mut u8>; MAX_INSTANCES];
 );
 /// This thread's brackets were abandoned (see `Ring::recover_abandoned`):
-/// so were the record writes they held, in any of its rings, and the event
-/// whose time tracers shared (its word would otherwise keep that time for
-/// callbacks outside any event: with a sole user left, forever).
+/// so were the record writes they held, in any of its rings.
 fn recover_abandoned() {
-    crate::fgraph::event_time().store(0, Ordering::Relaxed);
     for m in MINE.iter() {
         let b = m.get();
         if !b.is_null() {
@@ -341,7 +338,7 @@ pub fn emit_pending_entry(
 ) -> bool {
     let nested = crate::ftrace::quiesce::bracket_depth() > 1;
     if nested {
-        if !super::ring::exchange_local(word, pending, done) {
+        if !crate::local::exchange(word, pending, done) {
             return false;
         }
         emit_at(inst, time, Kind::Entry, depth, addr);
@@ -379,7 +376,7 @@ pub fn emit_pending_entry(
         }
         // Lost (counted) if still ours: nobody is to write it later, with a
         // time older than what follows.
-        None => super::ring::exchange_local(word, pending, done),
+        None => crate::local::exchange(word, pending, done),
     };
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
     a.word.set(0);

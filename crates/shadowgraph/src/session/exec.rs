@@ -5,7 +5,8 @@
 //! one; its session announces itself to the writer (`<rings>/session-<id>`:
 //! pid, directory) before it makes any ring, and its rings carry the id.
 
-use crate::record::{clock, writer};
+use crate::clock;
+use crate::record::writer;
 use std::path::{Path, PathBuf};
 
 /// Starts this image's session: returns its directory and its id (which

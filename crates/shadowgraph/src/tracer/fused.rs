@@ -35,8 +35,9 @@
 //! (fgraph::init_tp_offsets and [`attach`]) and then written into this
 //! code as immediates (`fixed_load!`, tls::patch_fixed_loads).
 
+use crate::clock;
 use crate::record::ring::{RingHeader, HEADER_BYTES};
-use crate::record::{clock, writer};
+use crate::record::writer;
 
 use crate::fgraph::filters::GraphFilter;
 use crate::fgraph::stack::ThreadState;

@@ -9,7 +9,7 @@
 //! time is the sum of every call's duration, recursive calls included (the
 //! kernel's function profiler's definition).
 
-use crate::record::clock;
+use crate::clock;
 use crate::{fgraph, ftrace};
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -67,12 +67,13 @@ pub fn init(sites: usize) {
     CAPACITY.store(sites + 64, Ordering::Relaxed);
 }
 
-/// Lets the fused recording path stand in for `user`'s callbacks (see
-/// `record::fused::attach_profile`), which it alone registered, for
-/// instance `inst`; after [`init`].
-pub fn attach_fused(user: &fgraph::GraphUser, inst: usize) -> bool {
+/// This thread's cell holding its table of instance `inst` (the same
+/// offset from every thread's thread pointer), and the rows of a table
+/// (after [`init`]): what the fused path needs to keep the counters itself
+/// (`tracer::fused::attach_profile`).
+pub(crate) fn tables(inst: usize) -> (usize, usize) {
     let cell = &PROFILE_TABLES[inst] as *const Cell<*mut Table> as usize;
-    crate::tracer::fused::attach_profile(user, inst, cell, CAPACITY.load(Ordering::Relaxed))
+    (cell, CAPACITY.load(Ordering::Relaxed))
 }
 
 pub fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
@@ -89,7 +90,7 @@ pub fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::R
         .and_then(|id| Some((id, row_of(u.private, id)?)));
     if let Some((_, row)) = row {
         // SAFETY: a row of this thread's table (see `row_of`).
-        unsafe { add_local(std::ptr::addr_of_mut!((*row).active), 1) };
+        unsafe { crate::local::add(std::ptr::addr_of_mut!((*row).active), 1) };
     }
     let id = row.map_or(u64::MAX, |(id, _)| u64::from(id));
     // SAFETY: 24 reserved, word-aligned bytes, ours until the call returns.
@@ -133,7 +134,7 @@ pub fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::Ret
     let d = now.saturating_sub(start);
     if let Some((q, _)) = u.retrieve_nearest_own() {
         // SAFETY: the caller's frame data, live below ours.
-        unsafe { add_local((q as *mut u64).add(1), d) };
+        unsafe { crate::local::add((q as *mut u64).add(1), d) };
     }
     // The entry found the row (else it left no id); the same again.
     let row = (id != u64::MAX)
@@ -147,72 +148,16 @@ pub fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::Ret
     // updated by one instruction that a handler updating the same row
     // cannot split.
     unsafe {
-        add_local(std::ptr::addr_of_mut!((*row).hits), 1);
-        add_local(std::ptr::addr_of_mut!((*row).total), d);
-        add_local(
+        crate::local::add(std::ptr::addr_of_mut!((*row).hits), 1);
+        crate::local::add(std::ptr::addr_of_mut!((*row).total), d);
+        crate::local::add(
             std::ptr::addr_of_mut!((*row).self_time),
             d.saturating_sub(children),
         );
-        add_local_u128(std::ptr::addr_of_mut!((*row).sumsq), d as u128 * d as u128);
-        if dec_local(std::ptr::addr_of_mut!((*row).active)) {
-            add_local(std::ptr::addr_of_mut!((*row).outer), d);
+        crate::local::add_u128(std::ptr::addr_of_mut!((*row).sumsq), d as u128 * d as u128);
+        if crate::local::dec(std::ptr::addr_of_mut!((*row).active)) {
+            crate::local::add(std::ptr::addr_of_mut!((*row).outer), d);
         }
-    }
-}
-
-/// `*p -= 1` in one instruction (see [`add_local`]): whether it reached 0.
-///
-/// # Safety
-/// As for [`add_local`].
-#[inline(always)]
-unsafe fn dec_local(p: *mut u64) -> bool {
-    let zero: u8;
-    // SAFETY: per the contract; the flags it sets are read at once.
-    unsafe {
-        std::arch::asm!(
-            "dec qword ptr [{p}]",
-            "setz {z}",
-            p = in(reg) p,
-            z = out(reg_byte) zero,
-            options(nostack),
-        );
-    }
-    zero != 0
-}
-
-/// `*p += v` in one instruction: a signal handler of this thread that adds
-/// to the same word cannot interleave with it (a load, add and store could
-/// lose the handler's addition). No `lock`: no other thread writes it.
-///
-/// # Safety
-/// `p` must be valid, aligned and written only by this thread.
-#[inline(always)]
-unsafe fn add_local(p: *mut u64, v: u64) {
-    // SAFETY: per the contract; the instruction touches `*p` and the flags.
-    unsafe {
-        std::arch::asm!("add qword ptr [{p}], {v}", p = in(reg) p, v = in(reg) v, options(nostack));
-    }
-}
-
-/// `*p += v` for a u128, as `add` then `adc` on its halves: a handler that
-/// runs between them adds its own value and carry whole, and the carry of
-/// ours survives in the interrupted flags.
-///
-/// # Safety
-/// As [`add_local`].
-#[inline(always)]
-unsafe fn add_local_u128(p: *mut u128, v: u128) {
-    // SAFETY: per the contract; the two instructions touch `*p` and the
-    // flags.
-    unsafe {
-        std::arch::asm!(
-            "add qword ptr [{p}], {lo}",
-            "adc qword ptr [{p} + 8], {hi}",
-            p = in(reg) p,
-            lo = in(reg) v as u64,
-            hi = in(reg) (v >> 64) as u64,
-            options(nostack),
-        );
     }
 }
 

@@ -3,7 +3,7 @@
 //! `GraphUser::reserve` put it and what their entry (or the fused path's)
 //! left there (tests/fused_frames*.rs).
 
-use shadowgraph::record::clock;
+use shadowgraph::clock;
 use shadowgraph::tracer::fused::ENTRY_FLAGS;
 use shadowgraph::tracer::profile::{ProfileCounters, ProfileTable};
 use shadowgraph::{fgraph, ftrace};

@@ -5,10 +5,11 @@
 //! filter but a depth limit: the common `record`), filtered, and timed
 //! (`-t`: see [`super::timed`]), so that each pays only for what it uses.
 
+use super::state::tracer;
 use super::timed::{keep_timed, release_callers};
-use super::tracer;
+use crate::clock;
 use crate::fgraph::filters::{GraphFilter, Verdict};
-use crate::record::{clock, ring, writer};
+use crate::record::{ring, writer};
 use crate::tracer::fused::{ENTRY_FLAGS, ENTRY_TIMING};
 use crate::{fgraph, ftrace};
 use shadowgraph_data::format::Kind;
@@ -205,7 +206,7 @@ fn entry<const TIMED: bool>(
             // By one exchange from ENTRY_TIMING: not if a handler wrote
             // the entry meanwhile.
             w.store(ENTRY_TIMING, Ordering::Relaxed);
-            ring::exchange_local(w, ENTRY_TIMING, clock::now() & !ENTRY_FLAGS);
+            crate::local::exchange(w, ENTRY_TIMING, clock::now() & !ENTRY_FLAGS);
             return true;
         }
         // No room on the shadow stack: recorded now, unfiltered, after its

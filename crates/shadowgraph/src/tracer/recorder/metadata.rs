@@ -3,8 +3,9 @@
 //! what was lost and why), `symbols` and `maps` (every traced function and
 //! object, those unloaded since included), and a profile's counters.
 
-use super::Tracer;
-use crate::record::{clock, writer};
+use super::state::{active, Tracer, FUSED};
+use crate::clock;
+use crate::record::writer;
 use crate::{fgraph, ftrace};
 use shadowgraph_data::dir::Info;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,7 +80,7 @@ fn write(tracers: &[Tracer], raw1: u64, ns1: u64, control: Option<(u64, u64)>, f
         info.set("recursion_drops", ftrace::recursion_drops_all());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));
-        let fused = super::FUSED.load(Ordering::Relaxed);
+        let fused = FUSED.load(Ordering::Relaxed);
         info.set("record_path", if fused { "fused" } else { "general" });
         if fused && !t.profile {
             let claims = if crate::tracer::fused::uses_rseq() {
@@ -174,7 +175,7 @@ static UNLOADED_MAPS: Mutex<Vec<(usize, usize, String)>> = Mutex::new(Vec::new()
 /// Before objects may be unmapped (dlclose): note the ranges of every
 /// traced object while they are still mapped.
 pub(crate) fn remember_module_maps() {
-    if !super::active() {
+    if !active() {
         return;
     }
     let now = current_module_maps();

@@ -11,51 +11,23 @@
 
 mod callbacks;
 mod metadata;
+mod state;
 mod timed;
 
 pub(crate) use metadata::remember_module_maps;
 
+use crate::clock;
 use crate::config::{self, TracerKind};
 use crate::fgraph::filters::GraphFilter;
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace;
-use crate::record::{clock, writer};
+use crate::record::writer;
 use crate::tracer::{fused, profile};
 use callbacks::*;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-
-/// A recording tracer: where it writes and what it filters.
-struct Tracer {
-    dir: PathBuf,
-    /// Present when the tracer filters, or shares the program with other
-    /// tracers: it keeps the tracer's own nesting, so that its records'
-    /// depths do not depend on other tracers (SPEC §6.1 #16). A lone
-    /// unfiltered tracer uses fgraph's depth (the same) and saves the work.
-    filter: Option<GraphFilter>,
-    user: Arc<GraphUser>,
-    /// Time filter in clock ticks (0: none): calls shorter than this leave
-    /// no records.
-    min_ticks: u64,
-    /// A profile rather than records.
-    profile: bool,
-}
-
-/// The recording's tracers, by instance (a user's `private` word).
-static TRACERS: OnceLock<Vec<Tracer>> = OnceLock::new();
-
-/// A lone tracer runs on the fused path.
-static FUSED: AtomicBool = AtomicBool::new(false);
-
-fn tracer(u: &GraphUser) -> Option<&'static Tracer> {
-    TRACERS.get()?.get(u.private)
-}
-
-/// Whether this process records (its tracers are made).
-pub(crate) fn active() -> bool {
-    TRACERS.get().is_some()
-}
+use state::{Tracer, FUSED, TRACERS};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Chooses the clock and takes the first calibration point: before the
 /// objects are scanned, so that the second point ([`start`]) comes after
@@ -131,7 +103,8 @@ fn profile_tracer(
         i,
     );
     // Alone, the fused path keeps its counters where sites have stubs.
-    if fused_ok && profile::attach_fused(&user, i) {
+    let (cell, rows) = profile::tables(i);
+    if fused_ok && fused::attach_profile(&user, i, cell, rows) {
         FUSED.store(true, Ordering::Relaxed);
     }
     Ok(Tracer {

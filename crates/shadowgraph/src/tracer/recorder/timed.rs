@@ -4,8 +4,9 @@
 //! known to last long enough; its callers' entries, still waiting, are
 //! written first, so that the thread's records stay in time order.
 
+use crate::clock;
 use crate::fgraph;
-use crate::record::{clock, ring, writer};
+use crate::record::writer;
 use crate::tracer::fused::{ENTRY_DROPPED, ENTRY_FLAGS, ENTRY_TIMING, ENTRY_WRITTEN};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,7 +36,7 @@ pub(super) fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, dep
     if clock::now().wrapping_sub(entry) < min_ticks {
         // Marked by one exchange too: a handler that landed since the load
         // and released this call (its entry is written) gets its exit.
-        return !ring::exchange_local(me, entry, entry | ENTRY_DROPPED);
+        return !crate::local::exchange(me, entry, entry | ENTRY_DROPPED);
     }
     release_callers(u, depth, entry);
     // A handler releasing its callers meanwhile (this frame among them)

@@ -55,6 +55,10 @@ pub fn now() -> u64 {
     }
 }
 
+/// A shared time word ([`now_shared`]) while its event's callbacks run and
+/// none has taken a time yet.
+pub const EVENT_OPEN: u64 = 1;
+
 /// [`now`] for an event several tracers' callbacks see (a call's entry or
 /// return offered to each): the time the first of them took, through
 /// `shared` (fgraph's event time word, `fgraph::event_time`), or a fresh
@@ -63,7 +67,6 @@ pub fn now() -> u64 {
 /// Async-signal-safe.
 #[inline]
 pub fn now_shared(shared: &std::sync::atomic::AtomicU64) -> u64 {
-    use crate::fgraph::stack::EVENT_OPEN;
     let w = shared.load(Ordering::Relaxed);
     if w > EVENT_OPEN {
         return w;
@@ -72,7 +75,7 @@ pub fn now_shared(shared: &std::sync::atomic::AtomicU64) -> u64 {
     if w == EVENT_OPEN {
         // Kept only if no handler's event came since the load (one
         // instruction, which no signal splits).
-        super::ring::exchange_local(shared, w, t);
+        crate::local::exchange(shared, w, t);
     }
     t
 }

@@ -1,0 +1,349 @@
+//! An ops (SPEC §3.1): a client of the core, a callback and the filter
+//! set it is tested against, with its flags, its trampolines and, for a
+//! manager, its subops; the register frame its callback gets, and the
+//! thread filter it may carry.
+
+use super::filter::{FilterPair, SiteId};
+use super::filterset::FilterSet;
+use crate::tramp;
+use std::fmt;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A lock of the core's, taken even if a panicking holder poisoned it (the
+/// state it guards is consistent between any two of its statements that
+/// can panic).
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers saved by an ftrace caller. The argument registers, `ip`,
+/// `parent_ip` and `parent_slot` are always valid; the fields from `rbx` on
+/// are valid (and written back) only in the regs variant, which every site
+/// with a SAVE_REGS, DIRECT or IPMODIFY ops calls.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Regs {
+    pub rdi: u64,
+    pub rsi: u64,
+    pub rdx: u64,
+    pub rcx: u64,
+    pub r8: u64,
+    pub r9: u64,
+    /// Number of vector registers used by a varargs call.
+    pub rax: u64,
+    /// Static chain.
+    pub r10: u64,
+    pub xmm: [u128; 8],
+    /// The traced function's caller's frame pointer.
+    pub rbp: u64,
+    /// The site (traced function entry, after any endbr64).
+    pub ip: usize,
+    /// Where the traced function returns to.
+    pub parent_ip: usize,
+    /// The stack slot holding `parent_ip`.
+    pub parent_slot: *mut usize,
+    pub rbx: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+    pub rflags: u64,
+    /// Resume address (site + 5); an IPMODIFY ops may change it.
+    pub rip: usize,
+    /// Set (by the direct helper) to continue at a direct-call target.
+    pub direct: usize,
+    /// Stack pointer at the traced function's entry.
+    pub rsp: usize,
+    _pad: u64,
+}
+
+const _: () = {
+    assert!(std::mem::offset_of!(Regs, xmm) == 0x40);
+    assert!(std::mem::offset_of!(Regs, rbp) == 0xc0);
+    assert!(std::mem::offset_of!(Regs, ip) == 0xc8);
+    assert!(std::mem::offset_of!(Regs, parent_slot) == 0xd8);
+    assert!(std::mem::offset_of!(Regs, rbx) == 0xe0);
+    assert!(std::mem::offset_of!(Regs, rflags) == 0x108);
+    assert!(std::mem::offset_of!(Regs, rip) == 0x110);
+    assert!(std::mem::offset_of!(Regs, direct) == 0x118);
+    assert!(std::mem::offset_of!(Regs, rsp) == 0x120);
+    assert!(std::mem::size_of::<Regs>() == 0x130);
+};
+
+/// An ops' flags (SPEC §3.1): a set of the constants below, combined
+/// with `|`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OpsFlags(u32);
+
+impl OpsFlags {
+    /// No flag.
+    pub const NONE: OpsFlags = OpsFlags(0);
+    /// The caller may free the ops once `unregister` returns (every ops
+    /// gets the grace period; the flag is informational).
+    pub const DYNAMIC: OpsFlags = OpsFlags(1 << 0);
+    /// Needs the regs variant: may read and write every register.
+    pub const SAVE_REGS: OpsFlags = OpsFlags(1 << 1);
+    /// The core wraps the callback in the recursion guard.
+    pub const RECURSION: OpsFlags = OpsFlags(1 << 2);
+    /// Counted in accounting, never called (temporary ops of direct
+    /// modify).
+    pub const STUB: OpsFlags = OpsFlags(1 << 3);
+    /// May change the resume address (`regs.rip`); one per site.
+    pub const IPMODIFY: OpsFlags = OpsFlags(1 << 4);
+    /// A direct-call ops (made by `Ops::new_direct`).
+    pub const DIRECT: OpsFlags = OpsFlags(1 << 6);
+    /// No per-ops trampolines: sites where it is alone use the shared
+    /// caller.
+    pub const NO_TRAMP: OpsFlags = OpsFlags(1 << 7);
+
+    /// Whether every flag of `other` is set.
+    #[inline]
+    pub const fn contains(self, other: OpsFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether any flag of `other` is set.
+    #[inline]
+    pub const fn intersects(self, other: OpsFlags) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    /// These flags without those of `other`.
+    #[inline]
+    pub const fn without(self, other: OpsFlags) -> OpsFlags {
+        OpsFlags(self.0 & !other.0)
+    }
+}
+
+impl std::ops::BitOr for OpsFlags {
+    type Output = OpsFlags;
+    fn bitor(self, other: OpsFlags) -> OpsFlags {
+        OpsFlags(self.0 | other.0)
+    }
+}
+
+impl std::ops::BitOrAssign for OpsFlags {
+    fn bitor_assign(&mut self, other: OpsFlags) {
+        self.0 |= other.0;
+    }
+}
+
+// The flags by their SPEC names, as ftrace's `FTRACE_OPS_FL_*`.
+/// See [`OpsFlags::DYNAMIC`].
+pub const DYNAMIC: OpsFlags = OpsFlags::DYNAMIC;
+/// See [`OpsFlags::SAVE_REGS`].
+pub const SAVE_REGS: OpsFlags = OpsFlags::SAVE_REGS;
+/// See [`OpsFlags::RECURSION`].
+pub const RECURSION: OpsFlags = OpsFlags::RECURSION;
+/// See [`OpsFlags::STUB`].
+pub const STUB: OpsFlags = OpsFlags::STUB;
+/// See [`OpsFlags::IPMODIFY`].
+pub const IPMODIFY: OpsFlags = OpsFlags::IPMODIFY;
+/// See [`OpsFlags::DIRECT`].
+pub const DIRECT: OpsFlags = OpsFlags::DIRECT;
+/// See [`OpsFlags::NO_TRAMP`].
+pub const NO_TRAMP: OpsFlags = OpsFlags::NO_TRAMP;
+
+// Internal state bits.
+pub(super) const ENABLED: u32 = 1 << 0;
+pub(super) const SUBOP: u32 = 1 << 1;
+
+/// An ops callback: `ip` is the site, `parent_ip` the traced function's
+/// return address. Runs inside traced calls: it must not allocate, lock, or
+/// call anything not async-signal-safe.
+pub type OpsFunc = fn(ip: usize, parent_ip: usize, ops: &Ops, regs: &mut Regs);
+
+/// A client of the core: a callback and the filter it is tested against.
+pub struct Ops {
+    pub(crate) func: OpsFunc,
+    pub(crate) flags: OpsFlags,
+    /// The client's own data.
+    pub private: usize,
+    pub(super) filter: Arc<FilterSet>,
+    pub(super) state: AtomicU32,
+    pub(super) direct: AtomicUsize,
+    /// For managers: the subops, newest first (copy-on-write).
+    pub(crate) subops_list: AtomicPtr<OpsList>,
+    /// Thread filter (SPEC §3.9); null = every thread.
+    pub(crate) threads: AtomicPtr<ThreadFilter>,
+    pub(super) inner: Mutex<OpsInner>,
+    /// What its trampolines call instead of the generic entry
+    /// (`dispatch::ops_entry`): a specialised one that calls `func`
+    /// directly (the fgraph manager).
+    pub(crate) tramp_entry: Option<tramp::FtraceEntry>,
+    /// Code outside the arenas the ops' trampolines hand over to (a stub
+    /// per arena passes the data slot in r11), instead of a copy of the
+    /// caller template; 0: none.
+    pub(crate) tramp_stub: usize,
+    /// Where the ops' site stubs (tramp.rs) call in and return to, outside
+    /// the arenas; 0: the ops uses no site stubs.
+    pub(crate) site_entry: usize,
+    pub(crate) site_return: usize,
+}
+
+#[derive(Default)]
+pub(super) struct OpsInner {
+    /// (arena base, trampoline address, its data slot)
+    pub tramps: Vec<(usize, usize, &'static OpsSlot)>,
+    /// Per arena: (base, the cells holding `site_entry` and `site_return`
+    /// for the stubs there).
+    pub stub_tramps: Vec<(usize, usize, usize)>,
+    /// Each site's stub, once made (never freed: stubs are reused when the
+    /// ops comes back).
+    pub site_stubs: std::collections::HashMap<SiteId, usize>,
+    /// Bytes of each trampoline (all of one variant).
+    pub tramp_len: usize,
+    pub subops: Vec<Arc<Ops>>,
+}
+
+impl fmt::Debug for Ops {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ops")
+            .field("flags", &self.flags)
+            .field("enabled", &self.is_enabled())
+            .finish()
+    }
+}
+
+impl Ops {
+    /// An ops calling `func` for the sites `filter` selects.
+    pub fn new(func: OpsFunc, flags: OpsFlags, filter: Arc<FilterSet>) -> Arc<Ops> {
+        Arc::new(Ops {
+            func,
+            flags: flags.without(DIRECT),
+            private: 0,
+            filter,
+            state: AtomicU32::new(0),
+            direct: AtomicUsize::new(0),
+            subops_list: AtomicPtr::new(std::ptr::null_mut()),
+            threads: AtomicPtr::new(std::ptr::null_mut()),
+            inner: Mutex::new(OpsInner::default()),
+            tramp_entry: None,
+            tramp_stub: 0,
+            site_entry: 0,
+            site_return: 0,
+        })
+    }
+
+    /// Like [`Ops::new`], with client data in `private`.
+    pub fn with_private(
+        func: OpsFunc,
+        flags: OpsFlags,
+        filter: Arc<FilterSet>,
+        private: usize,
+    ) -> Arc<Ops> {
+        let mut o = Ops::new(func, flags, filter);
+        Arc::get_mut(&mut o).expect("fresh").private = private;
+        o
+    }
+
+    /// A manager: its filter is computed from its subops (exactly their
+    /// union, SPEC §3.6) and `func` dispatches to them (e.g. [`call_subops`]).
+    pub fn new_manager(func: OpsFunc, flags: OpsFlags) -> Arc<Ops> {
+        Ops::new(func, flags, FilterSet::computed())
+    }
+
+    /// A manager whose trampolines call `entry` (which must do what
+    /// `dispatch::ops_entry` does for this ops: bracket, errno, slot check)
+    /// instead of the generic entry, or hand over to `stub` if not 0; with
+    /// `site` = (ENTRY, RETURN) not 0, sites where it is alone jump to
+    /// their own stubs instead (tramp.rs, "Site stubs").
+    pub(crate) fn new_manager_with_entry(
+        func: OpsFunc,
+        entry: tramp::FtraceEntry,
+        stub: usize,
+        site: (usize, usize),
+    ) -> Arc<Ops> {
+        let mut o = Ops::new(func, OpsFlags::NONE, FilterSet::computed());
+        let m = Arc::get_mut(&mut o).expect("fresh");
+        m.tramp_entry = Some(entry);
+        m.tramp_stub = stub;
+        (m.site_entry, m.site_return) = site;
+        o
+    }
+
+    /// The filter pair as of now (hot path).
+    #[inline]
+    pub fn filter_pair(&self) -> &FilterPair {
+        self.filter.pair()
+    }
+
+    pub fn filter(&self) -> &Arc<FilterSet> {
+        &self.filter
+    }
+
+    pub fn flags(&self) -> OpsFlags {
+        self.flags
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.state.load(Ordering::Acquire) & ENABLED != 0
+    }
+
+    /// The current direct-call target (0 for other ops).
+    #[inline]
+    pub fn direct_target(&self) -> usize {
+        self.direct.load(Ordering::Acquire)
+    }
+
+    /// This ops' trampoline in the arena at `arena_base`, if it has one.
+    pub fn trampoline_in(&self, arena_base: usize) -> Option<usize> {
+        lock(&self.inner)
+            .tramps
+            .iter()
+            .find(|t| t.0 == arena_base)
+            .map(|t| t.1)
+    }
+
+    pub(super) fn wants_tramp(&self) -> bool {
+        !self.flags.intersects(NO_TRAMP | STUB | DIRECT)
+    }
+
+    pub(super) fn needs_regs(&self) -> bool {
+        self.flags.intersects(SAVE_REGS | DIRECT | IPMODIFY)
+    }
+}
+
+/// Data slot of a per-ops trampoline: the ops it calls, or null while the
+/// ops is leaving.
+pub struct OpsSlot {
+    pub ops: AtomicPtr<Ops>,
+}
+
+/// The ops on the core list, newest first (copy-on-write; replaced lists are
+/// freed after a grace period).
+pub(crate) struct OpsList {
+    pub ops: Vec<*const Ops>,
+}
+
+// SAFETY: immutable once published; the ops it points to outlive it.
+unsafe impl Sync for OpsList {}
+unsafe impl Send for OpsList {}
+
+/// Which threads an ops sees: ignored iff (trace list non-empty and the
+/// thread not in it) or the thread is in the no-trace list. Entry only: a
+/// call already accepted is not affected by a later change.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadFilter {
+    trace: Vec<i32>,
+    notrace: Vec<i32>,
+}
+
+impl ThreadFilter {
+    pub fn new(trace: &[i32], notrace: &[i32]) -> ThreadFilter {
+        let mut t = ThreadFilter {
+            trace: trace.to_vec(),
+            notrace: notrace.to_vec(),
+        };
+        t.trace.sort_unstable();
+        t.notrace.sort_unstable();
+        t
+    }
+
+    #[inline]
+    pub fn allows(&self, tid: i32) -> bool {
+        (self.trace.is_empty() || self.trace.binary_search(&tid).is_ok())
+            && self.notrace.binary_search(&tid).is_err()
+    }
+}
