@@ -1,0 +1,280 @@
+//! Registration (SPEC §4.7): users take slots (reused FIFO, each with the
+//! epoch it registered at), join fgraph's manager ops as subops, and make
+//! the single-user fast path and the registered sole path live or not; the
+//! manager itself, its code chosen when the first user registers; and a
+//! thread's exit, which closes its open frames.
+
+use super::entry::{graph_entry, manager_tramp_entry};
+use super::sitepath::{shadowgraph_graph_site_entry, shadowgraph_site_return_general};
+use super::stack::{self};
+use super::state::{
+    forget_event_time, init_tp_offsets, ARRAY, EPOCH, FAST, NO_FRAME_WORD, OCCUPIED, SLOT_EPOCH,
+    SOLE_FRAME_WORD, SOLE_HIJACKED_RETURN, SOLE_PROVIDED,
+};
+use super::thread::thread_key;
+use super::user::{GraphError, GraphUser, MAX_USERS};
+use crate::ftrace::quiesce::{self};
+use crate::ftrace::{self, Ops};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// Code a tracer registers to stand in for its callbacks while its user is
+/// the only one (SPEC §4.8's fast path, done by the tracer itself): where
+/// the manager's trampolines, its site stubs and hijacked returns go. Each
+/// entry point comes back to fgraph's general code for what it does not
+/// handle: trampoline entries to [`manager_tramp_entry`], site entries and returns to
+/// `shadowgraph_graph_site_entry` / `shadowgraph_site_return_general`,
+/// hijacked returns to `shadowgraph_return_general`. An address of 0 keeps
+/// fgraph's own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SolePath {
+    /// Where the manager's trampolines hand over instead of fgraph's
+    /// caller template.
+    pub trampoline_entry: usize,
+    /// What the manager's site stubs call in to and return to.
+    pub site_entry: usize,
+    pub site_return: usize,
+    /// Taken instead of the site entry and return if the code could not
+    /// have its `fixed_tls!` operands written in (0: they need none).
+    pub site_fallback: (usize, usize),
+    /// Where `return_to_handler` goes first.
+    pub hijacked_return: usize,
+}
+
+/// The registered path, and whether the manager has taken it (then it is
+/// final).
+pub(super) static SOLE_PATH: Mutex<(SolePath, bool)> = Mutex::new((
+    SolePath {
+        trampoline_entry: 0,
+        site_entry: 0,
+        site_return: 0,
+        site_fallback: (0, 0),
+        hijacked_return: 0,
+    },
+    false,
+));
+/// The site entry the manager's stubs call (0: none, or no stubs), as
+/// chosen when it was made.
+pub(super) static SITE_ENTRY_CHOSEN: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Registers the code that stands in for the callbacks of users marked
+/// with [`GraphUser::let_sole_path_stand_in`]. Only before the first user
+/// registers (the manager's code is chosen then, for good): false
+/// otherwise, and nothing changes.
+pub(crate) fn register_sole_path(path: SolePath) -> bool {
+    let mut p = SOLE_PATH.lock().unwrap_or_else(|e| e.into_inner());
+    if p.1 {
+        return false;
+    }
+    p.0 = path;
+    SOLE_HIJACKED_RETURN.store(path.hijacked_return, Ordering::Release);
+    true
+}
+
+/// The site entry the manager's stubs call, once it is made (0 before,
+/// or without site stubs).
+pub(crate) fn chosen_site_entry() -> usize {
+    SITE_ENTRY_CHOSEN.load(Ordering::Relaxed)
+}
+
+pub(super) struct Registry {
+    /// Free slots, FIFO (`-1` = none): released slots are reused last.
+    lru: [i8; MAX_USERS],
+    next: usize,
+    last: usize,
+    active: usize,
+    users: [Option<Arc<GraphUser>>; MAX_USERS],
+}
+
+pub(super) static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    lru: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+    next: 0,
+    last: 0,
+    active: 0,
+    users: [const { None }; MAX_USERS],
+});
+
+pub(super) fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(super) static SITE_STUBS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
+/// Whether the manager gives each site where it is alone its own stub
+/// (tramp.rs), which calls the traced function so that its return needs no
+/// hijack (the default), or has the sites call its trampolines and
+/// hijacks returns (to compare). Effective if set before the first user
+/// registers.
+pub fn set_site_stubs(on: bool) {
+    SITE_STUBS.store(on, Ordering::Relaxed);
+}
+
+/// The manager ops, made when the first user registers.
+pub(super) static MANAGER: OnceLock<Arc<Ops>> = OnceLock::new();
+
+/// Whether the manager exists (its entry and return code chosen for good).
+pub(crate) fn manager_made() -> bool {
+    MANAGER.get().is_some() || SOLE_PATH.lock().unwrap_or_else(|e| e.into_inner()).1
+}
+
+pub(super) fn manager() -> &'static Arc<Ops> {
+    MANAGER.get_or_init(|| {
+        init_tp_offsets();
+        quiesce::on_abandoned(forget_event_time);
+        // The registered path is final from here on.
+        let path = {
+            let mut p = SOLE_PATH.lock().unwrap_or_else(|e| e.into_inner());
+            p.1 = true;
+            p.0
+        };
+        // Every cell a `fixed_load!` reads is final now (a sole path's are
+        // set before it registers), and no code reading one can run before
+        // the manager is.
+        crate::tls::patch_fixed_loads();
+        let tls_done = crate::tls::patch_fixed_tls();
+        let site = match path.site_entry {
+            _ if !SITE_STUBS.load(Ordering::Relaxed) => (0, 0),
+            0 => (
+                shadowgraph_graph_site_entry as *const () as usize,
+                shadowgraph_site_return_general as *const () as usize,
+            ),
+            // Code that addresses thread-local state by `fixed_tls!` may
+            // not run unpatched: the site entry and return it names
+            // instead.
+            _ if !tls_done && path.site_fallback.0 != 0 => path.site_fallback,
+            e => (e, path.site_return),
+        };
+        SITE_ENTRY_CHOSEN.store(site.0, Ordering::Release);
+        Ops::new_manager_with_entry(
+            graph_entry,
+            manager_tramp_entry,
+            path.trampoline_entry,
+            site,
+        )
+    })
+}
+
+/// Registers a graph user: from now on its entry callback is offered every
+/// call its filter selects. At most 16 users (`NoSpace`).
+pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
+    let mut r = registry();
+    if user.slot().is_some() {
+        return Err(GraphError::AlreadyRegistered);
+    }
+    thread_key();
+    quiesce::init();
+    let next = r.next;
+    let i = r.lru[next];
+    if i < 0 {
+        return Err(GraphError::NoSpace);
+    }
+    let i = i as usize;
+    r.lru[next] = -1;
+    r.next = (r.next + 1) % MAX_USERS;
+    stack::zero_task_var_everywhere(i);
+    stack::prefill(crate::stop::MAX_THREADS.min(thread_count() + 8));
+    r.active += 1;
+    if r.active == 2 {
+        // Loop mode before any of the new user's sites is patched.
+        publish_sole(std::ptr::null_mut());
+    }
+    let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
+    SLOT_EPOCH[i].store(epoch, Ordering::Release);
+    user.frame_word.store(
+        stack::bitmap(stack::FRAME_WORDS, 1 << i, epoch),
+        Ordering::Release,
+    );
+    user.offer_word.store(i as u64 + 1, Ordering::Release);
+    user.slot.store(i as i32, Ordering::Release);
+    r.users[i] = Some(user.clone());
+    let ptr = Arc::as_ptr(user) as *mut GraphUser;
+    ARRAY[i].store(ptr, Ordering::Release);
+    OCCUPIED.fetch_or(1 << i, Ordering::AcqRel);
+    if let Err(e) = ftrace::register_subop(manager(), &user.subop) {
+        // Exact rollback.
+        ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
+        OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
+        r.users[i] = None;
+        user.slot.store(-1, Ordering::Release);
+        SLOT_EPOCH[i].store(u64::MAX, Ordering::Release);
+        r.active -= 1;
+        release_slot(&mut r, i);
+        quiesce::synchronize();
+        set_fast(&r);
+        return Err(GraphError::Core(e));
+    }
+    set_fast(&r);
+    Ok(())
+}
+
+/// Unregisters a graph user. Returns once none of its callbacks runs or can
+/// start; frames it accepted return without calling it.
+pub fn unregister_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
+    let mut r = registry();
+    let Some(i) = user.slot() else {
+        return Err(GraphError::NotRegistered);
+    };
+    ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
+    OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
+    r.active -= 1;
+    publish_sole(std::ptr::null_mut());
+    let res = ftrace::unregister_subop(manager(), &user.subop);
+    quiesce::synchronize();
+    r.users[i] = None;
+    SLOT_EPOCH[i].store(u64::MAX, Ordering::Release);
+    user.slot.store(-1, Ordering::Release);
+    release_slot(&mut r, i);
+    set_fast(&r);
+    res.map_err(GraphError::Core)
+}
+
+pub(super) fn release_slot(r: &mut Registry, i: usize) {
+    let last = r.last;
+    r.lru[last] = i as i8;
+    r.last = (last + 1) % MAX_USERS;
+}
+
+/// Fast path on for a sole user, off otherwise.
+pub(super) fn set_fast(r: &Registry) {
+    let sole = if r.active == 1 {
+        r.users
+            .iter()
+            .flatten()
+            .next()
+            .map(|u| Arc::as_ptr(u) as *mut GraphUser)
+    } else {
+        None
+    };
+    publish_sole(sole.unwrap_or(std::ptr::null_mut()));
+}
+
+/// FAST and SOLE_PROVIDED for `sole` (null: none). A user stops being
+/// either before the grace period that precedes its freeing
+/// (unregister_graph).
+pub(super) fn publish_sole(sole: *mut GraphUser) {
+    // SAFETY: a non-null `sole` is a registered user, held by the registry.
+    let provided = !sole.is_null() && unsafe { &*sole }.sole_path.load(Ordering::Acquire);
+    // The word before the user (a path may read both in one sequence;
+    // either unpublished sends it the general way).
+    SOLE_FRAME_WORD.store(
+        if provided {
+            // SAFETY: as above.
+            unsafe { &*sole }.frame_word.load(Ordering::Acquire)
+        } else {
+            NO_FRAME_WORD
+        },
+        Ordering::Release,
+    );
+    SOLE_PROVIDED.store(
+        if provided { sole } else { std::ptr::null_mut() },
+        Ordering::Release,
+    );
+    FAST.store(sole, Ordering::Release);
+}
+
+pub(super) fn thread_count() -> usize {
+    let mut v = Vec::with_capacity(4096);
+    crate::sys::list_threads(&mut v).map_or(1, |_| v.len())
+}

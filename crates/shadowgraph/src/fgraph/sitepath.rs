@@ -1,0 +1,450 @@
+//! The single user's fast path through a site stub, in assembly: the
+//! entry and the return a site stub calls, for a thread at rest with one
+//! user; anything else goes fgraph's general way, in Rust.
+
+use super::entry::manager_tramp_entry;
+use super::ret::graph_return;
+use super::stack::{self, ThreadState};
+use super::state::{FAST, TP_LOCAL, TP_THREAD};
+use super::user::{GraphEntry, GraphReturn, GraphUser, RetRegs};
+use crate::ftrace::local::CoreLocal;
+use crate::ftrace::{Group, Regs};
+use std::mem::offset_of;
+
+// --- Site stubs: the single user's fast path in assembly -----------------------------
+//
+// Both sides below first try what `manager_tramp_entry`/`enter_fast` and
+// `graph_return`/`return_fast` do for a thread at rest with one user, with
+// the user's callback called through a small Rust function; anything else
+// (the bracket or a recursion bit held, no errno cached yet, no stack, not
+// ready, several users or none, frames a longjmp left, a full stack, a frame
+// kept for another epoch) goes the general way untouched, inside Rust.
+// The thread-local state is reached at its offset from the thread pointer
+// (initial-exec TLS: the same in every thread), see `init_tp_offsets`.
+
+// Leaves the bracket entered at rest (depth 1 → 0, exit generation + 1, in
+// one instruction); clobbers rcx.
+macro_rules! leave_at_rest {
+    () => {
+        concat!(
+            crate::fixed_load!("rcx", "tp_local"),
+            "mov rcx, qword ptr fs:[rcx + {l_word}]\n",
+            "add qword ptr [rcx], 0xffff\n",
+        )
+    };
+}
+
+// The recursion bit given back (graph_busy 0 again: the fast paths take
+// it at rest), errno as saved at `$errno`, the bracket left. Clobbers
+// rax, rcx, rdx.
+macro_rules! fast_done {
+    ($errno:literal) => {
+        concat!(
+            crate::fixed_load!("rcx", "tp_local"),
+            "and dword ptr fs:[rcx + {l_rec}], {unbit}\n",
+            crate::fixed_load!("rdx", "tp_thread"),
+            "mov byte ptr fs:[rdx + {t_busy}], 0\n",
+            "mov rax, qword ptr fs:[rcx + {l_errno}]\n",
+            "mov edx, dword ptr [rsp + ",
+            $errno,
+            "]\n",
+            "mov dword ptr [rax], edx\n",
+            "mov rcx, qword ptr fs:[rcx + {l_word}]\n",
+            "add qword ptr [rcx], 0xffff\n",
+        )
+    };
+}
+
+// The frame {R, rdx, slot, RESERVED} at word r8 of stack rdi (R's slot is
+// rbp+16). Clobbers rax.
+macro_rules! frame_at_r8 {
+    () => {
+        concat!(
+            "mov rax, [rbp + 16]\n",
+            "mov [rdi + r8*8], rax\n",
+            "mov [rdi + r8*8 + 8], rdx\n",
+            "lea rax, [rbp + 16]\n",
+            "mov [rdi + r8*8 + 16], rax\n",
+            "mov qword ptr [rdi + r8*8 + 24], {frame_words}\n",
+        )
+    };
+}
+
+// Entry. Register contract: reached by a stub's `call [ENTRY]` (tramp.rs):
+// [rsp] = stub+13, [rsp+8] = R, every argument register live, r11 the
+// site (unused here: r11 gets the manager's ops slot in that arena, from
+// the stub, and the site is read from the stub too). The frame is the
+// manager's caller's (tramp.rs, args variant: a Regs, with the
+// stub's site as regs.ip) and 0x48 more bytes: 0x128 the ops slot, 0x130
+// the saved errno, 0x138 the new frame's start, 0x140 the user, 0x148 the
+// interrupted callback's in_entry and reserved_once (as `offer` keeps
+// them), 0x150 the GraphEntry. Returns with
+// ZF=1 if the call was hooked (the stub then calls the body, whose return
+// comes back by the stub), ZF=0 if not, every argument register restored.
+// The general way hooks by hijacking the slot, which is how ZF is set then.
+std::arch::global_asm!(
+    ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
+    ".globl shadowgraph_graph_site_entry",
+    ".hidden shadowgraph_graph_site_entry",
+    "shadowgraph_graph_site_entry:",
+    "endbr64",
+    "mov r11, [rsp]",
+    "mov r11, [r11 + {data_off}]",
+    "push rbp",
+    "mov rbp, rsp",
+    "sub rsp, 0x170",
+    "and rsp, -16",
+    "mov [rsp + 0x128], r11",
+    crate::tramp::save_args!("mov r11, [rbp + 8]\nmov r11, [r11 + {site_off}]\n"),
+    // One user (else the general way at once), the thread at rest (a
+    // bracket word at depth 0, no recursion bit) with errno's location
+    // known: enter the bracket, anchored at the return slot.
+    "cmp qword ptr [rip + {fast}], 0",
+    "je 70f",
+    crate::fixed_load!("rcx", "tp_local"),
+    "mov rdx, qword ptr fs:[rcx + {l_word}]",
+    "test rdx, rdx",
+    "jz 70f",
+    "test word ptr [rdx], 0xffff",
+    "jnz 70f",
+    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    "jne 70f",
+    "cmp qword ptr fs:[rcx + {l_errno}], 0",
+    "je 70f",
+    "lea rax, [rbp + 16]",
+    crate::bracket_enter_at_rest!("rcx", "rdx"),
+    // The manager still registered, one user, the thread ready.
+    "mov rax, [rsp + 0x128]",
+    "cmp qword ptr [rax], 0",
+    "je 71f",
+    "mov rsi, [rip + {fast}]",
+    "test rsi, rsi",
+    "jz 71f",
+    crate::fixed_load!("r9", "tp_thread"),
+    "cmp qword ptr fs:[r9 + {t_blockers}], {hookable}",
+    "jne 71f",
+    "mov rdi, qword ptr fs:[r9 + {t_stack}]",
+    // r8 = curr, r10 = depth: one deeper than the top frame's, 0 without
+    // one; a top frame whose slot is not above ours: the general way.
+    "mov r8, qword ptr fs:[r9 + {t_curr}]",
+    "xor r10d, r10d",
+    "mov rax, [rdi + r8*8 - 8]",
+    "and eax, 0x3ff",
+    "jz 4f",
+    "cmp rax, r8",
+    "jae 4f",
+    "mov rdx, r8",
+    "sub rdx, rax", // f + 1
+    "lea rax, [rbp + 16]",
+    "cmp [rdi + rdx*8 + 8], rax",
+    "jb 71f",
+    "ja 6f",
+    // The same slot: a tail call from the top frame's function nests in
+    // it (as `enter` decides); a fresh call in a dead frame's slot goes
+    // the general way, which drops that frame.
+    "mov r10, [rbp + 16]",
+    "mov rax, [rdi + rdx*8]",
+    "shl rax, 16",
+    "shr rax, 16",
+    "call shadowgraph_tail_call_from",
+    "jne 71f",
+    "6:",
+    "mov r10, [rdi + rdx*8]",
+    "shr r10, 48",
+    "inc r10",
+    "4:",
+    // Room for the frame, else the general way counts an overrun.
+    "cmp r8, [rip + {room_limit}]",
+    "jae 71f",
+    // The recursion bit and errno, as `lock_graph` (at rest: graph_busy
+    // 1) and ErrnoGuard.
+    "mov dword ptr fs:[rcx + {l_rec}], {bit}",
+    "mov byte ptr fs:[r9 + {t_busy}], 1",
+    "mov rax, qword ptr fs:[rcx + {l_errno}]",
+    "mov eax, dword ptr [rax]",
+    "mov dword ptr [rsp + 0x130], eax",
+    // The frame, written whole before curr publishes it and again after
+    // (as ThreadState::push): a signal handler may land between two of the
+    // first writes and push and pop its own frame over them, leaving some
+    // words its own and others ours, so no one word tells whether it did.
+    "mov rdx, r10",
+    "shl rdx, 48",
+    "or rdx, [rsp + 0xc8]",
+    frame_at_r8!(),
+    "lea rax, [r8 + 4]",
+    "mov qword ptr fs:[r9 + {t_curr}], rax",
+    frame_at_r8!(),
+    "mov [rsp + 0x138], r8",
+    "mov [rsp + 0x140], rsi",
+    // The offer (as `offer`): in_entry = the user's slot, reserved_once
+    // cleared (one word: stack::OFFER_WORD), put back after the callback.
+    "mov rax, qword ptr fs:[r9 + {t_offer}]",
+    "mov [rsp + 0x148], rax",
+    "mov rax, [rsi + {u_offer}]",
+    "mov qword ptr fs:[r9 + {t_offer}], rax",
+    "mov rax, [rsp + 0xc8]",
+    "mov [rsp + 0x150], rax",
+    "mov rax, [rbp + 16]",
+    "mov [rsp + 0x158], rax",
+    "mov dword ptr [rsp + 0x160], r10d",
+    "mov rax, [rbp + 8]",
+    "mov eax, dword ptr [rax + {id_off}]",
+    "mov dword ptr [rsp + 0x164], eax",
+    "lea rdi, [rsp + 0x150]",
+    "mov rdx, rsp",
+    "call {call_entry}",
+    crate::fixed_load!("rcx", "tp_thread"),
+    "mov rdx, [rsp + 0x148]",
+    "mov qword ptr fs:[rcx + {t_offer}], rdx",
+    "mov r8, [rsp + 0x138]",
+    "test al, al",
+    "jz 5f",
+    // Kept for the user: its BITMAP word.
+    "mov rdi, qword ptr fs:[rcx + {t_stack}]",
+    "mov rsi, [rsp + 0x140]",
+    "mov rax, [rsi + {u_frame_word}]",
+    "mov [rdi + r8*8 + 24], rax",
+    fast_done!("0x130"),
+    "cmp rsp, rsp",
+    crate::tramp::restore_args!(),
+    "leave",
+    "ret",
+    // Declined: the frame goes.
+    "5:",
+    "mov qword ptr fs:[rcx + {t_curr}], r8",
+    fast_done!("0x130"),
+    "test rsp, rsp",
+    crate::tramp::restore_args!(),
+    "leave",
+    "ret",
+    // The general way, from 71 with the bracket entered (left first).
+    "71:",
+    leave_at_rest!(),
+    "70:",
+    // The stub's site id for `site_id`, for the length of the call (id
+    // first: a handler sees the old ip or both).
+    crate::fixed_load!("rcx", "tp_local"),
+    "mov rax, [rbp + 8]",
+    "mov eax, dword ptr [rax + {id_off}]",
+    "mov dword ptr fs:[rcx + {l_hint_id}], eax",
+    "mov rax, [rsp + 0xc8]",
+    "mov qword ptr fs:[rcx + {l_hint_ip}], rax",
+    "mov rdi, rsp",
+    "mov rsi, [rsp + 0x128]",
+    "call {manager_entry}",
+    crate::fixed_load!("rcx", "tp_local"),
+    "mov qword ptr fs:[rcx + {l_hint_ip}], 0",
+    "lea r11, [rip + shadowgraph_return_to_handler]",
+    "cmp [rbp + 16], r11",
+    crate::tramp::restore_args!(),
+    "leave",
+    "ret",
+    // Return through a stub. Register contract: jumped to by the stub's
+    // `jmp [RETURN]` at its return point: rsp = the returning call's
+    // slot + 8, aligned or not (gcc calls functions it knows need no
+    // alignment without it); rax/rdx/xmm0/xmm1 hold the result; the other
+    // caller-saved registers are dead. The frame, 16-byte aligned below
+    // rsp: a RetRegs (64 bytes; its rsp and the word after it hold rsp as
+    // it came), 64 the saved errno, 72 the frame's start, 80 the
+    // GraphReturn (40 bytes). Resumes at the real return address by `ret`
+    // (the return-stack predictor holds it, the stub's call having
+    // returned) with the result and rsp restored.
+    ".globl shadowgraph_site_return_general",
+    ".hidden shadowgraph_site_return_general",
+    "shadowgraph_site_return_general:",
+    "endbr64",
+    "mov r11, rsp",
+    "sub rsp, 128",
+    "and rsp, -16",
+    "mov [rsp], rax",
+    "mov [rsp + 8], rdx",
+    "movaps [rsp + 16], xmm0",
+    "movaps [rsp + 32], xmm1",
+    "mov [rsp + 48], r11",
+    "mov [rsp + 56], r11",
+    crate::fixed_load!("rcx", "tp_local"),
+    "mov rdx, qword ptr fs:[rcx + {l_word}]",
+    "test rdx, rdx",
+    "jz 60f",
+    "test word ptr [rdx], 0xffff",
+    "jnz 60f",
+    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    "jne 60f",
+    "cmp qword ptr fs:[rcx + {l_errno}], 0",
+    "je 60f",
+    "cmp qword ptr [rip + {fast}], 0",
+    "je 60f",
+    "mov rax, [rsp + 56]",
+    "sub rax, 8",
+    crate::bracket_enter_at_rest!("rcx", "rdx"),
+    // The top frame f (r10) is the returning call's (its slot) and was
+    // kept for the sole user alone (its BITMAP word).
+    "mov rsi, [rip + {fast}]",
+    "test rsi, rsi",
+    "jz 61f",
+    crate::fixed_load!("r9", "tp_thread"),
+    "mov rdi, qword ptr fs:[r9 + {t_stack}]",
+    "test rdi, rdi",
+    "jz 61f",
+    "mov r10, qword ptr fs:[r9 + {t_curr}]",
+    "mov rax, [rdi + r10*8 - 8]",
+    "and eax, 0x3ff",
+    "jz 61f",
+    "cmp rax, r10",
+    "jae 61f",
+    "sub r10, rax",
+    "dec r10",
+    "mov rax, [rsp + 56]",
+    "sub rax, 8",
+    "cmp [rdi + r10*8 + 16], rax",
+    "jne 61f",
+    "mov rax, [rdi + r10*8 + 24]",
+    "cmp rax, [rsi + {u_frame_word}]",
+    "jne 61f",
+    "mov dword ptr fs:[rcx + {l_rec}], {bit}",
+    "mov byte ptr fs:[r9 + {t_busy}], 1",
+    "mov rax, qword ptr fs:[rcx + {l_errno}]",
+    "mov eax, dword ptr [rax]",
+    "mov dword ptr [rsp + 64], eax",
+    // The frame's users taken before the callback (as finish_frame).
+    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
+    "mov [rsp + 72], r10",
+    // The GraphReturn: func and depth from the frame, rax, the overruns.
+    "mov rax, [rdi + r10*8 + 8]",
+    "mov rdx, rax",
+    "shr rdx, 48",
+    "mov dword ptr [rsp + 88], edx",
+    "shl rax, 16",
+    "shr rax, 16",
+    "mov [rsp + 80], rax",
+    "mov rax, [rsp]",
+    "mov [rsp + 96], rax",
+    "mov rax, qword ptr fs:[r9 + {t_overrun}]",
+    "mov [rsp + 104], rax",
+    "mov byte ptr [rsp + 112], 0",
+    "lea rdi, [rsp + 80]",
+    "mov rdx, rsp",
+    "call {call_ret}",
+    // Pop the frame; resume at its real return address.
+    "mov r10, [rsp + 72]",
+    crate::fixed_load!("rcx", "tp_thread"),
+    "mov rdi, qword ptr fs:[rcx + {t_stack}]",
+    "mov r11, [rdi + r10*8]",
+    "mov qword ptr fs:[rcx + {t_curr}], r10",
+    fast_done!("64"),
+    "jmp 62f",
+    "61:",
+    leave_at_rest!(),
+    "60:",
+    "mov rdi, rsp",
+    "call {ret}",
+    "mov r11, rax",
+    "62:",
+    "mov rax, [rsp]",
+    "mov rdx, [rsp + 8]",
+    "movaps xmm0, [rsp + 16]",
+    "movaps xmm1, [rsp + 32]",
+    "mov rsp, [rsp + 56]",
+    "push r11",
+    "ret",
+    // Whether a new call whose return slot is the top frame's is a tail
+    // call from that frame's function (`enter`: not `fresh`), for the fast
+    // paths here and in a registered SolePath. Register contract: reached by
+    // `call`; r10 = the return address in the slot, rax = the top frame's
+    // function. ZF=1 if r10 is `return_to_handler` (the frame hijacked the
+    // slot) or the return point of a site stub of that function (inside a
+    // registered block, with that function as its site literal), else
+    // ZF=0. Every register preserved; no stack beyond its own pushes.
+    ".globl shadowgraph_tail_call_from",
+    ".hidden shadowgraph_tail_call_from",
+    "shadowgraph_tail_call_from:",
+    "push rcx",
+    "push rdx",
+    "push r11",
+    "lea rdx, [rip + shadowgraph_return_to_handler]",
+    "cmp r10, rdx",
+    "je 3f",
+    "mov rcx, [rip + {stub_block_count}]",
+    "lea r11, [rip + {stub_blocks}]",
+    "1:",
+    "sub rcx, 1",
+    "jb 2f",
+    // r10 within [base, base + len − site − 8]: its site literal is in the
+    // block.
+    "mov rdx, r10",
+    "sub rdx, [r11]",
+    "jb 4f",
+    "add rdx, {site_from_return} + 8",
+    "cmp rdx, [r11 + 8]",
+    "ja 4f",
+    "cmp rax, [r10 + {site_from_return}]",
+    "je 3f",
+    "4:",
+    "add r11, {stub_block_bytes}",
+    "jmp 1b",
+    "2:",
+    "pop r11",
+    "pop rdx",
+    "pop rcx",
+    "test rsp, rsp",
+    "ret",
+    "3:",
+    "pop r11",
+    "pop rdx",
+    "pop rcx",
+    "cmp rsp, rsp",
+    "ret",
+    ".popsection",
+    stub_block_count = sym crate::tramp::STUB_BLOCK_COUNT,
+    stub_blocks = sym crate::tramp::STUB_BLOCKS,
+    stub_block_bytes = const std::mem::size_of::<crate::tramp::StubBlock>(),
+    site_from_return = const crate::tramp::SITE_STUB_SITE_FROM_RETURN,
+    manager_entry = sym manager_tramp_entry,
+    call_entry = sym call_entry,
+    call_ret = sym call_return,
+    ret = sym graph_return,
+    fast = sym FAST,
+    tp_local = sym TP_LOCAL,
+    tp_thread = sym TP_THREAD,
+    l_word = const offset_of!(CoreLocal, word),
+    l_rec = const offset_of!(CoreLocal, rec),
+    l_anchor = const offset_of!(CoreLocal, outer_anchor),
+    l_errno = const offset_of!(CoreLocal, errno),
+    t_stack = const offset_of!(ThreadState, stack),
+    t_curr = const offset_of!(ThreadState, curr),
+    t_blockers = const stack::BLOCKERS,
+    hookable = const stack::HOOKABLE,
+    t_busy = const std::mem::offset_of!(ThreadState, graph_busy),
+    t_offer = const stack::OFFER_WORD,
+    t_overrun = const offset_of!(ThreadState, overrun),
+    u_frame_word = const offset_of!(GraphUser, frame_word),
+    u_offer = const offset_of!(GraphUser, offer_word),
+    room_limit = sym stack::FAST_PUSH_LIMIT,
+    frame_words = const stack::FRAME_WORDS,
+    bit = const 1u32 << (Group::Graph as u32),
+    unbit = const !(1i32 << (Group::Graph as u32)),
+    // The users' bits (12..27) lie in the word's low half.
+    users_clear = const !(0xffffu32 << 12),
+    site_off = const crate::tramp::SITE_STUB_SITE_FROM_RET,
+    data_off = const crate::tramp::SITE_STUB_DATA_FROM_RET,
+    id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
+    l_hint_ip = const offset_of!(CoreLocal, site_hint_ip),
+    l_hint_id = const offset_of!(CoreLocal, site_hint_id),
+);
+
+/// The sole user's entry callback, from the site entry's fast path (which
+/// did what `offer` does around it). The callbacks are Rust functions:
+/// the assembly reaches them through these two.
+pub(super) extern "C" fn call_entry(ent: &GraphEntry, u: &GraphUser, regs: &mut Regs) -> bool {
+    (u.entry)(ent, u, regs)
+}
+
+/// The sole user's return callback, from the site return's fast path.
+pub(super) extern "C" fn call_return(ev: &GraphReturn, u: &GraphUser, r: &RetRegs) {
+    (u.ret)(ev, u, r)
+}
+
+extern "C" {
+    pub(super) fn shadowgraph_graph_site_entry();
+    pub(super) fn shadowgraph_site_return_general();
+}

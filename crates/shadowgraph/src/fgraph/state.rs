@@ -1,0 +1,112 @@
+//! What fgraph publishes for the paths a traced call takes: the users by
+//! slot and the epochs they registered at, the sole user (its fast path)
+//! and the registered sole path's words, the thread-pointer offsets the
+//! assembly addresses thread-local state by, fgraph's recursion bit, and
+//! the counts the paths keep.
+
+use super::stack::{thread, ThreadState};
+use super::user::{GraphUser, MAX_USERS};
+use crate::ftrace::local::CoreLocal;
+use crate::ftrace::recursion::{held, try_lock_at_rest};
+use crate::ftrace::{try_lock, unlock, Group};
+use std::sync::atomic::{compiler_fence, AtomicI64, AtomicPtr, AtomicU64, Ordering};
+
+/// Published users by slot (null = stub: in-flight frames skip it).
+/// Slots whose ARRAY entry is set (a superset while one is being cleared):
+/// the general entry visits these only.
+pub(super) static OCCUPIED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+pub(super) static ARRAY: [AtomicPtr<GraphUser>; MAX_USERS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_USERS];
+/// Epoch at which each slot's current owner registered.
+pub(super) static SLOT_EPOCH: [AtomicU64; MAX_USERS] =
+    [const { AtomicU64::new(u64::MAX) }; MAX_USERS];
+pub(super) static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// The sole user while exactly one is registered (fast path), else null.
+pub(crate) static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
+/// FAST when the sole user is one the registered [`SolePath`] stands in
+/// for, else null: the path reads this one word to know it may run.
+pub(crate) static SOLE_PROVIDED: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
+/// SOLE_PROVIDED's `frame_word` while it is set, else [`NO_FRAME_WORD`]:
+/// a path that pushes frames reads the word it checks and makes them by
+/// from here, one load with no user pointer to follow.
+pub(crate) static SOLE_FRAME_WORD: AtomicU64 = AtomicU64::new(NO_FRAME_WORD);
+/// No frame's last word: its type bits (10..11) are 3, which no word of a
+/// stack has (stack::TYPE_*), and a stack's word −1 is 0.
+pub(crate) const NO_FRAME_WORD: u64 = u64::MAX;
+
+/// The registered path's `hijacked_return` (0: none), which
+/// `return_to_handler` jumps through. Written before the manager exists,
+/// so before any return can be hijacked.
+pub(super) static SOLE_HIJACKED_RETURN: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Frames whose return could not be matched (should stay 0).
+pub(super) static LOST_FRAMES: AtomicU64 = AtomicU64::new(0);
+
+/// Offsets from the thread pointer of the core's and fgraph's thread-local
+/// state (also read by a registered [`SolePath`]).
+pub(crate) static TP_LOCAL: AtomicI64 = AtomicI64::new(0);
+pub(crate) static TP_THREAD: AtomicI64 = AtomicI64::new(0);
+
+/// Computes [`TP_LOCAL`] and [`TP_THREAD`] (before any site can reach the
+/// code that reads them).
+pub(crate) fn init_tp_offsets() {
+    let tp: usize;
+    // SAFETY: reads the thread pointer (fs:0 holds it, x86-64 TLS ABI).
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    let off = |a: usize| a.wrapping_sub(tp) as i64;
+    TP_LOCAL.store(
+        off(crate::ftrace::local::local() as *const CoreLocal as usize),
+        Ordering::Relaxed,
+    );
+    TP_THREAD.store(
+        off(thread() as *const ThreadState as usize),
+        Ordering::Relaxed,
+    );
+}
+
+/// fgraph's recursion bit (Group::Graph), taken as `try_lock` does, or only
+/// with no bit held at all (`try_lock_at_rest`), and mirrored in the
+/// thread's `graph_busy`: how many of its bits the thread holds, set from
+/// the recursion word itself (a count left by a holder that never came
+/// back, after the core reset the bits, is mended at the next take). The
+/// assembly fast paths read it in the blockers word: the plain fused
+/// entry, which holds no bit and no bracket, finds there that fgraph's
+/// code is at work on the thread (a frame perhaps written and not yet
+/// published, or published and not yet written again) without reading
+/// the core's recursion word.
+#[inline(always)]
+pub(super) fn lock_graph(t: &ThreadState, at_rest: bool) -> Option<u32> {
+    let bit = if at_rest {
+        try_lock_at_rest(Group::Graph)?
+    } else {
+        try_lock(Group::Graph)?
+    };
+    t.graph_busy.set(held(Group::Graph));
+    compiler_fence(Ordering::SeqCst);
+    Some(bit)
+}
+
+/// Gives back a bit of [`lock_graph`].
+#[inline(always)]
+pub(super) fn unlock_graph(t: &ThreadState, bit: u32) {
+    unlock(bit);
+    t.graph_busy.set(held(Group::Graph));
+}
+
+/// A thread's brackets were abandoned: so was the event whose time its
+/// users shared (its word would otherwise keep that time for callbacks
+/// outside any event: with a sole user left, forever).
+pub(super) fn forget_event_time() {
+    thread().event_time.store(0, Ordering::Relaxed);
+}
+
+/// This thread's shared event time word ([`ThreadState::event_time`]):
+/// tracers whose callbacks would each read the clock for the same event
+/// may take one time through it (`record::writer::emit_shared`).
+#[inline(always)]
+pub fn event_time() -> &'static std::sync::atomic::AtomicU64 {
+    &thread().event_time
+}
