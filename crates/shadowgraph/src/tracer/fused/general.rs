@@ -1,0 +1,319 @@
+//! The fused paths of a recorder alone, general form: the entry the
+//! manager's trampolines hand over to and the return `return_to_handler`
+//! tries first, and the entry and return of site stubs (for a depth limit
+//! and for graph filters).
+
+use super::frame_asm::{
+    bracket_leave, declined_exit, depth_limits, entry_head, entry_saves, entry_stack, exit_record,
+    frame_words, fused_entry, fused_return, pop_frame, pop_saved, return_head, thread_base,
+    thread_op,
+};
+use super::ring_asm::{
+    reserve_and_time, ring_claim, ring_publish, ring_record, ring_write, rseq_abort,
+    rseq_descriptor, rseq_or_legacy,
+};
+use super::{
+    FusedFilter, MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, TP_RINGS, W_FILTER, W_MAX_DEPTH,
+};
+use crate::fgraph::stack::ThreadState;
+use crate::fgraph::{self, GraphUser};
+use crate::ftrace::local::CoreLocal;
+use crate::record::ring::{RingHeader, HEADER_BYTES};
+use std::mem::offset_of;
+
+// The entry, then the return (its register contract below, with it).
+//
+// Entry. Register contract: reached by the manager's stub from a site's
+// call: [rsp] = site+5, [rsp+8] = R (the traced function's return
+// address), r11 = the stub's data (the manager's ops slot in that arena);
+// every argument register (rdi rsi rdx rcx r8 r9, rax, r10, xmm0–7) is
+// live. The fast path saves the nine general registers it uses (four on
+// the stack, five in xmm8–12: see entry_head), touches no other xmm
+// register, and returns to site+5 with all of them restored; after the
+// pushes [rsp+32] = site+5 and [rsp+40] = R, so the return slot is
+// rsp+40. Anything else pops them and jumps to
+// `shadowgraph_fused_general`, the manager's usual caller (args variant)
+// with the ops slot taken from r11.
+std::arch::global_asm!(
+    ".pushsection .text.shadowgraph_fused,\"ax\",@progbits",
+    ".globl shadowgraph_fused_entry",
+    ".hidden shadowgraph_fused_entry",
+    "shadowgraph_fused_entry:",
+    "endbr64",
+    fused_entry!(
+        "shadowgraph_fused_entry_record",
+        "mov rdx, [rsp + 32]\nsub rdx, 5\n",
+        "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 40], rax\n",
+        "",
+        declined_exit!(""),
+        depth_limits!("js 81f\n")
+    ),
+    "jmp shadowgraph_fused_general",
+    // The manager's caller (tramp.rs, args variant), with the ops slot
+    // from r11 kept in the frame's spare word across save_args.
+    ".globl shadowgraph_fused_general",
+    ".hidden shadowgraph_fused_general",
+    "shadowgraph_fused_general:",
+    crate::tramp::prologue!(),
+    "mov [rsp + 0x128], r11",
+    crate::tramp::save_args!(),
+    "mov rdi, rsp",
+    "mov rsi, [rsp + 0x128]",
+    "call {manager_entry}",
+    crate::tramp::restore_args!(),
+    "leave",
+    "ret",
+    // Return. Register contract: jumped to by `return_to_handler` when the
+    // fused path is on: rsp = the returning call's slot + 8; rax/rdx (and
+    // xmm0/xmm1, never touched here) hold the function's result; rcx, rsi,
+    // rdi and r8–r11 are dead at a return. After pushing rax and rdx the slot
+    // is rsp+8. Resumes at the frame's real return address through r11 with
+    // rax/rdx restored; anything unusual pops them and jumps to
+    // `shadowgraph_return_general` as if never here.
+    ".globl shadowgraph_fused_return",
+    ".hidden shadowgraph_fused_return",
+    "shadowgraph_fused_return:",
+    fused_return!(
+        "shadowgraph_fused_return_record",
+        "jmp r11\n",
+        "cmp qword ptr [rsi + {u_filter}], 0\njne 91f\n"
+    ),
+    "jmp shadowgraph_return_general",
+    // Site stubs (tramp.rs). Entry: register contract as above, reached by
+    // a stub's `call [ENTRY]`, so [rsp] = stub+13, r11 = the site (saved
+    // last: [rsp] after the pushes), its id and the ops slot are the
+    // stub's literals (the general way takes the slot from the stub). The
+    // return is not taken over here: the stub calls the body itself when
+    // the entry returns with ZF=1 (a frame was pushed), and runs it
+    // untouched with ZF=0. Every argument register is restored either way.
+    ".globl shadowgraph_fused_site_entry",
+    ".hidden shadowgraph_fused_site_entry",
+    "shadowgraph_fused_site_entry:",
+    "endbr64",
+    fused_entry!(
+        "shadowgraph_fused_site_entry_record",
+        "mov rdx, [rsp]\n",
+        "",
+        "cmp rsp, rsp\n",
+        declined_exit!("test rsp, rsp\n"),
+        depth_limits!("js 40f\n")
+    ),
+    "jmp shadowgraph_graph_site_entry",
+    // A recorder with graph filters (`-F`, `-N`, `-D`: fgraph::filters,
+    // whose thread variable it keeps the same way): from label 4 with the
+    // filter in rax, the registers as there (rcx the thread state's
+    // offset, rsi the user, rdi the stack, r8 curr, r9 fgraph's depth, r11
+    // the ring). The site's class (bit 0: a -F function, bit 1: -N) from
+    // the filter's table by the stub's site id; sites it does not know
+    // (loaded later) go the general way.
+    "40:",
+    "mov rax, [rsi + {u_filter}]",
+    "mov rdx, [rsp + 32]",
+    "mov edx, dword ptr [rdx + {id_off}]",
+    "cmp rdx, [rax + {f_len}]",
+    "jae 81b",
+    "mov r10, [rax + {f_classes}]",
+    "movzx r10d, byte ptr [r10 + rdx]",
+    // The user's thread variable v (rdx), by the user's slot.
+    "movsxd rdx, dword ptr [rsi + {u_slot}]",
+    "mov rdx, [rdi + rdx*8 + {tv}]",
+    "bt rdx, {notrace_bit}",
+    "jc 83b", // inside a -N call: declined
+    "test r10d, 2",
+    "jnz 45f", // a -N function: kept, silent
+    "cmp qword ptr [rax + {f_functions}], 0",
+    "je 42f",
+    "bt rdx, {in_graph_bit}",
+    "jc 42f",
+    "test r10d, 1",
+    "jz 83b", // outside every -F call: declined
+    // A -F function starts the recorded subtree at the own depth.
+    "movzx r10d, dx",
+    "shl r10, {graph_depth_shift}",
+    "movabs rcx, {not_graph_depth}",
+    "and rdx, rcx",
+    "or rdx, r10",
+    "bts rdx, {in_graph_bit}",
+    "42:",
+    "mov r10, [rax + {f_max_depth}]",
+    "test r10, r10",
+    "jz 43f",
+    "movzx ecx, dx",
+    "cmp rcx, r10",
+    "jae 83b", // -D: too deep
+    "43:",
+    // Deeper than records can say: the general way records it at 1023.
+    "cmp dx, {max_record_depth}",
+    "jae 81b",
+    // Recorded at the own depth; v's own depth + 1 once the record is in.
+    "inc rdx",
+    "mov r10, rdx",
+    "call 46f",
+    // The entry record (the ring still in r11).
+    "mov rcx, [rsp]",
+    "shl rcx, 16",
+    "movzx edx, r10w",
+    "dec edx",
+    "shl rdx, 6",
+    "or rcx, rdx",
+    "or rcx, {entry_bits}",
+    ring_record!(
+        "shadowgraph_fused_filtered_entry",
+        "82b",
+        "r9",
+        "rcx",
+        "mov dx, r10w\n",
+        ""
+    ),
+    "jmp 47f",
+    // A -N function: NOTRACE in v, its frame kept, nothing recorded.
+    "45:",
+    "bts rdx, {notrace_bit}",
+    "mov r10, rdx",
+    "call 46f",
+    // The variable, then the BITMAP word; hooked.
+    "47:",
+    "mov rax, [rsi + {u_frame_word}]",
+    "movsxd rcx, dword ptr [rsi + {u_slot}]",
+    "mov [rdi + rcx*8 + {tv}], r10",
+    "mov [rdi + r8*8 + 24], rax",
+    bracket_leave!(),
+    "cmp rsp, rsp",
+    pop_saved!(),
+    "ret",
+    // The frame at fgraph's depth r9, as on the plain path (written,
+    // published, written again), rcx left the thread state's offset; a
+    // full stack: the general way (this return address dropped first).
+    "46:",
+    crate::fixed_load!("rcx", "tp_thread"),
+    "cmp r8, [rip + {room_limit}]",
+    "jb 48f",
+    "add rsp, 8",
+    "jmp 81b",
+    "48:",
+    "mov rdx, [rsp + 8]",
+    "mov rax, r9",
+    "shl rax, 48",
+    "or rdx, rax",
+    frame_words!("48"),
+    "lea rax, [r8 + 4]",
+    "mov qword ptr fs:[rcx + {t_curr}], rax",
+    frame_words!("48"),
+    "ret",
+    // Return through a stub: jumped to by the stub's `jmp [RETURN]` at its
+    // return point, with rsp, the result and the dead registers as
+    // for the return above. Resumes by `ret`: the return-stack predictor
+    // holds the real address, since the stub's call has been returned from.
+    ".globl shadowgraph_fused_site_return",
+    ".hidden shadowgraph_fused_site_return",
+    "shadowgraph_fused_site_return:",
+    "endbr64",
+    fused_return!(
+        "shadowgraph_fused_site_return_record",
+        "push r11\nret\n",
+        "cmp qword ptr [rsi + {u_filter}], 0\njne 50f\n"
+    ),
+    "jmp shadowgraph_site_return_general",
+    // A recorder with graph filters, from before the claim (registers as
+    // there: rsi the user, rdi the stack, r10 the frame f, r11 the ring;
+    // rax and rdx saved at [rsp]): its thread variable as
+    // `GraphFilter::ret` leaves it (r8), written once the record is in.
+    "50:",
+    "movsxd rcx, dword ptr [rsi + {u_slot}]",
+    "mov r8, [rdi + rcx*8 + {tv}]",
+    "btr r8, {notrace_bit}",
+    "jnc 51f",
+    // The -N function's own return: NOTRACE cleared, nothing recorded.
+    "mov [rdi + rcx*8 + {tv}], r8",
+    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
+    "jmp 53f",
+    // Own depth − 1; IN_GRAPH ends with the call that set it.
+    "51:",
+    "movzx edx, r8w",
+    "test edx, edx",
+    "jz 52f",
+    "dec edx",
+    "bt r8, {in_graph_bit}",
+    "jnc 52f",
+    "mov rax, r8",
+    "shr rax, {graph_depth_shift}",
+    "movzx eax, ax",
+    "cmp eax, edx",
+    "jne 52f",
+    "btr r8, {in_graph_bit}",
+    "52:",
+    "and r8, -65536",
+    "or r8, rdx",
+    ring_record!(
+        "shadowgraph_fused_filtered_return",
+        "92b",
+        "r9",
+        "rcx",
+        "mov dx, r8w\n",
+        concat!(
+            "mov rcx, [rdi + r10*8 + 8]\n",
+            "shl rcx, 16\n",
+            "movzx edx, r8w\n",
+            "cmp edx, {max_record_depth}\n",
+            "jae 92b\n",
+            "shl rdx, 6\n",
+            "or rcx, rdx\n",
+            "or rcx, {exit_bits}\n",
+        )
+    ),
+    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
+    "movsxd rcx, dword ptr [rsi + {u_slot}]",
+    "mov [rdi + rcx*8 + {tv}], r8",
+    // Pop the frame; resume at its real return address.
+    "53:",
+    "mov r11, [rdi + r10*8]",
+    crate::fixed_load!("rcx", "tp_thread"),
+    "mov qword ptr fs:[rcx + {t_curr}], r10",
+    bracket_leave!(),
+    "pop rdx",
+    "pop rax",
+    "push r11",
+    "ret",
+    ".popsection",
+    tp_local = sym fgraph::TP_LOCAL,
+    tp_thread = sym fgraph::TP_THREAD,
+    tp_rings = sym TP_RINGS,
+    rseq_cs = sym RSEQ_CS,
+    rseq_restarts = sym RSEQ_RESTARTS,
+    fused = sym fgraph::SOLE_PROVIDED,
+    manager_entry = sym fgraph::manager_tramp_entry,
+    l_word = const offset_of!(CoreLocal, word),
+    l_rec = const offset_of!(CoreLocal, rec),
+    l_anchor = const offset_of!(CoreLocal, outer_anchor),
+    t_stack = const offset_of!(ThreadState, stack),
+    t_curr = const offset_of!(ThreadState, curr),
+    t_blockers = const crate::fgraph::stack::BLOCKERS,
+    hookable = const crate::fgraph::stack::HOOKABLE,
+    u_frame_word = const offset_of!(GraphUser, frame_word),
+    u_slot = const offset_of!(GraphUser, slot),
+    u_max_depth = const GraphUser::PATH_WORDS + 8 * W_MAX_DEPTH,
+    r_offset_mask = const offset_of!(RingHeader, offset_mask),
+    slot_shift = const crate::record::ring::SLOT_SHIFT,
+    r_head = const offset_of!(RingHeader, head),
+    r_room_end = const offset_of!(RingHeader, room_end),
+    r_reserve = const offset_of!(RingHeader, reserve),
+    header = const HEADER_BYTES,
+    room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
+    frame_words = const crate::fgraph::stack::FRAME_WORDS,
+    entry_bits = const shadowgraph_data::format::MAGIC << 3,
+    max_record_depth = const MAX_RECORD_DEPTH,
+    // The users' bits (12..27) lie in the word's low half.
+    users_clear = const !(0xffffu32 << 12),
+    exit_bits = const shadowgraph_data::format::MAGIC << 3 | 1,
+    id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
+    u_filter = const GraphUser::PATH_WORDS + 8 * W_FILTER,
+    f_classes = const offset_of!(FusedFilter, classes),
+    f_len = const offset_of!(FusedFilter, len),
+    f_functions = const offset_of!(FusedFilter, has_functions),
+    f_max_depth = const offset_of!(FusedFilter, max_depth),
+    tv = const crate::fgraph::stack::TASK_VAR_BASE * 8,
+    notrace_bit = const crate::fgraph::filters::NOTRACE_BIT,
+    in_graph_bit = const crate::fgraph::filters::IN_GRAPH_BIT,
+    graph_depth_shift = const crate::fgraph::filters::GRAPH_DEPTH_SHIFT,
+    not_graph_depth = const !(0xffffu64 << crate::fgraph::filters::GRAPH_DEPTH_SHIFT),
+);

@@ -1,0 +1,390 @@
+//! The recording tracer fused into fgraph's single-user path.
+//!
+//! When the only graph user is a recorder whose callbacks do nothing but
+//! append an entry and an exit record to its thread's ring, declining calls
+//! deeper than a limit if it has one (the agent's plain `record`, `-D`
+//! included), or applying graph filters first (`-F`, `-N`: the same thread
+//! variable as fgraph::filters, see [`attach_filtered`]), the manager's
+//! trampolines and site stubs hand over to `shadowgraph_fused_entry` /
+//! `shadowgraph_fused_site_entry`, and returns come back to
+//! `shadowgraph_fused_return` / `shadowgraph_fused_site_return` (for site
+//! stubs, the `_plain` copies without the per-call checks for rseq, a
+//! depth limit and filters where attach finds none needed): each does
+//! in a few dozen instructions what fgraph's Rust path and the callbacks do
+//! — the bracket, the filters, the frame push or pop (with the return
+//! hijack where sites call the trampolines), the record in the ring (a
+//! restartable sequence where glibc registered rseq, else the same claim /
+//! write / publish protocol as `Ring`: either way a signal handler may
+//! record in between) — without saving the argument registers for Rust
+//! code or calling it. Anything unusual for either (a thread not at rest,
+//! no stack or ring yet, another user, frames a longjmp left, a full stack
+//! or ring, a site the filter table does not know) goes the general way,
+//! untouched: `shadowgraph_fused_general` or fgraph's site entry, and
+//! `shadowgraph_return_general` or fgraph's site return.
+//!
+//! The `_plain` copies hold no bracket (the quiesce read side, and how a
+//! signal handler knows it landed in our code): each writes its record in
+//! one restartable sequence that rechecks the user (grace periods restart
+//! such sequences: quiesce::fence_rseq_too) and records only where the
+//! ring's depth is the call's: a handler landing between a frame and its
+//! record finds them a level apart, and its calls are recorded where the
+//! ring says the thread is ([`ring_depth_witness`]).
+//!
+//! The thread-local state is reached at its offset from the thread pointer
+//! (initial-exec TLS: the same offset in every thread), computed once
+//! (fgraph::init_tp_offsets and [`attach`]) and then written into this
+//! code as immediates (`fixed_load!`, tls::patch_fixed_loads).
+
+mod frame_asm;
+mod general;
+mod plain;
+mod profile;
+mod ring_asm;
+mod timed;
+mod variant_asm;
+
+use crate::clock;
+use crate::record::writer;
+
+use crate::fgraph::filters::GraphFilter;
+use crate::fgraph::{self, GraphUser};
+use crate::ftrace::quiesce;
+use crate::tracer::profile::ProfileCounters;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+// The user's words this path reads (fgraph's `GraphUser::path_words`):
+/// Calls at this depth or deeper are declined (`-D`); 0: no limit; the
+/// sign bit: the filter table decides.
+pub(super) const W_MAX_DEPTH: usize = 0;
+/// The graph filters applied, a [`FusedFilter`] (its callbacks apply the
+/// same, as `fgraph::filters::GraphFilter`); 0: none.
+pub(super) const W_FILTER: usize = 1;
+/// The time filter's threshold in TSC ticks (`-t`; its callbacks keep the
+/// entry time in a reserved word), 0: none.
+pub(super) const W_MIN_TICKS: usize = 2;
+
+/// Graph filters in the fused path's terms: each site's class (bit 0: a
+/// function of `-F`, bit 1: of `-N`) by site id, whether there is a `-F`
+/// set, and the depth limit (0: none). Sites added later (ids from `len`
+/// on) go the general way. Never freed (a thread may still read it).
+#[repr(C)]
+pub(crate) struct FusedFilter {
+    classes: *const u8,
+    len: u64,
+    has_functions: u64,
+    max_depth: u64,
+}
+
+/// Offset from the thread pointer of the fused instance's ring in the
+/// writer's thread-local rings (the core's and fgraph's state:
+/// fgraph::TP_LOCAL, fgraph::TP_THREAD).
+pub(super) static TP_RINGS: AtomicI64 = AtomicI64::new(0);
+
+/// Offset from the thread pointer of the `rseq_cs` field of the thread's
+/// `struct rseq`, which glibc (2.35 on) registers with the kernel for every
+/// thread it starts; 0: no rseq (older glibc or kernel, valgrind,
+/// `GLIBC_TUNABLES=glibc.pthread.rseq=0`), and the fused path claims its
+/// ring slots by `cmpxchg` (ring_record).
+pub(super) static RSEQ_CS: AtomicI64 = AtomicI64::new(0);
+
+/// The `rseq_cs` field's offset from the thread pointer if glibc
+/// registered rseq for its threads (looked up at run time: older glibc
+/// lacks the symbols).
+fn rseq_cs_offset() -> Option<i64> {
+    // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names; the
+    // symbols, where present, are glibc's `const ptrdiff_t __rseq_offset`
+    // and `const unsigned int __rseq_size`, fixed after start-up.
+    unsafe {
+        let off = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) as *const isize;
+        let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) as *const u32;
+        if off.is_null() || size.is_null() || *size < 16 {
+            return None;
+        }
+        // struct rseq { u32 cpu_id_start; u32 cpu_id; u64 rseq_cs; … }
+        Some(*off as i64 + 8)
+    }
+}
+
+/// Restartable sequences the kernel aborted (the thread was preempted or
+/// signalled inside one), all threads.
+pub(super) static RSEQ_RESTARTS: AtomicU64 = AtomicU64::new(0);
+
+/// The depth a record holds at most (10 bits). The general way records
+/// deeper calls at this depth; the fused paths leave them to it (a deeper
+/// depth would run into the record's function address).
+pub(super) const MAX_RECORD_DEPTH: u32 = 1023;
+
+/// Whether the fused path's plain site entry and return are on. They hold
+/// no bracket, so a signal handler that lands in them runs at rest, as
+/// far as the bracket says. They record where the ring's depth is the
+/// call's (an entry's depth, an exit's depth + 1), and an entry also where
+/// the ring is one level above its frames (a handler's call that landed
+/// between a frame's push and its entry record, or between an exit record
+/// and the frame's pop), at the ring's depth, which its frame then keeps.
+/// A recorder's callbacks must do as they do inside a handler whenever the
+/// ring is out of step with the depth they are given: record at the
+/// ring's depth (`Depth::Follow`), which is where the thread is.
+pub fn ring_depth_witness() -> bool {
+    fgraph::chosen_site_entry() == shadowgraph_fused_site_entry_plain as *const () as usize
+}
+
+/// Whether the fused path claims ring slots by restartable sequences.
+pub fn uses_rseq() -> bool {
+    RSEQ_CS.load(Ordering::Relaxed) != 0
+}
+
+/// How many records the fused path started again (or, on the plain
+/// entry, sent the general way) because the kernel aborted their
+/// restartable sequence.
+pub fn rseq_restarts() -> u64 {
+    RSEQ_RESTARTS.load(Ordering::Relaxed)
+}
+
+/// Offset from the thread pointer of the profile's table pointer of this
+/// thread ([`attach_profile`]), and how many rows each table has.
+pub(super) static TP_PROFILE: AtomicI64 = AtomicI64::new(0);
+pub(super) static PROFILE_ROWS: AtomicU64 = AtomicU64::new(0);
+
+/// A time-filtered call (`-t`) keeps one word in its shadow frame until its
+/// duration is known: the entry's timestamp, and this bit once its entry
+/// record is written (a descendant was long enough, so it is too). The
+/// function and depth of the record come from the frame and its nesting.
+pub const ENTRY_WRITTEN: u64 = 1 << 63;
+/// In the same word: the call returned too short to record. A signal
+/// handler that lands before its frame is popped and releases its callers
+/// passes over it (its exit was decided: writing its entry then would leave
+/// an entry without an exit).
+pub const ENTRY_DROPPED: u64 = 1 << 62;
+/// The word while the entry reads the clock: a signal handler that lands
+/// then (often: `rdtsc` is slow, and a signal waits for it to finish) and
+/// records, writes this call's entry first, at the entry time of the
+/// call's nearest timed descendant (one of the handler's), and marks it
+/// written; the entry's time, older than the handler's records, is then
+/// not kept. (A word still 0 belongs to a call whose entry has not begun
+/// to time it: its time will be later than the handler's records, and the
+/// handler passes over it.)
+pub const ENTRY_TIMING: u64 = 1 << 61;
+/// The flag bits of the word; the rest is a time.
+pub const ENTRY_FLAGS: u64 = ENTRY_WRITTEN | ENTRY_DROPPED | ENTRY_TIMING;
+
+extern "C" {
+    fn shadowgraph_fused_profile_entry();
+    fn shadowgraph_fused_profile_return();
+    fn shadowgraph_fused_timed_entry();
+    fn shadowgraph_fused_timed_return();
+    fn shadowgraph_fused_entry();
+    fn shadowgraph_fused_return();
+    fn shadowgraph_fused_site_entry();
+    fn shadowgraph_fused_site_return();
+    fn shadowgraph_fused_site_entry_plain();
+    fn shadowgraph_fused_site_return_plain();
+}
+
+/// Makes `user` — a graph user whose entry callback declines calls at
+/// depth `max_depth` or deeper (0: none) and otherwise only emits an entry
+/// record, and whose return callback only emits an exit record (depth and
+/// function as fgraph gives them), to recording instance `inst` — eligible
+/// for the fused path, and turns the path on. Call before the first graph
+/// user registers (the manager's trampolines are made then). Returns false
+/// (nothing changed) when the records are not timed by the TSC, `inst` is
+/// out of range, or a graph user registered already.
+///
+/// The plain site path reads nothing of the user but its frame word, a
+/// copy in fgraph::SOLE_FRAME_WORD (a value its restartable sequences
+/// check again, which grace periods restart): the user goes as any other.
+pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
+    attach_inner(user, inst, max_depth, None, None)
+}
+
+/// [`attach`] for a recorder whose callbacks apply `filter` (its functions,
+/// notrace sets and depth limit; no thread filter) with
+/// `GraphFilter::entry_with(.., false)` and `GraphFilter::ret`, and emit
+/// the records at the depths those give. The fused path applies the same
+/// filters at sites with stubs. False (nothing changed) as for `attach`,
+/// or with a thread filter.
+pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> bool {
+    // Refused before the table is made (it is never freed).
+    if filter.threads.is_some()
+        || !clock::uses_tsc()
+        || inst >= writer::MAX_INSTANCES
+        || fgraph::manager_made()
+    {
+        return false;
+    }
+    attach_inner(user, inst, 0, Some(filter_table(filter)), None)
+}
+
+/// [`attach`] for a profile (`--tracer profile`) alone: `user`'s entry
+/// callback reserves 24 bytes of the frame, `{start, children, site id}`
+/// (the id's row of this thread's table counted under way), and its return
+/// callback adds the call's duration `d` to its caller's `children` (the
+/// frame below, if its own) and to the row (hits, total, self = d −
+/// children, Σd², and the outermost calls' total when none is under way).
+/// `table` is this thread's cell holding the thread's [`ProfileTable`]
+/// (thread-local, initial-exec: the same offset in every thread; null
+/// until the callbacks make it), each with `rows` rows. The fused path
+/// does both where sites have stubs, the callbacks the rest (no table
+/// yet, a site beyond the rows). False (nothing changed) as for `attach`.
+pub fn attach_profile(user: &GraphUser, inst: usize, table: usize, rows: usize) -> bool {
+    if !clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
+        return false;
+    }
+    TP_PROFILE.store(
+        table.wrapping_sub(thread_pointer()) as i64,
+        Ordering::Relaxed,
+    );
+    PROFILE_ROWS.store(rows as u64, Ordering::Relaxed);
+    attach_inner(
+        user,
+        inst,
+        0,
+        None,
+        Some((
+            shadowgraph_fused_profile_entry as *const () as usize,
+            shadowgraph_fused_profile_return as *const () as usize,
+        )),
+    )
+}
+
+/// The thread pointer (fs:0 holds it, x86-64 TLS ABI).
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: reads the thread pointer, nothing else.
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    tp
+}
+
+/// [`attach`] for a recorder with a time filter alone (`-t`): its entry
+/// callback reserves 8 bytes of the frame (`GraphUser::reserve`) and keeps
+/// the entry time there by [`ENTRY_TIMING`]'s protocol, records nothing,
+/// and its return callback drops a call shorter than `min_ticks` (marking
+/// the word [`ENTRY_DROPPED`]), writes the exit of one whose entry is
+/// written, and writes the waiting entries of a long one's callers, its
+/// own and its exit. The fused path does the first two where sites have
+/// stubs and leaves the rest to the callbacks. False (nothing changed) as
+/// for `attach`, or for a threshold of 0.
+pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
+    if min_ticks == 0
+        || !clock::uses_tsc()
+        || inst >= writer::MAX_INSTANCES
+        || fgraph::manager_made()
+    {
+        return false;
+    }
+    user.path_words[W_MIN_TICKS].store(min_ticks, Ordering::Release);
+    attach_inner(
+        user,
+        inst,
+        0,
+        None,
+        Some((
+            shadowgraph_fused_timed_entry as *const () as usize,
+            shadowgraph_fused_timed_return as *const () as usize,
+        )),
+    )
+}
+
+/// After objects were loaded (dlopen): a user attached with
+/// [`attach_filtered`] gets a table covering the new sites too, which
+/// took the general way until then (their ids were beyond the table).
+/// The old table stays (a thread may be reading it; one per load).
+pub fn refresh_filtered(user: &GraphUser, filter: &GraphFilter) {
+    if user.path_words[W_FILTER].load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let table: *mut FusedFilter = filter_table(filter);
+    user.path_words[W_FILTER].store(table as u64, Ordering::Release);
+}
+
+/// Each site's class under `filter` (bit 0: a `-F` function, bit 1: `-N`),
+/// for every site the core knows now; never freed.
+fn filter_table(filter: &GraphFilter) -> &'static mut FusedFilter {
+    let n = crate::ftrace::site_count();
+    let classes: Vec<u8> = (0..n as crate::ftrace::SiteId)
+        .map(|id| {
+            let has = |fs: &Option<std::sync::Arc<crate::ftrace::FilterSet>>| {
+                fs.as_ref().is_some_and(|f| f.pair().contains(id))
+            };
+            has(&filter.functions) as u8 | (has(&filter.notrace) as u8) << 1
+        })
+        .collect();
+    let classes = Box::leak(classes.into_boxed_slice());
+    Box::leak(Box::new(FusedFilter {
+        classes: classes.as_ptr(),
+        len: n as u64,
+        has_functions: filter.functions.is_some() as u64,
+        max_depth: filter.max_depth as u64,
+    }))
+}
+
+/// `stubs`: the site stubs' entry and return for a user that is not a
+/// plain recorder (sites without stubs, and their hijacked returns, then
+/// go the general way).
+fn attach_inner(
+    user: &GraphUser,
+    inst: usize,
+    max_depth: u32,
+    filter: Option<&'static mut FusedFilter>,
+    stubs: Option<(usize, usize)>,
+) -> bool {
+    if !clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
+        return false;
+    }
+    TP_RINGS.store(
+        (writer::rings_of_this_thread() + inst * 8).wrapping_sub(thread_pointer()) as i64,
+        Ordering::Relaxed,
+    );
+    fgraph::init_tp_offsets();
+    let rseq = rseq_cs_offset().unwrap_or(0);
+    RSEQ_CS.store(rseq, Ordering::Relaxed);
+    // A filtered user's limit is its filter's; the sign bit marks it.
+    let limit = if filter.is_some() {
+        1 << 63
+    } else {
+        max_depth as u64
+    };
+    user.path_words[W_MAX_DEPTH].store(limit, Ordering::Release);
+    let table = filter.map_or(std::ptr::null_mut(), |f| f as *mut FusedFilter);
+    user.path_words[W_FILTER].store(table as u64, Ordering::Release);
+    let path = if let Some((entry, ret)) = stubs {
+        fgraph::SolePath {
+            site_entry: entry,
+            site_return: ret,
+            ..Default::default()
+        }
+    } else {
+        let general = (
+            shadowgraph_fused_site_entry as *const () as usize,
+            shadowgraph_fused_site_return as *const () as usize,
+        );
+        let plain = rseq != 0 && limit == 0 && quiesce::fence_rseq_too();
+        fgraph::SolePath {
+            trampoline_entry: shadowgraph_fused_entry as *const () as usize,
+            // The plain copies address thread-local state by `fixed_tls!`:
+            // the manager takes the general ones if it cannot write the
+            // offsets in.
+            site_entry: if plain {
+                shadowgraph_fused_site_entry_plain as *const () as usize
+            } else {
+                general.0
+            },
+            site_return: if plain {
+                shadowgraph_fused_site_return_plain as *const () as usize
+            } else {
+                general.1
+            },
+            site_fallback: if plain { general } else { (0, 0) },
+            hijacked_return: shadowgraph_fused_return as *const () as usize,
+        }
+    };
+    if !fgraph::register_sole_path(path) {
+        return false;
+    }
+    user.let_sole_path_stand_in();
+    true
+}
+
+// The profile rows' size the assembly indexes by (id << 6).
+const _: () = assert!(std::mem::size_of::<ProfileCounters>() == 64);
