@@ -2,7 +2,12 @@
 //! program under the agent, printing. The work is in the `shadowgraph` crate.
 
 mod bench;
-mod run;
+mod children;
+mod count;
+mod demo;
+mod launch;
+mod options;
+mod record;
 mod sysinfo;
 
 use clap::{Parser, Subcommand};
@@ -61,7 +66,7 @@ enum Command {
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
         #[command(flatten)]
-        opts: run::RecordOptions,
+        opts: options::RecordOptions,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
@@ -154,7 +159,7 @@ enum Command {
     /// Record a program into a temporary directory and replay it at exit.
     Live {
         #[command(flatten)]
-        opts: run::RecordOptions,
+        opts: options::RecordOptions,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
@@ -176,19 +181,19 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { keep } => run::demo(keep),
+        Command::Demo { keep } => demo::demo(keep),
         Command::Sites { file, all } => sites(&file, all),
         Command::Count {
             top,
             graph,
             hijack_returns,
             program,
-        } => run::count(&program, top, graph, hijack_returns),
+        } => count::count(&program, top, graph, hijack_returns),
         Command::Record {
             data,
             opts,
             program,
-        } => run::record(&data, &opts, &program),
+        } => record::record(&data, &opts, &program),
         Command::Replay {
             data,
             fields,
@@ -228,7 +233,7 @@ fn main() -> ExitCode {
                 _ => view(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
             }
         }
-        Command::Live { opts, program } => run::live(&opts, &program),
+        Command::Live { opts, program } => record::live(&opts, &program),
         Command::Graph {
             data,
             function,
@@ -281,7 +286,7 @@ struct ViewFilter {
     depth: u16,
     /// Only calls lasting at least TIME (10us, 1.5ms; a bare number is ns),
     /// with their callers.
-    #[arg(short = 't', long = "time-filter", value_name = "TIME", value_parser = run::parse_duration_ns)]
+    #[arg(short = 't', long = "time-filter", value_name = "TIME", value_parser = options::parse_duration_ns)]
     time_filter: Option<u64>,
     /// Only these threads (comma-separated; repeatable).
     #[arg(long = "tid", value_delimiter = ',')]

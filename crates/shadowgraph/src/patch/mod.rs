@@ -17,118 +17,18 @@
 //! boundaries inside the edited span (nop5, call rel32 and jmp rel32 into
 //! one another, and the fentry call → nop conversions); sleds need the stop-the-world path.
 
-use crate::site::{decode_call, decode_jmp, encode_call, hex, NOP5};
+mod edit;
+mod published;
+mod trap;
+
 use crate::{stop, sys};
-use std::fmt;
+pub use edit::{Edit, PatchError};
+use published::{
+    add_known, ActiveBatch, ACTIVE, READERS, TRAPS_CHAINED, TRAPS_EMULATED, TRAPS_LATE,
+};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
-
-/// One site rewrite: `old` must be in memory, `new` replaces it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Edit {
-    pub addr: usize,
-    len: u8,
-    old: [u8; 8],
-    new: [u8; 8],
-}
-
-impl Edit {
-    /// Replace `old` by `new` (same length, 1..=8 bytes). Only for pairs of
-    /// instructions that may be swapped live (see the module comment).
-    pub fn new(addr: usize, old: &[u8], new: &[u8]) -> Edit {
-        assert!(old.len() == new.len() && (1..=8).contains(&old.len()));
-        let mut e = Edit {
-            addr,
-            len: old.len() as u8,
-            old: [0; 8],
-            new: [0; 8],
-        };
-        e.old[..old.len()].copy_from_slice(old);
-        e.new[..new.len()].copy_from_slice(new);
-        e
-    }
-
-    /// NOP5 → `call target`; `None` if `target` is out of `rel32` reach.
-    pub fn enable(addr: usize, target: usize) -> Option<Edit> {
-        Some(Edit::new(addr, &NOP5, &encode_call(addr, target)?))
-    }
-
-    /// `call target` → NOP5.
-    pub fn disable(addr: usize, target: usize) -> Option<Edit> {
-        Some(Edit::new(addr, &encode_call(addr, target)?, &NOP5))
-    }
-
-    /// `call from` → `call to`.
-    pub fn retarget(addr: usize, from: usize, to: usize) -> Option<Edit> {
-        Some(Edit::new(
-            addr,
-            &encode_call(addr, from)?,
-            &encode_call(addr, to)?,
-        ))
-    }
-
-    pub fn old(&self) -> &[u8] {
-        &self.old[..self.len as usize]
-    }
-
-    pub fn new_bytes(&self) -> &[u8] {
-        &self.new[..self.len as usize]
-    }
-
-    /// What a thread trapping on byte 0 must do instead of the new bytes.
-    fn emulation(&self) -> Emulation {
-        if self.len == 5 {
-            if let Some(target) = decode_call(self.addr, self.new_bytes()) {
-                return Emulation::Call {
-                    target,
-                    ret: self.addr + 5,
-                };
-            }
-            if let Some(target) = decode_jmp(self.addr, self.new_bytes()) {
-                return Emulation::Jump(target);
-            }
-        }
-        // Every other new form is a nop over the whole span.
-        Emulation::Resume(self.addr + self.len as usize)
-    }
-}
-
-/// Why a batch was refused. Nothing was written in any case.
-#[derive(Debug)]
-pub enum PatchError {
-    /// A site did not hold the expected bytes.
-    Mismatch {
-        addr: usize,
-        expected: Vec<u8>,
-        found: Vec<u8>,
-    },
-    /// Two edits of the batch overlap.
-    Overlap(usize),
-    /// The text could not be made writable or written.
-    Io(String),
-}
-
-impl fmt::Display for PatchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PatchError::Mismatch {
-                addr,
-                expected,
-                found,
-            } => write!(
-                f,
-                "site {addr:#x} holds {} instead of {}: batch refused, nothing written",
-                hex(found, 8),
-                hex(expected, 8)
-            ),
-            PatchError::Overlap(a) => write!(f, "two edits overlap at {a:#x}"),
-            PatchError::Io(e) => write!(f, "cannot write code: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for PatchError {}
 
 /// How the patcher writes to text pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,10 +70,6 @@ pub struct PatchStats {
 
 static BATCHES: AtomicU64 = AtomicU64::new(0);
 static SITES_WRITTEN: AtomicU64 = AtomicU64::new(0);
-static TRAPS_EMULATED: AtomicU64 = AtomicU64::new(0);
-static TRAPS_LATE: AtomicU64 = AtomicU64::new(0);
-static TRAPS_CHAINED: AtomicU64 = AtomicU64::new(0);
-
 pub fn stats() -> PatchStats {
     PatchStats {
         batches: BATCHES.load(Ordering::Relaxed),
@@ -230,28 +126,6 @@ pub fn serialise() -> Result<(), PatchError> {
     stop::ping_all().map_err(|e| PatchError::Io(format!("cannot serialise cores: {e}")))
 }
 
-/// What a SIGTRAP on byte 0 of a site in the active batch does.
-#[derive(Clone, Copy, Debug)]
-enum Emulation {
-    /// `call target`: push `ret`, continue at `target`.
-    Call { target: usize, ret: usize },
-    /// `jmp target` (a site's own stub).
-    Jump(usize),
-    /// A nop: continue here.
-    Resume(usize),
-}
-
-/// The batch the SIGTRAP handler consults: the caller's edits, sorted by
-/// address, which outlive the batch (`apply` retires it before returning).
-struct ActiveBatch {
-    edits: *const Edit,
-    len: usize,
-}
-
-static ACTIVE: AtomicPtr<ActiveBatch> = AtomicPtr::new(std::ptr::null_mut());
-/// SIGTRAP handlers that may hold a pointer loaded from `ACTIVE`.
-static READERS: AtomicUsize = AtomicUsize::new(0);
-
 /// Applies the batch with the int3-first protocol while other threads run.
 /// Sorts `edits` by address. On `Err` nothing was written.
 pub fn apply(edits: &mut [Edit]) -> Result<(), PatchError> {
@@ -267,7 +141,7 @@ pub fn apply(edits: &mut [Edit]) -> Result<(), PatchError> {
     }
     let _text = text_lock();
     verify(edits)?;
-    known::add(&edits.iter().map(|e| e.addr).collect::<Vec<_>>());
+    add_known(&edits.iter().map(|e| e.addr).collect::<Vec<_>>());
 
     let window = TextWindow::open_for(edits.iter().map(|e| (e.addr, e.len as usize)))?;
 
@@ -574,254 +448,6 @@ fn procmem_write(addr: usize, bytes: &[u8]) -> Result<(), PatchError> {
             "pwrite /proc/thread-self/mem at {addr:#x}: {}",
             io::Error::last_os_error()
         )))
-    }
-}
-
-/// Addresses of every site ever written, so that a trap delivered after its
-/// batch ended is still recognised as ours. Append-only: chunks are never
-/// freed, so the signal handler can read them without locks.
-mod known {
-    use std::sync::atomic::{AtomicPtr, Ordering};
-
-    struct Chunk {
-        sorted: Box<[usize]>,
-        next: *const Chunk,
-    }
-
-    static HEAD: AtomicPtr<Chunk> = AtomicPtr::new(std::ptr::null_mut());
-
-    /// Async-signal-safe.
-    pub(super) fn contains(addr: usize) -> bool {
-        let mut p = HEAD.load(Ordering::Acquire) as *const Chunk;
-        while !p.is_null() {
-            // SAFETY: chunks are leaked, immutable after publication.
-            let c = unsafe { &*p };
-            if c.sorted.binary_search(&addr).is_ok() {
-                return true;
-            }
-            p = c.next;
-        }
-        false
-    }
-
-    /// Called under the text lock (single writer), with `sorted` in
-    /// ascending order: one merge walk per chunk instead of a search per
-    /// address.
-    pub(super) fn add(sorted: &[usize]) {
-        let mut known = vec![false; sorted.len()];
-        let mut p = HEAD.load(Ordering::Acquire) as *const Chunk;
-        while !p.is_null() {
-            // SAFETY: chunks are leaked, immutable after publication.
-            let c = unsafe { &*p };
-            let mut j = 0;
-            for (i, &a) in sorted.iter().enumerate() {
-                while j < c.sorted.len() && c.sorted[j] < a {
-                    j += 1;
-                }
-                if j < c.sorted.len() && c.sorted[j] == a {
-                    known[i] = true;
-                }
-            }
-            p = c.next;
-        }
-        let new: Vec<usize> = sorted
-            .iter()
-            .zip(&known)
-            .filter(|(_, &k)| !k)
-            .map(|(&a, _)| a)
-            .collect();
-        if new.is_empty() {
-            return;
-        }
-        let chunk = Box::new(Chunk {
-            sorted: new.into_boxed_slice(),
-            next: HEAD.load(Ordering::Acquire),
-        });
-        HEAD.store(Box::into_raw(chunk), Ordering::Release);
-    }
-}
-
-/// The SIGTRAP handler: emulates a site's new instruction for a thread that
-/// hit the temporary `int3`, and hands every other trap to the handler the
-/// program (or a debugger stub) installed.
-mod trap {
-    use super::*;
-    use std::cell::UnsafeCell;
-
-    /// The disposition to chain to. Double-buffered: `set_previous` writes
-    /// the slot not in use, then flips `PREV_INDEX` (writers are serialised
-    /// by `PREV_LOCK`).
-    struct Previous(UnsafeCell<[libc::sigaction; 2]>);
-    // SAFETY: written only under PREV_LOCK into the inactive slot; readers
-    // copy the active slot.
-    unsafe impl Sync for Previous {}
-
-    static PREV: Previous = Previous(UnsafeCell::new(unsafe { std::mem::zeroed() }));
-    static PREV_INDEX: AtomicUsize = AtomicUsize::new(0);
-    static PREV_LOCK: Mutex<()> = Mutex::new(());
-
-    static INSTALLED: AtomicBool = AtomicBool::new(false);
-
-    /// Whether our SIGTRAP handler has been installed.
-    pub fn installed() -> bool {
-        INSTALLED.load(Ordering::Acquire)
-    }
-
-    /// The address of our SIGTRAP handler, to recognise it.
-    pub fn handler_address() -> usize {
-        on_sigtrap as *const () as usize
-    }
-
-    /// Whether the kernel's SIGTRAP disposition is still our handler (asked
-    /// of the kernel itself: a `sigaction` interposer would answer with the
-    /// program's own request).
-    pub fn handler_intact() -> bool {
-        // The kernel's struct sigaction: handler, flags, restorer, mask.
-        let mut k = [0usize; 4];
-        // SAFETY: rt_sigaction with a null new action only writes the
-        // current one into `k`, which is as large as the kernel's struct
-        // with its 8-byte mask.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                libc::SIGTRAP,
-                std::ptr::null::<usize>(),
-                k.as_mut_ptr(),
-                8usize,
-            )
-        };
-        r == 0 && k[0] == handler_address()
-    }
-
-    pub(super) fn install() {
-        let _g = PREV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: zeroed sigaction is valid; the handler has the SA_SIGINFO
-        // signature; `old` receives the previous disposition, stored in the
-        // inactive slot before ours becomes active.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_sigtrap as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
-            libc::sigemptyset(&mut sa.sa_mask);
-            let slot = 1 - PREV_INDEX.load(Ordering::Relaxed);
-            let prev = &mut (*PREV.0.get())[slot];
-            libc::sigaction(libc::SIGTRAP, &sa, prev);
-            PREV_INDEX.store(slot, Ordering::Release);
-        }
-        INSTALLED.store(true, Ordering::Release);
-    }
-
-    /// Records the disposition a program asked for while ours stays
-    /// installed (used by the agent's `sigaction` interposer).
-    pub fn set_previous(action: &libc::sigaction) {
-        let _g = PREV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = 1 - PREV_INDEX.load(Ordering::Relaxed);
-        // SAFETY: the inactive slot is not read by handlers that loaded the
-        // index after the last flip; writers are serialised by PREV_LOCK.
-        unsafe { (*PREV.0.get())[slot] = *action };
-        PREV_INDEX.store(slot, Ordering::Release);
-    }
-
-    pub fn previous() -> libc::sigaction {
-        // SAFETY: copies the active slot (see `Previous`).
-        unsafe { (*PREV.0.get())[PREV_INDEX.load(Ordering::Acquire)] }
-    }
-
-    const SI_KERNEL: i32 = 0x80;
-
-    extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-        let uc = ctx as *mut libc::ucontext_t;
-        // SAFETY: the kernel passes valid siginfo and ucontext pointers to an
-        // SA_SIGINFO handler.
-        let (code, pc) = unsafe {
-            (
-                (*info).si_code,
-                (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] as usize,
-            )
-        };
-        // `int3` reports SI_KERNEL with the PC after the 0xCC byte.
-        if code == SI_KERNEL && pc > 0 {
-            let site = pc - 1;
-            READERS.fetch_add(1, Ordering::SeqCst);
-            let batch = ACTIVE.load(Ordering::SeqCst);
-            let emulation = if batch.is_null() {
-                None
-            } else {
-                // SAFETY: `retire` frees a batch (and `apply` returns, ending
-                // the edits' borrow) only after READERS drops to zero
-                // following its swap, so both stay valid here.
-                let edits = unsafe { std::slice::from_raw_parts((*batch).edits, (*batch).len) };
-                edits
-                    .binary_search_by_key(&site, |e| e.addr)
-                    .ok()
-                    .map(|i| edits[i].emulation())
-            };
-            READERS.fetch_sub(1, Ordering::SeqCst);
-            if let Some(em) = emulation {
-                // SAFETY: rewriting the interrupted context. For a call, the
-                // word below rsp is free: no red zone is live at a function
-                // entry, and the signal frame lies below the red zone.
-                unsafe {
-                    let g = &mut (*uc).uc_mcontext.gregs;
-                    match em {
-                        Emulation::Call { target, ret } => {
-                            let sp = g[libc::REG_RSP as usize] as usize - 8;
-                            *(sp as *mut usize) = ret;
-                            g[libc::REG_RSP as usize] = sp as i64;
-                            g[libc::REG_RIP as usize] = target as i64;
-                        }
-                        Emulation::Jump(to) | Emulation::Resume(to) => {
-                            g[libc::REG_RIP as usize] = to as i64
-                        }
-                    }
-                }
-                TRAPS_EMULATED.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            // SAFETY: a known site lies in mapped text.
-            if known::contains(site) && unsafe { *(site as *const u8) } != 0xcc {
-                // The batch finished before the signal arrived: run the
-                // instruction that is there now.
-                // SAFETY: as above, rewriting the interrupted context.
-                unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = site as i64 };
-                TRAPS_LATE.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        TRAPS_CHAINED.fetch_add(1, Ordering::Relaxed);
-        chain(sig, info, ctx);
-    }
-
-    fn chain(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-        let prev = previous();
-        let h = prev.sa_sigaction;
-        if h == libc::SIG_IGN {
-            return;
-        }
-        if h == libc::SIG_DFL {
-            // Deliver with the default action (core dump): restore it and
-            // re-raise; the signal stays blocked until we return.
-            // SAFETY: plain signal-disposition calls, async-signal-safe.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
-                let _ = crate::sys::tgkill(crate::sys::gettid(), sig);
-            }
-            return;
-        }
-        // SAFETY: `h` is the handler the program installed, with the
-        // signature its flags declare.
-        unsafe {
-            if prev.sa_flags & libc::SA_SIGINFO != 0 {
-                let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) =
-                    std::mem::transmute(h);
-                f(sig, info, ctx);
-            } else {
-                let f: extern "C" fn(i32) = std::mem::transmute(h);
-                f(sig);
-            }
-        }
     }
 }
 

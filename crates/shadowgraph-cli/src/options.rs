@@ -1,0 +1,298 @@
+//! `record`'s options (and `live`'s), checked and turned into the
+//! session's configuration.
+
+use crate::launch::{returns, text_write};
+use shadowgraph::config::{self, Config, TracerKind};
+use std::path::{Path, PathBuf};
+
+/// What `record` (and `live`) trace.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct RecordOptions {
+    /// Record only inside these functions (glob, /regex/, @LIB); repeatable.
+    #[arg(short = 'F', long = "filter")]
+    filter: Vec<String>,
+    /// Record nothing inside these functions; repeatable.
+    #[arg(short = 'N', long = "notrace")]
+    notrace: Vec<String>,
+    /// Record at most this many nested levels.
+    #[arg(short = 'D', long = "depth", default_value_t = 0)]
+    depth: u32,
+    /// Record only calls lasting at least TIME (e.g. 10us, 1.5ms; ns, us,
+    /// ms, s; a bare number is ns); a kept call's callers are kept too.
+    #[arg(short = 't', long = "time-filter", value_name = "TIME", value_parser = parse_duration_ns)]
+    time_filter: Option<u64>,
+    /// Trace only the program, not its libraries.
+    #[arg(long)]
+    no_libs: bool,
+    /// Record only the program's own process, not the children it forks.
+    #[arg(long)]
+    pub(crate) no_children: bool,
+    /// Each thread's buffer (e.g. 512K, 4M; default 2M): a thread whose
+    /// buffer is full waits for the writer, so a larger one smooths bursts.
+    #[arg(short = 'b', long = "buffer", value_name = "SIZE", value_parser = parse_buffer_size)]
+    pub(crate) buffer: Option<u64>,
+    /// Trace calls nested up to DEPTH frames deep in each thread (default
+    /// 2047; at most 32767): sets the shadow stack's size. Deeper calls
+    /// run untraced, and are counted.
+    #[arg(long = "max-stack", value_name = "DEPTH", value_parser = parse_max_stack)]
+    max_stack: Option<u64>,
+    /// The clock timestamps are read from: `tsc` (the default: the
+    /// processor's time-stamp counter, converted to CLOCK_MONOTONIC
+    /// nanoseconds, if it runs at a constant rate; else mono) or `mono`
+    /// (CLOCK_MONOTONIC for each timestamp: slower, no conversion).
+    #[arg(long, value_name = "CLOCK", value_parser = ["tsc", "mono"])]
+    clock: Option<String>,
+    /// Switch tracing off and on while the program runs: commands
+    /// `disable` and `enable`, one per line, written to the FIFO CTL (made
+    /// with mkfifo); after each takes effect, `ack` is written to the FIFO
+    /// ACK if given. Disabled, the program's functions run unpatched.
+    #[arg(long, value_name = "CTL[,ACK]")]
+    control: Option<String>,
+    /// Start with tracing disabled (enable it through --control).
+    #[arg(long)]
+    disable: bool,
+    /// Trace this library too (file name prefix); repeatable; implies
+    /// --no-libs for the others.
+    #[arg(long = "lib")]
+    libs: Vec<String>,
+    /// Several tracers at once, each into DIR/NAME with its own filters:
+    /// `NAME[:type=graph|profile][:filter=P,P][:notrace=P,P][:depth=N][:time=T]`;
+    /// repeatable. A graph tracer records every call; a profile (the type
+    /// of a tracer named `profile`) keeps per-function calls, total and
+    /// self time for `report` (its filter selects the functions profiled).
+    #[arg(long = "tracer")]
+    tracers: Vec<String>,
+    /// Record through fgraph's callbacks, never the fused paths (to
+    /// compare them).
+    #[arg(long, hide = true)]
+    general_path: bool,
+    /// Hijack return addresses instead of returning through site stubs
+    /// (to compare them).
+    #[arg(long, hide = true)]
+    hijack_returns: bool,
+}
+
+/// `--max-stack DEPTH`: the shadow stack size, in bytes, that holds DEPTH
+/// plain frames (4 words each) above the push margin.
+pub(crate) fn parse_max_stack(v: &str) -> Result<u64, String> {
+    use shadowgraph::fgraph::stack::{MAX_STACK_BYTES, MIN_STACK_BYTES};
+    let most = MAX_STACK_BYTES as u64 / 32 - 1;
+    match v.trim().parse::<u64>() {
+        Ok(d) if (1..=most).contains(&d) => Ok(((d + 1) * 32)
+            .next_power_of_two()
+            .max(MIN_STACK_BYTES as u64)),
+        Ok(_) => Err(format!("`{v}`: the depth must be between 1 and {most}")),
+        Err(_) => Err(format!("`{v}` is not a depth (a number of frames)")),
+    }
+}
+
+/// A duration with a unit (ns, us, ms, s; none: ns) in nanoseconds.
+pub(crate) fn parse_duration_ns(v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let scale = match unit {
+        "" | "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return Err(format!("`{v}`: unknown time unit `{unit}` (ns, us, ms, s)")),
+    };
+    match num.parse::<f64>() {
+        Ok(n) if n.is_finite() && n * scale < u64::MAX as f64 => Ok((n * scale).round() as u64),
+        _ => Err(format!("`{v}` is not a duration (e.g. 10us, 1.5ms)")),
+    }
+}
+
+/// A buffer size: bytes, or with K, M or G (powers of 1024); 64K to 1G.
+pub(crate) fn parse_buffer_size(v: &str) -> Result<u64, String> {
+    let t = v.trim();
+    let (num, scale) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{v}` is not a size (e.g. 512K, 4M)"))?;
+    match n.checked_mul(scale) {
+        Some(b) if (64 << 10..=1 << 30).contains(&b) => Ok(b),
+        _ => Err(format!("`{v}`: the buffer size must be between 64K and 1G")),
+    }
+}
+
+/// A `--tracer` specification as the configuration's tracer.
+pub(crate) fn parse_tracer(spec: &str) -> Result<config::Tracer, String> {
+    let mut parts = spec.split(':');
+    let name = parts.next().unwrap_or_default().to_string();
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(format!(
+            "--tracer {spec}: needs a name (a plain directory name) first"
+        ));
+    }
+    let mut t = config::Tracer {
+        kind: if name == "profile" {
+            TracerKind::Profile
+        } else {
+            TracerKind::Graph
+        },
+        name: Some(name),
+        ..Default::default()
+    };
+    for p in parts {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| format!("--tracer {spec}: `{p}` is not key=value"))?;
+        let list = || {
+            v.split(',')
+                .filter(|x| !x.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        match k {
+            "filter" => t.filter.extend(list()),
+            "notrace" => t.notrace.extend(list()),
+            "depth" => {
+                t.depth = v
+                    .parse()
+                    .map_err(|_| format!("--tracer {spec}: bad depth `{v}`"))?
+            }
+            "time" => {
+                t.time_ns = parse_duration_ns(v).map_err(|e| format!("--tracer {spec}: {e}"))?
+            }
+            "type" => {
+                t.kind = match v {
+                    "graph" => TracerKind::Graph,
+                    "profile" => TracerKind::Profile,
+                    _ => {
+                        return Err(format!(
+                            "--tracer {spec}: unknown type `{v}` (graph, profile)"
+                        ))
+                    }
+                }
+            }
+            other => {
+                return Err(format!(
+                    "--tracer {spec}: unknown key `{other}` (type, filter, notrace, depth, time)"
+                ))
+            }
+        }
+    }
+    if t.kind == TracerKind::Profile && (t.depth > 0 || t.time_ns > 0) {
+        return Err(format!(
+            "--tracer {spec}: a profile takes filter= and notrace= only (it keeps no call records)"
+        ));
+    }
+    Ok(t)
+}
+
+impl RecordOptions {
+    /// The tracers these options ask for (one unnamed without `--tracer`).
+    pub(crate) fn tracers(&self) -> Result<Vec<config::Tracer>, String> {
+        let tracers: Vec<config::Tracer> = self
+            .tracers
+            .iter()
+            .map(|t| parse_tracer(t))
+            .collect::<Result<_, _>>()?;
+        if tracers.is_empty() {
+            return Ok(vec![config::Tracer {
+                filter: self.filter.clone(),
+                notrace: self.notrace.clone(),
+                depth: self.depth,
+                time_ns: self.time_filter.unwrap_or(0),
+                ..Default::default()
+            }]);
+        }
+        if !self.filter.is_empty()
+            || !self.notrace.is_empty()
+            || self.depth > 0
+            || self.time_filter.is_some()
+        {
+            return Err(
+                "with --tracer, give filters inside each tracer (filter=, notrace=, depth=, time=)"
+                    .into(),
+            );
+        }
+        Ok(tracers)
+    }
+
+    /// `--control CTL[,ACK]` checked: FIFOs, made absolute (the agent opens
+    /// them whatever its directory).
+    pub(crate) fn control(&self) -> Result<Option<config::Control>, String> {
+        if self.disable && self.control.is_none() {
+            return Err("--disable needs --control, to enable tracing later".into());
+        }
+        let Some(c) = &self.control else {
+            return Ok(None);
+        };
+        let fifos: Vec<&str> = c.split(',').collect();
+        if fifos.len() > 2 {
+            return Err(format!("--control {c}: CTL or CTL,ACK"));
+        }
+        let mut abs = Vec::new();
+        for p in fifos {
+            use std::os::unix::fs::FileTypeExt;
+            match std::fs::metadata(p) {
+                Ok(m) if m.file_type().is_fifo() => {}
+                Ok(_) => return Err(format!("--control {p}: not a FIFO (make one with mkfifo)")),
+                Err(e) => return Err(format!("--control {p}: {e} (make it with mkfifo)")),
+            }
+            abs.push(std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p)));
+        }
+        let mut abs = abs.into_iter();
+        Ok(Some(config::Control {
+            commands: abs.next().expect("one FIFO at least"),
+            acks: abs.next(),
+            start_disabled: self.disable,
+        }))
+    }
+
+    /// The session's configuration: recording into `dir` (absolute), the
+    /// threads' rings in `rings`. Patterns are checked here (a one-line
+    /// error before the program starts).
+    pub(crate) fn config(&self, dir: &Path, rings: &Path) -> Result<Config, String> {
+        let objects = if !self.libs.is_empty() {
+            config::Objects::Program(self.libs.clone())
+        } else if self.no_libs {
+            config::Objects::Program(Vec::new())
+        } else {
+            config::Objects::All
+        };
+        let config = Config {
+            mode: config::Mode::Record(config::Record {
+                dir: dir.to_owned(),
+                tracers: self.tracers()?,
+                rings: Some(config::Rings {
+                    dir: rings.to_owned(),
+                    layout: shadowgraph::record::ring::LAYOUT,
+                }),
+                ring_bytes: self.buffer,
+                clock: match self.clock.as_deref() {
+                    Some("mono") => config::Clock::Monotonic,
+                    _ => config::Clock::Tsc,
+                },
+                control: self.control()?,
+                children: !self.no_children,
+                fused: !self.general_path,
+            }),
+            objects,
+            stack_bytes: self.max_stack.map(|b| b as usize),
+            returns: returns(self.hijack_returns),
+            text_write: text_write()?,
+            lineage: Default::default(),
+        };
+        config.check().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+
+    pub(crate) fn tracer_names(&self) -> Vec<String> {
+        self.tracers
+            .iter()
+            .filter_map(|t| parse_tracer(t).ok())
+            .filter_map(|t| t.name)
+            .collect()
+    }
+}

@@ -1,0 +1,330 @@
+//! `record` and `live`: the program run under the agent, its rings drained
+//! by the writer into the data directory, the recording completed and
+//! summed up.
+
+use crate::children::{wait_with_usage, ForwardSignals, Lifeline, CHILD};
+use crate::launch::{agent_path, exit_code, find_program, preload};
+use crate::options::RecordOptions;
+use shadowgraph::config;
+use shadowgraph::record::collect;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::atomic::Ordering;
+
+/// Runs `program` recording into `data` (an existing directory is renamed
+/// to `<data>.old`).
+pub(crate) fn record(
+    data: &Path,
+    opts: &RecordOptions,
+    program: &[String],
+) -> Result<ExitCode, String> {
+    // The options checked before anything is moved or made.
+    opts.config(Path::new("/"), Path::new("/"))?;
+    let (prog, args) = program.split_first().ok_or("no program given")?;
+    let path = find_program(prog)?;
+    let found = shadowgraph::elf::scan_file(&path).map_err(|e| e.to_string())?;
+    found
+        .require_traceable_program()
+        .map_err(|e| e.to_string())?;
+    let agent = agent_path()?;
+    if data.exists() {
+        let old = PathBuf::from(format!("{}.old", data.display()));
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(data, &old)
+            .map_err(|e| format!("cannot move {} aside: {e}", data.display()))?;
+    }
+    std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    let abs = std::fs::canonicalize(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    let names = opts.tracer_names();
+    // Each instance's place in a recording directory (and in a session's).
+    let rel: Vec<(String, PathBuf)> = if names.is_empty() {
+        vec![(String::new(), PathBuf::new())]
+    } else {
+        names
+            .iter()
+            .map(|n| (format!("tracer {n}: "), PathBuf::from(n)))
+            .collect()
+    };
+    // The writer: drains the traced threads' rings (shared memory) into
+    // the directories while the program runs.
+    // (In /dev/shm, else in the temporary directory.)
+    let rel_dirs: Vec<PathBuf> = rel.iter().map(|r| r.1.clone()).collect();
+    let mut failed = Vec::new();
+    let mut made = None;
+    for shm in collect::shm_dirs("rings") {
+        match collect::Collector::new(&shm, &abs, rel_dirs.clone()) {
+            Ok(c) => {
+                made = Some((shm, c));
+                break;
+            }
+            Err(e) => failed.push(format!("{}: {e}", shm.display())),
+        }
+    }
+    let (shm, mut collector) =
+        made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
+    let config = opts.config(&abs, &shm)?;
+    collector.set_ring_len(shadowgraph::record::writer::shared_ring_len(opts.buffer));
+    let collector = collector.spawn();
+    let _signals = ForwardSignals::install();
+    // Unless told not to, the recording lasts as long as the program's
+    // descendants too (those it forked, and the programs they became).
+    let lifeline = if opts.no_children {
+        None
+    } else {
+        Some(Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?)
+    };
+    let mut program_pid = 0;
+    let status = Command::new(prog)
+        .args(args)
+        .env("LD_PRELOAD", preload(&agent))
+        .env(config::ENV, config.to_env_value())
+        .spawn()
+        .and_then(|child| {
+            let started = std::time::Instant::now();
+            let pid = child.id() as i32;
+            program_pid = pid;
+            CHILD.store(pid, Ordering::Release);
+            let lifeline = lifeline.map(Lifeline::handed_over);
+            let st = wait_with_usage(pid, started);
+            CHILD.store(0, Ordering::Release);
+            if let Some(l) = lifeline {
+                l.wait_for_descendants(prog);
+            }
+            st
+        });
+    let finished = collector.finish();
+    let totals = finished.totals;
+    let (status, usage) = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
+    // One line per program and reason: a program that runs `system()` in
+    // a loop starts the same shell many times.
+    let mut untraced: std::collections::BTreeMap<(&str, &str), Vec<i32>> = Default::default();
+    for (pid, exe, why) in &finished.execs {
+        untraced.entry((exe, why)).or_default().push(*pid);
+    }
+    for ((exe, why), pids) in untraced {
+        match pids[..] {
+            [pid] => eprintln!("# not traced: process {pid} started {exe} (exec): {why}"),
+            _ => eprintln!(
+                "# not traced: {} processes started {exe} (exec; {}{}): {why}",
+                pids.len(),
+                pids.iter()
+                    .take(3)
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if pids.len() > 3 { ", …" } else { "" }
+            ),
+        }
+    }
+    if !finished.running.is_empty() {
+        eprintln!(
+            "shadowgraph: warning: processes {:?} started by {prog} were still running when it exited: their later calls are not recorded",
+            finished.running
+        );
+    }
+    // The recording's directories, then those of every program started by
+    // exec (a session of its own each).
+    // (label, directory, whether it is an exec session's whose exit is not
+    // the program's)
+    let mut dirs: Vec<(String, PathBuf, bool)> = rel
+        .iter()
+        .map(|(label, r)| (label.clone(), collect::instance_dir(&abs, r), false))
+        .collect();
+    for (base, pid) in &finished.sessions {
+        let what = format!(
+            "process {pid} ({}, started by exec): ",
+            base.file_name().unwrap_or_default().to_string_lossy()
+        );
+        // A program the recorded one became by exec ends as it ends: its
+        // exit status is ours to tell. Another process's is not.
+        let foreign = *pid != program_pid;
+        dirs.extend(rel.iter().map(|(label, r)| {
+            (
+                format!("{what}{label}"),
+                collect::instance_dir(base, r),
+                foreign,
+            )
+        }));
+    }
+    for (label, d, foreign) in dirs {
+        let info_path = d.join("shadowgraph.info");
+        if info_path.exists() {
+            let t = totals.get(&d).copied().unwrap_or_default();
+            // The program's exit and usage are the recording's, not those
+            // of a session in another process (not ours to wait for).
+            let run = (!foreign).then_some((status, &usage));
+            let finished = complete_metadata(&d, t, &path, run).unwrap_or(false);
+            if !finished {
+                // Cut short (crash, _exit): the agent wrote metadata at
+                // start; the rings held the rest.
+                if foreign {
+                    eprintln!("# {label}it ended without the recording's exit step; what it recorded is kept");
+                } else {
+                    eprintln!("# {label}{prog} ended without the recording's exit step ({status}); what it recorded is kept");
+                }
+            }
+            let converted = shadowgraph_data::dir::DataDir::open(&d).and_then(|dd| {
+                if shadowgraph_data::profile::is_profile(&dd) {
+                    Ok(()) // no records to convert
+                } else {
+                    shadowgraph_data::uftrace::export(&dd, &d)
+                }
+            });
+            if let Err(e) = converted {
+                eprintln!("shadowgraph: {e}");
+            }
+        }
+        match shadowgraph_data::dir::DataDir::open(&d) {
+            Ok(dd) if shadowgraph_data::profile::is_profile(&dd) => {
+                match shadowgraph_data::profile::read(&dd) {
+                    Ok(rows) => eprintln!(
+                        "# {label}profiled {} calls of {} functions into {}",
+                        rows.values().map(|r| r.calls).sum::<u64>(),
+                        rows.keys()
+                            .map(|k| k.1)
+                            .collect::<std::collections::HashSet<_>>()
+                            .len(),
+                        d.display()
+                    ),
+                    Err(e) => eprintln!("shadowgraph: {label}{e}"),
+                }
+            }
+            Ok(dd) => {
+                // Counted from the files: right also when the exit step
+                // (which updates the counts in `info`) never ran.
+                let records: u64 = dd
+                    .tids
+                    .iter()
+                    .filter_map(|&t| std::fs::metadata(dd.dat_path(t)).ok())
+                    .map(|m| m.len() / 16)
+                    .sum();
+                eprintln!(
+                    "# {label}recorded {records} records ({} lost) from {} threads into {}",
+                    dd.info.get("lost").unwrap_or("?"),
+                    dd.tids.len(),
+                    d.display()
+                );
+                if let Some(w) = dd.loss_warning() {
+                    eprintln!("shadowgraph: {label}{w}");
+                }
+                if let Some(n) = dd.writer_wait_note(usage.elapsed_ns) {
+                    eprintln!("shadowgraph: {label}{n}");
+                }
+            }
+            Err(_) => eprintln!(
+                "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",
+                d.display()
+            ),
+        }
+    }
+    Ok(exit_code(status))
+}
+
+/// Adds what the writer counted to the agent's `shadowgraph.info`;
+/// returns whether the agent finished the recording (its exit step ran).
+pub(crate) fn complete_metadata(
+    dir: &Path,
+    t: collect::Totals,
+    exe: &Path,
+    run: Option<(std::process::ExitStatus, &crate::sysinfo::Usage)>,
+) -> Result<bool, String> {
+    use shadowgraph_data::dir::{DataDir, Info};
+    let d = DataDir::open(dir).map_err(|e| e.to_string())?;
+    let n = |k: &str| {
+        d.info
+            .get(k)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let finished = d.info.get("finished").is_some();
+    let mut info = Info::default();
+    for (k, v) in &d.info.fields {
+        info.set(k, v);
+    }
+    info.set("records", n("records") + t.written);
+    info.set("lost", n("lost") + t.lost);
+    let (steps, worst) = d.info.clock_steps_back();
+    info.set(
+        "clock_steps_back",
+        format!(
+            "{} / {}",
+            steps + t.clock_steps_back,
+            worst.max(t.clock_step_max)
+        ),
+    );
+    if t.errno != 0 && d.info.get("write_error").is_none() {
+        info.set("write_error", std::io::Error::from_raw_os_error(t.errno));
+    }
+    // A session's program is not `exe`: the agent named its own.
+    let exe = d
+        .info
+        .get("exe")
+        .map(PathBuf::from)
+        .unwrap_or(exe.to_owned());
+    crate::sysinfo::describe_machine(&mut info);
+    if let Some((status, usage)) = run {
+        crate::sysinfo::describe_run(&mut info, &exe, status, usage);
+    } else if let Some(id) = shadowgraph::elf::build_id(&exe) {
+        info.set("build_id", id);
+    }
+    info.write(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(finished)
+}
+
+/// Records into a temporary directory, replays, and removes it.
+pub(crate) fn live(opts: &RecordOptions, program: &[String]) -> Result<ExitCode, String> {
+    let dir = std::env::temp_dir().join(format!("shadowgraph-live-{}", std::process::id()));
+    let code = record(&dir, opts, program)?;
+    // One recording, or one per tracer (a profile is shown as its report).
+    let names = opts.tracer_names();
+    let shown = if names.is_empty() {
+        show_live(&dir, None)
+    } else {
+        names
+            .iter()
+            .try_for_each(|n| show_live(&dir.join(n), Some(n)))
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    shown?;
+    Ok(code)
+}
+
+/// `live`'s view of one recording directory: replay, or a profile's
+/// report; headed by the tracer's name when there are several. Without a
+/// recording `record` has said why already.
+pub(crate) fn show_live(dir: &Path, tracer: Option<&str>) -> Result<(), String> {
+    use shadowgraph_data::{dir::DataDir, profile, replay, report::SortKey};
+    use std::io::Write;
+    let Ok(d) = DataDir::open(dir) else {
+        return Ok(());
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if let Some(t) = tracer {
+        writeln!(out, "## tracer {t}").map_err(|e| e.to_string())?;
+    }
+    let shown = if profile::is_profile(&d) {
+        profile::report(&d, SortKey::Total, false, &[], &mut out)
+    } else {
+        replay::replay(&d, &mut out).and_then(|()| {
+            // Programs started by exec, each after a line naming it (the
+            // directory goes away with the rest).
+            for s in d.exec_sessions() {
+                let Ok(sd) = DataDir::open(&s) else {
+                    continue;
+                };
+                writeln!(
+                    out,
+                    "\n# started by exec: {}",
+                    sd.info.get("exe").unwrap_or("?")
+                )
+                .map_err(replay::ReplayError::Io)?;
+                replay::replay(&sd, &mut out)?;
+            }
+            Ok(())
+        })
+    };
+    shown
+        .and_then(|()| out.flush().map_err(replay::ReplayError::Io))
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,197 @@
+//! The writer's settings and counts: where the rings go and how large
+//! they are, and what was written, lost and waited for, by instance.
+
+use crate::record::ring::{ring_bytes, RING_RECORDS};
+use std::ffi::CString;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Rings (threads × instances) at most.
+pub(super) const MAX_RINGS: usize = 4096;
+/// Recording instances (tracers writing to their own directories).
+pub const MAX_INSTANCES: usize = 8;
+/// How long a thread waits for the writer to make room before dropping.
+pub(super) const WAIT_LIMIT_NS: u64 = 5_000_000_000;
+/// How long of that it spins before it naps, if the writer can run
+/// meanwhile on another processor ([`SPIN_FOR_ROOM`]).
+pub(super) const WAIT_SPIN_NS: u64 = 200_000;
+/// More than one processor to run on (when recording started).
+pub(super) static SPIN_FOR_ROOM: AtomicBool = AtomicBool::new(false);
+
+/// How many processors this thread may run on (its affinity mask: the
+/// program, and the writer with it, may have been confined to fewer than
+/// are online, e.g. by `taskset`).
+pub(super) fn cpus_to_run_on() -> u32 {
+    // SAFETY: a zeroed cpu_set_t is an empty set, filled by the call.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set) as u32
+    }
+}
+
+/// A live ring of this process, and (local mode) the file it drains to.
+pub(super) struct Slot {
+    pub ring: AtomicPtr<u8>,
+    pub fd: AtomicI32,
+}
+
+pub(super) static RINGS: [Slot; MAX_RINGS] = [const {
+    Slot {
+        ring: AtomicPtr::new(std::ptr::null_mut()),
+        fd: AtomicI32::new(-1),
+    }
+}; MAX_RINGS];
+/// Instance `i`'s data directory (for rings its threads drain themselves).
+pub(super) static DIRS: [OnceLock<CString>; MAX_INSTANCES] =
+    [const { OnceLock::new() }; MAX_INSTANCES];
+/// The shared-memory directory of the rings the writer drains, if any.
+pub(super) static SHM: OnceLock<CString> = OnceLock::new();
+/// This process image's recording session (see [`set_session`]).
+pub(super) static SESSION: AtomicU64 = AtomicU64::new(0);
+/// Records per ring, shared or local (a power of two; 2 MiB by default: a
+/// local ring makes one `write` per 131,072 records).
+pub(super) static SHARED_RECORDS: AtomicU64 = AtomicU64::new(RING_RECORDS);
+
+/// Records per ring for `bytes` of records: rounded up to a power of two of
+/// at least 4096 records (64 KiB).
+pub(super) fn records_for(bytes: u64) -> u64 {
+    (bytes / 16).max(4096).next_power_of_two()
+}
+
+/// Sets the size of the threads' rings: `bytes` of records (see
+/// [`records_for`]).
+pub fn set_ring_bytes(bytes: u64) {
+    SHARED_RECORDS.store(records_for(bytes), Ordering::Relaxed);
+}
+
+/// The length of a ring file for `bytes` of records (None: the default
+/// size), as the traced threads make them.
+pub fn shared_ring_len(bytes: Option<u64>) -> usize {
+    ring_bytes(bytes.map_or(RING_RECORDS, records_for))
+}
+
+/// The largest ring the writer makes a spare of (see
+/// `collect::Collector::set_ring_len`): more would be memory held for a
+/// thread that may never record that much.
+pub const SPARE_MAX_BYTES: usize = 16 << 20;
+/// The spare ring was tried for (by this process image, or the one it was
+/// forked from): there is one, and only the first try may find it.
+pub(super) static SPARE_TRIED: AtomicBool = AtomicBool::new(false);
+
+/// Writes the file name of the spare ring of `len` bytes, `spare-<len>`,
+/// to `buf` (at least 32 bytes); returns its length. The length is in the
+/// name so that a ring of another size is never taken.
+pub fn spare_name(len: usize, buf: &mut [u8]) -> usize {
+    buf[..6].copy_from_slice(b"spare-");
+    put_decimal(buf, 6, len as u64)
+}
+
+/// Names the recording session of this process image: its rings carry it,
+/// and the writer sends them to that session's directory. A forked child
+/// keeps its parent's session; a program started by exec gets its own.
+pub fn set_session(id: u64) {
+    SESSION.store(id, Ordering::Relaxed);
+}
+/// The writer stopped draining (a wait timed out): drop instead of waiting.
+pub(super) static WRITER_GONE: AtomicBool = AtomicBool::new(false);
+pub(super) static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
+pub(super) static SEQ: AtomicUsize = AtomicUsize::new(0);
+/// Local mode: records written to files, and lost, per instance.
+pub(super) static WRITTEN: [AtomicU64; MAX_INSTANCES] =
+    [const { AtomicU64::new(0) }; MAX_INSTANCES];
+pub(super) static LOST: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
+/// The first write failure of each instance (an errno; 0: none), so that
+/// the loss it caused is reported with its reason.
+pub(super) static WRITE_ERRNO: [AtomicI32; MAX_INSTANCES] =
+    [const { AtomicI32::new(0) }; MAX_INSTANCES];
+
+/// Local mode: per instance, times moved forward to keep each thread's
+/// increasing and the largest step back among them (ns).
+pub(super) static CLOCK_STEPS_BACK: [AtomicU64; MAX_INSTANCES] =
+    [const { AtomicU64::new(0) }; MAX_INSTANCES];
+pub(super) static CLOCK_STEP_MAX: [AtomicU64; MAX_INSTANCES] =
+    [const { AtomicU64::new(0) }; MAX_INSTANCES];
+
+/// Local mode: (times moved forward, largest step back in ns) of instance
+/// `inst` so far.
+pub fn clock_steps_back(inst: usize) -> (u64, u64) {
+    (
+        CLOCK_STEPS_BACK[inst].load(Ordering::Relaxed),
+        CLOCK_STEP_MAX[inst].load(Ordering::Relaxed),
+    )
+}
+
+/// Times a thread found its ring full and waited for the writer, and the
+/// nanoseconds it waited in all (shared mode).
+pub(super) static WAITS: AtomicU64 = AtomicU64::new(0);
+pub(super) static WAITED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// (waits for the writer, nanoseconds waited), all threads so far.
+pub fn waits() -> (u64, u64) {
+    (
+        WAITS.load(Ordering::Relaxed),
+        WAITED_NS.load(Ordering::Relaxed),
+    )
+}
+
+/// Local mode: records of instance `inst` written so far.
+pub fn written(inst: usize) -> u64 {
+    WRITTEN[inst].load(Ordering::Relaxed)
+}
+
+/// Records of instance `inst` lost so far (local mode; in shared mode, the
+/// ones lost before reaching a ring).
+pub fn lost(inst: usize) -> u64 {
+    LOST[inst].load(Ordering::Relaxed)
+}
+
+/// Why records of instance `inst` could not be written, if they could not.
+pub fn write_error(inst: usize) -> Option<io::Error> {
+    match WRITE_ERRNO[inst].load(Ordering::Relaxed) {
+        0 => None,
+        e => Some(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Whether the rings are drained by another process (a thread whose ring
+/// could not be made there drains its own).
+pub fn shared() -> bool {
+    SHM.get().is_some()
+}
+
+/// "<dir>/<name>" as a NUL-terminated path, without allocating.
+pub(super) fn path_in(dir: &CString, name: &[u8], out: &mut [u8]) -> bool {
+    let d = dir.as_bytes();
+    if d.len() + 1 + name.len() + 1 > out.len() {
+        return false;
+    }
+    out.fill(0);
+    out[..d.len()].copy_from_slice(d);
+    out[d.len()] = b'/';
+    out[d.len() + 1..d.len() + 1 + name.len()].copy_from_slice(name);
+    true
+}
+
+/// Appends `v` in decimal to `buf` at `n`; returns the new length.
+pub(super) fn put_decimal(buf: &mut [u8], mut n: usize, v: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut k = 0;
+    let mut v = v;
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in (0..k).rev() {
+        buf[n] = digits[i];
+        n += 1;
+    }
+    n
+}
