@@ -2,10 +2,10 @@
 //! byte for byte (SPEC §5):
 //!
 //! ```text
-//! # DURATION     TID      FUNCTION
-//!             [   6970] | main() {
-//!    0.691 us [   6970] |   atoi();
-//!    9.914 us [   6970] | } /* main */
+//! # DURATION     TID     FUNCTION
+//!             [  6970] | main() {
+//!    0.691 us [  6970] |   atoi();
+//!    9.914 us [  6970] | } /* main */
 //! ```
 
 use super::dir::{DataDir, DataError};
@@ -109,12 +109,11 @@ impl Field {
         ][self as usize]
     }
 
-    /// The column's title, as wide as its values (uftrace's titles; the
-    /// thread id's column is one wider, as in the default layout).
+    /// The column's title, as wide as its values (uftrace's titles).
     fn title(self) -> &'static str {
         [
             " DURATION ",
-            "   TID   ",
+            "   TID  ",
             "   ADDRESS  ",
             "     TIMESTAMP    ",
             " TIMEDELTA",
@@ -157,7 +156,7 @@ impl Field {
 struct Columns<'a> {
     data: &'a DataDir,
     fields: Vec<Field>,
-    /// Per thread: ` [    tid]`.
+    /// Per thread: ` [   tid]`.
     tids: Vec<Vec<u8>>,
     /// The program's name, right-aligned in 15.
     task: Vec<u8>,
@@ -573,7 +572,7 @@ pub fn replay_fields(
         fields: fields.to_vec(),
         tids: tids
             .iter()
-            .map(|t| format!(" [{t:>7}]").into_bytes())
+            .map(|t| format!(" [{t:>6}]").into_bytes())
             .collect(),
         task: format!(" {task:>15}").into_bytes(),
         last: vec![None; tids.len()],
@@ -613,8 +612,16 @@ pub fn replay_fields(
         match r.kind {
             Kind::Entry => {
                 let name = data.name(r.addr);
+                // A leaf: its exit is the next record shown, of any thread
+                // (the heap's next is this stream's), as uftrace merges.
+                let next_shown = heap.peek().map(|Reverse(x)| x.1) == Some(k);
                 match next {
-                    Some(n) if n.kind == Kind::Exit && n.depth == r.depth && n.addr == r.addr => {
+                    Some(n)
+                        if n.kind == Kind::Exit
+                            && n.depth == r.depth
+                            && n.addr == r.addr
+                            && next_shown =>
+                    {
                         let dur = Some(n.time.saturating_sub(r.time));
                         if r.addr == super::sched::SCHED_ADDR {
                             // uftrace's event line.
