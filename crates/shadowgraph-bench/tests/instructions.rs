@@ -35,21 +35,9 @@ const BUDGETS: [(&str, f64); 13] = [
     ("record-tail", 500.0),
 ];
 
-fn have_valgrind() -> bool {
-    Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn traced_call_instruction_budgets() {
-    if !have_valgrind() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install valgrind (see .ci/run)"
-        );
-        eprintln!("valgrind not installed: instruction budgets not checked");
+    if !shadowgraph_testkit::tool::require("valgrind", "the instruction budgets") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("shadowgraph-ir-{}", std::process::id()));

@@ -116,11 +116,16 @@ impl DataDir {
         let (lost, overrun) = (count("lost"), count("overrun"));
         let mut what = Vec::new();
         if lost > 0 {
-            let why = self
-                .info
-                .get("write_error")
-                .map(|e| format!(" (writing the trace failed: {e})"))
-                .unwrap_or_default();
+            let why = match (
+                self.info.get("write_error"),
+                self.info.get("writer_gave_up"),
+            ) {
+                (Some(e), _) => format!(" (writing the trace failed: {e})"),
+                (None, Some(_)) => " (a ring stayed full for 5 s: its thread stopped waiting \
+                                   for the writer and dropped its records from then on)"
+                    .to_string(),
+                _ => String::new(),
+            };
             what.push(format!("{lost} records were lost while recording{why}"));
         }
         if overrun > 0 {

@@ -21,10 +21,18 @@ pub fn compiler() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".to_string())
 }
 
-/// Compiles `sources` into `output` with `flags`; `Err` carries the
-/// compiler's message.
+/// The C++ compiler: `$CXX`, else `g++`.
+pub fn cxx_compiler() -> String {
+    std::env::var("CXX").unwrap_or_else(|_| "g++".to_string())
+}
+
+/// Compiles `sources` into `output` with `flags` (C++ sources, `.cc` or
+/// `.cpp`, with the C++ compiler); `Err` carries the compiler's message.
 pub fn compile(sources: &[&Path], flags: &[&str], output: &Path) -> Result<(), String> {
-    let cc = compiler();
+    let cxx = sources
+        .iter()
+        .any(|s| s.extension().is_some_and(|e| e == "cc" || e == "cpp"));
+    let cc = if cxx { cxx_compiler() } else { compiler() };
     let out = Command::new(&cc)
         .args(flags)
         .args(sources)

@@ -42,8 +42,11 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
         .map(|f| ftrace::site_by_name(f).unwrap().addr as u64)
         .collect();
 
-    if !clock::init() {
-        eprintln!("no usable TSC: the fused path is off on this machine");
+    if !shadowgraph_testkit::tool::available(
+        clock::init(),
+        "an invariant TSC (the fused path needs one)",
+        "the fused path",
+    ) {
         return;
     }
     // Small local rings: the threads drain them often (the general way's

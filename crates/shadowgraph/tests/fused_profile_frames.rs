@@ -16,8 +16,11 @@ use std::cell::Cell;
 #[test]
 fn profile_frames_pass_between_the_fused_path_and_the_callbacks() {
     let (_dir, _lib, run) = nested_workload("fused_profile_frames");
-    if !clock::init() {
-        eprintln!("no usable TSC: the fused path is off on this machine");
+    if !shadowgraph_testkit::tool::available(
+        clock::init(),
+        "an invariant TSC (the fused path needs one)",
+        "the fused path",
+    ) {
         return;
     }
     let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();

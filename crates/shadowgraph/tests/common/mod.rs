@@ -6,7 +6,7 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
 pub mod frames;
-mod scratch;
+use shadowgraph_testkit::scratch;
 
 /// A fresh directory under the target dir, unique per test.
 pub fn workdir(name: &str) -> PathBuf {

@@ -24,7 +24,7 @@ pub(crate) use rings::take_spare;
 pub use rings::{flush_all, forget_after_fork};
 pub use state::{
     clock_steps_back, lost, set_ring_bytes, set_session, shared, shared_ring_len, spare_name,
-    waits, write_error, written, MAX_INSTANCES, SPARE_MAX_BYTES,
+    waits, write_error, writer_gave_up, written, MAX_INSTANCES, SPARE_MAX_BYTES,
 };
 
 use crate::clock;

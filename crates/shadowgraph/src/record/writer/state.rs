@@ -130,6 +130,12 @@ pub fn clock_steps_back(inst: usize) -> (u64, u64) {
 pub(super) static WAITS: AtomicU64 = AtomicU64::new(0);
 pub(super) static WAITED_NS: AtomicU64 = AtomicU64::new(0);
 
+/// Whether a thread gave up waiting for the writer (a ring stayed full for
+/// `WAIT_LIMIT_NS`): records are dropped from then on, counted as lost.
+pub fn writer_gave_up() -> bool {
+    WRITER_GONE.load(Ordering::Relaxed)
+}
+
 /// (waits for the writer, nanoseconds waited), all threads so far.
 pub fn waits() -> (u64, u64) {
     (

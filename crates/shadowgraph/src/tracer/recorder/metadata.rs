@@ -80,6 +80,9 @@ fn write(tracers: &[Tracer], raw1: u64, ns1: u64, control: Option<(u64, u64)>, f
         info.set("recursion_drops", ftrace::recursion_drops_all());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));
+        if writer::writer_gave_up() {
+            info.set("writer_gave_up", 1);
+        }
         let fused = FUSED.load(Ordering::Relaxed);
         info.set("record_path", if fused { "fused" } else { "general" });
         if fused && !t.profile {

@@ -1,0 +1,134 @@
+//! The rings and the writer: timestamps exact across write-outs, small rings that make threads wait rather than lose, rings of exited threads unmapped.
+
+mod common;
+
+use common::*;
+
+/// Times are converted to nanoseconds as buffers are written out, between
+/// calibration points: across many write-outs they stay in order, inside
+/// the run's real time window, and a 30 ms sleep measures 30 ms.
+#[test]
+fn timestamps_stay_exact_across_buffer_write_outs() {
+    let dir = workdir("timestamps");
+    let exe = build_fixture(&dir, "ts", "tick_naps.c");
+    let data = dir.join("t.data");
+    let before = shadowgraph::clock::monotonic_ns();
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let after = shadowgraph::clock::monotonic_ns();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+    assert_eq!(d.tids.len(), 1);
+    let recs = d.records(d.tids[0]).unwrap();
+    // Written out in pieces (a ring holds 131,072 records: three at least).
+    assert_eq!(recs.len(), 2 * (2 * 100_000 + 2) + 2);
+    let mut naps = Vec::new();
+    let mut open = 0;
+    in_time_order(&d, d.tids[0]).unwrap();
+    for r in &recs {
+        assert!(
+            (before..=after).contains(&r.time),
+            "{} outside the run [{before}, {after}]",
+            r.time
+        );
+        if d.name(r.addr) == "nap" {
+            match r.kind {
+                shadowgraph_data::format::Kind::Entry => open = r.time,
+                _ => naps.push(r.time - open),
+            }
+        }
+    }
+    assert_eq!(naps.len(), 2);
+    // The program's own clock around each call (however late the loaded
+    // machine woke it): the recorded nap lies within it.
+    let measured: Vec<u64> = text(&o)
+        .1
+        .lines()
+        .filter_map(|l| l.strip_prefix("nap ")?.parse().ok())
+        .collect();
+    assert_eq!(measured.len(), 2, "{}", text(&o).1);
+    for (n, m) in naps.into_iter().zip(measured) {
+        // nanosleep sleeps at least 30 ms; the conversion may err by the
+        // calibration points' pairing (well under a microsecond).
+        assert!(
+            n >= 29_999_000 && n <= m + 1_000,
+            "nap recorded as {n} ns, measured {m} ns around the call"
+        );
+    }
+}
+
+/// With the smallest buffer (`-b 64K`: 4096 records) four threads that
+/// record ~115,000 records each fill their rings dozens of times: they
+/// wait for the writer, and nothing is lost; every thread's calls are all
+/// there, balanced.
+#[test]
+fn small_buffers_make_threads_wait_for_the_writer_not_lose() {
+    let dir = workdir("smallbuf");
+    let src = fixture("fib22_four_threads.c");
+    let exe = dir.join("t");
+    cc(
+        &[&src],
+        &[
+            "-O2",
+            "-pthread",
+            "-fno-optimize-sibling-calls",
+            "-fpatchable-function-entry=5",
+        ],
+        &exe,
+    );
+    let data = dir.join("t.data");
+    let o = shadowgraph()
+        .args(["record", "--no-libs", "-b", "64K", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "70844");
+    // fib(22): 57,313 calls per thread, plus run(); main's 1 entry/exit.
+    let per_thread = 2 * (57_313 + 1);
+    assert!(
+        err.contains(&format!(
+            "recorded {} records (0 lost) from 5 threads",
+            4 * per_thread + 2
+        )),
+        "{err}"
+    );
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+    for &tid in &d.tids {
+        let recs = d.records(tid).unwrap();
+        let entries = recs
+            .iter()
+            .filter(|r| r.kind == shadowgraph_data::format::Kind::Entry)
+            .count();
+        assert_eq!(entries * 2, recs.len(), "thread {tid} balanced");
+        in_time_order(&d, tid).unwrap();
+    }
+}
+
+/// A thread's ring is unmapped when it exits (the writer's own mapping
+/// keeps the file until drained): a program whose threads come and go
+/// keeps one ring per live thread, not one per thread it ever had (2 MiB
+/// of shared memory each, for as long as it runs), and loses nothing.
+#[test]
+fn rings_of_exited_threads_are_unmapped() {
+    let dir = workdir("churn");
+    let exe = build_fixture(&dir, "churn", "thread_churn.c");
+    let data = dir.join("churn.data");
+    let o = record_run(&[], &[], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    // main's own ring is the one left.
+    assert_eq!(out.trim(), "29990000 rings=1", "{err}");
+    assert!(err.contains("(0 lost)"), "{err}");
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows["leaf"].2, 20 * 1000);
+    assert_eq!(rows["worker"].2, 20);
+}

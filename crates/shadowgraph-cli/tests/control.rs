@@ -1,0 +1,205 @@
+//! Tracing switched off and on while the program runs (--control).
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+
+/// `shadowgraph record` started with `env` and `opts`, the program's stdin
+/// and stdout piped to the test.
+fn spawn_record(
+    env: &[(&str, &str)],
+    opts: &[&str],
+    data: &Path,
+    exe: &Path,
+) -> std::process::Child {
+    record_command(env, opts, data, exe)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Makes a FIFO at `p`.
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {p:?}"
+    );
+}
+
+/// `record --control CTL,ACK`: writes `cmd` to CTL and waits for its ack.
+struct Control {
+    ctl: PathBuf,
+    ack: std::io::BufReader<std::fs::File>,
+}
+
+impl Control {
+    fn new(dir: &Path) -> (Control, String) {
+        let (ctl, ack) = (dir.join("ctl"), dir.join("ack"));
+        let _ = std::fs::remove_file(&ctl);
+        let _ = std::fs::remove_file(&ack);
+        mkfifo(&ctl);
+        mkfifo(&ack);
+        // Read-write: opening never blocks, whoever comes first.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&ack)
+            .unwrap();
+        let arg = format!("{},{}", ctl.display(), ack.display());
+        (
+            Control {
+                ctl,
+                ack: std::io::BufReader::new(f),
+            },
+            arg,
+        )
+    }
+
+    /// Drives a program that prints a line and waits for one at each
+    /// phase: after line `want`, sends `cmd`, then lets it go on; then
+    /// waits for `record` to succeed.
+    fn run_phases(&mut self, mut child: std::process::Child, phases: &[(&str, &str)]) {
+        use std::io::{BufRead, Write};
+        let mut stdin = child.stdin.take().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        for (want, cmd) in phases {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            if line.trim() != *want {
+                let o = child.wait_with_output().unwrap();
+                panic!("{want}: {line:?}; {}", String::from_utf8_lossy(&o.stderr));
+            }
+            self.send(cmd);
+            writeln!(stdin, "go").unwrap();
+        }
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    fn send(&mut self, cmd: &str) {
+        use std::io::{BufRead, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.ctl)
+            .unwrap();
+        writeln!(f, "{cmd}").unwrap();
+        let mut line = String::new();
+        self.ack.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ack", "{cmd}");
+    }
+}
+
+/// `record --control` switches tracing off and on while the program runs:
+/// only the calls made while it is on are recorded (with the calls under
+/// way when it goes off: their exits), and `--disable` starts it off.
+#[test]
+fn tracing_switched_off_and_on_while_the_program_runs() {
+    let dir = workdir("control");
+    let exe = build_fixture(&dir, "onoff", "on_off.c");
+    let (mut control, arg) = Control::new(&dir);
+    for fused in [true, false] {
+        let data = dir.join(format!("ctl-{fused}.data"));
+        let opts = ["--control", &arg, "--disable"];
+        let child = spawn_record(path_env(fused), &opts, &data, &exe);
+        control.run_phases(child, &[("p0", "enable"), ("p1", "disable")]);
+        let body = replay_body(&replay_text(&data));
+        assert_eq!(
+            body,
+            [
+                "b() {",
+                "  a();",
+                "} /* b */",
+                "b() {",
+                "  a();",
+                "} /* b */"
+            ],
+            "fused: {fused}"
+        );
+        let info = view_text("info", &data);
+        assert!(info.contains("1 disables, 1 enables"), "{info}");
+    }
+    // A library loaded while tracing is off stays untraced, and is traced
+    // once it is on.
+    let plug = fixture("plugin_on_off.c");
+    let lib = dir.join("libplug.so");
+    build_lib(&plug, &lib);
+    let host = build_fixture(&dir, "host", "dlopen_host.c");
+    let data = dir.join("dl.data");
+    let mut c = record_command(&[], &["--control", &arg], &data, &host);
+    let child = c
+        .arg(&lib)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    control.run_phases(child, &[("p0", "disable"), ("p1", "enable")]);
+    let body = replay_body(&replay_text(&data));
+    assert_eq!(
+        body,
+        [
+            "main() {",
+            "  plug_api() {",
+            "    plug_leaf();",
+            "  } /* plug_api */",
+            "  plug_api() {",
+            "    plug_leaf();",
+            "  } /* plug_api */",
+            "} /* main */"
+        ]
+    );
+    record_refuses(&["--disable"], &exe, "--disable needs --control");
+    let nothing = dir.join("nothing");
+    record_refuses(&["--control", nothing.to_str().unwrap()], &exe, "mkfifo");
+}
+
+/// Switching tracing off and on 60 times while four threads call traced
+/// functions (the sites patched and unpatched under them): no crash, and
+/// every thread's records are balanced, nested and in time order.
+#[test]
+fn switching_tracing_while_threads_run_keeps_every_record_whole() {
+    let dir = workdir("control-stress");
+    let exe = build_fixture(&dir, "spin", "spin.c");
+    let (mut control, arg) = Control::new(&dir);
+    for (fused, env) in [
+        ("fused", &[][..]),
+        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
+        ("hijacked", &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..]),
+    ] {
+        use std::io::{BufRead, Write};
+        let data = dir.join(format!("spin-{fused}.data"));
+        let mut child = spawn_record(env, &["--control", &arg, "-b", "256K"], &data, &exe);
+        let mut stdin = child.stdin.take().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "running");
+        for _ in 0..30 {
+            control.send("disable");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            control.send("enable");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        writeln!(stdin, "stop").unwrap();
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "fused {fused}: {err}");
+        let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+        let mut records = 0;
+        for &tid in &d.tids {
+            in_time_order(&d, tid).unwrap();
+            depths_follow_the_records(&d, tid).unwrap();
+            // Every recorded call's exit too: a call under way when
+            // tracing went off still returned to its tracer.
+            records += every_call_closes(&d, tid).unwrap_or_else(|e| panic!("{fused}: {e}"));
+        }
+        assert!(records > 10_000, "fused {fused}: {records} records");
+        assert!(view_text("info", &data).contains("30 disables, 30 enables"));
+    }
+}

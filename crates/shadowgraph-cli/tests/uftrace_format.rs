@@ -1,0 +1,351 @@
+//! Recordings are uftrace data both ways: uftrace reads ours and prints what we print; we read uftrace's and print what it prints.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The part of a replay line after `| ` (the call graph), for comparing
+/// replays whose TID column widths differ.
+fn graph_part(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .skip(1)
+        .map(|l| l.split_once("| ").map_or(l, |x| x.1).to_string())
+        .collect()
+}
+
+/// `replay -f` shows uftrace's columns as uftrace 0.13 shows them for the
+/// same recording, but for the thread id's column, one wider (as in the
+/// default layout, which follows later uftrace).
+#[test]
+fn replay_output_fields_match_uftrace() {
+    let (_, data) = record_calls_program("fields");
+    let ours = |f: &str| {
+        let o = shadowgraph()
+            .args(["replay", "-f", f, "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "-f {f}: {}", text(&o).1);
+        text(&o).0
+    };
+    let all = ours("tid,addr,time,delta,elapsed,task,module");
+    let line = all.lines().find(|l| l.ends_with("| main() {")).unwrap();
+    assert!(
+        line.starts_with(" [") && line.contains(" prog | main"),
+        "{all}"
+    );
+    // Column order is fixed; `+` adds to the default; bad names are named.
+    assert_eq!(ours("time,tid"), ours("tid,time"));
+    assert_eq!(ours("+time"), ours("duration,tid,time"));
+    assert!(ours("none").starts_with("main() {\n"), "{}", ours("none"));
+    let o = shadowgraph()
+        .args(["replay", "-f", "tid,bogus", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).1.contains("unknown field `bogus`"),
+        "{}",
+        text(&o).1
+    );
+    if uftrace_missing("-f not checked against it") {
+        return;
+    }
+    for f in [
+        "duration",
+        "tid",
+        "addr",
+        "time",
+        "delta",
+        "elapsed",
+        "task",
+        "module",
+        "none",
+        "+time,delta",
+        "tid,addr,time,delta,elapsed,task,module",
+    ] {
+        let theirs = Command::new("uftrace")
+            .args(["replay", "-f", f, "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(theirs.status.success(), "{}", text(&theirs).1);
+        assert_eq!(
+            ours(f).trim_end(),
+            text(&theirs).0.trim_end(),
+            "replay -f {f}"
+        );
+    }
+}
+
+#[test]
+fn exported_recording_reads_in_uftrace() {
+    if uftrace_missing("export not checked against it") {
+        return;
+    }
+    let (_, data) = record_calls_program("export");
+    let out = data.with_file_name("uftrace.data");
+    let o = shadowgraph()
+        .args(["export", "-d"])
+        .arg(&data)
+        .arg("--uftrace")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let ours = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let theirs = Command::new("uftrace")
+        .args(["replay", "-d"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (ours, theirs) = (text(&ours).0, text(&theirs).0);
+    assert!(
+        theirs.contains("main() {"),
+        "uftrace did not resolve our symbols:\n{theirs}"
+    );
+    assert_eq!(
+        graph_part(&ours),
+        graph_part(&theirs),
+        "uftrace shows another call graph"
+    );
+    let rep = Command::new("uftrace")
+        .args(["report", "-d"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let rep = text(&rep).0;
+    assert!(
+        rep.lines()
+            .any(|l| l.ends_with(" leaf") && l.contains("           4  ")),
+        "{rep}"
+    );
+}
+
+#[test]
+fn recordings_are_uftrace_data_both_ways() {
+    if uftrace_missing("compatibility not checked") {
+        return;
+    }
+    // uftrace reads what we record…
+    let (exe, data) = record_calls_program("compat");
+    let ours = replay_text(&data);
+    let theirs = text(
+        &Command::new("uftrace")
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    assert!(theirs.contains("main() {"), "{theirs}");
+    assert_eq!(graph_part(&ours), graph_part(&theirs));
+    // `graph` prints what uftrace's graph prints, byte for byte.
+    for f in ["main", "mid", "recurse"] {
+        let ours = text(
+            &shadowgraph()
+                .args(["graph", "-d"])
+                .arg(&data)
+                .arg(f)
+                .output()
+                .unwrap(),
+        )
+        .0;
+        let theirs = text(
+            &Command::new("uftrace")
+                .args(["graph", "-d"])
+                .arg(&data)
+                .arg(f)
+                .output()
+                .unwrap(),
+        )
+        .0;
+        assert_eq!(ours, theirs, "graph {f}");
+    }
+    // …and we read what uftrace records, its schedule events included
+    // (perf-cpu*.dat: a call sleeping or pre-empted shows
+    // `/* linux:schedule */` inside it, a child in reports): replay, report
+    // and graph give uftrace's output exactly (but for the TID column's
+    // width, 7 for us). A program that sleeps makes sure there are some.
+    let sleeper = build_fixture(data.parent().unwrap(), "sleeper", "sleeper.c");
+    // Each recording is new scheduling: up to three are tried, and every
+    // mismatch is printed (once in a full parallel test run one differed,
+    // not seen again in 80 recordings under load since).
+    let with_sched = data.with_file_name("by-uftrace-sched.data");
+    let mut matched = false;
+    for attempt in 0..3 {
+        let _ = std::fs::remove_dir_all(&with_sched);
+        let o = Command::new("uftrace")
+            .args(["record", "-P", ".", "-d"])
+            .arg(&with_sched)
+            .arg(&sleeper)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        let mut same = true;
+        for args in [&["replay"][..], &["report"], &["graph", "main"]] {
+            let run = |cmd: &mut Command| {
+                let o = cmd
+                    .arg(args[0])
+                    .arg("-d")
+                    .arg(&with_sched)
+                    .args(&args[1..])
+                    .output()
+                    .unwrap();
+                assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+                text(&o).0
+            };
+            let ours = run(&mut shadowgraph());
+            let theirs = run(&mut Command::new("uftrace"));
+            if ours != theirs {
+                eprintln!(
+                    "attempt {attempt}: {args:?} of uftrace's recording with schedule events differs\n--- ours\n{ours}\n--- uftrace\n{theirs}"
+                );
+                same = false;
+            } else if args[0] == "replay" {
+                // At least one per nap (a busy machine pre-empts the
+                // program elsewhere too: more, as uftrace shows them).
+                assert!(
+                    ours.matches("/* linux:schedule */").count() >= 5,
+                    "one per nap: {ours}"
+                );
+            }
+        }
+        if same {
+            matched = true;
+            break;
+        }
+    }
+    assert!(
+        matched,
+        "replay, report and graph differ from uftrace's (see above)"
+    );
+    let ud = data.with_file_name("by-uftrace.data");
+    let o = Command::new("uftrace")
+        .args(["record", "--no-sched", "-P", ".", "-d"])
+        .arg(&ud)
+        .arg(&exe)
+        .arg("2")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let theirs = text(
+        &Command::new("uftrace")
+            .args(["replay", "-d"])
+            .arg(&ud)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    let ours = shadowgraph()
+        .args(["replay", "-d"])
+        .arg(&ud)
+        .output()
+        .unwrap();
+    assert!(ours.status.success(), "{}", text(&ours).1);
+    let ours = text(&ours).0;
+    assert_eq!(
+        graph_part(&ours),
+        graph_part(&theirs),
+        "our replay of uftrace's data differs:\n--- ours\n{ours}\n--- uftrace\n{theirs}"
+    );
+    let rep = text(
+        &shadowgraph()
+            .args(["report", "-d"])
+            .arg(&ud)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    assert!(
+        rep.lines()
+            .any(|l| l.ends_with(" mid") && l.contains("           2  ")),
+        "{rep}"
+    );
+}
+
+/// `shadowgraph replay` prints what `uftrace replay` prints, byte for
+/// byte, on the same recording, for every kind of program the tests build:
+/// one thread or several (calls open while other threads record, threads
+/// coming and going, a main thread that exits first), forked children,
+/// recursion, tail calls, coroutines, C++ (overloads, exceptions), a
+/// crash. (Left out: programs started by exec, whose sessions we show
+/// after the rest, which uftrace does not; calls nested deeper than 1023,
+/// recorded at depth 1023, the format's deepest, where uftrace does not
+/// merge the deepest call it shows with its exit.)
+#[test]
+fn replay_is_uftraces_on_every_fixture() {
+    if uftrace_missing("replay against uftrace's") {
+        return;
+    }
+    let dir = workdir("replay-vs-uftrace");
+    let mut programs: Vec<(PathBuf, Vec<&str>)> = [
+        "threads_naps.c",
+        "join_waits.c",
+        "work_threads.c",
+        "thread_churn.c",
+        "main_exits_first.c",
+        "unaligned.c",
+        "tail_calls.c",
+        "filter_families.c",
+        "depth_chain.c",
+        "coroutines.c",
+        "fib20.c",
+    ]
+    .iter()
+    .map(|f| {
+        let name = f.trim_end_matches(".c");
+        let exe = build_fixture_with(&dir, name, f, &["-pthread"]);
+        (exe, vec![])
+    })
+    .collect();
+    let crash = build_fixture(&dir, "crash", "crash_on_request.c");
+    programs.push((crash, vec!["crash"]));
+    let calls = dir.join("calls");
+    cc(
+        &[&lib_fixture("calls.c")],
+        &["-O2", "-DWITH_MAIN", "-fpatchable-function-entry=5"],
+        &calls,
+    );
+    programs.push((calls, vec!["2"]));
+    for src in ["overloads.cc", "unwind.cpp"] {
+        let name = src.split('.').next().unwrap();
+        programs.push((build_fixture_with(&dir, name, src, &["-pthread"]), vec![]));
+    }
+    for (exe, args) in &programs {
+        let data = exe.with_extension("data");
+        let args: Vec<&Path> = args.iter().map(Path::new).collect();
+        let o = record_run(&[], &[], &data, exe, &args);
+        assert!(
+            std::fs::read_dir(&data).is_ok_and(|mut d| d
+                .any(|e| e.is_ok_and(|e| { e.path().extension().is_some_and(|x| x == "dat") }))),
+            "{}: no records: {}",
+            exe.display(),
+            text(&o).1
+        );
+        let ours = replay_text(&data);
+        let theirs = uftrace_view("replay", &data).unwrap();
+        if ours != theirs {
+            let at = ours
+                .lines()
+                .zip(theirs.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(ours.lines().count().min(theirs.lines().count()));
+            panic!(
+                "{}: replay differs from uftrace's at line {}:\n ours: {:?}\n uftrace: {:?}",
+                exe.display(),
+                at + 1,
+                ours.lines().nth(at),
+                theirs.lines().nth(at)
+            );
+        }
+    }
+}

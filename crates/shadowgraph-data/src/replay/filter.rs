@@ -1,0 +1,330 @@
+//! What a view reads of each thread: its records at uftrace's display
+//! depths, as `-F`, `-N`, `-D`, `-t` and `--tid` select them.
+
+use super::ReplayError;
+use crate::dir::{DataDir, DataError};
+use crate::format::{Kind, Record};
+use crate::pattern::{FunctionName, Pattern};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// What `replay` shows (uftrace's `-F`, `-N`, `-D`, `-t`, `--tid`); all
+/// optional.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayFilter {
+    /// Only calls inside these functions' calls, shown from depth 0 (`-F`).
+    pub functions: Vec<Pattern>,
+    /// Nothing inside these functions' calls, nor them (`-N`).
+    pub notrace: Vec<Pattern>,
+    /// Only calls nested less than this deep (0: [`DEFAULT_MAX_DEPTH`], as
+    /// uftrace's views).
+    pub max_depth: u16,
+    /// Only calls lasting at least this long (ns), and their callers.
+    pub min_ns: u64,
+    /// Only these threads (empty: all).
+    pub tids: Vec<i32>,
+}
+
+impl ReplayFilter {
+    /// Whether it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.functions.is_empty()
+            && self.notrace.is_empty()
+            && self.max_depth == 0
+            && self.min_ns == 0
+            && self.tids.is_empty()
+    }
+}
+
+/// One thread's records, as a filter selects them.
+pub type Records = Box<dyn Iterator<Item = Result<Record, DataError>>>;
+
+/// Which recorded functions a pattern list selects (in order: patterns add,
+/// `!` patterns remove), by index in [`DataDir::symbols`]; a list of which
+/// no pattern matches a recorded function is an error.
+fn select(data: &DataDir, patterns: &[Pattern], flag: &str) -> Result<Vec<bool>, ReplayError> {
+    let mut sel = vec![false; data.symbols.len()];
+    for p in patterns {
+        let mut hit = false;
+        for (i, (addr, symbol)) in data.symbols.iter().enumerate() {
+            let site = FunctionName {
+                function: &data.names[i],
+                symbol,
+                module: data.module_of(*addr),
+            };
+            if p.matches(&site) {
+                sel[i] = !p.text().starts_with('!');
+                hit = true;
+            }
+        }
+        if !hit {
+            return Err(ReplayError::Filter(format!(
+                "{flag} {}: matches no recorded function in {}",
+                p.text(),
+                data.dir.display()
+            )));
+        }
+    }
+    Ok(sel)
+}
+
+/// The depth uftrace shows a thread's calls at: counted from 0 at the
+/// thread's first record (a forked child's calls start at 0, whatever
+/// frames it inherited), one level per entry and back one per exit; after
+/// a LOST record, taken again from the next record's own depth.
+struct DisplayDepth {
+    inner: Records,
+    depth: u16,
+    /// Whether `depth` counts on (false after a LOST record).
+    set: bool,
+}
+
+impl Iterator for DisplayDepth {
+    type Item = Result<Record, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut r = match self.inner.next()? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        match r.kind {
+            Kind::Entry => {
+                if !std::mem::replace(&mut self.set, true) {
+                    self.depth = r.depth;
+                }
+                r.depth = self.depth;
+                self.depth = self.depth.saturating_add(1);
+            }
+            Kind::Exit => {
+                if !std::mem::replace(&mut self.set, true) {
+                    self.depth = r.depth.saturating_add(1);
+                }
+                self.depth = self.depth.saturating_sub(1);
+                r.depth = self.depth;
+            }
+            Kind::Lost => {
+                r.depth = self.depth;
+                self.set = false;
+            }
+            Kind::Event => r.depth = self.depth,
+        }
+        Some(Ok(r))
+    }
+}
+
+/// The nesting a view shows without `-D`: uftrace's default limit (its
+/// `OPT_DEPTH_DEFAULT`), calls deeper are not shown.
+pub const DEFAULT_MAX_DEPTH: u16 = 1024;
+
+/// A thread's records inside the selected functions' calls (depths counted
+/// from the outermost selected call) and outside the hidden ones'.
+struct FunctionFiltered {
+    inner: Records,
+    symbols: Arc<[u64]>,
+    /// Per symbol: selected by `-F` (None: no `-F`), hidden by `-N`.
+    functions: Option<Arc<[bool]>>,
+    notrace: Arc<[bool]>,
+    /// Depth of the outermost selected call open, and of the hidden one.
+    inside: Option<u16>,
+    hidden: Option<u16>,
+}
+
+impl FunctionFiltered {
+    fn lookup(&self, set: &[bool], addr: u64) -> bool {
+        if addr == crate::sched::SCHED_ADDR {
+            return false; // not a function: shown where its call is
+        }
+        match self.symbols.partition_point(|&a| a <= addr) {
+            0 => false,
+            i => set[i - 1],
+        }
+    }
+}
+
+impl Iterator for FunctionFiltered {
+    type Item = Result<Record, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let mut r = match self.inner.next()? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            let d = r.depth;
+            match r.kind {
+                Kind::Entry => {
+                    if self.hidden.is_some() {
+                        continue;
+                    }
+                    if self.lookup(&self.notrace, r.addr) {
+                        self.hidden = Some(d);
+                        continue;
+                    }
+                }
+                Kind::Exit => {
+                    if let Some(h) = self.hidden {
+                        if d <= h {
+                            self.hidden = None;
+                        }
+                        continue;
+                    }
+                }
+                _ => return Some(Ok(r)),
+            }
+            let Some(f) = &self.functions else {
+                return Some(Ok(r));
+            };
+            let start = match (self.inside, r.kind) {
+                (None, Kind::Entry) if self.lookup(f, r.addr) => {
+                    self.inside = Some(d);
+                    d
+                }
+                (None, _) => continue,
+                (Some(s), Kind::Exit) if d <= s => {
+                    self.inside = None;
+                    if d < s {
+                        continue; // an exit below the selected call: unbalanced
+                    }
+                    s
+                }
+                (Some(s), _) => s,
+            };
+            r.depth = d.saturating_sub(start);
+            return Some(Ok(r));
+        }
+    }
+}
+
+/// A thread's records without the calls shorter than `min`: entries wait
+/// (at most one per open call) until their exit shows the duration; a kept
+/// call's waiting callers are released before it, so times stay in order.
+struct TimeFiltered {
+    inner: Records,
+    min: u64,
+    /// Open calls' entries, and whether each was released.
+    open: Vec<(Record, bool)>,
+    ready: VecDeque<Record>,
+}
+
+impl Iterator for TimeFiltered {
+    type Item = Result<Record, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(r) = self.ready.pop_front() {
+                return Some(Ok(r));
+            }
+            let r = match self.inner.next()? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            match r.kind {
+                Kind::Entry => self.open.push((r, false)),
+                Kind::Exit => match self.open.pop() {
+                    Some((e, released)) => {
+                        let keep = released || r.time.saturating_sub(e.time) >= self.min;
+                        if keep && !released {
+                            for (a, done) in self.open.iter_mut().filter(|(_, d)| !*d) {
+                                self.ready.push_back(*a);
+                                *done = true;
+                            }
+                            self.ready.push_back(e);
+                        }
+                        if keep {
+                            self.ready.push_back(r);
+                        }
+                    }
+                    // An exit whose entry predates the recording: shown.
+                    None => self.ready.push_back(r),
+                },
+                _ => self.ready.push_back(r),
+            }
+        }
+    }
+}
+
+/// Per-symbol selections of a filter, made once for all threads.
+struct Selection {
+    symbols: Arc<[u64]>,
+    functions: Option<Arc<[bool]>>,
+    notrace: Arc<[bool]>,
+}
+
+/// One thread's records as `filter` selects them.
+fn filtered(
+    data: &DataDir,
+    tid: i32,
+    filter: &ReplayFilter,
+    sel: &Selection,
+) -> Result<Records, DataError> {
+    let mut it: Records = Box::new(DisplayDepth {
+        inner: Box::new(data.stream(tid)?),
+        depth: 0,
+        set: true,
+    });
+    if let Some(spans) = data.sched.get(&tid).filter(|s| !s.is_empty()) {
+        it = Box::new(crate::sched::SchedMerged {
+            inner: it.peekable(),
+            spans: spans.iter().copied().collect(),
+            depth: 0,
+            exit: None,
+            started: false,
+        });
+    }
+    if sel.functions.is_some() || !filter.notrace.is_empty() {
+        it = Box::new(FunctionFiltered {
+            inner: it,
+            symbols: sel.symbols.clone(),
+            functions: sel.functions.clone(),
+            notrace: sel.notrace.clone(),
+            inside: None,
+            hidden: None,
+        });
+    }
+    let max = match filter.max_depth {
+        0 => DEFAULT_MAX_DEPTH,
+        d => d,
+    };
+    it = Box::new(it.filter(move |r| r.as_ref().map_or(true, |r| r.depth < max)));
+    if filter.min_ns > 0 {
+        it = Box::new(TimeFiltered {
+            inner: it,
+            min: filter.min_ns,
+            open: Vec::new(),
+            ready: VecDeque::new(),
+        });
+    }
+    Ok(it)
+}
+
+/// Each selected thread's records as `filter` selects them (what every
+/// view reads): only each thread's next record (and, with a time filter,
+/// its open calls' entries) is in memory.
+pub fn thread_records(
+    data: &DataDir,
+    filter: &ReplayFilter,
+) -> Result<Vec<(i32, Records)>, ReplayError> {
+    if let Some(t) = filter.tids.iter().find(|t| !data.tids.contains(t)) {
+        return Err(ReplayError::Filter(format!(
+            "--tid {t}: no such thread in {} (threads: {:?})",
+            data.dir.display(),
+            data.tids
+        )));
+    }
+    let sel = Selection {
+        symbols: data.symbols.iter().map(|s| s.0).collect(),
+        functions: if filter.functions.is_empty() {
+            None
+        } else {
+            Some(select(data, &filter.functions, "-F")?.into())
+        },
+        notrace: select(data, &filter.notrace, "-N")?.into(),
+    };
+    let mut threads = Vec::new();
+    for &t in &data.tids {
+        if filter.tids.is_empty() || filter.tids.contains(&t) {
+            threads.push((t, filtered(data, t, filter, &sel)?));
+        }
+    }
+    Ok(threads)
+}

@@ -1,0 +1,216 @@
+//! `replay`: the call graph with durations in uftrace's text layout,
+//! byte for byte (SPEC §5):
+//!
+//! ```text
+//! # DURATION     TID     FUNCTION
+//!             [  6970] | main() {
+//!    0.691 us [  6970] |   atoi();
+//!    9.914 us [  6970] | } /* main */
+//! ```
+
+mod columns;
+mod filter;
+
+pub use columns::{format_duration, write_duration, Field};
+pub use filter::{thread_records, Records, ReplayFilter, DEFAULT_MAX_DEPTH};
+
+use crate::dir::{DataDir, DataError};
+use crate::format::Kind;
+use columns::{line, Columns};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Write};
+
+fn peek_time(st: &mut std::iter::Peekable<Records>) -> Result<Option<u64>, DataError> {
+    match st.peek() {
+        Some(Ok(r)) => Ok(Some(r.time)),
+        Some(Err(e)) => Err(e.clone()),
+        None => Ok(None),
+    }
+}
+
+/// Writes the replay of every thread, merged by time.
+pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+    replay_filtered(data, &ReplayFilter::default(), out)
+}
+
+/// [`replay`] of what `filter` selects.
+pub fn replay_filtered(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    replay_fields(data, filter, &Field::DEFAULT, out)
+}
+
+/// [`replay_filtered`] with `fields` left of each function.
+pub fn replay_fields(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    fields: &[Field],
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let threads = thread_records(data, filter)?;
+    let tids: Vec<i32> = threads.iter().map(|t| t.0).collect();
+    // One stream per thread, merged by time.
+    let mut streams: Vec<std::iter::Peekable<Records>> =
+        threads.into_iter().map(|(_, r)| r.peekable()).collect();
+    let mut cols = Columns::new(data, fields, &tids)?;
+    if let Some(h) = cols.header() {
+        writeln!(out, "{h}")?;
+    }
+    let mut heap = BinaryHeap::new();
+    for (k, st) in streams.iter_mut().enumerate() {
+        if let Some(t) = peek_time(st)? {
+            heap.push(Reverse((t, k)));
+        }
+    }
+    // Per thread: entry times by depth (for exit durations), and whether
+    // its next record was already printed as part of a leaf.
+    let mut entry_time: Vec<Vec<Option<u64>>> = vec![Vec::new(); streams.len()];
+    let mut skip = vec![false; streams.len()];
+    // Per thread: the calls open at each display depth, for the list of
+    // calls that never returned.
+    let mut open: Vec<Vec<Option<u64>>> = vec![Vec::new(); streams.len()];
+    while let Some(Reverse((_, k))) = heap.pop() {
+        let r = streams[k].next().expect("peeked")?;
+        let next = match streams[k].peek() {
+            Some(Ok(n)) => Some(*n),
+            Some(Err(e)) => return Err(e.clone().into()),
+            None => None,
+        };
+        if let Some(n) = next {
+            heap.push(Reverse((n.time, k)));
+        }
+        if std::mem::replace(&mut skip[k], false) {
+            continue;
+        }
+        let d = r.depth as usize;
+        match r.kind {
+            Kind::Entry => {
+                let name = data.name(r.addr);
+                // A leaf: its exit is the next record shown, of any thread
+                // (the heap's next is this stream's), as uftrace merges.
+                let next_shown = heap.peek().map(|Reverse(x)| x.1) == Some(k);
+                match next {
+                    Some(n)
+                        if n.kind == Kind::Exit
+                            && n.depth == r.depth
+                            && n.addr == r.addr
+                            && next_shown =>
+                    {
+                        let dur = Some(n.time.saturating_sub(r.time));
+                        if r.addr == crate::sched::SCHED_ADDR {
+                            // uftrace's event line.
+                            let tail = if r.more { " (pre-empted) */" } else { " */" };
+                            line(out, &mut cols, (k, &r, dur), r.depth, ("/* ", &name, tail))?;
+                        } else {
+                            let tail = if name.ends_with(')') { ";" } else { "();" };
+                            line(out, &mut cols, (k, &r, dur), r.depth, ("", &name, tail))?;
+                        }
+                        skip[k] = true;
+                    }
+                    _ => {
+                        let o = &mut open[k];
+                        o.resize(d, None);
+                        o.push(Some(r.addr));
+                        let et = &mut entry_time[k];
+                        if et.len() <= d {
+                            et.resize(d + 1, None);
+                        }
+                        et[d] = Some(r.time);
+                        // A name with its parameters (C++) gets no `()`,
+                        // as in uftrace's replay.
+                        let tail = if name.ends_with(')') { " {" } else { "() {" };
+                        line(out, &mut cols, (k, &r, None), r.depth, ("", &name, tail))?;
+                    }
+                }
+            }
+            Kind::Exit => {
+                open[k].truncate(d);
+                let start = entry_time[k].get_mut(d).and_then(Option::take);
+                let name = data.name(r.addr);
+                let dur = start.map(|s| r.time.saturating_sub(s));
+                line(
+                    out,
+                    &mut cols,
+                    (k, &r, dur),
+                    r.depth,
+                    ("} /* ", &name, " */"),
+                )?;
+            }
+            Kind::Lost => {
+                let n = r.addr.to_string();
+                let text = ("/* LOST ", n.as_str(), " records!! */");
+                line(out, &mut cols, (k, &r, None), r.depth + 1, text)?;
+            }
+            Kind::Event => {}
+        }
+    }
+    remaining(data, &tids, &open, out)
+}
+
+/// uftrace's closing list of the calls each thread left open (a crash, an
+/// exit from inside a call, a thread never joined), innermost first.
+fn remaining(
+    data: &DataDir,
+    tids: &[i32],
+    open: &[Vec<Option<u64>>],
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let sched = crate::sched::SCHED_ADDR;
+    // A thread whose only open "call" is a sched-out is not listed.
+    let listed = |o: &Vec<Option<u64>>| {
+        let calls: Vec<u64> = o.iter().flatten().copied().collect();
+        !(calls.is_empty() || calls == [sched])
+    };
+    if !open.iter().any(listed) {
+        return Ok(());
+    }
+    write!(out, "\nuftrace stopped tracing with remaining functions")?;
+    write!(out, "\n================================================\n")?;
+    for (tid, o) in tids.iter().zip(open) {
+        if !listed(o) {
+            continue;
+        }
+        writeln!(out, "task: {tid}")?;
+        for (depth, addr) in o.iter().enumerate().rev() {
+            if let Some(addr) = addr {
+                writeln!(out, "[{depth}] {}", data.name(*addr))?;
+            }
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+pub enum ReplayError {
+    Data(DataError),
+    Io(io::Error),
+    /// A filter the recording cannot satisfy (e.g. a pattern matching none
+    /// of its functions).
+    Filter(String),
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Data(e) => write!(f, "{e}"),
+            ReplayError::Io(e) => write!(f, "{e}"),
+            ReplayError::Filter(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<DataError> for ReplayError {
+    fn from(e: DataError) -> Self {
+        ReplayError::Data(e)
+    }
+}
+
+impl From<io::Error> for ReplayError {
+    fn from(e: io::Error) -> Self {
+        ReplayError::Io(e)
+    }
+}
