@@ -60,11 +60,14 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
     let other = fgraph::GraphUser::new(accept, ignore, filter, 0);
 
     let workers = Workers::start(3, run, 200);
-    // Calls (entries) made while the recorder alone is registered for
-    // 50 ms, and how many of them its callback saw (the general way).
+    // Calls (entries) made while the recorder alone is registered, over
+    // 30 rounds of the workers, and how many of them its callback saw (the
+    // general way).
     let alone = || {
         let (g0, r0) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        while workers.rounds() < r0 + 30 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let (g1, r1) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
         ((r1 - r0) * 200 * 25, g1 - g0)
     };
