@@ -1,6 +1,8 @@
 //! Builds c/work.c with patchable function entries (the sites shadowgraph
 //! patches) into a static library linked into every example.
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -5,6 +5,8 @@
 //!
 //! `cargo run -p shadowgraph-examples --bin function_tracer`
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 use shadowgraph::ftrace::{self, FilterSet, Ops, OpsFlags, Regs};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,6 +5,8 @@
 //!
 //! `cargo run -p shadowgraph-examples --bin graph_user`
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 use shadowgraph::clock;
 use shadowgraph::fgraph::{self, GraphEntry, GraphReturn, GraphUser, RetRegs};
 use shadowgraph::ftrace::{self, FilterSet, Regs};

@@ -4,6 +4,8 @@
 //!
 //! `cargo run -p shadowgraph-examples --bin record_self [DIR]`
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 use shadowgraph::config::{Config, Record, Tracer};
 use shadowgraph::session::Session;
 use shadowgraph_data::{dir::DataDir, replay};

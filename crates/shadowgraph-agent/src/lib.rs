@@ -12,6 +12,8 @@
 //! return ([`unwind`]); `dlopen`/`dlclose`, so that objects loaded later
 //! are traced and unloaded ones leave first ([`objects`]).
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 mod interpose;
 mod objects;
 mod unwind;

@@ -10,13 +10,15 @@ use shadowgraph::fgraph;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::AtomicUsize;
 
-/// The next definition of `$name`, as `$ty`. Expands to a `transmute`:
-/// use it in an unsafe context whose SAFETY note says the next definition
-/// has that signature (it is the same symbol's).
+/// The next definition of `$name`, as `$ty`: only ever the type of the
+/// symbol of the same name that this file interposes.
 macro_rules! real {
     ($name:literal, $ty:ty) => {{
         static CACHE: AtomicUsize = AtomicUsize::new(0);
-        std::mem::transmute::<usize, $ty>(crate::next_symbol(&CACHE, $name))
+        let next = crate::next_symbol(&CACHE, $name);
+        // SAFETY: the next definition of the symbol this function
+        // interposes has the interposer's own signature, `$ty`.
+        unsafe { std::mem::transmute::<usize, $ty>(next) }
     }};
 }
 
@@ -27,12 +29,13 @@ macro_rules! real {
 #[no_mangle]
 pub unsafe extern "C" fn _Unwind_RaiseException(exc: *mut c_void) -> c_int {
     fgraph::unhook_thread();
-    // SAFETY (all forwarders below): the next definition of the same symbol
-    // has the same signature; the caller's arguments are passed unchanged.
-    real!(
+    let real = real!(
         c"_Unwind_RaiseException",
         unsafe extern "C" fn(*mut c_void) -> c_int
-    )(exc)
+    );
+    // SAFETY: the real function, with the caller's arguments unchanged,
+    // under the caller's contract; likewise in every forwarder below.
+    unsafe { real(exc) }
 }
 
 /// `_Unwind_Resume` (continuing after a cleanup pad).
@@ -42,7 +45,9 @@ pub unsafe extern "C" fn _Unwind_RaiseException(exc: *mut c_void) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn _Unwind_Resume(exc: *mut c_void) {
     fgraph::unhook_thread();
-    real!(c"_Unwind_Resume", unsafe extern "C" fn(*mut c_void))(exc)
+    let real = real!(c"_Unwind_Resume", unsafe extern "C" fn(*mut c_void));
+    // SAFETY: as in _Unwind_RaiseException.
+    unsafe { real(exc) }
 }
 
 /// `_Unwind_ForcedUnwind` (thread cancellation, `pthread_exit`).
@@ -56,10 +61,12 @@ pub unsafe extern "C" fn _Unwind_ForcedUnwind(
     arg: *mut c_void,
 ) -> c_int {
     fgraph::unhook_thread();
-    real!(
+    let real = real!(
         c"_Unwind_ForcedUnwind",
         unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> c_int
-    )(exc, stop, arg)
+    );
+    // SAFETY: as in _Unwind_RaiseException.
+    unsafe { real(exc, stop, arg) }
 }
 
 /// `pthread_exit`: glibc reaches libgcc's forced unwind through its own
@@ -70,7 +77,9 @@ pub unsafe extern "C" fn _Unwind_ForcedUnwind(
 #[no_mangle]
 pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
     fgraph::unhook_thread();
-    real!(c"pthread_exit", unsafe extern "C" fn(*mut c_void) -> !)(retval)
+    let real = real!(c"pthread_exit", unsafe extern "C" fn(*mut c_void) -> !);
+    // SAFETY: as in _Unwind_RaiseException.
+    unsafe { real(retval) }
 }
 
 // `__cxa_begin_catch`, `_Unwind_Backtrace` and `backtrace` need their
@@ -90,14 +99,12 @@ pub unsafe extern "C" fn __cxa_begin_catch(exc: *mut c_void) -> *mut c_void {
 
 extern "C" fn begin_catch_body(exc: *mut c_void, caller_sp: usize) -> *mut c_void {
     fgraph::rehook_thread(caller_sp);
-    // SAFETY: the next definition of the same symbol, same signature; the
-    // caller's argument passed unchanged.
-    unsafe {
-        real!(
-            c"__cxa_begin_catch",
-            unsafe extern "C" fn(*mut c_void) -> *mut c_void
-        )(exc)
-    }
+    let real = real!(
+        c"__cxa_begin_catch",
+        unsafe extern "C" fn(*mut c_void) -> *mut c_void
+    );
+    // SAFETY: as in _Unwind_RaiseException.
+    unsafe { real(exc) }
 }
 
 /// `_Unwind_Backtrace`.
@@ -156,16 +163,16 @@ extern "C" fn unwind_backtrace_body(
     // The program's callback may be traced code: not hooked meanwhile
     // (its hook would hijack the frames being walked again).
     fgraph::pause_thread();
-    // SAFETY: as above; our callback and its argument outlive the call.
-    let r = unsafe {
-        real!(
-            c"_Unwind_Backtrace",
-            unsafe extern "C" fn(
-                unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
-                *mut c_void,
-            ) -> c_int
-        )(skip_first, &mut skip as *mut SkipFirst as *mut c_void)
-    };
+    let real = real!(
+        c"_Unwind_Backtrace",
+        unsafe extern "C" fn(
+            unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+            *mut c_void,
+        ) -> c_int
+    );
+    // SAFETY: the real function; our callback and its argument outlive
+    // the call.
+    let r = unsafe { real(skip_first, &mut skip as *mut SkipFirst as *mut c_void) };
     fgraph::resume_thread();
     fgraph::rehook_thread(caller_sp);
     r
@@ -191,15 +198,15 @@ extern "C" fn backtrace_body(buf: *mut *mut c_void, size: c_int, caller_sp: usiz
     }
     let size = size as usize;
     fgraph::unhook_thread();
+    let real = real!(
+        c"backtrace",
+        unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int
+    );
     if size > MAX {
-        // SAFETY: as above, into the caller's buffer of `size` entries;
-        // ours is then moved out (a full buffer loses its outermost frame).
-        let got = unsafe {
-            real!(
-                c"backtrace",
-                unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int
-            )(buf, size as c_int)
-        };
+        // SAFETY: the real function, into the caller's buffer of `size`
+        // entries; ours is then moved out (a full buffer loses its
+        // outermost frame).
+        let got = unsafe { real(buf, size as c_int) };
         fgraph::rehook_thread(caller_sp);
         let n = (got.max(0) as usize).saturating_sub(1);
         // SAFETY: entries 1..=n are in the buffer; copy handles overlap.
@@ -208,13 +215,8 @@ extern "C" fn backtrace_body(buf: *mut *mut c_void, size: c_int, caller_sp: usiz
     }
     let mut tmp = [std::ptr::null_mut::<c_void>(); MAX + 1];
     let want = size.min(MAX) + 1;
-    // SAFETY: as above, into our buffer of `want` entries.
-    let got = unsafe {
-        real!(
-            c"backtrace",
-            unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int
-        )(tmp.as_mut_ptr(), want as c_int)
-    };
+    // SAFETY: the real function, into our buffer of `want` entries.
+    let got = unsafe { real(tmp.as_mut_ptr(), want as c_int) };
     fgraph::rehook_thread(caller_sp);
     let n = (got.max(0) as usize).saturating_sub(1).min(size);
     // SAFETY: the caller's buffer holds `size` ≥ n entries.

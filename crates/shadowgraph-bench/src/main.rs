@@ -5,6 +5,8 @@
 //! `shadowgraph` tool: `shadowgraph bench` runs this binary from a
 //! workspace build.
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 mod clock;
 mod common;
 mod dispatch;

@@ -11,21 +11,23 @@ use std::time::Instant;
 //
 // Register contract: `bench_floor_entry` is reached through a direct-call
 // pad from a site: [rsp] = site+5, [rsp+8] = R. It saves rax around its
-// work and clobbers only r11 (free at a function entry). `bench_floor_return`
+// work (then R is at rsp + FLOOR_R) and clobbers only r11 (free at a
+// function entry). `bench_floor_return`
 // is reached by the traced function's `ret`; rax/rdx/xmm0/xmm1 hold its
 // result and rcx/r11 are dead there.
 std::arch::global_asm!(
     ".pushsection .text.shadowgraph_bench_floor,\"ax\",@progbits",
+    ".set FLOOR_R, 16",
     "bench_floor_entry:",
     "endbr64",
     "push rax",
     "mov r11, [rip + {top}]",
-    "mov rax, [rsp + 16]",
+    "mov rax, [rsp + FLOOR_R]",
     "mov [r11], rax",
     "add r11, 8",
     "mov [rip + {top}], r11",
     "lea rax, [rip + bench_floor_return]",
-    "mov [rsp + 16], rax",
+    "mov [rsp + FLOOR_R], rax",
     "pop rax",
     "ret",
     "bench_floor_return:",
@@ -56,9 +58,15 @@ extern "C" {
 // no guard, no function or depth in the word, nothing for signals. Register
 // contract: `bench_model_loop_*` is called as `extern "C" fn(n: i64) ->
 // i64`; the models use rax, rcx, rdx, r10, r11, the shadow stack at
-// FLOOR_TOP and MODEL_RING.
+// FLOOR_TOP and MODEL_RING. The hijacking trampoline, called from the
+// model's entry, finds the model's return address R at rsp + HIJACK_R; a
+// record is {time at REC_TIME, word at REC_WORD}, REC_SIZE bytes.
 std::arch::global_asm!(
     ".pushsection .text.shadowgraph_bench_model,\"ax\",@progbits",
+    ".set HIJACK_R, 8",
+    ".set REC_TIME, 0",
+    ".set REC_WORD, 8",
+    ".set REC_SIZE, 16",
     ".p2align 4",
     "bench_model_plain:",
     "nop dword ptr [rax + rax]",
@@ -78,12 +86,12 @@ std::arch::global_asm!(
     ".p2align 4",
     "bench_model_hijack_entry:",
     "mov r11, [rip + {top}]",
-    "mov r10, [rsp + 8]",
+    "mov r10, [rsp + HIJACK_R]",
     "mov [r11], r10",
     "add r11, 8",
     "mov [rip + {top}], r11",
     "lea r10, [rip + bench_model_hijack_return]",
-    "mov [rsp + 8], r10",
+    "mov [rsp + HIJACK_R], r10",
     "ret",
     "bench_model_hijack_return:",
     "mov rcx, [rip + {top}]",
@@ -189,11 +197,11 @@ macro_rules! model_record {
             "or rdx, rax\n",
             "mov r11, [rip + {ring_pos}]\n",
             "lea rax, [rip + {ring}]\n",
-            "mov [rax + r11], rdx\n",
-            "mov qword ptr [rax + r11 + 8], ",
+            "mov [rax + r11 + REC_TIME], rdx\n",
+            "mov qword ptr [rax + r11 + REC_WORD], ",
             $word,
             "\n",
-            "add r11, 16\n",
+            "add r11, REC_SIZE\n",
             "and r11, {ring_mask}\n",
             "mov [rip + {ring_pos}], r11\n",
             "pop rdx\n",

@@ -1,6 +1,8 @@
 //! `shadowgraph`: the command-line tool. Thin: parsing, running the traced
 //! program under the agent, printing. The work is in the `shadowgraph` crate.
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 mod bench;
 mod children;
 mod count;

@@ -75,7 +75,7 @@ pub(crate) struct RecordOptions {
 /// `--max-stack DEPTH`: the shadow stack size, in bytes, that holds DEPTH
 /// plain frames (4 words each) above the push margin.
 pub(crate) fn parse_max_stack(v: &str) -> Result<u64, String> {
-    use shadowgraph::fgraph::stack::{MAX_STACK_BYTES, MIN_STACK_BYTES};
+    use shadowgraph::fgraph::{MAX_STACK_BYTES, MIN_STACK_BYTES};
     let most = MAX_STACK_BYTES as u64 / 32 - 1;
     match v.trim().parse::<u64>() {
         Ok(d) if (1..=most).contains(&d) => Ok(((d + 1) * 32)

@@ -161,8 +161,17 @@ fn a_profile_alone_counts_every_call_with_handlers_landing_anywhere() {
     assert_eq!(rows["fib"].2, main_calls + 3 * alarms, "{rows:?}");
     assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
     assert_eq!(rows["in_handler"].2, alarms, "{rows:?}");
+    // Self time is at most the total; for fib, recursive, the total is the
+    // outermost calls' (a call is outermost when no call of fib is under
+    // way on its thread), and a handler that lands in the fused entry of
+    // an outermost fib after it counted the call under way and before it
+    // read the start time has its fib calls' time counted as not
+    // outermost though outside the call: by at most the time of fib in
+    // handlers (on_alarm's, less its own and in_handler's).
+    let in_handlers = rows["on_alarm"].0 - rows["on_alarm"].1 - rows["in_handler"].0;
     for (f, &(total, self_t, _)) in &rows {
-        assert!(self_t <= total, "{f}: {rows:?}");
+        let slack = if f == "fib" { in_handlers } else { 0 };
+        assert!(self_t <= total + slack, "{f}: {rows:?}");
     }
     if shadowgraph_testkit::tool::available(
         shadowgraph::clock::init(),

@@ -22,6 +22,8 @@ fn json_str(s: &str) -> String {
     o
 }
 
+/// Writes what `filter` selects as Chrome trace-event JSON: a `B` and an
+/// `E` event per call, one track per thread.
 pub fn dump_chrome(
     data: &DataDir,
     filter: &ReplayFilter,

@@ -30,14 +30,17 @@ fn tracer_dirs(dir: &Path) -> Vec<String> {
 /// What `info` holds.
 #[derive(Clone, Debug, Default)]
 pub struct Info {
+    /// Key → value, as the file holds them.
     pub fields: BTreeMap<String, String>,
 }
 
 impl Info {
+    /// The value of `k`, if present.
     pub fn get(&self, k: &str) -> Option<&str> {
         self.fields.get(k).map(String::as_str)
     }
 
+    /// Sets `k` to `v`.
     pub fn set(&mut self, k: &str, v: impl ToString) {
         self.fields.insert(k.to_string(), v.to_string());
     }
@@ -86,7 +89,9 @@ impl Info {
 
 /// An opened data directory.
 pub struct DataDir {
+    /// The directory.
     pub dir: PathBuf,
+    /// Its `info` (uftrace's, or ours in a raw recording).
     pub info: Info,
     /// Sorted by address: each function's symbol as recorded (mangled, for
     /// C++ and Rust; recordings of earlier versions hold demangled names).
@@ -298,6 +303,7 @@ impl DataDir {
         Ok(data)
     }
 
+    /// The file of thread `tid`'s records.
     pub fn dat_path(&self, tid: i32) -> PathBuf {
         self.dir.join(format!("{tid}.dat"))
     }

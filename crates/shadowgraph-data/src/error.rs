@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 /// A recording that cannot be read as it should.
 #[derive(Debug, Clone)]
 pub struct DataError {
+    /// The file.
     pub path: PathBuf,
+    /// What is wrong with it.
     pub message: String,
 }
 

@@ -8,6 +8,7 @@ use super::replay::{thread_records, ReplayError, ReplayFilter};
 use std::collections::BTreeMap;
 use std::io::Write;
 
+/// Writes what `filter` selects as folded stacks weighted by self time.
 pub fn dump_flame_graph(
     data: &DataDir,
     filter: &ReplayFilter,

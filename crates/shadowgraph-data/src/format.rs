@@ -3,29 +3,42 @@
 
 use std::fmt;
 
+/// The 3-bit magic every record carries (bits 3–5 of its second word).
 pub const MAGIC: u64 = 0b101;
+/// Bytes per record.
 pub const RECORD_SIZE: usize = 16;
 
+/// What a record marks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// A function's entry.
     Entry = 0,
+    /// A function's return.
     Exit = 1,
+    /// Records lost at this point (their number in `addr`).
     Lost = 2,
+    /// An event (uftrace's; views skip it).
     Event = 3,
 }
 
+/// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record {
     /// Timestamp (raw clock units in a `.dat` file, nanoseconds after
     /// conversion).
     pub time: u64,
+    /// What it marks.
     pub kind: Kind,
+    /// uftrace's `more` bit: arguments or return values follow (for a
+    /// schedule event: the thread was pre-empted).
     pub more: bool,
+    /// Nesting depth of the call (10 bits).
     pub depth: u16,
     /// Function address (for LOST: the number of records lost).
     pub addr: u64,
 }
 
+/// The second word of a record: kind, magic, depth and address packed.
 #[inline]
 pub fn encode(kind: Kind, depth: u16, addr: u64) -> u64 {
     kind as u64 | MAGIC << 3 | ((depth as u64) & 0x3ff) << 6 | (addr & ((1 << 48) - 1)) << 16
@@ -34,7 +47,9 @@ pub fn encode(kind: Kind, depth: u16, addr: u64) -> u64 {
 /// A record that cannot be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadRecord {
+    /// Byte offset of the record in its file.
     pub offset: u64,
+    /// What is wrong with it.
     pub why: &'static str,
 }
 

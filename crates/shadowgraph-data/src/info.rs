@@ -6,6 +6,7 @@ use super::dir::DataDir;
 use super::replay::ReplayError;
 use std::io::Write;
 
+/// Writes `info`'s text for `data`.
 pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
     let get = |k: &str| data.info.get(k).map(str::trim);
     let line = |out: &mut dyn Write, k: &str, v: &str| writeln!(out, "# {k:<20}: {v}");

@@ -2,7 +2,7 @@
 //! the data directory a recording leaves (uftrace's format, both ways) and
 //! the views that show it.
 //!
-//! * [`format`] — the 16-byte entry/exit record; [`time`] — raw timestamps
+//! * [`format`](mod@format) — the 16-byte entry/exit record; [`time`] — raw timestamps
 //!   to nanoseconds.
 //! * [`dir`] — a data directory: its `info`, threads, symbols and record
 //!   streams; [`sched`] — scheduling events in it; [`uftrace`] — uftrace's
@@ -13,6 +13,7 @@
 //! * [`pattern`] and [`names`] — function patterns and demangled names, as
 //!   filters and views use them.
 
+#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod chrome;

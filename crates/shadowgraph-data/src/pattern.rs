@@ -11,13 +11,21 @@ pub struct FunctionName<'a> {
     pub function: &'a str,
     /// Its symbol as the object names it.
     pub symbol: &'a str,
+    /// The path of the object holding it.
     pub module: &'a str,
 }
 
 /// A bad pattern, or one that matches nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PatternError {
-    BadPattern { pattern: String, why: String },
+    /// A pattern that cannot be parsed: which, and why.
+    BadPattern {
+        /// The pattern as given.
+        pattern: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A pattern that matches no function.
     NoMatch(String),
 }
 
@@ -53,6 +61,7 @@ pub struct Pattern {
 }
 
 impl Pattern {
+    /// Parses `text`: `[!]glob` or `[!]/regex/`, optionally `@module`.
     pub fn parse(text: &str) -> Result<Pattern, PatternError> {
         let bad = |why: &str| PatternError::BadPattern {
             pattern: text.to_string(),
@@ -110,10 +119,13 @@ impl Pattern {
         })
     }
 
+    /// The pattern as given.
     pub fn text(&self) -> &str {
         &self.text
     }
 
+    /// Whether it matches `site`: its name or symbol, and its module if the
+    /// pattern names one (a `!` pattern matches what it would remove).
     pub fn matches(&self, site: &FunctionName<'_>) -> bool {
         if let Some(m) = &self.module {
             let file = site.module.rsplit('/').next().unwrap_or(site.module);

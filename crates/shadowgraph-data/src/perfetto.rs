@@ -59,6 +59,8 @@ fn packet(out: &mut impl Write, p: &Msg) -> std::io::Result<()> {
     out.write_all(&t.0)
 }
 
+/// Writes what `filter` selects as a Perfetto trace: a track per thread,
+/// function names interned.
 pub fn dump_perfetto(
     data: &DataDir,
     filter: &ReplayFilter,

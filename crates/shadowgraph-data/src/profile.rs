@@ -12,10 +12,12 @@ use std::io::Write;
 /// One function's totals (of one thread, or merged).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ProfileRow {
+    /// Calls made.
     pub calls: u64,
     /// Sum of every call's duration (recursive calls included), ns: the
     /// average's and the spread's.
     pub total: u64,
+    /// `total` less the time in profiled callees, ns.
     pub self_time: u64,
     /// Sum of squared durations, ns².
     pub sum_sq: f64,
@@ -34,6 +36,7 @@ impl ProfileRow {
         self.outer += o.outer;
     }
 
+    /// Mean duration of a call, ns (0 without calls).
     pub fn average(&self) -> u64 {
         self.total.checked_div(self.calls).unwrap_or(0)
     }

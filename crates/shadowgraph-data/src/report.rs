@@ -37,19 +37,27 @@ impl Hasher for AddrHasher {
 
 type AddrMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 
+/// One function's row of `report`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FuncStats {
+    /// Time inside its outermost calls, ns.
     pub total: u64,
+    /// Time inside its calls but not in their callees, ns.
     pub self_time: u64,
+    /// Calls made.
     pub calls: u64,
 }
 
 /// Sort order of the report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortKey {
+    /// By total time, largest first.
     Total,
+    /// By self time, largest first.
     SelfTime,
+    /// By calls, most first.
     Calls,
+    /// By name.
     Name,
 }
 
@@ -263,4 +271,5 @@ pub fn report_diff(
     Ok(())
 }
 
+/// Why a report could not be written.
 pub type ReportError = super::replay::ReplayError;

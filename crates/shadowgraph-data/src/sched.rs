@@ -22,8 +22,11 @@ const MISC_SWITCH_OUT_PREEMPT: u16 = 0x4000;
 /// A thread off the CPU: switched out at `out`, back at `back`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedSpan {
+    /// When it left the CPU, ns.
     pub out: u64,
+    /// When it came back, ns.
     pub back: u64,
+    /// Whether it was pre-empted (not waiting of its own accord).
     pub preempted: bool,
 }
 
@@ -102,7 +105,9 @@ pub fn read(dir: &Path) -> Result<HashMap<i32, Vec<SchedSpan>>, DataError> {
 /// pairs of [`SCHED_ADDR`] (`more` set when pre-empted) at the depth of
 /// the call they happened in.
 pub struct SchedMerged<I: Iterator> {
+    /// The thread's records.
     pub inner: std::iter::Peekable<I>,
+    /// Its schedule spans not yet merged, in time order.
     pub spans: std::collections::VecDeque<SchedSpan>,
     /// Depth of a record made now.
     pub depth: u16,

@@ -5,9 +5,13 @@
 /// Two (raw, ns) points, for converting raw timestamps to nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Calibration {
+    /// The first point's raw timestamp.
     pub raw0: u64,
+    /// The first point's nanoseconds.
     pub ns0: u64,
+    /// The second point's raw timestamp.
     pub raw1: u64,
+    /// The second point's nanoseconds.
     pub ns1: u64,
 }
 
@@ -58,14 +62,17 @@ impl Converter {
         Converter { raw0, ns0, rate }
     }
 
+    /// The raw timestamp of the line's origin.
     pub fn raw0(&self) -> u64 {
         self.raw0
     }
 
+    /// The nanoseconds of the line's origin.
     pub fn ns0(&self) -> u64 {
         self.ns0
     }
 
+    /// Nanoseconds per raw tick, 32.32 fixed point (0: identity).
     pub fn rate(&self) -> u64 {
         self.rate
     }
@@ -80,6 +87,7 @@ impl Converter {
             .wrapping_add((((raw - self.raw0) as u128 * self.rate as u128) >> 32) as u64)
     }
 
+    /// Nanoseconds of raw timestamp `raw` (before the origin too).
     #[inline]
     pub fn to_ns(&self, raw: u64) -> u64 {
         if self.rate == 0 {

@@ -28,8 +28,11 @@ fn err(path: &Path, e: impl std::fmt::Display) -> DataError {
 /// A traced object: load base, end of its code, path.
 #[derive(Clone, Debug)]
 pub struct ModuleMap {
+    /// Load address of its first mapping.
     pub base: u64,
+    /// End of its code.
     pub end: u64,
+    /// Its file.
     pub path: PathBuf,
 }
 

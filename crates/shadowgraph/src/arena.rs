@@ -19,7 +19,9 @@ const REACH: usize = (1 << 31) - (1 << 16);
 /// A region of trampoline memory.
 #[derive(Debug)]
 pub struct Arena {
+    /// Its first byte's address.
     pub base: usize,
+    /// Its length in bytes.
     pub size: usize,
     used: Mutex<usize>,
 }
@@ -29,16 +31,23 @@ pub struct Arena {
 pub enum ArenaError {
     /// No free gap of the address space lies within reach of the text.
     NoGap {
+        /// Lowest address of the text to reach.
         lo: usize,
+        /// Highest address of the text to reach.
         hi: usize,
     },
     /// Text wider than 2 GiB cannot share one arena.
     TextTooWide {
+        /// Lowest address of the text.
         lo: usize,
+        /// Highest address of the text.
         hi: usize,
     },
+    /// Every byte of the arena is taken.
     Full,
+    /// Its code could not be written.
     Write(PatchError),
+    /// Mapping it failed.
     Io(std::io::Error),
 }
 

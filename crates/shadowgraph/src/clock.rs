@@ -34,6 +34,7 @@ pub fn uses_tsc() -> bool {
     USE_TSC.load(Ordering::Relaxed)
 }
 
+/// CLOCK_MONOTONIC now, in nanoseconds (vDSO; async-signal-safe).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

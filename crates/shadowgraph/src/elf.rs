@@ -36,6 +36,7 @@ pub struct FoundSite {
 /// Every site of one ELF object.
 #[derive(Clone, Debug)]
 pub struct ObjectSites {
+    /// The file read.
     pub path: PathBuf,
     /// `ET_DYN` (PIE executable or shared library): addresses are relative
     /// to the load bias.
@@ -53,7 +54,9 @@ pub struct ObjectSites {
 /// Failure to read sites from a file: always says which file and what.
 #[derive(Debug)]
 pub struct ElfError {
+    /// The file.
     pub path: PathBuf,
+    /// What is wrong with it.
     pub message: String,
 }
 
@@ -93,6 +96,8 @@ impl ObjectSites {
         })
     }
 
+    /// Ok if the object has a usable site; else an error that says how it
+    /// was built instead, if it can tell, and what flags to build it with.
     pub fn require_sites(&self) -> Result<(), ElfError> {
         if self.usable().next().is_some() {
             return Ok(());

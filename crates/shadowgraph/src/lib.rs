@@ -31,6 +31,9 @@
 //! session.finish(); // the data directory is complete: `shadowgraph replay -d /tmp/trace.data`
 //! ```
 
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 pub mod arena;
 pub mod clock;
 pub mod config;

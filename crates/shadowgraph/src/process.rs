@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 /// A patchable entry of a loaded object, at its run-time address.
 #[derive(Clone, Debug)]
 pub struct CallSite {
+    /// The site's run-time address.
     pub addr: usize,
     /// The function's name in the simple demangled form (`elf::demangle`).
     pub function: String,
@@ -25,6 +26,7 @@ pub struct CallSite {
 }
 
 impl CallSite {
+    /// Whether it can be patched.
     pub fn usable(&self) -> bool {
         self.disabled.is_none()
     }
@@ -33,6 +35,7 @@ impl CallSite {
 /// A loaded object with its sites.
 #[derive(Clone, Debug)]
 pub struct Module {
+    /// The object's file.
     pub path: PathBuf,
     /// Load bias: run-time address = link-time address + bias.
     pub bias: usize,
@@ -49,10 +52,12 @@ impl Module {
         Some((first, last + 8))
     }
 
+    /// Its sites that can be patched.
     pub fn usable(&self) -> impl Iterator<Item = &CallSite> {
         self.sites.iter().filter(|s| s.usable())
     }
 
+    /// The first site of function `function`, by name.
     pub fn by_name(&self, function: &str) -> Option<&CallSite> {
         self.sites.iter().find(|s| s.function == function)
     }
@@ -195,7 +200,9 @@ pub struct Normalized {
 /// Why normalisation failed (nothing was written).
 #[derive(Debug)]
 pub enum NormalizeError {
+    /// The sites could not be rewritten.
     Patch(PatchError),
+    /// The other threads could not be stopped.
     Stop(stop::StopError),
 }
 

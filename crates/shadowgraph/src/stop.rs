@@ -58,6 +58,7 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// A thread parked by [`stop_world`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Parked {
+    /// The thread.
     pub tid: i32,
     /// Where the thread will resume.
     pub pc: usize,
@@ -76,7 +77,9 @@ pub enum StopError {
     /// A thread did not park in time (it blocks the signal, or is stuck in
     /// the kernel with the signal masked).
     Unresponsive(i32),
+    /// More threads than a stop can park.
     TooManyThreads,
+    /// The threads could not be listed or signalled.
     Io(io::Error),
 }
 

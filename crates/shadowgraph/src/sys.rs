@@ -8,10 +8,13 @@ use std::io;
 /// One line of `/proc/self/maps`.
 #[derive(Clone, Debug)]
 pub struct Mapping {
+    /// First address.
     pub start: usize,
+    /// End address (exclusive).
     pub end: usize,
     /// `PROT_*` bits.
     pub prot: i32,
+    /// The mapped file (empty for anonymous memory).
     pub path: String,
 }
 
@@ -149,6 +152,7 @@ pub fn map_shared(fd: i32, len: usize, populate: bool) -> Option<*mut u8> {
     (p != libc::MAP_FAILED).then_some(p as *mut u8)
 }
 
+/// The system's page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

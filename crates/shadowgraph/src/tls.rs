@@ -4,7 +4,7 @@
 //! `thread_local!` in a shared object (the agent is one) is reached through
 //! `__tls_get_addr` on every access: a call of about eleven instructions,
 //! and the recording path made ten of them per traced call. A variable
-//! declared with [`fast_thread_local!`] lives in the object's static TLS
+//! declared with [`fast_thread_local!`](crate::fast_thread_local) lives in the object's static TLS
 //! block instead and costs one `fs`-relative address computation, as in an
 //! executable. That is valid for an object loaded at start-up (the agent is
 //! preloaded) and, within glibc's reserve of static TLS, for one loaded by

@@ -4,11 +4,172 @@
 use crate::arena::{Arena, ArenaError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// Registers saved by an ftrace caller. The argument registers, `ip`,
+/// `parent_ip` and `parent_slot` are always valid; the fields from `rbx` on
+/// are valid (and written back) only in the regs variant, which every site
+/// with a SAVE_REGS, DIRECT or IPMODIFY ops calls.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Regs {
+    /// First integer argument.
+    pub rdi: u64,
+    /// Second integer argument.
+    pub rsi: u64,
+    /// Third integer argument.
+    pub rdx: u64,
+    /// Fourth integer argument.
+    pub rcx: u64,
+    /// Fifth integer argument.
+    pub r8: u64,
+    /// Sixth integer argument.
+    pub r9: u64,
+    /// Number of vector registers used by a varargs call.
+    pub rax: u64,
+    /// Static chain.
+    pub r10: u64,
+    /// Floating-point and vector arguments, `xmm0`–`xmm7`.
+    pub xmm: [u128; 8],
+    /// The traced function's caller's frame pointer.
+    pub rbp: u64,
+    /// The site (traced function entry, after any endbr64).
+    pub ip: usize,
+    /// Where the traced function returns to.
+    pub parent_ip: usize,
+    /// The stack slot holding `parent_ip`.
+    pub parent_slot: *mut usize,
+    /// Callee-saved `rbx` (regs variant).
+    pub rbx: u64,
+    /// Callee-saved `r12` (regs variant).
+    pub r12: u64,
+    /// Callee-saved `r13` (regs variant).
+    pub r13: u64,
+    /// Callee-saved `r14` (regs variant).
+    pub r14: u64,
+    /// Callee-saved `r15` (regs variant).
+    pub r15: u64,
+    /// Flags (regs variant).
+    pub rflags: u64,
+    /// Resume address (site + 5); an IPMODIFY ops may change it.
+    pub rip: usize,
+    /// Set (by the direct helper) to continue at a direct-call target.
+    pub direct: usize,
+    /// Stack pointer at the traced function's entry.
+    pub rsp: usize,
+    _pad: u64,
+}
+
+// The frame is 16-byte aligned (its xmm words are stored by movaps) and
+// is what the callers' prologue reserves.
+const _: () = assert!(std::mem::size_of::<Regs>().is_multiple_of(16));
+const _: () = assert!(std::mem::offset_of!(Regs, xmm).is_multiple_of(16));
+// REGS_SPARE: the padding word after `rsp`.
+const _: () = assert!(std::mem::offset_of!(Regs, _pad) == std::mem::offset_of!(Regs, rsp) + 8);
+
 /// Handler called by a caller trampoline for every call crossing its sites:
 /// `ip` is the site address, `parent_ip` the traced function's return
 /// address and `parent_slot` where that address lives on the stack.
 pub type Handler =
     extern "C" fn(ip: usize, parent_ip: usize, parent_slot: *mut usize, data: *const ());
+
+// --- The caller frame ----------------------------------------------------------
+//
+// Every caller below (and fgraph's and the fused recorder's entries, which
+// extend it) keeps the registers in a `Regs` at rsp, under a frame whose
+// rbp is the site's call's:
+//
+//   rbp + RBP_PARENT_SLOT (16)  R: the traced function's return address
+//                               (`Regs::parent_slot` points here)
+//   rbp + RBP_SITE_RET    (8)   site + SITE_CALL_LEN: the site's call's
+//                               return address
+//   rbp                         the traced function's caller's rbp
+//   ...                         alignment
+//   rsp + REGS_SIZE
+//   rsp + REGS_SPARE            a word no caller writes: the entries that
+//                               extend the frame keep the ops slot there
+//   rsp + REGS_RSP              rsp at the traced function's entry (regs)
+//   rsp + REGS_DIRECT           a direct call's target (regs)
+//   rsp + REGS_RIP              where the call resumes: site + 5 (regs)
+//   rsp + REGS_RFLAGS           rflags (regs)
+//   rsp + REGS_RBX, REGS_R12 … REGS_R15   callee-saved registers (regs)
+//   rsp + REGS_PARENT_SLOT      &R
+//   rsp + REGS_PARENT_IP        R
+//   rsp + REGS_IP               the site
+//   rsp + REGS_RBP              the caller's rbp
+//   rsp + REGS_XMM0 … XMM7      16 bytes each, 16-aligned (movaps)
+//   rsp + REGS_RDI, RSI, RDX, RCX, R8, R9, RAX, R10   the argument registers
+//
+// (regs): written by the regs variant only. The offsets are the struct's
+// (`offset_of!`), named in the assembly by `.set` symbols: `regs_asm!`.
+
+/// `global_asm!` whose body names [`Regs`]' words (`REGS_RDI` …
+/// `REGS_RSP`, `REGS_XMM0` … `REGS_XMM7`, `REGS_SPARE`, `REGS_SIZE`) and the caller's
+/// slots (`RBP_SITE_RET`, `RBP_PARENT_SLOT`, `SITE_CALL_LEN`), as the
+/// diagram above; operands after a `;` are the body's own.
+macro_rules! regs_asm {
+    ($($body:expr),+ $(,)? $(; $($operands:tt)*)?) => {
+        std::arch::global_asm!(
+            ".set REGS_RDI, {regs_rdi}",
+            ".set REGS_RSI, {regs_rsi}",
+            ".set REGS_RDX, {regs_rdx}",
+            ".set REGS_RCX, {regs_rcx}",
+            ".set REGS_R8, {regs_r8}",
+            ".set REGS_R9, {regs_r9}",
+            ".set REGS_RAX, {regs_rax}",
+            ".set REGS_R10, {regs_r10}",
+            ".set REGS_XMM0, {regs_xmm}",
+            ".set REGS_XMM1, REGS_XMM0 + 16",
+            ".set REGS_XMM2, REGS_XMM0 + 32",
+            ".set REGS_XMM3, REGS_XMM0 + 48",
+            ".set REGS_XMM4, REGS_XMM0 + 64",
+            ".set REGS_XMM5, REGS_XMM0 + 80",
+            ".set REGS_XMM6, REGS_XMM0 + 96",
+            ".set REGS_XMM7, REGS_XMM0 + 112",
+            ".set REGS_RBP, {regs_rbp}",
+            ".set REGS_IP, {regs_ip}",
+            ".set REGS_PARENT_IP, {regs_parent_ip}",
+            ".set REGS_PARENT_SLOT, {regs_parent_slot}",
+            ".set REGS_RBX, {regs_rbx}",
+            ".set REGS_R12, {regs_r12}",
+            ".set REGS_R13, {regs_r13}",
+            ".set REGS_R14, {regs_r14}",
+            ".set REGS_R15, {regs_r15}",
+            ".set REGS_RFLAGS, {regs_rflags}",
+            ".set REGS_RIP, {regs_rip}",
+            ".set REGS_DIRECT, {regs_direct}",
+            ".set REGS_RSP, {regs_rsp}",
+            ".set REGS_SPARE, REGS_RSP + 8",
+            ".set REGS_SIZE, {regs_size}",
+            ".set RBP_SITE_RET, 8",
+            ".set RBP_PARENT_SLOT, 16",
+            ".set SITE_CALL_LEN, 5",
+            $($body),+,
+            regs_rdi = const std::mem::offset_of!($crate::tramp::Regs, rdi),
+            regs_rsi = const std::mem::offset_of!($crate::tramp::Regs, rsi),
+            regs_rdx = const std::mem::offset_of!($crate::tramp::Regs, rdx),
+            regs_rcx = const std::mem::offset_of!($crate::tramp::Regs, rcx),
+            regs_r8 = const std::mem::offset_of!($crate::tramp::Regs, r8),
+            regs_r9 = const std::mem::offset_of!($crate::tramp::Regs, r9),
+            regs_rax = const std::mem::offset_of!($crate::tramp::Regs, rax),
+            regs_r10 = const std::mem::offset_of!($crate::tramp::Regs, r10),
+            regs_xmm = const std::mem::offset_of!($crate::tramp::Regs, xmm),
+            regs_rbp = const std::mem::offset_of!($crate::tramp::Regs, rbp),
+            regs_ip = const std::mem::offset_of!($crate::tramp::Regs, ip),
+            regs_parent_ip = const std::mem::offset_of!($crate::tramp::Regs, parent_ip),
+            regs_parent_slot = const std::mem::offset_of!($crate::tramp::Regs, parent_slot),
+            regs_rbx = const std::mem::offset_of!($crate::tramp::Regs, rbx),
+            regs_r12 = const std::mem::offset_of!($crate::tramp::Regs, r12),
+            regs_r13 = const std::mem::offset_of!($crate::tramp::Regs, r13),
+            regs_r14 = const std::mem::offset_of!($crate::tramp::Regs, r14),
+            regs_r15 = const std::mem::offset_of!($crate::tramp::Regs, r15),
+            regs_rflags = const std::mem::offset_of!($crate::tramp::Regs, rflags),
+            regs_rip = const std::mem::offset_of!($crate::tramp::Regs, rip),
+            regs_direct = const std::mem::offset_of!($crate::tramp::Regs, direct),
+            regs_rsp = const std::mem::offset_of!($crate::tramp::Regs, rsp),
+            regs_size = const std::mem::size_of::<$crate::tramp::Regs>(),
+            $($($operands)*)?
+        );
+    };
+}
 
 // Caller trampoline template (args variant, SPEC §2.4).
 //
@@ -20,7 +181,7 @@ pub type Handler =
 // Every argument register is restored before `ret` to site+5; rbx, rbp and
 // r12–r15 are callee-saved in the handler. The copy patches the two imm64
 // operands (data pointer, handler) at the offsets of their labels + 2.
-std::arch::global_asm!(
+regs_asm!(
     ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
     ".globl shadowgraph_caller_start",
     ".hidden shadowgraph_caller_start",
@@ -34,49 +195,49 @@ std::arch::global_asm!(
     "endbr64",
     "push rbp",
     "mov rbp, rsp",
-    "sub rsp, 0xc0",
+    "sub rsp, REGS_RBP",
     "and rsp, -16",
-    "mov [rsp + 0x00], rdi",
-    "mov [rsp + 0x08], rsi",
-    "mov [rsp + 0x10], rdx",
-    "mov [rsp + 0x18], rcx",
-    "mov [rsp + 0x20], r8",
-    "mov [rsp + 0x28], r9",
-    "mov [rsp + 0x30], rax",
-    "mov [rsp + 0x38], r10",
-    "movaps [rsp + 0x40], xmm0",
-    "movaps [rsp + 0x50], xmm1",
-    "movaps [rsp + 0x60], xmm2",
-    "movaps [rsp + 0x70], xmm3",
-    "movaps [rsp + 0x80], xmm4",
-    "movaps [rsp + 0x90], xmm5",
-    "movaps [rsp + 0xa0], xmm6",
-    "movaps [rsp + 0xb0], xmm7",
-    "mov rdi, [rbp + 8]",
-    "sub rdi, 5",
-    "mov rsi, [rbp + 16]",
-    "lea rdx, [rbp + 16]",
+    "mov [rsp + REGS_RDI], rdi",
+    "mov [rsp + REGS_RSI], rsi",
+    "mov [rsp + REGS_RDX], rdx",
+    "mov [rsp + REGS_RCX], rcx",
+    "mov [rsp + REGS_R8], r8",
+    "mov [rsp + REGS_R9], r9",
+    "mov [rsp + REGS_RAX], rax",
+    "mov [rsp + REGS_R10], r10",
+    "movaps [rsp + REGS_XMM0], xmm0",
+    "movaps [rsp + REGS_XMM1], xmm1",
+    "movaps [rsp + REGS_XMM2], xmm2",
+    "movaps [rsp + REGS_XMM3], xmm3",
+    "movaps [rsp + REGS_XMM4], xmm4",
+    "movaps [rsp + REGS_XMM5], xmm5",
+    "movaps [rsp + REGS_XMM6], xmm6",
+    "movaps [rsp + REGS_XMM7], xmm7",
+    "mov rdi, [rbp + RBP_SITE_RET]",
+    "sub rdi, SITE_CALL_LEN",
+    "mov rsi, [rbp + RBP_PARENT_SLOT]",
+    "lea rdx, [rbp + RBP_PARENT_SLOT]",
     "shadowgraph_caller_data:",
     "movabs rcx, 0x1122334455667788",
     "shadowgraph_caller_fn:",
     "movabs r11, 0x1122334455667788",
     "call r11",
-    "mov rdi, [rsp + 0x00]",
-    "mov rsi, [rsp + 0x08]",
-    "mov rdx, [rsp + 0x10]",
-    "mov rcx, [rsp + 0x18]",
-    "mov r8,  [rsp + 0x20]",
-    "mov r9,  [rsp + 0x28]",
-    "mov rax, [rsp + 0x30]",
-    "mov r10, [rsp + 0x38]",
-    "movaps xmm0, [rsp + 0x40]",
-    "movaps xmm1, [rsp + 0x50]",
-    "movaps xmm2, [rsp + 0x60]",
-    "movaps xmm3, [rsp + 0x70]",
-    "movaps xmm4, [rsp + 0x80]",
-    "movaps xmm5, [rsp + 0x90]",
-    "movaps xmm6, [rsp + 0xa0]",
-    "movaps xmm7, [rsp + 0xb0]",
+    "mov rdi, [rsp + REGS_RDI]",
+    "mov rsi, [rsp + REGS_RSI]",
+    "mov rdx, [rsp + REGS_RDX]",
+    "mov rcx, [rsp + REGS_RCX]",
+    "mov r8,  [rsp + REGS_R8]",
+    "mov r9,  [rsp + REGS_R9]",
+    "mov rax, [rsp + REGS_RAX]",
+    "mov r10, [rsp + REGS_R10]",
+    "movaps xmm0, [rsp + REGS_XMM0]",
+    "movaps xmm1, [rsp + REGS_XMM1]",
+    "movaps xmm2, [rsp + REGS_XMM2]",
+    "movaps xmm3, [rsp + REGS_XMM3]",
+    "movaps xmm4, [rsp + REGS_XMM4]",
+    "movaps xmm5, [rsp + REGS_XMM5]",
+    "movaps xmm6, [rsp + REGS_XMM6]",
+    "movaps xmm7, [rsp + REGS_XMM7]",
     "leave",
     "ret",
     "shadowgraph_caller_end:",
@@ -144,39 +305,39 @@ pub fn caller(arena: &Arena, handler: Handler, data: *const ()) -> Result<usize,
 // (a site stub's entry reads it from the stub). rip is the site + 5.
 macro_rules! save_args {
     () => {
-        $crate::tramp::save_args!("mov r11, [rbp + 8]\nsub r11, 5\n")
+        $crate::tramp::save_args!("mov r11, [rbp + RBP_SITE_RET]\nsub r11, SITE_CALL_LEN\n")
     };
     ($site:literal) => {
         concat!(
-            "mov [rsp + 0x00], rdi\n",
-            "mov [rsp + 0x08], rsi\n",
-            "mov [rsp + 0x10], rdx\n",
-            "mov [rsp + 0x18], rcx\n",
-            "mov [rsp + 0x20], r8\n",
-            "mov [rsp + 0x28], r9\n",
-            "mov [rsp + 0x30], rax\n",
-            "mov [rsp + 0x38], r10\n",
-            "movaps [rsp + 0x40], xmm0\n",
-            "movaps [rsp + 0x50], xmm1\n",
-            "movaps [rsp + 0x60], xmm2\n",
-            "movaps [rsp + 0x70], xmm3\n",
-            "movaps [rsp + 0x80], xmm4\n",
-            "movaps [rsp + 0x90], xmm5\n",
-            "movaps [rsp + 0xa0], xmm6\n",
-            "movaps [rsp + 0xb0], xmm7\n",
+            "mov [rsp + REGS_RDI], rdi\n",
+            "mov [rsp + REGS_RSI], rsi\n",
+            "mov [rsp + REGS_RDX], rdx\n",
+            "mov [rsp + REGS_RCX], rcx\n",
+            "mov [rsp + REGS_R8], r8\n",
+            "mov [rsp + REGS_R9], r9\n",
+            "mov [rsp + REGS_RAX], rax\n",
+            "mov [rsp + REGS_R10], r10\n",
+            "movaps [rsp + REGS_XMM0], xmm0\n",
+            "movaps [rsp + REGS_XMM1], xmm1\n",
+            "movaps [rsp + REGS_XMM2], xmm2\n",
+            "movaps [rsp + REGS_XMM3], xmm3\n",
+            "movaps [rsp + REGS_XMM4], xmm4\n",
+            "movaps [rsp + REGS_XMM5], xmm5\n",
+            "movaps [rsp + REGS_XMM6], xmm6\n",
+            "movaps [rsp + REGS_XMM7], xmm7\n",
             // rbp (the traced function's caller's), site, R, &R; rip =
             // site+5 and direct = 0: the entry's action reads them.
             "mov r11, [rbp]\n",
-            "mov [rsp + 0xc0], r11\n",
+            "mov [rsp + REGS_RBP], r11\n",
             $site,
-            "mov [rsp + 0xc8], r11\n",
-            "add r11, 5\n",
-            "mov [rsp + 0x110], r11\n",
-            "mov r11, [rbp + 16]\n",
-            "mov [rsp + 0xd0], r11\n",
-            "lea r11, [rbp + 16]\n",
-            "mov [rsp + 0xd8], r11\n",
-            "mov qword ptr [rsp + 0x118], 0\n",
+            "mov [rsp + REGS_IP], r11\n",
+            "add r11, SITE_CALL_LEN\n",
+            "mov [rsp + REGS_RIP], r11\n",
+            "mov r11, [rbp + RBP_PARENT_SLOT]\n",
+            "mov [rsp + REGS_PARENT_IP], r11\n",
+            "lea r11, [rbp + RBP_PARENT_SLOT]\n",
+            "mov [rsp + REGS_PARENT_SLOT], r11\n",
+            "mov qword ptr [rsp + REGS_DIRECT], 0\n",
         )
     };
 }
@@ -184,41 +345,40 @@ macro_rules! save_args {
 macro_rules! restore_args {
     () => {
         concat!(
-            "mov rdi, [rsp + 0x00]\n",
-            "mov rsi, [rsp + 0x08]\n",
-            "mov rdx, [rsp + 0x10]\n",
-            "mov rcx, [rsp + 0x18]\n",
-            "mov r8,  [rsp + 0x20]\n",
-            "mov r9,  [rsp + 0x28]\n",
-            "mov rax, [rsp + 0x30]\n",
-            "mov r10, [rsp + 0x38]\n",
-            "movaps xmm0, [rsp + 0x40]\n",
-            "movaps xmm1, [rsp + 0x50]\n",
-            "movaps xmm2, [rsp + 0x60]\n",
-            "movaps xmm3, [rsp + 0x70]\n",
-            "movaps xmm4, [rsp + 0x80]\n",
-            "movaps xmm5, [rsp + 0x90]\n",
-            "movaps xmm6, [rsp + 0xa0]\n",
-            "movaps xmm7, [rsp + 0xb0]\n",
+            "mov rdi, [rsp + REGS_RDI]\n",
+            "mov rsi, [rsp + REGS_RSI]\n",
+            "mov rdx, [rsp + REGS_RDX]\n",
+            "mov rcx, [rsp + REGS_RCX]\n",
+            "mov r8,  [rsp + REGS_R8]\n",
+            "mov r9,  [rsp + REGS_R9]\n",
+            "mov rax, [rsp + REGS_RAX]\n",
+            "mov r10, [rsp + REGS_R10]\n",
+            "movaps xmm0, [rsp + REGS_XMM0]\n",
+            "movaps xmm1, [rsp + REGS_XMM1]\n",
+            "movaps xmm2, [rsp + REGS_XMM2]\n",
+            "movaps xmm3, [rsp + REGS_XMM3]\n",
+            "movaps xmm4, [rsp + REGS_XMM4]\n",
+            "movaps xmm5, [rsp + REGS_XMM5]\n",
+            "movaps xmm6, [rsp + REGS_XMM6]\n",
+            "movaps xmm7, [rsp + REGS_XMM7]\n",
         )
     };
 }
 
-// Regs variant extras: rbx 0xe0, r12 0xe8, r13 0xf0, r14 0xf8, r15 0x100,
-// rflags 0x108, rip 0x110 (resume address), direct 0x118, rsp 0x120.
+// Regs variant extras: the callee-saved registers, rflags and rsp.
 macro_rules! save_regs_extra {
     () => {
         concat!(
-            "mov [rsp + 0xe0], rbx\n",
-            "mov [rsp + 0xe8], r12\n",
-            "mov [rsp + 0xf0], r13\n",
-            "mov [rsp + 0xf8], r14\n",
-            "mov [rsp + 0x100], r15\n",
+            "mov [rsp + REGS_RBX], rbx\n",
+            "mov [rsp + REGS_R12], r12\n",
+            "mov [rsp + REGS_R13], r13\n",
+            "mov [rsp + REGS_R14], r14\n",
+            "mov [rsp + REGS_R15], r15\n",
             "pushfq\n",
             "pop r11\n",
-            "mov [rsp + 0x108], r11\n",
-            "lea r11, [rbp + 16]\n",
-            "mov [rsp + 0x120], r11\n",
+            "mov [rsp + REGS_RFLAGS], r11\n",
+            "lea r11, [rbp + RBP_PARENT_SLOT]\n",
+            "mov [rsp + REGS_RSP], r11\n",
         )
     };
 }
@@ -226,15 +386,15 @@ macro_rules! save_regs_extra {
 macro_rules! restore_regs_extra {
     () => {
         concat!(
-            "mov rbx, [rsp + 0xe0]\n",
-            "mov r12, [rsp + 0xe8]\n",
-            "mov r13, [rsp + 0xf0]\n",
-            "mov r14, [rsp + 0xf8]\n",
-            "mov r15, [rsp + 0x100]\n",
-            "push qword ptr [rsp + 0x108]\n",
+            "mov rbx, [rsp + REGS_RBX]\n",
+            "mov r12, [rsp + REGS_R12]\n",
+            "mov r13, [rsp + REGS_R13]\n",
+            "mov r14, [rsp + REGS_R14]\n",
+            "mov r15, [rsp + REGS_R15]\n",
+            "push qword ptr [rsp + REGS_RFLAGS]\n",
             "popfq\n",
             // The traced function's caller's rbp, possibly changed.
-            "mov r11, [rsp + 0xc0]\n",
+            "mov r11, [rsp + REGS_RBP]\n",
             "mov [rbp], r11\n",
         )
     };
@@ -246,15 +406,15 @@ macro_rules! prologue {
             "endbr64\n",
             "push rbp\n",
             "mov rbp, rsp\n",
-            "sub rsp, 0x130\n",
+            "sub rsp, REGS_SIZE\n",
             "and rsp, -16\n",
         )
     };
 }
 
-pub(crate) use {prologue, restore_args, save_args};
+pub(crate) use {prologue, regs_asm, restore_args, save_args};
 
-std::arch::global_asm!(
+regs_asm!(
     ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
     ".globl shadowgraph_ftrace_args_start",
     ".hidden shadowgraph_ftrace_args_start",
@@ -280,7 +440,7 @@ std::arch::global_asm!(
     ".popsection",
 );
 
-std::arch::global_asm!(
+regs_asm!(
     ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
     ".globl shadowgraph_ftrace_regs_start",
     ".hidden shadowgraph_ftrace_regs_start",
@@ -311,13 +471,13 @@ std::arch::global_asm!(
     "2:",
     restore_args!(),
     restore_regs_extra!(),
-    "mov r11, [rsp + 0x118]",
+    "mov r11, [rsp + REGS_DIRECT]",
     "leave",
     "jmp r11",
     "3:",
     restore_args!(),
     restore_regs_extra!(),
-    "mov r11, [rsp + 0x110]",
+    "mov r11, [rsp + REGS_RIP]",
     "leave",
     "lea rsp, [rsp + 8]",
     "jmp r11",

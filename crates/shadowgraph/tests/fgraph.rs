@@ -976,21 +976,25 @@ fn a_handler_inside_our_code_drops_no_frame_as_dead() {
     let u = counting_user(&[], t);
     fgraph::register_graph(&u).unwrap();
     assert_eq!(leaf(2), 4);
-    let ts = fgraph::stack::thread();
-    let base = ts.curr.get();
+    let base = fgraph::stack_top();
     // A frame whose return slot lies below every call's here: dead by the
     // slots, as a longjmp leaves one, or as the words a handler left.
-    ts.push(0x1000, leaf as usize, 8, 0).unwrap();
-    let top = ts.curr.get();
+    // SAFETY: slot 8 lies below every live call's return slot.
+    unsafe { fgraph::push_frame(0x1000, leaf as usize, 8, 0) }.unwrap();
+    let top = fgraph::stack_top();
     {
         // The interrupted code's bracket, then the handler's call.
         let _interrupted = ftrace::quiesce::Bracket::enter();
         assert_eq!(leaf(2), 4);
-        assert_eq!(ts.curr.get(), top, "a handler's call dropped the top frame");
+        assert_eq!(
+            fgraph::stack_top(),
+            top,
+            "a handler's call dropped the top frame"
+        );
     }
     // At rest, the next call drops it.
     assert_eq!(leaf(2), 4);
-    assert_eq!(ts.curr.get(), base, "the dead frame stayed");
+    assert_eq!(fgraph::stack_top(), base, "the dead frame stayed");
     fgraph::unregister_graph(&u).unwrap();
     let (e, r) = t.take();
     assert_eq!(by_name(&e, "g_leaf"), by_name(&r, "g_leaf"));

@@ -347,10 +347,8 @@ fn all_clean() {
             s.function
         );
         // SAFETY: reading loaded text.
-        assert_eq!(
-            unsafe { std::slice::from_raw_parts(s.addr as *const u8, 5) },
-            NOP5
-        );
+        let bytes = unsafe { std::slice::from_raw_parts(s.addr as *const u8, 5) };
+        assert_eq!(bytes, NOP5);
     }
 }
 

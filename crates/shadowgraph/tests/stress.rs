@@ -156,10 +156,8 @@ fn flip_stress(name: &str, flags: &[&str], flips: usize) {
     patch::apply(&mut off.clone()).unwrap();
     for s in m.usable() {
         // SAFETY: reading loaded text.
-        assert_eq!(
-            unsafe { std::slice::from_raw_parts(s.addr as *const u8, 5) },
-            NOP5
-        );
+        let bytes = unsafe { std::slice::from_raw_parts(s.addr as *const u8, 5) };
+        assert_eq!(bytes, NOP5);
     }
 }
 
@@ -296,9 +294,7 @@ fn sled_with_interrupted_context_inside_is_deferred() {
         "{leaf:?}"
     );
     // SAFETY: reading loaded text.
-    assert_eq!(
-        unsafe { std::slice::from_raw_parts(victim as *const u8, 5) },
-        SLED
-    );
+    let bytes = unsafe { std::slice::from_raw_parts(victim as *const u8, 5) };
+    assert_eq!(bytes, SLED);
     assert!(m.by_name("mid").unwrap().usable());
 }

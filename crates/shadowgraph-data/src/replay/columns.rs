@@ -78,6 +78,7 @@ pub enum Field {
 }
 
 impl Field {
+    /// Every field, in the order they show.
     pub const ALL: [Field; 8] = [
         Field::Duration,
         Field::Tid,
@@ -91,6 +92,7 @@ impl Field {
     /// What shows with no `-f`.
     pub const DEFAULT: [Field; 2] = [Field::Duration, Field::Tid];
 
+    /// The field's name as `-f` takes it.
     pub fn name(self) -> &'static str {
         [
             "duration", "tid", "addr", "time", "delta", "elapsed", "task", "module",

@@ -184,9 +184,12 @@ fn remaining(
     Ok(())
 }
 
+/// Why a view could not be written.
 #[derive(Debug)]
 pub enum ReplayError {
+    /// The recording cannot be read.
     Data(DataError),
+    /// The output cannot be written.
     Io(io::Error),
     /// A filter the recording cannot satisfy (e.g. a pattern matching none
     /// of its functions).

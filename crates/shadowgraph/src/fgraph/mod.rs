@@ -13,7 +13,7 @@
 //! never gets returns of frames entered before it registered), strict
 //! reservations, exact rollback of a failed registration.
 //!
-//! The parts: `user` (a user and the events it sees), [`stack`] (the
+//! The parts: `user` (a user and the events it sees), `stack` (the
 //! shadow stack's words and a thread's state), `state` (what the paths
 //! share), `entry` and `ret` (a call's entry and return, in Rust),
 //! `sitepath` (the single user's entry and return through a site stub, in
@@ -23,16 +23,18 @@
 
 mod entry;
 pub mod filters;
+mod layout;
 mod registry;
 mod ret;
 mod sitepath;
-pub mod stack;
+pub(crate) mod stack;
 mod state;
 mod thread;
 mod unwind;
 mod user;
 
 pub(crate) use entry::manager_tramp_entry;
+pub(crate) use layout::graph_asm;
 pub(crate) use registry::{chosen_site_entry, manager_made, register_sole_path, SolePath};
 pub use registry::{register_graph, set_site_stubs, unregister_graph};
 pub use ret::{is_hijack, return_to_handler};
@@ -49,8 +51,31 @@ pub use user::{
 };
 
 use stack::thread;
+pub use stack::{
+    max_frames, set_stack_bytes, DEFAULT_STACK_BYTES, MAX_STACK_BYTES, MIN_STACK_BYTES,
+};
 use state::{FAST, LOST_FRAMES};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The index of this thread's first free shadow-stack word: where the next
+/// frame goes (for tests of the stack's invariants).
+#[doc(hidden)]
+pub fn stack_top() -> usize {
+    thread().curr.get()
+}
+
+/// Pushes a frame on this thread's shadow stack as an entry would, with
+/// return address `ret` found at `retp`; `None` when the stack is full (for
+/// tests of the stack's invariants).
+///
+/// # Safety
+/// Either `retp` is a live return slot of this thread's stack holding
+/// `ret`, or it lies below every live call's slot, so that the frame is
+/// dropped as dead before anything reads or writes through it.
+#[doc(hidden)]
+pub unsafe fn push_frame(ret: usize, func: usize, retp: usize, depth: u16) -> Option<usize> {
+    thread().push(ret, func, retp, depth)
+}
 
 /// Whether exactly one user is registered and served by the fast path.
 pub fn fast_path_active() -> bool {

@@ -14,30 +14,30 @@ use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 
 // --- Return ---------------------------------------------------------------------------
 
-// The general return: RetRegs saved (16-byte aligned below rsp, which may
-// not be: its rsp and the word after it hold rsp as it came), graph_return
+// The general return: RetRegs saved (fgraph::layout: 16-byte aligned below
+// rsp, which may not be; its rsp and the word after it hold rsp as it came), graph_return
 // called, the real return address left in r11, the return registers and
 // rsp restored. r11 is dead at a return.
 macro_rules! return_body {
     () => {
         concat!(
             "mov r11, rsp\n",
-            "sub rsp, 64\n",
+            "sub rsp, RET_SIZE\n",
             "and rsp, -16\n",
-            "mov [rsp], rax\n",
-            "mov [rsp + 8], rdx\n",
-            "movaps [rsp + 16], xmm0\n",
-            "movaps [rsp + 32], xmm1\n",
-            "mov [rsp + 48], r11\n",
-            "mov [rsp + 56], r11\n",
+            "mov [rsp + RET_RAX], rax\n",
+            "mov [rsp + RET_RDX], rdx\n",
+            "movaps [rsp + RET_XMM0], xmm0\n",
+            "movaps [rsp + RET_XMM1], xmm1\n",
+            "mov [rsp + RET_RSP], r11\n",
+            "mov [rsp + RET_RSP + 8], r11\n",
             "mov rdi, rsp\n",
             "call {ret}\n",
             "mov r11, rax\n",
-            "mov rax, [rsp]\n",
-            "mov rdx, [rsp + 8]\n",
-            "movaps xmm0, [rsp + 16]\n",
-            "movaps xmm1, [rsp + 32]\n",
-            "mov rsp, [rsp + 56]\n",
+            "mov rax, [rsp + RET_RAX]\n",
+            "mov rdx, [rsp + RET_RDX]\n",
+            "movaps xmm0, [rsp + RET_XMM0]\n",
+            "movaps xmm1, [rsp + RET_XMM1]\n",
+            "mov rsp, [rsp + RET_RSP + 8]\n",
         )
     };
 }
@@ -49,7 +49,7 @@ macro_rules! return_body {
 // calls graph_return (which yields the real return address), restores them
 // and jumps there through r11. Everything else is dead at a return or
 // callee-saved in Rust.
-std::arch::global_asm!(
+super::graph_asm!(
     ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
     ".globl shadowgraph_return_to_handler",
     ".hidden shadowgraph_return_to_handler",
@@ -67,7 +67,7 @@ std::arch::global_asm!(
     "shadowgraph_return_general:",
     return_body!(),
     "jmp r11",
-    ".popsection",
+    ".popsection";
     ret = sym graph_return,
     sole_return = sym SOLE_HIJACKED_RETURN,
 );

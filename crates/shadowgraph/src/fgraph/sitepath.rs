@@ -60,12 +60,12 @@ macro_rules! fast_done {
 macro_rules! frame_at_r8 {
     () => {
         concat!(
-            "mov rax, [rbp + 16]\n",
-            "mov [rdi + r8*8], rax\n",
-            "mov [rdi + r8*8 + 8], rdx\n",
-            "lea rax, [rbp + 16]\n",
-            "mov [rdi + r8*8 + 16], rax\n",
-            "mov qword ptr [rdi + r8*8 + 24], {frame_words}\n",
+            "mov rax, [rbp + RBP_PARENT_SLOT]\n",
+            "mov [rdi + r8*8 + FRAME_RET], rax\n",
+            "mov [rdi + r8*8 + FRAME_FUNC], rdx\n",
+            "lea rax, [rbp + RBP_PARENT_SLOT]\n",
+            "mov [rdi + r8*8 + FRAME_RETP], rax\n",
+            "mov qword ptr [rdi + r8*8 + FRAME_BITMAP], {frame_words}\n",
         )
     };
 }
@@ -73,29 +73,51 @@ macro_rules! frame_at_r8 {
 // Entry. Register contract: reached by a stub's `call [ENTRY]` (tramp.rs):
 // [rsp] = stub+13, [rsp+8] = R, every argument register live, r11 the
 // site (unused here: r11 gets the manager's ops slot in that arena, from
-// the stub, and the site is read from the stub too). The frame is the
-// manager's caller's (tramp.rs, args variant: a Regs, with the
-// stub's site as regs.ip) and 0x48 more bytes: 0x128 the ops slot, 0x130
-// the saved errno, 0x138 the new frame's start, 0x140 the user, 0x148 the
-// interrupted callback's in_entry and reserved_once (as `offer` keeps
-// them), 0x150 the GraphEntry. Returns with
-// ZF=1 if the call was hooked (the stub then calls the body, whose return
-// comes back by the stub), ZF=0 if not, every argument register restored.
-// The general way hooks by hijacking the slot, which is how ZF is set then.
-std::arch::global_asm!(
+// the stub, and the site is read from the stub too). Returns with ZF=1 if
+// the call was hooked (the stub then calls the body, whose return comes
+// back by the stub), ZF=0 if not, every argument register restored. The
+// general way hooks by hijacking the slot, which is how ZF is set then.
+//
+// The frame is the manager's caller's (tramp.rs, args variant: a Regs,
+// with the stub's site as regs.ip), and after it:
+//
+//   rsp + SE_ENTRY       the GraphEntry passed to the callback
+//   rsp + SE_OFFER       the interrupted callback's in_entry and
+//                        reserved_once (as `offer` keeps them)
+//   rsp + SE_USER        the user
+//   rsp + SE_FRAME       the new shadow frame's start
+//   rsp + SE_ERRNO       errno as the call found it
+//   rsp + SE_OPS         the manager's ops slot (Regs' spare word)
+//   rsp + REGS_…         the Regs
+//
+// Return. The frame below the returning call's rsp, 16-byte aligned:
+//
+//   rsp + SR_RET         the GraphReturn passed to the callback
+//   rsp + SR_FRAME       the popped shadow frame's start
+//   rsp + SR_ERRNO       errno as the return found it
+//   rsp + RET_…          the RetRegs (fgraph::layout)
+super::graph_asm!(
     ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
     ".globl shadowgraph_graph_site_entry",
     ".hidden shadowgraph_graph_site_entry",
     "shadowgraph_graph_site_entry:",
+    // The frame: a Regs, its spare word and what follows it.
+    ".set SE_OPS, REGS_SPARE",
+    ".set SE_ERRNO, REGS_SIZE",
+    ".set SE_FRAME, SE_ERRNO + 8",
+    ".set SE_USER, SE_FRAME + 8",
+    ".set SE_OFFER, SE_USER + 8",
+    ".set SE_ENTRY, SE_OFFER + 8",
+    ".set SE_SIZE, (SE_ENTRY + ENT_SIZE + 15) & ~15",
     "endbr64",
     "mov r11, [rsp]",
     "mov r11, [r11 + {data_off}]",
     "push rbp",
     "mov rbp, rsp",
-    "sub rsp, 0x170",
+    "sub rsp, SE_SIZE",
     "and rsp, -16",
-    "mov [rsp + 0x128], r11",
-    crate::tramp::save_args!("mov r11, [rbp + 8]\nmov r11, [r11 + {site_off}]\n"),
+    "mov [rsp + SE_OPS], r11",
+    crate::tramp::save_args!("mov r11, [rbp + RBP_SITE_RET]\nmov r11, [r11 + {site_off}]\n"),
     // One user (else the general way at once), the thread at rest (a
     // bracket word at depth 0, no recursion bit) with errno's location
     // known: enter the bracket, anchored at the return slot.
@@ -111,10 +133,10 @@ std::arch::global_asm!(
     "jne 70f",
     "cmp qword ptr fs:[rcx + {l_errno}], 0",
     "je 70f",
-    "lea rax, [rbp + 16]",
+    "lea rax, [rbp + RBP_PARENT_SLOT]",
     crate::bracket_enter_at_rest!("rcx", "rdx"),
     // The manager still registered, one user, the thread ready.
-    "mov rax, [rsp + 0x128]",
+    "mov rax, [rsp + SE_OPS]",
     "cmp qword ptr [rax], 0",
     "je 71f",
     "mov rsi, [rip + {fast}]",
@@ -135,21 +157,21 @@ std::arch::global_asm!(
     "jae 4f",
     "mov rdx, r8",
     "sub rdx, rax", // f + 1
-    "lea rax, [rbp + 16]",
-    "cmp [rdi + rdx*8 + 8], rax",
+    "lea rax, [rbp + RBP_PARENT_SLOT]",
+    "cmp [rdi + rdx*8 + FRAME_RETP - FRAME_FUNC], rax",
     "jb 71f",
     "ja 6f",
     // The same slot: a tail call from the top frame's function nests in
     // it (as `enter` decides); a fresh call in a dead frame's slot goes
     // the general way, which drops that frame.
-    "mov r10, [rbp + 16]",
-    "mov rax, [rdi + rdx*8]",
+    "mov r10, [rbp + RBP_PARENT_SLOT]",
+    "mov rax, [rdi + rdx*8 + FRAME_FUNC - FRAME_FUNC]",
     "shl rax, 16",
     "shr rax, 16",
     "call shadowgraph_tail_call_from",
     "jne 71f",
     "6:",
-    "mov r10, [rdi + rdx*8]",
+    "mov r10, [rdi + rdx*8 + FRAME_FUNC - FRAME_FUNC]",
     "shr r10, 48",
     "inc r10",
     "4:",
@@ -162,49 +184,49 @@ std::arch::global_asm!(
     "mov byte ptr fs:[r9 + {t_busy}], 1",
     "mov rax, qword ptr fs:[rcx + {l_errno}]",
     "mov eax, dword ptr [rax]",
-    "mov dword ptr [rsp + 0x130], eax",
+    "mov dword ptr [rsp + SE_ERRNO], eax",
     // The frame, written whole before curr publishes it and again after
     // (as ThreadState::push): a signal handler may land between two of the
     // first writes and push and pop its own frame over them, leaving some
     // words its own and others ours, so no one word tells whether it did.
     "mov rdx, r10",
     "shl rdx, 48",
-    "or rdx, [rsp + 0xc8]",
+    "or rdx, [rsp + REGS_IP]",
     frame_at_r8!(),
-    "lea rax, [r8 + 4]",
+    "lea rax, [r8 + {frame_words} + 1]",
     "mov qword ptr fs:[r9 + {t_curr}], rax",
     frame_at_r8!(),
-    "mov [rsp + 0x138], r8",
-    "mov [rsp + 0x140], rsi",
+    "mov [rsp + SE_FRAME], r8",
+    "mov [rsp + SE_USER], rsi",
     // The offer (as `offer`): in_entry = the user's slot, reserved_once
     // cleared (one word: stack::OFFER_WORD), put back after the callback.
     "mov rax, qword ptr fs:[r9 + {t_offer}]",
-    "mov [rsp + 0x148], rax",
+    "mov [rsp + SE_OFFER], rax",
     "mov rax, [rsi + {u_offer}]",
     "mov qword ptr fs:[r9 + {t_offer}], rax",
-    "mov rax, [rsp + 0xc8]",
-    "mov [rsp + 0x150], rax",
-    "mov rax, [rbp + 16]",
-    "mov [rsp + 0x158], rax",
-    "mov dword ptr [rsp + 0x160], r10d",
-    "mov rax, [rbp + 8]",
+    "mov rax, [rsp + REGS_IP]",
+    "mov [rsp + SE_ENTRY + ENT_FUNC], rax",
+    "mov rax, [rbp + RBP_PARENT_SLOT]",
+    "mov [rsp + SE_ENTRY + ENT_PARENT_IP], rax",
+    "mov dword ptr [rsp + SE_ENTRY + ENT_DEPTH], r10d",
+    "mov rax, [rbp + RBP_SITE_RET]",
     "mov eax, dword ptr [rax + {id_off}]",
-    "mov dword ptr [rsp + 0x164], eax",
-    "lea rdi, [rsp + 0x150]",
+    "mov dword ptr [rsp + SE_ENTRY + ENT_SITE], eax",
+    "lea rdi, [rsp + SE_ENTRY]",
     "mov rdx, rsp",
     "call {call_entry}",
     crate::fixed_load!("rcx", "tp_thread"),
-    "mov rdx, [rsp + 0x148]",
+    "mov rdx, [rsp + SE_OFFER]",
     "mov qword ptr fs:[rcx + {t_offer}], rdx",
-    "mov r8, [rsp + 0x138]",
+    "mov r8, [rsp + SE_FRAME]",
     "test al, al",
     "jz 5f",
     // Kept for the user: its BITMAP word.
     "mov rdi, qword ptr fs:[rcx + {t_stack}]",
-    "mov rsi, [rsp + 0x140]",
+    "mov rsi, [rsp + SE_USER]",
     "mov rax, [rsi + {u_frame_word}]",
-    "mov [rdi + r8*8 + 24], rax",
-    fast_done!("0x130"),
+    "mov [rdi + r8*8 + FRAME_BITMAP], rax",
+    fast_done!("SE_ERRNO"),
     "cmp rsp, rsp",
     crate::tramp::restore_args!(),
     "leave",
@@ -212,7 +234,7 @@ std::arch::global_asm!(
     // Declined: the frame goes.
     "5:",
     "mov qword ptr fs:[rcx + {t_curr}], r8",
-    fast_done!("0x130"),
+    fast_done!("SE_ERRNO"),
     "test rsp, rsp",
     crate::tramp::restore_args!(),
     "leave",
@@ -224,18 +246,18 @@ std::arch::global_asm!(
     // The stub's site id for `site_id`, for the length of the call (id
     // first: a handler sees the old ip or both).
     crate::fixed_load!("rcx", "tp_local"),
-    "mov rax, [rbp + 8]",
+    "mov rax, [rbp + RBP_SITE_RET]",
     "mov eax, dword ptr [rax + {id_off}]",
     "mov dword ptr fs:[rcx + {l_hint_id}], eax",
-    "mov rax, [rsp + 0xc8]",
+    "mov rax, [rsp + REGS_IP]",
     "mov qword ptr fs:[rcx + {l_hint_ip}], rax",
     "mov rdi, rsp",
-    "mov rsi, [rsp + 0x128]",
+    "mov rsi, [rsp + SE_OPS]",
     "call {manager_entry}",
     crate::fixed_load!("rcx", "tp_local"),
     "mov qword ptr fs:[rcx + {l_hint_ip}], 0",
     "lea r11, [rip + shadowgraph_return_to_handler]",
-    "cmp [rbp + 16], r11",
+    "cmp [rbp + RBP_PARENT_SLOT], r11",
     crate::tramp::restore_args!(),
     "leave",
     "ret",
@@ -243,25 +265,28 @@ std::arch::global_asm!(
     // `jmp [RETURN]` at its return point: rsp = the returning call's
     // slot + 8, aligned or not (gcc calls functions it knows need no
     // alignment without it); rax/rdx/xmm0/xmm1 hold the result; the other
-    // caller-saved registers are dead. The frame, 16-byte aligned below
-    // rsp: a RetRegs (64 bytes; its rsp and the word after it hold rsp as
-    // it came), 64 the saved errno, 72 the frame's start, 80 the
-    // GraphReturn (40 bytes). Resumes at the real return address by `ret`
+    // caller-saved registers are dead. The frame: as the diagram above.
+    // Resumes at the real return address by `ret`
     // (the return-stack predictor holds it, the stub's call having
     // returned) with the result and rsp restored.
     ".globl shadowgraph_site_return_general",
     ".hidden shadowgraph_site_return_general",
     "shadowgraph_site_return_general:",
+    // The frame: a RetRegs and what follows it.
+    ".set SR_ERRNO, RET_SIZE",
+    ".set SR_FRAME, SR_ERRNO + 8",
+    ".set SR_RET, SR_FRAME + 8",
+    ".set SR_SIZE, (SR_RET + GRET_SIZE + 15) & ~15",
     "endbr64",
     "mov r11, rsp",
-    "sub rsp, 128",
+    "sub rsp, SR_SIZE",
     "and rsp, -16",
-    "mov [rsp], rax",
-    "mov [rsp + 8], rdx",
-    "movaps [rsp + 16], xmm0",
-    "movaps [rsp + 32], xmm1",
-    "mov [rsp + 48], r11",
-    "mov [rsp + 56], r11",
+    "mov [rsp + RET_RAX], rax",
+    "mov [rsp + RET_RDX], rdx",
+    "movaps [rsp + RET_XMM0], xmm0",
+    "movaps [rsp + RET_XMM1], xmm1",
+    "mov [rsp + RET_RSP], r11",
+    "mov [rsp + RET_RSP + 8], r11",
     crate::fixed_load!("rcx", "tp_local"),
     "mov rdx, qword ptr fs:[rcx + {l_word}]",
     "test rdx, rdx",
@@ -274,7 +299,7 @@ std::arch::global_asm!(
     "je 60f",
     "cmp qword ptr [rip + {fast}], 0",
     "je 60f",
-    "mov rax, [rsp + 56]",
+    "mov rax, [rsp + RET_RSP + 8]",
     "sub rax, 8",
     crate::bracket_enter_at_rest!("rcx", "rdx"),
     // The top frame f (r10) is the returning call's (its slot) and was
@@ -294,44 +319,44 @@ std::arch::global_asm!(
     "jae 61f",
     "sub r10, rax",
     "dec r10",
-    "mov rax, [rsp + 56]",
+    "mov rax, [rsp + RET_RSP + 8]",
     "sub rax, 8",
-    "cmp [rdi + r10*8 + 16], rax",
+    "cmp [rdi + r10*8 + FRAME_RETP], rax",
     "jne 61f",
-    "mov rax, [rdi + r10*8 + 24]",
+    "mov rax, [rdi + r10*8 + FRAME_BITMAP]",
     "cmp rax, [rsi + {u_frame_word}]",
     "jne 61f",
     "mov dword ptr fs:[rcx + {l_rec}], {bit}",
     "mov byte ptr fs:[r9 + {t_busy}], 1",
     "mov rax, qword ptr fs:[rcx + {l_errno}]",
     "mov eax, dword ptr [rax]",
-    "mov dword ptr [rsp + 64], eax",
+    "mov dword ptr [rsp + SR_ERRNO], eax",
     // The frame's users taken before the callback (as finish_frame).
-    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
-    "mov [rsp + 72], r10",
+    "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
+    "mov [rsp + SR_FRAME], r10",
     // The GraphReturn: func and depth from the frame, rax, the overruns.
-    "mov rax, [rdi + r10*8 + 8]",
+    "mov rax, [rdi + r10*8 + FRAME_FUNC]",
     "mov rdx, rax",
     "shr rdx, 48",
-    "mov dword ptr [rsp + 88], edx",
+    "mov dword ptr [rsp + SR_RET + GRET_DEPTH], edx",
     "shl rax, 16",
     "shr rax, 16",
-    "mov [rsp + 80], rax",
-    "mov rax, [rsp]",
-    "mov [rsp + 96], rax",
+    "mov [rsp + SR_RET + GRET_FUNC], rax",
+    "mov rax, [rsp + RET_RAX]",
+    "mov [rsp + SR_RET + GRET_RETVAL], rax",
     "mov rax, qword ptr fs:[r9 + {t_overrun}]",
-    "mov [rsp + 104], rax",
-    "mov byte ptr [rsp + 112], 0",
-    "lea rdi, [rsp + 80]",
+    "mov [rsp + SR_RET + GRET_OVERRUN], rax",
+    "mov byte ptr [rsp + SR_RET + GRET_UNWOUND], 0",
+    "lea rdi, [rsp + SR_RET]",
     "mov rdx, rsp",
     "call {call_ret}",
     // Pop the frame; resume at its real return address.
-    "mov r10, [rsp + 72]",
+    "mov r10, [rsp + SR_FRAME]",
     crate::fixed_load!("rcx", "tp_thread"),
     "mov rdi, qword ptr fs:[rcx + {t_stack}]",
-    "mov r11, [rdi + r10*8]",
+    "mov r11, [rdi + r10*8 + FRAME_RET]",
     "mov qword ptr fs:[rcx + {t_curr}], r10",
-    fast_done!("64"),
+    fast_done!("SR_ERRNO"),
     "jmp 62f",
     "61:",
     leave_at_rest!(),
@@ -340,11 +365,11 @@ std::arch::global_asm!(
     "call {ret}",
     "mov r11, rax",
     "62:",
-    "mov rax, [rsp]",
-    "mov rdx, [rsp + 8]",
-    "movaps xmm0, [rsp + 16]",
-    "movaps xmm1, [rsp + 32]",
-    "mov rsp, [rsp + 56]",
+    "mov rax, [rsp + RET_RAX]",
+    "mov rdx, [rsp + RET_RDX]",
+    "movaps xmm0, [rsp + RET_XMM0]",
+    "movaps xmm1, [rsp + RET_XMM1]",
+    "mov rsp, [rsp + RET_RSP + 8]",
     "push r11",
     "ret",
     // Whether a new call whose return slot is the top frame's is a tail
@@ -372,10 +397,10 @@ std::arch::global_asm!(
     // r10 within [base, base + len − site − 8]: its site literal is in the
     // block.
     "mov rdx, r10",
-    "sub rdx, [r11]",
+    "sub rdx, [r11 + {blk_base}]",
     "jb 4f",
     "add rdx, {site_from_return} + 8",
-    "cmp rdx, [r11 + 8]",
+    "cmp rdx, [r11 + {blk_len}]",
     "ja 4f",
     "cmp rax, [r10 + {site_from_return}]",
     "je 3f",
@@ -394,10 +419,12 @@ std::arch::global_asm!(
     "pop rcx",
     "cmp rsp, rsp",
     "ret",
-    ".popsection",
+    ".popsection";
     stub_block_count = sym crate::tramp::STUB_BLOCK_COUNT,
     stub_blocks = sym crate::tramp::STUB_BLOCKS,
     stub_block_bytes = const std::mem::size_of::<crate::tramp::StubBlock>(),
+    blk_base = const offset_of!(crate::tramp::StubBlock, base),
+    blk_len = const offset_of!(crate::tramp::StubBlock, len),
     site_from_return = const crate::tramp::SITE_STUB_SITE_FROM_RETURN,
     manager_entry = sym manager_tramp_entry,
     call_entry = sym call_entry,

@@ -19,6 +19,7 @@ use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicUsize, Order
 pub const DEFAULT_STACK_BYTES: usize = 64 << 10;
 /// The sizes a stack may be given: powers of two in this range.
 pub const MIN_STACK_BYTES: usize = 4 << 10;
+/// The largest size a stack may be given.
 pub const MAX_STACK_BYTES: usize = 1 << 20;
 /// Thread variables: one word per user slot, just below the stack's first
 /// word (at a fixed distance from it whatever the stack's size).
@@ -80,6 +81,14 @@ pub fn set_stack_bytes(bytes: usize) -> Result<(), String> {
 
 /// Words of a frame before its BITMAP word.
 pub const FRAME_WORDS: usize = 3;
+/// A frame's words, by index from its start: the real return address,
+/// `func | depth << 48`, the return address's stack slot (`retp`); then
+/// its BITMAP word, at [`FRAME_WORDS`].
+pub(crate) const FRAME_RET: usize = 0;
+/// See [`FRAME_RET`].
+pub(crate) const FRAME_FUNC: usize = 1;
+/// See [`FRAME_RET`].
+pub(crate) const FRAME_RETP: usize = 2;
 
 pub const TYPE_RESERVED: u64 = 0;
 pub const TYPE_BITMAP: u64 = 1;

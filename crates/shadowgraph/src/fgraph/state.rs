@@ -103,7 +103,7 @@ pub(super) fn forget_event_time() {
     thread().event_time.store(0, Ordering::Relaxed);
 }
 
-/// This thread's shared event time word ([`ThreadState::event_time`]):
+/// This thread's shared event time word (`ThreadState::event_time`):
 /// tracers whose callbacks would each read the clock for the same event
 /// may take one time through it (`record::writer::emit_shared`).
 #[inline(always)]

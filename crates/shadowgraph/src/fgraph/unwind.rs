@@ -77,6 +77,7 @@ pub fn unhook_thread() {
         // SAFETY: retp is a return slot on this thread's stack, live while
         // its frame is on the shadow stack.
         if !is_hijack(ret) && is_hijack(unsafe { *retp }) {
+            // SAFETY: the same live slot; this thread alone writes it.
             unsafe { *retp = ret };
         }
     }
@@ -115,9 +116,9 @@ pub(super) fn rehook_in(t: &ThreadState, sp: usize) {
     let rth = return_to_handler();
     while let Some(start) = t.frame_below(t.curr.get()) {
         let retp = t.word(start + 2) as usize;
-        // SAFETY: a slot at or above sp is on the live stack.
         let gone = retp < sp
             || (retp == sp && {
+                // SAFETY: a slot at or above sp is on the live stack.
                 let now = unsafe { *(retp as *const usize) };
                 now != t.word(start) as usize && !is_hijack(now)
             });
@@ -131,6 +132,7 @@ pub(super) fn rehook_in(t: &ThreadState, sp: usize) {
         // SAFETY: as in unhook_thread; a slot still holding the frame's real
         // address is the live return slot of that call.
         if !is_hijack(ret) && unsafe { *retp } == ret {
+            // SAFETY: the same live slot; this thread alone writes it.
             unsafe { *retp = rth };
         }
     }

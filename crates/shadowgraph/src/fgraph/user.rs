@@ -50,7 +50,9 @@ impl GraphEntry {
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct GraphReturn {
+    /// The traced function's entry (its site).
     pub func: usize,
+    /// Frames kept on this thread below this one, for any user.
     pub depth: i32,
     /// `rax` as the function returned it.
     pub retval: u64,
@@ -80,9 +82,13 @@ const _: () = assert!(
 #[repr(C)]
 #[derive(Debug)]
 pub struct RetRegs {
+    /// `rax` as the function returned it.
     pub rax: u64,
+    /// `rdx` (the high half of a 128-bit return value).
     pub rdx: u64,
+    /// `xmm0` (a floating-point return value).
     pub xmm0: u128,
+    /// `xmm1` (the high half of a vector or complex return value).
     pub xmm1: u128,
     /// Stack pointer after the traced function's `ret`.
     pub rsp: usize,
@@ -116,7 +122,9 @@ pub type ReturnFn = fn(ret: &GraphReturn, user: &GraphUser, regs: &RetRegs);
 
 /// A client of the function graph.
 pub struct GraphUser {
+    /// Called at each call's entry.
     pub entry: EntryFn,
+    /// Called at each accepted call's return.
     pub ret: ReturnFn,
     /// The client's own data.
     pub private: usize,
@@ -160,6 +168,9 @@ impl GraphUser {
     /// Offset of the [`SolePath`]'s words in a user (for its assembly).
     pub(crate) const PATH_WORDS: usize = offset_of!(GraphUser, path_words);
 
+    /// A user with these callbacks, tracing the functions `filter`
+    /// selects; `private` is the client's own word. Not yet registered
+    /// ([`register_graph`](crate::fgraph::register_graph)).
     pub fn new(
         entry: EntryFn,
         ret: ReturnFn,
@@ -199,6 +210,7 @@ impl GraphUser {
         self.sole_path.store(true, Ordering::Release);
     }
 
+    /// The functions it traces.
     pub fn filter(&self) -> &Arc<FilterSet> {
         &self.filter
     }
@@ -327,10 +339,13 @@ pub type Cell64 = std::cell::Cell<u64>;
 /// Registration errors.
 #[derive(Debug)]
 pub enum GraphError {
+    /// The user is registered already.
     AlreadyRegistered,
+    /// The user is not registered.
     NotRegistered,
     /// All 16 slots are taken.
     NoSpace,
+    /// The ftrace core refused the user's ops.
     Core(CoreError),
 }
 

@@ -27,14 +27,23 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Site flags. Plain flags are wanted; `_EN` flags say what the code holds.
 pub mod site_flags {
+    /// Some enabled ops wants the site.
     pub const ENABLED: u16 = 1 << 0;
+    /// An ops wants the registers variant (callee-saved registers too).
     pub const REGS: u16 = 1 << 1;
+    /// The site calls the registers variant.
     pub const REGS_EN: u16 = 1 << 2;
+    /// One ops alone wants the site: it may call the ops' own trampoline.
     pub const TRAMP: u16 = 1 << 3;
+    /// The site calls an ops' own trampoline.
     pub const TRAMP_EN: u16 = 1 << 4;
+    /// A direct-call ops wants the site.
     pub const DIRECT: u16 = 1 << 5;
+    /// The site calls a direct-call target.
     pub const DIRECT_EN: u16 = 1 << 6;
+    /// An ops that may change where the call resumes wants the site.
     pub const IPMODIFY: u16 = 1 << 7;
+    /// The site cannot be patched (sticky).
     pub const DISABLED: u16 = 1 << 8;
     /// Sticky: was ever enabled.
     pub const TOUCHED: u16 = 1 << 9;
@@ -42,21 +51,26 @@ pub mod site_flags {
     pub const MODIFIED: u16 = 1 << 10;
     /// The site jumps to its own stub (with TRAMP: its ops is alone).
     pub const STUB: u16 = 1 << 11;
+    /// The flags that stay once set.
     pub const STICKY: u16 = DISABLED | TOUCHED | MODIFIED;
 }
 
 /// A site as the core accounts for it.
 #[derive(Clone, Debug)]
 pub struct SiteState {
+    /// Its index in the core's site table.
     pub id: SiteId,
+    /// The site's address (the function's entry, after any `endbr64`).
     pub addr: usize,
     /// The function's name (simple demangled form).
     pub function: String,
     /// Its symbol as the object names it (mangled).
     pub symbol: String,
+    /// The object holding it.
     pub module: PathBuf,
     /// Enabled core-list ops whose filter contains the site.
     pub count: u16,
+    /// [`site_flags`] bits.
     pub flags: u16,
     /// What the site calls (0: nothing, NOP5).
     pub target: usize,
@@ -114,6 +128,8 @@ pub(super) enum Retired {
 // SAFETY: the raw pointers are owned by the retirement list and only freed
 // after a grace period.
 unsafe impl Send for Retired {}
+// SAFETY: Core's raw pointers are the published records and the retired
+// list's, owned as above; Core itself is only used under its mutex.
 unsafe impl Send for Core {}
 
 static CORE: Mutex<Core> = Mutex::new(Core {

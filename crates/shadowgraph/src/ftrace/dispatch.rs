@@ -21,6 +21,7 @@ pub(crate) struct DispatchRecord {
 
 // SAFETY: records are immutable once published.
 unsafe impl Sync for DispatchRecord {}
+// SAFETY: as for Sync: nothing in it is tied to the thread that made it.
 unsafe impl Send for DispatchRecord {}
 
 pub(crate) static STUB_RECORD: DispatchRecord = DispatchRecord {

@@ -8,15 +8,22 @@ use std::fmt;
 /// Why a core operation was refused. The state is as before the call.
 #[derive(Debug)]
 pub enum CoreError {
+    /// The ops is registered already.
     AlreadyRegistered,
+    /// The ops is not registered.
     NotRegistered,
     /// A site already has a DIRECT or IPMODIFY ops that conflicts.
     Busy {
+        /// The function of the site in conflict.
         function: String,
     },
+    /// A request that makes no sense (what is wrong with it).
     Invalid(String),
+    /// A filter pattern is bad or matches nothing.
     Filter(PatternError),
+    /// The sites could not be patched.
     Patch(PatchError),
+    /// No trampoline memory within reach.
     Arena(ArenaError),
 }
 

@@ -19,6 +19,7 @@ pub struct SiteSet {
 }
 
 impl SiteSet {
+    /// The set of `ids` (in any order, duplicates allowed).
     pub fn from_ids(mut ids: Vec<SiteId>) -> SiteSet {
         ids.sort_unstable();
         ids.dedup();
@@ -30,6 +31,7 @@ impl SiteSet {
         SiteSet { ids, bits }
     }
 
+    /// Whether `id` is in the set.
     #[inline]
     pub fn contains(&self, id: SiteId) -> bool {
         self.bits
@@ -37,22 +39,27 @@ impl SiteSet {
             .is_some_and(|w| w & (1 << (id % 64)) != 0)
     }
 
+    /// The ids, sorted.
     pub fn ids(&self) -> &[SiteId] {
         &self.ids
     }
 
+    /// How many sites.
     pub fn len(&self) -> usize {
         self.ids.len()
     }
 
+    /// Whether it holds no site.
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
 
+    /// Sites in either.
     pub fn union(&self, other: &SiteSet) -> SiteSet {
         SiteSet::from_ids(self.ids.iter().chain(&other.ids).copied().collect())
     }
 
+    /// Sites in both.
     pub fn intersection(&self, other: &SiteSet) -> SiteSet {
         SiteSet::from_ids(
             self.ids
@@ -63,6 +70,7 @@ impl SiteSet {
         )
     }
 
+    /// Sites in `self` and not in `other`.
     pub fn difference(&self, other: &SiteSet) -> SiteSet {
         SiteSet::from_ids(
             self.ids
@@ -79,13 +87,16 @@ impl SiteSet {
 pub enum Filter {
     /// Every site (also those of objects loaded later).
     All,
+    /// These sites.
     Set(SiteSet),
 }
 
 /// `contains(p, s) = (p.filter == All || s ∈ p.filter) && s ∉ p.notrace`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterPair {
+    /// The sites wanted.
     pub filter: Filter,
+    /// The sites never wanted.
     pub notrace: SiteSet,
 }
 
@@ -99,6 +110,7 @@ impl Default for FilterPair {
 }
 
 impl FilterPair {
+    /// Whether the pair selects site `id`.
     #[inline]
     pub fn contains(&self, id: SiteId) -> bool {
         (match &self.filter {

@@ -52,7 +52,7 @@ impl FilterSet {
     }
 
     #[inline]
-    pub fn pair(&self) -> &FilterPair {
+    pub(crate) fn pair(&self) -> &FilterPair {
         // SAFETY: pairs are freed only after a grace period following their
         // replacement; callers on the hot path are inside the bracket and
         // control-plane callers hold an Arc of this set.

@@ -7,7 +7,7 @@
 //! everything a traced call reads is published with single atomic stores
 //! and freed only after a grace period.
 //!
-//! The parts, lowest first: [`local`] (the thread's core state),
+//! The parts, lowest first: `local` (the thread's core state),
 //! [`recursion`], [`quiesce`] (brackets and grace periods), [`ops`],
 //! [`filter`] and [`filterset`], [`dispatch`] (what runs inside a traced
 //! call), `core` (the accounting engine); this module is the API.

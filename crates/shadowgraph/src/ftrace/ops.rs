@@ -17,59 +17,7 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Registers saved by an ftrace caller. The argument registers, `ip`,
-/// `parent_ip` and `parent_slot` are always valid; the fields from `rbx` on
-/// are valid (and written back) only in the regs variant, which every site
-/// with a SAVE_REGS, DIRECT or IPMODIFY ops calls.
-#[repr(C)]
-#[derive(Debug)]
-pub struct Regs {
-    pub rdi: u64,
-    pub rsi: u64,
-    pub rdx: u64,
-    pub rcx: u64,
-    pub r8: u64,
-    pub r9: u64,
-    /// Number of vector registers used by a varargs call.
-    pub rax: u64,
-    /// Static chain.
-    pub r10: u64,
-    pub xmm: [u128; 8],
-    /// The traced function's caller's frame pointer.
-    pub rbp: u64,
-    /// The site (traced function entry, after any endbr64).
-    pub ip: usize,
-    /// Where the traced function returns to.
-    pub parent_ip: usize,
-    /// The stack slot holding `parent_ip`.
-    pub parent_slot: *mut usize,
-    pub rbx: u64,
-    pub r12: u64,
-    pub r13: u64,
-    pub r14: u64,
-    pub r15: u64,
-    pub rflags: u64,
-    /// Resume address (site + 5); an IPMODIFY ops may change it.
-    pub rip: usize,
-    /// Set (by the direct helper) to continue at a direct-call target.
-    pub direct: usize,
-    /// Stack pointer at the traced function's entry.
-    pub rsp: usize,
-    _pad: u64,
-}
-
-const _: () = {
-    assert!(std::mem::offset_of!(Regs, xmm) == 0x40);
-    assert!(std::mem::offset_of!(Regs, rbp) == 0xc0);
-    assert!(std::mem::offset_of!(Regs, ip) == 0xc8);
-    assert!(std::mem::offset_of!(Regs, parent_slot) == 0xd8);
-    assert!(std::mem::offset_of!(Regs, rbx) == 0xe0);
-    assert!(std::mem::offset_of!(Regs, rflags) == 0x108);
-    assert!(std::mem::offset_of!(Regs, rip) == 0x110);
-    assert!(std::mem::offset_of!(Regs, direct) == 0x118);
-    assert!(std::mem::offset_of!(Regs, rsp) == 0x120);
-    assert!(std::mem::size_of::<Regs>() == 0x130);
-};
+pub use crate::tramp::Regs;
 
 /// An ops' flags (SPEC §3.1): a set of the constants below, combined
 /// with `|`.
@@ -239,7 +187,7 @@ impl Ops {
     }
 
     /// A manager: its filter is computed from its subops (exactly their
-    /// union, SPEC §3.6) and `func` dispatches to them (e.g. [`call_subops`]).
+    /// union, SPEC §3.6) and `func` dispatches to them (e.g. `call_subops`).
     pub fn new_manager(func: OpsFunc, flags: OpsFlags) -> Arc<Ops> {
         Ops::new(func, flags, FilterSet::computed())
     }
@@ -269,14 +217,17 @@ impl Ops {
         self.filter.pair()
     }
 
+    /// The functions it traces.
     pub fn filter(&self) -> &Arc<FilterSet> {
         &self.filter
     }
 
+    /// What it asked of the core.
     pub fn flags(&self) -> OpsFlags {
         self.flags
     }
 
+    /// Whether it is registered and its sites call it.
     pub fn is_enabled(&self) -> bool {
         self.state.load(Ordering::Acquire) & ENABLED != 0
     }
@@ -308,6 +259,7 @@ impl Ops {
 /// Data slot of a per-ops trampoline: the ops it calls, or null while the
 /// ops is leaving.
 pub struct OpsSlot {
+    /// The ops (null while it leaves).
     pub ops: AtomicPtr<Ops>,
 }
 
@@ -319,6 +271,7 @@ pub(crate) struct OpsList {
 
 // SAFETY: immutable once published; the ops it points to outlive it.
 unsafe impl Sync for OpsList {}
+// SAFETY: as for Sync: nothing in it is tied to the thread that made it.
 unsafe impl Send for OpsList {}
 
 /// Which threads an ops sees: ignored iff (trace list non-empty and the
@@ -331,6 +284,8 @@ pub struct ThreadFilter {
 }
 
 impl ThreadFilter {
+    /// Sees only the threads of `trace` (all when empty), never those of
+    /// `notrace`.
     pub fn new(trace: &[i32], notrace: &[i32]) -> ThreadFilter {
         let mut t = ThreadFilter {
             trace: trace.to_vec(),
@@ -341,6 +296,7 @@ impl ThreadFilter {
         t
     }
 
+    /// Whether thread `tid` is seen.
     #[inline]
     pub fn allows(&self, tid: i32) -> bool {
         (self.trace.is_empty() || self.trace.binary_search(&tid).is_ok())

@@ -27,8 +27,11 @@ pub fn reset_tid_cache() {
 /// A group of recursion bits: NORMAL, SIGNAL, TRANSITION.
 #[derive(Clone, Copy)]
 pub enum Group {
+    /// The list function's bits.
     List = 0,
+    /// The core caller's bits.
     Core = 3,
+    /// fgraph's bits.
     Graph = 6,
 }
 
@@ -80,6 +83,7 @@ pub fn held(g: Group) -> u8 {
     ((local().rec.get() >> g as u32) & 0b111).count_ones() as u8
 }
 
+/// Releases recursion bit `bit`, taken by `trylock`.
 #[inline]
 pub fn unlock(bit: u32) {
     std::sync::atomic::compiler_fence(Ordering::SeqCst);

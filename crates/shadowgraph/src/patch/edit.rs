@@ -7,6 +7,7 @@ use std::fmt;
 /// One site rewrite: `old` must be in memory, `new` replaces it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Edit {
+    /// The site's address.
     pub addr: usize,
     pub(super) len: u8,
     pub(super) old: [u8; 8],
@@ -48,10 +49,12 @@ impl Edit {
         ))
     }
 
+    /// The bytes expected at the site.
     pub fn old(&self) -> &[u8] {
         &self.old[..self.len as usize]
     }
 
+    /// The bytes written.
     pub fn new_bytes(&self) -> &[u8] {
         &self.new[..self.len as usize]
     }
@@ -79,8 +82,11 @@ impl Edit {
 pub enum PatchError {
     /// A site did not hold the expected bytes.
     Mismatch {
+        /// The site.
         addr: usize,
+        /// The bytes the edit expected there.
         expected: Vec<u8>,
+        /// The bytes there.
         found: Vec<u8>,
     },
     /// Two edits of the batch overlap.

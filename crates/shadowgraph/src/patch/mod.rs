@@ -48,6 +48,7 @@ pub fn set_write_mode(mode: WriteMode) {
     WRITE_MODE.store(mode as u8 + 1, Ordering::Relaxed);
 }
 
+/// How text is written now.
 pub fn write_mode() -> WriteMode {
     match WRITE_MODE.load(Ordering::Relaxed) {
         2 => WriteMode::ProcMem,
@@ -58,7 +59,9 @@ pub fn write_mode() -> WriteMode {
 /// Counters of the patching engine.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PatchStats {
+    /// Batches applied.
     pub batches: u64,
+    /// Sites rewritten.
     pub sites_written: u64,
     /// Traps on a site mid-batch, answered by emulating the new instruction.
     pub traps_emulated: u64,
@@ -70,6 +73,7 @@ pub struct PatchStats {
 
 static BATCHES: AtomicU64 = AtomicU64::new(0);
 static SITES_WRITTEN: AtomicU64 = AtomicU64::new(0);
+/// The counters now.
 pub fn stats() -> PatchStats {
     PatchStats {
         batches: BATCHES.load(Ordering::Relaxed),

@@ -18,6 +18,7 @@ struct Previous(UnsafeCell<[libc::sigaction; 2]>);
 // copy the active slot.
 unsafe impl Sync for Previous {}
 
+// SAFETY: an all-zero sigaction is a valid value (SIG_DFL, empty mask).
 static PREV: Previous = Previous(UnsafeCell::new(unsafe { std::mem::zeroed() }));
 static PREV_INDEX: AtomicUsize = AtomicUsize::new(0);
 static PREV_LOCK: Mutex<()> = Mutex::new(());
@@ -84,6 +85,7 @@ pub fn set_previous(action: &libc::sigaction) {
     PREV_INDEX.store(slot, Ordering::Release);
 }
 
+/// The SIGTRAP disposition the patcher's handler chains to.
 pub fn previous() -> libc::sigaction {
     // SAFETY: copies the active slot (see `Previous`).
     unsafe { (*PREV.0.get())[PREV_INDEX.load(Ordering::Acquire)] }

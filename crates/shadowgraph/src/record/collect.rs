@@ -31,13 +31,16 @@ const BEHIND: u64 = 1 << 15;
 /// Per instance: what was written and lost, and the first write failure.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
+    /// Records written.
     pub written: u64,
+    /// Records lost.
     pub lost: u64,
     /// errno of the first failed write (0: none).
     pub errno: i32,
     /// Times moved forward to keep each thread's increasing, and the
     /// largest step back among them (ns): see `Ring::drain`.
     pub clock_steps_back: u64,
+    /// The largest of those steps back, ns.
     pub clock_step_max: u64,
 }
 
@@ -227,7 +230,7 @@ impl Collector {
     }
 
     /// The threads' rings are `len` bytes (`-b`): the writer makes the
-    /// first thread's ahead ([`Collector::keep_spare`]), and naps for less
+    /// first thread's ahead (`Collector::keep_spare`), and naps for less
     /// between drains of smaller ones, which fill sooner (a 64 KiB ring in
     /// ~45 µs): in proportion, 10 µs at least, with a timer slack of 1 µs
     /// instead of 50 (fib(30) with -b 64K waited 252 ms for the writer,

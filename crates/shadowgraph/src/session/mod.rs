@@ -7,7 +7,7 @@
 //! the counters of `count`, or the recorders and profiles of `record`.
 //! Objects loaded later by `dlopen` join ([`objects`]); programs started
 //! by exec inherit the configuration and record a session of their own
-//! ([`exec`]). One session per process.
+//! (`exec`). One session per process.
 
 mod control;
 mod count;
@@ -140,7 +140,7 @@ fn start(mut config: Config) -> Result<Started, String> {
     fgraph::set_site_stubs(config.returns == config::Returns::SiteStubs);
     // Every shadow stack's size, before the first is mapped.
     if let Some(b) = config.stack_bytes {
-        fgraph::stack::set_stack_bytes(b)?;
+        fgraph::set_stack_bytes(b)?;
     }
     let started = match &config.mode {
         Mode::Count(c) => {

@@ -63,6 +63,7 @@ impl SiteCounter {
         self.unknown.load(Ordering::Relaxed)
     }
 
+    /// Sets every count to 0.
     pub fn reset(&self) {
         for c in self.counts.iter() {
             c.store(0, Ordering::Relaxed);
@@ -119,7 +120,7 @@ impl GraphCounter {
         }
     }
 
-    /// The counting graph user (register it with [`fgraph::register_graph`]).
+    /// The counting graph user (register it with [`register_graph`](crate::fgraph::register_graph)).
     pub fn user(&self) -> &Arc<GraphUser> {
         &self.user
     }

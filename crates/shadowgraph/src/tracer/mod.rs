@@ -3,7 +3,7 @@
 //!
 //! * [`count`] — per-function call counts, by a counting trampoline or
 //!   through fgraph.
-//! * [`recorder`] — entry and exit records into per-thread rings, the data
+//! * `recorder` — entry and exit records into per-thread rings, the data
 //!   a recording's views show; several at once, each with its own filters.
 //! * [`profile`] — per-function calls, total and self time, in memory.
 //! * [`fused`] — the recorder and the profile fused into fgraph's

@@ -22,9 +22,11 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct ProfileCounters {
+    /// Calls.
     pub hits: u64,
     /// Every call's duration summed (for the average and spread), ticks.
     pub total: u64,
+    /// `total` less the profiled callees' time, ticks.
     pub self_time: u64,
     /// Calls of the function under way on this thread.
     pub active: u64,
@@ -40,9 +42,13 @@ pub struct ProfileCounters {
 /// tables are on. C layout, as [`ProfileCounters`].
 #[repr(C)]
 pub struct ProfileTable {
+    /// The thread.
     pub tid: i32,
+    /// The tracer instance.
     pub inst: usize,
+    /// The next thread's table (null: the last).
     pub next: *mut ProfileTable,
+    /// Counters by site id.
     pub rows: *mut ProfileCounters,
 }
 
@@ -54,9 +60,9 @@ type Table = ProfileTable;
 static CAPACITY: AtomicUsize = AtomicUsize::new(0);
 static TABLES: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
 /// Returns of functions without a row (no site id, or beyond the table).
-pub static BEYOND: AtomicU64 = AtomicU64::new(0);
+pub(crate) static BEYOND: AtomicU64 = AtomicU64::new(0);
 /// Calls whose frame had no room for the profile's data.
-pub static NO_ROOM: AtomicU64 = AtomicU64::new(0);
+pub(crate) static NO_ROOM: AtomicU64 = AtomicU64::new(0);
 
 crate::fast_thread_local!(
     static PROFILE_TABLES: [Cell<*mut Table>; 8];
@@ -76,6 +82,8 @@ pub(crate) fn tables(inst: usize) -> (usize, usize) {
     (cell, CAPACITY.load(Ordering::Relaxed))
 }
 
+/// The profile's entry callback: reserves the call's start time in its
+/// frame.
 pub fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
     let Some(p) = u.reserve(24) else {
         NO_ROOM.fetch_add(1, Ordering::Relaxed);
@@ -122,6 +130,7 @@ fn row_of(inst: usize, id: ftrace::SiteId) -> Option<*mut Row> {
     Some(unsafe { (*t).rows.add(id as usize) })
 }
 
+/// The profile's return callback: adds the call to its function's row.
 pub fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
     // The event's time, shared with the other tracers that see it.
     let now = clock::now_shared(fgraph::event_time());

@@ -78,7 +78,10 @@ impl Lib {
     }
 }
 
+// SAFETY: the handle is dlopen's, usable from any thread; the library
+// stays loaded while the Lib lives.
 unsafe impl Send for Lib {}
+// SAFETY: as for Send: dlsym and dlclose are thread-safe.
 unsafe impl Sync for Lib {}
 
 /// Builds the fixture `file` as `lib<name>.so` (sled flavour), loads it and

@@ -214,7 +214,7 @@ const PREFETCH_RECORDS: u64 = 256;
 const DRAIN_CHUNK: u64 = 1 << 14;
 
 /// The shortest piece of a ring's time conversion (see
-/// [`Ring::convert_times`]): 100 ms. A calibration point is off by up to
+/// `Ring::convert_times`): 100 ms. A calibration point is off by up to
 /// ~100 ns on a virtual machine (the writer reads it on whichever vCPU it
 /// runs, each with its own view of the clock): over 100 ms, a rate error
 /// of 10⁻⁶.

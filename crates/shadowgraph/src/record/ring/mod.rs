@@ -73,9 +73,13 @@ pub enum Depth {
 /// the record's time and depth.
 #[derive(Clone, Copy, Debug)]
 pub struct Claim {
+    /// `reserve` as found.
     pub reserve: u64,
+    /// The slot claimed.
     pub slot: u64,
+    /// The record's time.
     pub time: u64,
+    /// The record's depth.
     pub depth: u16,
 }
 /// Bytes before the records.
@@ -95,8 +99,11 @@ pub struct RingHeader {
     /// Written last (release) when the ring is created: a consumer ignores
     /// a ring without it.
     pub magic: AtomicU64,
+    /// The tracer instance writing it.
     pub inst: u32,
+    /// The thread writing it.
     pub tid: i32,
+    /// The thread's process.
     pub pid: i32,
     /// 1: times are raw TSC values; 0: CLOCK_MONOTONIC nanoseconds.
     pub tsc: u32,
@@ -148,8 +155,9 @@ pub struct RingHeader {
     /// The line raw times are converted by: it starts at `seg_raw` (ns
     /// `seg_ns`) with `seg_rate` ns per tick (32.32 fixed point; first the
     /// start calibration's, 0 if the ring's maker had none: then the
-    /// points'). See [`Ring::convert_times`].
+    /// points'). See `Ring::convert_times`.
     pub seg_raw: AtomicU64,
+    /// The nanoseconds of `seg_raw`.
     pub seg_ns: AtomicU64,
     /// Held by whoever drains (in-process rings: the thread and the exit
     /// flush).
@@ -157,16 +165,20 @@ pub struct RingHeader {
     _pad3: u32,
     /// The last time written (ns): the thread's times only go forward.
     pub last_ns: AtomicU64,
+    /// The line's rate: ns per tick, 32.32 fixed point.
     pub seg_rate: AtomicU64,
     /// The calibration point (raw, ns) read when the ring was made, from
     /// which the rate of each new piece is measured.
     pub ref_raw: AtomicU64,
+    /// The nanoseconds of `ref_raw`.
     pub ref_ns: AtomicU64,
     /// The line before (`prev_rate` 0: none), for times older than
     /// `seg_raw` drained after it (a time filter writes a call's entry
     /// once the call proves long enough).
     pub prev_raw: AtomicU64,
+    /// The nanoseconds of `prev_raw`.
     pub prev_ns: AtomicU64,
+    /// The previous line's rate (0: none).
     pub prev_rate: AtomicU64,
 }
 
@@ -191,6 +203,7 @@ pub struct Ring {
 // SAFETY: the ring is shared memory by design; every field either is an
 // atomic or is owned by one side per the protocol above.
 unsafe impl Send for Ring {}
+// SAFETY: as for Send: concurrent access goes through the atomics.
 unsafe impl Sync for Ring {}
 
 /// What one drain moved.
@@ -205,6 +218,7 @@ pub struct Drained {
     /// Times that stepped back and were moved forward to keep the thread's
     /// times increasing, and the largest step back among them (ns).
     pub clock_steps_back: u64,
+    /// The largest of those steps back, ns.
     pub clock_step_max: u64,
 }
 
@@ -314,6 +328,7 @@ impl Ring {
         Ring { base }
     }
 
+    /// The ring's header.
     #[inline(always)]
     pub fn header(&self) -> &RingHeader {
         // SAFETY: base maps a header (init/attach contracts).
@@ -492,6 +507,8 @@ impl Ring {
 /// close to give one.
 static START: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 
+/// Sets the recording's start calibration (in the traced process, before
+/// the first ring is made).
 pub fn set_start_calibration(c: Calibration) {
     for (a, v) in START.iter().zip([c.raw0, c.ns0, c.raw1, c.ns1]) {
         a.store(v, Ordering::Relaxed);

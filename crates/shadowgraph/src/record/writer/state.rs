@@ -63,7 +63,7 @@ pub(super) fn records_for(bytes: u64) -> u64 {
 }
 
 /// Sets the size of the threads' rings: `bytes` of records (see
-/// [`records_for`]).
+/// `records_for`).
 pub fn set_ring_bytes(bytes: u64) {
     SHARED_RECORDS.store(records_for(bytes), Ordering::Relaxed);
 }

@@ -1,5 +1,65 @@
 //! The assembly of a fused entry and return: the registers saved, the
 //! bracket, the frame pushed and popped, the limits, the records.
+//!
+//! Every block of the fused paths is a `fgraph::graph_asm!` (the caller
+//! frame, the shadow frame and the callbacks' structs, by name:
+//! `fgraph::layout`) that opens with `fused_layout!()`, which names the
+//! words of the fused paths' own stacks and frames:
+//!
+//! ```text
+//! The entry's stack after entry_saves! (four pushes):
+//!   rsp + FE_PARENT_SLOT (40)  R: the traced function's return address
+//!   rsp + FE_CALL_RET    (32)  the return address of the call that came
+//!                              here: site + 5 (from a manager's stub) or
+//!                              stub + 13 (a site stub's `call [ENTRY]`)
+//!   rsp + 24 … 8               rax, rdi, r10
+//!   rsp + FE_SITE        (0)   r11: the site (from a site stub)
+//! After plain_saves! (two pushes: rax, rdi):
+//!   rsp + PE_PARENT_SLOT (24)  R
+//!   rsp + PE_CALL_RET    (16)  stub + 13
+//! The return's stack after return_head! (two pushes: rax, rdx):
+//!   rsp + FR_SLOT        (8)   the returning call's slot (R was there)
+//! The plain return's (nothing pushed: rsp = the slot + 8):
+//!   rsp + PR_SLOT        (−8)  the returning call's slot
+//!
+//! A timed frame (TIMED_WORDS words from f):
+//!   f + TIMED_DATA_WORD        the DATA word of its one reserved word
+//!   f + TIMED_TIME             the entry's time word (0: not timed yet)
+//!   f + FRAME_BITMAP … f       the frame (fgraph::layout)
+//! A profile frame (PROFILE_WORDS words from f):
+//!   f + PROF_DATA_WORD         the DATA word of its three reserved words
+//!   f + PROF_ID                the site id
+//!   f + PROF_CHILDREN          the time in profiled callees
+//!   f + PROF_START             the entry's time
+//!   f + FRAME_BITMAP … f       the frame
+//! A ring record: its time at REC_TIME, its word at REC_WORD.
+//! ```
+
+// The `.set` symbols of the diagram above.
+macro_rules! fused_layout {
+    () => {
+        concat!(
+            ".set FE_SITE, 0\n",
+            ".set FE_CALL_RET, 4 * 8\n",
+            ".set FE_PARENT_SLOT, FE_CALL_RET + 8\n",
+            ".set PE_CALL_RET, 2 * 8\n",
+            ".set PE_PARENT_SLOT, PE_CALL_RET + 8\n",
+            ".set FR_SLOT, 8\n",
+            ".set PR_SLOT, -8\n",
+            ".set TIMED_TIME, FRAME_DATA\n",
+            ".set TIMED_DATA_WORD, TIMED_TIME + 8\n",
+            ".set TIMED_WORDS, TIMED_DATA_WORD / 8 + 1\n",
+            ".set PROF_START, FRAME_DATA\n",
+            ".set PROF_CHILDREN, PROF_START + 8\n",
+            ".set PROF_ID, PROF_CHILDREN + 8\n",
+            ".set PROF_DATA_WORD, PROF_ID + 8\n",
+            ".set PROFILE_WORDS, PROF_DATA_WORD / 8 + 1\n",
+            ".set REC_TIME, 0\n",
+            ".set REC_WORD, 8\n",
+        )
+    };
+}
+pub(super) use fused_layout;
 
 // The bracket, left: depth 1 → 0 and the exit generation + 1, in one
 // instruction (a signal handler leaves the word as it found it, save for
@@ -16,13 +76,16 @@ macro_rules! bracket_leave {
 pub(super) use bracket_leave;
 
 // The entry's frame at word r8 of stack rdi: {R, rdx, slot, RESERVED},
-// R's slot at rsp + 40 (or the offset given). Clobbers rax.
+// R's slot at rsp + FE_PARENT_SLOT (or the offset given). Clobbers rax.
 macro_rules! frame_words {
     () => {
-        frame_words!("40")
+        frame_words!("FE_PARENT_SLOT")
     };
     ($slot:literal) => {
-        frame_words!($slot, "qword ptr [rdi + r8*8 + 24], {frame_words}")
+        frame_words!(
+            $slot,
+            "qword ptr [rdi + r8*8 + FRAME_BITMAP], {frame_words}"
+        )
     };
     // `$bitmap`: the store of the frame's BITMAP word.
     ($slot:literal, $bitmap:literal) => {
@@ -30,12 +93,12 @@ macro_rules! frame_words {
             "mov rax, [rsp + ",
             $slot,
             "]\n",
-            "mov [rdi + r8*8], rax\n",
-            "mov [rdi + r8*8 + 8], rdx\n",
+            "mov [rdi + r8*8 + FRAME_RET], rax\n",
+            "mov [rdi + r8*8 + FRAME_FUNC], rdx\n",
             "lea rax, [rsp + ",
             $slot,
             "]\n",
-            "mov [rdi + r8*8 + 16], rax\n",
+            "mov [rdi + r8*8 + FRAME_RETP], rax\n",
             "mov ",
             $bitmap,
             "\n",
@@ -113,7 +176,7 @@ macro_rules! entry_head {
             "cmp dword ptr fs:[rcx + {l_rec}], 0\n",
             "jne 80f\n",
             // Enter the bracket, anchored at the return slot.
-            "lea rax, [rsp + 40]\n",
+            "lea rax, [rsp + FE_PARENT_SLOT]\n",
             crate::bracket_enter_at_rest!("rcx", "rdx"),
             entry_stack!(
                 // The sole graph user is a fused recorder (so the manager
@@ -126,7 +189,7 @@ macro_rules! entry_head {
                 $ring,
                 "81f",
                 reg,
-                "40",
+                "FE_PARENT_SLOT",
                 ""
             ),
         )
@@ -229,10 +292,10 @@ macro_rules! entry_stack {
             "lea rax, [rsp + ",
             $slot,
             "]\n",
-            "cmp [rdi + rdx*8 + 8], rax\n", // word[f+2]: its return slot
+            "cmp [rdi + rdx*8 + FRAME_RETP - FRAME_FUNC], rax\n", // its return slot
             "jbe 5f\n",
             "7:\n",
-            "mov r9, [rdi + rdx*8]\n", // word[f+1]: func | depth << 48
+            "mov r9, [rdi + rdx*8 + FRAME_FUNC - FRAME_FUNC]\n", // func | depth << 48
             "shr r9, 48\n",
             "inc r9\n",
             "4:\n",
@@ -263,7 +326,7 @@ macro_rules! entry_stack {
             "mov r10, [rsp + ",
             $slot,
             "]\n",
-            "mov rax, [rdi + rdx*8]\n",
+            "mov rax, [rdi + rdx*8 + FRAME_FUNC - FRAME_FUNC]\n",
             "shl rax, 16\n",
             "shr rax, 16\n",
             "call shadowgraph_tail_call_from\n",
@@ -311,7 +374,7 @@ macro_rules! fused_entry {
             "shl rax, 48\n",
             "or rdx, rax\n",
             frame_words!(),
-            "lea rax, [r8 + 4]\n",
+            "lea rax, [r8 + {frame_words} + 1]\n",
             "mov qword ptr fs:[rcx + {t_curr}], rax\n",
             frame_words!(),
             // The entry record {time, Entry | MAGIC | depth << 6 | func << 16} in
@@ -332,7 +395,7 @@ macro_rules! fused_entry {
             ),
             // Kept for the user: its BITMAP word, then the hijack.
             "mov rax, [rsi + {u_frame_word}]\n",
-            "mov [rdi + r8*8 + 24], rax\n",
+            "mov [rdi + r8*8 + FRAME_BITMAP], rax\n",
             $hook,
             bracket_leave!(),
             $hooked,
@@ -372,7 +435,7 @@ macro_rules! return_head {
             "jnz 90f\n",
             "cmp dword ptr fs:[rcx + {l_rec}], 0\n",
             "jne 90f\n",
-            "lea rax, [rsp + 8]\n",
+            "lea rax, [rsp + FR_SLOT]\n",
             crate::bracket_enter_at_rest!("rcx", "r8"),
             "mov rsi, [rip + {fused}]\n",
             "test rsi, rsi\n",
@@ -402,7 +465,7 @@ macro_rules! exit_record {
                 "rcx",
                 "mov dx, cx\nshr dx, 6\n",
                 concat!(
-                    "mov rcx, [rdi + r10*8 + 8]\n",
+                    "mov rcx, [rdi + r10*8 + FRAME_FUNC]\n",
                     "mov rdx, rcx\n",
                     "shr rdx, 48\n",
                     "cmp edx, {max_record_depth}\n",
@@ -413,7 +476,7 @@ macro_rules! exit_record {
                     "or rcx, {exit_bits}\n",
                 )
             ),
-            "and dword ptr [rdi + r10*8 + 24], {users_clear}\n",
+            "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}\n",
         )
     };
 }
@@ -425,7 +488,7 @@ pub(super) use exit_record;
 macro_rules! pop_frame {
     ($resume:literal) => {
         concat!(
-            "mov r11, [rdi + r10*8]\n",
+            "mov r11, [rdi + r10*8 + FRAME_RET]\n",
             crate::fixed_load!("rcx", "tp_thread"),
             "mov qword ptr fs:[rcx + {t_curr}], r10\n",
             "add qword ptr [r8], 0xffff\n",
@@ -459,8 +522,8 @@ macro_rules! fused_return {
             "cmp rax, [rsi + {u_frame_word}]\n",
             "jne 91f\n",
             "lea r10, [r9 - {frame_words} - 1]\n",
-            "lea rax, [rsp + 8]\n",
-            "cmp [rdi + r9*8 - 16], rax\n",
+            "lea rax, [rsp + FR_SLOT]\n",
+            "cmp [rdi + r9*8 - ({frame_words} + 1) * 8 + FRAME_RETP], rax\n",
             "jne 91f\n",
             // The exit record {time, Exit | MAGIC | depth << 6 | func << 16} in a
             // slot of the ring, else the general way waits for one. The frame's

@@ -5,8 +5,8 @@
 
 use super::frame_asm::{
     bracket_leave, declined_exit, depth_limits, entry_head, entry_saves, entry_stack, exit_record,
-    frame_words, fused_entry, fused_return, pop_frame, pop_saved, return_head, thread_base,
-    thread_op,
+    frame_words, fused_entry, fused_layout, fused_return, pop_frame, pop_saved, return_head,
+    thread_base, thread_op,
 };
 use super::ring_asm::{
     reserve_and_time, ring_claim, ring_publish, ring_record, ring_write, rseq_abort,
@@ -30,11 +30,12 @@ use std::mem::offset_of;
 // live. The fast path saves the nine general registers it uses (four on
 // the stack, five in xmm8–12: see entry_head), touches no other xmm
 // register, and returns to site+5 with all of them restored; after the
-// pushes [rsp+32] = site+5 and [rsp+40] = R, so the return slot is
-// rsp+40. Anything else pops them and jumps to
+// pushes [rsp + FE_CALL_RET] = site+5 and [rsp + FE_PARENT_SLOT] = R, the
+// return slot (frame_asm's diagram). Anything else pops them and jumps to
 // `shadowgraph_fused_general`, the manager's usual caller (args variant)
 // with the ops slot taken from r11.
-std::arch::global_asm!(
+crate::fgraph::graph_asm!(
+    fused_layout!(),
     ".pushsection .text.shadowgraph_fused,\"ax\",@progbits",
     ".globl shadowgraph_fused_entry",
     ".hidden shadowgraph_fused_entry",
@@ -42,8 +43,8 @@ std::arch::global_asm!(
     "endbr64",
     fused_entry!(
         "shadowgraph_fused_entry_record",
-        "mov rdx, [rsp + 32]\nsub rdx, 5\n",
-        "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + 40], rax\n",
+        "mov rdx, [rsp + FE_CALL_RET]\nsub rdx, SITE_CALL_LEN\n",
+        "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + FE_PARENT_SLOT], rax\n",
         "",
         declined_exit!(""),
         depth_limits!("js 81f\n")
@@ -55,10 +56,10 @@ std::arch::global_asm!(
     ".hidden shadowgraph_fused_general",
     "shadowgraph_fused_general:",
     crate::tramp::prologue!(),
-    "mov [rsp + 0x128], r11",
+    "mov [rsp + REGS_SPARE], r11",
     crate::tramp::save_args!(),
     "mov rdi, rsp",
-    "mov rsi, [rsp + 0x128]",
+    "mov rsi, [rsp + REGS_SPARE]",
     "call {manager_entry}",
     crate::tramp::restore_args!(),
     "leave",
@@ -92,7 +93,7 @@ std::arch::global_asm!(
     "endbr64",
     fused_entry!(
         "shadowgraph_fused_site_entry_record",
-        "mov rdx, [rsp]\n",
+        "mov rdx, [rsp + FE_SITE]\n",
         "",
         "cmp rsp, rsp\n",
         declined_exit!("test rsp, rsp\n"),
@@ -108,7 +109,7 @@ std::arch::global_asm!(
     // (loaded later) go the general way.
     "40:",
     "mov rax, [rsi + {u_filter}]",
-    "mov rdx, [rsp + 32]",
+    "mov rdx, [rsp + FE_CALL_RET]",
     "mov edx, dword ptr [rdx + {id_off}]",
     "cmp rdx, [rax + {f_len}]",
     "jae 81b",
@@ -176,7 +177,7 @@ std::arch::global_asm!(
     "mov rax, [rsi + {u_frame_word}]",
     "movsxd rcx, dword ptr [rsi + {u_slot}]",
     "mov [rdi + rcx*8 + {tv}], r10",
-    "mov [rdi + r8*8 + 24], rax",
+    "mov [rdi + r8*8 + FRAME_BITMAP], rax",
     bracket_leave!(),
     "cmp rsp, rsp",
     pop_saved!(),
@@ -191,14 +192,14 @@ std::arch::global_asm!(
     "add rsp, 8",
     "jmp 81b",
     "48:",
-    "mov rdx, [rsp + 8]",
+    "mov rdx, [rsp + 8 + FE_SITE]",
     "mov rax, r9",
     "shl rax, 48",
     "or rdx, rax",
-    frame_words!("48"),
-    "lea rax, [r8 + 4]",
+    frame_words!("8 + FE_PARENT_SLOT"),
+    "lea rax, [r8 + {frame_words} + 1]",
     "mov qword ptr fs:[rcx + {t_curr}], rax",
-    frame_words!("48"),
+    frame_words!("8 + FE_PARENT_SLOT"),
     "ret",
     // Return through a stub: jumped to by the stub's `jmp [RETURN]` at its
     // return point, with rsp, the result and the dead registers as
@@ -225,7 +226,7 @@ std::arch::global_asm!(
     "jnc 51f",
     // The -N function's own return: NOTRACE cleared, nothing recorded.
     "mov [rdi + rcx*8 + {tv}], r8",
-    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
+    "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
     "jmp 53f",
     // Own depth − 1; IN_GRAPH ends with the call that set it.
     "51:",
@@ -251,7 +252,7 @@ std::arch::global_asm!(
         "rcx",
         "mov dx, r8w\n",
         concat!(
-            "mov rcx, [rdi + r10*8 + 8]\n",
+            "mov rcx, [rdi + r10*8 + FRAME_FUNC]\n",
             "shl rcx, 16\n",
             "movzx edx, r8w\n",
             "cmp edx, {max_record_depth}\n",
@@ -261,12 +262,12 @@ std::arch::global_asm!(
             "or rcx, {exit_bits}\n",
         )
     ),
-    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
+    "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
     "movsxd rcx, dword ptr [rsi + {u_slot}]",
     "mov [rdi + rcx*8 + {tv}], r8",
     // Pop the frame; resume at its real return address.
     "53:",
-    "mov r11, [rdi + r10*8]",
+    "mov r11, [rdi + r10*8 + FRAME_RET]",
     crate::fixed_load!("rcx", "tp_thread"),
     "mov qword ptr fs:[rcx + {t_curr}], r10",
     bracket_leave!(),
@@ -274,7 +275,7 @@ std::arch::global_asm!(
     "pop rax",
     "push r11",
     "ret",
-    ".popsection",
+    ".popsection";
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
     tp_rings = sym TP_RINGS,

@@ -220,7 +220,7 @@ pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> b
 /// callback adds the call's duration `d` to its caller's `children` (the
 /// frame below, if its own) and to the row (hits, total, self = d −
 /// children, Σd², and the outermost calls' total when none is under way).
-/// `table` is this thread's cell holding the thread's [`ProfileTable`]
+/// `table` is this thread's cell holding the thread's [`ProfileTable`](crate::tracer::profile::ProfileTable)
 /// (thread-local, initial-exec: the same offset in every thread; null
 /// until the callbacks make it), each with `rows` rows. The fused path
 /// does both where sites have stubs, the callbacks the rest (no table

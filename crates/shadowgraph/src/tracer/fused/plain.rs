@@ -2,7 +2,9 @@
 //! rseq): each writes its record in one restartable sequence, with no
 //! bracket held.
 
-use super::frame_asm::{entry_stack, plain_pop_saved, plain_saves, thread_base, thread_op};
+use super::frame_asm::{
+    entry_stack, fused_layout, plain_pop_saved, plain_saves, thread_base, thread_op,
+};
 use super::ring_asm::{plain_record, rseq_abort, rseq_descriptor};
 use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, TP_RINGS};
 use crate::fgraph::stack::ThreadState;
@@ -10,7 +12,8 @@ use crate::fgraph::{self};
 use crate::record::ring::{RingHeader, HEADER_BYTES};
 use std::mem::offset_of;
 
-std::arch::global_asm!(
+crate::fgraph::graph_asm!(
+    fused_layout!(),
     ".pushsection .text.shadowgraph_fused,\"ax\",@progbits",
     // The site stubs' entry and return for the common case, chosen at
     // attach: the process has rseq (and grace periods restart its
@@ -54,7 +57,7 @@ std::arch::global_asm!(
         "",
         "80f",
         fixed,
-        "24",
+        "PE_PARENT_SLOT",
         concat!("cmp qword ptr [rip + {fused_word}], {no_frame_word}\n", "je 80f\n")
     ),
     "cmp r8, [rip + {room_limit}]",
@@ -77,7 +80,7 @@ std::arch::global_asm!(
             "mov rdx, [rip + {fused_word}]\n",
             "cmp rdx, [rdi + r8*8 - 8]\n",
             "jne 82f\n",
-            "mov [rdi + r8*8 + 24], rdx\n"
+            "mov [rdi + r8*8 + FRAME_BITMAP], rdx\n"
         ),
         "rcx",
         "rdi",
@@ -104,7 +107,7 @@ std::arch::global_asm!(
             "62:\n",
         ),
         // One slot on, the ring's depth (= r9) one deeper.
-        "0x10001",
+        "(1 << {slot_shift}) + 1",
         "",
         concat!(
             // The frame {R, rcx, slot, the user's BITMAP word}, pushed, in
@@ -112,12 +115,12 @@ std::arch::global_asm!(
             // preemption, sends the call the general way with the frame
             // taken back (curr = r8, as the handler left it: the frame
             // ours or none yet), so one write is whole.
-            "mov rdx, [rsp + 24]\n",
-            "mov [rdi + r8*8], rdx\n",
-            "mov [rdi + r8*8 + 8], rcx\n",
-            "lea rdx, [rsp + 24]\n",
-            "mov [rdi + r8*8 + 16], rdx\n",
-            "lea rdx, [r8 + 4]\n",
+            "mov rdx, [rsp + PE_PARENT_SLOT]\n",
+            "mov [rdi + r8*8 + FRAME_RET], rdx\n",
+            "mov [rdi + r8*8 + FRAME_FUNC], rcx\n",
+            "lea rdx, [rsp + PE_PARENT_SLOT]\n",
+            "mov [rdi + r8*8 + FRAME_RETP], rdx\n",
+            "lea rdx, [r8 + {frame_words} + 1]\n",
             crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", rdx"),
             // rdi (the stack no longer needed): the record's word,
             // {time, Entry | MAGIC | depth << 6 | func << 16}: rcx rotated
@@ -167,7 +170,7 @@ std::arch::global_asm!(
         "rcx",
         "lea edx, [r8 + 1]\ncmp ax, dx\njne 90f\n",
         // One slot on, the ring's depth (= r8 + 1) one shallower.
-        "0xffff",
+        "(1 << {slot_shift}) - 1",
         // All of it in the sequence (reads only: a restart reads it all
         // again). Neither the recursion bit nor a null stack is looked
         // for, unlike at the entry (measured: 0.27 ns a call less): the
@@ -197,13 +200,13 @@ std::arch::global_asm!(
             "cmp rax, [rip + {fused_word}]\n",
             "jne 90f\n",
             "lea r10, [r9 - {frame_words} - 1]\n",
-            "lea rax, [rsp - 8]\n",
-            "cmp [rdi + r9*8 - 16], rax\n",
+            "lea rax, [rsp + PR_SLOT]\n",
+            "cmp [rdi + r9*8 - ({frame_words} + 1) * 8 + FRAME_RETP], rax\n",
             "jne 90f\n",
             // rcx: the frame's function and depth, rotated: func << 16 |
             // depth; r8: the depth (the ring's is one more if nothing is
             // out of place).
-            "mov rcx, [rdi + r10*8 + 8]\n",
+            "mov rcx, [rdi + r10*8 + FRAME_FUNC]\n",
             "rol rcx, 16\n",
             "movzx r8d, cx\n",
             // Deeper than records can say: the general way records it
@@ -217,7 +220,7 @@ std::arch::global_asm!(
         // An abort: the sequence again (it only read before its commit).
         "shadowgraph_fused_plain_return_restart"
     ),
-    "mov r11, [rdi + r10*8]",
+    "mov r11, [rdi + r10*8 + FRAME_RET]",
     crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r10"),
     "movq rdx, xmm9",
     "movq rax, xmm8",
@@ -227,7 +230,7 @@ std::arch::global_asm!(
     "movq rdx, xmm9",
     "movq rax, xmm8",
     "jmp shadowgraph_site_return_general",
-    ".popsection",
+    ".popsection";
     tp_thread = sym fgraph::TP_THREAD,
     tp_rings = sym TP_RINGS,
     rseq_cs = sym RSEQ_CS,

@@ -2,8 +2,8 @@
 //! function's row kept in the call's frame and in the thread's table.
 
 use super::frame_asm::{
-    bracket_leave, entry_head, entry_saves, entry_stack, frame_words, pop_frame, pop_saved,
-    return_head, site_entry_end, site_return_general, thread_base, thread_op,
+    bracket_leave, entry_head, entry_saves, entry_stack, frame_words, fused_layout, pop_frame,
+    pop_saved, return_head, site_entry_end, site_return_general, thread_base, thread_op,
 };
 use super::variant_asm::{data_word, profile_frame_words};
 use super::{MAX_RECORD_DEPTH, PROFILE_ROWS, TP_PROFILE};
@@ -13,7 +13,11 @@ use crate::ftrace::local::CoreLocal;
 use crate::tracer::profile::{ProfileCounters, ProfileTable};
 use std::mem::offset_of;
 
-std::arch::global_asm!(
+// A row is found by shifting its index ({row_shift}).
+const _: () = assert!(std::mem::size_of::<ProfileCounters>().is_power_of_two());
+
+crate::fgraph::graph_asm!(
+    fused_layout!(),
     ".pushsection .text.shadowgraph_fused,\"ax\",@progbits",
     // The site stubs' entry and return for a profile alone (see
     // [`attach_profile`]). Entry: as the site entry above up to label 4
@@ -29,39 +33,43 @@ std::arch::global_asm!(
     "endbr64",
     entry_head!(
         concat!(data_word!("r10", "{data_three}"), "cmp rax, r10\n"),
-        "7",
+        "(PROFILE_WORDS - 1)",
         ""
     ),
-    "lea rax, [r8 + 4]",
+    // (fast_push_limit leaves room for the frame and its BITMAP word.)
+    "lea rax, [r8 + PROFILE_WORDS - FRAME_WORDS - 1]",
     "cmp rax, [rip + {room_limit}]",
     "jae 81f",
     crate::fixed_load!("rax", "tp_profile"),
     "mov r11, qword ptr fs:[rax]",
     "test r11, r11",
     "jz 81f",
-    "mov rdx, [rsp]",
+    "mov rdx, [rsp + FE_SITE]",
     "mov rax, r9",
     "shl rax, 48",
     "or rdx, rax",
-    "mov r9, [rsp + 32]",
+    "mov r9, [rsp + FE_CALL_RET]",
     "mov r9d, dword ptr [r9 + {id_off}]",
     "cmp r9, [rip + {profile_rows}]",
     "jae 81f",
     "mov r11, [r11 + {pt_rows}]",
     "mov rax, r9",
-    "shl rax, 6",
+    "shl rax, {row_shift}",
+    // Under way from here, before the start time is read: a signal
+    // handler landing in between has its calls of the same function
+    // counted as nested (not in `outer`), though outside this call's time.
     "add qword ptr [r11 + rax + {pc_active}], 1",
     data_word!("r10", "{data_three}"),
     profile_frame_words!(),
-    "lea rax, [r8 + 8]",
+    "lea rax, [r8 + PROFILE_WORDS]",
     "mov qword ptr fs:[rcx + {t_curr}], rax",
     profile_frame_words!(),
     "rdtsc",
     "shl rdx, 32",
     "or rax, rdx",
-    "mov [rdi + r8*8 + 32], rax",
+    "mov [rdi + r8*8 + PROF_START], rax",
     "mov rax, [rsi + {u_frame_word}]",
-    "mov [rdi + r8*8 + 24], rax",
+    "mov [rdi + r8*8 + FRAME_BITMAP], rax",
     site_entry_end!(),
     // Return: as the site return above, for a top frame this entry made
     // whose caller's frame (if any) is the profile's too and whose row is
@@ -74,44 +82,45 @@ std::arch::global_asm!(
     "shadowgraph_fused_profile_return:",
     "endbr64",
     return_head!(""),
-    "cmp r9, 8",
+    "cmp r9, PROFILE_WORDS",
     "jb 91f",
     "mov rax, [rsi + {u_frame_word}]",
-    "cmp [rdi + r9*8 - 40], rax",
+    "cmp [rdi + r9*8 - PROFILE_WORDS * 8 + FRAME_BITMAP], rax",
     "jne 91f",
     data_word!("rcx", "{data_three}"),
     "cmp [rdi + r9*8 - 8], rcx",
     "jne 91f",
-    "lea r10, [r9 - 8]",
-    "lea rax, [rsp + 8]",
-    "cmp [rdi + r10*8 + 16], rax",
+    "lea r10, [r9 - PROFILE_WORDS]",
+    "lea rax, [rsp + FR_SLOT]",
+    "cmp [rdi + r10*8 + FRAME_RETP], rax",
     "jne 91f",
     // The caller's children (r11), 0: no caller.
     "xor r11d, r11d",
     "test r10, r10",
     "jz 2f",
+    // The caller's DATA word: its frame the profile's.
     "cmp [rdi + r10*8 - 8], rcx",
     "jne 91f",
-    "lea r11, [rdi + r10*8 - 24]",
+    "lea r11, [rdi + r10*8 - PROFILE_WORDS * 8 + PROF_CHILDREN]",
     "2:",
     // The row (rsi).
     crate::fixed_load!("rax", "tp_profile"),
     "mov rcx, qword ptr fs:[rax]",
     "test rcx, rcx",
     "jz 91f",
-    "mov rsi, [rdi + r10*8 + 48]",
+    "mov rsi, [rdi + r10*8 + PROF_ID]",
     "cmp rsi, [rip + {profile_rows}]",
     "jae 91f",
-    "shl rsi, 6",
+    "shl rsi, {row_shift}",
     "add rsi, [rcx + {pt_rows}]",
     "rdtsc",
     "shl rdx, 32",
     "or rax, rdx",
-    "sub rax, [rdi + r10*8 + 32]",
+    "sub rax, [rdi + r10*8 + PROF_START]",
     "jnc 3f",
     "xor eax, eax",
     "3:",
-    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
+    "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
     "test r11, r11",
     "jz 4f",
     "add [r11], rax",
@@ -119,7 +128,7 @@ std::arch::global_asm!(
     "add qword ptr [rsi + {pc_hits}], 1",
     "add [rsi + {pc_total}], rax",
     "mov rcx, rax",
-    "sub rcx, [rdi + r10*8 + 40]",
+    "sub rcx, [rdi + r10*8 + PROF_CHILDREN]",
     "jnc 5f",
     "xor ecx, ecx",
     "5:",
@@ -134,7 +143,8 @@ std::arch::global_asm!(
     "6:",
     pop_frame!("push r11\nret\n"),
     site_return_general!(),
-    ".popsection",
+    ".popsection";
+    row_shift = const std::mem::size_of::<ProfileCounters>().trailing_zeros(),
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
     fused = sym fgraph::SOLE_PROVIDED,

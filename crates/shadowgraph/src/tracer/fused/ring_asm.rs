@@ -45,7 +45,7 @@ macro_rules! ring_claim {
         concat!(
             "2:\n",
             reserve_and_time!($full, $time),
-            "lea rdx, [rax + 0x10000]\n",
+            "lea rdx, [rax + (1 << {slot_shift})]\n",
             $depth,
             "cmpxchg qword ptr [r11 + {r_reserve}], rdx\n",
             "jne 2b\n",
@@ -62,10 +62,10 @@ macro_rules! ring_write {
             "mov rdx, rax\n",
             "shr rdx, {slot_shift} - 4\n",
             "and rdx, [r11 + {r_offset_mask}]\n",
-            "mov [r11 + rdx + {header}], ",
+            "mov [r11 + rdx + {header} + REC_TIME], ",
             $time,
             "\n",
-            "mov [r11 + rdx + {header} + 8], ",
+            "mov [r11 + rdx + {header} + REC_WORD], ",
             $word,
             "\n",
         )
@@ -134,7 +134,7 @@ macro_rules! ring_record {
             reserve_and_time!($full, $time),
             $late,
             ring_write!($time, $word),
-            "lea rdx, [rax + 0x10000]\n",
+            "lea rdx, [rax + (1 << {slot_shift})]\n",
             $depth,
             // Claimed and published by one store: `head` and `reserve`
             // both the new value (xmm13 is free at a function's entry and
@@ -235,10 +235,10 @@ macro_rules! plain_record {
             "or rax, rdx\n",
             "mov [r11 + ",
             $slot,
-            " + {header}], rax\n",
+            " + {header} + REC_TIME], rax\n",
             "mov [r11 + ",
             $slot,
-            " + {header} + 8], ",
+            " + {header} + REC_WORD], ",
             $word,
             "\n",
             // Claimed and published by one store: `head` and `reserve` both

@@ -3,8 +3,8 @@
 //! short to record and leaves the rest to the callbacks.
 
 use super::frame_asm::{
-    bracket_leave, entry_head, entry_saves, entry_stack, exit_record, frame_words, pop_frame,
-    pop_saved, return_head, site_entry_end, site_return_general, thread_base, thread_op,
+    bracket_leave, entry_head, entry_saves, entry_stack, exit_record, frame_words, fused_layout,
+    pop_frame, pop_saved, return_head, site_entry_end, site_return_general, thread_base, thread_op,
 };
 use super::ring_asm::{
     reserve_and_time, ring_claim, ring_publish, ring_record, ring_write, rseq_abort,
@@ -21,12 +21,14 @@ use crate::ftrace::local::CoreLocal;
 use crate::record::ring::{RingHeader, HEADER_BYTES};
 use std::mem::offset_of;
 
-std::arch::global_asm!(
+crate::fgraph::graph_asm!(
+    fused_layout!(),
     ".pushsection .text.shadowgraph_fused,\"ax\",@progbits",
     // The site stubs' entry and return for a recorder with a time filter
     // alone (`-t`): see [`attach_timed`]. Entry: as the site entry above
     // up to label 4, then the frame with the user's word in it (the
-    // parent's, most often a timed frame: its DATA word last, 6 words),
+    // parent's, most often a timed frame: its DATA word last, TIMED_WORDS
+    // words),
     // then the clock read into the word; nothing in the ring.
     ".globl shadowgraph_fused_timed_entry",
     ".hidden shadowgraph_fused_timed_entry",
@@ -34,15 +36,16 @@ std::arch::global_asm!(
     "endbr64",
     entry_head!(
         concat!(timed_data_word!("r10"), "cmp rax, r10\n"),
-        "5",
+        "(TIMED_WORDS - 1)",
         ""
     ),
     // Room for the frame and the data, else the general way counts an
-    // overrun (fast_push_limit leaves room for 4 words beyond curr).
-    "lea rax, [r8 + 2]",
+    // overrun (fast_push_limit leaves room for the frame and its BITMAP
+    // word beyond curr).
+    "lea rax, [r8 + TIMED_WORDS - FRAME_WORDS - 1]",
     "cmp rax, [rip + {room_limit}]",
     "jae 81f",
-    "mov rdx, [rsp]",
+    "mov rdx, [rsp + FE_SITE]",
     "mov rax, r9",
     "shl rax, 48",
     "or rdx, rax",
@@ -56,11 +59,11 @@ std::arch::global_asm!(
     // records: see ENTRY_TIMING); a second write of the frame after it
     // would undo the handler's mark.
     timed_frame_words!(),
-    "lea rax, [r8 + 6]",
+    "lea rax, [r8 + TIMED_WORDS]",
     "mov qword ptr fs:[rcx + {t_curr}], rax",
     timed_frame_words!(),
     "mov r11, {entry_timing}",
-    "mov [rdi + r8*8 + 32], r11",
+    "mov [rdi + r8*8 + TIMED_TIME], r11",
     // The entry time, by one exchange from ENTRY_TIMING (which fails if
     // a handler wrote the entry meanwhile: its time stands), flags clear.
     "rdtsc",
@@ -69,7 +72,7 @@ std::arch::global_asm!(
     "shl rdx, 3",
     "shr rdx, 3",
     "mov rax, r11",
-    "cmpxchg [rdi + r8*8 + 32], rdx",
+    "cmpxchg [rdi + r8*8 + TIMED_TIME], rdx",
     site_entry_end!(),
     // Return: as the site return above, for a top frame this entry made.
     // A call whose entry is written (a descendant of it, or a signal
@@ -84,19 +87,19 @@ std::arch::global_asm!(
     "shadowgraph_fused_timed_return:",
     "endbr64",
     return_head!(""),
-    // f (r10) = curr − 6: its BITMAP word the user's, its DATA word last,
-    // its slot the returning call's.
-    "cmp r9, 6",
+    // f (r10) = curr − TIMED_WORDS: its BITMAP word the user's, its DATA
+    // word last, its slot the returning call's.
+    "cmp r9, TIMED_WORDS",
     "jb 91f",
     "mov rax, [rsi + {u_frame_word}]",
-    "cmp [rdi + r9*8 - 24], rax",
+    "cmp [rdi + r9*8 - TIMED_WORDS * 8 + FRAME_BITMAP], rax",
     "jne 91f",
     timed_data_word!("rax"),
     "cmp [rdi + r9*8 - 8], rax",
     "jne 91f",
-    "lea r10, [r9 - 6]",
-    "lea rax, [rsp + 8]",
-    "cmp [rdi + r10*8 + 16], rax",
+    "lea r10, [r9 - TIMED_WORDS]",
+    "lea rax, [rsp + FR_SLOT]",
+    "cmp [rdi + r10*8 + FRAME_RETP], rax",
     "jne 91f",
     // With rseq: the word read, the call judged and its frame popped in
     // one restartable sequence, the pop its commit. A signal handler that
@@ -113,7 +116,7 @@ std::arch::global_asm!(
     "shadowgraph_fused_timed_drop_start:",
     timed_judge!(),
     crate::fixed_load!("rcx", "tp_thread"),
-    "mov rdx, [rdi + r10*8]",
+    "mov rdx, [rdi + r10*8 + FRAME_RET]",
     "mov qword ptr fs:[rcx + {t_curr}], r10",
     "shadowgraph_fused_timed_drop_post:",
     "mov r11, rdx",
@@ -134,9 +137,9 @@ std::arch::global_asm!(
     "mov rax, r11",
     "mov rdx, r11",
     "bts rdx, {dropped_bit}",
-    "cmpxchg [rdi + r10*8 + 32], rdx",
+    "cmpxchg [rdi + r10*8 + TIMED_TIME], rdx",
     "jne 91f",
-    "and dword ptr [rdi + r10*8 + 24], {users_clear}",
+    "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
     pop_frame!("push r11\nret\n"),
     // Written: the exit record, in the ring of this thread (else the
     // general way).
@@ -149,7 +152,7 @@ std::arch::global_asm!(
     pop_frame!("push r11\nret\n"),
     "92:",
     site_return_general!(),
-    ".popsection",
+    ".popsection";
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
     tp_rings = sym TP_RINGS,

@@ -10,9 +10,9 @@
 macro_rules! timed_frame_words {
     () => {
         concat!(
-            frame_words!("40", "[rdi + r8*8 + 24], r11"),
-            "mov qword ptr [rdi + r8*8 + 32], 0\n",
-            "mov [rdi + r8*8 + 40], r10\n",
+            frame_words!("FE_PARENT_SLOT", "[rdi + r8*8 + FRAME_BITMAP], r11"),
+            "mov qword ptr [rdi + r8*8 + TIMED_TIME], 0\n",
+            "mov [rdi + r8*8 + TIMED_DATA_WORD], r10\n",
         )
     };
 }
@@ -25,7 +25,7 @@ pub(super) use timed_frame_words;
 macro_rules! timed_judge {
     () => {
         concat!(
-            "mov r11, [rdi + r10*8 + 32]\n",
+            "mov r11, [rdi + r10*8 + TIMED_TIME]\n",
             "bt r11, {written_bit}\n",
             "jc 60f\n",
             "mov rax, r11\n",
@@ -52,10 +52,10 @@ macro_rules! profile_frame_words {
     () => {
         concat!(
             frame_words!(),
-            "mov qword ptr [rdi + r8*8 + 32], 0\n",
-            "mov qword ptr [rdi + r8*8 + 40], 0\n",
-            "mov [rdi + r8*8 + 48], r9\n",
-            "mov [rdi + r8*8 + 56], r10\n",
+            "mov qword ptr [rdi + r8*8 + PROF_START], 0\n",
+            "mov qword ptr [rdi + r8*8 + PROF_CHILDREN], 0\n",
+            "mov [rdi + r8*8 + PROF_ID], r9\n",
+            "mov [rdi + r8*8 + PROF_DATA_WORD], r10\n",
         )
     };
 }

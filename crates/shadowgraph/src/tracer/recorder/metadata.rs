@@ -76,7 +76,7 @@ fn write(tracers: &[Tracer], raw1: u64, ns1: u64, control: Option<(u64, u64)>, f
         if let Some((disables, enables)) = control {
             info.set("control", format!("{disables} disables, {enables} enables"));
         }
-        info.set("max_stack", fgraph::stack::max_frames());
+        info.set("max_stack", fgraph::max_frames());
         info.set("recursion_drops", ftrace::recursion_drops_all());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));
