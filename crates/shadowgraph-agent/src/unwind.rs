@@ -1,4 +1,4 @@
-//! Interposed unwinder entry points (SPEC §4.9 g): an unwinder must never
+//! Interposed unwinder entry points (design §4.6): an unwinder must never
 //! see `return_to_handler`. Before an exception, forced unwind, panic or
 //! backtrace walks the stack, every hijacked slot gets its real return
 //! address back; afterwards (at the catch, or at the thread's next hook)

@@ -1,4 +1,4 @@
-//! Instruction budgets of a traced call, counted by callgrind (SPEC §7:
+//! Instruction budgets of a traced call, counted by callgrind (design §7:
 //! gate on instruction counts, which are repeatable, not on time, which is
 //! noisy). `shadowgraph-bench ir MODE N` sets one configuration up and calls
 //! a traced function N times inside `loop_target`; callgrind counts only

@@ -7,7 +7,7 @@ use common::*;
 /// A time filter with handlers landing anywhere, also while the thread
 /// writes the waiting entries of its callers or decides a call was too
 /// short: every entry written has its exit (each function's entries and
-/// exits balance; 362 entries of fib lacked theirs before).
+/// exits balance).
 #[test]
 fn signal_handlers_inside_a_time_filtered_record_leave_every_entry_its_exit() {
     let dir = workdir("sigtime");
@@ -16,8 +16,7 @@ fn signal_handlers_inside_a_time_filtered_record_leave_every_entry_its_exit() {
     // order: a handler that lands while an entry waiting for its call's
     // duration is being written, or while the entry callback stores its
     // time (the clock read, slow, delays the signal to just after it),
-    // writes that entry before its own records (hundreds of records stepped
-    // back in every run before).
+    // writes that entry before its own records, so none steps back.
     for clock in ["tsc", "mono"] {
         let data = dir.join(format!("t-{clock}.data"));
         let o = record_run(&[], &["-t", "200ns", "--clock", clock], &data, &exe, &[]);
@@ -103,7 +102,7 @@ fn recorded_signal_handlers_and_dlopened_libraries_replay_exactly() {
         // handler calls at main's level, by sequence. (Their indentation is
         // not checked: a handler that lands between a frame's push or pop
         // and its record's claim records at the depth of the frame's other
-        // side — see the closing note of session 3.)
+        // side, as the ring's depth says.)
         let mid: Vec<&str> = body[want_head.len()..body.len() - tail.len()]
             .iter()
             .map(|l| l.trim())
@@ -526,11 +525,10 @@ fn siglongjmp_out_of_handlers(path: RecordPath) {
     }
     if path == RecordPath::Fused && rseq_registered() {
         // The fused path claims and publishes a record by one store: a
-        // jump from a handler loses nothing of it (0 in every run since;
-        // 0–4 when they were two stores). Only a record of the general
-        // way, taken at rest now and then (a thread's first record, a full
-        // ring), can be left claimed and unpublished by a jump (without
-        // rseq, from anywhere between claim and publish: ~250 a run here).
+        // jump from a handler loses nothing of it. Only a record of the
+        // general way, taken at rest now and then (a thread's first
+        // record, a full ring), can be left claimed and unpublished by a
+        // jump (without rseq, from anywhere between claim and publish).
         assert!(lost <= 4, "{err}");
         // Nothing lost or dropped, nothing out of place: wherever a handler
         // landed (inside a call's entry or return, between its record and

@@ -114,8 +114,8 @@ fn unwinding_program_replays_exactly(fused: bool) {
 /// levels deep on the coroutine's stack at every switch) runs as untraced,
 /// fused and general: the frames of the stack switched away from are
 /// closed at the switch, and when their functions return later they
-/// resume where they must (it used to abort: "a hijacked return has no
-/// shadow frame"). Every call is recorded.
+/// resume where they must, never at a return without its shadow frame.
+/// Every call is recorded.
 #[test]
 fn coroutines_switching_stacks_run_and_record() {
     let dir = workdir("coro");

@@ -593,13 +593,20 @@ pub struct RecordStream {
 impl Iterator for RecordStream {
     type Item = Result<Record, DataError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        use std::io::Read;
+        use std::io::{BufRead, Read};
         if self.failed {
             return None;
         }
         let mut b = [0u8; RECORD_SIZE];
         let mut n = 0;
+        // Most records are whole in the buffer: copied out of it at once.
+        if let Some(whole) = self.input.buffer().get(..RECORD_SIZE) {
+            b.copy_from_slice(whole);
+            self.input.consume(RECORD_SIZE);
+            n = RECORD_SIZE;
+        }
         while n < RECORD_SIZE {
             match self.input.read(&mut b[n..]) {
                 Ok(0) => break,

@@ -1,5 +1,5 @@
 //! Trampoline arenas: executable memory within `call rel32` reach (±2 GiB)
-//! of the sites that call into it (SPEC §2.4).
+//! of the sites that call into it (design §2.4).
 //!
 //! An arena is mapped with `MAP_FIXED_NOREPLACE` in a free gap of the address
 //! space near an object's text. Code is written once into bytes no thread has

@@ -1,6 +1,6 @@
 //! shadowgraph: the Linux kernel's ftrace function-tracing machinery in user
 //! space, as a library that runs inside the traced process. Layer by layer,
-//! in the order a traced call goes through them (SPEC §1):
+//! in the order a traced call goes through them (design §1):
 //!
 //! * Sites — [`elf`] finds patchable entries in files, [`process`] in
 //!   loaded objects (and converts them to one patchable form), [`site`]

@@ -1,5 +1,5 @@
 //! Sites of the objects loaded in this process, and their normalisation to
-//! the one patchable form, NOP5 (SPEC §2.1, §2.5).
+//! the one patchable form, NOP5 (design §2.1, §2.5).
 
 use crate::elf::{self, ElfError, FoundSite};
 use crate::patch::{self, Edit, PatchError, TextWindow};

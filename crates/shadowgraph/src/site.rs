@@ -1,7 +1,7 @@
 //! What a patchable function entry is: its kind, the bytes it holds, and the
 //! instructions the patcher writes there.
 //!
-//! Every kind is first converted to [`NOP5`] (SPEC §2.1, §2.5); afterwards only
+//! Every kind is first converted to [`NOP5`] (design §2.1, §2.5); afterwards only
 //! the two 5-byte forms NOP5 ⇄ `call rel32` are ever written, whose instruction
 //! boundaries ({0, 5}) agree, so a thread anywhere on the site sees either the
 //! old instruction, the new one, or an `int3` standing for the new one.
@@ -15,7 +15,7 @@ pub const SLED: [u8; 5] = [0x90; 5];
 /// `endbr64`, which `-fcf-protection` places before the site.
 pub const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
-/// How the compiler made the entry patchable (SPEC §2.1).
+/// How the compiler made the entry patchable (design §2.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SiteKind {
     /// `90 90 90 90 90` from gcc `-fpatchable-function-entry=5`.

@@ -1,6 +1,6 @@
 //! Stop the world: park every other thread of the process inside a signal
 //! handler, let the caller inspect (and move) their program counters, then
-//! release them. Used to normalise 5-nop sleds while threads run (SPEC §2.5)
+//! release them. Used to normalise 5-nop sleds while threads run (design §2.5)
 //! and, where `membarrier` is missing, to serialise every core.
 //!
 //! Protocol, per thread slot (`state`): the coordinator sets REQUESTED and
@@ -126,14 +126,20 @@ fn install() {
 
 extern "C" fn on_park_signal(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let me = sys::gettid();
+    // Acquire: pairs with the coordinator's Release of USED, after which
+    // the slots below it hold their tids; and of each slot's REQUESTED,
+    // after which its other fields are the coordinator's for this stop.
     let used = USED.load(Ordering::Acquire);
     let Some(slot) = SLOTS[..used].iter().find(|s| {
         s.tid.load(Ordering::Relaxed) == me && s.state.load(Ordering::Acquire) == REQUESTED
     }) else {
         return; // a stray or late signal: nothing asked for this thread
     };
+    // Acquire: pairs with the coordinator's Release of PING before it
+    // signals (the signal itself orders them too).
     if PING.load(Ordering::Acquire) {
         // Returning from a signal handler (sigreturn) serialises the core.
+        // Release: DONE tells the coordinator this thread is through.
         slot.state.store(DONE, Ordering::Release);
         return;
     }
@@ -147,13 +153,18 @@ extern "C" fn on_park_signal(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut l
             g[libc::REG_RSP as usize] as usize,
         )
     };
+    // Relaxed: published by the Release of PARKED below.
     slot.pc.store(pc, Ordering::Relaxed);
     slot.sp.store(sp, Ordering::Relaxed);
     slot.handler_sp
         .store(std::ptr::addr_of!(marker) as usize, Ordering::Relaxed);
     slot.new_pc.store(0, Ordering::Relaxed);
+    // Release: the coordinator that sees PARKED (Acquire) sees pc, sp and
+    // handler_sp above.
     slot.state.store(PARKED, Ordering::Release);
     let mut spins = 0u32;
+    // Acquire: pairs with the coordinator's Release of RELEASED, after its
+    // store of new_pc, read next.
     while slot.state.load(Ordering::Acquire) != RELEASED {
         spins += 1;
         if spins < 100 {
@@ -166,9 +177,10 @@ extern "C" fn on_park_signal(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut l
     let new_pc = slot.new_pc.load(Ordering::Relaxed);
     if new_pc != 0 {
         // SAFETY: as above; the coordinator moved the PC to an instruction
-        // boundary with the same meaning (SPEC §2.5).
+        // boundary with the same meaning (design §2.5).
         unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = new_pc as i64 };
     }
+    // Release: the coordinator that sees DONE may reuse the slot.
     slot.state.store(DONE, Ordering::Release);
 }
 
@@ -197,6 +209,7 @@ pub fn stop_world<R>(
 ) -> Result<R, StopError> {
     let _guard = COORDINATOR.lock().unwrap_or_else(|e| e.into_inner());
     install();
+    // Release: before any signal of this stop (which also orders it).
     PING.store(false, Ordering::Release);
     let parked = park_all(bufs)?;
     let result = inspect(&mut bufs.parked[..parked]);
@@ -246,6 +259,8 @@ fn park_all(bufs: &mut StopBuffers) -> Result<usize, StopError> {
             }
             let s = &SLOTS[used];
             s.tid.store(tid, Ordering::Relaxed);
+            // Release (both): a handler that finds the slot through USED
+            // and REQUESTED (Acquire) sees its tid.
             s.state.store(REQUESTED, Ordering::Release);
             used += 1;
             USED.store(used, Ordering::Release);
@@ -269,6 +284,8 @@ fn park_all(bufs: &mut StopBuffers) -> Result<usize, StopError> {
         return Ok(used);
     }
     for s in &SLOTS[..used] {
+        // Acquire: pairs with the handler's Release of PARKED: its pc, sp
+        // and handler_sp are read next.
         let state = s.state.load(Ordering::Acquire);
         bufs.parked.push(Parked {
             tid: s.tid.load(Ordering::Relaxed),
@@ -295,6 +312,8 @@ fn wait_parked(used: usize) -> Result<(), i32> {
     let start = Instant::now();
     for s in &SLOTS[..used] {
         loop {
+            // Acquire: pairs with the handler's Release of the state it
+            // reached (its fields written before).
             let st = s.state.load(Ordering::Acquire);
             if st == target || st == DONE {
                 break;
@@ -317,6 +336,8 @@ fn wait_parked(used: usize) -> Result<(), i32> {
 
 fn release_all(used: usize) {
     for s in &SLOTS[..used] {
+        // Acquire/Release: a parked handler that sees RELEASED sees the
+        // new_pc stored before it.
         if s.state.load(Ordering::Acquire) == PARKED {
             s.state.store(RELEASED, Ordering::Release);
         }
@@ -329,6 +350,8 @@ fn finish(used: usize) {
     let start = Instant::now();
     for s in &SLOTS[..used] {
         loop {
+            // As in release_all: the handler's DONE (Release) frees the
+            // slot; RELEASED (Release) publishes new_pc.
             match s.state.load(Ordering::Acquire) {
                 DONE => break,
                 PARKED => s.state.store(RELEASED, Ordering::Release),
@@ -350,7 +373,7 @@ fn finish(used: usize) {
 }
 
 /// Address ranges of stacks, read before stopping, for conservative scans
-/// of parked threads' stacks (SPEC §2.5).
+/// of parked threads' stacks (design §2.5).
 pub struct StackMap {
     ranges: Vec<(usize, usize)>,
 }
@@ -385,7 +408,7 @@ impl StackMap {
     }
 }
 
-/// Code grace period (SPEC §3.11 part B): returns `true` once no other
+/// Code grace period (design §3.11 part B): returns `true` once no other
 /// thread's PC, and no word on the live part of its stacks (a return
 /// address into the code, or a PC saved in a signal frame), lies in one of
 /// `ranges`. Conservative: a stale word that happens to point there delays

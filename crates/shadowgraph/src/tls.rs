@@ -36,8 +36,8 @@ macro_rules! fast_thread_local {
             ".pushsection .tbss,\"awT\",@nobits",
             // A cache line each: the hot ones (the thread's graph state, the
             // core's) then never share or straddle lines by chance of the
-            // order the linker lays them out in (measured: a layout change
-            // cost the single-user fast path ~0.5 ns a call).
+            // order the linker lays them out in, which would change what
+            // the fast paths cost from one build to the next.
             ".p2align 6",
             // Global (the accessor is inlined into other codegen units) but
             // hidden: not exported, and resolved within the object. Two
@@ -212,6 +212,7 @@ pub(crate) fn patch_fixed_tls() -> bool {
         return false;
     };
     let ok = crate::patch::apply_unreached(&edits).is_ok();
+    // Release: the code is rewritten before anyone relies on it (Acquire).
     FIXED_TLS_DONE.store(ok, Ordering::Release);
     ok
 }

@@ -171,7 +171,7 @@ macro_rules! regs_asm {
     };
 }
 
-// Caller trampoline template (args variant, SPEC §2.4).
+// Caller trampoline template (args variant, design §2.4).
 //
 // Register contract, entered by `call` from a site at a function entry:
 //   [rsp] = site+5, [rsp+8] = R (the traced function's return address);
@@ -283,7 +283,7 @@ pub fn caller(arena: &Arena, handler: Handler, data: *const ()) -> Result<usize,
 }
 
 // ---------------------------------------------------------------------------
-// ftrace callers (SPEC §2.4, §3.4): the shared caller and per-ops
+// ftrace callers (design §2.4, §3.4): the shared caller and per-ops
 // trampolines use these templates; the imm64 operands name the Rust entry
 // and its data (the dispatch record slot or an ops' data slot).
 //
@@ -668,6 +668,7 @@ pub(crate) fn site_stubs(
     data: usize,
 ) -> Result<usize, ArenaError> {
     let _g = STUB_BLOCK_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // Acquire: pairs with the Release below (the lock orders writers too).
     let n = STUB_BLOCK_COUNT.load(Ordering::Acquire);
     if n == MAX_STUB_BLOCKS {
         return Err(ArenaError::Full);
@@ -709,6 +710,8 @@ pub(crate) fn site_stubs(
     let block = at + lead(at);
     STUB_BLOCKS[n].base.store(block, Ordering::Relaxed);
     STUB_BLOCKS[n].len.store(len, Ordering::Relaxed);
+    // Release: a block's base and length (Relaxed above) are seen by whoever
+    // loads the count (Acquire) and walks the blocks below it.
     STUB_BLOCK_COUNT.store(n + 1, Ordering::Release);
     Ok(block)
 }

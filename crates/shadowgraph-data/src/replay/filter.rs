@@ -1,7 +1,7 @@
 //! What a view reads of each thread: its records at uftrace's display
 //! depths, as `-F`, `-N`, `-D`, `-t` and `--tid` select them.
 
-use super::ReplayError;
+use super::error::ReplayError;
 use crate::dir::{DataDir, DataError};
 use crate::format::{Kind, Record};
 use crate::pattern::{FunctionName, Pattern};
@@ -71,44 +71,52 @@ fn select(data: &DataDir, patterns: &[Pattern], flag: &str) -> Result<Vec<bool>,
 /// The depth uftrace shows a thread's calls at: counted from 0 at the
 /// thread's first record (a forked child's calls start at 0, whatever
 /// frames it inherited), one level per entry and back one per exit; after
-/// a LOST record, taken again from the next record's own depth.
-struct DisplayDepth {
-    inner: Records,
+/// a LOST record, taken again from the next record's own depth. Records
+/// at `max` or deeper are left out (`u16::MAX`: none), when no later layer
+/// changes the depths.
+struct DisplayDepth<I> {
+    inner: I,
     depth: u16,
     /// Whether `depth` counts on (false after a LOST record).
     set: bool,
+    max: u16,
 }
 
-impl Iterator for DisplayDepth {
+impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I> {
     type Item = Result<Record, DataError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        let mut r = match self.inner.next()? {
-            Ok(r) => r,
-            Err(e) => return Some(Err(e)),
-        };
-        match r.kind {
-            Kind::Entry => {
-                if !std::mem::replace(&mut self.set, true) {
-                    self.depth = r.depth;
+        loop {
+            let mut r = match self.inner.next()? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            match r.kind {
+                Kind::Entry => {
+                    if !std::mem::replace(&mut self.set, true) {
+                        self.depth = r.depth;
+                    }
+                    r.depth = self.depth;
+                    self.depth = self.depth.saturating_add(1);
                 }
-                r.depth = self.depth;
-                self.depth = self.depth.saturating_add(1);
-            }
-            Kind::Exit => {
-                if !std::mem::replace(&mut self.set, true) {
-                    self.depth = r.depth.saturating_add(1);
+                Kind::Exit => {
+                    if !std::mem::replace(&mut self.set, true) {
+                        self.depth = r.depth.saturating_add(1);
+                    }
+                    self.depth = self.depth.saturating_sub(1);
+                    r.depth = self.depth;
                 }
-                self.depth = self.depth.saturating_sub(1);
-                r.depth = self.depth;
+                Kind::Lost => {
+                    r.depth = self.depth;
+                    self.set = false;
+                }
+                Kind::Event => r.depth = self.depth,
             }
-            Kind::Lost => {
-                r.depth = self.depth;
-                self.set = false;
+            if r.depth < self.max {
+                return Some(Ok(r));
             }
-            Kind::Event => r.depth = self.depth,
         }
-        Some(Ok(r))
     }
 }
 
@@ -257,12 +265,22 @@ fn filtered(
     filter: &ReplayFilter,
     sel: &Selection,
 ) -> Result<Records, DataError> {
+    let max = match filter.max_depth {
+        0 => DEFAULT_MAX_DEPTH,
+        d => d,
+    };
+    let spans = data.sched.get(&tid).filter(|s| !s.is_empty());
+    let by_function = sel.functions.is_some() || !filter.notrace.is_empty();
+    // The depth limit applies to the depths shown: the stream's own unless
+    // schedule events or a function filter change them.
+    let late_limit = spans.is_some() || by_function;
     let mut it: Records = Box::new(DisplayDepth {
-        inner: Box::new(data.stream(tid)?),
+        inner: data.stream(tid)?,
         depth: 0,
         set: true,
+        max: if late_limit { u16::MAX } else { max },
     });
-    if let Some(spans) = data.sched.get(&tid).filter(|s| !s.is_empty()) {
+    if let Some(spans) = spans {
         it = Box::new(crate::sched::SchedMerged {
             inner: it.peekable(),
             spans: spans.iter().copied().collect(),
@@ -271,7 +289,7 @@ fn filtered(
             started: false,
         });
     }
-    if sel.functions.is_some() || !filter.notrace.is_empty() {
+    if by_function {
         it = Box::new(FunctionFiltered {
             inner: it,
             symbols: sel.symbols.clone(),
@@ -281,11 +299,9 @@ fn filtered(
             hidden: None,
         });
     }
-    let max = match filter.max_depth {
-        0 => DEFAULT_MAX_DEPTH,
-        d => d,
-    };
-    it = Box::new(it.filter(move |r| r.as_ref().map_or(true, |r| r.depth < max)));
+    if late_limit {
+        it = Box::new(it.filter(move |r| r.as_ref().map_or(true, |r| r.depth < max)));
+    }
     if filter.min_ns > 0 {
         it = Box::new(TimeFiltered {
             inner: it,

@@ -1,5 +1,5 @@
 //! `replay`: the call graph with durations in uftrace's text layout,
-//! byte for byte (SPEC §5):
+//! byte for byte (design §8):
 //!
 //! ```text
 //! # DURATION     TID     FUNCTION
@@ -9,9 +9,11 @@
 //! ```
 
 mod columns;
+mod error;
 mod filter;
 
 pub use columns::{format_duration, write_duration, Field};
+pub use error::ReplayError;
 pub use filter::{thread_records, Records, ReplayFilter, DEFAULT_MAX_DEPTH};
 
 use crate::dir::{DataDir, DataError};
@@ -19,7 +21,7 @@ use crate::format::Kind;
 use columns::{line, Columns};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{self, Write};
+use std::io::Write;
 
 fn peek_time(st: &mut std::iter::Peekable<Records>) -> Result<Option<u64>, DataError> {
     match st.peek() {
@@ -182,38 +184,4 @@ fn remaining(
         writeln!(out)?;
     }
     Ok(())
-}
-
-/// Why a view could not be written.
-#[derive(Debug)]
-pub enum ReplayError {
-    /// The recording cannot be read.
-    Data(DataError),
-    /// The output cannot be written.
-    Io(io::Error),
-    /// A filter the recording cannot satisfy (e.g. a pattern matching none
-    /// of its functions).
-    Filter(String),
-}
-
-impl std::fmt::Display for ReplayError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReplayError::Data(e) => write!(f, "{e}"),
-            ReplayError::Io(e) => write!(f, "{e}"),
-            ReplayError::Filter(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl From<DataError> for ReplayError {
-    fn from(e: DataError) -> Self {
-        ReplayError::Data(e)
-    }
-}
-
-impl From<io::Error> for ReplayError {
-    fn from(e: io::Error) -> Self {
-        ReplayError::Io(e)
-    }
 }

@@ -1,4 +1,4 @@
-//! A traced call's entry (SPEC §4.3): from the manager's trampolines or
+//! A traced call's entry (design §4.3): from the manager's trampolines or
 //! the core's dispatch, the frame pushed, the call offered to the sole
 //! user (fast) or to every user in slot order, the return hooked if any
 //! accepted; frames a longjmp left behind are dropped first.
@@ -32,6 +32,8 @@ pub(crate) extern "C" fn manager_tramp_entry(
     };
     if let Some(_b) = Bracket::enter_at_rest(regs.parent_slot as usize) {
         let _e = ErrnoGuard::save();
+        // Acquire (both): inside the bracket, what the registry published
+        // before these words (the ops, the user's fields) is seen whole.
         if !slot.ops.load(Ordering::Acquire).is_null() {
             let t = thread();
             let fast = FAST.load(Ordering::Acquire);
@@ -51,6 +53,7 @@ pub(crate) extern "C" fn manager_tramp_entry(
     }
     let _b = Bracket::enter_at(regs.parent_slot as usize);
     let _e = ErrnoGuard::save();
+    // Acquire: as above.
     let ops = slot.ops.load(Ordering::Acquire);
     if !ops.is_null() {
         graph_entry_inline(regs.ip, regs.parent_ip, regs);
@@ -58,7 +61,7 @@ pub(crate) extern "C" fn manager_tramp_entry(
     crate::tramp::EntryAction::default()
 }
 
-/// The manager's callback (SPEC §4.3), when reached through the core's
+/// The manager's callback (design §4.3), when reached through the core's
 /// dispatch rather than the manager's own trampolines.
 pub(super) fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {
     graph_entry_inline(ip, parent_ip, regs)
@@ -120,7 +123,7 @@ pub(super) fn attach_stack(t: &ThreadState) -> bool {
     true
 }
 
-/// The single user's entry (SPEC §4.7): the thread is at rest (outside
+/// The single user's entry (design §4.8): the thread is at rest (outside
 /// every bracket, holding no recursion bit), attached and hooked, and `u`
 /// is the sole user. As [`enter`] without the loop over slots; frames a
 /// longjmp left go the general way.
@@ -139,6 +142,8 @@ pub(super) fn enter_fast(t: &ThreadState, u: &GraphUser, regs: &mut Regs) {
     let Some(b) = t.push(parent_ip, ip, parent_slot as usize, depth) else {
         return;
     };
+    // Relaxed: published before the user was (registry.rs), and the user
+    // was loaded Acquire.
     let word = u.frame_word.load(Ordering::Relaxed);
     let ent = GraphEntry {
         func: ip,
@@ -152,6 +157,8 @@ pub(super) fn enter_fast(t: &ThreadState, u: &GraphUser, regs: &mut Regs) {
         return;
     }
     t.set_word(b, word);
+    // The frame whole before the slot points at the handler (only this
+    // thread and its handlers read them: the compiler alone may reorder).
     compiler_fence(Ordering::SeqCst);
     // SAFETY: as in `enter`.
     unsafe { *parent_slot = return_to_handler() };
@@ -175,6 +182,8 @@ pub(super) fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Reg
     let Some(b) = t.push(parent_ip, ip, parent_slot as usize, depth) else {
         return;
     };
+    // Acquire (here and below): the registry's words, published before
+    // the epoch, the user and its bit (registry.rs).
     let g = EPOCH.load(Ordering::Acquire);
     let ent = GraphEntry {
         func: ip,
@@ -196,6 +205,7 @@ pub(super) fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Reg
     } else {
         let site = site_id(ip);
         let mut occupied = OCCUPIED.load(Ordering::Acquire);
+        // Relaxed: this thread's word (its handlers see it in program order).
         t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
         while occupied != 0 {
             let i = occupied.trailing_zeros() as usize;
@@ -217,6 +227,7 @@ pub(super) fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Reg
         return;
     }
     t.set_word(b, stack::bitmap(stack::FRAME_WORDS, bits, g));
+    // As above: the frame whole before the slot is hijacked.
     compiler_fence(Ordering::SeqCst);
     // SAFETY: parent_slot is the traced function's return-address slot on
     // this thread's stack; the frame recording it is complete.

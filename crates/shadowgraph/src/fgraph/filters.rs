@@ -1,4 +1,4 @@
-//! Graph filters of one user (SPEC §4.9): maximum depth, graph functions
+//! Graph filters of one user (design §4.9): maximum depth, graph functions
 //! (record only inside their subtrees), graph notrace (record nothing inside
 //! theirs) and a thread filter, kept in the user's thread variable:
 //! bits 0..15 the user's own depth, bit 16 IN_GRAPH, bit 17 NOTRACE, bits

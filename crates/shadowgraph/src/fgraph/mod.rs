@@ -1,5 +1,5 @@
 //! Function-graph tracing for up to 16 simultaneous users on one shadow
-//! stack per thread (SPEC §4; seeds 000 and 001).
+//! stack per thread (design §4).
 //!
 //! fgraph is one *manager ops* of the ftrace core whose subops carry the
 //! users' filters, so the manager traces exactly the union of what the users
@@ -8,7 +8,7 @@
 //! replaces the return address with `return_to_handler`, which later runs
 //! the accepting users' return callbacks and resumes at the real address.
 //!
-//! Deliberate differences from the kernel (SPEC §4.9): no forced bit 0 (only
+//! Deliberate differences from the kernel (design §4.9): no forced bit 0 (only
 //! accepting users get returns), slot generations (a reused slot's new owner
 //! never gets returns of frames entered before it registered), strict
 //! reservations, exact rollback of a failed registration.
@@ -31,7 +31,7 @@ pub(crate) mod stack;
 mod state;
 mod thread;
 mod unwind;
-mod user;
+pub(crate) mod user;
 
 pub(crate) use entry::manager_tramp_entry;
 pub(crate) use layout::graph_asm;

@@ -1,4 +1,4 @@
-//! Registration (SPEC §4.7): users take slots (reused FIFO, each with the
+//! Registration (design §4.7): users take slots (reused FIFO, each with the
 //! epoch it registered at), join fgraph's manager ops as subops, and make
 //! the single-user fast path and the registered sole path live or not; the
 //! manager itself, its code chosen when the first user registers; and a
@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Code a tracer registers to stand in for its callbacks while its user is
-/// the only one (SPEC §4.8's fast path, done by the tracer itself): where
+/// the only one (design §4.8's fast path, done by the tracer itself): where
 /// the manager's trampolines, its site stubs and hijacked returns go. Each
 /// entry point comes back to fgraph's general code for what it does not
 /// handle: trampoline entries to [`manager_tramp_entry`], site entries and returns to
@@ -68,6 +68,9 @@ pub(crate) fn register_sole_path(path: SolePath) -> bool {
         return false;
     }
     p.0 = path;
+    // Release: the path's code and words are in place before
+    // return_to_handler may jump to it (it loads the address, the jump
+    // depends on it).
     SOLE_HIJACKED_RETURN.store(path.hijacked_return, Ordering::Release);
     true
 }
@@ -180,6 +183,10 @@ pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
         // Loop mode before any of the new user's sites is patched.
         publish_sole(std::ptr::null_mut());
     }
+    // The user's words are published (Release) before ARRAY[i] makes it
+    // reachable: an entry that loads the user (Acquire) sees its slot,
+    // epoch and frame word. EPOCH: AcqRel, each registration a newer epoch
+    // than every frame a traced call may stamp before it loads it.
     let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
     SLOT_EPOCH[i].store(epoch, Ordering::Release);
     user.frame_word.store(
@@ -191,6 +198,8 @@ pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
     r.users[i] = Some(user.clone());
     let ptr = Arc::as_ptr(user) as *mut GraphUser;
     ARRAY[i].store(ptr, Ordering::Release);
+    // AcqRel: the slot's bit after its user (loop mode walks the bits and
+    // loads each user, Acquire).
     OCCUPIED.fetch_or(1 << i, Ordering::AcqRel);
     if let Err(e) = ftrace::register_subop(manager(), &user.subop) {
         // Exact rollback.
@@ -216,6 +225,9 @@ pub fn unregister_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
     let Some(i) = user.slot() else {
         return Err(GraphError::NotRegistered);
     };
+    // Unreachable first (Release), then the bit: a traced call that still
+    // finds the bit finds no user; the grace period below waits out those
+    // that found it before.
     ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
     OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
     r.active -= 1;
@@ -223,6 +235,8 @@ pub fn unregister_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
     let res = ftrace::unregister_subop(manager(), &user.subop);
     quiesce::synchronize();
     r.users[i] = None;
+    // Release: after the grace period no call uses the slot; a later
+    // registration publishes its own epoch before the slot is reachable.
     SLOT_EPOCH[i].store(u64::MAX, Ordering::Release);
     user.slot.store(-1, Ordering::Release);
     release_slot(&mut r, i);
@@ -267,6 +281,10 @@ pub(super) fn publish_sole(sole: *mut GraphUser) {
         },
         Ordering::Release,
     );
+    // Release (all three): each word is read by the fast paths with one
+    // load, Acquire or dependent (the user's fields through the pointer);
+    // the frame word goes first, so that a path reading both sees this
+    // user's word or sends the call the general way.
     SOLE_PROVIDED.store(
         if provided { sole } else { std::ptr::null_mut() },
         Ordering::Release,

@@ -1,4 +1,4 @@
-//! A traced call's return (SPEC §4.4): `return_to_handler`, where a
+//! A traced call's return (design §4.4): `return_to_handler`, where a
 //! hijacked return lands, and the site stubs' general return both come to
 //! `graph_return`, which finds the call's frame (popping as unwound those
 //! a longjmp skipped), runs its users' return callbacks and pops it.
@@ -49,7 +49,7 @@ macro_rules! return_body {
 // calls graph_return (which yields the real return address), restores them
 // and jumps there through r11. Everything else is dead at a return or
 // callee-saved in Rust.
-super::graph_asm!(
+super::layout::graph_asm!(
     ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
     ".globl shadowgraph_return_to_handler",
     ".hidden shadowgraph_return_to_handler",
@@ -97,6 +97,7 @@ pub(super) extern "C" fn graph_return(r: &mut RetRegs) -> usize {
         if let Some(f) = t.frame_below(t.curr.get()) {
             if t.word(f + 2) as usize == slot {
                 let w = t.word(f + stack::FRAME_WORDS);
+                // Acquire: the user's fields, published before it.
                 let fast = FAST.load(Ordering::Acquire);
                 // SAFETY: as in manager_tramp_entry.
                 if !fast.is_null() && w == unsafe { &*fast }.frame_word.load(Ordering::Relaxed) {
@@ -138,6 +139,8 @@ pub(super) fn return_fast(
     (u.ret)(&ev, u, r);
     unlock_graph(t, bit);
     let ret = t.word(f) as usize;
+    // The frame is read before the pop frees its words for a handler's
+    // (this thread's own: the compiler alone may reorder).
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
     ret
@@ -231,6 +234,8 @@ pub(super) fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool
             (0, 0)
         };
         if unwound && users == 0 {
+            // Acquire (here and in the loop): the registry's words,
+            // published before the user (registry.rs).
             let sole = FAST.load(Ordering::Acquire);
             // SAFETY: as for ARRAY's users below: published, and we are
             // inside the bracket.
@@ -241,6 +246,7 @@ pub(super) fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool
             }
         }
         let mut bits = users;
+        // Relaxed: this thread's word (its handlers see it in program order).
         t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
         while bits != 0 {
             let i = bits.trailing_zeros() as usize;
@@ -256,6 +262,7 @@ pub(super) fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool
         t.event_time.store(0, Ordering::Relaxed);
         unlock_graph(t, bit);
     }
+    // As in the fast return: read, then pop.
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
 }

@@ -96,7 +96,7 @@ macro_rules! frame_at_r8 {
 //   rsp + SR_FRAME       the popped shadow frame's start
 //   rsp + SR_ERRNO       errno as the return found it
 //   rsp + RET_…          the RetRegs (fgraph::layout)
-super::graph_asm!(
+super::layout::graph_asm!(
     ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
     ".globl shadowgraph_graph_site_entry",
     ".hidden shadowgraph_graph_site_entry",

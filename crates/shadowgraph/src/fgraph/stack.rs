@@ -1,4 +1,4 @@
-//! The per-thread shadow stack (SPEC §4.1–4.2): a series of 8-byte words
+//! The per-thread shadow stack (design §4.1–4.2): a series of 8-byte words
 //! holding frames `{ret, func, retp}`, a BITMAP word per frame, DATA words
 //! for reserved per-call data; the users' thread variables lie just below
 //! its first word. Its size is set at start-up ([`set_stack_bytes`]).
@@ -13,8 +13,8 @@ use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// Bytes per stack unless set at start-up ([`set_stack_bytes`]): 64 KiB,
-/// ~2,000 plain frames (uftrace keeps 1,024 by default; SPEC §4.1 suggests
-/// 16 KiB, ~500 frames, which recursive parsers and tree walks outgrow).
+/// ~2,000 plain frames (uftrace keeps 1,024 by default; 16 KiB, ~500
+/// frames, is outgrown by recursive parsers and tree walks).
 /// Pages are touched only as deep as a thread goes.
 pub const DEFAULT_STACK_BYTES: usize = 64 << 10;
 /// The sizes a stack may be given: powers of two in this range.
@@ -71,6 +71,7 @@ pub fn set_stack_bytes(bytes: usize) -> Result<(), String> {
     if bytes / 8 == words() {
         return Ok(());
     }
+    // Acquire: pairs with the Release counting a mapped stack.
     if ALL_COUNT.load(Ordering::Acquire) > 0 {
         return Err("the shadow stack size can only be set before tracing starts".into());
     }
@@ -261,6 +262,8 @@ impl Graves {
         self.next_seq.set(seq);
         self.ret[k].set(ret);
         self.seq[k].set(seq);
+        // Release: the grave's return address and sequence (plain cells)
+        // are in place for whoever finds it by its slot (Acquire).
         self.slot[k].store(slot, Ordering::Release);
     }
 
@@ -373,6 +376,8 @@ impl ThreadState {
             self.set_word(cur + 2, retp as u64);
             self.set_word(b, reserved(FRAME_WORDS));
         };
+        // Compiler fences only: the stack is this thread's, read by its own
+        // signal handlers, which see its stores in program order.
         write();
         compiler_fence(Ordering::SeqCst);
         self.curr.set(b + 1);

@@ -85,6 +85,7 @@ pub(super) fn lock_graph(t: &ThreadState, at_rest: bool) -> Option<u32> {
         try_lock(Group::Graph)?
     };
     t.graph_busy.set(held(Group::Graph));
+    // As the recursion bits: this thread's, ordered by a compiler fence.
     compiler_fence(Ordering::SeqCst);
     Some(bit)
 }

@@ -1,4 +1,4 @@
-//! Unwinders and fgraph (SPEC §4.6, §4.9 g): the real return addresses
+//! Unwinders and fgraph (design §4.6): the real return addresses
 //! behind hijacked slots, and a thread's frames unhooked before an
 //! exception, forced unwind or backtrace walks its stack and hooked again
 //! after.
@@ -9,7 +9,7 @@ use super::user::RetRegs;
 use crate::ftrace::quiesce::Bracket;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-// --- Unwinder translation (SPEC §4.6) ------------------------------------------------------
+// --- Unwinder translation (design §4.6) ------------------------------------------------------
 
 /// Shadow frames visited by unwinder translations (to check linearity).
 pub(super) static RET_ADDR_VISITS: AtomicU64 = AtomicU64::new(0);
@@ -58,7 +58,7 @@ pub fn top_ret_addr() -> Option<usize> {
         .find(|&r| !is_hijack(r))
 }
 
-// --- Unwinders (SPEC §4.9 g) -------------------------------------------------------------------
+// --- Unwinders (design §4.6) -------------------------------------------------------------------
 
 /// Puts every live frame's real return address back into its slot, so that
 /// an unwinder (C++ exception, forced unwind of `pthread_exit`, a panic,

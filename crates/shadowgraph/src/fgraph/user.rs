@@ -268,6 +268,7 @@ impl GraphUser {
                 }
                 t.set_word(new - 1, val);
             };
+            // As a push (stack.rs): this thread's words, compiler fences.
             write();
             compiler_fence(Ordering::SeqCst);
             t.curr.set(new);

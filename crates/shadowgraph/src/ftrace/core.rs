@@ -1,4 +1,4 @@
-//! The core's state and its accounting engine (SPEC §3.3–§3.5): the site
+//! The core's state and its accounting engine (design §3.3–§3.5): the site
 //! records and the objects they belong to, the core list of ops, and the
 //! update that recomputes each touched site's count and flags from the
 //! ops that match it (never accumulating), chooses its target and patches
@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-// --- Site records (SPEC §3.3) --------------------------------------------------
+// --- Site records (design §3.3) --------------------------------------------------
 
 /// Site flags. Plain flags are wanted; `_EN` flags say what the code holds.
 pub mod site_flags {
@@ -190,6 +190,9 @@ pub(super) fn publish_subops(manager: &Ops, subops: &[Arc<Ops>], retired: &mut V
     let list = Box::new(OpsList {
         ops: subops.iter().map(Arc::as_ptr).collect(),
     });
+    // AcqRel: Release publishes the new list's contents to the manager's
+    // callback (which loads it Acquire); Acquire takes the old one whole,
+    // to retire after a grace period.
     let old = manager
         .subops_list
         .swap(Box::into_raw(list), Ordering::AcqRel);
@@ -198,7 +201,7 @@ pub(super) fn publish_subops(manager: &Ops, subops: &[Arc<Ops>], retired: &mut V
     }
 }
 
-/// The manager filter of SPEC §3.6 (exact): A = subops tracing all, S =
+/// The manager filter of design §3.6 (exact): A = subops tracing all, S =
 /// subops with sets. No A: `Set(∪S (F−N))`. Else `All` with notrace
 /// `(∩A N) − ∪S (F−N)`.
 pub fn manager_pair(subs: &[&FilterPair]) -> FilterPair {
@@ -271,6 +274,8 @@ impl Core {
     }
 
     pub(super) fn publish_pair(&mut self, fs: &FilterSet, pair: FilterPair) {
+        // AcqRel: as for the subops list: the new pair published whole to
+        // the traced calls that load it, the old one taken to retire.
         let old = fs
             .current
             .swap(Box::into_raw(Box::new(pair)), Ordering::AcqRel);
@@ -304,6 +309,8 @@ impl Core {
             addrs: order.iter().map(|o| o.0).collect(),
             ids: order.iter().map(|o| o.1).collect(),
         });
+        // Release: the index's vectors, written above, are seen whole by a
+        // lookup that loads the pointer (Acquire).
         SITE_INDEX.store(Box::into_raw(idx), Ordering::Release);
     }
 
@@ -469,6 +476,8 @@ impl Core {
         }
         self.list.insert(0, ops.clone());
         self.publish_list();
+        // AcqRel (both): the state word is read on traced calls (Acquire);
+        // ENABLED is set after the list that holds the ops is published.
         ops.state.fetch_or(ENABLED, Ordering::AcqRel);
         let touched = self.sites_of(ops);
         if let Err(e) = self.update(touched.ids()) {
@@ -482,6 +491,7 @@ impl Core {
     }
 
     pub(super) fn unregister_locked(&mut self, ops: &Arc<Ops>) -> Result<(), CoreError> {
+        // Acquire/AcqRel: the state word's flags, as at registration.
         if !ops.is_enabled() || ops.state.load(Ordering::Acquire) & SUBOP != 0 {
             return Err(CoreError::NotRegistered);
         }
@@ -507,6 +517,8 @@ impl Core {
         let list = Box::new(OpsList {
             ops: self.list.iter().map(Arc::as_ptr).collect(),
         });
+        // AcqRel: the new list published whole to the list function
+        // (Acquire), the old one taken to retire after a grace period.
         let old = LIST.swap(Box::into_raw(list), Ordering::AcqRel);
         if !old.is_null() {
             self.retired.push(Retired::List(old));
@@ -514,7 +526,7 @@ impl Core {
     }
 
     /// Recomputes `touched` sites from scratch, patches what changed in one
-    /// batch, and publishes the global record in the safe order (SPEC §3.4).
+    /// batch, and publishes the global record in the safe order (design §3.4).
     /// On a patch failure nothing was written and the accounting is as
     /// before; the mismatching site is marked DISABLED.
     pub(super) fn update(&mut self, touched: &[SiteId]) -> Result<(), CoreError> {
@@ -613,6 +625,9 @@ impl Core {
             !std::ptr::eq(new_rec, cur)
         };
         if changes {
+            // Release (this and the two below): the shared caller loads the
+            // record (Acquire) and calls what it names; the list it may
+            // walk was published before.
             RECORD.store(&LIST_RECORD as *const _ as *mut _, Ordering::Release);
         }
         let mut edits: Vec<Edit> = Vec::new();
@@ -723,7 +738,7 @@ fn stub_tramps_in(
     Ok((entry, ret, slot))
 }
 
-/// Checks the model invariant of SPEC §3.5 against the code in memory:
+/// Checks the model invariant of design §3.5 against the code in memory:
 /// counts, TRAMP/DIRECT/REGS flags, targets and bytes, trampoline use.
 /// Returns the first violation.
 pub fn check_invariants() -> Result<(), String> {

@@ -1,6 +1,6 @@
 //! What runs inside a traced call: the saved registers, the dispatch
 //! records of the shared caller, per-ops trampoline entries, the list
-//! function and the recursion guard (SPEC §3.4, §3.8).
+//! function and the recursion guard (design §3.4, §3.8).
 //!
 //! Nothing here allocates, locks or makes a system call (except a thread's
 //! first bracket, which claims its slot lock-free).
@@ -52,6 +52,7 @@ pub(crate) fn site_id(ip: usize) -> Option<u32> {
     if let Some(id) = site_hint(ip) {
         return Some(id);
     }
+    // Acquire: the index is published whole (core.rs).
     let p = SITE_INDEX.load(Ordering::Acquire);
     if p.is_null() {
         return None;
@@ -223,4 +224,4 @@ pub fn call_subops(_ip: usize, _parent: usize, manager: &Ops, regs: &mut Regs) {
     }
 }
 
-// --- Recursion guard (SPEC §3.8) -------------------------------------------
+// --- Recursion guard (design §3.8) -------------------------------------------

@@ -1,4 +1,4 @@
-//! Function filters (SPEC §3.2): patterns over function names resolved to
+//! Function filters (design §3.2): patterns over function names resolved to
 //! sets of sites, and the `filter`/`notrace` pair an ops is tested against.
 //!
 //! Unlike the kernel's empty-hash encoding, "every function" is explicit:

@@ -1,4 +1,4 @@
-//! The ftrace core (SPEC §3): ops with filters, per-site accounting that is
+//! The ftrace core (design §3): ops with filters, per-site accounting that is
 //! recomputed (never accumulated), target selection, the shared caller with
 //! its list function, per-ops trampolines, direct calls with gap-free
 //! retargeting, subops, the recursion guard and grace periods.
@@ -450,6 +450,8 @@ pub fn register_direct(ops: &Arc<Ops>, target: usize) -> Result<(), CoreError> {
     if ops.is_enabled() {
         return Err(CoreError::AlreadyRegistered);
     }
+    // Release (both): the direct helper loads the target (Acquire) on
+    // traced calls; it is in place before any site can call the ops.
     ops.direct.store(target, Ordering::Release);
     let r = c.register_locked(ops);
     if r.is_err() {
@@ -503,6 +505,8 @@ pub fn register_subop(manager: &Arc<Ops>, sub: &Arc<Ops>) -> Result<(), CoreErro
         mi.subops.insert(0, sub.clone());
         publish_subops(manager, &mi.subops, &mut c.retired);
     }
+    // AcqRel: the state word is read on traced calls (Acquire); the
+    // flags follow the subops list that holds it.
     sub.state.fetch_or(ENABLED | SUBOP, Ordering::AcqRel);
     let r = if manager.is_enabled() {
         let touched = c.rebuild_manager(manager);
@@ -516,6 +520,7 @@ pub fn register_subop(manager: &Arc<Ops>, sub: &Arc<Ops>) -> Result<(), CoreErro
         mi.subops.retain(|s| !Arc::ptr_eq(s, sub));
         publish_subops(manager, &mi.subops, &mut c.retired);
         drop(mi);
+        // AcqRel: as at registration.
         sub.state.fetch_and(!(ENABLED | SUBOP), Ordering::AcqRel);
         c.rebuild_manager(manager);
     }
@@ -537,6 +542,7 @@ pub fn unregister_subop(manager: &Arc<Ops>, sub: &Arc<Ops>) -> Result<(), CoreEr
         publish_subops(manager, &mi.subops, &mut c.retired);
         mi.subops.len()
     };
+    // AcqRel: as at registration.
     sub.state.fetch_and(!(ENABLED | SUBOP), Ordering::AcqRel);
     let r = if remaining == 0 {
         // Leave with the old set (it names the sites to clear), then empty it.

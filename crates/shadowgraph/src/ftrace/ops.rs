@@ -1,4 +1,4 @@
-//! An ops (SPEC §3.1): a client of the core, a callback and the filter
+//! An ops (design §3.1): a client of the core, a callback and the filter
 //! set it is tested against, with its flags, its trampolines and, for a
 //! manager, its subops; the register frame its callback gets, and the
 //! thread filter it may carry.
@@ -19,7 +19,7 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub use crate::tramp::Regs;
 
-/// An ops' flags (SPEC §3.1): a set of the constants below, combined
+/// An ops' flags (design §3.1): a set of the constants below, combined
 /// with `|`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct OpsFlags(u32);
@@ -77,7 +77,7 @@ impl std::ops::BitOrAssign for OpsFlags {
     }
 }
 
-// The flags by their SPEC names, as ftrace's `FTRACE_OPS_FL_*`.
+// The flags by their names in ftrace, as the kernel's `FTRACE_OPS_FL_*`.
 /// See [`OpsFlags::DYNAMIC`].
 pub const DYNAMIC: OpsFlags = OpsFlags::DYNAMIC;
 /// See [`OpsFlags::SAVE_REGS`].
@@ -113,7 +113,7 @@ pub struct Ops {
     pub(super) direct: AtomicUsize,
     /// For managers: the subops, newest first (copy-on-write).
     pub(crate) subops_list: AtomicPtr<OpsList>,
-    /// Thread filter (SPEC §3.9); null = every thread.
+    /// Thread filter (design §3.9); null = every thread.
     pub(crate) threads: AtomicPtr<ThreadFilter>,
     pub(super) inner: Mutex<OpsInner>,
     /// What its trampolines call instead of the generic entry
@@ -187,7 +187,7 @@ impl Ops {
     }
 
     /// A manager: its filter is computed from its subops (exactly their
-    /// union, SPEC §3.6) and `func` dispatches to them (e.g. `call_subops`).
+    /// union, design §3.6) and `func` dispatches to them (e.g. `call_subops`).
     pub fn new_manager(func: OpsFunc, flags: OpsFlags) -> Arc<Ops> {
         Ops::new(func, flags, FilterSet::computed())
     }

@@ -1,4 +1,4 @@
-//! The dispatch bracket and grace periods (SPEC §3.10, §3.11 part A).
+//! The dispatch bracket and grace periods (design §3.10, §3.11 part A).
 //!
 //! Every trampoline entry raises its thread's bracket depth *before* it loads
 //! any dispatch record or ops slot and lowers it on leaving; when the depth
@@ -61,6 +61,8 @@ pub fn fence_rseq_too() -> bool {
     if !sys::membarrier_register_rseq() {
         return false;
     }
+    // Release: after the registration, which a waiter relies on once it
+    // reads true (Acquire).
     RSEQ_FENCE.store(true, Ordering::Release);
     true
 }
@@ -119,6 +121,8 @@ extern "C" fn release_slot(v: *mut libc::c_void) {
     if idx > 0 && idx <= MAX_THREADS {
         let w = &WORDS[idx - 1];
         w.qs.store(0, Ordering::Relaxed);
+        // Release: the slot is free once its word is 0 (a thread that
+        // claims it, AcqRel, starts from there).
         w.tid.store(0, Ordering::Release);
     }
 }
@@ -131,11 +135,15 @@ fn claim() -> usize {
     let me = sys::gettid();
     for (i, w) in WORDS.iter().enumerate() {
         if w.tid.load(Ordering::Relaxed) == 0
+            // AcqRel: claims the slot its last owner released; a waiter
+            // that reads the tid (Acquire) reads this owner's words.
             && w.tid
                 .compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
             w.qs.store(0, Ordering::Relaxed);
+            // AcqRel: a waiter that loads the high water (Acquire) sees
+            // this slot's tid and word.
             HIGH_WATER.fetch_max(i + 1, Ordering::AcqRel);
             local().slot.set(i + 1);
             local().word.set(&w.qs);
@@ -204,6 +212,10 @@ impl Bracket {
         } else if anchor >= local().outer_anchor.get() {
             v = abandoned(v, anchor);
         }
+        // Relaxed, and a compiler fence: only this thread writes its word,
+        // and a waiter orders against it by membarrier (a full barrier on
+        // every CPU running the process), so the compiler alone must keep
+        // the loads the bracket protects after the increment.
         w.store(v + 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         if v & 0xffff == 0 {
@@ -235,6 +247,7 @@ impl Bracket {
             return None;
         }
         c.outer_anchor.set(anchor);
+        // As in enter_at: Relaxed and a compiler fence.
         w.store(v + 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         // Again, as in enter_at.
@@ -320,6 +333,7 @@ fn abandoned(v: u64, anchor: usize) -> u64 {
     ABANDONED.fetch_add(1, Ordering::Relaxed);
     super::recursion::reset_recursion();
     for slot in &ABANDON_HOOKS {
+        // Acquire: pairs with the Release that registered the hook.
         let hook = slot.load(Ordering::Acquire);
         if hook != 0 {
             // SAFETY: only `on_abandoned` stores here, from a `fn()`.
@@ -338,6 +352,8 @@ impl Drop for Bracket {
         if self.0.is_null() {
             return;
         }
+        // The loads made inside the bracket stay before the decrement (as
+        // in enter_at: the waiter's membarrier orders the rest).
         compiler_fence(Ordering::SeqCst);
         // SAFETY: as in enter.
         let w = unsafe { &*self.0 };
@@ -374,6 +390,7 @@ pub fn synchronize() {
         let _ = crate::stop::ping_all();
     }
     let mine = local().slot.get();
+    // Acquire: every slot below the high water has its tid published.
     let n = HIGH_WATER.load(Ordering::Acquire);
     let start = Instant::now();
     for (i, w) in WORDS[..n].iter().enumerate() {
@@ -387,6 +404,9 @@ pub fn synchronize() {
         }
         let mut spins = 0u32;
         loop {
+            // The bracket word Relaxed (the membarrier above orders the
+            // thread's increments before it); the tid Acquire: a slot
+            // released or claimed again is another thread's.
             let now = w.qs.load(Ordering::Relaxed);
             if now & 0xffff == 0 || now >> 16 != snap >> 16 || w.tid.load(Ordering::Acquire) != tid
             {

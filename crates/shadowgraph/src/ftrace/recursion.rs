@@ -1,4 +1,4 @@
-//! The recursion guard (SPEC §3.8) and the thread's cached id: state of
+//! The recursion guard (design §3.8) and the thread's cached id: state of
 //! the thread's own, in its core-local block, read and written by plain
 //! loads and stores (a signal handler of the thread restores what it
 //! changes before the interrupted code goes on).
@@ -59,6 +59,8 @@ pub fn try_lock(g: Group) -> Option<u32> {
         }
     }
     local().rec.set(rec | 1 << bit);
+    // The bit is set before the guarded code runs (only this thread and
+    // its handlers read it: a compiler fence orders them).
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
     Some(bit)
 }
@@ -73,6 +75,7 @@ pub fn try_lock_at_rest(g: Group) -> Option<u32> {
     }
     let bit = g as u32 + NORMAL;
     c.rec.set(1 << bit);
+    // As in try_lock.
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
     Some(bit)
 }

@@ -1,4 +1,4 @@
-//! Live patching of code that other threads are executing (SPEC §2.2–2.3).
+//! Live patching of code that other threads are executing (design §2.2–2.3).
 //!
 //! A batch rewrites many sites with the int3-first protocol:
 //! 1. publish the batch for the SIGTRAP handler;
@@ -71,6 +71,8 @@ pub struct PatchStats {
     pub traps_chained: u64,
 }
 
+// Statistics (these, and the trap counters): Relaxed everywhere, since
+// nothing is ordered by them; read for reports.
 static BATCHES: AtomicU64 = AtomicU64::new(0);
 static SITES_WRITTEN: AtomicU64 = AtomicU64::new(0);
 /// The counters now.
@@ -153,6 +155,10 @@ pub fn apply(edits: &mut [Edit]) -> Result<(), PatchError> {
         edits: edits.as_ptr(),
         len: edits.len(),
     });
+    // SeqCst (here, in retire and with READERS): the SIGTRAP handler
+    // increments READERS, then loads ACTIVE; retire swaps ACTIVE, then
+    // reads READERS. Only a single total order over the two makes one of
+    // them see the other's write (store-then-load on both sides).
     ACTIVE.store(Box::into_raw(batch), Ordering::SeqCst);
 
     let result = (|| {
@@ -215,6 +221,8 @@ pub fn set_step_hook(hook: Option<fn(BatchStep)>) {
 }
 
 fn step_hook(step: BatchStep) {
+    // SeqCst: a test's hook, set before the batch (no ordering needed
+    // beyond seeing it; the strongest costs nothing here).
     let h = STEP_HOOK.load(Ordering::SeqCst);
     if h != 0 {
         // SAFETY: only `set_step_hook` stores non-zero values, from a
@@ -427,6 +435,8 @@ fn procmem_write(addr: usize, bytes: &[u8]) -> Result<(), PatchError> {
             )));
         }
         fd = f as usize;
+        // AcqRel: one fd for everyone; a racer that lost closes its own
+        // and uses the winner's (Acquire).
         if let Err(other) =
             PROC_MEM_FD.compare_exchange(usize::MAX, fd, Ordering::AcqRel, Ordering::Relaxed)
         {

@@ -74,6 +74,9 @@ pub(super) fn add_known(sorted: &[usize]) {
     if new.is_empty() {
         return;
     }
+    // Acquire/Release: the chunks form a list published by its head; a
+    // reader that loads the head (Acquire) sees every chunk behind it
+    // whole (writers are serialised by the text lock).
     let chunk = Box::new(Chunk {
         sorted: new.into_boxed_slice(),
         next: KNOWN.load(Ordering::Acquire),

@@ -69,8 +69,11 @@ pub(super) fn install() {
         let slot = 1 - PREV_INDEX.load(Ordering::Relaxed);
         let prev = &mut (*PREV.0.get())[slot];
         libc::sigaction(libc::SIGTRAP, &sa, prev);
+        // Release: the slot's disposition is written before readers
+        // (Acquire) switch to it.
         PREV_INDEX.store(slot, Ordering::Release);
     }
+    // Release: the handler and the chained disposition are in place.
     INSTALLED.store(true, Ordering::Release);
 }
 
@@ -120,6 +123,8 @@ extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
                 .ok()
                 .map(|i| edits[i].emulation())
         };
+        // SeqCst: see `apply` (patch/mod.rs): the batch is read before the
+        // count lets `retire` free it.
         READERS.fetch_sub(1, Ordering::SeqCst);
         if let Some(em) = emulation {
             // SAFETY: rewriting the interrupted context. For a call, the

@@ -1,4 +1,4 @@
-//! Recording (SPEC §5, L4): each traced thread writes 16-byte entry/exit
+//! Recording (design §5): each traced thread writes 16-byte entry/exit
 //! records with raw timestamps into a ring of its own; the writer drains the
 //! rings into `<tid>.dat` files of a data directory (`shadowgraph_data`).
 

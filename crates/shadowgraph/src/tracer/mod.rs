@@ -1,4 +1,4 @@
-//! The tracers (SPEC §5, L3): clients of the ftrace core and of fgraph
+//! The tracers (design §5): clients of the ftrace core and of fgraph
 //! that do something with the calls they see.
 //!
 //! * [`count`] — per-function call counts, by a counting trampoline or

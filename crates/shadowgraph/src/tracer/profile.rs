@@ -189,6 +189,8 @@ fn new_table(inst: usize) -> *mut Table {
             rows: p.add(std::mem::size_of::<Table>().next_multiple_of(64)) as *mut Row,
         });
     }
+    // A lock-free push: the table is written before it is published
+    // (AcqRel below); the exit dump walks the list from its head (Acquire).
     let mut head = TABLES.load(Ordering::Acquire);
     loop {
         // SAFETY: t is ours until published.

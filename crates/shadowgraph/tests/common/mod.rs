@@ -6,6 +6,8 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
 pub mod frames;
+pub mod graph;
+pub mod probes;
 use shadowgraph_testkit::scratch;
 
 /// A fresh directory under the target dir, unique per test.

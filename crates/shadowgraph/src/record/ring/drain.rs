@@ -60,6 +60,8 @@ impl Ring {
                 }
             }
         }
+        // Release: the records drained are read before their slots go back
+        // to the producer, which loads `tail` Acquire before reusing them.
         h.tail.store(head, Ordering::Release);
         out
     }
@@ -94,6 +96,9 @@ impl Ring {
         if h.tsc == 0 {
             return self.convert(from, to, |t| t);
         }
+        // Relaxed (the conversion words, here and below): only the drainer
+        // reads and writes them, one at a time (`busy`, or the writer
+        // process alone), after the maker's Release of the magic.
         let (ref_raw, ref_ns) = (
             h.ref_raw.load(Ordering::Relaxed),
             h.ref_ns.load(Ordering::Relaxed),
@@ -195,6 +200,7 @@ impl Ring {
                 last = t;
             }
         }
+        // Relaxed: the drainer's own word, as above.
         h.last_ns.store(last, Ordering::Relaxed);
         (steps, worst)
     }

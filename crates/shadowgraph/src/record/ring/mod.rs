@@ -86,10 +86,9 @@ pub struct Claim {
 pub const HEADER_BYTES: usize = 256;
 /// Records per shared ring by default (2 MiB): about three milliseconds of
 /// the busiest thread, which waits if the writer falls behind by more.
-/// Larger than a core's L2 cache (1 MiB here): a lap of the ring then finds
-/// its lines in the shared L3 rather than dirty in the writer's core (fib(30)
-/// records 2 ns per call faster than with 1 MiB). Pages are used only as a
-/// thread fills them.
+/// Larger than a core's L2 cache: a lap of the ring then finds its lines
+/// in the shared L3 rather than dirty in the writer's core. Pages are used
+/// only as a thread fills them.
 pub const RING_RECORDS: u64 = 1 << 17;
 
 /// The ring's header, at the start of its mapping. Producer and consumer
@@ -278,6 +277,8 @@ impl Ring {
             std::ptr::addr_of_mut!((*h).capacity).write(capacity);
             std::ptr::addr_of_mut!((*h).mask).write(capacity - 1);
             std::ptr::addr_of_mut!((*h).offset_mask).write((capacity - 1) << 4);
+            // Relaxed: the header is published by the magic's Release,
+            // stored last.
             (*h).room_end
                 .store(capacity << SLOT_SHIFT, Ordering::Relaxed);
             (*h).reserve.store(depth as u64, Ordering::Relaxed);
@@ -309,6 +310,8 @@ impl Ring {
         }
         let r = Ring { base };
         let h = r.header();
+        // Acquire: pairs with the maker's Release of the magic, written
+        // last: the header's other fields are in place.
         if h.magic.load(Ordering::Acquire) != MAGIC
             || !h.capacity.is_power_of_two()
             || ring_bytes(h.capacity) > len
@@ -355,6 +358,10 @@ impl Ring {
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
         let mut from = c.reserve;
         loop {
+            // Relaxed: `reserve` and `head` are this thread's and its
+            // signal handlers' (program order); the consumer orders its
+            // reads of the records by `head`'s exchange (a locked
+            // instruction, a full barrier on x86-64).
             let r = h.reserve.load(Ordering::Relaxed);
             if !crate::local::exchange(&h.head, from, r) || h.reserve.load(Ordering::Relaxed) == r {
                 return;
@@ -412,6 +419,8 @@ impl Ring {
     ) -> Result<Option<Claim>, Taken> {
         let h = self.header();
         loop {
+            // Compiler fences: the announcement is read by this thread's
+            // own signal handlers, which see its stores in program order.
             announce.set(UNSURE);
             std::sync::atomic::compiler_fence(Ordering::SeqCst);
             let c = h.reserve.load(Ordering::Relaxed);
@@ -516,6 +525,7 @@ pub fn set_start_calibration(c: Calibration) {
 }
 
 pub(super) fn start_calibration() -> Calibration {
+    // Relaxed: set once at start-up, before the threads that read it exist.
     let s = START.each_ref().map(|a| a.load(Ordering::Relaxed));
     Calibration {
         raw0: s[0],

@@ -152,6 +152,8 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
 /// Local mode: drains a ring to its file, unless someone else is at it.
 pub(super) fn drain_local(inst: usize, r: Ring, fd: i32) {
     let h = r.header();
+    // A lock: Acquire takes what the last holder drained, Release hands
+    // this drain's progress to the next.
     if h.busy
         .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
@@ -291,6 +293,7 @@ pub(crate) fn take_spare(dir: &CString, len: usize, path: &[u8; 4096]) -> Option
 
 #[cold]
 pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
+    // Acquire: pairs with the Release that disabled ring-making.
     if DISABLED.load(Ordering::Acquire) {
         return std::ptr::null_mut();
     }
@@ -347,6 +350,8 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
             depth,
         )
     };
+    // AcqRel: the ring, made above, is published whole to the exit flush
+    // that walks RINGS (Acquire); a slot freed by Release is claimable.
     let Some(i) = RINGS.iter().position(|s| {
         s.ring
             .compare_exchange(
@@ -435,6 +440,7 @@ pub fn forget_after_fork(record_on: bool) {
     }
     for s in RINGS.iter() {
         s.fd.store(-1, Ordering::Relaxed);
+        // Release: the slot free, its fd forgotten first.
         s.ring.store(std::ptr::null_mut(), Ordering::Release);
     }
     for c in MINE.iter() {

@@ -100,6 +100,9 @@ pub fn set_session(id: u64) {
 pub(super) static WRITER_GONE: AtomicBool = AtomicBool::new(false);
 pub(super) static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
 pub(super) static SEQ: AtomicUsize = AtomicUsize::new(0);
+// The counters below (written, lost, clock steps, waits) are statistics:
+// Relaxed everywhere, read once the threads that add to them are done.
+
 /// Local mode: records written to files, and lost, per instance.
 pub(super) static WRITTEN: [AtomicU64; MAX_INSTANCES] =
     [const { AtomicU64::new(0) }; MAX_INSTANCES];

@@ -152,9 +152,9 @@ pub(super) use declined_exit;
 // in xmm8–12, which are free at a function's entry: caller-saved and no
 // argument's, and gcc turns inter-procedural register allocation off for
 // functions with patchable entries, so no caller keeps a value there
-// across a call; kept out of memory, they made fib(30)'s recorded calls
-// 1.6 ns faster than nine pushes and pops; rdi stays on the stack: moving
-// an argument through xmm made fib(30), whose argument is rdi, slower),
+// across a call; out of memory, they cost no store and load each; rdi
+// stays on the stack: an argument moved through xmm makes the traced
+// function's first use of it wait on the move back),
 // the bracket entered, the sole graph user a fused recorder (rsi),
 // `$ring` (the plain recorder's ring in r11, else nothing), the thread's
 // shadow stack (rdi, rcx the thread state's offset) and where the new frame

@@ -273,6 +273,8 @@ pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
     {
         return false;
     }
+    // Release (this and the words below): set before the path is
+    // registered, whose assembly reads them through the user it loads.
     user.path_words[W_MIN_TICKS].store(min_ticks, Ordering::Release);
     attach_inner(
         user,
@@ -345,6 +347,7 @@ fn attach_inner(
     } else {
         max_depth as u64
     };
+    // Release: as in attach_timed.
     user.path_words[W_MAX_DEPTH].store(limit, Ordering::Release);
     let table = filter.map_or(std::ptr::null_mut(), |f| f as *mut FusedFilter);
     user.path_words[W_FILTER].store(table as u64, Ordering::Release);

@@ -35,10 +35,10 @@ crate::fgraph::graph_asm!(
     // stub) is free at a function's entry, and r10 and rsi are left alone
     // (the frame's word is made in rcx, the record's in rdi once the frame
     // is pushed, the slot's offset in rcx then; the user's frame word is
-    // read where it is needed rather than kept: measured, 0.24 ns a call
-    // less). The call's return slot: rsp + 24. This entry and the return
-    // below each start a cache line: builds that differed elsewhere moved
-    // the recorded call's cost by up to 0.2 ns as the linker placed them.
+    // read where it is needed rather than kept in a register that would
+    // have to be saved). The call's return slot: rsp + PE_PARENT_SLOT.
+    // This entry and the return below each start a cache line, so that
+    // where the linker places them does not change what a call costs.
     ".p2align 6",
     ".globl shadowgraph_fused_site_entry_plain",
     ".hidden shadowgraph_fused_site_entry_plain",
@@ -173,7 +173,7 @@ crate::fgraph::graph_asm!(
         "(1 << {slot_shift}) - 1",
         // All of it in the sequence (reads only: a restart reads it all
         // again). Neither the recursion bit nor a null stack is looked
-        // for, unlike at the entry (measured: 0.27 ns a call less): the
+        // for, unlike at the entry (neither can be there): the
         // stub returns here only for a call it hooked, whose frame is on
         // the stack, and that stack is dropped only at the thread's exit,
         // once every frame on it is finished (fgraph's thread_exit); the

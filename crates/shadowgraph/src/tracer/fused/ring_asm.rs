@@ -110,8 +110,8 @@ pub(super) use ring_publish;
 // ring and in time. (With `head` stored after `reserve`, a handler that
 // landed between the two and left by siglongjmp lost our record and its
 // own, counted.) No `cmpxchg` and nothing waits on a load after the TSC
-// read. Why that matters: on the machines
-// measured, `rdtsc` waits for every instruction before it to finish and
+// read. Why that matters: on many x86-64 machines `rdtsc` waits for every
+// instruction before it to finish and
 // none after it starts before it has, so a recorded call costs its two
 // reads plus, between each read and the next, the longest chain of
 // dependent loads and operations (about 1 ns a load); the cmpxchg claim

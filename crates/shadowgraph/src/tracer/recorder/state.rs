@@ -11,7 +11,7 @@ pub(super) struct Tracer {
     pub dir: PathBuf,
     /// Present when the tracer filters, or shares the program with other
     /// tracers: it keeps the tracer's own nesting, so that its records'
-    /// depths do not depend on other tracers (SPEC §6.1 #16). A lone
+    /// depths do not depend on other tracers (design §6). A lone
     /// unfiltered tracer uses fgraph's depth (the same) and saves the work.
     pub filter: Option<GraphFilter>,
     pub user: Arc<GraphUser>,
