@@ -103,7 +103,7 @@ fn tracing_switched_off_and_on_while_the_program_runs() {
     for fused in [true, false] {
         let data = dir.join(format!("ctl-{fused}.data"));
         let opts = ["--control", &arg, "--disable"];
-        let child = spawn_record(path_env(fused), &opts, &data, &exe);
+        let child = spawn_record(&[], &Way::of(fused).with(&opts), &data, &exe);
         control.run_phases(child, &[("p0", "enable"), ("p1", "disable")]);
         let body = replay_body(&replay_text(&data));
         assert_eq!(
@@ -164,14 +164,11 @@ fn switching_tracing_while_threads_run_keeps_every_record_whole() {
     let dir = workdir("control-stress");
     let exe = build_fixture(&dir, "spin", "spin.c");
     let (mut control, arg) = Control::new(&dir);
-    for (fused, env) in [
-        ("fused", &[][..]),
-        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
-        ("hijacked", &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..]),
-    ] {
+    for way in Way::ALL {
         use std::io::{BufRead, Write};
-        let data = dir.join(format!("spin-{fused}.data"));
-        let mut child = spawn_record(env, &["--control", &arg, "-b", "256K"], &data, &exe);
+        let data = dir.join(format!("spin-{}.data", way.name()));
+        let opts = way.with(&["--control", &arg, "-b", "256K"]);
+        let mut child = spawn_record(&[], &opts, &data, &exe);
         let mut stdin = child.stdin.take().unwrap();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
@@ -186,7 +183,7 @@ fn switching_tracing_while_threads_run_keeps_every_record_whole() {
         writeln!(stdin, "stop").unwrap();
         let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "fused {fused}: {err}");
+        assert!(o.status.success(), "{way:?}: {err}");
         let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
         let mut records = 0;
         for &tid in &d.tids {
@@ -194,9 +191,9 @@ fn switching_tracing_while_threads_run_keeps_every_record_whole() {
             depths_follow_the_records(&d, tid).unwrap();
             // Every recorded call's exit too: a call under way when
             // tracing went off still returned to its tracer.
-            records += every_call_closes(&d, tid).unwrap_or_else(|e| panic!("{fused}: {e}"));
+            records += every_call_closes(&d, tid).unwrap_or_else(|e| panic!("{way:?}: {e}"));
         }
-        assert!(records > 10_000, "fused {fused}: {records} records");
+        assert!(records > 10_000, "{way:?}: {records} records");
         assert!(view_text("info", &data).contains("30 disables, 30 enables"));
     }
 }

@@ -18,11 +18,11 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
     let dir = workdir("deep");
     let exe = build_fixture(&dir, "deep", "recursion_3000.c");
     // Calls of `rec` traced and not traced (counted), checking the replay.
-    let run = |env: &[(&str, &str)], opts: &[&str], name: &str| -> (u64, u64) {
+    let run = |way: Way, opts: &[&str], name: &str| -> (u64, u64) {
         let data = dir.join(format!("{name}.data"));
-        let mut all = vec!["--no-libs"];
+        let mut all = way.with(&["--no-libs"]);
         all.extend_from_slice(opts);
-        let o = record_run(env, &all, &data, &exe, &[]);
+        let o = record_run(&[], &all, &data, &exe, &[]);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{name}: {err}");
         assert_eq!(out.trim(), "3000", "{name}");
@@ -61,22 +61,19 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
         assert!(info.contains("max stack depth"), "{name}: {info}");
         (traced as u64, missing)
     };
-    for (name, env) in [
-        ("fused", &[][..]),
-        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
-        ("hijacked", &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..]),
-    ] {
+    for way in Way::ALL {
+        let name = way.name();
         // The default: ~2,000 frames.
-        let (traced, missing) = run(env, &[], &format!("{name}-default"));
+        let (traced, missing) = run(way, &[], &format!("{name}-default"));
         assert!(
             (1900..2100).contains(&traced) && missing > 0,
             "{name}: {traced}"
         );
         // Deep enough: every call.
-        let (traced, _) = run(env, &["--max-stack", "3100"], &format!("{name}-deep"));
+        let (traced, _) = run(way, &["--max-stack", "3100"], &format!("{name}-deep"));
         assert_eq!(traced, 3001, "{name}");
         // The smallest stack, 4 KiB: ~127 frames (main's among them).
-        let (traced, _) = run(env, &["--max-stack", "100"], &format!("{name}-small"));
+        let (traced, _) = run(way, &["--max-stack", "100"], &format!("{name}-small"));
         assert!((100..128).contains(&traced), "{name}: {traced}");
     }
     for (bad, want) in [
@@ -133,7 +130,7 @@ fn dlopened_library_by_relative_name_is_filtered_by_its_functions() {
     let exe = build_fixture(&dir, "dlrel", "dlopen_relative.c");
     let run = |opts: &[&str], fused: bool| -> Vec<String> {
         let data = dir.join(format!("d{}{}.data", opts.len(), fused));
-        let o = record_run_in(&dir, path_env(fused), opts, &data, &exe, &[]);
+        let o = record_run_in(&dir, &[], &Way::of(fused).with(opts), &data, &exe, &[]);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{opts:?}: {err}");
         assert_eq!(out.trim(), "13", "{opts:?}");
@@ -223,12 +220,8 @@ fn depth_limited_recording_is_fused_and_exact() {
     let body = replay_body;
     for (fused, path) in [(true, "fused"), (false, "general")] {
         let data = dir.join(format!("{path}.data"));
-        let env: &[(&str, &str)] = if fused {
-            &[]
-        } else {
-            &[("SHADOWGRAPH_NO_FUSED", "1")]
-        };
-        let o = record_run(env, &["--no-libs", "-D", "3"], &data, &exe, &[]);
+        let opts = Way::of(fused).with(&["--no-libs", "-D", "3"]);
+        let o = record_run(&[], &opts, &data, &exe, &[]);
         assert!(o.status.success(), "{}", text(&o).1);
         assert_eq!(body(&replay_text(&data)), want, "{path}");
         let info = view_text("info", &data);
@@ -282,10 +275,9 @@ fn filtered_recording_is_fused_and_exact() {
         let mut bodies = Vec::new();
         for (fused, path) in [(true, "fused"), (false, "general")] {
             let data = dir.join(format!("{path}.data"));
-            let env = path_env(fused);
-            let mut all = vec!["--no-libs"];
+            let mut all = Way::of(fused).with(&["--no-libs"]);
             all.extend_from_slice(opts);
-            let o = record_run(env, &all, &data, &exe, &[]);
+            let o = record_run(&[], &all, &data, &exe, &[]);
             assert!(o.status.success(), "{opts:?}: {}", text(&o).1);
             let info = view_text("info", &data);
             assert!(
@@ -329,14 +321,11 @@ fn tail_calls_are_recorded_nested_in_their_callers() {
     }
     whole.push("} /* main */".into());
     let filtered: Vec<String> = (0..3).flat_map(|_| chain.map(String::from)).collect();
-    for (name, env) in [
-        ("fused", &[][..]),
-        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
-        ("hijacked", &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..]),
-    ] {
+    for way in Way::ALL {
+        let name = way.name();
         for (opts, want) in [(&[][..], &whole), (&["-F", "tail1"][..], &filtered)] {
             let data = dir.join(format!("{name}{}.data", opts.len()));
-            let o = record_run(env, opts, &data, &exe, &[]);
+            let o = record_run(&[], &way.with(opts), &data, &exe, &[]);
             assert!(o.status.success(), "{name} {opts:?}: {}", text(&o).1);
             assert_eq!(&replay_body(&replay_text(&data)), want, "{name} {opts:?}");
         }

@@ -192,12 +192,11 @@ fn a_profile_alone_counts_every_call_with_handlers_landing_anywhere() {
         "naps.c",
         &["-DMIDS=10", "-DNAP_US=2000", "-DFIB_N=15"],
     );
-    for (name, env) in [
-        ("fused", &[][..]),
-        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
-    ] {
+    for way in [Way::Fused, Way::General] {
+        let name = way.name();
         let d = dir.join(format!("{name}.data"));
-        let o = record_run(env, &["--no-libs", "--tracer", "profile"], &d, &naps, &[]);
+        let opts = way.with(&["--no-libs", "--tracer", "profile"]);
+        let o = record_run(&[], &opts, &d, &naps, &[]);
         let err = text(&o).1;
         assert!(o.status.success(), "{err}");
         let measured: u64 = err

@@ -318,9 +318,9 @@ fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
     // land in the waits as well.
     let env = match path {
         RecordPath::FusedWithoutRseq => &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..],
-        _ => path_env(fused),
+        _ => &[],
     };
-    let mut opts = vec!["-b", "64K"];
+    let mut opts = Way::of(fused).with(&["-b", "64K"]);
     opts.extend_from_slice(filter);
     let o = record_run(env, &opts, &data, &exe, &[]);
     let (out, err) = text(&o);

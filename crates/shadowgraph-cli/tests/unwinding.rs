@@ -30,8 +30,7 @@ fn unwinding_program_replays_exactly(fused: bool) {
     });
     let exe = build_fixture_with(&dir, "unwind", "unwind.cpp", &["-pthread"]);
     let data = dir.join("u.data");
-    let env = path_env(fused);
-    let o = record_run(env, &["--no-libs"], &data, &exe, &[]);
+    let o = record_run(&[], &Way::of(fused).with(&["--no-libs"]), &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     // backtrace() and _Unwind_Backtrace see as many frames as untraced:
@@ -122,13 +121,10 @@ fn coroutines_switching_stacks_run_and_record() {
     let exe = build_fixture(&dir, "coro", "coroutines.c");
     let plain = Command::new(&exe).output().unwrap();
     assert!(plain.status.success());
-    for (name, env) in [
-        ("fused", &[][..]),
-        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..]),
-        ("hijacked", &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..]),
-    ] {
+    for way in Way::ALL {
+        let name = way.name();
         let data = dir.join(format!("{name}.data"));
-        let o = record_run(env, &["--no-libs"], &data, &exe, &[]);
+        let o = record_run(&[], &way.with(&["--no-libs"]), &data, &exe, &[]);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{name}: {out}\n{err}");
         assert_eq!(out, String::from_utf8_lossy(&plain.stdout), "{name}");
@@ -153,18 +149,14 @@ fn functions_called_on_an_unaligned_stack_return_on_every_path() {
     let exe = build_fixture(&dir, "ua", "unaligned.c");
     let plain = Command::new(&exe).output().unwrap();
     assert!(plain.status.success());
-    for (name, env, opts) in [
-        ("fused", &[][..], &[][..]),
-        ("fused, ring full", &[][..], &["-b", "64K"][..]),
-        ("general", &[("SHADOWGRAPH_NO_FUSED", "1")][..], &[][..]),
-        (
-            "hijacked",
-            &[("SHADOWGRAPH_NO_SITE_STUBS", "1")][..],
-            &[][..],
-        ),
+    for (name, opts) in [
+        ("fused", &[][..]),
+        ("fused, ring full", &["-b", "64K"][..]),
+        ("general", &["--general-path"][..]),
+        ("hijacked", &["--hijack-returns"][..]),
     ] {
         let data = dir.join(format!("{}.data", name.replace([' ', ','], "")));
-        let o = record_run(env, opts, &data, &exe, &[]);
+        let o = record_run(&[], opts, &data, &exe, &[]);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{name}: {out}\n{err}");
         assert_eq!(out, String::from_utf8_lossy(&plain.stdout), "{name}");
@@ -183,31 +175,30 @@ fn functions_called_on_an_unaligned_stack_return_on_every_path() {
 fn every_argument_register_reaches_the_traced_function() {
     let dir = workdir("argument_registers");
     let exe = build_fixture(&dir, "args", "argument_registers.c");
-    type Way<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
-    let ways: [Way; 7] = [
-        (&[], &[]),
-        (&[], &["-D", "8"]),
-        (&[], &["-F", "main"]),
-        (&[], &["-t", "1ns"]),
-        (&[], &["--tracer", "profile"]),
-        (&[("SHADOWGRAPH_NO_SITE_STUBS", "1")], &[]),
-        (&[("SHADOWGRAPH_NO_FUSED", "1")], &[]),
+    let ways: [&[&str]; 7] = [
+        &[],
+        &["-D", "8"],
+        &["-F", "main"],
+        &["-t", "1ns"],
+        &["--tracer", "profile"],
+        &["--hijack-returns"],
+        &["--general-path"],
     ];
-    for (env, opts) in ways {
+    for opts in ways {
         let data = dir.join("args.data");
-        let o = record_run(env, opts, &data, &exe, &[]);
+        let o = record_run(&[], opts, &data, &exe, &[]);
         let (out, err) = text(&o);
-        assert!(o.status.success(), "{env:?} {opts:?}: {out}\n{err}");
+        assert!(o.status.success(), "{opts:?}: {out}\n{err}");
         if opts.contains(&"profile") {
             assert!(err.contains("profiled 18001 calls of 7 functions"), "{err}");
             continue;
         }
         let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
-        assert!(err.contains("(0 lost)"), "{env:?} {opts:?}: {err}");
+        assert!(err.contains("(0 lost)"), "{opts:?}: {err}");
         for &tid in &d.tids {
-            calls_nest_exactly(&d, tid, &[]).unwrap_or_else(|e| panic!("{env:?} {opts:?}: {e}"));
+            calls_nest_exactly(&d, tid, &[]).unwrap_or_else(|e| panic!("{opts:?}: {e}"));
             let n = records_of(&d, tid).unwrap().len();
-            assert!(n > 4 * 3000, "{env:?} {opts:?}: {n} records");
+            assert!(n > 4 * 3000, "{opts:?}: {n} records");
         }
     }
 }

@@ -103,13 +103,7 @@ pub fn record_run_in(
 pub fn record_command(env: &[(&str, &str)], opts: &[&str], data: &Path, exe: &Path) -> Command {
     let mut c = shadowgraph();
     c.arg("record");
-    for &(k, v) in env {
-        match k {
-            "SHADOWGRAPH_NO_FUSED" => c.arg("--general-path"),
-            "SHADOWGRAPH_NO_SITE_STUBS" => c.arg("--hijack-returns"),
-            _ => c.env(k, v),
-        };
-    }
+    c.envs(env.iter().copied());
     c.args(opts).arg("-d").arg(data).arg("--").arg(exe);
     c
 }
@@ -163,13 +157,44 @@ pub fn replay_text(data: &Path) -> String {
     view_text("replay", data)
 }
 
-/// The environment that picks the recording path: fused (the default) or
-/// general (`SHADOWGRAPH_NO_FUSED=1`).
-pub fn path_env(fused: bool) -> &'static [(&'static str, &'static str)] {
-    if fused {
-        &[]
-    } else {
-        &[("SHADOWGRAPH_NO_FUSED", "1")]
+/// The way a recording enters and leaves traced calls: the fused
+/// single-user paths (the default), fgraph's callbacks (`--general-path`),
+/// or hijacked return addresses instead of site stubs (`--hijack-returns`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    Fused,
+    General,
+    Hijacked,
+}
+
+impl Way {
+    pub const ALL: [Way; 3] = [Way::Fused, Way::General, Way::Hijacked];
+
+    /// Fused or general.
+    pub fn of(fused: bool) -> Way {
+        if fused {
+            Way::Fused
+        } else {
+            Way::General
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Way::Fused => "fused",
+            Way::General => "general",
+            Way::Hijacked => "hijacked",
+        }
+    }
+
+    /// `opts` with the option that selects this way in front.
+    pub fn with<'a>(self, opts: &[&'a str]) -> Vec<&'a str> {
+        let way = match self {
+            Way::Fused => None,
+            Way::General => Some("--general-path"),
+            Way::Hijacked => Some("--hijack-returns"),
+        };
+        way.into_iter().chain(opts.iter().copied()).collect()
     }
 }
 

@@ -49,7 +49,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub mod drain;
 
 /// The ring layout's version: a writer and an agent from different builds
-/// check it before recording (`SHADOWGRAPH_RING_LAYOUT`).
+/// check it before recording (the configuration carries it, and every ring
+/// header holds it in [`MAGIC`]).
 pub const LAYOUT: u8 = 6;
 /// "SGRING" + [`LAYOUT`].
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\0\0") | (LAYOUT as u64) << 48;
