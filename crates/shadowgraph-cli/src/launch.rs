@@ -6,8 +6,6 @@ use shadowgraph::config;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-pub(crate) const AGENT: &str = "libshadowgraph_agent.so";
-
 /// `LD_PRELOAD` for the traced program: the agent first, then whatever the
 /// user preloads already (kept, not replaced).
 pub(crate) fn preload(agent: &Path) -> std::ffi::OsString {
@@ -19,10 +17,15 @@ pub(crate) fn preload(agent: &Path) -> std::ffi::OsString {
     v
 }
 
-/// The agent's shared object: `$SHADOWGRAPH_AGENT`, or the newest of those
-/// next to this binary (cargo puts it beside the binary, or in `deps/`
-/// when it builds it as the CLI's dependency: the other may be a stale
-/// copy from an earlier build).
+/// The agent this binary was built with (build.rs).
+static EMBEDDED_AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libshadowgraph_agent.so"));
+/// A name for [`EMBEDDED_AGENT`]'s bytes.
+const AGENT_ID: &str = env!("SHADOWGRAPH_AGENT_ID");
+
+/// The agent's shared object: `$SHADOWGRAPH_AGENT`, or the agent embedded
+/// in this binary, written once to a private directory under a name that
+/// its bytes determine (so that concurrent runs share it, and binaries of
+/// other builds never take it for theirs).
 pub(crate) fn agent_path() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("SHADOWGRAPH_AGENT") {
         let p = PathBuf::from(p);
@@ -32,23 +35,50 @@ pub(crate) fn agent_path() -> Result<PathBuf, String> {
             Err(format!("SHADOWGRAPH_AGENT={} does not exist", p.display()))
         };
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate myself: {e}"))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    [
-        dir.join(AGENT),
-        dir.join("deps").join(AGENT),
-        dir.join("../lib").join(AGENT),
-    ]
-    .into_iter()
-    .filter_map(|c| Some((std::fs::metadata(&c).ok()?.modified().ok()?, c)))
-    .max()
-    .map(|(_, c)| c)
-    .ok_or_else(|| {
-        format!(
-            "cannot find {AGENT} next to {} (build the workspace: cargo build --release, or set SHADOWGRAPH_AGENT)",
-            exe.display()
-        )
-    })
+    let dir = private_dir()?;
+    let path = dir.join(format!("agent-{AGENT_ID}.so"));
+    let fits = |m: std::fs::Metadata| m.is_file() && m.len() == EMBEDDED_AGENT.len() as u64;
+    if std::fs::symlink_metadata(&path).is_ok_and(fits) {
+        return Ok(path);
+    }
+    // Written under a name of its own, then renamed: a concurrent run sees
+    // the whole file or none.
+    let tmp = dir.join(format!("agent-{AGENT_ID}.so.{}", std::process::id()));
+    let written = std::fs::write(&tmp, EMBEDDED_AGENT).and_then(|()| std::fs::rename(&tmp, &path));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write the agent to {}: {e}", path.display())
+    })?;
+    Ok(path)
+}
+
+/// `$XDG_RUNTIME_DIR/shadowgraph`, else `$TMPDIR/shadowgraph-UID`: made
+/// if missing, and used only if it is a directory of ours that nobody else
+/// may write (a file preloaded into programs must not be replaceable by
+/// another user).
+fn private_dir() -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(d) if Path::new(&d).is_dir() => PathBuf::from(d).join("shadowgraph"),
+        _ => std::env::temp_dir().join(format!("shadowgraph-{uid}")),
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let m = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is not a private directory of this user (owner {}, mode {:o}): remove it, or set SHADOWGRAPH_AGENT",
+            dir.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(dir)
 }
 
 /// `prog` itself if it contains a slash, else its first match in `$PATH`.
