@@ -72,6 +72,11 @@ fn main() {
                 "OPT_LEVEL",
                 "DEBUG",
                 "NUM_JOBS",
+                // `cargo clippy` runs build scripts with clippy as the
+                // compiler of the workspace: the agent is built, not linted.
+                "RUSTC_WORKSPACE_WRAPPER",
+                "CLIPPY_ARGS",
+                "CLIPPY_CONF_DIR",
             ]
             .contains(&k.as_ref())
         {

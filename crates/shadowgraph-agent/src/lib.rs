@@ -18,14 +18,22 @@ mod interpose;
 mod objects;
 mod unwind;
 
+use shadowgraph::alloc::MmapAlloc;
 use shadowgraph::config::Config;
 use shadowgraph::session::{self, Session};
+
+/// Everything the agent allocates comes from its own mappings, never from
+/// the program's `malloc`: the program's may be its own (with another
+/// alignment), may be traced, or may be in any state when the agent runs.
+#[global_allocator]
+static ALLOC: MmapAlloc = MmapAlloc::new();
 
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = agent_init;
 
 extern "C" fn agent_init() {
+    MmapAlloc::register_fork_handlers(&ALLOC);
     let config = match Config::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return,

@@ -263,7 +263,7 @@ fn no_crate_has_an_import_cycle() {
 #[test]
 fn the_runtime_names_its_layers_only_downwards() {
     let layers: &[&[&str]] = &[
-        &["sys", "local", "clock", "config", "elf", "site"],
+        &["sys", "alloc", "local", "clock", "config", "elf", "site"],
         &["patch", "stop", "arena", "tramp", "process", "tls"],
         &["ftrace"],
         &["fgraph"],

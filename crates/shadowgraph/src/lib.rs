@@ -34,6 +34,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod alloc;
 pub mod arena;
 pub mod clock;
 pub mod config;
