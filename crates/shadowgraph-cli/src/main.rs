@@ -391,7 +391,11 @@ fn view_of(
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let result = write(&data, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
+    let warnings = data.warnings();
     drop(data); // (clears the progress line)
+    for w in warnings {
+        eprintln!("shadowgraph: warning: {w}");
+    }
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
@@ -414,6 +418,9 @@ fn flame_svg(
     let mut folded = Vec::new();
     shadowgraph_data::flame::dump_flame_graph(&data, filter, &mut folded)
         .map_err(|e| e.to_string())?;
+    for w in data.warnings() {
+        eprintln!("shadowgraph: warning: {w}");
+    }
     let folded = String::from_utf8_lossy(&folded);
     if folded.is_empty() {
         return Err(format!("{}: no calls recorded", dir.display()));
@@ -458,12 +465,16 @@ fn report(
             ));
         }
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        return shadowgraph_data::report::report_diff(&data, &other, key, filter, &mut out)
+        let result = shadowgraph_data::report::report_diff(&data, &other, key, filter, &mut out)
             .and_then(|()| {
                 use std::io::Write;
                 out.flush()
                     .map_err(shadowgraph_data::replay::ReplayError::Io)
-            })
+            });
+        for w in data.warnings().into_iter().chain(other.warnings()) {
+            eprintln!("shadowgraph: warning: {w}");
+        }
+        return result
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| e.to_string());
     }

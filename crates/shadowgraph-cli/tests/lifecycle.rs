@@ -270,6 +270,32 @@ fn a_killed_program_loses_nothing_it_recorded() {
         "{}",
         &rep[rep.len() - 200..]
     );
+    // The calls that never returned count up to the thread's last record
+    // (die's entry) in report and graph, as in uftrace's.
+    let report = report_text(&data);
+    let rows = report_rows(&report);
+    assert_eq!(rows["main"].2, 1, "{report}");
+    assert_eq!(rows["die"], (0, 0, 1), "{report}");
+    assert!(rows["main"].0 > rows["work"].0, "{report}");
+    let graph = text(
+        &shadowgraph()
+            .args(["graph", "-d"])
+            .arg(&data)
+            .arg("main")
+            .output()
+            .unwrap(),
+    )
+    .0;
+    assert!(
+        graph.contains(" : (1) main\n") && graph.contains(" +-(1) die\n"),
+        "{graph}"
+    );
+    if let Some(theirs) = uftrace_view("report", &data) {
+        assert_eq!(report, theirs);
+    }
+    if let Some(theirs) = uftrace_view_with("graph", &data, &["main"]) {
+        assert_eq!(graph, theirs);
+    }
 }
 
 /// A forked child records on into its own `.dat` (its threads' rings are

@@ -49,7 +49,8 @@ fn record_and_replay_show_the_exact_call_graph() {
     want.push("D|} /* main */".into());
     assert_eq!(shape(&rep), want, "{rep}");
 
-    // Corrupt data gives a one-line error naming the file and offset.
+    // Damaged data: what comes before the damage is shown, with a one-line
+    // warning naming the file and offset (more in damaged.rs).
     let tid_file = std::fs::read_dir(&data)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -63,7 +64,7 @@ fn record_and_replay_show_the_exact_call_graph() {
         .output()
         .unwrap();
     let (_, err) = text(&o);
-    assert!(!o.status.success());
+    assert!(o.status.success());
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains(".dat") && err.contains("truncated") && err.contains("offset"),
@@ -79,7 +80,7 @@ fn record_and_replay_show_the_exact_call_graph() {
         .unwrap();
     let (_, err) = text(&o);
     assert!(
-        !o.status.success() && err.contains("offset 16") && err.contains("magic"),
+        o.status.success() && err.contains("offset 16") && err.contains("magic"),
         "{err}"
     );
     let o = shadowgraph()

@@ -108,6 +108,23 @@ pub struct DataDir {
     pub sched: std::collections::HashMap<i32, Vec<super::sched::SchedSpan>>,
     /// Shared by the record streams when progress is shown.
     progress: Option<std::sync::Arc<Progress>>,
+    /// What the views could not read whole, said once each: see
+    /// [`DataDir::warnings`].
+    warnings: Warnings,
+}
+
+/// Warnings shared by a data directory and its record streams, each kept
+/// once, in the order they came.
+#[derive(Clone, Debug, Default)]
+struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Warnings {
+    fn push(&self, w: String) {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !v.contains(&w) {
+            v.push(w);
+        }
+    }
 }
 
 impl DataDir {
@@ -284,7 +301,9 @@ impl DataDir {
             modules,
             sched: super::sched::read(dir)?,
             progress: None,
+            warnings: Warnings::default(),
         };
+        data.warn_of_missing_threads();
         if how.progress {
             let total: u64 = data
                 .tids
@@ -301,6 +320,48 @@ impl DataDir {
             });
         }
         Ok(data)
+    }
+
+    /// What could not be read whole so far: threads that `task.txt` lists
+    /// without records (said when the directory is opened), record files
+    /// cut short or corrupt (said when a view reads them, which stops
+    /// there: what came before is shown). One line each, naming the file
+    /// and the offset.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A thread `task.txt` lists whose `.dat` is missing or empty: its
+    /// records were lost (a killed writer, a deleted file), not absent.
+    fn warn_of_missing_threads(&self) {
+        let Ok(text) = std::fs::read_to_string(self.dir.join("task.txt")) else {
+            return;
+        };
+        for line in text.lines().filter(|l| l.starts_with("TASK ")) {
+            let Some(tid) = line
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("tid="))
+                .and_then(|t| t.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let path = self.dat_path(tid);
+            match std::fs::metadata(&path) {
+                Ok(m) if m.len() > 0 => {}
+                Ok(_) => self.warnings.push(format!(
+                    "{}: empty: thread {tid} (in task.txt) has no records",
+                    path.display()
+                )),
+                Err(_) => self.warnings.push(format!(
+                    "{}: missing: thread {tid} (in task.txt) has no records",
+                    path.display()
+                )),
+            }
+        }
     }
 
     /// The file of thread `tid`'s records.
@@ -321,6 +382,7 @@ impl DataDir {
             conv: self.info.calibration().converter(),
             failed: false,
             progress: self.progress.clone(),
+            warnings: self.warnings.clone(),
         })
     }
 
@@ -588,6 +650,18 @@ pub struct RecordStream {
     conv: super::time::Converter,
     failed: bool,
     progress: Option<std::sync::Arc<Progress>>,
+    warnings: Warnings,
+}
+
+impl RecordStream {
+    /// Stops the stream at the current offset, saying why: the records
+    /// before it are what can be shown.
+    fn cut(&mut self, why: String) -> Option<Result<Record, DataError>> {
+        self.failed = true;
+        self.warnings
+            .push(format!("{}: {why}; read up to there", self.path.display()));
+        None
+    }
 }
 
 impl Iterator for RecordStream {
@@ -625,24 +699,21 @@ impl Iterator for RecordStream {
             return None;
         }
         if n < RECORD_SIZE {
-            self.failed = true;
-            return Some(Err(err(
-                &self.path,
-                format!("truncated: {n} stray bytes at offset {}", self.offset),
-            )));
+            return self.cut(format!(
+                "truncated: {n} stray bytes at offset {}",
+                self.offset
+            ));
         }
-        let r = decode(&b, self.offset).map_err(|e| err(&self.path, e.to_string()));
+        let mut r = match decode(&b, self.offset) {
+            Ok(r) => r,
+            Err(e) => return self.cut(format!("at {e}")),
+        };
         self.offset += RECORD_SIZE as u64;
         if let Some(p) = &self.progress {
             p.tick();
         }
-        Some(
-            r.map(|mut r| {
-                r.time = self.conv.to_ns(r.time);
-                r
-            })
-            .inspect_err(|_| self.failed = true),
-        )
+        r.time = self.conv.to_ns(r.time);
+        Some(Ok(r))
     }
 }
 

@@ -32,6 +32,53 @@ impl Node {
 /// Aggregates the subtrees of the outermost calls of `function`.
 type Backtraces = BTreeMap<Vec<(String, u64)>, (u64, u64)>;
 
+/// One thread's open calls while its records are read, and what they add
+/// to the graph of one function.
+struct Walk<'a> {
+    function: &'a str,
+    /// (name, entry time, address)
+    stack: Vec<(String, u64, u64)>,
+    /// Index in `stack` of the outermost call of `function`, if any.
+    inside: Option<usize>,
+}
+
+impl Walk<'_> {
+    fn entry(&mut self, name: String, time: u64, addr: u64) {
+        if self.inside.is_none() && name == self.function {
+            self.inside = Some(self.stack.len());
+        }
+        self.stack.push((name, time, addr));
+    }
+
+    /// The innermost call returns at `time`.
+    fn exit(&mut self, time: u64, root: &mut Node, backtraces: &mut Backtraces) {
+        let Some((_, start, _)) = self.stack.last() else {
+            return;
+        };
+        let depth = self.stack.len() - 1;
+        let dur = time.saturating_sub(*start);
+        if let Some(base) = self.inside {
+            let mut node = root;
+            for (name, _, _) in &self.stack[base + 1..] {
+                node = node.child(name);
+            }
+            node.calls += 1;
+            node.total += dur;
+            if depth == base {
+                let bt: Vec<(String, u64)> = self.stack[..=base]
+                    .iter()
+                    .map(|f| (f.0.clone(), f.2))
+                    .collect();
+                let e = backtraces.entry(bt).or_default();
+                e.0 += 1;
+                e.1 += dur;
+                self.inside = None;
+            }
+        }
+        self.stack.pop();
+    }
+}
+
 fn collect(
     data: &DataDir,
     function: &str,
@@ -40,46 +87,25 @@ fn collect(
     let mut root = Node::default();
     let mut backtraces = Backtraces::new();
     for (_, records) in thread_records(data, filter)? {
-        // (name, entry time); `inside` = index in `stack` of the outermost
-        // call of `function`, if any.
-        let mut stack: Vec<(String, u64, u64)> = Vec::new();
-        let mut inside: Option<usize> = None;
+        let mut walk = Walk {
+            function,
+            stack: Vec::new(),
+            inside: None,
+        };
+        let mut last = 0;
         for r in records {
             let r = r?;
+            last = r.time;
             match r.kind {
-                Kind::Entry => {
-                    let name = data.name(r.addr).into_owned();
-                    if inside.is_none() && name == function {
-                        inside = Some(stack.len());
-                    }
-                    stack.push((name, r.time, r.addr));
-                }
-                Kind::Exit => {
-                    let Some((_, start, _)) = stack.last().cloned() else {
-                        continue;
-                    };
-                    let depth = stack.len() - 1;
-                    let dur = r.time.saturating_sub(start);
-                    if let Some(base) = inside {
-                        let mut node = &mut root;
-                        for (name, _, _) in &stack[base + 1..] {
-                            node = node.child(name);
-                        }
-                        node.calls += 1;
-                        node.total += dur;
-                        if depth == base {
-                            let bt: Vec<(String, u64)> =
-                                stack[..=base].iter().map(|f| (f.0.clone(), f.2)).collect();
-                            let e = backtraces.entry(bt).or_default();
-                            e.0 += 1;
-                            e.1 += dur;
-                            inside = None;
-                        }
-                    }
-                    stack.pop();
-                }
+                Kind::Entry => walk.entry(data.name(r.addr).into_owned(), r.time, r.addr),
+                Kind::Exit => walk.exit(r.time, &mut root, &mut backtraces),
                 _ => {}
             }
+        }
+        // Calls that never returned (a killed program, a recording cut
+        // short) end at the thread's last record, as in uftrace.
+        while !walk.stack.is_empty() {
+            walk.exit(last, &mut root, &mut backtraces);
         }
     }
     Ok((root, backtraces))

@@ -80,44 +80,73 @@ pub fn collect(
     };
     for (tid, records) in thread_records(data, filter)? {
         let key_tid = if per_thread { tid } else { 0 };
-        // (addr, entry time, children time)
-        let mut stack: Vec<(u64, u64, u64)> = Vec::new();
-        let mut active: AddrMap<u64, u32> = AddrMap::default();
+        let mut frames = Frames::default();
+        let mut last = 0;
         for r in records {
             let r = r?;
+            last = r.time;
             match r.kind {
-                Kind::Entry => {
-                    let f = function(r.addr);
-                    stack.push((f, r.time, 0));
-                    *active.entry(f).or_default() += 1;
-                }
+                Kind::Entry => frames.push(function(r.addr), r.time),
+                // Unwinds to the matching entry (records lost in between
+                // leave unmatched frames: they are closed here too).
                 Kind::Exit => {
                     let f = function(r.addr);
-                    // Unwind to the matching entry (records lost in between
-                    // leave unmatched frames: they are closed here too).
-                    while let Some((addr, start, children)) = stack.pop() {
-                        let dur = r.time.saturating_sub(start);
-                        let a = active.entry(addr).or_default();
-                        *a = a.saturating_sub(1);
-                        let s = stats.entry((key_tid, addr)).or_default();
-                        s.calls += 1;
-                        if *a == 0 {
-                            s.total += dur;
-                        }
-                        s.self_time += dur.saturating_sub(children);
-                        if let Some(parent) = stack.last_mut() {
-                            parent.2 += dur;
-                        }
-                        if addr == f {
-                            break;
-                        }
-                    }
+                    frames.close(&mut stats, key_tid, r.time, Some(f));
                 }
                 Kind::Lost | Kind::Event => {}
             }
         }
+        // Calls that never returned (the program was killed, or the
+        // recording was cut short) count up to the thread's last record,
+        // as in uftrace.
+        frames.close(&mut stats, key_tid, last, None);
     }
     Ok(stats.into_iter().collect())
+}
+
+/// One thread's open calls while its records are read.
+#[derive(Default)]
+struct Frames {
+    /// (function, entry time, time in its children)
+    stack: Vec<(u64, u64, u64)>,
+    /// Per function, its calls on the stack (a recursive function's total
+    /// counts its outermost call only).
+    active: AddrMap<u64, u32>,
+}
+
+impl Frames {
+    fn push(&mut self, f: u64, time: u64) {
+        self.stack.push((f, time, 0));
+        *self.active.entry(f).or_default() += 1;
+    }
+
+    /// Closes the frames at time `end`, down to the first of `until` (all
+    /// of them if None), into `stats`.
+    fn close(
+        &mut self,
+        stats: &mut AddrMap<(i32, u64), FuncStats>,
+        tid: i32,
+        end: u64,
+        until: Option<u64>,
+    ) {
+        while let Some((f, start, children)) = self.stack.pop() {
+            let dur = end.saturating_sub(start);
+            let a = self.active.entry(f).or_default();
+            *a = a.saturating_sub(1);
+            let s = stats.entry((tid, f)).or_default();
+            s.calls += 1;
+            if *a == 0 {
+                s.total += dur;
+            }
+            s.self_time += dur.saturating_sub(children);
+            if let Some(parent) = self.stack.last_mut() {
+                parent.2 += dur;
+            }
+            if Some(f) == until {
+                break;
+            }
+        }
+    }
 }
 
 /// Sorts report rows ((tid, address), stats, name) by `sort` (largest

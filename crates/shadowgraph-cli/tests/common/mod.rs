@@ -116,12 +116,18 @@ pub fn view_text(view: &str, data: &Path) -> String {
 /// `uftrace VIEW -d DATA`'s output, which must succeed; None without
 /// uftrace installed.
 pub fn uftrace_view(view: &str, data: &Path) -> Option<String> {
+    uftrace_view_with(view, data, &[])
+}
+
+/// `uftrace VIEW -d DATA ARGS`'s output, or None where uftrace is missing.
+pub fn uftrace_view_with(view: &str, data: &Path, args: &[&str]) -> Option<String> {
     if !require("uftrace", &format!("uftrace {view}")) {
         return None;
     }
     let o = Command::new("uftrace")
         .args([view, "-d"])
         .arg(data)
+        .args(args)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o).1);
