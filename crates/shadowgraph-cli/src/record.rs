@@ -146,6 +146,8 @@ pub(crate) fn record(
             )
         }));
     }
+    // Where writing the records failed, and why.
+    let mut write_failed = Vec::new();
     for (label, d, foreign) in dirs {
         let info_path = d.join("shadowgraph.info");
         if info_path.exists() {
@@ -207,6 +209,9 @@ pub(crate) fn record(
                 if let Some(w) = dd.loss_warning() {
                     eprintln!("shadowgraph: {label}{w}");
                 }
+                if let Some(e) = dd.info.get("write_error") {
+                    write_failed.push(format!("{}: {e}", d.display()));
+                }
                 if let Some(n) = dd.writer_wait_note(usage.elapsed_ns) {
                     eprintln!("shadowgraph: {label}{n}");
                 }
@@ -215,6 +220,17 @@ pub(crate) fn record(
                 "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",
                 d.display()
             ),
+        }
+    }
+    if !write_failed.is_empty() {
+        // The summary above says what was kept; the status says that it is
+        // not the whole recording (the program's own failure first).
+        eprintln!(
+            "shadowgraph: the recording is incomplete: writing it failed ({})",
+            write_failed.join("; ")
+        );
+        if status.success() {
+            return Ok(ExitCode::FAILURE);
         }
     }
     Ok(exit_code(status))

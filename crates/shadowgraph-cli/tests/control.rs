@@ -197,3 +197,34 @@ fn switching_tracing_while_threads_run_keeps_every_record_whole() {
         assert!(view_text("info", &data).contains("30 disables, 30 enables"));
     }
 }
+
+/// A program killed while its tracing is switched off: the recording
+/// still says how often it was switched (written as each command takes
+/// effect, not only at the program's end).
+#[test]
+fn a_killed_program_keeps_its_control_counts() {
+    use std::io::BufRead;
+    let dir = workdir("control-killed");
+    let exe = build_fixture(&dir, "spin", "spin.c");
+    let (mut control, arg) = Control::new(&dir);
+    let data = dir.join("k.data");
+    let mut child = spawn_record(&[], &["--control", &arg], &data, &exe);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "running");
+    for _ in 0..3 {
+        control.send("disable");
+        control.send("enable");
+    }
+    control.send("disable");
+    let rec = child.id();
+    let kids = std::fs::read_to_string(format!("/proc/{rec}/task/{rec}/children")).unwrap();
+    let pid: i32 = kids.split_whitespace().next().unwrap().parse().unwrap();
+    // SAFETY: killing the traced program, our child's child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let o = child.wait_with_output().unwrap();
+    assert!(!o.status.success());
+    let info = view_text("info", &data);
+    assert!(info.contains("4 disables, 3 enables"), "{info}");
+}

@@ -183,6 +183,9 @@ fn full_disk(limit: u64, n: u32, calls: u64) {
     let dir = workdir(&format!("fulldisk{limit}"));
     let exe = build_fixture(&dir, "fib", "fib_arg.c");
     let data = dir.join("fib.data");
+    // The agent written out first (the file limit below would stop it).
+    let warm = record_run(&[], &[], &dir.join("warm.data"), &exe, &["1".as_ref()]);
+    assert!(warm.status.success(), "{}", text(&warm).1);
     let o = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -195,7 +198,17 @@ fn full_disk(limit: u64, n: u32, calls: u64) {
         .output()
         .unwrap();
     let (out, err) = text(&o);
-    assert!(o.status.success(), "{err}");
+    // The program succeeded, the recording did not: the summary first,
+    // then why the status is a failure.
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let summary = err.find("# recorded ").expect("a summary");
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(
+        last.starts_with("shadowgraph: the recording is incomplete: writing it failed (")
+            && last.contains("File too large")
+            && err.rfind(last).unwrap() > summary,
+        "{err}"
+    );
     let fibs = [75025, 121393, 196418];
     assert_eq!(
         out.trim(),

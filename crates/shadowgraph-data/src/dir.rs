@@ -83,8 +83,22 @@ impl Info {
         for (k, v) in &self.fields {
             s.push_str(&format!("{k}={}\n", v.replace('\n', " ")));
         }
-        std::fs::write(dir.join("shadowgraph.info"), s)
+        write_whole(&dir.join("shadowgraph.info"), s.as_bytes())
     }
+}
+
+/// Writes `path` under a name of its own, then renames it into place: a
+/// reader (or a process killed meanwhile) sees the old file or the new one,
+/// never a part of it.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
 }
 
 /// An opened data directory.
@@ -184,7 +198,7 @@ impl DataDir {
     pub fn writer_wait_note(&self, run_ns: u64) -> Option<String> {
         let (n, ns) = self.info.get("writer_waits")?.split_once(" / ")?;
         let (n, ns): (u64, u64) = (n.parse().ok()?, ns.parse().ok()?);
-        writer_wait_note(n, ns, run_ns)
+        writer_wait_note(n, ns, run_ns, self.tids.len().max(1) as u64)
     }
 
     /// Programs started by exec during the recording are recorded into
@@ -717,16 +731,25 @@ impl Iterator for RecordStream {
     }
 }
 
-/// [`DataDir::writer_wait_note`] of `waits` waits of `waited_ns` in all, in
-/// a run of `run_ns`.
-fn writer_wait_note(waits: u64, waited_ns: u64, run_ns: u64) -> Option<String> {
-    (waits > 0 && waited_ns >= 1_000_000 && waited_ns.saturating_mul(10) >= run_ns).then(|| {
+/// [`DataDir::writer_wait_note`] of `waits` waits of `waited_ns` in all,
+/// by `threads` threads, in a run of `run_ns`: said per thread (the waits
+/// of threads that run at once add up to more than the run).
+fn writer_wait_note(waits: u64, waited_ns: u64, run_ns: u64, threads: u64) -> Option<String> {
+    let per_thread = waited_ns / threads.max(1);
+    (waits > 0 && waited_ns >= 1_000_000 && per_thread.saturating_mul(10) >= run_ns).then(|| {
+        let who = if threads > 1 {
+            format!(
+                "the program's {threads} threads each waited {:.1} ms on average",
+                per_thread as f64 / 1e6
+            )
+        } else {
+            format!("the program waited {:.1} ms", waited_ns as f64 / 1e6)
+        };
         format!(
-            "note: the program's threads waited {:.1} ms ({waits} times) for the writer to \
-             empty their full buffers, {:.0}% of the run; a larger buffer (-b) absorbs \
-             bursts, a faster disk (or /dev/shm) a writer slower throughout",
-            waited_ns as f64 / 1e6,
-            100.0 * waited_ns as f64 / run_ns.max(1) as f64
+            "note: {who} ({waits} times in all) for the writer to empty their full buffers, \
+             {:.0}% of the run; a larger buffer (-b) absorbs bursts, a faster disk (or \
+             /dev/shm) a writer slower throughout",
+            100.0 * per_thread as f64 / run_ns.max(1) as f64
         )
     })
 }
@@ -740,13 +763,21 @@ mod tests {
     #[test]
     fn long_waits_for_the_writer_are_noted() {
         let ms = 1_000_000;
-        assert_eq!(writer_wait_note(0, 0, 70 * ms), None);
-        assert_eq!(writer_wait_note(16, 2 * ms, 70 * ms), None);
-        assert_eq!(writer_wait_note(3, ms / 2, 2 * ms), None);
-        let n = writer_wait_note(67, 10_300_000, 80 * ms).unwrap();
+        assert_eq!(writer_wait_note(0, 0, 70 * ms, 1), None);
+        assert_eq!(writer_wait_note(16, 2 * ms, 70 * ms, 1), None);
+        assert_eq!(writer_wait_note(3, ms / 2, 2 * ms, 1), None);
+        let n = writer_wait_note(67, 10_300_000, 80 * ms, 1).unwrap();
         assert!(
-            n.contains("waited 10.3 ms (67 times)") && n.contains("13% of the run"),
+            n.contains("the program waited 10.3 ms (67 times in all)")
+                && n.contains("13% of the run"),
             "{n}"
         );
+        // Eight threads waiting at once: per thread, never above the run.
+        let n = writer_wait_note(800, 8 * 59 * ms, 100 * ms, 8).unwrap();
+        assert!(
+            n.contains("8 threads each waited 59.0 ms on average") && n.contains("59% of the run"),
+            "{n}"
+        );
+        assert_eq!(writer_wait_note(800, 8 * 5 * ms, 100 * ms, 8), None);
     }
 }

@@ -72,6 +72,7 @@ pub(crate) fn start(users: Vec<Arc<GraphUser>>, c: &Control) -> Result<(), Strin
                 match result {
                     Ok(count) => {
                         count.fetch_add(1, Ordering::Relaxed);
+                        crate::tracer::recorder::note_control(counts());
                     }
                     Err(e) => eprintln!("shadowgraph: control: {e}"),
                 }

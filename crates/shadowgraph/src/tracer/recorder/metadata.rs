@@ -120,8 +120,9 @@ fn write(tracers: &[Tracer], raw1: u64, ns1: u64, control: Option<(u64, u64)>, f
                 eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
             }
         }
-        if let Err(e) = std::fs::write(dir.join("symbols"), &syms)
-            .and_then(|_| std::fs::write(dir.join("maps"), &maps))
+        use shadowgraph_data::dir::write_whole;
+        if let Err(e) = write_whole(&dir.join("symbols"), syms.as_bytes())
+            .and_then(|_| write_whole(&dir.join("maps"), maps.as_bytes()))
             .and_then(|_| info.write(dir))
         {
             eprintln!("shadowgraph: cannot write {}: {e}", dir.display());

@@ -244,6 +244,23 @@ pub(crate) fn flush() {
     writer::flush_all();
 }
 
+/// Whether [`finish`] ran; held while metadata is written, so that
+/// [`note_control`] never overwrites the final metadata.
+static FINISHED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
+/// Tracing was switched off or on (`control`'s counts of disables and
+/// enables so far): the metadata says so now, so that a program killed
+/// before its end still tells how its recording was switched.
+pub(crate) fn note_control(control: (u64, u64)) {
+    let Some(tracers) = TRACERS.get() else {
+        return;
+    };
+    let done = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
+    if !*done {
+        metadata::write_all(tracers, Some(control), false);
+    }
+}
+
 /// The end of the recording in this process: the buffers written out, the
 /// metadata with the final calibration point (and `control`'s counts of
 /// disables and enables), and, when no writer process drains the rings,
@@ -253,7 +270,6 @@ pub(crate) fn finish(control: Option<(u64, u64)>) {
         return;
     };
     // Held throughout: a second caller waits for the first to be done.
-    static FINISHED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
     let mut done = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
     if std::mem::replace(&mut *done, true) {
         return;
