@@ -40,7 +40,7 @@ fn traced_call_instruction_budgets() {
     if !shadowgraph_testkit::tool::require("valgrind", "the instruction budgets") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("shadowgraph-ir-{}", std::process::id()));
+    let dir = shadowgraph_testkit::scratch::scratch_root("shadowgraph-ir");
     std::fs::create_dir_all(&dir).unwrap();
     let mut report = Vec::new();
     for (mode, budget) in BUDGETS {

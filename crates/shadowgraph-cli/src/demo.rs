@@ -7,11 +7,21 @@ use std::process::{Command, ExitCode};
 
 pub(crate) const DEMO_C: &str = include_str!("../samples/demo.c");
 pub(crate) fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
+    let kept = keep.is_some();
     let dir = match keep {
         Some(d) => d,
         None => std::env::temp_dir().join(format!("shadowgraph-demo-{}", std::process::id())),
     };
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let result = build_record_show(&dir, kept);
+    if !kept {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result
+}
+
+/// The sample built, recorded and shown in `dir`.
+fn build_record_show(dir: &std::path::Path, kept: bool) -> Result<ExitCode, String> {
     let src = dir.join("demo.c");
     let exe = dir.join("demo");
     std::fs::write(&src, DEMO_C).map_err(|e| format!("{}: {e}", src.display()))?;
@@ -51,7 +61,7 @@ pub(crate) fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
     for l in text.lines().take(SHOWN + 1) {
         println!("{l}");
     }
-    println!("\n## report: time and calls per function");
+    println!("\n## report: time and calls per function, most calls first (report -s call)");
     let mut out = std::io::stdout().lock();
     shadowgraph_data::report::report(
         &d,
@@ -61,9 +71,16 @@ pub(crate) fn demo(keep: Option<PathBuf>) -> Result<ExitCode, String> {
         &mut out,
     )
     .map_err(|e| e.to_string())?;
-    println!(
-        "\n# the whole trace: shadowgraph replay -d {0}   (uftrace replay -d {0} reads it too)",
-        data.display()
-    );
+    if kept {
+        println!(
+            "\n# the whole trace: shadowgraph replay -d {0}   (uftrace replay -d {0} reads it too)",
+            data.display()
+        );
+    } else {
+        println!(
+            "\n# the sample and its recording are removed now (demo --keep DIR keeps them); \
+             your own program: shadowgraph record ./prog, then shadowgraph replay"
+        );
+    }
     Ok(code)
 }

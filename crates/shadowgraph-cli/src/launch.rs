@@ -52,6 +52,29 @@ pub(crate) fn agent_path() -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// Removes the agents other builds of shadowgraph wrote out (and partial
+/// files of interrupted writes) from the private directory: a process that
+/// preloaded one keeps its mapping. Returns those removed, with their
+/// sizes.
+pub(crate) fn remove_other_agents() -> Vec<(PathBuf, u64)> {
+    let Ok(dir) = private_dir() else {
+        return Vec::new();
+    };
+    let mine = format!("agent-{AGENT_ID}.so");
+    let mut removed = Vec::new();
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("agent-") || name == mine {
+            continue;
+        }
+        let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+        if std::fs::remove_file(e.path()).is_ok() {
+            removed.push((e.path(), len));
+        }
+    }
+    removed
+}
+
 /// `$XDG_RUNTIME_DIR/shadowgraph`, else `$TMPDIR/shadowgraph-UID`: made
 /// if missing, and used only if it is a directory of ours that nobody else
 /// may write (a file preloaded into programs must not be replaceable by

@@ -36,6 +36,12 @@ enum Command {
         #[arg(long)]
         keep: Option<PathBuf>,
     },
+    /// Remove what recordings killed before their end left behind: the
+    /// threads' ring buffers (in /dev/shm, else the temporary directory)
+    /// of `record` processes that are gone (`record` does this too as it
+    /// starts; live recordings' are kept); and the agents that other
+    /// builds of shadowgraph wrote out.
+    Clean,
     /// List the patchable sites of an executable or shared library.
     Sites {
         file: PathBuf,
@@ -177,6 +183,24 @@ enum Command {
     },
 }
 
+/// `clean`: says what it removed.
+fn clean() {
+    let rings = shadowgraph::record::shm::remove_stale_rings();
+    let agents = launch::remove_other_agents();
+    if rings.is_empty() && agents.is_empty() {
+        println!("nothing to remove");
+    }
+    for (what, list) in [("rings", rings), ("an agent of another build", agents)] {
+        for (path, bytes) in list {
+            println!(
+                "removed {} ({:.1} MB: {what})",
+                path.display(),
+                bytes as f64 / 1e6
+            );
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // Like other Unix tools: a closed pipe (`| head`) ends us quietly.
     // SAFETY: restoring the default disposition of SIGPIPE.
@@ -184,6 +208,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo { keep } => demo::demo(keep),
+        Command::Clean => {
+            clean();
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Sites { file, all } => sites(&file, all),
         Command::Count {
             top,

@@ -51,7 +51,7 @@ pub(crate) fn record(
     let rel_dirs: Vec<PathBuf> = rel.iter().map(|r| r.1.clone()).collect();
     let mut failed = Vec::new();
     let mut made = None;
-    for shm in collect::shm_dirs("rings") {
+    for shm in shadowgraph::record::shm::shm_dirs("rings") {
         match collect::Collector::new(&shm, &abs, rel_dirs.clone()) {
             Ok(c) => {
                 made = Some((shm, c));

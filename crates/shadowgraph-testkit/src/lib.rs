@@ -2,7 +2,7 @@
 //! they trace from fixture files with the system's compilers, in every
 //! site flavour; scratch directories; what a test needs of the machine.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod cc;
 pub mod scratch;

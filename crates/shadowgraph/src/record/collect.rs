@@ -149,26 +149,6 @@ pub struct Collector {
 /// of records at full speed).
 const BUSY_NAP: Duration = Duration::from_micros(100);
 
-/// Where the shared-memory directory of a recording may go, best first:
-/// `$SHADOWGRAPH_RINGS_DIR` if set (alone: e.g. a container's /dev/shm is
-/// small), else `/dev/shm` (memory), then the temporary directory
-/// (systems without a usable /dev/shm).
-pub fn shm_dirs(tag: &str) -> Vec<PathBuf> {
-    let mut bases = match std::env::var_os("SHADOWGRAPH_RINGS_DIR") {
-        Some(d) => vec![PathBuf::from(d)],
-        None => vec![PathBuf::from("/dev/shm"), std::env::temp_dir()],
-    };
-    bases.dedup();
-    bases
-        .into_iter()
-        .filter(|b| b.is_dir())
-        .map(|base| {
-            remove_stale(&base, tag);
-            base.join(format!("shadowgraph-{tag}-{}", std::process::id()))
-        })
-        .collect()
-}
-
 /// Whether process `pid` exists and has not ended: a zombie (ended, not
 /// yet reaped: an orphan waits for init a moment) is not running.
 fn still_running(pid: i32) -> bool {
@@ -180,30 +160,6 @@ fn still_running(pid: i32) -> bool {
             .and_then(|(_, rest)| rest.trim_start().chars().next())
             .is_some_and(|state| !matches!(state, 'Z' | 'X')),
         Err(_) => false,
-    }
-}
-
-/// Removes the shared-memory directories of recordings whose process is
-/// gone (killed before it could clean up): their rings hold memory.
-fn remove_stale(base: &Path, tag: &str) {
-    let prefix = format!("shadowgraph-{tag}-");
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix(&prefix)
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        // SAFETY: kill with signal 0 only asks whether the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
     }
 }
 

@@ -4,4 +4,5 @@
 
 pub mod collect;
 pub mod ring;
+pub mod shm;
 pub mod writer;
