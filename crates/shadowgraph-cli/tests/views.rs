@@ -227,7 +227,7 @@ fn rust_program_is_recorded_with_demangled_names() {
         .output()
         .unwrap();
     let (out, err) = text(&o);
-    assert!(o.status.success() && out.trim() == "321", "{out}\n{err}");
+    assert!(o.status.success() && out.trim() == "335", "{out}\n{err}");
     let rep = replay_text(&data);
     for want in [
         "prog::main() {",
@@ -242,6 +242,43 @@ fn rust_program_is_recorded_with_demangled_names() {
     assert!(
         leaf.contains("          21  "),
         "10 + 11 leaf calls on two threads: {leaf}"
+    );
+    // Simple names: no generic arguments; a trait impl keeps its trait.
+    let rows = report_rows(&report);
+    assert_eq!(rows["prog::total"].2, 1, "{report}");
+    let area = report
+        .lines()
+        .find(|l| l.ends_with(" <prog::Square as prog::Shape>::area"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(area.contains("           3  "), "{area}");
+    let full = text(
+        &shadowgraph()
+            .args(["report", "--demangle", "full", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    )
+    .0;
+    assert!(
+        full.contains(" prog::total::<prog::Square<u8>>\n")
+            && full.contains(" <prog::Square<u8> as prog::Shape>::area\n"),
+        "{full}"
+    );
+    // Filters take the simple names, in record and in the views.
+    let filtered = dir.join("rs-filtered.data");
+    let o = record_run(&[], &["-F", "prog::total"], &filtered, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let body = replay_body(&replay_text(&filtered));
+    assert_eq!(
+        body,
+        [
+            "prog::total() {",
+            "  <prog::Square as prog::Shape>::area();",
+            "  <prog::Square as prog::Shape>::area();",
+            "  <prog::Square as prog::Shape>::area();",
+            "} /* prog::total */",
+        ],
+        "{body:?}"
     );
     // A closed pipe ends the output quietly.
     let o = Command::new("sh")

@@ -29,9 +29,12 @@ pub fn demangle_as(name: &str, how: Demangle) -> String {
         return name.to_string();
     }
     if let Ok(d) = rustc_demangle::try_demangle(name) {
-        // The alternate form drops the hash. (Rust paths are kept whole:
-        // their angle brackets also frame trait impls, `<T as Trait>::f`.)
-        return format!("{d:#}");
+        // The alternate form drops the hash.
+        let full = format!("{d:#}");
+        return match how {
+            Demangle::Simple => simple_rust(&full),
+            _ => full,
+        };
     }
     // gcc's static initialiser of a file is named after its first
     // function's symbol.
@@ -59,6 +62,71 @@ pub fn demangle_as(name: &str, how: Demangle) -> String {
         }
     }
     name.to_string()
+}
+
+/// A demangled Rust path in the simple form: without generic arguments
+/// (`from_trait::<R, T>` → `from_trait`, `Vec<T>::push` → `Vec::push`);
+/// a trait impl keeps its type and trait (`<Deserializer<R> as
+/// de::Deserializer>::f` → `<Deserializer as de::Deserializer>::f`: the
+/// trait tells `Debug::fmt` from `Display::fmt`), an inherent impl's
+/// brackets go (`<Vec<T>>::push` → `Vec::push`).
+fn simple_rust(name: &str) -> String {
+    let b = name.as_bytes();
+    let mut out = String::with_capacity(name.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'<' {
+            let prev = out.as_bytes().last().copied();
+            let turbofish = out.ends_with("::");
+            let generic = turbofish
+                || prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'}');
+            if let Some(end) = closing(b, i) {
+                if generic {
+                    if turbofish {
+                        out.truncate(out.len() - 2);
+                    }
+                    i = end + 1;
+                    continue;
+                }
+                // A qualified path: `<T as Trait>` keeps its brackets,
+                // `<T>` (an inherent impl) is T.
+                let inner = simple_rust(&name[i + 1..end]);
+                if inner.contains(" as ") {
+                    out.push('<');
+                    out.push_str(&inner);
+                    out.push('>');
+                } else {
+                    out.push_str(&inner);
+                }
+                i = end + 1;
+                continue;
+            }
+        }
+        let c = name[i..].chars().next().expect("inside the string");
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
+/// The index of the `>` that closes the `<` at `open` (the `>` of `->` in
+/// a function type does not), if any.
+fn closing(b: &[u8], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (k, &c) in b.iter().enumerate().skip(open) {
+        match c {
+            b'<' => depth += 1,
+            b'>' if k > 0 && b[k - 1] == b'-' => {}
+            b'>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(k);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// `name` without ABI tags (`f[abi:cxx11]` → `f`): not part of a
@@ -179,6 +247,49 @@ mod tests {
             "core::fmt::write"
         );
         assert_eq!(demangle("plain_c"), "plain_c");
+    }
+
+    #[test]
+    fn simple_rust_names_have_no_generic_arguments() {
+        for (full, simple) in [
+            (
+                "serde_json::de::from_trait::<serde_json::read::SliceRead, app::Config>",
+                "serde_json::de::from_trait",
+            ),
+            (
+                "<serde_json::de::Deserializer<R> as serde::de::Deserializer>::deserialize_any::<V>",
+                "<serde_json::de::Deserializer as serde::de::Deserializer>::deserialize_any",
+            ),
+            ("core::ptr::drop_in_place<alloc::vec::Vec<u8>>", "core::ptr::drop_in_place"),
+            ("<&T as core::fmt::Debug>::fmt", "<&T as core::fmt::Debug>::fmt"),
+            ("<[u8] as core::fmt::Debug>::fmt", "<[u8] as core::fmt::Debug>::fmt"),
+            ("alloc::vec::Vec<T,A>::push", "alloc::vec::Vec::push"),
+            ("<alloc::vec::Vec<u8>>::push", "alloc::vec::Vec::push"),
+            ("std::rt::lang_start::<()>::{closure#0}", "std::rt::lang_start::{closure#0}"),
+            (
+                "<app::Wrap<fn(u8) -> u8> as app::Run>::run",
+                "<app::Wrap as app::Run>::run",
+            ),
+            (
+                "<<A as B>::C<T> as D>::e",
+                "<<A as B>::C as D>::e",
+            ),
+            ("main", "main"),
+        ] {
+            assert_eq!(simple_rust(full), simple, "{full}");
+        }
+        // Legacy and v0 symbols, through the demangler.
+        assert_eq!(
+            demangle("_ZN70_$LT$alloc..vec..Vec$LT$T$C$A$GT$$u20$as$u20$core..ops..drop..Drop$GT$4drop17h0123456789abcdefE"),
+            "<alloc::vec::Vec as core::ops::drop::Drop>::drop"
+        );
+        assert_eq!(
+            demangle_as(
+                "_ZN70_$LT$alloc..vec..Vec$LT$T$C$A$GT$$u20$as$u20$core..ops..drop..Drop$GT$4drop17h0123456789abcdefE",
+                Demangle::Full
+            ),
+            "<alloc::vec::Vec<T,A> as core::ops::drop::Drop>::drop"
+        );
     }
 
     #[test]
