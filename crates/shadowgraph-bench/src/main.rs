@@ -23,6 +23,7 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(
     name = "shadowgraph bench",
+    bin_name = "shadowgraph bench",
     about = "Benchmarks of shadowgraph's tracing paths"
 )]
 struct Cli {

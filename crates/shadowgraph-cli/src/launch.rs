@@ -104,6 +104,26 @@ fn private_dir() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// Whether `path` can be run under the agent: Ok(None) if it has sites
+/// of its own, Ok(Some(why not)) if it has none but may start programs
+/// that do (a script, or a dynamically linked launcher such as `make` or
+/// `sh`: run, with the agent passed on to what they start), Err if nothing
+/// it runs could be traced (a static program) or it cannot be read.
+pub(crate) fn check_program(path: &Path) -> Result<Option<String>, String> {
+    let script = std::fs::read(path)
+        .map(|b| b.starts_with(b"#!"))
+        .unwrap_or(false);
+    if script {
+        return Ok(Some("a script".to_string()));
+    }
+    let found = shadowgraph::elf::scan_file(path).map_err(|e| e.to_string())?;
+    match found.require_traceable_program() {
+        Ok(()) => Ok(None),
+        Err(_) if found.has_interpreter => Ok(Some("no patchable function entries".to_string())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// `prog` itself if it contains a slash, else its first match in `$PATH`.
 pub(crate) fn find_program(prog: &str) -> Result<PathBuf, String> {
     if prog.contains('/') {

@@ -21,7 +21,8 @@ use std::process::ExitCode;
 #[command(
     name = "shadowgraph",
     version,
-    about = "Function tracing for native programs, ftrace-style"
+    about = "Function tracing for native programs, ftrace-style",
+    override_usage = "shadowgraph <COMMAND>\n       shadowgraph [RECORD OPTIONS] PROGRAM [ARGS]...   (as `shadowgraph live`)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -44,6 +45,8 @@ enum Command {
     Clean,
     /// List the patchable sites of an executable or shared library.
     Sites {
+        /// The executable or shared library to scan (what `record` would
+        /// patch in it: each function with a patchable entry, and its kind).
         file: PathBuf,
         /// Also list rejected sites (with the reason).
         #[arg(long)]
@@ -135,11 +138,7 @@ enum Command {
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
         /// Chrome trace-event JSON (chrome://tracing, Perfetto's UI).
-        #[arg(
-            long,
-            required_unless_present_any = ["flame_graph", "perfetto"],
-            conflicts_with_all = ["flame_graph", "perfetto"]
-        )]
+        #[arg(long, conflicts_with_all = ["flame_graph", "perfetto"])]
         chrome: bool,
         /// A Perfetto trace (protobuf TrackEvents, interned names, one track
         /// per thread): for big traces in ui.perfetto.dev.
@@ -150,7 +149,7 @@ enum Command {
         flame_graph: bool,
         /// With --flame-graph: render the SVG (inferno) instead of the
         /// folded text.
-        #[arg(long, requires = "flame_graph")]
+        #[arg(long)]
         svg: bool,
         #[command(flatten)]
         filter: ViewFilter,
@@ -201,11 +200,31 @@ fn clean() {
     }
 }
 
+/// `shadowgraph PROGRAM [ARGS]`, or with record options first, is
+/// `shadowgraph live …`, as uftrace without a command: `live` goes in
+/// front of anything that is not a command or a top-level option.
+fn live_by_default(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let Some(first) = args.get(1).and_then(|a| a.to_str()) else {
+        return args;
+    };
+    let cli = Cli::command();
+    let known = cli
+        .get_subcommands()
+        .flat_map(|c| std::iter::once(c.get_name()).chain(c.get_all_aliases()))
+        .chain(["help", "-h", "--help", "-V", "--version"])
+        .any(|k| k == first);
+    if !known {
+        args.insert(1, "live".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
     // Like other Unix tools: a closed pipe (`| head`) ends us quietly.
     // SAFETY: restoring the default disposition of SIGPIPE.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(live_by_default(std::env::args_os().collect()));
     let result = match cli.command {
         Command::Demo { keep } => demo::demo(keep),
         Command::Clean => {
@@ -247,20 +266,24 @@ fn main() -> ExitCode {
         }
         Command::Dump {
             data,
+            chrome,
             perfetto,
             flame_graph,
             svg,
             filter,
-            ..
         } => {
             use shadowgraph_data::{chrome, flame, perfetto as pf};
             let how = filter.open_options();
             let f = filter.into();
-            match (flame_graph, svg, perfetto) {
-                (true, true, _) => flame_svg(&data, how, &f),
-                (true, false, _) => view(&data, how, |d, o| flame::dump_flame_graph(d, &f, o)),
-                (false, _, true) => view(&data, how, |d, o| pf::dump_perfetto(d, &f, o)),
-                _ => view(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
+            match (chrome, perfetto, flame_graph, svg) {
+                (_, _, false, true) => {
+                    Err("--svg renders a flame graph: use it with --flame-graph".to_string())
+                }
+                (_, _, true, true) => flame_svg(&data, how, &f),
+                (_, _, true, false) => view(&data, how, |d, o| flame::dump_flame_graph(d, &f, o)),
+                (_, true, _, _) => view(&data, how, |d, o| pf::dump_perfetto(d, &f, o)),
+                (true, _, _, _) => view(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
+                _ => Err("dump writes one of these formats: --chrome (trace-event JSON), --perfetto (a Perfetto trace), --flame-graph [--svg] (folded stacks, or their SVG)".to_string()),
             }
         }
         Command::Live { opts, program } => record::live(&opts, &program),
@@ -311,7 +334,7 @@ struct ViewFilter {
     /// Without these functions and the calls inside them; repeatable.
     #[arg(short = 'N', long = "notrace", value_parser = parse_pattern)]
     notrace: Vec<shadowgraph_data::pattern::Pattern>,
-    /// Only calls nested less than DEPTH deep.
+    /// Only calls nested less than DEPTH deep (0: no limit).
     #[arg(short = 'D', long = "depth", default_value_t = 0)]
     depth: u16,
     /// Only calls lasting at least TIME (10us, 1.5ms; a bare number is ns),

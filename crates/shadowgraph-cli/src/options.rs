@@ -14,7 +14,7 @@ pub(crate) struct RecordOptions {
     /// Record nothing inside these functions; repeatable.
     #[arg(short = 'N', long = "notrace")]
     notrace: Vec<String>,
-    /// Record at most this many nested levels.
+    /// Record at most this many nested levels (0: no limit).
     #[arg(short = 'D', long = "depth", default_value_t = 0)]
     depth: u32,
     /// Record only calls lasting at least TIME (e.g. 10us, 1.5ms; ns, us,

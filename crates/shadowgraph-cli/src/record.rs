@@ -3,7 +3,7 @@
 //! summed up.
 
 use crate::children::{wait_with_usage, ForwardSignals, Lifeline, CHILD};
-use crate::launch::{agent_path, exit_code, find_program, preload};
+use crate::launch::{agent_path, check_program, exit_code, find_program, preload};
 use crate::options::RecordOptions;
 use shadowgraph::config;
 use shadowgraph::record::collect;
@@ -22,10 +22,17 @@ pub(crate) fn record(
     opts.config(Path::new("/"), Path::new("/"))?;
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
-    let found = shadowgraph::elf::scan_file(&path).map_err(|e| e.to_string())?;
-    found
-        .require_traceable_program()
-        .map_err(|e| e.to_string())?;
+    let launcher = check_program(&path)?;
+    if let Some(why) = &launcher {
+        if opts.no_children {
+            return Err(format!(
+                "{prog}: {why}, and --no-children keeps the programs it starts from being traced: nothing to record"
+            ));
+        }
+        eprintln!(
+            "# {prog}: {why}; it runs untraced, and each program it starts that has patchable entries is recorded into a directory of its own"
+        );
+    }
     let agent = agent_path()?;
     if data.exists() {
         let old = PathBuf::from(format!("{}.old", data.display()));
@@ -126,10 +133,17 @@ pub(crate) fn record(
     // exec (a session of its own each).
     // (label, directory, whether it is an exec session's whose exit is not
     // the program's)
+    // (A launcher records nothing of its own.)
     let mut dirs: Vec<(String, PathBuf, bool)> = rel
         .iter()
+        .filter(|_| launcher.is_none())
         .map(|(label, r)| (label.clone(), collect::instance_dir(&abs, r), false))
         .collect();
+    if launcher.is_some() && finished.sessions.is_empty() {
+        eprintln!(
+            "shadowgraph: warning: nothing was recorded: no program {prog} started had patchable entries"
+        );
+    }
     for (base, pid) in &finished.sessions {
         let what = format!(
             "process {pid} ({}, started by exec): ",
@@ -292,6 +306,11 @@ pub(crate) fn complete_metadata(
 pub(crate) fn live(opts: &RecordOptions, program: &[String]) -> Result<ExitCode, String> {
     let dir = std::env::temp_dir().join(format!("shadowgraph-live-{}", std::process::id()));
     let code = record(&dir, opts, program)?;
+    // A closed pipe must not end us before the directory is removed: the
+    // writes fail instead (and end the showing quietly).
+    // SAFETY: ignoring SIGPIPE for this process, which starts no program
+    // from here on.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     // One recording, or one per tracer (a profile is shown as its report).
     let names = opts.tracer_names();
     let shown = if names.is_empty() {
@@ -307,40 +326,42 @@ pub(crate) fn live(opts: &RecordOptions, program: &[String]) -> Result<ExitCode,
 }
 
 /// `live`'s view of one recording directory: replay, or a profile's
-/// report; headed by the tracer's name when there are several. Without a
-/// recording `record` has said why already.
+/// report; headed by the tracer's name when there are several. Programs
+/// started by exec follow, each after a line naming it (a launcher's
+/// directory holds only those). Without a recording `record` has said why
+/// already. A reader that stops reading (`| head`) ends it quietly.
 pub(crate) fn show_live(dir: &Path, tracer: Option<&str>) -> Result<(), String> {
-    use shadowgraph_data::{dir::DataDir, profile, replay, report::SortKey};
+    use shadowgraph_data::dir::{exec_sessions_in, DataDir};
+    use shadowgraph_data::{profile, replay, report::SortKey};
     use std::io::Write;
-    let Ok(d) = DataDir::open(dir) else {
-        return Ok(());
-    };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if let Some(t) = tracer {
         writeln!(out, "## tracer {t}").map_err(|e| e.to_string())?;
     }
-    let shown = if profile::is_profile(&d) {
-        profile::report(&d, SortKey::Total, false, &[], &mut out)
-    } else {
-        replay::replay(&d, &mut out).and_then(|()| {
-            // Programs started by exec, each after a line naming it (the
-            // directory goes away with the rest).
-            for s in d.exec_sessions() {
-                let Ok(sd) = DataDir::open(&s) else {
-                    continue;
-                };
-                writeln!(
-                    out,
-                    "\n# started by exec: {}",
-                    sd.info.get("exe").unwrap_or("?")
-                )
-                .map_err(replay::ReplayError::Io)?;
-                replay::replay(&sd, &mut out)?;
-            }
-            Ok(())
-        })
+    let sessions = |out: &mut std::io::BufWriter<_>, dirs: Vec<PathBuf>| {
+        for s in dirs {
+            let Ok(sd) = DataDir::open(&s) else {
+                continue;
+            };
+            writeln!(
+                out,
+                "\n# started by exec: {}",
+                sd.info.get("exe").unwrap_or("?")
+            )
+            .map_err(replay::ReplayError::Io)?;
+            replay::replay(&sd, out)?;
+        }
+        Ok(())
     };
-    shown
-        .and_then(|()| out.flush().map_err(replay::ReplayError::Io))
-        .map_err(|e| e.to_string())
+    let shown = match DataDir::open(dir) {
+        Ok(d) if profile::is_profile(&d) => {
+            profile::report(&d, SortKey::Total, false, &[], &mut out)
+        }
+        Ok(d) => replay::replay(&d, &mut out).and_then(|()| sessions(&mut out, d.exec_sessions())),
+        Err(_) => sessions(&mut out, exec_sessions_in(dir)),
+    };
+    match shown.and_then(|()| out.flush().map_err(replay::ReplayError::Io)) {
+        Err(replay::ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| e.to_string()),
+    }
 }

@@ -196,7 +196,7 @@ fn several_tracers_record_at_once_as_if_alone() {
         .unwrap();
     let err = text(&o).1;
     assert!(
-        !o.status.success() && err.contains("4 tracers (all, mids, rec, top): choose one"),
+        !o.status.success() && err.contains("holds 4 recordings, of tracers or of programs started by exec (all, mids, rec, top): choose one"),
         "{err}"
     );
     record_refuses(&["-F", "mid", "--tracer", "x"], &exe, "inside each tracer");

@@ -141,6 +141,24 @@ impl Warnings {
     }
 }
 
+/// The recordings of the programs started by exec inside `dir` (a
+/// recording, or the directory of a launcher that recorded nothing of its
+/// own), in the order they started (their `task.txt` session time; by name
+/// without one).
+pub fn exec_sessions_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut subs: Vec<((u64, u64), PathBuf)> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("shadowgraph.info").exists())
+        .map(|p| (session_start(&p).unwrap_or((u64::MAX, 0)), p))
+        .collect();
+    subs.sort();
+    subs.into_iter().map(|(_, p)| p).collect()
+}
+
 impl DataDir {
     /// A one-line warning when the recording lost records (buffer overruns
     /// or failed writes), with the first write failure's reason: the views
@@ -220,17 +238,7 @@ impl DataDir {
     /// recording, in the order they started (their `task.txt` session
     /// time; by name without one).
     pub fn exec_sessions(&self) -> Vec<PathBuf> {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let mut subs: Vec<((u64, u64), PathBuf)> = rd
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.join("shadowgraph.info").exists())
-            .map(|p| (session_start(&p).unwrap_or((u64::MAX, 0)), p))
-            .collect();
-        subs.sort();
-        subs.into_iter().map(|(_, p)| p).collect()
+        exec_sessions_in(&self.dir)
     }
 
     /// Opens a data directory: uftrace's format (what `record` writes, and
@@ -273,7 +281,7 @@ impl DataDir {
                     return Err(err(
                         dir,
                         format!(
-                            "holds the recordings of {} tracers ({}): choose one, e.g. -d {}",
+                            "holds {} recordings, of tracers or of programs started by exec ({}): choose one, e.g. -d {}",
                             tracers.len(),
                             tracers.join(", "),
                             dir.join(&tracers[0]).display()

@@ -68,7 +68,8 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         })
         .collect();
     let comment = Regex::new(r"//[^\n]*").unwrap();
-    let use_stmt = Regex::new(r"\buse\s+([^;]+);").unwrap();
+    // A `use` statement opens its line (the word in a string is not one).
+    let use_stmt = Regex::new(r"(?m)^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+([^;]+);").unwrap();
     let child = Regex::new(r"(?m)^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;").unwrap();
     let path = Regex::new(r"(?:^|[^\w:])((?:crate|super|self|\w+)(?:::\w+)+)(!?)").unwrap();
     let exported =

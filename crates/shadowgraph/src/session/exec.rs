@@ -42,6 +42,15 @@ pub(super) fn start_session(
     Ok((dir, id))
 }
 
+/// The session id an untraced launcher passes on, so that the programs it
+/// starts by exec record into directories of their own (no session has
+/// it: a launcher records nothing).
+pub(super) fn launcher_session() -> u64 {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    ((pid as u64) << 40) | 1
+}
+
 /// Leaves `exec-<pid>` (the executable's path, a tab, why) in the writer's
 /// rings directory, so that `record` can say what was not traced.
 pub(super) fn note_untraced(rings: &Path, pid: i32, why: &str) {

@@ -176,6 +176,15 @@ fn start_recording(r: &config::Record, config: &mut Config) -> Result<Started, S
             }
             return Ok(Started::Untraced);
         }
+        Err(_) if follow.is_some() => {
+            // The recorded program itself has nothing to trace: a script's
+            // interpreter or a launcher (`sh -c`, `make`), which `record`
+            // let through and said so. The programs it starts by exec are
+            // sessions of their own, each in its directory.
+            config.lineage.session = Some(exec::launcher_session());
+            pass_on(config);
+            return Ok(Started::Untraced);
+        }
         Err(e) => return Err(e),
     };
     let dir = match follow {

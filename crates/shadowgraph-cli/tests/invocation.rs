@@ -1,0 +1,123 @@
+//! The command line as uftrace's users type it: a program with no command
+//! is `live`; a script or a launcher is run, and the programs it starts
+//! are recorded; a command missing what it needs says what.
+
+mod common;
+
+use common::*;
+
+/// `shadowgraph [OPTIONS] PROGRAM` records and replays, as `live`.
+#[test]
+fn a_program_without_a_command_is_live() {
+    let dir = workdir("no_command");
+    let exe = build_fixture(&dir, "fib", "fib_arg.c");
+    let o = shadowgraph()
+        .args(["-D", "2", "--no-libs"])
+        .arg(&exe)
+        .arg("5")
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let body = replay_body(&out[out.find("# DURATION").expect("a replay")..]);
+    assert_eq!(body[0], "main() {", "{out}");
+    assert!(
+        body.iter().all(|l| !l.starts_with("    ")),
+        "-D 2: {body:?}"
+    );
+}
+
+/// A shell running two traced programs: the shell is not traced, each
+/// program is recorded into a directory of its own (with its own names),
+/// and the top directory names them.
+#[test]
+fn a_launcher_is_run_and_the_programs_it_starts_are_recorded() {
+    let dir = workdir("launcher");
+    let exe = build_fixture(&dir, "fib", "fib_arg.c");
+    let script = dir.join("run.sh");
+    std::fs::write(&script, format!("#!/bin/sh\n{0} 3\n{0} 4\n", exe.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let line = format!("{0} 3; {0} 4", exe.display());
+    for (name, program) in [
+        ("script", vec![script.to_str().unwrap()]),
+        ("sh", vec!["sh", "-c", &line]),
+    ] {
+        let data = dir.join(format!("{name}.data"));
+        let o = shadowgraph()
+            .args(["record", "--no-libs", "-d"])
+            .arg(&data)
+            .arg("--")
+            .args(&program)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{name}: {err}");
+        assert_eq!(out, "2\n3\n", "{name}");
+        assert!(
+            err.contains("it runs untraced, and each program it starts"),
+            "{name}: {err}"
+        );
+        let mut subs: Vec<_> = std::fs::read_dir(&data)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        subs.sort();
+        assert_eq!(subs.len(), 2, "{name}: {subs:?}");
+        let mut fib_calls = Vec::new();
+        for s in &subs {
+            let rows = report_rows(&report_text(s));
+            assert_eq!(rows["main"].2, 1, "{name}: {rows:?}");
+            fib_calls.push(rows["fib"].2);
+        }
+        fib_calls.sort();
+        assert_eq!(fib_calls, [5, 9], "{name}: fib(3) and fib(4)");
+        let o = shadowgraph()
+            .args(["replay", "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let err = text(&o).1;
+        assert!(
+            !o.status.success() && err.contains("holds 2 recordings") && err.contains("choose one"),
+            "{name}: {err}"
+        );
+    }
+    // Nothing could be recorded: said before anything runs.
+    let o = shadowgraph()
+        .args(["record", "--no-children", "-d"])
+        .arg(dir.join("none.data"))
+        .arg("--")
+        .arg(&script)
+        .output()
+        .unwrap();
+    let err = text(&o).1;
+    assert!(
+        !o.status.success() && err.contains("--no-children"),
+        "{err}"
+    );
+}
+
+#[test]
+fn dump_says_which_formats_it_writes() {
+    let o = shadowgraph()
+        .args(["dump", "-d", "/nonexistent"])
+        .output()
+        .unwrap();
+    let err = text(&o).1;
+    assert!(
+        !o.status.success()
+            && err.contains("--chrome")
+            && err.contains("--perfetto")
+            && err.contains("--flame-graph"),
+        "{err}"
+    );
+    let o = shadowgraph().args(["dump", "--svg"]).output().unwrap();
+    let err = text(&o).1;
+    assert_eq!(
+        err.trim(),
+        "shadowgraph: --svg renders a flame graph: use it with --flame-graph"
+    );
+}
