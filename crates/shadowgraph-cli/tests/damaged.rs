@@ -130,3 +130,29 @@ fn a_thread_listed_without_its_records_is_a_warning() {
         "{err}"
     );
 }
+
+/// A line of the symbol table that makes no sense is skipped, said with
+/// its file and line; the other names are shown.
+#[test]
+fn a_damaged_symbol_line_is_skipped_and_said() {
+    let dir = workdir("bad_sym");
+    let (data, _) = killed_recording(&dir);
+    let bad = dir.join("badsym.data");
+    copy_dir(&data, &bad);
+    let sym = std::fs::read_dir(&bad)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "sym"))
+        .unwrap();
+    let mut bytes = b"zz\xff T garbage\n".to_vec();
+    bytes.extend(std::fs::read(&sym).unwrap());
+    std::fs::write(&sym, bytes).unwrap();
+    let (out, err) = view(&["report"], &bad, None);
+    assert!(report_rows(&out).contains_key("leaf"), "{out}");
+    assert!(
+        err.contains(&format!("{}: line 1: bad address `zz", sym.display()))
+            && err.contains("the line is skipped"),
+        "{err}"
+    );
+}

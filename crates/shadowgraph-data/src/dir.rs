@@ -4,10 +4,13 @@
 //! file and, for records, the byte offset.
 
 use super::format::{decode, Record, RECORD_SIZE};
-use super::time::Calibration;
 use crate::error::err;
 pub use crate::error::DataError;
-use std::collections::BTreeMap;
+use crate::meta::{
+    read_key_values, read_modules, read_symbols, read_uftrace_info, read_uftrace_symbols,
+    read_uftrace_task, session_start,
+};
+pub use crate::meta::{write_whole, Info};
 use std::path::{Path, PathBuf};
 
 /// The subdirectories of `dir` that are recordings (a tracer's, of
@@ -25,80 +28,6 @@ fn tracer_dirs(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// What `info` holds.
-#[derive(Clone, Debug, Default)]
-pub struct Info {
-    /// Key → value, as the file holds them.
-    pub fields: BTreeMap<String, String>,
-}
-
-impl Info {
-    /// The value of `k`, if present.
-    pub fn get(&self, k: &str) -> Option<&str> {
-        self.fields.get(k).map(String::as_str)
-    }
-
-    /// Sets `k` to `v`.
-    pub fn set(&mut self, k: &str, v: impl ToString) {
-        self.fields.insert(k.to_string(), v.to_string());
-    }
-
-    /// (times moved forward to keep each thread's increasing, the largest
-    /// step back among them in ns), as recorded; zeros when not recorded.
-    pub fn clock_steps_back(&self) -> (u64, u64) {
-        let Some((n, worst)) = self
-            .get("clock_steps_back")
-            .and_then(|v| v.split_once(" / "))
-        else {
-            return (0, 0);
-        };
-        (n.parse().unwrap_or(0), worst.parse().unwrap_or(0))
-    }
-
-    /// How the `.dat` times become nanoseconds: identity for uftrace's
-    /// data and for ours written as nanoseconds (`timestamps=ns`).
-    pub fn calibration(&self) -> Calibration {
-        if self.get("format") == Some("uftrace") || self.get("timestamps") == Some("ns") {
-            return Calibration {
-                raw0: 0,
-                ns0: 0,
-                raw1: 0,
-                ns1: 0,
-            }; // identity
-        }
-        let n = |k: &str| self.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
-        Calibration {
-            raw0: n("raw0"),
-            ns0: n("ns0"),
-            raw1: n("raw1"),
-            ns1: n("ns1"),
-        }
-    }
-
-    /// Writes `shadowgraph.info` (key=value lines).
-    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
-        let mut s = String::from("# shadowgraph data\n");
-        for (k, v) in &self.fields {
-            s.push_str(&format!("{k}={}\n", v.replace('\n', " ")));
-        }
-        write_whole(&dir.join("shadowgraph.info"), s.as_bytes())
-    }
-}
-
-/// Writes `path` under a name of its own, then renames it into place: a
-/// reader (or a process killed meanwhile) sees the old file or the new one,
-/// never a part of it.
-pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
 }
 
 /// An opened data directory.
@@ -258,9 +187,11 @@ impl DataDir {
             ));
         }
         let mut info = Info::default();
+        // Lines of the metadata that say nothing usable: skipped, said.
+        let mut skipped = Vec::new();
         let ours = dir.join("shadowgraph.info");
         if ours.exists() {
-            read_key_values(&ours, &mut info)?;
+            read_key_values(&ours, &mut info, &mut skipped)?;
         }
         let info_path = dir.join("info");
         let uftrace = match std::fs::read(&info_path) {
@@ -269,7 +200,7 @@ impl DataDir {
                 true
             }
             Ok(_) => {
-                read_key_values(&info_path, &mut info)?;
+                read_key_values(&info_path, &mut info, &mut skipped)?;
                 false
             }
             Err(_) if ours.exists() => false,
@@ -295,9 +226,12 @@ impl DataDir {
             // Times in .dat files are nanoseconds already.
             info.set("format", "uftrace");
             read_uftrace_task(dir, &mut info)?;
-            read_uftrace_symbols(dir)?
+            read_uftrace_symbols(dir, &mut skipped)?
         } else {
-            (read_symbols(&dir.join("symbols"))?, read_modules(dir)?)
+            (
+                read_symbols(&dir.join("symbols"), &mut skipped)?,
+                read_modules(dir, &mut skipped)?,
+            )
         };
         modules.sort();
         modules.dedup();
@@ -325,6 +259,9 @@ impl DataDir {
             progress: None,
             warnings: Warnings::default(),
         };
+        for w in skipped {
+            data.warnings.push(w);
+        }
         data.warn_of_missing_threads();
         if how.progress {
             let total: u64 = data
@@ -438,183 +375,6 @@ impl DataDir {
             i => self.names[i - 1].as_str().into(),
         }
     }
-}
-
-fn read_key_values(path: &Path, info: &mut Info) -> Result<(), DataError> {
-    let text = std::fs::read_to_string(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
-    for (n, line) in text.lines().enumerate() {
-        if line.starts_with('#') || line.is_empty() {
-            continue;
-        }
-        let (k, v) = line
-            .split_once('=')
-            .ok_or_else(|| err(path, format!("line {}: expected key=value", n + 1)))?;
-        info.set(k, v);
-    }
-    Ok(())
-}
-
-fn read_symbols(path: &Path) -> Result<Vec<(u64, String)>, DataError> {
-    let text = std::fs::read_to_string(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
-    let mut symbols = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let (a, name) = line
-            .split_once('\t')
-            .ok_or_else(|| err(path, format!("line {}: expected address<TAB>name", n + 1)))?;
-        let a = u64::from_str_radix(a.trim_start_matches("0x"), 16)
-            .map_err(|_| err(path, format!("line {}: bad address `{a}`", n + 1)))?;
-        symbols.push((a, name.to_string()));
-    }
-    symbols.sort();
-    Ok(symbols)
-}
-
-/// uftrace's `info`: "Ftrace!\0", version, header size, …, then
-/// `section:value` lines.
-fn read_uftrace_info(path: &Path, bytes: &[u8], info: &mut Info) -> Result<(), DataError> {
-    if bytes.len() < 14 {
-        return Err(err(path, "truncated uftrace info header"));
-    }
-    let hdr = u16::from_le_bytes([bytes[12], bytes[13]]) as usize;
-    let text = bytes
-        .get(hdr..)
-        .ok_or_else(|| err(path, format!("header size {hdr} beyond the file")))?;
-    for line in String::from_utf8_lossy(text).lines() {
-        if let Some((k, v)) = line.split_once(':') {
-            info.set(k, v);
-            if let Some((sub, val)) = v.split_once('=') {
-                info.set(&format!("{k}:{sub}"), val); // e.g. taskinfo:tids
-            }
-        }
-    }
-    if let Some(exe) = info.get("exename").map(str::to_string) {
-        info.set("exe", exe);
-    }
-    Ok(())
-}
-
-/// When the session in `dir` started: `task.txt`'s `SESS timestamp=S.N`.
-fn session_start(dir: &Path) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(dir.join("task.txt")).ok()?;
-    let sess = text.lines().find(|l| l.starts_with("SESS "))?;
-    let ts = sess
-        .split_whitespace()
-        .find_map(|f| f.strip_prefix("timestamp="))?;
-    let (s, n) = ts.split_once('.').unwrap_or((ts, "0"));
-    Some((s.parse().ok()?, n.parse().ok()?))
-}
-
-/// The session's pid from `task.txt` (`SESS … pid=N …`).
-fn read_uftrace_task(dir: &Path, info: &mut Info) -> Result<(), DataError> {
-    let path = dir.join("task.txt");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(()); // optional for our views
-    };
-    if let Some(sess) = text.lines().find(|l| l.starts_with("SESS ")) {
-        if let Some(pid) = sess.split_whitespace().find_map(|f| f.strip_prefix("pid=")) {
-            info.set("pid", pid);
-        }
-        if let Some(sid) = sess.split_whitespace().find_map(|f| f.strip_prefix("sid=")) {
-            info.set("sid", sid);
-        }
-    }
-    Ok(())
-}
-
-/// Symbols from `sid-*.map` (object ranges) and `<object>.sym` files
-/// (addresses relative to the object's start), as absolute addresses.
-type Modules = Vec<(u64, u64, String)>;
-
-/// `maps` of one of our recordings (base, end, path per line); none in
-/// recordings made before it existed.
-fn read_modules(dir: &Path) -> Result<Modules, DataError> {
-    let p = dir.join("maps");
-    let Ok(text) = std::fs::read_to_string(&p) else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    for (n, l) in text.lines().enumerate() {
-        let f: Vec<&str> = l.splitn(3, '\t').collect();
-        let num = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-        match f[..] {
-            [b, e, path] => match (num(b), num(e)) {
-                (Some(b), Some(e)) => out.push((b, e, path.to_string())),
-                _ => return Err(err(&p, format!("line {}: bad address", n + 1))),
-            },
-            _ => {
-                return Err(err(
-                    &p,
-                    format!("line {}: expected base<TAB>end<TAB>path", n + 1),
-                ))
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn read_uftrace_symbols(dir: &Path) -> Result<(Vec<(u64, String)>, Modules), DataError> {
-    let mut symbols = Vec::new();
-    let mut modules = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| err(dir, format!("cannot list: {e}")))?;
-    for e in entries {
-        let p = e.map_err(|e| err(dir, e.to_string()))?.path();
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if !(name.starts_with("sid-") && name.ends_with(".map")) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&p).map_err(|e| err(&p, format!("cannot read: {e}")))?;
-        for (n, line) in text.lines().enumerate() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (Some(range), Some(path)) = (f.first(), f.get(5)) else {
-                continue;
-            };
-            if !path.starts_with('/') {
-                continue;
-            }
-            let (start, end) = range
-                .split_once('-')
-                .and_then(|(a, b)| {
-                    Some((
-                        u64::from_str_radix(a, 16).ok()?,
-                        u64::from_str_radix(b, 16).ok()?,
-                    ))
-                })
-                .ok_or_else(|| err(&p, format!("line {}: bad address range", n + 1)))?;
-            modules.push((start, end, path.to_string()));
-            let base = Path::new(path)
-                .file_name()
-                .map(|b| b.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let sym = dir.join(format!("{base}.sym"));
-            let Ok(st) = std::fs::read_to_string(&sym) else {
-                continue;
-            };
-            for (m, l) in st.lines().enumerate() {
-                if l.starts_with('#') || l.is_empty() {
-                    continue;
-                }
-                let mut it = l.splitn(3, ' ');
-                let (Some(a), Some(kind), Some(fname)) = (it.next(), it.next(), it.next()) else {
-                    return Err(err(
-                        &sym,
-                        format!("line {}: expected address type name", m + 1),
-                    ));
-                };
-                if kind == "?" {
-                    continue;
-                }
-                let a = u64::from_str_radix(a, 16)
-                    .map_err(|_| err(&sym, format!("line {}: bad address `{a}`", m + 1)))?;
-                symbols.push((start + a, fname.to_string()));
-            }
-        }
-    }
-    symbols.sort();
-    symbols.dedup_by_key(|s| s.0);
-    Ok((symbols, modules))
 }
 
 /// Reading progress shown on stderr while a view reads a large recording

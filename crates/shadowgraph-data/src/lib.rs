@@ -23,6 +23,7 @@ pub mod flame;
 pub mod format;
 pub mod graph;
 pub mod info;
+mod meta;
 pub mod names;
 pub mod pattern;
 pub mod perfetto;
