@@ -62,6 +62,14 @@ pub(crate) struct RecordOptions {
     /// self time for `report` (its filter selects the functions profiled).
     #[arg(long = "tracer")]
     tracers: Vec<String>,
+    /// Do not trace the calls the program makes to library functions
+    /// through its PLT (`printf`, `malloc`, …), which are traced by
+    /// default as uftrace does.
+    #[arg(long, overrides_with = "libcall")]
+    no_libcall: bool,
+    /// Trace library calls (the default; undoes an earlier --no-libcall).
+    #[arg(long, overrides_with = "no_libcall")]
+    libcall: bool,
     /// Record through fgraph's callbacks, never the fused paths (to
     /// compare them).
     #[arg(long, hide = true)]
@@ -277,6 +285,7 @@ impl RecordOptions {
                 control: self.control()?,
                 children: !self.no_children,
                 fused: !self.general_path,
+                libcalls: !self.no_libcall,
             }),
             objects,
             stack_bytes: self.max_stack.map(|b| b as usize),

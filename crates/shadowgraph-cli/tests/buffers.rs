@@ -14,7 +14,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
     let data = dir.join("t.data");
     let before = shadowgraph::clock::monotonic_ns();
     let o = shadowgraph()
-        .args(["record", "--no-libs", "-d"])
+        .args(["record", "--no-libcall", "--no-libs", "-d"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
@@ -83,7 +83,7 @@ fn small_buffers_make_threads_wait_for_the_writer_not_lose() {
     );
     let data = dir.join("t.data");
     let o = shadowgraph()
-        .args(["record", "--no-libs", "-b", "64K", "-d"])
+        .args(["record", "--no-libcall", "--no-libs", "-b", "64K", "-d"])
         .arg(&data)
         .arg("--")
         .arg(&exe)

@@ -162,12 +162,13 @@ fn tracing_switched_off_and_on_while_the_program_runs() {
 #[test]
 fn switching_tracing_while_threads_run_keeps_every_record_whole() {
     let dir = workdir("control-stress");
-    let exe = build_fixture(&dir, "spin", "spin.c");
+    let exe = build_fixture_with(&dir, "spin", "spin.c", &["-fno-builtin"]);
     let (mut control, arg) = Control::new(&dir);
     for way in Way::ALL {
         use std::io::{BufRead, Write};
         let data = dir.join(format!("spin-{}.data", way.name()));
-        let opts = way.with(&["--control", &arg, "-b", "256K"]);
+        // Library calls too: their thunks' sites switch with the rest.
+        let opts = way.with(&["--control", &arg, "-b", "256K", "--libcall"]);
         let mut child = spawn_record(&[], &opts, &data, &exe);
         let mut stdin = child.stdin.take().unwrap();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -194,6 +195,11 @@ fn switching_tracing_while_threads_run_keeps_every_record_whole() {
             records += every_call_closes(&d, tid).unwrap_or_else(|e| panic!("{way:?}: {e}"));
         }
         assert!(records > 10_000, "{way:?}: {records} records");
+        let report = report_text(&data);
+        assert!(
+            report.contains(" abs\n"),
+            "{way:?}: no library call: {report}"
+        );
         assert!(view_text("info", &data).contains("30 disables, 30 enables"));
     }
 }

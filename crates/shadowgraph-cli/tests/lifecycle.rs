@@ -18,7 +18,7 @@ fn a_crashing_program_leaves_a_readable_recording() {
     );
     let data = dir.join("crash.data");
     let o = shadowgraph()
-        .args(["record", "-d"])
+        .args(["record", "--no-libcall", "-d"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
@@ -107,7 +107,7 @@ fn forked_and_executed_children_leave_the_parents_results_alone() {
     }
     let data = dir.join("forks.data");
     let o = shadowgraph()
-        .args(["record", "-d"])
+        .args(["record", "--no-libcall", "-d"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
@@ -189,7 +189,7 @@ fn full_disk(limit: u64, n: u32, calls: u64) {
     let o = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "trap '' XFSZ; ulimit -f {} && exec \"$0\" record -d \"$1\" -- \"$2\" {n}",
+            "trap '' XFSZ; ulimit -f {} && exec \"$0\" record --no-libcall -d \"$1\" -- \"$2\" {n}",
             limit / 512 // sh counts 512-byte blocks
         ))
         .arg(env!("CARGO_BIN_EXE_shadowgraph"))
@@ -258,7 +258,7 @@ fn a_killed_program_loses_nothing_it_recorded() {
     let exe = build_fixture(&dir, "killed", "killed_midway.c");
     let data = dir.join("k.data");
     let o = shadowgraph()
-        .args(["record", "--no-libs", "-d"])
+        .args(["record", "--no-libcall", "--no-libs", "-d"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
@@ -321,7 +321,7 @@ fn forked_children_and_exec_sessions_are_recorded() {
     let exe = build_fixture(&dir, "fk", "fork_child.c");
     let data = dir.join("f.data");
     let o = shadowgraph()
-        .args(["record", "--no-libs", "-d"])
+        .args(["record", "--no-libcall", "--no-libs", "-d"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
@@ -478,7 +478,7 @@ fn forked_children_and_exec_sessions_are_recorded() {
     assert!(info.contains("exit status         : unknown"), "{info}");
     // --no-children: the parent's process only, nothing reported missing.
     let o = shadowgraph()
-        .args(["record", "--no-libs", "--no-children", "-d"])
+        .args(["record", "--no-libcall", "--no-libs", "--no-children", "-d"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
@@ -510,7 +510,7 @@ fn an_interrupted_recording_keeps_what_was_recorded() {
     for (sig, name) in [(libc::SIGINT, "INT"), (libc::SIGTERM, "TERM")] {
         let data = dir.join(format!("{name}.data"));
         let mut child = shadowgraph()
-            .args(["record", "--no-libs", "-d"])
+            .args(["record", "--no-libcall", "--no-libs", "-d"])
             .arg(&data)
             .arg("--")
             .arg(&exe)

@@ -171,7 +171,7 @@ fn report_dump_and_live_views() {
     assert!(open.values().all(Vec::is_empty), "every slice ended");
 
     let o = shadowgraph()
-        .arg("live")
+        .args(["live", "--no-libcall"])
         .arg("--")
         .arg(&exe)
         .arg("2")
@@ -186,7 +186,15 @@ fn report_dump_and_live_views() {
     // With several tracers: each one's view under its name (a profile's is
     // its report).
     let o = shadowgraph()
-        .args(["live", "--tracer", "all", "--tracer", "profile", "--"])
+        .args([
+            "live",
+            "--no-libcall",
+            "--tracer",
+            "all",
+            "--tracer",
+            "profile",
+            "--",
+        ])
         .arg(&exe)
         .arg("2")
         .output()
@@ -220,7 +228,7 @@ fn rust_program_is_recorded_with_demangled_names() {
     assert!(ok.success());
     let data = dir.join("rs.data");
     let o = shadowgraph()
-        .args(["record", "-d"])
+        .args(["record", "--no-libcall", "-d"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
@@ -475,7 +483,7 @@ fn info_tells_the_machine_the_run_and_the_recording() {
     let run = |arg: Option<&str>| -> (PathBuf, String) {
         let data = dir.join(format!("{}.data", arg.unwrap_or("plain")));
         let o = shadowgraph()
-            .args(["record", "--no-libs", "-d"])
+            .args(["record", "--no-libcall", "--no-libs", "-d"])
             .arg(&data)
             .arg("--")
             .arg(&exe)

@@ -90,6 +90,10 @@ pub struct Record {
     /// always fgraph's callbacks, to compare).
     #[serde(default = "yes")]
     pub fused: bool,
+    /// Whether the calls the traced objects make through their PLT to
+    /// other objects are traced too (`--no-libcall`: false).
+    #[serde(default = "yes")]
+    pub libcalls: bool,
 }
 
 impl Record {
@@ -106,6 +110,7 @@ impl Record {
             control: None,
             children: true,
             fused: true,
+            libcalls: false,
         }
     }
 }
@@ -347,6 +352,7 @@ mod tests {
                 control: None,
                 children: true,
                 fused: true,
+                libcalls: true,
             }),
             objects: Objects::Program(vec!["libfoo".into()]),
             stack_bytes: None,

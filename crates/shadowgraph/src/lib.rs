@@ -41,6 +41,7 @@ pub mod config;
 pub mod elf;
 pub mod fgraph;
 pub mod ftrace;
+pub mod libcall;
 pub mod local;
 pub mod patch;
 pub mod process;

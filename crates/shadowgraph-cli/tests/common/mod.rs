@@ -99,10 +99,12 @@ pub fn record_run_in(
     c.current_dir(cwd).args(args).output().unwrap()
 }
 
-/// `shadowgraph record OPTS -d DATA -- EXE` with `env`.
+/// `shadowgraph record OPTS -d DATA -- EXE` with `env`. Library calls
+/// are left out (each test shows what its feature records), unless `opts`
+/// holds `--libcall`.
 pub fn record_command(env: &[(&str, &str)], opts: &[&str], data: &Path, exe: &Path) -> Command {
     let mut c = shadowgraph();
-    c.arg("record");
+    c.args(["record", "--no-libcall"]);
     c.envs(env.iter().copied());
     c.args(opts).arg("-d").arg(data).arg("--").arg(exe);
     c
@@ -411,7 +413,7 @@ pub fn record_calls_program(name: &str) -> (PathBuf, PathBuf) {
     );
     let data = dir.join("trace.data");
     let o = shadowgraph()
-        .args(["record", "-d"])
+        .args(["record", "--no-libcall", "-d"])
         .arg(&data)
         .arg("--")
         .arg(&exe)

@@ -197,6 +197,10 @@ fn start_recording(r: &config::Record, config: &mut Config) -> Result<Started, S
         None => r.dir.clone(),
     };
     recorder::init_clock(r.clock);
+    let mut modules = modules;
+    if r.libcalls {
+        modules.extend(objects::library_calls(&modules));
+    }
     ftrace::add_modules(modules).map_err(|e| e.to_string())?;
     // Only the recorded program's first image listens for commands.
     let control = r.control.as_ref().filter(|_| !started_by_exec);

@@ -5,7 +5,7 @@
 use crate::config::Objects;
 use crate::process::{self, Module};
 use crate::tracer::recorder;
-use crate::{elf, ftrace};
+use crate::{elf, ftrace, libcall};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -53,6 +53,27 @@ pub(crate) fn discover(which: &Objects) -> Result<Vec<Module>, String> {
     Ok(modules)
 }
 
+/// The library calls of the traced objects `modules` (each through its
+/// PLT): a module of thunk sites per object that makes any. An object
+/// whose calls cannot be redirected is said once and left as it is.
+pub(crate) fn library_calls(modules: &[Module]) -> Vec<Module> {
+    // Relaxed: set once before any object is followed; read by the same
+    // thread or after the dlopen that made it matter.
+    LIBCALLS.store(true, Ordering::Relaxed);
+    let mut out = Vec::new();
+    for m in modules {
+        match libcall::redirect(&m.path, m.bias, |_| false) {
+            Ok(Some(calls)) => out.push(calls.module),
+            Ok(None) => {}
+            Err(e) => eprintln!("shadowgraph: {e}; its library calls are not traced"),
+        }
+    }
+    out
+}
+
+/// Whether library calls are traced: objects loaded later get theirs too.
+static LIBCALLS: AtomicBool = AtomicBool::new(false);
+
 /// From now on, objects loaded and unloaded are followed; those loaded
 /// now count as scanned.
 pub(crate) fn follow() {
@@ -84,10 +105,14 @@ pub fn after_dlopen() {
         Ok(m) => m,
         Err(e) => return eprintln!("shadowgraph: {e}; not traced"),
     };
-    let mods: Vec<_> = mods
+    let mut mods: Vec<_> = mods
         .into_iter()
         .filter(|m| !ftrace::has_module(&m.path, m.bias))
         .collect();
+    if LIBCALLS.load(Ordering::Relaxed) {
+        let calls = library_calls(&mods);
+        mods.extend(calls);
+    }
     if !mods.is_empty() {
         match ftrace::add_modules(mods) {
             Ok(()) => recorder::after_new_objects(),

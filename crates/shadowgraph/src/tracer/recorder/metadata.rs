@@ -210,13 +210,22 @@ fn module_maps() -> String {
 /// Every traced object mapped now: base is its lowest mapping, end the end
 /// of its last executable one.
 fn current_module_maps() -> Vec<(usize, usize, String)> {
-    let mut paths: Vec<std::path::PathBuf> =
-        ftrace::sites().into_iter().map(|s| s.module).collect();
+    let sites = ftrace::sites();
+    let mut paths: Vec<std::path::PathBuf> = sites.iter().map(|s| s.module.clone()).collect();
     paths.sort();
     paths.dedup();
     let maps = crate::sys::read_maps().unwrap_or_default();
     let mut out = Vec::new();
     for p in paths {
+        if p.as_os_str().to_string_lossy().ends_with("@plt") && !p.exists() {
+            // An object's library calls: their thunks, named as a module of
+            // their own (crate::libcall).
+            let mine = sites.iter().filter(|s| s.module == p).map(|s| s.addr);
+            if let (Some(b), Some(e)) = (mine.clone().min(), mine.max()) {
+                out.push((b, e + 32, p.display().to_string()));
+            }
+            continue;
+        }
         // The kernel names the file itself; the loader the name it opened
         // (`libfoo.so.1`, often a link to `libfoo.so.1.2.3`).
         let real = std::fs::canonicalize(&p).unwrap_or_else(|_| p.clone());

@@ -1,0 +1,166 @@
+//! Library calls: the calls the program makes through its PLT are traced
+//! by default, as functions of the program are, on every recording path
+//! and with every form of binding; `--no-libcall` leaves them out.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+/// libcalls.c, built with `flags` more.
+fn build(dir: &std::path::Path, name: &str, flags: &[&str]) -> std::path::PathBuf {
+    let mut all = vec!["-fno-builtin", "-pthread"];
+    all.extend_from_slice(flags);
+    build_fixture_with(dir, name, "libcalls.c", &all)
+}
+
+#[test]
+fn library_calls_are_traced_on_every_path_and_binding() {
+    let dir = workdir("libcalls");
+    for (name, flags) in [
+        ("lazy", &["-Wl,-z,lazy"][..]),
+        ("now", &["-Wl,-z,relro,-z,now"][..]),
+    ] {
+        let exe = build(&dir, name, flags);
+        let plain = Command::new(&exe).output().unwrap();
+        assert!(plain.status.success());
+        for way in Way::ALL {
+            let data = dir.join(format!("{name}-{}.data", way.name()));
+            let o = record_run(&[], &way.with(&["--libcall"]), &data, &exe, &[]);
+            let (out, err) = text(&o);
+            assert!(o.status.success(), "{name} {way:?}: {err}");
+            assert_eq!(
+                out,
+                String::from_utf8_lossy(&plain.stdout),
+                "{name} {way:?}"
+            );
+            assert!(err.contains("(0 lost)"), "{name} {way:?}: {err}");
+            let rows = report_rows(&report_text(&data));
+            for (f, calls) in [
+                ("work", 4001),
+                ("malloc", 4001),
+                ("strlen", 8002),
+                ("strcpy", 4001),
+                ("free", 4001),
+                ("memcpy", 4000),
+                ("pthread_create", 4),
+                ("pthread_join", 4),
+                ("qsort", 1),
+                ("printf", 1),
+            ] {
+                assert_eq!(
+                    rows.get(f).map(|r| r.2),
+                    Some(calls),
+                    "{name} {way:?} {f}: {rows:?}"
+                );
+            }
+            // The program's calls inside a library call nest under it.
+            let body = replay_body(&replay_text(&data));
+            let q = body
+                .iter()
+                .position(|l| l.trim() == "qsort() {")
+                .expect("qsort() {");
+            assert!(body[q + 1].trim() == "cmp();", "{:?}", &body[q..q + 4]);
+        }
+    }
+}
+
+/// uftrace reads the library calls of our recording by name, and shows
+/// them as we do.
+#[test]
+fn uftrace_names_the_library_calls_we_recorded() {
+    let dir = workdir("libcalls_uftrace");
+    let exe = build(&dir, "lc", &[]);
+    let data = dir.join("lc.data");
+    let o = record_run(&[], &["--libcall"], &data, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let ours = report_text(&data);
+    if let Some(theirs) = uftrace_view("report", &data) {
+        let names = |r: &str| {
+            let mut v: Vec<(String, u64)> =
+                report_rows(r).into_iter().map(|(n, s)| (n, s.2)).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(&ours), names(&theirs));
+    }
+}
+
+#[test]
+fn library_calls_take_filters_by_name_and_can_be_left_out() {
+    let dir = workdir("libcalls_filters");
+    let exe = build(&dir, "lc", &[]);
+    let rows_of = |opts: &[&str], tag: &str| {
+        let data = dir.join(format!("{tag}.data"));
+        let o = record_run(&[], opts, &data, &exe, &[]);
+        assert!(o.status.success(), "{opts:?}: {}", text(&o).1);
+        report_rows(&report_text(&data))
+    };
+    let rows = rows_of(&["--libcall", "-N", "str*"], "n");
+    assert!(
+        !rows.contains_key("strlen") && !rows.contains_key("strcpy"),
+        "{rows:?}"
+    );
+    assert_eq!(rows["malloc"].2, 4001, "{rows:?}");
+    let rows = rows_of(&["--libcall", "-F", "qsort"], "f");
+    let mut names: Vec<&String> = rows.keys().collect();
+    names.sort();
+    assert_eq!(names, ["cmp", "qsort"], "{rows:?}");
+    let rows = rows_of(&["--libcall", "--no-libcall"], "none");
+    assert!(
+        !rows.contains_key("malloc") && rows["work"].2 == 4001,
+        "{rows:?}"
+    );
+}
+
+/// A C++ program that throws through library calls (`__cxa_throw`,
+/// `__cxa_begin_catch`), longjmps, backtraces and forks runs as untraced
+/// with its library calls traced.
+#[test]
+fn exceptions_and_longjmp_through_library_calls_are_unharmed() {
+    let dir = workdir("libcalls_unwind");
+    let exe = build_fixture_with(&dir, "unwind", "unwind.cpp", &["-pthread"]);
+    let plain = Command::new(&exe).output().unwrap();
+    for way in Way::ALL {
+        let data = dir.join(format!("{}.data", way.name()));
+        let o = record_run(&[], &way.with(&["--libcall"]), &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{way:?}: {err}");
+        assert_eq!(out, String::from_utf8_lossy(&plain.stdout), "{way:?}");
+        let rows = report_rows(&report_text(&data));
+        assert!(rows.contains_key("__cxa_throw"), "{way:?}: {rows:?}");
+    }
+}
+
+/// An object loaded by dlopen has its library calls traced as it joins.
+#[test]
+fn a_dlopened_objects_library_calls_are_traced() {
+    let dir = workdir("libcalls_dlopen");
+    cc(
+        &[&fixture("plugin_libcalls.c")],
+        &[
+            "-O2",
+            "-fno-builtin",
+            "-shared",
+            "-fPIC",
+            "-fpatchable-function-entry=5",
+        ],
+        &dir.join("libplc.so"),
+    );
+    let exe = build_fixture_with(&dir, "host", "dlopen_libcalls.c", &["-ldl"]);
+    let data = dir.join("dl.data");
+    let o = record_run_in(&dir, &[], &["--libcall"], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "10");
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows.get("plug").map(|r| r.2), Some(2), "{rows:?}");
+    assert_eq!(rows.get("strlen").map(|r| r.2), Some(2), "{rows:?}");
+    assert_eq!(rows.get("dlopen").map(|r| r.2), Some(1), "{rows:?}");
+    let body = replay_body(&replay_text(&data));
+    let p = body
+        .iter()
+        .position(|l| l.trim() == "plug() {")
+        .expect("plug() {");
+    assert_eq!(body[p + 1].trim(), "strlen();", "{body:?}");
+}

@@ -1,0 +1,229 @@
+//! Library calls: the calls an object makes through its PLT to functions
+//! of other objects (`printf`, `malloc`, `pthread_mutex_lock`), made
+//! traceable as uftrace traces them, without touching the libraries.
+//!
+//! Each of the object's jump slots (its GOT entries for the PLT) is
+//! pointed at a thunk of its own in an arena near the object:
+//!
+//! ```text
+//!   thunk + 0    0f 1f 44 00 00      the site: a NOP5 the core patches
+//!   thunk + 5    ff 25 00 00 00 00   jmp *(thunk + 11)
+//!   thunk + 11   .quad target        the function the slot resolved to
+//! ```
+//!
+//! The thunks of one object form a module of the core whose sites are
+//! named by the called function, so every tracer, filter and graph user
+//! sees a library call exactly as a function of the program: the site's
+//! stub or trampoline runs the "body" at thunk + 5, which jumps to the real
+//! function, whose return comes back through the stub. Untraced, a library
+//! call costs the nop and an indirect jump.
+//!
+//! A slot lazy binding has not resolved yet is resolved now, as the loader
+//! would (`dlsym(RTLD_DEFAULT)`: the first definition in the global scope,
+//! interposers included); a slot already resolved keeps its target. GOT
+//! pages that RELRO made read-only are made writable for the store and
+//! given their protection back. Each store is one aligned word, so a
+//! thread calling through the slot meanwhile takes the old target or the
+//! new, both correct. Functions that return twice or switch stacks
+//! (`setjmp`, `vfork`, `clone`, …) keep their slots: a return through the
+//! thunk's stub would be wrong for one of the two returns.
+
+use crate::arena::Arena;
+use crate::elf::{self, JumpSlot};
+use crate::process::{CallSite, Module};
+use crate::site::{SiteKind, NOP5};
+use crate::sys;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Offset of the thunk's target word.
+const TARGET: usize = 11;
+/// A thunk's bytes, the target word included.
+const THUNK_LEN: usize = 19;
+
+/// Called functions whose slots are left alone: they return twice
+/// (`setjmp`, `vfork`, `getcontext`), start another stack or thread on the
+/// same return (`clone`), or run the program itself (`__libc_start_main`
+/// calls `main` and never returns; `main` is traced on its own).
+const NEVER: [&str; 14] = [
+    "setjmp",
+    "_setjmp",
+    "__sigsetjmp",
+    "sigsetjmp",
+    "savectx",
+    "getcontext",
+    "vfork",
+    "__vfork",
+    "clone",
+    "clone3",
+    "__libc_start_main",
+    "__cxa_finalize",
+    "_Unwind_Resume",
+    "_Unwind_RaiseException",
+];
+
+/// A slot made traceable: where its GOT entry is and what it held, to give
+/// it back.
+#[derive(Clone, Debug)]
+pub struct Redirected {
+    /// The GOT entry's run-time address.
+    pub got: usize,
+    /// What it held before.
+    pub before: usize,
+}
+
+/// What [`redirect`] did for one object: the module of its thunks (for
+/// the core) and the slots it changed.
+#[derive(Debug)]
+pub struct LibCalls {
+    /// The thunks' module: one NOP5 site per called function.
+    pub module: Module,
+    /// The GOT entries changed.
+    pub slots: Vec<Redirected>,
+}
+
+/// The module path under which an object's library calls are named: the
+/// object's, with `@plt` after it (never a file).
+pub fn module_path(object: &Path) -> PathBuf {
+    let mut p = object.as_os_str().to_owned();
+    p.push("@plt");
+    PathBuf::from(p)
+}
+
+/// Points the jump slots of the object loaded from `path` at `bias` to
+/// thunks, except the functions `keep` says to leave. Returns None when
+/// the object calls nothing through its PLT.
+pub fn redirect(
+    path: &Path,
+    bias: usize,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Option<LibCalls>, String> {
+    let data = sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let slots: Vec<JumpSlot> = elf::jump_slots(path, &data)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|s| !NEVER.contains(&s.symbol.as_str()) && !keep(&s.symbol))
+        .collect();
+    // (Our own mapping of the file is not one of the object's.)
+    drop(data);
+    if slots.is_empty() {
+        return Ok(None);
+    }
+    let maps = sys::read_maps().map_err(|e| format!("/proc/self/maps: {e}"))?;
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let own: Vec<&sys::Mapping> = maps
+        .iter()
+        .filter(|m| Path::new(&m.path) == path || Path::new(&m.path) == real)
+        .collect();
+    let (Some(lo), Some(hi)) = (
+        own.iter().map(|m| m.start).min(),
+        own.iter().map(|m| m.end).max(),
+    ) else {
+        return Err(format!("{}: not mapped", path.display()));
+    };
+    let arena =
+        Arena::near_with_room(lo, hi, 32 * slots.len() + 4096).map_err(|e| e.to_string())?;
+    let mut sites = Vec::new();
+    let mut changed = Vec::new();
+    for slot in slots {
+        let got = bias + slot.got as usize;
+        let Some(mapping) = own.iter().find(|m| m.start <= got && got + 8 <= m.end) else {
+            continue;
+        };
+        // SAFETY: `got` is an aligned GOT word inside a mapping of the
+        // object (checked above); the loader wrote it before our
+        // constructor or dlopen hook ran, and reading it races only with
+        // other aligned word stores.
+        let before = unsafe { (*(got as *const AtomicUsize)).load(Ordering::Acquire) };
+        // Unresolved (lazy binding): it points back into the object's PLT.
+        let target = if (lo..hi).contains(&before) {
+            match resolve(&slot.symbol) {
+                Some(t) => t,
+                None => continue, // weak and undefined: nothing to call
+            }
+        } else {
+            before
+        };
+        let thunk = arena
+            .alloc_with(THUNK_LEN, |_| thunk_bytes(target))
+            .map_err(|e| e.to_string())?;
+        store_word(got, thunk, mapping.prot).map_err(|e| format!("{}: {e}", path.display()))?;
+        changed.push(Redirected { got, before });
+        sites.push(CallSite {
+            addr: thunk,
+            function: shadowgraph_data::names::demangle(&slot.symbol),
+            symbol: slot.symbol,
+            kind: SiteKind::Nop5,
+            disabled: None,
+        });
+    }
+    if sites.is_empty() {
+        return Ok(None);
+    }
+    sites.sort_by_key(|s| s.addr);
+    Ok(Some(LibCalls {
+        module: Module {
+            path: module_path(path),
+            // No object is loaded at an arena's address: a bias of its own.
+            bias: sites[0].addr,
+            sites,
+        },
+        slots: changed,
+    }))
+}
+
+/// Gives every slot of `calls` its former target back (tracing ends; the
+/// thunks stay, unreferenced, for threads still inside one).
+pub fn restore(calls: &LibCalls) {
+    let maps = sys::read_maps().unwrap_or_default();
+    for r in &calls.slots {
+        let prot = maps
+            .iter()
+            .find(|m| m.start <= r.got && r.got + 8 <= m.end)
+            .map_or(libc::PROT_READ, |m| m.prot);
+        let _ = store_word(r.got, r.before, prot);
+    }
+}
+
+fn thunk_bytes(target: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(THUNK_LEN);
+    b.extend_from_slice(&NOP5);
+    b.extend_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+    debug_assert_eq!(b.len(), TARGET);
+    b.extend_from_slice(&(target as u64).to_le_bytes());
+    b
+}
+
+/// The address `name` resolves to in the global scope, as the loader
+/// would bind it.
+fn resolve(name: &str) -> Option<usize> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a lookup by a NUL-terminated name in the global scope.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) };
+    (!p.is_null()).then_some(p as usize)
+}
+
+/// Stores `value` at the aligned word `at` whose page has protection
+/// `prot`: made writable for the store if it is not (RELRO), then given
+/// `prot` back.
+fn store_word(at: usize, value: usize, prot: i32) -> std::io::Result<()> {
+    let page = at & !(sys::page_size() - 1);
+    let writable = prot & libc::PROT_WRITE != 0;
+    if !writable {
+        // SAFETY: the page is a mapped GOT page of a loaded object; adding
+        // write permission changes no byte of it.
+        if unsafe { libc::mprotect(page as *mut _, sys::page_size(), prot | libc::PROT_WRITE) } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: `at` is an aligned word of that page, now writable. Release:
+    // a thread that jumps through the slot and finds the thunk finds its
+    // bytes written (they were, before the arena handed it out).
+    unsafe { (*(at as *const AtomicUsize)).store(value, Ordering::Release) };
+    if !writable {
+        // SAFETY: as above; the protection the page had.
+        unsafe { libc::mprotect(page as *mut _, sys::page_size(), prot) };
+    }
+    Ok(())
+}
