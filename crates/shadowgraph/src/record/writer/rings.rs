@@ -41,6 +41,14 @@ crate::fast_thread_local!(
     pub(super) static MINE_SLOT: [Cell<usize>; MAX_INSTANCES];
 );
 
+// Whether this thread is inside a wait for the writer: a signal handler
+// that waits again inside it adds no time (the outer wait counts it). A
+// handler that leaves an outer wait by siglongjmp leaves it set: the
+// thread's later waits are then not timed (counted, not overstated).
+crate::fast_thread_local!(
+    static WAITING: Cell<bool>;
+);
+
 /// This thread's ring of instance `inst`, or None (the record counted as
 /// lost) when it has none and cannot make one. A new ring starts at the
 /// depth a record of `kind` at `depth` implies.
@@ -113,15 +121,22 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
         drain_local(inst, r, fd);
     } else if !WRITER_GONE.load(Ordering::Relaxed) {
         let start = clock::monotonic_ns();
+        let outer = !WAITING.replace(true);
         WAITS.fetch_add(1, Ordering::Relaxed);
         loop {
             if let Some(c) = attempt() {
-                WAITED_NS.fetch_add(clock::monotonic_ns() - start, Ordering::Relaxed);
+                if outer {
+                    WAITED_NS.fetch_add(clock::monotonic_ns() - start, Ordering::Relaxed);
+                    WAITING.set(false);
+                }
                 return Some(c);
             }
             let waited = clock::monotonic_ns() - start;
             if waited > WAIT_LIMIT_NS {
                 WRITER_GONE.store(true, Ordering::Relaxed);
+                if outer {
+                    WAITING.set(false);
+                }
                 break;
             }
             if waited < WAIT_SPIN_NS && SPIN_FOR_ROOM.load(Ordering::Relaxed) {
