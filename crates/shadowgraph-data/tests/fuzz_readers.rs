@@ -160,13 +160,6 @@ fn every_view(dir: &Path) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn cases() -> u32 {
-    std::env::var("SHADOWGRAPH_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400)
-}
-
 /// A directory of its own per case, removed after it.
 fn case_dir() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -195,7 +188,7 @@ fn the_corpus_is_read_whole_undamaged() {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(),
+        cases: shadowgraph_testkit::fuzz::cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

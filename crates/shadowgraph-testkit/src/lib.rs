@@ -5,5 +5,6 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod cc;
+pub mod fuzz;
 pub mod scratch;
 pub mod tool;

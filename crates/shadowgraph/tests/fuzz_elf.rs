@@ -97,13 +97,6 @@ fn apply(b: &mut Vec<u8>, d: &Damage) {
     }
 }
 
-fn cases() -> u32 {
-    std::env::var("SHADOWGRAPH_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400)
-}
-
 #[test]
 fn the_objects_are_read_whole_undamaged() {
     for (path, bytes) in objects() {
@@ -114,7 +107,7 @@ fn the_objects_are_read_whole_undamaged() {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(),
+        cases: shadowgraph_testkit::fuzz::cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
