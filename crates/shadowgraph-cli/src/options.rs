@@ -297,6 +297,11 @@ impl RecordOptions {
         Ok(config)
     }
 
+    /// Whether library calls are traced (not `--no-libcall`).
+    pub(crate) fn libcalls(&self) -> bool {
+        !self.no_libcall
+    }
+
     pub(crate) fn tracer_names(&self) -> Vec<String> {
         self.tracers
             .iter()

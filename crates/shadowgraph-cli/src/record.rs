@@ -81,7 +81,14 @@ pub(crate) fn record(
         Some(Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?)
     };
     let mut program_pid = 0;
-    let status = Command::new(prog)
+    let mut command = Command::new(prog);
+    if opts.libcalls() {
+        // The loader binds every PLT slot at load time, with the symbol
+        // version and lookup scope each object asks for; the agent then
+        // finds them resolved and only redirects them (crate libcall).
+        command.env("LD_BIND_NOW", "1");
+    }
+    let status = command
         .args(args)
         .env("LD_PRELOAD", preload(&agent))
         .env(config::ENV, config.to_env_value())

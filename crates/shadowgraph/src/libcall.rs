@@ -18,9 +18,12 @@
 //! function, whose return comes back through the stub. Untraced, a library
 //! call costs the nop and an indirect jump.
 //!
-//! A slot lazy binding has not resolved yet is resolved now, as the loader
-//! would (`dlsym(RTLD_DEFAULT)`: the first definition in the global scope,
-//! interposers included); a slot already resolved keeps its target. GOT
+//! `record` runs the program with `LD_BIND_NOW=1`, so the loader has bound
+//! every slot (with the symbol version and scope the object asks for)
+//! before the agent looks; a slot found unresolved all the same (a
+//! program that embeds the library) is resolved by `dlsym(RTLD_DEFAULT)`,
+//! the first definition in the global scope, which ignores symbol
+//! versions. A slot already resolved keeps its target. GOT
 //! pages that RELRO made read-only are made writable for the store and
 //! given their protection back. Each store is one aligned word, so a
 //! thread calling through the slot meanwhile takes the old target or the
@@ -125,8 +128,12 @@ pub fn redirect(
         Arena::near_with_room(lo, hi, 32 * slots.len() + 4096).map_err(|e| e.to_string())?;
     let mut sites = Vec::new();
     let mut changed = Vec::new();
+    // A failure part-way leaves the slots redirected so far pointing at
+    // thunks that only jump on: their calls work, untraced.
     for slot in slots {
-        let got = bias + slot.got as usize;
+        let Some(got) = bias.checked_add(slot.got as usize).filter(|g| g % 8 == 0) else {
+            continue;
+        };
         let Some(mapping) = own.iter().find(|m| m.start <= got && got + 8 <= m.end) else {
             continue;
         };
