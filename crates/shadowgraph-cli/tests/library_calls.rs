@@ -164,3 +164,46 @@ fn a_dlopened_objects_library_calls_are_traced() {
         .expect("plug() {");
     assert_eq!(body[p + 1].trim(), "strlen();", "{body:?}");
 }
+
+/// Programs whose library calls do not simply return run as untraced with
+/// those calls traced: swapcontext switching coroutines, siglongjmp out of
+/// signal handlers (sigsetjmp itself never traced), fork (both processes
+/// return), exec (the image replaced inside the call: it exits with 3).
+#[test]
+fn calls_that_switch_jump_fork_or_exec_leave_the_program_correct() {
+    let dir = workdir("libcalls_unusual");
+    for (fixture, calls) in [
+        ("coroutines.c", &["swapcontext"][..]),
+        ("siglongjmp_alarms.c", &["siglongjmp"][..]),
+        ("fork_child.c", &["fork", "waitpid"][..]),
+        ("exec_self.c", &["execl"][..]),
+    ] {
+        let name = fixture.trim_end_matches(".c");
+        let exe = build_fixture(&dir, name, fixture);
+        let plain = Command::new(&exe).output().unwrap();
+        for way in Way::ALL {
+            let data = dir.join(format!("{name}-{}.data", way.name()));
+            let o = record_run(&[], &way.with(&["--libcall"]), &data, &exe, &[]);
+            let (out, err) = text(&o);
+            assert_eq!(
+                o.status.code(),
+                plain.status.code(),
+                "{fixture} {way:?}: {err}"
+            );
+            if fixture == "siglongjmp_alarms.c" {
+                // "7 ALARMS": an alarm may land after the 300th jump.
+                let alarms: u64 = out.trim().strip_prefix("7 ").unwrap().parse().unwrap();
+                assert!(alarms >= 2400, "{way:?}: {out}");
+            } else {
+                let want = String::from_utf8_lossy(&plain.stdout);
+                assert_eq!(out, want, "{fixture} {way:?}");
+            }
+            let report = report_text(&data);
+            for c in calls {
+                let row = format!(" {c}\n");
+                assert!(report.contains(&row), "{fixture} {way:?}: {c}: {report}");
+            }
+            assert!(!report.contains(" sigsetjmp\n") && !report.contains(" __sigsetjmp\n"));
+        }
+    }
+}
