@@ -179,11 +179,11 @@ pub fn redirect(
     }))
 }
 
-/// Gives every slot of `calls` its former target back (tracing ends; the
+/// Gives every slot of `slots` its former target back (tracing ends; the
 /// thunks stay, unreferenced, for threads still inside one).
-pub fn restore(calls: &LibCalls) {
+pub fn restore(slots: &[Redirected]) {
     let maps = sys::read_maps().unwrap_or_default();
-    for r in &calls.slots {
+    for r in slots {
         let prot = maps
             .iter()
             .find(|m| m.start <= r.got && r.got + 8 <= m.end)

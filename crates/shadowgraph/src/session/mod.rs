@@ -70,13 +70,15 @@ impl Session {
         Ok(Session { _one: () })
     }
 
-    /// Ends the session: tracing stops (the sites go back to nops), a
+    /// Ends the session: tracing stops (the sites go back to nops, the
+    /// GOT slots of library calls to their functions), a
     /// recording's buffers are written out and its data directory
     /// completed (uftrace's format, when no writer process does it); a
     /// count's report is written.
     pub fn finish(self) {
         if let Some(Started::Record { .. }) = STARTED.get() {
             recorder::stop();
+            objects::restore_library_calls();
         }
         finish();
     }

@@ -63,7 +63,13 @@ pub(crate) fn library_calls(modules: &[Module]) -> Vec<Module> {
     let mut out = Vec::new();
     for m in modules {
         match libcall::redirect(&m.path, m.bias, |_| false) {
-            Ok(Some(calls)) => out.push(calls.module),
+            Ok(Some(calls)) => {
+                REDIRECTED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(calls.slots);
+                out.push(calls.module);
+            }
             Ok(None) => {}
             Err(e) => eprintln!("shadowgraph: {e}; its library calls are not traced"),
         }
@@ -73,6 +79,15 @@ pub(crate) fn library_calls(modules: &[Module]) -> Vec<Module> {
 
 /// Whether library calls are traced: objects loaded later get theirs too.
 static LIBCALLS: AtomicBool = AtomicBool::new(false);
+
+/// The GOT slots redirected, to give back when the session ends.
+static REDIRECTED: Mutex<Vec<libcall::Redirected>> = Mutex::new(Vec::new());
+
+/// The session ends: every redirected slot gets its target back.
+pub(crate) fn restore_library_calls() {
+    let slots = std::mem::take(&mut *REDIRECTED.lock().unwrap_or_else(|e| e.into_inner()));
+    libcall::restore(&slots);
+}
 
 /// From now on, objects loaded and unloaded are followed; those loaded
 /// now count as scanned.
