@@ -43,6 +43,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 const TARGET: usize = 11;
 /// A thunk's bytes, the target word included.
 const THUNK_LEN: usize = 19;
+/// From one thunk to the next (int3 filler between them).
+pub const THUNK_STRIDE: usize = 32;
 
 /// Called functions whose slots are left alone: they return twice
 /// (`setjmp`, `vfork`, `getcontext`), start another stack or thread on the
@@ -124,12 +126,9 @@ pub fn redirect(
     ) else {
         return Err(format!("{}: not mapped", path.display()));
     };
-    let arena =
-        Arena::near_with_room(lo, hi, 32 * slots.len() + 4096).map_err(|e| e.to_string())?;
-    let mut sites = Vec::new();
-    let mut changed = Vec::new();
-    // A failure part-way leaves the slots redirected so far pointing at
-    // thunks that only jump on: their calls work, untraced.
+    // What each slot will call: (slot, GOT word address, its mapping's
+    // protection, what it holds, the target).
+    let mut plan = Vec::new();
     for slot in slots {
         let Some(got) = bias.checked_add(slot.got as usize).filter(|g| g % 8 == 0) else {
             continue;
@@ -151,10 +150,31 @@ pub fn redirect(
         } else {
             before
         };
-        let thunk = arena
-            .alloc_with(THUNK_LEN, |_| thunk_bytes(target))
-            .map_err(|e| e.to_string())?;
-        store_word(got, thunk, mapping.prot).map_err(|e| format!("{}: {e}", path.display()))?;
+        plan.push((slot, got, mapping.prot, before, target));
+    }
+    if plan.is_empty() {
+        return Ok(None);
+    }
+    // Every thunk in one piece of the arena, written at once.
+    let arena = Arena::near_with_room(lo, hi, THUNK_STRIDE * plan.len() + 4096)
+        .map_err(|e| e.to_string())?;
+    let first = arena
+        .alloc_with(THUNK_STRIDE * plan.len(), |_| {
+            let mut code = Vec::with_capacity(THUNK_STRIDE * plan.len());
+            for p in &plan {
+                code.extend(thunk_bytes(p.4));
+                code.resize(code.len().next_multiple_of(THUNK_STRIDE), 0xcc);
+            }
+            code
+        })
+        .map_err(|e| e.to_string())?;
+    let mut sites = Vec::new();
+    let mut changed = Vec::new();
+    // A failure part-way leaves the slots redirected so far pointing at
+    // thunks that only jump on: their calls work, untraced.
+    for (i, (slot, got, prot, before, _)) in plan.into_iter().enumerate() {
+        let thunk = first + i * THUNK_STRIDE;
+        store_word(got, thunk, prot).map_err(|e| format!("{}: {e}", path.display()))?;
         changed.push(Redirected { got, before });
         sites.push(CallSite {
             addr: thunk,

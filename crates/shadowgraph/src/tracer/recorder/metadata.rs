@@ -222,7 +222,7 @@ fn current_module_maps() -> Vec<(usize, usize, String)> {
             // their own (crate::libcall).
             let mine = sites.iter().filter(|s| s.module == p).map(|s| s.addr);
             if let (Some(b), Some(e)) = (mine.clone().min(), mine.max()) {
-                out.push((b, e + 32, p.display().to_string()));
+                out.push((b, e + crate::libcall::THUNK_STRIDE, p.display().to_string()));
             }
             continue;
         }
