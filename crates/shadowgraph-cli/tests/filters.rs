@@ -474,3 +474,43 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// A record pattern that matches no function is a warning, and tracing
+/// goes on without it: `-F` of nothing that exists records nothing (the
+/// recording complete), beside another `-F` it is left out, `-N` of
+/// nothing excludes nothing.
+#[test]
+fn a_record_pattern_that_matches_nothing_is_a_warning() {
+    let dir = workdir("unmatched");
+    let exe = build_fixture(&dir, "fib", "fib_arg.c");
+    let warned = "warning: pattern `nosuch*` matches no function; tracing goes on without it";
+    let run = |opts: &[&str], tag: &str| {
+        let data = dir.join(format!("{tag}.data"));
+        let o = record_run(&[], opts, &data, &exe, &["5".as_ref()]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{opts:?}: {err}");
+        assert_eq!(out.trim(), "5", "{opts:?}");
+        assert_eq!(err.matches(warned).count(), 1, "{opts:?}: {err}");
+        data
+    };
+    let rows_of = |data: &std::path::Path| {
+        let o = shadowgraph()
+            .args(["report", "-d"])
+            .arg(data)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{}: {err}", data.display());
+        report_rows(&out)
+    };
+    assert!(rows_of(&run(&["-F", "nosuch*"], "only")).is_empty());
+    let rows = rows_of(&run(&["-F", "fib", "-F", "nosuch*"], "beside"));
+    assert!(
+        rows.contains_key("fib") && !rows.contains_key("main"),
+        "{rows:?}"
+    );
+    let rows = rows_of(&run(&["-N", "nosuch*"], "notrace"));
+    assert_eq!((rows["main"].2, rows["fib"].2), (1, 15), "{rows:?}");
+    let profile = run(&["--tracer", "profile:filter=nosuch*"], "profile").join("profile");
+    assert!(rows_of(&profile).is_empty());
+}

@@ -155,6 +155,18 @@ impl Pattern {
     }
 }
 
+/// The patterns of `patterns` that match none of `names` and do not name
+/// a module that is absent from them (one loaded later may hold it): what
+/// [`select`] refuses.
+pub fn unmatched<'p>(patterns: &'p [Pattern], names: &[FunctionName<'_>]) -> Vec<&'p Pattern> {
+    patterns
+        .iter()
+        .filter(|p| {
+            !names.iter().any(|s| p.matches(s)) && !p.module_absent(names.iter().map(|s| s.module))
+        })
+        .collect()
+}
+
 /// Selects among `names`, applying the patterns in order: positive
 /// patterns add, `!` patterns remove. Returns the indices selected, in
 /// ascending order. A pattern that matches nothing is an error unless it

@@ -192,22 +192,67 @@ fn graph_tracer(
     })
 }
 
-/// The filter set of patterns (`None`: no pattern, no filter).
+/// The filter set of patterns (`None`: no pattern, no filter). A pattern
+/// that matches no function is said and left out; when none is left the
+/// set selects nothing (`-F` of functions that do not exist: nothing is
+/// inside them).
 fn filter_set(patterns: &[String]) -> Result<Option<Arc<ftrace::FilterSet>>, String> {
     if patterns.is_empty() {
         return Ok(None);
     }
-    let p: Vec<&str> = patterns.iter().map(String::as_str).collect();
+    let kept = matching(patterns)?;
+    let p: Vec<&str> = kept.iter().map(String::as_str).collect();
     ftrace::FilterSet::with_patterns(&p, &[])
         .map(Some)
         .map_err(|e| e.to_string())
 }
 
+/// `patterns` without those that match no traced function (each said
+/// once on stderr: tracing goes on without it). A bad pattern is an error.
+fn matching(patterns: &[String]) -> Result<Vec<String>, String> {
+    use shadowgraph_data::pattern::{unmatched, FunctionName, Pattern};
+    let parsed = patterns
+        .iter()
+        .map(|p| Pattern::parse(p).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let sites = ftrace::sites();
+    let modules: Vec<String> = sites
+        .iter()
+        .map(|s| s.module.to_string_lossy().into_owned())
+        .collect();
+    let names: Vec<FunctionName<'_>> = sites
+        .iter()
+        .zip(&modules)
+        .map(|(s, m)| FunctionName {
+            function: &s.function,
+            symbol: &s.symbol,
+            module: m,
+        })
+        .collect();
+    let missing: Vec<String> = unmatched(&parsed, &names)
+        .into_iter()
+        .map(|p| p.text().to_string())
+        .collect();
+    for p in &missing {
+        eprintln!(
+            "shadowgraph: warning: pattern `{p}` matches no function; tracing goes on without it \
+             (a function of a library loaded later by dlopen is named `{p}@LIB`)"
+        );
+    }
+    Ok(patterns
+        .iter()
+        .filter(|p| !missing.contains(p))
+        .cloned()
+        .collect())
+}
+
 /// A profile's own filter set: the functions it profiles.
 fn profile_set(filter: &[String], notrace: &[String]) -> Result<Arc<ftrace::FilterSet>, String> {
-    let f: Vec<&str> = filter.iter().map(String::as_str).collect();
+    let (filter_kept, notrace) = (matching(filter)?, matching(notrace)?);
+    let f: Vec<&str> = filter_kept.iter().map(String::as_str).collect();
     let n: Vec<&str> = notrace.iter().map(String::as_str).collect();
-    if !f.is_empty() {
+    // (Every -F pattern unmatched: the profile selects nothing.)
+    if !filter.is_empty() {
         return ftrace::FilterSet::with_patterns(&f, &n).map_err(|e| e.to_string());
     }
     let fs = ftrace::FilterSet::all();
