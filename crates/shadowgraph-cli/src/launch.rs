@@ -41,14 +41,9 @@ pub(crate) fn agent_path() -> Result<PathBuf, String> {
     if std::fs::symlink_metadata(&path).is_ok_and(fits) {
         return Ok(path);
     }
-    // Written under a name of its own, then renamed: a concurrent run sees
-    // the whole file or none.
-    let tmp = dir.join(format!("agent-{AGENT_ID}.so.{}", std::process::id()));
-    let written = std::fs::write(&tmp, EMBEDDED_AGENT).and_then(|()| std::fs::rename(&tmp, &path));
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot write the agent to {}: {e}", path.display())
-    })?;
+    // Written whole or not at all: a concurrent run sees the file or none.
+    shadowgraph_data::dir::write_whole(&path, EMBEDDED_AGENT)
+        .map_err(|e| format!("cannot write the agent to {}: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -60,11 +55,12 @@ pub(crate) fn remove_other_agents() -> Vec<(PathBuf, u64)> {
     let Ok(dir) = private_dir() else {
         return Vec::new();
     };
+    // (This build's agent, and a copy of it being written, stay.)
     let mine = format!("agent-{AGENT_ID}.so");
     let mut removed = Vec::new();
     for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("agent-") || name == mine {
+        if !name.starts_with("agent-") || name.starts_with(&mine) {
             continue;
         }
         let len = e.metadata().map(|m| m.len()).unwrap_or(0);

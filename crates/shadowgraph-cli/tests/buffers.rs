@@ -13,13 +13,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
     let exe = build_fixture(&dir, "ts", "tick_naps.c");
     let data = dir.join("t.data");
     let before = shadowgraph::clock::monotonic_ns();
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "--no-libs", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &["--no-libs"], &data, &exe, &[]);
     let after = shadowgraph::clock::monotonic_ns();
     assert!(o.status.success(), "{}", text(&o).1);
     let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
@@ -82,13 +76,7 @@ fn small_buffers_make_threads_wait_for_the_writer_not_lose() {
         &exe,
     );
     let data = dir.join("t.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "--no-libs", "-b", "64K", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &["--no-libs", "-b", "64K"], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert_eq!(out.trim(), "70844");

@@ -17,13 +17,7 @@ fn a_crashing_program_leaves_a_readable_recording() {
         &exe,
     );
     let data = dir.join("crash.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &[], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(
         !o.status.success(),
@@ -106,13 +100,7 @@ fn forked_and_executed_children_leave_the_parents_results_alone() {
         );
     }
     let data = dir.join("forks.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &[], &data, &exe, &[]);
     let (_, err) = text(&o);
     assert!(o.status.success() && !err.contains("shadowgraph:"), "{err}");
     assert!(
@@ -257,13 +245,7 @@ fn a_killed_program_loses_nothing_it_recorded() {
     let dir = workdir("killed");
     let exe = build_fixture(&dir, "killed", "killed_midway.c");
     let data = dir.join("k.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "--no-libs", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &["--no-libs"], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(!o.status.success());
     assert_eq!(out.trim(), "705082704");
@@ -320,13 +302,7 @@ fn forked_children_and_exec_sessions_are_recorded() {
     let dir = workdir("fork");
     let exe = build_fixture(&dir, "fk", "fork_child.c");
     let data = dir.join("f.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "--no-libs", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &["--no-libs"], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert_eq!(out.trim(), "exec'd 9");
@@ -477,13 +453,7 @@ fn forked_children_and_exec_sessions_are_recorded() {
     let info = view_text("info", &session);
     assert!(info.contains("exit status         : unknown"), "{info}");
     // --no-children: the parent's process only, nothing reported missing.
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "--no-libs", "--no-children", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &["--no-libs", "--no-children"], &data, &exe, &[]);
     let err = text(&o).1;
     assert!(o.status.success(), "{err}");
     assert!(

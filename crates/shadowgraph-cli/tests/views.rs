@@ -227,13 +227,7 @@ fn rust_program_is_recorded_with_demangled_names() {
         .unwrap();
     assert!(ok.success());
     let data = dir.join("rs.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
+    let o = record_run(&[], &[], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success() && out.trim() == "335", "{out}\n{err}");
     let rep = replay_text(&data);

@@ -96,18 +96,13 @@ pub fn module_path(object: &Path) -> PathBuf {
 }
 
 /// Points the jump slots of the object loaded from `path` at `bias` to
-/// thunks, except the functions `keep` says to leave. Returns None when
-/// the object calls nothing through its PLT.
-pub fn redirect(
-    path: &Path,
-    bias: usize,
-    keep: impl Fn(&str) -> bool,
-) -> Result<Option<LibCalls>, String> {
+/// thunks. Returns None when the object calls nothing through its PLT.
+pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     let data = sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let slots: Vec<JumpSlot> = elf::jump_slots(path, &data)
         .map_err(|e| e.to_string())?
         .into_iter()
-        .filter(|s| !NEVER.contains(&s.symbol.as_str()) && !keep(&s.symbol))
+        .filter(|s| !NEVER.contains(&s.symbol.as_str()))
         .collect();
     // (Our own mapping of the file is not one of the object's.)
     drop(data);

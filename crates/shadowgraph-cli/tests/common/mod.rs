@@ -412,14 +412,7 @@ pub fn record_calls_program(name: &str) -> (PathBuf, PathBuf) {
         &exe,
     );
     let data = dir.join("trace.data");
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .arg("2")
-        .output()
-        .unwrap();
+    let o = record_run(&[], &[], &data, &exe, &["2".as_ref()]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert!(err.contains("(0 lost)"), "{err}");

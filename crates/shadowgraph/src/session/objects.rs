@@ -62,7 +62,7 @@ pub(crate) fn library_calls(modules: &[Module]) -> Vec<Module> {
     LIBCALLS.store(true, Ordering::Relaxed);
     let mut out = Vec::new();
     for m in modules {
-        match libcall::redirect(&m.path, m.bias, |_| false) {
+        match libcall::redirect(&m.path, m.bias) {
             Ok(Some(calls)) => {
                 REDIRECTED
                     .lock()
