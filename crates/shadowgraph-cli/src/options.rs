@@ -65,11 +65,16 @@ pub(crate) struct RecordOptions {
     /// Do not trace the calls the program makes to library functions
     /// through its PLT (`printf`, `malloc`, …), which are traced by
     /// default as uftrace does.
-    #[arg(long, overrides_with = "libcall")]
+    #[arg(long, overrides_with_all = ["libcall", "nest_libcall"])]
     no_libcall: bool,
     /// Trace library calls (the default; undoes an earlier --no-libcall).
     #[arg(long, overrides_with = "no_libcall")]
     libcall: bool,
+    /// Also trace the calls libraries make to each other through their
+    /// PLTs (not those among the system's base libraries: libc, libm,
+    /// libgcc_s, libpthread, libdl, the loader), as uftrace's option.
+    #[arg(short = 'l', long, overrides_with = "no_libcall")]
+    nest_libcall: bool,
     /// Record through fgraph's callbacks, never the fused paths (to
     /// compare them).
     #[arg(long, hide = true)]
@@ -285,7 +290,7 @@ impl RecordOptions {
                 control: self.control()?,
                 children: !self.no_children,
                 fused: !self.general_path,
-                libcalls: !self.no_libcall,
+                libcalls: self.libcalls(),
             }),
             objects,
             stack_bytes: self.max_stack.map(|b| b as usize),
@@ -297,9 +302,14 @@ impl RecordOptions {
         Ok(config)
     }
 
-    /// Whether library calls are traced (not `--no-libcall`).
-    pub(crate) fn libcalls(&self) -> bool {
-        !self.no_libcall
+    /// Which library calls are traced (of `--no-libcall` and
+    /// `--nest-libcall`, the later one holds).
+    pub(crate) fn libcalls(&self) -> config::LibCalls {
+        match (self.no_libcall, self.nest_libcall) {
+            (true, _) => config::LibCalls::Off,
+            (false, true) => config::LibCalls::Nested,
+            (false, false) => config::LibCalls::Traced,
+        }
     }
 
     pub(crate) fn tracer_names(&self) -> Vec<String> {

@@ -106,6 +106,19 @@ fn library_calls_take_filters_by_name_and_can_be_left_out() {
     let mut names: Vec<&String> = rows.keys().collect();
     names.sort();
     assert_eq!(names, ["cmp", "qsort"], "{rows:?}");
+    // `@PLT`: every library call; `@LIB`: those into that library (at
+    // record time; the views know the caller's object, as uftrace's).
+    let rows = rows_of(&["--libcall", "-F", "*@PLT", "-N", "pthread_*"], "plt");
+    let mut names: Vec<&String> = rows.keys().collect();
+    names.sort();
+    let libc = [
+        "cmp", "free", "malloc", "memcpy", "printf", "qsort", "strcpy", "strlen",
+    ];
+    assert_eq!(names, libc, "{rows:?}");
+    let rows = rows_of(&["--libcall", "-N", "*@libc"], "libc");
+    let mut names: Vec<&String> = rows.keys().collect();
+    names.sort();
+    assert_eq!(names, ["main", "thread", "work"], "{rows:?}");
     let rows = rows_of(&["--libcall", "--no-libcall"], "none");
     assert!(
         !rows.contains_key("malloc") && rows["work"].2 == 4001,
@@ -115,20 +128,26 @@ fn library_calls_take_filters_by_name_and_can_be_left_out() {
 
 /// A C++ program that throws through library calls (`__cxa_throw`,
 /// `__cxa_begin_catch`), longjmps, backtraces and forks runs as untraced
-/// with its library calls traced.
+/// with its library calls traced, and with libstdc++'s own too (those its
+/// personality routine makes while the unwinder walks are left out).
 #[test]
 fn exceptions_and_longjmp_through_library_calls_are_unharmed() {
     let dir = workdir("libcalls_unwind");
     let exe = build_fixture_with(&dir, "unwind", "unwind.cpp", &["-pthread"]);
     let plain = Command::new(&exe).output().unwrap();
-    for way in Way::ALL {
-        let data = dir.join(format!("{}.data", way.name()));
-        let o = record_run(&[], &way.with(&["--libcall"]), &data, &exe, &[]);
-        let (out, err) = text(&o);
-        assert!(o.status.success(), "{way:?}: {err}");
-        assert_eq!(out, String::from_utf8_lossy(&plain.stdout), "{way:?}");
-        let rows = report_rows(&report_text(&data));
-        assert!(rows.contains_key("__cxa_throw"), "{way:?}: {rows:?}");
+    for opt in ["--libcall", "--nest-libcall"] {
+        for way in Way::ALL {
+            let data = dir.join(format!("{}{opt}.data", way.name()));
+            let o = record_run(&[], &way.with(&[opt]), &data, &exe, &[]);
+            let (out, err) = text(&o);
+            assert!(o.status.success(), "{opt} {way:?}: {err}");
+            assert_eq!(out, String::from_utf8_lossy(&plain.stdout), "{opt} {way:?}");
+            let rows = report_rows(&report_text(&data));
+            assert!(rows.contains_key("__cxa_throw"), "{opt} {way:?}: {rows:?}");
+            // operator new calls malloc through libstdc++'s PLT.
+            let nested = rows.contains_key("malloc");
+            assert_eq!(nested, opt == "--nest-libcall", "{opt} {way:?}: {rows:?}");
+        }
     }
 }
 
@@ -204,6 +223,64 @@ fn calls_that_switch_jump_fork_or_exec_leave_the_program_correct() {
                 assert!(report.contains(&row), "{fixture} {way:?}: {c}: {report}");
             }
             assert!(!report.contains(" sigsetjmp\n") && !report.contains(" __sigsetjmp\n"));
+        }
+    }
+}
+
+/// `--nest-libcall`: the calls a library without sites makes through its
+/// own PLT are traced too, whether it was linked or loaded by dlopen,
+/// under the program's call into it; without it, only the program's.
+#[test]
+fn nested_library_calls_are_traced_with_nest_libcall() {
+    let dir = workdir("libcalls_nested");
+    // A library built without patchable entries, as most are.
+    cc(
+        &[&fixture("plugin_libcalls.c")],
+        &["-O2", "-fno-builtin", "-shared", "-fPIC"],
+        &dir.join("libplc.so"),
+    );
+    let linked = dir.join("linked");
+    cc(
+        &[&fixture("links_plugin.c"), &dir.join("libplc.so")],
+        &[
+            "-O2",
+            "-fpatchable-function-entry=5",
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ],
+        &linked,
+    );
+    let opened = build_fixture_with(&dir, "opened", "dlopen_libcalls.c", &["-ldl"]);
+    // plug is a library call of the linked program; the other calls it
+    // through a pointer from dlsym, which is not one.
+    for (exe, plain, nested) in [
+        (
+            &linked,
+            &["plug();"][..],
+            &["plug() {", "strlen();", "} /* plug */"][..],
+        ),
+        (&opened, &["printf();"][..], &["strlen();"][..]),
+    ] {
+        for (opts, want) in [
+            (&["--libcall"][..], plain),
+            (&["--nest-libcall"][..], nested),
+        ] {
+            let data = dir.join(format!(
+                "{}-{}.data",
+                exe.file_name().unwrap().to_string_lossy(),
+                opts[0]
+            ));
+            let o = record_run_in(&dir, &[], opts, &data, exe, &[]);
+            let (out, err) = text(&o);
+            assert!(o.status.success(), "{exe:?} {opts:?}: {err}");
+            assert_eq!(out.trim(), "10");
+            let body = replay_body(&replay_text(&data));
+            let lines: Vec<&str> = body.iter().map(|l| l.trim()).collect();
+            let found = lines.windows(want.len()).filter(|w| w == &want).count();
+            let times = if want == ["printf();"] { 1 } else { 2 };
+            assert_eq!(found, times, "{exe:?} {opts:?}: {want:?} in {lines:?}");
+            if opts[0] == "--libcall" {
+                assert!(!lines.contains(&"strlen();"), "{exe:?}: {lines:?}");
+            }
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Function patterns, as `-F`, `-N` and the views' filters take them:
 //! a glob (`*`, `?`, `[...]`) or a `/regex/`, either followed by
-//! `@module` (a glob over the object's file name), and a leading `!` to
-//! take away what it matches from what earlier patterns selected.
+//! `@module` (a glob over the start of the object's file name, as uftrace
+//! matches it: `@libc` is `libc.so.6`; `@PLT`: the library calls), and a
+//! leading `!` to take away what it matches from what earlier patterns
+//! selected.
 
 use std::fmt;
 
@@ -11,8 +13,40 @@ pub struct FunctionName<'a> {
     pub function: &'a str,
     /// Its symbol as the object names it.
     pub symbol: &'a str,
-    /// The path of the object holding it.
+    /// The path of the object holding it (for a library call: the
+    /// caller's, with `@plt` after it).
     pub module: &'a str,
+    /// For a library call: the path of the object that defines the
+    /// function called, when known.
+    pub library: Option<&'a str>,
+}
+
+/// The module path suffix of library calls (the thunks of an object's
+/// PLT slots), which `@PLT` selects.
+pub const PLT_SUFFIX: &str = "@plt";
+
+impl FunctionName<'_> {
+    /// Whether `@module` names the object it is in: a glob matched against
+    /// the start of the file name of its object (or, for a library call,
+    /// of the library defining it); `PLT` (any case) names every library
+    /// call.
+    fn in_module(&self, module: &str) -> bool {
+        if module.eq_ignore_ascii_case("plt") {
+            return self.module.ends_with(PLT_SUFFIX);
+        }
+        std::iter::once(self.module)
+            .chain(self.library)
+            .any(|path| module_matches(module, path))
+    }
+}
+
+/// Whether the glob `module` matches the start of `path`'s file name.
+fn module_matches(module: &str, path: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let mut prefix = String::with_capacity(module.len() + 1);
+    prefix.push_str(module);
+    prefix.push('*');
+    glob_match(prefix.as_bytes(), file.as_bytes())
 }
 
 /// A bad pattern, or one that matches nothing.
@@ -128,8 +162,7 @@ impl Pattern {
     /// pattern names one (a `!` pattern matches what it would remove).
     pub fn matches(&self, site: &FunctionName<'_>) -> bool {
         if let Some(m) = &self.module {
-            let file = site.module.rsplit('/').next().unwrap_or(site.module);
-            if !glob_match(m.as_bytes(), file.as_bytes()) {
+            if !site.in_module(m) {
                 return false;
             }
         }
@@ -143,14 +176,11 @@ impl Pattern {
         })
     }
 
-    /// Whether this pattern names a module none of `modules` is.
-    fn module_absent<'a>(&self, mut modules: impl Iterator<Item = &'a str>) -> bool {
+    /// Whether this pattern names a module none of `names` is in.
+    fn module_absent(&self, names: &[FunctionName<'_>]) -> bool {
         match &self.module {
             None => false,
-            Some(m) => !modules.any(|path| {
-                let file = path.rsplit('/').next().unwrap_or(path);
-                glob_match(m.as_bytes(), file.as_bytes())
-            }),
+            Some(m) => !names.iter().any(|n| n.in_module(m)),
         }
     }
 }
@@ -161,9 +191,7 @@ impl Pattern {
 pub fn unmatched<'p>(patterns: &'p [Pattern], names: &[FunctionName<'_>]) -> Vec<&'p Pattern> {
     patterns
         .iter()
-        .filter(|p| {
-            !names.iter().any(|s| p.matches(s)) && !p.module_absent(names.iter().map(|s| s.module))
-        })
+        .filter(|p| !names.iter().any(|s| p.matches(s)) && !p.module_absent(names))
         .collect()
 }
 
@@ -184,7 +212,7 @@ pub fn select(
                 any = true;
             }
         }
-        if !any && !p.module_absent(names.iter().map(|s| s.module)) {
+        if !any && !p.module_absent(names) {
             return Err(PatternError::NoMatch(p.text.clone()));
         }
     }
@@ -289,6 +317,7 @@ mod tests {
                 function: f,
                 symbol: f,
                 module: m,
+                library: None,
             })
             .collect()
     }
@@ -339,5 +368,27 @@ mod tests {
         assert!(Pattern::parse("/a(/").is_err());
         assert!(Pattern::parse("[abc").is_err());
         assert!(Pattern::parse("f@").is_err());
+    }
+
+    #[test]
+    fn modules_by_the_start_of_their_name_and_library_calls() {
+        let mut s = names(&[
+            ("work", "/x/prog"),
+            ("malloc", "/x/prog@plt"),
+            ("deflate", "/x/prog@plt"),
+            ("f", "/usr/lib/libcrypto.so.3"),
+        ]);
+        s[1].library = Some("/usr/lib/libc.so.6");
+        s[2].library = Some("/usr/lib/libz.so.1");
+        let sel = |t: &str| select(&[Pattern::parse(t).unwrap()], &s).unwrap();
+        // As uftrace's: `@libc` is any module whose name starts so.
+        assert_eq!(sel("*@libc"), &[1, 3]);
+        assert_eq!(sel("*@libc.so*"), &[1]);
+        assert_eq!(sel("*@PLT"), &[1, 2]);
+        assert_eq!(sel("*@plt"), &[1, 2]);
+        assert_eq!(sel("*@libz"), &[2]);
+        // A library call is in the caller's object too.
+        assert_eq!(sel("*@prog"), &[0, 1, 2]);
+        assert_eq!(sel("!malloc@libc"), Vec::<usize>::new());
     }
 }

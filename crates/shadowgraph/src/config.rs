@@ -90,10 +90,26 @@ pub struct Record {
     /// always fgraph's callbacks, to compare).
     #[serde(default = "yes")]
     pub fused: bool,
-    /// Whether the calls the traced objects make through their PLT to
-    /// other objects are traced too (`--no-libcall`: false).
-    #[serde(default = "yes")]
-    pub libcalls: bool,
+    /// Which calls through PLTs are traced as library calls.
+    #[serde(default)]
+    pub libcalls: LibCalls,
+}
+
+/// Which calls made through an object's PLT to functions of other objects
+/// (library calls) are traced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LibCalls {
+    /// None (`--no-libcall`).
+    Off,
+    /// Those of the traced objects (the default, as uftrace's).
+    #[default]
+    Traced,
+    /// Those of every loaded object but the system's base libraries (libc,
+    /// libm, libgcc_s, libpthread, libdl, the loader), which uftrace's
+    /// `--nest-libcall` leaves out too: the calls libraries make to each
+    /// other (`--nest-libcall`).
+    Nested,
 }
 
 impl Record {
@@ -110,7 +126,7 @@ impl Record {
             control: None,
             children: true,
             fused: true,
-            libcalls: false,
+            libcalls: LibCalls::Off,
         }
     }
 }
@@ -352,7 +368,7 @@ mod tests {
                 control: None,
                 children: true,
                 fused: true,
-                libcalls: true,
+                libcalls: LibCalls::Nested,
             }),
             objects: Objects::Program(vec!["libfoo".into()]),
             stack_bytes: None,

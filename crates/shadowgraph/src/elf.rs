@@ -9,6 +9,10 @@
 //! words zero and keep the value only in the relocation's addend — both forms
 //! are read here.
 
+mod slots;
+
+pub use slots::{call_only_got_slots, jump_slots, JumpSlot};
+
 use crate::site::{classify, SiteKind, SiteSource, ENDBR64};
 use object::{Object, ObjectSection, ObjectSymbol, RelocationFlags, SectionKind};
 use std::collections::HashMap;
@@ -313,57 +317,6 @@ fn relative_relocations(file: &object::File<'_>) -> HashMap<u64, u64> {
         }
     }
     map
-}
-
-/// One `R_X86_64_JUMP_SLOT` relocation: the GOT entry a call through the
-/// PLT jumps through, and the function it calls.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JumpSlot {
-    /// The GOT entry's link-time address.
-    pub got: u64,
-    /// The called function's symbol (dynamic symbol table), without its
-    /// version.
-    pub symbol: String,
-}
-
-/// The PLT's jump slots of the ELF image `data` (named `path` in
-/// messages): the calls the object makes to functions of other objects.
-pub fn jump_slots(path: &Path, data: &[u8]) -> Result<Vec<JumpSlot>, ElfError> {
-    use object::{ObjectSymbolTable, RelocationTarget};
-    const R_X86_64_JUMP_SLOT: u32 = 7;
-    let file = object::File::parse(data).map_err(|e| ElfError {
-        path: path.to_owned(),
-        message: format!("not a readable ELF file: {e}"),
-    })?;
-    let (Some(relocs), Some(dynsym)) = (file.dynamic_relocations(), file.dynamic_symbol_table())
-    else {
-        return Ok(Vec::new());
-    };
-    let mut slots = Vec::new();
-    for (got, r) in relocs {
-        let RelocationFlags::Elf { r_type } = r.flags() else {
-            continue;
-        };
-        let RelocationTarget::Symbol(index) = r.target() else {
-            continue;
-        };
-        if r_type != R_X86_64_JUMP_SLOT {
-            continue;
-        }
-        let Some(name) = dynsym
-            .symbol_by_index(index)
-            .ok()
-            .and_then(|s| s.name().ok())
-        else {
-            continue;
-        };
-        let symbol = name.split('@').next().unwrap_or(name).to_string();
-        if !symbol.is_empty() {
-            slots.push(JumpSlot { got, symbol });
-        }
-    }
-    slots.sort_by_key(|s| s.got);
-    Ok(slots)
 }
 
 /// Reads `n` bytes (fewer at the end of a section) at a link-time address.

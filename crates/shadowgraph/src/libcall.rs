@@ -167,7 +167,7 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     let mut changed = Vec::new();
     // A failure part-way leaves the slots redirected so far pointing at
     // thunks that only jump on: their calls work, untraced.
-    for (i, (slot, got, prot, before, _)) in plan.into_iter().enumerate() {
+    for (i, (slot, got, prot, before, target)) in plan.into_iter().enumerate() {
         let thunk = first + i * THUNK_STRIDE;
         store_word(got, thunk, prot).map_err(|e| format!("{}: {e}", path.display()))?;
         changed.push(Redirected { got, before });
@@ -177,6 +177,7 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
             symbol: slot.symbol,
             kind: SiteKind::Nop5,
             disabled: None,
+            library: sys::object_of(target),
         });
     }
     if sites.is_empty() {

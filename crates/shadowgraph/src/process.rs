@@ -23,6 +23,9 @@ pub struct CallSite {
     pub kind: SiteKind,
     /// `None` while the site can be patched; otherwise why it is DISABLED.
     pub disabled: Option<String>,
+    /// For a library call (crate libcall): the object that defines the
+    /// function called, which patterns' `@LIB` names.
+    pub library: Option<PathBuf>,
 }
 
 impl CallSite {
@@ -181,6 +184,7 @@ fn in_memory(s: &FoundSite, bias: usize) -> CallSite {
         symbol: s.symbol.clone(),
         kind,
         disabled,
+        library: None,
     }
 }
 

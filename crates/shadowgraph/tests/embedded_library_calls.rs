@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use shadowgraph::config::{Config, Record, Tracer};
+use shadowgraph::config::{Config, LibCalls, Record, Tracer};
 use shadowgraph::session::Session;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -61,7 +61,7 @@ fn a_session_redirects_library_calls_and_gives_them_back() {
 
     let data = dir.join("s.data");
     let mut record = Record::into_dir(&data, vec![Tracer::default()]);
-    record.libcalls = true;
+    record.libcalls = LibCalls::Traced;
     let session = Session::start(Config::record(record)).unwrap();
     assert_ne!(word(), before, "the slot points at a thunk");
     assert_eq!(measure(c"hello".as_ptr()), 5);

@@ -51,6 +51,7 @@ fn select(data: &DataDir, patterns: &[Pattern], flag: &str) -> Result<Vec<bool>,
                 function: &data.names[i],
                 symbol,
                 module: data.module_of(*addr),
+                library: None,
             };
             if p.matches(&site) {
                 sel[i] = !p.text().starts_with('!');

@@ -94,6 +94,10 @@ pub(super) fn prepare_slow(t: &ThreadState, regs: &Regs) -> bool {
         return false;
     }
     if t.unhooked.get() {
+        if (regs.parent_slot as usize) < t.unhooked_at.get() {
+            // A call the unwinder makes while it walks the stack.
+            return false;
+        }
         let Some(bit) = lock_graph(t, false) else {
             return false;
         };

@@ -201,6 +201,12 @@ pub struct ThreadState {
     /// between leaves 0: a time taken before it is never shared after it
     /// (it would precede the handler's records).
     pub event_time: std::sync::atomic::AtomicU64,
+    /// While `unhooked`: a stack address just below the frame of the
+    /// interposer that unhooked the thread. The unwinder it hands over to
+    /// runs below it, and so do the calls it makes (a personality
+    /// routine's `_Unwind_GetIPInfo` through a PLT); landing pads and the
+    /// code after a backtrace run above it.
+    pub unhooked_at: Cell<usize>,
 }
 
 /// [`ThreadState::event_time`] of an event whose callbacks have taken no

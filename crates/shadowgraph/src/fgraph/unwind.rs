@@ -64,10 +64,22 @@ pub fn top_ret_addr() -> Option<usize> {
 /// an unwinder (C++ exception, forced unwind of `pthread_exit`, a panic,
 /// `backtrace`) sees the real stack and never `return_to_handler`. The
 /// frames stay on the shadow stack, unhooked, until [`rehook_thread`] or the
-/// thread's next hook. Interposers call this before handing over.
+/// thread's next hook above the caller's frame: calls made below it (the
+/// unwinder's own) are not hooked, for a hook would hijack the slots again
+/// under the unwinder's walk. Interposers call this before handing over.
+#[inline(never)]
 pub fn unhook_thread() {
     let t = thread();
-    if t.stack.get().is_null() || t.unhooked.get() {
+    if t.stack.get().is_null() {
+        return;
+    }
+    // This frame lies below the caller's and above the unwinder's, which
+    // the caller calls next in the same place (a second unwind started
+    // from a cleanup pad moves the mark up to its own).
+    let mark = 0u8;
+    t.unhooked_at
+        .set(std::hint::black_box(&mark) as *const u8 as usize);
+    if t.unhooked.get() {
         return;
     }
     // Top to bottom: a tail-call frame (ret = handler) shares its slot with

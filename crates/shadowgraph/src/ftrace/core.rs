@@ -15,6 +15,7 @@ use super::ops::{
     lock, Ops, OpsInner, OpsList, OpsSlot, ThreadFilter, DIRECT, ENABLED, IPMODIFY, SUBOP,
 };
 use super::quiesce;
+use super::site_flags;
 use crate::arena::Arena;
 use crate::patch::{self, Edit, PatchError};
 use crate::site::{encode_call, encode_jmp, NOP5};
@@ -24,36 +25,6 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 // --- Site records (design §3.3) --------------------------------------------------
-
-/// Site flags. Plain flags are wanted; `_EN` flags say what the code holds.
-pub mod site_flags {
-    /// Some enabled ops wants the site.
-    pub const ENABLED: u16 = 1 << 0;
-    /// An ops wants the registers variant (callee-saved registers too).
-    pub const REGS: u16 = 1 << 1;
-    /// The site calls the registers variant.
-    pub const REGS_EN: u16 = 1 << 2;
-    /// One ops alone wants the site: it may call the ops' own trampoline.
-    pub const TRAMP: u16 = 1 << 3;
-    /// The site calls an ops' own trampoline.
-    pub const TRAMP_EN: u16 = 1 << 4;
-    /// A direct-call ops wants the site.
-    pub const DIRECT: u16 = 1 << 5;
-    /// The site calls a direct-call target.
-    pub const DIRECT_EN: u16 = 1 << 6;
-    /// An ops that may change where the call resumes wants the site.
-    pub const IPMODIFY: u16 = 1 << 7;
-    /// The site cannot be patched (sticky).
-    pub const DISABLED: u16 = 1 << 8;
-    /// Sticky: was ever enabled.
-    pub const TOUCHED: u16 = 1 << 9;
-    /// Sticky: was ever attached by a DIRECT or IPMODIFY ops.
-    pub const MODIFIED: u16 = 1 << 10;
-    /// The site jumps to its own stub (with TRAMP: its ops is alone).
-    pub const STUB: u16 = 1 << 11;
-    /// The flags that stay once set.
-    pub const STICKY: u16 = DISABLED | TOUCHED | MODIFIED;
-}
 
 /// A site as the core accounts for it.
 #[derive(Clone, Debug)]
@@ -68,6 +39,8 @@ pub struct SiteState {
     pub symbol: String,
     /// The object holding it.
     pub module: PathBuf,
+    /// For a library call: the object defining the function called.
+    pub library: Option<PathBuf>,
     /// Enabled core-list ops whose filter contains the site.
     pub count: u16,
     /// [`site_flags`] bits.
@@ -82,6 +55,7 @@ pub(super) struct SiteRec {
     pub addr: usize,
     pub function: String,
     pub symbol: String,
+    pub library: Option<PathBuf>,
     pub module: u16,
     pub count: u16,
     pub flags: u16,
@@ -244,6 +218,7 @@ impl Core {
                 function: &s.function,
                 symbol: &s.symbol,
                 module: self.modules[s.module as usize].path.to_str().unwrap_or(""),
+                library: s.library.as_deref().and_then(|l| l.to_str()),
             })
             .collect()
     }
@@ -323,6 +298,7 @@ impl Core {
             function: s.function.clone(),
             symbol: s.symbol.clone(),
             module: m.path.clone(),
+            library: s.library.clone(),
             count: s.count,
             flags: s.flags,
             target: s.cur_target,

@@ -21,8 +21,9 @@ pub(crate) mod local;
 pub mod ops;
 pub mod quiesce;
 pub mod recursion;
+pub mod site_flags;
 
-pub use self::core::{check_invariants, manager_pair, site_flags, SiteState};
+pub use self::core::{check_invariants, manager_pair, SiteState};
 pub use dispatch::call_subops;
 pub use error::CoreError;
 pub use filter::{Filter, FilterPair, FunctionName, Pattern, PatternError, SiteId, SiteSet};
@@ -155,6 +156,7 @@ pub fn add_modules(mut modules: Vec<Module>) -> Result<(), CoreError> {
                 addr: s.addr,
                 function: s.function,
                 symbol: s.symbol,
+                library: s.library,
                 module,
                 count: 0,
                 flags: if s.disabled.is_some() {

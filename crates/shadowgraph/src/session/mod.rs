@@ -17,7 +17,7 @@ pub mod objects;
 use crate::config::{self, Config, Mode};
 use crate::record::ring;
 use crate::tracer::recorder;
-use crate::{fgraph, ftrace};
+use crate::{fgraph, ftrace, process};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
@@ -200,8 +200,12 @@ fn start_recording(r: &config::Record, config: &mut Config) -> Result<Started, S
     };
     recorder::init_clock(r.clock);
     let mut modules = modules;
-    if r.libcalls {
-        modules.extend(objects::library_calls(&modules));
+    if r.libcalls != config::LibCalls::Off {
+        let others = match r.libcalls {
+            config::LibCalls::Nested => process::loaded_objects(),
+            _ => Vec::new(),
+        };
+        modules.extend(objects::library_calls(r.libcalls, &modules, &others));
     }
     ftrace::add_modules(modules).map_err(|e| e.to_string())?;
     // Only the recorded program's first image listens for commands.

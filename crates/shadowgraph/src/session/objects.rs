@@ -2,12 +2,13 @@
 //! the configuration, and those the program loads and unloads later
 //! (`dlopen`, `dlclose`), which join the core or leave it.
 
-use crate::config::Objects;
+use crate::config::{LibCalls, Objects};
 use crate::process::{self, Module};
 use crate::tracer::recorder;
 use crate::{elf, ftrace, libcall};
+use shadowgraph_data::pattern::glob_match;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 /// Objects loaded and unloaded later are followed (graph and record modes).
@@ -53,16 +54,66 @@ pub(crate) fn discover(which: &Objects) -> Result<Vec<Module>, String> {
     Ok(modules)
 }
 
-/// The library calls of the traced objects `modules` (each through its
-/// PLT): a module of thunk sites per object that makes any. An object
+/// Objects whose PLTs `--nest-libcall` leaves alone, as uftrace's does:
+/// the system's base libraries (their calls to each other are the
+/// implementation of the calls traced) and the loader.
+const BASE_LIBRARIES: [&str; 11] = [
+    "libc.so.6",
+    "libc-2.*.so",
+    "libm.so.6",
+    "libm-2.*.so",
+    "libgcc_s.so.1",
+    "libpthread.so.0",
+    "libpthread-2.*.so",
+    "libdl.so.2",
+    "libdl-2.*.so",
+    "ld-linux-*.so.*",
+    "linux-vdso.so.1",
+];
+
+/// Whether `mode` redirects the PLT of the object at `path`, which has
+/// sites to trace (`traced`) or not. Never the agent's own.
+fn makes_library_calls(mode: LibCalls, path: &Path, traced: bool, me: Option<&Path>) -> bool {
+    let name = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+    match mode {
+        LibCalls::Off => false,
+        _ if Some(path) == me || path.as_os_str().is_empty() => false,
+        LibCalls::Traced => traced,
+        LibCalls::Nested => {
+            traced
+                || !BASE_LIBRARIES
+                    .iter()
+                    .any(|b| glob_match(b.as_bytes(), name.as_bytes()))
+        }
+    }
+}
+
+/// The library calls that `mode` traces, of the objects `modules` (those
+/// traced) and, with [`LibCalls::Nested`], of the other loaded objects
+/// `others`: a module of thunk sites per object that makes any. An object
 /// whose calls cannot be redirected is said once and left as it is.
-pub(crate) fn library_calls(modules: &[Module]) -> Vec<Module> {
+pub(crate) fn library_calls(
+    mode: LibCalls,
+    modules: &[Module],
+    others: &[(PathBuf, usize)],
+) -> Vec<Module> {
     // Relaxed: set once before any object is followed; read by the same
     // thread or after the dlopen that made it matter.
-    LIBCALLS.store(true, Ordering::Relaxed);
+    LIBCALLS.store(mode as u8, Ordering::Relaxed);
+    let me = own_object();
+    let traced = modules.iter().map(|m| (m.path.as_path(), m.bias, true));
+    let rest = others
+        .iter()
+        // (By bias: two objects never share one, and the paths may be
+        // spelt differently.)
+        .filter(|(_, b)| !modules.iter().any(|m| m.bias == *b))
+        .map(|(p, b)| (p.as_path(), *b, false));
     let mut out = Vec::new();
-    for m in modules {
-        match libcall::redirect(&m.path, m.bias) {
+    for (path, bias, has_sites) in traced.chain(rest) {
+        if !makes_library_calls(mode, path, has_sites, me.as_deref()) {
+            continue;
+        }
+        match libcall::redirect(path, bias) {
             Ok(Some(calls)) => {
                 REDIRECTED
                     .lock()
@@ -77,8 +128,17 @@ pub(crate) fn library_calls(modules: &[Module]) -> Vec<Module> {
     out
 }
 
-/// Whether library calls are traced: objects loaded later get theirs too.
-static LIBCALLS: AtomicBool = AtomicBool::new(false);
+/// Which library calls are traced ([`LibCalls`] as a byte): objects loaded
+/// later get theirs too.
+static LIBCALLS: AtomicU8 = AtomicU8::new(LibCalls::Off as u8);
+
+fn libcalls_mode() -> LibCalls {
+    match LIBCALLS.load(Ordering::Relaxed) {
+        x if x == LibCalls::Traced as u8 => LibCalls::Traced,
+        x if x == LibCalls::Nested as u8 => LibCalls::Nested,
+        _ => LibCalls::Off,
+    }
+}
 
 /// The GOT slots redirected, to give back when the session ends.
 static REDIRECTED: Mutex<Vec<libcall::Redirected>> = Mutex::new(Vec::new());
@@ -124,8 +184,9 @@ pub fn after_dlopen() {
         .into_iter()
         .filter(|m| !ftrace::has_module(&m.path, m.bias))
         .collect();
-    if LIBCALLS.load(Ordering::Relaxed) {
-        let calls = library_calls(&mods);
+    let mode = libcalls_mode();
+    if mode != LibCalls::Off {
+        let calls = library_calls(mode, &mods, &new);
         mods.extend(calls);
     }
     if !mods.is_empty() {

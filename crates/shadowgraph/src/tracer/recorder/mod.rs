@@ -227,6 +227,7 @@ fn matching(patterns: &[String]) -> Result<Vec<String>, String> {
             function: &s.function,
             symbol: &s.symbol,
             module: m,
+            library: s.library.as_deref().and_then(|l| l.to_str()),
         })
         .collect();
     let missing: Vec<String> = unmatched(&parsed, &names)
