@@ -20,6 +20,8 @@ fn library_calls_are_traced_on_every_path_and_binding() {
     for (name, flags) in [
         ("lazy", &["-Wl,-z,lazy"][..]),
         ("now", &["-Wl,-z,relro,-z,now"][..]),
+        // Calls through GOT entries, without a PLT.
+        ("noplt", &["-fno-plt", "-Wl,-z,relro,-z,now"][..]),
     ] {
         let exe = build(&dir, name, flags);
         let plain = Command::new(&exe).output().unwrap();
@@ -283,4 +285,45 @@ fn nested_library_calls_are_traced_with_nest_libcall() {
             }
         }
     }
+}
+
+/// Without a PLT (`-fno-plt`), a GOT entry the code also reads as a
+/// pointer keeps the function's own address (its calls go untraced); the
+/// entries only called through are traced.
+#[test]
+fn got_entries_read_as_pointers_stay_the_functions_own() {
+    let dir = workdir("libcalls_got_pointer");
+    let exe = build_fixture_with(
+        &dir,
+        "gp",
+        "got_pointer.c",
+        &["-fno-builtin", "-fno-plt", "-ldl"],
+    );
+    let data = dir.join("gp.data");
+    let o = record_run(&[], &["--libcall"], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out, "1 3 5\n");
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows.get("printf").map(|r| r.2), Some(1), "{rows:?}");
+    assert!(!rows.contains_key("strlen"), "{rows:?}");
+}
+
+/// A Rust program calls libc through GOT entries (no PLT): those calls
+/// are library calls too.
+#[test]
+fn a_rust_programs_library_calls_are_traced() {
+    let dir = workdir("libcalls_rust");
+    let exe = build_rust_fixture(&dir, "rustprog", "rustprog.rs");
+    let data = dir.join("rs.data");
+    let o = record_run(&[], &["--libcall"], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success() && out.trim() == "335", "{out}\n{err}");
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows.get("pthread_create").map(|r| r.2), Some(1), "{rows:?}");
+    let body = replay_body(&replay_text(&data));
+    assert!(
+        body.iter().any(|l| l.trim() == "pthread_create();"),
+        "{body:?}"
+    );
 }

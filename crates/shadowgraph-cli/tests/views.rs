@@ -216,16 +216,7 @@ fn report_dump_and_live_views() {
 #[test]
 fn rust_program_is_recorded_with_demangled_names() {
     let dir = workdir("rust");
-    let exe = dir.join("rustprog");
-    let ok = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .env("RUSTC_BOOTSTRAP", "1")
-        .args(["-O", "-Zpatchable-function-entry=5", "--crate-name", "prog"])
-        .arg(fixture("rustprog.rs"))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    let exe = build_rust_fixture(&dir, "rustprog", "rustprog.rs");
     let data = dir.join("rs.data");
     let o = record_run(&[], &[], &data, &exe, &[]);
     let (out, err) = text(&o);

@@ -9,9 +9,9 @@
 //! words zero and keep the value only in the relocation's addend — both forms
 //! are read here.
 
-mod slots;
+pub mod slots;
 
-pub use slots::{call_only_got_slots, jump_slots, JumpSlot};
+pub use slots::JumpSlot;
 
 use crate::site::{classify, SiteKind, SiteSource, ENDBR64};
 use object::{Object, ObjectSection, ObjectSymbol, RelocationFlags, SectionKind};
@@ -317,6 +317,20 @@ fn relative_relocations(file: &object::File<'_>) -> HashMap<u64, u64> {
         }
     }
     map
+}
+
+/// The GOT entries through which the ELF image `data` (named `path` in
+/// messages) calls functions of other objects: its PLT's jump slots, then
+/// the entries its code only calls through without a PLT
+/// ([`slots::call_only_got_slots`]).
+pub fn library_call_slots(path: &Path, data: &[u8]) -> Result<Vec<JumpSlot>, ElfError> {
+    let file = object::File::parse(data).map_err(|e| ElfError {
+        path: path.to_owned(),
+        message: format!("not a readable ELF file: {e}"),
+    })?;
+    let mut all = slots::jump_slots(&file);
+    all.extend(slots::call_only_got_slots(&file));
+    Ok(all)
 }
 
 /// Reads `n` bytes (fewer at the end of a section) at a link-time address.

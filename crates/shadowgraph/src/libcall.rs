@@ -2,8 +2,10 @@
 //! of other objects (`printf`, `malloc`, `pthread_mutex_lock`), made
 //! traceable as uftrace traces them, without touching the libraries.
 //!
-//! Each of the object's jump slots (its GOT entries for the PLT) is
-//! pointed at a thunk of its own in an arena near the object:
+//! Each of the object's jump slots (its GOT entries for the PLT), and each
+//! GOT entry its code only calls through without a PLT (`-fno-plt`, Rust;
+//! see [`elf::slots::call_only_got_slots`]), is pointed at a thunk of its own in
+//! an arena near the object:
 //!
 //! ```text
 //!   thunk + 0    0f 1f 44 00 00      the site: a NOP5 the core patches
@@ -99,11 +101,9 @@ pub fn module_path(object: &Path) -> PathBuf {
 /// thunks. Returns None when the object calls nothing through its PLT.
 pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     let data = sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let slots: Vec<JumpSlot> = elf::jump_slots(path, &data)
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .filter(|s| !NEVER.contains(&s.symbol.as_str()))
-        .collect();
+    let mut slots: Vec<JumpSlot> =
+        elf::library_call_slots(path, &data).map_err(|e| e.to_string())?;
+    slots.retain(|s| !NEVER.contains(&s.symbol.as_str()));
     // (Our own mapping of the file is not one of the object's.)
     drop(data);
     if slots.is_empty() {

@@ -59,6 +59,22 @@ pub fn build_fixture_with(dir: &Path, name: &str, source: &str, flags: &[&str]) 
     exe
 }
 
+/// Builds `tests/fixtures/<source>` (Rust) into `<dir>/<name>` with
+/// patchable entries, as crate `prog`.
+pub fn build_rust_fixture(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let o = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .env("RUSTC_BOOTSTRAP", "1")
+        .args(["-O", "-Zpatchable-function-entry=5", "--crate-name", "prog"])
+        .arg(fixture(source))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    exe
+}
+
 /// Builds the shared library `out` from `src` with patchable entries.
 pub fn build_lib(src: &Path, out: &Path) {
     cc(

@@ -4,10 +4,8 @@
 
 #![forbid(unsafe_code)]
 
-use super::ElfError;
 use object::{Object, ObjectSymbol, RelocationFlags};
 use std::collections::HashMap;
-use std::path::Path;
 
 /// One `R_X86_64_JUMP_SLOT` relocation: the GOT entry a call through the
 /// PLT jumps through, and the function it calls.
@@ -20,17 +18,16 @@ pub struct JumpSlot {
     pub symbol: String,
 }
 
-/// The PLT's jump slots of the ELF image `data` (named `path` in
-/// messages): the calls the object makes to functions of other objects.
-pub fn jump_slots(path: &Path, data: &[u8]) -> Result<Vec<JumpSlot>, ElfError> {
-    let file = parse(path, data)?;
-    let mut slots = relocated_slots(&file, R_X86_64_JUMP_SLOT, false);
+/// The PLT's jump slots of the ELF image `file`: the calls the object
+/// makes to functions of other objects.
+pub fn jump_slots(file: &object::File<'_>) -> Vec<JumpSlot> {
+    let mut slots = relocated_slots(file, R_X86_64_JUMP_SLOT, false);
     slots.sort_by_key(|s| s.got);
-    Ok(slots)
+    slots
 }
 
 /// The GOT entries (`R_X86_64_GLOB_DAT`) of functions of other objects
-/// that the code of the ELF image `data` only calls or jumps through
+/// that the code of the ELF image `file` only calls or jumps through
 /// (`call *f@GOTPCREL(%rip)`, as `-fno-plt` builds and Rust emit): library
 /// calls without a PLT. An entry the code also reads otherwise (a function
 /// pointer taken, compared, tested for a weak symbol) is left out, for
@@ -43,14 +40,15 @@ pub fn jump_slots(path: &Path, data: &[u8]) -> Result<Vec<JumpSlot>, ElfError> {
 /// `jmp` through RIP) precedes it and it reaches the entry exactly. Bytes
 /// that only look like a reference make an entry look read: left out,
 /// never wrongly taken.
-pub fn call_only_got_slots(path: &Path, data: &[u8]) -> Result<Vec<JumpSlot>, ElfError> {
+pub fn call_only_got_slots(file: &object::File<'_>) -> Vec<JumpSlot> {
     use object::{ObjectSegment, SegmentFlags};
     const PF_X: u32 = 1;
-    let file = parse(path, data)?;
-    let mut slots = relocated_slots(&file, R_X86_64_GLOB_DAT, true);
+    let mut slots = relocated_slots(file, R_X86_64_GLOB_DAT, true);
     if slots.is_empty() {
-        return Ok(slots);
+        return slots;
     }
+    let lo = slots.iter().map(|s| s.got).min().unwrap_or(0);
+    let hi = slots.iter().map(|s| s.got).max().unwrap_or(0);
     // Entry address → (calls through it, read otherwise).
     let mut refs: HashMap<u64, (u32, bool)> = slots.iter().map(|s| (s.got, (0, false))).collect();
     for seg in file.segments() {
@@ -66,7 +64,7 @@ pub fn call_only_got_slots(path: &Path, data: &[u8]) -> Result<Vec<JumpSlot>, El
             let reach = (seg.address() + end as u64).wrapping_add(disp as i64 as u64);
             // The one 8-aligned word within 4 bytes after `reach`, if any.
             let word = reach.wrapping_add(7) & !7;
-            if word.wrapping_sub(reach) > 4 {
+            if word.wrapping_sub(reach) > 4 || !(lo..=hi).contains(&word) {
                 continue;
             }
             let Some(r) = refs.get_mut(&word) else {
@@ -85,18 +83,11 @@ pub fn call_only_got_slots(path: &Path, data: &[u8]) -> Result<Vec<JumpSlot>, El
             .is_some_and(|&(calls, read)| calls > 0 && !read)
     });
     slots.sort_by_key(|s| s.got);
-    Ok(slots)
+    slots
 }
 
 const R_X86_64_GLOB_DAT: u32 = 6;
 const R_X86_64_JUMP_SLOT: u32 = 7;
-
-fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<object::File<'d>, ElfError> {
-    object::File::parse(data).map_err(|e| ElfError {
-        path: path.to_owned(),
-        message: format!("not a readable ELF file: {e}"),
-    })
-}
 
 /// The dynamic relocations of type `r_type` against a named symbol
 /// (`undefined_functions`: only functions the object does not define).
