@@ -128,8 +128,8 @@ fn library_calls_take_filters_by_name_and_can_be_left_out() {
     );
 }
 
-/// A C++ program that throws through library calls (`__cxa_throw`,
-/// `__cxa_begin_catch`), longjmps, backtraces and forks runs as untraced
+/// A C++ program that throws through library calls
+/// (`__cxa_allocate_exception`), longjmps, backtraces and forks runs as untraced
 /// with its library calls traced, and with libstdc++'s own too (those its
 /// personality routine makes while the unwinder walks are left out).
 #[test]
@@ -145,7 +145,11 @@ fn exceptions_and_longjmp_through_library_calls_are_unharmed() {
             assert!(o.status.success(), "{opt} {way:?}: {err}");
             assert_eq!(out, String::from_utf8_lossy(&plain.stdout), "{opt} {way:?}");
             let rows = report_rows(&report_text(&data));
-            assert!(rows.contains_key("__cxa_throw"), "{opt} {way:?}: {rows:?}");
+            // The throw itself is not shown, as uftrace does not show it.
+            assert!(
+                rows.contains_key("__cxa_allocate_exception") && !rows.contains_key("__cxa_throw"),
+                "{opt} {way:?}: {rows:?}"
+            );
             // operator new calls malloc through libstdc++'s PLT.
             let nested = rows.contains_key("malloc");
             assert_eq!(nested, opt == "--nest-libcall", "{opt} {way:?}: {rows:?}");
@@ -326,4 +330,122 @@ fn a_rust_programs_library_calls_are_traced() {
         body.iter().any(|l| l.trim() == "pthread_create();"),
         "{body:?}"
     );
+}
+
+/// Each thread's graph, as `uftrace replay` shows the recording in `data`
+/// (scheduler events left out; a call whose entry and exit another
+/// thread's lines separate, `f() {` then `}`, as `f();`), sorted: threads'
+/// ids and order differ from run to run.
+fn graphs_by_thread(data: &std::path::Path) -> Option<Vec<Vec<String>>> {
+    let out = uftrace_view_with("replay", data, &["-f", "tid", "--no-comment"])?;
+    let mut threads: Vec<(String, Vec<String>)> = Vec::new();
+    for line in out.lines().filter(|l| !l.starts_with('#')) {
+        let Some((tid, call)) = line.split_once("] | ") else {
+            continue;
+        };
+        if call.contains("linux:sched") {
+            continue;
+        }
+        let tid = tid.trim().trim_start_matches('[').trim().to_string();
+        let at = match threads.iter().position(|t| t.0 == tid) {
+            Some(i) => i,
+            None => {
+                threads.push((tid, Vec::new()));
+                threads.len() - 1
+            }
+        };
+        let lines = &mut threads[at].1;
+        let opened = lines.last().and_then(|l| l.strip_suffix(" {"));
+        match opened {
+            Some(f) if call.trim() == "}" && f.len() - f.trim_start().len() == call.len() - 1 => {
+                let leaf = format!("{f};");
+                *lines.last_mut().unwrap() = leaf;
+            }
+            _ => lines.push(call.to_string()),
+        }
+    }
+    let mut graphs: Vec<Vec<String>> = threads.into_iter().map(|t| t.1).collect();
+    graphs.sort();
+    Some(graphs)
+}
+
+/// The graphs of programs with threads, a signal raised inside the graph
+/// (its handler nested under `raise`), and a C++ exception thrown
+/// through library calls are what `uftrace record -P .` records of the
+/// same binary, thread by thread.
+#[test]
+fn graphs_with_library_calls_are_uftraces() {
+    let dir = workdir("libcalls_as_uftrace");
+    for (fixture, flags) in [
+        ("libcalls.c", &["-fno-builtin", "-pthread"][..]),
+        ("raise_nested.c", &[][..]),
+        ("throw_catch.cpp", &[][..]),
+    ] {
+        let name = fixture.split('.').next().unwrap();
+        let exe = build_fixture_with(&dir, name, fixture, flags);
+        let plain = Command::new(&exe).output().unwrap();
+        let ours = dir.join(format!("{name}.data"));
+        let o = record_run(&[], &["--libcall"], &ours, &exe, &[]);
+        assert!(o.status.success(), "{fixture}: {}", text(&o).1);
+        assert_eq!(o.stdout, plain.stdout, "{fixture}");
+        let theirs = dir.join(format!("{name}.uftrace"));
+        if uftrace_missing("uftrace record") {
+            continue;
+        }
+        let u = Command::new("uftrace")
+            .args(["record", "-P", ".", "-d"])
+            .arg(&theirs)
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(u.status.success(), "{fixture}: {}", text(&u).1);
+        let (ours, theirs) = (graphs_by_thread(&ours), graphs_by_thread(&theirs));
+        let (ours, theirs) = (ours.unwrap(), theirs.unwrap());
+        assert!(!ours.is_empty(), "{fixture}: nothing recorded");
+        assert_eq!(ours.len(), theirs.len(), "{fixture}: threads");
+        for (a, b) in ours.iter().zip(&theirs) {
+            let first = a.iter().zip(b).position(|(x, y)| x != y);
+            assert!(
+                a == b,
+                "{fixture}: ours {} lines, uftrace's {}, first difference at {first:?}: {:?}",
+                a.len(),
+                b.len(),
+                first.map(|i| (
+                    &a[i.saturating_sub(3)..i + 1],
+                    &b[i.saturating_sub(3)..i + 1]
+                ))
+            );
+        }
+    }
+}
+
+/// longjmp out of traced frames: each frame it leaves gets its exit, the
+/// longjmp call too, and main goes on. (uftrace shows `_setjmp()`, its
+/// second return as a lone `}`, and leaves the frames open.)
+#[test]
+fn longjmp_closes_the_frames_it_leaves() {
+    let dir = workdir("libcalls_longjmp");
+    let exe = build_fixture(&dir, "lj", "longjmp_deep.c");
+    for way in Way::ALL {
+        let data = dir.join(format!("{}.data", way.name()));
+        let o = record_run(&[], &way.with(&["--libcall"]), &data, &exe, &[]);
+        assert!(o.status.success(), "{way:?}: {}", text(&o).1);
+        assert_eq!(text(&o).0, "2 3\n");
+        let body = replay_body(&replay_text(&data));
+        let round = [
+            "  jump() {",
+            "    jump() {",
+            "      jump() {",
+            "        longjmp();",
+            "      } /* jump */",
+            "    } /* jump */",
+            "  } /* jump */",
+        ];
+        let mut want = vec!["main() {"];
+        want.extend(round);
+        want.extend(round);
+        want.extend(["  after();", "  printf();", "} /* main */"]);
+        let got: Vec<&str> = body.iter().map(String::as_str).collect();
+        assert_eq!(got, want, "{way:?}");
+    }
 }

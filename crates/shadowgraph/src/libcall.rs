@@ -50,9 +50,11 @@ pub const THUNK_STRIDE: usize = 32;
 
 /// Called functions whose slots are left alone: they return twice
 /// (`setjmp`, `vfork`, `getcontext`), start another stack or thread on the
-/// same return (`clone`), or run the program itself (`__libc_start_main`
-/// calls `main` and never returns; `main` is traced on its own).
-const NEVER: [&str; 14] = [
+/// same return (`clone`), run the program itself (`__libc_start_main`
+/// calls `main` and never returns; `main` is traced on its own), or are
+/// the C++ runtime's exception machinery, which uftrace does not show
+/// either (a throw never returns; the catch is shown by its landing pad).
+const NEVER: [&str; 20] = [
     "setjmp",
     "_setjmp",
     "__sigsetjmp",
@@ -67,6 +69,23 @@ const NEVER: [&str; 14] = [
     "__cxa_finalize",
     "_Unwind_Resume",
     "_Unwind_RaiseException",
+    "__cxa_throw",
+    "__cxa_rethrow",
+    "__cxa_begin_catch",
+    "__cxa_end_catch",
+    "__gxx_personality_v0",
+    "_mcleanup",
+];
+
+/// Called functions whose GOT entries without a PLT are left alone, as
+/// uftrace leaves them: start-up and failure paths (`__cxa_atexit`,
+/// `__stack_chk_fail`) and the TLS resolver Rust calls on every access
+/// to a thread-local.
+const NEVER_WITHOUT_PLT: [&str; 4] = [
+    "__stack_chk_fail",
+    "__monstartup",
+    "__cxa_atexit",
+    "__tls_get_addr",
 ];
 
 /// A slot made traceable: where its GOT entry is and what it held, to give
@@ -103,7 +122,10 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     let data = sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut slots: Vec<JumpSlot> =
         elf::library_call_slots(path, &data).map_err(|e| e.to_string())?;
-    slots.retain(|s| !NEVER.contains(&s.symbol.as_str()));
+    slots.retain(|s| {
+        let name = s.symbol.as_str();
+        !NEVER.contains(&name) && (s.plt || !NEVER_WITHOUT_PLT.contains(&name))
+    });
     // (Our own mapping of the file is not one of the object's.)
     drop(data);
     if slots.is_empty() {

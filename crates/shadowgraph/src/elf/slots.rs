@@ -7,8 +7,9 @@
 use object::{Object, ObjectSymbol, RelocationFlags};
 use std::collections::HashMap;
 
-/// One `R_X86_64_JUMP_SLOT` relocation: the GOT entry a call through the
-/// PLT jumps through, and the function it calls.
+/// A GOT entry through which the object calls a function of another
+/// object (a PLT's `R_X86_64_JUMP_SLOT`, or a `R_X86_64_GLOB_DAT` called
+/// through directly), and the function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JumpSlot {
     /// The GOT entry's link-time address.
@@ -16,6 +17,8 @@ pub struct JumpSlot {
     /// The called function's symbol (dynamic symbol table), without its
     /// version.
     pub symbol: String,
+    /// A PLT's jump slot (else an entry called through without a PLT).
+    pub plt: bool,
 }
 
 /// The PLT's jump slots of the ELF image `file`: the calls the object
@@ -121,7 +124,11 @@ fn relocated_slots(
         let Ok(name) = sym.name() else { continue };
         let symbol = name.split('@').next().unwrap_or(name).to_string();
         if !symbol.is_empty() {
-            slots.push(JumpSlot { got, symbol });
+            slots.push(JumpSlot {
+                got,
+                symbol,
+                plt: r_type == R_X86_64_JUMP_SLOT,
+            });
         }
     }
     slots
