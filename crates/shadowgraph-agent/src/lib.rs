@@ -17,6 +17,7 @@
 mod interpose;
 mod objects;
 mod unwind;
+mod vfork;
 
 use shadowgraph::alloc::MmapAlloc;
 use shadowgraph::config::Config;

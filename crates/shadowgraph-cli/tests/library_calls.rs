@@ -449,3 +449,31 @@ fn longjmp_closes_the_frames_it_leaves() {
         assert_eq!(got, want, "{way:?}");
     }
 }
+
+/// A vfork child runs on its parent's stack and thread state until it
+/// execs: its calls (a traced function, the exec) are not traced, and the
+/// parent's graph holds its own calls only.
+#[test]
+fn a_vfork_child_leaves_its_parents_graph_alone() {
+    let dir = workdir("libcalls_vfork");
+    let exe = build_fixture(&dir, "vf", "vfork_exec.c");
+    for way in Way::ALL {
+        let data = dir.join(format!("{}.data", way.name()));
+        let o = record_run(&[], &way.with(&["--libcall"]), &data, &exe, &[]);
+        assert!(o.status.success(), "{way:?}: {}", text(&o).1);
+        assert_eq!(text(&o).0, "0 6\n");
+        let body = replay_body(&replay_text(&data));
+        let want = [
+            "main() {",
+            "  spawn() {",
+            "    waitpid();",
+            "  } /* spawn */",
+            "  leaf();",
+            "  leaf();",
+            "  leaf();",
+            "  printf();",
+            "} /* main */",
+        ];
+        assert_eq!(body, want, "{way:?}");
+    }
+}

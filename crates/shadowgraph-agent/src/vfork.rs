@@ -1,0 +1,63 @@
+//! `vfork`, interposed: the child runs on the parent's stack with the
+//! parent's thread-local state (the same memory) until it execs or exits,
+//! so a call it makes must not push a frame onto the parent's shadow stack
+//! nor write records into the parent's ring. The thread is paused (no call
+//! hooked) before the child exists, and resumed in the parent once the
+//! child is gone; the child returns paused.
+//!
+//! ```text
+//!   [rsp] at entry   the caller's return address; popped into rdi before
+//!                    the syscall (the child's `ret` takes the stack's copy
+//!                    of it), pushed back after it: `syscall` keeps rdi
+//!                    (it clobbers rax, rcx, r11)
+//!   rax              SYS_vfork; then the child's pid (parent), 0 (child)
+//!                    or −errno
+//!   rsp ≡ 8 mod 16   at entry, as after any call: one word more aligns
+//!                    the call to `pause`
+//! ```
+
+use shadowgraph::fgraph;
+
+/// `vfork(2)`.
+///
+/// # Safety
+/// Same contract as libc's: the child only execs or exits.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    std::arch::naked_asm!(
+        "sub rsp, 8",
+        "call {pause}",
+        "add rsp, 8",
+        "pop rdi",
+        "mov eax, {sys_vfork}",
+        "syscall",
+        "push rdi",
+        "test rax, rax",
+        "jz 2f",
+        // The parent (the child has exec'd or exited), or a failure: the
+        // stack is as at entry, and `after` returns to the caller.
+        "mov rdi, rax",
+        "jmp {after}",
+        "2:",
+        "ret",
+        pause = sym pause,
+        sys_vfork = const libc::SYS_vfork,
+        after = sym after,
+    )
+}
+
+extern "C" fn pause() {
+    fgraph::pause_thread();
+}
+
+/// In the parent: tracing resumes; a failure sets errno.
+extern "C" fn after(ret: i64) -> i64 {
+    fgraph::resume_thread();
+    if ret < 0 {
+        // SAFETY: errno is this thread's own.
+        unsafe { *libc::__errno_location() = -ret as i32 };
+        return -1;
+    }
+    ret
+}
