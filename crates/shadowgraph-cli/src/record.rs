@@ -82,12 +82,6 @@ pub(crate) fn record(
     };
     let mut program_pid = 0;
     let mut command = Command::new(prog);
-    if opts.libcalls() != config::LibCalls::Off {
-        // The loader binds every PLT slot at load time, with the symbol
-        // version and lookup scope each object asks for; the agent then
-        // finds them resolved and only redirects them (crate libcall).
-        command.env("LD_BIND_NOW", "1");
-    }
     let status = command
         .args(args)
         .env("LD_PRELOAD", preload(&agent))

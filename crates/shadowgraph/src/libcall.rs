@@ -20,12 +20,14 @@
 //! function, whose return comes back through the stub. Untraced, a library
 //! call costs the nop and an indirect jump.
 //!
-//! `record` runs the program with `LD_BIND_NOW=1`, so the loader has bound
-//! every slot (with the symbol version and scope the object asks for)
-//! before the agent looks; a slot found unresolved all the same (a
-//! program that embeds the library) is resolved by `dlsym(RTLD_DEFAULT)`,
-//! the first definition in the global scope, which ignores symbol
-//! versions. A slot already resolved keeps its target. GOT
+//! A slot already bound keeps its target. One lazy binding has not bound
+//! yet (it points back into the object's PLT) is resolved here as the
+//! loader would bind it: by the symbol and the version the object asks
+//! for, in the global scope. One that resolves nowhere there (a function
+//! of the dependencies of an object loaded `RTLD_LOCAL`, or none at all)
+//! is left alone: its calls go untraced, the first one binding it as
+//! usual, or failing as it would untraced. The slot gets its lazy
+//! target back when tracing ends, so lazy binding is as it was. GOT
 //! pages that RELRO made read-only are made writable for the store and
 //! given their protection back. Each store is one aligned word, so a
 //! thread calling through the slot meanwhile takes the old target or the
@@ -160,7 +162,7 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
         let before = unsafe { (*(got as *const AtomicUsize)).load(Ordering::Acquire) };
         // Unresolved (lazy binding): it points back into the object's PLT.
         let target = if (lo..hi).contains(&before) {
-            match resolve(&slot.symbol) {
+            match resolve(&slot) {
                 Some(t) => t,
                 None => continue, // weak and undefined: nothing to call
             }
@@ -239,13 +241,48 @@ fn thunk_bytes(target: usize) -> Vec<u8> {
     b
 }
 
-/// The address `name` resolves to in the global scope, as the loader
-/// would bind it.
-fn resolve(name: &str) -> Option<usize> {
-    let c = std::ffi::CString::new(name).ok()?;
-    // SAFETY: a lookup by a NUL-terminated name in the global scope.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) };
-    (!p.is_null()).then_some(p as usize)
+/// The address `slot`'s symbol (at its version) resolves to in the global
+/// scope, where the loader looks first. (An object's own scope, which it
+/// looks in next, is not searched: `dlsym` on the link map of an object
+/// loaded at start-up, which has no search list of its own, faults.)
+fn resolve(slot: &JumpSlot) -> Option<usize> {
+    use std::ffi::CString;
+    let name = CString::new(slot.symbol.as_str()).ok()?;
+    let version = match &slot.version {
+        Some(v) => Some(CString::new(v.as_str()).ok()?),
+        None => None,
+    };
+    let find = |handle: *mut libc::c_void| -> Option<usize> {
+        // SAFETY: lookups by NUL-terminated names in a valid handle (or
+        // the RTLD_DEFAULT pseudo-handle).
+        let (first, asked) = unsafe {
+            (
+                libc::dlsym(handle, name.as_ptr()),
+                version
+                    .as_ref()
+                    .map(|v| libc::dlvsym(handle, name.as_ptr(), v.as_ptr())),
+            )
+        };
+        let p = match asked {
+            // The first definition, in an object before the one with the
+            // version asked for: the loader binds a reference with a
+            // version to an unversioned definition (an interposer, as the
+            // agent's own `dlopen`) when it comes first. Two versions of
+            // one object's symbol (`memcpy`): the one asked for.
+            Some(v) if !v.is_null() && !first.is_null() && first != v => {
+                let same = sys::object_of(first as usize) == sys::object_of(v as usize);
+                if same {
+                    v
+                } else {
+                    first
+                }
+            }
+            Some(v) => v,
+            None => first,
+        };
+        (!p.is_null()).then_some(p as usize)
+    };
+    find(libc::RTLD_DEFAULT)
 }
 
 /// Stores `value` at the aligned word `at` whose page has protection

@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+use object::read::elf::ElfFile64;
 use object::{Object, ObjectSymbol, RelocationFlags};
 use std::collections::HashMap;
 
@@ -19,11 +20,13 @@ pub struct JumpSlot {
     pub symbol: String,
     /// A PLT's jump slot (else an entry called through without a PLT).
     pub plt: bool,
+    /// The symbol version the object asks for (`GLIBC_2.2.5`), if any.
+    pub version: Option<String>,
 }
 
 /// The PLT's jump slots of the ELF image `file`: the calls the object
 /// makes to functions of other objects.
-pub fn jump_slots(file: &object::File<'_>) -> Vec<JumpSlot> {
+pub fn jump_slots(file: &ElfFile64<'_>) -> Vec<JumpSlot> {
     let mut slots = relocated_slots(file, R_X86_64_JUMP_SLOT, false);
     slots.sort_by_key(|s| s.got);
     slots
@@ -43,7 +46,7 @@ pub fn jump_slots(file: &object::File<'_>) -> Vec<JumpSlot> {
 /// `jmp` through RIP) precedes it and it reaches the entry exactly. Bytes
 /// that only look like a reference make an entry look read: left out,
 /// never wrongly taken.
-pub fn call_only_got_slots(file: &object::File<'_>) -> Vec<JumpSlot> {
+pub fn call_only_got_slots(file: &ElfFile64<'_>) -> Vec<JumpSlot> {
     use object::{ObjectSegment, SegmentFlags};
     const PF_X: u32 = 1;
     let mut slots = relocated_slots(file, R_X86_64_GLOB_DAT, true);
@@ -94,16 +97,17 @@ const R_X86_64_JUMP_SLOT: u32 = 7;
 
 /// The dynamic relocations of type `r_type` against a named symbol
 /// (`undefined_functions`: only functions the object does not define).
-fn relocated_slots(
-    file: &object::File<'_>,
-    r_type: u32,
-    undefined_functions: bool,
-) -> Vec<JumpSlot> {
+fn relocated_slots(file: &ElfFile64<'_>, r_type: u32, undefined_functions: bool) -> Vec<JumpSlot> {
     use object::{ObjectSymbolTable, RelocationTarget, SymbolKind};
     let (Some(relocs), Some(dynsym)) = (file.dynamic_relocations(), file.dynamic_symbol_table())
     else {
         return Vec::new();
     };
+    let versions = file
+        .elf_section_table()
+        .versions(file.endian(), file.data())
+        .ok()
+        .flatten();
     let mut slots = Vec::new();
     for (got, r) in relocs {
         let RelocationFlags::Elf { r_type: t } = r.flags() else {
@@ -124,10 +128,15 @@ fn relocated_slots(
         let Ok(name) = sym.name() else { continue };
         let symbol = name.split('@').next().unwrap_or(name).to_string();
         if !symbol.is_empty() {
+            let version = versions.as_ref().and_then(|v| {
+                let needed = v.version(v.version_index(file.endian(), index)).ok()??;
+                Some(String::from_utf8_lossy(needed.name()).into_owned())
+            });
             slots.push(JumpSlot {
                 got,
                 symbol,
                 plt: r_type == R_X86_64_JUMP_SLOT,
+                version,
             });
         }
     }
