@@ -14,6 +14,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod attach;
 mod interpose;
 mod objects;
 mod unwind;

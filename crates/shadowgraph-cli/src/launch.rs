@@ -18,7 +18,8 @@ pub(crate) fn preload(agent: &Path) -> std::ffi::OsString {
 }
 
 /// The agent this binary was built with (build.rs).
-static EMBEDDED_AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libshadowgraph_agent.so"));
+pub(crate) static EMBEDDED_AGENT: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/libshadowgraph_agent.so"));
 /// A name for [`EMBEDDED_AGENT`]'s bytes.
 const AGENT_ID: &str = env!("SHADOWGRAPH_AGENT_ID");
 

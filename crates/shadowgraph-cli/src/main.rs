@@ -3,6 +3,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod attach;
 mod bench;
 mod children;
 mod count;
@@ -70,16 +71,28 @@ enum Command {
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
     },
-    /// Run a program and record every call's entry and exit (with times)
-    /// into a data directory.
+    /// Run a program (or attach to a running one, -p) and record every
+    /// call's entry and exit (with times) into a data directory.
     Record {
         /// Data directory (an existing one is renamed to DIR.old).
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
         #[command(flatten)]
         opts: options::RecordOptions,
+        /// Attach to the running process PID instead of starting a program;
+        /// the recording ends at --duration, on Ctrl-C, or when it exits.
+        #[arg(
+            short = 'p',
+            long = "pid",
+            value_name = "PID",
+            conflicts_with = "program"
+        )]
+        pid: Option<i32>,
+        /// With -p: end the recording after TIME (e.g. 500ms, 2s).
+        #[arg(long, value_name = "TIME", requires = "pid", value_parser = options::parse_duration_ns)]
+        duration: Option<u64>,
         /// The program and its arguments.
-        #[arg(trailing_var_arg = true, required = true)]
+        #[arg(trailing_var_arg = true, required_unless_present = "pid")]
         program: Vec<String>,
     },
     /// Print the recorded call graph with durations (uftrace's layout).
@@ -241,7 +254,15 @@ fn main() -> ExitCode {
         Command::Record {
             data,
             opts,
+            pid: Some(pid),
+            duration,
+            ..
+        } => attach::record::record_attached(&data, &opts, pid, duration),
+        Command::Record {
+            data,
+            opts,
             program,
+            ..
         } => record::record(&data, &opts, &program),
         Command::Replay {
             data,

@@ -34,44 +34,12 @@ pub(crate) fn record(
         );
     }
     let agent = agent_path()?;
-    if data.exists() {
-        let old = PathBuf::from(format!("{}.old", data.display()));
-        let _ = std::fs::remove_dir_all(&old);
-        std::fs::rename(data, &old)
-            .map_err(|e| format!("cannot move {} aside: {e}", data.display()))?;
-    }
-    std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
-    let abs = std::fs::canonicalize(data).map_err(|e| format!("{}: {e}", data.display()))?;
-    let names = opts.tracer_names();
-    // Each instance's place in a recording directory (and in a session's).
-    let rel: Vec<(String, PathBuf)> = if names.is_empty() {
-        vec![(String::new(), PathBuf::new())]
-    } else {
-        names
-            .iter()
-            .map(|n| (format!("tracer {n}: "), PathBuf::from(n)))
-            .collect()
-    };
-    // The writer: drains the traced threads' rings (shared memory) into
-    // the directories while the program runs.
-    // (In /dev/shm, else in the temporary directory.)
-    let rel_dirs: Vec<PathBuf> = rel.iter().map(|r| r.1.clone()).collect();
-    let mut failed = Vec::new();
-    let mut made = None;
-    for shm in shadowgraph::record::shm::shm_dirs("rings") {
-        match collect::Collector::new(&shm, &abs, rel_dirs.clone()) {
-            Ok(c) => {
-                made = Some((shm, c));
-                break;
-            }
-            Err(e) => failed.push(format!("{}: {e}", shm.display())),
-        }
-    }
-    let (shm, mut collector) =
-        made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
-    let config = opts.config(&abs, &shm)?;
-    collector.set_ring_len(shadowgraph::record::writer::shared_ring_len(opts.buffer));
-    let collector = collector.spawn();
+    let Prepared {
+        abs,
+        rel,
+        config,
+        collector,
+    } = prepare(data, opts)?;
     let _signals = ForwardSignals::install();
     // Unless told not to, the recording lasts as long as the program's
     // descendants too (those it forked, and the programs they became).
@@ -164,78 +132,11 @@ pub(crate) fn record(
     // Where writing the records failed, and why.
     let mut write_failed = Vec::new();
     for (label, d, foreign) in dirs {
-        let info_path = d.join("shadowgraph.info");
-        if info_path.exists() {
-            let t = totals.get(&d).copied().unwrap_or_default();
-            // The program's exit and usage are the recording's, not those
-            // of a session in another process (not ours to wait for).
-            let run = (!foreign).then_some((status, &usage));
-            let finished = complete_metadata(&d, t, &path, run).unwrap_or(false);
-            if !finished {
-                // Cut short (crash, _exit): the agent wrote metadata at
-                // start; the rings held the rest.
-                if foreign {
-                    eprintln!("# {label}it ended without the recording's exit step; what it recorded is kept");
-                } else {
-                    eprintln!("# {label}{prog} ended without the recording's exit step ({status}); what it recorded is kept");
-                }
-            }
-            let converted = shadowgraph_data::dir::DataDir::open(&d).and_then(|dd| {
-                if shadowgraph_data::profile::is_profile(&dd) {
-                    Ok(()) // no records to convert
-                } else {
-                    shadowgraph_data::uftrace::export(&dd, &d)
-                }
-            });
-            if let Err(e) = converted {
-                eprintln!("shadowgraph: {e}");
-            }
-        }
-        match shadowgraph_data::dir::DataDir::open(&d) {
-            Ok(dd) if shadowgraph_data::profile::is_profile(&dd) => {
-                match shadowgraph_data::profile::read(&dd) {
-                    Ok(rows) => eprintln!(
-                        "# {label}profiled {} calls of {} functions into {}",
-                        rows.values().map(|r| r.calls).sum::<u64>(),
-                        rows.keys()
-                            .map(|k| k.1)
-                            .collect::<std::collections::HashSet<_>>()
-                            .len(),
-                        d.display()
-                    ),
-                    Err(e) => eprintln!("shadowgraph: {label}{e}"),
-                }
-            }
-            Ok(dd) => {
-                // Counted from the files: right also when the exit step
-                // (which updates the counts in `info`) never ran.
-                let records: u64 = dd
-                    .tids
-                    .iter()
-                    .filter_map(|&t| std::fs::metadata(dd.dat_path(t)).ok())
-                    .map(|m| m.len() / 16)
-                    .sum();
-                eprintln!(
-                    "# {label}recorded {records} records ({} lost) from {} threads into {}",
-                    dd.info.get("lost").unwrap_or("?"),
-                    dd.tids.len(),
-                    d.display()
-                );
-                if let Some(w) = dd.loss_warning() {
-                    eprintln!("shadowgraph: {label}{w}");
-                }
-                if let Some(e) = dd.info.get("write_error") {
-                    write_failed.push(format!("{}: {e}", d.display()));
-                }
-                if let Some(n) = dd.writer_wait_note(usage.elapsed_ns) {
-                    eprintln!("shadowgraph: {label}{n}");
-                }
-            }
-            Err(_) => eprintln!(
-                "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",
-                d.display()
-            ),
-        }
+        let t = totals.get(&d).copied().unwrap_or_default();
+        // The program's exit and usage are the recording's, not those of
+        // a session in another process (not ours to wait for).
+        let run = (!foreign).then_some((status, &usage));
+        write_failed.extend(conclude_dir(&label, &d, t, &path, prog, run));
     }
     if !write_failed.is_empty() {
         // The summary above says what was kept; the status says that it is
@@ -249,6 +150,158 @@ pub(crate) fn record(
         }
     }
     Ok(exit_code(status))
+}
+
+/// A recording's directory and its writer, made before tracing starts.
+pub(crate) struct Prepared {
+    /// The data directory, absolute.
+    pub abs: PathBuf,
+    /// Each tracer's label and place in it.
+    pub rel: Vec<(String, PathBuf)>,
+    /// The configuration for the agent.
+    pub config: config::Config,
+    /// The writer, draining the rings.
+    pub collector: collect::CollectorThread,
+}
+
+/// Makes the data directory `data` (an existing one is moved to
+/// `<data>.old`) and starts the writer that drains the traced threads'
+/// rings (shared memory) into it.
+pub(crate) fn prepare(data: &Path, opts: &RecordOptions) -> Result<Prepared, String> {
+    if data.exists() {
+        let old = PathBuf::from(format!("{}.old", data.display()));
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(data, &old)
+            .map_err(|e| format!("cannot move {} aside: {e}", data.display()))?;
+    }
+    std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    let abs = std::fs::canonicalize(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    let names = opts.tracer_names();
+    // Each instance's place in a recording directory (and in a session's).
+    let rel: Vec<(String, PathBuf)> = if names.is_empty() {
+        vec![(String::new(), PathBuf::new())]
+    } else {
+        names
+            .iter()
+            .map(|n| (format!("tracer {n}: "), PathBuf::from(n)))
+            .collect()
+    };
+    // The writer: drains the traced threads' rings (shared memory) into
+    // the directories while the program runs.
+    // (In /dev/shm, else in the temporary directory.)
+    let rel_dirs: Vec<PathBuf> = rel.iter().map(|r| r.1.clone()).collect();
+    let mut failed = Vec::new();
+    let mut made = None;
+    for shm in shadowgraph::record::shm::shm_dirs("rings") {
+        match collect::Collector::new(&shm, &abs, rel_dirs.clone()) {
+            Ok(c) => {
+                made = Some((shm, c));
+                break;
+            }
+            Err(e) => failed.push(format!("{}: {e}", shm.display())),
+        }
+    }
+    let (shm, mut collector) =
+        made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
+    let config = opts.config(&abs, &shm)?;
+    collector.set_ring_len(shadowgraph::record::writer::shared_ring_len(opts.buffer));
+    let collector = collector.spawn();
+    Ok(Prepared {
+        abs,
+        rel,
+        config,
+        collector,
+    })
+}
+
+/// Completes the recording directory `d` (labelled `label`) of `prog`
+/// (`exe`) with what the writer counted (`t`), converts it to uftrace's
+/// format and sums it up on stderr; `run` is the program's exit and usage
+/// when they are the recording's. Returns why writing it failed, if it
+/// did.
+pub(crate) fn conclude_dir(
+    label: &str,
+    d: &Path,
+    t: collect::Totals,
+    exe: &Path,
+    prog: &str,
+    run: Option<(std::process::ExitStatus, &crate::sysinfo::Usage)>,
+) -> Option<String> {
+    let mut write_failed = None;
+    let info_path = d.join("shadowgraph.info");
+    if info_path.exists() {
+        let finished = complete_metadata(d, t, exe, run).unwrap_or(false);
+        if !finished {
+            // Cut short (crash, _exit): the agent wrote metadata at
+            // start; the rings held the rest.
+            match run {
+                None => eprintln!("# {label}it ended without the recording's exit step; what it recorded is kept"),
+                Some((status, _)) => eprintln!("# {label}{prog} ended without the recording's exit step ({status}); what it recorded is kept"),
+            }
+        }
+        let converted = shadowgraph_data::dir::DataDir::open(d).and_then(|dd| {
+            if shadowgraph_data::profile::is_profile(&dd) {
+                Ok(()) // no records to convert
+            } else {
+                shadowgraph_data::uftrace::export(&dd, d)
+            }
+        });
+        if let Err(e) = converted {
+            eprintln!("shadowgraph: {e}");
+        }
+    }
+    match shadowgraph_data::dir::DataDir::open(d) {
+        Ok(dd) if shadowgraph_data::profile::is_profile(&dd) => {
+            match shadowgraph_data::profile::read(&dd) {
+                Ok(rows) => eprintln!(
+                    "# {label}profiled {} calls of {} functions into {}",
+                    rows.values().map(|r| r.calls).sum::<u64>(),
+                    rows.keys()
+                        .map(|k| k.1)
+                        .collect::<std::collections::HashSet<_>>()
+                        .len(),
+                    d.display()
+                ),
+                Err(e) => eprintln!("shadowgraph: {label}{e}"),
+            }
+        }
+        Ok(dd) => {
+            // Counted from the files: right also when the exit step
+            // (which updates the counts in `info`) never ran.
+            let records: u64 = dd
+                .tids
+                .iter()
+                .filter_map(|&t| std::fs::metadata(dd.dat_path(t)).ok())
+                .map(|m| m.len() / 16)
+                .sum();
+            eprintln!(
+                "# {label}recorded {records} records ({} lost) from {} threads into {}",
+                dd.info.get("lost").unwrap_or("?"),
+                dd.tids.len(),
+                d.display()
+            );
+            if let Some(w) = dd.loss_warning() {
+                eprintln!("shadowgraph: {label}{w}");
+            }
+            if let Some(e) = dd.info.get("write_error") {
+                write_failed = Some(format!("{}: {e}", d.display()));
+            }
+            if let Some(n) = run.and_then(|(_, usage)| dd.writer_wait_note(usage.elapsed_ns)) {
+                eprintln!("shadowgraph: {label}{n}");
+            }
+        }
+        Err(_) => match run {
+            Some((status, _)) => eprintln!(
+                "shadowgraph: {prog} exited ({status}) without a complete recording in {} (see above)",
+                d.display()
+            ),
+            None => eprintln!(
+                "shadowgraph: {label}no complete recording in {} (see above)",
+                d.display()
+            ),
+        },
+    }
+    write_failed
 }
 
 /// Adds what the writer counted to the agent's `shadowgraph.info`;

@@ -271,12 +271,74 @@ pub fn normalize(modules: &mut [Module]) -> Result<Normalized, NormalizeError> {
     Ok(out)
 }
 
+/// The other threads' saved contexts (pc, sp) while a tracer outside the
+/// process holds them stopped (ptrace), set by [`with_world_stopped`].
+static STOPPED_OUTSIDE: std::sync::Mutex<Option<Vec<(usize, usize)>>> = std::sync::Mutex::new(None);
+
+/// Runs `f` knowing that every other thread of the process is held
+/// stopped from outside (by `shadowgraph record -p`, with ptrace) at the
+/// contexts `stopped` (pc, sp each). Sleds are then converted by plain
+/// writes, with no signal to park the threads (a signal would end a
+/// `nanosleep` or an `epoll_wait` under way with `EINTR`); a sled a
+/// stopped pc is inside, or that a word of a stopped thread's stack
+/// points into, is deferred.
+pub fn with_world_stopped<R>(stopped: &[(usize, usize)], f: impl FnOnce() -> R) -> R {
+    *STOPPED_OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()) = Some(stopped.to_vec());
+    let r = f();
+    *STOPPED_OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    r
+}
+
 /// Converts sleds to NOP5; returns the deferred ones (sorted).
 fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, NormalizeError> {
     let edits: Vec<Edit> = sleds.iter().map(|&a| Edit::new(a, &SLED, &NOP5)).collect();
     let _text = patch::text_lock();
     patch::verify(&edits)?;
     let window = TextWindow::open_for(edits.iter().map(|e| (e.addr, 5)))?;
+    let inside = |word: usize| -> Option<usize> {
+        // Index of the sled whose interior (site+1..=site+4) holds `word`.
+        let i = sleds.partition_point(|&s| s < word);
+        (i > 0 && word - sleds[i - 1] < 5).then(|| i - 1)
+    };
+    let outside = STOPPED_OUTSIDE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if let Some(contexts) = outside {
+        let stacks = match StackMap::read() {
+            Ok(s) => s,
+            Err(e) => {
+                window.close();
+                return Err(PatchError::Io(format!("/proc/thread-self/maps: {e}")).into());
+            }
+        };
+        let mut deferred = vec![false; sleds.len()];
+        for &(pc, sp) in &contexts {
+            if let Some(i) = inside(pc) {
+                deferred[i] = true;
+            }
+            stacks.scan_from(sp, |w| {
+                if let Some(i) = inside(w) {
+                    deferred[i] = true;
+                }
+            });
+        }
+        for (e, &d) in edits.iter().zip(deferred.iter()) {
+            if !d && patch::write_quiescent(&window, std::slice::from_ref(e)).is_ok() {
+                out.converted += 1;
+            }
+        }
+        window.close();
+        patch::serialise()?;
+        let d: Vec<usize> = sleds
+            .iter()
+            .zip(deferred.iter())
+            .filter(|(_, &d)| d)
+            .map(|(&s, _)| s)
+            .collect();
+        out.deferred += d.len();
+        return Ok(d);
+    }
     let mut threads = Vec::with_capacity(2);
     let single = sys::list_threads(&mut threads).is_ok() && threads.len() == 1;
     if single {
@@ -298,11 +360,6 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
     };
     let mut deferred = vec![false; sleds.len()];
     let mut bufs = StopBuffers::default();
-    let inside = |word: usize| -> Option<usize> {
-        // Index of the sled whose interior (site+1..=site+4) holds `word`.
-        let i = sleds.partition_point(|&s| s < word);
-        (i > 0 && word - sleds[i - 1] < 5).then(|| i - 1)
-    };
     let mut moved = 0usize;
     let stopped = stop::stop_world(&mut bufs, |parked| {
         // Nothing below allocates: every thread but this one is parked.

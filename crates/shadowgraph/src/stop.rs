@@ -408,12 +408,26 @@ impl StackMap {
     }
 }
 
+/// Whether threads are never signalled to be inspected ([`set_signal_free`]).
+static SIGNAL_FREE: AtomicBool = AtomicBool::new(false);
+
+/// From now on, [`wait_code_quiescent`] sends no signal: a process joined
+/// while it runs (`record -p`) must not see a `nanosleep` or `epoll_wait`
+/// end with `EINTR` for our sake. A thread blocked in a system call is
+/// inspected where the kernel keeps its user pc and sp
+/// (`/proc/self/task/TID/syscall`); one that runs is looked at again
+/// later.
+pub fn set_signal_free(on: bool) {
+    // Relaxed: set before the session that reads it starts.
+    SIGNAL_FREE.store(on, Ordering::Relaxed);
+}
+
 /// Code grace period (design §3.11 part B): returns `true` once no other
 /// thread's PC, and no word on the live part of its stacks (a return
 /// address into the code, or a PC saved in a signal frame), lies in one of
 /// `ranges`. Conservative: a stale word that happens to point there delays
 /// it. Gives up (`false`) after about a second, or if threads cannot be
-/// stopped.
+/// stopped (or, signal-free, while one keeps running).
 pub fn wait_code_quiescent(ranges: &[(usize, usize)]) -> bool {
     if ranges.is_empty() {
         return true;
@@ -422,6 +436,42 @@ pub fn wait_code_quiescent(ranges: &[(usize, usize)]) -> bool {
         return false;
     };
     let inside = |w: usize| ranges.iter().any(|&(lo, hi)| lo <= w && w < hi);
+    if SIGNAL_FREE.load(Ordering::Relaxed) {
+        let me = sys::gettid();
+        let mut tids = Vec::new();
+        for _ in 0..200 {
+            if sys::list_threads(&mut tids).is_err() {
+                return false;
+            }
+            let busy = tids.iter().filter(|&&t| t != me).any(|&tid| {
+                // "NR args… sp pc" while blocked in a system call; "running"
+                // (or gone) otherwise: busy until seen blocked.
+                let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+                else {
+                    return false; // exited
+                };
+                let f: Vec<&str> = text.split_whitespace().collect();
+                let word = |s: &str| usize::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+                match (f.len() >= 3, f.first().map(|n| n.starts_with('-'))) {
+                    (true, Some(false)) => {
+                        let (Some(sp), Some(pc)) = (word(f[f.len() - 2]), word(f[f.len() - 1]))
+                        else {
+                            return true;
+                        };
+                        let mut hit = inside(pc);
+                        stacks.scan_from(sp, |w| hit |= inside(w));
+                        hit
+                    }
+                    _ => true,
+                }
+            });
+            if !busy {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        return false;
+    }
     let mut bufs = StopBuffers::default();
     for _ in 0..200 {
         let busy = stop_world(&mut bufs, |parked| {

@@ -4,6 +4,7 @@
 //! handler holding the allocator's lock.
 
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 
 /// One line of `/proc/self/maps`.
 #[derive(Clone, Debug)]
@@ -333,6 +334,24 @@ pub fn membarrier_register_rseq() -> bool {
 /// instruction of it. Async-signal-safe.
 pub fn membarrier_rseq() -> io::Result<()> {
     membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)
+}
+
+/// The name the loader gives the object holding `addr` (as
+/// `dl_iterate_phdr` names it: the path it was loaded by, not resolved;
+/// for the program itself, its `argv[0]`).
+pub fn loader_name_of(addr: usize) -> Option<std::path::PathBuf> {
+    // SAFETY: a zeroed Dl_info is a valid out-parameter.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables for `addr`.
+    let ok = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) };
+    if ok == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(
+        name.to_bytes(),
+    )))
 }
 
 /// The path (made canonical) of the loaded object holding `addr`.

@@ -17,11 +17,16 @@ static FOLLOW: AtomicBool = AtomicBool::new(false);
 static SCANNED: Mutex<Vec<(PathBuf, usize)>> = Mutex::new(Vec::new());
 
 /// The object this library's code is in, when it is not the program (the
-/// agent, preloaded): never traced (it has no sites) nor scanned.
+/// agent, preloaded or loaded from a memfd by `record -p`), by the name
+/// the loader lists it under: never traced (it has no sites) nor scanned
+/// (a memfd's `/proc/self/fd/N` may be closed).
 fn own_object() -> Option<PathBuf> {
-    let me = crate::sys::object_of(own_object as *const () as usize)?;
+    let me = crate::sys::loader_name_of(own_object as *const () as usize)?;
+    // (dladdr names the program by its argv[0].)
     let exe = std::fs::canonicalize("/proc/self/exe").ok();
-    (Some(&me) != exe.as_ref()).then_some(me)
+    let program =
+        me.as_os_str().is_empty() || (exe.is_some() && std::fs::canonicalize(&me).ok() == exe);
+    (!program).then_some(me)
 }
 
 /// The sites of every loaded object `which` selects, or a one-line error

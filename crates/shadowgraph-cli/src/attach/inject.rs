@@ -1,0 +1,279 @@
+//! Calling a function inside another, running process: one of its
+//! threads is stopped with ptrace, made to call the function, and given
+//! back every register it had; its other threads run on throughout.
+//!
+//! The stopped thread's stack during the call:
+//!
+//! ```text
+//!   regs.rsp ─────────►  the thread's own words
+//!   regs.rsp − 128       the red zone (a leaf function's scratch below
+//!                        rsp): left alone
+//!   … − SCRATCH          bytes the caller passes (strings), [data, data+len)
+//!   call_rsp + 8         16-byte aligned: the callee's frame starts below
+//!   call_rsp ─────────►  return address 0: the callee's `ret` faults,
+//!                        and the SIGSEGV stop says the call is over
+//! ```
+//!
+//! A thread interrupted inside a blocking system call (`read`, `futex`,
+//! `nanosleep`, `epoll_wait`) stops with `orig_rax` the call's number and
+//! `rax` one of the kernel's restart codes. The call is made with
+//! `orig_rax` −1, so the kernel does not take it for a system call to
+//! restart; the registers put back afterwards hold the original
+//! `orig_rax` and `rax`, and the kernel restarts the system call as it
+//! does after a signal handled with `SA_RESTART`: the program sees no
+//! `EINTR`. The floating-point and vector state (XSAVE area) is saved and
+//! put back as well.
+
+use std::io::{Error, ErrorKind};
+
+/// Bytes kept below the interrupted rsp: the red zone.
+const RED_ZONE: u64 = 128;
+/// `NT_X86_XSTATE`: the whole XSAVE area, for `PTRACE_GETREGSET`.
+const NT_X86_XSTATE: libc::c_int = 0x202;
+/// Large enough for any XSAVE area a kernel reports (AVX-512: ~2.7 KiB,
+/// AMX tiles: ~11 KiB).
+const XSTATE_BYTES: usize = 16 << 10;
+/// `PTRACE_EVENT_STOP`, the stop `PTRACE_INTERRUPT` causes.
+const PTRACE_EVENT_STOP: i32 = 128;
+
+/// A thread of another process, stopped under ptrace (seized). Dropping it
+/// detaches, delivering any signal that arrived while it was stopped.
+pub struct Stopped {
+    tid: i32,
+    /// A signal that reached the thread while we held it, to deliver at
+    /// detach (0: none).
+    pending: i32,
+}
+
+impl Stopped {
+    /// Seizes thread `tid` and stops it where it is.
+    pub fn seize(tid: i32) -> Result<Stopped, Error> {
+        // SAFETY: PTRACE_SEIZE with no options; the kernel checks our
+        // right to trace `tid`.
+        if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) } != 0 {
+            return Err(Error::last_os_error());
+        }
+        let mut t = Stopped { tid, pending: 0 };
+        // SAFETY: a seized thread; PTRACE_INTERRUPT only stops it.
+        if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) } != 0 {
+            return Err(Error::last_os_error());
+        }
+        t.wait_for(|status| status >> 16 == PTRACE_EVENT_STOP)?;
+        t.undo_eintr()?;
+        Ok(t)
+    }
+
+    /// The thread's id.
+    pub fn tid(&self) -> i32 {
+        self.tid
+    }
+
+    /// Where the thread was stopped: its pc and sp.
+    pub fn context(&self) -> Result<(u64, u64), Error> {
+        let r = self.regs()?;
+        Ok((r.rip, r.rsp))
+    }
+
+    /// Some system calls fail with `EINTR` as soon as the thread is
+    /// stopped, with no signal handled and no restart code (`epoll_wait`
+    /// checks for a pending signal, and the stop is one); others
+    /// (`nanosleep`, `poll`) leave their rest to `restart_syscall`, which
+    /// reads what the thread's last such call left, and a call made in the
+    /// thread meanwhile (one that sleeps) replaces it: the restart would
+    /// then fail with `EINTR`. When no signal came, the thread is set back
+    /// on its `syscall` instruction with the call's number in rax (its
+    /// arguments are still in their registers), to make the call again as
+    /// if never stopped (a relative timeout starts anew).
+    fn undo_eintr(&mut self) -> Result<(), Error> {
+        /// The kernel's "restart through restart_syscall" code.
+        const ERESTART_RESTARTBLOCK: i64 = 516;
+        let mut regs = self.regs()?;
+        let rax = regs.rax as i64;
+        if self.pending != 0
+            || (regs.orig_rax as i64) < 0
+            || (rax != -(libc::EINTR as i64) && rax != -ERESTART_RESTARTBLOCK)
+        {
+            return Ok(());
+        }
+        let mut insn = [0u8; 2];
+        read_memory(self.tid, regs.rip - 2, &mut insn)?;
+        if insn != [0x0f, 0x05] {
+            return Ok(());
+        }
+        regs.rip -= 2;
+        regs.rax = regs.orig_rax;
+        self.set_regs(&regs)
+    }
+
+    /// Waits for the thread's next stop that `done` accepts. Other stops
+    /// are signals sent to it meanwhile: kept to deliver at detach (one;
+    /// a later one replaces it, as the kernel merges standard signals)
+    /// and the thread resumed. An exit is an error.
+    fn wait_for(&mut self, done: impl Fn(i32) -> bool) -> Result<i32, Error> {
+        loop {
+            let mut status = 0;
+            // SAFETY: waiting for our own tracee, by thread id.
+            let r = unsafe { libc::waitpid(self.tid, &mut status, libc::__WALL) };
+            if r < 0 {
+                let e = Error::last_os_error();
+                if e.kind() == ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!("thread {} exited", self.tid),
+                ));
+            }
+            if done(status) {
+                return Ok(status);
+            }
+            let sig = libc::WSTOPSIG(status);
+            if status >> 16 == 0 && sig != libc::SIGTRAP {
+                self.pending = sig;
+            }
+            // SAFETY: resuming our stopped tracee without a signal.
+            unsafe { libc::ptrace(libc::PTRACE_CONT, self.tid, 0, 0) };
+        }
+    }
+
+    fn regs(&self) -> Result<libc::user_regs_struct, Error> {
+        // SAFETY: a zeroed user_regs_struct is a valid out-parameter.
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        // SAFETY: our stopped tracee; the kernel fills `regs`.
+        if unsafe { libc::ptrace(libc::PTRACE_GETREGS, self.tid, 0, &mut regs) } != 0 {
+            return Err(Error::last_os_error());
+        }
+        Ok(regs)
+    }
+
+    fn set_regs(&self, regs: &libc::user_regs_struct) -> Result<(), Error> {
+        // SAFETY: our stopped tracee; the kernel reads `regs`.
+        if unsafe { libc::ptrace(libc::PTRACE_SETREGS, self.tid, 0, regs) } != 0 {
+            return Err(Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The thread's XSAVE area (`get`), or puts `area` back.
+    fn xstate(&self, area: &mut Vec<u8>, get: bool) -> Result<(), Error> {
+        if get {
+            area.resize(XSTATE_BYTES, 0);
+        }
+        let mut iov = libc::iovec {
+            iov_base: area.as_mut_ptr().cast(),
+            iov_len: area.len(),
+        };
+        let req = if get {
+            libc::PTRACE_GETREGSET
+        } else {
+            libc::PTRACE_SETREGSET
+        };
+        // SAFETY: our stopped tracee; the iovec describes `area`, which
+        // the kernel fills (and shortens iov_len to what it wrote) or reads.
+        if unsafe { libc::ptrace(req, self.tid, NT_X86_XSTATE, &mut iov) } != 0 {
+            return Err(Error::last_os_error());
+        }
+        if get {
+            area.truncate(iov.iov_len);
+        }
+        Ok(())
+    }
+
+    /// Calls `function(args…)` in the thread, with `data` copied below the
+    /// red zone of its stack (an argument `DATA - k`, for `k` below the
+    /// data's length, is replaced by the address of its byte `k`), and
+    /// returns what the function returned (rax). Every
+    /// register and the vector state are put back afterwards; a system
+    /// call the thread was blocked in is restarted.
+    pub fn call(&mut self, function: u64, args: &[u64], data: &[u8]) -> Result<u64, Error> {
+        assert!(args.len() <= 6, "six register arguments at most");
+        let saved = self.regs()?;
+        let mut xstate = Vec::new();
+        self.xstate(&mut xstate, true)?;
+        let data_at = (saved.rsp - RED_ZONE - data.len() as u64) & !15;
+        let call_rsp = data_at - 16 + 8;
+        write_memory(self.tid, data_at, data)?;
+        write_memory(self.tid, call_rsp, &0u64.to_le_bytes())?;
+        let mut regs = saved;
+        let slots = [
+            &mut regs.rdi,
+            &mut regs.rsi,
+            &mut regs.rdx,
+            &mut regs.rcx,
+            &mut regs.r8,
+            &mut regs.r9,
+        ];
+        for (slot, &a) in slots.into_iter().zip(args) {
+            let into_data = DATA - a;
+            *slot = if into_data < data.len().max(1) as u64 {
+                data_at + into_data
+            } else {
+                a
+            };
+        }
+        regs.rip = function;
+        regs.rsp = call_rsp;
+        regs.rax = 0;
+        // Not a system call: no restart to apply on resuming.
+        regs.orig_rax = u64::MAX;
+        self.set_regs(&regs)?;
+        // SAFETY: resuming our stopped tracee without a signal.
+        if unsafe { libc::ptrace(libc::PTRACE_CONT, self.tid, 0, 0) } != 0 {
+            return Err(Error::last_os_error());
+        }
+        let tid = self.tid;
+        let status = self.wait_for(|status| {
+            status >> 16 == 0 && libc::WSTOPSIG(status) == libc::SIGSEGV && {
+                // SAFETY: as in regs(), for the stop just reported.
+                let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+                // SAFETY: our stopped tracee; the kernel fills `r`.
+                unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut r) == 0 && r.rip == 0 }
+            }
+        });
+        let result = status.and_then(|_| self.regs()).map(|r| r.rax);
+        // The SIGSEGV of the return to 0 is consumed: the next resume
+        // passes no signal.
+        self.set_regs(&saved)?;
+        self.xstate(&mut xstate, false)?;
+        result
+    }
+}
+
+/// An argument of [`Stopped::call`] that stands for the address of the
+/// data passed (`DATA - k`: of its byte `k`).
+pub const DATA: u64 = u64::MAX;
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: detaching our tracee, delivering the signal it got
+        // meanwhile (0: none); it runs on from its restored registers.
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_DETACH,
+                self.tid,
+                0,
+                self.pending as libc::c_long,
+            )
+        };
+    }
+}
+
+/// Reads `out.len()` bytes at `addr` in the memory of the process of
+/// thread `tid` (ours to trace).
+pub fn read_memory(tid: i32, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+    use std::os::unix::fs::FileExt;
+    std::fs::File::open(format!("/proc/{tid}/mem"))?.read_exact_at(out, addr)
+}
+
+/// Writes `bytes` at `addr` in the memory of the process of thread `tid`
+/// (ours to trace).
+pub fn write_memory(tid: i32, addr: u64, bytes: &[u8]) -> Result<(), Error> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{tid}/mem"))?;
+    mem.write_all_at(bytes, addr)
+}

@@ -1,0 +1,290 @@
+//! Getting the agent into a running process that shadowgraph did not
+//! start: one of its threads is stopped with ptrace and made to create a
+//! memfd, which we fill with the agent's bytes, and to `dlopen` it from
+//! its own libc; the other threads run on. The memfd makes the agent's
+//! path valid in the target's mount namespace whatever ours is. An agent
+//! already in the process (one loaded before, or a process started under
+//! `shadowgraph record`) is found in its maps and reused.
+
+pub mod inject;
+pub mod record;
+
+use inject::{Stopped, DATA};
+use std::path::{Path, PathBuf};
+
+/// The memfd's name, as `/proc/PID/maps` shows it (`/memfd:NAME (deleted)`).
+const MEMFD_NAME: &str = "shadowgraph-agent";
+
+/// Why the agent could not be brought into a process: a one-line message
+/// that names the process and the cause.
+#[derive(Debug)]
+pub struct AttachError(pub String);
+
+impl std::fmt::Display for AttachError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How the agent came to be in the process.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Loaded {
+    /// It was there already.
+    Reused,
+    /// It was loaded now.
+    Now,
+}
+
+/// A mapping of `/proc/PID/maps`: start, file offset, path.
+fn maps(pid: i32) -> Result<Vec<(u64, u64, String)>, AttachError> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| AttachError(format!("process {pid}: {}", describe(e, pid))))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let range = f.next()?;
+            let _perms = f.next()?;
+            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+            let (_dev, _inode) = (f.next()?, f.next()?);
+            let path = f.collect::<Vec<_>>().join(" ");
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            Some((start, offset, path))
+        })
+        .collect())
+}
+
+/// A one-line cause for an error about process `pid`.
+fn describe(e: std::io::Error, pid: i32) -> String {
+    match e.raw_os_error() {
+        Some(libc::ESRCH) | Some(libc::ENOENT) => format!("no such process {pid}"),
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default();
+            match scope.as_str() {
+                "1" | "2" | "3" => format!(
+                    "permission denied (kernel.yama.ptrace_scope is {scope}: run as root, or \
+                     set it to 0 with `sysctl kernel.yama.ptrace_scope=0`)"
+                ),
+                _ => "permission denied (a process of another user: run as root)".into(),
+            }
+        }
+        Some(libc::EBUSY) => {
+            "permission denied: it is already being traced (a debugger or strace?)".into()
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// Whether the agent is mapped in process `pid`.
+pub fn agent_loaded(pid: i32) -> Result<bool, AttachError> {
+    Ok(maps(pid)?.iter().any(|(_, _, p)| {
+        p.contains(&format!("/memfd:{MEMFD_NAME}"))
+            || Path::new(p)
+                .file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with("agent-") && p.contains("shadowgraph"))
+    }))
+}
+
+/// The run-time address of the dynamic symbol `name` of the first object
+/// of process `pid` whose file name `which` accepts, with that object's
+/// path.
+fn symbol_in(
+    pid: i32,
+    which: impl Fn(&str) -> bool,
+    name: &str,
+) -> Result<Option<(u64, PathBuf)>, AttachError> {
+    use object::{Object, ObjectSegment, ObjectSymbol};
+    let maps = maps(pid)?;
+    for (start, offset, path) in &maps {
+        let file = Path::new(path).file_name().and_then(|f| f.to_str());
+        if *offset != 0 || !file.is_some_and(&which) {
+            continue;
+        }
+        // The file as the target sees it, in its mount namespace.
+        let inside = format!("/proc/{pid}/root{path}");
+        let bytes = std::fs::read(&inside)
+            .map_err(|e| AttachError(format!("process {pid}: {inside}: {e}")))?;
+        let obj = object::File::parse(&*bytes)
+            .map_err(|e| AttachError(format!("process {pid}: {path}: {e}")))?;
+        let first = obj.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
+        let found = obj
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok(name) && s.is_definition());
+        if let Some(s) = found {
+            return Ok(Some((start - first + s.address(), PathBuf::from(path))));
+        }
+    }
+    Ok(None)
+}
+
+/// The thread of process `pid` to stop: the main one while it lives,
+/// else any other.
+fn pick_thread(pid: i32) -> Result<i32, AttachError> {
+    let alive = |tid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next()))
+            .flatten()
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    };
+    if alive(pid) {
+        return Ok(pid);
+    }
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|e| AttachError(format!("process {pid}: {}", describe(e, pid))))?;
+    tasks
+        .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
+        .find(|&t| alive(t))
+        .ok_or_else(|| AttachError(format!("process {pid} has no live thread")))
+}
+
+/// Brings the agent (its file's bytes, `agent`) into process `pid`, or
+/// finds it there.
+pub fn load_agent(pid: i32, agent: &[u8]) -> Result<Loaded, AttachError> {
+    if agent_loaded(pid)? {
+        return Ok(Loaded::Reused);
+    }
+    let libc_file = |f: &str| f == "libc.so.6" || (f.starts_with("libc-") && f.ends_with(".so"));
+    let need = |name: &str| -> Result<u64, AttachError> {
+        match symbol_in(pid, libc_file, name)? {
+            Some((addr, _)) => Ok(addr),
+            None if maps(pid)?.iter().any(|(_, _, p)| p.contains("libc")) => Err(AttachError(
+                format!("process {pid}: its libc has no `{name}` (glibc 2.34 or later is needed)"),
+            )),
+            None => Err(AttachError(format!(
+                "process {pid} is not linked with libc dynamically (a static program cannot load \
+                 the agent)"
+            ))),
+        }
+    };
+    let (memfd_create, dlopen, dlerror, close) = (
+        need("memfd_create")?,
+        need("dlopen")?,
+        need("dlerror")?,
+        need("close")?,
+    );
+    let tid = pick_thread(pid)?;
+    let err = |what: &str, e: std::io::Error| {
+        AttachError(format!("process {pid}: {what}: {}", describe(e, pid)))
+    };
+    let mut t = Stopped::seize(tid).map_err(|e| err("cannot stop it", e))?;
+    let mut name = MEMFD_NAME.as_bytes().to_vec();
+    name.push(0);
+    let fd = t
+        .call(memfd_create, &[DATA, libc::MFD_CLOEXEC as u64], &name)
+        .map_err(|e| err("memfd_create", e))? as i64 as i32;
+    if fd < 0 {
+        return Err(AttachError(format!("process {pid}: memfd_create failed")));
+    }
+    // The memfd is the target's; we fill it through its /proc entry.
+    let filled = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, agent));
+    let opened = filled
+        .map_err(|e| err("cannot write the agent", e))
+        .and_then(|()| {
+            let mut path = format!("/proc/self/fd/{fd}").into_bytes();
+            path.push(0);
+            t.call(dlopen, &[DATA, libc::RTLD_NOW as u64], &path)
+                .map_err(|e| err("dlopen", e))
+        });
+    // The mapping keeps the agent; the descriptor is not the program's.
+    let _ = t.call(close, &[fd as u64], &[]);
+    match opened? {
+        0 => {
+            let why = t
+                .call(dlerror, &[], &[])
+                .ok()
+                .filter(|&p| p != 0)
+                .and_then(|p| read_c_string(pid, p))
+                .unwrap_or_else(|| "unknown error".into());
+            Err(AttachError(format!(
+                "process {pid}: dlopen of the agent failed: {why}"
+            )))
+        }
+        _ => Ok(Loaded::Now),
+    }
+}
+
+/// The NUL-terminated string at `addr` in process `pid` (up to 4 KiB).
+fn read_c_string(pid: i32, addr: u64) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = mem.read_at(&mut buf, addr).ok()?;
+    let end = buf[..n].iter().position(|&b| b == 0).unwrap_or(n);
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+
+    /// Threads blocked in read, nanosleep, a futex wait and epoll_wait are
+    /// each stopped and made to call `getpid`; then the agent is loaded
+    /// (and found the second time). No call the program made fails with
+    /// EINTR, its output is as untraced, and it exits 0.
+    #[test]
+    fn calls_in_blocked_threads_restart_their_system_calls() {
+        let dir = shadowgraph_testkit::scratch::scratch_root("shadowgraph-cli-unit");
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("blocked");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blocked.c");
+        shadowgraph_testkit::cc::compile(&[&src], &["-O2", "-pthread"], &exe).unwrap();
+        let mut child = Command::new(&exe)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        // Every thread blocked in its call.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let libc_file = |f: &str| f == "libc.so.6";
+        let (getpid, _) = symbol_in(pid, libc_file, "getpid").unwrap().unwrap();
+        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .map(|t| t.unwrap().file_name().to_str().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(tids.len(), 4, "{tids:?}");
+        for &tid in &tids {
+            let mut t = Stopped::seize(tid).unwrap();
+            assert_eq!(
+                t.call(getpid, &[], &[]).unwrap(),
+                pid as u64,
+                "thread {tid}"
+            );
+        }
+        assert!(!agent_loaded(pid).unwrap());
+        assert_eq!(
+            load_agent(pid, crate::launch::EMBEDDED_AGENT).unwrap(),
+            Loaded::Now
+        );
+        assert!(agent_loaded(pid).unwrap());
+        assert_eq!(
+            load_agent(pid, crate::launch::EMBEDDED_AGENT).unwrap(),
+            Loaded::Reused
+        );
+        child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(rest, "done\n");
+        assert!(status.success(), "{status}");
+    }
+
+    #[test]
+    fn a_missing_process_is_named() {
+        let e = load_agent(999_999_999, b"").unwrap_err();
+        assert_eq!(e.0, "process 999999999: no such process 999999999");
+    }
+}

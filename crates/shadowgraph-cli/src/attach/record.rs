@@ -1,0 +1,245 @@
+//! `record -p PID`: a recording of a process that is already running. The
+//! agent is brought in (or found), one of the program's threads is made to
+//! call its `shadowgraph_attach` with the configuration and a control
+//! socket, and the session runs until `--duration` is over, `shadowgraph`
+//! is interrupted (Ctrl-C, SIGTERM), or the process exits. Then the
+//! session is told to stop: the sites go back to nops and the buffers are
+//! written out, and the process runs on untraced.
+
+use super::inject::{Stopped, DATA};
+use super::{load_agent, pick_thread, AttachError, Loaded};
+use crate::children::{ForwardSignals, STOP_WAITING};
+use crate::options::RecordOptions;
+use crate::record::{conclude_dir, prepare, Prepared};
+use shadowgraph::config::Mode;
+use shadowgraph::record::collect;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Records process `pid` into `data` as `opts` say, for `duration_ns` at
+/// most.
+pub(crate) fn record_attached(
+    data: &Path,
+    opts: &RecordOptions,
+    pid: i32,
+    duration_ns: Option<u64>,
+) -> Result<ExitCode, String> {
+    opts.config(Path::new("/"), Path::new("/"))?;
+    let exe =
+        std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| AttachError::about(pid, e).0)?;
+    let Prepared {
+        abs,
+        rel,
+        config,
+        collector,
+    } = prepare(data, opts)?;
+    let rings = match &config.mode {
+        Mode::Record(r) => r.rings.as_ref().map(|r| r.dir.clone()),
+        Mode::Count(_) => None,
+    }
+    .ok_or("a recording without rings cannot attach")?;
+    let socket = rings.join("control.sock");
+    let _signals = ForwardSignals::install();
+    let started = start(pid, &config.to_env_value(), &socket);
+    let client = match started {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = collector.finish();
+            let _ = std::fs::remove_dir_all(&abs);
+            return Err(e.0);
+        }
+    };
+    eprintln!(
+        "# attached to process {pid} ({}); recording until {}",
+        exe.display(),
+        match duration_ns {
+            Some(ns) => format!("{:.3} s have passed, Ctrl-C, or its exit", ns as f64 / 1e9),
+            None => "Ctrl-C or its exit".into(),
+        }
+    );
+    let ended_by_exit = wait(pid, &client, duration_ns);
+    stop(&client, pid);
+    let finished = collector.finish();
+    let prog = exe.display().to_string();
+    let mut write_failed = Vec::new();
+    for (label, r) in &rel {
+        let d = collect::instance_dir(&abs, r);
+        let t = finished.totals.get(&d).copied().unwrap_or_default();
+        write_failed.extend(conclude_dir(label, &d, t, &exe, &prog, None));
+    }
+    if ended_by_exit {
+        eprintln!("# process {pid} exited");
+    }
+    if !write_failed.is_empty() {
+        eprintln!(
+            "shadowgraph: the recording is incomplete: writing it failed ({})",
+            write_failed.join("; ")
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl AttachError {
+    fn about(pid: i32, e: std::io::Error) -> AttachError {
+        AttachError(format!("process {pid}: {}", super::describe(e, pid)))
+    }
+}
+
+/// Brings the agent into `pid`, starts the session of `config` there and
+/// returns the control connection once the agent says it started.
+fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachError> {
+    let agent = crate::launch::EMBEDDED_AGENT;
+    let loaded = load_agent(pid, agent)?;
+    let attach = agent_symbol(pid, agent, "shadowgraph_attach")?;
+    let mut data = config.as_bytes().to_vec();
+    data.push(0);
+    let socket_at = data.len() as u64;
+    data.extend_from_slice(socket.as_os_str().as_encoded_bytes());
+    data.push(0);
+    // Every thread stopped (ptrace), for the session to start in a
+    // stopped world; their contexts go with the call.
+    let caller = pick_thread(pid)?;
+    let mut held = stop_all(pid)?;
+    data.resize(data.len().next_multiple_of(8), 0);
+    let contexts_at = data.len() as u64;
+    for t in &held {
+        let (pc, sp) = t.context().map_err(|e| AttachError::about(pid, e))?;
+        data.extend_from_slice(&pc.to_le_bytes());
+        data.extend_from_slice(&sp.to_le_bytes());
+    }
+    let n = held.len() as u64;
+    let t = held
+        .iter_mut()
+        .find(|t| t.tid() == caller)
+        .ok_or_else(|| AttachError(format!("process {pid}: thread {caller} is gone")))?;
+    let r = t
+        .call(
+            attach,
+            &[DATA, DATA - socket_at, DATA - contexts_at, n],
+            &data,
+        )
+        .map_err(|e| AttachError::about(pid, e))? as i64 as i32;
+    // The threads run on.
+    drop(held);
+    if r < 0 {
+        let why = std::io::Error::from_raw_os_error(-r);
+        return Err(AttachError(format!(
+            "process {pid}: the agent{} cannot start a session: {why}",
+            if loaded == Loaded::Reused {
+                " already there"
+            } else {
+                ""
+            }
+        )));
+    }
+    let client = UnixStream::connect(socket)
+        .map_err(|e| AttachError(format!("process {pid}: {}: {e}", socket.display())))?;
+    let mut line = String::new();
+    BufReader::new(&client)
+        .read_line(&mut line)
+        .map_err(|e| AttachError(format!("process {pid}: the agent: {e}")))?;
+    match line.trim_end().strip_prefix("error: ") {
+        None if line.trim_end() == "started" => Ok(client),
+        Some(why) => Err(AttachError(format!("process {pid}: {why}"))),
+        None => Err(AttachError(format!(
+            "process {pid}: the agent ended the session before it started"
+        ))),
+    }
+}
+
+/// Stops every thread of process `pid` (those a thread starts meanwhile
+/// too); a thread that exits meanwhile is left out.
+fn stop_all(pid: i32) -> Result<Vec<Stopped>, AttachError> {
+    let mut held: Vec<Stopped> = Vec::new();
+    loop {
+        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map_err(|e| AttachError::about(pid, e))?
+            .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        let new: Vec<i32> = tids
+            .into_iter()
+            .filter(|t| !held.iter().any(|h| h.tid() == *t))
+            .collect();
+        if new.is_empty() {
+            return Ok(held);
+        }
+        for tid in new {
+            match Stopped::seize(tid) {
+                Ok(t) => held.push(t),
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(AttachError::about(pid, e)),
+            }
+        }
+    }
+}
+
+/// The run-time address in process `pid` of the agent's symbol `name`:
+/// its offset in `agent`'s bytes (the memfd holds the same) plus where
+/// the memfd is mapped.
+fn agent_symbol(pid: i32, agent: &[u8], name: &str) -> Result<u64, AttachError> {
+    use object::{Object, ObjectSymbol};
+    // A copy: ELF headers are read in place, at their alignment, which
+    // the embedded bytes lack (the system allocator aligns to 16).
+    let copy = agent.to_vec();
+    let obj = object::File::parse(&*copy).map_err(|e| AttachError(format!("the agent: {e}")))?;
+    let offset = obj
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok(name))
+        .map(|s| s.address())
+        .ok_or_else(|| AttachError(format!("the agent has no `{name}`")))?;
+    let base = super::maps(pid)?
+        .into_iter()
+        .find(|(_, off, path)| *off == 0 && path.contains(&format!("/memfd:{}", super::MEMFD_NAME)))
+        .map(|(start, _, _)| start)
+        .ok_or_else(|| {
+            AttachError(format!(
+                "process {pid}: the agent in it is not one `record -p` loaded (a process started \
+                 under `shadowgraph record` is recorded by that command)"
+            ))
+        })?;
+    Ok(base + offset)
+}
+
+/// Waits for the end of the recording: `duration_ns` passed, a signal to
+/// us, or the process's exit (returns true then).
+fn wait(pid: i32, client: &UnixStream, duration_ns: Option<u64>) -> bool {
+    let start = Instant::now();
+    let limit = duration_ns.map(Duration::from_nanos);
+    let _ = client.set_nonblocking(true);
+    loop {
+        if STOP_WAITING.load(Ordering::Acquire) || limit.is_some_and(|l| start.elapsed() >= l) {
+            let _ = client.set_nonblocking(false);
+            return false;
+        }
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+                .unwrap_or(true);
+        if gone {
+            let _ = client.set_nonblocking(false);
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Tells the session to stop and waits (10 s at most) for the agent to
+/// have written everything out.
+fn stop(client: &UnixStream, pid: i32) {
+    let mut w = client;
+    let _ = w.write_all(b"stop\n");
+    let _ = client.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut line = String::new();
+    let _ = BufReader::new(client).read_line(&mut line);
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    if line.trim_end() != "stopped" && unsafe { libc::kill(pid, 0) } == 0 {
+        eprintln!("shadowgraph: process {pid} did not confirm the end of the session");
+    }
+}

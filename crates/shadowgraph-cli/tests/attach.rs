@@ -1,0 +1,179 @@
+//! `record -p PID`: a recording of a process that shadowgraph did not
+//! start, which runs on unharmed after it.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+/// The target, started and running ("ready" read).
+fn start_target(exe: &std::path::Path, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    (child, out)
+}
+
+/// The 5 bytes at `function`'s entry in process `pid`.
+fn entry_bytes(pid: u32, exe: &std::path::Path, function: &str) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let nm = Command::new("nm").arg(exe).output().unwrap();
+    let addr = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find(|l| l.ends_with(&format!(" T {function}")))
+        .map(|l| u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap())
+        .unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let exe = std::fs::canonicalize(exe).unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with(exe.to_str().unwrap()))
+        .map(|l| u64::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
+        .unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut b = vec![0u8; 5];
+    mem.read_exact_at(&mut b, base + addr).unwrap();
+    b
+}
+
+/// Threads that exist already are traced from the attach on, the
+/// recording nests, the sites are nops again afterwards, and the program
+/// runs on: no EINTR reached it, and it ends as untraced.
+#[test]
+fn record_p_traces_a_running_program_and_leaves_it_unharmed() {
+    let dir = workdir("attach");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id();
+    let data = dir.join("a.data");
+    let o = shadowgraph()
+        .args([
+            "record",
+            "-p",
+            &pid.to_string(),
+            "--duration",
+            "300ms",
+            "-d",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("# attached to process {pid}")),
+        "{err}"
+    );
+    // (main is blocked in read() throughout: only the worker records.)
+    assert!(err.contains("(0 lost) from 1 threads"), "{err}");
+    let rows = report_rows(&report_text(&data));
+    let (mids, leaves) = (rows["mid"].2, rows["leaf"].2);
+    assert!(mids > 10, "{rows:?}");
+    // Each mid calls leaf 3 (worker) or 2 (main) times; a call under way
+    // at the attach or the detach is not recorded.
+    assert!(leaves >= 2 * mids - 4 && leaves <= 3 * mids + 6, "{rows:?}");
+    assert!(rows.contains_key("nanosleep"), "{rows:?}");
+    let body = replay_body(&replay_text(&data));
+    assert!(body.iter().any(|l| l.trim() == "leaf();"), "{body:?}");
+    // Untraced again: the entry is a nop.
+    assert_eq!(entry_bytes(pid, &exe, "mid"), [0x0f, 0x1f, 0x44, 0, 0]);
+    // A second session in the same process is refused, clearly (one per
+    // process for now); the agent is found, not loaded twice.
+    let o = shadowgraph()
+        .args([
+            "record",
+            "-p",
+            &pid.to_string(),
+            "--duration",
+            "100ms",
+            "-d",
+        ])
+        .arg(dir.join("b.data"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert_eq!(
+        text(&o).1.trim(),
+        format!("shadowgraph: process {pid}: a process runs one tracing session")
+    );
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let agents: std::collections::HashSet<&str> = maps
+        .lines()
+        .filter(|l| l.contains("memfd:shadowgraph-agent"))
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .collect();
+    assert_eq!(agents.len(), 1, "{maps}");
+    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "done\n");
+    assert!(child.wait().unwrap().success());
+}
+
+/// A process that exits while recorded ends the recording at once, with
+/// what it recorded.
+#[test]
+fn record_p_ends_when_the_process_exits() {
+    let dir = workdir("attach_exit");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (mut child, _out) = start_target(&exe, &["300"]);
+    let data = dir.join("e.data");
+    let started = std::time::Instant::now();
+    let o = shadowgraph()
+        .args(["record", "-p", &child.id().to_string(), "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("exited"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert!(child.wait().unwrap().success());
+    let rows = report_rows(&report_text(&data));
+    assert!(rows["mid"].2 > 0, "{rows:?}");
+}
+
+/// Clear one-line errors: no such process, a static program; the target
+/// runs on.
+#[test]
+fn record_p_refuses_clearly() {
+    let dir = workdir("attach_refused");
+    let o = shadowgraph()
+        .args(["record", "-p", "999999999", "-d"])
+        .arg(dir.join("n.data"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert_eq!(
+        text(&o).1.trim(),
+        "shadowgraph: process 999999999: no such process 999999999"
+    );
+    let stat = dir.join("static");
+    cc(
+        &[&fixture("attach_target.c")],
+        &["-O2", "-static", "-pthread", "-fpatchable-function-entry=5"],
+        &stat,
+    );
+    let (mut child, mut out) = start_target(&stat, &[]);
+    let o = shadowgraph()
+        .args(["record", "-p", &child.id().to_string(), "-d"])
+        .arg(dir.join("s.data"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = text(&o).1;
+    assert!(err.contains("not linked with libc dynamically"), "{err}");
+    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "done\n");
+    assert!(child.wait().unwrap().success());
+}
