@@ -3,7 +3,9 @@
 //! process is normally single-threaded: it reads the session's
 //! configuration from the environment (`SHADOWGRAPH_CONFIG`, written by the
 //! `shadowgraph` CLI) and starts it ([`shadowgraph::session::Session`]);
-//! the session ends at exit. Without the variable the agent does nothing.
+//! the session ends at exit. Without the variable the agent does nothing
+//! until `shadowgraph record -p` loads it into a running process and
+//! starts a session there ([`attach`]).
 //!
 //! Beyond that, the agent interposes what a preloaded tracer must see:
 //! `sigaction`/`signal`/signal masks, so that the patcher's SIGTRAP

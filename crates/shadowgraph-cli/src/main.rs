@@ -180,8 +180,19 @@ enum Command {
     Live {
         #[command(flatten)]
         opts: options::RecordOptions,
+        /// Attach to the running process PID instead of starting a program.
+        #[arg(
+            short = 'p',
+            long = "pid",
+            value_name = "PID",
+            conflicts_with = "program"
+        )]
+        pid: Option<i32>,
+        /// With -p: end the recording after TIME (e.g. 500ms, 2s).
+        #[arg(long, value_name = "TIME", requires = "pid", value_parser = options::parse_duration_ns)]
+        duration: Option<u64>,
         /// The program and its arguments.
-        #[arg(trailing_var_arg = true, required = true)]
+        #[arg(trailing_var_arg = true, required_unless_present = "pid")]
         program: Vec<String>,
     },
     /// Benchmarks: `bench patch`, `bench dispatch`, `bench fgraph`,
@@ -307,7 +318,15 @@ fn main() -> ExitCode {
                 _ => Err("dump writes one of these formats: --chrome (trace-event JSON), --perfetto (a Perfetto trace), --flame-graph [--svg] (folded stacks, or their SVG)".to_string()),
             }
         }
-        Command::Live { opts, program } => record::live(&opts, &program),
+        Command::Live {
+            opts,
+            pid,
+            duration,
+            program,
+        } => record::live(&opts, |dir| match pid {
+            Some(pid) => attach::record::record_attached(dir, &opts, pid, duration),
+            None => record::record(dir, &opts, &program),
+        }),
         Command::Graph {
             data,
             function,

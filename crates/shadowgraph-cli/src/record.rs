@@ -356,10 +356,14 @@ pub(crate) fn complete_metadata(
     Ok(finished)
 }
 
-/// Records into a temporary directory, replays, and removes it.
-pub(crate) fn live(opts: &RecordOptions, program: &[String]) -> Result<ExitCode, String> {
+/// Records into a temporary directory (by `record`: a program started, or
+/// a process attached to), replays, and removes it.
+pub(crate) fn live(
+    opts: &RecordOptions,
+    record: impl FnOnce(&Path) -> Result<ExitCode, String>,
+) -> Result<ExitCode, String> {
     let dir = std::env::temp_dir().join(format!("shadowgraph-live-{}", std::process::id()));
-    let code = record(&dir, opts, program)?;
+    let code = record(&dir)?;
     // A closed pipe must not end us before the directory is removed: the
     // writes fail instead (and end the showing quietly).
     // SAFETY: ignoring SIGPIPE for this process, which starts no program

@@ -7,8 +7,31 @@ use common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
+/// A target process, killed if a test ends without waiting for it.
+struct Target(Child);
+
+impl std::ops::Deref for Target {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Target {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The target, started and running ("ready" read).
-fn start_target(exe: &std::path::Path, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
+fn start_target(exe: &std::path::Path, args: &[&str]) -> (Target, BufReader<ChildStdout>) {
     let mut child = Command::new(exe)
         .args(args)
         .stdin(Stdio::piped())
@@ -19,7 +42,7 @@ fn start_target(exe: &std::path::Path, args: &[&str]) -> (Child, BufReader<Child
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
-    (child, out)
+    (Target(child), out)
 }
 
 /// The 5 bytes at `function`'s entry in process `pid`.
@@ -175,5 +198,32 @@ fn record_p_refuses_clearly() {
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
     assert_eq!(rest, "done\n");
+    assert!(child.wait().unwrap().success());
+}
+
+/// A program's own SIGTRAP handler, installed before the attach, gets
+/// every trap it raises while recorded and after; `live -p` shows the
+/// calls made meanwhile.
+#[test]
+fn a_programs_own_sigtrap_handler_is_chained_to() {
+    let dir = workdir("attach_traps");
+    let exe = build_fixture(&dir, "traps", "attach_traps.c");
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let o = shadowgraph()
+        .args(["live", "-p", &child.id().to_string(), "--duration", "200ms"])
+        .output()
+        .unwrap();
+    let (shown, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(shown.contains("work();"), "{shown}");
+    // Its handler nests under raise().
+    assert!(
+        shown.contains("raise() {") && shown.contains("on_trap();"),
+        "{shown}"
+    );
+    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "all traps handled\n");
     assert!(child.wait().unwrap().success());
 }
