@@ -25,6 +25,7 @@ use std::ffi::{c_char, c_int, CStr};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Starts a session of `config` (JSON, NUL-terminated), every other
 /// thread being held stopped at the `n` contexts `stopped` (pc, sp
@@ -63,6 +64,7 @@ pub unsafe extern "C" fn shadowgraph_attach(
     // The program was not started for tracing: no signal of ours may end
     // one of its system calls with EINTR.
     shadowgraph::stop::set_signal_free(true);
+    take_over_unwinders();
     let session = shadowgraph::process::with_world_stopped(&stopped, || Session::start(config));
     let spawned = std::thread::Builder::new()
         .name("shadowgraph".into())
@@ -74,6 +76,84 @@ pub unsafe extern "C" fn shadowgraph_attach(
         Ok(_) => 0,
         Err(e) => -e.raw_os_error().unwrap_or(libc::EAGAIN),
     }
+}
+
+/// The unwinder's entry points the agent interposes (module `unwind`),
+/// which a `dlopen`ed agent must take over slot by slot: an exception
+/// thrown through a traced function's stub frame must find its frames
+/// unhooked first, or the unwinder finds no handler and the program ends.
+const TAKEN_OVER: [&str; 7] = [
+    "_Unwind_RaiseException",
+    "_Unwind_Resume",
+    "_Unwind_ForcedUnwind",
+    "_Unwind_Backtrace",
+    "__cxa_begin_catch",
+    "backtrace",
+    "pthread_exit",
+];
+
+/// The functions the taken-over slots called, by [`TAKEN_OVER`]'s index
+/// (0: none seen). Release/Acquire: written before the slot changes, read
+/// by a call through it.
+static REALS: [AtomicUsize; TAKEN_OVER.len()] = [const { AtomicUsize::new(0) }; TAKEN_OVER.len()];
+
+/// What the slots the agent took over for `name` called (0: none).
+pub(crate) fn taken_over(name: &CStr) -> usize {
+    TAKEN_OVER
+        .iter()
+        .position(|n| n.as_bytes() == name.to_bytes())
+        .map_or(0, |i| REALS[i].load(Ordering::Acquire))
+}
+
+/// Points every object's GOT slots for [`TAKEN_OVER`] at the agent's own
+/// functions, remembering what they called. Once per process.
+fn take_over_unwinders() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Our own definitions, looked up in this object first: taking
+        // their address in Rust would read the agent's GOT, which the
+        // loader bound to the definitions that came before it (the real
+        // ones).
+        let Some(map) = own_link_map() else { return };
+        let to: Vec<(&str, usize)> = TAKEN_OVER
+            .iter()
+            .filter_map(|&n| {
+                let c = std::ffi::CString::new(n).ok()?;
+                // SAFETY: a lookup by a NUL-terminated name in the link
+                // map of this object, which dlopen made (it has its own
+                // search list, this object first).
+                let p = unsafe { libc::dlsym(map, c.as_ptr()) } as usize;
+                (p != 0).then_some((n, p))
+            })
+            .collect();
+        let me = shadowgraph::sys::loader_name_of(take_over_unwinders as *const () as usize);
+        let skip: Vec<std::path::PathBuf> = me.into_iter().collect();
+        shadowgraph::libcall::interpose(&to, &skip, |name, real| {
+            if let Some(i) = TAKEN_OVER.iter().position(|n| *n == name) {
+                REALS[i].store(real, Ordering::Release);
+            }
+        });
+    });
+}
+
+/// The agent's link map (glibc's handle for it), found without taking a
+/// reference.
+fn own_link_map() -> Option<*mut libc::c_void> {
+    const RTLD_DL_LINKMAP: c_int = 2;
+    let mut map: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: a zeroed Dl_info is a valid out-parameter.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr1 reads the loader's tables for an address of this
+    // object and writes its link map pointer to `map`.
+    let ok = unsafe {
+        libc::dladdr1(
+            own_link_map as *const libc::c_void,
+            &mut info,
+            &mut map as *mut *mut libc::c_void,
+            RTLD_DL_LINKMAP,
+        )
+    };
+    (ok != 0 && !map.is_null()).then_some(map)
 }
 
 /// Whether the peer of `s` runs as this process's user or as root.
@@ -128,6 +208,14 @@ fn serve(listener: UnixListener, session: Result<Session, String>) {
         Err(_) => return,
     };
     let session = match session {
+        Ok(s) if !s.traces() => {
+            s.finish();
+            let _ = out.write_all(
+                b"error: no patchable function entries to trace (rebuild with \
+                  -fpatchable-function-entry=5, or -pg -mfentry -mrecord-mcount)\n",
+            );
+            return;
+        }
         Ok(s) => s,
         Err(e) => {
             let _ = writeln!(out, "error: {e}");

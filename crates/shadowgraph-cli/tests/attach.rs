@@ -179,6 +179,20 @@ fn record_p_refuses_clearly() {
         text(&o).1.trim(),
         "shadowgraph: process 999999999: no such process 999999999"
     );
+    // A program built without patchable entries: said, and it runs on.
+    let mut sleeper = Target(Command::new("sleep").arg("30").spawn().unwrap());
+    let o = shadowgraph()
+        .args(["record", "-p", &sleeper.id().to_string(), "-d"])
+        .arg(dir.join("p.data"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = text(&o).1;
+    assert!(
+        err.contains("no patchable function entries to trace"),
+        "{err}"
+    );
+    assert!(sleeper.try_wait().unwrap().is_none(), "sleep runs on");
     let stat = dir.join("static");
     cc(
         &[&fixture("attach_target.c")],
@@ -225,5 +239,37 @@ fn a_programs_own_sigtrap_handler_is_chained_to() {
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
     assert_eq!(rest, "all traps handled\n");
+    assert!(child.wait().unwrap().success());
+}
+
+/// C++ exceptions in flight while the agent comes in, while recorded, and
+/// while it leaves are all caught where they should be: the agent takes
+/// over the unwinder's entry points it would interpose when preloaded.
+#[test]
+fn exceptions_in_flight_survive_attach_and_detach() {
+    let dir = workdir("attach_throw");
+    let exe = build_fixture_with(&dir, "throw", "attach_throw.cpp", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let data = dir.join("t.data");
+    let o = shadowgraph()
+        .args([
+            "record",
+            "-p",
+            &child.id().to_string(),
+            "--duration",
+            "300ms",
+            "-d",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let rows = report_rows(&report_text(&data));
+    let (catches, throws) = (rows["catcher"].2, rows["thrower"].2);
+    assert!(catches > 100 && throws > 2 * catches, "{rows:?}");
+    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "bad=0\n");
     assert!(child.wait().unwrap().success());
 }

@@ -219,6 +219,73 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     }))
 }
 
+/// Points every GOT slot through which a loaded object (but those named
+/// in `skip`, and the loader) calls one of the functions `to` names at
+/// the address given with it: interposition for an agent that came in by
+/// `dlopen`, when `LD_PRELOAD` could not put it first. Before the first
+/// slot of a name changes, `real(name, function)` hears what it called (a
+/// lazy slot not bound yet resolved as the loader would): the
+/// interposer's next definition, which a call through the changed slot
+/// may need at once. The slots keep the interposers for good: frames they
+/// look after may outlive a session.
+pub fn interpose(to: &[(&str, usize)], skip: &[PathBuf], mut real: impl FnMut(&str, usize)) {
+    let mut found: Vec<String> = Vec::new();
+    let Ok(maps) = sys::read_maps() else {
+        return;
+    };
+    for (path, bias) in crate::process::loaded_objects() {
+        let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+        if path.as_os_str().is_empty() || skip.contains(&path) || file.starts_with("ld-linux") {
+            continue;
+        }
+        let Ok(data) = sys::MappedFile::open(&path) else {
+            continue;
+        };
+        let Ok(slots) = elf::library_call_slots(&path, &data) else {
+            continue;
+        };
+        drop(data);
+        let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        let own: Vec<&sys::Mapping> = maps
+            .iter()
+            .filter(|m| Path::new(&m.path) == path || Path::new(&m.path) == canonical)
+            .collect();
+        let (Some(lo), Some(hi)) = (
+            own.iter().map(|m| m.start).min(),
+            own.iter().map(|m| m.end).max(),
+        ) else {
+            continue;
+        };
+        for slot in slots {
+            let Some(&(_, ours)) = to.iter().find(|(n, _)| *n == slot.symbol) else {
+                continue;
+            };
+            let got = bias.wrapping_add(slot.got as usize);
+            let Some(m) = own.iter().find(|m| m.start <= got && got + 8 <= m.end) else {
+                continue;
+            };
+            if got % 8 != 0 {
+                continue;
+            }
+            // SAFETY: an aligned GOT word inside a mapping of the object.
+            let before = unsafe { (*(got as *const AtomicUsize)).load(Ordering::Acquire) };
+            let target = if (lo..hi).contains(&before) {
+                resolve(&slot)
+            } else {
+                Some(before)
+            };
+            let Some(target) = target.filter(|&t| t != ours) else {
+                continue;
+            };
+            if !found.contains(&slot.symbol) {
+                real(&slot.symbol, target);
+                found.push(slot.symbol.clone());
+            }
+            let _ = store_word(got, ours, m.prot);
+        }
+    }
+}
+
 /// Gives every slot of `slots` its former target back (tracing ends; the
 /// thunks stay, unreferenced, for threads still inside one).
 pub fn restore(slots: &[Redirected]) {

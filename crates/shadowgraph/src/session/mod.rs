@@ -70,6 +70,12 @@ impl Session {
         Ok(Session { _one: () })
     }
 
+    /// Whether it traces anything (a program with no site of its own and
+    /// that follows no other is let through untraced).
+    pub fn traces(&self) -> bool {
+        matches!(STARTED.get(), Some(Started::Count | Started::Record { .. }))
+    }
+
     /// Ends the session: tracing stops (the sites go back to nops, the
     /// GOT slots of library calls to their functions), a
     /// recording's buffers are written out and its data directory
