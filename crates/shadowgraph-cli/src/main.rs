@@ -79,18 +79,8 @@ enum Command {
         data: PathBuf,
         #[command(flatten)]
         opts: options::RecordOptions,
-        /// Attach to the running process PID instead of starting a program;
-        /// the recording ends at --duration, on Ctrl-C, or when it exits.
-        #[arg(
-            short = 'p',
-            long = "pid",
-            value_name = "PID",
-            conflicts_with = "program"
-        )]
-        pid: Option<i32>,
-        /// With -p: end the recording after TIME (e.g. 500ms, 2s).
-        #[arg(long, value_name = "TIME", requires = "pid", value_parser = options::parse_duration_ns)]
-        duration: Option<u64>,
+        #[command(flatten)]
+        attach: options::AttachOptions,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required_unless_present = "pid")]
         program: Vec<String>,
@@ -180,17 +170,8 @@ enum Command {
     Live {
         #[command(flatten)]
         opts: options::RecordOptions,
-        /// Attach to the running process PID instead of starting a program.
-        #[arg(
-            short = 'p',
-            long = "pid",
-            value_name = "PID",
-            conflicts_with = "program"
-        )]
-        pid: Option<i32>,
-        /// With -p: end the recording after TIME (e.g. 500ms, 2s).
-        #[arg(long, value_name = "TIME", requires = "pid", value_parser = options::parse_duration_ns)]
-        duration: Option<u64>,
+        #[command(flatten)]
+        attach: options::AttachOptions,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required_unless_present = "pid")]
         program: Vec<String>,
@@ -265,8 +246,11 @@ fn main() -> ExitCode {
         Command::Record {
             data,
             opts,
-            pid: Some(pid),
-            duration,
+            attach:
+                options::AttachOptions {
+                    pid: Some(pid),
+                    duration,
+                },
             ..
         } => attach::record::record_attached(&data, &opts, pid, duration),
         Command::Record {
@@ -320,11 +304,10 @@ fn main() -> ExitCode {
         }
         Command::Live {
             opts,
-            pid,
-            duration,
+            attach,
             program,
-        } => record::live(&opts, |dir| match pid {
-            Some(pid) => attach::record::record_attached(dir, &opts, pid, duration),
+        } => record::live(&opts, |dir| match attach.pid {
+            Some(pid) => attach::record::record_attached(dir, &opts, pid, attach.duration),
             None => record::record(dir, &opts, &program),
         }),
         Command::Graph {

@@ -5,6 +5,23 @@ use crate::launch::{returns, text_write};
 use shadowgraph::config::{self, Config, TracerKind};
 use std::path::{Path, PathBuf};
 
+/// `record -p` and `live -p`: a running process instead of a program.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct AttachOptions {
+    /// Attach to the running process PID instead of starting a program;
+    /// the recording ends at --duration, on Ctrl-C, or when it exits.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "program"
+    )]
+    pub pid: Option<i32>,
+    /// With -p: end the recording after TIME (e.g. 500ms, 2s).
+    #[arg(long, value_name = "TIME", requires = "pid", value_parser = parse_duration_ns)]
+    pub duration: Option<u64>,
+}
+
 /// What `record` (and `live`) trace.
 #[derive(clap::Args, Debug, Default)]
 pub(crate) struct RecordOptions {

@@ -45,6 +45,17 @@ fn start_target(exe: &std::path::Path, args: &[&str]) -> (Target, BufReader<Chil
     (Target(child), out)
 }
 
+/// Tells the target to end (a byte on stdin); what it printed then, once
+/// it exited with status 0.
+fn end_target(child: &mut Target, out: &mut BufReader<ChildStdout>) -> String {
+    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}: {rest}");
+    rest
+}
+
 /// The 5 bytes at `function`'s entry in process `pid`.
 fn entry_bytes(pid: u32, exe: &std::path::Path, function: &str) -> Vec<u8> {
     use std::os::unix::fs::FileExt;
@@ -134,11 +145,7 @@ fn record_p_traces_a_running_program_and_leaves_it_unharmed() {
         .filter_map(|l| l.split_whitespace().nth(4))
         .collect();
     assert_eq!(agents.len(), 1, "{maps}");
-    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert_eq!(rest, "done\n");
-    assert!(child.wait().unwrap().success());
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
 }
 
 /// A process that exits while recorded ends the recording at once, with
@@ -208,11 +215,7 @@ fn record_p_refuses_clearly() {
     assert!(!o.status.success());
     let err = text(&o).1;
     assert!(err.contains("not linked with libc dynamically"), "{err}");
-    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert_eq!(rest, "done\n");
-    assert!(child.wait().unwrap().success());
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
 }
 
 /// A program's own SIGTRAP handler, installed before the attach, gets
@@ -235,11 +238,7 @@ fn a_programs_own_sigtrap_handler_is_chained_to() {
         shown.contains("raise() {") && shown.contains("on_trap();"),
         "{shown}"
     );
-    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert_eq!(rest, "all traps handled\n");
-    assert!(child.wait().unwrap().success());
+    assert_eq!(end_target(&mut child, &mut out), "all traps handled\n");
 }
 
 /// C++ exceptions in flight while the agent comes in, while recorded, and
@@ -267,9 +266,5 @@ fn exceptions_in_flight_survive_attach_and_detach() {
     let rows = report_rows(&report_text(&data));
     let (catches, throws) = (rows["catcher"].2, rows["thrower"].2);
     assert!(catches > 100 && throws > 2 * catches, "{rows:?}");
-    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert_eq!(rest, "bad=0\n");
-    assert!(child.wait().unwrap().success());
+    assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
 }

@@ -304,14 +304,15 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
+    let stacks = || match StackMap::read() {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            window.close();
+            Err(PatchError::Io(format!("/proc/thread-self/maps: {e}")))
+        }
+    };
     if let Some(contexts) = outside {
-        let stacks = match StackMap::read() {
-            Ok(s) => s,
-            Err(e) => {
-                window.close();
-                return Err(PatchError::Io(format!("/proc/thread-self/maps: {e}")).into());
-            }
-        };
+        let stacks = stacks()?;
         let mut deferred = vec![false; sleds.len()];
         for &(pc, sp) in &contexts {
             if let Some(i) = inside(pc) {
@@ -330,14 +331,7 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
         }
         window.close();
         patch::serialise()?;
-        let d: Vec<usize> = sleds
-            .iter()
-            .zip(deferred.iter())
-            .filter(|(_, &d)| d)
-            .map(|(&s, _)| s)
-            .collect();
-        out.deferred += d.len();
-        return Ok(d);
+        return Ok(deferred_sleds(sleds, &deferred, out));
     }
     let mut threads = Vec::with_capacity(2);
     let single = sys::list_threads(&mut threads).is_ok() && threads.len() == 1;
@@ -351,13 +345,7 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
     }
 
     out.stopped_world = true;
-    let stacks = match StackMap::read() {
-        Ok(s) => s,
-        Err(e) => {
-            window.close();
-            return Err(PatchError::Io(format!("/proc/thread-self/maps: {e}")).into());
-        }
-    };
+    let stacks = stacks()?;
     let mut deferred = vec![false; sleds.len()];
     let mut bufs = StopBuffers::default();
     let mut moved = 0usize;
@@ -404,12 +392,17 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
     patch::serialise()?;
     out.converted += written;
     out.moved += moved;
+    Ok(deferred_sleds(sleds, &deferred, out))
+}
+
+/// The sleds `deferred` marks, counted in `out`.
+fn deferred_sleds(sleds: &[usize], deferred: &[bool], out: &mut Normalized) -> Vec<usize> {
     let d: Vec<usize> = sleds
         .iter()
-        .zip(deferred.iter())
+        .zip(deferred)
         .filter(|(_, &d)| d)
         .map(|(&s, _)| s)
         .collect();
     out.deferred += d.len();
-    Ok(d)
+    d
 }
