@@ -45,6 +45,17 @@ fn start_target(exe: &std::path::Path, args: &[&str]) -> (Target, BufReader<Chil
     (Target(child), out)
 }
 
+/// `shadowgraph record -p PID OPTS -d DATA`.
+fn record_p(pid: &str, opts: &[&str], data: &std::path::Path) -> std::process::Output {
+    shadowgraph()
+        .args(["record", "-p", pid])
+        .args(opts)
+        .arg("-d")
+        .arg(data)
+        .output()
+        .unwrap()
+}
+
 /// Tells the target to end (a byte on stdin); what it printed then, once
 /// it exited with status 0.
 fn end_target(child: &mut Target, out: &mut BufReader<ChildStdout>) -> String {
@@ -88,18 +99,7 @@ fn record_p_traces_a_running_program_and_leaves_it_unharmed() {
     let (mut child, mut out) = start_target(&exe, &[]);
     let pid = child.id();
     let data = dir.join("a.data");
-    let o = shadowgraph()
-        .args([
-            "record",
-            "-p",
-            &pid.to_string(),
-            "--duration",
-            "300ms",
-            "-d",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
+    let o = record_p(&pid.to_string(), &["--duration", "300ms"], &data);
     let (_, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(
@@ -121,18 +121,11 @@ fn record_p_traces_a_running_program_and_leaves_it_unharmed() {
     assert_eq!(entry_bytes(pid, &exe, "mid"), [0x0f, 0x1f, 0x44, 0, 0]);
     // A second session in the same process is refused, clearly (one per
     // process for now); the agent is found, not loaded twice.
-    let o = shadowgraph()
-        .args([
-            "record",
-            "-p",
-            &pid.to_string(),
-            "--duration",
-            "100ms",
-            "-d",
-        ])
-        .arg(dir.join("b.data"))
-        .output()
-        .unwrap();
+    let o = record_p(
+        &pid.to_string(),
+        &["--duration", "100ms"],
+        &dir.join("b.data"),
+    );
     assert!(!o.status.success());
     assert_eq!(
         text(&o).1.trim(),
@@ -157,11 +150,7 @@ fn record_p_ends_when_the_process_exits() {
     let (mut child, _out) = start_target(&exe, &["300"]);
     let data = dir.join("e.data");
     let started = std::time::Instant::now();
-    let o = shadowgraph()
-        .args(["record", "-p", &child.id().to_string(), "-d"])
-        .arg(&data)
-        .output()
-        .unwrap();
+    let o = record_p(&child.id().to_string(), &[], &data);
     let (_, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("exited"), "{err}");
@@ -188,11 +177,7 @@ fn record_p_refuses_clearly() {
     );
     // A program built without patchable entries: said, and it runs on.
     let mut sleeper = Target(Command::new("sleep").arg("30").spawn().unwrap());
-    let o = shadowgraph()
-        .args(["record", "-p", &sleeper.id().to_string(), "-d"])
-        .arg(dir.join("p.data"))
-        .output()
-        .unwrap();
+    let o = record_p(&sleeper.id().to_string(), &[], &dir.join("p.data"));
     assert!(!o.status.success());
     let err = text(&o).1;
     assert!(
@@ -207,11 +192,7 @@ fn record_p_refuses_clearly() {
         &stat,
     );
     let (mut child, mut out) = start_target(&stat, &[]);
-    let o = shadowgraph()
-        .args(["record", "-p", &child.id().to_string(), "-d"])
-        .arg(dir.join("s.data"))
-        .output()
-        .unwrap();
+    let o = record_p(&child.id().to_string(), &[], &dir.join("s.data"));
     assert!(!o.status.success());
     let err = text(&o).1;
     assert!(err.contains("not linked with libc dynamically"), "{err}");
@@ -250,18 +231,7 @@ fn exceptions_in_flight_survive_attach_and_detach() {
     let exe = build_fixture_with(&dir, "throw", "attach_throw.cpp", &["-pthread"]);
     let (mut child, mut out) = start_target(&exe, &[]);
     let data = dir.join("t.data");
-    let o = shadowgraph()
-        .args([
-            "record",
-            "-p",
-            &child.id().to_string(),
-            "--duration",
-            "300ms",
-            "-d",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
+    let o = record_p(&child.id().to_string(), &["--duration", "300ms"], &data);
     assert!(o.status.success(), "{}", text(&o).1);
     let rows = report_rows(&report_text(&data));
     let (catches, throws) = (rows["catcher"].2, rows["thrower"].2);

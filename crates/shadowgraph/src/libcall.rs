@@ -134,15 +134,7 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
         return Ok(None);
     }
     let maps = sys::read_maps().map_err(|e| format!("/proc/self/maps: {e}"))?;
-    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
-    let own: Vec<&sys::Mapping> = maps
-        .iter()
-        .filter(|m| Path::new(&m.path) == path || Path::new(&m.path) == real)
-        .collect();
-    let (Some(lo), Some(hi)) = (
-        own.iter().map(|m| m.start).min(),
-        own.iter().map(|m| m.end).max(),
-    ) else {
+    let Some((own, lo, hi)) = mappings_of(&maps, path) else {
         return Err(format!("{}: not mapped", path.display()));
     };
     // What each slot will call: (slot, GOT word address, its mapping's
@@ -245,15 +237,7 @@ pub fn interpose(to: &[(&str, usize)], skip: &[PathBuf], mut real: impl FnMut(&s
             continue;
         };
         drop(data);
-        let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-        let own: Vec<&sys::Mapping> = maps
-            .iter()
-            .filter(|m| Path::new(&m.path) == path || Path::new(&m.path) == canonical)
-            .collect();
-        let (Some(lo), Some(hi)) = (
-            own.iter().map(|m| m.start).min(),
-            own.iter().map(|m| m.end).max(),
-        ) else {
+        let Some((own, lo, hi)) = mappings_of(&maps, &path) else {
             continue;
         };
         for slot in slots {
@@ -284,6 +268,22 @@ pub fn interpose(to: &[(&str, usize)], skip: &[PathBuf], mut real: impl FnMut(&s
             let _ = store_word(got, ours, m.prot);
         }
     }
+}
+
+/// The mappings of the object loaded from `path` (by that name or its
+/// canonical one), and the range they span; None if it has none.
+fn mappings_of<'m>(
+    maps: &'m [sys::Mapping],
+    path: &Path,
+) -> Option<(Vec<&'m sys::Mapping>, usize, usize)> {
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let own: Vec<&sys::Mapping> = maps
+        .iter()
+        .filter(|m| Path::new(&m.path) == path || Path::new(&m.path) == canonical)
+        .collect();
+    let lo = own.iter().map(|m| m.start).min()?;
+    let hi = own.iter().map(|m| m.end).max()?;
+    Some((own, lo, hi))
 }
 
 /// Gives every slot of `slots` its former target back (tracing ends; the
