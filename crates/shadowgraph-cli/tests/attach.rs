@@ -238,3 +238,59 @@ fn exceptions_in_flight_survive_attach_and_detach() {
     assert!(catches > 100 && throws > 2 * catches, "{rows:?}");
     assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
 }
+
+/// A process already under ptrace (a debugger) is refused, naming its
+/// tracer; it runs on.
+#[test]
+fn record_p_refuses_a_process_already_traced() {
+    let dir = workdir("attach_traced");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (child, _out) = start_target(&exe, &[]);
+    let pid = child.id() as i32;
+    // SAFETY: seizing our own child, as a debugger would; it is killed
+    // when the test ends (Target's drop).
+    assert_eq!(unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) }, 0);
+    let o = record_p(&pid.to_string(), &[], &dir.join("t.data"));
+    assert!(!o.status.success());
+    assert_eq!(
+        text(&o).1.trim(),
+        format!(
+            "shadowgraph: process {pid} is already being traced by process {} (a debugger or strace?)",
+            // SAFETY: gettid has no preconditions. (TracerPid names the
+            // tracing thread.)
+            unsafe { libc::syscall(libc::SYS_gettid) }
+        )
+    );
+}
+
+/// A `shadowgraph` killed in the middle of a recording ends its session:
+/// the agent sees its end and every site is a nop again.
+#[test]
+fn a_killed_client_ends_its_session() {
+    let dir = workdir("attach_killed");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id();
+    let data = dir.join("k.data");
+    let mut client = Target(
+        shadowgraph()
+            .args(["record", "-p", &pid.to_string(), "-d"])
+            .arg(&data)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let nop = [0x0f, 0x1f, 0x44, 0, 0];
+    let wait_for = |traced: bool| {
+        let start = std::time::Instant::now();
+        while (entry_bytes(pid, &exe, "mid") != nop) != traced {
+            assert!(start.elapsed().as_secs() < 20, "traced: {traced}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    wait_for(true);
+    client.0.kill().unwrap();
+    let _ = client.0.wait();
+    wait_for(false);
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
+}

@@ -77,6 +77,16 @@ fn describe(e: std::io::Error, pid: i32) -> String {
     }
 }
 
+/// The process tracing `pid` with ptrace, if one does.
+fn tracer_of(pid: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&t| t != 0)
+}
+
 /// Whether the agent is mapped in process `pid`.
 pub fn agent_loaded(pid: i32) -> Result<bool, AttachError> {
     Ok(maps(pid)?.iter().any(|(_, _, p)| {
@@ -144,6 +154,11 @@ fn pick_thread(pid: i32) -> Result<i32, AttachError> {
 /// Brings the agent (its file's bytes, `agent`) into process `pid`, or
 /// finds it there.
 pub fn load_agent(pid: i32, agent: &[u8]) -> Result<Loaded, AttachError> {
+    if let Some(tracer) = tracer_of(pid) {
+        return Err(AttachError(format!(
+            "process {pid} is already being traced by process {tracer} (a debugger or strace?)"
+        )));
+    }
     if agent_loaded(pid)? {
         return Ok(Loaded::Reused);
     }
