@@ -7,6 +7,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod attach;
 mod clock;
 mod common;
 mod dispatch;
@@ -41,6 +42,18 @@ enum Which {
         calls: i64,
         /// Timed repetitions (the median is reported).
         #[arg(long, default_value_t = 7)]
+        reps: usize,
+    },
+    /// Attaching to a running process (`record -p`): a program with many
+    /// patchable functions and two threads calling them; the time to the
+    /// first record, the time from the end to every site back to its nop,
+    /// and the cost of a call before, during and after.
+    Attach {
+        /// Patchable functions in the program.
+        #[arg(long, default_value_t = 10_000)]
+        functions: usize,
+        /// Rounds, a fresh process each (medians are reported).
+        #[arg(long, default_value_t = 3)]
         reps: usize,
     },
     /// Recording cost side by side with uftrace (if installed): the
@@ -126,6 +139,7 @@ fn main() -> ExitCode {
             calls,
         } => ir::bench(&mode, calls, hijack_returns),
         Which::Record { n, reps } => record::bench(n, reps.max(1)),
+        Which::Attach { functions, reps } => attach::bench(functions.max(1), reps.max(1)),
         Which::MemoryRecord {
             hijack_returns,
             mode,

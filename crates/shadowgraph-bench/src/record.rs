@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 /// The `shadowgraph` binary of this build: next to this one.
-fn shadowgraph_binary() -> Result<PathBuf, String> {
+pub(crate) fn shadowgraph_binary() -> Result<PathBuf, String> {
     let me = std::env::current_exe().map_err(|e| format!("cannot locate myself: {e}"))?;
     let sg = me.with_file_name("shadowgraph");
     if sg.is_file() {
