@@ -156,6 +156,31 @@ fn own_link_map() -> Option<*mut libc::c_void> {
     (ok != 0 && !map.is_null()).then_some(map)
 }
 
+/// The first client allowed in (another user's is told so and closed),
+/// within 10 s.
+fn first_client(listener: &UnixListener) -> Option<UnixStream> {
+    let _ = listener.set_nonblocking(true);
+    let waited = std::time::Instant::now();
+    loop {
+        match listener.accept() {
+            Ok((s, _)) if peer_allowed(&s) => {
+                let _ = s.set_nonblocking(false);
+                return Some(s);
+            }
+            Ok((mut s, _)) => {
+                let _ = s.write_all(b"error: not allowed: another user's client\n");
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if waited.elapsed() > std::time::Duration::from_secs(10) {
+                    return None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
 /// Whether the peer of `s` runs as this process's user or as root.
 fn peer_allowed(s: &UnixStream) -> bool {
     use std::os::fd::AsRawFd;
@@ -179,33 +204,20 @@ fn peer_allowed(s: &UnixStream) -> bool {
 /// The session's life: the first allowed client hears whether it started,
 /// and its "stop" (or its end) ends it.
 fn serve(listener: UnixListener, session: Result<Session, String>) {
-    // The client that made the session connects at once; one that never
-    // does (it died) leaves the session to end after a while.
-    let _ = listener.set_nonblocking(true);
-    let waited = std::time::Instant::now();
-    let client = loop {
-        match listener.accept() {
-            Ok((s, _)) if peer_allowed(&s) => break s,
-            Ok((mut s, _)) => {
-                let _ = s.write_all(b"error: not allowed: another user's client\n");
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if waited.elapsed() > std::time::Duration::from_secs(10) {
-                    if let Ok(s) = session {
-                        s.finish();
-                    }
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(_) => return,
+    // The client that made the session connects at once; without one (it
+    // died), the session ends after a while.
+    let Some(client) = first_client(&listener) else {
+        if let Ok(s) = session {
+            s.finish();
         }
+        return;
     };
-    let _ = client.set_nonblocking(false);
     drop(listener);
-    let mut out = match client.try_clone() {
-        Ok(o) => o,
-        Err(_) => return,
+    let Ok(mut out) = client.try_clone() else {
+        if let Ok(s) = session {
+            s.finish();
+        }
+        return;
     };
     let session = match session {
         Ok(s) if !s.traces() => {

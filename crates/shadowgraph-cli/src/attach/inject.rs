@@ -224,14 +224,17 @@ impl Stopped {
         if unsafe { libc::ptrace(libc::PTRACE_CONT, self.tid, 0, 0) } != 0 {
             return Err(Error::last_os_error());
         }
-        let tid = self.tid;
-        let status = self.wait_for(|status| {
-            status >> 16 == 0 && libc::WSTOPSIG(status) == libc::SIGSEGV && {
-                // SAFETY: as in regs(), for the stop just reported.
-                let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
-                // SAFETY: our stopped tracee; the kernel fills `r`.
-                unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut r) == 0 && r.rip == 0 }
-            }
+        // The call ends at the SIGSEGV of its return to 0; a fault anywhere
+        // else is the called function's, reported (the thread is put back
+        // as it was, the fault not delivered).
+        let status =
+            self.wait_for(|status| status >> 16 == 0 && libc::WSTOPSIG(status) == libc::SIGSEGV);
+        let status = status.and_then(|_| match self.regs()? {
+            r if r.rip == 0 => Ok(()),
+            r => Err(Error::other(format!(
+                "the call faulted at {:#x} (thread {})",
+                r.rip, self.tid
+            ))),
         });
         let result = status.and_then(|_| self.regs()).map(|r| r.rax);
         // The SIGSEGV of the return to 0 is consumed: the next resume

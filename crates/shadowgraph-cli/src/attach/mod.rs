@@ -242,7 +242,8 @@ mod tests {
     use std::process::{Command, Stdio};
 
     /// Threads blocked in read, nanosleep, a futex wait and epoll_wait are
-    /// each stopped and made to call `getpid`; then the agent is loaded
+    /// each stopped and made to call `getpid` (and a function that
+    /// faults, reported as such); then the agent is loaded
     /// (and found the second time). No call the program made fails with
     /// EINTR, its output is as untraced, and it exits 0.
     #[test]
@@ -278,6 +279,9 @@ mod tests {
                 pid as u64,
                 "thread {tid}"
             );
+            // A call that faults is reported; the thread is put back.
+            let e = t.call(0x10, &[], &[]).unwrap_err().to_string();
+            assert!(e.starts_with("the call faulted at 0x10"), "{e}");
         }
         assert!(!agent_loaded(pid).unwrap());
         assert_eq!(
