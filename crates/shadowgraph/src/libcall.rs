@@ -134,46 +134,26 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
         return Ok(None);
     }
     let maps = sys::read_maps().map_err(|e| format!("/proc/self/maps: {e}"))?;
-    let Some((own, lo, hi)) = mappings_of(&maps, path) else {
+    let Some(object) = Loaded::find(&maps, path, bias) else {
         return Err(format!("{}: not mapped", path.display()));
     };
-    // What each slot will call: (slot, GOT word address, its mapping's
-    // protection, what it holds, the target).
-    let mut plan = Vec::new();
-    for slot in slots {
-        let Some(got) = bias.checked_add(slot.got as usize).filter(|g| g % 8 == 0) else {
-            continue;
-        };
-        let Some(mapping) = own.iter().find(|m| m.start <= got && got + 8 <= m.end) else {
-            continue;
-        };
-        // SAFETY: `got` is an aligned GOT word inside a mapping of the
-        // object (checked above); the loader wrote it before our
-        // constructor or dlopen hook ran, and reading it races only with
-        // other aligned word stores.
-        let before = unsafe { (*(got as *const AtomicUsize)).load(Ordering::Acquire) };
-        // Unresolved (lazy binding): it points back into the object's PLT.
-        let target = if (lo..hi).contains(&before) {
-            match resolve(&slot) {
-                Some(t) => t,
-                None => continue, // weak and undefined: nothing to call
-            }
-        } else {
-            before
-        };
-        plan.push((slot, got, mapping.prot, before, target));
-    }
+    // What each slot will call (a slot bound nowhere, weak and undefined,
+    // has nothing to call).
+    let plan: Vec<(JumpSlot, Bound)> = slots
+        .into_iter()
+        .filter_map(|slot| object.bound(&slot).map(|b| (slot, b)))
+        .collect();
     if plan.is_empty() {
         return Ok(None);
     }
     // Every thunk in one piece of the arena, written at once.
-    let arena = Arena::near_with_room(lo, hi, THUNK_STRIDE * plan.len() + 4096)
+    let arena = Arena::near_with_room(object.lo, object.hi, THUNK_STRIDE * plan.len() + 4096)
         .map_err(|e| e.to_string())?;
     let first = arena
         .alloc_with(THUNK_STRIDE * plan.len(), |_| {
             let mut code = Vec::with_capacity(THUNK_STRIDE * plan.len());
             for p in &plan {
-                code.extend(thunk_bytes(p.4));
+                code.extend(thunk_bytes(p.1.target));
                 code.resize(code.len().next_multiple_of(THUNK_STRIDE), 0xcc);
             }
             code
@@ -183,17 +163,20 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     let mut changed = Vec::new();
     // A failure part-way leaves the slots redirected so far pointing at
     // thunks that only jump on: their calls work, untraced.
-    for (i, (slot, got, prot, before, target)) in plan.into_iter().enumerate() {
+    for (i, (slot, b)) in plan.into_iter().enumerate() {
         let thunk = first + i * THUNK_STRIDE;
-        store_word(got, thunk, prot).map_err(|e| format!("{}: {e}", path.display()))?;
-        changed.push(Redirected { got, before });
+        store_word(b.got, thunk, b.prot).map_err(|e| format!("{}: {e}", path.display()))?;
+        changed.push(Redirected {
+            got: b.got,
+            before: b.before,
+        });
         sites.push(CallSite {
             addr: thunk,
             function: shadowgraph_data::names::demangle(&slot.symbol),
             symbol: slot.symbol,
             kind: SiteKind::Nop5,
             disabled: None,
-            library: sys::object_of(target),
+            library: sys::object_of(b.target),
         });
     }
     if sites.is_empty() {
@@ -237,53 +220,84 @@ pub fn interpose(to: &[(&str, usize)], skip: &[PathBuf], mut real: impl FnMut(&s
             continue;
         };
         drop(data);
-        let Some((own, lo, hi)) = mappings_of(&maps, &path) else {
+        let Some(object) = Loaded::find(&maps, &path, bias) else {
             continue;
         };
         for slot in slots {
             let Some(&(_, ours)) = to.iter().find(|(n, _)| *n == slot.symbol) else {
                 continue;
             };
-            let got = bias.wrapping_add(slot.got as usize);
-            let Some(m) = own.iter().find(|m| m.start <= got && got + 8 <= m.end) else {
-                continue;
-            };
-            if got % 8 != 0 {
-                continue;
-            }
-            // SAFETY: an aligned GOT word inside a mapping of the object.
-            let before = unsafe { (*(got as *const AtomicUsize)).load(Ordering::Acquire) };
-            let target = if (lo..hi).contains(&before) {
-                resolve(&slot)
-            } else {
-                Some(before)
-            };
-            let Some(target) = target.filter(|&t| t != ours) else {
+            let Some(b) = object.bound(&slot).filter(|b| b.target != ours) else {
                 continue;
             };
             if !found.contains(&slot.symbol) {
-                real(&slot.symbol, target);
+                real(&slot.symbol, b.target);
                 found.push(slot.symbol.clone());
             }
-            let _ = store_word(got, ours, m.prot);
+            let _ = store_word(b.got, ours, b.prot);
         }
     }
 }
 
-/// The mappings of the object loaded from `path` (by that name or its
-/// canonical one), and the range they span; None if it has none.
-fn mappings_of<'m>(
-    maps: &'m [sys::Mapping],
-    path: &Path,
-) -> Option<(Vec<&'m sys::Mapping>, usize, usize)> {
-    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
-    let own: Vec<&sys::Mapping> = maps
-        .iter()
-        .filter(|m| Path::new(&m.path) == path || Path::new(&m.path) == canonical)
-        .collect();
-    let lo = own.iter().map(|m| m.start).min()?;
-    let hi = own.iter().map(|m| m.end).max()?;
-    Some((own, lo, hi))
+/// An object as loaded: its mappings, the range they span, its bias.
+struct Loaded<'m> {
+    own: Vec<&'m sys::Mapping>,
+    lo: usize,
+    hi: usize,
+    bias: usize,
+}
+
+/// A GOT slot of a loaded object: where it is, its page's protection,
+/// the word it holds, and the function it calls.
+struct Bound {
+    got: usize,
+    prot: i32,
+    before: usize,
+    target: usize,
+}
+
+impl<'m> Loaded<'m> {
+    /// The object loaded from `path` (by that name or its canonical one)
+    /// at `bias`; None if nothing of it is mapped.
+    fn find(maps: &'m [sys::Mapping], path: &Path, bias: usize) -> Option<Loaded<'m>> {
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+        let own: Vec<&sys::Mapping> = maps
+            .iter()
+            .filter(|m| Path::new(&m.path) == path || Path::new(&m.path) == canonical)
+            .collect();
+        let lo = own.iter().map(|m| m.start).min()?;
+        let hi = own.iter().map(|m| m.end).max()?;
+        Some(Loaded { own, lo, hi, bias })
+    }
+
+    /// `slot` as it stands: None if it is not an aligned word of the
+    /// object, or if lazy binding has not bound it yet (it points back
+    /// into the object's PLT) and it resolves nowhere.
+    fn bound(&self, slot: &JumpSlot) -> Option<Bound> {
+        let got = self
+            .bias
+            .checked_add(slot.got as usize)
+            .filter(|g| g % 8 == 0)?;
+        let m = self
+            .own
+            .iter()
+            .find(|m| m.start <= got && got + 8 <= m.end)?;
+        // SAFETY: `got` is an aligned GOT word inside a mapping of the
+        // object (checked above); reading it races only with other aligned
+        // word stores (the loader's, ours).
+        let before = unsafe { (*(got as *const AtomicUsize)).load(Ordering::Acquire) };
+        let target = if (self.lo..self.hi).contains(&before) {
+            resolve(slot)?
+        } else {
+            before
+        };
+        Some(Bound {
+            got,
+            prot: m.prot,
+            before,
+            target,
+        })
+    }
 }
 
 /// Gives every slot of `slots` its former target back (tracing ends; the
@@ -319,37 +333,32 @@ fn resolve(slot: &JumpSlot) -> Option<usize> {
         Some(v) => Some(CString::new(v.as_str()).ok()?),
         None => None,
     };
-    let find = |handle: *mut libc::c_void| -> Option<usize> {
-        // SAFETY: lookups by NUL-terminated names in a valid handle (or
-        // the RTLD_DEFAULT pseudo-handle).
-        let (first, asked) = unsafe {
-            (
-                libc::dlsym(handle, name.as_ptr()),
-                version
-                    .as_ref()
-                    .map(|v| libc::dlvsym(handle, name.as_ptr(), v.as_ptr())),
-            )
-        };
-        let p = match asked {
-            // The first definition, in an object before the one with the
-            // version asked for: the loader binds a reference with a
-            // version to an unversioned definition (an interposer, as the
-            // agent's own `dlopen`) when it comes first. Two versions of
-            // one object's symbol (`memcpy`): the one asked for.
-            Some(v) if !v.is_null() && !first.is_null() && first != v => {
-                let same = sys::object_of(first as usize) == sys::object_of(v as usize);
-                if same {
-                    v
-                } else {
-                    first
-                }
-            }
-            Some(v) => v,
-            None => first,
-        };
-        (!p.is_null()).then_some(p as usize)
+    // SAFETY: lookups by NUL-terminated names in the global scope.
+    let (first, asked) = unsafe {
+        (
+            libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()),
+            version
+                .as_ref()
+                .map(|v| libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), v.as_ptr())),
+        )
     };
-    find(libc::RTLD_DEFAULT)
+    let p = match asked {
+        // The first definition, in an object before the one with the
+        // version asked for: the loader binds a reference with a version
+        // to an unversioned definition (an interposer, as the agent's own
+        // `dlopen`) when it comes first. Two versions of one object's
+        // symbol (`memcpy`): the one asked for.
+        Some(v) if !v.is_null() && !first.is_null() && first != v => {
+            if sys::object_of(first as usize) == sys::object_of(v as usize) {
+                v
+            } else {
+                first
+            }
+        }
+        Some(v) => v,
+        None => first,
+    };
+    (!p.is_null()).then_some(p as usize)
 }
 
 /// Stores `value` at the aligned word `at` whose page has protection

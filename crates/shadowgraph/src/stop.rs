@@ -422,6 +422,36 @@ pub fn set_signal_free(on: bool) {
     SIGNAL_FREE.store(on, Ordering::Relaxed);
 }
 
+/// A thread of this process as its `/proc/self/task/TID/syscall` shows it.
+enum Seen {
+    Gone,
+    /// Running, or stopped outside a system call: its registers are not
+    /// shown.
+    Running,
+    /// Blocked in a system call, at this user pc and sp.
+    Blocked {
+        pc: usize,
+        sp: usize,
+    },
+}
+
+fn seen(tid: i32) -> Seen {
+    // "NR arg×6 sp pc" while blocked in a system call; "-1 sp pc" stopped
+    // outside one; "running".
+    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+        return Seen::Gone;
+    };
+    let f: Vec<&str> = text.split_whitespace().collect();
+    let word = |s: &str| usize::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    match f.as_slice() {
+        [nr, .., sp, pc] if !nr.starts_with('-') => match (word(pc), word(sp)) {
+            (Some(pc), Some(sp)) => Seen::Blocked { pc, sp },
+            _ => Seen::Running,
+        },
+        _ => Seen::Running,
+    }
+}
+
 /// Code grace period (design §3.11 part B): returns `true` once no other
 /// thread's PC, and no word on the live part of its stacks (a return
 /// address into the code, or a PC saved in a signal frame), lies in one of
@@ -436,6 +466,12 @@ pub fn wait_code_quiescent(ranges: &[(usize, usize)]) -> bool {
         return false;
     };
     let inside = |w: usize| ranges.iter().any(|&(lo, hi)| lo <= w && w < hi);
+    // Whether a thread's pc, or a word of its stack from `sp` up, is inside.
+    let touches = |pc: usize, sp: usize| {
+        let mut hit = inside(pc);
+        stacks.scan_from(sp, |w| hit |= inside(w));
+        hit
+    };
     if SIGNAL_FREE.load(Ordering::Relaxed) {
         let me = sys::gettid();
         let mut tids = Vec::new();
@@ -443,28 +479,14 @@ pub fn wait_code_quiescent(ranges: &[(usize, usize)]) -> bool {
             if sys::list_threads(&mut tids).is_err() {
                 return false;
             }
-            let busy = tids.iter().filter(|&&t| t != me).any(|&tid| {
-                // "NR args… sp pc" while blocked in a system call; "running"
-                // (or gone) otherwise: busy until seen blocked.
-                let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
-                else {
-                    return false; // exited
-                };
-                let f: Vec<&str> = text.split_whitespace().collect();
-                let word = |s: &str| usize::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-                match (f.len() >= 3, f.first().map(|n| n.starts_with('-'))) {
-                    (true, Some(false)) => {
-                        let (Some(sp), Some(pc)) = (word(f[f.len() - 2]), word(f[f.len() - 1]))
-                        else {
-                            return true;
-                        };
-                        let mut hit = inside(pc);
-                        stacks.scan_from(sp, |w| hit |= inside(w));
-                        hit
-                    }
-                    _ => true,
-                }
-            });
+            let busy = tids
+                .iter()
+                .filter(|&&t| t != me)
+                .any(|&tid| match seen(tid) {
+                    Seen::Gone => false,
+                    Seen::Running => true,
+                    Seen::Blocked { pc, sp } => touches(pc, sp),
+                });
             if !busy {
                 return true;
             }
@@ -477,10 +499,7 @@ pub fn wait_code_quiescent(ranges: &[(usize, usize)]) -> bool {
         let busy = stop_world(&mut bufs, |parked| {
             let mut busy = false;
             for p in parked.iter().filter(|p| p.pc != 0) {
-                busy |= inside(p.pc);
-                for sp in [p.handler_sp, p.sp] {
-                    stacks.scan_from(sp, |w| busy |= inside(w));
-                }
+                busy |= touches(p.pc, p.handler_sp) | touches(p.pc, p.sp);
             }
             busy
         });

@@ -356,19 +356,10 @@ pub fn loader_name_of(addr: usize) -> Option<std::path::PathBuf> {
 
 /// The path (made canonical) of the loaded object holding `addr`.
 pub fn object_of(addr: usize) -> Option<std::path::PathBuf> {
-    // SAFETY: a zeroed Dl_info is a valid out-parameter.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only reads the loader's tables for `addr`.
-    let ok = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) };
-    if ok == 0 || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
-    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
-    let name = name.to_str().ok()?;
+    let name = loader_name_of(addr)?;
     // The program itself may be named "" by the loader.
-    let path = if name.is_empty() {
-        "/proc/self/exe"
+    let path = if name.as_os_str().is_empty() {
+        std::path::PathBuf::from("/proc/self/exe")
     } else {
         name
     };

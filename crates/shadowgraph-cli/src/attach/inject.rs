@@ -37,12 +37,13 @@ const XSTATE_BYTES: usize = 16 << 10;
 const PTRACE_EVENT_STOP: i32 = 128;
 
 /// A thread of another process, stopped under ptrace (seized). Dropping it
-/// detaches, delivering any signal that arrived while it was stopped.
+/// detaches; a signal sent to it while held stays pending in the kernel
+/// and is delivered then.
 pub struct Stopped {
     tid: i32,
-    /// A signal that reached the thread while we held it, to deliver at
-    /// detach (0: none).
-    pending: i32,
+    /// Whether a signal reached the thread while we waited for it (it was
+    /// delivered then, its handler run).
+    signalled: bool,
 }
 
 impl Stopped {
@@ -53,7 +54,10 @@ impl Stopped {
         if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) } != 0 {
             return Err(Error::last_os_error());
         }
-        let mut t = Stopped { tid, pending: 0 };
+        let mut t = Stopped {
+            tid,
+            signalled: false,
+        };
         // SAFETY: a seized thread; PTRACE_INTERRUPT only stops it.
         if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) } != 0 {
             return Err(Error::last_os_error());
@@ -89,7 +93,7 @@ impl Stopped {
         const ERESTART_RESTARTBLOCK: i64 = 516;
         let mut regs = self.regs()?;
         let rax = regs.rax as i64;
-        if self.pending != 0
+        if self.signalled
             || (regs.orig_rax as i64) < 0
             || (rax != -(libc::EINTR as i64) && rax != -ERESTART_RESTARTBLOCK)
         {
@@ -105,10 +109,10 @@ impl Stopped {
         self.set_regs(&regs)
     }
 
-    /// Waits for the thread's next stop that `done` accepts. Other stops
-    /// are signals sent to it meanwhile: kept to deliver at detach (one;
-    /// a later one replaces it, as the kernel merges standard signals)
-    /// and the thread resumed. An exit is an error.
+    /// Waits for the thread's next stop that `done` accepts. Another stop
+    /// is a signal sent to it meanwhile: delivered at once (keeping it for
+    /// later would merge two raised one after the other into one), the
+    /// thread resumed. An exit is an error.
     fn wait_for(&mut self, done: impl Fn(i32) -> bool) -> Result<i32, Error> {
         loop {
             let mut status = 0;
@@ -130,12 +134,16 @@ impl Stopped {
             if done(status) {
                 return Ok(status);
             }
-            let sig = libc::WSTOPSIG(status);
-            if status >> 16 == 0 && sig != libc::SIGTRAP {
-                self.pending = sig;
-            }
-            // SAFETY: resuming our stopped tracee without a signal.
-            unsafe { libc::ptrace(libc::PTRACE_CONT, self.tid, 0, 0) };
+            // A signal-delivery stop (no event in the high bits): the
+            // program's own signal, SIGTRAP included, goes to it now.
+            let sig = if status >> 16 == 0 {
+                self.signalled = true;
+                libc::WSTOPSIG(status)
+            } else {
+                0
+            };
+            // SAFETY: resuming our stopped tracee with that signal (or none).
+            unsafe { libc::ptrace(libc::PTRACE_CONT, self.tid, 0, sig as libc::c_long) };
         }
     }
 
@@ -251,16 +259,9 @@ pub const DATA: u64 = u64::MAX;
 
 impl Drop for Stopped {
     fn drop(&mut self) {
-        // SAFETY: detaching our tracee, delivering the signal it got
-        // meanwhile (0: none); it runs on from its restored registers.
-        unsafe {
-            libc::ptrace(
-                libc::PTRACE_DETACH,
-                self.tid,
-                0,
-                self.pending as libc::c_long,
-            )
-        };
+        // SAFETY: detaching our tracee; it runs on from its restored
+        // registers (signals sent meanwhile are pending in the kernel).
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, 0) };
     }
 }
 

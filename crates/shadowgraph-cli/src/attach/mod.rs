@@ -10,7 +10,7 @@ pub mod inject;
 pub mod record;
 
 use inject::{Stopped, DATA};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The memfd's name, as `/proc/PID/maps` shows it (`/memfd:NAME (deleted)`).
 const MEMFD_NAME: &str = "shadowgraph-agent";
@@ -19,6 +19,13 @@ const MEMFD_NAME: &str = "shadowgraph-agent";
 /// that names the process and the cause.
 #[derive(Debug)]
 pub struct AttachError(pub String);
+
+impl AttachError {
+    /// `e`, met on process `pid`, in one line that says what it means.
+    fn about(pid: i32, e: std::io::Error) -> AttachError {
+        AttachError(format!("process {pid}: {}", describe(e, pid)))
+    }
+}
 
 impl std::fmt::Display for AttachError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -38,7 +45,7 @@ pub enum Loaded {
 /// A mapping of `/proc/PID/maps`: start, file offset, path.
 fn maps(pid: i32) -> Result<Vec<(u64, u64, String)>, AttachError> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|e| AttachError(format!("process {pid}: {}", describe(e, pid))))?;
+        .map_err(|e| AttachError::about(pid, e))?;
     Ok(text
         .lines()
         .filter_map(|l| {
@@ -98,36 +105,36 @@ pub fn agent_loaded(pid: i32) -> Result<bool, AttachError> {
     }))
 }
 
-/// The run-time address of the dynamic symbol `name` of the first object
-/// of process `pid` whose file name `which` accepts, with that object's
-/// path.
-fn symbol_in(
+/// The run-time addresses of the dynamic symbols `names` (None for one
+/// it does not define) of the first object of process `pid` whose file
+/// name `which` accepts; None if no object is accepted.
+fn symbols_in(
     pid: i32,
     which: impl Fn(&str) -> bool,
-    name: &str,
-) -> Result<Option<(u64, PathBuf)>, AttachError> {
+    names: &[&str],
+) -> Result<Option<Vec<Option<u64>>>, AttachError> {
     use object::{Object, ObjectSegment, ObjectSymbol};
     let maps = maps(pid)?;
-    for (start, offset, path) in &maps {
+    let Some((start, path)) = maps.iter().find_map(|(start, offset, path)| {
         let file = Path::new(path).file_name().and_then(|f| f.to_str());
-        if *offset != 0 || !file.is_some_and(&which) {
-            continue;
-        }
-        // The file as the target sees it, in its mount namespace.
-        let inside = format!("/proc/{pid}/root{path}");
-        let bytes = std::fs::read(&inside)
-            .map_err(|e| AttachError(format!("process {pid}: {inside}: {e}")))?;
-        let obj = object::File::parse(&*bytes)
-            .map_err(|e| AttachError(format!("process {pid}: {path}: {e}")))?;
-        let first = obj.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
-        let found = obj
-            .dynamic_symbols()
-            .find(|s| s.name() == Ok(name) && s.is_definition());
-        if let Some(s) = found {
-            return Ok(Some((start - first + s.address(), PathBuf::from(path))));
+        (*offset == 0 && file.is_some_and(&which)).then_some((*start, path))
+    }) else {
+        return Ok(None);
+    };
+    // The file as the target sees it, in its mount namespace.
+    let inside = format!("/proc/{pid}/root{path}");
+    let bytes =
+        std::fs::read(&inside).map_err(|e| AttachError(format!("process {pid}: {inside}: {e}")))?;
+    let obj = object::File::parse(&*bytes)
+        .map_err(|e| AttachError(format!("process {pid}: {path}: {e}")))?;
+    let first = obj.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
+    let mut found = vec![None; names.len()];
+    for s in obj.dynamic_symbols().filter(|s| s.is_definition()) {
+        if let Some(i) = names.iter().position(|n| s.name() == Ok(n)) {
+            found[i] = Some(start - first + s.address());
         }
     }
-    Ok(None)
+    Ok(Some(found))
 }
 
 /// The thread of process `pid` to stop: the main one while it lives,
@@ -143,8 +150,8 @@ fn pick_thread(pid: i32) -> Result<i32, AttachError> {
     if alive(pid) {
         return Ok(pid);
     }
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map_err(|e| AttachError(format!("process {pid}: {}", describe(e, pid))))?;
+    let tasks =
+        std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| AttachError::about(pid, e))?;
     tasks
         .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
         .find(|&t| alive(t))
@@ -163,24 +170,22 @@ pub fn load_agent(pid: i32, agent: &[u8]) -> Result<Loaded, AttachError> {
         return Ok(Loaded::Reused);
     }
     let libc_file = |f: &str| f == "libc.so.6" || (f.starts_with("libc-") && f.ends_with(".so"));
-    let need = |name: &str| -> Result<u64, AttachError> {
-        match symbol_in(pid, libc_file, name)? {
-            Some((addr, _)) => Ok(addr),
-            None if maps(pid)?.iter().any(|(_, _, p)| p.contains("libc")) => Err(AttachError(
-                format!("process {pid}: its libc has no `{name}` (glibc 2.34 or later is needed)"),
-            )),
-            None => Err(AttachError(format!(
-                "process {pid} is not linked with libc dynamically (a static program cannot load \
-                 the agent)"
-            ))),
-        }
+    const NEEDED: [&str; 4] = ["memfd_create", "dlopen", "dlerror", "close"];
+    let Some(found) = symbols_in(pid, libc_file, &NEEDED)? else {
+        return Err(AttachError(format!(
+            "process {pid} is not linked with libc dynamically (a static program cannot load \
+             the agent)"
+        )));
     };
-    let (memfd_create, dlopen, dlerror, close) = (
-        need("memfd_create")?,
-        need("dlopen")?,
-        need("dlerror")?,
-        need("close")?,
-    );
+    let mut addrs = [0u64; NEEDED.len()];
+    for ((a, f), name) in addrs.iter_mut().zip(&found).zip(NEEDED) {
+        *a = f.ok_or_else(|| {
+            AttachError(format!(
+                "process {pid}: its libc has no `{name}` (glibc 2.34 or later is needed)"
+            ))
+        })?;
+    }
+    let [memfd_create, dlopen, dlerror, close] = addrs;
     let tid = pick_thread(pid)?;
     let err = |what: &str, e: std::io::Error| {
         AttachError(format!("process {pid}: {what}: {}", describe(e, pid)))
@@ -266,7 +271,7 @@ mod tests {
         // Every thread blocked in its call.
         std::thread::sleep(std::time::Duration::from_millis(200));
         let libc_file = |f: &str| f == "libc.so.6";
-        let (getpid, _) = symbol_in(pid, libc_file, "getpid").unwrap().unwrap();
+        let getpid = symbols_in(pid, libc_file, &["getpid"]).unwrap().unwrap()[0].unwrap();
         let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
             .unwrap()
             .map(|t| t.unwrap().file_name().to_str().unwrap().parse().unwrap())

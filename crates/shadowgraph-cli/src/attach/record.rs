@@ -84,12 +84,6 @@ pub(crate) fn record_attached(
     Ok(ExitCode::SUCCESS)
 }
 
-impl AttachError {
-    fn about(pid: i32, e: std::io::Error) -> AttachError {
-        AttachError(format!("process {pid}: {}", super::describe(e, pid)))
-    }
-}
-
 /// Brings the agent into `pid`, starts the session of `config` there and
 /// returns the control connection once the agent says it started.
 fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachError> {
