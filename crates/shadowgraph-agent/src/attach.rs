@@ -22,7 +22,7 @@
 use shadowgraph::config::Config;
 use shadowgraph::session::Session;
 use std::ffi::{c_char, c_int, CStr};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,10 +65,17 @@ pub unsafe extern "C" fn shadowgraph_attach(
     // one of its system calls with EINTR.
     shadowgraph::stop::set_signal_free(true);
     take_over_unwinders();
-    let session = shadowgraph::process::with_world_stopped(&stopped, || Session::start(config));
+    // The process's first session starts here, in the world the caller
+    // stopped (its sleds are converted by plain writes). A later one starts
+    // on the thread below, once the caller has let the threads run on: its
+    // grace periods wait for threads inside traced calls.
+    let first = (!stopped.is_empty() && !shadowgraph::session::set_up()).then(|| {
+        shadowgraph::process::with_world_stopped(&stopped, || Session::start(config.clone()))
+    });
     let spawned = std::thread::Builder::new()
         .name("shadowgraph".into())
         .spawn(move || {
+            let session = first.unwrap_or_else(|| Session::start(config));
             serve(listener, session);
             let _ = std::fs::remove_file(&path);
         });
@@ -202,7 +209,9 @@ fn peer_allowed(s: &UnixStream) -> bool {
 }
 
 /// The session's life: the first allowed client hears whether it started,
-/// and its "stop" (or its end) ends it.
+/// and its "stop" (or its end) ends it. Other clients may connect
+/// meanwhile: one of the process's user (or root) may ask for "status";
+/// another user's is told it is not allowed.
 fn serve(listener: UnixListener, session: Result<Session, String>) {
     // The client that made the session connects at once; without one (it
     // died), the session ends after a while.
@@ -212,13 +221,7 @@ fn serve(listener: UnixListener, session: Result<Session, String>) {
         }
         return;
     };
-    drop(listener);
-    let Ok(mut out) = client.try_clone() else {
-        if let Ok(s) = session {
-            s.finish();
-        }
-        return;
-    };
+    let mut out = &client;
     let session = match session {
         Ok(s) if !s.traces() => {
             s.finish();
@@ -236,13 +239,80 @@ fn serve(listener: UnixListener, session: Result<Session, String>) {
     };
     let _ = out.write_all(b"started\n");
     // Until "stop", or the client's end (it died: the session ends too).
-    for line in BufReader::new(client).lines() {
-        match line {
-            Ok(l) if l.trim() == "stop" => break,
-            Ok(_) => continue,
-            Err(_) => break,
+    let mut line = Vec::new();
+    'session: loop {
+        use std::os::fd::AsRawFd;
+        let mut fds = [
+            libc::pollfd {
+                fd: client.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll on two descriptors we own, described by `fds`.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if fds[1].revents != 0 {
+            if let Ok((other, _)) = listener.accept() {
+                answer(other);
+            }
+        }
+        if fds[0].revents != 0 {
+            let mut buf = [0u8; 256];
+            match (&client).read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => line.extend_from_slice(&buf[..n]),
+            }
+            while let Some(end) = line.iter().position(|&b| b == b'\n') {
+                let cmd: Vec<u8> = line.drain(..=end).collect();
+                match cmd.trim_ascii() {
+                    b"stop" => break 'session,
+                    b"status" => {
+                        let _ = out.write_all(status().as_bytes());
+                    }
+                    _ => {
+                        let _ = out.write_all(b"error: unknown command\n");
+                    }
+                }
+            }
         }
     }
+    drop(listener);
     session.finish();
     let _ = out.write_all(b"stopped\n");
+}
+
+/// A client other than the session's: another user's is refused; one of
+/// ours is answered one command ("status"), within a second.
+fn answer(mut other: UnixStream) {
+    if !peer_allowed(&other) {
+        let _ = other.write_all(b"error: not allowed: another user's client\n");
+        return;
+    }
+    let _ = other.set_read_timeout(Some(std::time::Duration::from_secs(1)));
+    let mut cmd = String::new();
+    let _ = BufReader::new(&other).read_line(&mut cmd);
+    let reply = match cmd.trim() {
+        "status" => status(),
+        _ => "error: unknown command (this session's client alone may stop it)\n".into(),
+    };
+    let _ = other.write_all(reply.as_bytes());
+}
+
+/// "status: …": what the agent is doing in this process.
+fn status() -> String {
+    format!(
+        "status: recording; {} recordings under way in process {}\n",
+        shadowgraph::session::recordings_under_way(),
+        std::process::id()
+    )
 }

@@ -126,18 +126,15 @@ fn record_p_traces_a_running_program_and_leaves_it_unharmed() {
     // Untraced again: the entry is a nop (five 1-byte nops where the
     // attach deferred the site: a thread was inside them).
     assert!(is_nop(&entry_bytes(pid, &exe, "mid")));
-    // A second session in the same process is refused, clearly (one per
-    // process for now); the agent is found, not loaded twice.
-    let o = record_p(
-        &pid.to_string(),
-        &["--duration", "100ms"],
-        &dir.join("b.data"),
-    );
-    assert!(!o.status.success());
-    assert_eq!(
-        text(&o).1.trim(),
-        format!("shadowgraph: process {pid}: a process runs one tracing session")
-    );
+    // A second session, after the first: the agent is found, not loaded
+    // twice, and records with its own filter.
+    let b = dir.join("b.data");
+    let o = record_p(&pid.to_string(), &["--duration", "200ms", "-F", "leaf"], &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let rows = report_rows(&report_text(&b));
+    assert!(rows["leaf"].2 > 10, "{rows:?}");
+    assert!(!rows.contains_key("mid"), "{rows:?}");
+    assert!(is_nop(&entry_bytes(pid, &exe, "leaf")));
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     let agents: std::collections::HashSet<&str> = maps
         .lines()
@@ -319,4 +316,223 @@ fn attaching_under_running_threads_never_tears_an_entry() {
         );
         assert_eq!(end_target(&mut child, &mut out), "bad=0\n", "round {round}");
     }
+}
+
+/// Every thread's calls in the recording `data` nest exactly, none left
+/// open (calls under way at the attach are not recorded, those under way
+/// at the detach get their exits), and nothing was lost.
+fn nests_exactly(data: &std::path::Path) {
+    let d = shadowgraph_data::dir::DataDir::open(data).unwrap();
+    assert!(!d.tids.is_empty(), "{}", data.display());
+    for &tid in &d.tids {
+        calls_nest_exactly(&d, tid, &[]).unwrap_or_else(|e| panic!("{}: {e}", data.display()));
+    }
+    assert_eq!(d.info.get("lost"), Some("0"), "{}", data.display());
+}
+
+/// Two sessions attached at once with disjoint filters: each sees only
+/// what it asked for, both nest exactly, and when both have left every
+/// site is a nop again.
+#[test]
+fn two_sessions_at_once_each_see_what_they_asked_for() {
+    let dir = workdir("attach_two");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let first = shadowgraph()
+        .args([
+            "record",
+            "-p",
+            &pid,
+            "--duration",
+            "1500ms",
+            "-F",
+            "mid",
+            "-N",
+            "leaf",
+        ])
+        .arg("-d")
+        .arg(&a)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The second comes while the first records, and leaves before it.
+    let start = std::time::Instant::now();
+    while is_nop(&entry_bytes(child.id(), &exe, "mid")) {
+        assert!(start.elapsed().as_secs() < 20);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let o = record_p(&pid, &["--duration", "300ms", "-F", "leaf"], &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let (ra, rb) = (report_rows(&report_text(&a)), report_rows(&report_text(&b)));
+    assert!(ra["mid"].2 > 10 && !ra.contains_key("leaf"), "{ra:?}");
+    assert!(rb["leaf"].2 > 10 && !rb.contains_key("mid"), "{rb:?}");
+    nests_exactly(&a);
+    nests_exactly(&b);
+    for f in ["mid", "leaf"] {
+        assert!(is_nop(&entry_bytes(child.id(), &exe, f)), "{f}");
+    }
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
+}
+
+/// Sessions come and go 50 times while two threads throw exceptions
+/// through the traced functions without pause, now and then two at once:
+/// no crash, no exception lost, every recording nests exactly, and the
+/// program ends as untraced.
+#[test]
+fn sessions_come_and_go_while_threads_run() {
+    let dir = workdir("attach_churn");
+    let exe = build_fixture_with(&dir, "throw", "attach_throw.cpp", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    let mut round = 0;
+    while round < 50 {
+        let filter = ["-F", if round % 2 == 0 { "catcher" } else { "thrower" }];
+        let data = dir.join(format!("c{round}.data"));
+        if round % 10 == 9 {
+            // Two at once: one spawned, one run beside it.
+            let other = dir.join(format!("c{}.data", round + 1));
+            let bg = shadowgraph()
+                .args(["record", "-p", &pid, "--duration", "150ms"])
+                .args(filter)
+                .arg("-d")
+                .arg(&data)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let o = record_p(&pid, &["--duration", "50ms"], &other);
+            assert!(o.status.success(), "round {round}: {}", text(&o).1);
+            let o = bg.wait_with_output().unwrap();
+            assert!(o.status.success(), "round {round}: {}", text(&o).1);
+            nests_exactly(&other);
+            round += 1;
+        } else {
+            let o = record_p(&pid, &["--duration", "20ms"], &data);
+            assert!(o.status.success(), "round {round}: {}", text(&o).1);
+        }
+        nests_exactly(&data);
+        round += 1;
+    }
+    for f in ["_Z7catcheri", "_Z7throweri"] {
+        assert!(is_nop(&entry_bytes(child.id(), &exe, f)), "{f}");
+    }
+    assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
+}
+
+/// Sixteen sessions at once are as many tracers as a process has: the
+/// seventeenth is refused, clearly, and the sixteen record on.
+#[test]
+fn the_seventeenth_session_is_refused() {
+    let dir = workdir("attach_17");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    let clients: Vec<_> = (0..16)
+        .map(|i| {
+            let mut c = Target(
+                shadowgraph()
+                    .args(["record", "-p", &pid, "-d"])
+                    .arg(dir.join(format!("s{i}.data")))
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            );
+            // Each attached (said on stderr) before the next comes.
+            let mut line = String::new();
+            let mut err = BufReader::new(c.0.stderr.as_mut().unwrap());
+            err.read_line(&mut line).unwrap();
+            assert!(line.starts_with("# attached"), "session {i}: {line}");
+            c
+        })
+        .collect();
+    let o = record_p(&pid, &[], &dir.join("s16.data"));
+    assert!(!o.status.success());
+    assert!(
+        text(&o).1.contains("16 at most can record at once"),
+        "{}",
+        text(&o).1
+    );
+    for mut c in clients {
+        // SAFETY: SIGINT to our own child, as Ctrl-C would.
+        unsafe { libc::kill(c.0.id() as i32, libc::SIGINT) };
+        assert!(c.0.wait().unwrap().success());
+    }
+    for i in 0..16 {
+        nests_exactly(&dir.join(format!("s{i}.data")));
+    }
+    assert!(is_nop(&entry_bytes(child.id(), &exe, "mid")));
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
+}
+
+/// The session's control socket answers a client of the process's user
+/// ("status") and refuses another user's, by the peer's credentials
+/// (SO_PEERCRED: the socket opened to everyone for the test). The
+/// session records on.
+#[test]
+fn another_users_client_is_refused() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !shadowgraph_testkit::tool::available(
+        root,
+        "root (to run a client as nobody)",
+        "SO_PEERCRED",
+    ) {
+        return;
+    }
+    let dir = workdir("attach_peer");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let client = build_fixture(&dir, "ctl", "ctl_client.c");
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let mut session = Target(
+        shadowgraph()
+            .args(["record", "-p", &child.id().to_string(), "-d"])
+            .arg(dir.join("p.data"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(session.0.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("# attached"), "{line}");
+    let rings = ["/dev/shm".into(), std::env::temp_dir()]
+        .iter()
+        .map(|b: &std::path::PathBuf| b.join(format!("shadowgraph-rings-{}", session.0.id())))
+        .find(|d| d.join("control.sock").exists())
+        .expect("the control socket");
+    let sock = rings.join("control.sock");
+    let ask = |as_nobody: bool| {
+        let mut c = if as_nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&client);
+            c
+        } else {
+            Command::new(&client)
+        };
+        let o = c.arg(&sock).arg("status").output().unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{}: {err}", o.status);
+        out
+    };
+    assert_eq!(
+        ask(false),
+        format!(
+            "status: recording; 1 recordings under way in process {}\n",
+            child.id()
+        )
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&rings, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(ask(true), "error: not allowed: another user's client\n");
+    // SAFETY: SIGINT to our own child, as Ctrl-C would.
+    unsafe { libc::kill(session.0.id() as i32, libc::SIGINT) };
+    assert!(session.0.wait().unwrap().success());
+    nests_exactly(&dir.join("p.data"));
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
 }

@@ -10,6 +10,7 @@
 //! * Views, each a function of a [`dir::DataDir`] and its options:
 //!   [`replay`], [`report`], [`graph`], [`info`], [`profile`], and the dumps
 //!   [`chrome`], [`perfetto`], [`flame`].
+//! * [`open_calls`] — exits for the calls a detached session left open.
 //! * [`pattern`] and [`names`] — function patterns and demangled names, as
 //!   filters and views use them.
 
@@ -25,6 +26,7 @@ pub mod graph;
 pub mod info;
 mod meta;
 pub mod names;
+pub mod open_calls;
 pub mod pattern;
 pub mod perfetto;
 pub mod profile;

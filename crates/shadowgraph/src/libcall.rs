@@ -98,6 +98,8 @@ pub struct Redirected {
     pub got: usize,
     /// What it held before.
     pub before: usize,
+    /// The thunk it points to while redirected.
+    pub thunk: usize,
 }
 
 /// What [`redirect`] did for one object: the module of its thunks (for
@@ -169,6 +171,7 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
         changed.push(Redirected {
             got: b.got,
             before: b.before,
+            thunk,
         });
         sites.push(CallSite {
             addr: thunk,
@@ -303,13 +306,23 @@ impl<'m> Loaded<'m> {
 /// Gives every slot of `slots` its former target back (tracing ends; the
 /// thunks stay, unreferenced, for threads still inside one).
 pub fn restore(slots: &[Redirected]) {
+    store_all(slots, |r| r.before);
+}
+
+/// Points `slots`, given back by [`restore`], at their thunks again (a
+/// slot the loader bound meanwhile is bound the same way by its thunk).
+pub fn reapply(slots: &[Redirected]) {
+    store_all(slots, |r| r.thunk);
+}
+
+fn store_all(slots: &[Redirected], value: impl Fn(&Redirected) -> usize) {
     let maps = sys::read_maps().unwrap_or_default();
     for r in slots {
         let prot = maps
             .iter()
             .find(|m| m.start <= r.got && r.got + 8 <= m.end)
             .map_or(libc::PROT_READ, |m| m.prot);
-        let _ = store_word(r.got, r.before, prot);
+        let _ = store_word(r.got, value(r), prot);
     }
 }
 

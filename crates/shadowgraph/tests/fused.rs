@@ -51,9 +51,8 @@ fn threads_record_while_the_fused_recorder_comes_and_goes() {
     }
     // Small local rings: the threads drain them often (the general way's
     // make_room) while the fused path writes them.
-    writer::set_ring_bytes(64 << 10);
     let data = dir.join("data");
-    writer::start(0, &data, None).unwrap();
+    writer::start(0, 0, &data, None, Some(64 << 10)).unwrap();
     let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
     let recorder = fgraph::GraphUser::new(on_entry, on_return, filter.clone(), 0);
     assert!(fused::attach(&recorder, 0, 0));

@@ -281,3 +281,21 @@ pub fn write_memory(tid: i32, addr: u64, bytes: &[u8]) -> Result<(), Error> {
         .open(format!("/proc/{tid}/mem"))?;
     mem.write_all_at(bytes, addr)
 }
+
+/// Reads up to `out.len()` bytes at `addr` in the memory of the process of
+/// thread `tid` (ours to trace), stopping where the mapping ends; returns
+/// how many it read (0 on any error).
+pub fn read_some(tid: i32, addr: u64, out: &mut [u8]) -> usize {
+    use std::os::unix::fs::FileExt;
+    let Ok(mem) = std::fs::File::open(format!("/proc/{tid}/mem")) else {
+        return 0;
+    };
+    let mut got = 0;
+    while got < out.len() {
+        match mem.read_at(&mut out[got..], addr + got as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    got
+}

@@ -158,6 +158,68 @@ fn pick_thread(pid: i32) -> Result<i32, AttachError> {
         .ok_or_else(|| AttachError(format!("process {pid} has no live thread")))
 }
 
+/// The executable ranges of the agent in process `pid`.
+fn agent_code(pid: i32) -> Result<Vec<(u64, u64)>, AttachError> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| AttachError::about(pid, e))?;
+    Ok(text
+        .lines()
+        .filter(|l| l.contains(&format!("/memfd:{MEMFD_NAME}")))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let (lo, hi) = range.split_once('-')?;
+            let lo = u64::from_str_radix(lo, 16).ok()?;
+            let hi = u64::from_str_radix(hi, 16).ok()?;
+            perms.contains('x').then_some((lo, hi))
+        })
+        .collect())
+}
+
+/// A thread of process `pid`, whose agent is loaded already, held stopped
+/// where it runs none of the agent's code (its pc, and every word of the
+/// top 64 KiB of its stack, outside the agent; not one of the agent's own
+/// threads): the agent's code it is made to call may then take the
+/// agent's locks. Tried for 2 s.
+fn hold_outside_agent(pid: i32) -> Result<Stopped, AttachError> {
+    let code = agent_code(pid)?;
+    let inside = |w: u64| code.iter().any(|&(lo, hi)| lo <= w && w < hi);
+    let started = std::time::Instant::now();
+    loop {
+        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map_err(|e| AttachError::about(pid, e))?
+            .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        for tid in tids {
+            let comm =
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
+            if comm.trim_end() == "shadowgraph" {
+                continue;
+            }
+            let Ok(t) = Stopped::seize(tid) else { continue };
+            let Ok((pc, sp)) = t.context() else { continue };
+            let mut stack = vec![0u8; 64 << 10];
+            // A read that stops at the stack's end reads less: what it got
+            // is checked.
+            let got = inject::read_some(tid, sp, &mut stack);
+            let busy = inside(pc)
+                || stack[..got]
+                    .chunks_exact(8)
+                    .any(|w| inside(u64::from_le_bytes(w.try_into().expect("8 bytes"))));
+            if !busy {
+                return Ok(t);
+            }
+        }
+        if started.elapsed() > std::time::Duration::from_secs(2) {
+            return Err(AttachError(format!(
+                "process {pid}: every thread is busy in the agent (another session starting or \
+                 ending?); try again"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Brings the agent (its file's bytes, `agent`) into process `pid`, or
 /// finds it there.
 pub fn load_agent(pid: i32, agent: &[u8]) -> Result<Loaded, AttachError> {

@@ -7,7 +7,7 @@
 //! written out, and the process runs on untraced.
 
 use super::inject::{Stopped, DATA};
-use super::{load_agent, pick_thread, AttachError, Loaded};
+use super::{hold_outside_agent, load_agent, pick_thread, AttachError, Loaded};
 use crate::children::{ForwardSignals, STOP_WAITING};
 use crate::options::RecordOptions;
 use crate::record::{conclude_dir, prepare, Prepared};
@@ -62,13 +62,22 @@ pub(crate) fn record_attached(
         }
     );
     let ended_by_exit = wait(pid, &client, duration_ns);
+    // Calls still under way get their exits at the session's end.
+    let ended_ns = shadowgraph::clock::monotonic_ns();
     stop(&client, pid);
     let finished = collector.finish();
     let prog = exe.display().to_string();
     let mut write_failed = Vec::new();
     for (label, r) in &rel {
         let d = collect::instance_dir(&abs, r);
-        let t = finished.totals.get(&d).copied().unwrap_or_default();
+        let mut t = finished.totals.get(&d).copied().unwrap_or_default();
+        // (A process that exited left its calls as they were.)
+        if !ended_by_exit {
+            match shadowgraph_data::open_calls::close_open_calls(&d, ended_ns) {
+                Ok(n) => t.written += n,
+                Err(e) => eprintln!("shadowgraph: {}: {e}", d.display()),
+            }
+        }
         write_failed.extend(conclude_dir(label, &d, t, &exe, &prog, None));
     }
     if ended_by_exit {
@@ -87,6 +96,14 @@ pub(crate) fn record_attached(
 /// Brings the agent into `pid`, starts the session of `config` there and
 /// returns the control connection once the agent says it started.
 fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachError> {
+    // One `shadowgraph` at a time gets a session going in a process (two
+    // would each find the other's ptrace in the way): a lock on the
+    // program's file, which every one of them can open, read-only, in
+    // any mount namespace, and which the kernel drops if we die.
+    let exe =
+        std::fs::File::open(format!("/proc/{pid}/exe")).map_err(|e| AttachError::about(pid, e))?;
+    // SAFETY: flock on a descriptor we own; released when it closes.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&exe), libc::LOCK_EX) };
     let agent = crate::launch::EMBEDDED_AGENT;
     let loaded = load_agent(pid, agent)?;
     let attach = agent_symbol(pid, agent, "shadowgraph_attach")?;
@@ -95,18 +112,27 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
     let socket_at = data.len() as u64;
     data.extend_from_slice(socket.as_os_str().as_encoded_bytes());
     data.push(0);
-    // Every thread stopped (ptrace), for the session to start in a
-    // stopped world; their contexts go with the call.
-    let caller = pick_thread(pid)?;
-    let mut held = stop_all(pid)?;
+    // An agent loaded now: every thread stopped (ptrace), for the first
+    // session to start in a stopped world, their contexts with the call.
+    // One there already: only the thread that calls it, outside its code;
+    // the session starts once the call has returned, the threads running.
+    let (caller, mut held) = if loaded == Loaded::Now {
+        (pick_thread(pid)?, stop_all(pid)?)
+    } else {
+        let t = hold_outside_agent(pid)?;
+        (t.tid(), vec![t])
+    };
     data.resize(data.len().next_multiple_of(8), 0);
     let contexts_at = data.len() as u64;
-    for t in &held {
-        let (pc, sp) = t.context().map_err(|e| AttachError::about(pid, e))?;
-        data.extend_from_slice(&pc.to_le_bytes());
-        data.extend_from_slice(&sp.to_le_bytes());
+    let mut n = 0u64;
+    if loaded == Loaded::Now {
+        for t in &held {
+            let (pc, sp) = t.context().map_err(|e| AttachError::about(pid, e))?;
+            data.extend_from_slice(&pc.to_le_bytes());
+            data.extend_from_slice(&sp.to_le_bytes());
+            n += 1;
+        }
     }
-    let n = held.len() as u64;
     let t = held
         .iter_mut()
         .find(|t| t.tid() == caller)

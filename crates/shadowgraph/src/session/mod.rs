@@ -7,7 +7,15 @@
 //! the counters of `count`, or the recorders and profiles of `record`.
 //! Objects loaded later by `dlopen` join ([`objects`]); programs started
 //! by exec inherit the configuration and record a session of their own
-//! (`exec`). One session per process.
+//! (`exec`).
+//!
+//! The first session of a process sets it up (its objects in the core,
+//! dlopen followed, the clock chosen); later ones — sessions attached to
+//! a running process, any number at once up to fgraph's 16 users — start
+//! recordings of their own on the same sites, each with its own tracers,
+//! filters and rings, and end them while the others go on. When the last
+//! ends, every site is a nop again and library calls go straight to their
+//! functions.
 
 mod control;
 mod count;
@@ -19,24 +27,38 @@ use crate::record::ring;
 use crate::tracer::recorder;
 use crate::{fgraph, ftrace, process};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The process the session started in (its forked children inherit the
 /// state, but are not it).
 static ROOT_PID: AtomicI32 = AtomicI32::new(0);
 
-/// What the session in this process does, once started.
+/// What the first session in this process set up.
 static STARTED: OnceLock<Started> = OnceLock::new();
+
+/// Sessions start and end one at a time.
+static STARTING: Mutex<()> = Mutex::new(());
 
 /// What [`finish`] needs of the session.
 enum Started {
     Count,
-    Record {
-        control: bool,
-    },
+    /// Recordings, each with its own tracers (one per session).
+    Record,
     /// Nothing here is traced (a program started by exec that has no
     /// sites, or that `count` does not follow).
     Untraced,
+}
+
+/// Whether the process's first session has set it up: a session started
+/// now records on the sites that one found.
+pub fn set_up() -> bool {
+    STARTED.get().is_some()
+}
+
+/// How many recordings are under way in this process (one per session
+/// that records).
+pub fn recordings_under_way() -> usize {
+    recorder::under_way().len()
 }
 
 /// Whether this is the process the session started in (not a forked child
@@ -47,47 +69,88 @@ pub fn in_root_process() -> bool {
 }
 
 /// A session started by [`Session::start`]; [`Session::finish`] ends it.
-#[derive(Debug)]
 #[must_use = "a session is finished by Session::finish"]
 pub struct Session {
-    _one: (),
+    /// Its recording (`record`; None: `count`, or nothing traced).
+    recording: Option<Arc<recorder::Recording>>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("records", &self.recording.is_some())
+            .finish()
+    }
 }
 
 impl Session {
     /// Starts tracing this process as `config` says. Fails with a one-line
     /// message (nothing traced) when the configuration cannot be applied:
-    /// no sites, a bad pattern, a data directory that cannot be written, a
-    /// second session in the process.
+    /// no sites, a bad pattern, a data directory that cannot be written,
+    /// more tracers than can record at once, a second session of a
+    /// process that counts calls.
+    ///
+    /// The first session sets the process up; a later one (a recording,
+    /// attached while others may run) records on the sites the first
+    /// found, with the library calls and clock the first chose.
     pub fn start(config: Config) -> Result<Session, String> {
         config.check().map_err(|e| e.to_string())?;
-        static BEGUN: AtomicBool = AtomicBool::new(false);
-        // AcqRel: one caller goes on; a second is refused.
-        if BEGUN.swap(true, Ordering::AcqRel) {
-            return Err("a process runs one tracing session".into());
+        let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+        match STARTED.get() {
+            None => start(config).map(|recording| Session { recording }),
+            Some(Started::Record) => another(config).map(|r| Session { recording: Some(r) }),
+            Some(Started::Count) => Err("this process counts calls: it runs one session".into()),
+            Some(Started::Untraced) => Err("this process is not traced: it has no sites".into()),
         }
-        let started = start(config)?;
-        let _ = STARTED.set(started);
-        Ok(Session { _one: () })
     }
 
     /// Whether it traces anything (a program with no site of its own and
     /// that follows no other is let through untraced).
     pub fn traces(&self) -> bool {
-        matches!(STARTED.get(), Some(Started::Count | Started::Record { .. }))
+        self.recording.is_some() || matches!(STARTED.get(), Some(Started::Count))
     }
 
-    /// Ends the session: tracing stops (the sites go back to nops, the
-    /// GOT slots of library calls to their functions), a
-    /// recording's buffers are written out and its data directory
-    /// completed (uftrace's format, when no writer process does it); a
-    /// count's report is written.
+    /// Ends the session: its tracing stops (the sites go back to nops
+    /// unless another session traces them; after the last, the GOT slots
+    /// of library calls go back to their functions), a recording's
+    /// buffers are written out and its data directory completed (uftrace's
+    /// format, when no writer process does it); a count's report is
+    /// written.
     pub fn finish(self) {
-        if let Some(Started::Record { .. }) = STARTED.get() {
-            recorder::stop();
-            objects::restore_library_calls();
+        let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+        match self.recording {
+            Some(rec) => {
+                recorder::stop(&rec);
+                if !recorder::active() {
+                    objects::restore_library_calls();
+                }
+                let control = rec_control(&rec);
+                recorder::finish(&rec, control);
+            }
+            None => finish(),
         }
-        finish();
     }
+}
+
+/// `--control`'s counts, for the recording that listens for it.
+fn rec_control(rec: &recorder::Recording) -> Option<(u64, u64)> {
+    rec.listens().then(control::counts)
+}
+
+/// A session after the first: a recording on the sites the core has.
+fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
+    let Mode::Record(r) = &config.mode else {
+        return Err("counting calls (`count`) is only the first session of a process".into());
+    };
+    if r.control.is_some() {
+        return Err("`--control` is only for the first session of a process".into());
+    }
+    objects::reapply_library_calls();
+    let rec = recorder::start(r, &r.dir, r.rings.as_ref().map(|x| x.dir.as_path()), None);
+    if rec.is_err() && !recorder::active() {
+        objects::restore_library_calls();
+    }
+    rec
 }
 
 /// Completes the session of this process, if any, as the process ends
@@ -100,14 +163,29 @@ pub fn finish() {
     }
     match STARTED.get() {
         Some(Started::Count) => count::finish(crate::patch::sigtrap_handler_intact()),
-        Some(Started::Record { control }) => {
-            recorder::finish(control.then(control::counts));
+        Some(Started::Record) => {
+            for rec in recorder::under_way() {
+                let control = rec_control(&rec);
+                recorder::finish(&rec, control);
+            }
         }
         Some(Started::Untraced) | None => {}
     }
 }
 
-fn start(mut config: Config) -> Result<Started, String> {
+/// The first session: sets the process up, then starts its recording (if
+/// it records and has anything to trace).
+fn start(config: Config) -> Result<Option<Arc<recorder::Recording>>, String> {
+    let mut rec = None;
+    let started = set_up_first(config, &mut rec)?;
+    let _ = STARTED.set(started);
+    Ok(rec)
+}
+
+fn set_up_first(
+    mut config: Config,
+    rec: &mut Option<Arc<recorder::Recording>>,
+) -> Result<Started, String> {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     let record = match &config.mode {
@@ -155,13 +233,17 @@ fn start(mut config: Config) -> Result<Started, String> {
             count::start(&config.objects, c.graph, c.report.clone())?;
             Started::Count
         }
-        Mode::Record(r) => start_recording(&r.clone(), &mut config)?,
+        Mode::Record(r) => start_recording(&r.clone(), &mut config, rec)?,
     };
     Ok(started)
 }
 
 /// `record`: the recorders of `r`, into this image's directory.
-fn start_recording(r: &config::Record, config: &mut Config) -> Result<Started, String> {
+fn start_recording(
+    r: &config::Record,
+    config: &mut Config,
+    rec: &mut Option<Arc<recorder::Recording>>,
+) -> Result<Started, String> {
     if let Some(rings) = &r.rings {
         if rings.layout != ring::LAYOUT {
             return Err(format!(
@@ -214,21 +296,23 @@ fn start_recording(r: &config::Record, config: &mut Config) -> Result<Started, S
         modules.extend(objects::library_calls(r.libcalls, &modules, &others));
     }
     ftrace::add_modules(modules).map_err(|e| e.to_string())?;
-    // Only the recorded program's first image listens for commands.
-    let control = r.control.as_ref().filter(|_| !started_by_exec);
-    let rings = r.rings.as_ref().map(|x| x.dir.as_path());
-    let users = recorder::start(r, &dir, rings, control)?;
-    if let Some(c) = control {
-        control::start(users, c)?;
-    }
     objects::follow();
     CHILDREN_RECORD.store(r.children, Ordering::Relaxed);
     install_fatal_handlers();
     // SAFETY: registering a plain extern "C" child handler.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-    Ok(Started::Record {
-        control: control.is_some(),
-    })
+    // Set up: sessions after this one record on the same sites, even if
+    // this one's recording cannot start.
+    let _ = STARTED.set(Started::Record);
+    // Only the recorded program's first image listens for commands.
+    let control = r.control.as_ref().filter(|_| !started_by_exec);
+    let rings = r.rings.as_ref().map(|x| x.dir.as_path());
+    let made = recorder::start(r, &dir, rings, control)?;
+    if let Some(c) = control {
+        control::start(made.users(), c)?;
+    }
+    *rec = Some(made);
+    Ok(Started::Record)
 }
 
 /// The configuration, with this process's place in the lineage, for the

@@ -120,10 +120,12 @@ pub(crate) fn library_calls(
         }
         match libcall::redirect(path, bias) {
             Ok(Some(calls)) => {
-                REDIRECTED
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(calls.slots);
+                let mut r = REDIRECTED.lock().unwrap_or_else(|e| e.into_inner());
+                if !r.1 {
+                    // No session records now: they wait for the next.
+                    libcall::restore(&calls.slots);
+                }
+                r.0.extend(calls.slots);
                 out.push(calls.module);
             }
             Ok(None) => {}
@@ -145,13 +147,26 @@ fn libcalls_mode() -> LibCalls {
     }
 }
 
-/// The GOT slots redirected, to give back when the session ends.
-static REDIRECTED: Mutex<Vec<libcall::Redirected>> = Mutex::new(Vec::new());
+/// The GOT slots made traceable, and whether they point at their thunks
+/// now (while a session records) or hold their targets (between
+/// sessions: the calls cost nothing then).
+static REDIRECTED: Mutex<(Vec<libcall::Redirected>, bool)> = Mutex::new((Vec::new(), true));
 
-/// The session ends: every redirected slot gets its target back.
+/// The last session ends: every redirected slot gets its target back.
 pub(crate) fn restore_library_calls() {
-    let slots = std::mem::take(&mut *REDIRECTED.lock().unwrap_or_else(|e| e.into_inner()));
-    libcall::restore(&slots);
+    let mut r = REDIRECTED.lock().unwrap_or_else(|e| e.into_inner());
+    if std::mem::replace(&mut r.1, false) {
+        libcall::restore(&r.0);
+    }
+}
+
+/// A session starts after others ended: the slots point at their thunks
+/// again.
+pub(crate) fn reapply_library_calls() {
+    let mut r = REDIRECTED.lock().unwrap_or_else(|e| e.into_inner());
+    if !std::mem::replace(&mut r.1, true) {
+        libcall::reapply(&r.0);
+    }
 }
 
 /// From now on, objects loaded and unloaded are followed; those loaded

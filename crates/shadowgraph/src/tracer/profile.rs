@@ -65,7 +65,7 @@ pub(crate) static BEYOND: AtomicU64 = AtomicU64::new(0);
 pub(crate) static NO_ROOM: AtomicU64 = AtomicU64::new(0);
 
 crate::fast_thread_local!(
-    static PROFILE_TABLES: [Cell<*mut Table>; 8];
+    static PROFILE_TABLES: [Cell<*mut Table>; fgraph::MAX_USERS];
 );
 
 /// Sizes the tables for the sites known now (before registering).

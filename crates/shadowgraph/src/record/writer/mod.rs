@@ -21,7 +21,7 @@ mod state;
 pub(crate) use rings::rings_of_this_thread;
 #[cfg(test)]
 pub(crate) use rings::take_spare;
-pub use rings::{flush_all, forget_after_fork};
+pub use rings::{end_instance, flush_all, forget_after_fork};
 pub use state::{
     clock_steps_back, lost, set_ring_bytes, set_session, shared, shared_ring_len, spare_name,
     waits, write_error, writer_gave_up, written, MAX_INSTANCES, SPARE_MAX_BYTES,
@@ -38,10 +38,19 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Starts recording instance `inst`: into the data directory `dir`
-/// (created if missing), or, when `shm` is given, into rings in that
-/// shared-memory directory, which `record::collect` drains.
-pub fn start(inst: usize, dir: &Path, shm: Option<&Path>) -> io::Result<()> {
+/// Starts recording instance `inst` (a free one: never started, or ended
+/// by [`end_instance`]), the tracer `index` of its session: into the data
+/// directory `dir` (created if missing), or, when `shm` is given, into
+/// rings in that shared-memory directory, which `record::collect` drains
+/// (their names and headers carry `index`). Its rings hold `ring_bytes`
+/// of records (None: the default).
+pub fn start(
+    inst: usize,
+    index: usize,
+    dir: &Path,
+    shm: Option<&Path>,
+    ring_bytes: Option<u64>,
+) -> io::Result<()> {
     if inst >= MAX_INSTANCES {
         return Err(io::Error::other(format!(
             "at most {MAX_INSTANCES} recording instances"
@@ -49,10 +58,12 @@ pub fn start(inst: usize, dir: &Path, shm: Option<&Path>) -> io::Result<()> {
     }
     std::fs::create_dir_all(dir)?;
     let c = |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).map_err(io::Error::other);
-    let _ = DIRS[inst].set(c(dir)?);
-    if let Some(s) = shm {
-        let _ = SHM.set(c(s)?);
-    }
+    let (dir, shm) = (c(dir)?, shm.map(c).transpose()?);
+    reset_counts(inst);
+    set_ring_bytes(inst, ring_bytes);
+    INDEX[inst].store(index as u32, Ordering::Relaxed);
+    DIRS[inst].set(Some(dir));
+    SHM[inst].set(shm);
     crate::ftrace::quiesce::on_abandoned(recover_abandoned);
     SPIN_FOR_ROOM.store(cpus_to_run_on() > 1, Ordering::Relaxed);
     KEY.get_or_init(|| {
@@ -227,7 +238,7 @@ pub fn pending_entry_state(inst: usize, word: &AtomicU64) -> Option<bool> {
         return None;
     }
     let at = a.at.get();
-    let b = MINE[inst].get();
+    let b = MINE[inst].load(Ordering::Relaxed);
     if b.is_null() {
         return Some(false); // no ring yet: nothing claimed
     }
@@ -241,7 +252,7 @@ pub fn pending_entry_state(inst: usize, word: &AtomicU64) -> Option<bool> {
 /// last record claimed: one more than an entry's, an exit's), if it has
 /// one.
 pub fn ring_depth(inst: usize) -> Option<u16> {
-    let b = MINE[inst].get();
+    let b = MINE[inst].load(Ordering::Relaxed);
     if b.is_null() {
         return None;
     }

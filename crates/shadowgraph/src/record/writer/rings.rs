@@ -8,19 +8,22 @@ use crate::clock;
 use crate::record::ring::{ring_bytes, Claim, Depth, Drained, Ring};
 use shadowgraph_data::format::Kind;
 use std::cell::Cell;
-use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 // This thread's ring per instance (null: none yet). Initial-exec TLS
-// (crate::tls): read on every recorded event.
+// (crate::tls): read on every recorded event. Atomic (Relaxed: plain
+// loads and stores) because the end of an instance clears the cell of
+// every thread that has a ring of it, once no code of the instance runs
+// ([`super::end_instance`]).
 crate::fast_thread_local!(
-    pub(super) static MINE: [Cell<*mut u8>; MAX_INSTANCES];
+    pub(super) static MINE: [AtomicPtr<u8>; MAX_INSTANCES];
 );
 /// This thread's brackets were abandoned (see `Ring::recover_abandoned`):
 /// so were the record writes they held, in any of its rings.
 pub(super) fn recover_abandoned() {
     for m in MINE.iter() {
-        let b = m.get();
+        let b = m.load(Ordering::Relaxed);
         if !b.is_null() {
             // SAFETY: this thread's ring, made by `create`; only its exit
             // step unmaps it, after taking it out of MINE.
@@ -33,12 +36,12 @@ pub(super) fn recover_abandoned() {
 /// fused recording path finds them at the same offset from every thread's
 /// thread pointer.
 pub(crate) fn rings_of_this_thread() -> usize {
-    &*MINE as *const [Cell<*mut u8>; MAX_INSTANCES] as usize
+    &*MINE as *const [AtomicPtr<u8>; MAX_INSTANCES] as usize
 }
 
-// (local mode) the slot index of MINE's rings + 1, for their files.
+// The slot index of MINE's rings + 1 (0: none), cleared with them.
 crate::fast_thread_local!(
-    pub(super) static MINE_SLOT: [Cell<usize>; MAX_INSTANCES];
+    pub(super) static MINE_SLOT: [AtomicUsize; MAX_INSTANCES];
 );
 
 // Whether this thread is inside a wait for the writer: a signal handler
@@ -54,7 +57,7 @@ crate::fast_thread_local!(
 /// depth a record of `kind` at `depth` implies.
 #[inline(always)]
 pub(super) fn my_ring(inst: usize, kind: Kind, depth: u16) -> Option<Ring> {
-    let mut b = MINE[inst].get();
+    let mut b = MINE[inst].load(Ordering::Relaxed);
     if b.is_null() {
         b = make_my_ring(inst, kind, depth);
         if b.is_null() {
@@ -80,7 +83,7 @@ pub(super) fn make_my_ring(inst: usize, kind: Kind, depth: u16) -> *mut u8 {
         depth
     };
     let mask = crate::sys::block_async_signals();
-    let mut b = MINE[inst].get();
+    let mut b = MINE[inst].load(Ordering::Relaxed);
     if b.is_null() {
         b = create(inst, open);
     }
@@ -116,10 +119,12 @@ pub(super) fn make_room(
 #[cold]
 #[inline(never)]
 pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Option<T>) -> Option<T> {
-    let fd = RINGS[MINE_SLOT[inst].get() - 1].fd.load(Ordering::Relaxed);
+    let fd = RINGS[MINE_SLOT[inst].load(Ordering::Relaxed) - 1]
+        .fd
+        .load(Ordering::Relaxed);
     if fd >= 0 {
         drain_local(inst, r, fd);
-    } else if !WRITER_GONE.load(Ordering::Relaxed) {
+    } else if !WRITER_GONE[inst].load(Ordering::Relaxed) {
         let start = clock::monotonic_ns();
         let outer = !WAITING.replace(true);
         WAITS.fetch_add(1, Ordering::Relaxed);
@@ -133,7 +138,7 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
             }
             let waited = clock::monotonic_ns() - start;
             if waited > WAIT_LIMIT_NS {
-                WRITER_GONE.store(true, Ordering::Relaxed);
+                WRITER_GONE[inst].store(true, Ordering::Relaxed);
                 if outer {
                     WAITING.set(false);
                 }
@@ -193,16 +198,16 @@ pub(super) fn account(inst: usize, d: Drained) {
 /// A ring file in the shared-memory directory `dir`, mapped; None if one
 /// cannot be made.
 pub(super) fn create_shared(
-    dir: &CString,
+    dir: &CStr,
     inst: usize,
     tid: i32,
     pid: i32,
     name: &mut [u8; 96],
     path: &mut [u8; 4096],
 ) -> Option<*mut u8> {
-    // <inst>-<pid>-<tid>-<seq>-<session>.ring: unique even when a tid is
+    // <index>-<pid>-<tid>-<seq>-<session>.ring: unique even when a tid is
     // reused, or a process starts another program by exec.
-    let mut n = put_decimal(name, 0, inst as u64);
+    let mut n = put_decimal(name, 0, INDEX[inst].load(Ordering::Relaxed) as u64);
     for v in [
         pid as u64,
         tid as u64,
@@ -216,8 +221,8 @@ pub(super) fn create_shared(
     if !path_in(dir, &name[..n + 5], path) {
         return None;
     }
-    let len = ring_bytes(SHARED_RECORDS.load(Ordering::Relaxed));
-    if let Some(p) = claim_spare(dir, len, path) {
+    let len = ring_bytes(SHARED_RECORDS[inst].load(Ordering::Relaxed));
+    if let Some(p) = claim_spare(inst, dir, len, path) {
         return Some(p);
     }
     // SAFETY: path is NUL-terminated; the file is new (O_EXCL) and
@@ -267,15 +272,20 @@ pub(super) fn has_room(fd: i32, len: usize) -> bool {
 /// Takes the writer's spare ring (see `collect::Collector::set_ring_len`)
 /// as the ring file `path` and maps it with its pages; None if it is gone
 /// or another thread tried for it first.
-pub(super) fn claim_spare(dir: &CString, len: usize, path: &[u8; 4096]) -> Option<*mut u8> {
-    if SPARE_TRIED.swap(true, Ordering::Relaxed) {
+pub(super) fn claim_spare(
+    inst: usize,
+    dir: &CStr,
+    len: usize,
+    path: &[u8; 4096],
+) -> Option<*mut u8> {
+    if SPARE_TRIED[inst].swap(true, Ordering::Relaxed) {
         return None;
     }
     take_spare(dir, len, path)
 }
 
 /// [`claim_spare`] without its once-per-process guard.
-pub(crate) fn take_spare(dir: &CString, len: usize, path: &[u8; 4096]) -> Option<*mut u8> {
+pub(crate) fn take_spare(dir: &CStr, len: usize, path: &[u8; 4096]) -> Option<*mut u8> {
     let mut name = [0u8; 32];
     let mut spare = [0u8; 256]; // small: a signal handler may get here
     let n = spare_name(len, &mut name);
@@ -317,11 +327,12 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
     let pid = unsafe { libc::getpid() };
     let mut name = [0u8; 96];
     let mut path = [0u8; 4096];
-    let shared_ring = SHM
+    let records = SHARED_RECORDS[inst].load(Ordering::Relaxed);
+    let shared_ring = SHM[inst]
         .get()
         .and_then(|shm| create_shared(shm, inst, tid, pid, &mut name, &mut path));
     let (base, fd, cap) = if let Some(base) = shared_ring {
-        (base, -1, SHARED_RECORDS.load(Ordering::Relaxed))
+        (base, -1, records)
     } else {
         // Local: the agent alone, or no shared ring could be made (a file
         // size limit, a full /dev/shm): this thread writes its own.
@@ -344,7 +355,6 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
         if fd < 0 {
             return std::ptr::null_mut();
         }
-        let records = SHARED_RECORDS.load(Ordering::Relaxed);
         let Some(p) = crate::sys::map_anonymous(ring_bytes(records)) else {
             // SAFETY: closing the fd opened above.
             unsafe { libc::close(fd) };
@@ -357,7 +367,7 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
     unsafe {
         Ring::init(
             base,
-            inst,
+            INDEX[inst].load(Ordering::Relaxed) as usize,
             tid,
             pid,
             cap,
@@ -365,23 +375,35 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
             depth,
         )
     };
-    // AcqRel: the ring, made above, is published whole to the exit flush
-    // that walks RINGS (Acquire); a slot freed by Release is claimable.
+    // A free slot, filled under its lock (one held by the end of an
+    // instance or a thread's exit is passed over): whoever takes the lock
+    // later finds the slot whole. Release (ring): the ring, made above, is
+    // published whole to the exit flush that walks RINGS (Acquire).
     let Some(i) = RINGS.iter().position(|s| {
-        s.ring
-            .compare_exchange(
-                std::ptr::null_mut(),
-                base,
-                Ordering::AcqRel,
+        if !s.try_lock() {
+            return false;
+        }
+        let free = s.ring.load(Ordering::Relaxed).is_null();
+        if free {
+            s.fd.store(fd, Ordering::Relaxed);
+            s.inst.store(inst, Ordering::Relaxed);
+            s.mine.store(
+                &MINE[inst] as *const AtomicPtr<u8> as *mut AtomicPtr<u8>,
                 Ordering::Relaxed,
-            )
-            .is_ok()
+            );
+            s.mine_slot.store(
+                &MINE_SLOT[inst] as *const AtomicUsize as *mut AtomicUsize,
+                Ordering::Relaxed,
+            );
+            s.ring.store(base, Ordering::Release);
+        }
+        s.unlock();
+        free
     }) else {
         return std::ptr::null_mut(); // more rings than slots: leaked, lost
     };
-    RINGS[i].fd.store(fd, Ordering::Release);
-    MINE[inst].set(base);
-    MINE_SLOT[inst].set(i + 1);
+    MINE[inst].store(base, Ordering::Relaxed);
+    MINE_SLOT[inst].store(i + 1, Ordering::Relaxed);
     if let Some(&k) = KEY.get() {
         // SAFETY: valid key; non-null arms the destructor.
         unsafe { libc::pthread_setspecific(k, base as *const libc::c_void) };
@@ -414,31 +436,53 @@ pub(super) extern "C" fn thread_exit(v: *mut libc::c_void) {
             }
         }
     }
+    let mask = crate::sys::block_async_signals();
     for inst in 0..MAX_INSTANCES {
-        let b = MINE[inst].replace(std::ptr::null_mut());
-        if b.is_null() {
+        let i = MINE_SLOT[inst].load(Ordering::Relaxed);
+        if i == 0 {
             continue;
         }
-        let i = MINE_SLOT[inst].replace(0) - 1;
-        // SAFETY: this thread's ring, out of MINE now: a signal handler
-        // recording from here on makes a new one.
-        let r = unsafe { Ring::from_base(b) };
-        let fd = RINGS[i].fd.load(Ordering::Relaxed);
-        if fd >= 0 {
-            drain_local(inst, r, fd);
-            // SAFETY: the fd belongs to this ring, which nobody uses any more.
-            unsafe { libc::close(fd) };
+        let slot = &RINGS[i - 1];
+        slot.lock();
+        // Under the lock: the end of the instance may have taken it.
+        let b = MINE[inst].load(Ordering::Relaxed);
+        if !b.is_null() {
+            release(slot, inst, b);
         }
-        r.header().closed.store(1, Ordering::Release);
-        let bytes = ring_bytes(r.header().capacity);
-        RINGS[i].fd.store(-1, Ordering::Release);
-        RINGS[i].ring.store(std::ptr::null_mut(), Ordering::Release);
-        if fd < 0 {
-            // SAFETY: a shared ring is this thread's alone in this process
-            // (`flush_all` drains local rings only) and out of MINE and
-            // RINGS: nothing here reads it again.
-            unsafe { libc::munmap(b.cast(), bytes) };
-        }
+        slot.unlock();
+    }
+    crate::sys::restore_signals(mask);
+}
+
+/// Ends the ring `b` of instance `inst` in `slot` (its lock held), taking
+/// it out of its thread's cells first: local mode, written out and its
+/// file closed; shared mode, marked closed for the writer (which drains
+/// and removes it) and unmapped.
+pub(super) fn release(slot: &Slot, inst: usize, b: *mut u8) {
+    // SAFETY: the cells of the ring's thread, which is alive: it ends its
+    // rings under this lock before it exits.
+    unsafe {
+        (*slot.mine.load(Ordering::Relaxed)).store(std::ptr::null_mut(), Ordering::Relaxed);
+        (*slot.mine_slot.load(Ordering::Relaxed)).store(0, Ordering::Relaxed);
+    }
+    // SAFETY: a ring made by `create`, out of its thread's cells now: a
+    // signal handler recording from here on makes a new one.
+    let r = unsafe { Ring::from_base(b) };
+    let fd = slot.fd.load(Ordering::Relaxed);
+    if fd >= 0 {
+        drain_local(inst, r, fd);
+        // SAFETY: the fd belongs to this ring, which nobody uses any more.
+        unsafe { libc::close(fd) };
+    }
+    r.header().closed.store(1, Ordering::Release);
+    let bytes = ring_bytes(r.header().capacity);
+    slot.fd.store(-1, Ordering::Relaxed);
+    slot.ring.store(std::ptr::null_mut(), Ordering::Release);
+    if fd < 0 {
+        // SAFETY: a shared ring is its thread's alone in this process
+        // (`flush_all` drains local rings only) and out of its cells and
+        // RINGS: nothing here reads it again.
+        unsafe { libc::munmap(b.cast(), bytes) };
     }
 }
 
@@ -450,7 +494,7 @@ pub(super) static DISABLED: AtomicBool = AtomicBool::new(false);
 /// `record_on` is false); drained by its own threads it would need its own
 /// exit step, so it records nothing more. Async-signal-safe.
 pub fn forget_after_fork(record_on: bool) {
-    if !shared() || !record_on {
+    if !any_shared() || !record_on {
         DISABLED.store(true, Ordering::Release);
     }
     for s in RINGS.iter() {
@@ -459,10 +503,10 @@ pub fn forget_after_fork(record_on: bool) {
         s.ring.store(std::ptr::null_mut(), Ordering::Release);
     }
     for c in MINE.iter() {
-        c.set(std::ptr::null_mut());
+        c.store(std::ptr::null_mut(), Ordering::Relaxed);
     }
     for c in MINE_SLOT.iter() {
-        c.set(0);
+        c.store(0, Ordering::Relaxed);
     }
 }
 
@@ -471,12 +515,39 @@ pub fn forget_after_fork(record_on: bool) {
 /// records are lost). Shared rings are the writer's to drain.
 pub fn flush_all() {
     for s in RINGS.iter() {
-        let b = s.ring.load(Ordering::Acquire);
-        let fd = s.fd.load(Ordering::Acquire);
-        if !b.is_null() && fd >= 0 {
-            // SAFETY: rings are never unmapped.
-            let r = unsafe { Ring::from_base(b) };
-            drain_local(r.header().inst as usize, r, fd);
+        // A slot being filled or ended is passed over (a fatal signal may
+        // have landed in its holder).
+        if !s.try_lock() {
+            continue;
         }
+        let b = s.ring.load(Ordering::Acquire);
+        let fd = s.fd.load(Ordering::Relaxed);
+        if !b.is_null() && fd >= 0 {
+            // SAFETY: a local ring is unmapped only by `release`, under
+            // the lock held here.
+            let r = unsafe { Ring::from_base(b) };
+            drain_local(s.inst.load(Ordering::Relaxed), r, fd);
+        }
+        s.unlock();
     }
+}
+
+/// Ends every ring of instance `inst` (each as its thread's exit would)
+/// and forgets its directories: the instance may be taken again. Only
+/// once no code of the instance runs or can start (its graph user
+/// unregistered, a grace period past).
+pub fn end_instance(inst: usize) {
+    for s in RINGS.iter() {
+        if s.ring.load(Ordering::Acquire).is_null() {
+            continue;
+        }
+        s.lock();
+        let b = s.ring.load(Ordering::Relaxed);
+        if !b.is_null() && s.inst.load(Ordering::Relaxed) == inst {
+            release(s, inst, b);
+        }
+        s.unlock();
+    }
+    DIRS[inst].set(None);
+    SHM[inst].set(None);
 }

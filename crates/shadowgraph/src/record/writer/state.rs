@@ -2,15 +2,18 @@
 //! they are, and what was written, lost and waited for, by instance.
 
 use crate::record::ring::{ring_bytes, RING_RECORDS};
-use std::ffi::CString;
+use std::ffi::{c_char, CStr, CString};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use std::sync::OnceLock;
 
 /// Rings (threads × instances) at most.
 pub(super) const MAX_RINGS: usize = 4096;
-/// Recording instances (tracers writing to their own directories).
-pub const MAX_INSTANCES: usize = 8;
+/// Recording instances (tracers writing to their own directories) at
+/// once: as many as fgraph has users.
+pub const MAX_INSTANCES: usize = crate::fgraph::MAX_USERS;
 /// How long a thread waits for the writer to make room before dropping.
 pub(super) const WAIT_LIMIT_NS: u64 = 5_000_000_000;
 /// How long of that it spins before it naps, if the writer can run
@@ -34,27 +37,97 @@ pub(super) fn cpus_to_run_on() -> u32 {
 }
 
 /// A live ring of this process, and (local mode) the file it drains to.
+/// Its fields change only with `lock` held (the ring's thread making or
+/// ending it, or the end of its instance: [`super::end_instance`]); a
+/// signal handler that finds a slot locked passes over it.
 pub(super) struct Slot {
     pub ring: AtomicPtr<u8>,
     pub fd: AtomicI32,
+    pub lock: AtomicBool,
+    /// The instance the ring records.
+    pub inst: AtomicUsize,
+    /// The thread's cells naming the ring (its `MINE[inst]` and
+    /// `MINE_SLOT[inst]`), which the end of the instance clears.
+    pub mine: AtomicPtr<AtomicPtr<u8>>,
+    pub mine_slot: AtomicPtr<AtomicUsize>,
+}
+
+impl Slot {
+    /// Takes the slot's lock if it is free.
+    pub fn try_lock(&self) -> bool {
+        // Acquire: what the last holder wrote is seen.
+        !self.lock.swap(true, Ordering::Acquire)
+    }
+
+    /// Takes the slot's lock, waiting for its holder (a few instructions
+    /// and system calls of the ring's end).
+    pub fn lock(&self) {
+        while !self.try_lock() {
+            std::hint::spin_loop();
+        }
+    }
+
+    pub fn unlock(&self) {
+        // Release: hands what was written to the next holder.
+        self.lock.store(false, Ordering::Release);
+    }
 }
 
 pub(super) static RINGS: [Slot; MAX_RINGS] = [const {
     Slot {
         ring: AtomicPtr::new(std::ptr::null_mut()),
         fd: AtomicI32::new(-1),
+        lock: AtomicBool::new(false),
+        inst: AtomicUsize::new(0),
+        mine: AtomicPtr::new(std::ptr::null_mut()),
+        mine_slot: AtomicPtr::new(std::ptr::null_mut()),
     }
 }; MAX_RINGS];
+
+/// A path of an instance's, set while it records: a `CString` given up
+/// by `into_raw` (null: none), read by ring-making code (signal handlers
+/// included) and taken back once its instance has ended.
+pub(super) struct InstancePath(AtomicPtr<c_char>);
+
+impl InstancePath {
+    /// The path, if one is set.
+    pub fn get(&self) -> Option<&CStr> {
+        // Acquire: the string is written whole before it is published.
+        let p = self.0.load(Ordering::Acquire);
+        // SAFETY: a string from CString::into_raw, freed only by `set`
+        // once its instance has ended (no code of it runs: a grace period
+        // has passed).
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
+    }
+
+    /// Sets the path (None: none), freeing the one before.
+    pub fn set(&self, path: Option<CString>) {
+        let new = path.map_or(std::ptr::null_mut(), CString::into_raw);
+        // AcqRel: publishes the new string, takes the old one's.
+        let old = self.0.swap(new, Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: from CString::into_raw, unreachable now (see `get`).
+            drop(unsafe { CString::from_raw(old) });
+        }
+    }
+}
+
 /// Instance `i`'s data directory (for rings its threads drain themselves).
-pub(super) static DIRS: [OnceLock<CString>; MAX_INSTANCES] =
-    [const { OnceLock::new() }; MAX_INSTANCES];
-/// The shared-memory directory of the rings the writer drains, if any.
-pub(super) static SHM: OnceLock<CString> = OnceLock::new();
+pub(super) static DIRS: [InstancePath; MAX_INSTANCES] =
+    [const { InstancePath(AtomicPtr::new(std::ptr::null_mut())) }; MAX_INSTANCES];
+/// Instance `i`'s shared-memory directory of the rings the writer drains,
+/// if any.
+pub(super) static SHM: [InstancePath; MAX_INSTANCES] =
+    [const { InstancePath(AtomicPtr::new(std::ptr::null_mut())) }; MAX_INSTANCES];
+/// Instance `i`'s index among its session's tracers: its rings carry it
+/// (their header and file name), for the session's writer.
+pub(super) static INDEX: [AtomicU32; MAX_INSTANCES] = [const { AtomicU32::new(0) }; MAX_INSTANCES];
 /// This process image's recording session (see [`set_session`]).
 pub(super) static SESSION: AtomicU64 = AtomicU64::new(0);
-/// Records per ring, shared or local (a power of two; 2 MiB by default: a
-/// local ring makes one `write` per 131,072 records).
-pub(super) static SHARED_RECORDS: AtomicU64 = AtomicU64::new(RING_RECORDS);
+/// Records per ring, shared or local, by instance (a power of two; 2 MiB
+/// by default: a local ring makes one `write` per 131,072 records).
+pub(super) static SHARED_RECORDS: [AtomicU64; MAX_INSTANCES] =
+    [const { AtomicU64::new(RING_RECORDS) }; MAX_INSTANCES];
 
 /// Records per ring for `bytes` of records: rounded up to a power of two of
 /// at least 4096 records (64 KiB).
@@ -62,10 +135,11 @@ pub(super) fn records_for(bytes: u64) -> u64 {
     (bytes / 16).max(4096).next_power_of_two()
 }
 
-/// Sets the size of the threads' rings: `bytes` of records (see
-/// `records_for`).
-pub fn set_ring_bytes(bytes: u64) {
-    SHARED_RECORDS.store(records_for(bytes), Ordering::Relaxed);
+/// Sets the size of the threads' rings of instance `inst`: `bytes` of
+/// records (see `records_for`); None: the default.
+pub fn set_ring_bytes(inst: usize, bytes: Option<u64>) {
+    let records = bytes.map_or(RING_RECORDS, records_for);
+    SHARED_RECORDS[inst].store(records, Ordering::Relaxed);
 }
 
 /// The length of a ring file for `bytes` of records (None: the default
@@ -78,9 +152,11 @@ pub fn shared_ring_len(bytes: Option<u64>) -> usize {
 /// `collect::Collector::set_ring_len`): more would be memory held for a
 /// thread that may never record that much.
 pub const SPARE_MAX_BYTES: usize = 16 << 20;
-/// The spare ring was tried for (by this process image, or the one it was
-/// forked from): there is one, and only the first try may find it.
-pub(super) static SPARE_TRIED: AtomicBool = AtomicBool::new(false);
+/// The spare ring of an instance's writer was tried for (by this process
+/// image, or the one it was forked from): there is one, and only the
+/// first try may find it.
+pub(super) static SPARE_TRIED: [AtomicBool; MAX_INSTANCES] =
+    [const { AtomicBool::new(false) }; MAX_INSTANCES];
 
 /// Writes the file name of the spare ring of `len` bytes, `spare-<len>`,
 /// to `buf` (at least 32 bytes); returns its length. The length is in the
@@ -96,8 +172,10 @@ pub fn spare_name(len: usize, buf: &mut [u8]) -> usize {
 pub fn set_session(id: u64) {
     SESSION.store(id, Ordering::Relaxed);
 }
-/// The writer stopped draining (a wait timed out): drop instead of waiting.
-pub(super) static WRITER_GONE: AtomicBool = AtomicBool::new(false);
+/// An instance's writer stopped draining (a wait timed out): drop instead
+/// of waiting.
+pub(super) static WRITER_GONE: [AtomicBool; MAX_INSTANCES] =
+    [const { AtomicBool::new(false) }; MAX_INSTANCES];
 pub(super) static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
 pub(super) static SEQ: AtomicUsize = AtomicUsize::new(0);
 // The counters below (written, lost, clock steps, waits) are statistics:
@@ -133,10 +211,11 @@ pub fn clock_steps_back(inst: usize) -> (u64, u64) {
 pub(super) static WAITS: AtomicU64 = AtomicU64::new(0);
 pub(super) static WAITED_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Whether a thread gave up waiting for the writer (a ring stayed full for
-/// `WAIT_LIMIT_NS`): records are dropped from then on, counted as lost.
-pub fn writer_gave_up() -> bool {
-    WRITER_GONE.load(Ordering::Relaxed)
+/// Whether a thread gave up waiting for instance `inst`'s writer (a ring
+/// stayed full for `WAIT_LIMIT_NS`): records are dropped from then on,
+/// counted as lost.
+pub fn writer_gave_up(inst: usize) -> bool {
+    WRITER_GONE[inst].load(Ordering::Relaxed)
 }
 
 /// (waits for the writer, nanoseconds waited), all threads so far.
@@ -166,15 +245,36 @@ pub fn write_error(inst: usize) -> Option<io::Error> {
     }
 }
 
-/// Whether the rings are drained by another process (a thread whose ring
-/// could not be made there drains its own).
-pub fn shared() -> bool {
-    SHM.get().is_some()
+/// Whether instance `inst`'s rings are drained by another process (a
+/// thread whose ring could not be made there drains its own).
+pub fn shared(inst: usize) -> bool {
+    SHM[inst].get().is_some()
+}
+
+/// Whether any instance's rings are drained by another process.
+pub(super) fn any_shared() -> bool {
+    SHM.iter().any(|s| s.get().is_some())
+}
+
+/// Instance `inst` starts afresh: its counts at zero, its writer not
+/// given up on, its spare ring not tried for.
+pub(super) fn reset_counts(inst: usize) {
+    for c in [
+        &WRITTEN[inst],
+        &LOST[inst],
+        &CLOCK_STEPS_BACK[inst],
+        &CLOCK_STEP_MAX[inst],
+    ] {
+        c.store(0, Ordering::Relaxed);
+    }
+    WRITE_ERRNO[inst].store(0, Ordering::Relaxed);
+    WRITER_GONE[inst].store(false, Ordering::Relaxed);
+    SPARE_TRIED[inst].store(false, Ordering::Relaxed);
 }
 
 /// "<dir>/<name>" as a NUL-terminated path, without allocating.
-pub(super) fn path_in(dir: &CString, name: &[u8], out: &mut [u8]) -> bool {
-    let d = dir.as_bytes();
+pub(super) fn path_in(dir: &CStr, name: &[u8], out: &mut [u8]) -> bool {
+    let d = dir.to_bytes();
     if d.len() + 1 + name.len() + 1 > out.len() {
         return false;
     }

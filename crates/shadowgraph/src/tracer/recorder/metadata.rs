@@ -3,12 +3,13 @@
 //! what was lost and why), `symbols` and `maps` (every traced function and
 //! object, those unloaded since included), and a profile's counters.
 
-use super::state::{active, Tracer, FUSED};
+use super::state::{active, Tracer};
 use crate::clock;
 use crate::record::writer;
 use crate::{fgraph, ftrace};
 use shadowgraph_data::dir::Info;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 // The clock's calibration points: the first before tracing starts, the
@@ -22,7 +23,13 @@ static NS1: AtomicU64 = AtomicU64::new(0);
 /// Writes each tracer's `symbols`, `maps` and `shadowgraph.info` with the
 /// clock calibration's end point (raw1, ns1): at start with an estimate (so
 /// that a recording cut short by a crash stays readable), at exit for real.
-fn write(tracers: &[Tracer], raw1: u64, ns1: u64, control: Option<(u64, u64)>, finished: bool) {
+fn write(
+    tracers: &[Arc<Tracer>],
+    raw1: u64,
+    ns1: u64,
+    control: Option<(u64, u64)>,
+    finished: bool,
+) {
     let cmd = std::fs::read("/proc/thread-self/cmdline").unwrap_or_default();
     let cmd: Vec<String> = cmd
         .split(|&b| b == 0)
@@ -36,7 +43,8 @@ fn write(tracers: &[Tracer], raw1: u64, ns1: u64, control: Option<(u64, u64)>, f
         syms.push_str(&format!("{:#x}\t{}\n", s.addr, s.symbol));
     }
     let maps = module_maps();
-    for (i, t) in tracers.iter().enumerate() {
+    for t in tracers {
+        let i = t.inst;
         let mut info = Info::default();
         info.set("format", "shadowgraph-1");
         info.set(
@@ -80,10 +88,10 @@ fn write(tracers: &[Tracer], raw1: u64, ns1: u64, control: Option<(u64, u64)>, f
         info.set("recursion_drops", ftrace::recursion_drops_all());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));
-        if writer::writer_gave_up() {
+        if writer::writer_gave_up(i) {
             info.set("writer_gave_up", 1);
         }
-        let fused = FUSED.load(Ordering::Relaxed);
+        let fused = t.fused;
         info.set("record_path", if fused { "fused" } else { "general" });
         if fused && !t.profile {
             let claims = if crate::tracer::fused::uses_rseq() {
@@ -163,7 +171,7 @@ pub(super) fn take_early_calibration_point() -> f64 {
 /// Every tracer's metadata: at start with the early calibration point (so
 /// that a recording cut short by a crash stays readable), when `finished`
 /// with a point taken now.
-pub(super) fn write_all(tracers: &[Tracer], control: Option<(u64, u64)>, finished: bool) {
+pub(super) fn write_all(tracers: &[Arc<Tracer>], control: Option<(u64, u64)>, finished: bool) {
     let (raw1, ns1) = if finished {
         clock::calibration_point()
     } else {

@@ -24,7 +24,8 @@ use crate::ftrace;
 use crate::record::writer;
 use crate::tracer::{fused, profile};
 use callbacks::*;
-use state::{Tracer, FUSED, TRACERS};
+pub(crate) use state::{active, Recording};
+use state::{give_back, live, take_instances, Tracer, TRACERS};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -41,52 +42,116 @@ pub(crate) fn init_clock(c: config::Clock) {
 /// image's directory: the recording's, or an exec session's inside it),
 /// their rings in `rings` (`None`: the threads write their own files), and
 /// registers them — paused first if `control` says so. The clock is
-/// chosen already ([`init_clock`]) and the objects are in the core.
-/// Returns the users (for `--control`).
+/// chosen already ([`init_clock`]) and the objects are in the core. Each
+/// tracer takes a free instance: several recordings may run at once
+/// (sessions attached to a running process), each tracer with its own
+/// user, filters and rings.
 pub(crate) fn start(
     r: &config::Record,
     dir: &Path,
     rings: Option<&Path>,
     control: Option<&config::Control>,
-) -> Result<Vec<Arc<GraphUser>>, String> {
-    if let Some(b) = r.ring_bytes {
-        writer::set_ring_bytes(b);
-    }
+) -> Result<Arc<Recording>, String> {
     let alone = r.tracers.len() == 1;
+    // Shadow stacks may hold frames of calls entered before (for the
+    // users of recordings under way or ended): this one's tracers keep
+    // their own nesting. Relaxed: recordings start one at a time.
+    let later = RECORDED_BEFORE.swap(true, Ordering::Relaxed);
     let ticks_per_ns = metadata::take_early_calibration_point();
     profile::init(ftrace::sites().len());
-    let mut tracers = Vec::new();
-    for (i, t) in r.tracers.iter().enumerate() {
-        let d = t
-            .name
-            .as_ref()
-            .map_or_else(|| dir.to_owned(), |n| dir.join(n));
-        let fused_ok = alone && r.fused;
-        let made = match t.kind {
-            TracerKind::Profile => profile_tracer(t, i, &d, fused_ok),
-            TracerKind::Graph => {
-                writer::start(i, &d, rings).map_err(|e| format!("{}: {e}", d.display()))?;
-                graph_tracer(t, i, &d, fused_ok, ticks_per_ns)
-            }
-        };
-        tracers.push(made.map_err(|e| format!("{}: {e}", d.display()))?);
+    let insts = take_instances(r.tracers.len())?;
+    let mut tracers: Vec<Arc<Tracer>> = Vec::new();
+    let made = (|| {
+        for (i, t) in r.tracers.iter().enumerate() {
+            let inst = insts[i];
+            let d = t
+                .name
+                .as_ref()
+                .map_or_else(|| dir.to_owned(), |n| dir.join(n));
+            let fused_ok = alone && r.fused;
+            let made = match t.kind {
+                TracerKind::Profile => profile_tracer(t, inst, &d, fused_ok),
+                TracerKind::Graph => {
+                    writer::start(inst, i, &d, rings, r.ring_bytes)
+                        .map_err(|e| format!("{}: {e}", d.display()))?;
+                    graph_tracer(t, inst, &d, fused_ok, ticks_per_ns, later)
+                }
+            };
+            let mut made = made.map_err(|e| format!("{}: {e}", d.display()))?;
+            made.shared_rings = rings.is_some();
+            tracers.push(Arc::new(made));
+        }
+        Ok::<(), String>(())
+    })();
+    if let Err(e) = made {
+        for &inst in &insts {
+            writer::end_instance(inst);
+            give_back(inst, false);
+        }
+        return Err(e);
     }
-    let tracers = TRACERS.get_or_init(|| tracers);
-    let users: Vec<Arc<GraphUser>> = tracers.iter().map(|t| t.user.clone()).collect();
-    if control.is_some_and(|c| c.start_disabled) {
-        // `--disable`: paused before any site is patched.
-        for u in &users {
-            ftrace::set_paused(u.filter(), true).map_err(|e| e.to_string())?;
+    for t in &tracers {
+        // Release: the tracer is whole before a callback finds it.
+        TRACERS[t.inst].store(Arc::as_ptr(t) as *mut Tracer, Ordering::Release);
+    }
+    let rec = Arc::new(Recording {
+        tracers,
+        control: control.is_some(),
+        stopped: Default::default(),
+        finished: Default::default(),
+    });
+    let users: Vec<&Arc<GraphUser>> = rec.tracers.iter().map(|t| &t.user).collect();
+    // `--disable`: paused before any site is patched.
+    let paused = control.is_some_and(|c| c.start_disabled);
+    for (k, u) in users.iter().enumerate() {
+        let registered = (if paused {
+            ftrace::set_paused(u.filter(), true).map_err(|e| e.to_string())
+        } else {
+            Ok(())
+        })
+        .and_then(|()| fgraph::register_graph(u).map_err(|e| e.to_string()));
+        if let Err(e) = registered {
+            // Those registered leave again; the instances are given back.
+            for v in &users[..k] {
+                let _ = fgraph::unregister_graph(v);
+            }
+            rec.stopped.store(true, Ordering::Relaxed);
+            release(&rec);
+            return Err(e);
         }
     }
-    for u in &users {
-        fgraph::register_graph(u).map_err(|e| e.to_string())?;
-    }
+    live().push(rec.clone());
     // Metadata now, with the estimated clock rate, in case the program never
     // reaches exit (a crash, _exit): the CLI converts such a recording.
-    metadata::write_all(tracers, control.map(|_| (0, 0)), false);
-    Ok(users)
+    metadata::write_all(&rec.tracers, control.map(|_| (0, 0)), false);
+    Ok(rec)
 }
+
+impl Recording {
+    /// Its tracers' graph users (for `--control`).
+    pub(crate) fn users(&self) -> Vec<Arc<GraphUser>> {
+        self.tracers.iter().map(|t| t.user.clone()).collect()
+    }
+
+    /// Whether it listens for `--control`'s commands.
+    pub(crate) fn listens(&self) -> bool {
+        self.control
+    }
+}
+
+/// The instances of `rec`, whose users are not registered (any more):
+/// their rings ended, their tracers out of the table, the instances free.
+fn release(rec: &Recording) {
+    for t in &rec.tracers {
+        writer::end_instance(t.inst);
+        // Release: pairs with the callbacks' Acquire (none runs now).
+        TRACERS[t.inst].store(std::ptr::null_mut(), Ordering::Release);
+        give_back(t.inst, t.profile);
+    }
+}
+
+/// A recording has started in this process.
+static RECORDED_BEFORE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A profile tracer (instance `i`), not registered.
 fn profile_tracer(
@@ -104,15 +169,16 @@ fn profile_tracer(
     );
     // Alone, the fused path keeps its counters where sites have stubs.
     let (cell, rows) = profile::tables(i);
-    if fused_ok && fused::attach_profile(&user, i, cell, rows) {
-        FUSED.store(true, Ordering::Relaxed);
-    }
+    let fused = fused_ok && fused::attach_profile(&user, i, cell, rows);
     Ok(Tracer {
         dir: d.to_owned(),
+        inst: i,
         filter: None,
         user,
         min_ticks: 0,
         profile: true,
+        fused,
+        shared_rings: false,
     })
 }
 
@@ -123,6 +189,7 @@ fn graph_tracer(
     d: &Path,
     fused_ok: bool,
     ticks_per_ns: f64,
+    later: bool,
 ) -> Result<Tracer, String> {
     let filter = GraphFilter {
         max_depth: t.depth,
@@ -133,17 +200,21 @@ fn graph_tracer(
     // A tracer limited by depth alone (`-D`) is plain too: its entry
     // declines calls too deep, and nothing else is looked at. Its own
     // nesting is fgraph's: it accepts every call above its limit, so every
-    // frame below one it accepts is its own, whatever other tracers keep.
+    // frame below one it accepts is its own, whatever other tracers keep
+    // — unless it comes `later` than the first recording, when frames of
+    // calls entered before it may be below.
     let min_ticks = (t.time_ns as f64 * ticks_per_ns) as u64;
     // The time filter's callbacks apply a depth limit only through the
     // filter: with one (`-t` and `-D`), they are not plain.
-    let plain = filter.functions.is_none()
+    let plain = !later
+        && filter.functions.is_none()
         && filter.notrace.is_none()
         && filter.threads.is_none()
         && (min_ticks == 0 || filter.max_depth == 0);
     let max_depth = filter.max_depth;
     let filter = (!plain).then_some(filter);
     let all = ftrace::FilterSet::all;
+    let fused;
     let user = if min_ticks > 0 {
         let u = GraphUser::new(on_entry_timed, on_return_timed, all(), i);
         if filter.is_none() {
@@ -154,9 +225,7 @@ fn graph_tracer(
         }
         // A time filter alone: the fused path keeps the entry times and
         // drops the short calls where sites have stubs.
-        if fused_ok && filter.is_none() && fused::attach_timed(&u, i, min_ticks) {
-            FUSED.store(true, Ordering::Relaxed);
-        }
+        fused = fused_ok && filter.is_none() && fused::attach_timed(&u, i, min_ticks);
         u
     } else if filter.is_none() {
         PLAIN_MAX_DEPTH[i].store(max_depth, Ordering::Relaxed);
@@ -166,29 +235,27 @@ fn graph_tracer(
         u.offer_unowned_unwinds();
         // Its callbacks only emit the two records: the fused path may
         // stand in for them when it is alone.
-        if fused_ok && fused::attach(&u, i, max_depth) {
-            FUSED.store(true, Ordering::Relaxed);
-        }
+        fused = fused_ok && fused::attach(&u, i, max_depth);
         u
     } else {
         let u = GraphUser::new(on_entry, on_return, all(), i);
         // A lone tracer with graph filters: the fused path applies them
         // the same way (fgraph::filters) where sites have stubs.
-        if fused_ok
+        fused = fused_ok
             && filter
                 .as_ref()
-                .is_some_and(|f| fused::attach_filtered(&u, i, f))
-        {
-            FUSED.store(true, Ordering::Relaxed);
-        }
+                .is_some_and(|f| fused::attach_filtered(&u, i, f));
         u
     };
     Ok(Tracer {
         dir: d.to_owned(),
+        inst: i,
         filter,
         user,
         min_ticks,
         profile: false,
+        fused,
+        shared_rings: false,
     })
 }
 
@@ -266,22 +333,31 @@ fn profile_set(filter: &[String], notrace: &[String]) -> Result<Arc<ftrace::Filt
 /// Objects loaded by dlopen joined the core: a fused tracer's filter table
 /// covers their sites too (their calls took the general way until now).
 pub(crate) fn after_new_objects() {
-    for t in TRACERS.get().into_iter().flatten() {
-        if let Some(f) = &t.filter {
-            fused::refresh_filtered(&t.user, f);
+    for rec in live().iter() {
+        for t in &rec.tracers {
+            if let Some(f) = &t.filter {
+                fused::refresh_filtered(&t.user, f);
+            }
         }
     }
 }
 
-/// Stops recording: every tracer's user unregistered (its sites back to
-/// nops unless another user wants them); returns once no callback of
-/// theirs runs or can start.
-pub(crate) fn stop() {
-    for t in TRACERS.get().into_iter().flatten() {
+/// Stops `rec`: every tracer's user unregistered (its sites back to nops
+/// unless another user wants them), then its threads' rings ended (shared
+/// ones closed for the writer, local ones written out) and its instances
+/// given back; it is no longer under way. Returns once no callback of
+/// theirs runs or can start. Once; later calls do nothing.
+pub(crate) fn stop(rec: &Arc<Recording>) {
+    if rec.stopped.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    for t in &rec.tracers {
         if let Err(e) = fgraph::unregister_graph(&t.user) {
             eprintln!("shadowgraph: {}: {e}", t.dir.display());
         }
     }
+    release(rec);
+    live().retain(|r| !Arc::ptr_eq(r, rec));
 }
 
 /// Writes out what the buffers hold: the process is about to end
@@ -290,42 +366,36 @@ pub(crate) fn flush() {
     writer::flush_all();
 }
 
-/// Whether [`finish`] ran; held while metadata is written, so that
-/// [`note_control`] never overwrites the final metadata.
-static FINISHED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-
 /// Tracing was switched off or on (`control`'s counts of disables and
-/// enables so far): the metadata says so now, so that a program killed
-/// before its end still tells how its recording was switched.
+/// enables so far): the metadata of the recording that listens says so
+/// now, so that a program killed before its end still tells how its
+/// recording was switched.
 pub(crate) fn note_control(control: (u64, u64)) {
-    let Some(tracers) = TRACERS.get() else {
-        return;
-    };
-    let done = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
-    if !*done {
-        metadata::write_all(tracers, Some(control), false);
+    let recs: Vec<Arc<Recording>> = live().iter().filter(|r| r.control).cloned().collect();
+    for rec in recs {
+        let done = rec.finished.lock().unwrap_or_else(|e| e.into_inner());
+        if !*done {
+            metadata::write_all(&rec.tracers, Some(control), false);
+        }
     }
 }
 
-/// The end of the recording in this process: the buffers written out, the
+/// The end of `rec` in this process: the buffers written out, the
 /// metadata with the final calibration point (and `control`'s counts of
 /// disables and enables), and, when no writer process drains the rings,
 /// uftrace's metadata in place. Once; later calls do nothing.
-pub(crate) fn finish(control: Option<(u64, u64)>) {
-    let Some(tracers) = TRACERS.get() else {
-        return;
-    };
+pub(crate) fn finish(rec: &Recording, control: Option<(u64, u64)>) {
     // Held throughout: a second caller waits for the first to be done.
-    let mut done = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut done = rec.finished.lock().unwrap_or_else(|e| e.into_inner());
     if std::mem::replace(&mut *done, true) {
         return;
     }
     writer::flush_all();
-    metadata::write_all(tracers, control, true);
-    if writer::shared() {
-        return; // the writer converts once it has drained the rings
-    }
-    for t in tracers.iter().filter(|t| !t.profile) {
+    metadata::write_all(&rec.tracers, control, true);
+    for t in rec.tracers.iter().filter(|t| !t.profile) {
+        if t.shared_rings {
+            continue; // the writer converts once it has drained the rings
+        }
         // uftrace's metadata, in place: the directory is then readable by
         // uftrace as well.
         let conv = shadowgraph_data::dir::DataDir::open(&t.dir)
@@ -334,6 +404,11 @@ pub(crate) fn finish(control: Option<(u64, u64)>) {
             eprintln!("shadowgraph: {e}");
         }
     }
+}
+
+/// The recordings under way (those the process's end finishes).
+pub(crate) fn under_way() -> Vec<Arc<Recording>> {
+    live().clone()
 }
 
 /// In a forked child: the parent's rings are not its own. With the writer

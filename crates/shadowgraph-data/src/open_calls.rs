@@ -1,0 +1,109 @@
+//! Calls a recording leaves open when it ends while the program runs on
+//! (a session attached to a running process, then detached): each gets an
+//! exit record at the session's end, so that every thread's records nest
+//! whole, as views and uftrace expect.
+
+use crate::format::{decode, encode, Kind, RECORD_SIZE};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// Appends to every thread's record file (`<tid>.dat`, times in ns) in
+/// `dir` an exit for each call still open at its end, innermost first, at
+/// `at_ns` (or just after the thread's last record, if that is later).
+/// Returns how many exits it added.
+pub fn close_open_calls(dir: &Path, at_ns: u64) -> io::Result<u64> {
+    let mut added = 0;
+    for e in std::fs::read_dir(dir)? {
+        let path = e?.path();
+        let is_dat = path.extension().is_some_and(|x| x == "dat")
+            && path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .is_some_and(|s| s.parse::<i32>().is_ok());
+        if is_dat {
+            added += close_in(&path, at_ns)?;
+        }
+    }
+    Ok(added)
+}
+
+fn close_in(path: &Path, at_ns: u64) -> io::Result<u64> {
+    let bytes = std::fs::read(path)?;
+    let mut open: Vec<(u64, u16)> = Vec::new();
+    let mut last = 0;
+    for (i, chunk) in bytes.chunks_exact(RECORD_SIZE).enumerate() {
+        let r = decode(
+            chunk.try_into().expect("a record's bytes"),
+            (i * RECORD_SIZE) as u64,
+        )
+        .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
+        last = last.max(r.time);
+        match r.kind {
+            Kind::Entry => open.push((r.addr, r.depth)),
+            // The innermost open call of its function and depth closes,
+            // and any left open inside it (records lost) with it.
+            Kind::Exit => {
+                if let Some(k) = open.iter().rposition(|&c| c == (r.addr, r.depth)) {
+                    open.truncate(k);
+                }
+            }
+            Kind::Lost | Kind::Event => {}
+        }
+    }
+    if open.is_empty() {
+        return Ok(0);
+    }
+    let at = at_ns.max(last + 1);
+    let mut out = Vec::with_capacity(open.len() * RECORD_SIZE);
+    for &(addr, depth) in open.iter().rev() {
+        out.extend_from_slice(&at.to_le_bytes());
+        out.extend_from_slice(&encode(Kind::Exit, depth, addr).to_le_bytes());
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)?
+        .write_all(&out)?;
+    Ok(open.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(time: u64, kind: Kind, depth: u16, addr: u64) -> Vec<u8> {
+        let mut b = time.to_le_bytes().to_vec();
+        b.extend_from_slice(&encode(kind, depth, addr).to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn open_calls_get_exits_innermost_first() {
+        let dir = std::env::temp_dir().join(format!("sg-open-calls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut b = Vec::new();
+        for r in [
+            rec(10, Kind::Entry, 0, 0xa),
+            rec(11, Kind::Entry, 1, 0xb),
+            rec(12, Kind::Exit, 1, 0xb),
+            rec(13, Kind::Entry, 1, 0xc),
+            rec(14, Kind::Entry, 2, 0xd),
+        ] {
+            b.extend(r);
+        }
+        std::fs::write(dir.join("7.dat"), &b).unwrap();
+        std::fs::write(dir.join("8.dat"), rec(5, Kind::Entry, 0, 0xe)).unwrap();
+        assert_eq!(close_open_calls(&dir, 12).unwrap(), 4);
+        let got = std::fs::read(dir.join("7.dat")).unwrap();
+        let tail: Vec<(u64, u16, u64)> = got[b.len()..]
+            .chunks_exact(16)
+            .map(|c| {
+                let r = decode(c.try_into().unwrap(), 0).unwrap();
+                assert_eq!(r.kind, Kind::Exit);
+                (r.time, r.depth, r.addr)
+            })
+            .collect();
+        assert_eq!(tail, [(15, 2, 0xd), (15, 1, 0xc), (15, 0, 0xa)]);
+        assert_eq!(close_open_calls(&dir, 20).unwrap(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
