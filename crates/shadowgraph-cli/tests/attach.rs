@@ -536,3 +536,68 @@ fn another_users_client_is_refused() {
     nests_exactly(&dir.join("p.data"));
     assert_eq!(end_target(&mut child, &mut out), "done\n");
 }
+
+/// A Rust program, panicking through traced frames now and then (caught),
+/// attached to twice, once with two recordings at once: its functions are
+/// recorded, every recording nests exactly, no panic escapes its catch,
+/// and it runs on untraced.
+#[test]
+fn a_rust_program_is_attached_to() {
+    let dir = workdir("attach_rust");
+    let exe = build_rust_fixture(&dir, "rusty", "attach_rust.rs");
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    let a = dir.join("a.data");
+    let o = record_p(&pid, &["--duration", "300ms"], &a);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let rows = report_rows(&report_text(&a));
+    let calls = |f: &str| {
+        rows.iter()
+            .filter(|(k, _)| k.contains(f))
+            .map(|(_, v)| v.2)
+            .sum::<u64>()
+    };
+    assert!(calls("branch") > 10 && calls("leaf") > 30, "{rows:?}");
+    assert!(calls("risky") > 10, "{rows:?}");
+    nests_exactly(&a);
+    let (b, c) = (dir.join("b.data"), dir.join("c.data"));
+    let bg = shadowgraph()
+        .args(["record", "-p", &pid, "--duration", "400ms", "-F", "*risky*"])
+        .arg("-d")
+        .arg(&b)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = record_p(&pid, &["--duration", "100ms", "-F", "*branch*"], &c);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = bg.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    nests_exactly(&b);
+    nests_exactly(&c);
+    assert_eq!(end_target(&mut child, &mut out), "escaped=0\ndone\n");
+}
+
+/// Children the program forks while attached are recorded too (each its
+/// own task), and theirs are left as they ended (`_exit`); the parent's
+/// calls nest exactly.
+#[test]
+fn forked_children_are_followed_while_attached() {
+    let dir = workdir("attach_forks");
+    let exe = build_fixture(&dir, "forks", "attach_forks.c");
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id() as i32;
+    let data = dir.join("f.data");
+    let o = record_p(&pid.to_string(), &["--duration", "300ms"], &data);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let rows = report_rows(&report_text(&data));
+    assert!(rows["in_child"].2 > 5, "{rows:?}");
+    assert_eq!(rows["leaf"].2, 5 * rows["in_child"].2, "{rows:?}");
+    let tasks = std::fs::read_to_string(data.join("task.txt")).unwrap();
+    assert!(
+        tasks.matches("FORK ").count() as u64 >= rows["in_child"].2,
+        "{tasks}"
+    );
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+    calls_nest_exactly(&d, pid, &[]).unwrap();
+    assert_eq!(end_target(&mut child, &mut out), "done 0\n");
+}

@@ -1,27 +1,29 @@
 //! Calls a recording leaves open when it ends while the program runs on
 //! (a session attached to a running process, then detached): each gets an
 //! exit record at the session's end, so that every thread's records nest
-//! whole, as views and uftrace expect.
+//! whole, as views and uftrace expect. A thread that ended before keeps
+//! its calls as they were (`_exit` never returns).
 
 use crate::format::{decode, encode, Kind, RECORD_SIZE};
 use std::io::{self, Write};
 use std::path::Path;
 
-/// Appends to every thread's record file (`<tid>.dat`, times in ns) in
-/// `dir` an exit for each call still open at its end, innermost first, at
-/// `at_ns` (or just after the thread's last record, if that is later).
-/// Returns how many exits it added.
-pub fn close_open_calls(dir: &Path, at_ns: u64) -> io::Result<u64> {
+/// Appends to the record file (`<tid>.dat`, times in ns) in `dir` of
+/// every thread that `running` says still runs an exit for each call open
+/// at its end, innermost first, at `at_ns` (or just after the thread's
+/// last record, if that is later). Returns how many exits it added.
+pub fn close_open_calls(dir: &Path, at_ns: u64, running: impl Fn(i32) -> bool) -> io::Result<u64> {
     let mut added = 0;
     for e in std::fs::read_dir(dir)? {
         let path = e?.path();
-        let is_dat = path.extension().is_some_and(|x| x == "dat")
-            && path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .is_some_and(|s| s.parse::<i32>().is_ok());
-        if is_dat {
-            added += close_in(&path, at_ns)?;
+        let tid = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<i32>().ok());
+        if let (Some(tid), true) = (tid, path.extension().is_some_and(|x| x == "dat")) {
+            if running(tid) {
+                added += close_in(&path, at_ns)?;
+            }
         }
     }
     Ok(added)
@@ -92,7 +94,10 @@ mod tests {
         }
         std::fs::write(dir.join("7.dat"), &b).unwrap();
         std::fs::write(dir.join("8.dat"), rec(5, Kind::Entry, 0, 0xe)).unwrap();
-        assert_eq!(close_open_calls(&dir, 12).unwrap(), 4);
+        // Thread 9 ended: its call stays open.
+        std::fs::write(dir.join("9.dat"), rec(5, Kind::Entry, 0, 0xf)).unwrap();
+        assert_eq!(close_open_calls(&dir, 12, |t| t != 9).unwrap(), 4);
+        assert_eq!(std::fs::read(dir.join("9.dat")).unwrap().len(), 16);
         let got = std::fs::read(dir.join("7.dat")).unwrap();
         let tail: Vec<(u64, u16, u64)> = got[b.len()..]
             .chunks_exact(16)
@@ -103,7 +108,7 @@ mod tests {
             })
             .collect();
         assert_eq!(tail, [(15, 2, 0xd), (15, 1, 0xc), (15, 0, 0xa)]);
-        assert_eq!(close_open_calls(&dir, 20).unwrap(), 0);
+        assert_eq!(close_open_calls(&dir, 20, |t| t != 9).unwrap(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

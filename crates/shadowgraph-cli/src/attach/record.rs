@@ -71,9 +71,10 @@ pub(crate) fn record_attached(
     for (label, r) in &rel {
         let d = collect::instance_dir(&abs, r);
         let mut t = finished.totals.get(&d).copied().unwrap_or_default();
-        // (A process that exited left its calls as they were.)
+        // (A process or thread that exited left its calls as they were.)
         if !ended_by_exit {
-            match shadowgraph_data::open_calls::close_open_calls(&d, ended_ns) {
+            let running = |tid: i32| Path::new(&format!("/proc/{tid}")).exists();
+            match shadowgraph_data::open_calls::close_open_calls(&d, ended_ns, running) {
                 Ok(n) => t.written += n,
                 Err(e) => eprintln!("shadowgraph: {}: {e}", d.display()),
             }
