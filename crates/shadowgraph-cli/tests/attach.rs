@@ -46,13 +46,22 @@ fn start_target(exe: &std::path::Path, args: &[&str]) -> (Target, BufReader<Chil
 }
 
 /// `shadowgraph record -p PID OPTS -d DATA`.
+fn record_p_command(pid: &str, opts: &[&str], data: &std::path::Path) -> Command {
+    let mut c = shadowgraph();
+    c.args(["record", "-p", pid]).args(opts).arg("-d").arg(data);
+    c
+}
+
+/// `record -p`, run to its end.
 fn record_p(pid: &str, opts: &[&str], data: &std::path::Path) -> std::process::Output {
-    shadowgraph()
-        .args(["record", "-p", pid])
-        .args(opts)
-        .arg("-d")
-        .arg(data)
-        .output()
+    record_p_command(pid, opts, data).output().unwrap()
+}
+
+/// `record -p`, started in the background, its stderr piped.
+fn record_p_spawn(pid: &str, opts: &[&str], data: &std::path::Path) -> Child {
+    record_p_command(pid, opts, data)
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap()
 }
 
@@ -340,23 +349,11 @@ fn two_sessions_at_once_each_see_what_they_asked_for() {
     let (mut child, mut out) = start_target(&exe, &[]);
     let pid = child.id().to_string();
     let (a, b) = (dir.join("a.data"), dir.join("b.data"));
-    let first = shadowgraph()
-        .args([
-            "record",
-            "-p",
-            &pid,
-            "--duration",
-            "1500ms",
-            "-F",
-            "mid",
-            "-N",
-            "leaf",
-        ])
-        .arg("-d")
-        .arg(&a)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let first = record_p_spawn(
+        &pid,
+        &["--duration", "1500ms", "-F", "mid", "-N", "leaf"],
+        &a,
+    );
     // The second comes while the first records, and leaves before it.
     let start = std::time::Instant::now();
     while is_nop(&entry_bytes(child.id(), &exe, "mid")) {
@@ -395,14 +392,7 @@ fn sessions_come_and_go_while_threads_run() {
         if round % 10 == 9 {
             // Two at once: one spawned, one run beside it.
             let other = dir.join(format!("c{}.data", round + 1));
-            let bg = shadowgraph()
-                .args(["record", "-p", &pid, "--duration", "150ms"])
-                .args(filter)
-                .arg("-d")
-                .arg(&data)
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
+            let bg = record_p_spawn(&pid, &["--duration", "150ms", filter[0], filter[1]], &data);
             let o = record_p(&pid, &["--duration", "50ms"], &other);
             assert!(o.status.success(), "round {round}: {}", text(&o).1);
             let o = bg.wait_with_output().unwrap();
@@ -432,14 +422,7 @@ fn the_seventeenth_session_is_refused() {
     let pid = child.id().to_string();
     let clients: Vec<_> = (0..16)
         .map(|i| {
-            let mut c = Target(
-                shadowgraph()
-                    .args(["record", "-p", &pid, "-d"])
-                    .arg(dir.join(format!("s{i}.data")))
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap(),
-            );
+            let mut c = Target(record_p_spawn(&pid, &[], &dir.join(format!("s{i}.data"))));
             // Each attached (said on stderr) before the next comes.
             let mut line = String::new();
             let mut err = BufReader::new(c.0.stderr.as_mut().unwrap());
@@ -486,14 +469,11 @@ fn another_users_client_is_refused() {
     let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
     let client = build_fixture(&dir, "ctl", "ctl_client.c");
     let (mut child, mut out) = start_target(&exe, &[]);
-    let mut session = Target(
-        shadowgraph()
-            .args(["record", "-p", &child.id().to_string(), "-d"])
-            .arg(dir.join("p.data"))
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut session = Target(record_p_spawn(
+        &child.id().to_string(),
+        &[],
+        &dir.join("p.data"),
+    ));
     let mut line = String::new();
     BufReader::new(session.0.stderr.as_mut().unwrap())
         .read_line(&mut line)
@@ -561,13 +541,7 @@ fn a_rust_program_is_attached_to() {
     assert!(calls("risky") > 10, "{rows:?}");
     nests_exactly(&a);
     let (b, c) = (dir.join("b.data"), dir.join("c.data"));
-    let bg = shadowgraph()
-        .args(["record", "-p", &pid, "--duration", "400ms", "-F", "*risky*"])
-        .arg("-d")
-        .arg(&b)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bg = record_p_spawn(&pid, &["--duration", "400ms", "-F", "*risky*"], &b);
     let o = record_p(&pid, &["--duration", "100ms", "-F", "*branch*"], &c);
     assert!(o.status.success(), "{}", text(&o).1);
     let o = bg.wait_with_output().unwrap();
