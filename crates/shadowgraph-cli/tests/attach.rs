@@ -575,3 +575,23 @@ fn forked_children_are_followed_while_attached() {
     calls_nest_exactly(&d, pid, &[]).unwrap();
     assert_eq!(end_target(&mut child, &mut out), "done 0\n");
 }
+
+/// Recordings come and go while the program's threads come and go (their
+/// exits end their rings while recordings end theirs): every recording
+/// nests exactly, no result is wrong, and once none is left no ring is
+/// still mapped in the program.
+#[test]
+fn recordings_end_while_threads_come_and_go() {
+    let dir = workdir("attach_thread_churn");
+    let exe = build_fixture_with(&dir, "churn", "attach_churn.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    for round in 0..20 {
+        let data = dir.join(format!("t{round}.data"));
+        let filter: &[&str] = if round % 2 == 0 { &[] } else { &["-F", "mid"] };
+        let o = record_p(&pid, &[&["--duration", "30ms"], filter].concat(), &data);
+        assert!(o.status.success(), "round {round}: {}", text(&o).1);
+        nests_exactly(&data);
+    }
+    assert_eq!(end_target(&mut child, &mut out), "bad=0 rings=0\n");
+}

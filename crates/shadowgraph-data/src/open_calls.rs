@@ -1,7 +1,7 @@
 //! Calls a recording leaves open when it ends while the program runs on
 //! (a session attached to a running process, then detached): each gets an
 //! exit record at the session's end, so that every thread's records nest
-//! whole, as views and uftrace expect. A thread that ended before keeps
+//! whole, as views and uftrace expect. A process that ended before keeps
 //! its calls as they were (`_exit` never returns).
 
 use crate::format::{decode, encode, Kind, RECORD_SIZE};
@@ -9,10 +9,13 @@ use std::io::{self, Write};
 use std::path::Path;
 
 /// Appends to the record file (`<tid>.dat`, times in ns) in `dir` of
-/// every thread that `running` says still runs an exit for each call open
-/// at its end, innermost first, at `at_ns` (or just after the thread's
-/// last record, if that is later). Returns how many exits it added.
+/// every thread whose process `running` says still ran at the end (by the
+/// directory's `tasks`; a thread it does not list is taken for a process
+/// of its own) an exit for each call open at its end, innermost first, at
+/// `at_ns` (or just after the thread's last record, if that is later).
+/// Returns how many exits it added.
 pub fn close_open_calls(dir: &Path, at_ns: u64, running: impl Fn(i32) -> bool) -> io::Result<u64> {
+    let tasks = crate::uftrace::read_tasks(dir);
     let mut added = 0;
     for e in std::fs::read_dir(dir)? {
         let path = e?.path();
@@ -21,7 +24,7 @@ pub fn close_open_calls(dir: &Path, at_ns: u64, running: impl Fn(i32) -> bool) -
             .and_then(|s| s.to_str())
             .and_then(|s| s.parse::<i32>().ok());
         if let (Some(tid), true) = (tid, path.extension().is_some_and(|x| x == "dat")) {
-            if running(tid) {
+            if running(tasks.get(&tid).map_or(tid, |t| t.0)) {
                 added += close_in(&path, at_ns)?;
             }
         }
@@ -94,10 +97,14 @@ mod tests {
         }
         std::fs::write(dir.join("7.dat"), &b).unwrap();
         std::fs::write(dir.join("8.dat"), rec(5, Kind::Entry, 0, 0xe)).unwrap();
-        // Thread 9 ended: its call stays open.
+        // Thread 9's process ended: its call stays open.
         std::fs::write(dir.join("9.dat"), rec(5, Kind::Entry, 0, 0xf)).unwrap();
+        // ... and so does thread 10's, a thread of process 9.
+        std::fs::write(dir.join("10.dat"), rec(5, Kind::Entry, 0, 0xf)).unwrap();
+        std::fs::write(dir.join("tasks"), "# tid\tpid\tppid\n10\t9\t1\n").unwrap();
         assert_eq!(close_open_calls(&dir, 12, |t| t != 9).unwrap(), 4);
         assert_eq!(std::fs::read(dir.join("9.dat")).unwrap().len(), 16);
+        assert_eq!(std::fs::read(dir.join("10.dat")).unwrap().len(), 16);
         let got = std::fs::read(dir.join("7.dat")).unwrap();
         let tail: Vec<(u64, u16, u64)> = got[b.len()..]
             .chunks_exact(16)

@@ -113,7 +113,7 @@ fn convert_dat(src: &Path, dst: &Path, cal: &Calibration) -> Result<Option<u64>,
 }
 
 /// `tasks` (written by the recording's writer): tid → (pid, ppid).
-fn read_tasks(dir: &Path) -> std::collections::HashMap<i32, (i32, i32)> {
+pub(crate) fn read_tasks(dir: &Path) -> std::collections::HashMap<i32, (i32, i32)> {
     let text = std::fs::read_to_string(dir.join("tasks")).unwrap_or_default();
     text.lines()
         .filter(|l| !l.starts_with('#'))

@@ -62,8 +62,11 @@ pub(crate) fn record_attached(
         }
     );
     let ended_by_exit = wait(pid, &client, duration_ns);
-    // Calls still under way get their exits at the session's end.
+    // Calls still under way get their exits at the session's end, in the
+    // processes that run at that moment (one that ended before ended
+    // inside its open calls, as by `_exit`).
     let ended_ns = shadowgraph::clock::monotonic_ns();
+    let running = running_processes();
     stop(&client, pid);
     let finished = collector.finish();
     let prog = exe.display().to_string();
@@ -71,9 +74,8 @@ pub(crate) fn record_attached(
     for (label, r) in &rel {
         let d = collect::instance_dir(&abs, r);
         let mut t = finished.totals.get(&d).copied().unwrap_or_default();
-        // (A process or thread that exited left its calls as they were.)
         if !ended_by_exit {
-            let running = |tid: i32| Path::new(&format!("/proc/{tid}")).exists();
+            let running = |pid: i32| running.contains(&pid);
             match shadowgraph_data::open_calls::close_open_calls(&d, ended_ns, running) {
                 Ok(n) => t.written += n,
                 Err(e) => eprintln!("shadowgraph: {}: {e}", d.display()),
@@ -225,6 +227,16 @@ fn agent_symbol(pid: i32, agent: &[u8], name: &str) -> Result<u64, AttachError> 
             ))
         })?;
     Ok(base + offset)
+}
+
+/// Every process of the system now (the recorded one, its children, and
+/// others, which no recording names).
+fn running_processes() -> std::collections::HashSet<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
 }
 
 /// Waits for the end of the recording: `duration_ns` passed, a signal to
