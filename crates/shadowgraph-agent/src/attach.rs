@@ -174,9 +174,8 @@ fn first_client(listener: &UnixListener) -> Option<UnixStream> {
                 let _ = s.set_nonblocking(false);
                 return Some(s);
             }
-            Ok((mut s, _)) => {
-                let _ = s.write_all(b"error: not allowed: another user's client\n");
-            }
+            // Refused there.
+            Ok((s, _)) => answer(s),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if waited.elapsed() > std::time::Duration::from_secs(10) {
                     return None;

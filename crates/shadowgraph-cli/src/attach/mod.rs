@@ -42,22 +42,44 @@ pub enum Loaded {
     Now,
 }
 
-/// A mapping of `/proc/PID/maps`: start, file offset, path.
-fn maps(pid: i32) -> Result<Vec<(u64, u64, String)>, AttachError> {
+/// A mapping of `/proc/PID/maps`.
+struct Mapping {
+    start: u64,
+    end: u64,
+    executable: bool,
+    /// Its offset in the file.
+    offset: u64,
+    path: String,
+}
+
+/// The mappings of process `pid`.
+fn maps(pid: i32) -> Result<Vec<Mapping>, AttachError> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|e| AttachError::about(pid, e))?;
     Ok(text
         .lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
-            let range = f.next()?;
-            let _perms = f.next()?;
+            let (start, end) = f.next()?.split_once('-')?;
+            let perms = f.next()?;
             let offset = u64::from_str_radix(f.next()?, 16).ok()?;
             let (_dev, _inode) = (f.next()?, f.next()?);
-            let path = f.collect::<Vec<_>>().join(" ");
-            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
-            Some((start, offset, path))
+            Some(Mapping {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                executable: perms.contains('x'),
+                offset,
+                path: f.collect::<Vec<_>>().join(" "),
+            })
         })
+        .collect())
+}
+
+/// The thread ids of process `pid` now.
+fn task_ids(pid: i32) -> Result<Vec<i32>, AttachError> {
+    Ok(std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|e| AttachError::about(pid, e))?
+        .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
         .collect())
 }
 
@@ -96,7 +118,7 @@ fn tracer_of(pid: i32) -> Option<i32> {
 
 /// Whether the agent is mapped in process `pid`.
 pub fn agent_loaded(pid: i32) -> Result<bool, AttachError> {
-    Ok(maps(pid)?.iter().any(|(_, _, p)| {
+    Ok(maps(pid)?.iter().map(|m| &m.path).any(|p| {
         p.contains(&format!("/memfd:{MEMFD_NAME}"))
             || Path::new(p)
                 .file_name()
@@ -115,9 +137,9 @@ fn symbols_in(
 ) -> Result<Option<Vec<Option<u64>>>, AttachError> {
     use object::{Object, ObjectSegment, ObjectSymbol};
     let maps = maps(pid)?;
-    let Some((start, path)) = maps.iter().find_map(|(start, offset, path)| {
-        let file = Path::new(path).file_name().and_then(|f| f.to_str());
-        (*offset == 0 && file.is_some_and(&which)).then_some((*start, path))
+    let Some((start, path)) = maps.iter().find_map(|m| {
+        let file = Path::new(&m.path).file_name().and_then(|f| f.to_str());
+        (m.offset == 0 && file.is_some_and(&which)).then_some((m.start, &m.path))
     }) else {
         return Ok(None);
     };
@@ -150,29 +172,19 @@ fn pick_thread(pid: i32) -> Result<i32, AttachError> {
     if alive(pid) {
         return Ok(pid);
     }
-    let tasks =
-        std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| AttachError::about(pid, e))?;
-    tasks
-        .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
+    task_ids(pid)?
+        .into_iter()
         .find(|&t| alive(t))
         .ok_or_else(|| AttachError(format!("process {pid} has no live thread")))
 }
 
 /// The executable ranges of the agent in process `pid`.
 fn agent_code(pid: i32) -> Result<Vec<(u64, u64)>, AttachError> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|e| AttachError::about(pid, e))?;
-    Ok(text
-        .lines()
-        .filter(|l| l.contains(&format!("/memfd:{MEMFD_NAME}")))
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (range, perms) = (f.next()?, f.next()?);
-            let (lo, hi) = range.split_once('-')?;
-            let lo = u64::from_str_radix(lo, 16).ok()?;
-            let hi = u64::from_str_radix(hi, 16).ok()?;
-            perms.contains('x').then_some((lo, hi))
-        })
+    let name = format!("/memfd:{MEMFD_NAME}");
+    Ok(maps(pid)?
+        .into_iter()
+        .filter(|m| m.executable && m.path.contains(&name))
+        .map(|m| (m.start, m.end))
         .collect())
 }
 
@@ -186,11 +198,7 @@ fn hold_outside_agent(pid: i32) -> Result<Stopped, AttachError> {
     let inside = |w: u64| code.iter().any(|&(lo, hi)| lo <= w && w < hi);
     let started = std::time::Instant::now();
     loop {
-        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map_err(|e| AttachError::about(pid, e))?
-            .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        for tid in tids {
+        for tid in task_ids(pid)? {
             let comm =
                 std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
             if comm.trim_end() == "shadowgraph" {

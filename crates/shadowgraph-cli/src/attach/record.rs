@@ -180,11 +180,7 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
 fn stop_all(pid: i32) -> Result<Vec<Stopped>, AttachError> {
     let mut held: Vec<Stopped> = Vec::new();
     loop {
-        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map_err(|e| AttachError::about(pid, e))?
-            .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        let new: Vec<i32> = tids
+        let new: Vec<i32> = super::task_ids(pid)?
             .into_iter()
             .filter(|t| !held.iter().any(|h| h.tid() == *t))
             .collect();
@@ -218,8 +214,8 @@ fn agent_symbol(pid: i32, agent: &[u8], name: &str) -> Result<u64, AttachError> 
         .ok_or_else(|| AttachError(format!("the agent has no `{name}`")))?;
     let base = super::maps(pid)?
         .into_iter()
-        .find(|(_, off, path)| *off == 0 && path.contains(&format!("/memfd:{}", super::MEMFD_NAME)))
-        .map(|(start, _, _)| start)
+        .find(|m| m.offset == 0 && m.path.contains(&format!("/memfd:{}", super::MEMFD_NAME)))
+        .map(|m| m.start)
         .ok_or_else(|| {
             AttachError(format!(
                 "process {pid}: the agent in it is not one `record -p` loaded (a process started \

@@ -53,10 +53,10 @@ pub(crate) fn start(
     control: Option<&config::Control>,
 ) -> Result<Arc<Recording>, String> {
     let alone = r.tracers.len() == 1;
-    // Shadow stacks may hold frames of calls entered before (for the
-    // users of recordings under way or ended): this one's tracers keep
-    // their own nesting. Relaxed: recordings start one at a time.
-    let later = RECORDED_BEFORE.swap(true, Ordering::Relaxed);
+    // A graph user registered before (the manager exists): shadow stacks
+    // may hold frames of calls entered then, and this recording's tracers
+    // keep their own nesting.
+    let later = fgraph::manager_made();
     let ticks_per_ns = metadata::take_early_calibration_point();
     profile::init(ftrace::sites().len());
     let insts = take_instances(r.tracers.len())?;
@@ -150,9 +150,6 @@ fn release(rec: &Recording) {
     }
 }
 
-/// A recording has started in this process.
-static RECORDED_BEFORE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// A profile tracer (instance `i`), not registered.
 fn profile_tracer(
     t: &config::Tracer,
@@ -201,8 +198,8 @@ fn graph_tracer(
     // declines calls too deep, and nothing else is looked at. Its own
     // nesting is fgraph's: it accepts every call above its limit, so every
     // frame below one it accepts is its own, whatever other tracers keep
-    // — unless it comes `later` than the first recording, when frames of
-    // calls entered before it may be below.
+    // — unless it comes `later` than another user, when frames of calls
+    // entered before it may be below.
     let min_ticks = (t.time_ns as f64 * ticks_per_ns) as u64;
     // The time filter's callbacks apply a depth limit only through the
     // filter: with one (`-t` and `-D`), they are not plain.
