@@ -65,6 +65,12 @@ pub unsafe extern "C" fn shadowgraph_attach(
     // one of its system calls with EINTR.
     shadowgraph::stop::set_signal_free(true);
     take_over_unwinders();
+    // The kernel's grace periods for membarrier registration, waited for
+    // while the session finds its sites.
+    let registered = std::thread::Builder::new()
+        .name("shadowgraph".into())
+        .spawn(shadowgraph::sys::membarrier_register_all)
+        .ok();
     // The process's first session starts here, in the world the caller
     // stopped (its sleds are converted by plain writes). A later one starts
     // on the thread below, once the caller has let the threads run on: its
@@ -72,6 +78,9 @@ pub unsafe extern "C" fn shadowgraph_attach(
     let first = (!stopped.is_empty() && !shadowgraph::session::set_up()).then(|| {
         shadowgraph::process::with_world_stopped(&stopped, || Session::start(config.clone()))
     });
+    if let Some(r) = registered {
+        let _ = r.join();
+    }
     let spawned = std::thread::Builder::new()
         .name("shadowgraph".into())
         .spawn(move || {
@@ -166,22 +175,30 @@ fn own_link_map() -> Option<*mut libc::c_void> {
 /// The first client allowed in (another user's is told so and closed),
 /// within 10 s.
 fn first_client(listener: &UnixListener) -> Option<UnixStream> {
-    let _ = listener.set_nonblocking(true);
-    let waited = std::time::Instant::now();
+    use std::os::fd::AsRawFd;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let mut fd = libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one descriptor we own, described by `fd`.
+        let r = unsafe { libc::poll(&mut fd, 1, left.as_millis().max(1) as i32) };
+        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return None;
+        }
+        if r <= 0 {
+            continue;
+        }
         match listener.accept() {
-            Ok((s, _)) if peer_allowed(&s) => {
-                let _ = s.set_nonblocking(false);
-                return Some(s);
-            }
+            Ok((s, _)) if peer_allowed(&s) => return Some(s),
             // Refused there.
             Ok((s, _)) => answer(s),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if waited.elapsed() > std::time::Duration::from_secs(10) {
-                    return None;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
             Err(_) => return None,
         }
     }

@@ -227,6 +227,56 @@ unsafe impl GlobalAlloc for MmapAlloc {
             free[class] = b;
         });
     }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Ok(new) = Layout::from_size_align(new_size, layout.align()) else {
+            return ptr::null_mut();
+        };
+        let (from, to) = (Self::class(layout), Self::class(new));
+        if from.is_some() && from == to {
+            return ptr; // the same block fits
+        }
+        if layout.align() > PAGE || from.is_some() || to.is_some() {
+            // SAFETY: (the caller's contract) `ptr` came from `alloc` with
+            // `layout`, and `new_size` is valid for it.
+            return unsafe { default_realloc(self, ptr, layout, new_size) };
+        }
+        // A large block to a large block: its pages move with the mapping
+        // (no copy, nothing touched again).
+        let (old_len, new_len) = (round_to_page(layout.size()), round_to_page(new_size));
+        if old_len == new_len {
+            return ptr;
+        }
+        // SAFETY: `ptr` is the start of a mapping of `old_len` bytes of our
+        // own (`alloc_large` at page alignment); MAYMOVE lets the kernel
+        // place the result anywhere, leaving no other memory changed.
+        let p = unsafe { libc::mremap(ptr.cast(), old_len, new_len, libc::MREMAP_MAYMOVE) };
+        if p == libc::MAP_FAILED {
+            ptr::null_mut()
+        } else {
+            p.cast()
+        }
+    }
+}
+
+/// `GlobalAlloc::realloc`'s default: a new block, the bytes copied, the
+/// old one freed.
+///
+/// # Safety
+/// As `GlobalAlloc::realloc`.
+unsafe fn default_realloc(a: &MmapAlloc, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+    // SAFETY: the caller's contract makes the new layout valid.
+    let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+    // SAFETY: a non-zero size (realloc's contract).
+    let p = unsafe { a.alloc(new) };
+    if !p.is_null() {
+        // SAFETY: both blocks hold at least the smaller size and do not
+        // overlap (the new one is fresh).
+        unsafe { ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_size)) };
+        // SAFETY: `ptr` came from `alloc` with `layout`.
+        unsafe { a.dealloc(ptr, layout) };
+    }
+    p
 }
 
 /// A mapping of its own: `size` rounded to pages, at `align` (the excess

@@ -166,7 +166,7 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
     ] {
         // A linker may keep several input sections of the same name apart.
         for section in file.sections().filter(|s| s.name() == Ok(name)) {
-            let (relative, symbols, text) = context.get_or_insert_with(|| {
+            let (relative, symbols, text, contents) = context.get_or_insert_with(|| {
                 let text: Vec<(u64, u64)> = file
                     .sections()
                     .filter(|s| s.kind() == SectionKind::Text)
@@ -176,6 +176,7 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
                     relative_relocations(&file),
                     FunctionSymbols::new(&file),
                     text,
+                    Contents::new(&file),
                 )
             });
             let bytes = section
@@ -197,7 +198,7 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
                         None => continue,
                     }
                 }
-                sites.push(examine(&file, symbols, text, source, entry));
+                sites.push(examine(contents, symbols, text, source, entry));
             }
         }
     }
@@ -258,7 +259,7 @@ fn other_instrumentation(file: &object::File<'_>) -> Option<&'static str> {
 }
 
 fn examine(
-    file: &object::File<'_>,
+    contents: &Contents<'_>,
     symbols: &FunctionSymbols,
     text: &[(u64, u64)],
     source: SiteSource,
@@ -266,16 +267,16 @@ fn examine(
 ) -> FoundSite {
     let mut addr = entry;
     let mut endbr = false;
-    let bytes = read_at(file, entry, 10).unwrap_or_default();
+    let bytes = contents.read(entry, 10).unwrap_or_default();
     let bytes = if bytes.starts_with(&ENDBR64) {
         addr += 4;
         &bytes[4..]
     } else {
-        &bytes[..]
+        bytes
     };
     // gcc records the address after the endbr64; others may record the
     // function start: either way the site follows the endbr64.
-    if addr >= 4 && read_at(file, addr - 4, 4).as_deref() == Some(&ENDBR64[..]) {
+    if addr >= 4 && contents.read(addr - 4, 4) == Some(&ENDBR64[..]) {
         endbr = true;
     }
     let (mut symbol, inside) = symbols.describe(addr);
@@ -322,28 +323,50 @@ fn relative_relocations(file: &object::File<'_>) -> HashMap<u64, u64> {
 /// The GOT entries through which the ELF image `data` (named `path` in
 /// messages) calls functions of other objects: its PLT's jump slots, then
 /// the entries its code only calls through without a PLT
-/// ([`slots::call_only_got_slots`]).
-pub fn library_call_slots(path: &Path, data: &[u8]) -> Result<Vec<JumpSlot>, ElfError> {
+/// ([`slots::call_only_got_slots`]); only those of functions `want`
+/// names (the object's code is read only when one of them may be called
+/// without a PLT).
+pub fn library_call_slots(
+    path: &Path,
+    data: &[u8],
+    want: impl Fn(&str) -> bool,
+) -> Result<Vec<JumpSlot>, ElfError> {
     let file = object::read::elf::ElfFile64::parse(data).map_err(|e| ElfError {
         path: path.to_owned(),
         message: format!("not a readable ELF file: {e}"),
     })?;
     let mut all = slots::jump_slots(&file);
-    all.extend(slots::call_only_got_slots(&file));
+    all.retain(|s| want(&s.symbol));
+    all.extend(slots::call_only_got_slots(&file, &want));
     Ok(all)
 }
 
-/// Reads `n` bytes (fewer at the end of a section) at a link-time address.
-fn read_at(file: &object::File<'_>, addr: u64, n: u64) -> Option<Vec<u8>> {
-    for s in file.sections() {
-        if addr >= s.address() && addr < s.address() + s.size() {
-            let data = s.data().ok()?;
-            let off = (addr - s.address()) as usize;
-            let end = (off + n as usize).min(data.len());
-            return Some(data.get(off..end)?.to_vec());
-        }
+/// The contents of an image's sections, by link-time address.
+struct Contents<'d> {
+    /// (address, bytes), sorted by address.
+    sections: Vec<(u64, &'d [u8])>,
+}
+
+impl<'d> Contents<'d> {
+    fn new(file: &object::File<'d>) -> Self {
+        let mut sections: Vec<(u64, &[u8])> = file
+            .sections()
+            .filter(|s| s.address() != 0)
+            .filter_map(|s| Some((s.address(), s.data().ok()?)))
+            .filter(|(_, d)| !d.is_empty())
+            .collect();
+        sections.sort_by_key(|&(a, _)| a);
+        Contents { sections }
     }
-    None
+
+    /// `n` bytes (fewer at the end of a section) at a link-time address.
+    fn read(&self, addr: u64, n: u64) -> Option<&'d [u8]> {
+        let i = self.sections.partition_point(|&(a, _)| a <= addr);
+        let &(start, data) = self.sections.get(i.checked_sub(1)?)?;
+        let off = usize::try_from(addr - start).ok()?;
+        data.get(off..(off + n as usize).min(data.len()))
+            .filter(|b| !b.is_empty())
+    }
 }
 
 /// Function symbols sorted by address, to name the function holding a site.

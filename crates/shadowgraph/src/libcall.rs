@@ -125,7 +125,7 @@ pub fn module_path(object: &Path) -> PathBuf {
 pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     let data = sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut slots: Vec<JumpSlot> =
-        elf::library_call_slots(path, &data).map_err(|e| e.to_string())?;
+        elf::library_call_slots(path, &data, |_| true).map_err(|e| e.to_string())?;
     slots.retain(|s| {
         let name = s.symbol.as_str();
         !NEVER.contains(&name) && (s.plt || !NEVER_WITHOUT_PLT.contains(&name))
@@ -219,7 +219,8 @@ pub fn interpose(to: &[(&str, usize)], skip: &[PathBuf], mut real: impl FnMut(&s
         let Ok(data) = sys::MappedFile::open(&path) else {
             continue;
         };
-        let Ok(slots) = elf::library_call_slots(&path, &data) else {
+        let wanted = |name: &str| to.iter().any(|(n, _)| *n == name);
+        let Ok(slots) = elf::library_call_slots(&path, &data, wanted) else {
             continue;
         };
         drop(data);

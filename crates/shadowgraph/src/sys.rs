@@ -299,6 +299,33 @@ fn membarrier(cmd: i32) -> io::Result<()> {
     }
 }
 
+/// Registers for every `membarrier` command the patcher and grace periods
+/// use (plain, sync-core and rseq expedited), the three at once on three
+/// threads. In a process that already has threads each registration waits
+/// for an RCU grace period of the kernel (the new state must reach every
+/// runqueue); concurrent registrations share one, where one after another
+/// wait for three. A registration made already returns at once, so the
+/// later calls of each subsystem find theirs done. Allocates and starts
+/// threads: not for a traced call.
+pub fn membarrier_register_all() {
+    let regs = [
+        MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+        MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
+    ];
+    std::thread::scope(|s| {
+        for cmd in regs {
+            // Without a thread, this one registers it afterwards.
+            if std::thread::Builder::new()
+                .spawn_scoped(s, move || membarrier(cmd))
+                .is_err()
+            {
+                let _ = membarrier(cmd);
+            }
+        }
+        let _ = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+    });
+}
+
 /// Registers for `membarrier(PRIVATE_EXPEDITED)` (per process: again after
 /// fork). `false` if the kernel does not offer it.
 pub fn membarrier_register_expedited() -> bool {

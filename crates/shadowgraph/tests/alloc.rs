@@ -1,7 +1,7 @@
 //! The agent's allocator (shadowgraph::alloc) under threads: every block
-//! is as large and as aligned as asked, owned by one caller only, and a
-//! fork while other threads allocate leaves the child an allocator that
-//! works.
+//! is as large and as aligned as asked (grown or shrunk too), owned by one
+//! caller only, and a fork while other threads allocate leaves the child an
+//! allocator that works.
 
 use shadowgraph::alloc::MmapAlloc;
 use std::alloc::{GlobalAlloc, Layout};
@@ -40,6 +40,31 @@ fn churn(seed: u64, rounds: usize) {
         // SAFETY: the block holds `size` bytes and is ours.
         unsafe { std::ptr::write_bytes(p, tag, size) };
         live.push((p, layout, tag));
+        if r.is_multiple_of(7) {
+            // Grown or shrunk, across classes and mappings: the bytes it
+            // keeps are the owner's still.
+            let k = (r >> 24) as usize % live.len();
+            let (p, layout, tag) = live[k];
+            let size = match (r >> 12) % 3 {
+                0 => 1 + (r >> 30) as usize % 200,
+                1 => 1 + (r >> 30) as usize % (64 << 10),
+                _ => 1 + (r >> 30) as usize % (1 << 20),
+            };
+            // SAFETY: allocated by A with `layout`; a non-zero size.
+            let q = unsafe { A.realloc(p, layout, size) };
+            assert!(!q.is_null());
+            assert_eq!(q as usize % layout.align(), 0, "{layout:?} to {size}");
+            // SAFETY: the block holds `size` bytes and is ours.
+            let kept = unsafe { std::slice::from_raw_parts(q, size.min(layout.size())) };
+            assert!(kept.iter().all(|&b| b == tag), "realloc lost bytes");
+            // SAFETY: as above.
+            unsafe { std::ptr::write_bytes(q, tag, size) };
+            live[k] = (
+                q,
+                Layout::from_size_align(size, layout.align()).unwrap(),
+                tag,
+            );
+        }
         if live.len() > 64 || r & 3 == 0 {
             let (p, layout, tag) = live.swap_remove((r >> 20) as usize % live.len());
             // SAFETY: written by us above, not freed yet.

@@ -25,7 +25,7 @@ fn a_session_redirects_library_calls_and_gives_them_back() {
     type Measure = extern "C" fn(*const libc::c_char) -> usize;
     let measure: Measure = lib.func("measure");
     let bytes = std::fs::read(&path).unwrap();
-    let slot = shadowgraph::elf::library_call_slots(&path, &bytes)
+    let slot = shadowgraph::elf::library_call_slots(&path, &bytes, |_| true)
         .unwrap()
         .into_iter()
         .find(|s| s.symbol == "strlen")

@@ -45,11 +45,13 @@ pub fn jump_slots(file: &ElfFile64<'_>) -> Vec<JumpSlot> {
 /// reference, a call or jump when `ff 15` / `ff 25` (an indirect `call` /
 /// `jmp` through RIP) precedes it and it reaches the entry exactly. Bytes
 /// that only look like a reference make an entry look read: left out,
-/// never wrongly taken.
-pub fn call_only_got_slots(file: &ElfFile64<'_>) -> Vec<JumpSlot> {
+/// never wrongly taken. Only the entries of functions `want` names are
+/// looked for (none: the code is not read).
+pub fn call_only_got_slots(file: &ElfFile64<'_>, want: impl Fn(&str) -> bool) -> Vec<JumpSlot> {
     use object::{ObjectSegment, SegmentFlags};
     const PF_X: u32 = 1;
     let mut slots = relocated_slots(file, R_X86_64_GLOB_DAT, true);
+    slots.retain(|s| want(&s.symbol));
     if slots.is_empty() {
         return slots;
     }
