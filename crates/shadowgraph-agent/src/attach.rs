@@ -65,12 +65,6 @@ pub unsafe extern "C" fn shadowgraph_attach(
     // one of its system calls with EINTR.
     shadowgraph::stop::set_signal_free(true);
     take_over_unwinders();
-    // The kernel's grace periods for membarrier registration, waited for
-    // while the session finds its sites.
-    let registered = std::thread::Builder::new()
-        .name("shadowgraph".into())
-        .spawn(shadowgraph::sys::membarrier_register_all)
-        .ok();
     // The process's first session starts here, in the world the caller
     // stopped (its sleds are converted by plain writes). A later one starts
     // on the thread below, once the caller has let the threads run on: its
@@ -78,9 +72,6 @@ pub unsafe extern "C" fn shadowgraph_attach(
     let first = (!stopped.is_empty() && !shadowgraph::session::set_up()).then(|| {
         shadowgraph::process::with_world_stopped(&stopped, || Session::start(config.clone()))
     });
-    if let Some(r) = registered {
-        let _ = r.join();
-    }
     let spawned = std::thread::Builder::new()
         .name("shadowgraph".into())
         .spawn(move || {

@@ -40,7 +40,16 @@ extern "C" fn agent_init() {
     MmapAlloc::register_fork_handlers(&ALLOC);
     let config = match Config::from_env() {
         Ok(Some(c)) => c,
-        Ok(None) => return,
+        Ok(None) => {
+            // Loaded into a running process by `record -p`: the kernel's
+            // grace periods for membarrier registration (one per command
+            // in a process with threads) pass while the session is
+            // prepared, on a thread of their own.
+            let _ = std::thread::Builder::new()
+                .name(shadowgraph::sys::REGISTERING_THREAD.into())
+                .spawn(shadowgraph::sys::membarrier_register_all);
+            return;
+        }
         Err(e) => return eprintln!("shadowgraph: {e}; the program runs untraced"),
     };
     // Finished at exit (session::finish): the handle is not kept.

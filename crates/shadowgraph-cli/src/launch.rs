@@ -17,9 +17,18 @@ pub(crate) fn preload(agent: &Path) -> std::ffi::OsString {
     v
 }
 
-/// The agent this binary was built with (build.rs).
-pub(crate) static EMBEDDED_AGENT: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/libshadowgraph_agent.so"));
+/// Bytes at a page's alignment: an ELF image whose headers can be read in
+/// place.
+#[repr(C, align(4096))]
+struct PageAligned<B: ?Sized>(B);
+
+static AGENT_BYTES: &PageAligned<[u8]> = &PageAligned(*include_bytes!(concat!(
+    env!("OUT_DIR"),
+    "/libshadowgraph_agent.so"
+)));
+
+/// The agent this binary was built with (build.rs), page aligned.
+pub(crate) static EMBEDDED_AGENT: &[u8] = &AGENT_BYTES.0;
 /// A name for [`EMBEDDED_AGENT`]'s bytes.
 const AGENT_ID: &str = env!("SHADOWGRAPH_AGENT_ID");
 

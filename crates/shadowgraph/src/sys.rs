@@ -299,6 +299,12 @@ fn membarrier(cmd: i32) -> io::Result<()> {
     }
 }
 
+/// The name of the threads of [`membarrier_register_all`] when the agent
+/// runs it in a process it joined (`record -p`): they run no code of the
+/// program, and the attach leaves them running (a thread inside the
+/// kernel's grace period would stop only at its end).
+pub const REGISTERING_THREAD: &str = "shadowgraph-reg";
+
 /// Registers for every `membarrier` command the patcher and grace periods
 /// use (plain, sync-core and rseq expedited), the three at once on three
 /// threads. In a process that already has threads each registration waits
@@ -308,6 +314,8 @@ fn membarrier(cmd: i32) -> io::Result<()> {
 /// later calls of each subsystem find theirs done. Allocates and starts
 /// threads: not for a traced call.
 pub fn membarrier_register_all() {
+    // The threads below take this one's name.
+    debug_assert!(REGISTERING_THREAD.len() <= 15);
     let regs = [
         MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
         MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
@@ -326,10 +334,15 @@ pub fn membarrier_register_all() {
     });
 }
 
+/// One registration (at once when made already: the kernel keeps it).
+fn register(cmd: i32) -> bool {
+    membarrier(cmd).is_ok()
+}
+
 /// Registers for `membarrier(PRIVATE_EXPEDITED)` (per process: again after
 /// fork). `false` if the kernel does not offer it.
 pub fn membarrier_register_expedited() -> bool {
-    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED).is_ok()
+    register(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
 }
 
 /// A full memory barrier on every running thread of this process.
@@ -341,7 +354,7 @@ pub fn membarrier_expedited() -> io::Result<()> {
 /// Registers for `membarrier(PRIVATE_EXPEDITED_SYNC_CORE)`. `false` if the
 /// kernel does not offer it.
 pub fn membarrier_register_sync_core() -> bool {
-    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE).is_ok()
+    register(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE)
 }
 
 /// Every running thread of this process executes a core-serialising
@@ -353,7 +366,7 @@ pub fn membarrier_sync_core() -> io::Result<()> {
 /// Registers for `membarrier(PRIVATE_EXPEDITED_RSEQ)` (per process: again
 /// after fork). `false` if the kernel does not offer it (before 5.10).
 pub fn membarrier_register_rseq() -> bool {
-    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ).is_ok()
+    register(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ)
 }
 
 /// Every running thread of this process that is inside a restartable

@@ -176,13 +176,20 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
 }
 
 /// Stops every thread of process `pid` (those a thread starts meanwhile
-/// too); a thread that exits meanwhile is left out.
+/// too); a thread that exits meanwhile is left out, and so are the
+/// agent's membarrier registration threads, which run none of the
+/// program's code and would stop only once the kernel's grace period they
+/// wait in is over.
 fn stop_all(pid: i32) -> Result<Vec<Stopped>, AttachError> {
+    let registering = |tid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+            .is_ok_and(|c| c.trim_end() == shadowgraph::sys::REGISTERING_THREAD)
+    };
     let mut held: Vec<Stopped> = Vec::new();
     loop {
         let new: Vec<i32> = super::task_ids(pid)?
             .into_iter()
-            .filter(|t| !held.iter().any(|h| h.tid() == *t))
+            .filter(|t| !held.iter().any(|h| h.tid() == *t) && !registering(*t))
             .collect();
         if new.is_empty() {
             return Ok(held);
@@ -203,10 +210,8 @@ fn stop_all(pid: i32) -> Result<Vec<Stopped>, AttachError> {
 /// the memfd is mapped.
 fn agent_symbol(pid: i32, agent: &[u8], name: &str) -> Result<u64, AttachError> {
     use object::{Object, ObjectSymbol};
-    // A copy: ELF headers are read in place, at their alignment, which
-    // the embedded bytes lack (the system allocator aligns to 16).
-    let copy = agent.to_vec();
-    let obj = object::File::parse(&*copy).map_err(|e| AttachError(format!("the agent: {e}")))?;
+    // Read in place: the embedded bytes are page aligned.
+    let obj = object::File::parse(agent).map_err(|e| AttachError(format!("the agent: {e}")))?;
     let offset = obj
         .dynamic_symbols()
         .find(|s| s.name() == Ok(name))
