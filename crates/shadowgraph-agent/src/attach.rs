@@ -64,7 +64,11 @@ pub unsafe extern "C" fn shadowgraph_attach(
     // The program was not started for tracing: no signal of ours may end
     // one of its system calls with EINTR.
     shadowgraph::stop::set_signal_free(true);
-    take_over_unwinders();
+    // A preloaded agent's interposers come first already (and its link
+    // map has no search list of its own to look them up in).
+    if !crate::PRELOADED.load(Ordering::Relaxed) {
+        take_over_unwinders();
+    }
     // The process's first session starts here, in the world the caller
     // stopped (its sleds are converted by plain writes). A later one starts
     // on the thread below, once the caller has let the threads run on: its

@@ -595,3 +595,82 @@ fn recordings_end_while_threads_come_and_go() {
     }
     assert_eq!(end_target(&mut child, &mut out), "bad=0 rings=0\n");
 }
+
+/// A process started under `shadowgraph record` (its agent preloaded) is
+/// attached to as well: the agent there is reused, both recordings are
+/// whole, and the program ends as it would have.
+#[test]
+fn a_process_started_under_record_is_attached_to() {
+    let dir = workdir("attach_preloaded");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let mut rec = shadowgraph();
+    rec.args(["record", "-d"]).arg(&a).arg(&exe);
+    let mut rec = Target(
+        rec.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(rec.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let children = format!("/proc/{0}/task/{0}/children", rec.id());
+    let pid = std::fs::read_to_string(children)
+        .unwrap()
+        .trim()
+        .to_string();
+    let o = record_p(&pid, &["--duration", "300ms", "-F", "mid"], &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let rb = report_rows(&report_text(&b));
+    assert!(rb["mid"].2 > 10 && rb["leaf"].2 > 10, "{rb:?}");
+    assert!(!rb.contains_key("worker"), "{rb:?}");
+    assert_eq!(end_target(&mut rec, &mut out), "done\n");
+    let ra = report_rows(&report_text(&a));
+    assert!(ra["mid"].2 > rb["mid"].2, "{ra:?} {rb:?}");
+    nests_exactly(&a);
+    nests_exactly(&b);
+}
+
+/// Another user's process: refused with the cause named, the process
+/// unharmed. (Where `kernel.yama.ptrace_scope` restricts tracing, the
+/// message names that setting instead.)
+#[test]
+fn another_users_process_is_refused() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !shadowgraph_testkit::tool::available(
+        root,
+        "root (to run shadowgraph as nobody)",
+        "attaching to another user's process",
+    ) {
+        return;
+    }
+    let dir = workdir("attach_other_user");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let open = dir.join("open");
+    std::fs::create_dir_all(&open).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_shadowgraph"))
+        .args(["record", "-p", &child.id().to_string(), "-d"])
+        .arg(open.join("n.data"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = text(&o).1;
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
+    let want = if matches!(scope.trim(), "1" | "2" | "3") {
+        "kernel.yama.ptrace_scope"
+    } else {
+        "permission denied (a process of another user: run as root)"
+    };
+    assert!(err.contains(&format!("process {}", child.id())), "{err}");
+    assert!(err.contains(want), "{err}");
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
+}

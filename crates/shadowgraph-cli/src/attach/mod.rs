@@ -123,8 +123,14 @@ pub fn agent_loaded(pid: i32) -> Result<bool, AttachError> {
             || Path::new(p)
                 .file_name()
                 .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with("agent-") && p.contains("shadowgraph"))
+                .is_some_and(|f| is_agent_file(f) && p.contains("shadowgraph"))
     }))
+}
+
+/// Whether a file name is the agent's, as `shadowgraph record` preloads
+/// it: written out from the CLI (`agent-ID.so`), or a build's own.
+fn is_agent_file(name: &str) -> bool {
+    (name.starts_with("agent-") && name.ends_with(".so")) || name == "libshadowgraph_agent.so"
 }
 
 /// The run-time addresses of the dynamic symbols `names` (None for one
@@ -178,12 +184,19 @@ fn pick_thread(pid: i32) -> Result<i32, AttachError> {
         .ok_or_else(|| AttachError(format!("process {pid} has no live thread")))
 }
 
-/// The executable ranges of the agent in process `pid`.
+/// The executable ranges of the agent in process `pid` (loaded by
+/// `record -p`, or preloaded by `record`).
 fn agent_code(pid: i32) -> Result<Vec<(u64, u64)>, AttachError> {
     let name = format!("/memfd:{MEMFD_NAME}");
+    let preloaded = |p: &str| {
+        Path::new(p)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(is_agent_file)
+    };
     Ok(maps(pid)?
         .into_iter()
-        .filter(|m| m.executable && m.path.contains(&name))
+        .filter(|m| m.executable && (m.path.contains(&name) || preloaded(&m.path)))
         .map(|m| (m.start, m.end))
         .collect())
 }

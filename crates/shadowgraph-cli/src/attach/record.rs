@@ -206,10 +206,22 @@ fn stop_all(pid: i32) -> Result<Vec<Stopped>, AttachError> {
 }
 
 /// The run-time address in process `pid` of the agent's symbol `name`:
-/// its offset in `agent`'s bytes (the memfd holds the same) plus where
-/// the memfd is mapped.
+/// for an agent `record -p` loaded, its offset in `agent`'s bytes (the
+/// memfd holds the same) plus where the memfd is mapped; for one the
+/// program was started with (`shadowgraph record`, by `LD_PRELOAD`), as
+/// that file (of the build that started it) defines it.
 fn agent_symbol(pid: i32, agent: &[u8], name: &str) -> Result<u64, AttachError> {
     use object::{Object, ObjectSymbol};
+    let memfd = super::maps(pid)?
+        .into_iter()
+        .find(|m| m.offset == 0 && m.path.contains(&format!("/memfd:{}", super::MEMFD_NAME)))
+        .map(|m| m.start);
+    let Some(base) = memfd else {
+        let preloaded = super::symbols_in(pid, super::is_agent_file, &[name])?;
+        return preloaded
+            .and_then(|found| found[0])
+            .ok_or_else(|| AttachError(format!("process {pid}: its agent has no `{name}`")));
+    };
     // Read in place: the embedded bytes are page aligned.
     let obj = object::File::parse(agent).map_err(|e| AttachError(format!("the agent: {e}")))?;
     let offset = obj
@@ -217,16 +229,6 @@ fn agent_symbol(pid: i32, agent: &[u8], name: &str) -> Result<u64, AttachError> 
         .find(|s| s.name() == Ok(name))
         .map(|s| s.address())
         .ok_or_else(|| AttachError(format!("the agent has no `{name}`")))?;
-    let base = super::maps(pid)?
-        .into_iter()
-        .find(|m| m.offset == 0 && m.path.contains(&format!("/memfd:{}", super::MEMFD_NAME)))
-        .map(|m| m.start)
-        .ok_or_else(|| {
-            AttachError(format!(
-                "process {pid}: the agent in it is not one `record -p` loaded (a process started \
-                 under `shadowgraph record` is recorded by that command)"
-            ))
-        })?;
     Ok(base + offset)
 }
 
