@@ -27,6 +27,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// The agent came in by `LD_PRELOAD` with a session's configuration: its
+/// interposers come first in every lookup already. Relaxed: set by the
+/// constructor, before any attach can call in.
+pub(crate) static PRELOADED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// Starts a session of `config` (JSON, NUL-terminated), every other
 /// thread being held stopped at the `n` contexts `stopped` (pc, sp
 /// pairs), and serves it on a Unix socket bound at `socket`. Returns 0
@@ -66,21 +72,23 @@ pub unsafe extern "C" fn shadowgraph_attach(
     shadowgraph::stop::set_signal_free(true);
     // A preloaded agent's interposers come first already (and its link
     // map has no search list of its own to look them up in).
-    if !crate::PRELOADED.load(Ordering::Relaxed) {
+    if !PRELOADED.load(Ordering::Relaxed) {
         take_over_unwinders();
     }
+    // Text changes while the program runs are made with its threads held
+    // by the session's client (its threads may block SIGTRAP).
+    shadowgraph::patch::set_world_holder(Some(held_by_client));
     // The process's first session starts here, in the world the caller
     // stopped (its sleds are converted by plain writes). A later one starts
-    // on the thread below, once the caller has let the threads run on: its
-    // grace periods wait for threads inside traced calls.
+    // on the thread below, once the caller has let the threads run on and
+    // connected: its grace periods wait for threads inside traced calls.
     let first = (!stopped.is_empty() && !shadowgraph::session::set_up()).then(|| {
         shadowgraph::process::with_world_stopped(&stopped, || Session::start(config.clone()))
     });
     let spawned = std::thread::Builder::new()
         .name("shadowgraph".into())
         .spawn(move || {
-            let session = first.unwrap_or_else(|| Session::start(config));
-            serve(listener, session);
+            serve(listener, first, config);
             let _ = std::fs::remove_file(&path);
         });
     match spawned {
@@ -223,15 +231,20 @@ fn peer_allowed(s: &UnixStream) -> bool {
 /// and its "stop" (or its end) ends it. Other clients may connect
 /// meanwhile: one of the process's user (or root) may ask for "status";
 /// another user's is told it is not allowed.
-fn serve(listener: UnixListener, session: Result<Session, String>) {
+fn serve(listener: UnixListener, first: Option<Result<Session, String>>, config: Config) {
+    use std::os::fd::AsRawFd;
     // The client that made the session connects at once; without one (it
     // died), the session ends after a while.
     let Some(client) = first_client(&listener) else {
-        if let Ok(s) = session {
+        if let Some(Ok(s)) = first {
             s.finish();
         }
         return;
     };
+    // Holds the threads while this session changes text (a later one's
+    // start, every one's end).
+    CLIENT.set(client.as_raw_fd());
+    let session = first.unwrap_or_else(|| Session::start(config));
     let mut out = &client;
     let session = match session {
         Ok(s) if !s.traces() => {
@@ -299,7 +312,51 @@ fn serve(listener: UnixListener, session: Result<Session, String>) {
     }
     drop(listener);
     session.finish();
+    CLIENT.set(-1);
     let _ = out.write_all(b"stopped\n");
+}
+
+std::thread_local! {
+    /// The session's client, on the thread serving it (-1: none): the
+    /// holder of the world while that thread changes text.
+    static CLIENT: std::cell::Cell<c_int> = const { std::cell::Cell::new(-1) };
+}
+
+/// The patcher's world holder ([`shadowgraph::patch::set_world_holder`]):
+/// on a thread serving a session, its client stops every thread of the
+/// program (ptrace) at "hold" and answers "held", lets them go at
+/// "release" and answers "released". Elsewhere, or if the client is gone:
+/// not held. Plain reads and writes on the socket: nothing allocates.
+fn held_by_client(what: shadowgraph::patch::Hold) -> bool {
+    let fd = CLIENT.get();
+    if fd < 0 {
+        return false;
+    }
+    let (ask, answer): (&[u8], &[u8]) = match what {
+        shadowgraph::patch::Hold::Begin => (b"hold\n", b"held\n"),
+        shadowgraph::patch::Hold::End => (b"release\n", b"released\n"),
+    };
+    // SAFETY: a send of a static buffer on the client's socket, which
+    // this thread's `serve` keeps open; MSG_NOSIGNAL: a client that died
+    // is an error here, not a SIGPIPE that would end the program.
+    let sent = unsafe { libc::send(fd, ask.as_ptr().cast(), ask.len(), libc::MSG_NOSIGNAL) };
+    if sent != ask.len() as isize {
+        return false;
+    }
+    let mut got = [0u8; 16];
+    let mut n = 0;
+    while n < answer.len() {
+        // SAFETY: a read into the rest of `got`, whose length bounds it.
+        let r = unsafe { libc::read(fd, got[n..].as_mut_ptr().cast(), answer.len() - n) };
+        if r <= 0 {
+            if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        n += r as usize;
+    }
+    &got[..n] == answer
 }
 
 /// A client other than the session's: another user's is refused; one of

@@ -36,17 +36,11 @@ static ALLOC: MmapAlloc = MmapAlloc::new();
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = agent_init;
 
-/// The agent came in by `LD_PRELOAD` with a session's configuration: its
-/// interposers come first in every lookup already. Relaxed: set by the
-/// constructor, before any attach can call in.
-pub(crate) static PRELOADED: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
 extern "C" fn agent_init() {
     MmapAlloc::register_fork_handlers(&ALLOC);
     let config = match Config::from_env() {
         Ok(Some(c)) => {
-            PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);
+            attach::PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);
             c
         }
         Ok(None) => {

@@ -674,3 +674,46 @@ fn another_users_process_is_refused() {
     assert!(err.contains(want), "{err}");
     assert_eq!(end_target(&mut child, &mut out), "done\n");
 }
+
+/// Threads that block every signal, SIGTRAP included, run through the
+/// traced entries without pause while recordings come and go, two at
+/// once: sites change only while the threads are held (never an int3 such
+/// a thread could meet), and the program ends as untraced.
+#[test]
+fn threads_with_every_signal_blocked_survive_sessions() {
+    let dir = workdir("attach_sigblocked");
+    let exe = build_fixture_with(&dir, "target", "attach_sigblocked.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    for round in 0..12 {
+        let a = dir.join(format!("a{round}.data"));
+        let b = dir.join(format!("b{round}.data"));
+        let first = record_p_spawn(&pid, &["--duration", "150ms", "-F", "mid"], &a);
+        std::thread::sleep(std::time::Duration::from_millis(20 * (round % 4)));
+        let o = record_p(&pid, &["--duration", "40ms", "-F", "leaf"], &b);
+        assert!(o.status.success(), "round {round}: {}", text(&o).1);
+        let o = first.wait_with_output().unwrap();
+        assert!(o.status.success(), "round {round}: {}", text(&o).1);
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "round {round}: the program ended"
+        );
+        nests_exactly(&a);
+        nests_exactly(&b);
+        // Threads stopped on a sled's nops at the attach were stepped off
+        // them: every function is traced, the busiest too.
+        let (ra, rb) = (report_rows(&report_text(&a)), report_rows(&report_text(&b)));
+        assert!(
+            ra["mid"].2 > 10 && ra["leaf"].2 > 10,
+            "round {round}: {ra:?}"
+        );
+        assert!(
+            rb["leaf"].2 > 10 && !rb.contains_key("mid"),
+            "round {round}: {rb:?}"
+        );
+    }
+    for f in ["mid", "leaf"] {
+        assert!(is_nop(&entry_bytes(child.id(), &exe, f)), "{f}");
+    }
+    assert_eq!(end_target(&mut child, &mut out), "bad=0\ndone\n");
+}

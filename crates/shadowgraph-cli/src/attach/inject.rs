@@ -67,6 +67,32 @@ impl Stopped {
         Ok(t)
     }
 
+    /// Moves the thread on, one instruction at a time, while it stands on
+    /// a 1-byte `nop` (at most 8): a thread stopped inside a sled of
+    /// 1-byte nops (`-fpatchable-function-entry=5`) would keep the sled
+    /// from being converted and its function from being traced; stepping
+    /// over nops changes nothing else. Not a thread inside a system call
+    /// (its pc is not on a nop it is about to run).
+    pub fn step_off_nops(&mut self) -> Result<(), Error> {
+        for _ in 0..8 {
+            let regs = self.regs()?;
+            if (regs.orig_rax as i64) >= 0 {
+                return Ok(());
+            }
+            let mut b = [0u8];
+            read_memory(self.tid, regs.rip, &mut b)?;
+            if b[0] != 0x90 {
+                return Ok(());
+            }
+            // SAFETY: our stopped tracee; one instruction, then it stops.
+            if unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, self.tid, 0, 0) } != 0 {
+                return Err(Error::last_os_error());
+            }
+            self.wait_for(|status| status >> 16 == 0 && libc::WSTOPSIG(status) == libc::SIGTRAP)?;
+        }
+        Ok(())
+    }
+
     /// The thread's id.
     pub fn tid(&self) -> i32 {
         self.tid

@@ -99,14 +99,7 @@ pub(crate) fn record_attached(
 /// Brings the agent into `pid`, starts the session of `config` there and
 /// returns the control connection once the agent says it started.
 fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachError> {
-    // One `shadowgraph` at a time gets a session going in a process (two
-    // would each find the other's ptrace in the way): a lock on the
-    // program's file, which every one of them can open, read-only, in
-    // any mount namespace, and which the kernel drops if we die.
-    let exe =
-        std::fs::File::open(format!("/proc/{pid}/exe")).map_err(|e| AttachError::about(pid, e))?;
-    // SAFETY: flock on a descriptor we own; released when it closes.
-    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&exe), libc::LOCK_EX) };
+    let ptrace_lock = lock_ptrace(pid)?;
     let agent = crate::launch::EMBEDDED_AGENT;
     let loaded = load_agent(pid, agent)?;
     let attach = agent_symbol(pid, agent, "shadowgraph_attach")?;
@@ -120,7 +113,12 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
     // One there already: only the thread that calls it, outside its code;
     // the session starts once the call has returned, the threads running.
     let (caller, mut held) = if loaded == Loaded::Now {
-        (pick_thread(pid)?, stop_all(pid)?)
+        let mut held = stop_all(pid)?;
+        // Off the sleds' nops, so that none is left unconverted.
+        for t in &mut held {
+            t.step_off_nops().map_err(|e| AttachError::about(pid, e))?;
+        }
+        (pick_thread(pid)?, held)
     } else {
         let t = hold_outside_agent(pid)?;
         (t.tid(), vec![t])
@@ -149,6 +147,7 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
         .map_err(|e| AttachError::about(pid, e))? as i64 as i32;
     // The threads run on.
     drop(held);
+    drop(ptrace_lock);
     if r < 0 {
         let why = std::io::Error::from_raw_os_error(-r);
         return Err(AttachError(format!(
@@ -162,12 +161,10 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
     }
     let client = UnixStream::connect(socket)
         .map_err(|e| AttachError(format!("process {pid}: {}: {e}", socket.display())))?;
-    let mut line = String::new();
-    BufReader::new(&client)
-        .read_line(&mut line)
+    let line = converse(&client, pid)
         .map_err(|e| AttachError(format!("process {pid}: the agent: {e}")))?;
-    match line.trim_end().strip_prefix("error: ") {
-        None if line.trim_end() == "started" => Ok(client),
+    match line.strip_prefix("error: ") {
+        None if line == "started" => Ok(client),
         Some(why) => Err(AttachError(format!("process {pid}: {why}"))),
         None => Err(AttachError(format!(
             "process {pid}: the agent ended the session before it started"
@@ -175,21 +172,73 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
     }
 }
 
-/// Stops every thread of process `pid` (those a thread starts meanwhile
-/// too); a thread that exits meanwhile is left out, and so are the
-/// agent's membarrier registration threads, which run none of the
-/// program's code and would stop only once the kernel's grace period they
-/// wait in is over.
+/// One `shadowgraph` at a time stops threads of a process (two would each
+/// find the other's ptrace in the way): a lock on the program's file,
+/// which every one of them can open, read-only, in any mount namespace,
+/// and which the kernel drops if we die. Held while it lasts.
+fn lock_ptrace(pid: i32) -> Result<std::fs::File, AttachError> {
+    let exe =
+        std::fs::File::open(format!("/proc/{pid}/exe")).map_err(|e| AttachError::about(pid, e))?;
+    // SAFETY: flock on a descriptor we own; released when it closes.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&exe), libc::LOCK_EX) };
+    Ok(exe)
+}
+
+/// Reads the agent's lines until one that is not a request to hold the
+/// threads, and returns it (without its newline). "hold": every thread
+/// of the program is stopped (ptrace) and "held" answered — or "not held"
+/// if they cannot be, and the agent goes on without; "release": they run
+/// on, and "released" is answered. The agent asks while it changes the
+/// program's text (a session's start and end), so that no thread meets
+/// an `int3` (a thread with SIGTRAP blocked would die of it).
+fn converse(client: &UnixStream, pid: i32) -> std::io::Result<String> {
+    let mut r = BufReader::new(client);
+    let mut w = client;
+    let mut holding: Option<(std::fs::File, Vec<Stopped>)> = None;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line)? == 0 {
+            return Ok(String::new());
+        }
+        match line.trim_end() {
+            "hold" => {
+                let held = lock_ptrace(pid).and_then(|l| Ok((l, stop_all(pid)?)));
+                match held {
+                    Ok(h) => {
+                        holding = Some(h);
+                        w.write_all(b"held\n")?;
+                    }
+                    Err(_) => w.write_all(b"not held\n")?,
+                }
+            }
+            "release" => {
+                // The threads run on, the lock is free.
+                drop(holding.take());
+                w.write_all(b"released\n")?;
+            }
+            // (Threads still held are let go as this returns.)
+            other => return Ok(other.to_string()),
+        }
+    }
+}
+
+/// Stops every thread of process `pid` that runs the program's code (those
+/// a thread starts meanwhile too); a thread that exits meanwhile is left
+/// out, and so are the agent's own: its sessions' threads (one of which
+/// asks), and its membarrier registration threads, which would stop only
+/// once the kernel's grace period they wait in is over.
 fn stop_all(pid: i32) -> Result<Vec<Stopped>, AttachError> {
-    let registering = |tid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-            .is_ok_and(|c| c.trim_end() == shadowgraph::sys::REGISTERING_THREAD)
+    let agents = |tid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).is_ok_and(|c| {
+            let c = c.trim_end();
+            c == shadowgraph::sys::REGISTERING_THREAD || c == "shadowgraph"
+        })
     };
     let mut held: Vec<Stopped> = Vec::new();
     loop {
         let new: Vec<i32> = super::task_ids(pid)?
             .into_iter()
-            .filter(|t| !held.iter().any(|h| h.tid() == *t) && !registering(*t))
+            .filter(|t| !held.iter().any(|h| h.tid() == *t) && !agents(*t))
             .collect();
         if new.is_empty() {
             return Ok(held);
@@ -272,10 +321,9 @@ fn stop(client: &UnixStream, pid: i32) {
     let mut w = client;
     let _ = w.write_all(b"stop\n");
     let _ = client.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut line = String::new();
-    let _ = BufReader::new(client).read_line(&mut line);
+    let line = converse(client, pid).unwrap_or_default();
     // SAFETY: kill with signal 0 only checks that the process exists.
-    if line.trim_end() != "stopped" && unsafe { libc::kill(pid, 0) } == 0 {
+    if line != "stopped" && unsafe { libc::kill(pid, 0) } == 0 {
         eprintln!("shadowgraph: process {pid} did not confirm the end of the session");
     }
 }

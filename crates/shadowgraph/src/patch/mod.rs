@@ -18,11 +18,13 @@
 //! one another, and the fentry call → nop conversions); sleds need the stop-the-world path.
 
 mod edit;
+mod hold;
 mod published;
 mod trap;
 
 use crate::{stop, sys};
 pub use edit::{Edit, PatchError};
+pub use hold::{set_world_holder, Hold};
 use published::{
     add_known, ActiveBatch, ACTIVE, READERS, TRAPS_CHAINED, TRAPS_EMULATED, TRAPS_LATE,
 };
@@ -147,6 +149,24 @@ pub fn apply(edits: &mut [Edit]) -> Result<(), PatchError> {
     }
     let _text = text_lock();
     verify(edits)?;
+    if hold::exists() {
+        // Planned first: nothing below allocates while the threads are
+        // held (one may be stopped inside the allocator).
+        let window = TextWindow::new(edits.iter().map(|e| (e.addr, e.len as usize)))?;
+        if hold::ask(Hold::Begin) {
+            // Nothing else runs the program's code: plain stores.
+            let r = window.open().and_then(|()| {
+                let written = write_quiescent(&window, edits);
+                window.close();
+                written.and_then(|()| serialise())
+            });
+            hold::ask(Hold::End);
+            r?;
+            BATCHES.fetch_add(1, Ordering::Relaxed);
+            SITES_WRITTEN.fetch_add(edits.len() as u64, Ordering::Relaxed);
+            return Ok(());
+        }
+    }
     add_known(&edits.iter().map(|e| e.addr).collect::<Vec<_>>());
 
     let window = TextWindow::open_for(edits.iter().map(|e| (e.addr, e.len as usize)))?;
