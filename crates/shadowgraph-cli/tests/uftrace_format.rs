@@ -349,3 +349,58 @@ fn replay_is_uftraces_on_every_fixture() {
         }
     }
 }
+
+/// A uftrace recording with arguments and return values (`-A`, `-R`):
+/// every format uftrace writes is read past and shown as uftrace's
+/// replay shows it.
+#[test]
+fn uftraces_arguments_are_shown_as_uftrace_shows_them() {
+    if uftrace_missing("reading its arguments") {
+        return;
+    }
+    let dir = workdir("uftrace-args");
+    let exe = dir.join("args");
+    cc(&[&fixture("args_values.c")], &["-O0", "-pg"], &exe);
+    let data = dir.join("args.data");
+    let specs = [
+        ("-A", "add@arg1,arg2/i32"),
+        ("-A", "neg@arg1"),
+        ("-A", "str@arg1/s,arg2/x"),
+        ("-A", "next@arg1/c"),
+        ("-A", "half@fparg1"),
+        ("-A", "third@fparg1/32"),
+        ("-A", "call@arg1/p"),
+        ("-A", "big@arg1/u"),
+        ("-A", "name@arg1/i32"),
+        ("-R", "add@retval"),
+        ("-R", "neg@retval"),
+        ("-R", "str@retval/i64"),
+        ("-R", "next@retval/c"),
+        ("-R", "half@retval/f64"),
+        ("-R", "third@retval/f32"),
+        ("-R", "big@retval/x"),
+        ("-R", "name@retval/s"),
+    ];
+    let mut u = Command::new("uftrace");
+    u.arg("record").arg("-d").arg(&data);
+    for (opt, spec) in specs {
+        u.args([opt, spec]);
+    }
+    let o = u.arg(&exe).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let ours = replay_text(&data);
+    let theirs = uftrace_view("replay", &data).unwrap();
+    assert_eq!(ours, theirs);
+    for shown in [
+        "add(1, 2) = 3;",
+        "neg(-5) = 0x4c4b40;",
+        "str(\"hello\", 0x3)",
+        "str(\"NULL\", 0)",
+        "next('a') = 'b';",
+        "half(3.000000) = 1.500000;",
+        "call(&add)",
+        "name(0) = \"NULL\";",
+    ] {
+        assert!(ours.contains(shown), "{shown} in\n{ours}");
+    }
+}

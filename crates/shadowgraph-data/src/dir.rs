@@ -3,7 +3,7 @@
 //! `<tid>.dat` of 16-byte records per thread. Every read error names the
 //! file and, for records, the byte offset.
 
-use super::format::{decode, Record, RECORD_SIZE};
+use super::format::{decode, Kind, Record, RECORD_SIZE};
 use crate::error::err;
 pub use crate::error::DataError;
 use crate::meta::{
@@ -54,6 +54,8 @@ pub struct DataDir {
     /// What the views could not read whole, said once each: see
     /// [`DataDir::warnings`].
     warnings: Warnings,
+    /// The functions with arguments or return values recorded.
+    args: Option<std::sync::Arc<crate::args::ArgIndex>>,
 }
 
 /// Warnings shared by a data directory and its record streams, each kept
@@ -258,9 +260,22 @@ impl DataDir {
             sched: super::sched::read(dir)?,
             progress: None,
             warnings: Warnings::default(),
+            args: None,
         };
         for w in skipped {
             data.warnings.push(w);
+        }
+        match data.arg_specs() {
+            Ok(specs) => {
+                let index = crate::args::ArgIndex::new(&specs, &data.symbols, &data.names, |a| {
+                    data.module_of(a).to_string()
+                });
+                data.args = index.map(std::sync::Arc::new);
+            }
+            Err(e) => data.warnings.push(format!(
+                "{}: {e}; arguments and return values are not shown",
+                data.dir.display()
+            )),
         }
         data.warn_of_missing_threads();
         if how.progress {
@@ -279,6 +294,24 @@ impl DataDir {
             });
         }
         Ok(data)
+    }
+
+    /// The argument and return value specs the recording was made with
+    /// (uftrace's `argspec`, `retspec`, and with `auto-args` its
+    /// built-in ones).
+    fn arg_specs(&self) -> Result<crate::args::Specs, String> {
+        let regex = self.info.get("pattern_type").unwrap_or("regex") == "regex";
+        let mut specs = crate::args::Specs::default();
+        let mut lists = vec!["argspec", "retspec"];
+        if self.info.get("auto-args") == Some("1") {
+            lists.extend(["argauto", "retauto"]);
+        }
+        for key in lists {
+            if let Some(list) = self.info.get(key).filter(|l| l.contains('@')) {
+                specs.add_list(list, regex)?;
+            }
+        }
+        Ok(specs)
     }
 
     /// What could not be read whole so far: threads that `task.txt` lists
@@ -342,6 +375,7 @@ impl DataDir {
             failed: false,
             progress: self.progress.clone(),
             warnings: self.warnings.clone(),
+            args: self.args.clone(),
         })
     }
 
@@ -433,6 +467,7 @@ pub struct RecordStream {
     failed: bool,
     progress: Option<std::sync::Arc<Progress>>,
     warnings: Warnings,
+    args: Option<std::sync::Arc<crate::args::ArgIndex>>,
 }
 
 impl RecordStream {
@@ -491,6 +526,27 @@ impl Iterator for RecordStream {
             Err(e) => return self.cut(format!("at {e}")),
         };
         self.offset += RECORD_SIZE as u64;
+        if r.more && matches!(r.kind, Kind::Entry | Kind::Exit) {
+            // Arguments or a return value follow, sized by the specs.
+            let Some(index) = self.args.clone() else {
+                return self.cut(format!(
+                    "a record at offset {} carries arguments, and the recording has no \
+                     argument specs",
+                    self.offset - RECORD_SIZE as u64
+                ));
+            };
+            let mut counted = CountingReader {
+                inner: &mut self.input,
+                n: 0,
+            };
+            let read = index.read_after(r.addr, r.kind == Kind::Exit, &mut counted);
+            let n = counted.n;
+            match read {
+                Ok(text) => r.args = Some(text.into()),
+                Err(e) => return self.cut(format!("offset {}: {e}", self.offset)),
+            }
+            self.offset += n;
+        }
         if let Some(p) = &self.progress {
             p.tick();
         }
@@ -520,6 +576,20 @@ fn writer_wait_note(waits: u64, waited_ns: u64, run_ns: u64, threads: u64) -> Op
             100.0 * per_thread as f64 / run_ns.max(1) as f64
         )
     })
+}
+
+/// A reader that counts the bytes it gave.
+struct CountingReader<'a, R> {
+    inner: &'a mut R,
+    n: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for CountingReader<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
 }
 
 #[cfg(test)]

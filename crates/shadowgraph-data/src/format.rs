@@ -22,7 +22,7 @@ pub enum Kind {
 }
 
 /// One decoded record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     /// Timestamp (raw clock units in a `.dat` file, nanoseconds after
     /// conversion).
@@ -36,6 +36,9 @@ pub struct Record {
     pub depth: u16,
     /// Function address (for LOST: the number of records lost).
     pub addr: u64,
+    /// The arguments (an entry's) or return value (an exit's) recorded
+    /// after it, as uftrace shows them (`1, "two"`; `3`).
+    pub args: Option<std::sync::Arc<str>>,
 }
 
 /// The second word of a record: kind, magic, depth and address packed.
@@ -81,6 +84,7 @@ pub fn decode(bytes: &[u8; RECORD_SIZE], offset: u64) -> Result<Record, BadRecor
         more: (w >> 2) & 1 != 0,
         depth: ((w >> 6) & 0x3ff) as u16,
         addr: w >> 16,
+        args: None,
     })
 }
 

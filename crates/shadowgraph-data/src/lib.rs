@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod args;
 pub mod chrome;
 pub mod dir;
 pub mod error;

@@ -150,6 +150,7 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for SchedMerged<I> 
                 more: s.preempted,
                 depth: self.depth,
                 addr: SCHED_ADDR,
+                args: None,
             };
             self.exit = Some(rec(Kind::Exit, s.back));
             return Some(Ok(rec(Kind::Entry, s.out)));

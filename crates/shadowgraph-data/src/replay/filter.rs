@@ -234,7 +234,7 @@ impl Iterator for TimeFiltered {
                         let keep = released || r.time.saturating_sub(e.time) >= self.min;
                         if keep && !released {
                             for (a, done) in self.open.iter_mut().filter(|(_, d)| !*d) {
-                                self.ready.push_back(*a);
+                                self.ready.push_back(a.clone());
                                 *done = true;
                             }
                             self.ready.push_back(e);

@@ -77,11 +77,11 @@ pub fn replay_fields(
     while let Some(Reverse((_, k))) = heap.pop() {
         let r = streams[k].next().expect("peeked")?;
         let next = match streams[k].peek() {
-            Some(Ok(n)) => Some(*n),
+            Some(Ok(n)) => Some(n.clone()),
             Some(Err(e)) => return Err(e.clone().into()),
             None => None,
         };
-        if let Some(n) = next {
+        if let Some(n) = &next {
             heap.push(Reverse((n.time, k)));
         }
         if std::mem::replace(&mut skip[k], false) {
@@ -107,8 +107,17 @@ pub fn replay_fields(
                             let tail = if r.more { " (pre-empted) */" } else { " */" };
                             line(out, &mut cols, (k, &r, dur), r.depth, ("/* ", &name, tail))?;
                         } else {
-                            let tail = if name.ends_with(')') { ";" } else { "();" };
-                            line(out, &mut cols, (k, &r, dur), r.depth, ("", &name, tail))?;
+                            let tail = match (&r.args, &n.args) {
+                                (None, None) if name.ends_with(')') => ";".to_string(),
+                                (a, ret) => format!(
+                                    "({}){};",
+                                    a.as_deref().unwrap_or(""),
+                                    ret.as_deref()
+                                        .map(|v| format!(" = {v}"))
+                                        .unwrap_or_default()
+                                ),
+                            };
+                            line(out, &mut cols, (k, &r, dur), r.depth, ("", &name, &tail))?;
                         }
                         skip[k] = true;
                     }
@@ -123,8 +132,11 @@ pub fn replay_fields(
                         et[d] = Some(r.time);
                         // A name with its parameters (C++) gets no `()`,
                         // as in uftrace's replay.
-                        let tail = if name.ends_with(')') { " {" } else { "() {" };
-                        line(out, &mut cols, (k, &r, None), r.depth, ("", &name, tail))?;
+                        let tail = match &r.args {
+                            None if name.ends_with(')') => " {".to_string(),
+                            a => format!("({}) {{", a.as_deref().unwrap_or("")),
+                        };
+                        line(out, &mut cols, (k, &r, None), r.depth, ("", &name, &tail))?;
                     }
                 }
             }
@@ -133,13 +145,11 @@ pub fn replay_fields(
                 let start = entry_time[k].get_mut(d).and_then(Option::take);
                 let name = data.name(r.addr);
                 let dur = start.map(|s| r.time.saturating_sub(s));
-                line(
-                    out,
-                    &mut cols,
-                    (k, &r, dur),
-                    r.depth,
-                    ("} /* ", &name, " */"),
-                )?;
+                let head = match &r.args {
+                    Some(v) => format!("}} = {v}; /* "),
+                    None => "} /* ".to_string(),
+                };
+                line(out, &mut cols, (k, &r, dur), r.depth, (&head, &name, " */"))?;
             }
             Kind::Lost => {
                 let n = r.addr.to_string();

@@ -1,0 +1,466 @@
+//! Arguments and return values recorded after an entry or exit record
+//! (its `more` bit set), in uftrace's layout: the values of the function's
+//! argument specs in order, each padded to 4 bytes — an integer or float
+//! as its size, a string as a 2-byte length and its bytes, a char as one
+//! byte — and the whole padded to 8. The data holds no sizes of its own:
+//! a reader finds them in the specs the recording was made with
+//! (`argspec:`/`retspec:` in uftrace's `info`), matched against the
+//! function's name.
+
+#![forbid(unsafe_code)]
+
+use crate::pattern::{FunctionName, Pattern};
+
+/// How a value is shown (uftrace's `/FMT`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fmt {
+    /// `d` (the default): decimal, hexadecimal when beyond ±100000.
+    Auto,
+    /// `i`: signed decimal.
+    Sint,
+    /// `u`: unsigned, hexadecimal beyond 100000.
+    Uint,
+    /// `x`: hexadecimal.
+    Hex,
+    /// `s`: a C string.
+    Str,
+    /// `c`: a character.
+    Char,
+    /// `f`, and `fparg`: floating point.
+    Float,
+    /// `S`: a `std::string`.
+    StdString,
+    /// `p`: a pointer.
+    Ptr,
+    /// `e:NAME`: an enum, by its name.
+    Enum(String),
+    /// `t:SIZE[:NAME]`: a structure passed by value.
+    Struct(Option<String>),
+}
+
+/// One argument or return value spec: `arg2/i32`, `fparg1`, `retval/s`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArgSpec {
+    /// The return value (else an argument).
+    pub retval: bool,
+    /// The argument's number (1 for `arg1`; 0 for the return value).
+    pub index: u32,
+    /// How it is shown.
+    pub fmt: Fmt,
+    /// Its size in bytes.
+    pub size: usize,
+}
+
+impl ArgSpec {
+    /// Parses one spec as uftrace writes it (`%reg` and `%stack+N`
+    /// placements are accepted: they do not change the recorded data).
+    pub fn parse(text: &str) -> Result<ArgSpec, String> {
+        let bad = |why: &str| format!("argument spec `{text}`: {why}");
+        let (head, mut fmt, mut size, retval) = if let Some(r) = text.strip_prefix("retval") {
+            (r, Fmt::Auto, 8, true)
+        } else if let Some(r) = text.strip_prefix("fparg") {
+            (r, Fmt::Float, 8, false)
+        } else if let Some(r) = text.strip_prefix("arg") {
+            (r, Fmt::Auto, 8, false)
+        } else {
+            return Err(bad("not argN, fpargN or retval"));
+        };
+        let digits = head.bytes().take_while(u8::is_ascii_digit).count();
+        if !retval && digits == 0 {
+            return Err(bad("no argument number"));
+        }
+        let index = head[..digits].parse().unwrap_or(0);
+        let rest = &head[digits..];
+        let (rest, _placement) = rest.split_once('%').unwrap_or((rest, ""));
+        if let Some(f) = rest.strip_prefix('/') {
+            let mut chars = f.chars();
+            let bits = match chars.next() {
+                Some('d') => chars.as_str(),
+                Some('i') => (fmt = Fmt::Sint, chars.as_str()).1,
+                Some('u') => (fmt = Fmt::Uint, chars.as_str()).1,
+                Some('x') => (fmt = Fmt::Hex, chars.as_str()).1,
+                Some('s') => (fmt = Fmt::Str, chars.as_str()).1,
+                Some('S') => (fmt = Fmt::StdString, chars.as_str()).1,
+                Some('p') => (fmt = Fmt::Ptr, chars.as_str()).1,
+                Some('c') => (fmt = Fmt::Char, size = 1, chars.as_str()).2,
+                Some('f') => (fmt = Fmt::Float, chars.as_str()).1,
+                Some('e') => {
+                    let name = chars.as_str().strip_prefix(':').unwrap_or("");
+                    if name.is_empty() {
+                        return Err(bad("an enum needs its name (e:NAME)"));
+                    }
+                    fmt = Fmt::Enum(name.to_string());
+                    ""
+                }
+                Some('t') => {
+                    let t = chars.as_str();
+                    let n = t.bytes().take_while(u8::is_ascii_digit).count();
+                    size = t[..n].parse().map_err(|_| bad("a struct needs its size"))?;
+                    let name = t[n..].strip_prefix(':').filter(|s| !s.is_empty());
+                    fmt = Fmt::Struct(name.map(str::to_string));
+                    ""
+                }
+                Some(d) if fmt == Fmt::Float && d.is_ascii_digit() => f,
+                _ => return Err(bad("unknown format")),
+            };
+            if !bits.is_empty() {
+                size = match (bits, &fmt) {
+                    ("8", _) => 1,
+                    ("16", _) => 2,
+                    ("32", _) => 4,
+                    ("64", _) => 8,
+                    ("80", Fmt::Float) => 10,
+                    _ => return Err(bad("unsupported size")),
+                };
+            }
+        } else if !rest.is_empty() {
+            return Err(bad("unexpected text"));
+        }
+        Ok(ArgSpec {
+            retval,
+            index,
+            fmt,
+            size,
+        })
+    }
+}
+
+/// The specs of a recording: for each pattern, its arguments and return
+/// value, in the order given.
+#[derive(Clone, Debug, Default)]
+pub struct Specs {
+    rules: Vec<(Pattern, Vec<ArgSpec>)>,
+}
+
+impl Specs {
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Adds uftrace's `FUNC@spec,spec;FUNC@…` list (`argspec:` and
+    /// `retspec:` lines of its `info`); `regex`: its patterns are regular
+    /// expressions (uftrace's default `pattern_type`), a name without
+    /// their special characters meaning itself. Actions other than
+    /// argument specs (triggers) are skipped.
+    pub fn add_list(&mut self, list: &str, regex: bool) -> Result<(), String> {
+        for entry in list.split(';').filter(|e| !e.is_empty()) {
+            let (func, specs) = entry
+                .split_once('@')
+                .ok_or_else(|| format!("argument spec `{entry}`: no `@`"))?;
+            let args: Vec<ArgSpec> = specs
+                .split(',')
+                .filter(|s| {
+                    s.starts_with("arg") || s.starts_with("fparg") || s.starts_with("retval")
+                })
+                .map(ArgSpec::parse)
+                .collect::<Result<_, _>>()?;
+            if args.is_empty() {
+                continue;
+            }
+            let special = |c: char| ".^$*+?()[]{}|\\".contains(c);
+            let text = if regex && func.contains(special) {
+                format!("/{func}/")
+            } else {
+                func.to_string()
+            };
+            let pattern = Pattern::parse(&text).map_err(|e| e.to_string())?;
+            self.rules.push((pattern, args));
+        }
+        Ok(())
+    }
+
+    /// The specs that apply to a function, in order (arguments and the
+    /// return value together, as uftrace lists them).
+    pub fn of(&self, name: &FunctionName<'_>) -> Vec<ArgSpec> {
+        self.rules
+            .iter()
+            .filter(|(p, _)| p.matches(name))
+            .flat_map(|(_, a)| a.iter().cloned())
+            .collect()
+    }
+}
+
+/// The recorded values of `specs` (the arguments, or with `retval` the
+/// return value), read from the start of `data`: how many bytes they
+/// take (padded to 8), and their text as uftrace shows it (`1, "two"`).
+/// `symbol` names a pointer's target, if it is a known function. None
+/// when `data` is too short for them.
+pub fn read(
+    specs: &[ArgSpec],
+    retval: bool,
+    data: &[u8],
+    symbol: &dyn Fn(u64) -> Option<String>,
+) -> Option<(usize, String)> {
+    let mut at = 0usize;
+    let mut out = String::new();
+    for s in specs.iter().filter(|s| s.retval == retval) {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        let used = match s.fmt {
+            Fmt::Str | Fmt::StdString => {
+                let len = u16::from_le_bytes(data.get(at..at + 2)?.try_into().ok()?) as usize;
+                let bytes = data.get(at + 2..at + 2 + len)?;
+                show_string(&mut out, bytes, s.fmt == Fmt::StdString);
+                2 + len
+            }
+            Fmt::Char => {
+                out.push('\'');
+                escape_char(&mut out, *data.get(at)?);
+                out.push('\'');
+                1
+            }
+            Fmt::Struct(ref name) => {
+                if let Some(n) = name.as_deref().filter(|n| *n != "<lambda") {
+                    out.push_str(n);
+                }
+                out.push_str(if s.size > 0 { "{...}" } else { "{}" });
+                s.size
+            }
+            _ => {
+                let raw = data.get(at..at + s.size)?;
+                show_number(&mut out, s, raw, symbol);
+                s.size
+            }
+        };
+        at += used.next_multiple_of(4);
+        if retval {
+            break; // the first return value only, as uftrace reads it
+        }
+    }
+    Some((at.next_multiple_of(8), out))
+}
+
+/// A string as uftrace 0.13 shows it: quoted, escaped, `s` after a
+/// `std::string`. A null pointer was recorded as the text `NULL`, shown
+/// quoted as any other; only the 4 bytes `ff ff ff ff` (uftrace's own
+/// null marker, which its reader looks for) show as a bare `NULL`.
+fn show_string(out: &mut String, bytes: &[u8], std_string: bool) {
+    if bytes == [0xff; 4] {
+        out.push_str("NULL");
+        return;
+    }
+    // Up to the first NUL, as a C string prints.
+    let bytes = &bytes[..bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len())];
+    out.push('"');
+    if bytes.iter().any(|&b| b >= 0x80) {
+        out.push_str(&String::from_utf8_lossy(bytes));
+    } else {
+        for &b in bytes {
+            escape_char(out, b);
+        }
+    }
+    out.push('"');
+    if std_string {
+        out.push('s');
+    }
+}
+
+fn escape_char(out: &mut String, c: u8) {
+    match c {
+        0 => out.push_str("\\0"),
+        8 => out.push_str("\\b"),
+        b'\n' => out.push_str("\\n"),
+        c => out.push(c as char),
+    }
+}
+
+fn show_number(out: &mut String, s: &ArgSpec, raw: &[u8], symbol: &dyn Fn(u64) -> Option<String>) {
+    let mut b = [0u8; 16];
+    b[..raw.len()].copy_from_slice(raw);
+    let u = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    // The value as a signed number of its size.
+    let shift = 64 - 8 * s.size.min(8) as u32;
+    let signed = ((u << shift) as i64) >> shift;
+    let unsigned = (u << shift) >> shift;
+    let hex = |v: u64| {
+        if v == 0 {
+            "0".to_string()
+        } else {
+            format!("{v:#x}")
+        }
+    };
+    let text = match &s.fmt {
+        Fmt::Auto
+            if s.size == 8 && (0xffff_0000..=0xffff_ffff).contains(&u) && u != 0xffff_0000 =>
+        {
+            // A negative 32-bit value in a 64-bit register.
+            (u as u32 as i32).to_string()
+        }
+        Fmt::Auto if !(-100_000..=100_000).contains(&signed) => hex(unsigned),
+        Fmt::Auto | Fmt::Sint => signed.to_string(),
+        Fmt::Uint if unsigned > 100_000 => hex(unsigned),
+        Fmt::Uint => unsigned.to_string(),
+        Fmt::Hex => hex(unsigned),
+        Fmt::Float => match s.size {
+            4 => format!("{:.6}", f32::from_le_bytes(b[..4].try_into().expect("4"))),
+            _ => format!("{:.6}", f64::from_le_bytes(b[..8].try_into().expect("8"))),
+        },
+        Fmt::Ptr => match symbol(u) {
+            Some(name) => format!("&{name}"),
+            None => hex(u),
+        },
+        Fmt::Enum(_) => format!("<ENUM?> {:x}", signed as i32),
+        Fmt::Str | Fmt::StdString | Fmt::Char | Fmt::Struct(_) => unreachable!("shown above"),
+    };
+    out.push_str(&text);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_as_uftrace_writes_them() {
+        let a = ArgSpec::parse("arg2/i32").unwrap();
+        assert_eq!((a.index, a.fmt, a.size, a.retval), (2, Fmt::Sint, 4, false));
+        let f = ArgSpec::parse("fparg1").unwrap();
+        assert_eq!((f.fmt, f.size), (Fmt::Float, 8));
+        let r = ArgSpec::parse("retval/f64").unwrap();
+        assert_eq!((r.retval, r.fmt, r.size), (true, Fmt::Float, 8));
+        assert_eq!(ArgSpec::parse("arg1/c").unwrap().size, 1);
+        assert_eq!(
+            ArgSpec::parse("arg3/e:uft_mmap_prot").unwrap().fmt,
+            Fmt::Enum("uft_mmap_prot".into())
+        );
+        assert_eq!(ArgSpec::parse("arg1%stack+1").unwrap().index, 1);
+        assert!(ArgSpec::parse("arg1/q").is_err());
+        assert!(ArgSpec::parse("arg/x").is_err());
+        assert!(ArgSpec::parse("arg1/x12").is_err());
+    }
+
+    #[test]
+    fn values_read_and_show_as_uftrace_shows_them() {
+        let specs: Vec<ArgSpec> = ["arg1", "arg2/s", "arg3/x", "arg4/c", "retval/i32"]
+            .iter()
+            .map(|s| ArgSpec::parse(s).unwrap())
+            .collect();
+        let mut d = Vec::new();
+        d.extend_from_slice(&(-5i64).to_le_bytes());
+        d.extend_from_slice(&5u16.to_le_bytes());
+        d.extend_from_slice(b"hello\0");
+        d.extend_from_slice(&[0; 0]); // 2 + 5 = 7, padded to 8
+        d.truncate(8 + 7);
+        d.push(0);
+        d.extend_from_slice(&255u64.to_le_bytes());
+        d.extend_from_slice(&[b'a', 0, 0, 0]);
+        let none = |_| None;
+        let (n, text) = read(&specs, false, &d, &none).unwrap();
+        assert_eq!(text, r#"-5, "hello", 0xff, 'a'"#);
+        assert_eq!(n, 32);
+        let (n, text) = read(&specs, true, &(-1i32).to_le_bytes(), &none).unwrap();
+        assert_eq!((n, text.as_str()), (8, "-1"));
+        assert!(read(&specs, false, &d[..10], &none).is_none());
+        let big = 0x1234_5678u64.to_le_bytes();
+        assert_eq!(
+            read(&specs[..1], false, &big, &none).unwrap().1,
+            "0x12345678"
+        );
+    }
+}
+
+/// The specs of a recording resolved to its functions, for its record
+/// streams: which symbols have arguments or a return value recorded.
+#[derive(Debug, Default)]
+pub struct ArgIndex {
+    /// Symbol start addresses, ascending.
+    addrs: Vec<u64>,
+    /// Per symbol: its specs (empty: none).
+    specs: Vec<std::sync::Arc<[ArgSpec]>>,
+    /// Per symbol: its name (a pointer to it is shown as `&name`).
+    names: Vec<String>,
+}
+
+impl ArgIndex {
+    /// Resolves `specs` over the symbols (address, symbol) and their
+    /// shown `names`, in the objects `module_of` names; None when no
+    /// function has any.
+    pub fn new(
+        specs: &Specs,
+        symbols: &[(u64, String)],
+        names: &[String],
+        module_of: impl Fn(u64) -> String,
+    ) -> Option<ArgIndex> {
+        if specs.is_empty() {
+            return None;
+        }
+        let mut index = ArgIndex::default();
+        for ((addr, symbol), name) in symbols.iter().zip(names) {
+            let module = module_of(*addr);
+            let f = FunctionName {
+                function: name,
+                symbol,
+                module: &module,
+                library: None,
+            };
+            index.addrs.push(*addr);
+            index.specs.push(specs.of(&f).into());
+            index.names.push(name.clone());
+        }
+        index.specs.iter().any(|s| !s.is_empty()).then_some(index)
+    }
+
+    /// The specs of the function holding `addr` (its nearest symbol at or
+    /// below it).
+    fn specs_at(&self, addr: u64) -> &[ArgSpec] {
+        match self.addrs.partition_point(|&a| a <= addr) {
+            0 => &[],
+            i => &self.specs[i - 1],
+        }
+    }
+
+    /// Reads the data after a record of the function at `addr` whose
+    /// `more` bit is set (`retval`: an exit's) from `input`, and returns
+    /// its text. An error says why it cannot be read: no spec applies to
+    /// the function (its size is unknown), or the file ends inside it.
+    pub fn read_after(
+        &self,
+        addr: u64,
+        retval: bool,
+        input: &mut impl std::io::Read,
+    ) -> Result<String, String> {
+        let specs = self.specs_at(addr);
+        if !specs.iter().any(|s| s.retval == retval) {
+            return Err(format!(
+                "a record at {addr:#x} carries {} but no spec of the recording names its function",
+                if retval {
+                    "a return value"
+                } else {
+                    "arguments"
+                }
+            ));
+        }
+        let mut buf = Vec::new();
+        let mut take = |n: usize, buf: &mut Vec<u8>| {
+            let at = buf.len();
+            buf.resize(at + n, 0);
+            input
+                .read_exact(&mut buf[at..])
+                .map_err(|e| format!("the data after a record: {e}"))
+        };
+        for s in specs.iter().filter(|s| s.retval == retval) {
+            let at = buf.len();
+            let len = match s.fmt {
+                Fmt::Str | Fmt::StdString => {
+                    take(2, &mut buf)?;
+                    2 + u16::from_le_bytes([buf[at], buf[at + 1]]) as usize
+                }
+                Fmt::Char => 1,
+                _ => s.size,
+            };
+            take(len.next_multiple_of(4) - (buf.len() - at), &mut buf)?;
+            if retval {
+                break;
+            }
+        }
+        take(buf.len().next_multiple_of(8) - buf.len(), &mut buf)?;
+        let symbol = |p: u64| {
+            let i = self.addrs.binary_search(&p).ok()?;
+            Some(self.names[i].clone())
+        };
+        read(specs, retval, &buf, &symbol)
+            .map(|(_, text)| text)
+            .ok_or_else(|| "the data after a record is shorter than its specs".to_string())
+    }
+}
