@@ -83,7 +83,14 @@ pub unsafe extern "C" fn shadowgraph_attach(
     // on the thread below, once the caller has let the threads run on and
     // connected: its grace periods wait for threads inside traced calls.
     let first = (!stopped.is_empty() && !shadowgraph::session::set_up()).then(|| {
-        shadowgraph::process::with_world_stopped(&stopped, || Session::start(config.clone()))
+        // The caller holds every other thread: text is written by plain
+        // stores, and the metadata waits until they run.
+        HELD_BY_CALLER.set(true);
+        let s = shadowgraph::process::with_world_stopped(&stopped, || {
+            Session::start_held(config.clone())
+        });
+        HELD_BY_CALLER.set(false);
+        s
     });
     let spawned = std::thread::Builder::new()
         .name("shadowgraph".into())
@@ -244,7 +251,15 @@ fn serve(listener: UnixListener, first: Option<Result<Session, String>>, config:
     // Holds the threads while this session changes text (a later one's
     // start, every one's end).
     CLIENT.set(client.as_raw_fd());
-    let session = first.unwrap_or_else(|| Session::start(config));
+    let session = match first {
+        Some(s) => {
+            if let Ok(s) = &s {
+                s.settle();
+            }
+            s
+        }
+        None => Session::start(config),
+    };
     let mut out = &client;
     let session = match session {
         Ok(s) if !s.traces() => {
@@ -320,14 +335,21 @@ std::thread_local! {
     /// The session's client, on the thread serving it (-1: none): the
     /// holder of the world while that thread changes text.
     static CLIENT: std::cell::Cell<c_int> = const { std::cell::Cell::new(-1) };
+    /// On the thread the attach calls in, while the caller holds every
+    /// other thread (the first session's start).
+    static HELD_BY_CALLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The patcher's world holder ([`shadowgraph::patch::set_world_holder`]):
-/// on a thread serving a session, its client stops every thread of the
+/// the caller of the attach holds every thread already while the first
+/// session starts; on a thread serving a session, its client stops every thread of the
 /// program (ptrace) at "hold" and answers "held", lets them go at
 /// "release" and answers "released". Elsewhere, or if the client is gone:
 /// not held. Plain reads and writes on the socket: nothing allocates.
 fn held_by_client(what: shadowgraph::patch::Hold) -> bool {
+    if HELD_BY_CALLER.get() {
+        return true;
+    }
     let fd = CLIENT.get();
     if fd < 0 {
         return false;

@@ -94,10 +94,31 @@ impl Session {
     /// attached while others may run) records on the sites the first
     /// found, with the library calls and clock the first chose.
     pub fn start(config: Config) -> Result<Session, String> {
+        Self::start_as(config, false)
+    }
+
+    /// [`Session::start`] while every other thread of the process is held
+    /// from outside (`record -p`, ptrace): what need not be done while
+    /// they wait — writing the recording's metadata — is left to
+    /// [`Session::settle`], called once they run again.
+    pub fn start_held(config: Config) -> Result<Session, String> {
+        Self::start_as(config, true)
+    }
+
+    /// Does what [`Session::start_held`] left: writes the recording's
+    /// metadata (as the start of an unheld session does). Once; nothing
+    /// for a session started otherwise.
+    pub fn settle(&self) {
+        if let Some(rec) = &self.recording {
+            recorder::write_start_metadata(rec);
+        }
+    }
+
+    fn start_as(config: Config, held: bool) -> Result<Session, String> {
         config.check().map_err(|e| e.to_string())?;
         let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
         match STARTED.get() {
-            None => start(config).map(|recording| Session { recording }),
+            None => start(config, held).map(|recording| Session { recording }),
             Some(Started::Record) => another(config).map(|r| Session { recording: Some(r) }),
             Some(Started::Count) => Err("this process counts calls: it runs one session".into()),
             Some(Started::Untraced) => Err("this process is not traced: it has no sites".into()),
@@ -146,7 +167,8 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
         return Err("`--control` is only for the first session of a process".into());
     }
     objects::reapply_library_calls();
-    let rec = recorder::start(r, &r.dir, r.rings.as_ref().map(|x| x.dir.as_path()), None);
+    let rings = r.rings.as_ref().map(|x| x.dir.as_path());
+    let rec = recorder::start(r, &r.dir, rings, None, true);
     if rec.is_err() && !recorder::active() {
         objects::restore_library_calls();
     }
@@ -175,9 +197,9 @@ pub fn finish() {
 
 /// The first session: sets the process up, then starts its recording (if
 /// it records and has anything to trace).
-fn start(config: Config) -> Result<Option<Arc<recorder::Recording>>, String> {
+fn start(config: Config, held: bool) -> Result<Option<Arc<recorder::Recording>>, String> {
     let mut rec = None;
-    let started = set_up_first(config, &mut rec)?;
+    let started = set_up_first(config, &mut rec, held)?;
     let _ = STARTED.set(started);
     Ok(rec)
 }
@@ -185,6 +207,7 @@ fn start(config: Config) -> Result<Option<Arc<recorder::Recording>>, String> {
 fn set_up_first(
     mut config: Config,
     rec: &mut Option<Arc<recorder::Recording>>,
+    held: bool,
 ) -> Result<Started, String> {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
@@ -233,16 +256,18 @@ fn set_up_first(
             count::start(&config.objects, c.graph, c.report.clone())?;
             Started::Count
         }
-        Mode::Record(r) => start_recording(&r.clone(), &mut config, rec)?,
+        Mode::Record(r) => start_recording(&r.clone(), &mut config, rec, held)?,
     };
     Ok(started)
 }
 
-/// `record`: the recorders of `r`, into this image's directory.
+/// `record`: the recorders of `r`, into this image's directory (their
+/// metadata written now unless the world is `held`).
 fn start_recording(
     r: &config::Record,
     config: &mut Config,
     rec: &mut Option<Arc<recorder::Recording>>,
+    held: bool,
 ) -> Result<Started, String> {
     if let Some(rings) = &r.rings {
         if rings.layout != ring::LAYOUT {
@@ -307,7 +332,7 @@ fn start_recording(
     // Only the recorded program's first image listens for commands.
     let control = r.control.as_ref().filter(|_| !started_by_exec);
     let rings = r.rings.as_ref().map(|x| x.dir.as_path());
-    let made = recorder::start(r, &dir, rings, control)?;
+    let made = recorder::start(r, &dir, rings, control, !held)?;
     if let Some(c) = control {
         control::start(made.users(), c)?;
     }

@@ -45,12 +45,14 @@ pub(crate) fn init_clock(c: config::Clock) {
 /// chosen already ([`init_clock`]) and the objects are in the core. Each
 /// tracer takes a free instance: several recordings may run at once
 /// (sessions attached to a running process), each tracer with its own
-/// user, filters and rings.
+/// user, filters and rings. The metadata is written now, or, unless
+/// `metadata_now`, by [`write_start_metadata`].
 pub(crate) fn start(
     r: &config::Record,
     dir: &Path,
     rings: Option<&Path>,
     control: Option<&config::Control>,
+    metadata_now: bool,
 ) -> Result<Arc<Recording>, String> {
     let alone = r.tracers.len() == 1;
     // A graph user registered before (the manager exists): shadow stacks
@@ -121,10 +123,17 @@ pub(crate) fn start(
         }
     }
     live().push(rec.clone());
-    // Metadata now, with the estimated clock rate, in case the program never
-    // reaches exit (a crash, _exit): the CLI converts such a recording.
-    metadata::write_all(&rec.tracers, control.map(|_| (0, 0)), false);
+    if metadata_now {
+        write_start_metadata(&rec);
+    }
     Ok(rec)
+}
+
+/// The metadata of a recording just started, with the estimated clock
+/// rate, in case the program never reaches exit (a crash, `_exit`): the
+/// CLI converts such a recording.
+pub(crate) fn write_start_metadata(rec: &Recording) {
+    metadata::write_all(&rec.tracers, rec.control.then_some((0, 0)), false);
 }
 
 impl Recording {
