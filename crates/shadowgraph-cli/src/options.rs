@@ -17,8 +17,9 @@ pub(crate) struct AttachOptions {
         conflicts_with = "program"
     )]
     pub pid: Option<i32>,
-    /// With -p: end the recording after TIME (e.g. 500ms, 2s).
-    #[arg(long, value_name = "TIME", requires = "pid", value_parser = parse_duration_ns)]
+    /// With -p: end the recording after TIME (e.g. 500ms, 2s; a number
+    /// alone is seconds, as `timeout` takes it).
+    #[arg(long, value_name = "TIME", requires = "pid", value_parser = parse_seconds_ns)]
     pub duration: Option<u64>,
 }
 
@@ -134,6 +135,17 @@ pub(crate) fn parse_duration_ns(v: &str) -> Result<u64, String> {
         Ok(n) if n.is_finite() && n * scale < u64::MAX as f64 => Ok((n * scale).round() as u64),
         _ => Err(format!("`{v}` is not a duration (e.g. 10us, 1.5ms)")),
     }
+}
+
+/// A duration for how long to run (`--duration`): as
+/// [`parse_duration_ns`], but a number without a unit is seconds.
+pub(crate) fn parse_seconds_ns(v: &str) -> Result<u64, String> {
+    let bare = !v.trim().is_empty() && v.trim().bytes().all(|c| c.is_ascii_digit() || c == b'.');
+    parse_duration_ns(&if bare {
+        format!("{}s", v.trim())
+    } else {
+        v.to_string()
+    })
 }
 
 /// A buffer size: bytes, or with K, M or G (powers of 1024); 64K to 1G.

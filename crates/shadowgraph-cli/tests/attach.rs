@@ -114,11 +114,13 @@ fn record_p_traces_a_running_program_and_leaves_it_unharmed() {
     let (mut child, mut out) = start_target(&exe, &[]);
     let pid = child.id();
     let data = dir.join("a.data");
-    let o = record_p(&pid.to_string(), &["--duration", "300ms"], &data);
+    // (A number alone is seconds.)
+    let o = record_p(&pid.to_string(), &["--duration", "0.3"], &data);
     let (_, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(
-        err.contains(&format!("# attached to process {pid}")),
+        err.contains(&format!("# attached to process {pid}"))
+            && err.contains("recording until 0.300 s have passed"),
         "{err}"
     );
     // (main is blocked in read() throughout: only the worker records.)
