@@ -403,4 +403,47 @@ fn uftraces_arguments_are_shown_as_uftrace_shows_them() {
     ] {
         assert!(ours.contains(shown), "{shown} in\n{ours}");
     }
+    // The Chrome dump carries them as uftrace's does (`args`), and the
+    // Perfetto trace as debug annotations.
+    let events = |chrome: &str| -> Vec<String> {
+        chrome
+            .lines()
+            .filter(|l| l.contains("\"args\"") && !l.contains("\"ph\":\"M\""))
+            .map(|l| {
+                l[l.find("\"name\"").unwrap()..]
+                    .trim_end_matches(',')
+                    .to_string()
+            })
+            .collect()
+    };
+    let o = shadowgraph()
+        .args(["dump", "--chrome", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let u = Command::new("uftrace")
+        .args(["dump", "--chrome", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let (ours, theirs) = (events(&text(&o).0), events(&text(&u).0));
+    assert!(
+        ours.iter()
+            .any(|e| e.contains(r#""args":{"arguments":"(1, 2)"}"#)),
+        "{ours:?}"
+    );
+    // (uftrace escapes a tab in a string as \\t; the JSON string is the same text.)
+    let same: Vec<&String> = theirs.iter().filter(|e| !e.contains("\\t")).collect();
+    for e in same {
+        assert!(ours.contains(e), "{e} not in {ours:?}");
+    }
+    let o = shadowgraph()
+        .args(["dump", "--perfetto", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let has = |s: &[u8]| o.stdout.windows(s.len()).any(|w| w == s);
+    assert!(has(b"arguments") && has(b"(1, 2)") && has(b"retval"));
 }

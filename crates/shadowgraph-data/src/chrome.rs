@@ -23,7 +23,9 @@ fn json_str(s: &str) -> String {
 }
 
 /// Writes what `filter` selects as Chrome trace-event JSON: a `B` and an
-/// `E` event per call, one track per thread.
+/// `E` event per call, one track per thread; recorded arguments and
+/// return values as the events' `args` (`arguments`, `retval`), as
+/// uftrace writes them.
 pub fn dump_chrome(
     data: &DataDir,
     filter: &ReplayFilter,
@@ -46,9 +48,18 @@ pub fn dump_chrome(
                 writeln!(out, ",")?;
             }
             first = false;
+            // Arguments and return values as uftrace puts them.
+            let args = match (&r.args, r.kind) {
+                (Some(a), Kind::Entry) => format!(
+                    ",\"args\":{{\"arguments\":{}}}",
+                    json_str(&format!("({a})"))
+                ),
+                (Some(v), _) => format!(",\"args\":{{\"retval\":{}}}", json_str(v)),
+                (None, _) => String::new(),
+            };
             write!(
                 out,
-                "{{\"ts\":{}.{:03},\"ph\":\"{ph}\",\"pid\":{pid},\"tid\":{tid},\"name\":{}}}",
+                "{{\"ts\":{}.{:03},\"ph\":\"{ph}\",\"pid\":{pid},\"tid\":{tid},\"name\":{}{args}}}",
                 r.time / 1000,
                 r.time % 1000,
                 json_str(&data.name(r.addr))

@@ -60,7 +60,8 @@ fn packet(out: &mut impl Write, p: &Msg) -> std::io::Result<()> {
 }
 
 /// Writes what `filter` selects as a Perfetto trace: a track per thread,
-/// function names interned.
+/// function names interned, recorded arguments and return values as
+/// debug annotations (`arguments`, `retval`).
 pub fn dump_perfetto(
     data: &DataDir,
     filter: &ReplayFilter,
@@ -107,6 +108,18 @@ pub fn dump_perfetto(
             };
             let mut ev = Msg::default();
             ev.uint(9, kind).uint(11, track_uuid);
+            if let Some(a) = &r.args {
+                // TrackEvent.debug_annotations: DebugAnnotation.name = 10,
+                // .string_value = 6 (uftrace's Chrome names).
+                let (name, value) = if kind == SLICE_BEGIN {
+                    ("arguments", format!("({a})"))
+                } else {
+                    ("retval", a.to_string())
+                };
+                let mut d = Msg::default();
+                d.bytes(10, name.as_bytes()).bytes(6, value.as_bytes());
+                ev.msg(4, &d);
+            }
             let mut p = Msg::default();
             p.uint(8, r.time)
                 .uint(10, SEQ)
