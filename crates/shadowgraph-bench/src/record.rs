@@ -202,12 +202,15 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         Box::new(|| run_sg_with(&arg, None, &["-t", "1us"])),
         // A profile: counters per function, no records.
         Box::new(|| run_sg_with(&arg, None, &["--tracer", "profile"])),
+        // Every call's argument recorded (-A): its records carry data.
+        Box::new(|| run_sg_with(&arg, None, &["-A", "fib@arg1"])),
     ];
     let uf_at = runs.len();
     if uftrace {
         runs.push(Box::new(|| run_uf(&arg)));
         runs.push(Box::new(|| run_uf("1")));
         runs.push(Box::new(|| run_uf_with(&arg, &["-t", "1us"])));
+        runs.push(Box::new(|| run_uf_with(&arg, &["-A", "fib@arg1"])));
     }
     // fib(1) untraced: what starting and ending the program costs. A
     // recorder's start-up overhead is its fib(1) run less this (not less
@@ -241,7 +244,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         med(7),
         med(8),
     );
-    let sg_profile = med(9);
+    let (sg_profile, sg_args) = (med(9), med(10));
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -315,8 +318,14 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         "  (--tracer profile: no records)",
         per_call(sg_profile, sg_start)
     );
+    println!(
+        "{:<34} {sg_args:>9.3} {:>12.1}",
+        "  (-A fib@arg1: an argument)",
+        per_call(sg_args, sg_start)
+    );
     if uftrace {
-        let (uf, uf_start, uf_timed) = (med(10), med(11), med(12));
+        let (uf, uf_start, uf_timed, uf_args) =
+            (med(uf_at), med(uf_at + 1), med(uf_at + 2), med(uf_at + 3));
         let _ = time_cmd(1, || run_uf(&arg))?;
         let bytes = dir_bytes(&uf_data);
         let uf_bin = PathBuf::from("uftrace");
@@ -335,9 +344,14 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
             "  (-t 1us: time filter)",
             per_call(uf_timed, uf_start)
         );
+        println!(
+            "{:<34} {uf_args:>9.3} {:>12.1}",
+            "  (-A fib@arg1: an argument)",
+            per_call(uf_args, uf_start)
+        );
         let ratios: Vec<f64> = times[1]
             .iter()
-            .zip(&times[10])
+            .zip(&times[uf_at])
             .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
             .collect();
         println!(
@@ -348,7 +362,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         );
         let timed: Vec<f64> = times[8]
             .iter()
-            .zip(&times[12])
+            .zip(&times[uf_at + 2])
             .map(|(&s, &u)| per_call(s, sg_start) / per_call(u, uf_start))
             .collect();
         println!(

@@ -29,6 +29,16 @@ pub(crate) struct RecordOptions {
     /// Record only inside these functions (glob, /regex/, @LIB); repeatable.
     #[arg(short = 'F', long = "filter")]
     filter: Vec<String>,
+    /// Record arguments of functions: FUNC@arg1,arg2/i32,fparg1,arg3/s,…
+    /// (uftrace's specs: formats d i u x s c f p, sizes 8-64); repeatable.
+    #[arg(short = 'A', long = "argument", value_name = "SPEC")]
+    argument: Vec<String>,
+    /// Record return values of functions: FUNC@retval[/FMT]; repeatable.
+    #[arg(short = 'R', long = "retval", value_name = "SPEC")]
+    retval: Vec<String>,
+    /// Record no arguments or return values (drops -A and -R).
+    #[arg(long)]
+    no_args: bool,
     /// Record nothing inside these functions; repeatable.
     #[arg(short = 'N', long = "notrace")]
     notrace: Vec<String>,
@@ -292,6 +302,31 @@ impl RecordOptions {
         }))
     }
 
+    /// `-A` (or with `retval`, `-R`) specs, checked: `FUNC@spec,…` each,
+    /// every spec one uftrace takes, `FUNC` a pattern as `-F` takes it.
+    fn arg_specs(&self, given: &[String], retval: bool) -> Result<Vec<String>, String> {
+        if self.no_args {
+            return Ok(Vec::new());
+        }
+        let opt = if retval { "-R" } else { "-A" };
+        for g in given {
+            let (func, specs) = g
+                .split_once('@')
+                .ok_or_else(|| format!("{opt} {g}: FUNC@SPEC expected (e.g. add@arg1,arg2)"))?;
+            shadowgraph_data::pattern::Pattern::parse(func)
+                .map_err(|e| format!("{opt} {g}: {e}"))?;
+            for s in specs.split(',') {
+                let a = shadowgraph_data::args::ArgSpec::parse(s)
+                    .map_err(|e| format!("{opt} {g}: {e}"))?;
+                if a.retval != retval {
+                    let want = if retval { "retval" } else { "argN or fpargN" };
+                    return Err(format!("{opt} {g}: `{s}`: {opt} takes {want}"));
+                }
+            }
+        }
+        Ok(given.to_vec())
+    }
+
     /// The session's configuration: recording into `dir` (absolute), the
     /// threads' rings in `rings`. Patterns are checked here (a one-line
     /// error before the program starts).
@@ -320,6 +355,8 @@ impl RecordOptions {
                 children: !self.no_children,
                 fused: !self.general_path,
                 libcalls: self.libcalls(),
+                argspec: self.arg_specs(&self.argument, false)?,
+                retspec: self.arg_specs(&self.retval, true)?,
             }),
             objects,
             stack_bytes: self.max_stack.map(|b| b as usize),

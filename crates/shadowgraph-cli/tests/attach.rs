@@ -719,3 +719,30 @@ fn threads_with_every_signal_blocked_survive_sessions() {
     }
     assert_eq!(end_target(&mut child, &mut out), "bad=0\ndone\n");
 }
+
+/// `record -p` with `-A`/`-R`: arguments and return values of a running
+/// program, the calls still open at the end closed past their data.
+#[test]
+fn record_p_records_arguments_and_return_values() {
+    let dir = workdir("attach_args");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let data = dir.join("a.data");
+    let opts = [
+        "--duration",
+        "200ms",
+        "-A",
+        "leaf@arg1",
+        "-R",
+        "leaf@retval",
+    ];
+    let o = record_p(&child.id().to_string(), &opts, &data);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let body = replay_body(&replay_text(&data));
+    // leaf(x) returns 3x + 1, called with 0, 1, 2.
+    for call in ["leaf(0) = 1;", "leaf(1) = 4;", "leaf(2) = 7;"] {
+        assert!(body.iter().any(|l| l.trim() == call), "{call}: {body:?}");
+    }
+    nests_exactly(&data);
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
+}

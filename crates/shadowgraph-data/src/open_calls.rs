@@ -16,6 +16,7 @@ use std::path::Path;
 /// Returns how many exits it added.
 pub fn close_open_calls(dir: &Path, at_ns: u64, running: impl Fn(i32) -> bool) -> io::Result<u64> {
     let tasks = crate::uftrace::read_tasks(dir);
+    let args = arg_index(dir);
     let mut added = 0;
     for e in std::fs::read_dir(dir)? {
         let path = e?.path();
@@ -25,23 +26,53 @@ pub fn close_open_calls(dir: &Path, at_ns: u64, running: impl Fn(i32) -> bool) -
             .and_then(|s| s.parse::<i32>().ok());
         if let (Some(tid), true) = (tid, path.extension().is_some_and(|x| x == "dat")) {
             if running(tasks.get(&tid).map_or(tid, |t| t.0)) {
-                added += close_in(&path, at_ns)?;
+                added += close_in(&path, at_ns, args.as_ref())?;
             }
         }
     }
     Ok(added)
 }
 
-fn close_in(path: &Path, at_ns: u64) -> io::Result<u64> {
+/// The recording's argument specs over its symbols (a raw recording's
+/// `shadowgraph.info` and `symbols`), if it recorded any.
+fn arg_index(dir: &Path) -> Option<crate::args::ArgIndex> {
+    let mut info = crate::meta::Info::default();
+    let mut skipped = Vec::new();
+    crate::meta::read_key_values(&dir.join("shadowgraph.info"), &mut info, &mut skipped).ok()?;
+    let mut specs = crate::args::Specs::default();
+    let regex = info.get("pattern_type") == Some("regex");
+    for k in ["argspec", "retspec"] {
+        if let Some(list) = info.get(k).filter(|l| l.contains('@')) {
+            specs.add_list(list, regex).ok()?;
+        }
+    }
+    let symbols = crate::meta::read_symbols(&dir.join("symbols"), &mut skipped).ok()?;
+    let names: Vec<String> = symbols
+        .iter()
+        .map(|s| crate::names::demangle(&s.1))
+        .collect();
+    crate::args::ArgIndex::new(&specs, &symbols, &names, |_| String::new())
+}
+
+fn close_in(path: &Path, at_ns: u64, args: Option<&crate::args::ArgIndex>) -> io::Result<u64> {
     let bytes = std::fs::read(path)?;
     let mut open: Vec<(u64, u16)> = Vec::new();
     let mut last = 0;
-    for (i, chunk) in bytes.chunks_exact(RECORD_SIZE).enumerate() {
-        let r = decode(
-            chunk.try_into().expect("a record's bytes"),
-            (i * RECORD_SIZE) as u64,
-        )
-        .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
+    let mut at = 0;
+    while at + RECORD_SIZE <= bytes.len() {
+        let chunk = &bytes[at..at + RECORD_SIZE];
+        let r = decode(chunk.try_into().expect("a record's bytes"), at as u64)
+            .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
+        at += RECORD_SIZE;
+        if r.more && matches!(r.kind, Kind::Entry | Kind::Exit) {
+            // Its arguments or return value follow: skipped.
+            let mut rest = &bytes[at..];
+            let before = rest.len();
+            args.ok_or_else(|| "a record carries arguments and the recording has no specs".into())
+                .and_then(|a| a.read_after(r.addr, r.kind == Kind::Exit, &mut rest))
+                .map_err(|e| io::Error::other(format!("{}: offset {at}: {e}", path.display())))?;
+            at += before - rest.len();
+        }
         last = last.max(r.time);
         match r.kind {
             Kind::Entry => open.push((r.addr, r.depth)),

@@ -18,6 +18,51 @@ const FEATURES: u64 = 1 << 1 | 1 << 5 | 1 << 6;
 /// usageinfo, loadinfo, record_date, pattern_type, uftrace_version.
 const INFO_MASK: u64 = 0x3bff;
 
+/// Feature bits of recorded arguments and return values.
+const ARGUMENT: u64 = 1 << 3;
+const RETVAL: u64 = 1 << 4;
+/// The info section of argument specs (between loadinfo and record_date).
+const ARG_SPEC: u64 = 1 << 10;
+
+/// A `FUNC@spec,…;…` list with each `FUNC` (a glob or `/regex/`, as `-F`
+/// takes it) as the regular expression uftrace matches the same names
+/// with: a name without special characters as itself.
+fn regex_list(list: &str) -> String {
+    list.split(';')
+        .filter(|e| !e.is_empty())
+        .map(|e| match e.split_once('@') {
+            Some((func, specs)) => format!("{}@{specs}", glob_regex(func)),
+            None => e.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn glob_regex(p: &str) -> String {
+    if let Some(re) = p.strip_prefix('/').and_then(|r| r.strip_suffix('/')) {
+        return re.to_string();
+    }
+    let special = |c: char| "*?[].^$+(){}|\\".contains(c);
+    if !p.contains(special) {
+        return p.to_string();
+    }
+    let mut re = String::from("^");
+    for c in p.chars() {
+        match c {
+            '*' => re.push_str(".*"),
+            '?' => re.push('.'),
+            '[' | ']' => re.push(c),
+            c if ".^$+(){}|\\".contains(c) => {
+                re.push('\\');
+                re.push(c);
+            }
+            c => re.push(c),
+        }
+    }
+    re.push('$');
+    re
+}
+
 fn err(path: &Path, e: impl std::fmt::Display) -> DataError {
     DataError {
         path: path.to_owned(),
@@ -318,6 +363,19 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     )
     .unwrap();
     writeln!(text, "loadinfo:{}", field("load", "0.00 / 0.00 / 0.00")).unwrap();
+    // Arguments and return values recorded: uftrace's section, its
+    // patterns as regular expressions (its pattern_type).
+    let specs: Vec<(&str, String)> = ["argspec", "retspec"]
+        .into_iter()
+        .filter_map(|k| Some((k, regex_list(data.info.get(k).filter(|v| v.contains('@'))?))))
+        .collect();
+    if !specs.is_empty() {
+        writeln!(text, "argspec:lines={}", specs.len() + 3).unwrap();
+        for (k, v) in &specs {
+            writeln!(text, "{k}:{v}").unwrap();
+        }
+        writeln!(text, "argauto:\nretauto:\nenumauto:").unwrap();
+    }
     writeln!(text, "record_date:{}", field("record_date", "unknown")).unwrap();
     writeln!(
         text,
@@ -339,8 +397,13 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     info.extend_from_slice(&40u16.to_le_bytes()); // header size
     info.push(1); // little endian
     info.push(2); // ELF class 64
-    info.extend_from_slice(&FEATURES.to_le_bytes());
-    info.extend_from_slice(&INFO_MASK.to_le_bytes());
+    let (features, mask) = if specs.is_empty() {
+        (FEATURES, INFO_MASK)
+    } else {
+        (FEATURES | ARGUMENT | RETVAL, INFO_MASK | ARG_SPEC)
+    };
+    info.extend_from_slice(&features.to_le_bytes());
+    info.extend_from_slice(&mask.to_le_bytes());
     info.extend_from_slice(&1024u16.to_le_bytes()); // max stack
     info.extend_from_slice(&[0u8; 6]);
     info.extend_from_slice(text.as_bytes());

@@ -93,6 +93,13 @@ pub struct Record {
     /// Which calls through PLTs are traced as library calls.
     #[serde(default)]
     pub libcalls: LibCalls,
+    /// Arguments to record (uftrace's `-A`): `FUNC@arg1,arg2/s,…` each,
+    /// `FUNC` a pattern as `-F` takes it.
+    #[serde(default)]
+    pub argspec: Vec<String>,
+    /// Return values to record (uftrace's `-R`): `FUNC@retval[/FMT]` each.
+    #[serde(default)]
+    pub retspec: Vec<String>,
 }
 
 /// Which calls made through an object's PLT to functions of other objects
@@ -127,6 +134,8 @@ impl Record {
             children: true,
             fused: true,
             libcalls: LibCalls::Off,
+            argspec: Vec::new(),
+            retspec: Vec::new(),
         }
     }
 }
@@ -369,6 +378,8 @@ mod tests {
                 children: true,
                 fused: true,
                 libcalls: LibCalls::Nested,
+                argspec: vec!["add@arg1,arg2/s".into()],
+                retspec: vec!["add@retval".into()],
             }),
             objects: Objects::Program(vec!["libfoo".into()]),
             stack_bytes: None,

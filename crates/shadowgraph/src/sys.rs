@@ -305,6 +305,36 @@ fn membarrier(cmd: i32) -> io::Result<()> {
 /// kernel's grace period would stop only at its end).
 pub const REGISTERING_THREAD: &str = "shadowgraph-reg";
 
+/// Copies up to `out.len()` bytes at `addr` of this process's memory into
+/// `out` with `process_vm_readv`, which reports a bad address where a load
+/// would fault; returns how many bytes it read (0: none readable).
+/// Async-signal-safe; allocates nothing.
+pub fn read_own_memory(addr: usize, out: &mut [u8]) -> usize {
+    let read = |len: usize, out: &mut [u8]| {
+        let local = libc::iovec {
+            iov_base: out.as_mut_ptr().cast(),
+            iov_len: len,
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: process_vm_readv writes at most `len` (≤ `out.len()`)
+        // bytes into `out` and only reads the remote range, checking it;
+        // getpid has no preconditions.
+        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        n.max(0) as usize
+    };
+    let n = read(out.len(), out);
+    // A range running into an unreadable page may fail whole: then up to
+    // the end of the first page.
+    let to_page_end = 4096 - addr % 4096;
+    if n == 0 && to_page_end < out.len() {
+        return read(to_page_end, out);
+    }
+    n
+}
+
 /// Registers for every `membarrier` command the patcher and grace periods
 /// use (plain, sync-core and rseq expedited), the three at once on three
 /// threads. In a process that already has threads each registration waits

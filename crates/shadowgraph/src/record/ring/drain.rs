@@ -2,7 +2,7 @@
 //! times to nanoseconds between calibration points, writes them to the
 //! thread's `.dat` file a chunk at a time, and frees their slots.
 
-use super::{start_calibration, Drained, Ring, SLOT_SHIFT};
+use super::{data_slots, has_data, start_calibration, Drained, Ring, MAX_DATA, SLOT_SHIFT};
 use crate::clock;
 use shadowgraph_data::format::{encode, Kind};
 use shadowgraph_data::time::Converter;
@@ -22,6 +22,11 @@ impl Ring {
         let mut out = Drained::default();
         if head == tail && dropped == 0 {
             return out;
+        }
+        // Acquire: read after `head`, set before any record with data that
+        // `head` publishes.
+        if h.with_data.load(Ordering::Acquire) != 0 {
+            return self.drain_walking(fd, head);
         }
         let point = clock::calibration_point();
         let cap = h.capacity;
@@ -66,6 +71,95 @@ impl Ring {
         out
     }
 
+    /// [`Ring::drain`] of a ring some of whose records have data after
+    /// them: the records are walked (a record with data is followed by its
+    /// slots) and written with their data as uftrace lays it out — the
+    /// 16-byte record, then the data — through a buffer; every slot is
+    /// freed at the end.
+    fn drain_walking(&self, fd: i32, head: u64) -> Drained {
+        let h = self.header();
+        let tail = h.tail.load(Ordering::Relaxed);
+        let mut out = Drained::default();
+        let point = clock::calibration_point();
+        let (steps, worst) = self.convert_times_walking(tail, head, point);
+        out.clock_steps_back = steps;
+        out.clock_step_max = worst;
+        let mut buf = [0u8; 4096];
+        let mut n = 0usize;
+        // The file's end before each write, to cut a failed one back to.
+        let flush = |buf: &[u8], out: &mut Drained| -> bool {
+            // SAFETY: lseek on our own descriptor.
+            let end = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
+            match write_all(fd, buf.as_ptr(), buf.len()) {
+                Ok(()) => true,
+                Err((e, done)) => {
+                    out.errno = e;
+                    if done > 0 && end >= 0 {
+                        // SAFETY: ftruncate of our own descriptor back to
+                        // where this write began (whole records only).
+                        unsafe { libc::ftruncate(fd, end) };
+                    }
+                    false
+                }
+            }
+        };
+        let (mask, words_mask) = (h.capacity - 1, 2 * h.capacity - 1);
+        let word = |linear: u64| {
+            // SAFETY: a published slot's word (masked into the ring), the
+            // consumer's until `tail` moves past it.
+            unsafe { self.words().add((linear & words_mask) as usize).read() }
+        };
+        let (mut at, mut pending) = (tail, 0u64);
+        while at < head {
+            let i = 2 * (at & mask);
+            let (w0, w1) = (word(i), word(i + 1));
+            let len = if has_data(w1) {
+                (word(2 * (at + 1)) as usize).min(MAX_DATA) & !7
+            } else {
+                0
+            };
+            if n + 16 + len > buf.len() {
+                if out.errno == 0 && flush(&buf[..n], &mut out) {
+                    out.written += pending;
+                } else {
+                    out.lost += pending;
+                }
+                (n, pending) = (0, 0);
+            }
+            buf[n..n + 8].copy_from_slice(&w0.to_le_bytes());
+            buf[n + 8..n + 16].copy_from_slice(&w1.to_le_bytes());
+            n += 16;
+            for j in 0..len / 8 {
+                let w = word(2 * (at + 1) + 1 + j as u64);
+                buf[n..n + 8].copy_from_slice(&w.to_le_bytes());
+                n += 8;
+            }
+            pending += 1;
+            at += 1 + if has_data(w1) { data_slots(len) } else { 0 };
+        }
+        if pending > 0 {
+            if out.errno == 0 && flush(&buf[..n], &mut out) {
+                out.written += pending;
+            } else {
+                out.lost += pending;
+            }
+        }
+        let dropped = h.lost.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            out.lost += dropped;
+            let rec = [point.1, encode(Kind::Lost, 0, dropped)];
+            if out.errno == 0 {
+                if let Err((e, done)) = write_all(fd, rec.as_ptr().cast(), 16) {
+                    out.errno = e;
+                    drop_partial_record(fd, done);
+                }
+            }
+        }
+        // Release: as in `drain`.
+        h.tail.store(head, Ordering::Release);
+        out
+    }
+
     /// Consumer: frees every published record without writing it (there
     /// is nowhere to write); returns how many records that loses.
     pub fn discard(&self) -> u64 {
@@ -73,8 +167,34 @@ impl Ring {
         let head = h.head.load(Ordering::Acquire) >> SLOT_SHIFT;
         let tail = h.tail.load(Ordering::Relaxed);
         let dropped = h.lost.swap(0, Ordering::Relaxed);
+        // Acquire: as in `drain`.
+        let records = if h.with_data.load(Ordering::Acquire) != 0 {
+            self.count_records(tail, head)
+        } else {
+            head - tail
+        };
         h.tail.store(head, Ordering::Release);
-        head - tail + dropped
+        records + dropped
+    }
+
+    /// The records in slots `from..to` (a record's data slots are not
+    /// records).
+    fn count_records(&self, from: u64, to: u64) -> u64 {
+        let h = self.header();
+        let (mask, words_mask) = (h.capacity - 1, 2 * h.capacity - 1);
+        let (mut at, mut n) = (from, 0);
+        while at < to {
+            // SAFETY: published words, masked into the ring.
+            let w1 = unsafe { self.words().add((2 * (at & mask) + 1) as usize).read() };
+            at += 1;
+            if has_data(w1) {
+                // SAFETY: as above.
+                let len = unsafe { self.words().add(((2 * at) & words_mask) as usize).read() };
+                at += data_slots((len as usize).min(MAX_DATA) & !7);
+            }
+            n += 1;
+        }
+        n
     }
 
     /// Converts the raw times of records `from..to` to nanoseconds, given
@@ -92,9 +212,19 @@ impl Ring {
     /// next few pieces (NTP may slew CLOCK_MONOTONIC). Times older than
     /// the current piece follow the one before it.
     fn convert_times(&self, from: u64, to: u64, point: (u64, u64)) -> (u64, u64) {
+        self.convert_times_as(from, to, point, false)
+    }
+
+    /// [`Ring::convert_times`] over records some of which have data after
+    /// them (skipped: not times).
+    fn convert_times_walking(&self, from: u64, to: u64, point: (u64, u64)) -> (u64, u64) {
+        self.convert_times_as(from, to, point, true)
+    }
+
+    fn convert_times_as(&self, from: u64, to: u64, point: (u64, u64), walk: bool) -> (u64, u64) {
         let h = self.header();
         if h.tsc == 0 {
-            return self.convert(from, to, |t| t);
+            return self.convert(from, to, walk, |t| t);
         }
         // Relaxed (the conversion words, here and below): only the drainer
         // reads and writes them, one at a time (`busy`, or the writer
@@ -112,7 +242,7 @@ impl Ring {
             // No time between the points to measure a rate: raw times
             // follow the start calibration's.
             let c = start_calibration().converter();
-            return self.convert(from, to, |t| c.to_ns(t));
+            return self.convert(from, to, walk, |t| c.to_ns(t));
         }
         let mut line = Converter::new(
             h.seg_raw.load(Ordering::Relaxed),
@@ -144,7 +274,7 @@ impl Ring {
             h.seg_rate.store(next, Ordering::Relaxed);
         }
         let seg_raw = line.raw0();
-        self.convert(from, to, |t| {
+        self.convert(from, to, walk, |t| {
             if t >= seg_raw {
                 // The common case: the current piece (its rate is never 0).
                 line.to_ns_from_start(t)
@@ -166,12 +296,28 @@ impl Ring {
     /// negative duration); a time older than the conversion's piece before
     /// the current one is placed by extrapolation. Returns how many times stepped back (equal ones are not
     /// counted) and the largest step (ns).
-    fn convert(&self, from: u64, to: u64, f: impl Fn(u64) -> u64) -> (u64, u64) {
+    fn convert(&self, from: u64, to: u64, walk: bool, f: impl Fn(u64) -> u64) -> (u64, u64) {
         let h = self.header();
         let mask = h.capacity - 1;
         let mut last = h.last_ns.load(Ordering::Relaxed);
         let (mut steps, mut worst) = (0, 0);
+        let mut next = from;
         for k in from..to {
+            if k < next {
+                continue; // a record's data, not a record
+            }
+            next = k + 1;
+            if walk {
+                // SAFETY: the record's second word, and its data's length
+                // word after it, published (masked into the ring).
+                unsafe {
+                    let w1 = self.words().add(2 * (k & mask) as usize + 1).read();
+                    if has_data(w1) {
+                        let len = self.words().add(2 * ((k + 1) & mask) as usize).read();
+                        next += data_slots((len as usize).min(MAX_DATA) & !7);
+                    }
+                }
+            }
             // SAFETY: a published record's time word, the consumer's until
             // `tail` moves past it.
             unsafe {
@@ -528,5 +674,86 @@ mod tests {
             .map(|(i, rec)| decode(rec.try_into().unwrap(), i as u64 * 16).unwrap().time)
             .collect();
         assert_eq!(times, [100, 200, 201, 202, 300, 301, 310, 311, 400, 401]);
+    }
+
+    /// Records with data after them (arguments) go out as uftrace lays
+    /// them out: the record, then the data, the ring's length words and
+    /// padding left out, across the ring's end too; their times are
+    /// converted, the data is not; the records without data around them
+    /// are untouched, and a ring with none drains as before.
+    #[test]
+    fn records_with_data_are_written_with_their_data() {
+        const CAP: u64 = 16;
+        let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
+        // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
+        // during the test.
+        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
+        // SAFETY: the header of the ring just made; times as given (ns).
+        unsafe { (*(base as *mut RingHeader)).tsc = 0 };
+        let file = std::env::temp_dir().join(format!("sg-ring-data-{}", std::process::id()));
+        let f = std::fs::File::create(&file).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        let mut expect: Vec<u8> = Vec::new();
+        let mut time = 100u64;
+        let mut put = |ring: &Ring, data: Option<Vec<u8>>, expect: &mut Vec<u8>| {
+            time += 10;
+            let kind = if time.is_multiple_of(20) {
+                Kind::Exit
+            } else {
+                Kind::Entry
+            };
+            match data {
+                None => {
+                    let c = ring.claim_at(|| time, kind, Depth::Given(3)).unwrap();
+                    ring.write(c.slot, c.time, kind, 3, 0x1234);
+                    ring.publish(&c);
+                    expect.extend_from_slice(&time.to_le_bytes());
+                    expect.extend_from_slice(&encode(kind, 3, 0x1234).to_le_bytes());
+                }
+                Some(d) => {
+                    let c = ring
+                        .claim_with_data(|| time, kind, Depth::Given(3), d.len())
+                        .unwrap();
+                    ring.write_with_data(c.slot, c.time, kind, 3, 0x5678, &d);
+                    ring.publish(&c);
+                    expect.extend_from_slice(&time.to_le_bytes());
+                    let w = encode(kind, 3, 0x5678) | crate::record::ring::MORE;
+                    expect.extend_from_slice(&w.to_le_bytes());
+                    expect.extend_from_slice(&d);
+                }
+            }
+        };
+        let data = |n: usize, tag: u8| Some((0..n).map(|i| tag ^ i as u8).collect::<Vec<u8>>());
+        // 1 + 2 + 1 + 4 slots, drained; then 3 + 1 + 5 slots: the last
+        // record's data wraps past the ring's end.
+        put(&ring, None, &mut expect);
+        put(&ring, data(8, 0x11), &mut expect);
+        put(&ring, None, &mut expect);
+        put(&ring, data(48, 0x22), &mut expect);
+        let d = ring.drain(fd);
+        assert_eq!((d.written, d.lost, d.errno), (4, 0, 0));
+        assert!(ring.refresh());
+        put(&ring, data(24, 0x33), &mut expect);
+        put(&ring, None, &mut expect);
+        put(&ring, data(64, 0x44), &mut expect);
+        let d = ring.drain(fd);
+        assert_eq!((d.written, d.lost, d.errno), (3, 0, 0));
+        drop(f);
+        let got = std::fs::read(&file).unwrap();
+        let _ = std::fs::remove_file(&file);
+        assert_eq!(got.len(), expect.len());
+        assert!(
+            got == expect,
+            "the file differs from the records and data written"
+        );
+        // Each record decodes, its data skipped by its length.
+        let mut at = 0;
+        let mut n = 0;
+        while at < got.len() {
+            let r = decode(got[at..at + 16].try_into().unwrap(), at as u64).unwrap();
+            at += 16 + if r.more { [8, 48, 24, 64][n / 2] } else { 0 };
+            n += 1;
+        }
+        assert_eq!(n, 7);
     }
 }

@@ -51,7 +51,7 @@ pub mod drain;
 /// The ring layout's version: a writer and an agent from different builds
 /// check it before recording (the configuration carries it, and every ring
 /// header holds it in [`MAGIC`]).
-pub const LAYOUT: u8 = 6;
+pub const LAYOUT: u8 = 7;
 /// "SGRING" + [`LAYOUT`].
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SGRING\0\0") | (LAYOUT as u64) << 48;
 /// `reserve`, `head` and `room_end` count slots from this bit; below it,
@@ -85,6 +85,24 @@ pub struct Claim {
 }
 /// Bytes before the records.
 pub const HEADER_BYTES: usize = 256;
+/// The `more` bit of a record's second word: data follows it.
+pub const MORE: u64 = 1 << 2;
+/// The most data after one record (uftrace's argument buffer holds 1 KiB).
+pub const MAX_DATA: usize = 1024;
+
+/// Slots after a record that its `len` bytes of data take (their length
+/// word first).
+pub const fn data_slots(len: usize) -> u64 {
+    (8 + len).div_ceil(16) as u64
+}
+
+/// Whether a record's second word says data follows it in the ring: the
+/// `more` bit of an entry or an exit (other kinds use the bit for
+/// themselves).
+#[inline(always)]
+pub fn has_data(word: u64) -> bool {
+    word & MORE != 0 && word & 3 < 2
+}
 /// Records per shared ring by default (2 MiB): about three milliseconds of
 /// the busiest thread, which waits if the writer falls behind by more.
 /// Larger than a core's L2 cache: a lap of the ring then finds its lines
@@ -141,7 +159,10 @@ pub struct RingHeader {
     pub lost: AtomicU64,
     /// The thread exited: the ring gets no more records.
     pub closed: AtomicU32,
-    _pad1: u32,
+    /// Set (Release, before the record is claimed) once a record with
+    /// data after it ([`Ring::write_with_data`]) was written: the
+    /// consumer then walks the records, since not every slot is one.
+    pub with_data: AtomicU32,
     /// The end of the room the producer knows of: `tail + capacity` as of
     /// its last look at `tail`, from bit `SLOT_SHIFT` so that `reserve`
     /// compares with it whole (its own field: reading `tail` on every
@@ -229,10 +250,11 @@ pub const UNSURE: u64 = u64::MAX;
 #[derive(Debug)]
 pub struct Taken;
 
-/// The `reserve` word after claiming a slot for a `kind` record from `c`,
-/// and the record's depth: the caller's or the ring's ([`Depth`]).
+/// The `reserve` word after claiming `slots` slots for a `kind` record
+/// (and its data) from `c`, and the record's depth: the caller's or the
+/// ring's ([`Depth`]).
 #[inline(always)]
-fn next_reserve(c: u64, kind: Kind, from: Depth) -> (u64, u16) {
+fn next_reserve(c: u64, kind: Kind, from: Depth, slots: u64) -> (u64, u16) {
     let d = match from {
         Depth::Given(d) => d,
         Depth::Follow => (c & DEPTH_MASK) as u16,
@@ -245,7 +267,10 @@ fn next_reserve(c: u64, kind: Kind, from: Depth) -> (u64, u16) {
         (Kind::Exit, Depth::Follow) => (d.saturating_sub(1), d.saturating_sub(1)),
         _ => ((c & DEPTH_MASK) as u16, d),
     };
-    (((c >> SLOT_SHIFT) + 1) << SLOT_SHIFT | next as u64, depth)
+    (
+        ((c >> SLOT_SHIFT) + slots) << SLOT_SHIFT | next as u64,
+        depth,
+    )
 }
 
 impl Ring {
@@ -388,7 +413,44 @@ impl Ring {
                 return None;
             }
             let t = time();
-            let (n, depth) = next_reserve(c, kind, from);
+            let (n, depth) = next_reserve(c, kind, from, 1);
+            if crate::local::exchange(&h.reserve, c, n) {
+                return Some(Claim {
+                    reserve: c,
+                    slot: c >> SLOT_SHIFT,
+                    time: t,
+                    depth,
+                });
+            }
+        }
+    }
+
+    /// [`Ring::claim_at`] for a record with `data_len` bytes of data after
+    /// it (a multiple of 8, at most [`MAX_DATA`]): the record's slot and
+    /// the data's ([`data_slots`]), claimed by one exchange; then
+    /// [`Ring::write_with_data`] and [`Ring::publish`].
+    pub fn claim_with_data(
+        &self,
+        time: impl Fn() -> u64,
+        kind: Kind,
+        from: Depth,
+        data_len: usize,
+    ) -> Option<Claim> {
+        debug_assert!(data_len.is_multiple_of(8) && data_len <= MAX_DATA);
+        let h = self.header();
+        let slots = 1 + data_slots(data_len);
+        // Release: set before any such record is claimed (and so before it
+        // is published); the consumer reads it after `head`. Once.
+        if h.with_data.load(Ordering::Relaxed) == 0 {
+            h.with_data.store(1, Ordering::Release);
+        }
+        loop {
+            let c = h.reserve.load(Ordering::Relaxed);
+            if c + ((slots - 1) << SLOT_SHIFT) >= h.room_end.load(Ordering::Relaxed) {
+                return None;
+            }
+            let t = time();
+            let (n, depth) = next_reserve(c, kind, from, slots);
             if crate::local::exchange(&h.reserve, c, n) {
                 return Some(Claim {
                     reserve: c,
@@ -441,7 +503,7 @@ impl Ring {
             // From the announced value only: a handler that lands before
             // the exchange makes it fail, and the next round finds the
             // record written.
-            let (n, depth) = next_reserve(c, kind, from);
+            let (n, depth) = next_reserve(c, kind, from, 1);
             if crate::local::exchange(&h.reserve, c, n) {
                 return Ok(Some(Claim {
                     reserve: c,
@@ -485,6 +547,43 @@ impl Ring {
         unsafe {
             self.words().add(2 * i).write(time);
             self.words().add(2 * i + 1).write(encode(kind, depth, addr));
+        }
+    }
+
+    /// Stores record `slot` (from [`Ring::claim_with_data`]) with its `more`
+    /// bit, and `data` after it: its length in the next slot's first
+    /// word, then its bytes, word by word (wrapping at the ring's end).
+    pub fn write_with_data(
+        &self,
+        slot: u64,
+        time: u64,
+        kind: Kind,
+        depth: u16,
+        addr: u64,
+        data: &[u8],
+    ) {
+        let h = self.header();
+        let i = (slot & h.mask) as usize;
+        let words_mask = (2 * h.capacity - 1) as usize;
+        let first = 2 * (slot as usize + 1);
+        // SAFETY: every index is masked into the ring's words; the slots
+        // are claimed by us and not the consumer's until `head` moves past
+        // them.
+        unsafe {
+            self.words().add(2 * i).write(time);
+            self.words()
+                .add(2 * i + 1)
+                .write(encode(kind, depth, addr) | MORE);
+            self.words()
+                .add(first & words_mask)
+                .write(data.len() as u64);
+            for (j, w) in data.chunks(8).enumerate() {
+                let mut b = [0u8; 8];
+                b[..w.len()].copy_from_slice(w);
+                self.words()
+                    .add((first + 1 + j) & words_mask)
+                    .write(u64::from_le_bytes(b));
+            }
         }
     }
 

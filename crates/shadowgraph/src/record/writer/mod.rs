@@ -129,6 +129,35 @@ pub fn emit_shared_from(
     Some(c.depth)
 }
 
+/// [`emit_shared_from`] of a record with `data` after it (arguments or a
+/// return value, uftrace's layout: a multiple of 8 bytes, at most
+/// `ring::MAX_DATA`).
+#[inline]
+pub fn emit_shared_with_data(
+    inst: usize,
+    kind: Kind,
+    depth: u16,
+    from: Depth,
+    addr: u64,
+    shared: &AtomicU64,
+    data: &[u8],
+) -> Option<u16> {
+    let r = my_ring(inst, kind, depth)?;
+    let claim = |time: &dyn Fn() -> u64| r.claim_with_data(time, kind, from, data.len());
+    let c = claim(&|| clock::now_shared(shared)).or_else(|| {
+        rings::wait_for_room(inst, r, || {
+            if r.refresh() {
+                claim(&clock::now)
+            } else {
+                None
+            }
+        })
+    })?;
+    r.write_with_data(c.slot, c.time, kind, c.depth, addr, data);
+    r.publish(&c);
+    Some(c.depth)
+}
+
 /// [`emit`] with a timestamp taken earlier (the entry of a call kept by a
 /// time filter, written once its duration is known). The caller keeps the
 /// thread's records in time order.

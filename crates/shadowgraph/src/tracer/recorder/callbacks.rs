@@ -5,6 +5,7 @@
 //! filter but a depth limit: the common `record`), filtered, and timed
 //! (`-t`: see [`super::timed`]), so that each pays only for what it uses.
 
+use super::args;
 use super::state::tracer;
 use super::timed::{keep_timed, release_callers};
 use crate::clock;
@@ -60,12 +61,12 @@ pub(super) fn on_entry_plain(
     if max > 0 && e.depth >= max as i32 {
         return false;
     }
-    emit_entry(u, e.depth.clamp(0, 1023) as u16, e.func);
+    emit_entry(u, e.depth.clamp(0, 1023) as u16, e.func, &[]);
     true
 }
 
 pub(super) fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    emit_exit(u, r, r.depth.clamp(0, 1023) as u16);
+    emit_exit(u, r, r.depth.clamp(0, 1023) as u16, &[]);
 }
 
 /// In the 8 bytes a call entered inside a signal handler keeps in its
@@ -103,20 +104,18 @@ fn follows_ring(inst: usize, depth: u16, at: u16) -> bool {
 /// exit is recorded at the same depth — also when that exit is reported
 /// later, at rest, as unwound (the handler left by `siglongjmp`).
 #[inline(always)]
-fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize) {
+fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize, data: &[u8]) {
     let (keep, from) = if follows_ring(u.private, depth, 0) {
         (u.reserve(8), ring::Depth::Follow)
     } else {
         (None, ring::Depth::Given(depth))
     };
-    let at = writer::emit_shared_from(
-        u.private,
-        Kind::Entry,
-        depth,
-        from,
-        func as u64,
-        fgraph::event_time(),
-    );
+    let (inst, time) = (u.private, fgraph::event_time());
+    let at = if data.is_empty() {
+        writer::emit_shared_from(inst, Kind::Entry, depth, from, func as u64, time)
+    } else {
+        writer::emit_shared_with_data(inst, Kind::Entry, depth, from, func as u64, time, data)
+    };
     if let (Some(p), Some(d)) = (keep, at) {
         // SAFETY: 8 reserved, word-aligned bytes of this call's frame,
         // ours until it returns.
@@ -134,7 +133,7 @@ fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize) {
 /// all the same, see `GraphUser::offer_unowned_unwinds`), and only the
 /// ring knows which side of the record it was on.
 #[inline(always)]
-fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16) {
+fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16, data: &[u8]) {
     let nested = if r.unwound {
         nested()
     } else {
@@ -157,14 +156,12 @@ fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16) {
         None if nested => ring::Depth::Follow,
         None => ring::Depth::Given(depth),
     };
-    writer::emit_shared_from(
-        u.private,
-        Kind::Exit,
-        depth,
-        from,
-        r.func as u64,
-        fgraph::event_time(),
-    );
+    let (inst, func, time) = (u.private, r.func as u64, fgraph::event_time());
+    if data.is_empty() {
+        writer::emit_shared_from(inst, Kind::Exit, depth, from, func, time);
+    } else {
+        writer::emit_shared_with_data(inst, Kind::Exit, depth, from, func, time, data);
+    }
 }
 
 /// For a call at `depth` reported as unwound: whether the ring is not
@@ -182,7 +179,7 @@ pub(super) fn written_or_never_begun(
 fn entry<const TIMED: bool>(
     e: &fgraph::GraphEntry,
     u: &fgraph::GraphUser,
-    _r: &mut ftrace::Regs,
+    regs: &mut ftrace::Regs,
 ) -> bool {
     let t = tracer(u);
     let (depth, word) = match t.and_then(|t| t.filter.as_ref()) {
@@ -213,16 +210,27 @@ fn entry<const TIMED: bool>(
         // waiting callers (time order).
         release_callers(u, depth, clock::now() & !ENTRY_FLAGS);
     }
-    emit_entry(u, depth, e.func);
+    // Arguments, where `-A` names the function (untimed tracers).
+    let specs = match t.and_then(|t| t.args.as_ref()) {
+        Some(a) if !TIMED => e.site_id().map_or(&[][..], |id| a.entry(id)),
+        _ => &[],
+    };
+    if specs.is_empty() {
+        emit_entry(u, depth, e.func, &[]);
+    } else if args::bound(specs) <= args::SMALL {
+        let mut data = [0u8; args::SMALL];
+        let n = args::capture_args(specs, regs, &mut data);
+        emit_entry(u, depth, e.func, &data[..n]);
+    } else {
+        let mut data = [0u8; ring::MAX_DATA];
+        let n = args::capture_args(specs, regs, &mut data);
+        emit_entry(u, depth, e.func, &data[..n]);
+    }
     true
 }
 
 #[inline(always)]
-fn exit<const TIMED: bool>(
-    r: &fgraph::GraphReturn,
-    u: &fgraph::GraphUser,
-    _regs: &fgraph::RetRegs,
-) {
+fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph::RetRegs) {
     let t = tracer(u);
     let depth = match t.and_then(|t| t.filter.as_ref()) {
         None => r.depth,
@@ -249,6 +257,20 @@ fn exit<const TIMED: bool>(
             fgraph::event_time(),
         );
     } else {
-        emit_exit(u, r, depth);
+        // The return value, where `-R` names the function (not for a call
+        // reported as unwound: it returned none).
+        let spec = match t.and_then(|t| t.args.as_ref()) {
+            Some(a) if !r.unwound => ftrace::site_id_of(r.func).and_then(|id| a.ret(id)),
+            _ => None,
+        };
+        match spec {
+            None => emit_exit(u, r, depth, &[]),
+            Some(s) => {
+                // One value: a string at its longest fits.
+                let mut data = [0u8; 112];
+                let n = args::capture_retval(s, regs, &mut data);
+                emit_exit(u, r, depth, &data[..n]);
+            }
+        }
     }
 }

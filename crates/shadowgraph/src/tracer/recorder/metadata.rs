@@ -113,6 +113,12 @@ fn write(
                 crate::tracer::profile::NO_ROOM.load(Ordering::Relaxed),
             );
         }
+        if let Some(a) = &t.args {
+            // As uftrace's info keeps them; patterns as `-F` takes them.
+            info.set("argspec", &a.argspec);
+            info.set("retspec", &a.retspec);
+            info.set("pattern_type", "glob");
+        }
         let dir = &t.dir;
         if t.profile && finished {
             let raw0 = RAW0.load(Ordering::Relaxed);

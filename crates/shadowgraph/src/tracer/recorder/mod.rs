@@ -9,6 +9,7 @@
 //! its callbacks would only write records; they stand in for the
 //! callbacks of [`callbacks`] and do the same.
 
+mod args;
 mod callbacks;
 mod metadata;
 mod state;
@@ -61,6 +62,7 @@ pub(crate) fn start(
     let later = fgraph::manager_made();
     let ticks_per_ns = metadata::take_early_calibration_point();
     profile::init(ftrace::sites().len());
+    let args = args::ArgTable::new(&r.argspec, &r.retspec)?.map(Arc::new);
     let insts = take_instances(r.tracers.len())?;
     let mut tracers: Vec<Arc<Tracer>> = Vec::new();
     let made = (|| {
@@ -76,7 +78,7 @@ pub(crate) fn start(
                 TracerKind::Graph => {
                     writer::start(inst, i, &d, rings, r.ring_bytes)
                         .map_err(|e| format!("{}: {e}", d.display()))?;
-                    graph_tracer(t, inst, &d, fused_ok, ticks_per_ns, later)
+                    graph_tracer(t, inst, &d, fused_ok, ticks_per_ns, later, args.clone())
                 }
             };
             let mut made = made.map_err(|e| format!("{}: {e}", d.display()))?;
@@ -185,6 +187,7 @@ fn profile_tracer(
         profile: true,
         fused,
         shared_rings: false,
+        args: None,
     })
 }
 
@@ -196,6 +199,7 @@ fn graph_tracer(
     fused_ok: bool,
     ticks_per_ns: f64,
     later: bool,
+    args: Option<Arc<args::ArgTable>>,
 ) -> Result<Tracer, String> {
     let filter = GraphFilter {
         max_depth: t.depth,
@@ -212,7 +216,11 @@ fn graph_tracer(
     let min_ticks = (t.time_ns as f64 * ticks_per_ns) as u64;
     // The time filter's callbacks apply a depth limit only through the
     // filter: with one (`-t` and `-D`), they are not plain.
+    // Arguments are taken by the filtered callbacks (which see the
+    // registers), never the plain ones or the fused path.
+    let fused_ok = fused_ok && args.is_none();
     let plain = !later
+        && args.is_none()
         && filter.functions.is_none()
         && filter.notrace.is_none()
         && filter.threads.is_none()
@@ -262,6 +270,7 @@ fn graph_tracer(
         profile: false,
         fused,
         shared_rings: false,
+        args,
     })
 }
 

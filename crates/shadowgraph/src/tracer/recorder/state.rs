@@ -30,6 +30,8 @@ pub(super) struct Tracer {
     /// Its rings are drained by a writer process (which converts the
     /// recording once it has drained them).
     pub shared_rings: bool,
+    /// The arguments and return values it records (`-A`, `-R`).
+    pub args: Option<Arc<super::args::ArgTable>>,
 }
 
 /// One session's recording: its tracers, each an instance and a graph

@@ -1,0 +1,119 @@
+//! Arguments and return values (`-A`, `-R`): recorded in uftrace's
+//! format, shown as uftrace shows them, the program unharmed by a pointer
+//! that is no string.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+/// The specs of `args_values.c`'s functions, as `-A` and `-R` take them.
+const SPECS: [(&str, &str); 18] = [
+    ("-A", "add@arg1,arg2/i32"),
+    ("-A", "neg@arg1"),
+    ("-A", "str@arg1/s,arg2/x"),
+    ("-A", "next@arg1/c"),
+    ("-A", "half@fparg1"),
+    ("-A", "third@fparg1/32"),
+    ("-A", "call@arg1/p"),
+    ("-A", "big@arg1/u"),
+    ("-A", "name@arg1/i32"),
+    ("-A", "peek@arg1/s"),
+    ("-R", "add@retval"),
+    ("-R", "neg@retval"),
+    ("-R", "str@retval/i64"),
+    ("-R", "next@retval/c"),
+    ("-R", "half@retval/f64"),
+    ("-R", "third@retval/f32"),
+    ("-R", "big@retval/x"),
+    ("-R", "name@retval/s"),
+];
+
+/// The call graph of a replay: every line after the header, the part
+/// after `| ` (durations and thread ids differ between runs).
+fn graph(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .skip(1)
+        .map(|l| l.split_once("| ").map_or(l, |x| x.1).to_string())
+        .collect()
+}
+
+/// Recorded by shadowgraph and by uftrace 0.13 from the same binary with
+/// the same specs, the two recordings replay alike (arguments, return
+/// values, strings, chars, floats, function pointers); uftrace reads
+/// ours as we do; a pointer that is no string shows as uftrace shows it
+/// and the program's output is its own.
+#[test]
+fn arguments_and_return_values_are_recorded_as_uftrace_records_them() {
+    let dir = workdir("arguments");
+    let exe = dir.join("args");
+    // -pg -mfentry -mrecord-mcount: sites for both tracers.
+    cc(
+        &[&fixture("args_values.c")],
+        &["-O0", "-pg", "-mfentry", "-mrecord-mcount", "-no-pie"],
+        &exe,
+    );
+    let plain = Command::new(&exe).output().unwrap();
+    let ours = dir.join("ours.data");
+    let mut opts: Vec<&str> = Vec::new();
+    for (o, s) in SPECS {
+        opts.extend([o, s]);
+    }
+    let o = record_run(&[], &opts, &ours, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(o.stdout, plain.stdout, "the program's output is its own");
+    let replay = replay_text(&ours);
+    for shown in [
+        "add(1, 2) = 3;",
+        "neg(-5) = 0x4c4b40;",
+        "str(\"hello\", 0x3) = 8;",
+        "next('a') = 'b';",
+        "half(3.000000) = 1.500000;",
+        "third(9.000000) = 3.000000;",
+        "call(&add) {",
+        "big(0x75bcd15) = 0x75bcd15000;",
+        "name(0) = \"NULL\";",
+        "peek(\"<0x10>\");",
+    ] {
+        assert!(replay.contains(shown), "{shown} in\n{replay}");
+    }
+    if uftrace_missing("recording arguments beside uftrace") {
+        return;
+    }
+    assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
+    let theirs = dir.join("theirs.data");
+    let mut u = Command::new("uftrace");
+    u.args(["record", "--no-libcall", "-d"]).arg(&theirs);
+    for (o, s) in SPECS {
+        u.args([o, s]);
+    }
+    let o = u.arg(&exe).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(
+        graph(&replay),
+        graph(&uftrace_view("replay", &theirs).unwrap())
+    );
+}
+
+/// Specs are checked before the program runs: a bad one is named.
+#[test]
+fn bad_argument_specs_are_named() {
+    let dir = workdir("arguments-bad");
+    let exe = build_fixture(&dir, "fib", "fib20.c");
+    for (opt, spec, says) in [
+        ("-A", "fib", "FUNC@SPEC expected"),
+        ("-A", "fib@arg1/q", "unknown format"),
+        ("-A", "fib@retval", "-A takes argN or fpargN"),
+        ("-R", "fib@arg1", "-R takes retval"),
+        ("-A", "fib@arg1/i12", "unsupported size"),
+    ] {
+        let o = record_run(&[], &[opt, spec], &dir.join("x.data"), &exe, &[]);
+        assert!(!o.status.success(), "{opt} {spec}");
+        let err = text(&o).1;
+        assert!(
+            err.contains(spec) && err.contains(says),
+            "{opt} {spec}: {err}"
+        );
+    }
+}

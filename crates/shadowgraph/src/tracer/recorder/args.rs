@@ -1,0 +1,258 @@
+//! Arguments and return values (`-A`, `-R`): which sites have specs, and
+//! their values taken from the registers at a call's entry and return,
+//! written in uftrace's layout (`shadowgraph_data::args`) into a buffer
+//! of the caller's. Capturing allocates nothing and takes no lock; a
+//! string is copied with `process_vm_readv` on this process, which fails
+//! on a bad pointer where a load would fault (the program is never
+//! harmed by a pointer it passes).
+//!
+//! Where each value comes from (x86-64 SysV, as uftrace reads them):
+//!
+//! ```text
+//!   argN, N = 1..6      rdi rsi rdx rcx r8 r9
+//!   argN, N > 6         the stack: word N-6 above the return address
+//!   fpargN, argN/f      xmmN-1 (low 4 or 8 bytes)
+//!   retval              rax; retval/f: xmm0
+//! ```
+
+use crate::fgraph::RetRegs;
+use crate::ftrace::{self, Regs};
+use crate::record::ring::MAX_DATA;
+use shadowgraph_data::args::{ArgSpec, Fmt, Specs};
+use shadowgraph_data::pattern::FunctionName;
+
+/// The longest string copied (uftrace's): longer ones end in `...`.
+const STR_MAX: usize = 98;
+
+/// The specs of a recording, by site id.
+pub(crate) struct ArgTable {
+    /// Per site: its argument specs (none: empty).
+    entry: Vec<Box<[ArgSpec]>>,
+    /// Per site: its return value spec, if any.
+    ret: Vec<Option<ArgSpec>>,
+    /// The `-A` lists, `;`-separated, as the recording's info keeps them.
+    pub(crate) argspec: String,
+    /// The `-R` lists, likewise.
+    pub(crate) retspec: String,
+}
+
+impl ArgTable {
+    /// The table for the `-A` lists `argspec` and the `-R` lists
+    /// `retspec` over the core's sites; None when neither names any.
+    pub(crate) fn new(argspec: &[String], retspec: &[String]) -> Result<Option<ArgTable>, String> {
+        let mut specs = Specs::default();
+        for list in argspec.iter().chain(retspec) {
+            specs.add_list(list, false)?;
+        }
+        if specs.is_empty() {
+            return Ok(None);
+        }
+        let mut t = ArgTable {
+            entry: Vec::new(),
+            ret: Vec::new(),
+            argspec: argspec.join(";"),
+            retspec: retspec.join(";"),
+        };
+        for s in ftrace::sites() {
+            let module = s.module.to_string_lossy();
+            let library = s.library.as_ref().map(|l| l.to_string_lossy());
+            let found = specs.of(&FunctionName {
+                function: &s.function,
+                symbol: &s.symbol,
+                module: &module,
+                library: library.as_deref(),
+            });
+            t.entry
+                .push(found.iter().filter(|a| !a.retval).cloned().collect());
+            t.ret.push(found.into_iter().find(|a| a.retval));
+        }
+        Ok(Some(t))
+    }
+
+    /// The argument specs of site `id` (empty: none).
+    pub(crate) fn entry(&self, id: ftrace::SiteId) -> &[ArgSpec] {
+        self.entry.get(id as usize).map_or(&[], |s| s)
+    }
+
+    /// The return value spec of site `id`.
+    pub(crate) fn ret(&self, id: ftrace::SiteId) -> Option<&ArgSpec> {
+        self.ret.get(id as usize)?.as_ref()
+    }
+}
+
+/// The most data a record of `specs` takes (strings at their longest).
+pub(crate) fn bound(specs: &[ArgSpec]) -> usize {
+    let one = |s: &ArgSpec| match s.fmt {
+        Fmt::Str => (2 + STR_MAX).next_multiple_of(4),
+        Fmt::Char => 4,
+        _ => s.size.next_multiple_of(4),
+    };
+    specs.iter().map(one).sum::<usize>().next_multiple_of(8)
+}
+
+/// A record's data: small enough to clear on every call for the common
+/// specs (a few numbers), else as large as a record takes.
+pub(crate) const SMALL: usize = 64;
+const _: () = assert!(SMALL <= MAX_DATA);
+
+/// Writes the arguments `specs` name, from `regs` at a call's entry, into
+/// `out`; returns their length (padded to 8): those that fit.
+pub(crate) fn capture_args(specs: &[ArgSpec], regs: &Regs, out: &mut [u8]) -> usize {
+    let mut n = 0;
+    for s in specs {
+        let raw: u128 = if s.fmt == Fmt::Float {
+            match s.index {
+                i @ 1..=8 => regs.xmm[i as usize - 1],
+                _ => 0,
+            }
+        } else {
+            match s.index {
+                1 => regs.rdi,
+                2 => regs.rsi,
+                3 => regs.rdx,
+                4 => regs.rcx,
+                5 => regs.r8,
+                6 => regs.r9,
+                i @ 7..=100 => {
+                    // SAFETY: the caller's stack above the return address
+                    // (`parent_slot` points at it): the words it pushed for
+                    // the call, mapped and readable while the call runs.
+                    unsafe { regs.parent_slot.add(i as usize - 6).read() as u64 }
+                }
+                _ => 0,
+            }
+            .into()
+        };
+        if !put(s, raw, out, &mut n) {
+            break;
+        }
+    }
+    n.next_multiple_of(8)
+}
+
+/// Writes the return value `spec` names, from `regs` as the call
+/// returned, into `out`; returns its length (padded to 8).
+pub(crate) fn capture_retval(spec: &ArgSpec, regs: &RetRegs, out: &mut [u8]) -> usize {
+    let raw = if spec.fmt == Fmt::Float {
+        regs.xmm0
+    } else {
+        regs.rax.into()
+    };
+    let mut n = 0;
+    put(spec, raw, out, &mut n);
+    n.next_multiple_of(8)
+}
+
+/// Appends one value at `*n` (then 4-aligned); false when it does not fit
+/// (with the padding to 8 that ends the data).
+fn put(s: &ArgSpec, raw: u128, out: &mut [u8], n: &mut usize) -> bool {
+    let at = *n;
+    let fits = |len: usize| (at + len).next_multiple_of(8) <= out.len();
+    let len = match s.fmt {
+        Fmt::Str => {
+            let mut text = [0u8; STR_MAX + 1];
+            let got = c_string(raw as u64, &mut text);
+            if !fits(2 + got) {
+                return false;
+            }
+            out[at..at + 2].copy_from_slice(&(got as u16).to_le_bytes());
+            out[at + 2..at + 2 + got].copy_from_slice(&text[..got]);
+            2 + got
+        }
+        Fmt::Char => {
+            if !fits(4) {
+                return false;
+            }
+            out[at] = raw as u8;
+            1
+        }
+        _ => {
+            let size = s.size.min(16);
+            if !fits(size) {
+                return false;
+            }
+            out[at..at + size].copy_from_slice(&raw.to_le_bytes()[..size]);
+            size
+        }
+    };
+    let end = (at + len).next_multiple_of(4);
+    out[at + len..end].fill(0);
+    *n = end;
+    true
+}
+
+/// The C string at `p`, as uftrace records one: `NULL` for a null
+/// pointer, `<0x…>` for one that cannot be read, else its bytes up to
+/// its NUL, at most [`STR_MAX`] (a longer one ends in `...`). Returns
+/// the length written into `out`.
+fn c_string(p: u64, out: &mut [u8; STR_MAX + 1]) -> usize {
+    if p == 0 {
+        out[..4].copy_from_slice(b"NULL");
+        return 4;
+    }
+    let got = crate::sys::read_own_memory(p as usize, &mut out[..]);
+    if got == 0 {
+        return hex_pointer(p, out);
+    }
+    match out[..got].iter().position(|&b| b == 0) {
+        Some(end) => end,
+        None if got > STR_MAX => {
+            out[STR_MAX - 3..STR_MAX].copy_from_slice(b"...");
+            STR_MAX
+        }
+        // Readable up to a page's end without a NUL: what was read.
+        None => got,
+    }
+}
+
+/// `<0x…>` of `p` into `out`; its length.
+fn hex_pointer(p: u64, out: &mut [u8; STR_MAX + 1]) -> usize {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = (64 - p.leading_zeros()).div_ceil(4).max(1) as usize;
+    out[..3].copy_from_slice(b"<0x");
+    for k in 0..digits {
+        out[3 + k] = HEX[(p >> (4 * (digits - 1 - k)) & 0xf) as usize];
+    }
+    out[3 + digits] = b'>';
+    4 + digits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_fill_a_buffer_of_their_bound() {
+        let specs: Vec<ArgSpec> = (1..=6)
+            .map(|i| ArgSpec::parse(&format!("arg{i}")).unwrap())
+            .chain(["arg7/i32", "fparg1"].map(|s| ArgSpec::parse(s).unwrap()))
+            .collect();
+        assert_eq!(bound(&specs), 64);
+        let mut out = [0u8; 64];
+        let mut n = 0;
+        for s in &specs {
+            assert!(put(s, 7, &mut out, &mut n), "{s:?}");
+        }
+        assert_eq!(n, 60);
+        assert!(!put(&specs[0], 7, &mut out, &mut n), "no room for more");
+        // A string return value at its longest fits the exit's buffer.
+        let s = ArgSpec::parse("retval/s").unwrap();
+        assert!(bound(&[s]) <= 112);
+    }
+
+    #[test]
+    fn strings_are_copied_without_faulting() {
+        let mut out = [0u8; STR_MAX + 1];
+        let s = b"hello\0";
+        let n = c_string(s.as_ptr() as u64, &mut out);
+        assert_eq!(&out[..n], b"hello");
+        let n = c_string(0, &mut out);
+        assert_eq!(&out[..n], b"NULL");
+        let n = c_string(0x10, &mut out);
+        assert_eq!(&out[..n], b"<0x10>");
+        let long = [b'a'; 300];
+        let n = c_string(long.as_ptr() as u64, &mut out);
+        assert_eq!(n, STR_MAX);
+        assert!(out[..n].ends_with(b"aaa..."));
+    }
+}
