@@ -117,3 +117,35 @@ fn bad_argument_specs_are_named() {
         );
     }
 }
+
+/// Library calls take specs as functions do: a string argument of
+/// `strlen` and its return value, the format of a variadic `printf`.
+#[test]
+fn library_calls_arguments_are_recorded() {
+    let dir = workdir("arguments-libcalls");
+    let exe = dir.join("args");
+    cc(
+        &[&fixture("args_values.c")],
+        &["-O2", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let data = dir.join("l.data");
+    let opts = [
+        "--libcall",
+        "-A",
+        "strlen@arg1/s",
+        "-R",
+        "strlen@retval",
+        "-A",
+        "printf@arg1/s",
+    ];
+    let o = record_run(&[], &opts, &data, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let replay = replay_text(&data);
+    for shown in ["strlen(\"hello\") = 5;", "printf(\"%ld\\n\");"] {
+        assert!(replay.contains(shown), "{shown} in\n{replay}");
+    }
+    if let Some(theirs) = uftrace_view("replay", &data) {
+        assert_eq!(theirs, replay);
+    }
+}
