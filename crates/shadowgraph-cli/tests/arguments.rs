@@ -149,3 +149,36 @@ fn library_calls_arguments_are_recorded() {
         assert_eq!(theirs, replay);
     }
 }
+
+/// A Rust program's functions, named as views show them (`prog::add`).
+#[test]
+fn rust_functions_arguments_are_recorded() {
+    let dir = workdir("arguments-rust");
+    let exe = build_rust_fixture(&dir, "rustargs", "rust_args.rs");
+    let data = dir.join("r.data");
+    let opts = [
+        "-A",
+        "prog::add@arg1,arg2",
+        "-R",
+        "prog::add@retval",
+        "-A",
+        "prog::scale@fparg1,fparg2",
+        "-R",
+        "prog::scale@retval/f",
+        "-A",
+        "prog::first_byte@arg1/s",
+        "-R",
+        "prog::first_byte@retval/c",
+    ];
+    let o = record_run(&[], &opts, &data, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(text(&o).0, "42 6 114\n");
+    let replay = replay_text(&data);
+    for shown in [
+        "prog::add(40, 2) = 42;",
+        "prog::scale(1.500000, 4.000000) = 6.000000;",
+        "prog::first_byte(\"rust\") = 'r';",
+    ] {
+        assert!(replay.contains(shown), "{shown} in\n{replay}");
+    }
+}
