@@ -322,6 +322,18 @@ impl RecordOptions {
                     let want = if retval { "retval" } else { "argN or fpargN" };
                     return Err(format!("{opt} {g}: `{s}`: {opt} takes {want}"));
                 }
+                use shadowgraph_data::args::Fmt;
+                let missing = match a.fmt {
+                    Fmt::StdString => Some("S (std::string)"),
+                    Fmt::Struct(_) => Some("t (a struct by value)"),
+                    Fmt::Enum(_) => Some("e (an enum by name)"),
+                    _ => None,
+                };
+                if let Some(f) = missing {
+                    return Err(format!(
+                        "{opt} {g}: `{s}`: format {f} is not recorded yet (d i u x s c f p are)"
+                    ));
+                }
             }
         }
         Ok(given.to_vec())

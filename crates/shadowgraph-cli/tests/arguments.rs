@@ -107,6 +107,11 @@ fn bad_argument_specs_are_named() {
         ("-A", "fib@retval", "-A takes argN or fpargN"),
         ("-R", "fib@arg1", "-R takes retval"),
         ("-A", "fib@arg1/i12", "unsupported size"),
+        (
+            "-A",
+            "fib@arg1/S",
+            "format S (std::string) is not recorded yet",
+        ),
     ] {
         let o = record_run(&[], &[opt, spec], &dir.join("x.data"), &exe, &[]);
         assert!(!o.status.success(), "{opt} {spec}");

@@ -43,6 +43,17 @@ impl ArgTable {
         let mut specs = Specs::default();
         for list in argspec.iter().chain(retspec) {
             specs.add_list(list, false)?;
+            // Formats whose data these callbacks do not write.
+            let all = list.split(';').filter_map(|e| e.split_once('@'));
+            for s in all.flat_map(|(_, s)| s.split(',')) {
+                if let Ok(ArgSpec {
+                    fmt: Fmt::StdString | Fmt::Struct(_) | Fmt::Enum(_),
+                    ..
+                }) = ArgSpec::parse(s)
+                {
+                    return Err(format!("argument spec `{s}`: this format is not recorded yet"));
+                }
+            }
         }
         if specs.is_empty() {
             return Ok(None);
