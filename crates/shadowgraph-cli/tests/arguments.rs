@@ -29,16 +29,6 @@ const SPECS: [(&str, &str); 18] = [
     ("-R", "name@retval/s"),
 ];
 
-/// The call graph of a replay: every line after the header, the part
-/// after `| ` (durations and thread ids differ between runs).
-fn graph(replay: &str) -> Vec<String> {
-    replay
-        .lines()
-        .skip(1)
-        .map(|l| l.split_once("| ").map_or(l, |x| x.1).to_string())
-        .collect()
-}
-
 /// Recorded by shadowgraph and by uftrace 0.13 from the same binary with
 /// the same specs, the two recordings replay alike (arguments, return
 /// values, strings, chars, floats, function pointers); uftrace reads
@@ -91,8 +81,8 @@ fn arguments_and_return_values_are_recorded_as_uftrace_records_them() {
     let o = u.arg(&exe).output().unwrap();
     assert!(o.status.success(), "{}", text(&o).1);
     assert_eq!(
-        graph(&replay),
-        graph(&uftrace_view("replay", &theirs).unwrap())
+        graph_part(&replay),
+        graph_part(&uftrace_view("replay", &theirs).unwrap())
     );
 }
 

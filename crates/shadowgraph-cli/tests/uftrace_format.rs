@@ -6,16 +6,6 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The part of a replay line after `| ` (the call graph), for comparing
-/// replays whose TID column widths differ.
-fn graph_part(replay: &str) -> Vec<String> {
-    replay
-        .lines()
-        .skip(1)
-        .map(|l| l.split_once("| ").map_or(l, |x| x.1).to_string())
-        .collect()
-}
-
 /// `replay -f` shows uftrace's columns as uftrace 0.13 shows them for the
 /// same recording, but for the thread id's column, one wider (as in the
 /// default layout, which follows later uftrace).

@@ -466,3 +466,13 @@ pub fn report_rows(out: &str) -> HashMap<String, (u64, u64, u64)> {
         })
         .collect()
 }
+
+/// The part of a replay's lines after `| ` (the call graph), for comparing
+/// replays whose durations or TID column widths differ.
+pub fn graph_part(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .skip(1)
+        .map(|l| l.split_once("| ").map_or(l, |x| x.1).to_string())
+        .collect()
+}

@@ -54,17 +54,7 @@ impl Ring {
             // after one chunk, not after the whole drain.
             h.tail.store(at, Ordering::Release);
         }
-        let dropped = h.lost.swap(0, Ordering::Relaxed);
-        if dropped > 0 {
-            out.lost += dropped;
-            let rec = [point.1, encode(Kind::Lost, 0, dropped)];
-            if out.errno == 0 {
-                if let Err((e, done)) = write_all(fd, rec.as_ptr().cast(), 16) {
-                    out.errno = e;
-                    drop_partial_record(fd, done);
-                }
-            }
-        }
+        self.write_lost(fd, point.1, &mut out);
         // Release: the records drained are read before their slots go back
         // to the producer, which loads `tail` Acquire before reusing them.
         h.tail.store(head, Ordering::Release);
@@ -144,20 +134,28 @@ impl Ring {
                 out.lost += pending;
             }
         }
-        let dropped = h.lost.swap(0, Ordering::Relaxed);
-        if dropped > 0 {
-            out.lost += dropped;
-            let rec = [point.1, encode(Kind::Lost, 0, dropped)];
-            if out.errno == 0 {
-                if let Err((e, done)) = write_all(fd, rec.as_ptr().cast(), 16) {
-                    out.errno = e;
-                    drop_partial_record(fd, done);
-                }
-            }
-        }
+        self.write_lost(fd, point.1, &mut out);
         // Release: as in `drain`.
         h.tail.store(head, Ordering::Release);
         out
+    }
+
+    /// After a drain: a LOST record at `ns` for what the producer dropped
+    /// (taken from the ring, counted in `out`), written unless a write
+    /// failed already.
+    fn write_lost(&self, fd: i32, ns: u64, out: &mut Drained) {
+        let dropped = self.header().lost.swap(0, Ordering::Relaxed);
+        if dropped == 0 {
+            return;
+        }
+        out.lost += dropped;
+        let rec = [ns, encode(Kind::Lost, 0, dropped)];
+        if out.errno == 0 {
+            if let Err((e, done)) = write_all(fd, rec.as_ptr().cast(), 16) {
+                out.errno = e;
+                drop_partial_record(fd, done);
+            }
+        }
     }
 
     /// Consumer: frees every published record without writing it (there

@@ -406,14 +406,27 @@ impl Ring {
     /// then written ([`Ring::write`]) and published ([`Ring::publish`]).
     #[inline(always)]
     pub fn claim_at(&self, time: impl Fn() -> u64, kind: Kind, from: Depth) -> Option<Claim> {
+        self.claim_slots(time, kind, from, 1)
+    }
+
+    /// [`Ring::claim_at`] of `slots` slots at once (a record and its data).
+    #[inline(always)]
+    fn claim_slots(
+        &self,
+        time: impl Fn() -> u64,
+        kind: Kind,
+        from: Depth,
+        slots: u64,
+    ) -> Option<Claim> {
         let h = self.header();
         loop {
             let c = h.reserve.load(Ordering::Relaxed);
-            if c >= h.room_end.load(Ordering::Relaxed) {
+            // The last slot claimed must be below the room's end.
+            if c + ((slots - 1) << SLOT_SHIFT) >= h.room_end.load(Ordering::Relaxed) {
                 return None;
             }
             let t = time();
-            let (n, depth) = next_reserve(c, kind, from, 1);
+            let (n, depth) = next_reserve(c, kind, from, slots);
             if crate::local::exchange(&h.reserve, c, n) {
                 return Some(Claim {
                     reserve: c,
@@ -438,28 +451,12 @@ impl Ring {
     ) -> Option<Claim> {
         debug_assert!(data_len.is_multiple_of(8) && data_len <= MAX_DATA);
         let h = self.header();
-        let slots = 1 + data_slots(data_len);
         // Release: set before any such record is claimed (and so before it
         // is published); the consumer reads it after `head`. Once.
         if h.with_data.load(Ordering::Relaxed) == 0 {
             h.with_data.store(1, Ordering::Release);
         }
-        loop {
-            let c = h.reserve.load(Ordering::Relaxed);
-            if c + ((slots - 1) << SLOT_SHIFT) >= h.room_end.load(Ordering::Relaxed) {
-                return None;
-            }
-            let t = time();
-            let (n, depth) = next_reserve(c, kind, from, slots);
-            if crate::local::exchange(&h.reserve, c, n) {
-                return Some(Claim {
-                    reserve: c,
-                    slot: c >> SLOT_SHIFT,
-                    time: t,
-                    depth,
-                });
-            }
-        }
+        self.claim_slots(time, kind, from, 1 + data_slots(data_len))
     }
 
     /// [`Ring::claim_at`] for a record timed earlier (`time`: a call's

@@ -51,7 +51,9 @@ impl ArgTable {
                     ..
                 }) = ArgSpec::parse(s)
                 {
-                    return Err(format!("argument spec `{s}`: this format is not recorded yet"));
+                    return Err(format!(
+                        "argument spec `{s}`: this format is not recorded yet"
+                    ));
                 }
             }
         }
