@@ -7,28 +7,6 @@ mod common;
 use common::*;
 use std::process::Command;
 
-/// The specs of `args_values.c`'s functions, as `-A` and `-R` take them.
-const SPECS: [(&str, &str); 18] = [
-    ("-A", "add@arg1,arg2/i32"),
-    ("-A", "neg@arg1"),
-    ("-A", "str@arg1/s,arg2/x"),
-    ("-A", "next@arg1/c"),
-    ("-A", "half@fparg1"),
-    ("-A", "third@fparg1/32"),
-    ("-A", "call@arg1/p"),
-    ("-A", "big@arg1/u"),
-    ("-A", "name@arg1/i32"),
-    ("-A", "peek@arg1/s"),
-    ("-R", "add@retval"),
-    ("-R", "neg@retval"),
-    ("-R", "str@retval/i64"),
-    ("-R", "next@retval/c"),
-    ("-R", "half@retval/f64"),
-    ("-R", "third@retval/f32"),
-    ("-R", "big@retval/x"),
-    ("-R", "name@retval/s"),
-];
-
 /// Recorded by shadowgraph and by uftrace 0.13 from the same binary with
 /// the same specs, the two recordings replay alike (arguments, return
 /// values, strings, chars, floats, function pointers); uftrace reads
@@ -47,7 +25,7 @@ fn arguments_and_return_values_are_recorded_as_uftrace_records_them() {
     let plain = Command::new(&exe).output().unwrap();
     let ours = dir.join("ours.data");
     let mut opts: Vec<&str> = Vec::new();
-    for (o, s) in SPECS {
+    for (o, s) in ARGS_VALUES_SPECS {
         opts.extend([o, s]);
     }
     let o = record_run(&[], &opts, &ours, &exe, &[]);
@@ -75,7 +53,7 @@ fn arguments_and_return_values_are_recorded_as_uftrace_records_them() {
     let theirs = dir.join("theirs.data");
     let mut u = Command::new("uftrace");
     u.args(["record", "--no-libcall", "-d"]).arg(&theirs);
-    for (o, s) in SPECS {
+    for (o, s) in ARGS_VALUES_SPECS {
         u.args([o, s]);
     }
     let o = u.arg(&exe).output().unwrap();

@@ -352,28 +352,9 @@ fn uftraces_arguments_are_shown_as_uftrace_shows_them() {
     let exe = dir.join("args");
     cc(&[&fixture("args_values.c")], &["-O0", "-pg"], &exe);
     let data = dir.join("args.data");
-    let specs = [
-        ("-A", "add@arg1,arg2/i32"),
-        ("-A", "neg@arg1"),
-        ("-A", "str@arg1/s,arg2/x"),
-        ("-A", "next@arg1/c"),
-        ("-A", "half@fparg1"),
-        ("-A", "third@fparg1/32"),
-        ("-A", "call@arg1/p"),
-        ("-A", "big@arg1/u"),
-        ("-A", "name@arg1/i32"),
-        ("-R", "add@retval"),
-        ("-R", "neg@retval"),
-        ("-R", "str@retval/i64"),
-        ("-R", "next@retval/c"),
-        ("-R", "half@retval/f64"),
-        ("-R", "third@retval/f32"),
-        ("-R", "big@retval/x"),
-        ("-R", "name@retval/s"),
-    ];
     let mut u = Command::new("uftrace");
     u.arg("record").arg("-d").arg(&data);
-    for (opt, spec) in specs {
+    for (opt, spec) in ARGS_VALUES_SPECS {
         u.args([opt, spec]);
     }
     let o = u.arg(&exe).output().unwrap();

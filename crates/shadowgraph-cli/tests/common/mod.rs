@@ -476,3 +476,25 @@ pub fn graph_part(replay: &str) -> Vec<String> {
         .map(|l| l.split_once("| ").map_or(l, |x| x.1).to_string())
         .collect()
 }
+
+/// The specs of `args_values.c`'s functions, as `-A` and `-R` take them.
+pub const ARGS_VALUES_SPECS: [(&str, &str); 18] = [
+    ("-A", "add@arg1,arg2/i32"),
+    ("-A", "neg@arg1"),
+    ("-A", "str@arg1/s,arg2/x"),
+    ("-A", "next@arg1/c"),
+    ("-A", "half@fparg1"),
+    ("-A", "third@fparg1/32"),
+    ("-A", "call@arg1/p"),
+    ("-A", "big@arg1/u"),
+    ("-A", "name@arg1/i32"),
+    ("-A", "peek@arg1/s"),
+    ("-R", "add@retval"),
+    ("-R", "neg@retval"),
+    ("-R", "str@retval/i64"),
+    ("-R", "next@retval/c"),
+    ("-R", "half@retval/f64"),
+    ("-R", "third@retval/f32"),
+    ("-R", "big@retval/x"),
+    ("-R", "name@retval/s"),
+];
