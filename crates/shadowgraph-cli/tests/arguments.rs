@@ -43,6 +43,7 @@ fn arguments_and_return_values_are_recorded_as_uftrace_records_them() {
         "big(0x75bcd15) = 0x75bcd15000;",
         "name(0) = \"NULL\";",
         "peek(\"<0x10>\");",
+        "many(1, 7, 8) = 36;",
     ] {
         assert!(replay.contains(shown), "{shown} in\n{replay}");
     }

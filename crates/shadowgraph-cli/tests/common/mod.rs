@@ -478,7 +478,7 @@ pub fn graph_part(replay: &str) -> Vec<String> {
 }
 
 /// The specs of `args_values.c`'s functions, as `-A` and `-R` take them.
-pub const ARGS_VALUES_SPECS: [(&str, &str); 18] = [
+pub const ARGS_VALUES_SPECS: [(&str, &str); 20] = [
     ("-A", "add@arg1,arg2/i32"),
     ("-A", "neg@arg1"),
     ("-A", "str@arg1/s,arg2/x"),
@@ -489,6 +489,8 @@ pub const ARGS_VALUES_SPECS: [(&str, &str); 18] = [
     ("-A", "big@arg1/u"),
     ("-A", "name@arg1/i32"),
     ("-A", "peek@arg1/s"),
+    ("-A", "many@arg1,arg7,arg8"),
+    ("-R", "many@retval"),
     ("-R", "add@retval"),
     ("-R", "neg@retval"),
     ("-R", "str@retval/i64"),

@@ -154,17 +154,22 @@ pub fn apply(edits: &mut [Edit]) -> Result<(), PatchError> {
         // held (one may be stopped inside the allocator).
         let window = TextWindow::new(edits.iter().map(|e| (e.addr, e.len as usize)))?;
         if hold::ask(Hold::Begin) {
-            // Nothing else runs the program's code: plain stores.
-            let r = window.open().and_then(|()| {
+            // Nothing else runs the program's code: plain stores. Pages
+            // that cannot be made writable are left to the batch below
+            // (its window falls back to /proc/self/mem).
+            let opened = window.open().is_ok();
+            let r = opened.then(|| {
                 let written = write_quiescent(&window, edits);
                 window.close();
                 written.and_then(|()| serialise())
             });
             hold::ask(Hold::End);
-            r?;
-            BATCHES.fetch_add(1, Ordering::Relaxed);
-            SITES_WRITTEN.fetch_add(edits.len() as u64, Ordering::Relaxed);
-            return Ok(());
+            if let Some(r) = r {
+                r?;
+                BATCHES.fetch_add(1, Ordering::Relaxed);
+                SITES_WRITTEN.fetch_add(edits.len() as u64, Ordering::Relaxed);
+                return Ok(());
+            }
         }
     }
     add_known(&edits.iter().map(|e| e.addr).collect::<Vec<_>>());

@@ -11,6 +11,7 @@
 //! ```text
 //!   argN, N = 1..6      rdi rsi rdx rcx r8 r9
 //!   argN, N > 6         the stack: word N-6 above the return address
+//!                       (read with process_vm_readv: never a fault)
 //!   fpargN, argN/f      xmmN-1 (low 4 or 8 bytes)
 //!   retval              rax; retval/f: xmm0
 //! ```
@@ -127,10 +128,13 @@ pub(crate) fn capture_args(specs: &[ArgSpec], regs: &Regs, out: &mut [u8]) -> us
                 5 => regs.r8,
                 6 => regs.r9,
                 i @ 7..=100 => {
-                    // SAFETY: the caller's stack above the return address
-                    // (`parent_slot` points at it): the words it pushed for
-                    // the call, mapped and readable while the call runs.
-                    unsafe { regs.parent_slot.add(i as usize - 6).read() as u64 }
+                    // The caller's stack above the return address (where
+                    // `parent_slot` points), read without trusting the spec:
+                    // a word beyond the stack's top reads as 0.
+                    let mut w = [0u8; 8];
+                    let at = regs.parent_slot as usize + 8 * (i as usize - 6);
+                    crate::sys::read_own_memory(at, &mut w);
+                    u64::from_le_bytes(w)
                 }
                 _ => 0,
             }
