@@ -194,7 +194,9 @@ fn lock_ptrace(pid: i32) -> Result<std::fs::File, AttachError> {
 fn converse(client: &UnixStream, pid: i32) -> std::io::Result<String> {
     let mut r = BufReader::new(client);
     let mut w = client;
-    let mut holding: Option<(std::fs::File, Vec<Stopped>)> = None;
+    // (The threads, then the lock: let go in that order, so that another
+    // `shadowgraph` that takes the lock finds no thread still traced.)
+    let mut holding: Option<(Vec<Stopped>, std::fs::File)> = None;
     loop {
         let mut line = String::new();
         if r.read_line(&mut line)? == 0 {
@@ -202,7 +204,7 @@ fn converse(client: &UnixStream, pid: i32) -> std::io::Result<String> {
         }
         match line.trim_end() {
             "hold" => {
-                let held = lock_ptrace(pid).and_then(|l| Ok((l, stop_all(pid)?)));
+                let held = lock_ptrace(pid).and_then(|l| Ok((stop_all(pid)?, l)));
                 match held {
                     Ok(h) => {
                         holding = Some(h);
