@@ -365,18 +365,23 @@ fn held_by_client(what: shadowgraph::patch::Hold) -> bool {
     if sent != ask.len() as isize {
         return false;
     }
+    // The answer's line, byte by byte: nothing after it is taken from the
+    // socket (the next line is the session's).
     let mut got = [0u8; 16];
     let mut n = 0;
-    while n < answer.len() {
-        // SAFETY: a read into the rest of `got`, whose length bounds it.
-        let r = unsafe { libc::read(fd, got[n..].as_mut_ptr().cast(), answer.len() - n) };
+    while n < got.len() {
+        // SAFETY: a one-byte read into `got`, inside it.
+        let r = unsafe { libc::read(fd, got[n..].as_mut_ptr().cast(), 1) };
         if r <= 0 {
             if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
             return false;
         }
-        n += r as usize;
+        n += 1;
+        if got[n - 1] == b'\n' {
+            break;
+        }
     }
     &got[..n] == answer
 }
