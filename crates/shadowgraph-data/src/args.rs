@@ -412,14 +412,15 @@ impl ArgIndex {
 
     /// Reads the data after a record of the function at `addr` whose
     /// `more` bit is set (`retval`: an exit's) from `input`, and returns
-    /// its text. An error says why it cannot be read: no spec applies to
-    /// the function (its size is unknown), or the file ends inside it.
+    /// its text and how many bytes it took. An error says why it cannot be
+    /// read: no spec applies to the function (its size is unknown), or the
+    /// file ends inside it.
     pub fn read_after(
         &self,
         addr: u64,
         retval: bool,
         input: &mut impl std::io::Read,
-    ) -> Result<String, String> {
+    ) -> Result<(String, u64), String> {
         let specs = self.specs_at(addr);
         if !specs.iter().any(|s| s.retval == retval) {
             return Err(format!(
@@ -460,7 +461,7 @@ impl ArgIndex {
             Some(self.names[i].clone())
         };
         read(specs, retval, &buf, &symbol)
-            .map(|(_, text)| text)
+            .map(|(_, text)| (text, buf.len() as u64))
             .ok_or_else(|| "the data after a record is shorter than its specs".to_string())
     }
 }

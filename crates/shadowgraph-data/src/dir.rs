@@ -535,17 +535,13 @@ impl Iterator for RecordStream {
                     self.offset - RECORD_SIZE as u64
                 ));
             };
-            let mut counted = CountingReader {
-                inner: &mut self.input,
-                n: 0,
-            };
-            let read = index.read_after(r.addr, r.kind == Kind::Exit, &mut counted);
-            let n = counted.n;
-            match read {
-                Ok(text) => r.args = Some(text.into()),
+            match index.read_after(r.addr, r.kind == Kind::Exit, &mut self.input) {
+                Ok((text, n)) => {
+                    r.args = Some(text.into());
+                    self.offset += n;
+                }
                 Err(e) => return self.cut(format!("offset {}: {e}", self.offset)),
             }
-            self.offset += n;
         }
         if let Some(p) = &self.progress {
             p.tick();
@@ -576,20 +572,6 @@ fn writer_wait_note(waits: u64, waited_ns: u64, run_ns: u64, threads: u64) -> Op
             100.0 * per_thread as f64 / run_ns.max(1) as f64
         )
     })
-}
-
-/// A reader that counts the bytes it gave.
-struct CountingReader<'a, R> {
-    inner: &'a mut R,
-    n: u64,
-}
-
-impl<R: std::io::Read> std::io::Read for CountingReader<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let k = self.inner.read(buf)?;
-        self.n += k as u64;
-        Ok(k)
-    }
 }
 
 #[cfg(test)]

@@ -66,12 +66,11 @@ fn close_in(path: &Path, at_ns: u64, args: Option<&crate::args::ArgIndex>) -> io
         at += RECORD_SIZE;
         if r.more && matches!(r.kind, Kind::Entry | Kind::Exit) {
             // Its arguments or return value follow: skipped.
-            let mut rest = &bytes[at..];
-            let before = rest.len();
-            args.ok_or_else(|| "a record carries arguments and the recording has no specs".into())
-                .and_then(|a| a.read_after(r.addr, r.kind == Kind::Exit, &mut rest))
+            let (_, n) = args
+                .ok_or_else(|| "a record carries arguments and the recording has no specs".into())
+                .and_then(|a| a.read_after(r.addr, r.kind == Kind::Exit, &mut &bytes[at..]))
                 .map_err(|e| io::Error::other(format!("{}: offset {at}: {e}", path.display())))?;
-            at += before - rest.len();
+            at += n as usize;
         }
         last = last.max(r.time);
         match r.kind {

@@ -364,15 +364,10 @@ pub fn membarrier_register_all() {
     });
 }
 
-/// One registration (at once when made already: the kernel keeps it).
-fn register(cmd: i32) -> bool {
-    membarrier(cmd).is_ok()
-}
-
 /// Registers for `membarrier(PRIVATE_EXPEDITED)` (per process: again after
 /// fork). `false` if the kernel does not offer it.
 pub fn membarrier_register_expedited() -> bool {
-    register(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED).is_ok()
 }
 
 /// A full memory barrier on every running thread of this process.
@@ -384,7 +379,7 @@ pub fn membarrier_expedited() -> io::Result<()> {
 /// Registers for `membarrier(PRIVATE_EXPEDITED_SYNC_CORE)`. `false` if the
 /// kernel does not offer it.
 pub fn membarrier_register_sync_core() -> bool {
-    register(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE)
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE).is_ok()
 }
 
 /// Every running thread of this process executes a core-serialising
@@ -396,7 +391,7 @@ pub fn membarrier_sync_core() -> io::Result<()> {
 /// Registers for `membarrier(PRIVATE_EXPEDITED_RSEQ)` (per process: again
 /// after fork). `false` if the kernel does not offer it (before 5.10).
 pub fn membarrier_register_rseq() -> bool {
-    register(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ)
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ).is_ok()
 }
 
 /// Every running thread of this process that is inside a restartable

@@ -184,6 +184,16 @@ fn pick_thread(pid: i32) -> Result<i32, AttachError> {
         .ok_or_else(|| AttachError(format!("process {pid} has no live thread")))
 }
 
+/// Whether thread `tid` of process `pid` is one of the agent's own (a
+/// recording's serving thread, or one registering for membarrier): it
+/// runs none of the program's code and is never held.
+fn is_agent_thread(pid: i32, tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).is_ok_and(|c| {
+        let c = c.trim_end();
+        c == "shadowgraph" || c == shadowgraph::sys::REGISTERING_THREAD
+    })
+}
+
 /// The executable ranges of the agent in process `pid` (loaded by
 /// `record -p`, or preloaded by `record`).
 fn agent_code(pid: i32) -> Result<Vec<(u64, u64)>, AttachError> {
@@ -212,9 +222,7 @@ fn hold_outside_agent(pid: i32) -> Result<Stopped, AttachError> {
     let started = std::time::Instant::now();
     loop {
         for tid in task_ids(pid)? {
-            let comm =
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
-            if comm.trim_end() == "shadowgraph" {
+            if is_agent_thread(pid, tid) {
                 continue;
             }
             let Ok(t) = Stopped::seize(tid) else { continue };

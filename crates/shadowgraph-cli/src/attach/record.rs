@@ -230,17 +230,11 @@ fn converse(client: &UnixStream, pid: i32) -> std::io::Result<String> {
 /// asks), and its membarrier registration threads, which would stop only
 /// once the kernel's grace period they wait in is over.
 fn stop_all(pid: i32) -> Result<Vec<Stopped>, AttachError> {
-    let agents = |tid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).is_ok_and(|c| {
-            let c = c.trim_end();
-            c == shadowgraph::sys::REGISTERING_THREAD || c == "shadowgraph"
-        })
-    };
     let mut held: Vec<Stopped> = Vec::new();
     loop {
         let new: Vec<i32> = super::task_ids(pid)?
             .into_iter()
-            .filter(|t| !held.iter().any(|h| h.tid() == *t) && !agents(*t))
+            .filter(|t| !held.iter().any(|h| h.tid() == *t) && !super::is_agent_thread(pid, *t))
             .collect();
         if new.is_empty() {
             return Ok(held);

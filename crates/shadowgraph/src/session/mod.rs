@@ -106,8 +106,8 @@ impl Session {
     }
 
     /// Does what [`Session::start_held`] left: writes the recording's
-    /// metadata (as the start of an unheld session does). Once; nothing
-    /// for a session started otherwise.
+    /// metadata, as an unheld start does (to be called once, after a held
+    /// start).
     pub fn settle(&self) {
         if let Some(rec) = &self.recording {
             recorder::write_start_metadata(rec);

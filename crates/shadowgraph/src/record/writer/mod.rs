@@ -131,9 +131,27 @@ pub fn emit_shared_from(
 
 /// [`emit_shared_from`] of a record with `data` after it (arguments or a
 /// return value, uftrace's layout: a multiple of 8 bytes, at most
-/// `ring::MAX_DATA`).
-#[inline]
+/// `ring::MAX_DATA`); none: a plain record (a caller passing an empty
+/// slice gets `emit_shared_from` itself, the rest folded away).
+#[inline(always)]
 pub fn emit_shared_with_data(
+    inst: usize,
+    kind: Kind,
+    depth: u16,
+    from: Depth,
+    addr: u64,
+    shared: &AtomicU64,
+    data: &[u8],
+) -> Option<u16> {
+    if data.is_empty() {
+        return emit_shared_from(inst, kind, depth, from, addr, shared);
+    }
+    emit_data_record(inst, kind, depth, from, addr, shared, data)
+}
+
+/// [`emit_shared_with_data`]'s record with data.
+#[inline]
+fn emit_data_record(
     inst: usize,
     kind: Kind,
     depth: u16,

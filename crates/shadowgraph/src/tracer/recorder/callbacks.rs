@@ -111,11 +111,7 @@ fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize, data: &[u8]) {
         (None, ring::Depth::Given(depth))
     };
     let (inst, time) = (u.private, fgraph::event_time());
-    let at = if data.is_empty() {
-        writer::emit_shared_from(inst, Kind::Entry, depth, from, func as u64, time)
-    } else {
-        writer::emit_shared_with_data(inst, Kind::Entry, depth, from, func as u64, time, data)
-    };
+    let at = writer::emit_shared_with_data(inst, Kind::Entry, depth, from, func as u64, time, data);
     if let (Some(p), Some(d)) = (keep, at) {
         // SAFETY: 8 reserved, word-aligned bytes of this call's frame,
         // ours until it returns.
@@ -157,11 +153,7 @@ fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16, data: &
         None => ring::Depth::Given(depth),
     };
     let (inst, func, time) = (u.private, r.func as u64, fgraph::event_time());
-    if data.is_empty() {
-        writer::emit_shared_from(inst, Kind::Exit, depth, from, func, time);
-    } else {
-        writer::emit_shared_with_data(inst, Kind::Exit, depth, from, func, time, data);
-    }
+    writer::emit_shared_with_data(inst, Kind::Exit, depth, from, func, time, data);
 }
 
 /// For a call at `depth` reported as unwound: whether the ring is not
