@@ -36,6 +36,7 @@ pub(crate) fn run_counted(
             graph,
         }),
         objects: config::Objects::All,
+        patch: Vec::new(),
         stack_bytes: None,
         returns: returns(hijack_returns),
         text_write: text_write()?,

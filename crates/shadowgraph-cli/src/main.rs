@@ -11,6 +11,7 @@ mod demo;
 mod launch;
 mod options;
 mod record;
+mod sites;
 mod sysinfo;
 
 use clap::{Parser, Subcommand};
@@ -52,6 +53,11 @@ enum Command {
         /// Also list rejected sites (with the reason).
         #[arg(long)]
         all: bool,
+        /// List instead the functions `record -P PAT` would patch at their
+        /// ordinary prologue, and those it would refuse, with the reason
+        /// (`.`: every function; repeatable; `!PAT` takes back).
+        #[arg(short = 'P', long = "patch", value_name = "PAT", value_parser = parse_patch_pattern)]
+        patch: Vec<shadowgraph_data::pattern::Pattern>,
     },
     /// Run a program with every function call counted; print the counts.
     Count {
@@ -236,7 +242,8 @@ fn main() -> ExitCode {
             clean();
             Ok(ExitCode::SUCCESS)
         }
-        Command::Sites { file, all } => sites(&file, all),
+        Command::Sites { file, all, patch } if patch.is_empty() => sites::sites(&file, all),
+        Command::Sites { file, all, patch } => sites::prologues(&file, &patch, all),
         Command::Count {
             top,
             graph,
@@ -415,6 +422,10 @@ struct Fields(Vec<shadowgraph_data::replay::Field>);
 
 fn parse_fields(spec: &str) -> Result<Fields, String> {
     shadowgraph_data::replay::Field::parse_list(spec).map(Fields)
+}
+
+fn parse_patch_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {
+    shadowgraph::prologue::parse_pattern(p).map_err(|e| e.to_string())
 }
 
 fn parse_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {
@@ -616,46 +627,4 @@ fn view_with_sessions(
         view_of(&s, how, false, &write)?;
     }
     Ok(code)
-}
-
-fn sites(file: &std::path::Path, all: bool) -> Result<ExitCode, String> {
-    let found = shadowgraph::elf::scan_file(file).map_err(|e| e.to_string())?;
-    if !all {
-        found.require_sites().map_err(|e| e.to_string())?;
-    }
-    let usable = found.usable().count();
-    println!(
-        "# {}: {} sites, {} rejected",
-        file.display(),
-        usable,
-        found.sites.len() - usable
-    );
-    println!(
-        "# {:>16}  {:<13}  {:<6}  FUNCTION",
-        "ADDRESS", "KIND", "ENDBR"
-    );
-    for s in &found.sites {
-        match &s.kind {
-            Ok(k) => println!(
-                "{:>18}  {:<13}  {:<6}  {}",
-                format!("{:#x}", s.addr),
-                k.name(),
-                if s.endbr { "yes" } else { "no" },
-                s.function
-            ),
-            Err(why) if all => println!(
-                "{:>18}  {:<13}  {:<6}  {}  [rejected: {why}]",
-                format!("{:#x}", s.addr),
-                "-",
-                if s.endbr { "yes" } else { "no" },
-                s.function
-            ),
-            Err(_) => {}
-        }
-    }
-    if !all && usable < found.sites.len() {
-        println!("# (--all lists the rejected sites and why)");
-    }
-    found.require_sites().map_err(|e| e.to_string())?;
-    Ok(ExitCode::SUCCESS)
 }

@@ -23,6 +23,13 @@ pub(crate) struct AttachOptions {
     pub duration: Option<u64>,
 }
 
+/// A `-P` pattern, checked.
+fn parse_patch(p: &str) -> Result<String, String> {
+    shadowgraph::prologue::parse_pattern(p)
+        .map(|_| p.to_string())
+        .map_err(|e| e.to_string())
+}
+
 /// What `record` (and `live`) trace.
 #[derive(clap::Args, Debug, Default)]
 pub(crate) struct RecordOptions {
@@ -42,6 +49,11 @@ pub(crate) struct RecordOptions {
     /// Record nothing inside these functions; repeatable.
     #[arg(short = 'N', long = "notrace")]
     notrace: Vec<String>,
+    /// Patch these functions at their ordinary prologue, for programs and
+    /// libraries built without tracing flags (`.`: every function; FUNC@LIB
+    /// a library's; !PAT takes back); repeatable.
+    #[arg(short = 'P', long = "patch", value_name = "PAT", value_parser = parse_patch)]
+    pub(crate) patch: Vec<String>,
     /// Record at most this many nested levels (0: no limit).
     #[arg(short = 'D', long = "depth", default_value_t = 0)]
     depth: u32,
@@ -371,6 +383,7 @@ impl RecordOptions {
                 retspec: self.arg_specs(&self.retval, true)?,
             }),
             objects,
+            patch: self.patch.clone(),
             stack_bytes: self.max_stack.map(|b| b as usize),
             returns: returns(self.hijack_returns),
             text_write: text_write()?,

@@ -22,7 +22,9 @@ pub(crate) fn record(
     opts.config(Path::new("/"), Path::new("/"))?;
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
-    let launcher = check_program(&path)?;
+    // (With -P, a program without patchable entries is patched.)
+    let launcher = check_program(&path)?.filter(|_| opts.patch.is_empty());
+    crate::sites::check_patch(&path, &opts.patch)?;
     if let Some(why) = &launcher {
         if opts.no_children {
             return Err(format!(

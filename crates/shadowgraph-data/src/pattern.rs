@@ -158,6 +158,23 @@ impl Pattern {
         &self.text
     }
 
+    /// The module it names (`@module`), if any.
+    pub fn module(&self) -> Option<&str> {
+        self.module.as_deref()
+    }
+
+    /// Whether it names a module (`@module`) that the object at `path` is.
+    pub fn names_module_of(&self, path: &str) -> bool {
+        self.module
+            .as_deref()
+            .is_some_and(|m| module_matches(m, path))
+    }
+
+    /// Whether it is a `!` pattern.
+    pub fn negated(&self) -> bool {
+        self.negate
+    }
+
     /// Whether it matches `site`: its name or symbol, and its module if the
     /// pattern names one (a `!` pattern matches what it would remove).
     pub fn matches(&self, site: &FunctionName<'_>) -> bool {

@@ -264,7 +264,9 @@ fn no_crate_has_an_import_cycle() {
 #[test]
 fn the_runtime_names_its_layers_only_downwards() {
     let layers: &[&[&str]] = &[
-        &["sys", "alloc", "local", "clock", "config", "elf", "site"],
+        &[
+            "sys", "alloc", "local", "clock", "config", "elf", "site", "prologue",
+        ],
         &[
             "patch", "stop", "arena", "tramp", "process", "tls", "libcall",
         ],

@@ -19,6 +19,11 @@ pub struct Config {
     /// Which loaded objects are traced.
     #[serde(default)]
     pub objects: Objects,
+    /// Functions without a patchable entry to patch at their ordinary
+    /// prologue (uftrace's `-P`): patterns as `-F` takes them, `.` for
+    /// every function; without `@LIB` they name the program's.
+    #[serde(default)]
+    pub patch: Vec<String>,
     /// Each thread's shadow stack in bytes (a power of two, 4 KiB to
     /// 1 MiB; `record --max-stack` sets it); `None`: the default.
     #[serde(default)]
@@ -285,6 +290,7 @@ impl Config {
         Config {
             mode: Mode::Record(r),
             objects: Objects::All,
+            patch: Vec::new(),
             stack_bytes: None,
             returns: Returns::SiteStubs,
             text_write: None,
@@ -317,6 +323,9 @@ impl Config {
     /// Checks what the types cannot say: patterns, the number of tracers,
     /// what each kind of tracer takes.
     pub fn check(&self) -> Result<(), ConfigError> {
+        for p in &self.patch {
+            crate::prologue::parse_pattern(p).map_err(|e| ConfigError(format!("-P: {e}")))?;
+        }
         let Mode::Record(r) = &self.mode else {
             return Ok(());
         };
@@ -382,6 +391,7 @@ mod tests {
                 retspec: vec!["add@retval".into()],
             }),
             objects: Objects::Program(vec!["libfoo".into()]),
+            patch: vec![".".into(), "!main".into()],
             stack_bytes: None,
             returns: Returns::SiteStubs,
             text_write: Some(TextWrite::ProcMem),

@@ -74,7 +74,8 @@ impl std::error::Error for ElfError {}
 
 /// How to build a program so that shadowgraph can trace it.
 pub const HOW_TO_BUILD: &str = "rebuild it with gcc/clang -fpatchable-function-entry=5, \
-     gcc -pg -mfentry -mrecord-mcount, or rustc -Zpatchable-function-entry=5";
+     gcc -pg -mfentry -mrecord-mcount, or rustc -Zpatchable-function-entry=5, \
+     or patch its functions' prologues with -P";
 
 impl ObjectSites {
     /// Sites that can be patched.
@@ -342,13 +343,13 @@ pub fn library_call_slots(
 }
 
 /// The contents of an image's sections, by link-time address.
-struct Contents<'d> {
+pub(crate) struct Contents<'d> {
     /// (address, bytes), sorted by address.
     sections: Vec<(u64, &'d [u8])>,
 }
 
 impl<'d> Contents<'d> {
-    fn new(file: &object::File<'d>) -> Self {
+    pub(crate) fn new(file: &object::File<'d>) -> Self {
         let mut sections: Vec<(u64, &[u8])> = file
             .sections()
             .filter(|s| s.address() != 0)
@@ -360,7 +361,7 @@ impl<'d> Contents<'d> {
     }
 
     /// `n` bytes (fewer at the end of a section) at a link-time address.
-    fn read(&self, addr: u64, n: u64) -> Option<&'d [u8]> {
+    pub(crate) fn read(&self, addr: u64, n: u64) -> Option<&'d [u8]> {
         let i = self.sections.partition_point(|&(a, _)| a <= addr);
         let &(start, data) = self.sections.get(i.checked_sub(1)?)?;
         let off = usize::try_from(addr - start).ok()?;
@@ -370,13 +371,13 @@ impl<'d> Contents<'d> {
 }
 
 /// Function symbols sorted by address, to name the function holding a site.
-struct FunctionSymbols {
+pub(crate) struct FunctionSymbols {
     /// (start, size, name)
     list: Vec<(u64, u64, String)>,
 }
 
 impl FunctionSymbols {
-    fn new(file: &object::File<'_>) -> Self {
+    pub(crate) fn new(file: &object::File<'_>) -> Self {
         // (start, size, local, name)
         fn collect<'d>(
             syms: impl Iterator<Item = object::Symbol<'d, 'd>>,
@@ -404,8 +405,13 @@ impl FunctionSymbols {
         FunctionSymbols { list }
     }
 
+    /// Every function: (start, size, symbol), by address, one per address.
+    pub(crate) fn all(&self) -> &[(u64, u64, String)] {
+        &self.list
+    }
+
     /// The name of a function symbol starting in `lo..hi`, if any.
-    fn starting_within(&self, lo: u64, hi: u64) -> Option<&str> {
+    pub(crate) fn starting_within(&self, lo: u64, hi: u64) -> Option<&str> {
         let i = self.list.partition_point(|s| s.0 < lo);
         self.list.get(i).filter(|s| s.0 < hi).map(|s| s.2.as_str())
     }

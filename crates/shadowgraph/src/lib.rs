@@ -45,6 +45,7 @@ pub mod libcall;
 pub mod local;
 pub mod patch;
 pub mod process;
+pub mod prologue;
 pub mod record;
 pub mod session;
 pub mod site;

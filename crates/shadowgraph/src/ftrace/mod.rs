@@ -235,13 +235,20 @@ pub fn has_module(path: &std::path::Path, bias: usize) -> bool {
 /// (names, counts by id) remain for reports. Ops keep their filters.
 pub fn remove_module(bias: usize) -> Result<(), CoreError> {
     let mut c = lock_core();
-    let Some(mi) = c.modules.iter().position(|m| !m.unloaded && m.bias == bias) else {
-        return Ok(());
-    };
-    let ids: Vec<SiteId> = (0..c.sites.len() as SiteId)
-        .filter(|&i| c.sites[i as usize].module as usize == mi)
+    // The object's modules: its patchable entries', and its patched
+    // prologues' (process::prologue), which share its bias.
+    let mods: Vec<usize> = (0..c.modules.len())
+        .filter(|&i| !c.modules[i].unloaded && c.modules[i].bias == bias)
         .collect();
-    c.modules[mi].unloaded = true;
+    if mods.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<SiteId> = (0..c.sites.len() as SiteId)
+        .filter(|&i| mods.contains(&(c.sites[i as usize].module as usize)))
+        .collect();
+    for &mi in &mods {
+        c.modules[mi].unloaded = true;
+    }
     // Unloaded modules match no ops: the update patches their sites to NOP5.
     let r = c.update(&ids);
     for &i in &ids {

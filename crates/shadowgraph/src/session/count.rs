@@ -27,10 +27,16 @@ enum Counting {
 
 static COUNTING: OnceLock<(Counting, Option<PathBuf>)> = OnceLock::new();
 
-/// Starts counting the calls of the objects `which` selects; the report
-/// goes to `report` (else standard error) at [`finish`].
-pub(crate) fn start(which: &Objects, graph: bool, report: Option<PathBuf>) -> Result<(), String> {
-    let mut modules = objects::discover(which)?;
+/// Starts counting the calls of the objects `which` selects (and of the
+/// prologues `patch` asks for); the report goes to `report` (else
+/// standard error) at [`finish`].
+pub(crate) fn start(
+    which: &Objects,
+    patch: &[String],
+    graph: bool,
+    report: Option<PathBuf>,
+) -> Result<(), String> {
+    let mut modules = objects::discover(which, patch)?;
     let counting = if graph {
         objects::follow();
         ftrace::add_modules(modules).map_err(|e| e.to_string())?;

@@ -253,7 +253,7 @@ fn set_up_first(
     }
     let started = match &config.mode {
         Mode::Count(c) => {
-            count::start(&config.objects, c.graph, c.report.clone())?;
+            count::start(&config.objects, &config.patch, c.graph, c.report.clone())?;
             Started::Count
         }
         Mode::Record(r) => start_recording(&r.clone(), &mut config, rec, held)?,
@@ -280,7 +280,7 @@ fn start_recording(
     }
     let follow = r.rings.as_ref().filter(|_| r.children);
     let started_by_exec = follow.is_some() && config.lineage.session.is_some();
-    let modules = match objects::discover(&config.objects) {
+    let modules = match objects::discover(&config.objects, &config.patch) {
         Ok(m) => m,
         Err(e) if started_by_exec => {
             // A program the traced one started (a shell, a tool) that was
@@ -291,7 +291,7 @@ fn start_recording(
             }
             return Ok(Started::Untraced);
         }
-        Err(_) if follow.is_some() => {
+        Err(_) if follow.is_some() && config.patch.is_empty() => {
             // The recorded program itself has nothing to trace: a script's
             // interpreter or a launcher (`sh -c`, `make`), which `record`
             // let through and said so. The programs it starts by exec are

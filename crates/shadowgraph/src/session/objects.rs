@@ -6,7 +6,7 @@ use crate::config::{LibCalls, Objects};
 use crate::process::{self, Module};
 use crate::tracer::recorder;
 use crate::{elf, ftrace, libcall};
-use shadowgraph_data::pattern::glob_match;
+use shadowgraph_data::pattern::{glob_match, Pattern};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -29,9 +29,17 @@ fn own_object() -> Option<PathBuf> {
     (!program).then_some(me)
 }
 
-/// The sites of every loaded object `which` selects, or a one-line error
-/// naming the program when there are none.
-pub(crate) fn discover(which: &Objects) -> Result<Vec<Module>, String> {
+/// The `-P` patterns, for the objects loaded later too.
+static PATCH: Mutex<Vec<Pattern>> = Mutex::new(Vec::new());
+
+/// The sites of every loaded object `which` selects, and the prologues
+/// `patch` asks for (uftrace's `-P`), or a one-line error naming the
+/// program when there are none.
+pub(crate) fn discover(which: &Objects, patch: &[String]) -> Result<Vec<Module>, String> {
+    let patterns = patch
+        .iter()
+        .map(|p| crate::prologue::parse_pattern(p).map_err(|e| format!("-P: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
     let me = own_object();
     let exe = std::fs::read_link("/proc/thread-self/exe").unwrap_or_default();
     let wanted = |p: &Path| -> bool {
@@ -50,13 +58,74 @@ pub(crate) fn discover(which: &Objects) -> Result<Vec<Module>, String> {
             }
         }
     };
-    let modules = process::discover(wanted).map_err(|e| e.to_string())?;
+    let mut modules = process::discover(wanted).map_err(|e| e.to_string())?;
+    if !patterns.is_empty() {
+        let objects: Vec<(PathBuf, usize)> = process::loaded_objects()
+            .into_iter()
+            .filter(|(p, _)| Some(p.as_path()) != me.as_deref())
+            .collect();
+        modules.extend(patch_prologues(&patterns, &objects, &modules, &exe));
+        *PATCH.lock().unwrap_or_else(|e| e.into_inner()) = patterns;
+    }
     if modules.iter().all(|m| m.usable().next().is_none()) {
+        if !patch.is_empty() {
+            return Err(format!(
+                "{}: -P {} patched no function (`shadowgraph sites -P PAT {}` tells why)",
+                exe.display(),
+                patch.join(" -P "),
+                exe.display()
+            ));
+        }
         let found = elf::scan_file(&exe).map_err(|e| e.to_string())?;
         found.require_sites().map_err(|e| e.to_string())?;
         return Err(format!("{}: no usable sites", exe.display()));
     }
     Ok(modules)
+}
+
+/// The modules of the stubs of the prologues `patterns` ask for in
+/// `objects` (path, bias): the program's, and those of libraries a
+/// pattern names; `with_sites` the modules of their patchable entries.
+/// An object that cannot be patched is said once and left as it is.
+fn patch_prologues(
+    patterns: &[Pattern],
+    objects: &[(PathBuf, usize)],
+    with_sites: &[Module],
+    exe: &Path,
+) -> Vec<Module> {
+    let mut out = Vec::new();
+    for (path, bias) in objects {
+        let program = path == exe;
+        let named = patterns
+            .iter()
+            .any(|p| p.names_module_of(&path.to_string_lossy()));
+        if !program && !named {
+            continue;
+        }
+        let mut sites: Vec<u64> = with_sites
+            .iter()
+            .filter(|m| m.path == *path)
+            .flat_map(|m| m.sites.iter().map(move |s| (s.addr - m.bias) as u64))
+            .collect();
+        sites.sort_unstable();
+        match process::prologue::patch_object(path, *bias, program, &sites, patterns) {
+            Ok(p) => {
+                if p.patched + p.refused.len() > 0 && super::in_root_process() {
+                    eprintln!(
+                        "# -P: {}: {} functions patched at their prologue, {} refused \
+                         (`shadowgraph sites -P PAT {}` says why)",
+                        path.display(),
+                        p.patched,
+                        p.refused.len(),
+                        path.display()
+                    );
+                }
+                out.extend(p.modules)
+            }
+            Err(e) => eprintln!("shadowgraph: {e}; its functions are not patched"),
+        }
+    }
+    out
 }
 
 /// Objects whose PLTs `--nest-libcall` leaves alone, as uftrace's does:

@@ -258,6 +258,17 @@ fn current_module_maps() -> Vec<(usize, usize, String)> {
             .max();
         if let (Some(b), Some(e)) = (base, end) {
             out.push((b, e, p.display().to_string()));
+            // Its functions patched at their prologue: their sites are in
+            // stubs outside the object (crate::process::prologue), named
+            // by a range of their own under the object's path.
+            let stubs = sites
+                .iter()
+                .filter(|s| s.module == p && (s.addr < b || s.addr >= e))
+                .map(|s| s.addr);
+            if let (Some(lo), Some(hi)) = (stubs.clone().min(), stubs.max()) {
+                let stride = crate::process::prologue::STUB_STRIDE;
+                out.push((lo, hi + stride, p.display().to_string()));
+            }
         }
     }
     out

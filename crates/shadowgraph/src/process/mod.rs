@@ -1,5 +1,8 @@
 //! Sites of the objects loaded in this process, and their normalisation to
-//! the one patchable form, NOP5 (design §2.1, §2.5).
+//! the one patchable form, NOP5 (design §2.1, §2.5); functions without a
+//! patchable entry are given one at their prologue ([`prologue`]).
+
+pub mod prologue;
 
 use crate::elf::{self, ElfError, FoundSite};
 use crate::patch::{self, Edit, PatchError, TextWindow};
@@ -292,13 +295,33 @@ pub fn with_world_stopped<R>(stopped: &[(usize, usize)], f: impl FnOnce() -> R) 
 /// Converts sleds to NOP5; returns the deferred ones (sorted).
 fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, NormalizeError> {
     let edits: Vec<Edit> = sleds.iter().map(|&a| Edit::new(a, &SLED, &NOP5)).collect();
+    let deferred = write_stopped(&edits, &|i, _| Some(sleds[i] + 5), out)?;
+    Ok(deferred_sleds(sleds, &deferred, out))
+}
+
+/// Writes `edits` (sorted by address; each a 5-byte edit whose old and
+/// new instructions do not share their boundaries, so that no thread may
+/// run through it meanwhile) with every other thread stopped, or none
+/// running. A thread stopped on bytes 1–4 of edit `i` at `pc` goes on at
+/// `moved(i, pc)` (`None`: the edit is deferred); an edit whose bytes 1–4
+/// a word of a stopped thread's stack points into (an interrupted context
+/// could resume there) is deferred. Returns which edits were deferred,
+/// counting in `out` those written and the threads moved.
+pub(crate) fn write_stopped(
+    edits: &[Edit],
+    moved: &dyn Fn(usize, usize) -> Option<usize>,
+    out: &mut Normalized,
+) -> Result<Vec<bool>, NormalizeError> {
+    // Serialising cores by membarrier (signals cannot reach threads held
+    // from outside).
+    patch::init();
     let _text = patch::text_lock();
-    patch::verify(&edits)?;
+    patch::verify(edits)?;
     let window = TextWindow::open_for(edits.iter().map(|e| (e.addr, 5)))?;
     let inside = |word: usize| -> Option<usize> {
-        // Index of the sled whose interior (site+1..=site+4) holds `word`.
-        let i = sleds.partition_point(|&s| s < word);
-        (i > 0 && word - sleds[i - 1] < 5).then(|| i - 1)
+        // Index of the edit whose bytes 1–4 hold `word`.
+        let i = edits.partition_point(|e| e.addr < word);
+        (i > 0 && word - edits[i - 1].addr < 5).then(|| i - 1)
     };
     let outside = STOPPED_OUTSIDE
         .lock()
@@ -312,8 +335,9 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
         }
     };
     if let Some(contexts) = outside {
+        // Held from outside: a thread is not ours to move; its edit waits.
         let stacks = stacks()?;
-        let mut deferred = vec![false; sleds.len()];
+        let mut deferred = vec![false; edits.len()];
         for &(pc, sp) in &contexts {
             if let Some(i) = inside(pc) {
                 deferred[i] = true;
@@ -331,24 +355,24 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
         }
         window.close();
         patch::serialise()?;
-        return Ok(deferred_sleds(sleds, &deferred, out));
+        return Ok(deferred);
     }
     let mut threads = Vec::with_capacity(2);
     let single = sys::list_threads(&mut threads).is_ok() && threads.len() == 1;
     if single {
         // No other thread exists, and only this one could create one.
-        let r = patch::write_quiescent(&window, &edits);
+        let r = patch::write_quiescent(&window, edits);
         window.close();
         r?;
         out.converted += edits.len();
-        return Ok(Vec::new());
+        return Ok(vec![false; edits.len()]);
     }
 
     out.stopped_world = true;
     let stacks = stacks()?;
-    let mut deferred = vec![false; sleds.len()];
+    let mut deferred = vec![false; edits.len()];
     let mut bufs = StopBuffers::default();
-    let mut moved = 0usize;
+    let mut moves = 0usize;
     let stopped = stop::stop_world(&mut bufs, |parked| {
         // Nothing below allocates: every thread but this one is parked.
         let me = 0u8;
@@ -359,8 +383,13 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
         });
         for p in parked.iter_mut().filter(|p| p.pc != 0) {
             if let Some(i) = inside(p.pc) {
-                p.new_pc = Some(sleds[i] + 5);
-                moved += 1;
+                match moved(i, p.pc) {
+                    Some(to) => {
+                        p.new_pc = Some(to);
+                        moves += 1;
+                    }
+                    None => deferred[i] = true,
+                }
             }
             for sp in [p.handler_sp, p.sp] {
                 stacks.scan_from(sp, |w| {
@@ -391,8 +420,8 @@ fn convert_sleds(sleds: &[usize], out: &mut Normalized) -> Result<Vec<usize>, No
     // never stopped do not exist. Serialise anyway for the coordinator's peers.
     patch::serialise()?;
     out.converted += written;
-    out.moved += moved;
-    Ok(deferred_sleds(sleds, &deferred, out))
+    out.moved += moves;
+    Ok(deferred)
 }
 
 /// The sleds `deferred` marks, counted in `out`.

@@ -1,0 +1,204 @@
+//! `-P`: functions of programs built without tracing flags, patched at
+//! their ordinary prologue (`sites -P` says which and why not).
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+
+/// tests/fixtures/prologues.c built with plain -O2: no tracing flags.
+fn plain_build(dir: &std::path::Path) -> std::path::PathBuf {
+    let exe = dir.join("prologues");
+    cc(&[&fixture("prologues.c")], &["-O2", "-pthread"], &exe);
+    exe
+}
+
+#[test]
+fn sites_lists_what_p_patches_and_why_it_refuses() {
+    let dir = workdir("prologue_sites");
+    let exe = plain_build(&dir);
+    let o = shadowgraph()
+        .args(["sites", "-P", "."])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let line = |f: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(f))
+            .unwrap_or_else(|| panic!("no {f} in\n{out}"))
+            .to_string()
+    };
+    // Short functions (3 and 4 bytes: the filler after them is used), a
+    // RIP-relative load, a jump table, a call in the first bytes.
+    for (f, bytes) in [
+        ("zero", "3"),
+        ("inc", "4"),
+        ("get_counter", "6"),
+        ("pick", "5"),
+    ] {
+        assert_eq!(line(f).split_whitespace().nth(1), Some(bytes), "{out}");
+    }
+    for f in ["twice", "fibber", "main", "run", "serve"] {
+        assert!(!line(f).contains("refused"), "{out}");
+    }
+    assert!(
+        line("into_window").contains("lands inside the patched bytes"),
+        "{out}"
+    );
+    assert!(
+        line("loop_entry").contains("loops back to the entry"),
+        "{out}"
+    );
+    for f in ["fib", "work"] {
+        assert!(line(f).contains("called directly at"), "{out}");
+    }
+    assert!(out.contains("# refused: 1 (loop to the entry)"), "{out}");
+    assert!(out.ends_with("# 9 of 13 functions patchable\n"), "{out}");
+
+    // A pattern narrows it; `!` takes back; one that matches nothing is
+    // an error that says so.
+    let o = shadowgraph()
+        .args(["sites", "-P", "*i*", "-P", "!fib*"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let out = text(&o).0;
+    let listed: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    assert_eq!(
+        listed,
+        ["main", "into_window", "inc", "pick", "twice"],
+        "{out}"
+    );
+    let o = shadowgraph()
+        .args(["sites", "-P", "nosuch"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).1.contains("-P nosuch matches no function"),
+        "{}",
+        text(&o).1
+    );
+}
+
+#[test]
+fn record_p_traces_a_program_built_without_flags() {
+    let dir = workdir("prologue_record");
+    let exe = plain_build(&dir);
+    let untraced = Command::new(&exe).args(["200", "4"]).output().unwrap();
+    assert!(untraced.status.success());
+
+    // One round, one thread: every call that -P patched, nested as made.
+    let data = dir.join("one.data");
+    let o = record_run(&[], &["-P", "."], &data, &exe, &[std::path::Path::new("1")]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let one = Command::new(&exe).arg("1").output().unwrap();
+    assert_eq!(o.stdout, one.stdout);
+    assert_eq!(
+        replay_body(&replay_text(&data)),
+        [
+            "main() {",
+            "  zero();",
+            "  inc();",
+            "  get_counter();",
+            "  pick();",
+            "  twice() {",
+            "    inc();",
+            "    inc();",
+            "  } /* twice */",
+            "  fibber();",
+            "} /* main */",
+        ]
+    );
+
+    // Four threads, 200 rounds: the program's result as untraced, every
+    // call of every thread nested, nothing lost.
+    let data = dir.join("threads.data");
+    let args = [std::path::Path::new("200"), std::path::Path::new("4")];
+    let o = record_run(&[], &["-P", "."], &data, &exe, &args);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(o.stdout, untraced.stdout);
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+    assert_eq!(d.tids.len(), 5);
+    for &tid in &d.tids {
+        calls_nest_exactly(&d, tid, &[]).unwrap();
+    }
+    assert_eq!(d.info.get("lost"), Some("0"));
+    let rows = report_rows(&report_text(&data));
+    // 200 rounds on each thread and main's: inc three times a round.
+    assert_eq!(rows["inc"].2, 3 * 200 * 5);
+    assert_eq!(rows["pick"].2, 200 * 5);
+}
+
+#[test]
+fn p_that_patches_nothing_is_an_error_and_no_p_says_to_use_it() {
+    let dir = workdir("prologue_errors");
+    let exe = plain_build(&dir);
+    record_refuses(&["-P", "nosuch"], &exe, "-P nosuch patched no function");
+    record_refuses(&["-P", "fib"], &exe, "-P fib patched no function");
+    let o = shadowgraph().args(["sites"]).arg(&exe).output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o)
+            .1
+            .contains("or patch its functions' prologues with -P"),
+        "{}",
+        text(&o).1
+    );
+}
+
+/// `record -p PID -P .` on a program built without flags, whose threads
+/// run through the functions being patched without pause: every result
+/// stays right, during the recording and after it.
+#[test]
+fn attach_patches_prologues_under_running_threads() {
+    let dir = workdir("prologue_attach");
+    let exe = plain_build(&dir);
+    for round in 0..4 {
+        let mut child = Command::new(&exe)
+            .args(["serve", "3"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        let data = dir.join(format!("a{round}.data"));
+        let o = shadowgraph()
+            .args([
+                "record",
+                "-p",
+                &child.id().to_string(),
+                "-P",
+                ".",
+                "--duration",
+                "150ms",
+            ])
+            .arg("-d")
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "round {round}: {}", text(&o).1);
+        assert!(
+            report_rows(&report_text(&data))["pick"].2 > 0,
+            "round {round}"
+        );
+        // Some more rounds after the detach, then the verdict.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        assert!(child.wait().unwrap().success());
+        assert_eq!(rest, "bad=0\n", "round {round}");
+    }
+}
