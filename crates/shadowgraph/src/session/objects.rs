@@ -273,6 +273,13 @@ pub fn after_dlopen() {
         .into_iter()
         .filter(|m| !ftrace::has_module(&m.path, m.bias))
         .collect();
+    // The -P patterns that name a library apply to it when it comes.
+    let patterns = PATCH.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if !patterns.is_empty() {
+        let exe = std::fs::read_link("/proc/thread-self/exe").unwrap_or_default();
+        let patched = patch_prologues(&patterns, &new, &mods, &exe);
+        mods.extend(patched);
+    }
     let mode = libcalls_mode();
     if mode != LibCalls::Off {
         let calls = library_calls(mode, &mods, &new);
