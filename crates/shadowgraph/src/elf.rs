@@ -141,8 +141,9 @@ pub fn scan_file(path: &Path) -> Result<ObjectSites, ElfError> {
     }
 }
 
-/// Lists the sites of the ELF image `data` (named `path` in messages).
-pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
+/// The ELF image `data` (named `path` in messages), if it is one of
+/// x86-64.
+pub(crate) fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<object::File<'d>, ElfError> {
     let err = |message: String| ElfError {
         path: path.to_owned(),
         message,
@@ -155,6 +156,16 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
             file.architecture()
         )));
     }
+    Ok(file)
+}
+
+/// Lists the sites of the ELF image `data` (named `path` in messages).
+pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
+    let err = |message: String| ElfError {
+        path: path.to_owned(),
+        message,
+    };
+    let file = parse(path, data)?;
     let position_independent = matches!(file.kind(), object::ObjectKind::Dynamic);
     // What placing the sites takes, read only for an object that has any
     // (most libraries have none: libc's symbols and relocations would cost

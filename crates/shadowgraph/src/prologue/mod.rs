@@ -159,18 +159,7 @@ pub fn judge(
     sites: &[u64],
     want: impl Fn(&str) -> bool,
 ) -> Result<ObjectPrologues, ElfError> {
-    let err = |message: String| ElfError {
-        path: path.to_owned(),
-        message,
-    };
-    let file =
-        object::File::parse(data).map_err(|e| err(format!("not a readable ELF file: {e}")))?;
-    if file.architecture() != object::Architecture::X86_64 {
-        return Err(err(format!(
-            "architecture {:?} is not supported (x86-64 only)",
-            file.architecture()
-        )));
-    }
+    let file = crate::elf::parse(path, data)?;
     let symbols = FunctionSymbols::new(&file);
     let contents = Contents::new(&file);
     let exec: Vec<(u64, u64)> = file
