@@ -110,7 +110,7 @@ fn patch_prologues(
         sites.sort_unstable();
         match process::prologue::patch_object(path, *bias, program, &sites, patterns) {
             Ok(p) => {
-                if p.patched + p.refused.len() > 0 && super::in_root_process() {
+                if p.patched + p.refused.len() > 0 {
                     eprintln!(
                         "# -P: {}: {} functions patched at their prologue, {} refused \
                          (`shadowgraph sites -P PAT {}` says why)",
