@@ -41,7 +41,9 @@ fn sites_lists_what_p_patches_and_why_it_refuses() {
     ] {
         assert_eq!(line(f).split_whitespace().nth(1), Some(bytes), "{out}");
     }
-    for f in ["twice", "fibber", "main", "run", "serve"] {
+    // `work` is called directly, but calls through pointers: gcc takes
+    // it to change every register, and its callers keep nothing in them.
+    for f in ["twice", "fibber", "main", "run", "serve", "work"] {
         assert!(!line(f).contains("refused"), "{out}");
     }
     assert!(
@@ -52,11 +54,9 @@ fn sites_lists_what_p_patches_and_why_it_refuses() {
         line("loop_entry").contains("loops back to the entry"),
         "{out}"
     );
-    for f in ["fib", "work"] {
-        assert!(line(f).contains("called directly at"), "{out}");
-    }
+    assert!(line("fib").contains("called directly at"), "{out}");
     assert!(out.contains("# refused: 1 (loop to the entry)"), "{out}");
-    assert!(out.ends_with("# 9 of 13 functions patchable\n"), "{out}");
+    assert!(out.ends_with("# 10 of 13 functions patchable\n"), "{out}");
 
     // A pattern narrows it; `!` takes back; one that matches nothing is
     // an error that says so.
@@ -106,15 +106,17 @@ fn record_p_traces_a_program_built_without_flags() {
         replay_body(&replay_text(&data)),
         [
             "main() {",
-            "  zero();",
-            "  inc();",
-            "  get_counter();",
-            "  pick();",
-            "  twice() {",
+            "  work() {",
+            "    zero();",
             "    inc();",
-            "    inc();",
-            "  } /* twice */",
-            "  fibber();",
+            "    get_counter();",
+            "    pick();",
+            "    twice() {",
+            "      inc();",
+            "      inc();",
+            "    } /* twice */",
+            "    fibber();",
+            "  } /* work */",
             "} /* main */",
         ]
     );

@@ -123,12 +123,15 @@ pub(super) fn branch_targets(text: &Text<'_, '_>) -> Vec<Target> {
 }
 
 /// The window of the function at `start` of `size` bytes, or why it has
-/// none; `targets` from [`branch_targets`].
+/// none; `targets` from [`branch_targets`]; `changes_all`: the function
+/// changes every register the tracer's paths change (super::clobbers),
+/// so that callers that call it directly keep nothing in them.
 pub(super) fn window(
     text: &Text<'_, '_>,
     targets: &[Target],
     start: u64,
     size: u64,
+    changes_all: bool,
 ) -> Result<Window, Refusal> {
     if size == 0 {
         return Err(Refusal::NoSize);
@@ -205,7 +208,9 @@ pub(super) fn window(
         return Err(Refusal::LoopToEntry(i));
     }
     if let Some(&(_, i, _)) = reaching().find(|t| t.2 == By::Call || !own(t.1)) {
-        return Err(Refusal::CalledDirectly(i));
+        if !changes_all {
+            return Err(Refusal::CalledDirectly(i));
+        }
     }
     Ok(Window {
         entry: start,

@@ -41,6 +41,7 @@
 //! writer's to move ([`Relocated::moved`]).
 
 mod analyse;
+mod clobbers;
 mod relocate;
 mod window;
 
@@ -200,7 +201,7 @@ pub fn judge(
         functions: Vec::new(),
     };
     let mut asked = Vec::new();
-    for ((start, size, symbol), (_, given, _)) in functions.iter().zip(all) {
+    for (i, ((start, size, symbol), (_, given, _))) in functions.iter().zip(all).enumerate() {
         // A symbol without a size (the C start-up files' helpers, hand-
         // written assembly) is not taken for a function, as uftrace's
         // symbol tables do not.
@@ -213,14 +214,21 @@ pub fn judge(
             out.with_site += 1;
             continue;
         }
-        asked.push((*start, *size, symbol.clone()));
+        asked.push((i, *start, *size, symbol.clone()));
     }
     if asked.is_empty() {
         return Ok(out);
     }
     let targets = analyse::branch_targets(&text);
-    for (start, size, symbol) in asked {
-        let window = analyse::window(&text, &targets, start, size).and_then(|w| {
+    let plt: Vec<(u64, u64)> = file
+        .sections()
+        .filter(|s| matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    let changed = clobbers::changed(&text, &plt);
+    for (i, start, size, symbol) in asked {
+        let changes_all = changed[i] == clobbers::TRACER_CHANGES;
+        let window = analyse::window(&text, &targets, start, size, changes_all).and_then(|w| {
             // Relocatable at an address as far as an arena may be.
             let bytes = contents.read(w.at, w.len as u64).unwrap_or_default();
             relocate(bytes, &w, w.at, w.at + (1 << 30))?;

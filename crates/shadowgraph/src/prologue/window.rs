@@ -33,9 +33,9 @@ pub enum Refusal {
     /// entry: a loop, which a patched entry would count as calls.
     LoopToEntry(u64),
     /// Another function of the object calls it (or jumps to it) directly,
-    /// at the address given: gcc's `-fipa-ra` (on at `-O2`) lets such a
-    /// caller keep values across the call in registers the function does
-    /// not change but the tracer's paths may.
+    /// at the address given, and it leaves alone some call-clobbered
+    /// register that the tracer's paths change: gcc's `-fipa-ra` (on at
+    /// `-O2`) lets such a caller keep a value there across the call.
     CalledDirectly(u64),
     /// A call in the window would return inside bytes 1–4.
     CallInWindow,
@@ -86,8 +86,8 @@ impl fmt::Display for Refusal {
             Refusal::LoopToEntry(a) => write!(f, "a jump at {a:#x} loops back to the entry"),
             Refusal::CalledDirectly(a) => write!(
                 f,
-                "called directly at {a:#x} (gcc's -fipa-ra lets a caller keep values \
-                 in registers across such a call)"
+                "called directly at {a:#x}, and leaves registers alone in which \
+                 gcc's -fipa-ra lets its callers keep values"
             ),
             Refusal::CallInWindow => f.write_str("a call returns inside the patched bytes"),
             Refusal::Undecodable(a) => write!(f, "cannot decode the instruction at {a:#x}"),
