@@ -118,6 +118,11 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
         if let Some(c) = get("control") {
             line(out, "control commands", c)?;
         }
+        if let Some(p) = get("prologues") {
+            for object in p.split("; ") {
+                line(out, "patched prologues", object)?;
+            }
+        }
         let (steps, worst) = data.info.clock_steps_back();
         if steps > 0 {
             line(

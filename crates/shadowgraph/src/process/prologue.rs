@@ -42,6 +42,43 @@ pub struct Patched {
     pub with_site: usize,
     /// Functions refused, with the reason.
     pub refused: Vec<(String, String)>,
+    /// How many were refused for each kind of reason.
+    pub by_reason: Vec<(&'static str, usize)>,
+}
+
+impl Patched {
+    fn refuse(&mut self, function: &str, kind: &'static str, why: String) {
+        self.refused.push((function.to_owned(), why));
+        match self.by_reason.iter_mut().find(|(k, _)| *k == kind) {
+            Some(e) => e.1 += 1,
+            None => self.by_reason.push((kind, 1)),
+        }
+    }
+
+    /// One line: the object, how many were patched, how many refused by
+    /// reason (most frequent first).
+    pub fn summary(&self, path: &Path) -> String {
+        let mut by = self.by_reason.clone();
+        by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let reasons: Vec<String> = by.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        let mut line = format!("{}: {} patched", path.display(), self.patched);
+        if !reasons.is_empty() {
+            line.push_str(&format!(
+                ", {} refused ({})",
+                self.refused.len(),
+                reasons.join(", ")
+            ));
+        }
+        line
+    }
+}
+
+/// Each object's [`Patched::summary`] so far, for the recording's info.
+static SUMMARIES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The summaries of the objects patched so far, one per object.
+pub fn summaries() -> Vec<String> {
+    SUMMARIES.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// Patches the prologues of the functions of the object at `path`, loaded
@@ -69,11 +106,15 @@ pub fn patch_object(
     for j in &judged.functions {
         match &j.window {
             Ok(w) => todo.push((j, w)),
-            Err(why) => out.refused.push((j.function.clone(), why.to_string())),
+            Err(why) => out.refuse(&j.function, why.kind(), why.to_string()),
         }
     }
     for chunk in todo.chunks(CHUNK) {
         patch_chunk(path, chunk, bias, &mut out)?;
+    }
+    if out.patched + out.refused.len() > 0 {
+        let mut all = SUMMARIES.lock().unwrap_or_else(|e| e.into_inner());
+        all.push(out.summary(path));
     }
     Ok(out)
 }
@@ -124,7 +165,7 @@ fn patch_chunk(
     for (i, ((j, w), copy)) in chunk.iter().zip(&copies).enumerate() {
         let stub = first + i * STUB_STRIDE;
         if let Err(why) = copy {
-            out.refused.push((j.function.clone(), why.clone()));
+            out.refuse(&j.function, "not relocatable here", why.clone());
             continue;
         }
         // SAFETY: as above.
@@ -153,7 +194,7 @@ fn patch_chunk(
         let j = chunk[*i].0;
         if d {
             let why = "deferred: a stopped thread may resume inside its first bytes";
-            out.refused.push((j.function.clone(), why.into()));
+            out.refuse(&j.function, "deferred", why.into());
             continue;
         }
         sites.push(CallSite {

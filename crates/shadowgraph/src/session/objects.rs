@@ -112,11 +112,8 @@ fn patch_prologues(
             Ok(p) => {
                 if p.patched + p.refused.len() > 0 {
                     eprintln!(
-                        "# -P: {}: {} functions patched at their prologue, {} refused \
-                         (`shadowgraph sites -P PAT {}` says why)",
-                        path.display(),
-                        p.patched,
-                        p.refused.len(),
+                        "# -P: {} (`shadowgraph sites -P PAT {}` lists them)",
+                        p.summary(path),
                         path.display()
                     );
                 }

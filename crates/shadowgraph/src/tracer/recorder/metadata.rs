@@ -85,6 +85,10 @@ fn write(
             info.set("control", format!("{disables} disables, {enables} enables"));
         }
         info.set("max_stack", fgraph::max_frames());
+        let prologues = crate::process::prologue::summaries();
+        if !prologues.is_empty() {
+            info.set("prologues", prologues.join("; "));
+        }
         info.set("recursion_drops", ftrace::recursion_drops_all());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));
