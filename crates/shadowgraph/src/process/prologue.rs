@@ -168,11 +168,16 @@ fn patch_chunk(
             out.refuse(&j.function, "not relocatable here", why.clone());
             continue;
         }
-        // SAFETY: as above.
+        // SAFETY: the patched bytes lie in the loaded text: the window's,
+        // and for a function shorter than them the filler after it, which
+        // the analysis found executable.
         let mem = unsafe { std::slice::from_raw_parts(at(w) as *const u8, PATCH_LEN) };
         let Some(jmp) = encode_jmp(at(w), stub) else {
-            out.refused
-                .push((j.function.clone(), "its stub is out of reach".into()));
+            out.refuse(
+                &j.function,
+                "out of reach",
+                "its stub is out of reach".into(),
+            );
             continue;
         };
         edits.push((i, Edit::new(at(w), mem, &jmp)));

@@ -37,6 +37,10 @@ pub fn relocate(bytes: &[u8], w: &Window, at: u64, to: u64) -> Result<Relocated,
         }
         starts.push((off, out.len()));
         match ins.flow_control() {
+            // (What the file did not hold: a debugger's breakpoint.)
+            FlowControl::Interrupt | FlowControl::XbeginXabortXend => {
+                return Err(unrelocatable(format!("{:?} in the window", ins.mnemonic())));
+            }
             // Returns to the function, not to the copy: its original
             // return address pushed, then a jump.
             FlowControl::Call | FlowControl::IndirectCall => {
