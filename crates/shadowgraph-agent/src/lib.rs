@@ -18,6 +18,7 @@
 
 mod attach;
 mod interpose;
+mod mcount;
 mod objects;
 mod unwind;
 mod vfork;

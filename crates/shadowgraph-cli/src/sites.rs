@@ -9,6 +9,19 @@ use std::process::ExitCode;
 /// The patchable entries of `file` (and with `all` the rejected ones).
 pub(crate) fn sites(file: &std::path::Path, all: bool) -> Result<ExitCode, String> {
     let found = shadowgraph::elf::scan_file(file).map_err(|e| e.to_string())?;
+    if found.built_with_pg {
+        println!(
+            "# {}: built with -pg: its functions that call mcount are patched at their prologue",
+            file.display()
+        );
+        return listed(
+            file,
+            &found,
+            prologue::Asked::BuiltWithPg,
+            "built with -pg",
+            all,
+        );
+    }
     if !all {
         found.require_sites().map_err(|e| e.to_string())?;
     }
@@ -55,12 +68,26 @@ pub(crate) fn sites(file: &std::path::Path, all: bool) -> Result<ExitCode, Strin
 /// `all`, also the functions traced by their patchable entry.
 pub(crate) fn prologues(file: &Path, patterns: &[Pattern], all: bool) -> Result<ExitCode, String> {
     let found = shadowgraph::elf::scan_file(file).map_err(|e| e.to_string())?;
+    let named = |sym: &str| prologue::wanted(patterns, file, true, sym);
+    let p: Vec<&str> = patterns.iter().map(|p| p.text()).collect();
+    let what = format!("-P {}", p.join(" -P "));
+    listed(file, &found, prologue::Asked::Named(&named), &what, all)
+}
+
+/// Lists the functions of `file` (scanned: `found`) that `asked` names,
+/// as [`prologues`] says; `what` names the request in the error when
+/// there are none.
+fn listed(
+    file: &Path,
+    found: &shadowgraph::elf::ObjectSites,
+    asked: prologue::Asked<'_>,
+    what: &str,
+    all: bool,
+) -> Result<ExitCode, String> {
     let sites: Vec<u64> = found.usable().map(|s| s.addr).collect();
     let data = std::fs::read(file).map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
-    let judged = prologue::judge(file, &data, &sites, |sym| {
-        prologue::wanted(patterns, file, true, sym)
-    })
-    .map_err(|e| e.to_string())?;
+    let request = asked;
+    let judged = prologue::judge(file, &data, &sites, request).map_err(|e| e.to_string())?;
     let patchable = judged.patchable().count();
     let asked = judged.functions.len() + judged.with_site;
     println!(
@@ -90,7 +117,11 @@ pub(crate) fn prologues(file: &Path, patterns: &[Pattern], all: bool) -> Result<
     }
     if all {
         for s in found.usable() {
-            if prologue::wanted(patterns, file, true, &s.symbol) {
+            let named = match request {
+                prologue::Asked::Named(f) => f(&s.symbol),
+                prologue::Asked::BuiltWithPg => false,
+            };
+            if named {
                 println!(
                     "{:>18}  {:<6}  {}  [patchable entry: {}]",
                     format!("{:#x}", s.addr),
@@ -109,12 +140,7 @@ pub(crate) fn prologues(file: &Path, patterns: &[Pattern], all: bool) -> Result<
         patchable + judged.with_site
     );
     if asked == 0 {
-        let p: Vec<&str> = patterns.iter().map(|p| p.text()).collect();
-        return Err(format!(
-            "{}: -P {} matches no function",
-            file.display(),
-            p.join(" -P ")
-        ));
+        return Err(format!("{}: {what} matches no function", file.display()));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -136,10 +162,9 @@ pub(crate) fn check_patch(program: &Path, patch: &[String]) -> Result<(), String
     }
     let data =
         std::fs::read(program).map_err(|e| format!("{}: cannot read: {e}", program.display()))?;
-    let judged = prologue::judge(program, &data, &[], |sym| {
-        prologue::wanted(&patterns, program, true, sym)
-    })
-    .map_err(|e| e.to_string())?;
+    let named = |sym: &str| prologue::wanted(&patterns, program, true, sym);
+    let judged = prologue::judge(program, &data, &[], prologue::Asked::Named(&named))
+        .map_err(|e| e.to_string())?;
     if judged.patchable().next().is_some() {
         return Ok(());
     }

@@ -224,3 +224,56 @@ fn attach_patches_prologues_under_running_threads() {
         assert_eq!(rest, "bad=0\n", "round {round}");
     }
 }
+
+/// A program built with plain `-pg` (a call of `mcount` after each
+/// function's prologue) is traced with no option: each function that
+/// calls `mcount` is patched at its prologue, and the replay is
+/// uftrace's, call for call. Its result with threads is the untraced one.
+#[test]
+fn plain_pg_is_traced_as_uftrace_traces_it() {
+    let dir = workdir("prologue_pg");
+    let exe = dir.join("pg");
+    cc(
+        &[&fixture("prologues.c")],
+        &["-O2", "-pthread", "-pg"],
+        &exe,
+    );
+    let o = shadowgraph().arg("sites").arg(&exe).output().unwrap();
+    let out = text(&o).0;
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(out.contains("built with -pg"), "{out}");
+    assert!(out.ends_with("# 11 of 11 functions patchable\n"), "{out}");
+
+    let ours = dir.join("ours.data");
+    let one = [std::path::Path::new("1")];
+    let o = record_run_in(&dir, &[], &[], &ours, &exe, &one);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let replay = replay_text(&ours);
+    assert!(replay.contains("  fibber() {\n"), "{replay}");
+    let threads = [std::path::Path::new("50"), std::path::Path::new("4")];
+    let untraced = Command::new(&exe)
+        .args(threads)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let o = record_run_in(&dir, &[], &[], &dir.join("t.data"), &exe, &threads);
+    assert_eq!(o.stdout, untraced.stdout);
+
+    if uftrace_missing("plain -pg beside uftrace") {
+        return;
+    }
+    let theirs = dir.join("theirs.data");
+    let o = Command::new("uftrace")
+        .args(["record", "--no-libcall", "-d"])
+        .arg(&theirs)
+        .arg(&exe)
+        .arg("1")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(
+        replay_body(&replay),
+        replay_body(&uftrace_view("replay", &theirs).unwrap())
+    );
+}

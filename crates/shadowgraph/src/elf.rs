@@ -53,6 +53,9 @@ pub struct ObjectSites {
     /// When it has no site: how it was instrumented instead, if it was
     /// (a build uftrace traces but we cannot), and what to add.
     pub other_instrumentation: Option<&'static str>,
+    /// It has no site and calls `mcount`: built with plain `-pg`, its
+    /// functions are patched at their prologue (crate::prologue).
+    pub built_with_pg: bool,
 }
 
 /// Failure to read sites from a file: always says which file and what.
@@ -104,7 +107,7 @@ impl ObjectSites {
     /// Ok if the object has a usable site; else an error that says how it
     /// was built instead, if it can tell, and what flags to build it with.
     pub fn require_sites(&self) -> Result<(), ElfError> {
-        if self.usable().next().is_some() {
+        if self.usable().next().is_some() || self.built_with_pg {
             return Ok(());
         }
         let message = if let (true, Some(how)) = (self.sites.is_empty(), self.other_instrumentation)
@@ -229,36 +232,35 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
     } else {
         None
     };
+    let built_with_pg = sites.is_empty() && calls_any(&file, &["mcount", "_mcount"]);
     Ok(ObjectSites {
         path: path.to_owned(),
         position_independent,
         has_interpreter,
         sites,
         other_instrumentation,
+        built_with_pg,
     })
 }
 
+/// Whether `file` refers to one of the functions `names` without
+/// defining it.
+fn calls_any(file: &object::File<'_>, names: &[&str]) -> bool {
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .any(|s| s.is_undefined() && s.name().is_ok_and(|n| names.contains(&n)))
+}
+
 /// How an object without sites was instrumented instead, as the functions
-/// it calls tell (the hooks of `-pg`, `-pg -mfentry`, and
-/// `-finstrument-functions`, which uftrace uses), with what to rebuild it
-/// with.
+/// it calls tell (the hooks of `-pg -mfentry` without `-mrecord-mcount`,
+/// and `-finstrument-functions`, which uftrace uses), with what to
+/// rebuild it with (plain `-pg` is traced: [`ObjectSites::built_with_pg`]).
 fn other_instrumentation(file: &object::File<'_>) -> Option<&'static str> {
-    use object::{Object, ObjectSymbol};
-    let calls = |name: &str| {
-        file.symbols()
-            .chain(file.dynamic_symbols())
-            .any(|s| s.is_undefined() && s.name() == Ok(name))
-    };
+    let calls = |name: &str| calls_any(file, &[name]);
     if calls("__fentry__") {
         Some(
             "built with -pg -mfentry but without -mrecord-mcount, which lists the \
              entries; add -mrecord-mcount (or rebuild with -fpatchable-function-entry=5)",
-        )
-    } else if calls("mcount") || calls("_mcount") {
-        Some(
-            "built with -pg alone, whose mcount call comes after each function's \
-             prologue; add -mfentry -mrecord-mcount to -pg (or rebuild with \
-             -fpatchable-function-entry=5)",
         )
     } else if calls("__cyg_profile_func_enter") {
         Some(

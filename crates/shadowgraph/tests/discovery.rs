@@ -223,10 +223,14 @@ fn program_without_sites_gets_a_one_line_error() {
     ] {
         assert!(e.contains(how), "{e}");
     }
-    // Builds uftrace traces (its mcount, fentry and -finstrument-functions
-    // modes) are named, with what to add.
+    // Plain -pg is traced (at its functions' prologues).
+    let pg = build(&dir, "pg", &["-DWITH_MAIN", "-pg"], &[]);
+    let found = scan_file(&pg).unwrap();
+    assert!(found.built_with_pg && found.sites.is_empty());
+    found.require_sites().unwrap();
+    // Other builds uftrace traces (its fentry without a list, and
+    // -finstrument-functions modes) are named, with what to add.
     for (flags, want) in [
-        (&["-pg"][..], "built with -pg alone"),
         (&["-pg", "-mfentry"][..], "without -mrecord-mcount"),
         (
             &["-finstrument-functions"][..],

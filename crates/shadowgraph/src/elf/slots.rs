@@ -99,6 +99,19 @@ const R_X86_64_JUMP_SLOT: u32 = 7;
 
 /// The dynamic relocations of type `r_type` against a named symbol
 /// (`undefined_functions`: only functions the object does not define).
+/// The GOT entries (link-time addresses) through which the ELF image
+/// `file` reaches one of the functions `names`, by its PLT or without.
+pub fn got_entries_of(file: &ElfFile64<'_>, names: &[&str]) -> Vec<u64> {
+    let mut out: Vec<u64> = relocated_slots(file, R_X86_64_JUMP_SLOT, false)
+        .into_iter()
+        .chain(relocated_slots(file, R_X86_64_GLOB_DAT, true))
+        .filter(|s| names.contains(&s.symbol.as_str()))
+        .map(|s| s.got)
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 fn relocated_slots(file: &ElfFile64<'_>, r_type: u32, undefined_functions: bool) -> Vec<JumpSlot> {
     use object::{ObjectSymbolTable, RelocationTarget, SymbolKind};
     let (Some(relocs), Some(dynsym)) = (file.dynamic_relocations(), file.dynamic_symbol_table())

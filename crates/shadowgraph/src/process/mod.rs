@@ -139,12 +139,27 @@ pub fn loaded_objects() -> Vec<(PathBuf, usize)> {
 /// Discovers the sites of every loaded object whose path satisfies `want`.
 /// Objects without any listed site are skipped; unreadable ones are errors.
 pub fn discover(want: impl Fn(&Path) -> bool) -> Result<Vec<Module>, ElfError> {
+    discover_with_pg(want).map(|(m, _)| m)
+}
+
+/// Loaded objects: (path, bias).
+pub type Objects = Vec<(PathBuf, usize)>;
+
+/// [`discover`], and the objects without sites built with plain `-pg`,
+/// whose functions are patched at their prologue ([`prologue`]).
+pub fn discover_with_pg(want: impl Fn(&Path) -> bool) -> Result<(Vec<Module>, Objects), ElfError> {
     let mut modules = Vec::new();
+    let mut pg = Vec::new();
     for (path, bias) in loaded_objects() {
         if !want(&path) {
             continue;
         }
         let found = elf::scan_file(&path)?;
+        if found.built_with_pg {
+            let bias = if found.position_independent { bias } else { 0 };
+            pg.push((path, bias));
+            continue;
+        }
         if found.sites.is_empty() {
             continue;
         }
@@ -155,7 +170,7 @@ pub fn discover(want: impl Fn(&Path) -> bool) -> Result<Vec<Module>, ElfError> {
             sites: found.sites.iter().map(|s| in_memory(s, bias)).collect(),
         });
     }
-    Ok(modules)
+    Ok((modules, pg))
 }
 
 /// The run-time view of a found site: its bytes are re-read from memory, so

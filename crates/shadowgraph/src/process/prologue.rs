@@ -21,7 +21,6 @@ use crate::arena::{Arena, ARENA_SIZE};
 use crate::patch::Edit;
 use crate::prologue::{self, Judged, Relocated, Window, PATCH_LEN};
 use crate::site::{encode_jmp, SiteKind, NOP5};
-use shadowgraph_data::pattern::Pattern;
 use std::path::Path;
 
 /// From one stub to the next.
@@ -82,21 +81,17 @@ pub fn summaries() -> Vec<String> {
 }
 
 /// Patches the prologues of the functions of the object at `path`, loaded
-/// at `bias` (`program`: it is the program), that `patterns` ask for and
-/// that have no site among `sites` (link-time addresses, sorted).
+/// at `bias`, that `asked` names and that have no site among `sites`
+/// (link-time addresses, sorted).
 pub fn patch_object(
     path: &Path,
     bias: usize,
-    program: bool,
     sites: &[u64],
-    patterns: &[Pattern],
+    asked: prologue::Asked<'_>,
 ) -> Result<Patched, String> {
     let data =
         crate::sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let judged = prologue::judge(path, &data, sites, |sym| {
-        prologue::wanted(patterns, path, program, sym)
-    })
-    .map_err(|e| e.to_string())?;
+    let judged = prologue::judge(path, &data, sites, asked).map_err(|e| e.to_string())?;
     drop(data);
     let mut out = Patched {
         with_site: judged.with_site,

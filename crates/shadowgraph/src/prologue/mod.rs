@@ -42,6 +42,7 @@
 
 mod analyse;
 mod clobbers;
+mod mcount;
 mod relocate;
 mod window;
 
@@ -151,14 +152,23 @@ fn is_part(symbol: &str) -> bool {
     symbol.ends_with(".cold") || symbol.contains(".cold.")
 }
 
-/// Judges the functions of the ELF image `data` (named `path`) whose
-/// symbol `want` accepts, except those at one of the link-time addresses
-/// `sites` (sorted: functions with a patchable entry, traced by it).
+/// Which functions of an object are asked for.
+#[derive(Clone, Copy)]
+pub enum Asked<'a> {
+    /// Those whose symbol the function accepts (`-P` patterns).
+    Named(&'a dyn Fn(&str) -> bool),
+    /// Those built with plain `-pg`: each calls `mcount`.
+    BuiltWithPg,
+}
+
+/// Judges the functions of the ELF image `data` (named `path`) that
+/// `asked` names, except those at one of the link-time addresses `sites`
+/// (sorted: functions with a patchable entry, traced by it).
 pub fn judge(
     path: &Path,
     data: &[u8],
     sites: &[u64],
-    want: impl Fn(&str) -> bool,
+    asked: Asked<'_>,
 ) -> Result<ObjectPrologues, ElfError> {
     let file = crate::elf::parse(path, data)?;
     let symbols = FunctionSymbols::new(&file);
@@ -200,12 +210,33 @@ pub fn judge(
         with_site: 0,
         functions: Vec::new(),
     };
+    let plt: Vec<(u64, u64)> = file
+        .sections()
+        .filter(|s| matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    let pg = match asked {
+        Asked::BuiltWithPg => {
+            let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(data).ok();
+            let got = elf.map_or(Vec::new(), |f| {
+                crate::elf::slots::got_entries_of(&f, &mcount::HOOKS)
+            });
+            Some(mcount::callers(&text, &got, &plt))
+        }
+        Asked::Named(_) => None,
+    };
+    let want = |symbol: &str, start: u64| match (asked, &pg) {
+        (Asked::Named(f), _) => f(symbol),
+        (Asked::BuiltWithPg, Some(callers)) => callers.binary_search(&start).is_ok(),
+        (Asked::BuiltWithPg, None) => false,
+    };
     let mut asked = Vec::new();
     for (i, ((start, size, symbol), (_, given, _))) in functions.iter().zip(all).enumerate() {
         // A symbol without a size (the C start-up files' helpers, hand-
         // written assembly) is not taken for a function, as uftrace's
         // symbol tables do not.
-        if *given == 0 || NEVER.contains(&symbol.as_str()) || is_part(symbol) || !want(symbol) {
+        let skip = *given == 0 || NEVER.contains(&symbol.as_str()) || is_part(symbol);
+        if skip || !want(symbol, *start) {
             continue;
         }
         // A site is at the entry, or after its endbr64.
@@ -220,11 +251,6 @@ pub fn judge(
         return Ok(out);
     }
     let targets = analyse::branch_targets(&text);
-    let plt: Vec<(u64, u64)> = file
-        .sections()
-        .filter(|s| matches!(s.name(), Ok(".plt" | ".plt.sec" | ".plt.got")))
-        .map(|s| (s.address(), s.address() + s.size()))
-        .collect();
     let changed = clobbers::changed(&text, &plt);
     for (i, start, size, symbol) in asked {
         let changes_all = changed[i] == clobbers::TRACER_CHANGES;

@@ -58,7 +58,8 @@ pub(crate) fn discover(which: &Objects, patch: &[String]) -> Result<Vec<Module>,
             }
         }
     };
-    let mut modules = process::discover(wanted).map_err(|e| e.to_string())?;
+    let (mut modules, pg) = process::discover_with_pg(wanted).map_err(|e| e.to_string())?;
+    modules.extend(patch_pg(&pg));
     if !patterns.is_empty() {
         let objects: Vec<(PathBuf, usize)> = process::loaded_objects()
             .into_iter()
@@ -81,6 +82,20 @@ pub(crate) fn discover(which: &Objects, patch: &[String]) -> Result<Vec<Module>,
         return Err(format!("{}: no usable sites", exe.display()));
     }
     Ok(modules)
+}
+
+/// The modules of the stubs of every function of `objects` (path, bias),
+/// built with plain `-pg`, that calls `mcount`.
+fn patch_pg(objects: &[(PathBuf, usize)]) -> Vec<Module> {
+    let mut out = Vec::new();
+    for (path, bias) in objects {
+        let asked = crate::prologue::Asked::BuiltWithPg;
+        match process::prologue::patch_object(path, *bias, &[], asked) {
+            Ok(p) => out.extend(p.modules),
+            Err(e) => eprintln!("shadowgraph: {e}; its functions are not patched"),
+        }
+    }
+    out
 }
 
 /// The modules of the stubs of the prologues `patterns` ask for in
@@ -108,7 +123,9 @@ fn patch_prologues(
             .flat_map(|m| m.sites.iter().map(move |s| (s.addr - m.bias) as u64))
             .collect();
         sites.sort_unstable();
-        match process::prologue::patch_object(path, *bias, program, &sites, patterns) {
+        let named = |sym: &str| crate::prologue::wanted(patterns, path, program, sym);
+        let asked = crate::prologue::Asked::Named(&named);
+        match process::prologue::patch_object(path, *bias, &sites, asked) {
             Ok(p) => {
                 if p.patched + p.refused.len() > 0 {
                     eprintln!(
@@ -262,7 +279,7 @@ pub fn after_dlopen() {
     }
     scanned.extend(new.iter().cloned());
     drop(scanned);
-    let mods = match process::discover(|p| new.iter().any(|(q, _)| q == p)) {
+    let (mods, pg) = match process::discover_with_pg(|p| new.iter().any(|(q, _)| q == p)) {
         Ok(m) => m,
         Err(e) => return eprintln!("shadowgraph: {e}; not traced"),
     };
@@ -270,6 +287,7 @@ pub fn after_dlopen() {
         .into_iter()
         .filter(|m| !ftrace::has_module(&m.path, m.bias))
         .collect();
+    mods.extend(patch_pg(&pg));
     // The -P patterns that name a library apply to it when it comes.
     let patterns = PATCH.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if !patterns.is_empty() {
