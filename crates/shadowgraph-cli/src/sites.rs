@@ -9,16 +9,16 @@ use std::process::ExitCode;
 /// The patchable entries of `file` (and with `all` the rejected ones).
 pub(crate) fn sites(file: &std::path::Path, all: bool) -> Result<ExitCode, String> {
     let found = shadowgraph::elf::scan_file(file).map_err(|e| e.to_string())?;
-    if found.built_with_pg {
+    if found.built_with_hooks {
         println!(
-            "# {}: built with -pg: its functions that call mcount are patched at their prologue",
+            "# {}: built with -pg or -finstrument-functions: its functions that call the profiling hook are patched at their prologue",
             file.display()
         );
         return listed(
             file,
             &found,
-            prologue::Asked::BuiltWithPg,
-            "built with -pg",
+            prologue::Asked::Hooked,
+            "built with profiling hooks",
             all,
         );
     }
@@ -119,7 +119,7 @@ fn listed(
         for s in found.usable() {
             let named = match request {
                 prologue::Asked::Named(f) => f(&s.symbol),
-                prologue::Asked::BuiltWithPg => false,
+                prologue::Asked::Hooked => false,
             };
             if named {
                 println!(

@@ -226,22 +226,29 @@ fn attach_patches_prologues_under_running_threads() {
 }
 
 /// A program built with plain `-pg` (a call of `mcount` after each
-/// function's prologue) is traced with no option: each function that
-/// calls `mcount` is patched at its prologue, and the replay is
-/// uftrace's, call for call. Its result with threads is the untraced one.
+/// function's prologue) or `-finstrument-functions` (calls of
+/// `__cyg_profile_func_enter/exit`) is traced with no option: each
+/// function that calls the hook is patched at its prologue, and the
+/// replay is uftrace's, call for call. Its result with threads is the
+/// untraced one.
 #[test]
-fn plain_pg_is_traced_as_uftrace_traces_it() {
-    let dir = workdir("prologue_pg");
-    let exe = dir.join("pg");
-    cc(
-        &[&fixture("prologues.c")],
-        &["-O2", "-pthread", "-pg"],
-        &exe,
-    );
+fn pg_and_instrument_functions_are_traced_as_uftrace_traces_them() {
+    for (name, flag) in [("pg", "-pg"), ("cyg", "-finstrument-functions")] {
+        hooked_build_is_traced_as_uftrace_traces_it(name, flag);
+    }
+}
+
+fn hooked_build_is_traced_as_uftrace_traces_it(name: &str, flag: &str) {
+    let dir = workdir(&format!("prologue_{name}"));
+    let exe = dir.join(name);
+    cc(&[&fixture("prologues.c")], &["-O2", "-pthread", flag], &exe);
     let o = shadowgraph().arg("sites").arg(&exe).output().unwrap();
     let out = text(&o).0;
     assert!(o.status.success(), "{}", text(&o).1);
-    assert!(out.contains("built with -pg"), "{out}");
+    assert!(
+        out.contains("built with -pg or -finstrument-functions"),
+        "{out}"
+    );
     assert!(out.ends_with("# 11 of 11 functions patchable\n"), "{out}");
 
     let ours = dir.join("ours.data");
@@ -259,7 +266,7 @@ fn plain_pg_is_traced_as_uftrace_traces_it() {
     let o = record_run_in(&dir, &[], &[], &dir.join("t.data"), &exe, &threads);
     assert_eq!(o.stdout, untraced.stdout);
 
-    if uftrace_missing("plain -pg beside uftrace") {
+    if uftrace_missing("-pg and -finstrument-functions beside uftrace") {
         return;
     }
     let theirs = dir.join("theirs.data");
@@ -274,6 +281,7 @@ fn plain_pg_is_traced_as_uftrace_traces_it() {
     assert!(o.status.success(), "{}", text(&o).1);
     assert_eq!(
         replay_body(&replay),
-        replay_body(&uftrace_view("replay", &theirs).unwrap())
+        replay_body(&uftrace_view("replay", &theirs).unwrap()),
+        "{flag}"
     );
 }

@@ -53,9 +53,11 @@ pub struct ObjectSites {
     /// When it has no site: how it was instrumented instead, if it was
     /// (a build uftrace traces but we cannot), and what to add.
     pub other_instrumentation: Option<&'static str>,
-    /// It has no site and calls `mcount`: built with plain `-pg`, its
-    /// functions are patched at their prologue (crate::prologue).
-    pub built_with_pg: bool,
+    /// It has no site and calls a profiling hook (`mcount`: built with
+    /// plain `-pg`; `__cyg_profile_func_enter`: `-finstrument-functions`):
+    /// its functions that call it are patched at their prologue
+    /// (crate::prologue).
+    pub built_with_hooks: bool,
 }
 
 /// Failure to read sites from a file: always says which file and what.
@@ -107,7 +109,7 @@ impl ObjectSites {
     /// Ok if the object has a usable site; else an error that says how it
     /// was built instead, if it can tell, and what flags to build it with.
     pub fn require_sites(&self) -> Result<(), ElfError> {
-        if self.usable().next().is_some() || self.built_with_pg {
+        if self.usable().next().is_some() || self.built_with_hooks {
             return Ok(());
         }
         let message = if let (true, Some(how)) = (self.sites.is_empty(), self.other_instrumentation)
@@ -232,14 +234,14 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
     } else {
         None
     };
-    let built_with_pg = sites.is_empty() && calls_any(&file, &["mcount", "_mcount"]);
+    let built_with_hooks = sites.is_empty() && calls_any(&file, &crate::prologue::HOOKS);
     Ok(ObjectSites {
         path: path.to_owned(),
         position_independent,
         has_interpreter,
         sites,
         other_instrumentation,
-        built_with_pg,
+        built_with_hooks,
     })
 }
 
@@ -252,20 +254,15 @@ fn calls_any(file: &object::File<'_>, names: &[&str]) -> bool {
 }
 
 /// How an object without sites was instrumented instead, as the functions
-/// it calls tell (the hooks of `-pg -mfentry` without `-mrecord-mcount`,
-/// and `-finstrument-functions`, which uftrace uses), with what to
-/// rebuild it with (plain `-pg` is traced: [`ObjectSites::built_with_pg`]).
+/// it calls tell (`-pg -mfentry` without `-mrecord-mcount`, which
+/// uftrace traces), with what to rebuild it with (plain `-pg` and
+/// `-finstrument-functions` are traced: [`ObjectSites::built_with_hooks`]).
 fn other_instrumentation(file: &object::File<'_>) -> Option<&'static str> {
     let calls = |name: &str| calls_any(file, &[name]);
     if calls("__fentry__") {
         Some(
             "built with -pg -mfentry but without -mrecord-mcount, which lists the \
              entries; add -mrecord-mcount (or rebuild with -fpatchable-function-entry=5)",
-        )
-    } else if calls("__cyg_profile_func_enter") {
-        Some(
-            "built with -finstrument-functions, whose hooks shadowgraph does not use; \
-             rebuild with -fpatchable-function-entry=5 (or -pg -mfentry -mrecord-mcount)",
         )
     } else {
         None

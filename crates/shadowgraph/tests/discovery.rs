@@ -223,31 +223,26 @@ fn program_without_sites_gets_a_one_line_error() {
     ] {
         assert!(e.contains(how), "{e}");
     }
-    // Plain -pg is traced (at its functions' prologues).
-    let pg = build(&dir, "pg", &["-DWITH_MAIN", "-pg"], &[]);
-    let found = scan_file(&pg).unwrap();
-    assert!(found.built_with_pg && found.sites.is_empty());
-    found.require_sites().unwrap();
-    // Other builds uftrace traces (its fentry without a list, and
-    // -finstrument-functions modes) are named, with what to add.
-    for (flags, want) in [
-        (&["-pg", "-mfentry"][..], "without -mrecord-mcount"),
-        (
-            &["-finstrument-functions"][..],
-            "built with -finstrument-functions",
-        ),
-    ] {
-        let name = format!("other{}", flags.len() * 10 + flags[0].len());
-        let mut all = vec!["-DWITH_MAIN"];
-        all.extend_from_slice(flags);
-        let exe = build(&dir, &name, &all, &[]);
-        let e = scan_file(&exe)
-            .unwrap()
-            .require_sites()
-            .unwrap_err()
-            .to_string();
-        assert!(!e.contains('\n') && e.contains(want), "{flags:?}: {e}");
+    // Plain -pg and -finstrument-functions are traced (at the prologues
+    // of the functions that call their hooks).
+    for (name, flag) in [("pg", "-pg"), ("cyg", "-finstrument-functions")] {
+        let exe = build(&dir, name, &["-DWITH_MAIN", flag], &[]);
+        let found = scan_file(&exe).unwrap();
+        assert!(found.built_with_hooks && found.sites.is_empty(), "{flag}");
+        found.require_sites().unwrap();
     }
+    // The other build uftrace traces (fentry without a list of entries)
+    // is named, with what to add.
+    let exe = build(&dir, "fentry", &["-DWITH_MAIN", "-pg", "-mfentry"], &[]);
+    let e = scan_file(&exe)
+        .unwrap()
+        .require_sites()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !e.contains('\n') && e.contains("without -mrecord-mcount"),
+        "{e}"
+    );
 }
 
 #[test]

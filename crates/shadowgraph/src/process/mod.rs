@@ -139,7 +139,7 @@ pub fn loaded_objects() -> Vec<(PathBuf, usize)> {
 /// Discovers the sites of every loaded object whose path satisfies `want`.
 /// Objects without any listed site are skipped; unreadable ones are errors.
 pub fn discover(want: impl Fn(&Path) -> bool) -> Result<Vec<Module>, ElfError> {
-    discover_with_pg(want).map(|(m, _)| m)
+    discover_with_hooks(want).map(|(m, _)| m)
 }
 
 /// Loaded objects: (path, bias).
@@ -147,7 +147,9 @@ pub type Objects = Vec<(PathBuf, usize)>;
 
 /// [`discover`], and the objects without sites built with plain `-pg`,
 /// whose functions are patched at their prologue ([`prologue`]).
-pub fn discover_with_pg(want: impl Fn(&Path) -> bool) -> Result<(Vec<Module>, Objects), ElfError> {
+pub fn discover_with_hooks(
+    want: impl Fn(&Path) -> bool,
+) -> Result<(Vec<Module>, Objects), ElfError> {
     let mut modules = Vec::new();
     let mut pg = Vec::new();
     for (path, bias) in loaded_objects() {
@@ -155,7 +157,7 @@ pub fn discover_with_pg(want: impl Fn(&Path) -> bool) -> Result<(Vec<Module>, Ob
             continue;
         }
         let found = elf::scan_file(&path)?;
-        if found.built_with_pg {
+        if found.built_with_hooks {
             let bias = if found.position_independent { bias } else { 0 };
             pg.push((path, bias));
             continue;

@@ -1,14 +1,18 @@
-//! Functions built with plain `-pg`: each calls `mcount` (through its PLT
-//! or its GOT entry) after its prologue, and that call, not a patchable
-//! entry, is what the compiler left for tracers. Such a function is
-//! patched at its prologue like any other; its `mcount` call stays (the
-//! agent's own `mcount` returns at once).
+//! Functions built with plain `-pg` or `-finstrument-functions`: each
+//! calls a profiling hook (`mcount` after its prologue; or
+//! `__cyg_profile_func_enter`, with `__cyg_profile_func_exit` before it
+//! returns) through its PLT or its GOT entry, and that call, not a
+//! patchable entry, is what the compiler left for tracers. Such a
+//! function is patched at its prologue like any other; its hook calls
+//! stay (the agent's `mcount` and glibc's `__cyg_profile_func_*` return
+//! at once).
 
 use super::analyse::Text;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
-/// The profiling hooks `-pg` calls.
-pub(super) const HOOKS: [&str; 2] = ["mcount", "_mcount"];
+/// The profiling hooks whose callers are traced: `-pg`'s, and the entry
+/// hook of `-finstrument-functions`.
+pub const HOOKS: [&str; 3] = ["mcount", "_mcount", "__cyg_profile_func_enter"];
 
 /// The starts of the functions of `text` that call a hook whose GOT
 /// entries are `got` (sorted), directly through them or through a PLT

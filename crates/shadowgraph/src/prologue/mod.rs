@@ -46,6 +46,7 @@ mod mcount;
 mod relocate;
 mod window;
 
+pub use mcount::HOOKS;
 pub use relocate::{relocate, Relocated};
 pub use window::{Refusal, Window, PATCH_LEN};
 
@@ -157,8 +158,9 @@ fn is_part(symbol: &str) -> bool {
 pub enum Asked<'a> {
     /// Those whose symbol the function accepts (`-P` patterns).
     Named(&'a dyn Fn(&str) -> bool),
-    /// Those built with plain `-pg`: each calls `mcount`.
-    BuiltWithPg,
+    /// Those built with plain `-pg` or `-finstrument-functions`: each
+    /// calls a profiling hook ([`HOOKS`]).
+    Hooked,
 }
 
 /// Judges the functions of the ELF image `data` (named `path`) that
@@ -216,7 +218,7 @@ pub fn judge(
         .map(|s| (s.address(), s.address() + s.size()))
         .collect();
     let pg = match asked {
-        Asked::BuiltWithPg => {
+        Asked::Hooked => {
             let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(data).ok();
             let got = elf.map_or(Vec::new(), |f| {
                 crate::elf::slots::got_entries_of(&f, &mcount::HOOKS)
@@ -227,8 +229,8 @@ pub fn judge(
     };
     let want = |symbol: &str, start: u64| match (asked, &pg) {
         (Asked::Named(f), _) => f(symbol),
-        (Asked::BuiltWithPg, Some(callers)) => callers.binary_search(&start).is_ok(),
-        (Asked::BuiltWithPg, None) => false,
+        (Asked::Hooked, Some(callers)) => callers.binary_search(&start).is_ok(),
+        (Asked::Hooked, None) => false,
     };
     let mut asked = Vec::new();
     for (i, ((start, size, symbol), (_, given, _))) in functions.iter().zip(all).enumerate() {

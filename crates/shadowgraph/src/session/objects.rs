@@ -58,8 +58,8 @@ pub(crate) fn discover(which: &Objects, patch: &[String]) -> Result<Vec<Module>,
             }
         }
     };
-    let (mut modules, pg) = process::discover_with_pg(wanted).map_err(|e| e.to_string())?;
-    modules.extend(patch_pg(&pg));
+    let (mut modules, pg) = process::discover_with_hooks(wanted).map_err(|e| e.to_string())?;
+    modules.extend(patch_hooked(&pg));
     if !patterns.is_empty() {
         let objects: Vec<(PathBuf, usize)> = process::loaded_objects()
             .into_iter()
@@ -86,10 +86,10 @@ pub(crate) fn discover(which: &Objects, patch: &[String]) -> Result<Vec<Module>,
 
 /// The modules of the stubs of every function of `objects` (path, bias),
 /// built with plain `-pg`, that calls `mcount`.
-fn patch_pg(objects: &[(PathBuf, usize)]) -> Vec<Module> {
+fn patch_hooked(objects: &[(PathBuf, usize)]) -> Vec<Module> {
     let mut out = Vec::new();
     for (path, bias) in objects {
-        let asked = crate::prologue::Asked::BuiltWithPg;
+        let asked = crate::prologue::Asked::Hooked;
         match process::prologue::patch_object(path, *bias, &[], asked) {
             Ok(p) => out.extend(p.modules),
             Err(e) => eprintln!("shadowgraph: {e}; its functions are not patched"),
@@ -279,7 +279,7 @@ pub fn after_dlopen() {
     }
     scanned.extend(new.iter().cloned());
     drop(scanned);
-    let (mods, pg) = match process::discover_with_pg(|p| new.iter().any(|(q, _)| q == p)) {
+    let (mods, pg) = match process::discover_with_hooks(|p| new.iter().any(|(q, _)| q == p)) {
         Ok(m) => m,
         Err(e) => return eprintln!("shadowgraph: {e}; not traced"),
     };
@@ -287,7 +287,7 @@ pub fn after_dlopen() {
         .into_iter()
         .filter(|m| !ftrace::has_module(&m.path, m.bias))
         .collect();
-    mods.extend(patch_pg(&pg));
+    mods.extend(patch_hooked(&pg));
     // The -P patterns that name a library apply to it when it comes.
     let patterns = PATCH.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if !patterns.is_empty() {
