@@ -4,46 +4,8 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdout, Command, Stdio};
-
-/// A target process, killed if a test ends without waiting for it.
-struct Target(Child);
-
-impl std::ops::Deref for Target {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Target {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The target, started and running ("ready" read).
-fn start_target(exe: &std::path::Path, args: &[&str]) -> (Target, BufReader<ChildStdout>) {
-    let mut child = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
-    (Target(child), out)
-}
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 
 /// `shadowgraph record -p PID OPTS -d DATA`.
 fn record_p_command(pid: &str, opts: &[&str], data: &std::path::Path) -> Command {
@@ -63,17 +25,6 @@ fn record_p_spawn(pid: &str, opts: &[&str], data: &std::path::Path) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// Tells the target to end (a byte on stdin); what it printed then, once
-/// it exited with status 0.
-fn end_target(child: &mut Target, out: &mut BufReader<ChildStdout>) -> String {
-    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status}: {rest}");
-    rest
 }
 
 /// Whether `entry` is an untraced site: the 5-byte nop, or the five

@@ -4,8 +4,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// tests/fixtures/prologues.c built with plain -O2: no tracing flags.
 fn plain_build(dir: &std::path::Path) -> std::path::PathBuf {
@@ -175,16 +174,7 @@ fn attach_patches_prologues_under_running_threads() {
     let dir = workdir("prologue_attach");
     let exe = plain_build(&dir);
     for round in 0..3 {
-        let mut child = Command::new(&exe)
-            .args(["serve", "3"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line, "ready\n");
+        let (mut child, mut out) = start_target(&exe, &["serve", "3"]);
         for again in 0..3 {
             let data = dir.join(format!("a{round}-{again}.data"));
             let o = shadowgraph()
@@ -217,10 +207,7 @@ fn attach_patches_prologues_under_running_threads() {
         }
         // Some more rounds after the last detach, then the verdict.
         std::thread::sleep(std::time::Duration::from_millis(50));
-        child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
-        let mut rest = String::new();
-        out.read_to_string(&mut rest).unwrap();
-        assert!(child.wait().unwrap().success());
+        let rest = end_target(&mut child, &mut out);
         assert_eq!(rest, "bad=0\n", "round {round}");
     }
 }

@@ -5,8 +5,9 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 pub use shadowgraph_testkit::tool::require;
 
@@ -500,3 +501,52 @@ pub const ARGS_VALUES_SPECS: [(&str, &str); 20] = [
     ("-R", "big@retval/x"),
     ("-R", "name@retval/s"),
 ];
+
+/// A target process, killed if a test ends without waiting for it.
+pub struct Target(pub Child);
+
+impl std::ops::Deref for Target {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Target {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The target, started and running ("ready" read).
+pub fn start_target(exe: &std::path::Path, args: &[&str]) -> (Target, BufReader<ChildStdout>) {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    (Target(child), out)
+}
+
+/// Tells the target to end (a byte on stdin); what it printed then, once
+/// it exited with status 0.
+pub fn end_target(child: &mut Target, out: &mut BufReader<ChildStdout>) -> String {
+    child.stdin.as_mut().unwrap().write_all(b"x").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}: {rest}");
+    rest
+}
