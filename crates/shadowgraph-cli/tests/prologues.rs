@@ -252,6 +252,21 @@ fn hooked_build_is_traced_as_uftrace_traces_it(name: &str, flag: &str) {
         .unwrap();
     let o = record_run_in(&dir, &[], &[], &dir.join("t.data"), &exe, &threads);
     assert_eq!(o.stdout, untraced.stdout);
+    // With library calls: the hooks are never among them (a caller of
+    // mcount keeps its arguments in their registers across the call, which
+    // a traced return would not keep).
+    let lib = dir.join("lib.data");
+    let o = record_run_in(&dir, &[], &["--libcall"], &lib, &exe, &threads);
+    assert_eq!(o.stdout, untraced.stdout, "{flag}: {}", text(&o).1);
+    let rows = report_rows(&report_text(&lib));
+    assert!(rows.contains_key("pthread_create"), "{rows:?}");
+    for hook in [
+        "mcount",
+        "__cyg_profile_func_enter",
+        "__cyg_profile_func_exit",
+    ] {
+        assert!(!rows.contains_key(hook), "{flag}: {rows:?}");
+    }
 
     if uftrace_missing("-pg and -finstrument-functions beside uftrace") {
         return;

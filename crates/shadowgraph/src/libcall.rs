@@ -55,8 +55,12 @@ pub const THUNK_STRIDE: usize = 32;
 /// same return (`clone`), run the program itself (`__libc_start_main`
 /// calls `main` and never returns; `main` is traced on its own), or are
 /// the C++ runtime's exception machinery, which uftrace does not show
-/// either (a throw never returns; the catch is shown by its landing pad).
-const NEVER: [&str; 20] = [
+/// either (a throw never returns; the catch is shown by its landing pad),
+/// or are the compiler's profiling hooks (`-pg`'s `mcount`, whose callers
+/// keep their arguments in registers across it, so that a traced return
+/// that changes one of them breaks the caller; `-finstrument-functions`'
+/// hooks), which uftrace does not show.
+const NEVER: [&str; 25] = [
     "setjmp",
     "_setjmp",
     "__sigsetjmp",
@@ -77,6 +81,11 @@ const NEVER: [&str; 20] = [
     "__cxa_end_catch",
     "__gxx_personality_v0",
     "_mcleanup",
+    "mcount",
+    "_mcount",
+    "__fentry__",
+    "__cyg_profile_func_enter",
+    "__cyg_profile_func_exit",
 ];
 
 /// Called functions whose GOT entries without a PLT are left alone, as

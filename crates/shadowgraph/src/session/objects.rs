@@ -189,7 +189,14 @@ pub(crate) fn library_calls(
     // thread or after the dlopen that made it matter.
     LIBCALLS.store(mode as u8, Ordering::Relaxed);
     let me = own_object();
-    let traced = modules.iter().map(|m| (m.path.as_path(), m.bias, true));
+    // One per object (an object may have several modules: its patchable
+    // entries', its patched prologues').
+    let mut traced: Vec<(&Path, usize, bool)> = Vec::new();
+    for m in modules {
+        if !traced.iter().any(|t| t.1 == m.bias) {
+            traced.push((m.path.as_path(), m.bias, true));
+        }
+    }
     let rest = others
         .iter()
         // (By bias: two objects never share one, and the paths may be
@@ -197,7 +204,7 @@ pub(crate) fn library_calls(
         .filter(|(_, b)| !modules.iter().any(|m| m.bias == *b))
         .map(|(p, b)| (p.as_path(), *b, false));
     let mut out = Vec::new();
-    for (path, bias, has_sites) in traced.chain(rest) {
+    for (path, bias, has_sites) in traced.into_iter().chain(rest) {
         if !makes_library_calls(mode, path, has_sites, me.as_deref()) {
             continue;
         }
