@@ -77,6 +77,10 @@ impl fmt::Display for ElfError {
 
 impl std::error::Error for ElfError {}
 
+/// The profiling hooks whose callers are traced at their prologue:
+/// `-pg`'s, and the entry hook of `-finstrument-functions`.
+pub const PROFILING_HOOKS: [&str; 3] = ["mcount", "_mcount", "__cyg_profile_func_enter"];
+
 /// How to build a program so that shadowgraph can trace it.
 pub const HOW_TO_BUILD: &str = "rebuild it with gcc/clang -fpatchable-function-entry=5, \
      gcc -pg -mfentry -mrecord-mcount, or rustc -Zpatchable-function-entry=5, \
@@ -234,7 +238,7 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
     } else {
         None
     };
-    let built_with_hooks = sites.is_empty() && calls_any(&file, &crate::prologue::HOOKS);
+    let built_with_hooks = sites.is_empty() && calls_any(&file, &PROFILING_HOOKS);
     Ok(ObjectSites {
         path: path.to_owned(),
         position_independent,

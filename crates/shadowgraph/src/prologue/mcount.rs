@@ -10,9 +10,8 @@
 use super::analyse::Text;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
-/// The profiling hooks whose callers are traced: `-pg`'s, and the entry
-/// hook of `-finstrument-functions`.
-pub const HOOKS: [&str; 3] = ["mcount", "_mcount", "__cyg_profile_func_enter"];
+/// The profiling hooks whose callers are traced.
+pub use crate::elf::PROFILING_HOOKS as HOOKS;
 
 /// The starts of the functions of `text` that call a hook whose GOT
 /// entries are `got` (sorted), directly through them or through a PLT
