@@ -31,9 +31,6 @@ pub(crate) fn record(
                 "{prog}: {why}, and --no-children keeps the programs it starts from being traced: nothing to record"
             ));
         }
-        eprintln!(
-            "# {prog}: {why}; it runs untraced, and each program it starts that has patchable entries is recorded into a directory of its own"
-        );
     }
     let agent = agent_path()?;
     let Prepared {
@@ -98,6 +95,20 @@ pub(crate) fn record(
         eprintln!(
             "shadowgraph: warning: processes {:?} started by {prog} were still running when it exited: their later calls are not recorded",
             finished.running
+        );
+    }
+    // A program without sites of its own whose libraries have some
+    // recorded itself (its metadata is there): no launcher after all.
+    let launcher = launcher.filter(|_| {
+        !rel.iter().any(|(_, r)| {
+            collect::instance_dir(&abs, r)
+                .join("shadowgraph.info")
+                .exists()
+        })
+    });
+    if let Some(why) = &launcher {
+        eprintln!(
+            "# {prog}: {why}; it ran untraced, and each program it started that has patchable entries is recorded into a directory of its own"
         );
     }
     // The recording's directories, then those of every program started by

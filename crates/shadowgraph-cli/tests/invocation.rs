@@ -55,7 +55,7 @@ fn a_launcher_is_run_and_the_programs_it_starts_are_recorded() {
         assert!(o.status.success(), "{name}: {err}");
         assert_eq!(out, "2\n3\n", "{name}");
         assert!(
-            err.contains("it runs untraced, and each program it starts"),
+            err.contains("it ran untraced, and each program it started"),
             "{name}: {err}"
         );
         let mut subs: Vec<_> = std::fs::read_dir(&data)
@@ -120,4 +120,33 @@ fn dump_says_which_formats_it_writes() {
         err.trim(),
         "shadowgraph: --svg renders a flame graph: use it with --flame-graph"
     );
+}
+
+/// A program without patchable entries whose library has some is
+/// recorded as any other (the library's functions), not taken for a
+/// launcher.
+#[test]
+fn a_program_without_sites_is_traced_in_its_libraries() {
+    let dir = workdir("nosites_main");
+    build_lib(&fixture("lib_with_sites.c"), &dir.join("libwithsites.so"));
+    let exe = dir.join("main");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    cc(
+        &[&fixture("nosites_main.c"), &dir.join("libwithsites.so")],
+        &["-O2", &rpath],
+        &exe,
+    );
+    let o = std::process::Command::new(&exe).output().unwrap();
+    let data = dir.join("d.data");
+    let r = record_run(&[], &[], &data, &exe, &[]);
+    let (out, err) = text(&r);
+    assert!(r.status.success(), "{err}");
+    assert_eq!(out.as_bytes(), o.stdout);
+    assert!(
+        !err.contains("untraced") && !err.contains("nothing was recorded"),
+        "{err}"
+    );
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows["libwork"].2, 1, "{rows:?}");
+    assert_eq!(rows["inner"].2, 10, "{rows:?}");
 }
