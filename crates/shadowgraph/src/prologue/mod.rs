@@ -31,14 +31,17 @@
 //! a jump inside it goes back to its entry (a loop that would be counted
 //! as a call); when the window cannot be decoded or relocated; when it
 //! lies outside the object's executable sections. It is refused too when
-//! another function of the object calls it directly: gcc's
+//! another function of the object calls it directly and it (with what it
+//! calls) leaves alone a register the tracer's paths change: gcc's
 //! interprocedural register allocation (`-fipa-ra`, on at `-O2` unless
-//! entries are made patchable) lets such a caller keep values across the
-//! call in any register the function leaves alone, and the tracer's entry
-//! and return paths change registers the ABI lets a call change. Calls
-//! through a pointer, a PLT or from another object follow the ABI.
-//! Threads stopped inside bytes 1–4 when the patch is written are the
-//! writer's to move ([`Relocated::moved`]).
+//! entries are made patchable) lets such a caller keep a value there
+//! across the call (`clobbers`). Calls through a pointer, a PLT or from
+//! another object follow the ABI. Threads stopped inside bytes 1–4 when
+//! the patch is written are the writer's to move ([`Relocated::moved`]).
+//!
+//! Objects built with plain `-pg` or `-finstrument-functions` have the
+//! functions that call the profiling hook patched without being asked
+//! ([`Asked::Hooked`]).
 
 mod analyse;
 mod clobbers;
