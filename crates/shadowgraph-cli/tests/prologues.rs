@@ -287,3 +287,25 @@ fn hooked_build_is_traced_as_uftrace_traces_it(name: &str, flag: &str) {
         "{flag}"
     );
 }
+
+/// `-P PAT@LIB` names a library loaded later by `dlopen`, built without
+/// tracing flags: its functions are patched when it comes.
+#[test]
+fn p_names_a_library_dlopen_loads() {
+    let dir = workdir("prologue_dlopen");
+    cc(
+        &[&fixture("plugin_libcalls.c")],
+        &["-O2", "-shared", "-fPIC"],
+        &dir.join("libplc.so"),
+    );
+    let exe = build_fixture_with(&dir, "host", "dlopen_libcalls.c", &["-ldl"]);
+    let data = dir.join("dl.data");
+    let o = record_run_in(&dir, &[], &["-P", ".@libplc"], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "10");
+    assert!(err.contains("libplc.so: 1 patched"), "{err}");
+    let rows = report_rows(&report_text(&data));
+    assert_eq!(rows.get("plug").map(|r| r.2), Some(2), "{rows:?}");
+    assert_eq!(rows.get("main").map(|r| r.2), Some(1), "{rows:?}");
+}
