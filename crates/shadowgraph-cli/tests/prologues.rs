@@ -309,3 +309,31 @@ fn p_names_a_library_dlopen_loads() {
     assert_eq!(rows.get("plug").map(|r| r.2), Some(2), "{rows:?}");
     assert_eq!(rows.get("main").map(|r| r.2), Some(1), "{rows:?}");
 }
+
+/// A plain library whose constructor starts threads that call its
+/// functions without pause is patched as dlopen returns, the other
+/// threads stopped by a signal (a thread stopped on a window's first
+/// bytes goes on in the copy, or the window waits): six processes, every
+/// result right, the functions recorded.
+#[test]
+fn p_patches_a_library_whose_threads_run_through_it() {
+    let dir = workdir("prologue_spinning");
+    cc(
+        &[&fixture("plugin_spinning.c")],
+        &["-O2", "-shared", "-fPIC", "-pthread"],
+        &dir.join("libspin.so"),
+    );
+    let exe = build_fixture_with(&dir, "host", "dlopen_spinning.c", &["-ldl"]);
+    for round in 0..6 {
+        let data = dir.join(format!("s{round}.data"));
+        let o = record_run_in(&dir, &[], &["-P", ".@libspin"], &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "round {round}: {err}");
+        assert_eq!(out, "bad=0\n", "round {round}");
+        let rows = report_rows(&report_text(&data));
+        assert!(
+            ["sq", "add3", "mix"].iter().any(|f| rows.contains_key(*f)),
+            "round {round}: {rows:?}"
+        );
+    }
+}
