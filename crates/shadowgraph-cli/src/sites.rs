@@ -101,6 +101,13 @@ fn listed(
     println!("# {:>16}  {:<6}  FUNCTION", "ADDRESS", "BYTES");
     for j in &judged.functions {
         match &j.window {
+            Ok(w) if !w.kept.is_empty() => println!(
+                "{:>18}  {:<6}  {}  [keeps {}]",
+                format!("{:#x}", w.at),
+                w.len,
+                j.function,
+                w.kept.names().collect::<Vec<_>>().join(" ")
+            ),
             Ok(w) => println!(
                 "{:>18}  {:<6}  {}",
                 format!("{:#x}", w.at),
@@ -131,6 +138,13 @@ fn listed(
                 );
             }
         }
+    }
+    let kept = judged
+        .patchable()
+        .filter(|(_, w)| !w.kept.is_empty())
+        .count();
+    if kept > 0 {
+        println!("# kept: {kept} (called directly: their stubs keep registers across the call)");
     }
     for (why, n) in judged.refusals() {
         println!("# refused: {n} ({why})");

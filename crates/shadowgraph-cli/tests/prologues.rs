@@ -43,8 +43,23 @@ fn sites_lists_what_p_patches_and_why_it_refuses() {
     // `work` is called directly, but calls through pointers: gcc takes
     // it to change every register, and its callers keep nothing in them.
     for f in ["twice", "fibber", "main", "run", "serve", "work"] {
-        assert!(!line(f).contains("refused"), "{out}");
+        assert!(
+            !line(f).contains("refused") && !line(f).contains("keeps"),
+            "{out}"
+        );
     }
+    // Called directly and changing few registers: the stub keeps the
+    // others (`leaf_add` changes eax alone; `mix` changes some itself).
+    assert!(
+        line("leaf_add").ends_with(
+            "[keeps rcx rsi rdi r8 r9 r10 r11 xmm2 xmm3 xmm4 xmm5 xmm6 xmm7 \
+             xmm8 xmm9 xmm10 xmm11 xmm12 xmm13 xmm14 xmm15]"
+        ),
+        "{out}"
+    );
+    assert!(line("mix").contains("[keeps r8 r11 xmm2 "), "{out}");
+    assert!(line("fib").contains("[keeps "), "{out}");
+    assert!(out.contains("# kept: 3 (called directly"), "{out}");
     assert!(
         line("into_window").contains("lands inside the patched bytes"),
         "{out}"
@@ -53,9 +68,12 @@ fn sites_lists_what_p_patches_and_why_it_refuses() {
         line("loop_entry").contains("loops back to the entry"),
         "{out}"
     );
-    assert!(line("fib").contains("called directly at"), "{out}");
+    assert!(
+        line("sum8").contains("called directly at") && line("sum8").contains("caller's stack"),
+        "{out}"
+    );
     assert!(out.contains("# refused: 1 (loop to the entry)"), "{out}");
-    assert!(out.ends_with("# 10 of 13 functions patchable\n"), "{out}");
+    assert!(out.ends_with("# 16 of 19 functions patchable\n"), "{out}");
 
     // A pattern narrows it; `!` takes back; one that matches nothing is
     // an error that says so.
@@ -72,7 +90,15 @@ fn sites_lists_what_p_patches_and_why_it_refuses() {
         .collect();
     assert_eq!(
         listed,
-        ["main", "into_window", "inc", "pick", "twice"],
+        [
+            "main",
+            "into_window",
+            "inc",
+            "pick",
+            "twice",
+            "mix",
+            "mixer"
+        ],
         "{out}"
     );
     let o = shadowgraph()
@@ -86,6 +112,58 @@ fn sites_lists_what_p_patches_and_why_it_refuses() {
         "{}",
         text(&o).1
     );
+}
+
+/// A stripped program keeps its functions' names in a separate debug
+/// file (`objcopy --only-keep-debug`, found by its `.gnu_debuglink`):
+/// `-P` patches them by those names, static ones included; without the
+/// debug file, the stripped program has none to patch, and says so.
+#[test]
+fn p_finds_names_in_a_separate_debug_file() {
+    let dir = workdir("prologue_debuglink");
+    let exe = plain_build(&dir);
+    let debug = dir.join("prologues.debug");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+    };
+    run(&[
+        "objcopy".as_ref(),
+        "--only-keep-debug".as_ref(),
+        exe.as_ref(),
+        debug.as_ref(),
+    ]);
+    run(&["strip".as_ref(), "--strip-all".as_ref(), exe.as_ref()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    run(&["objcopy".as_ref(), link.as_ref(), exe.as_ref()]);
+
+    let o = shadowgraph()
+        .args(["sites", "-P", "."])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let out = text(&o).0;
+    assert!(o.status.success(), "{}", text(&o).1);
+    // `work` and `leaf_add`: static or not, named by the debug file.
+    for f in ["work", "leaf_add", "main"] {
+        assert!(
+            out.lines().any(|l| l.split_whitespace().nth(2) == Some(f)),
+            "{f}: {out}"
+        );
+    }
+    assert!(out.ends_with("# 16 of 19 functions patchable\n"), "{out}");
+    let data = dir.join("p.data");
+    let one = [std::path::Path::new("1")];
+    let o = record_run(&[], &["-P", "."], &data, &exe, &one);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let replay = replay_text(&data);
+    assert!(
+        replay.contains("  work() {\n") && replay.contains("leaf_add();"),
+        "{replay}"
+    );
+
+    std::fs::remove_file(&debug).unwrap();
+    record_refuses(&["-P", "."], &exe, "-P . patched no function");
 }
 
 #[test]
@@ -114,7 +192,40 @@ fn record_p_traces_a_program_built_without_flags() {
             "      inc();",
             "      inc();",
             "    } /* twice */",
-            "    fibber();",
+            "    fibber() {",
+            "      fib() {",
+            "        fib() {",
+            "          fib() {",
+            "            fib() {",
+            "              fib() {",
+            "                fib();",
+            "              } /* fib */",
+            "            } /* fib */",
+            "            fib();",
+            "          } /* fib */",
+            "          fib() {",
+            "            fib();",
+            "          } /* fib */",
+            "        } /* fib */",
+            "        fib() {",
+            "          fib() {",
+            "            fib();",
+            "          } /* fib */",
+            "        } /* fib */",
+            "        fib();",
+            "      } /* fib */",
+            "    } /* fibber */",
+            "    mixer() {",
+            "      mix() {",
+            "        leaf_add();",
+            "        leaf_add();",
+            "        leaf_add();",
+            "      } /* mix */",
+            "    } /* mixer */",
+            "    summer();",
+            "    keep_all() {",
+            "      leaf_add();",
+            "    } /* keep_all */",
             "  } /* work */",
             "} /* main */",
         ]
@@ -124,7 +235,7 @@ fn record_p_traces_a_program_built_without_flags() {
     let info = view_text("info", &data);
     assert!(
         info.contains("patched prologues   : ")
-            && info.contains("prologues: 10 patched, 3 refused (1 branch into the patched bytes, 1 called directly (gcc -fipa-ra), 1 loop to the entry)"),
+            && info.contains("prologues: 16 patched, 3 refused (1 branch into the patched bytes, 1 called directly with stack arguments, 1 loop to the entry)"),
         "{info}"
     );
 
@@ -152,7 +263,7 @@ fn p_that_patches_nothing_is_an_error_and_no_p_says_to_use_it() {
     let dir = workdir("prologue_errors");
     let exe = plain_build(&dir);
     record_refuses(&["-P", "nosuch"], &exe, "-P nosuch patched no function");
-    record_refuses(&["-P", "fib"], &exe, "-P fib patched no function");
+    record_refuses(&["-P", "sum8"], &exe, "-P sum8 patched no function");
     let o = shadowgraph().args(["sites"]).arg(&exe).output().unwrap();
     assert!(!o.status.success());
     assert!(
@@ -204,11 +315,48 @@ fn attach_patches_prologues_under_running_threads() {
             for &tid in &d.tids {
                 calls_nest_exactly(&d, tid, &[]).unwrap();
             }
+            // Detached: the program's code is the file's again.
+            if let Err(at) = text_as_in_file(child.id(), &exe) {
+                panic!("round {round}.{again}: {at}");
+            }
         }
         // Some more rounds after the last detach, then the verdict.
         std::thread::sleep(std::time::Duration::from_millis(50));
         let rest = end_target(&mut child, &mut out);
         assert_eq!(rest, "bad=0\n", "round {round}");
+    }
+}
+
+/// Whether the `.text` of the program `exe` running as `pid` is byte for
+/// byte its file's; else the first address where it is not.
+fn text_as_in_file(pid: u32, exe: &std::path::Path) -> Result<(), String> {
+    use object::{Object, ObjectSection};
+    use std::io::{Read, Seek, SeekFrom};
+    let data = std::fs::read(exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let text = file.section_by_name(".text").unwrap();
+    let want = text.data().unwrap();
+    // A PIE's bias: where its first mapping (file offset 0) starts.
+    let path = std::fs::canonicalize(exe).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let bias = maps
+        .lines()
+        .find(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() == 6 && f[2] == "00000000" && std::path::Path::new(f[5]) == path
+        })
+        .and_then(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+        .unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    mem.seek(SeekFrom::Start(bias + text.address())).unwrap();
+    let mut got = vec![0; want.len()];
+    mem.read_exact(&mut got).unwrap();
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "code at {:#x} differs from the file's",
+            text.address() + i as u64
+        )),
     }
 }
 
@@ -228,7 +376,11 @@ fn pg_and_instrument_functions_are_traced_as_uftrace_traces_them() {
 fn hooked_build_is_traced_as_uftrace_traces_it(name: &str, flag: &str) {
     let dir = workdir(&format!("prologue_{name}"));
     let exe = dir.join(name);
-    cc(&[&fixture("prologues.c")], &["-O2", "-pthread", flag], &exe);
+    cc(
+        &[&fixture("prologues.c")],
+        &["-O2", "-pthread", "-DHOOKED", flag],
+        &exe,
+    );
     let o = shadowgraph().arg("sites").arg(&exe).output().unwrap();
     let out = text(&o).0;
     assert!(o.status.success(), "{}", text(&o).1);
@@ -236,7 +388,7 @@ fn hooked_build_is_traced_as_uftrace_traces_it(name: &str, flag: &str) {
         out.contains("built with -pg or -finstrument-functions"),
         "{out}"
     );
-    assert!(out.ends_with("# 11 of 11 functions patchable\n"), "{out}");
+    assert!(out.ends_with("# 16 of 16 functions patchable\n"), "{out}");
 
     let ours = dir.join("ours.data");
     let one = [std::path::Path::new("1")];

@@ -9,6 +9,7 @@
 //! words zero and keep the value only in the relocation's addend — both forms
 //! are read here.
 
+mod debug;
 pub mod slots;
 
 pub use slots::JumpSlot;
@@ -195,7 +196,7 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
                     .collect();
                 (
                     relative_relocations(&file),
-                    FunctionSymbols::new(&file),
+                    FunctionSymbols::new(path, &file),
                     text,
                     Contents::new(&file),
                 )
@@ -391,7 +392,10 @@ pub(crate) struct FunctionSymbols {
 }
 
 impl FunctionSymbols {
-    pub(crate) fn new(file: &object::File<'_>) -> Self {
+    /// The function symbols of the object `file` found at `path`: its
+    /// symbol table; stripped, its separate debug file's, where one is
+    /// installed; else its dynamic symbols.
+    pub(crate) fn new(path: &Path, file: &object::File<'_>) -> Self {
         // (start, size, local, name)
         fn collect<'d>(
             syms: impl Iterator<Item = object::Symbol<'d, 'd>>,
@@ -404,6 +408,12 @@ impl FunctionSymbols {
                 .collect()
         }
         let mut list = collect(file.symbols());
+        if list.is_empty() {
+            let debug = debug::find(path, file).and_then(|d| std::fs::read(d).ok());
+            if let Some(Ok(d)) = debug.as_deref().map(object::File::parse) {
+                list = collect(d.symbols());
+            }
+        }
         if list.is_empty() {
             list = collect(file.dynamic_symbols());
         }

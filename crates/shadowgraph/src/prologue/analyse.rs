@@ -1,7 +1,7 @@
 //! A function's window, and every place the object's code can jump to
 //! other than by a call: what must not land inside a window.
 
-use super::window::{Refusal, Window, PATCH_LEN};
+use super::window::{Kept, Refusal, Window, PATCH_LEN};
 use crate::elf::{Contents, FunctionSymbols};
 use crate::site::ENDBR64;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
@@ -20,6 +20,13 @@ impl Text<'_, '_> {
     fn executable(&self, lo: u64, hi: u64) -> bool {
         self.exec.iter().any(|&(a, b)| lo >= a && hi <= b)
     }
+}
+
+/// Whether `symbol` names a part of a function that gcc moved away from
+/// it (`f.cold`, `f.cold.3`): jumped to from its function, never called,
+/// so no entry of a call.
+pub(super) fn is_part(symbol: &str) -> bool {
+    symbol.ends_with(".cold") || symbol.contains(".cold.")
 }
 
 /// How code gets to a target.
@@ -123,15 +130,17 @@ pub(super) fn branch_targets(text: &Text<'_, '_>) -> Vec<Target> {
 }
 
 /// The window of the function at `start` of `size` bytes, or why it has
-/// none; `targets` from [`branch_targets`]; `changes_all`: the function
-/// changes every register the tracer's paths change (super::clobbers),
-/// so that callers that call it directly keep nothing in them.
+/// none; `targets` from [`branch_targets`]; `risk`: the registers the
+/// tracer's paths change that the function leaves alone (super::clobbers),
+/// which a direct caller may keep values in; `reads_stack`: whether it
+/// reads its caller's stack (super::frame).
 pub(super) fn window(
     text: &Text<'_, '_>,
     targets: &[Target],
     start: u64,
     size: u64,
-    changes_all: bool,
+    risk: Kept,
+    reads_stack: impl FnOnce() -> bool,
 ) -> Result<Window, Refusal> {
     if size == 0 {
         return Err(Refusal::NoSize);
@@ -189,8 +198,9 @@ pub(super) fn window(
         return Err(Refusal::TooShort);
     }
     // Nothing may land on bytes 1–4 of the patch, nor jump back to the
-    // entry; then nothing may call it directly (the first reason found
-    // is the one given, in that order).
+    // entry (the first reason found is the one given, in that order).
+    // Called directly, its stub keeps the registers at risk, and calls
+    // it: it must not read its caller's stack.
     let from = targets.partition_point(|t| t.0 < start);
     let reaching = || {
         targets[from..]
@@ -207,9 +217,13 @@ pub(super) fn window(
     if let Some(&(_, i, _)) = reaching().find(|t| own(t.1) && t.2 != By::Call) {
         return Err(Refusal::LoopToEntry(i));
     }
+    let mut kept = Kept::default();
     if let Some(&(_, i, _)) = reaching().find(|t| t.2 == By::Call || !own(t.1)) {
-        if !changes_all {
-            return Err(Refusal::CalledDirectly(i));
+        if !risk.is_empty() {
+            if reads_stack() {
+                return Err(Refusal::CalledDirectly(i));
+            }
+            kept = risk;
         }
     }
     Ok(Window {
@@ -217,6 +231,7 @@ pub(super) fn window(
         at,
         len,
         ends,
+        kept,
     })
 }
 

@@ -30,14 +30,21 @@
 //! object (or a jump table it uses) lands on bytes 1–4 of the window, or
 //! a jump inside it goes back to its entry (a loop that would be counted
 //! as a call); when the window cannot be decoded or relocated; when it
-//! lies outside the object's executable sections. It is refused too when
-//! another function of the object calls it directly and it (with what it
-//! calls) leaves alone a register the tracer's paths change: gcc's
+//! lies outside the object's executable sections.
+//!
+//! A function another function of the object calls (or tail-jumps to)
+//! directly may have callers that keep values across the call in any
+//! call-clobbered register it (with what it calls) leaves alone: gcc's
 //! interprocedural register allocation (`-fipa-ra`, on at `-O2` unless
-//! entries are made patchable) lets such a caller keep a value there
-//! across the call (`clobbers`). Calls through a pointer, a PLT or from
-//! another object follow the ABI. Threads stopped inside bytes 1–4 when
-//! the patch is written are the writer's to move ([`Relocated::moved`]).
+//! entries are made patchable). The tracer's paths keep only what the
+//! ABI asks of them, so such a function's stub keeps those registers
+//! itself ([`Kept`], found by `clobbers`): it saves them, calls the
+//! function one call deeper, and restores them when it returns. That
+//! moves the function's stack by the saved words: one that reads its
+//! caller's stack (arguments passed there, `frame`) is refused. Calls
+//! through a pointer, a PLT or from another object follow the ABI.
+//! Threads stopped inside bytes 1–4 when the patch is written are the
+//! writer's to move ([`Relocated::moved`]).
 //!
 //! Objects built with plain `-pg` or `-finstrument-functions` have the
 //! functions that call the profiling hook patched without being asked
@@ -45,13 +52,14 @@
 
 mod analyse;
 mod clobbers;
+mod frame;
 mod mcount;
 mod relocate;
 mod window;
 
 pub use mcount::HOOKS;
 pub use relocate::{relocate, Relocated};
-pub use window::{Refusal, Window, PATCH_LEN};
+pub use window::{Kept, Refusal, Window, PATCH_LEN};
 
 use crate::elf::{Contents, ElfError, FunctionSymbols};
 use object::{Object, ObjectSection, SectionKind};
@@ -149,13 +157,6 @@ pub fn wanted(patterns: &[Pattern], path: &Path, program: bool, symbol: &str) ->
 /// helpers run before any tracing could (uftrace skips the same).
 const NEVER: [&str; 3] = ["_start", "__libc_csu_init", "__libc_csu_fini"];
 
-/// Whether `symbol` names a part of a function that gcc moved away from
-/// it (`f.cold`, `f.cold.3`): jumped to from its function, never called,
-/// so no entry of a call.
-fn is_part(symbol: &str) -> bool {
-    symbol.ends_with(".cold") || symbol.contains(".cold.")
-}
-
 /// Which functions of an object are asked for.
 #[derive(Clone, Copy)]
 pub enum Asked<'a> {
@@ -176,7 +177,7 @@ pub fn judge(
     asked: Asked<'_>,
 ) -> Result<ObjectPrologues, ElfError> {
     let file = crate::elf::parse(path, data)?;
-    let symbols = FunctionSymbols::new(&file);
+    let symbols = FunctionSymbols::new(path, &file);
     let contents = Contents::new(&file);
     let exec: Vec<(u64, u64)> = file
         .sections()
@@ -240,7 +241,7 @@ pub fn judge(
         // A symbol without a size (the C start-up files' helpers, hand-
         // written assembly) is not taken for a function, as uftrace's
         // symbol tables do not.
-        let skip = *given == 0 || NEVER.contains(&symbol.as_str()) || is_part(symbol);
+        let skip = *given == 0 || NEVER.contains(&symbol.as_str()) || analyse::is_part(symbol);
         if skip || !want(symbol, *start) {
             continue;
         }
@@ -258,13 +259,15 @@ pub fn judge(
     let targets = analyse::branch_targets(&text);
     let changed = clobbers::changed(&text, &plt);
     for (i, start, size, symbol) in asked {
-        let changes_all = changed[i] == clobbers::TRACER_CHANGES;
-        let window = analyse::window(&text, &targets, start, size, changes_all).and_then(|w| {
-            // Relocatable at an address as far as an arena may be.
-            let bytes = contents.read(w.at, w.len as u64).unwrap_or_default();
-            relocate(bytes, &w, w.at, w.at + (1 << 30))?;
-            Ok(w)
-        });
+        let risk = Kept::from_bits(clobbers::TRACER_CHANGES & !changed[i]);
+        let reads_stack = || frame::reads_caller_stack(&text, &targets, i);
+        let window =
+            analyse::window(&text, &targets, start, size, risk, reads_stack).and_then(|w| {
+                // Relocatable at an address as far as an arena may be.
+                let bytes = contents.read(w.at, w.len as u64).unwrap_or_default();
+                relocate(bytes, &w, w.at, w.at + (1 << 30))?;
+                Ok(w)
+            });
         out.functions.push(Judged {
             entry: start,
             function: shadowgraph_data::names::demangle(&symbol),

@@ -116,6 +116,7 @@ mod tests {
             at: 0x1000,
             len,
             ends,
+            kept: Default::default(),
         }
     }
 

@@ -143,7 +143,7 @@ impl Session {
             Some(rec) => {
                 recorder::stop(&rec);
                 if !recorder::active() {
-                    objects::restore_library_calls();
+                    objects::restore_originals();
                 }
                 let control = rec_control(&rec);
                 recorder::finish(&rec, control);
@@ -166,11 +166,11 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
     if r.control.is_some() {
         return Err("`--control` is only for the first session of a process".into());
     }
-    objects::reapply_library_calls();
+    objects::reapply_patches();
     let rings = r.rings.as_ref().map(|x| x.dir.as_path());
     let rec = recorder::start(r, &r.dir, rings, None, true);
     if rec.is_err() && !recorder::active() {
-        objects::restore_library_calls();
+        objects::restore_originals();
     }
     rec
 }

@@ -242,20 +242,33 @@ fn libcalls_mode() -> LibCalls {
 /// sessions: the calls cost nothing then).
 static REDIRECTED: Mutex<(Vec<libcall::Redirected>, bool)> = Mutex::new((Vec::new(), true));
 
-/// The last session ends: every redirected slot gets its target back.
-pub(crate) fn restore_library_calls() {
+/// The last session ends: every redirected slot gets its target back,
+/// every patched prologue its original bytes.
+pub(crate) fn restore_originals() {
     let mut r = REDIRECTED.lock().unwrap_or_else(|e| e.into_inner());
     if std::mem::replace(&mut r.1, false) {
         libcall::restore(&r.0);
     }
+    match process::prologue::unpatch_windows() {
+        Ok(0) => {}
+        Ok(n) => eprintln!(
+            "shadowgraph: {n} patched prologues stay patched (a thread's stack points into them)"
+        ),
+        Err(e) => eprintln!("shadowgraph: {e}; patched prologues stay patched"),
+    }
 }
 
 /// A session starts after others ended: the slots point at their thunks
-/// again.
-pub(crate) fn reapply_library_calls() {
+/// again, the prologues jump to their stubs again.
+pub(crate) fn reapply_patches() {
     let mut r = REDIRECTED.lock().unwrap_or_else(|e| e.into_inner());
     if !std::mem::replace(&mut r.1, true) {
         libcall::reapply(&r.0);
+    }
+    match process::prologue::repatch_windows() {
+        Ok(0) => {}
+        Ok(n) => eprintln!("shadowgraph: {n} prologues not patched again (a stopped thread may resume inside one); their calls are not recorded"),
+        Err(e) => eprintln!("shadowgraph: {e}; prologues are not patched again"),
     }
 }
 
@@ -326,6 +339,7 @@ pub fn before_dlclose(bias: usize) {
     if let Err(e) = ftrace::remove_module(bias) {
         eprintln!("shadowgraph: {e} (before dlclose)");
     }
+    process::prologue::forget_windows(bias);
     let mut scanned = SCANNED.lock().unwrap_or_else(|e| e.into_inner());
     scanned.retain(|o| o.1 != bias);
 }
