@@ -29,7 +29,8 @@ fn many_functions(dir: &Path, n: usize, empty: bool) -> PathBuf {
         }
     }
     c.push_str(
-        "__attribute__((patchable_function_entry(0, 0), no_instrument_function))\n\
+        "__attribute__((patchable_function_entry(0, 0), no_instrument_function,\n\
+         visibility(\"default\")))\n\
          long call_all(long x) {\n  long s = 0;\n",
     );
     for i in 0..n {
@@ -159,6 +160,140 @@ fn flip_stress(name: &str, flags: &[&str], flips: usize) {
         let bytes = unsafe { std::slice::from_raw_parts(s.addr as *const u8, 5) };
         assert_eq!(bytes, NOP5);
     }
+}
+
+/// The same on functions built without any flag, patched at their
+/// prologue (`-P`) while the threads already run through them: each
+/// window written with the threads stopped (a thread on its bytes 1–4
+/// moved to its copy), every stub keeping registers for its function
+/// (`call_all` calls them directly), the stubs' sites flipped on and off,
+/// and between flips the windows given their original bytes back and
+/// patched again. Every result stays right; counts are exact while the
+/// sites are on; at the end the library's code is its file's again.
+#[test]
+fn threads_call_while_prologues_patch_flip_and_unpatch() {
+    use object::{Object, ObjectSection};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const N: usize = 2000;
+    const THREADS: usize = 3;
+    let name = "flip_prologue";
+    let dir = workdir(name);
+    // (Called directly, not through the PLT.)
+    let flags = ["-fvisibility=hidden"];
+    let path = build_lib(&dir, &many_functions(&dir, N, false), name, &flags);
+    let lib = Lib::open(&path);
+    let call_all: CallAll = lib.func("call_all");
+    let expect = |x: i64| N as i64 * x + (N * (N - 1) / 2) as i64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (stop, calls) = (stop.clone(), calls.clone());
+            std::thread::spawn(move || {
+                let mut x = t as i64;
+                while !stop.load(Ordering::Relaxed) {
+                    assert_eq!(
+                        call_all(x),
+                        expect(x),
+                        "wrong result while prologues change"
+                    );
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    x += 1;
+                }
+            })
+        })
+        .collect();
+    let canon = std::fs::canonicalize(&path).unwrap();
+    let bias = process::loaded_objects()
+        .into_iter()
+        .find(|(p, _)| std::fs::canonicalize(p).ok().as_ref() == Some(&canon))
+        .unwrap()
+        .1;
+    let named = |s: &str| s.starts_with("f_");
+    let asked = shadowgraph::prologue::Asked::Named(&named);
+    let p = process::prologue::patch_object(&path, bias, &[], asked).unwrap();
+    let sites: Vec<usize> = p
+        .modules
+        .iter()
+        .flat_map(|m| m.usable().map(|s| s.addr))
+        .collect();
+    // (A window a stopped thread was inside, or a stacked word points
+    // into, is deferred: a few may be.)
+    assert!(sites.len() + 10 >= N, "{} of {N} patched", sites.len());
+    let judged =
+        shadowgraph::prologue::judge(&path, &std::fs::read(&path).unwrap(), &[], asked).unwrap();
+    assert!(judged.patchable().all(|(_, w)| !w.kept.is_empty()));
+
+    let counter = SiteCounter::new(sites.iter().copied());
+    let (lo, hi) = (
+        sites[0].min(sites[sites.len() - 1]),
+        sites.iter().copied().max().unwrap(),
+    );
+    let tramp = counter.trampoline(Arena::near(lo, hi).unwrap()).unwrap();
+    let on: Vec<Edit> = sites
+        .iter()
+        .map(|&s| Edit::enable(s, tramp).unwrap())
+        .collect();
+    let off: Vec<Edit> = sites
+        .iter()
+        .map(|&s| Edit::disable(s, tramp).unwrap())
+        .collect();
+    let mut left = 0;
+    for i in 0..60 {
+        patch::apply(&mut on.clone()).unwrap();
+        patch::apply(&mut off.clone()).unwrap();
+        if i % 6 == 5 {
+            left += process::prologue::unpatch_windows().unwrap();
+            left += process::prologue::repatch_windows().unwrap();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let rounds = calls.load(Ordering::Relaxed);
+    let counted: u64 = counter.snapshot().iter().map(|c| c.1).sum();
+    eprintln!(
+        "{name}: {} windows, 60 flips, 10 unpatch/repatch, {rounds} call_all rounds, \
+         {counted} counted calls, {left} windows left behind once",
+        sites.len()
+    );
+    assert!(rounds > 0 && counted <= rounds * N as u64);
+    assert_eq!(counter.unknown(), 0);
+
+    // Every window patched again (no thread runs now): exact counts.
+    assert_eq!(process::prologue::repatch_windows().unwrap(), 0);
+    counter.reset();
+    patch::apply(&mut on.clone()).unwrap();
+    let exact: Vec<_> = (0..THREADS)
+        .map(|_| {
+            std::thread::spawn(move || {
+                for x in 0..50 {
+                    assert_eq!(call_all(x), expect(x));
+                }
+            })
+        })
+        .collect();
+    for w in exact {
+        w.join().unwrap();
+    }
+    for (site, n) in counter.snapshot() {
+        assert_eq!(n, THREADS as u64 * 50, "site {site:#x}");
+    }
+    patch::apply(&mut off.clone()).unwrap();
+
+    // Unpatched: the library's code is its file's.
+    assert_eq!(process::prologue::unpatch_windows().unwrap(), 0);
+    let data = std::fs::read(&path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let text = file.section_by_name(".text").unwrap();
+    let want = text.data().unwrap();
+    // SAFETY: the library's loaded text, mapped while it stays loaded.
+    let got = unsafe {
+        std::slice::from_raw_parts((bias as u64 + text.address()) as *const u8, want.len())
+    };
+    assert!(got == want, "the library's code differs from its file's");
+    assert_eq!(call_all(7), expect(7));
 }
 
 type Void = extern "C" fn();
