@@ -121,6 +121,9 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         ],
         &exe,
     )?;
+    // The same program built without tracing flags, for `-P .`.
+    let exe_p = dir.join("fib-plain");
+    shadowgraph_testkit::cc::compile(&[&src], &["-O2", "-fno-optimize-sibling-calls"], &exe_p)?;
     let (mut a, mut b) = (0u64, 1u64);
     for _ in 0..=n {
         (a, b) = (b, a + b);
@@ -167,6 +170,18 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         c
     };
     let run_sg = |k: &str| run_sg_with(k, None, &[]);
+    // `record -P .` of the build without flags.
+    let run_sg_p = |k: &str| {
+        let _ = std::fs::remove_dir_all(&sg_data);
+        let mut c = std::process::Command::new(&me);
+        c.args(["record", "-P", "."])
+            .arg("-d")
+            .arg(&sg_data)
+            .arg("--")
+            .arg(&exe_p)
+            .arg(k);
+        c
+    };
     let run_uf_with = |k: &str, opts: &[&str]| {
         let _ = std::fs::remove_dir_all(&uf_data);
         let mut c = std::process::Command::new("uftrace");
@@ -179,6 +194,16 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         c
     };
     let run_uf = |k: &str| run_uf_with(k, &[]);
+    let run_uf_p = |k: &str| {
+        let _ = std::fs::remove_dir_all(&uf_data);
+        let mut c = std::process::Command::new("uftrace");
+        c.args(["record", "-P", "."])
+            .arg("-d")
+            .arg(&uf_data)
+            .arg(&exe_p)
+            .arg(k);
+        c
+    };
     eprintln!(
         "# fib({n}): {calls} traced calls; medians of {reps} runs (each tool's first of a round after an untimed one of its own); recordings in {} …",
         data_dir.display()
@@ -204,6 +229,10 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         Box::new(|| run_sg_with(&arg, None, &["--tracer", "profile"])),
         // Every call's argument recorded (-A): its records carry data.
         Box::new(|| run_sg_with(&arg, None, &["-A", "fib@arg1"])),
+        // Built without flags, patched at the prologue (fib is called
+        // directly: its stub keeps registers for it).
+        Box::new(|| run_sg_p(&arg)),
+        Box::new(|| run_sg_p("1")),
     ];
     let uf_at = runs.len();
     if uftrace {
@@ -211,6 +240,8 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         runs.push(Box::new(|| run_uf("1")));
         runs.push(Box::new(|| run_uf_with(&arg, &["-t", "1us"])));
         runs.push(Box::new(|| run_uf_with(&arg, &["-A", "fib@arg1"])));
+        runs.push(Box::new(|| run_uf_p(&arg)));
+        runs.push(Box::new(|| run_uf_p("1")));
     }
     // fib(1) untraced: what starting and ending the program costs. A
     // recorder's start-up overhead is its fib(1) run less this (not less
@@ -244,7 +275,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         med(7),
         med(8),
     );
-    let (sg_profile, sg_args) = (med(9), med(10));
+    let (sg_profile, sg_args, sg_p, sg_p_start) = (med(9), med(10), med(11), med(12));
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -323,6 +354,12 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         "  (-A fib@arg1: an argument)",
         per_call(sg_args, sg_start)
     );
+    println!(
+        "{:<34} {sg_p:>9.3} {:>12.1} {:>10} {sg_p_start:>10.3}",
+        "  (-P .: built without flags)",
+        per_call(sg_p, sg_p_start),
+        ""
+    );
     if uftrace {
         let (uf, uf_start, uf_timed, uf_args) =
             (med(uf_at), med(uf_at + 1), med(uf_at + 2), med(uf_at + 3));
@@ -348,6 +385,13 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
             "{:<34} {uf_args:>9.3} {:>12.1}",
             "  (-A fib@arg1: an argument)",
             per_call(uf_args, uf_start)
+        );
+        let (uf_p, uf_p_start) = (med(uf_at + 4), med(uf_at + 5));
+        println!(
+            "{:<34} {uf_p:>9.3} {:>12.1} {:>10} {uf_p_start:>10.3}",
+            "  (-P .: built without flags)",
+            per_call(uf_p, uf_p_start),
+            ""
         );
         let ratios: Vec<f64> = times[1]
             .iter()
