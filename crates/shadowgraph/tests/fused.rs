@@ -36,7 +36,39 @@ fn ignore(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs) {
 
 #[test]
 fn threads_record_while_the_fused_recorder_comes_and_goes() {
-    let (dir, _lib, run) = nested_workload("fused_stress");
+    record_while_the_recorder_comes_and_goes(Entry::Patchable);
+}
+
+/// The same on the functions patched at their prologue, in a process of
+/// its own (this test binary run again for the test below alone).
+#[test]
+fn the_same_on_functions_patched_at_their_prologue() {
+    let me = std::env::current_exe().unwrap();
+    let o = std::process::Command::new(me)
+        .args([
+            "--exact",
+            "prologue_variant_in_its_own_process",
+            "--ignored",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("1 passed"),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+#[ignore = "run by the_same_on_functions_patched_at_their_prologue, in its own process"]
+fn prologue_variant_in_its_own_process() {
+    record_while_the_recorder_comes_and_goes(Entry::Prologue);
+}
+
+fn record_while_the_recorder_comes_and_goes(entry: Entry) {
+    let name = format!("fused_stress_{entry:?}");
+    let (dir, _lib, run) = nested_workload_as(&name, entry);
     let sites: Vec<u64> = ["leaf", "mid", "top"]
         .iter()
         .map(|f| ftrace::site_by_name(f).unwrap().addr as u64)

@@ -13,12 +13,12 @@ use common::*;
 use shadowgraph::{fgraph, ftrace};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-static ENTRIES: AtomicU64 = AtomicU64::new(0);
+static ENTERED: AtomicU64 = AtomicU64::new(0);
 static RETURNS: AtomicU64 = AtomicU64::new(0);
 static OPS_CALLS: AtomicU64 = AtomicU64::new(0);
 
 fn on_entry(_: &fgraph::GraphEntry, _: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
-    ENTRIES.fetch_add(1, Ordering::Relaxed);
+    ENTERED.fetch_add(1, Ordering::Relaxed);
     true
 }
 
@@ -34,9 +34,18 @@ fn stubbed(f: &str) -> bool {
     ftrace::site_by_name(f).unwrap().flags & ftrace::site_flags::STUB != 0
 }
 
+/// With patchable entries, then with the same functions patched at their
+/// prologue (the sites in their stubs).
 #[test]
 fn sites_switch_between_stub_list_and_nop_while_threads_run() {
-    let (_dir, _lib, run) = nested_workload("stubs_stress");
+    for entry in ENTRIES {
+        switch_while_threads_run(entry);
+    }
+}
+
+fn switch_while_threads_run(entry: Entry) {
+    let name = format!("stubs_stress_{entry:?}");
+    let (_dir, lib, run) = nested_workload_as(&name, entry);
     let funcs = ["leaf", "mid", "top"];
     let filter = || ftrace::FilterSet::with_patterns(&funcs, &[]).unwrap();
     let user = fgraph::GraphUser::new(on_entry, on_return, filter(), 0);
@@ -64,13 +73,13 @@ fn sites_switch_between_stub_list_and_nop_while_threads_run() {
     // The user alone with the threads quiet: every entry gets its return.
     fgraph::register_graph(&user).unwrap();
     let (e0, r0) = (
-        ENTRIES.load(Ordering::Relaxed),
+        ENTERED.load(Ordering::Relaxed),
         RETURNS.load(Ordering::Relaxed),
     );
     let rounds = workers.stop();
     assert_eq!(run(10), nested_expect(10));
     let (e1, r1) = (
-        ENTRIES.load(Ordering::Relaxed),
+        ENTERED.load(Ordering::Relaxed),
         RETURNS.load(Ordering::Relaxed),
     );
     fgraph::unregister_graph(&user).unwrap();
@@ -81,5 +90,6 @@ fn sites_switch_between_stub_list_and_nop_while_threads_run() {
         "entries {e0}..{e1}, returns {r0}..{r1}"
     );
     assert_eq!(fgraph::counters().lost_frames, 0);
-    assert!(RETURNS.load(Ordering::Relaxed) <= ENTRIES.load(Ordering::Relaxed));
+    assert!(RETURNS.load(Ordering::Relaxed) <= ENTERED.load(Ordering::Relaxed));
+    drop_workload(&lib);
 }

@@ -265,10 +265,13 @@ pub fn site_id_of(ip: usize) -> Option<SiteId> {
     dispatch::site_id(ip)
 }
 
-/// The state of the site of `function` (first match).
+/// The state of the site of `function` (the first of a loaded object).
 pub fn site_by_name(function: &str) -> Option<SiteState> {
     let c = lock_core();
-    let i = c.sites.iter().position(|s| s.function == function)?;
+    let i = c
+        .sites
+        .iter()
+        .position(|s| s.function == function && !c.modules[s.module as usize].unloaded)?;
     Some(c.state(i as SiteId))
 }
 

@@ -68,6 +68,16 @@ impl Lib {
         unsafe { std::mem::transmute_copy(&p) }
     }
 
+    /// Where the loader put this library (its bias).
+    pub fn bias(&self) -> usize {
+        let path = std::fs::canonicalize(&self.path).unwrap();
+        shadowgraph::process::loaded_objects()
+            .into_iter()
+            .find(|(p, _)| std::fs::canonicalize(p).ok().as_ref() == Some(&path))
+            .unwrap()
+            .1
+    }
+
     /// The module view of this library in the running process.
     pub fn module(&self) -> shadowgraph::process::Module {
         let path = std::fs::canonicalize(&self.path).unwrap();
@@ -100,11 +110,31 @@ pub fn load_into_core(name: &str, file: &str) -> Lib {
     lib
 }
 
+/// How the workload's functions are made traceable: built with patchable
+/// entries, or built without any flag and patched at their ordinary
+/// prologue (`-P`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    Patchable,
+    Prologue,
+}
+
+/// Both, for the stress tests' relocated-prologue variants.
+pub const ENTRIES: [Entry; 2] = [Entry::Patchable, Entry::Prologue];
+
 /// A library whose `run(n)` calls `top` n times, `top` calls `mid` 8 times
 /// and `mid` calls `leaf` twice (three traced levels: frames are always in
 /// flight), built in `workdir(name)` and brought under the core; returns
 /// the directory, the library and `run`.
 pub fn nested_workload(name: &str) -> (PathBuf, Lib, extern "C" fn(i64) -> i64) {
+    nested_workload_as(name, Entry::Patchable)
+}
+
+/// [`nested_workload`] made traceable as `entry` says: with
+/// [`Entry::Prologue`], `leaf`, `mid` and `top` are patched at their
+/// prologue (`run` is not). [`drop_workload`] takes it out of the core
+/// again, so that the other variant can come in the same process.
+pub fn nested_workload_as(name: &str, entry: Entry) -> (PathBuf, Lib, extern "C" fn(i64) -> i64) {
     const SOURCE: &str = "#define KEEP __attribute__((noinline, noipa))\n\
 KEEP long leaf(long x) { return x + 1; }\n\
 KEEP long mid(long x) { return leaf(x) + leaf(x + 1); }\n\
@@ -114,15 +144,30 @@ __attribute__((patchable_function_entry(0, 0))) long run(long n) {\n\
     let dir = workdir(name);
     let src = dir.join("work.c");
     std::fs::write(&src, SOURCE).unwrap();
-    let lib = Lib::open(&build_lib(
-        &dir,
-        &src,
-        name,
-        shadowgraph_testkit::cc::flavour::PATCHABLE,
-    ));
-    shadowgraph::ftrace::add_modules(vec![lib.module()]).unwrap();
+    let flags = match entry {
+        Entry::Patchable => shadowgraph_testkit::cc::flavour::PATCHABLE,
+        Entry::Prologue => &[],
+    };
+    let lib = Lib::open(&build_lib(&dir, &src, name, flags));
+    let modules = match entry {
+        Entry::Patchable => vec![lib.module()],
+        Entry::Prologue => {
+            let named = |s: &str| matches!(s, "leaf" | "mid" | "top");
+            let asked = shadowgraph::prologue::Asked::Named(&named);
+            let p = shadowgraph::process::prologue::patch_object(&lib.path, lib.bias(), &[], asked)
+                .unwrap();
+            assert_eq!(p.patched, 3, "{}", p.summary(&lib.path));
+            p.modules
+        }
+    };
+    shadowgraph::ftrace::add_modules(modules).unwrap();
     let run = lib.func("run");
     (dir, lib, run)
+}
+
+/// The workload `lib` out of the core (its threads stopped).
+pub fn drop_workload(lib: &Lib) {
+    shadowgraph::ftrace::remove_module(lib.bias()).unwrap();
 }
 
 /// What `run(n)` of [`nested_workload`] returns: Σ_{i<n} Σ_{j<8} (2(i+j) + 3).
