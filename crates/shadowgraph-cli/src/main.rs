@@ -124,13 +124,14 @@ enum Command {
         #[command(flatten)]
         filter: ViewFilter,
     },
-    /// The call paths to a function and its call tree, aggregated.
+    /// The call paths to a function and its call tree, aggregated; without
+    /// a function, the whole program's call tree.
     Graph {
         /// Data directory.
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
-        /// The function.
-        function: String,
+        /// The function (none: the whole program, under its name).
+        function: Option<String>,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -325,7 +326,7 @@ fn main() -> ExitCode {
             let how = filter.open_options();
             let f = filter.into();
             view(&data, how, |d, o| {
-                shadowgraph_data::graph::graph(d, &function, &f, o)
+                shadowgraph_data::graph::graph(d, function.as_deref(), &f, o)
             })
         }
         Command::Info { data } => {

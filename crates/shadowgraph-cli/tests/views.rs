@@ -456,6 +456,34 @@ fn graph_view_filters_as_uftrace_does() {
             );
         }
     }
+    // No function: the whole program's tree, under its name.
+    let whole = |cmd: &mut Command, args: &[&str]| {
+        let o = cmd
+            .args(["graph", "-d"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0
+    };
+    let ours = whole(&mut shadowgraph(), &[]);
+    let lines: Vec<&str> = ours.lines().collect();
+    assert!(
+        lines[0].starts_with("# Function Call Graph for 'g'")
+            && lines[3].ends_with(" : (1) g")
+            && lines[4].ends_with(" : (1) main"),
+        "{ours}"
+    );
+    if require("uftrace", "the whole program's graph by uftrace") {
+        for args in [&[][..], &["-N", "fib"], &["-F", "mid"]] {
+            assert_eq!(
+                whole(&mut shadowgraph(), args),
+                whole(&mut Command::new("uftrace"), args),
+                "graph {args:?}"
+            );
+        }
+    }
 }
 
 /// `info` shows the machine and the run as `record` found them (uftrace's

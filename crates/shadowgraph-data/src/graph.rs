@@ -1,6 +1,8 @@
 //! `graph FUNCTION`: every call path that reached the function (backtraces,
 //! with hits and time), and the call tree below it aggregated over all its
-//! calls (total time and calls per node), in uftrace's layout.
+//! calls (total time and calls per node), in uftrace's layout. `graph`
+//! alone: the whole program's tree, under a root named after it (uftrace's
+//! full graph).
 
 use super::dir::{DataDir, DataError};
 use super::format::Kind;
@@ -35,7 +37,8 @@ type Backtraces = BTreeMap<Vec<(String, u64)>, (u64, u64)>;
 /// One thread's open calls while its records are read, and what they add
 /// to the graph of one function.
 struct Walk<'a> {
-    function: &'a str,
+    /// `None`: the whole program (every outermost call under the root).
+    function: Option<&'a str>,
     /// (name, entry time, address)
     stack: Vec<(String, u64, u64)>,
     /// Index in `stack` of the outermost call of `function`, if any.
@@ -44,7 +47,7 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     fn entry(&mut self, name: String, time: u64, addr: u64) {
-        if self.inside.is_none() && name == self.function {
+        if self.inside.is_none() && self.function.is_none_or(|f| name == f) {
             self.inside = Some(self.stack.len());
         }
         self.stack.push((name, time, addr));
@@ -58,13 +61,26 @@ impl Walk<'_> {
         let depth = self.stack.len() - 1;
         let dur = time.saturating_sub(*start);
         if let Some(base) = self.inside {
+            // The whole program: the outermost call is a child of the root.
+            let from = if self.function.is_some() {
+                base + 1
+            } else {
+                base
+            };
+            if self.function.is_none() && depth == base {
+                root.total += dur;
+            }
             let mut node = root;
-            for (name, _, _) in &self.stack[base + 1..] {
+            for (name, _, _) in &self.stack[from..] {
                 node = node.child(name);
             }
             node.calls += 1;
             node.total += dur;
-            if depth == base {
+            if self.function.is_none() {
+                if depth == base {
+                    self.inside = None;
+                }
+            } else if depth == base {
                 let bt: Vec<(String, u64)> = self.stack[..=base]
                     .iter()
                     .map(|f| (f.0.clone(), f.2))
@@ -81,7 +97,7 @@ impl Walk<'_> {
 
 fn collect(
     data: &DataDir,
-    function: &str,
+    function: Option<&str>,
     filter: &ReplayFilter,
 ) -> Result<(Node, Backtraces), ReplayError> {
     let mut root = Node::default();
@@ -142,14 +158,34 @@ fn write_node(
 }
 
 /// The graph of `function` in what `filter` selects (uftrace's `graph`
-/// with `-F/-N/-D/-t/--tid`).
+/// with `-F/-N/-D/-t/--tid`); of the whole program without one.
 pub fn graph(
     data: &DataDir,
-    function: &str,
+    function: Option<&str>,
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
-    let (root, backtraces) = collect(data, function, filter)?;
+    let (mut root, backtraces) = collect(data, function, filter)?;
+    let Some(function) = function else {
+        // uftrace names the root after the program, one call.
+        let exe = data.info.get("exe").unwrap_or("");
+        let name = std::path::Path::new(exe)
+            .file_name()
+            .map_or_else(|| exe.to_string(), |n| n.to_string_lossy().into_owned());
+        if root.children.is_empty() {
+            return Ok(());
+        }
+        root.calls = 1;
+        match data.info.get("sid") {
+            Some(sid) => writeln!(out, "# Function Call Graph for '{name}' (session: {sid})")?,
+            None => writeln!(out, "# Function Call Graph for '{name}'")?,
+        }
+        writeln!(out, "========== FUNCTION CALL GRAPH ==========")?;
+        writeln!(out, "# TOTAL TIME   FUNCTION")?;
+        write_node(out, &name, &root, "", "")?;
+        writeln!(out)?;
+        return Ok(());
+    };
     if root.calls == 0 {
         let what = if filter.is_empty() {
             "in this recording"

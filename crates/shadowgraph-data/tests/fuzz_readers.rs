@@ -143,7 +143,7 @@ fn every_view(dir: &Path) -> Result<(), TestCaseError> {
     let results: Vec<Result<(), String>> = vec![
         replay::replay(&data, sink).map_err(|e| e.to_string()),
         report::report(&data, report::SortKey::Total, true, &f, sink).map_err(|e| e.to_string()),
-        graph::graph(&data, "fib", &f, sink).map_err(|e| e.to_string()),
+        graph::graph(&data, Some("fib"), &f, sink).map_err(|e| e.to_string()),
         info::info(&data, sink).map_err(|e| e.to_string()),
         chrome::dump_chrome(&data, &f, sink).map_err(|e| e.to_string()),
         perfetto::dump_perfetto(&data, &f, sink).map_err(|e| e.to_string()),
