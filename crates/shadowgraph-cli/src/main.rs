@@ -110,9 +110,25 @@ enum Command {
         /// Data directory.
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
-        /// Sort by: total, self, call, func.
-        #[arg(short = 's', long = "sort", default_value = "total")]
-        sort: String,
+        /// Sort by these keys, in turn (comma-separated): total, self, call,
+        /// func, total-avg, total-min, total-max, self-avg, self-min,
+        /// self-max; with --avg-total or --avg-self, avg, min and max too
+        /// [default: total; with --avg-*, avg].
+        #[arg(short = 's', long = "sort")]
+        sort: Option<String>,
+        /// The columns (uftrace's): total, total-avg, total-min, total-max,
+        /// self, self-avg, self-min, self-max, call; `+F,…` adds to the
+        /// default ones; `all`; `none`. Shown in that order.
+        #[arg(short = 'f', long = "output-fields", value_name = "FIELDS")]
+        fields: Option<String>,
+        /// Average, least and most time of a call in place of the default
+        /// columns.
+        #[arg(long, conflicts_with = "avg_self")]
+        avg_total: bool,
+        /// Average, least and most self time of a call in place of the
+        /// default columns.
+        #[arg(long)]
+        avg_self: bool,
         /// One row per thread and function.
         #[arg(long, conflicts_with = "diff")]
         threads: bool,
@@ -281,12 +297,39 @@ fn main() -> ExitCode {
         Command::Report {
             data,
             sort,
+            fields,
+            avg_total,
+            avg_self,
             threads,
             diff,
             filter,
         } => {
+            use shadowgraph_data::report::Averages;
+            let averages = match (avg_total, avg_self) {
+                _ if fields.is_some() && (avg_total || avg_self) => {
+                    eprintln!(
+                        "shadowgraph: warning: --avg-total and --avg-self are ignored with -f"
+                    );
+                    Averages::None
+                }
+                (true, _) => Averages::Total,
+                (_, true) => Averages::SelfTime,
+                _ => Averages::None,
+            };
             let how = filter.open_options();
-            report(&data, how, &sort, threads, diff.as_deref(), &filter.into())
+            let columns = Columns {
+                sort: sort.as_deref(),
+                fields: fields.as_deref(),
+                averages,
+            };
+            report(
+                &data,
+                how,
+                columns,
+                threads,
+                diff.as_deref(),
+                &filter.into(),
+            )
         }
         Command::Dump {
             data,
@@ -520,25 +563,35 @@ fn flame_svg(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `report`'s columns and order, as given.
+struct Columns<'a> {
+    sort: Option<&'a str>,
+    fields: Option<&'a str>,
+    averages: shadowgraph_data::report::Averages,
+}
+
 fn report(
     dir: &std::path::Path,
     how: OpenOptions,
-    sort: &str,
+    columns: Columns<'_>,
     threads: bool,
     diff: Option<&std::path::Path>,
     filter: &shadowgraph_data::replay::ReplayFilter,
 ) -> Result<ExitCode, String> {
-    use shadowgraph_data::report::SortKey;
-    let key = match sort {
-        "total" => SortKey::Total,
-        "self" => SortKey::SelfTime,
-        "call" | "calls" => SortKey::Calls,
-        "func" => SortKey::Name,
-        other => {
-            return Err(format!(
-                "unknown sort key `{other}` (total, self, call, func)"
-            ))
+    use shadowgraph_data::report::{Averages, Layout, SortKey};
+    let layout = Layout::parse(columns.fields, columns.sort, columns.averages)?;
+    let plain = columns.fields.is_none() && columns.averages == Averages::None;
+    // Per thread, a diff and a profile: the default columns, one key.
+    let key = match (plain, &layout.keys[..]) {
+        (true, [k @ (SortKey::Total | SortKey::SelfTime | SortKey::Calls | SortKey::Name)]) => *k,
+        _ if threads || diff.is_some() => {
+            return Err(
+                "--threads and --diff show the default columns, sorted by one of total, self, \
+                 call, func"
+                    .into(),
+            )
         }
+        _ => SortKey::Total,
     };
     let data = DataDir::open_with(dir, how).map_err(|e| e.to_string())?;
     if let Some(other) = diff {
@@ -565,6 +618,13 @@ fn report(
             .map_err(|e| e.to_string());
     }
     if shadowgraph_data::profile::is_profile(&data) {
+        if !plain || layout.keys.len() > 1 {
+            return Err(format!(
+                "{} holds a profile: it shows the default columns, sorted by one of total, \
+                 self, call, func",
+                dir.display()
+            ));
+        }
         if !filter.functions.is_empty()
             || !filter.notrace.is_empty()
             || filter.max_depth > 0
@@ -586,8 +646,13 @@ fn report(
             .map_err(|e| e.to_string());
     }
     drop(data);
+    if threads {
+        return view_with_sessions(dir, how, |d, o| {
+            shadowgraph_data::report::report(d, key, threads, filter, o)
+        });
+    }
     view_with_sessions(dir, how, |d, o| {
-        shadowgraph_data::report::report(d, key, threads, filter, o)
+        shadowgraph_data::report::report_with(d, &layout, filter, o)
     })
 }
 

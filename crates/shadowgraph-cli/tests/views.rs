@@ -638,6 +638,69 @@ fn cpp_functions_go_by_their_simple_names() {
     assert_eq!(replay_body(&text(&full).0), vec!["geo::area(double);"; 3]);
 }
 
+/// `report`'s columns and order as uftrace's: `-f` fields (shown in
+/// uftrace's order, `+` adding to the default ones, `all`, `none`),
+/// several `-s` keys, `--avg-total` and `--avg-self` (average, least and
+/// most time of a call, sorted by the average unless `-s` says).
+#[test]
+fn report_columns_and_keys_as_uftrace() {
+    let dir = workdir("report_columns");
+    let exe = build_fixture_with(
+        &dir,
+        "r",
+        "naps.c",
+        &["-DMIDS=3", "-DNAP_US=200", "-DFIB_N=5"],
+    );
+    let data = dir.join("r.data");
+    record_ok(&[], &data, &exe);
+    let report = |cmd: &mut Command, args: &[&str]| {
+        let o = cmd
+            .args(["report", "-d"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        (o.status.success(), text(&o).0, text(&o).1)
+    };
+    let (ok, out, _) = report(&mut shadowgraph(), &["--avg-total", "-s", "call,func"]);
+    assert!(ok, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0], "   Total avg   Total min   Total max  Function",
+        "{out}"
+    );
+    // fib: 15 calls, most first; then by name.
+    assert!(lines[2].ends_with("  fib"), "{out}");
+    let (ok, out, _) = report(&mut shadowgraph(), &["-f", "none", "-s", "func"]);
+    assert!(ok && out.starts_with("  fib\n  leaf\n  main\n"), "{out}");
+    let (ok, _, err) = report(&mut shadowgraph(), &["-s", "avg"]);
+    assert!(
+        !ok && err.contains("needs --avg-total or --avg-self"),
+        "{err}"
+    );
+    let (ok, _, err) = report(&mut shadowgraph(), &["-f", "nosuch"]);
+    assert!(!ok && err.contains("unknown field `nosuch`"), "{err}");
+    if require("uftrace", "the same reports by uftrace") {
+        for args in [
+            &["--avg-total"][..],
+            &["--avg-self", "-s", "call,func"],
+            &["--avg-total", "-s", "max"],
+            &["-f", "total,call,self-avg,total-max"],
+            &["-f", "+self-max", "-s", "self,call"],
+            &["-f", "all", "-s", "total_min"],
+            &["-f", "call,size", "-s", "size"],
+            &["-f", "none"],
+        ] {
+            let (ours, theirs) = (
+                report(&mut shadowgraph(), args),
+                report(&mut Command::new("uftrace"), args),
+            );
+            assert!(ours.0 && theirs.0, "{args:?}: {}{}", ours.2, theirs.2);
+            assert_eq!(ours.1, theirs.1, "report {args:?}");
+        }
+    }
+}
+
 /// `report --diff`: how a second recording differs, function by function
 /// (matched by name), in uftrace's layout, largest change first.
 #[test]

@@ -46,6 +46,49 @@ pub struct FuncStats {
     pub self_time: u64,
     /// Calls made.
     pub calls: u64,
+    /// Every call's time added up, recursive ones too, ns (uftrace's
+    /// average divides it by the calls).
+    pub total_all: u64,
+    /// The shortest and longest call, ns.
+    pub total_min: u64,
+    /// See `total_min`.
+    pub total_max: u64,
+    /// The least and most self time of a call, ns.
+    pub self_min: u64,
+    /// See `self_min`.
+    pub self_max: u64,
+}
+
+impl FuncStats {
+    /// A call's time and self time counted in; `outermost`: no call of the
+    /// same function is under way around it.
+    fn add(&mut self, dur: u64, self_ns: u64, outermost: bool) {
+        let first = self.calls == 0;
+        self.calls += 1;
+        if outermost {
+            self.total += dur;
+        }
+        self.total_all += dur;
+        self.self_time += self_ns;
+        self.total_min = if first { dur } else { self.total_min.min(dur) };
+        self.total_max = self.total_max.max(dur);
+        self.self_min = if first {
+            self_ns
+        } else {
+            self.self_min.min(self_ns)
+        };
+        self.self_max = self.self_max.max(self_ns);
+    }
+
+    /// The average time of a call, ns.
+    pub fn total_avg(&self) -> u64 {
+        self.total_all.checked_div(self.calls).unwrap_or(0)
+    }
+
+    /// The average self time of a call, ns.
+    pub fn self_avg(&self) -> u64 {
+        self.self_time.checked_div(self.calls).unwrap_or(0)
+    }
 }
 
 /// Sort order of the report.
@@ -59,6 +102,204 @@ pub enum SortKey {
     Calls,
     /// By name.
     Name,
+    /// By a column of [`Field`] other than those above, largest first.
+    Column(Field),
+}
+
+/// A column of `report`, in uftrace's order (its `-f` fields).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Field {
+    /// `total`: time in outermost calls.
+    Total,
+    /// `total-avg`.
+    TotalAvg,
+    /// `total-min`.
+    TotalMin,
+    /// `total-max`.
+    TotalMax,
+    /// `self`: time in the function's own code.
+    SelfTime,
+    /// `self-avg`.
+    SelfAvg,
+    /// `self-min`.
+    SelfMin,
+    /// `self-max`.
+    SelfMax,
+    /// `call`: calls.
+    Call,
+    /// `size`: the function's bytes (to the next symbol or the end of its
+    /// object's code, as uftrace counts them).
+    Size,
+}
+
+impl Field {
+    /// Every field, in the order they are shown.
+    pub const ALL: [Field; 10] = [
+        Field::Total,
+        Field::TotalAvg,
+        Field::TotalMin,
+        Field::TotalMax,
+        Field::SelfTime,
+        Field::SelfAvg,
+        Field::SelfMin,
+        Field::SelfMax,
+        Field::Call,
+        Field::Size,
+    ];
+
+    /// Its name in `-f` and `-s` (`-s` takes `_` for `-` too).
+    pub fn name(self) -> &'static str {
+        [
+            "total",
+            "total-avg",
+            "total-min",
+            "total-max",
+            "self",
+            "self-avg",
+            "self-min",
+            "self-max",
+            "call",
+            "size",
+        ][self as usize]
+    }
+
+    fn header(self) -> &'static str {
+        [
+            "Total time",
+            "Total avg",
+            "Total min",
+            "Total max",
+            "Self time",
+            "Self avg",
+            "Self min",
+            "Self max",
+            "Calls",
+            "Size",
+        ][self as usize]
+    }
+
+    /// Its value for a function of stats `s` and `size` bytes.
+    fn value(self, s: &FuncStats, size: u64) -> u64 {
+        match self {
+            Field::Size => size,
+            Field::Total => s.total,
+            Field::TotalAvg => s.total_avg(),
+            Field::TotalMin => s.total_min,
+            Field::TotalMax => s.total_max,
+            Field::SelfTime => s.self_time,
+            Field::SelfAvg => s.self_avg(),
+            Field::SelfMin => s.self_min,
+            Field::SelfMax => s.self_max,
+            Field::Call => s.calls,
+        }
+    }
+}
+
+/// The averages `report` shows in place of its default columns (uftrace's
+/// `--avg-total`, `--avg-self`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Averages {
+    /// Total time, self time, calls.
+    #[default]
+    None,
+    /// Average, least and most time of a call.
+    Total,
+    /// The same of self time.
+    SelfTime,
+}
+
+/// The columns and the order of `report`'s rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Shown left of the function, in [`Field::ALL`]'s order.
+    pub fields: Vec<Field>,
+    /// Compared in turn.
+    pub keys: Vec<SortKey>,
+}
+
+impl Layout {
+    /// From uftrace's options: `-f FIELDS` (`+F,…` adds to the default
+    /// columns, `all`, `none`), `-s KEYS` (comma-separated; `avg`, `min`,
+    /// `max` mean those of `averages`), `--avg-total`/`--avg-self`.
+    pub fn parse(
+        fields: Option<&str>,
+        keys: Option<&str>,
+        averages: Averages,
+    ) -> Result<Layout, String> {
+        let default_fields = match averages {
+            Averages::None => vec![Field::Total, Field::SelfTime, Field::Call],
+            Averages::Total => vec![Field::TotalAvg, Field::TotalMin, Field::TotalMax],
+            Averages::SelfTime => vec![Field::SelfAvg, Field::SelfMin, Field::SelfMax],
+        };
+        let fields = match fields {
+            None => default_fields,
+            Some("none") => Vec::new(),
+            Some(spec) => {
+                let (mut chosen, rest) = match spec.strip_prefix('+') {
+                    Some(rest) => (default_fields, rest),
+                    None => (Vec::new(), spec),
+                };
+                for f in rest.split(',') {
+                    if f == "all" {
+                        chosen = Field::ALL.to_vec();
+                        break;
+                    }
+                    let Some(&field) = Field::ALL.iter().find(|x| x.name() == f) else {
+                        let all: Vec<&str> = Field::ALL.iter().map(|x| x.name()).collect();
+                        return Err(format!(
+                            "unknown field `{f}` (possible fields: {})",
+                            all.join(" ")
+                        ));
+                    };
+                    chosen.push(field);
+                }
+                chosen.sort();
+                chosen.dedup();
+                chosen
+            }
+        };
+        let keys = match keys {
+            None => vec![match averages {
+                Averages::None => SortKey::Total,
+                Averages::Total => SortKey::Column(Field::TotalAvg),
+                Averages::SelfTime => SortKey::Column(Field::SelfAvg),
+            }],
+            Some(spec) => spec
+                .split(',')
+                .map(|k| sort_key(k, averages))
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(Layout { fields, keys })
+    }
+}
+
+/// One `-s` key.
+fn sort_key(k: &str, averages: Averages) -> Result<SortKey, String> {
+    let k = k.replace('_', "-");
+    let of = |total: Field, self_time: Field| match averages {
+        Averages::SelfTime => Ok(SortKey::Column(self_time)),
+        Averages::Total => Ok(SortKey::Column(total)),
+        Averages::None => Err(format!(
+            "sort key `{k}` needs --avg-total or --avg-self (or use total-{k}, self-{k})"
+        )),
+    };
+    match k.as_str() {
+        "total" => Ok(SortKey::Total),
+        "self" => Ok(SortKey::SelfTime),
+        "call" | "calls" => Ok(SortKey::Calls),
+        "func" => Ok(SortKey::Name),
+        "avg" => of(Field::TotalAvg, Field::SelfAvg),
+        "min" => of(Field::TotalMin, Field::SelfMin),
+        "max" => of(Field::TotalMax, Field::SelfMax),
+        other => match Field::ALL.iter().find(|f| f.name() == other) {
+            Some(&f) => Ok(SortKey::Column(f)),
+            None => Err(format!(
+                "unknown sort key `{other}` (total, self, call, func, \
+                 total-avg, total-min, total-max, self-avg, self-min, self-max; \
+                 avg, min, max with --avg-total or --avg-self)"
+            )),
+        },
+    }
 }
 
 /// Per function statistics, keyed by the address of the first function
@@ -134,11 +375,7 @@ impl Frames {
             let a = self.active.entry(f).or_default();
             *a = a.saturating_sub(1);
             let s = stats.entry((tid, f)).or_default();
-            s.calls += 1;
-            if *a == 0 {
-                s.total += dur;
-            }
-            s.self_time += dur.saturating_sub(children);
+            s.add(dur, dur.saturating_sub(children), *a == 0);
             if let Some(parent) = self.stack.last_mut() {
                 parent.2 += dur;
             }
@@ -160,13 +397,88 @@ pub(crate) fn sort_rows<T>(
     rows.sort_by(|a, b| {
         let (ka, kb) = (key(&a.1), key(&b.1));
         let o = match sort {
-            SortKey::Total => kb.0.cmp(&ka.0),
+            SortKey::Total | SortKey::Column(_) => kb.0.cmp(&ka.0),
             SortKey::SelfTime => kb.1.cmp(&ka.1),
             SortKey::Calls => kb.2.cmp(&ka.2),
             SortKey::Name => a.2.cmp(&b.2),
         };
         o.then_with(|| a.2.cmp(&b.2)).then(a.0 .0.cmp(&b.0 .0))
     });
+}
+
+/// Writes the report by functions with the columns and order `layout`
+/// gives (uftrace's `report -f`, `-s`, `--avg-total`, `--avg-self`).
+pub fn report_with(
+    data: &DataDir,
+    layout: &Layout,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReportError> {
+    let stats = collect(data, false, filter)?;
+    let mut rows: Vec<(FuncStats, String, u64)> = stats
+        .into_iter()
+        .map(|(k, s)| (s, data.name(k.1).into_owned(), function_size(data, k.1)))
+        .collect();
+    rows.sort_by(|(a, na, za), (b, nb, zb)| {
+        let by = |k: &SortKey| match *k {
+            SortKey::Total => b.total.cmp(&a.total),
+            SortKey::SelfTime => b.self_time.cmp(&a.self_time),
+            SortKey::Calls => b.calls.cmp(&a.calls),
+            SortKey::Name => na.cmp(nb),
+            SortKey::Column(f) => f.value(b, *zb).cmp(&f.value(a, *za)),
+        };
+        layout
+            .keys
+            .iter()
+            .map(by)
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| na.cmp(nb))
+    });
+    let mut head = String::new();
+    let mut rule = String::new();
+    for f in &layout.fields {
+        head.push_str(&format!("  {:>10}", f.header()));
+        rule.push_str("  ==========");
+    }
+    // No columns: the names alone, no header (as uftrace's `-f none`).
+    if !layout.fields.is_empty() {
+        writeln!(out, "{head}  Function")?;
+        writeln!(out, "{rule}  ====================")?;
+    }
+    for (s, name, size) in rows {
+        let mut line = String::new();
+        for f in &layout.fields {
+            line.push_str("  ");
+            match f {
+                Field::Call | Field::Size => line.push_str(&format!("{:>10}", f.value(&s, size))),
+                _ => line.push_str(&format_duration(Some(f.value(&s, size)))),
+            }
+        }
+        writeln!(out, "{line}  {name}")?;
+    }
+    Ok(())
+}
+
+/// The bytes of the function at `addr`: to the next symbol, or to the end
+/// of its object's code (as uftrace sizes functions from its symbol
+/// files); 0 for an address with no symbol there.
+fn function_size(data: &DataDir, addr: u64) -> u64 {
+    let i = data.symbols.partition_point(|s| s.0 <= addr);
+    if i == 0 || data.symbols[i - 1].0 != addr {
+        return 0;
+    }
+    let end = data
+        .modules
+        .iter()
+        .find(|m| addr >= m.0 && addr < m.1)
+        .map(|m| m.1);
+    let next = data.symbols.get(i).map(|s| s.0);
+    match (next, end) {
+        (Some(n), Some(e)) => n.min(e) - addr,
+        (Some(x), None) | (None, Some(x)) => x - addr,
+        (None, None) => 0,
+    }
 }
 
 /// Writes the report.
@@ -177,6 +489,13 @@ pub fn report(
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReportError> {
+    if !per_thread {
+        let layout = Layout {
+            fields: vec![Field::Total, Field::SelfTime, Field::Call],
+            keys: vec![sort],
+        };
+        return report_with(data, &layout, filter, out);
+    }
     let stats = collect(data, per_thread, filter)?;
     let mut rows: Vec<((i32, u64), FuncStats, String)> = stats
         .into_iter()
@@ -253,7 +572,8 @@ pub fn report_diff(
     names.sort_by(|m, n| {
         let (cm, cn) = (change(m), change(n));
         let o = match sort {
-            SortKey::Total => cn.0.abs().cmp(&cm.0.abs()),
+            // (The CLI takes no other column's key with --diff.)
+            SortKey::Total | SortKey::Column(_) => cn.0.abs().cmp(&cm.0.abs()),
             SortKey::SelfTime => cn.1.abs().cmp(&cm.1.abs()),
             SortKey::Calls => cn.2.abs().cmp(&cm.2.abs()),
             SortKey::Name => std::cmp::Ordering::Equal,
