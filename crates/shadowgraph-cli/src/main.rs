@@ -102,6 +102,22 @@ enum Command {
         /// to add to the default (duration,tid), or `none`.
         #[arg(short = 'f', long = "output-fields", value_name = "FIELDS", value_parser = parse_fields)]
         fields: Option<Fields>,
+        /// A call without callees gets an entry and an exit line too, not
+        /// one `f();` line.
+        #[arg(long)]
+        no_merge: bool,
+        /// Exit lines without the `/* name */` comment.
+        #[arg(long)]
+        no_comment: bool,
+        /// Each thread's calls indented in a column of their own.
+        #[arg(long)]
+        column_view: bool,
+        /// With --column-view: levels from one thread's column to the next.
+        #[arg(long, value_name = "DEPTH", default_value_t = 8)]
+        column_offset: u16,
+        /// A blank line where the thread changes.
+        #[arg(long)]
+        task_newline: bool,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -286,13 +302,24 @@ fn main() -> ExitCode {
         Command::Replay {
             data,
             fields,
+            no_merge,
+            no_comment,
+            column_view,
+            column_offset,
+            task_newline,
             filter,
         } => {
-            use shadowgraph_data::replay::{replay_fields, Field};
+            use shadowgraph_data::replay::{replay_with, Field, Look};
             let how = filter.open_options();
             let filter = filter.into();
             let fields = fields.map_or_else(|| Field::DEFAULT.to_vec(), |f| f.0);
-            view_with_sessions(&data, how, |d, o| replay_fields(d, &filter, &fields, o))
+            let look = Look {
+                no_merge,
+                no_comment,
+                column_offset: if column_view { column_offset } else { 0 },
+                task_newline,
+            };
+            view_with_sessions(&data, how, |d, o| replay_with(d, &filter, &fields, look, o))
         }
         Command::Report {
             data,

@@ -701,6 +701,59 @@ fn report_columns_and_keys_as_uftrace() {
     }
 }
 
+/// `replay --no-merge`, `--no-comment`, `--column-view` (`--column-offset`)
+/// and `--task-newline` lay the lines out as uftrace's do, on a program
+/// whose two threads' lines interleave.
+#[test]
+fn replay_layouts_as_uftrace() {
+    let dir = workdir("replay_layouts");
+    let exe = build_fixture_with(&dir, "j", "join_waits.c", &["-pthread"]);
+    let data = dir.join("j.data");
+    record_ok(&[], &data, &exe);
+    let replay = |cmd: &mut Command, args: &[&str]| {
+        let o = cmd
+            .args(["replay", "-d"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+        text(&o).0
+    };
+    let out = replay(
+        &mut shadowgraph(),
+        &["--no-merge", "--no-comment", "-f", "none"],
+    );
+    // (The threads' lines interleave as they ran.)
+    assert!(
+        out.lines().any(|l| l == "worker() {") && !out.contains("();") && !out.contains("/*"),
+        "{out}"
+    );
+    let out = replay(
+        &mut shadowgraph(),
+        &["--column-view", "--column-offset", "2", "-f", "none"],
+    );
+    assert!(out.lines().any(|l| l.starts_with("    worker()")), "{out}");
+    let out = replay(&mut shadowgraph(), &["--task-newline"]);
+    assert!(out.contains("\n                     | \n"), "{out}");
+    if require("uftrace", "the same layouts by uftrace") {
+        for args in [
+            &["--no-merge"][..],
+            &["--no-comment"],
+            &["--column-view"],
+            &["--column-view", "--column-offset", "3", "-f", "+time"],
+            &["--task-newline"],
+            &["--task-newline", "-f", "none", "--no-merge"],
+        ] {
+            assert_eq!(
+                replay(&mut shadowgraph(), args),
+                replay(&mut Command::new("uftrace"), args),
+                "replay {args:?}"
+            );
+        }
+    }
+}
+
 /// `report --diff`: how a second recording differs, function by function
 /// (matched by name), in uftrace's layout, largest change first.
 #[test]

@@ -244,6 +244,30 @@ impl<'a> Columns<'a> {
     }
 }
 
+impl Columns<'_> {
+    /// Blank columns as wide as a line's, then ` | ` (nothing without
+    /// columns): uftrace's line between two threads' lines.
+    pub(super) fn blank(&self, out: &mut impl Write) -> io::Result<()> {
+        if self.fields.is_empty() {
+            return Ok(());
+        }
+        let width: usize = self
+            .fields
+            .iter()
+            .map(|f| match f {
+                Field::Duration | Field::Delta | Field::Elapsed => 11,
+                Field::Tid => 9,
+                Field::Addr => 13,
+                Field::Time => 19,
+                Field::Task => 16,
+                Field::Module => 17,
+            })
+            .sum();
+        out.write_all(&SPACES[..width])?;
+        out.write_all(b" | ")
+    }
+}
+
 /// The time of the recording's first record (0 for none).
 fn first_time(data: &DataDir) -> Result<u64, DataError> {
     let mut first = None::<u64>;

@@ -45,11 +45,39 @@ pub fn replay_filtered(
     replay_fields(data, filter, &Field::DEFAULT, out)
 }
 
+/// How `replay` lays its lines out beyond its columns (uftrace's options
+/// of the same names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Look {
+    /// `--no-merge`: a call without callees gets an entry and an exit
+    /// line too, not one `f();` line.
+    pub no_merge: bool,
+    /// `--no-comment`: exit lines without the `/* name */` comment.
+    pub no_comment: bool,
+    /// `--column-view` (with `--column-offset`): each thread's lines
+    /// indented by this many levels more than the previous thread's, in
+    /// the order threads first show; 0: no columns.
+    pub column_offset: u16,
+    /// `--task-newline`: a blank line where the thread changes.
+    pub task_newline: bool,
+}
+
 /// [`replay_filtered`] with `fields` left of each function.
 pub fn replay_fields(
     data: &DataDir,
     filter: &ReplayFilter,
     fields: &[Field],
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    replay_with(data, filter, fields, Look::default(), out)
+}
+
+/// [`replay_fields`] laid out as `look` says.
+pub fn replay_with(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    fields: &[Field],
+    look: Look,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
     let threads = thread_records(data, filter)?;
@@ -74,6 +102,10 @@ pub fn replay_fields(
     // Per thread: the calls open at each display depth, for the list of
     // calls that never returned.
     let mut open: Vec<Vec<Option<u64>>> = vec![Vec::new(); streams.len()];
+    // Per thread: its column (--column-view), in the order threads show.
+    let mut column: Vec<Option<u16>> = vec![None; streams.len()];
+    let mut columns = 0;
+    let mut last_shown = None;
     while let Some(Reverse((_, k))) = heap.pop() {
         let r = streams[k].next().expect("peeked")?;
         let next = match streams[k].peek() {
@@ -87,6 +119,24 @@ pub fn replay_fields(
         if std::mem::replace(&mut skip[k], false) {
             continue;
         }
+        if r.kind == Kind::Event {
+            continue;
+        }
+        if look.task_newline && last_shown.is_some_and(|l| l != k) {
+            cols.blank(out)?;
+            writeln!(out)?;
+        }
+        last_shown = Some(k);
+        let shift = if look.column_offset > 0 {
+            let c = *column[k].get_or_insert_with(|| {
+                columns += 1;
+                columns - 1
+            });
+            c.saturating_mul(look.column_offset)
+        } else {
+            0
+        };
+        let at = |depth: u16| depth.saturating_add(shift);
         let d = r.depth as usize;
         match r.kind {
             Kind::Entry => {
@@ -99,13 +149,20 @@ pub fn replay_fields(
                         if n.kind == Kind::Exit
                             && n.depth == r.depth
                             && n.addr == r.addr
-                            && next_shown =>
+                            && next_shown
+                            && !look.no_merge =>
                     {
                         let dur = Some(n.time.saturating_sub(r.time));
                         if r.addr == crate::sched::SCHED_ADDR {
                             // uftrace's event line.
                             let tail = if r.more { " (pre-empted) */" } else { " */" };
-                            line(out, &mut cols, (k, &r, dur), r.depth, ("/* ", &name, tail))?;
+                            line(
+                                out,
+                                &mut cols,
+                                (k, &r, dur),
+                                at(r.depth),
+                                ("/* ", &name, tail),
+                            )?;
                         } else {
                             let tail = match (&r.args, &n.args) {
                                 (None, None) if name.ends_with(')') => ";".to_string(),
@@ -117,7 +174,13 @@ pub fn replay_fields(
                                         .unwrap_or_default()
                                 ),
                             };
-                            line(out, &mut cols, (k, &r, dur), r.depth, ("", &name, &tail))?;
+                            line(
+                                out,
+                                &mut cols,
+                                (k, &r, dur),
+                                at(r.depth),
+                                ("", &name, &tail),
+                            )?;
                         }
                         skip[k] = true;
                     }
@@ -136,7 +199,13 @@ pub fn replay_fields(
                             None if name.ends_with(')') => " {".to_string(),
                             a => format!("({}) {{", a.as_deref().unwrap_or("")),
                         };
-                        line(out, &mut cols, (k, &r, None), r.depth, ("", &name, &tail))?;
+                        line(
+                            out,
+                            &mut cols,
+                            (k, &r, None),
+                            at(r.depth),
+                            ("", &name, &tail),
+                        )?;
                     }
                 }
             }
@@ -146,15 +215,26 @@ pub fn replay_fields(
                 let name = data.name(r.addr);
                 let dur = start.map(|s| r.time.saturating_sub(s));
                 let head = match &r.args {
-                    Some(v) => format!("}} = {v}; /* "),
-                    None => "} /* ".to_string(),
+                    Some(v) => format!("}} = {v};"),
+                    None => "}".to_string(),
                 };
-                line(out, &mut cols, (k, &r, dur), r.depth, (&head, &name, " */"))?;
+                if look.no_comment {
+                    line(out, &mut cols, (k, &r, dur), at(r.depth), (&head, "", ""))?;
+                } else {
+                    let head = format!("{head} /* ");
+                    line(
+                        out,
+                        &mut cols,
+                        (k, &r, dur),
+                        at(r.depth),
+                        (&head, &name, " */"),
+                    )?;
+                }
             }
             Kind::Lost => {
                 let n = r.addr.to_string();
                 let text = ("/* LOST ", n.as_str(), " records!! */");
-                line(out, &mut cols, (k, &r, None), r.depth + 1, text)?;
+                line(out, &mut cols, (k, &r, None), at(r.depth + 1), text)?;
             }
             Kind::Event => {}
         }
