@@ -193,6 +193,9 @@ enum Command {
         /// folded text.
         #[arg(long)]
         svg: bool,
+        /// The whole program's call graph as a Graphviz digraph (`dot`).
+        #[arg(long, conflicts_with_all = ["chrome", "perfetto", "flame_graph"])]
+        graphviz: bool,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -364,12 +367,14 @@ fn main() -> ExitCode {
             perfetto,
             flame_graph,
             svg,
+            graphviz,
             filter,
         } => {
-            use shadowgraph_data::{chrome, flame, perfetto as pf};
+            use shadowgraph_data::{chrome, dump, flame, perfetto as pf};
             let how = filter.open_options();
-            let f = filter.into();
+            let f: shadowgraph_data::replay::ReplayFilter = filter.into();
             match (chrome, perfetto, flame_graph, svg) {
+                _ if graphviz => view(&data, how, |d, o| dump::dump_graphviz(d, &f, o)),
                 (_, _, false, true) => {
                     Err("--svg renders a flame graph: use it with --flame-graph".to_string())
                 }
@@ -377,7 +382,8 @@ fn main() -> ExitCode {
                 (_, _, true, false) => view(&data, how, |d, o| flame::dump_flame_graph(d, &f, o)),
                 (_, true, _, _) => view(&data, how, |d, o| pf::dump_perfetto(d, &f, o)),
                 (true, _, _, _) => view(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
-                _ => Err("dump writes one of these formats: --chrome (trace-event JSON), --perfetto (a Perfetto trace), --flame-graph [--svg] (folded stacks, or their SVG)".to_string()),
+                _ if !f.is_empty() => Err("the plain dump shows every record: filters apply to --chrome, --perfetto, --flame-graph and --graphviz".to_string()),
+                _ => view(&data, how, dump::dump_text),
             }
         }
         Command::Live {

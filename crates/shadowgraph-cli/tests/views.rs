@@ -754,6 +754,57 @@ fn replay_layouts_as_uftrace() {
     }
 }
 
+/// The plain `dump` (each thread's records as in its file, after the
+/// header of the uftrace-format `info` file) and `dump --graphviz` (the
+/// whole call tree as edges) as uftrace's, on a two-thread recording.
+#[test]
+fn plain_and_graphviz_dumps_as_uftrace() {
+    let dir = workdir("dumps");
+    let exe = build_fixture_with(&dir, "j", "join_waits.c", &["-pthread"]);
+    let data = dir.join("j.data");
+    record_ok(&[], &data, &exe);
+    let dump = |cmd: &mut Command, args: &[&str]| {
+        let o = cmd
+            .args(["dump", "-d"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+        text(&o).0
+    };
+    let plain = dump(&mut shadowgraph(), &[]);
+    assert!(
+        plain.starts_with("uftrace file header: magic         = 4674726163652100\n")
+            && plain.contains("\nreading ")
+            && plain.contains(": [entry] main(")
+            && plain.contains(": [exit ] worker("),
+        "{plain}"
+    );
+    let gv = dump(&mut shadowgraph(), &["--graphviz"]);
+    assert!(
+        gv.contains("\ndigraph \"j\" { \n")
+            && gv.contains("    \"j\" -> \"main\" [xlabel = \"1\"]\n")
+            && gv.contains("    \"main\" -> \"joiner\" [xlabel = \"1\"]\n")
+            && gv.ends_with("}\n"),
+        "{gv}"
+    );
+    let o = shadowgraph()
+        .args(["dump", "-d"])
+        .arg(&data)
+        .args(["-F", "main"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).1.contains("the plain dump shows every record"));
+    if require("uftrace", "the same dumps by uftrace") {
+        assert_eq!(plain, dump(&mut Command::new("uftrace"), &[]));
+        // (The first line names the tool.)
+        let tail = |s: String| s.lines().skip(1).collect::<Vec<_>>().join("\n");
+        let theirs = dump(&mut Command::new("uftrace"), &["--graphviz"]);
+        assert_eq!(tail(gv), tail(theirs));
+    }
+}
+
 /// `report --diff`: how a second recording differs, function by function
 /// (matched by name), in uftrace's layout, largest change first.
 #[test]

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 #[derive(Default)]
-struct Node {
+pub(crate) struct Node {
     calls: u64,
     total: u64,
     /// In order of first call.
@@ -92,6 +92,28 @@ impl Walk<'_> {
             }
         }
         self.stack.pop();
+    }
+}
+
+/// The whole program's call tree in what `filter` selects (the root
+/// unnamed: the program).
+pub(crate) fn whole(data: &DataDir, filter: &ReplayFilter) -> Result<Node, ReplayError> {
+    Ok(collect(data, None, filter)?.0)
+}
+
+impl Node {
+    /// Calls `edge(parent, child, calls)` for every edge below this node
+    /// (named `name`), depth first, in order of first call.
+    pub(crate) fn visit<E>(
+        &self,
+        name: &str,
+        edge: &mut impl FnMut(&str, &str, u64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for (child, n) in &self.children {
+            edge(name, child, n.calls)?;
+            n.visit(child, edge)?;
+        }
+        Ok(())
     }
 }
 

@@ -20,6 +20,7 @@
 pub mod args;
 pub mod chrome;
 pub mod dir;
+pub mod dump;
 pub mod error;
 pub mod flame;
 pub mod format;

@@ -1,0 +1,134 @@
+//! `dump` as text: the records of each thread as they are in the files
+//! (uftrace's plain `dump`), and the call graph as Graphviz edges
+//! (uftrace's `dump --graphviz`).
+
+#![forbid(unsafe_code)]
+
+use super::dir::DataDir;
+use super::format::Kind;
+use super::graph;
+use super::replay::{ReplayError, ReplayFilter};
+use std::io::Write;
+
+/// The names of uftrace's feature bits, bit 0 first.
+const FEATURES: [&str; 12] = [
+    "PLTHOOK",
+    "TASK_SESSION",
+    "KERNEL",
+    "ARGUMENT",
+    "RETVAL",
+    "SYM_REL_ADDR",
+    "MAX_STACK",
+    "EVENT",
+    "PERF_EVENT",
+    "AUTO_ARGS",
+    "DEBUG_INFO",
+    "ESTIMATE_RETURN",
+];
+
+/// The names of uftrace's info bits, bit 0 first.
+const INFOS: [&str; 14] = [
+    "EXE_NAME",
+    "EXE_BUILD_ID",
+    "EXIT_STATUS",
+    "CMDLINE",
+    "CPUINFO",
+    "MEMINFO",
+    "OSINFO",
+    "TASKINFO",
+    "USAGEINFO",
+    "LOADINFO",
+    "ARG_SPEC",
+    "RECORD_DATE",
+    "PATTERN_TYPE",
+    "VERSION",
+];
+
+/// The set bits of `mask` by name, ` | ` between them.
+fn bit_names(mask: u64, names: &[&str]) -> String {
+    let set: Vec<&str> = (0..names.len())
+        .filter(|&i| mask & 1 << i != 0)
+        .map(|i| names[i])
+        .collect();
+    set.join(" | ")
+}
+
+/// uftrace's plain `dump`: the header of the recording's `info` file (when
+/// it has uftrace's), then each thread's records: time, thread, kind,
+/// function and address, depth.
+pub fn dump_text(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+    let info = std::fs::read(data.dir.join("info")).unwrap_or_default();
+    if info.len() >= 32 && info.starts_with(b"Ftrace!\0") {
+        let u16_at = |i: usize| u16::from_le_bytes([info[i], info[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes(info[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(info[i..i + 8].try_into().expect("8 bytes"));
+        let magic: String = info[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let (endian, class) = (info[14], info[15]);
+        let (features, infos) = (u64_at(16), u64_at(24));
+        let head = "uftrace file header:";
+        writeln!(out, "{head} magic         = {magic}")?;
+        writeln!(out, "{head} version       = {}", u32_at(8))?;
+        writeln!(out, "{head} header size   = {}", u16_at(12))?;
+        let e = if endian == 1 { "little" } else { "big" };
+        writeln!(out, "{head} endian        = {endian} ({e})")?;
+        let c = if class == 2 { "64" } else { "32" };
+        writeln!(out, "{head} class         = {class} ({c} bit)")?;
+        let f = bit_names(features, &FEATURES);
+        writeln!(out, "{head} features      = {features:#x} ({f})")?;
+        let i = bit_names(infos, &INFOS);
+        writeln!(out, "{head} info          = {infos:#x} ({i})")?;
+        writeln!(out)?;
+    }
+    for &tid in &data.tids {
+        writeln!(out, "reading {tid}.dat")?;
+        for r in data.stream(tid)? {
+            let r = r?;
+            let kind = match r.kind {
+                Kind::Entry => "entry",
+                Kind::Exit => "exit ",
+                Kind::Event => "event",
+                Kind::Lost => "lost ",
+            };
+            let name = data.name(r.addr);
+            writeln!(
+                out,
+                "{}.{:09}  {tid:5}: [{kind}] {name}({:x}) depth: {}",
+                r.time / 1_000_000_000,
+                r.time % 1_000_000_000,
+                r.addr,
+                r.depth
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// uftrace's `dump --graphviz`: the whole program's call tree (as `graph`
+/// without a function shows it) as a Graphviz digraph, an edge from each
+/// caller to each callee labelled with the calls.
+pub fn dump_graphviz(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let exe = data.info.get("exe").unwrap_or("");
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    writeln!(
+        out,
+        "# version\":\"shadowgraph {}\"",
+        env!("CARGO_PKG_VERSION")
+    )?;
+    if let Some(cmdline) = data.info.get("cmdline") {
+        writeln!(out, "# command_line \"{cmdline}\"")?;
+    }
+    writeln!(out, "\ndigraph \"{name}\" {{ ")?;
+    let root = graph::whole(data, filter)?;
+    root.visit(name, &mut |parent, child, calls| {
+        writeln!(
+            out,
+            "    \"{parent}\" -> \"{child}\" [xlabel = \"{calls}\"]"
+        )
+    })?;
+    writeln!(out, "}}")?;
+    Ok(())
+}
