@@ -145,10 +145,35 @@ fn report_dump_and_live_views() {
     // events, each begun and ended on its thread, nested, with names.
     let trace: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
     let events = trace["traceEvents"].as_array().expect("traceEvents");
+    // Metadata first: the process's name, then each thread's.
+    let meta: Vec<&serde_json::Value> = events.iter().take_while(|e| e["ph"] == "M").collect();
+    assert_eq!(meta[0]["name"], "process_name", "{json}");
+    assert!(
+        meta[0]["args"]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("] prog"),
+        "{json}"
+    );
+    let tids: std::collections::HashSet<u64> = events
+        .iter()
+        .filter(|e| e["ph"] != "M")
+        .filter_map(|e| e["tid"].as_u64())
+        .collect();
+    assert_eq!(
+        meta.len(),
+        1 + tids.len(),
+        "the process and each thread: {json}"
+    );
+    assert!(meta[1..]
+        .iter()
+        .all(|m| m["name"] == "thread_name" && m["tid"].is_u64()));
+    let cmdline = trace["metadata"]["command_line"].as_str().unwrap();
+    assert!(cmdline.contains("prog 2"), "{json}");
     let mut open: HashMap<u64, Vec<String>> = HashMap::new();
     let mut begins = 0;
     let mut last_ts = 0.0;
-    for e in events {
+    for e in &events[meta.len()..] {
         let tid = e["tid"].as_u64().expect("tid");
         let ts = e["ts"].as_f64().expect("ts in µs");
         assert!(ts >= last_ts, "events in time order: {e}");

@@ -1,6 +1,9 @@
 //! `dump --chrome`: the recording as Chrome trace-event JSON (one "B"/"E"
 //! event per record, timestamps in microseconds), streamed thread by
-//! thread: memory stays bounded by one thread's records.
+//! thread: memory stays bounded by one thread's records. Metadata events
+//! name the process and each thread (`[TID] program`, as uftrace names
+//! them), and the trace's `metadata` says what recorded it, when, and the
+//! command line.
 
 use super::dir::DataDir;
 use super::format::Kind;
@@ -34,8 +37,23 @@ pub fn dump_chrome(
     // Checked (and opened) before any output.
     let threads = thread_records(data, filter)?;
     let pid = data.info.get("pid").unwrap_or("0").to_string();
-    writeln!(out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
-    let mut first = true;
+    let exe = data.info.get("exe").unwrap_or("");
+    let comm = exe.rsplit('/').next().unwrap_or(exe);
+    writeln!(out, "{{\"traceEvents\":[")?;
+    let name = |id: &str| json_str(&format!("[{id}] {comm}"));
+    write!(
+        out,
+        "{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{}}}}}",
+        name(&pid)
+    )?;
+    for (tid, _) in &threads {
+        write!(
+            out,
+            ",\n{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}",
+            name(&tid.to_string())
+        )?;
+    }
+    let mut first = false;
     for (tid, records) in threads {
         for r in records {
             let r = r?;
@@ -66,6 +84,16 @@ pub fn dump_chrome(
             )?;
         }
     }
-    writeln!(out, "\n]}}")?;
+    writeln!(out, "\n], \"displayTimeUnit\": \"ns\", \"metadata\": {{")?;
+    writeln!(
+        out,
+        "\"version\":{},",
+        json_str(&format!("shadowgraph {}", env!("CARGO_PKG_VERSION")))
+    )?;
+    let date = data.info.get("record_date").unwrap_or("");
+    writeln!(out, "\"recorded_time\":{},", json_str(date))?;
+    let cmdline = data.info.get("cmdline").unwrap_or("");
+    writeln!(out, "\"command_line\":{}", json_str(cmdline))?;
+    writeln!(out, "}} }}")?;
     Ok(())
 }
