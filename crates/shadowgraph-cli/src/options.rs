@@ -352,7 +352,8 @@ impl RecordOptions {
     }
 
     /// The session's configuration: recording into `dir` (absolute), the
-    /// threads' rings in `rings`. Patterns are checked here (a one-line
+    /// threads' rings in `rings`, this command's line its command line.
+    /// Patterns are checked here (a one-line
     /// error before the program starts).
     pub(crate) fn config(&self, dir: &Path, rings: &Path) -> Result<Config, String> {
         let objects = if !self.libs.is_empty() {
@@ -381,6 +382,7 @@ impl RecordOptions {
                 libcalls: self.libcalls(),
                 argspec: self.arg_specs(&self.argument, false)?,
                 retspec: self.arg_specs(&self.retval, true)?,
+                command: Some(command_line()),
             }),
             objects,
             patch: self.patch.clone(),
@@ -410,4 +412,13 @@ impl RecordOptions {
             .filter_map(|t| t.name)
             .collect()
     }
+}
+
+/// This command's line as uftrace keeps its own: the arguments joined by
+/// spaces, `"` and `\\` escaped.
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    args.join(" ").replace('\\', "\\\\").replace('"', "\\\"")
 }

@@ -105,6 +105,11 @@ pub struct Record {
     /// Return values to record (uftrace's `-R`): `FUNC@retval[/FMT]` each.
     #[serde(default)]
     pub retspec: Vec<String>,
+    /// The command line that started the recording, as its `info` shows
+    /// it (uftrace's: the arguments joined by spaces, `"` and `\\`
+    /// escaped); `None`: the traced program's.
+    #[serde(default)]
+    pub command: Option<String>,
 }
 
 /// Which calls made through an object's PLT to functions of other objects
@@ -141,6 +146,7 @@ impl Record {
             libcalls: LibCalls::Off,
             argspec: Vec::new(),
             retspec: Vec::new(),
+            command: None,
         }
     }
 }
@@ -389,6 +395,7 @@ mod tests {
                 libcalls: LibCalls::Nested,
                 argspec: vec!["add@arg1,arg2/s".into()],
                 retspec: vec!["add@retval".into()],
+                command: Some("shadowgraph record -A \"x\"".into()),
             }),
             objects: Objects::Program(vec!["libfoo".into()]),
             patch: vec![".".into(), "!main".into()],

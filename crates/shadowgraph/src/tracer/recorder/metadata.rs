@@ -53,7 +53,12 @@ fn write(
                 .unwrap_or_default()
                 .display(),
         );
-        info.set("cmdline", cmd.join(" "));
+        // The recording's command line, as uftrace keeps its own; else
+        // the program's.
+        match &t.command {
+            Some(c) => info.set("cmdline", c),
+            None => info.set("cmdline", cmd.join(" ")),
+        }
         info.set("pid", std::process::id());
         info.set(
             "clock",

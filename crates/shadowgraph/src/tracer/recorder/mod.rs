@@ -83,6 +83,7 @@ pub(crate) fn start(
             };
             let mut made = made.map_err(|e| format!("{}: {e}", d.display()))?;
             made.shared_rings = rings.is_some();
+            made.command = r.command.clone();
             tracers.push(Arc::new(made));
         }
         Ok::<(), String>(())
@@ -188,6 +189,7 @@ fn profile_tracer(
         fused,
         shared_rings: false,
         args: None,
+        command: None,
     })
 }
 
@@ -271,6 +273,7 @@ fn graph_tracer(
         fused,
         shared_rings: false,
         args,
+        command: None,
     })
 }
 

@@ -32,6 +32,9 @@ pub(super) struct Tracer {
     pub shared_rings: bool,
     /// The arguments and return values it records (`-A`, `-R`).
     pub args: Option<Arc<super::args::ArgTable>>,
+    /// The command line that started the recording
+    /// (`config::Record::command`).
+    pub command: Option<String>,
 }
 
 /// One session's recording: its tracers, each an instance and a graph
