@@ -441,6 +441,10 @@ struct ViewFilter {
     /// Without these functions and the calls inside them; repeatable.
     #[arg(short = 'N', long = "notrace", value_parser = parse_pattern)]
     notrace: Vec<shadowgraph_data::pattern::Pattern>,
+    /// Only the calls of these functions and of their callers (not what
+    /// they call); repeatable.
+    #[arg(short = 'C', long = "caller-filter", value_parser = parse_pattern)]
+    caller_filter: Vec<shadowgraph_data::pattern::Pattern>,
     /// Only calls nested less than DEPTH deep (0: no limit).
     #[arg(short = 'D', long = "depth", default_value_t = 0)]
     depth: u16,
@@ -489,6 +493,7 @@ impl From<ViewFilter> for shadowgraph_data::replay::ReplayFilter {
             max_depth: v.depth,
             min_ns: v.time_filter.unwrap_or(0),
             tids: v.tids,
+            callers: v.caller_filter,
         }
     }
 }

@@ -205,3 +205,51 @@ fn info_quotes_the_recording_command_line() {
         assert_eq!(ours, info(&mut Command::new("uftrace")));
     }
 }
+
+/// `-C/--caller-filter`: only the calls of the functions named and of
+/// their callers, in every view, as uftrace's.
+#[test]
+fn caller_filter_keeps_the_callers_of_a_function() {
+    let dir = workdir("caller_filter");
+    let exe = build_fixture_with(
+        &dir,
+        "c",
+        "naps.c",
+        &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"],
+    );
+    let data = dir.join("c.data");
+    record_ok(&[], &data, &exe);
+    let view = |cmd: &mut Command, args: &[&str]| {
+        let o = cmd
+            .arg(args[0])
+            .arg("-d")
+            .arg(&data)
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+        text(&o).0
+    };
+    let out = view(&mut shadowgraph(), &["replay", "-C", "leaf", "-f", "none"]);
+    assert_eq!(
+        out,
+        "main() {\n  mid() {\n    leaf();\n    leaf();\n  } /* mid */\n  mid() {\n    leaf();\n    leaf();\n  } /* mid */\n} /* main */\n"
+    );
+    if require("uftrace", "the same views by uftrace") {
+        for args in [
+            &["replay", "-C", "leaf"][..],
+            &["replay", "-C", "mid"],
+            &["replay", "-C", "mid", "-C", "leaf"],
+            &["replay", "-C", "leaf", "-D", "2"],
+            &["replay", "-C", "fib", "-N", "leaf"],
+            &["report", "-C", "leaf"],
+            &["graph", "-C", "fib"],
+        ] {
+            assert_eq!(
+                view(&mut shadowgraph(), args),
+                view(&mut Command::new("uftrace"), args),
+                "{args:?}"
+            );
+        }
+    }
+}

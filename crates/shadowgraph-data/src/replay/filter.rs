@@ -23,6 +23,8 @@ pub struct ReplayFilter {
     pub min_ns: u64,
     /// Only these threads (empty: all).
     pub tids: Vec<i32>,
+    /// Only the calls of these functions and their callers (`-C`).
+    pub callers: Vec<Pattern>,
 }
 
 impl ReplayFilter {
@@ -33,6 +35,7 @@ impl ReplayFilter {
             && self.max_depth == 0
             && self.min_ns == 0
             && self.tids.is_empty()
+            && self.callers.is_empty()
     }
 }
 
@@ -252,11 +255,66 @@ impl Iterator for TimeFiltered {
     }
 }
 
+/// A thread's records of the calls of the selected functions and of their
+/// callers only (uftrace's `-C`): entries wait (one per open call) until
+/// a selected call begins inside them, which releases them; a call
+/// nothing selected began in leaves no record. A selected call's own
+/// callees are left out unless selected themselves.
+struct CallerFiltered {
+    inner: Records,
+    symbols: Arc<[u64]>,
+    callers: Arc<[bool]>,
+    /// Open calls' entries, whether each was released, and whether it is
+    /// a selected one.
+    open: Vec<(Record, bool, bool)>,
+    ready: VecDeque<Record>,
+}
+
+impl Iterator for CallerFiltered {
+    type Item = Result<Record, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(r) = self.ready.pop_front() {
+                return Some(Ok(r));
+            }
+            let r = match self.inner.next()? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            match r.kind {
+                Kind::Entry => {
+                    let i = self.symbols.partition_point(|&a| a <= r.addr);
+                    let selected = i > 0 && self.callers[i - 1];
+                    if selected {
+                        for (a, done, _) in self.open.iter_mut().filter(|o| !o.1) {
+                            self.ready.push_back(a.clone());
+                            *done = true;
+                        }
+                        self.ready.push_back(r.clone());
+                    }
+                    self.open.push((r, selected, selected));
+                }
+                Kind::Exit => match self.open.pop() {
+                    Some((_, true, _)) => self.ready.push_back(r),
+                    Some(_) => {}
+                    // An exit whose entry predates the recording.
+                    None => {}
+                },
+                // Inside a selected call or one of its callers: kept.
+                _ if self.open.last().is_some_and(|o| o.1) => self.ready.push_back(r),
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Per-symbol selections of a filter, made once for all threads.
 struct Selection {
     symbols: Arc<[u64]>,
     functions: Option<Arc<[bool]>>,
     notrace: Arc<[bool]>,
+    callers: Option<Arc<[bool]>>,
 }
 
 /// One thread's records as `filter` selects them.
@@ -274,7 +332,8 @@ fn filtered(
     let by_function = sel.functions.is_some() || !filter.notrace.is_empty();
     // The depth limit applies to the depths shown: the stream's own unless
     // schedule events or a function filter change them.
-    let late_limit = spans.is_some() || by_function;
+    // (The callers of a selected call deeper than the limit are shown.)
+    let late_limit = spans.is_some() || by_function || sel.callers.is_some();
     let mut it: Records = Box::new(DisplayDepth {
         inner: data.stream(tid)?,
         depth: 0,
@@ -298,6 +357,15 @@ fn filtered(
             notrace: sel.notrace.clone(),
             inside: None,
             hidden: None,
+        });
+    }
+    if let Some(callers) = &sel.callers {
+        it = Box::new(CallerFiltered {
+            inner: it,
+            symbols: sel.symbols.clone(),
+            callers: callers.clone(),
+            open: Vec::new(),
+            ready: VecDeque::new(),
         });
     }
     if late_limit {
@@ -336,6 +404,11 @@ pub fn thread_records(
             Some(select(data, &filter.functions, "-F")?.into())
         },
         notrace: select(data, &filter.notrace, "-N")?.into(),
+        callers: if filter.callers.is_empty() {
+            None
+        } else {
+            Some(select(data, &filter.callers, "-C")?.into())
+        },
     };
     let mut threads = Vec::new();
     for &t in &data.tids {
