@@ -445,6 +445,15 @@ struct ViewFilter {
     /// they call); repeatable.
     #[arg(short = 'C', long = "caller-filter", value_parser = parse_pattern)]
     caller_filter: Vec<shadowgraph_data::pattern::Pattern>,
+    /// Without the calls of functions smaller than SIZE bytes (to the next
+    /// symbol); their callees shown in their place.
+    #[arg(
+        short = 'Z',
+        long = "size-filter",
+        value_name = "SIZE",
+        default_value_t = 0
+    )]
+    size_filter: u64,
     /// Only calls nested less than DEPTH deep (0: no limit).
     #[arg(short = 'D', long = "depth", default_value_t = 0)]
     depth: u16,
@@ -494,6 +503,7 @@ impl From<ViewFilter> for shadowgraph_data::replay::ReplayFilter {
             min_ns: v.time_filter.unwrap_or(0),
             tids: v.tids,
             callers: v.caller_filter,
+            min_size: v.size_filter,
         }
     }
 }

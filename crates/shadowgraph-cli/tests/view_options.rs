@@ -253,3 +253,51 @@ fn caller_filter_keeps_the_callers_of_a_function() {
         }
     }
 }
+
+/// `-Z/--size-filter`: without the calls of functions smaller than SIZE
+/// bytes (to the next symbol), their callees in their place, as uftrace's.
+#[test]
+fn size_filter_leaves_small_functions_out() {
+    let dir = workdir("size_filter");
+    let exe = build_fixture_with(
+        &dir,
+        "z",
+        "naps.c",
+        &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"],
+    );
+    let data = dir.join("z.data");
+    record_ok(&[], &data, &exe);
+    let view = |cmd: &mut Command, args: &[&str]| {
+        let o = cmd
+            .arg(args[0])
+            .arg("-d")
+            .arg(&data)
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+        text(&o).0
+    };
+    // leaf (`lea; ret` and padding) is the smallest function.
+    let all = view(&mut shadowgraph(), &["replay"]);
+    let some = view(&mut shadowgraph(), &["replay", "-Z", "20"]);
+    assert!(
+        all.contains("leaf();") && !some.contains("leaf") && some.contains("mid() {"),
+        "{some}"
+    );
+    if require("uftrace", "the same views by uftrace") {
+        for args in [
+            &["replay", "-Z", "20"][..],
+            &["replay", "-Z", "50"],
+            &["report", "-Z", "50"],
+            &["graph", "-Z", "50"],
+            &["replay", "-Z", "40", "-D", "2"],
+        ] {
+            assert_eq!(
+                view(&mut shadowgraph(), args),
+                view(&mut Command::new("uftrace"), args),
+                "{args:?}"
+            );
+        }
+    }
+}

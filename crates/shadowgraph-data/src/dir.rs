@@ -393,6 +393,27 @@ impl DataDir {
         }
     }
 
+    /// The bytes of the function at `addr`: to the next symbol, or to the end
+    /// of its object's code (as uftrace sizes functions from its symbol
+    /// files); 0 for an address with no symbol there.
+    pub fn function_size(&self, addr: u64) -> u64 {
+        let i = self.symbols.partition_point(|s| s.0 <= addr);
+        if i == 0 || self.symbols[i - 1].0 != addr {
+            return 0;
+        }
+        let end = self
+            .modules
+            .iter()
+            .find(|m| addr >= m.0 && addr < m.1)
+            .map(|m| m.1);
+        let next = self.symbols.get(i).map(|s| s.0);
+        match (next, end) {
+            (Some(n), Some(e)) => n.min(e) - addr,
+            (Some(x), None) | (None, Some(x)) => x - addr,
+            (None, None) => 0,
+        }
+    }
+
     /// The function holding `addr` (the nearest symbol at or below it:
     /// our records hold function entries, uftrace's an address just inside);
     /// the bare address when it lies in no known object (a symbol of

@@ -417,7 +417,7 @@ pub fn report_with(
     let stats = collect(data, false, filter)?;
     let mut rows: Vec<(FuncStats, String, u64)> = stats
         .into_iter()
-        .map(|(k, s)| (s, data.name(k.1).into_owned(), function_size(data, k.1)))
+        .map(|(k, s)| (s, data.name(k.1).into_owned(), data.function_size(k.1)))
         .collect();
     rows.sort_by(|(a, na, za), (b, nb, zb)| {
         let by = |k: &SortKey| match *k {
@@ -458,27 +458,6 @@ pub fn report_with(
         writeln!(out, "{line}  {name}")?;
     }
     Ok(())
-}
-
-/// The bytes of the function at `addr`: to the next symbol, or to the end
-/// of its object's code (as uftrace sizes functions from its symbol
-/// files); 0 for an address with no symbol there.
-fn function_size(data: &DataDir, addr: u64) -> u64 {
-    let i = data.symbols.partition_point(|s| s.0 <= addr);
-    if i == 0 || data.symbols[i - 1].0 != addr {
-        return 0;
-    }
-    let end = data
-        .modules
-        .iter()
-        .find(|m| addr >= m.0 && addr < m.1)
-        .map(|m| m.1);
-    let next = data.symbols.get(i).map(|s| s.0);
-    match (next, end) {
-        (Some(n), Some(e)) => n.min(e) - addr,
-        (Some(x), None) | (None, Some(x)) => x - addr,
-        (None, None) => 0,
-    }
 }
 
 /// Writes the report.

@@ -25,6 +25,9 @@ pub struct ReplayFilter {
     pub tids: Vec<i32>,
     /// Only the calls of these functions and their callers (`-C`).
     pub callers: Vec<Pattern>,
+    /// Without the calls of functions smaller than this many bytes
+    /// (`-Z`; 0: all), their callees shown in their place.
+    pub min_size: u64,
 }
 
 impl ReplayFilter {
@@ -36,6 +39,7 @@ impl ReplayFilter {
             && self.min_ns == 0
             && self.tids.is_empty()
             && self.callers.is_empty()
+            && self.min_size == 0
     }
 }
 
@@ -315,6 +319,8 @@ struct Selection {
     functions: Option<Arc<[bool]>>,
     notrace: Arc<[bool]>,
     callers: Option<Arc<[bool]>>,
+    /// Per symbol: smaller than `-Z` asks (None: no `-Z`).
+    small: Option<Arc<[bool]>>,
 }
 
 /// One thread's records as `filter` selects them.
@@ -334,8 +340,20 @@ fn filtered(
     // schedule events or a function filter change them.
     // (The callers of a selected call deeper than the limit are shown.)
     let late_limit = spans.is_some() || by_function || sel.callers.is_some();
+    let mut stream: Records = Box::new(data.stream(tid)?);
+    if let Some(small) = sel.small.clone() {
+        // Left out before depths are counted: callees take their place.
+        let symbols = sel.symbols.clone();
+        stream = Box::new(stream.filter(move |r| match r {
+            Ok(r) if matches!(r.kind, Kind::Entry | Kind::Exit) => {
+                let i = symbols.partition_point(|&a| a <= r.addr);
+                !(i > 0 && symbols[i - 1] == r.addr && small[i - 1])
+            }
+            _ => true,
+        }));
+    }
     let mut it: Records = Box::new(DisplayDepth {
-        inner: data.stream(tid)?,
+        inner: stream,
         depth: 0,
         set: true,
         max: if late_limit { u16::MAX } else { max },
@@ -409,6 +427,12 @@ pub fn thread_records(
         } else {
             Some(select(data, &filter.callers, "-C")?.into())
         },
+        small: (filter.min_size > 0).then(|| {
+            data.symbols
+                .iter()
+                .map(|s| data.function_size(s.0) < filter.min_size)
+                .collect()
+        }),
     };
     let mut threads = Vec::new();
     for &t in &data.tids {
