@@ -5,7 +5,50 @@
 mod common;
 
 use common::*;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Records `fixture` (built with `defs`) into `<name>/<name>.data`.
+fn recording(name: &str, fixture: &str, defs: &[&str]) -> PathBuf {
+    let dir = workdir(name);
+    let exe = build_fixture_with(&dir, name, fixture, defs);
+    let data = dir.join(format!("{name}.data"));
+    record_ok(&[], &data, &exe);
+    data
+}
+
+/// `TOOL VIEW -d DATA ARGS…` (`args[0]` the view).
+fn run_view(tool: &mut Command, data: &Path, args: &[&str]) -> Output {
+    tool.arg(args[0])
+        .arg("-d")
+        .arg(data)
+        .args(&args[1..])
+        .output()
+        .unwrap()
+}
+
+/// [`run_view`]'s output, which must succeed.
+fn view(tool: &mut Command, data: &Path, args: &[&str]) -> String {
+    let o = run_view(tool, data, args);
+    assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+    text(&o).0
+}
+
+/// Each view of `data` with each of `cases` prints what uftrace's prints
+/// (all but `skip` first lines).
+fn as_uftrace(data: &Path, cases: &[&[&str]], skip: usize) {
+    if !require("uftrace", "the same views by uftrace") {
+        return;
+    }
+    for args in cases {
+        let tail = |s: String| s.lines().skip(skip).collect::<Vec<_>>().join("\n");
+        assert_eq!(
+            tail(view(&mut shadowgraph(), data, args)),
+            tail(view(&mut Command::new("uftrace"), data, args)),
+            "{args:?}"
+        );
+    }
+}
 
 /// `report`'s columns and order as uftrace's: `-f` fields (shown in
 /// uftrace's order, `+` adding to the default ones, `all`, `none`),
@@ -13,26 +56,12 @@ use std::process::Command;
 /// most time of a call, sorted by the average unless `-s` says).
 #[test]
 fn report_columns_and_keys_as_uftrace() {
-    let dir = workdir("report_columns");
-    let exe = build_fixture_with(
-        &dir,
-        "r",
-        "naps.c",
-        &["-DMIDS=3", "-DNAP_US=200", "-DFIB_N=5"],
+    let data = recording("r", "naps.c", &["-DMIDS=3", "-DNAP_US=200", "-DFIB_N=5"]);
+    let out = view(
+        &mut shadowgraph(),
+        &data,
+        &["report", "--avg-total", "-s", "call,func"],
     );
-    let data = dir.join("r.data");
-    record_ok(&[], &data, &exe);
-    let report = |cmd: &mut Command, args: &[&str]| {
-        let o = cmd
-            .args(["report", "-d"])
-            .arg(&data)
-            .args(args)
-            .output()
-            .unwrap();
-        (o.status.success(), text(&o).0, text(&o).1)
-    };
-    let (ok, out, _) = report(&mut shadowgraph(), &["--avg-total", "-s", "call,func"]);
-    assert!(ok, "{out}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines[0], "   Total avg   Total min   Total max  Function",
@@ -40,34 +69,37 @@ fn report_columns_and_keys_as_uftrace() {
     );
     // fib: 15 calls, most first; then by name.
     assert!(lines[2].ends_with("  fib"), "{out}");
-    let (ok, out, _) = report(&mut shadowgraph(), &["-f", "none", "-s", "func"]);
-    assert!(ok && out.starts_with("  fib\n  leaf\n  main\n"), "{out}");
-    let (ok, _, err) = report(&mut shadowgraph(), &["-s", "avg"]);
-    assert!(
-        !ok && err.contains("needs --avg-total or --avg-self"),
-        "{err}"
+    let out = view(
+        &mut shadowgraph(),
+        &data,
+        &["report", "-f", "none", "-s", "func"],
     );
-    let (ok, _, err) = report(&mut shadowgraph(), &["-f", "nosuch"]);
-    assert!(!ok && err.contains("unknown field `nosuch`"), "{err}");
-    if require("uftrace", "the same reports by uftrace") {
-        for args in [
-            &["--avg-total"][..],
-            &["--avg-self", "-s", "call,func"],
-            &["--avg-total", "-s", "max"],
-            &["-f", "total,call,self-avg,total-max"],
-            &["-f", "+self-max", "-s", "self,call"],
-            &["-f", "all", "-s", "total_min"],
-            &["-f", "call,size", "-s", "size"],
-            &["-f", "none"],
-        ] {
-            let (ours, theirs) = (
-                report(&mut shadowgraph(), args),
-                report(&mut Command::new("uftrace"), args),
-            );
-            assert!(ours.0 && theirs.0, "{args:?}: {}{}", ours.2, theirs.2);
-            assert_eq!(ours.1, theirs.1, "report {args:?}");
-        }
+    assert!(out.starts_with("  fib\n  leaf\n  main\n"), "{out}");
+    for (args, says) in [
+        (&["report", "-s", "avg"], "needs --avg-total or --avg-self"),
+        (&["report", "-f", "nosuch"], "unknown field `nosuch`"),
+    ] {
+        let o = run_view(&mut shadowgraph(), &data, args);
+        assert!(
+            !o.status.success() && text(&o).1.contains(says),
+            "{}",
+            text(&o).1
+        );
     }
+    as_uftrace(
+        &data,
+        &[
+            &["report", "--avg-total"],
+            &["report", "--avg-self", "-s", "call,func"],
+            &["report", "--avg-total", "-s", "max"],
+            &["report", "-f", "total,call,self-avg,total-max"],
+            &["report", "-f", "+self-max", "-s", "self,call"],
+            &["report", "-f", "all", "-s", "total_min"],
+            &["report", "-f", "call,size", "-s", "size"],
+            &["report", "-f", "none"],
+        ],
+        0,
+    );
 }
 
 /// `replay --no-merge`, `--no-comment`, `--column-view` (`--column-offset`)
@@ -75,52 +107,37 @@ fn report_columns_and_keys_as_uftrace() {
 /// whose two threads' lines interleave.
 #[test]
 fn replay_layouts_as_uftrace() {
-    let dir = workdir("replay_layouts");
-    let exe = build_fixture_with(&dir, "j", "join_waits.c", &["-pthread"]);
-    let data = dir.join("j.data");
-    record_ok(&[], &data, &exe);
-    let replay = |cmd: &mut Command, args: &[&str]| {
-        let o = cmd
-            .args(["replay", "-d"])
-            .arg(&data)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
-        text(&o).0
-    };
-    let out = replay(
-        &mut shadowgraph(),
-        &["--no-merge", "--no-comment", "-f", "none"],
-    );
+    let data = recording("j", "join_waits.c", &["-pthread"]);
+    let replay = |args: &[&str]| view(&mut shadowgraph(), &data, &[&["replay"], args].concat());
+    let out = replay(&["--no-merge", "--no-comment", "-f", "none"]);
     // (The threads' lines interleave as they ran.)
     assert!(
         out.lines().any(|l| l == "worker() {") && !out.contains("();") && !out.contains("/*"),
         "{out}"
     );
-    let out = replay(
-        &mut shadowgraph(),
-        &["--column-view", "--column-offset", "2", "-f", "none"],
-    );
+    let out = replay(&["--column-view", "--column-offset", "2", "-f", "none"]);
     assert!(out.lines().any(|l| l.starts_with("    worker()")), "{out}");
-    let out = replay(&mut shadowgraph(), &["--task-newline"]);
+    let out = replay(&["--task-newline"]);
     assert!(out.contains("\n                     | \n"), "{out}");
-    if require("uftrace", "the same layouts by uftrace") {
-        for args in [
-            &["--no-merge"][..],
-            &["--no-comment"],
-            &["--column-view"],
-            &["--column-view", "--column-offset", "3", "-f", "+time"],
-            &["--task-newline"],
-            &["--task-newline", "-f", "none", "--no-merge"],
-        ] {
-            assert_eq!(
-                replay(&mut shadowgraph(), args),
-                replay(&mut Command::new("uftrace"), args),
-                "replay {args:?}"
-            );
-        }
-    }
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "--no-merge"],
+            &["replay", "--no-comment"],
+            &["replay", "--column-view"],
+            &[
+                "replay",
+                "--column-view",
+                "--column-offset",
+                "3",
+                "-f",
+                "+time",
+            ],
+            &["replay", "--task-newline"],
+            &["replay", "--task-newline", "-f", "none", "--no-merge"],
+        ],
+        0,
+    );
 }
 
 /// The plain `dump` (each thread's records as in its file, after the
@@ -128,21 +145,8 @@ fn replay_layouts_as_uftrace() {
 /// whole call tree as edges) as uftrace's, on a two-thread recording.
 #[test]
 fn plain_and_graphviz_dumps_as_uftrace() {
-    let dir = workdir("dumps");
-    let exe = build_fixture_with(&dir, "j", "join_waits.c", &["-pthread"]);
-    let data = dir.join("j.data");
-    record_ok(&[], &data, &exe);
-    let dump = |cmd: &mut Command, args: &[&str]| {
-        let o = cmd
-            .args(["dump", "-d"])
-            .arg(&data)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
-        text(&o).0
-    };
-    let plain = dump(&mut shadowgraph(), &[]);
+    let data = recording("d", "join_waits.c", &["-pthread"]);
+    let plain = view(&mut shadowgraph(), &data, &["dump"]);
     assert!(
         plain.starts_with("uftrace file header: magic         = 4674726163652100\n")
             && plain.contains("\nreading ")
@@ -150,28 +154,19 @@ fn plain_and_graphviz_dumps_as_uftrace() {
             && plain.contains(": [exit ] worker("),
         "{plain}"
     );
-    let gv = dump(&mut shadowgraph(), &["--graphviz"]);
+    let gv = view(&mut shadowgraph(), &data, &["dump", "--graphviz"]);
     assert!(
-        gv.contains("\ndigraph \"j\" { \n")
-            && gv.contains("    \"j\" -> \"main\" [xlabel = \"1\"]\n")
+        gv.contains("\ndigraph \"d\" { \n")
+            && gv.contains("    \"d\" -> \"main\" [xlabel = \"1\"]\n")
             && gv.contains("    \"main\" -> \"joiner\" [xlabel = \"1\"]\n")
             && gv.ends_with("}\n"),
         "{gv}"
     );
-    let o = shadowgraph()
-        .args(["dump", "-d"])
-        .arg(&data)
-        .args(["-F", "main"])
-        .output()
-        .unwrap();
+    let o = run_view(&mut shadowgraph(), &data, &["dump", "-F", "main"]);
     assert!(!o.status.success() && text(&o).1.contains("the plain dump shows every record"));
-    if require("uftrace", "the same dumps by uftrace") {
-        assert_eq!(plain, dump(&mut Command::new("uftrace"), &[]));
-        // (The first line names the tool.)
-        let tail = |s: String| s.lines().skip(1).collect::<Vec<_>>().join("\n");
-        let theirs = dump(&mut Command::new("uftrace"), &["--graphviz"]);
-        assert_eq!(tail(gv), tail(theirs));
-    }
+    as_uftrace(&data, &[&["dump"]], 0);
+    // (The first line names the tool.)
+    as_uftrace(&data, &[&["dump", "--graphviz"]], 1);
 }
 
 /// `info` shows the command line that made the recording, quoted as
@@ -188,9 +183,8 @@ fn info_quotes_the_recording_command_line() {
     let data = dir.join("q.data");
     let o = record_run(&[], &[], &data, &exe, &["a b".as_ref(), "c\"d".as_ref()]);
     assert!(o.status.success(), "{}", text(&o).1);
-    let info = |cmd: &mut Command| {
-        let o = cmd.args(["info", "-d"]).arg(&data).output().unwrap();
-        let out = text(&o).0;
+    let info = |tool: &mut Command| {
+        let out = view(tool, &data, &["info"]);
         out.lines()
             .find(|l| l.starts_with("# cmdline"))
             .unwrap_or_else(|| panic!("{out}"))
@@ -210,94 +204,52 @@ fn info_quotes_the_recording_command_line() {
 /// their callers, in every view, as uftrace's.
 #[test]
 fn caller_filter_keeps_the_callers_of_a_function() {
-    let dir = workdir("caller_filter");
-    let exe = build_fixture_with(
-        &dir,
-        "c",
-        "naps.c",
-        &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"],
+    let data = recording("c", "naps.c", &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"]);
+    let out = view(
+        &mut shadowgraph(),
+        &data,
+        &["replay", "-C", "leaf", "-f", "none"],
     );
-    let data = dir.join("c.data");
-    record_ok(&[], &data, &exe);
-    let view = |cmd: &mut Command, args: &[&str]| {
-        let o = cmd
-            .arg(args[0])
-            .arg("-d")
-            .arg(&data)
-            .args(&args[1..])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
-        text(&o).0
-    };
-    let out = view(&mut shadowgraph(), &["replay", "-C", "leaf", "-f", "none"]);
     assert_eq!(
         out,
         "main() {\n  mid() {\n    leaf();\n    leaf();\n  } /* mid */\n  mid() {\n    leaf();\n    leaf();\n  } /* mid */\n} /* main */\n"
     );
-    if require("uftrace", "the same views by uftrace") {
-        for args in [
-            &["replay", "-C", "leaf"][..],
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "-C", "leaf"],
             &["replay", "-C", "mid"],
             &["replay", "-C", "mid", "-C", "leaf"],
             &["replay", "-C", "leaf", "-D", "2"],
             &["replay", "-C", "fib", "-N", "leaf"],
             &["report", "-C", "leaf"],
             &["graph", "-C", "fib"],
-        ] {
-            assert_eq!(
-                view(&mut shadowgraph(), args),
-                view(&mut Command::new("uftrace"), args),
-                "{args:?}"
-            );
-        }
-    }
+        ],
+        0,
+    );
 }
 
 /// `-Z/--size-filter`: without the calls of functions smaller than SIZE
 /// bytes (to the next symbol), their callees in their place, as uftrace's.
 #[test]
 fn size_filter_leaves_small_functions_out() {
-    let dir = workdir("size_filter");
-    let exe = build_fixture_with(
-        &dir,
-        "z",
-        "naps.c",
-        &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"],
-    );
-    let data = dir.join("z.data");
-    record_ok(&[], &data, &exe);
-    let view = |cmd: &mut Command, args: &[&str]| {
-        let o = cmd
-            .arg(args[0])
-            .arg("-d")
-            .arg(&data)
-            .args(&args[1..])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
-        text(&o).0
-    };
+    let data = recording("z", "naps.c", &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"]);
     // leaf (`lea; ret` and padding) is the smallest function.
-    let all = view(&mut shadowgraph(), &["replay"]);
-    let some = view(&mut shadowgraph(), &["replay", "-Z", "20"]);
+    let all = view(&mut shadowgraph(), &data, &["replay"]);
+    let some = view(&mut shadowgraph(), &data, &["replay", "-Z", "20"]);
     assert!(
         all.contains("leaf();") && !some.contains("leaf") && some.contains("mid() {"),
         "{some}"
     );
-    if require("uftrace", "the same views by uftrace") {
-        for args in [
-            &["replay", "-Z", "20"][..],
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "-Z", "20"],
             &["replay", "-Z", "50"],
             &["report", "-Z", "50"],
             &["graph", "-Z", "50"],
             &["replay", "-Z", "40", "-D", "2"],
-        ] {
-            assert_eq!(
-                view(&mut shadowgraph(), args),
-                view(&mut Command::new("uftrace"), args),
-                "{args:?}"
-            );
-        }
-    }
+        ],
+        0,
+    );
 }

@@ -48,6 +48,45 @@ fn many_functions(dir: &Path, n: usize, empty: bool) -> PathBuf {
 
 type CallAll = extern "C" fn(i64) -> i64;
 
+/// What `call_all(x)` of `n` functions returns.
+fn call_all_sum(n: usize, x: i64) -> i64 {
+    n as i64 * x + (n * (n - 1) / 2) as i64
+}
+
+/// With the sites on (`on`, then `off` again), `threads` threads make 50
+/// calls of `call_all` each at once: every result right, every site
+/// counted once a call.
+fn counts_exactly(
+    counter: &'static SiteCounter,
+    on: &[Edit],
+    off: &[Edit],
+    call_all: CallAll,
+    n: usize,
+    threads: usize,
+) {
+    counter.reset();
+    patch::apply(&mut on.to_vec()).unwrap();
+    let barrier = Arc::new(Barrier::new(threads));
+    let exact: Vec<_> = (0..threads)
+        .map(|_| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                for x in 0..50 {
+                    assert_eq!(call_all(x), call_all_sum(n, x));
+                }
+            })
+        })
+        .collect();
+    for w in exact {
+        w.join().unwrap();
+    }
+    for (site, k) in counter.snapshot() {
+        assert_eq!(k, threads as u64 * 50, "site {site:#x}");
+    }
+    patch::apply(&mut off.to_vec()).unwrap();
+}
+
 #[test]
 fn threads_call_while_all_sites_flip() {
     flip_stress("flip_sled", flavour::PATCHABLE, 300);
@@ -78,7 +117,7 @@ fn flip_stress(name: &str, flags: &[&str], flips: usize) {
         "call_all has no site; every f_i has one"
     );
     let call_all: CallAll = lib.func("call_all");
-    let expect = |x: i64| N as i64 * x + (N * (N - 1) / 2) as i64;
+    let expect = |x: i64| call_all_sum(N, x);
     let stop = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..THREADS)
@@ -134,27 +173,7 @@ fn flip_stress(name: &str, flags: &[&str], flips: usize) {
 
     // Exact counts while enabled: every call made between two batches is
     // counted once per site.
-    counter.reset();
-    patch::apply(&mut on.clone()).unwrap();
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let exact: Vec<_> = (0..THREADS)
-        .map(|_| {
-            let b = barrier.clone();
-            std::thread::spawn(move || {
-                b.wait();
-                for x in 0..50 {
-                    assert_eq!(call_all(x), expect(x));
-                }
-            })
-        })
-        .collect();
-    for w in exact {
-        w.join().unwrap();
-    }
-    for (site, n) in counter.snapshot() {
-        assert_eq!(n, THREADS as u64 * 50, "site {site:#x}");
-    }
-    patch::apply(&mut off.clone()).unwrap();
+    counts_exactly(counter, &on, &off, call_all, N, THREADS);
     for s in m.usable() {
         // SAFETY: reading loaded text.
         let bytes = unsafe { std::slice::from_raw_parts(s.addr as *const u8, 5) };
@@ -183,7 +202,7 @@ fn threads_call_while_prologues_patch_flip_and_unpatch() {
     let path = build_lib(&dir, &many_functions(&dir, N, false), name, &flags);
     let lib = Lib::open(&path);
     let call_all: CallAll = lib.func("call_all");
-    let expect = |x: i64| N as i64 * x + (N * (N - 1) / 2) as i64;
+    let expect = |x: i64| call_all_sum(N, x);
     let stop = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..THREADS)
@@ -263,24 +282,7 @@ fn threads_call_while_prologues_patch_flip_and_unpatch() {
 
     // Every window patched again (no thread runs now): exact counts.
     assert_eq!(process::prologue::repatch_windows().unwrap(), 0);
-    counter.reset();
-    patch::apply(&mut on.clone()).unwrap();
-    let exact: Vec<_> = (0..THREADS)
-        .map(|_| {
-            std::thread::spawn(move || {
-                for x in 0..50 {
-                    assert_eq!(call_all(x), expect(x));
-                }
-            })
-        })
-        .collect();
-    for w in exact {
-        w.join().unwrap();
-    }
-    for (site, n) in counter.snapshot() {
-        assert_eq!(n, THREADS as u64 * 50, "site {site:#x}");
-    }
-    patch::apply(&mut off.clone()).unwrap();
+    counts_exactly(counter, &on, &off, call_all, N, THREADS);
 
     // Unpatched: the library's code is its file's.
     assert_eq!(process::prologue::unpatch_windows().unwrap(), 0);

@@ -211,6 +211,15 @@ impl Iterator for FunctionFiltered {
     }
 }
 
+/// The waiting entries of `open` (not released yet) go to `ready`, in
+/// order, and count as released.
+fn release_waiting(open: &mut [(Record, bool)], ready: &mut VecDeque<Record>) {
+    for (a, done) in open.iter_mut().filter(|(_, d)| !*d) {
+        ready.push_back(a.clone());
+        *done = true;
+    }
+}
+
 /// A thread's records without the calls shorter than `min`: entries wait
 /// (at most one per open call) until their exit shows the duration; a kept
 /// call's waiting callers are released before it, so times stay in order.
@@ -240,10 +249,7 @@ impl Iterator for TimeFiltered {
                     Some((e, released)) => {
                         let keep = released || r.time.saturating_sub(e.time) >= self.min;
                         if keep && !released {
-                            for (a, done) in self.open.iter_mut().filter(|(_, d)| !*d) {
-                                self.ready.push_back(a.clone());
-                                *done = true;
-                            }
+                            release_waiting(&mut self.open, &mut self.ready);
                             self.ready.push_back(e);
                         }
                         if keep {
@@ -268,9 +274,8 @@ struct CallerFiltered {
     inner: Records,
     symbols: Arc<[u64]>,
     callers: Arc<[bool]>,
-    /// Open calls' entries, whether each was released, and whether it is
-    /// a selected one.
-    open: Vec<(Record, bool, bool)>,
+    /// Open calls' entries, and whether each was released.
+    open: Vec<(Record, bool)>,
     ready: VecDeque<Record>,
 }
 
@@ -291,16 +296,13 @@ impl Iterator for CallerFiltered {
                     let i = self.symbols.partition_point(|&a| a <= r.addr);
                     let selected = i > 0 && self.callers[i - 1];
                     if selected {
-                        for (a, done, _) in self.open.iter_mut().filter(|o| !o.1) {
-                            self.ready.push_back(a.clone());
-                            *done = true;
-                        }
+                        release_waiting(&mut self.open, &mut self.ready);
                         self.ready.push_back(r.clone());
                     }
-                    self.open.push((r, selected, selected));
+                    self.open.push((r, selected));
                 }
                 Kind::Exit => match self.open.pop() {
-                    Some((_, true, _)) => self.ready.push_back(r),
+                    Some((_, true)) => self.ready.push_back(r),
                     Some(_) => {}
                     // An exit whose entry predates the recording.
                     None => {}

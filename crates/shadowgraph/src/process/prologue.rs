@@ -72,30 +72,38 @@ fn keeper(kept: Kept, at: u64, stub: u64) -> Vec<u8> {
     }
     let at_rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
     let lea = |d: i64| Instruction::with2(Code::Lea_r64_m, Register::RSP, at_rsp(d));
+    // (register, its word's offset, whether a vector register)
+    let slots: Vec<(Register, i64, bool)> = general
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| (r, 8 * i as i64, false))
+        .chain(
+            vector
+                .iter()
+                .enumerate()
+                .map(|(j, &r)| (r, xmms + 16 * j as i64, true)),
+        )
+        .collect();
+    let save = |&(r, d, v): &(Register, i64, bool)| {
+        let code = if v {
+            Code::Movdqu_xmmm128_xmm
+        } else {
+            Code::Mov_rm64_r64
+        };
+        Instruction::with2(code, at_rsp(d), r)
+    };
+    let load = |&(r, d, v): &(Register, i64, bool)| {
+        let code = if v {
+            Code::Movdqu_xmm_xmmm128
+        } else {
+            Code::Mov_r64_rm64
+        };
+        Instruction::with2(code, r, at_rsp(d))
+    };
     let mut code = vec![lea(-area)];
-    for (i, &r) in general.iter().enumerate() {
-        code.push(Instruction::with2(
-            Code::Mov_rm64_r64,
-            at_rsp(8 * i as i64),
-            r,
-        ));
-    }
-    for (j, &r) in vector.iter().enumerate() {
-        let m = at_rsp(xmms + 16 * j as i64);
-        code.push(Instruction::with2(Code::Movdqu_xmmm128_xmm, m, r));
-    }
+    code.extend(slots.iter().map(save));
     code.push(Instruction::with_branch(Code::Call_rel32_64, stub));
-    for (i, &r) in general.iter().enumerate() {
-        code.push(Instruction::with2(
-            Code::Mov_r64_rm64,
-            r,
-            at_rsp(8 * i as i64),
-        ));
-    }
-    for (j, &r) in vector.iter().enumerate() {
-        let m = at_rsp(xmms + 16 * j as i64);
-        code.push(Instruction::with2(Code::Movdqu_xmm_xmmm128, r, m));
-    }
+    code.extend(slots.iter().map(load));
     code.push(lea(area));
     code.push(Ok(Instruction::with(Code::Retnq)));
     // Every operand is a register or rsp plus a displacement, the call's
