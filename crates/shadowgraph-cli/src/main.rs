@@ -271,7 +271,18 @@ fn main() -> ExitCode {
     // Like other Unix tools: a closed pipe (`| head`) ends us quietly.
     // SAFETY: restoring the default disposition of SIGPIPE.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse_from(live_by_default(std::env::args_os().collect()));
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches_from(live_by_default(std::env::args_os().collect()));
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    // -P and -U in the order given.
+    if let (Command::Record { opts, .. } | Command::Live { opts, .. }, Some((_, sub))) =
+        (&mut cli.command, matches.subcommand())
+    {
+        opts.order_patches(sub);
+    }
     let result = match cli.command {
         Command::Demo { keep } => demo::demo(keep),
         Command::Clean => {

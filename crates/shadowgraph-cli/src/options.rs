@@ -30,6 +30,31 @@ fn parse_patch(p: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+impl RecordOptions {
+    /// `-P` and `-U` patterns in the order the command line gave them
+    /// (their positions in `args`), each `-U PAT` as `!PAT`, into
+    /// [`RecordOptions::patch`].
+    pub(crate) fn order_patches(&mut self, args: &clap::ArgMatches) {
+        if self.unpatch.is_empty() {
+            return;
+        }
+        let at = |id: &str| -> Vec<usize> {
+            args.indices_of(id).map(|i| i.collect()).unwrap_or_default()
+        };
+        let mut all: Vec<(usize, String)> = at("patch")
+            .into_iter()
+            .zip(self.patch.drain(..))
+            .chain(
+                at("unpatch")
+                    .into_iter()
+                    .zip(self.unpatch.drain(..).map(|p| format!("!{p}"))),
+            )
+            .collect();
+        all.sort_by_key(|(i, _)| *i);
+        self.patch = all.into_iter().map(|(_, p)| p).collect();
+    }
+}
+
 /// What `record` (and `live`) trace.
 #[derive(clap::Args, Debug, Default)]
 pub(crate) struct RecordOptions {
@@ -54,6 +79,10 @@ pub(crate) struct RecordOptions {
     /// a library's; !PAT takes back); repeatable.
     #[arg(short = 'P', long = "patch", value_name = "PAT", value_parser = parse_patch)]
     pub(crate) patch: Vec<String>,
+    /// Do not patch these functions (uftrace's `-U`: `-P !PAT`); taken in
+    /// turn with -P, in the order given; repeatable.
+    #[arg(short = 'U', long = "unpatch", value_name = "PAT", value_parser = parse_patch)]
+    pub(crate) unpatch: Vec<String>,
     /// Record at most this many nested levels (0: no limit).
     #[arg(short = 'D', long = "depth", default_value_t = 0)]
     depth: u32,

@@ -489,3 +489,31 @@ fn p_patches_a_library_whose_threads_run_through_it() {
         );
     }
 }
+
+/// `-U PAT` (uftrace's unpatch) takes back what an earlier `-P` asked,
+/// in the order given: `-P . -U 'fib*'` leaves fib and fibber alone,
+/// `-U 'fib*' -P .` patches them again.
+#[test]
+fn unpatch_takes_back_in_order() {
+    let dir = workdir("prologue_unpatch");
+    let exe = plain_build(&dir);
+    let one = [std::path::Path::new("1")];
+    // (options, fibber traced, fib traced)
+    for (opts, fibber, fib) in [
+        (&["-P", ".", "-U", "fib*"][..], false, false),
+        (&["-U", "fib*", "-P", "."], true, true),
+        (
+            &["--patch", ".", "--unpatch", "fib", "-P", "fibber"],
+            true,
+            false,
+        ),
+    ] {
+        let data = dir.join("u.data");
+        let o = record_run(&[], opts, &data, &exe, &one);
+        assert!(o.status.success(), "{opts:?}: {}", text(&o).1);
+        let replay = replay_text(&data);
+        let shown = (replay.contains(" fibber("), replay.contains(" fib("));
+        assert_eq!(shown, (fibber, fib), "{opts:?}: {replay}");
+        assert!(replay.contains("leaf_add();"), "{opts:?}: {replay}");
+    }
+}
