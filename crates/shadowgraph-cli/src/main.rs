@@ -277,11 +277,19 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
-    // -P and -U in the order given.
-    if let (Command::Record { opts, .. } | Command::Live { opts, .. }, Some((_, sub))) =
-        (&mut cli.command, matches.subcommand())
-    {
-        opts.order_patches(sub);
+    // -P and -U, -F and -N in the order given.
+    if let Some((_, sub)) = matches.subcommand() {
+        match &mut cli.command {
+            Command::Record { opts, .. } | Command::Live { opts, .. } => {
+                opts.order_patches(sub);
+                opts.order_filters(sub);
+            }
+            Command::Replay { filter, .. }
+            | Command::Report { filter, .. }
+            | Command::Graph { filter, .. }
+            | Command::Dump { filter, .. } => filter.order(sub),
+            _ => {}
+        }
     }
     let result = match cli.command {
         Command::Demo { keep } => demo::demo(keep),
@@ -489,6 +497,22 @@ enum DemangleArg {
 }
 
 impl ViewFilter {
+    /// `-F` and `-N` as uftrace orders them (`options::ordered_filters`).
+    fn order(&mut self, args: &clap::ArgMatches) {
+        use shadowgraph_data::pattern::Pattern;
+        let text =
+            |ps: &[Pattern]| -> Vec<String> { ps.iter().map(|p| p.text().to_string()).collect() };
+        let (f, n) = options::ordered_filters(
+            (&text(&self.filter), &options::positions(args, "filter")),
+            (&text(&self.notrace), &options::positions(args, "notrace")),
+        );
+        // Each was parsed once already; a `!` added to one parses too.
+        let parse = |v: Vec<String>| -> Vec<Pattern> {
+            v.iter().filter_map(|p| Pattern::parse(p).ok()).collect()
+        };
+        (self.filter, self.notrace) = (parse(f), parse(n));
+    }
+
     /// How the view opens its recordings: names as `--demangle` says,
     /// progress on a terminal unless the output itself goes there.
     fn open_options(&self) -> OpenOptions {

@@ -30,7 +30,57 @@ fn parse_patch(p: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// `-F` and `-N` as uftrace orders them: for each function the last
+/// pattern that names it decides, so a later `-F` takes back what an
+/// earlier `-N` left out and a later `-N` what an earlier `-F` took in.
+/// Given each list's patterns and their positions on the command line,
+/// returns the lists with the other list's later patterns as `!`
+/// removals, in order (a list the command line did not give stays empty;
+/// `!` patterns given stay in their own list only).
+pub(crate) fn ordered_filters(
+    (filter, fi): (&[String], &[usize]),
+    (notrace, ni): (&[String], &[usize]),
+) -> (Vec<String>, Vec<String>) {
+    if filter.is_empty() || notrace.is_empty() {
+        return (filter.to_vec(), notrace.to_vec());
+    }
+    let mut all: Vec<(usize, bool, &String)> = fi
+        .iter()
+        .zip(filter)
+        .map(|(&i, p)| (i, true, p))
+        .chain(ni.iter().zip(notrace).map(|(&i, p)| (i, false, p)))
+        .collect();
+    all.sort_by_key(|e| e.0);
+    let list = |own: bool| -> Vec<String> {
+        all.iter()
+            .filter(|(_, f, p)| *f == own || !p.starts_with('!'))
+            .map(|(_, f, p)| {
+                if *f == own {
+                    p.to_string()
+                } else {
+                    format!("!{p}")
+                }
+            })
+            .collect()
+    };
+    (list(true), list(false))
+}
+
+/// The positions of argument `id`'s values in `args`.
+pub(crate) fn positions(args: &clap::ArgMatches, id: &str) -> Vec<usize> {
+    args.indices_of(id).map(|i| i.collect()).unwrap_or_default()
+}
+
 impl RecordOptions {
+    /// `-F` and `-N` as uftrace orders them ([`ordered_filters`]).
+    pub(crate) fn order_filters(&mut self, args: &clap::ArgMatches) {
+        let (f, n) = ordered_filters(
+            (&self.filter, &positions(args, "filter")),
+            (&self.notrace, &positions(args, "notrace")),
+        );
+        (self.filter, self.notrace) = (f, n);
+    }
+
     /// `-P` and `-U` patterns in the order the command line gave them
     /// (their positions in `args`), each `-U PAT` as `!PAT`, into
     /// [`RecordOptions::patch`].
@@ -38,14 +88,11 @@ impl RecordOptions {
         if self.unpatch.is_empty() {
             return;
         }
-        let at = |id: &str| -> Vec<usize> {
-            args.indices_of(id).map(|i| i.collect()).unwrap_or_default()
-        };
-        let mut all: Vec<(usize, String)> = at("patch")
+        let mut all: Vec<(usize, String)> = positions(args, "patch")
             .into_iter()
             .zip(self.patch.drain(..))
             .chain(
-                at("unpatch")
+                positions(args, "unpatch")
                     .into_iter()
                     .zip(self.unpatch.drain(..).map(|p| format!("!{p}"))),
             )

@@ -253,3 +253,52 @@ fn size_filter_leaves_small_functions_out() {
         0,
     );
 }
+
+/// `-F` and `-N` in the order given: for each function the last pattern
+/// that names it decides, as uftrace's; in views and in `record`.
+#[test]
+fn filters_apply_in_the_order_given() {
+    let data = recording("o", "naps.c", &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"]);
+    let replay = |args: &[&str]| {
+        view(
+            &mut shadowgraph(),
+            &data,
+            &[&["replay", "-f", "none"], args].concat(),
+        )
+    };
+    // A later -F takes mid back; a later -N takes it away.
+    assert!(replay(&["-N", "mid", "-F", "mid"]).starts_with("mid() {\n  nap();\n"));
+    assert_eq!(replay(&["-F", "mid", "-N", "mid"]), "");
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "-N", "mid", "-F", "mid"],
+            &["replay", "-F", "mid", "-N", "mid"],
+            &["replay", "-F", "main", "-N", "mid", "-F", "nap"],
+            &["replay", "-N", "fib", "-F", "fib"],
+        ],
+        0,
+    );
+    // The same when recording.
+    let dir = workdir("o_record");
+    let exe = build_fixture_with(
+        &dir,
+        "o",
+        "naps.c",
+        &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"],
+    );
+    for (opts, mid) in [
+        (&["-N", "mid", "-F", "mid"][..], true),
+        (&["-F", "mid", "-N", "mid"], false),
+    ] {
+        let data = dir.join("r.data");
+        let o = record_run(&[], opts, &data, &exe, &[]);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let out = view(&mut shadowgraph(), &data, &["replay", "-f", "none"]);
+        assert_eq!(
+            out.starts_with("mid() {\n  nap();\n"),
+            mid,
+            "{opts:?}: {out}"
+        );
+    }
+}

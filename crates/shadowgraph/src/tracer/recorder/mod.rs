@@ -319,7 +319,8 @@ fn matching(patterns: &[String]) -> Result<Vec<String>, String> {
         .into_iter()
         .map(|p| p.text().to_string())
         .collect();
-    for p in &missing {
+    // (A `!` pattern that removes nothing is harmless: not said.)
+    for p in missing.iter().filter(|p| !p.starts_with('!')) {
         eprintln!(
             "shadowgraph: warning: pattern `{p}` matches no function; tracing goes on without it \
              (a function of a library loaded later by dlopen is named `{p}@LIB`)"
