@@ -302,3 +302,37 @@ fn filters_apply_in_the_order_given() {
         );
     }
 }
+
+/// With `-F`, `-D` counts from the innermost selected call: a selected
+/// call nested in another restarts it (uftrace's), and a level the limit
+/// hides between two selected calls takes no place in the indentation.
+#[test]
+fn depth_restarts_at_each_selected_call() {
+    let data = recording("dr", "naps.c", &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"]);
+    let replay = |args: &[&str]| {
+        view(
+            &mut shadowgraph(),
+            &data,
+            &[&["replay", "-f", "none"], args].concat(),
+        )
+    };
+    // fib(3): every level shown, each fib restarting the limit.
+    assert_eq!(
+        replay(&["-F", "fib", "-D", "2"]),
+        "fib() {\n  fib() {\n    fib();\n    fib();\n  } /* fib */\n  fib();\n} /* fib */\n"
+    );
+    assert_eq!(
+        replay(&["-F", "main", "-F", "nap", "-D", "1"]),
+        "main() {\n  nap();\n  nap();\n} /* main */\n"
+    );
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "-F", "fib", "-D", "2"],
+            &["replay", "-F", "main", "-F", "nap", "-D", "1"],
+            &["replay", "-F", "main", "-D", "2"],
+            &["graph", "-F", "main", "-F", "leaf", "-D", "1"],
+        ],
+        0,
+    );
+}

@@ -143,6 +143,14 @@ struct FunctionFiltered {
     /// Depth of the outermost selected call open, and of the hidden one.
     inside: Option<u16>,
     hidden: Option<u16>,
+    /// The depths of the selected calls open, innermost last: with `-F`,
+    /// the depth limit counts from the innermost (uftrace restarts it at
+    /// each selected call), while depths shown count from the outermost.
+    selected: Vec<u16>,
+    /// The depth limit (`u16::MAX`: none), applied here with `-F`.
+    max: u16,
+    /// The depths of the shown calls open, innermost last.
+    shown: Vec<u16>,
 }
 
 impl FunctionFiltered {
@@ -190,22 +198,47 @@ impl Iterator for FunctionFiltered {
             let Some(f) = &self.functions else {
                 return Some(Ok(r));
             };
-            let start = match (self.inside, r.kind) {
-                (None, Kind::Entry) if self.lookup(f, r.addr) => {
-                    self.inside = Some(d);
-                    d
-                }
+            let chosen = r.kind == Kind::Entry && self.lookup(f, r.addr);
+            if chosen {
+                self.selected.push(d);
+            }
+            // From the innermost selected call open (this one, or at an
+            // exit the one it ends).
+            let base = self.selected.last().copied().unwrap_or(d);
+            if r.kind == Kind::Exit && self.selected.last() == Some(&d) {
+                self.selected.pop();
+            }
+            if d.saturating_sub(base) >= self.max {
+                continue;
+            }
+            match (self.inside, r.kind) {
+                (None, Kind::Entry) if chosen => self.inside = Some(d),
                 (None, _) => continue,
                 (Some(s), Kind::Exit) if d <= s => {
                     self.inside = None;
                     if d < s {
                         continue; // an exit below the selected call: unbalanced
                     }
-                    s
                 }
-                (Some(s), _) => s,
-            };
-            r.depth = d.saturating_sub(start);
+                _ => {}
+            }
+            // Shown at the number of shown calls open around it (a level
+            // the limit hid between two selected calls takes no place).
+            match r.kind {
+                Kind::Entry => {
+                    r.depth = self.shown.len() as u16;
+                    self.shown.push(d);
+                }
+                _ => {
+                    while self.shown.last().is_some_and(|&o| o > d) {
+                        self.shown.pop();
+                    }
+                    if self.shown.last() == Some(&d) {
+                        self.shown.pop();
+                    }
+                    r.depth = self.shown.len() as u16;
+                }
+            }
             return Some(Ok(r));
         }
     }
@@ -377,6 +410,13 @@ fn filtered(
             notrace: sel.notrace.clone(),
             inside: None,
             hidden: None,
+            selected: Vec::new(),
+            max: if sel.functions.is_some() {
+                max
+            } else {
+                u16::MAX
+            },
+            shown: Vec::new(),
         });
     }
     if let Some(callers) = &sel.callers {
@@ -388,7 +428,8 @@ fn filtered(
             ready: VecDeque::new(),
         });
     }
-    if late_limit {
+    // (With -F the limit was applied, from each selected call.)
+    if late_limit && sel.functions.is_none() {
         it = Box::new(it.filter(move |r| r.as_ref().map_or(true, |r| r.depth < max)));
     }
     if filter.min_ns > 0 {
