@@ -331,7 +331,7 @@ fn main() -> ExitCode {
             task_newline,
             filter,
         } => {
-            use shadowgraph_data::replay::{replay_with, Field, Look};
+            use shadowgraph_data::replay::{Field, Look};
             let how = filter.open_options();
             let filter = filter.into();
             let fields = fields.map_or_else(|| Field::DEFAULT.to_vec(), |f| f.0);
@@ -341,7 +341,9 @@ fn main() -> ExitCode {
                 column_offset: if column_view { column_offset } else { 0 },
                 task_newline,
             };
-            view_with_sessions(&data, how, |d, o| replay_with(d, &filter, &fields, look, o))
+            view_merged(&data, how, |ds, o| {
+                shadowgraph_data::replay::replay_sessions(ds, &filter, &fields, look, o)
+            })
         }
         Command::Report {
             data,
@@ -737,6 +739,59 @@ fn report(
     view_with_sessions(dir, how, |d, o| {
         shadowgraph_data::report::report_with(d, &layout, filter, o)
     })
+}
+
+/// A view of a recording and of every program started by exec during it
+/// (and by exec in those), all at once: `write` gets the recording first,
+/// then the others in the order they started.
+fn view_merged(
+    dir: &std::path::Path,
+    how: OpenOptions,
+    write: impl FnOnce(
+        &[&DataDir],
+        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
+    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
+) -> Result<ExitCode, String> {
+    use shadowgraph_data::replay::ReplayError;
+    use std::io::Write;
+    let mut dirs = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < dirs.len() {
+        let more = shadowgraph_data::dir::exec_sessions_in(&dirs[i]);
+        dirs.extend(more);
+        i += 1;
+    }
+    let mut datas = Vec::new();
+    for d in &dirs {
+        let data = DataDir::open_with(d, how).map_err(|e| e.to_string())?;
+        if shadowgraph_data::profile::is_profile(&data) {
+            return Err(format!(
+                "{} holds a profile (per-function totals, no call records): see it with `shadowgraph report -d {}`",
+                d.display(),
+                d.display()
+            ));
+        }
+        if let Some(w) = data.loss_warning() {
+            eprintln!("shadowgraph: {w}");
+        }
+        datas.push(data);
+    }
+    let refs: Vec<&DataDir> = datas.iter().collect();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let result = write(&refs, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
+    let warnings: Vec<String> = datas.iter().flat_map(|d| d.warnings()).collect();
+    drop(refs);
+    drop(datas); // (clears the progress line)
+    for w in warnings {
+        eprintln!("shadowgraph: warning: {w}");
+    }
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// [`view`], then the same view of every program started by exec during

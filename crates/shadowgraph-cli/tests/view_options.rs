@@ -336,3 +336,43 @@ fn depth_restarts_at_each_selected_call() {
         0,
     );
 }
+
+/// A program that execs itself: replay shows the new program's calls in
+/// place, in the same thread, as uftrace's replay of its own recording of
+/// the same program shows them (`main { leaf; execl { main { leaf } }`).
+#[test]
+fn exec_shows_in_place() {
+    let dir = workdir("exec_in_place");
+    let exe = build_fixture(&dir, "es", "exec_self.c");
+    let data = dir.join("es.data");
+    let o = record_run(&[], &["--libcall"], &data, &exe, &[]);
+    // (The new program returns leaf(2): 3.)
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o).1);
+    let ours = shape(&view(&mut shadowgraph(), &data, &["replay"]));
+    assert_eq!(
+        ours,
+        [
+            " |main() {",
+            "D|  leaf();",
+            " |  execl() {",
+            " |main() {",
+            "D|  leaf();",
+            "D|} /* main */",
+        ]
+    );
+    if require("uftrace", "uftrace's recording of the same program") {
+        let theirs = dir.join("u.data");
+        let o = Command::new("uftrace")
+            .args(["record", "-P", ".", "-d"])
+            .arg(&theirs)
+            .arg(&exe)
+            .output()
+            .unwrap();
+        // (uftrace says the program's non-zero status by its own.)
+        assert!(theirs.join("task.txt").exists(), "{}", text(&o).1);
+        assert_eq!(
+            ours,
+            shape(&view(&mut Command::new("uftrace"), &theirs, &["replay"]))
+        );
+    }
+}

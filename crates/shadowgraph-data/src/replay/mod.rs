@@ -80,8 +80,46 @@ pub fn replay_with(
     look: Look,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
-    let threads = thread_records(data, filter)?;
+    replay_sessions(&[data], filter, fields, look, out)
+}
+
+/// [`replay_with`] of a recording (`datas[0]`) and of the programs started
+/// by exec during it (the others, each a recording of its own), in one
+/// stream by time, as uftrace shows a program that execs: a thread that
+/// went on in another program is not listed among those that left calls
+/// open. Columns come from the first.
+pub fn replay_sessions(
+    datas: &[&DataDir],
+    filter: &ReplayFilter,
+    fields: &[Field],
+    look: Look,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let Some(&data) = datas.first() else {
+        return Ok(());
+    };
+    let mut threads = Vec::new();
+    // The recording each stream is of.
+    let mut owner: Vec<usize> = Vec::new();
+    for (i, d) in datas.iter().enumerate() {
+        let mut f = filter.clone();
+        if i > 0 && !f.tids.is_empty() {
+            // Threads asked for that this program did not run in.
+            f.tids.retain(|t| d.tids.contains(t));
+            if f.tids.is_empty() {
+                continue;
+            }
+        }
+        for t in thread_records(d, &f)? {
+            threads.push(t);
+            owner.push(i);
+        }
+    }
     let tids: Vec<i32> = threads.iter().map(|t| t.0).collect();
+    // A thread that goes on in a later program (exec keeps the thread).
+    let went_on: Vec<bool> = (0..tids.len())
+        .map(|k| (0..tids.len()).any(|j| tids[j] == tids[k] && owner[j] > owner[k]))
+        .collect();
     // One stream per thread, merged by time.
     let mut streams: Vec<std::iter::Peekable<Records>> =
         threads.into_iter().map(|(_, r)| r.peekable()).collect();
@@ -140,7 +178,7 @@ pub fn replay_with(
         let d = r.depth as usize;
         match r.kind {
             Kind::Entry => {
-                let name = data.name(r.addr);
+                let name = datas[owner[k]].name(r.addr);
                 // A leaf: its exit is the next record shown, of any thread
                 // (the heap's next is this stream's), as uftrace merges.
                 let next_shown = heap.peek().map(|Reverse(x)| x.1) == Some(k);
@@ -212,7 +250,7 @@ pub fn replay_with(
             Kind::Exit => {
                 open[k].truncate(d);
                 let start = entry_time[k].get_mut(d).and_then(Option::take);
-                let name = data.name(r.addr);
+                let name = datas[owner[k]].name(r.addr);
                 let dur = start.map(|s| r.time.saturating_sub(s));
                 let head = match &r.args {
                     Some(v) => format!("}} = {v};"),
@@ -239,13 +277,19 @@ pub fn replay_with(
             Kind::Event => {}
         }
     }
-    remaining(data, &tids, &open, out)
+    for (k, o) in open.iter_mut().enumerate() {
+        if went_on[k] {
+            o.clear();
+        }
+    }
+    let names = |k: usize, addr: u64| datas[owner[k]].name(addr).into_owned();
+    remaining(&names, &tids, &open, out)
 }
 
 /// uftrace's closing list of the calls each thread left open (a crash, an
 /// exit from inside a call, a thread never joined), innermost first.
 fn remaining(
-    data: &DataDir,
+    name: &dyn Fn(usize, u64) -> String,
     tids: &[i32],
     open: &[Vec<Option<u64>>],
     out: &mut impl Write,
@@ -261,14 +305,14 @@ fn remaining(
     }
     write!(out, "\nuftrace stopped tracing with remaining functions")?;
     write!(out, "\n================================================\n")?;
-    for (tid, o) in tids.iter().zip(open) {
+    for (k, (tid, o)) in tids.iter().zip(open).enumerate() {
         if !listed(o) {
             continue;
         }
         writeln!(out, "task: {tid}")?;
         for (depth, addr) in o.iter().enumerate().rev() {
             if let Some(addr) = addr {
-                writeln!(out, "[{depth}] {}", data.name(*addr))?;
+                writeln!(out, "[{depth}] {}", name(k, *addr))?;
             }
         }
         writeln!(out)?;
