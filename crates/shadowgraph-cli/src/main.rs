@@ -10,11 +10,13 @@ mod count;
 mod demo;
 mod launch;
 mod options;
+mod output;
 mod record;
 mod sites;
 mod sysinfo;
 
 use clap::{Parser, Subcommand};
+use output::{view, view_merged, view_with_sessions};
 use shadowgraph_data::dir::{DataDir, OpenOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -561,64 +563,6 @@ fn parse_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> 
     shadowgraph_data::pattern::Pattern::parse(p).map_err(|e| e.to_string())
 }
 
-/// Opens a data directory and writes a view of it to stdout (a closed pipe,
-/// as with `| head`, ends the output quietly).
-fn view(
-    dir: &std::path::Path,
-    how: OpenOptions,
-    write: impl FnOnce(
-        &shadowgraph_data::dir::DataDir,
-        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
-    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
-) -> Result<ExitCode, String> {
-    view_of(dir, how, true, write)
-}
-
-/// [`view`]; `notice`: whether to point at the recording's exec sessions.
-fn view_of(
-    dir: &std::path::Path,
-    how: OpenOptions,
-    notice: bool,
-    write: impl FnOnce(
-        &shadowgraph_data::dir::DataDir,
-        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
-    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
-) -> Result<ExitCode, String> {
-    use shadowgraph_data::replay::ReplayError;
-    use std::io::Write;
-    let data = DataDir::open_with(dir, how).map_err(|e| e.to_string())?;
-    if shadowgraph_data::profile::is_profile(&data) {
-        return Err(format!(
-            "{} holds a profile (per-function totals, no call records): see it with `shadowgraph report -d {}`",
-            dir.display(),
-            dir.display()
-        ));
-    }
-    for w in [
-        data.loss_warning(),
-        data.sessions_notice().filter(|_| notice),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        eprintln!("shadowgraph: {w}");
-    }
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let result = write(&data, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
-    let warnings = data.warnings();
-    drop(data); // (clears the progress line)
-    for w in warnings {
-        eprintln!("shadowgraph: warning: {w}");
-    }
-    match result {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 /// The folded stacks rendered as an SVG flame graph (widths: self time).
 fn flame_svg(
     dir: &std::path::Path,
@@ -739,96 +683,4 @@ fn report(
     view_with_sessions(dir, how, |d, o| {
         shadowgraph_data::report::report_with(d, &layout, filter, o)
     })
-}
-
-/// A view of a recording and of every program started by exec during it
-/// (and by exec in those), all at once: `write` gets the recording first,
-/// then the others in the order they started.
-fn view_merged(
-    dir: &std::path::Path,
-    how: OpenOptions,
-    write: impl FnOnce(
-        &[&DataDir],
-        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
-    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
-) -> Result<ExitCode, String> {
-    use shadowgraph_data::replay::ReplayError;
-    use std::io::Write;
-    let mut dirs = vec![dir.to_path_buf()];
-    let mut i = 0;
-    while i < dirs.len() {
-        let more = shadowgraph_data::dir::exec_sessions_in(&dirs[i]);
-        dirs.extend(more);
-        i += 1;
-    }
-    let mut datas = Vec::new();
-    for d in &dirs {
-        let data = DataDir::open_with(d, how).map_err(|e| e.to_string())?;
-        if shadowgraph_data::profile::is_profile(&data) {
-            return Err(format!(
-                "{} holds a profile (per-function totals, no call records): see it with `shadowgraph report -d {}`",
-                d.display(),
-                d.display()
-            ));
-        }
-        if let Some(w) = data.loss_warning() {
-            eprintln!("shadowgraph: {w}");
-        }
-        datas.push(data);
-    }
-    let refs: Vec<&DataDir> = datas.iter().collect();
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let result = write(&refs, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
-    let warnings: Vec<String> = datas.iter().flat_map(|d| d.warnings()).collect();
-    drop(refs);
-    drop(datas); // (clears the progress line)
-    for w in warnings {
-        eprintln!("shadowgraph: warning: {w}");
-    }
-    match result {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// [`view`], then the same view of every program started by exec during
-/// the recording (a session of its own, in a directory inside this one),
-/// each after a line that names it, in the order they started.
-fn view_with_sessions(
-    dir: &std::path::Path,
-    how: OpenOptions,
-    write: impl Fn(
-        &shadowgraph_data::dir::DataDir,
-        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
-    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
-) -> Result<ExitCode, String> {
-    use std::io::Write;
-    let code = view_of(dir, how, false, &write)?;
-    let sessions = match shadowgraph_data::dir::DataDir::open(dir) {
-        Ok(d) => d.exec_sessions(),
-        Err(_) => Vec::new(),
-    };
-    for s in sessions {
-        let exe = shadowgraph_data::dir::DataDir::open(&s)
-            .ok()
-            .and_then(|d| d.info.get("exe").map(str::to_string))
-            .unwrap_or_default();
-        {
-            let mut out = std::io::stdout().lock();
-            if writeln!(
-                out,
-                "\n# started by exec: {exe} (recorded in {})",
-                s.display()
-            )
-            .is_err()
-            {
-                return Ok(code); // closed pipe
-            }
-        }
-        view_of(&s, how, false, &write)?;
-    }
-    Ok(code)
 }

@@ -77,9 +77,11 @@ fn select(data: &DataDir, patterns: &[Pattern], flag: &str) -> Result<Vec<bool>,
 }
 
 /// The depth uftrace shows a thread's calls at: counted from 0 at the
-/// thread's first record (a forked child's calls start at 0, whatever
-/// frames it inherited), one level per entry and back one per exit; after
-/// a LOST record, taken again from the next record's own depth. Records
+/// thread's first record, or from that record's own depth when it is an
+/// exit (a forked child's first record ends the call that forked it: its
+/// calls go on below the frames it inherited, as uftrace shows them); one
+/// level per entry and back one per exit; after a LOST record, taken again
+/// from the next record's own depth. Records
 /// at `max` or deeper are left out (`u16::MAX`: none), when no later layer
 /// changes the depths.
 struct DisplayDepth<I> {
@@ -87,6 +89,8 @@ struct DisplayDepth<I> {
     depth: u16,
     /// Whether `depth` counts on (false after a LOST record).
     set: bool,
+    /// No record read yet.
+    first: bool,
     max: u16,
 }
 
@@ -100,6 +104,9 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I>
                 Ok(r) => r,
                 Err(e) => return Some(Err(e)),
             };
+            if std::mem::replace(&mut self.first, false) && r.kind == Kind::Exit {
+                self.set = false;
+            }
             match r.kind {
                 Kind::Entry => {
                     if !std::mem::replace(&mut self.set, true) {
@@ -391,6 +398,7 @@ fn filtered(
         inner: stream,
         depth: 0,
         set: true,
+        first: true,
         max: if late_limit { u16::MAX } else { max },
     });
     if let Some(spans) = spans {

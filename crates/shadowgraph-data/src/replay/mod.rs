@@ -310,10 +310,11 @@ fn remaining(
             continue;
         }
         writeln!(out, "task: {tid}")?;
-        for (depth, addr) in o.iter().enumerate().rev() {
-            if let Some(addr) = addr {
-                writeln!(out, "[{depth}] {}", name(k, *addr))?;
-            }
+        // Numbered among the thread's own calls (not the frames a forked
+        // child inherited), innermost first, as uftrace numbers them.
+        let calls: Vec<u64> = o.iter().flatten().copied().collect();
+        for (i, addr) in calls.iter().enumerate().rev() {
+            writeln!(out, "[{i}] {}", name(k, *addr))?;
         }
         writeln!(out)?;
     }
