@@ -18,18 +18,9 @@ pub(crate) fn view(
     view_of(dir, how, true, write)
 }
 
-/// [`view`]; `notice`: whether to point at the recording's exec sessions.
-pub(crate) fn view_of(
-    dir: &std::path::Path,
-    how: OpenOptions,
-    notice: bool,
-    write: impl FnOnce(
-        &shadowgraph_data::dir::DataDir,
-        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
-    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
-) -> Result<ExitCode, String> {
-    use shadowgraph_data::replay::ReplayError;
-    use std::io::Write;
+/// Opens the recording at `dir` for a view of its calls (a profile has
+/// none), saying its losses, and pointing at its exec sessions if `notice`.
+fn open_calls(dir: &std::path::Path, how: OpenOptions, notice: bool) -> Result<DataDir, String> {
     let data = DataDir::open_with(dir, how).map_err(|e| e.to_string())?;
     if shadowgraph_data::profile::is_profile(&data) {
         return Err(format!(
@@ -47,10 +38,27 @@ pub(crate) fn view_of(
     {
         eprintln!("shadowgraph: {w}");
     }
+    Ok(data)
+}
+
+/// Writes a view of `datas` with `write` to stdout, then their warnings
+/// (once they are dropped: that clears the progress line); a closed pipe
+/// ends the output quietly.
+fn write_view(
+    datas: Vec<DataDir>,
+    write: impl FnOnce(
+        &[&DataDir],
+        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
+    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
+) -> Result<ExitCode, String> {
+    use shadowgraph_data::replay::ReplayError;
+    use std::io::Write;
+    let refs: Vec<&DataDir> = datas.iter().collect();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let result = write(&data, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
-    let warnings = data.warnings();
-    drop(data); // (clears the progress line)
+    let result = write(&refs, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
+    let warnings: Vec<String> = datas.iter().flat_map(|d| d.warnings()).collect();
+    drop(refs);
+    drop(datas);
     for w in warnings {
         eprintln!("shadowgraph: warning: {w}");
     }
@@ -61,6 +69,20 @@ pub(crate) fn view_of(
         }
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// [`view`]; `notice`: whether to point at the recording's exec sessions.
+pub(crate) fn view_of(
+    dir: &std::path::Path,
+    how: OpenOptions,
+    notice: bool,
+    write: impl FnOnce(
+        &shadowgraph_data::dir::DataDir,
+        &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
+    ) -> Result<(), shadowgraph_data::replay::ReplayError>,
+) -> Result<ExitCode, String> {
+    let data = open_calls(dir, how, notice)?;
+    write_view(vec![data], |ds, out| write(ds[0], out))
 }
 
 /// A view of a recording and of every program started by exec during it
@@ -74,8 +96,6 @@ pub(crate) fn view_merged(
         &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
     ) -> Result<(), shadowgraph_data::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
-    use shadowgraph_data::replay::ReplayError;
-    use std::io::Write;
     let mut dirs = vec![dir.to_path_buf()];
     let mut i = 0;
     while i < dirs.len() {
@@ -83,37 +103,11 @@ pub(crate) fn view_merged(
         dirs.extend(more);
         i += 1;
     }
-    let mut datas = Vec::new();
-    for d in &dirs {
-        let data = DataDir::open_with(d, how).map_err(|e| e.to_string())?;
-        if shadowgraph_data::profile::is_profile(&data) {
-            return Err(format!(
-                "{} holds a profile (per-function totals, no call records): see it with `shadowgraph report -d {}`",
-                d.display(),
-                d.display()
-            ));
-        }
-        if let Some(w) = data.loss_warning() {
-            eprintln!("shadowgraph: {w}");
-        }
-        datas.push(data);
-    }
-    let refs: Vec<&DataDir> = datas.iter().collect();
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let result = write(&refs, &mut out).and_then(|()| out.flush().map_err(ReplayError::Io));
-    let warnings: Vec<String> = datas.iter().flat_map(|d| d.warnings()).collect();
-    drop(refs);
-    drop(datas); // (clears the progress line)
-    for w in warnings {
-        eprintln!("shadowgraph: warning: {w}");
-    }
-    match result {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => Err(e.to_string()),
-    }
+    let datas = dirs
+        .iter()
+        .map(|d| open_calls(d, how, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    write_view(datas, write)
 }
 
 /// [`view`], then the same view of every program started by exec during
