@@ -680,7 +680,7 @@ fn report(
             shadowgraph_data::report::report(d, key, threads, filter, o)
         });
     }
-    view_with_sessions(dir, how, |d, o| {
-        shadowgraph_data::report::report_with(d, &layout, filter, o)
+    view_merged(dir, how, |ds, o| {
+        shadowgraph_data::report::report_sessions(ds, &layout, filter, o)
     })
 }

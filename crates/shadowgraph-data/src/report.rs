@@ -80,6 +80,30 @@ impl FuncStats {
         self.self_max = self.self_max.max(self_ns);
     }
 
+    /// `other`'s calls counted in too.
+    fn merge(&mut self, other: &FuncStats) {
+        if other.calls == 0 {
+            return;
+        }
+        let first = self.calls == 0;
+        self.total += other.total;
+        self.self_time += other.self_time;
+        self.total_all += other.total_all;
+        self.total_min = if first {
+            other.total_min
+        } else {
+            self.total_min.min(other.total_min)
+        };
+        self.total_max = self.total_max.max(other.total_max);
+        self.self_min = if first {
+            other.self_min
+        } else {
+            self.self_min.min(other.self_min)
+        };
+        self.self_max = self.self_max.max(other.self_max);
+        self.calls += other.calls;
+    }
+
     /// The average time of a call, ns.
     pub fn total_avg(&self) -> u64 {
         self.total_all.checked_div(self.calls).unwrap_or(0)
@@ -414,11 +438,36 @@ pub fn report_with(
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReportError> {
-    let stats = collect(data, false, filter)?;
-    let mut rows: Vec<(FuncStats, String, u64)> = stats
-        .into_iter()
-        .map(|(k, s)| (s, data.name(k.1).into_owned(), data.function_size(k.1)))
-        .collect();
+    report_sessions(&[data], layout, filter, out)
+}
+
+/// [`report_with`] of a recording and of the programs started by exec
+/// during it, in one table (functions matched by name across them, as
+/// uftrace's report counts every session).
+pub fn report_sessions(
+    datas: &[&DataDir],
+    layout: &Layout,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReportError> {
+    let mut by_name: HashMap<String, (FuncStats, u64)> = HashMap::new();
+    for (i, data) in datas.iter().enumerate() {
+        let mut f = filter.clone();
+        if i > 0 && !f.tids.is_empty() {
+            f.tids.retain(|t| data.tids.contains(t));
+            if f.tids.is_empty() {
+                continue;
+            }
+        }
+        for (k, s) in collect(data, false, &f)? {
+            let e = by_name
+                .entry(data.name(k.1).into_owned())
+                .or_insert_with(|| (FuncStats::default(), data.function_size(k.1)));
+            e.0.merge(&s);
+        }
+    }
+    let mut rows: Vec<(FuncStats, String, u64)> =
+        by_name.into_iter().map(|(n, (s, z))| (s, n, z)).collect();
     rows.sort_by(|(a, na, za), (b, nb, zb)| {
         let by = |k: &SortKey| match *k {
             SortKey::Total => b.total.cmp(&a.total),
