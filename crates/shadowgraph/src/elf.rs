@@ -409,7 +409,8 @@ impl FunctionSymbols {
         }
         let mut list = collect(file.symbols());
         if list.is_empty() {
-            let debug = debug::find(path, file).and_then(|d| std::fs::read(d).ok());
+            // (Mapped, not read: debug files are often large.)
+            let debug = debug::find(path, file).and_then(|d| crate::sys::MappedFile::open(&d).ok());
             if let Some(Ok(d)) = debug.as_deref().map(object::File::parse) {
                 list = collect(d.symbols());
             }

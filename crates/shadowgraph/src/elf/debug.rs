@@ -53,7 +53,8 @@ pub(crate) fn find(path: &Path, file: &object::File<'_>) -> Option<PathBuf> {
 /// counts as the same).
 fn same_build(id: Option<&[u8]>, c: &Path) -> bool {
     let Some(id) = id else { return true };
-    let Ok(data) = std::fs::read(c) else {
+    // (Mapped, not read: debug files are often large.)
+    let Ok(data) = crate::sys::MappedFile::open(c) else {
         return false;
     };
     match object::File::parse(&*data).map(|f| f.build_id()) {
