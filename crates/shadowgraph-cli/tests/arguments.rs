@@ -53,7 +53,10 @@ fn arguments_and_return_values_are_recorded_as_uftrace_records_them() {
     assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
     let theirs = dir.join("theirs.data");
     let mut u = Command::new("uftrace");
-    u.args(["record", "--no-libcall", "-d"]).arg(&theirs);
+    // (--no-sched: uftrace records a thread's pre-emptions where perf lets
+    // it, as `/* linux:schedule */` lines we do not record.)
+    u.args(["record", "--no-libcall", "--no-sched", "-d"])
+        .arg(&theirs);
     for (o, s) in ARGS_VALUES_SPECS {
         u.args([o, s]);
     }

@@ -363,7 +363,7 @@ fn exec_shows_in_place() {
     if require("uftrace", "uftrace's recording of the same program") {
         let theirs = dir.join("u.data");
         let o = Command::new("uftrace")
-            .args(["record", "-P", ".", "-d"])
+            .args(["record", "-P", ".", "--no-sched", "-d"])
             .arg(&theirs)
             .arg(&exe)
             .output()
