@@ -251,6 +251,25 @@ impl Iterator for FunctionFiltered {
     }
 }
 
+/// The next record of a filter that holds entries back: one it released
+/// already, else what `take` makes of `inner`'s next record (it puts what
+/// it releases in `ready`, in order).
+fn held_next(
+    ready: &mut VecDeque<Record>,
+    inner: &mut Records,
+    mut take: impl FnMut(Record, &mut VecDeque<Record>),
+) -> Option<Result<Record, DataError>> {
+    loop {
+        if let Some(r) = ready.pop_front() {
+            return Some(Ok(r));
+        }
+        match inner.next()? {
+            Ok(r) => take(r, ready),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+}
+
 /// The waiting entries of `open` (not released yet) go to `ready`, in
 /// order, and count as released.
 fn release_waiting(open: &mut [(Record, bool)], ready: &mut VecDeque<Record>) {
@@ -275,33 +294,27 @@ impl Iterator for TimeFiltered {
     type Item = Result<Record, DataError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(r) = self.ready.pop_front() {
-                return Some(Ok(r));
-            }
-            let r = match self.inner.next()? {
-                Ok(r) => r,
-                Err(e) => return Some(Err(e)),
-            };
+        let (min, open) = (self.min, &mut self.open);
+        held_next(&mut self.ready, &mut self.inner, |r, ready| {
             match r.kind {
-                Kind::Entry => self.open.push((r, false)),
-                Kind::Exit => match self.open.pop() {
+                Kind::Entry => open.push((r, false)),
+                Kind::Exit => match open.pop() {
                     Some((e, released)) => {
-                        let keep = released || r.time.saturating_sub(e.time) >= self.min;
+                        let keep = released || r.time.saturating_sub(e.time) >= min;
                         if keep && !released {
-                            release_waiting(&mut self.open, &mut self.ready);
-                            self.ready.push_back(e);
+                            release_waiting(open, ready);
+                            ready.push_back(e);
                         }
                         if keep {
-                            self.ready.push_back(r);
+                            ready.push_back(r);
                         }
                     }
                     // An exit whose entry predates the recording: shown.
-                    None => self.ready.push_back(r),
+                    None => ready.push_back(r),
                 },
-                _ => self.ready.push_back(r),
+                _ => ready.push_back(r),
             }
-        }
+        })
     }
 }
 
@@ -323,35 +336,29 @@ impl Iterator for CallerFiltered {
     type Item = Result<Record, DataError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(r) = self.ready.pop_front() {
-                return Some(Ok(r));
-            }
-            let r = match self.inner.next()? {
-                Ok(r) => r,
-                Err(e) => return Some(Err(e)),
-            };
+        let (symbols, callers, open) = (&self.symbols, &self.callers, &mut self.open);
+        held_next(&mut self.ready, &mut self.inner, |r, ready| {
             match r.kind {
                 Kind::Entry => {
-                    let i = self.symbols.partition_point(|&a| a <= r.addr);
-                    let selected = i > 0 && self.callers[i - 1];
+                    let i = symbols.partition_point(|&a| a <= r.addr);
+                    let selected = i > 0 && callers[i - 1];
                     if selected {
-                        release_waiting(&mut self.open, &mut self.ready);
-                        self.ready.push_back(r.clone());
+                        release_waiting(open, ready);
+                        ready.push_back(r.clone());
                     }
-                    self.open.push((r, selected));
+                    open.push((r, selected));
                 }
-                Kind::Exit => match self.open.pop() {
-                    Some((_, true)) => self.ready.push_back(r),
+                Kind::Exit => match open.pop() {
+                    Some((_, true)) => ready.push_back(r),
                     Some(_) => {}
                     // An exit whose entry predates the recording.
                     None => {}
                 },
                 // Inside a selected call or one of its callers: kept.
-                _ if self.open.last().is_some_and(|o| o.1) => self.ready.push_back(r),
+                _ if open.last().is_some_and(|o| o.1) => ready.push_back(r),
                 _ => {}
             }
-        }
+        })
     }
 }
 
