@@ -233,6 +233,9 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         // directly: its stub keeps registers for it).
         Box::new(|| run_sg_p(&arg)),
         Box::new(|| run_sg_p("1")),
+        // A trigger on main (fib's calls carry none): the triggers' state
+        // in the callbacks.
+        Box::new(|| run_sg_with(&arg, None, &["-T", "main@trace_on"])),
     ];
     let uf_at = runs.len();
     if uftrace {
@@ -242,6 +245,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         runs.push(Box::new(|| run_uf_with(&arg, &["-A", "fib@arg1"])));
         runs.push(Box::new(|| run_uf_p(&arg)));
         runs.push(Box::new(|| run_uf_p("1")));
+        runs.push(Box::new(|| run_uf_with(&arg, &["-T", "main@trace_on"])));
     }
     // fib(1) untraced: what starting and ending the program costs. A
     // recorder's start-up overhead is its fib(1) run less this (not less
@@ -276,6 +280,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         med(8),
     );
     let (sg_profile, sg_args, sg_p, sg_p_start) = (med(9), med(10), med(11), med(12));
+    let sg_trigger = med(13);
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -355,6 +360,11 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         per_call(sg_args, sg_start)
     );
     println!(
+        "{:<34} {sg_trigger:>9.3} {:>12.1}",
+        "  (-T main@trace_on: a trigger)",
+        per_call(sg_trigger, sg_start)
+    );
+    println!(
         "{:<34} {sg_p:>9.3} {:>12.1} {:>10} {sg_p_start:>10.3}",
         "  (-P .: built without flags)",
         per_call(sg_p, sg_p_start),
@@ -392,6 +402,12 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
             "  (-P .: built without flags)",
             per_call(uf_p, uf_p_start),
             ""
+        );
+        let uf_trigger = med(uf_at + 6);
+        println!(
+            "{:<34} {uf_trigger:>9.3} {:>12.1}",
+            "  (-T main@trace_on: a trigger)",
+            per_call(uf_trigger, uf_start)
         );
         let ratios: Vec<f64> = times[1]
             .iter()

@@ -458,12 +458,19 @@ fn main() -> ExitCode {
 #[derive(clap::Args, Debug)]
 struct ViewFilter {
     /// Only calls inside these functions' calls (glob or /regex/; `!P`
-    /// removes); repeatable.
-    #[arg(short = 'F', long = "filter", value_parser = parse_pattern)]
-    filter: Vec<shadowgraph_data::pattern::Pattern>,
+    /// removes; `@depth=N`, `@time=T`… as triggers); repeatable.
+    #[arg(short = 'F', long = "filter", value_parser = parse_filter)]
+    filter: Vec<shadowgraph_data::trigger::Trigger>,
     /// Without these functions and the calls inside them; repeatable.
-    #[arg(short = 'N', long = "notrace", value_parser = parse_pattern)]
-    notrace: Vec<shadowgraph_data::pattern::Pattern>,
+    #[arg(short = 'N', long = "notrace", value_parser = parse_notrace)]
+    notrace: Vec<shadowgraph_data::trigger::Trigger>,
+    /// FUNC@ACTION[,ACTION…]: depth=N, backtrace, trace_on, trace_off,
+    /// trace, time=T, filter, notrace, caller, hide, color=C; repeatable.
+    #[arg(short = 'T', long = "trigger", value_parser = parse_trigger)]
+    trigger: Vec<shadowgraph_data::trigger::Trigger>,
+    /// Start with tracing off: a trace_on trigger switches it on.
+    #[arg(long)]
+    disable: bool,
     /// Only the calls of these functions and of their callers (not what
     /// they call); repeatable.
     #[arg(short = 'C', long = "caller-filter", value_parser = parse_pattern)]
@@ -501,20 +508,19 @@ enum DemangleArg {
 }
 
 impl ViewFilter {
-    /// `-F` and `-N` as uftrace orders them (`options::ordered_filters`).
+    /// `-F`, `-N` and `-T` in the order given, as triggers (a later one
+    /// wins where they disagree, as in uftrace), into `trigger`.
     fn order(&mut self, args: &clap::ArgMatches) {
-        use shadowgraph_data::pattern::Pattern;
-        let text =
-            |ps: &[Pattern]| -> Vec<String> { ps.iter().map(|p| p.text().to_string()).collect() };
-        let (f, n) = options::ordered_filters(
-            (&text(&self.filter), &options::positions(args, "filter")),
-            (&text(&self.notrace), &options::positions(args, "notrace")),
-        );
-        // Each was parsed once already; a `!` added to one parses too.
-        let parse = |v: Vec<String>| -> Vec<Pattern> {
-            v.iter().filter_map(|p| Pattern::parse(p).ok()).collect()
-        };
-        (self.filter, self.notrace) = (parse(f), parse(n));
+        let mut all: Vec<(usize, shadowgraph_data::trigger::Trigger)> = [
+            ("filter", std::mem::take(&mut self.filter)),
+            ("notrace", std::mem::take(&mut self.notrace)),
+            ("trigger", std::mem::take(&mut self.trigger)),
+        ]
+        .into_iter()
+        .flat_map(|(id, v)| options::positions(args, id).into_iter().zip(v))
+        .collect();
+        all.sort_by_key(|(i, _)| *i);
+        self.trigger = all.into_iter().map(|(_, t)| t).collect();
     }
 
     /// How the view opens its recordings: names as `--demangle` says,
@@ -536,8 +542,10 @@ impl ViewFilter {
 impl From<ViewFilter> for shadowgraph_data::replay::ReplayFilter {
     fn from(v: ViewFilter) -> Self {
         shadowgraph_data::replay::ReplayFilter {
-            functions: v.filter,
-            notrace: v.notrace,
+            functions: Vec::new(),
+            notrace: Vec::new(),
+            triggers: v.trigger,
+            disabled: v.disable,
             max_depth: v.depth,
             min_ns: v.time_filter.unwrap_or(0),
             tids: v.tids,
@@ -561,6 +569,25 @@ fn parse_patch_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, St
 
 fn parse_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {
     shadowgraph_data::pattern::Pattern::parse(p).map_err(|e| e.to_string())
+}
+
+fn parse_spec(
+    p: &str,
+    kind: shadowgraph_data::trigger::SpecKind,
+) -> Result<shadowgraph_data::trigger::Trigger, String> {
+    shadowgraph_data::trigger::Trigger::parse(p, kind).map_err(|e| e.to_string())
+}
+
+fn parse_filter(p: &str) -> Result<shadowgraph_data::trigger::Trigger, String> {
+    parse_spec(p, shadowgraph_data::trigger::SpecKind::Filter)
+}
+
+fn parse_notrace(p: &str) -> Result<shadowgraph_data::trigger::Trigger, String> {
+    parse_spec(p, shadowgraph_data::trigger::SpecKind::Notrace)
+}
+
+fn parse_trigger(p: &str) -> Result<shadowgraph_data::trigger::Trigger, String> {
+    parse_spec(p, shadowgraph_data::trigger::SpecKind::Trigger)
 }
 
 /// The folded stacks rendered as an SVG flame graph (widths: self time).
@@ -654,13 +681,13 @@ fn report(
                 dir.display()
             ));
         }
-        if !filter.functions.is_empty()
-            || !filter.notrace.is_empty()
+        if !filter.triggers.is_empty()
+            || filter.disabled
             || filter.max_depth > 0
             || filter.min_ns > 0
         {
             return Err(format!(
-                "{} holds a profile (no call records): -F/-N/-D/-t do not apply (--tid and -s do)",
+                "{} holds a profile (no call records): -F/-N/-T/-D/-t do not apply (--tid and -s do)",
                 dir.display()
             ));
         }

@@ -72,13 +72,55 @@ pub(crate) fn positions(args: &clap::ArgMatches, id: &str) -> Vec<usize> {
 }
 
 impl RecordOptions {
-    /// `-F` and `-N` as uftrace orders them ([`ordered_filters`]).
+    /// `-F` and `-N` as uftrace orders them ([`ordered_filters`]); with
+    /// triggers (`-T`, or a `-F`/`-N` pattern with actions), or `-F` with
+    /// `-D` (whose limit restarts at each filter function's call, as
+    /// uftrace's: the triggers' state does that), every one of them a
+    /// trigger, in the order given, into `trigger`.
     pub(crate) fn order_filters(&mut self, args: &clap::ArgMatches) {
-        let (f, n) = ordered_filters(
-            (&self.filter, &positions(args, "filter")),
-            (&self.notrace, &positions(args, "notrace")),
-        );
-        (self.filter, self.notrace) = (f, n);
+        use shadowgraph_data::trigger::{SpecKind, Trigger};
+        let with_actions = |v: &[String], kind| {
+            v.iter().any(|p| {
+                Trigger::parse(p, kind).is_ok_and(|t| {
+                    t.actions.words().len() > 1 || t.pattern.text() != p.trim_start_matches('!')
+                })
+            })
+        };
+        if self.trigger.is_empty()
+            && (self.depth == 0 || self.filter.is_empty())
+            && !with_actions(&self.filter, SpecKind::Filter)
+            && !with_actions(&self.notrace, SpecKind::Notrace)
+        {
+            let (f, n) = ordered_filters(
+                (&self.filter, &positions(args, "filter")),
+                (&self.notrace, &positions(args, "notrace")),
+            );
+            (self.filter, self.notrace) = (f, n);
+            return;
+        }
+        let mut all: Vec<(usize, String)> = Vec::new();
+        for (id, v, kind) in [
+            ("filter", std::mem::take(&mut self.filter), SpecKind::Filter),
+            (
+                "notrace",
+                std::mem::take(&mut self.notrace),
+                SpecKind::Notrace,
+            ),
+            (
+                "trigger",
+                std::mem::take(&mut self.trigger),
+                SpecKind::Trigger,
+            ),
+        ] {
+            for (i, p) in positions(args, id).into_iter().zip(v) {
+                // (A bad one is kept as given: the configuration's check
+                // says what is wrong with it.)
+                let spec = Trigger::parse(&p, kind).map_or(p, |t| t.spec());
+                all.push((i, spec));
+            }
+        }
+        all.sort_by_key(|(i, _)| *i);
+        self.trigger = all.into_iter().map(|(_, p)| p).collect();
     }
 
     /// `-P` and `-U` patterns in the order the command line gave them
@@ -121,6 +163,11 @@ pub(crate) struct RecordOptions {
     /// Record nothing inside these functions; repeatable.
     #[arg(short = 'N', long = "notrace")]
     notrace: Vec<String>,
+    /// FUNC@ACTION[,ACTION…] when FUNC is called: depth=N, trace_on,
+    /// trace_off, finish, filter, notrace (and backtrace, hide, color=C,
+    /// which `live` applies to what it shows); repeatable.
+    #[arg(short = 'T', long = "trigger", value_parser = parse_trigger)]
+    pub(crate) trigger: Vec<String>,
     /// Patch these functions at their ordinary prologue, for programs and
     /// libraries built without tracing flags (`.`: every function; FUNC@LIB
     /// a library's; !PAT takes back); repeatable.
@@ -164,7 +211,8 @@ pub(crate) struct RecordOptions {
     /// ACK if given. Disabled, the program's functions run unpatched.
     #[arg(long, value_name = "CTL[,ACK]")]
     control: Option<String>,
-    /// Start with tracing disabled (enable it through --control).
+    /// Start with tracing disabled: a trace_on trigger (-T) or --control
+    /// enables it.
     #[arg(long)]
     disable: bool,
     /// Trace this library too (file name prefix); repeatable; implies
@@ -215,24 +263,17 @@ pub(crate) fn parse_max_stack(v: &str) -> Result<u64, String> {
     }
 }
 
+/// A `-T` spec, checked as a trigger (kept as given).
+fn parse_trigger(v: &str) -> Result<String, String> {
+    use shadowgraph_data::trigger::{SpecKind, Trigger};
+    Trigger::parse(v, SpecKind::Trigger)
+        .map(|_| v.to_string())
+        .map_err(|e| e.to_string())
+}
+
 /// A duration with a unit (ns, us, ms, s; none: ns) in nanoseconds.
 pub(crate) fn parse_duration_ns(v: &str) -> Result<u64, String> {
-    let v = v.trim();
-    let split = v
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(v.len());
-    let (num, unit) = v.split_at(split);
-    let scale = match unit {
-        "" | "ns" => 1.0,
-        "us" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        _ => return Err(format!("`{v}`: unknown time unit `{unit}` (ns, us, ms, s)")),
-    };
-    match num.parse::<f64>() {
-        Ok(n) if n.is_finite() && n * scale < u64::MAX as f64 => Ok((n * scale).round() as u64),
-        _ => Err(format!("`{v}` is not a duration (e.g. 10us, 1.5ms)")),
-    }
+    shadowgraph_data::trigger::parse_duration(v)
 }
 
 /// A duration for how long to run (`--duration`): as
@@ -343,16 +384,20 @@ impl RecordOptions {
                 notrace: self.notrace.clone(),
                 depth: self.depth,
                 time_ns: self.time_filter.unwrap_or(0),
+                triggers: self.trigger.clone(),
+                // Without --control, triggers switch tracing on.
+                disabled: self.disable && self.control.is_none(),
                 ..Default::default()
             }]);
         }
         if !self.filter.is_empty()
             || !self.notrace.is_empty()
+            || !self.trigger.is_empty()
             || self.depth > 0
             || self.time_filter.is_some()
         {
             return Err(
-                "with --tracer, give filters inside each tracer (filter=, notrace=, depth=, time=)"
+                "with --tracer, give filters inside each tracer (filter=, notrace=, depth=, time=); -T is for one tracer"
                     .into(),
             );
         }
@@ -363,7 +408,18 @@ impl RecordOptions {
     /// them whatever its directory).
     pub(crate) fn control(&self) -> Result<Option<config::Control>, String> {
         if self.disable && self.control.is_none() {
-            return Err("--disable needs --control, to enable tracing later".into());
+            let on = self.trigger.iter().any(|t| {
+                shadowgraph_data::trigger::Trigger::parse(
+                    t,
+                    shadowgraph_data::trigger::SpecKind::Trigger,
+                )
+                .is_ok_and(|t| t.actions.trace == Some(true))
+            });
+            if !on || !self.tracers.is_empty() {
+                return Err("--disable needs --control or a trace_on trigger \
+                     (-T FUNC@trace_on), to enable tracing later"
+                    .into());
+            }
         }
         let Some(c) = &self.control else {
             return Ok(None);
@@ -479,6 +535,27 @@ impl RecordOptions {
             (false, true) => config::LibCalls::Nested,
             (false, false) => config::LibCalls::Traced,
         }
+    }
+
+    /// What `live` shows besides the recording: `-T`'s view actions
+    /// (backtrace, hide, color), which a recording does not apply, as
+    /// uftrace's `live` passes them to its replay.
+    pub(crate) fn view_triggers(&self) -> Vec<shadowgraph_data::trigger::Trigger> {
+        use shadowgraph_data::trigger::{Actions, SpecKind, Trigger};
+        self.trigger
+            .iter()
+            .filter_map(|s| Trigger::parse(s, SpecKind::Trigger).ok())
+            .filter_map(|mut t| {
+                let a = &t.actions;
+                t.actions = Actions {
+                    backtrace: a.backtrace,
+                    hide: a.hide,
+                    color: a.color,
+                    ..Default::default()
+                };
+                (!t.actions.is_empty()).then_some(t)
+            })
+            .collect()
     }
 
     pub(crate) fn tracer_names(&self) -> Vec<String> {

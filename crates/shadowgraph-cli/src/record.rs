@@ -384,12 +384,13 @@ pub(crate) fn live(
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     // One recording, or one per tracer (a profile is shown as its report).
     let names = opts.tracer_names();
+    let triggers = opts.view_triggers();
     let shown = if names.is_empty() {
-        show_live(&dir, None)
+        show_live(&dir, None, &triggers)
     } else {
         names
             .iter()
-            .try_for_each(|n| show_live(&dir.join(n), Some(n)))
+            .try_for_each(|n| show_live(&dir.join(n), Some(n), &[]))
     };
     let _ = std::fs::remove_dir_all(&dir);
     shown?;
@@ -401,7 +402,12 @@ pub(crate) fn live(
 /// started by exec follow, each after a line naming it (a launcher's
 /// directory holds only those). Without a recording `record` has said why
 /// already. A reader that stops reading (`| head`) ends it quietly.
-pub(crate) fn show_live(dir: &Path, tracer: Option<&str>) -> Result<(), String> {
+/// `triggers` apply to the replay where they name recorded functions.
+pub(crate) fn show_live(
+    dir: &Path,
+    tracer: Option<&str>,
+    triggers: &[shadowgraph_data::trigger::Trigger],
+) -> Result<(), String> {
     use shadowgraph_data::dir::{exec_sessions_in, DataDir};
     use shadowgraph_data::{profile, replay, report::SortKey};
     use std::io::Write;
@@ -428,7 +434,15 @@ pub(crate) fn show_live(dir: &Path, tracer: Option<&str>) -> Result<(), String> 
         Ok(d) if profile::is_profile(&d) => {
             profile::report(&d, SortKey::Total, false, &[], &mut out)
         }
-        Ok(d) => replay::replay(&d, &mut out).and_then(|()| sessions(&mut out, d.exec_sessions())),
+        Ok(d) => {
+            let filter = replay::ReplayFilter {
+                triggers: triggers.to_vec(),
+                ..Default::default()
+            }
+            .without_unmatched(&d);
+            replay::replay_filtered(&d, &filter, &mut out)
+                .and_then(|()| sessions(&mut out, d.exec_sessions()))
+        }
         Err(_) => sessions(&mut out, exec_sessions_in(dir)),
     };
     match shown.and_then(|()| out.flush().map_err(replay::ReplayError::Io)) {

@@ -5,50 +5,7 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-/// Records `fixture` (built with `defs`) into `<name>/<name>.data`.
-fn recording(name: &str, fixture: &str, defs: &[&str]) -> PathBuf {
-    let dir = workdir(name);
-    let exe = build_fixture_with(&dir, name, fixture, defs);
-    let data = dir.join(format!("{name}.data"));
-    record_ok(&[], &data, &exe);
-    data
-}
-
-/// `TOOL VIEW -d DATA ARGS…` (`args[0]` the view).
-fn run_view(tool: &mut Command, data: &Path, args: &[&str]) -> Output {
-    tool.arg(args[0])
-        .arg("-d")
-        .arg(data)
-        .args(&args[1..])
-        .output()
-        .unwrap()
-}
-
-/// [`run_view`]'s output, which must succeed.
-fn view(tool: &mut Command, data: &Path, args: &[&str]) -> String {
-    let o = run_view(tool, data, args);
-    assert!(o.status.success(), "{args:?}: {}", text(&o).1);
-    text(&o).0
-}
-
-/// Each view of `data` with each of `cases` prints what uftrace's prints
-/// (all but `skip` first lines).
-fn as_uftrace(data: &Path, cases: &[&[&str]], skip: usize) {
-    if !require("uftrace", "the same views by uftrace") {
-        return;
-    }
-    for args in cases {
-        let tail = |s: String| s.lines().skip(skip).collect::<Vec<_>>().join("\n");
-        assert_eq!(
-            tail(view(&mut shadowgraph(), data, args)),
-            tail(view(&mut Command::new("uftrace"), data, args)),
-            "{args:?}"
-        );
-    }
-}
+use std::process::Command;
 
 /// `report`'s columns and order as uftrace's: `-f` fields (shown in
 /// uftrace's order, `+` adding to the default ones, `all`, `none`),

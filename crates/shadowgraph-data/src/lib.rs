@@ -36,4 +36,5 @@ pub mod replay;
 pub mod report;
 pub mod sched;
 pub mod time;
+pub mod trigger;
 pub mod uftrace;

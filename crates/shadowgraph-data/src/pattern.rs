@@ -1,5 +1,7 @@
 //! Function patterns, as `-F`, `-N` and the views' filters take them:
-//! a glob (`*`, `?`, `[...]`) or a `/regex/`, either followed by
+//! a glob (`*`, `?`, `[...]`), a regex (one with any of `^ $ . + | ( ) {
+//! } \`, as uftrace's patterns are: `^ns::`, `.*bar3`) or a `/regex/`,
+//! each followed by
 //! `@module` (a glob over the start of the object's file name, as uftrace
 //! matches it: `@libc` is `libc.so.6`; `@PLT`: the library calls), and a
 //! leading `!` to take away what it matches from what earlier patterns
@@ -141,6 +143,15 @@ impl Pattern {
                     .unwrap_or("invalid regex")
                     .trim_start_matches("error: "))
             })?)
+        } else if let Some(re) = body
+            .contains(REGEX_ONLY)
+            .then(|| regex::Regex::new(body).ok())
+            .flatten()
+        {
+            // As uftrace's patterns (regexes unless they have none of
+            // these); one that does not compile is a glob, as uftrace
+            // takes it as a plain name.
+            Matcher::Regex(re)
         } else {
             check_glob(body).map_err(|w| bad(&w))?;
             Matcher::Glob(body.to_string())
@@ -240,6 +251,10 @@ pub fn select(
         .map(|(i, _)| i)
         .collect())
 }
+
+/// Characters that make a pattern a regex (uftrace's, less the glob's
+/// own `*`, `?` and `[`).
+const REGEX_ONLY: &[char] = &['^', '$', '.', '+', '|', '(', ')', '{', '}', '\\'];
 
 fn check_glob(g: &str) -> Result<(), String> {
     let b = g.as_bytes();

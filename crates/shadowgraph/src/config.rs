@@ -181,6 +181,15 @@ pub struct Tracer {
     /// their callers (0: every call).
     #[serde(default)]
     pub time_ns: u64,
+    /// Triggers (uftrace's `-T FUNC@ACTION,…`), in order. With any, the
+    /// tracer's `filter` and `notrace` patterns must be among them
+    /// (`FUNC@filter`, `FUNC@notrace`, in command-line order) rather than
+    /// in those lists.
+    #[serde(default)]
+    pub triggers: Vec<String>,
+    /// Tracing starts off; a `trace_on` trigger switches it on.
+    #[serde(default)]
+    pub disabled: bool,
 }
 
 /// What a tracer keeps.
@@ -278,6 +287,28 @@ pub struct Lineage {
     pub session: Option<u64>,
 }
 
+/// Whether a recording applies this action, or says why not.
+fn check_trigger(spec: &str) -> Result<(), String> {
+    use shadowgraph_data::trigger::{SpecKind, Trigger};
+    let t = Trigger::parse(spec, SpecKind::Trigger).map_err(|e| e.to_string())?;
+    let a = &t.actions;
+    let refuse = |what: &str| {
+        Err(format!(
+            "-T {spec}: {what} is not applied when recording (the views take it: replay -T)"
+        ))
+    };
+    if a.read != Default::default() {
+        return refuse("read=");
+    }
+    if a.caller {
+        return refuse("caller");
+    }
+    if a.size.is_some() {
+        return refuse("size=");
+    }
+    Ok(())
+}
+
 /// A configuration that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -357,7 +388,18 @@ impl Config {
                 shadowgraph_data::pattern::Pattern::parse(p)
                     .map_err(|e| ConfigError(format!("{who}{e}")))?;
             }
-            if t.kind == TracerKind::Profile && (t.depth > 0 || t.time_ns > 0) {
+            for s in &t.triggers {
+                check_trigger(s).map_err(|e| ConfigError(format!("{who}{e}")))?;
+            }
+            let patterns = !t.filter.is_empty() || !t.notrace.is_empty();
+            if !t.triggers.is_empty() && patterns {
+                return Err(ConfigError(format!(
+                    "{who}with triggers, filter and notrace patterns are triggers too"
+                )));
+            }
+            if t.kind == TracerKind::Profile
+                && (t.depth > 0 || t.time_ns > 0 || !t.triggers.is_empty() || t.disabled)
+            {
                 return Err(ConfigError(format!(
                     "{who}a profile takes filter= and notrace= only (it keeps no call records)"
                 )));

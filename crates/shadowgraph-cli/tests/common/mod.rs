@@ -11,6 +11,10 @@ use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 pub use shadowgraph_testkit::tool::require;
 
+mod views;
+#[allow(unused_imports)]
+pub use views::*;
+
 use shadowgraph_testkit::scratch;
 
 pub fn shadowgraph() -> Command {

@@ -201,12 +201,28 @@ impl<'a> Columns<'a> {
         addr: Option<u64>,
         dur: Option<u64>,
     ) -> io::Result<()> {
+        self.write_marked(out, k, time, addr, Err(dur))
+    }
+
+    /// As [`Columns::write`], the duration column holding `dur`'s text
+    /// (right-aligned in its 10) where it is `Ok`.
+    pub(super) fn write_marked(
+        &mut self,
+        out: &mut impl Write,
+        k: usize,
+        time: u64,
+        addr: Option<u64>,
+        dur: Result<&str, Option<u64>>,
+    ) -> io::Result<()> {
         let last = self.last[k].replace(time);
         for f in &self.fields {
             match f {
                 Field::Duration => {
                     out.write_all(b" ")?;
-                    write_duration(out, dur)?;
+                    match dur {
+                        Ok(text) => write!(out, "{text:>10}")?,
+                        Err(d) => write_duration(out, d)?,
+                    }
                 }
                 Field::Tid => out.write_all(&self.tids[k])?,
                 Field::Addr => match addr {

@@ -1,11 +1,16 @@
 //! What a view reads of each thread: its records at uftrace's display
-//! depths, as `-F`, `-N`, `-D`, `-t` and `--tid` select them.
+//! depths, as `-F`, `-N`, `-T`, `-D`, `-t`, `-C`, `-Z` and `--tid` select
+//! them.
 
 use super::error::ReplayError;
+use super::fstack::{Fstack, Records, Triggers};
 use crate::dir::{DataDir, DataError};
 use crate::format::{Kind, Record};
 use crate::pattern::{FunctionName, Pattern};
+use crate::trigger::{Actions, FilterMode, Trigger};
+use std::cell::Cell;
 use std::collections::VecDeque;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// What `replay` shows (uftrace's `-F`, `-N`, `-D`, `-t`, `--tid`); all
@@ -28,9 +33,23 @@ pub struct ReplayFilter {
     /// Without the calls of functions smaller than this many bytes
     /// (`-Z`; 0: all), their callees shown in their place.
     pub min_size: u64,
+    /// Triggers (`-T`, and `-F`/`-N` patterns with actions), in
+    /// command-line order, after `functions` and `notrace`.
+    pub triggers: Vec<Trigger>,
+    /// Tracing starts switched off (`--disable`): a `trace_on` trigger
+    /// switches it on.
+    pub disabled: bool,
 }
 
 impl ReplayFilter {
+    /// Without the triggers that name no recorded function of `data`
+    /// (which the views refuse).
+    pub fn without_unmatched(mut self, data: &DataDir) -> ReplayFilter {
+        self.triggers
+            .retain(|t| each_match(data, &t.pattern, "-T", |_| {}).is_ok());
+        self
+    }
+
     /// Whether it selects everything.
     pub fn is_empty(&self) -> bool {
         self.functions.is_empty()
@@ -40,11 +59,10 @@ impl ReplayFilter {
             && self.tids.is_empty()
             && self.callers.is_empty()
             && self.min_size == 0
+            && self.triggers.is_empty()
+            && !self.disabled
     }
 }
-
-/// One thread's records, as a filter selects them.
-pub type Records = Box<dyn Iterator<Item = Result<Record, DataError>>>;
 
 /// Which recorded functions a pattern list selects (in order: patterns add,
 /// `!` patterns remove), by index in [`DataDir::symbols`]; a list of which
@@ -52,28 +70,92 @@ pub type Records = Box<dyn Iterator<Item = Result<Record, DataError>>>;
 fn select(data: &DataDir, patterns: &[Pattern], flag: &str) -> Result<Vec<bool>, ReplayError> {
     let mut sel = vec![false; data.symbols.len()];
     for p in patterns {
-        let mut hit = false;
-        for (i, (addr, symbol)) in data.symbols.iter().enumerate() {
-            let site = FunctionName {
-                function: &data.names[i],
-                symbol,
-                module: data.module_of(*addr),
-                library: None,
-            };
-            if p.matches(&site) {
-                sel[i] = !p.text().starts_with('!');
-                hit = true;
-            }
-        }
-        if !hit {
-            return Err(ReplayError::Filter(format!(
-                "{flag} {}: matches no recorded function in {}",
-                p.text(),
-                data.dir.display()
-            )));
-        }
+        each_match(data, p, flag, |i| sel[i] = !p.text().starts_with('!'))?;
     }
     Ok(sel)
+}
+
+/// Calls `hit` with the index of each recorded function `p` matches; one
+/// that matches none is an error.
+fn each_match(
+    data: &DataDir,
+    p: &Pattern,
+    flag: &str,
+    mut hit: impl FnMut(usize),
+) -> Result<(), ReplayError> {
+    let mut any = false;
+    for (i, (addr, symbol)) in data.symbols.iter().enumerate() {
+        let site = FunctionName {
+            function: &data.names[i],
+            symbol,
+            module: data.module_of(*addr),
+            library: None,
+        };
+        if p.matches(&site) {
+            hit(i);
+            any = true;
+        }
+    }
+    if !any {
+        return Err(ReplayError::Filter(format!(
+            "{flag} {}: matches no recorded function in {}",
+            p.text(),
+            data.dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Each recorded function's trigger: `-F` (`functions`) and `-N`
+/// (`notrace`) as filters, then every trigger spec in order.
+fn triggers(data: &DataDir, filter: &ReplayFilter) -> Result<Triggers, ReplayError> {
+    let n = data.symbols.len();
+    let mut actions = vec![Actions::default(); n];
+    let mode = |m| Actions {
+        filter: Some(m),
+        ..Default::default()
+    };
+    if !filter.functions.is_empty() {
+        for (i, yes) in select(data, &filter.functions, "-F")?
+            .into_iter()
+            .enumerate()
+        {
+            if yes {
+                actions[i].merge(&mode(FilterMode::In));
+            }
+        }
+    }
+    for (i, yes) in select(data, &filter.notrace, "-N")?.into_iter().enumerate() {
+        if yes {
+            actions[i].merge(&mode(FilterMode::Out));
+        }
+    }
+    for t in &filter.triggers {
+        each_match(data, &t.pattern, t.kind.flag(), |i| {
+            actions[i].merge(&t.actions)
+        })?;
+    }
+    // As uftrace's: set by any spec that takes functions in, whatever
+    // later specs say of them.
+    let mode_in = !filter.functions.is_empty()
+        || filter
+            .triggers
+            .iter()
+            .any(|t| t.actions.filter == Some(FilterMode::In));
+    let names = if actions.iter().any(|a| a.backtrace) {
+        data.symbols
+            .iter()
+            .map(|s| Arc::from(data.name(s.0).as_ref()))
+            .collect()
+    } else {
+        Arc::from([])
+    };
+    Ok(Triggers {
+        symbols: data.symbols.iter().map(|s| s.0).collect(),
+        actions: actions.into(),
+        mode_in,
+        names,
+    })
 }
 
 /// The depth uftrace shows a thread's calls at: counted from 0 at the
@@ -139,118 +221,6 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I>
 /// `OPT_DEPTH_DEFAULT`), calls deeper are not shown.
 pub const DEFAULT_MAX_DEPTH: u16 = 1024;
 
-/// A thread's records inside the selected functions' calls (depths counted
-/// from the outermost selected call) and outside the hidden ones'.
-struct FunctionFiltered {
-    inner: Records,
-    symbols: Arc<[u64]>,
-    /// Per symbol: selected by `-F` (None: no `-F`), hidden by `-N`.
-    functions: Option<Arc<[bool]>>,
-    notrace: Arc<[bool]>,
-    /// Depth of the outermost selected call open, and of the hidden one.
-    inside: Option<u16>,
-    hidden: Option<u16>,
-    /// The depths of the selected calls open, innermost last: with `-F`,
-    /// the depth limit counts from the innermost (uftrace restarts it at
-    /// each selected call), while depths shown count from the outermost.
-    selected: Vec<u16>,
-    /// The depth limit (`u16::MAX`: none), applied here with `-F`.
-    max: u16,
-    /// The depths of the shown calls open, innermost last.
-    shown: Vec<u16>,
-}
-
-impl FunctionFiltered {
-    fn lookup(&self, set: &[bool], addr: u64) -> bool {
-        if addr == crate::sched::SCHED_ADDR {
-            return false; // not a function: shown where its call is
-        }
-        match self.symbols.partition_point(|&a| a <= addr) {
-            0 => false,
-            i => set[i - 1],
-        }
-    }
-}
-
-impl Iterator for FunctionFiltered {
-    type Item = Result<Record, DataError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let mut r = match self.inner.next()? {
-                Ok(r) => r,
-                Err(e) => return Some(Err(e)),
-            };
-            let d = r.depth;
-            match r.kind {
-                Kind::Entry => {
-                    if self.hidden.is_some() {
-                        continue;
-                    }
-                    if self.lookup(&self.notrace, r.addr) {
-                        self.hidden = Some(d);
-                        continue;
-                    }
-                }
-                Kind::Exit => {
-                    if let Some(h) = self.hidden {
-                        if d <= h {
-                            self.hidden = None;
-                        }
-                        continue;
-                    }
-                }
-                _ => return Some(Ok(r)),
-            }
-            let Some(f) = &self.functions else {
-                return Some(Ok(r));
-            };
-            let chosen = r.kind == Kind::Entry && self.lookup(f, r.addr);
-            if chosen {
-                self.selected.push(d);
-            }
-            // From the innermost selected call open (this one, or at an
-            // exit the one it ends).
-            let base = self.selected.last().copied().unwrap_or(d);
-            if r.kind == Kind::Exit && self.selected.last() == Some(&d) {
-                self.selected.pop();
-            }
-            if d.saturating_sub(base) >= self.max {
-                continue;
-            }
-            match (self.inside, r.kind) {
-                (None, Kind::Entry) if chosen => self.inside = Some(d),
-                (None, _) => continue,
-                (Some(s), Kind::Exit) if d <= s => {
-                    self.inside = None;
-                    if d < s {
-                        continue; // an exit below the selected call: unbalanced
-                    }
-                }
-                _ => {}
-            }
-            // Shown at the number of shown calls open around it (a level
-            // the limit hid between two selected calls takes no place).
-            match r.kind {
-                Kind::Entry => {
-                    r.depth = self.shown.len() as u16;
-                    self.shown.push(d);
-                }
-                _ => {
-                    while self.shown.last().is_some_and(|&o| o > d) {
-                        self.shown.pop();
-                    }
-                    if self.shown.last() == Some(&d) {
-                        self.shown.pop();
-                    }
-                    r.depth = self.shown.len() as u16;
-                }
-            }
-            return Some(Ok(r));
-        }
-    }
-}
-
 /// The next record of a filter that holds entries back: one it released
 /// already, else what `take` makes of `inner`'s next record (it puts what
 /// it releases in `ready`, in order).
@@ -272,8 +242,8 @@ fn held_next(
 
 /// The waiting entries of `open` (not released yet) go to `ready`, in
 /// order, and count as released.
-fn release_waiting(open: &mut [(Record, bool)], ready: &mut VecDeque<Record>) {
-    for (a, done) in open.iter_mut().filter(|(_, d)| !*d) {
+fn release_waiting<T>(open: &mut [(Record, bool, T)], ready: &mut VecDeque<Record>) {
+    for (a, done, _) in open.iter_mut().filter(|(_, d, _)| !*d) {
         ready.push_back(a.clone());
         *done = true;
     }
@@ -282,11 +252,15 @@ fn release_waiting(open: &mut [(Record, bool)], ready: &mut VecDeque<Record>) {
 /// A thread's records without the calls shorter than `min`: entries wait
 /// (at most one per open call) until their exit shows the duration; a kept
 /// call's waiting callers are released before it, so times stay in order.
+/// A `time=` trigger sets the threshold inside its function's calls, a
+/// `trace` trigger keeps its function's calls whatever they last.
 struct TimeFiltered {
     inner: Records,
     min: u64,
-    /// Open calls' entries, and whether each was released.
-    open: Vec<(Record, bool)>,
+    triggers: Option<Arc<Triggers>>,
+    /// Open calls' entries, whether each was released, and the threshold
+    /// inside it.
+    open: Vec<(Record, bool, u64)>,
     ready: VecDeque<Record>,
 }
 
@@ -294,13 +268,19 @@ impl Iterator for TimeFiltered {
     type Item = Result<Record, DataError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (min, open) = (self.min, &mut self.open);
+        let (min, open, tr) = (self.min, &mut self.open, &self.triggers);
+        let of = |addr: u64| tr.as_ref().and_then(|t| t.of(addr));
         held_next(&mut self.ready, &mut self.inner, |r, ready| {
             match r.kind {
-                Kind::Entry => open.push((r, false)),
+                Kind::Entry => {
+                    let outer = open.last().map_or(min, |o| o.2);
+                    let here = of(r.addr).and_then(|a| a.time_ns).unwrap_or(outer);
+                    open.push((r, false, here));
+                }
                 Kind::Exit => match open.pop() {
-                    Some((e, released)) => {
-                        let keep = released || r.time.saturating_sub(e.time) >= min;
+                    Some((e, released, threshold)) => {
+                        let always = of(r.addr).is_some_and(|a| a.always);
+                        let keep = released || always || r.time.saturating_sub(e.time) >= threshold;
                         if keep && !released {
                             release_waiting(open, ready);
                             ready.push_back(e);
@@ -328,7 +308,7 @@ struct CallerFiltered {
     symbols: Arc<[u64]>,
     callers: Arc<[bool]>,
     /// Open calls' entries, and whether each was released.
-    open: Vec<(Record, bool)>,
+    open: Vec<(Record, bool, ())>,
     ready: VecDeque<Record>,
 }
 
@@ -346,10 +326,10 @@ impl Iterator for CallerFiltered {
                         release_waiting(open, ready);
                         ready.push_back(r.clone());
                     }
-                    open.push((r, selected));
+                    open.push((r, selected, ()));
                 }
                 Kind::Exit => match open.pop() {
-                    Some((_, true)) => ready.push_back(r),
+                    Some((_, true, _)) => ready.push_back(r),
                     Some(_) => {}
                     // An exit whose entry predates the recording.
                     None => {}
@@ -365,11 +345,15 @@ impl Iterator for CallerFiltered {
 /// Per-symbol selections of a filter, made once for all threads.
 struct Selection {
     symbols: Arc<[u64]>,
-    functions: Option<Arc<[bool]>>,
-    notrace: Arc<[bool]>,
+    /// Filters and triggers (None: neither, nor `--disable`).
+    triggers: Option<Arc<Triggers>>,
+    /// Whether a trigger sets a time threshold or keeps calls from it.
+    timed: bool,
     callers: Option<Arc<[bool]>>,
     /// Per symbol: smaller than `-Z` asks (None: no `-Z`).
     small: Option<Arc<[bool]>>,
+    /// Tracing on, shared by every thread's filters.
+    enabled: Rc<Cell<bool>>,
 }
 
 /// One thread's records as `filter` selects them.
@@ -384,11 +368,10 @@ fn filtered(
         d => d,
     };
     let spans = data.sched.get(&tid).filter(|s| !s.is_empty());
-    let by_function = sel.functions.is_some() || !filter.notrace.is_empty();
     // The depth limit applies to the depths shown: the stream's own unless
     // schedule events or a function filter change them.
     // (The callers of a selected call deeper than the limit are shown.)
-    let late_limit = spans.is_some() || by_function || sel.callers.is_some();
+    let late_limit = spans.is_some() || sel.triggers.is_some() || sel.callers.is_some();
     let mut stream: Records = Box::new(data.stream(tid)?);
     if let Some(small) = sel.small.clone() {
         // Left out before depths are counted: callees take their place.
@@ -417,21 +400,16 @@ fn filtered(
             started: false,
         });
     }
-    if by_function {
-        it = Box::new(FunctionFiltered {
+    // As uftrace's views: the time and caller filters first, on every
+    // call (a trigger switching tracing in a call they leave out does not
+    // fire), then filters and triggers.
+    if filter.min_ns > 0 || sel.timed {
+        it = Box::new(TimeFiltered {
             inner: it,
-            symbols: sel.symbols.clone(),
-            functions: sel.functions.clone(),
-            notrace: sel.notrace.clone(),
-            inside: None,
-            hidden: None,
-            selected: Vec::new(),
-            max: if sel.functions.is_some() {
-                max
-            } else {
-                u16::MAX
-            },
-            shown: Vec::new(),
+            min: filter.min_ns,
+            triggers: sel.triggers.clone().filter(|_| sel.timed),
+            open: Vec::new(),
+            ready: VecDeque::new(),
         });
     }
     if let Some(callers) = &sel.callers {
@@ -443,24 +421,21 @@ fn filtered(
             ready: VecDeque::new(),
         });
     }
-    // (With -F the limit was applied, from each selected call.)
-    if late_limit && sel.functions.is_none() {
-        it = Box::new(it.filter(move |r| r.as_ref().map_or(true, |r| r.depth < max)));
+    if let Some(t) = &sel.triggers {
+        // Applies the depth limit too, restarted at each filter call.
+        it = Box::new(Fstack::new(it, t.clone(), max, sel.enabled.clone()));
     }
-    if filter.min_ns > 0 {
-        it = Box::new(TimeFiltered {
-            inner: it,
-            min: filter.min_ns,
-            open: Vec::new(),
-            ready: VecDeque::new(),
-        });
+    if late_limit && sel.triggers.is_none() {
+        it = Box::new(it.filter(move |r| r.as_ref().map_or(true, |r| r.depth < max)));
     }
     Ok(it)
 }
 
 /// Each selected thread's records as `filter` selects them (what every
 /// view reads): only each thread's next record (and, with a time filter,
-/// its open calls' entries) is in memory.
+/// its open calls' entries) is in memory. The threads' iterators share
+/// whether tracing is on (`trace_on`/`trace_off` triggers switch it for
+/// all): read them in time order, as the views do.
 pub fn thread_records(
     data: &DataDir,
     filter: &ReplayFilter,
@@ -472,25 +447,42 @@ pub fn thread_records(
             data.tids
         )));
     }
+    let any_trigger = !(filter.functions.is_empty()
+        && filter.notrace.is_empty()
+        && filter.triggers.is_empty()
+        && !filter.disabled);
+    let triggers = if any_trigger {
+        Some(Arc::new(triggers(data, filter)?))
+    } else {
+        None
+    };
+    let mut callers = if filter.callers.is_empty() {
+        None
+    } else {
+        Some(select(data, &filter.callers, "-C")?)
+    };
+    if let Some(t) = &triggers {
+        if t.actions.iter().any(|a| a.caller) {
+            let c = callers.get_or_insert_with(|| vec![false; data.symbols.len()]);
+            for (c, a) in c.iter_mut().zip(t.actions.iter()) {
+                *c |= a.caller;
+            }
+        }
+    }
     let sel = Selection {
         symbols: data.symbols.iter().map(|s| s.0).collect(),
-        functions: if filter.functions.is_empty() {
-            None
-        } else {
-            Some(select(data, &filter.functions, "-F")?.into())
-        },
-        notrace: select(data, &filter.notrace, "-N")?.into(),
-        callers: if filter.callers.is_empty() {
-            None
-        } else {
-            Some(select(data, &filter.callers, "-C")?.into())
-        },
+        timed: triggers
+            .as_ref()
+            .is_some_and(|t| t.actions.iter().any(|a| a.time_ns.is_some() || a.always)),
+        triggers,
+        callers: callers.map(Into::into),
         small: (filter.min_size > 0).then(|| {
             data.symbols
                 .iter()
                 .map(|s| data.function_size(s.0) < filter.min_size)
                 .collect()
         }),
+        enabled: Rc::new(Cell::new(!filter.disabled)),
     };
     let mut threads = Vec::new();
     for &t in &data.tids {

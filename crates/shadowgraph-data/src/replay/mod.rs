@@ -11,10 +11,12 @@
 mod columns;
 mod error;
 mod filter;
+mod fstack;
 
 pub use columns::{format_duration, write_duration, Field};
 pub use error::ReplayError;
-pub use filter::{thread_records, Records, ReplayFilter, DEFAULT_MAX_DEPTH};
+pub use filter::{thread_records, ReplayFilter, DEFAULT_MAX_DEPTH};
+pub use fstack::{Records, BACKTRACE_ADDR, ENDED_ADDR, STARTED_ADDR};
 
 use crate::dir::{DataDir, DataError};
 use crate::format::Kind;
@@ -137,6 +139,10 @@ pub fn replay_sessions(
     // its next record was already printed as part of a leaf.
     let mut entry_time: Vec<Vec<Option<u64>>> = vec![Vec::new(); streams.len()];
     let mut skip = vec![false; streams.len()];
+    // Per thread: when its records begin (again, after a LOST record): the
+    // start of the calls open then, as uftrace times them.
+    let mut since: Vec<Option<u64>> = vec![None; streams.len()];
+    let mut lost = vec![false; streams.len()];
     // Per thread: the calls open at each display depth, for the list of
     // calls that never returned.
     let mut open: Vec<Vec<Option<u64>>> = vec![Vec::new(); streams.len()];
@@ -154,11 +160,32 @@ pub fn replay_sessions(
         if let Some(n) = &next {
             heap.push(Reverse((n.time, k)));
         }
+        if r.kind == Kind::Lost {
+            (since[k], lost[k]) = (None, true);
+        } else if since[k].is_none() {
+            since[k] = Some(r.time.saturating_sub(lost[k] as u64));
+        }
         if std::mem::replace(&mut skip[k], false) {
             continue;
         }
         if r.kind == Kind::Event {
-            continue;
+            let d = r.depth as usize;
+            match r.addr {
+                BACKTRACE_ADDR => {}
+                STARTED_ADDR => {
+                    let et = &mut entry_time[k];
+                    if et.len() <= d {
+                        et.resize(d + 1, None);
+                    }
+                    et[d] = Some(r.time);
+                    continue;
+                }
+                ENDED_ADDR => {
+                    open[k].truncate(d);
+                    continue;
+                }
+                _ => continue,
+            }
         }
         if look.task_newline && last_shown.is_some_and(|l| l != k) {
             cols.blank(out)?;
@@ -249,7 +276,12 @@ pub fn replay_sessions(
             }
             Kind::Exit => {
                 open[k].truncate(d);
-                let start = entry_time[k].get_mut(d).and_then(Option::take);
+                // (A call open when the records begin lasted at least
+                // since then; none for the record that begins them.)
+                let start = entry_time[k]
+                    .get_mut(d)
+                    .and_then(Option::take)
+                    .or(since[k].filter(|&s| s < r.time));
                 let name = datas[owner[k]].name(r.addr);
                 let dur = start.map(|s| r.time.saturating_sub(s));
                 let head = match &r.args {
@@ -274,7 +306,13 @@ pub fn replay_sessions(
                 let text = ("/* LOST ", n.as_str(), " records!! */");
                 line(out, &mut cols, (k, &r, None), at(r.depth + 1), text)?;
             }
-            Kind::Event => {}
+            Kind::Event => {
+                // A backtrace line (a `backtrace` trigger): a frame the
+                // next entry is inside of.
+                cols.write_marked(out, k, r.time, None, Ok("backtrace"))?;
+                let name = r.args.as_deref().unwrap_or("");
+                writeln!(out, "/* [{:2}] {name} */", r.depth)?;
+            }
         }
     }
     for (k, o) in open.iter_mut().enumerate() {

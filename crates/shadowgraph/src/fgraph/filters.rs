@@ -5,6 +5,8 @@
 //! 32..47 the own depth at which IN_GRAPH was set. Counted in the user's own
 //! nesting, so an instance's output never depends on other users.
 
+use super::triggers::Triggers;
+pub use super::triggers::Verdict;
 use super::{GraphEntry, GraphReturn, GraphUser};
 use crate::ftrace::{current_tid, dispatch::site_id, FilterSet, ThreadFilter};
 use std::sync::Arc;
@@ -29,18 +31,10 @@ pub struct GraphFilter {
     pub notrace: Option<Arc<FilterSet>>,
     /// Record only threads this admits.
     pub threads: Option<ThreadFilter>,
-}
-
-/// What the entry callback should do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Record the call: 8 bytes are reserved for it (e.g. its start time),
-    /// unless asked not to ([`GraphFilter::entry_with`]: null).
-    Record(*mut u64),
-    /// Accept without recording (a notrace subtree starts): return `true`.
-    Silent,
-    /// Decline: return `false`.
-    Reject,
+    /// Triggers (with the filter and notrace functions among them): when
+    /// set, they decide in place of `functions`, `notrace` and
+    /// `max_depth`, as uftrace's filters do (see [`Triggers`]).
+    pub triggers: Option<Arc<Triggers>>,
 }
 
 fn contains(fs: &Option<Arc<FilterSet>>, id: Option<crate::ftrace::SiteId>) -> Option<bool> {
@@ -59,6 +53,9 @@ impl GraphFilter {
     /// null back).
     #[inline]
     pub fn entry_with(&self, ent: &GraphEntry, user: &GraphUser, reserve: bool) -> Verdict {
+        if let Some(t) = &self.triggers {
+            return t.entry(ent, user, reserve, self.threads.as_ref());
+        }
         let Some(var) = user.task_var() else {
             return Verdict::Reject;
         };
@@ -109,6 +106,14 @@ impl GraphFilter {
         Verdict::Record(p)
     }
 
+    /// The time filter's threshold (ticks) for the call returning now, and
+    /// whether it is kept whatever it lasted, where triggers say; `None`
+    /// without triggers.
+    #[inline]
+    pub fn threshold(&self, user: &GraphUser) -> Option<(u64, bool)> {
+        self.triggers.as_ref().map(|t| t.threshold(user))
+    }
+
     /// The user's own nesting on this thread: after a `Record` entry, the
     /// recorded call's depth + 1; after `ret` returned `Some`, the depth of
     /// the call that returned. Independent of other users' frames.
@@ -122,6 +127,9 @@ impl GraphFilter {
     /// recorded.
     #[inline]
     pub fn ret(&self, _ret: &GraphReturn, user: &GraphUser) -> Option<*mut u64> {
+        if let Some(t) = &self.triggers {
+            return t.ret(user);
+        }
         let var = user.task_var()?;
         let mut v = var.get();
         // While NOTRACE is set every entry was refused, so this return is

@@ -30,6 +30,7 @@ mod sitepath;
 pub(crate) mod stack;
 mod state;
 mod thread;
+pub mod triggers;
 mod unwind;
 pub(crate) mod user;
 

@@ -234,7 +234,14 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
     let depth = depth.clamp(0, 1023) as u16;
     if TIMED {
         if let Some(t) = t {
-            if !keep_timed(u, t.min_ticks, r.func, depth) {
+            // The threshold for this call: triggers' (`time=`, `trace`),
+            // else the tracer's.
+            let (min, always) = t
+                .filter
+                .as_ref()
+                .and_then(|f| f.threshold(u))
+                .unwrap_or((t.min_ticks, false));
+            if !keep_timed(u, if always { 0 } else { min }, r.func, depth) {
                 return;
             }
         }

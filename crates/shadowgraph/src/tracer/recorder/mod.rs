@@ -14,6 +14,7 @@ mod callbacks;
 mod metadata;
 mod state;
 mod timed;
+mod triggers;
 
 pub(crate) use metadata::remember_module_maps;
 
@@ -203,11 +204,28 @@ fn graph_tracer(
     later: bool,
     args: Option<Arc<args::ArgTable>>,
 ) -> Result<Tracer, String> {
+    let min_ticks = (t.time_ns as f64 * ticks_per_ns) as u64;
+    // Triggers (and `--disable` with them) decide in place of the other
+    // filters, in the callbacks: the fused paths know none of them.
+    let triggers = if t.triggers.is_empty() && !t.disabled {
+        None
+    } else {
+        let ticks = (min_ticks, ticks_per_ns);
+        Some(Arc::new(triggers::triggers(
+            &t.triggers,
+            t.depth,
+            t.disabled,
+            ticks,
+        )?))
+    };
+    // Triggers with time thresholds take the time filter's callbacks.
+    let timed = min_ticks > 0 || triggers.as_ref().is_some_and(|t| t.timed());
     let filter = GraphFilter {
-        max_depth: t.depth,
+        max_depth: if triggers.is_some() { 0 } else { t.depth },
         functions: filter_set(&t.filter)?,
         notrace: filter_set(&t.notrace)?,
         threads: None,
+        triggers,
     };
     // A tracer limited by depth alone (`-D`) is plain too: its entry
     // declines calls too deep, and nothing else is looked at. Its own
@@ -215,23 +233,23 @@ fn graph_tracer(
     // frame below one it accepts is its own, whatever other tracers keep
     // — unless it comes `later` than another user, when frames of calls
     // entered before it may be below.
-    let min_ticks = (t.time_ns as f64 * ticks_per_ns) as u64;
     // The time filter's callbacks apply a depth limit only through the
     // filter: with one (`-t` and `-D`), they are not plain.
     // Arguments are taken by the filtered callbacks (which see the
     // registers), never the plain ones or the fused path.
-    let fused_ok = fused_ok && args.is_none();
+    let fused_ok = fused_ok && args.is_none() && filter.triggers.is_none();
     let plain = !later
         && args.is_none()
+        && filter.triggers.is_none()
         && filter.functions.is_none()
         && filter.notrace.is_none()
         && filter.threads.is_none()
-        && (min_ticks == 0 || filter.max_depth == 0);
+        && (!timed || filter.max_depth == 0);
     let max_depth = filter.max_depth;
     let filter = (!plain).then_some(filter);
     let all = ftrace::FilterSet::all;
     let fused;
-    let user = if min_ticks > 0 {
+    let user = if timed {
         let u = GraphUser::new(on_entry_timed, on_return_timed, all(), i);
         if filter.is_none() {
             // As a plain tracer's (emit_exit): its frames' words say

@@ -1,0 +1,242 @@
+//! Triggers (`-T FUNC@ACTION,…`, and actions after `-F`/`-N` patterns)
+//! and uftrace's regex patterns, in the views and when recording, each
+//! compared with what uftrace 0.13 shows of the same recording.
+
+mod common;
+
+use common::*;
+
+/// The views apply each trigger as uftrace's do: depth limits, backtraces,
+/// tracing switched off and on (with `--disable`), hidden functions,
+/// filter and notrace actions, time thresholds and `trace`, callers.
+#[test]
+fn views_apply_triggers_as_uftrace() {
+    let data = recording("tv", "naps.c", &["-DMIDS=3", "-DNAP_US=200", "-DFIB_N=4"]);
+    let replay = |args: &[&str]| {
+        view(
+            &mut shadowgraph(),
+            &data,
+            &[&["replay", "-f", "none"], args].concat(),
+        )
+    };
+    // leaf's callers, outermost first, before each of its calls.
+    let bt = replay(&["-T", "leaf@backtrace", "-F", "mid"]);
+    assert!(
+        bt.contains("mid() {\n  nap();\n/* [ 0] main */\n/* [ 1] mid */\n  leaf();\n"),
+        "{bt}"
+    );
+    // From each call of mid (at its depth) to its first leaf.
+    let on_off = replay(&["--disable", "-T", "mid@trace_on", "-T", "leaf@trace_off"]);
+    assert_eq!(on_off, "  mid() {\n    nap();\n".repeat(3), "{on_off}");
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "-T", "mid@depth=1"],
+            &["replay", "-T", "leaf@backtrace"],
+            &["replay", "-T", "fib@depth=2,backtrace"],
+            &["replay", "-F", "mid@depth=1"],
+            &["replay", "-F", "main", "-F", "mid@depth=1"],
+            &["replay", "--disable", "-T", "mid@trace_on"],
+            &[
+                "replay",
+                "--disable",
+                "-T",
+                "mid@trace_on",
+                "-T",
+                "leaf@trace_off",
+            ],
+            &["replay", "-T", "fib@trace_off"],
+            &["replay", "-T", "leaf@trace_off", "-T", "fib@trace_on"],
+            &["replay", "-T", "mid@trace_off", "-T", "leaf@trace_on"],
+            &["replay", "-T", "leaf@hide"],
+            &["replay", "-T", "mid@notrace"],
+            &["replay", "-T", "main@filter,depth=2", "-T", "fib@notrace"],
+            &["replay", "-t", "100us", "-T", "leaf@trace"],
+            &["replay", "-t", "100us", "-T", "mid@time=0"],
+            &["replay", "-T", "main@time=100us"],
+            &["replay", "-T", "leaf@caller"],
+            &["replay", "-T", "nap@color=red"],
+            &["replay", "-D", "2", "-T", "mid@depth=3"],
+            &["graph", "-T", "mid@depth=1"],
+            &["report", "-T", "fib@depth=2"],
+            // uftrace's patterns: regexes where they have regex characters.
+            &["replay", "-N", "^mi.$"],
+            &["replay", "-F", "fib$", "-D", "2"],
+            &["replay", "-N", "nap|leaf"],
+        ],
+        0,
+    );
+    for (args, says) in [
+        (&["replay", "-T", "mid"][..], "no action after `@`"),
+        (&["replay", "-T", "mid@depth=x"], "bad depth"),
+        (&["replay", "-T", "mid@trace_up"], "unknown trace action"),
+        (
+            &["replay", "-T", "nosuch@depth=1"],
+            "-T nosuch: matches no recorded function",
+        ),
+    ] {
+        let o = run_view(&mut shadowgraph(), &data, args);
+        assert!(
+            !o.status.success() && text(&o).1.contains(says),
+            "{args:?}: {}",
+            text(&o).1
+        );
+    }
+}
+
+/// `record` applies triggers as uftrace's `record` does (compared on a
+/// `-pg` build, which both trace): depth limits, tracing switched off and
+/// on (with `--disable`), filter and notrace actions, `-D` restarting at
+/// each `-F` function, `finish`, time thresholds and `trace` under `-t`;
+/// `live` shows backtraces and hides as its replay is told.
+#[test]
+fn record_applies_triggers_as_uftrace() {
+    let dir = workdir("tr");
+    let exe = dir.join("naps");
+    cc(
+        &[&fixture("naps.c")],
+        &["-O0", "-pg", "-DMIDS=3", "-DNAP_US=200", "-DFIB_N=4"],
+        &exe,
+    );
+    let ours = dir.join("s.data");
+    let theirs = dir.join("u.data");
+    // The replay of a recording with durations and thread ids left out,
+    // and uftrace's task-exit event (which it writes when tracing ends).
+    let lines = |tool: &mut std::process::Command, data: &std::path::Path| -> Vec<String> {
+        shape(&view(tool, data, &["replay"]))
+            .into_iter()
+            .filter(|l| !l.contains("linux:task-exit"))
+            .collect()
+    };
+    let record = |opts: &[&str]| -> Vec<String> {
+        let o = record_run(&[], &[&["--libcall"], opts].concat(), &ours, &exe, &[]);
+        assert!(o.status.success(), "{opts:?}: {}", text(&o).1);
+        lines(&mut shadowgraph(), &ours)
+    };
+    let with_uftrace = require("uftrace", "the same recordings by uftrace");
+    for opts in [
+        &["-T", "mid@depth=1"][..],
+        &["-F", "main", "-F", "mid@depth=1"],
+        &["-T", "mid@trace_off", "-T", "leaf@trace_on"],
+        &["--disable", "-T", "mid@trace_on", "-T", "leaf@trace_off"],
+        &["-T", "main@filter,depth=2", "-T", "fib@notrace"],
+        &["-F", "mid", "-D", "1"],
+        &["-F", "main", "-T", "fib@finish"],
+        &["-N", "^n.p$"],
+    ] {
+        let got = record(opts);
+        if !with_uftrace {
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(&theirs);
+        let o = std::process::Command::new("uftrace")
+            .args(["record", "--no-sched", "-d"])
+            .arg(&theirs)
+            .args(opts)
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "uftrace {opts:?}: {}", text(&o).1);
+        assert_eq!(
+            got,
+            lines(&mut std::process::Command::new("uftrace"), &theirs),
+            "{opts:?}"
+        );
+    }
+    // Under -t, a `trace` or `time=0` call is kept, short as it is (as
+    // uftrace's `live` shows it).
+    for opts in [
+        &["-t", "100us", "-T", "leaf@trace"][..],
+        &["-t", "100us", "-T", "mid@time=0"],
+    ] {
+        let got = record(opts);
+        assert_eq!(
+            got.iter().filter(|l| l.ends_with("leaf();")).count(),
+            6,
+            "{opts:?}: {got:#?}"
+        );
+        assert!(!got.iter().any(|l| l.contains("fib")), "{opts:?}: {got:#?}");
+    }
+    // `finish`: nothing after fib's first call; its callers left open.
+    let got = view(&mut shadowgraph(), &ours, &["replay"]);
+    let o = record_run(&[], &["-F", "main", "-T", "fib@finish"], &ours, &exe, &[]);
+    assert!(o.status.success());
+    let fin = view(&mut shadowgraph(), &ours, &["replay"]);
+    assert!(
+        fin.contains("fib() {\n\nuftrace stopped tracing with remaining functions"),
+        "{fin}"
+    );
+    drop(got);
+    // `live`: what the recording does not apply, its replay does.
+    let o = shadowgraph()
+        .args([
+            "live",
+            "-T",
+            "leaf@backtrace",
+            "-T",
+            "nap@hide",
+            "-F",
+            "mid",
+        ])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let out = text(&o).0;
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(
+        out.contains("  backtrace [") && out.contains("| /* [ 0] mid */") && !out.contains("nap()"),
+        "{out}"
+    );
+    // What a recording cannot apply is refused before the program runs.
+    for (opts, says) in [
+        (
+            &["-T", "mid@read=proc/statm"][..],
+            "read= is not applied when recording",
+        ),
+        (
+            &["-T", "mid@caller"],
+            "caller is not applied when recording",
+        ),
+        (&["-T", "mid@depth=-1"], "bad depth"),
+    ] {
+        let o = record_run(&[], opts, &ours, &exe, &[]);
+        assert!(
+            !o.status.success() && text(&o).1.contains(says),
+            "{opts:?}: {}",
+            text(&o).1
+        );
+    }
+}
+
+/// Triggers hold per thread: four threads through the same functions,
+/// each thread's calls counted and nested as its own, none lost.
+#[test]
+fn triggers_hold_per_thread() {
+    let dir = workdir("tt");
+    let exe = build_fixture(&dir, "tt", "work_threads.c");
+    let data = dir.join("t.data");
+    record_ok(
+        &["-T", "run@filter,depth=2", "-T", "main@depth=1"],
+        &data,
+        &exe,
+    );
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+    let mut works: Vec<usize> = Vec::new();
+    for &tid in &d.tids {
+        in_time_order(&d, tid).unwrap();
+        calls_nest_exactly(&d, tid, &[]).unwrap();
+        let recs = records_of(&d, tid).unwrap();
+        let n = recs
+            .iter()
+            .filter(|r| r.kind == shadowgraph_data::format::Kind::Entry)
+            .filter(|r| d.name(r.addr) == "work")
+            .count();
+        if n > 0 {
+            works.push(n);
+        }
+    }
+    works.sort();
+    assert_eq!(works, [20000, 20001, 20002, 20003]);
+    let out = report_text(&data);
+    assert!(!out.contains("main") && out.contains("run"), "{out}");
+}

@@ -1,0 +1,284 @@
+//! A user's triggers (uftrace's `-T`, with `-F`/`-N` among them): per
+//! function, take its calls in or leave them out, set the depth limit,
+//! switch tracing on or off, end tracing. The user's thread variable holds
+//! what uftrace's per-thread filter holds, and each call the user accepts
+//! keeps the variable as it found it, which its return puts back:
+//!
+//! ```text
+//!  thread variable (64 bits)                 the call's reserved words
+//!  63      48 47      32 31      16 15     0    +0  the recorder's word
+//!  | notrace | filter   | levels   | own   |    +8  the variable at entry
+//!  | calls   | calls    | left ^ D | depth |    +16 flags: NORECORD
+//! ```
+//!
+//! The recorder's word comes first, where its callbacks look for theirs
+//! (the time filter's entry time, a signal handler's record depth): zero
+//! until they write it.
+//!
+//! `filter calls` and `notrace calls` are those open on the thread;
+//! `levels left` is stored exclusive-or the tracer's depth limit `D` (a
+//! new thread's zero is a fresh limit); `own depth` counts the calls kept
+//! open that are recorded or would be but for tracing being off (the
+//! depth records carry).
+
+use super::{GraphEntry, GraphUser};
+use crate::ftrace::{current_tid, ThreadFilter};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What one function's trigger does (merged from every spec naming it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteTrigger {
+    /// `Some(true)`: a filter function (`-F`, `filter`); `Some(false)`:
+    /// a notrace function (`-N`, `notrace`).
+    pub filter: Option<bool>,
+    /// `depth=N`: at most N levels inside its calls.
+    pub depth: Option<u16>,
+    /// `trace_on` (true) / `trace_off` (false).
+    pub trace: Option<bool>,
+    /// `finish`: its call is the last recorded.
+    pub finish: bool,
+    /// `time=T` (in clock ticks): inside its calls, the time filter's
+    /// threshold.
+    pub time_ticks: Option<u64>,
+    /// `trace`: its calls are kept whatever the time filter says.
+    pub always: bool,
+}
+
+/// A user's triggers by site id, and the state they switch.
+pub struct Triggers {
+    sites: Box<[SiteTrigger]>,
+    /// Whether some function is a filter function: calls outside all of
+    /// them are declined.
+    mode_in: bool,
+    /// The depth limit (`-D`; `u16::MAX`: none), restarted at each filter
+    /// function's call.
+    limit: u16,
+    /// Tracing on (`trace_on`, `trace_off`, for every thread).
+    enabled: AtomicBool,
+    /// A `finish` trigger fired: nothing more is recorded.
+    finished: AtomicBool,
+    /// The time filter's threshold outside every `time=` call (ticks).
+    min_ticks: u64,
+    /// Whether some trigger sets a threshold: calls keep theirs.
+    has_time: bool,
+}
+
+/// What the entry callback should do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Record the call: 8 bytes are reserved for it (e.g. its start time),
+    /// unless asked not to (`GraphFilter::entry_with`: null).
+    Record(*mut u64),
+    /// Accept without recording (a notrace subtree starts): return `true`.
+    Silent,
+    /// Decline: return `false`.
+    Reject,
+}
+
+const NORECORD: u64 = 1;
+/// The call is kept whatever it lasts (`trace`).
+const ALWAYS: u64 = 2;
+/// The flags word above its flags: the time threshold inside the call.
+const THRESHOLD_SHIFT: u32 = 2;
+/// The words each accepted call reserves.
+const WORDS: usize = 3;
+const FIELD: u64 = 0xffff;
+
+#[derive(Clone, Copy)]
+struct State {
+    own: u64,
+    left: u64,
+    filters: u64,
+    notraces: u64,
+}
+
+impl Triggers {
+    /// Triggers of the sites `sites` (by id; sites beyond it have none),
+    /// `mode_in` if some spec took functions in, `limit` the depth limit
+    /// (0: none), tracing on at the start unless `disabled`, `min_ticks`
+    /// the time filter's threshold (`-t`, 0: none).
+    pub fn new(
+        sites: Vec<SiteTrigger>,
+        mode_in: bool,
+        limit: u32,
+        disabled: bool,
+        min_ticks: u64,
+    ) -> Triggers {
+        let has_time = sites.iter().any(|s| s.time_ticks.is_some());
+        Triggers {
+            min_ticks,
+            has_time,
+            sites: sites.into(),
+            mode_in,
+            limit: if limit == 0 {
+                u16::MAX
+            } else {
+                limit.min(u16::MAX as u32) as u16
+            },
+            enabled: AtomicBool::new(!disabled),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether some trigger sets a time threshold or keeps calls from it.
+    pub fn timed(&self) -> bool {
+        self.has_time || self.sites.iter().any(|s| s.always)
+    }
+
+    /// Whether tracing is on (a `trace_on`/`trace_off` trigger switched
+    /// it, or the start said).
+    pub fn enabled(&self) -> bool {
+        // Relaxed: a switch another thread makes is seen at its next call
+        // or soon after, as in uftrace; nothing else is ordered by it.
+        self.enabled.load(Ordering::Relaxed) && !self.finished.load(Ordering::Relaxed)
+    }
+
+    fn decode(&self, v: u64) -> State {
+        State {
+            own: v & FIELD,
+            left: ((v >> 16) & FIELD) ^ self.limit as u64,
+            filters: (v >> 32) & FIELD,
+            notraces: v >> 48,
+        }
+    }
+
+    fn encode(&self, s: State) -> u64 {
+        s.own.min(FIELD)
+            | ((s.left ^ self.limit as u64) & FIELD) << 16
+            | s.filters.min(FIELD) << 32
+            | s.notraces.min(FIELD) << 48
+    }
+
+    /// The entry of `ent` for `user` (uftrace's mcount_entry_filter_check
+    /// and _record): `Record` points to the recorder's word if `word`,
+    /// else is null.
+    pub(super) fn entry(
+        &self,
+        ent: &GraphEntry,
+        user: &GraphUser,
+        word: bool,
+        threads: Option<&ThreadFilter>,
+    ) -> Verdict {
+        let Some(var) = user.task_var() else {
+            return Verdict::Reject;
+        };
+        if self.finished.load(Ordering::Relaxed) {
+            return Verdict::Reject;
+        }
+        let v = var.get();
+        let st = self.decode(v);
+        if st.notraces > 0 {
+            return Verdict::Reject;
+        }
+        let tr = ent
+            .site_id()
+            .and_then(|id| self.sites.get(id as usize))
+            .copied()
+            .unwrap_or_default();
+        let mut n = st;
+        let mut flags = 0;
+        match tr.filter {
+            Some(true) => {
+                n.filters += 1;
+                n.left = self.limit as u64;
+            }
+            Some(false) => {
+                n.notraces += 1;
+                flags |= NORECORD;
+            }
+            None if self.mode_in && st.filters == 0 => return Verdict::Reject,
+            None => {}
+        }
+        if let Some(d) = tr.depth {
+            n.left = d as u64;
+        }
+        if let Some(on) = tr.trace {
+            // Relaxed: see `enabled`.
+            self.enabled.store(on, Ordering::Relaxed);
+        }
+        if n.left == 0 || threads.is_some_and(|t| !t.allows(current_tid())) {
+            return Verdict::Reject;
+        }
+        n.left -= 1;
+        if flags & NORECORD == 0 {
+            n.own += 1;
+        }
+        if tr.always {
+            flags |= ALWAYS;
+        }
+        if self.has_time {
+            // The threshold inside this call: its own, else its caller's.
+            let outer = user
+                .retrieve_nearest_own()
+                .filter(|(_, len)| *len >= WORDS * 8)
+                // SAFETY: an ancestor's reserved words, live below ours.
+                .map(|(q, _)| unsafe { (q as *const u64).add(2).read() } >> THRESHOLD_SHIFT);
+            let t = tr.time_ticks.or(outer).unwrap_or(self.min_ticks);
+            flags |= t.min(u64::MAX >> THRESHOLD_SHIFT) << THRESHOLD_SHIFT;
+        }
+        let Some(p) = user.reserve(WORDS * 8) else {
+            return Verdict::Reject;
+        };
+        // SAFETY: WORDS reserved, 8-aligned words of this call's frame,
+        // ours until it returns.
+        unsafe {
+            let w = p as *mut u64;
+            w.write(0);
+            w.add(1).write(v);
+            w.add(2).write(flags);
+        }
+        var.set(self.encode(n));
+        let record = flags & NORECORD == 0 && self.enabled.load(Ordering::Relaxed);
+        if tr.finish {
+            // (This call's entry is still recorded: the caller writes it.)
+            self.finished.store(true, Ordering::Relaxed);
+        }
+        if record {
+            Verdict::Record(if word {
+                p as *mut u64
+            } else {
+                std::ptr::null_mut()
+            })
+        } else {
+            Verdict::Silent
+        }
+    }
+
+    /// The return of a call `user` accepted: the thread's state put back
+    /// as the call found it; `Some` (the recorder's word) when its exit is
+    /// recorded.
+    pub(super) fn ret(&self, user: &GraphUser) -> Option<*mut u64> {
+        let var = user.task_var()?;
+        let (p, len) = user.retrieve()?;
+        if len < WORDS * 8 {
+            return None;
+        }
+        // SAFETY: the words this call's entry reserved and wrote,
+        // 8-aligned.
+        let (saved, flags) = unsafe {
+            let w = p as *const u64;
+            (w.add(1).read(), w.add(2).read())
+        };
+        var.set(saved);
+        if flags & NORECORD != 0 || !self.enabled() {
+            return None;
+        }
+        Some(p as *mut u64)
+    }
+
+    /// The time filter's threshold (ticks) for the call returning now, and
+    /// whether it is kept whatever it lasted (`trace`).
+    pub(super) fn threshold(&self, user: &GraphUser) -> (u64, bool) {
+        let flags = match user.retrieve() {
+            // SAFETY: the words this call's entry reserved and wrote.
+            Some((p, len)) if len >= WORDS * 8 => unsafe { (p as *const u64).add(2).read() },
+            _ => 0,
+        };
+        let t = if self.has_time {
+            flags >> THRESHOLD_SHIFT
+        } else {
+            self.min_ticks
+        };
+        (t, flags & ALWAYS != 0)
+    }
+}
