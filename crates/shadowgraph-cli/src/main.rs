@@ -293,110 +293,127 @@ fn main() -> ExitCode {
             _ => {}
         }
     }
-    let result = match cli.command {
-        Command::Demo { keep } => demo::demo(keep),
-        Command::Clean => {
-            clean();
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Sites { file, all, patch } if patch.is_empty() => sites::sites(&file, all),
-        Command::Sites { file, all, patch } => sites::prologues(&file, &patch, all),
-        Command::Count {
-            top,
-            graph,
-            hijack_returns,
-            program,
-        } => count::count(&program, top, graph, hijack_returns),
-        Command::Record {
-            data,
-            opts,
-            attach:
-                options::AttachOptions {
-                    pid: Some(pid),
-                    duration,
-                },
-            ..
-        } => attach::record::record_attached(&data, &opts, pid, duration),
-        Command::Record {
-            data,
-            opts,
-            program,
-            ..
-        } => record::record(&data, &opts, &program),
-        Command::Replay {
-            data,
-            fields,
-            no_merge,
-            no_comment,
-            column_view,
-            column_offset,
-            task_newline,
-            filter,
-        } => {
-            use shadowgraph_data::replay::{Field, Look};
-            let how = filter.open_options();
-            let filter = filter.into();
-            let fields = fields.map_or_else(|| Field::DEFAULT.to_vec(), |f| f.0);
-            let look = Look {
+    let result =
+        match cli.command {
+            Command::Demo { keep } => demo::demo(keep),
+            Command::Clean => {
+                clean();
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Sites { file, all, patch } if patch.is_empty() => sites::sites(&file, all),
+            Command::Sites { file, all, patch } => sites::prologues(&file, &patch, all),
+            Command::Count {
+                top,
+                graph,
+                hijack_returns,
+                program,
+            } => count::count(&program, top, graph, hijack_returns),
+            Command::Record {
+                data,
+                opts,
+                attach:
+                    options::AttachOptions {
+                        pid: Some(pid),
+                        duration,
+                    },
+                ..
+            } => attach::record::record_attached(&data, &opts, pid, duration),
+            Command::Record {
+                data,
+                opts,
+                program,
+                ..
+            } => record::record(&data, &opts, &program),
+            Command::Replay {
+                data,
+                fields,
                 no_merge,
                 no_comment,
-                column_offset: if column_view { column_offset } else { 0 },
+                column_view,
+                column_offset,
                 task_newline,
-            };
-            view_merged(&data, how, |ds, o| {
-                shadowgraph_data::replay::replay_sessions(ds, &filter, &fields, look, o)
-            })
-        }
-        Command::Report {
-            data,
-            sort,
-            fields,
-            avg_total,
-            avg_self,
-            threads,
-            diff,
-            filter,
-        } => {
-            use shadowgraph_data::report::Averages;
-            let averages = match (avg_total, avg_self) {
-                _ if fields.is_some() && (avg_total || avg_self) => {
-                    eprintln!(
-                        "shadowgraph: warning: --avg-total and --avg-self are ignored with -f"
-                    );
-                    Averages::None
-                }
-                (true, _) => Averages::Total,
-                (_, true) => Averages::SelfTime,
-                _ => Averages::None,
-            };
-            let how = filter.open_options();
-            let columns = Columns {
-                sort: sort.as_deref(),
-                fields: fields.as_deref(),
-                averages,
-            };
-            report(
-                &data,
-                how,
-                columns,
+                filter,
+            } => {
+                use shadowgraph_data::replay::{Field, Look};
+                let how = filter.open_options();
+                let filter: shadowgraph_data::replay::ReplayFilter = filter.into();
+                let fields = fields.map_or_else(
+                    || {
+                        // With a time range, uftrace's default columns start
+                        // with the time its ends are given in.
+                        use shadowgraph_data::time::Bound;
+                        let r = filter.time_range.unwrap_or_default();
+                        let first = match [r.start, r.stop] {
+                            [None, None] => None,
+                            e if e.iter().any(|b| matches!(b, Some(Bound::Elapsed(_)))) => {
+                                Some(Field::Elapsed)
+                            }
+                            _ => Some(Field::Time),
+                        };
+                        first.into_iter().chain(Field::DEFAULT).collect()
+                    },
+                    |f| f.0,
+                );
+                let look = Look {
+                    no_merge,
+                    no_comment,
+                    column_offset: if column_view { column_offset } else { 0 },
+                    task_newline,
+                };
+                view_merged(&data, how, |ds, o| {
+                    shadowgraph_data::replay::replay_sessions(ds, &filter, &fields, look, o)
+                })
+            }
+            Command::Report {
+                data,
+                sort,
+                fields,
+                avg_total,
+                avg_self,
                 threads,
-                diff.as_deref(),
-                &filter.into(),
-            )
-        }
-        Command::Dump {
-            data,
-            chrome,
-            perfetto,
-            flame_graph,
-            svg,
-            graphviz,
-            filter,
-        } => {
-            use shadowgraph_data::{chrome, dump, flame, perfetto as pf};
-            let how = filter.open_options();
-            let f: shadowgraph_data::replay::ReplayFilter = filter.into();
-            match (chrome, perfetto, flame_graph, svg) {
+                diff,
+                filter,
+            } => {
+                use shadowgraph_data::report::Averages;
+                let averages = match (avg_total, avg_self) {
+                    _ if fields.is_some() && (avg_total || avg_self) => {
+                        eprintln!(
+                            "shadowgraph: warning: --avg-total and --avg-self are ignored with -f"
+                        );
+                        Averages::None
+                    }
+                    (true, _) => Averages::Total,
+                    (_, true) => Averages::SelfTime,
+                    _ => Averages::None,
+                };
+                let how = filter.open_options();
+                let columns = Columns {
+                    sort: sort.as_deref(),
+                    fields: fields.as_deref(),
+                    averages,
+                };
+                report(
+                    &data,
+                    how,
+                    columns,
+                    threads,
+                    diff.as_deref(),
+                    &filter.into(),
+                )
+            }
+            Command::Dump {
+                data,
+                chrome,
+                perfetto,
+                flame_graph,
+                svg,
+                graphviz,
+                filter,
+            } => {
+                use shadowgraph_data::{chrome, dump, flame, perfetto as pf};
+                let how = filter.open_options();
+                let f: shadowgraph_data::replay::ReplayFilter = filter.into();
+                match (chrome, perfetto, flame_graph, svg) {
                 _ if graphviz => view(&data, how, |d, o| dump::dump_graphviz(d, &f, o)),
                 (_, _, false, true) => {
                     Err("--svg renders a flame graph: use it with --flame-graph".to_string())
@@ -405,46 +422,56 @@ fn main() -> ExitCode {
                 (_, _, true, false) => view(&data, how, |d, o| flame::dump_flame_graph(d, &f, o)),
                 (_, true, _, _) => view(&data, how, |d, o| pf::dump_perfetto(d, &f, o)),
                 (true, _, _, _) => view(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
-                _ if !f.is_empty() => Err("the plain dump shows every record: filters apply to --chrome, --perfetto, --flame-graph and --graphviz".to_string()),
-                _ => view(&data, how, dump::dump_text),
+                _ if !(shadowgraph_data::replay::ReplayFilter {
+                    tids: Vec::new(),
+                    time_range: None,
+                    ..f.clone()
+                })
+                .is_empty() =>
+                {
+                    Err("the plain dump shows every record (of --tid's threads, in -r's range): \
+                         filters apply to --chrome, --perfetto, --flame-graph and --graphviz"
+                        .to_string())
+                }
+                _ => view(&data, how, |d, o| dump::dump_text_of(d, &f, o)),
             }
-        }
-        Command::Live {
-            opts,
-            attach,
-            program,
-        } => record::live(&opts, |dir| match attach.pid {
-            Some(pid) => attach::record::record_attached(dir, &opts, pid, attach.duration),
-            None => record::record(dir, &opts, &program),
-        }),
-        Command::Graph {
-            data,
-            function,
-            filter,
-        } => {
-            let how = filter.open_options();
-            let f = filter.into();
-            view(&data, how, |d, o| {
-                shadowgraph_data::graph::graph(d, function.as_deref(), &f, o)
-            })
-        }
-        Command::Info { data } => {
-            let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
-            d.and_then(|d| {
-                let mut out = std::io::stdout().lock();
-                shadowgraph_data::info::info(&d, &mut out).map_err(|e| e.to_string())
-            })
-            .map(|()| ExitCode::SUCCESS)
-        }
-        Command::Export { data, uftrace } => {
-            let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
-            d.and_then(|d| {
-                shadowgraph_data::uftrace::export(&d, &uftrace).map_err(|e| e.to_string())
-            })
-            .map(|()| ExitCode::SUCCESS)
-        }
-        Command::Bench { args } => bench::run(&args),
-    };
+            }
+            Command::Live {
+                opts,
+                attach,
+                program,
+            } => record::live(&opts, |dir| match attach.pid {
+                Some(pid) => attach::record::record_attached(dir, &opts, pid, attach.duration),
+                None => record::record(dir, &opts, &program),
+            }),
+            Command::Graph {
+                data,
+                function,
+                filter,
+            } => {
+                let how = filter.open_options();
+                let f = filter.into();
+                view(&data, how, |d, o| {
+                    shadowgraph_data::graph::graph(d, function.as_deref(), &f, o)
+                })
+            }
+            Command::Info { data } => {
+                let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
+                d.and_then(|d| {
+                    let mut out = std::io::stdout().lock();
+                    shadowgraph_data::info::info(&d, &mut out).map_err(|e| e.to_string())
+                })
+                .map(|()| ExitCode::SUCCESS)
+            }
+            Command::Export { data, uftrace } => {
+                let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
+                d.and_then(|d| {
+                    shadowgraph_data::uftrace::export(&d, &uftrace).map_err(|e| e.to_string())
+                })
+                .map(|()| ExitCode::SUCCESS)
+            }
+            Command::Bench { args } => bench::run(&args),
+        };
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -494,6 +521,11 @@ struct ViewFilter {
     /// Only these threads (comma-separated; repeatable).
     #[arg(long = "tid", value_delimiter = ',')]
     tids: Vec<i32>,
+    /// Only the records between two times, START~STOP (either may be left
+    /// out): timestamps as `-f time` shows them, or times since the first
+    /// record with a unit (`2ms~`), as `-f elapsed` shows them.
+    #[arg(short = 'r', long = "time-range", value_name = "START~STOP", value_parser = parse_time_range)]
+    time_range: Option<shadowgraph_data::time::TimeRange>,
     /// How C++ and Rust names are shown: simple (the qualified name alone,
     /// as uftrace), full (types and parameters too), no (the symbols).
     #[arg(long, value_enum, default_value = "simple")]
@@ -546,6 +578,7 @@ impl From<ViewFilter> for shadowgraph_data::replay::ReplayFilter {
             notrace: Vec::new(),
             triggers: v.trigger,
             disabled: v.disable,
+            time_range: v.time_range,
             max_depth: v.depth,
             min_ns: v.time_filter.unwrap_or(0),
             tids: v.tids,
@@ -569,6 +602,10 @@ fn parse_patch_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, St
 
 fn parse_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {
     shadowgraph_data::pattern::Pattern::parse(p).map_err(|e| e.to_string())
+}
+
+fn parse_time_range(v: &str) -> Result<shadowgraph_data::time::TimeRange, String> {
+    shadowgraph_data::time::TimeRange::parse(v)
 }
 
 fn parse_spec(

@@ -333,3 +333,59 @@ fn exec_shows_in_place() {
         );
     }
 }
+
+/// `-r/--time-range START~STOP`: only the records inside it, by
+/// timestamp (`-f time`'s) or by time since the first record (`-f
+/// elapsed`'s), the calls open at its start shown at their depth; replay's
+/// default columns start with the time, as uftrace's.
+#[test]
+fn time_range_as_uftrace() {
+    let data = recording("tr", "naps.c", &["-DMIDS=2", "-DNAP_US=200", "-DFIB_N=3"]);
+    let times = view(&mut shadowgraph(), &data, &["replay", "-f", "time,elapsed"]);
+    // The second call of mid: when it begins, and its first leaf.
+    let lines: Vec<&str> = times.lines().collect();
+    let second = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("mid() {"))
+        .nth(1)
+        .map(|(i, _)| i)
+        .unwrap_or_else(|| panic!("{times}"));
+    let at = |l: &str, k: usize| l.split_whitespace().nth(k).unwrap().to_string();
+    let m = lines[second];
+    let (start, elapsed) = (at(m, 0), format!("{}{}", at(m, 1), at(m, 2)));
+    let stop = at(lines[second + 2], 0);
+    let out = view(
+        &mut shadowgraph(),
+        &data,
+        &["replay", "-r", &format!("{start}~")],
+    );
+    assert!(
+        out.starts_with("#     TIMESTAMP      DURATION     TID     FUNCTION\n")
+            && out.lines().nth(1).unwrap().ends_with("|   mid() {"),
+        "{out}"
+    );
+    let r1 = format!("{start}~");
+    let r2 = format!("{elapsed}~");
+    let r3 = format!("~{stop}");
+    let r4 = format!("{start}~{stop}");
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "-f", "time", "-r", &r1],
+            &["replay", "-r", &r1],
+            &["replay", "-f", "elapsed", "-r", &r2],
+            &["replay", "-r", &r2],
+            &["replay", "-r", &r3],
+            &["replay", "-r", &r4, "-F", "mid"],
+            &["dump", "-r", &r4],
+        ],
+        0,
+    );
+    let o = run_view(&mut shadowgraph(), &data, &["replay", "-r", "12"]);
+    assert!(
+        !o.status.success() && text(&o).1.contains("START~STOP"),
+        "{}",
+        text(&o).1
+    );
+}

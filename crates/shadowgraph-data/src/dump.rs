@@ -57,6 +57,21 @@ fn bit_names(mask: u64, names: &[&str]) -> String {
 /// it has uftrace's), then each thread's records: time, thread, kind,
 /// function and address, depth.
 pub fn dump_text(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+    dump_text_of(data, &ReplayFilter::default(), out)
+}
+
+/// [`dump_text`] of the threads (`--tid`) and the time range (`-r`) of
+/// `filter`, as uftrace's plain dump takes them; its other filters do not
+/// apply to single records.
+pub fn dump_text_of(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let range = match filter.time_range {
+        Some(r) => r.resolve(crate::replay::first_time(data)?),
+        None => 0..=u64::MAX,
+    };
     let info = std::fs::read(data.dir.join("info")).unwrap_or_default();
     if info.len() >= 32 && info.starts_with(b"Ftrace!\0") {
         let u16_at = |i: usize| u16::from_le_bytes([info[i], info[i + 1]]);
@@ -80,9 +95,15 @@ pub fn dump_text(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError
         writeln!(out)?;
     }
     for &tid in &data.tids {
+        if !(filter.tids.is_empty() || filter.tids.contains(&tid)) {
+            continue;
+        }
         writeln!(out, "reading {tid}.dat")?;
         for r in data.stream(tid)? {
             let r = r?;
+            if !range.contains(&r.time) {
+                continue;
+            }
             let kind = match r.kind {
                 Kind::Entry => "entry",
                 Kind::Exit => "exit ",

@@ -124,6 +124,7 @@ fn collect(
 ) -> Result<(Node, Backtraces), ReplayError> {
     let mut root = Node::default();
     let mut backtraces = Backtraces::new();
+    let stop = filter.stop_time(data)?;
     for (_, records) in thread_records(data, filter)? {
         let mut walk = Walk {
             function,
@@ -141,7 +142,9 @@ fn collect(
             }
         }
         // Calls that never returned (a killed program, a recording cut
-        // short) end at the thread's last record, as in uftrace.
+        // short) end at the thread's last record (or where a time range
+        // does), as in uftrace.
+        let last = stop.unwrap_or(last);
         while !walk.stack.is_empty() {
             walk.exit(last, &mut root, &mut backtraces);
         }

@@ -343,6 +343,7 @@ pub fn collect(
             .entry(addr)
             .or_insert_with(|| *by_name.entry(data.name(addr).into_owned()).or_insert(addr))
     };
+    let stop = filter.stop_time(data)?;
     for (tid, records) in thread_records(data, filter)? {
         let key_tid = if per_thread { tid } else { 0 };
         let mut frames = Frames::default();
@@ -363,8 +364,8 @@ pub fn collect(
         }
         // Calls that never returned (the program was killed, or the
         // recording was cut short) count up to the thread's last record,
-        // as in uftrace.
-        frames.close(&mut stats, key_tid, last, None);
+        // as in uftrace (or up to where a time range ends).
+        frames.close(&mut stats, key_tid, stop.unwrap_or(last), None);
     }
     Ok(stats.into_iter().collect())
 }

@@ -99,9 +99,88 @@ impl Converter {
     }
 }
 
+/// One end of a time range (`-r`): a timestamp (`SEC.NSEC`, as the
+/// `time` column shows it) or a time since the recording's first record
+/// (a duration with its unit, as the `elapsed` column shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// Nanoseconds on the recording's clock.
+    At(u64),
+    /// Nanoseconds after the first record.
+    Elapsed(u64),
+}
+
+/// A time range (uftrace's `-r START~STOP`, either end may be left out):
+/// the views show only records inside it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimeRange {
+    /// Nothing before this.
+    pub start: Option<Bound>,
+    /// Nothing after this.
+    pub stop: Option<Bound>,
+}
+
+impl TimeRange {
+    /// Parses `START~STOP`: each a timestamp (`74469.340765344`), a time
+    /// since the first record (`4.3us`, `2ms`), or nothing.
+    pub fn parse(text: &str) -> Result<TimeRange, String> {
+        let (a, b) = text
+            .split_once('~')
+            .ok_or_else(|| format!("`{text}`: START~STOP expected (either may be left out)"))?;
+        let bound = |s: &str| -> Result<Option<Bound>, String> {
+            let s = s.trim();
+            if s.is_empty() {
+                return Ok(None);
+            }
+            if s.ends_with(|c: char| c.is_ascii_alphabetic()) {
+                return crate::trigger::parse_duration(s).map(|d| Some(Bound::Elapsed(d)));
+            }
+            let (sec, frac) = s.split_once('.').unwrap_or((s, ""));
+            let bad = || format!("`{s}`: not a timestamp (SEC.NSEC) nor a time with a unit");
+            let sec: u64 = sec.parse().map_err(|_| bad())?;
+            if frac.len() > 9 || !frac.bytes().all(|c| c.is_ascii_digit()) {
+                return Err(bad());
+            }
+            let ns: u64 = format!("{frac:0<9}").parse().map_err(|_| bad())?;
+            Ok(Some(Bound::At(sec * 1_000_000_000 + ns)))
+        };
+        Ok(TimeRange {
+            start: bound(a)?,
+            stop: bound(b)?,
+        })
+    }
+
+    /// The range in timestamps, `first` the recording's first record's.
+    pub fn resolve(&self, first: u64) -> std::ops::RangeInclusive<u64> {
+        let at = |b: Bound| match b {
+            Bound::At(t) => t,
+            Bound::Elapsed(d) => first.saturating_add(d),
+        };
+        self.start.map_or(0, at)..=self.stop.map_or(u64::MAX, at)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Converter;
+
+    #[test]
+    fn time_ranges_as_uftrace() {
+        use super::{Bound, TimeRange};
+        let r = TimeRange::parse("74469.340765344~").unwrap();
+        assert_eq!(r.start, Some(Bound::At(74_469_340_765_344)));
+        assert_eq!(r.stop, None);
+        let r = TimeRange::parse("~4.3us").unwrap();
+        assert_eq!(r.stop, Some(Bound::Elapsed(4300)));
+        assert_eq!(r.resolve(1000), 0..=5300);
+        assert_eq!(
+            TimeRange::parse("12.5~").unwrap().start,
+            Some(Bound::At(12_500_000_000))
+        );
+        for bad in ["12", "x~", "1.2.3~", "~5 parsecs"] {
+            assert!(TimeRange::parse(bad).is_err(), "{bad}");
+        }
+    }
     use proptest::prelude::*;
 
     proptest! {

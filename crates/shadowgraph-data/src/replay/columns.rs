@@ -284,8 +284,9 @@ impl Columns<'_> {
     }
 }
 
-/// The time of the recording's first record (0 for none).
-fn first_time(data: &DataDir) -> Result<u64, DataError> {
+/// The time of the recording's first record (0 for none): where elapsed
+/// times count from.
+pub fn first_time(data: &DataDir) -> Result<u64, DataError> {
     let mut first = None::<u64>;
     for &t in &data.tids {
         if let Some(r) = data.stream(t)?.next() {

@@ -39,6 +39,9 @@ pub struct ReplayFilter {
     /// Tracing starts switched off (`--disable`): a `trace_on` trigger
     /// switches it on.
     pub disabled: bool,
+    /// Only the records inside this range (`-r`); the calls open at its
+    /// start are shown at their depth.
+    pub time_range: Option<crate::time::TimeRange>,
 }
 
 impl ReplayFilter {
@@ -48,6 +51,17 @@ impl ReplayFilter {
         self.triggers
             .retain(|t| each_match(data, &t.pattern, "-T", |_| {}).is_ok());
         self
+    }
+
+    /// Where its time range ends (`None`: it does not): calls still open
+    /// there end there, as uftrace's views end them.
+    pub fn stop_time(&self, data: &DataDir) -> Result<Option<u64>, ReplayError> {
+        match self.time_range {
+            Some(r) if r.stop.is_some() => {
+                Ok(Some(*r.resolve(super::columns::first_time(data)?).end()))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Whether it selects everything.
@@ -61,6 +75,7 @@ impl ReplayFilter {
             && self.min_size == 0
             && self.triggers.is_empty()
             && !self.disabled
+            && self.time_range.is_none()
     }
 }
 
@@ -354,6 +369,8 @@ struct Selection {
     small: Option<Arc<[bool]>>,
     /// Tracing on, shared by every thread's filters.
     enabled: Rc<Cell<bool>>,
+    /// The timestamps shown (`-r`).
+    range: Option<std::ops::RangeInclusive<u64>>,
 }
 
 /// One thread's records as `filter` selects them.
@@ -373,6 +390,13 @@ fn filtered(
     // (The callers of a selected call deeper than the limit are shown.)
     let late_limit = spans.is_some() || sel.triggers.is_some() || sel.callers.is_some();
     let mut stream: Records = Box::new(data.stream(tid)?);
+    if let Some(range) = sel.range.clone() {
+        // (Errors pass: they are shown.)
+        stream =
+            Box::new(stream.filter(move |r| r.as_ref().map_or(true, |r| range.contains(&r.time))));
+    }
+    // From a range's start, the records begin at their own depth.
+    let from_start = filter.time_range.is_some_and(|r| r.start.is_some());
     if let Some(small) = sel.small.clone() {
         // Left out before depths are counted: callees take their place.
         let symbols = sel.symbols.clone();
@@ -387,7 +411,7 @@ fn filtered(
     let mut it: Records = Box::new(DisplayDepth {
         inner: stream,
         depth: 0,
-        set: true,
+        set: !from_start,
         first: true,
         max: if late_limit { u16::MAX } else { max },
     });
@@ -423,7 +447,11 @@ fn filtered(
     }
     if let Some(t) = &sel.triggers {
         // Applies the depth limit too, restarted at each filter call.
-        it = Box::new(Fstack::new(it, t.clone(), max, sel.enabled.clone()));
+        let mut f = Fstack::new(it, t.clone(), max, sel.enabled.clone());
+        if from_start {
+            f.show_from_stack_depth();
+        }
+        it = Box::new(f);
     }
     if late_limit && sel.triggers.is_none() {
         it = Box::new(it.filter(move |r| r.as_ref().map_or(true, |r| r.depth < max)));
@@ -483,6 +511,10 @@ pub fn thread_records(
                 .collect()
         }),
         enabled: Rc::new(Cell::new(!filter.disabled)),
+        range: match &filter.time_range {
+            Some(r) => Some(r.resolve(super::columns::first_time(data)?)),
+            None => None,
+        },
     };
     let mut threads = Vec::new();
     for &t in &data.tids {

@@ -122,6 +122,12 @@ impl Fstack {
         }
     }
 
+    /// The first call shown is shown at its stack depth (not at 0), as
+    /// from a time range's start.
+    pub fn show_from_stack_depth(&mut self) {
+        self.display_set = false;
+    }
+
     fn frame(&mut self, i: u16) -> &mut Frame {
         let i = i as usize;
         if self.frames.len() <= i {

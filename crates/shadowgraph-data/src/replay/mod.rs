@@ -13,7 +13,7 @@ mod error;
 mod filter;
 mod fstack;
 
-pub use columns::{format_duration, write_duration, Field};
+pub use columns::{first_time, format_duration, write_duration, Field};
 pub use error::ReplayError;
 pub use filter::{thread_records, ReplayFilter, DEFAULT_MAX_DEPTH};
 pub use fstack::{Records, BACKTRACE_ADDR, ENDED_ADDR, STARTED_ADDR};
