@@ -336,6 +336,7 @@ fn main() -> ExitCode {
             } => {
                 use shadowgraph_data::replay::{Field, Look};
                 let how = filter.open_options();
+                let srcline = filter.srcline;
                 let filter: shadowgraph_data::replay::ReplayFilter = filter.into();
                 let fields = fields.map_or_else(
                     || {
@@ -355,6 +356,7 @@ fn main() -> ExitCode {
                     |f| f.0,
                 );
                 let look = Look {
+                    srcline,
                     no_merge,
                     no_comment,
                     column_offset: if column_view { column_offset } else { 0 },
@@ -391,6 +393,7 @@ fn main() -> ExitCode {
                     sort: sort.as_deref(),
                     fields: fields.as_deref(),
                     averages,
+                    srcline: filter.srcline,
                 };
                 report(
                     &data,
@@ -450,9 +453,10 @@ fn main() -> ExitCode {
                 filter,
             } => {
                 let how = filter.open_options();
+                let srcline = filter.srcline;
                 let f = filter.into();
                 view(&data, how, |d, o| {
-                    shadowgraph_data::graph::graph(d, function.as_deref(), &f, o)
+                    shadowgraph_data::graph::graph_with(d, function.as_deref(), &f, srcline, o)
                 })
             }
             Command::Info { data } => {
@@ -526,6 +530,11 @@ struct ViewFilter {
     /// record with a unit (`2ms~`), as `-f elapsed` shows them.
     #[arg(short = 'r', long = "time-range", value_name = "START~STOP", value_parser = parse_time_range)]
     time_range: Option<shadowgraph_data::time::TimeRange>,
+    /// Where each function is declared (file:line), as the recording says
+    /// (`record --srcline`): after entries in replay, names in report and
+    /// graph.
+    #[arg(long)]
+    srcline: bool,
     /// How C++ and Rust names are shown: simple (the qualified name alone,
     /// as uftrace), full (types and parameters too), no (the symbols).
     #[arg(long, value_enum, default_value = "simple")]
@@ -661,6 +670,7 @@ struct Columns<'a> {
     sort: Option<&'a str>,
     fields: Option<&'a str>,
     averages: shadowgraph_data::report::Averages,
+    srcline: bool,
 }
 
 fn report(
@@ -672,7 +682,8 @@ fn report(
     filter: &shadowgraph_data::replay::ReplayFilter,
 ) -> Result<ExitCode, String> {
     use shadowgraph_data::report::{Averages, Layout, SortKey};
-    let layout = Layout::parse(columns.fields, columns.sort, columns.averages)?;
+    let mut layout = Layout::parse(columns.fields, columns.sort, columns.averages)?;
+    layout.srcline = columns.srcline;
     let plain = columns.fields.is_none() && columns.averages == Averages::None;
     // Per thread, a diff and a profile: the default columns, one key.
     let key = match (plain, &layout.keys[..]) {

@@ -160,6 +160,10 @@ pub(crate) struct RecordOptions {
     /// Record no arguments or return values (drops -A and -R).
     #[arg(long)]
     no_args: bool,
+    /// Keep where each function is declared (file:line, from the
+    /// program's and libraries' DWARF) for the views' --srcline.
+    #[arg(long)]
+    pub(crate) srcline: bool,
     /// Record nothing inside these functions; repeatable.
     #[arg(short = 'N', long = "notrace")]
     notrace: Vec<String>,

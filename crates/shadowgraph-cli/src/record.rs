@@ -150,6 +150,9 @@ pub(crate) fn record(
         // a session in another process (not ours to wait for).
         let run = (!foreign).then_some((status, &usage));
         write_failed.extend(conclude_dir(&label, &d, t, &path, prog, run));
+        if opts.srcline {
+            write_srclines(&d);
+        }
     }
     if !write_failed.is_empty() {
         // The summary above says what was kept; the status says that it is
@@ -225,6 +228,53 @@ pub(crate) fn prepare(data: &Path, opts: &RecordOptions) -> Result<Prepared, Str
         config,
         collector,
     })
+}
+
+/// `record --srcline`: beside each traced object's `.sym`, a `.dbg` file
+/// (uftrace's) with where each of its functions is declared, from its
+/// DWARF (or its debug file's). An object without says nothing; a program
+/// without is said once.
+pub(crate) fn write_srclines(d: &Path) {
+    let Ok(dd) = shadowgraph_data::dir::DataDir::open(d) else {
+        return;
+    };
+    let mut done = std::collections::HashSet::new();
+    for (i, (_, _, path)) in dd.modules.iter().enumerate() {
+        // (An object mapped twice is one; `@plt` ranges are not files.)
+        if !done.insert(path) || !Path::new(path).is_file() {
+            continue;
+        }
+        let lines = match shadowgraph::elf::lines::declared_functions(Path::new(path)) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("shadowgraph: --srcline: {e}");
+                continue;
+            }
+        };
+        if lines.is_empty() {
+            if i == 0 {
+                eprintln!(
+                    "shadowgraph: --srcline: {path} has no debug information (build it with -g)"
+                );
+            }
+            continue;
+        }
+        let mut text = format!("# path name: {path}\n");
+        for l in &lines {
+            text.push_str(&format!(
+                "F: {:x} {}\nL: {} {}\n",
+                l.offset, l.name, l.line, l.file
+            ));
+        }
+        let base = Path::new(path)
+            .file_name()
+            .map(|b| b.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let p = d.join(format!("{base}.dbg"));
+        if let Err(e) = std::fs::write(&p, text) {
+            eprintln!("shadowgraph: --srcline: {}: {e}", p.display());
+        }
+    }
 }
 
 /// Completes the recording directory `d` (labelled `label`) of `prog`

@@ -389,3 +389,45 @@ fn time_range_as_uftrace() {
         text(&o).1
     );
 }
+
+/// `record --srcline` keeps where each function is declared (uftrace's
+/// `.dbg` files, from the program's DWARF); `--srcline` shows it in
+/// replay, report and graph as uftrace's do.
+#[test]
+fn srcline_as_uftrace() {
+    let dir = workdir("sl");
+    let flags = ["-g", "-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"];
+    let exe = build_fixture_with(&dir, "sl", "naps.c", &flags);
+    let data = dir.join("sl.data");
+    record_ok(&["--srcline"], &data, &exe);
+    let out = view(&mut shadowgraph(), &data, &["replay", "--srcline"]);
+    assert!(
+        out.starts_with("# DURATION     TID     FUNCTION [SOURCE]\n")
+            && out.contains("| main() { /* ")
+            && out.contains("fixtures/naps.c:10 */\n"),
+        "{out}"
+    );
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "--srcline"],
+            &["replay", "--srcline", "--no-comment"],
+            &["replay", "--srcline", "-f", "none"],
+            &["report", "--srcline"],
+            &["graph", "--srcline"],
+            &["graph", "--srcline", "mid"],
+        ],
+        0,
+    );
+    // Without debug information: said, and the recording is whole.
+    let plain = build_fixture_with(&dir, "nog", "naps.c", &flags[1..]);
+    let o = record_run(&[], &["--srcline"], &dir.join("nog.data"), &plain, &[]);
+    assert!(
+        o.status.success()
+            && text(&o)
+                .1
+                .contains("has no debug information (build it with -g)"),
+        "{}",
+        text(&o).1
+    );
+}

@@ -56,6 +56,9 @@ pub struct DataDir {
     warnings: Warnings,
     /// The functions with arguments or return values recorded.
     args: Option<std::sync::Arc<crate::args::ArgIndex>>,
+    /// Where functions are declared (`file:line`), from the `<object>.dbg`
+    /// files `record --srcline` leaves (uftrace's), by address.
+    srclines: super::meta::SrcLines,
 }
 
 /// Warnings shared by a data directory and its record streams, each kept
@@ -261,7 +264,9 @@ impl DataDir {
             progress: None,
             warnings: Warnings::default(),
             args: None,
+            srclines: Default::default(),
         };
+        data.srclines = super::meta::read_srclines(dir, &data.modules, &mut skipped);
         for w in skipped {
             data.warnings.push(w);
         }
@@ -377,6 +382,27 @@ impl DataDir {
             warnings: self.warnings.clone(),
             args: self.args.clone(),
         })
+    }
+
+    /// Where the function at `addr` is declared (`file:line`), if the
+    /// recording says (`record --srcline`).
+    pub fn srcline(&self, addr: u64) -> Option<&str> {
+        if self.srclines.by_addr.is_empty() {
+            return None;
+        }
+        // The function the address is in (a record may name an address
+        // past its entry: mcount's), by its address, else by its symbol
+        // (a function traced through a copy of its entry is recorded at
+        // the copy).
+        let (start, symbol) = match self.symbols.partition_point(|s| s.0 <= addr) {
+            0 => (addr, None),
+            i => (self.symbols[i - 1].0, Some(&self.symbols[i - 1].1)),
+        };
+        self.srclines
+            .by_addr
+            .get(&start)
+            .or_else(|| self.srclines.by_name.get(symbol?))
+            .map(String::as_str)
     }
 
     /// All records of one thread (small traces, tests).

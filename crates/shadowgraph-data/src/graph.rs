@@ -155,9 +155,11 @@ fn collect(
 /// One line per node in uftrace's layout: `lead` comes before the node's
 /// own `(calls) name`, `cont` before its descendants'. A single child
 /// continues the chain; several get `+-` and `|` separators.
+/// `lines`: where each function below the root is declared
+/// (`--srcline`), shown after its name.
 fn write_node(
     out: &mut impl Write,
-    name: &str,
+    (name, lines): (&str, &Lines),
     n: &Node,
     lead: &str,
     cont: &str,
@@ -165,14 +167,22 @@ fn write_node(
     out.write_all(b"  ")?;
     write_duration(out, Some(n.total))?;
     writeln!(out, " : {lead}({}) {name}", n.calls)?;
+    let named = |c: &str| match lines.get(c) {
+        Some(l) => format!("{c} [{l}]"),
+        None => c.to_string(),
+    };
     match n.children.len() {
         0 => {}
-        1 => write_node(out, &n.children[0].0, &n.children[0].1, cont, cont)?,
+        1 => {
+            let c = named(&n.children[0].0);
+            write_node(out, (&c, lines), &n.children[0].1, cont, cont)?
+        }
         k => {
             for (i, (cname, c)) in n.children.iter().enumerate() {
                 let last = i + 1 == k;
                 let child_cont = format!("{cont}{}", if last { "   " } else { " | " });
-                write_node(out, cname, c, &format!("{cont} +-"), &child_cont)?;
+                let cn = named(cname);
+                write_node(out, (&cn, lines), c, &format!("{cont} +-"), &child_cont)?;
                 if !last {
                     writeln!(out, "{:12} : {cont} | ", "")?;
                 }
@@ -182,6 +192,9 @@ fn write_node(
     Ok(())
 }
 
+/// Where functions are declared, by name.
+type Lines = std::collections::HashMap<String, String>;
+
 /// The graph of `function` in what `filter` selects (uftrace's `graph`
 /// with `-F/-N/-D/-t/--tid`); of the whole program without one.
 pub fn graph(
@@ -190,6 +203,33 @@ pub fn graph(
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
+    graph_with(data, function, filter, false, out)
+}
+
+/// [`graph`], with where each function is declared after its name if
+/// `srcline` (`--srcline`, as the recording says; not the root's, as
+/// uftrace's).
+pub fn graph_with(
+    data: &DataDir,
+    function: Option<&str>,
+    filter: &ReplayFilter,
+    srcline: bool,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let lines: Lines = if srcline {
+        data.symbols
+            .iter()
+            .zip(&data.names)
+            .filter_map(|((a, _), n)| Some((n.clone(), data.srcline(*a)?.to_string())))
+            .collect()
+    } else {
+        Lines::new()
+    };
+    let head = if srcline {
+        "# TOTAL TIME   FUNCTION [SOURCE]"
+    } else {
+        "# TOTAL TIME   FUNCTION"
+    };
     let (mut root, backtraces) = collect(data, function, filter)?;
     let Some(function) = function else {
         // uftrace names the root after the program, one call.
@@ -206,8 +246,8 @@ pub fn graph(
             None => writeln!(out, "# Function Call Graph for '{name}'")?,
         }
         writeln!(out, "========== FUNCTION CALL GRAPH ==========")?;
-        writeln!(out, "# TOTAL TIME   FUNCTION")?;
-        write_node(out, &name, &root, "", "")?;
+        writeln!(out, "{head}")?;
+        write_node(out, (&name, &lines), &root, "", "")?;
         writeln!(out)?;
         return Ok(());
     };
@@ -242,8 +282,8 @@ pub fn graph(
         writeln!(out)?;
     }
     writeln!(out, "========== FUNCTION CALL GRAPH ==========")?;
-    writeln!(out, "# TOTAL TIME   FUNCTION")?;
-    write_node(out, function, &root, "", "")?;
+    writeln!(out, "{head}")?;
+    write_node(out, (function, &lines), &root, "", "")?;
     writeln!(out)?; // uftrace ends the graph with an empty line
     Ok(())
 }

@@ -220,6 +220,58 @@ pub(crate) fn read_modules(dir: &Path, skipped: &mut Vec<String>) -> Result<Modu
     Ok(out)
 }
 
+/// Where functions are declared (`file:line`): by address, and by name
+/// for functions a recording names at another address (traced through a
+/// copy of their entry).
+#[derive(Debug, Default)]
+pub(crate) struct SrcLines {
+    pub by_addr: std::collections::HashMap<u64, String>,
+    pub by_name: std::collections::HashMap<String, String>,
+}
+
+/// The `<object>.dbg` files of `modules` (uftrace's: `F: OFFSET NAME`
+/// then `L: LINE FILE` for each function with a declaration). Lines of
+/// other kinds (arguments) are passed over.
+pub(crate) fn read_srclines(dir: &Path, modules: &Modules, skipped: &mut Vec<String>) -> SrcLines {
+    let mut out = SrcLines::default();
+    for (start, _, path) in modules {
+        let base = Path::new(path)
+            .file_name()
+            .map(|b| b.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let p = dir.join(format!("{base}.dbg"));
+        let Ok(text) = read_text(&p) else {
+            continue;
+        };
+        let mut func = None;
+        for (n, l) in text.lines().enumerate() {
+            if let Some(f) = l.strip_prefix("F: ") {
+                let (a, name) = f.split_once(' ').unwrap_or((f, ""));
+                match u64::from_str_radix(a, 16) {
+                    Ok(a) => func = Some((start.wrapping_add(a), name)),
+                    Err(_) => {
+                        func = None;
+                        skip_line(skipped, &p, n, &format!("bad address `{a}`"));
+                    }
+                }
+            } else if let Some(loc) = l.strip_prefix("L: ") {
+                let Some((line, file)) = loc.split_once(' ') else {
+                    skip_line(skipped, &p, n, "expected LINE FILE");
+                    continue;
+                };
+                if let Some((a, name)) = func.take() {
+                    let at = format!("{file}:{line}");
+                    out.by_name
+                        .entry(name.to_string())
+                        .or_insert_with(|| at.clone());
+                    out.by_addr.insert(a, at);
+                }
+            }
+        }
+    }
+    out
+}
+
 pub(crate) fn read_uftrace_symbols(
     dir: &Path,
     skipped: &mut Vec<String>,

@@ -239,6 +239,9 @@ pub struct Layout {
     pub fields: Vec<Field>,
     /// Compared in turn.
     pub keys: Vec<SortKey>,
+    /// Where each function is declared, after its name (`--srcline`, as
+    /// the recording says).
+    pub srcline: bool,
 }
 
 impl Layout {
@@ -293,7 +296,11 @@ impl Layout {
                 .map(|k| sort_key(k, averages))
                 .collect::<Result<_, _>>()?,
         };
-        Ok(Layout { fields, keys })
+        Ok(Layout {
+            fields,
+            keys,
+            srcline: false,
+        })
     }
 }
 
@@ -452,6 +459,8 @@ pub fn report_sessions(
     out: &mut impl Write,
 ) -> Result<(), ReportError> {
     let mut by_name: HashMap<String, (FuncStats, u64)> = HashMap::new();
+    // Where each name is declared (`--srcline`).
+    let mut lines: HashMap<String, String> = HashMap::new();
     for (i, data) in datas.iter().enumerate() {
         let mut f = filter.clone();
         if i > 0 && !f.tids.is_empty() {
@@ -461,6 +470,11 @@ pub fn report_sessions(
             }
         }
         for (k, s) in collect(data, false, &f)? {
+            if let Some(l) = data.srcline(k.1).filter(|_| layout.srcline) {
+                lines
+                    .entry(data.name(k.1).into_owned())
+                    .or_insert_with(|| l.to_string());
+            }
             let e = by_name
                 .entry(data.name(k.1).into_owned())
                 .or_insert_with(|| (FuncStats::default(), data.function_size(k.1)));
@@ -493,7 +507,8 @@ pub fn report_sessions(
     }
     // No columns: the names alone, no header (as uftrace's `-f none`).
     if !layout.fields.is_empty() {
-        writeln!(out, "{head}  Function")?;
+        let src = if layout.srcline { " [Source]" } else { "" };
+        writeln!(out, "{head}  Function{src}")?;
         writeln!(out, "{rule}  ====================")?;
     }
     for (s, name, size) in rows {
@@ -505,7 +520,10 @@ pub fn report_sessions(
                 _ => line.push_str(&format_duration(Some(f.value(&s, size)))),
             }
         }
-        writeln!(out, "{line}  {name}")?;
+        match lines.get(&name) {
+            Some(l) => writeln!(out, "{line}  {name} [{l}]")?,
+            None => writeln!(out, "{line}  {name}")?,
+        }
     }
     Ok(())
 }
@@ -522,6 +540,7 @@ pub fn report(
         let layout = Layout {
             fields: vec![Field::Total, Field::SelfTime, Field::Call],
             keys: vec![sort],
+            srcline: false,
         };
         return report_with(data, &layout, filter, out);
     }

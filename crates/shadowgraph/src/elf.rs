@@ -10,6 +10,7 @@
 //! are read here.
 
 mod debug;
+pub mod lines;
 pub mod slots;
 
 pub use slots::JumpSlot;

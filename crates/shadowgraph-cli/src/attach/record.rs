@@ -82,6 +82,9 @@ pub(crate) fn record_attached(
             }
         }
         write_failed.extend(conclude_dir(label, &d, t, &exe, &prog, None));
+        if opts.srcline {
+            crate::record::write_srclines(&d);
+        }
     }
     if ended_by_exit {
         eprintln!("# process {pid} exited");

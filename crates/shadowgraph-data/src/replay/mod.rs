@@ -62,6 +62,9 @@ pub struct Look {
     pub column_offset: u16,
     /// `--task-newline`: a blank line where the thread changes.
     pub task_newline: bool,
+    /// `--srcline`: where each function is declared, after its entry (as
+    /// the recording says: `record --srcline`); not with `no_comment`.
+    pub srcline: bool,
 }
 
 /// [`replay_filtered`] with `fields` left of each function.
@@ -127,8 +130,17 @@ pub fn replay_sessions(
         threads.into_iter().map(|(_, r)| r.peekable()).collect();
     let mut cols = Columns::new(data, fields, &tids)?;
     if let Some(h) = cols.header() {
-        writeln!(out, "{h}")?;
+        let src = if look.srcline { " [SOURCE]" } else { "" };
+        writeln!(out, "{h}{src}")?;
     }
+    // `/* file:line */` after an entry, where `--srcline` asks and the
+    // recording knows.
+    let srcline = |k: usize, addr: u64| -> String {
+        match datas[owner[k]].srcline(addr) {
+            Some(l) if look.srcline && !look.no_comment => format!(" /* {l} */"),
+            _ => String::new(),
+        }
+    };
     let mut heap = BinaryHeap::new();
     for (k, st) in streams.iter_mut().enumerate() {
         if let Some(t) = peek_time(st)? {
@@ -238,7 +250,7 @@ pub fn replay_sessions(
                                         .map(|v| format!(" = {v}"))
                                         .unwrap_or_default()
                                 ),
-                            };
+                            } + &srcline(k, r.addr);
                             line(
                                 out,
                                 &mut cols,
@@ -263,7 +275,7 @@ pub fn replay_sessions(
                         let tail = match &r.args {
                             None if name.ends_with(')') => " {".to_string(),
                             a => format!("({}) {{", a.as_deref().unwrap_or("")),
-                        };
+                        } + &srcline(k, r.addr);
                         line(
                             out,
                             &mut cols,
