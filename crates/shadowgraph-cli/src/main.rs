@@ -12,8 +12,12 @@ mod launch;
 mod options;
 mod output;
 mod record;
+mod script;
 mod sites;
 mod sysinfo;
+mod view_filter;
+
+use view_filter::ViewFilter;
 
 use clap::{Parser, Subcommand};
 use output::{view, view_merged, view_with_sessions};
@@ -210,6 +214,27 @@ enum Command {
         #[arg(long = "uftrace", required = true)]
         uftrace: PathBuf,
     },
+    /// Run a Python script's callbacks over a recording (uftrace's
+    /// `script`: uftrace_begin, uftrace_entry, uftrace_exit, uftrace_event,
+    /// uftrace_end, and UFTRACE_FUNCS).
+    Script {
+        /// Data directory.
+        #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
+        data: PathBuf,
+        /// The script (`.py`, run by the system's python3).
+        #[arg(short = 'S', long = "script", required = true)]
+        script: PathBuf,
+        /// Record the program (ARGS) first, with the options the script
+        /// names in a `# uftrace-option: …` line.
+        #[arg(long)]
+        record: bool,
+        #[command(flatten)]
+        filter: ViewFilter,
+        /// With --record, the program and its arguments; else what
+        /// uftrace_begin sees as `cmds`.
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
     /// Record a program into a temporary directory and replay it at exit.
     Live {
         #[command(flatten)]
@@ -289,7 +314,8 @@ fn main() -> ExitCode {
             Command::Replay { filter, .. }
             | Command::Report { filter, .. }
             | Command::Graph { filter, .. }
-            | Command::Dump { filter, .. } => filter.order(sub),
+            | Command::Dump { filter, .. }
+            | Command::Script { filter, .. } => filter.order(sub),
             _ => {}
         }
     }
@@ -323,7 +349,19 @@ fn main() -> ExitCode {
                 opts,
                 program,
                 ..
-            } => record::record(&data, &opts, &program),
+            } => record::record(&data, &opts, &program).and_then(|code| match &opts.script {
+                // `record -S`: the script runs over the recording once it
+                // is whole.
+                Some(s) => script::run(s, &data, &Default::default(), &program).map(|_| code),
+                None => Ok(code),
+            }),
+            Command::Script {
+                data,
+                script,
+                record,
+                filter,
+                args,
+            } => script::script(&script, &data, record, &filter.into(), &args),
             Command::Replay {
                 data,
                 fields,
@@ -485,118 +523,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// What a view shows of a recording (uftrace's replay/report filters).
-#[derive(clap::Args, Debug)]
-struct ViewFilter {
-    /// Only calls inside these functions' calls (glob or /regex/; `!P`
-    /// removes; `@depth=N`, `@time=T`… as triggers); repeatable.
-    #[arg(short = 'F', long = "filter", value_parser = parse_filter)]
-    filter: Vec<shadowgraph_data::trigger::Trigger>,
-    /// Without these functions and the calls inside them; repeatable.
-    #[arg(short = 'N', long = "notrace", value_parser = parse_notrace)]
-    notrace: Vec<shadowgraph_data::trigger::Trigger>,
-    /// FUNC@ACTION[,ACTION…]: depth=N, backtrace, trace_on, trace_off,
-    /// trace, time=T, filter, notrace, caller, hide, color=C; repeatable.
-    #[arg(short = 'T', long = "trigger", value_parser = parse_trigger)]
-    trigger: Vec<shadowgraph_data::trigger::Trigger>,
-    /// Start with tracing off: a trace_on trigger switches it on.
-    #[arg(long)]
-    disable: bool,
-    /// Only the calls of these functions and of their callers (not what
-    /// they call); repeatable.
-    #[arg(short = 'C', long = "caller-filter", value_parser = parse_pattern)]
-    caller_filter: Vec<shadowgraph_data::pattern::Pattern>,
-    /// Without the calls of functions smaller than SIZE bytes (to the next
-    /// symbol); their callees shown in their place.
-    #[arg(
-        short = 'Z',
-        long = "size-filter",
-        value_name = "SIZE",
-        default_value_t = 0
-    )]
-    size_filter: u64,
-    /// Only calls nested less than DEPTH deep (0: no limit).
-    #[arg(short = 'D', long = "depth", default_value_t = 0)]
-    depth: u16,
-    /// Only calls lasting at least TIME (10us, 1.5ms; a bare number is ns),
-    /// with their callers.
-    #[arg(short = 't', long = "time-filter", value_name = "TIME", value_parser = options::parse_duration_ns)]
-    time_filter: Option<u64>,
-    /// Only these threads (comma-separated; repeatable).
-    #[arg(long = "tid", value_delimiter = ',')]
-    tids: Vec<i32>,
-    /// Only the records between two times, START~STOP (either may be left
-    /// out): timestamps as `-f time` shows them, or times since the first
-    /// record with a unit (`2ms~`), as `-f elapsed` shows them.
-    #[arg(short = 'r', long = "time-range", value_name = "START~STOP", value_parser = parse_time_range)]
-    time_range: Option<shadowgraph_data::time::TimeRange>,
-    /// Where each function is declared (file:line), as the recording says
-    /// (`record --srcline`): after entries in replay, names in report and
-    /// graph.
-    #[arg(long)]
-    srcline: bool,
-    /// How C++ and Rust names are shown: simple (the qualified name alone,
-    /// as uftrace), full (types and parameters too), no (the symbols).
-    #[arg(long, value_enum, default_value = "simple")]
-    demangle: DemangleArg,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum DemangleArg {
-    Simple,
-    Full,
-    No,
-}
-
-impl ViewFilter {
-    /// `-F`, `-N` and `-T` in the order given, as triggers (a later one
-    /// wins where they disagree, as in uftrace), into `trigger`.
-    fn order(&mut self, args: &clap::ArgMatches) {
-        let mut all: Vec<(usize, shadowgraph_data::trigger::Trigger)> = [
-            ("filter", std::mem::take(&mut self.filter)),
-            ("notrace", std::mem::take(&mut self.notrace)),
-            ("trigger", std::mem::take(&mut self.trigger)),
-        ]
-        .into_iter()
-        .flat_map(|(id, v)| options::positions(args, id).into_iter().zip(v))
-        .collect();
-        all.sort_by_key(|(i, _)| *i);
-        self.trigger = all.into_iter().map(|(_, t)| t).collect();
-    }
-
-    /// How the view opens its recordings: names as `--demangle` says,
-    /// progress on a terminal unless the output itself goes there.
-    fn open_options(&self) -> OpenOptions {
-        use shadowgraph_data::names::Demangle;
-        use std::io::IsTerminal;
-        OpenOptions {
-            names: match self.demangle {
-                DemangleArg::Simple => Demangle::Simple,
-                DemangleArg::Full => Demangle::Full,
-                DemangleArg::No => Demangle::No,
-            },
-            progress: std::io::stderr().is_terminal() && !std::io::stdout().is_terminal(),
-        }
-    }
-}
-
-impl From<ViewFilter> for shadowgraph_data::replay::ReplayFilter {
-    fn from(v: ViewFilter) -> Self {
-        shadowgraph_data::replay::ReplayFilter {
-            functions: Vec::new(),
-            notrace: Vec::new(),
-            triggers: v.trigger,
-            disabled: v.disable,
-            time_range: v.time_range,
-            max_depth: v.depth,
-            min_ns: v.time_filter.unwrap_or(0),
-            tids: v.tids,
-            callers: v.caller_filter,
-            min_size: v.size_filter,
-        }
-    }
-}
-
 /// `replay -f`'s columns (one value to clap, not a list of values).
 #[derive(Clone, Debug)]
 struct Fields(Vec<shadowgraph_data::replay::Field>);
@@ -607,33 +533,6 @@ fn parse_fields(spec: &str) -> Result<Fields, String> {
 
 fn parse_patch_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {
     shadowgraph::prologue::parse_pattern(p).map_err(|e| e.to_string())
-}
-
-fn parse_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {
-    shadowgraph_data::pattern::Pattern::parse(p).map_err(|e| e.to_string())
-}
-
-fn parse_time_range(v: &str) -> Result<shadowgraph_data::time::TimeRange, String> {
-    shadowgraph_data::time::TimeRange::parse(v)
-}
-
-fn parse_spec(
-    p: &str,
-    kind: shadowgraph_data::trigger::SpecKind,
-) -> Result<shadowgraph_data::trigger::Trigger, String> {
-    shadowgraph_data::trigger::Trigger::parse(p, kind).map_err(|e| e.to_string())
-}
-
-fn parse_filter(p: &str) -> Result<shadowgraph_data::trigger::Trigger, String> {
-    parse_spec(p, shadowgraph_data::trigger::SpecKind::Filter)
-}
-
-fn parse_notrace(p: &str) -> Result<shadowgraph_data::trigger::Trigger, String> {
-    parse_spec(p, shadowgraph_data::trigger::SpecKind::Notrace)
-}
-
-fn parse_trigger(p: &str) -> Result<shadowgraph_data::trigger::Trigger, String> {
-    parse_spec(p, shadowgraph_data::trigger::SpecKind::Trigger)
 }
 
 /// The folded stacks rendered as an SVG flame graph (widths: self time).

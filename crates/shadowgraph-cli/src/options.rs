@@ -160,6 +160,10 @@ pub(crate) struct RecordOptions {
     /// Record no arguments or return values (drops -A and -R).
     #[arg(long)]
     no_args: bool,
+    /// Run this Python script's callbacks over the recording when it is
+    /// whole (as `script -S` does; uftrace's runs them while recording).
+    #[arg(short = 'S', long = "script", value_name = "FILE")]
+    pub(crate) script: Option<PathBuf>,
     /// Keep where each function is declared (file:line, from the
     /// program's and libraries' DWARF) for the views' --srcline.
     #[arg(long)]

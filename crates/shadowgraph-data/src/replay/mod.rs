@@ -336,6 +336,43 @@ pub fn replay_sessions(
     remaining(&names, &tids, &open, out)
 }
 
+/// The records of `threads` merged into one stream by time (as uftrace's
+/// views read them), each with its thread; a thread's own order is kept.
+pub fn in_time_order(
+    threads: Vec<(i32, Records)>,
+) -> impl Iterator<Item = Result<(i32, crate::format::Record), DataError>> {
+    let mut streams: Vec<(i32, std::iter::Peekable<Records>)> = threads
+        .into_iter()
+        .map(|(t, r)| (t, r.peekable()))
+        .collect();
+    let mut heap = BinaryHeap::new();
+    let mut failed = None;
+    for (k, (_, st)) in streams.iter_mut().enumerate() {
+        match peek_time(st) {
+            Ok(Some(t)) => heap.push(Reverse((t, k))),
+            Ok(None) => {}
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    std::iter::from_fn(move || {
+        if let Some(e) = failed.take() {
+            return Some(Err(e));
+        }
+        let Reverse((_, k)) = heap.pop()?;
+        let (tid, st) = &mut streams[k];
+        let r = match st.next()? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        match peek_time(st) {
+            Ok(Some(t)) => heap.push(Reverse((t, k))),
+            Ok(None) => {}
+            Err(e) => failed = Some(e),
+        }
+        Some(Ok((*tid, r)))
+    })
+}
+
 /// uftrace's closing list of the calls each thread left open (a crash, an
 /// exit from inside a call, a thread never joined), innermost first.
 fn remaining(

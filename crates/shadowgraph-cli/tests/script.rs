@@ -1,0 +1,161 @@
+//! `script -S FILE.py`: a Python script's callbacks over a recording, as
+//! uftrace's `script` runs them, compared with uftrace 0.13's on the same
+//! recording; `script --record` and `record -S`.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// Writes `text` as the script `name` in `dir`.
+fn script(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// `TOOL script -d DATA ARGS…`'s standard output, which must succeed.
+fn run(tool: &mut Command, data: &Path, args: &[&str]) -> String {
+    let o = tool
+        .arg("script")
+        .arg("-d")
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+    text(&o).0
+}
+
+/// Every callback with what its context holds, the script's filter list,
+/// the views' filters, and the command it is given, as uftrace's.
+#[test]
+fn scripts_run_as_uftrace_runs_them() {
+    require("python3", "the scripts");
+    let data = recording("sc", "naps.c", &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"]);
+    let dir = data.parent().unwrap();
+    let all = script(
+        dir,
+        "all.py",
+        r#"
+def uftrace_begin(ctx):
+    print("begin", ctx["record"], ctx["cmds"])
+def uftrace_entry(ctx):
+    print("entry", ctx["tid"] > 0, ctx["depth"], ctx["name"], ctx["timestamp"] > 0, ctx["address"] > 0)
+def uftrace_exit(ctx):
+    print("exit ", ctx["depth"], ctx["name"], ctx["duration"] >= 0)
+def uftrace_end():
+    print("end")
+"#,
+    );
+    let only = script(
+        dir,
+        "only.py",
+        r#"
+UFTRACE_FUNCS = [ "mid", "^le" ]
+def uftrace_entry(ctx):
+    print("%s enter %d" % (ctx["name"], ctx["depth"]))
+def uftrace_exit(ctx):
+    print("%s exit" % ctx["name"])
+"#,
+    );
+    let out = run(
+        &mut shadowgraph(),
+        &data,
+        &["-S", all.to_str().unwrap(), "a", "b"],
+    );
+    assert!(
+        out.starts_with("begin False ('a', 'b')\nentry True 0 main True True\nentry True 1 mid")
+            && out.ends_with("exit  0 main True\nend\n"),
+        "{out}"
+    );
+    if !require("uftrace", "the same scripts by uftrace") {
+        return;
+    }
+    for args in [
+        &["-S", all.to_str().unwrap(), "a", "b"][..],
+        &["-S", all.to_str().unwrap(), "-F", "mid", "-D", "2"],
+        &["-S", all.to_str().unwrap(), "-N", "fib"],
+        &["-S", only.to_str().unwrap()],
+    ] {
+        assert_eq!(
+            run(&mut shadowgraph(), &data, args),
+            run(&mut Command::new("uftrace"), &data, args),
+            "{args:?}"
+        );
+    }
+}
+
+/// `script --record` records first, with the options the script asks
+/// for (`# uftrace-option:`), and `record -S` runs a script over its
+/// recording; values arrive as numbers and strings; errors are said.
+#[test]
+fn scripts_record_and_get_values() {
+    require("python3", "the scripts");
+    let dir = workdir("scr");
+    let exe = build_fixture_with(
+        &dir,
+        "scr",
+        "naps.c",
+        &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"],
+    );
+    let args = script(
+        &dir,
+        "args.py",
+        r#"
+# uftrace-option: -A mid@arg1 -R leaf@retval
+def uftrace_entry(ctx):
+    if "args" in ctx:
+        print(ctx["name"], ctx["args"], type(ctx["args"][0]).__name__)
+def uftrace_exit(ctx):
+    if "retval" in ctx:
+        print(ctx["name"], "=", ctx["retval"])
+"#,
+    );
+    let data = dir.join("r.data");
+    let o = shadowgraph()
+        .args(["script", "-d"])
+        .arg(&data)
+        .arg("-S")
+        .arg(&args)
+        .arg("--record")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let out = text(&o).0;
+    assert!(
+        out.contains("mid (0,) int\nleaf = 1\nleaf = 4\nmid (1,) int\n"),
+        "{out}"
+    );
+    let count = script(
+        &dir,
+        "count.py",
+        "n = 0\ndef uftrace_entry(ctx):\n    global n\n    n += 1\ndef uftrace_exit(ctx):\n    pass\ndef uftrace_end():\n    print('calls', n)\n",
+    );
+    let o = record_run(&[], &["-S", count.to_str().unwrap()], &data, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(text(&o).0.ends_with("calls 14\n"), "{}", text(&o).0);
+    for (s, says) in [
+        (dir.join("nosuch.py"), "no such script"),
+        (script(&dir, "x.lua", "print(1)"), "only Python scripts"),
+        (
+            script(&dir, "bad.py", "def uftrace_entry(ctx):\n    1/0\n"),
+            "failed",
+        ),
+    ] {
+        let o = shadowgraph()
+            .args(["script", "-d"])
+            .arg(&data)
+            .arg("-S")
+            .arg(&s)
+            .output()
+            .unwrap();
+        assert!(
+            !o.status.success() && text(&o).1.contains(says),
+            "{}",
+            text(&o).1
+        );
+    }
+}
