@@ -202,6 +202,10 @@ enum Command {
         /// The whole program's call graph as a Graphviz digraph (`dot`).
         #[arg(long, conflicts_with_all = ["chrome", "perfetto", "flame_graph"])]
         graphviz: bool,
+        /// The whole program's call graph as a Mermaid flowchart in an HTML
+        /// page.
+        #[arg(long, conflicts_with_all = ["chrome", "perfetto", "flame_graph", "graphviz"])]
+        mermaid: bool,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -319,143 +323,144 @@ fn main() -> ExitCode {
             _ => {}
         }
     }
-    let result =
-        match cli.command {
-            Command::Demo { keep } => demo::demo(keep),
-            Command::Clean => {
-                clean();
-                Ok(ExitCode::SUCCESS)
-            }
-            Command::Sites { file, all, patch } if patch.is_empty() => sites::sites(&file, all),
-            Command::Sites { file, all, patch } => sites::prologues(&file, &patch, all),
-            Command::Count {
-                top,
-                graph,
-                hijack_returns,
-                program,
-            } => count::count(&program, top, graph, hijack_returns),
-            Command::Record {
-                data,
-                opts,
-                attach:
-                    options::AttachOptions {
-                        pid: Some(pid),
-                        duration,
-                    },
-                ..
-            } => attach::record::record_attached(&data, &opts, pid, duration),
-            Command::Record {
-                data,
-                opts,
-                program,
-                ..
-            } => record::record(&data, &opts, &program).and_then(|code| match &opts.script {
-                // `record -S`: the script runs over the recording once it
-                // is whole.
-                Some(s) => script::run(s, &data, &Default::default(), &program).map(|_| code),
-                None => Ok(code),
-            }),
-            Command::Script {
-                data,
-                script,
-                record,
-                filter,
-                args,
-            } => script::script(&script, &data, record, &filter.into(), &args),
-            Command::Replay {
-                data,
-                fields,
+    let result = match cli.command {
+        Command::Demo { keep } => demo::demo(keep),
+        Command::Clean => {
+            clean();
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sites { file, all, patch } if patch.is_empty() => sites::sites(&file, all),
+        Command::Sites { file, all, patch } => sites::prologues(&file, &patch, all),
+        Command::Count {
+            top,
+            graph,
+            hijack_returns,
+            program,
+        } => count::count(&program, top, graph, hijack_returns),
+        Command::Record {
+            data,
+            opts,
+            attach:
+                options::AttachOptions {
+                    pid: Some(pid),
+                    duration,
+                },
+            ..
+        } => attach::record::record_attached(&data, &opts, pid, duration),
+        Command::Record {
+            data,
+            opts,
+            program,
+            ..
+        } => record::record(&data, &opts, &program).and_then(|code| match &opts.script {
+            // `record -S`: the script runs over the recording once it
+            // is whole.
+            Some(s) => script::run(s, &data, &Default::default(), &program).map(|_| code),
+            None => Ok(code),
+        }),
+        Command::Script {
+            data,
+            script,
+            record,
+            filter,
+            args,
+        } => script::script(&script, &data, record, &filter.into(), &args),
+        Command::Replay {
+            data,
+            fields,
+            no_merge,
+            no_comment,
+            column_view,
+            column_offset,
+            task_newline,
+            filter,
+        } => {
+            use shadowgraph_data::replay::{Field, Look};
+            let how = filter.open_options();
+            let srcline = filter.srcline;
+            let filter: shadowgraph_data::replay::ReplayFilter = filter.into();
+            let fields = fields.map_or_else(
+                || {
+                    // With a time range, uftrace's default columns start
+                    // with the time its ends are given in.
+                    use shadowgraph_data::time::Bound;
+                    let r = filter.time_range.unwrap_or_default();
+                    let first = match [r.start, r.stop] {
+                        [None, None] => None,
+                        e if e.iter().any(|b| matches!(b, Some(Bound::Elapsed(_)))) => {
+                            Some(Field::Elapsed)
+                        }
+                        _ => Some(Field::Time),
+                    };
+                    first.into_iter().chain(Field::DEFAULT).collect()
+                },
+                |f| f.0,
+            );
+            let look = Look {
+                srcline,
                 no_merge,
                 no_comment,
-                column_view,
-                column_offset,
+                column_offset: if column_view { column_offset } else { 0 },
                 task_newline,
-                filter,
-            } => {
-                use shadowgraph_data::replay::{Field, Look};
-                let how = filter.open_options();
-                let srcline = filter.srcline;
-                let filter: shadowgraph_data::replay::ReplayFilter = filter.into();
-                let fields = fields.map_or_else(
-                    || {
-                        // With a time range, uftrace's default columns start
-                        // with the time its ends are given in.
-                        use shadowgraph_data::time::Bound;
-                        let r = filter.time_range.unwrap_or_default();
-                        let first = match [r.start, r.stop] {
-                            [None, None] => None,
-                            e if e.iter().any(|b| matches!(b, Some(Bound::Elapsed(_)))) => {
-                                Some(Field::Elapsed)
-                            }
-                            _ => Some(Field::Time),
-                        };
-                        first.into_iter().chain(Field::DEFAULT).collect()
-                    },
-                    |f| f.0,
-                );
-                let look = Look {
-                    srcline,
-                    no_merge,
-                    no_comment,
-                    column_offset: if column_view { column_offset } else { 0 },
-                    task_newline,
-                };
-                view_merged(&data, how, |ds, o| {
-                    shadowgraph_data::replay::replay_sessions(ds, &filter, &fields, look, o)
-                })
-            }
-            Command::Report {
-                data,
-                sort,
-                fields,
-                avg_total,
-                avg_self,
+            };
+            view_merged(&data, how, |ds, o| {
+                shadowgraph_data::replay::replay_sessions(ds, &filter, &fields, look, o)
+            })
+        }
+        Command::Report {
+            data,
+            sort,
+            fields,
+            avg_total,
+            avg_self,
+            threads,
+            diff,
+            filter,
+        } => {
+            use shadowgraph_data::report::Averages;
+            let averages = match (avg_total, avg_self) {
+                _ if fields.is_some() && (avg_total || avg_self) => {
+                    eprintln!(
+                        "shadowgraph: warning: --avg-total and --avg-self are ignored with -f"
+                    );
+                    Averages::None
+                }
+                (true, _) => Averages::Total,
+                (_, true) => Averages::SelfTime,
+                _ => Averages::None,
+            };
+            let how = filter.open_options();
+            let columns = Columns {
+                sort: sort.as_deref(),
+                fields: fields.as_deref(),
+                averages,
+                srcline: filter.srcline,
+            };
+            report(
+                &data,
+                how,
+                columns,
                 threads,
-                diff,
-                filter,
-            } => {
-                use shadowgraph_data::report::Averages;
-                let averages = match (avg_total, avg_self) {
-                    _ if fields.is_some() && (avg_total || avg_self) => {
-                        eprintln!(
-                            "shadowgraph: warning: --avg-total and --avg-self are ignored with -f"
-                        );
-                        Averages::None
-                    }
-                    (true, _) => Averages::Total,
-                    (_, true) => Averages::SelfTime,
-                    _ => Averages::None,
-                };
-                let how = filter.open_options();
-                let columns = Columns {
-                    sort: sort.as_deref(),
-                    fields: fields.as_deref(),
-                    averages,
-                    srcline: filter.srcline,
-                };
-                report(
-                    &data,
-                    how,
-                    columns,
-                    threads,
-                    diff.as_deref(),
-                    &filter.into(),
-                )
-            }
-            Command::Dump {
-                data,
-                chrome,
-                perfetto,
-                flame_graph,
-                svg,
-                graphviz,
-                filter,
-            } => {
-                use shadowgraph_data::{chrome, dump, flame, perfetto as pf};
-                let how = filter.open_options();
-                let f: shadowgraph_data::replay::ReplayFilter = filter.into();
-                match (chrome, perfetto, flame_graph, svg) {
+                diff.as_deref(),
+                &filter.into(),
+            )
+        }
+        Command::Dump {
+            data,
+            chrome,
+            perfetto,
+            flame_graph,
+            svg,
+            graphviz,
+            mermaid,
+            filter,
+        } => {
+            use shadowgraph_data::{chrome, dump, flame, perfetto as pf};
+            let how = filter.open_options();
+            let f: shadowgraph_data::replay::ReplayFilter = filter.into();
+            match (chrome, perfetto, flame_graph, svg) {
                 _ if graphviz => view(&data, how, |d, o| dump::dump_graphviz(d, &f, o)),
+                _ if mermaid => view(&data, how, |d, o| dump::dump_mermaid(d, &f, o)),
                 (_, _, false, true) => {
                     Err("--svg renders a flame graph: use it with --flame-graph".to_string())
                 }
@@ -471,49 +476,49 @@ fn main() -> ExitCode {
                 .is_empty() =>
                 {
                     Err("the plain dump shows every record (of --tid's threads, in -r's range): \
-                         filters apply to --chrome, --perfetto, --flame-graph and --graphviz"
+                         filters apply to --chrome, --perfetto, --flame-graph, --graphviz and --mermaid"
                         .to_string())
                 }
                 _ => view(&data, how, |d, o| dump::dump_text_of(d, &f, o)),
             }
-            }
-            Command::Live {
-                opts,
-                attach,
-                program,
-            } => record::live(&opts, |dir| match attach.pid {
-                Some(pid) => attach::record::record_attached(dir, &opts, pid, attach.duration),
-                None => record::record(dir, &opts, &program),
-            }),
-            Command::Graph {
-                data,
-                function,
-                filter,
-            } => {
-                let how = filter.open_options();
-                let srcline = filter.srcline;
-                let f = filter.into();
-                view(&data, how, |d, o| {
-                    shadowgraph_data::graph::graph_with(d, function.as_deref(), &f, srcline, o)
-                })
-            }
-            Command::Info { data } => {
-                let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
-                d.and_then(|d| {
-                    let mut out = std::io::stdout().lock();
-                    shadowgraph_data::info::info(&d, &mut out).map_err(|e| e.to_string())
-                })
-                .map(|()| ExitCode::SUCCESS)
-            }
-            Command::Export { data, uftrace } => {
-                let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
-                d.and_then(|d| {
-                    shadowgraph_data::uftrace::export(&d, &uftrace).map_err(|e| e.to_string())
-                })
-                .map(|()| ExitCode::SUCCESS)
-            }
-            Command::Bench { args } => bench::run(&args),
-        };
+        }
+        Command::Live {
+            opts,
+            attach,
+            program,
+        } => record::live(&opts, |dir| match attach.pid {
+            Some(pid) => attach::record::record_attached(dir, &opts, pid, attach.duration),
+            None => record::record(dir, &opts, &program),
+        }),
+        Command::Graph {
+            data,
+            function,
+            filter,
+        } => {
+            let how = filter.open_options();
+            let srcline = filter.srcline;
+            let f = filter.into();
+            view(&data, how, |d, o| {
+                shadowgraph_data::graph::graph_with(d, function.as_deref(), &f, srcline, o)
+            })
+        }
+        Command::Info { data } => {
+            let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
+            d.and_then(|d| {
+                let mut out = std::io::stdout().lock();
+                shadowgraph_data::info::info(&d, &mut out).map_err(|e| e.to_string())
+            })
+            .map(|()| ExitCode::SUCCESS)
+        }
+        Command::Export { data, uftrace } => {
+            let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
+            d.and_then(|d| {
+                shadowgraph_data::uftrace::export(&d, &uftrace).map_err(|e| e.to_string())
+            })
+            .map(|()| ExitCode::SUCCESS)
+        }
+        Command::Bench { args } => bench::run(&args),
+    };
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -431,3 +431,41 @@ fn srcline_as_uftrace() {
         text(&o).1
     );
 }
+
+/// `dump --mermaid`: the whole program's call graph as a Mermaid
+/// flowchart, its edges (ids in the order functions were first called)
+/// as uftrace's, with and without filters.
+#[test]
+fn dump_mermaid_as_uftrace() {
+    let data = recording("mm", "naps.c", &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=4"]);
+    let edges = |s: String| -> Vec<String> {
+        s.lines()
+            .filter(|l| l.starts_with("  ") && l.contains("] -->|"))
+            .map(str::to_string)
+            .collect()
+    };
+    let out = view(&mut shadowgraph(), &data, &["dump", "--mermaid"]);
+    assert!(
+        out.starts_with("<html>\n<body>\n")
+            && out.contains("flowchart TB\n  0_0[\"mm\"] -->|1| 1_1[\"main\"];\n  1_1[\"main\"] -->|2| 2_2[\"mid\"];\n"),
+        "{out}"
+    );
+    if !require("uftrace", "the same dump by uftrace") {
+        return;
+    }
+    for args in [
+        &["dump", "--mermaid"][..],
+        &["dump", "--mermaid", "-F", "mid"],
+        &["dump", "--mermaid", "-D", "3"],
+    ] {
+        assert_eq!(
+            edges(view(&mut shadowgraph(), &data, args)),
+            edges(view(
+                &mut std::process::Command::new("uftrace"),
+                &data,
+                args
+            )),
+            "{args:?}"
+        );
+    }
+}

@@ -124,6 +124,48 @@ pub fn dump_text_of(
     Ok(())
 }
 
+/// uftrace's `dump --mermaid`: the whole program's call tree (as `graph`
+/// without a function shows it) as a Mermaid flowchart in an HTML page,
+/// its edges as uftrace writes them (`DEPTH_ID["caller"] -->|CALLS|
+/// DEPTH_ID["callee"]`, ids in the order the functions were first called).
+pub fn dump_mermaid(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let exe = data.info.get("exe").unwrap_or("");
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    let root = graph::whole(data, filter)?;
+    writeln!(out, "<html>\n<body>")?;
+    writeln!(
+        out,
+        "<h2>Function Call Graph for <span style=\"color:blue\">{name}</span></h2>"
+    )?;
+    writeln!(out, "<div class=\"mermaid\">\nflowchart TB")?;
+    root.visit_numbered(name, &mut |(p, pid), (c, cid), calls, depth| {
+        let quote = |s: &str| s.replace('"', "#quot;");
+        writeln!(
+            out,
+            "  {depth}_{pid}[\"{}\"] -->|{calls}| {}_{cid}[\"{}\"];",
+            quote(p),
+            depth + 1,
+            quote(c)
+        )
+    })?;
+    writeln!(out, "</div>")?;
+    writeln!(
+        out,
+        "<script src=\"https://cdn.jsdelivr.net/npm/mermaid/dist/mermaid.min.js\"></script>"
+    )?;
+    writeln!(
+        out,
+        "<script>mermaid.initialize({{ startOnLoad: true, maxTextSize: 99999999, \
+         flowchart: {{ useMaxWidth: false }} }});</script>"
+    )?;
+    writeln!(out, "</body>\n</html>")?;
+    Ok(())
+}
+
 /// uftrace's `dump --graphviz`: the whole program's call tree (as `graph`
 /// without a function shows it) as a Graphviz digraph, an edge from each
 /// caller to each callee labelled with the calls.

@@ -14,20 +14,36 @@ use std::io::Write;
 pub(crate) struct Node {
     calls: u64,
     total: u64,
+    /// When the node's first call began: nodes are ordered by it, as
+    /// uftrace makes them (at a call's entry, in time order).
+    first: u64,
     /// In order of first call.
     children: Vec<(String, Node)>,
 }
 
 impl Node {
-    fn child(&mut self, name: &str) -> &mut Node {
+    fn child(&mut self, name: &str, first: u64) -> &mut Node {
         let i = match self.children.iter().position(|c| c.0 == name) {
             Some(i) => i,
             None => {
-                self.children.push((name.to_string(), Node::default()));
+                let n = Node {
+                    first,
+                    ..Node::default()
+                };
+                self.children.push((name.to_string(), n));
                 self.children.len() - 1
             }
         };
         &mut self.children[i].1
+    }
+
+    /// Children in order of their first calls' entries (they were made at
+    /// the calls' returns).
+    fn order(&mut self) {
+        self.children.sort_by_key(|c| c.1.first);
+        for c in &mut self.children {
+            c.1.order();
+        }
     }
 }
 
@@ -71,8 +87,8 @@ impl Walk<'_> {
                 root.total += dur;
             }
             let mut node = root;
-            for (name, _, _) in &self.stack[from..] {
-                node = node.child(name);
+            for (name, start, _) in &self.stack[from..] {
+                node = node.child(name, *start);
             }
             node.calls += 1;
             node.total += dur;
@@ -102,6 +118,49 @@ pub(crate) fn whole(data: &DataDir, filter: &ReplayFilter) -> Result<Node, Repla
 }
 
 impl Node {
+    /// Calls `edge((parent, its id), (child, its id), calls, depth)` for
+    /// every edge below this node (named `name`, at `depth`), depth
+    /// first, children in order of first call; ids number the nodes in
+    /// the order their first calls began (this one 0), as uftrace's.
+    pub(crate) fn visit_numbered<E>(
+        &self,
+        name: &str,
+        edge: &mut impl FnMut((&str, usize), (&str, usize), u64, usize) -> Result<(), E>,
+    ) -> Result<(), E> {
+        fn all<'n>(n: &'n Node, out: &mut Vec<&'n Node>) {
+            for c in &n.children {
+                out.push(&c.1);
+                all(&c.1, out);
+            }
+        }
+        let mut nodes = Vec::new();
+        all(self, &mut nodes);
+        let mut by_first: Vec<usize> = (0..nodes.len()).collect();
+        by_first.sort_by_key(|&i| nodes[i].first);
+        let mut id = vec![0; nodes.len()];
+        for (k, &i) in by_first.iter().enumerate() {
+            id[i] = k + 1;
+        }
+        // Preorder: `nodes` is in the order this walks them.
+        fn walk<E>(
+            n: &Node,
+            (name, my): (&str, usize),
+            depth: usize,
+            next: &mut usize,
+            id: &[usize],
+            edge: &mut impl FnMut((&str, usize), (&str, usize), u64, usize) -> Result<(), E>,
+        ) -> Result<(), E> {
+            for (cname, c) in &n.children {
+                let cid = id[*next];
+                *next += 1;
+                edge((name, my), (cname, cid), c.calls, depth)?;
+                walk(c, (cname, cid), depth + 1, next, id, edge)?;
+            }
+            Ok(())
+        }
+        walk(self, (name, 0), 0, &mut 0, &id, edge)
+    }
+
     /// Calls `edge(parent, child, calls)` for every edge below this node
     /// (named `name`), depth first, in order of first call.
     pub(crate) fn visit<E>(
@@ -149,6 +208,7 @@ fn collect(
             walk.exit(last, &mut root, &mut backtraces);
         }
     }
+    root.order();
     Ok((root, backtraces))
 }
 
