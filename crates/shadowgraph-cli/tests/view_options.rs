@@ -469,3 +469,49 @@ fn dump_mermaid_as_uftrace() {
         );
     }
 }
+
+/// `extern.dat` (uftrace's external data: `SEC.NSEC MESSAGE` lines another
+/// tool wrote into the recording's directory) is shown by `replay` among
+/// the calls at its times, as uftrace shows it.
+#[test]
+fn external_data_as_uftrace() {
+    let data = recording("ext", "naps.c", &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"]);
+    let times = view(&mut shadowgraph(), &data, &["replay", "-f", "time"]);
+    let at = |i: usize| -> (u64, u64) {
+        let t = times
+            .lines()
+            .nth(i)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
+        let (s, n) = t.split_once('.').unwrap();
+        (s.parse().unwrap(), n.parse().unwrap())
+    };
+    // After main's entry, and inside mid's first call (between two lines).
+    let ((s1, n1), (s2, n2)) = (at(1), at(3));
+    std::fs::write(
+        data.join("extern.dat"),
+        format!(
+            "# TIMESTAMP MESSAGE\n{s1}.{:09} user message\n\n{s2}.{:09} another one\n",
+            n1 + 1,
+            n2 + 1
+        ),
+    )
+    .unwrap();
+    let out = view(&mut shadowgraph(), &data, &["replay"]);
+    assert!(
+        out.contains("| main() {\n            [")
+            && out.contains("| /* external-data: user message */\n"),
+        "{out}"
+    );
+    as_uftrace(
+        &data,
+        &[
+            &["replay"],
+            &["replay", "-f", "time,delta,tid"],
+            &["replay", "-F", "mid"],
+        ],
+        0,
+    );
+}

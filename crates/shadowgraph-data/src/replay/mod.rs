@@ -10,6 +10,7 @@
 
 mod columns;
 mod error;
+mod external;
 mod filter;
 mod fstack;
 
@@ -162,7 +163,33 @@ pub fn replay_sessions(
     let mut column: Vec<Option<u16>> = vec![None; streams.len()];
     let mut columns = 0;
     let mut last_shown = None;
-    while let Some(Reverse((_, k))) = heap.pop() {
+    // External data (`extern.dat`), shown among the calls at its times, as
+    // the last thread shown's (the first's before any), at depth 0.
+    let range = match &filter.time_range {
+        Some(r) => r.resolve(first_time(data)?),
+        None => 0..=u64::MAX,
+    };
+    let mut external = external::messages(data, &range).into_iter().peekable();
+    let only_inside = !filter.functions.is_empty()
+        || filter
+            .triggers
+            .iter()
+            .any(|t| t.actions.filter == Some(crate::trigger::FilterMode::In));
+    loop {
+        let next_time = heap.peek().map(|Reverse((t, _))| *t);
+        if let Some((t, msg)) = external.next_if(|m| next_time.is_none_or(|n| m.0 < n)) {
+            let k = last_shown.unwrap_or(0).min(streams.len().saturating_sub(1));
+            // (Under `-F`, only inside a call shown, as uftrace's events.)
+            if streams.is_empty() || (only_inside && open[k].is_empty()) {
+                continue;
+            }
+            cols.write_marked(out, k, t, None, Err(None))?;
+            writeln!(out, "/* external-data: {msg} */")?;
+            continue;
+        }
+        let Some(Reverse((_, k))) = heap.pop() else {
+            break;
+        };
         let r = streams[k].next().expect("peeked")?;
         let next = match streams[k].peek() {
             Some(Ok(n)) => Some(n.clone()),
@@ -227,6 +254,7 @@ pub fn replay_sessions(
                             && n.depth == r.depth
                             && n.addr == r.addr
                             && next_shown
+                            && external.peek().is_none_or(|m| m.0 >= n.time)
                             && !look.no_merge =>
                     {
                         let dur = Some(n.time.saturating_sub(r.time));
