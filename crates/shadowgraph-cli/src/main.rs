@@ -159,6 +159,15 @@ enum Command {
         /// both and the change, largest changes first.
         #[arg(long, value_name = "DIFF")]
         diff: Option<PathBuf>,
+        /// With --diff: abs or no-abs (sort by the size of a change, or
+        /// increases first), percent or no-percent, full (both values beside
+        /// each change) or compact; comma-separated.
+        #[arg(long, value_name = "POLICY", requires = "diff", value_parser = shadowgraph_data::diff::DiffPolicy::parse)]
+        diff_policy: Option<shadowgraph_data::diff::DiffPolicy>,
+        /// With --diff: sort by the first recording's values (0), the
+        /// second's (1) or the changes (2, the default).
+        #[arg(long, value_name = "INDEX", requires = "diff", value_parser = clap::value_parser!(u8).range(0..=2))]
+        sort_column: Option<u8>,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -415,6 +424,8 @@ fn main() -> ExitCode {
             avg_self,
             threads,
             diff,
+            diff_policy,
+            sort_column,
             filter,
         } => {
             use shadowgraph_data::report::Averages;
@@ -430,11 +441,16 @@ fn main() -> ExitCode {
                 _ => Averages::None,
             };
             let how = filter.open_options();
+            let policy = diff_policy.unwrap_or_default();
             let columns = Columns {
                 sort: sort.as_deref(),
                 fields: fields.as_deref(),
                 averages,
                 srcline: filter.srcline,
+                policy: shadowgraph_data::diff::DiffPolicy {
+                    column: sort_column.unwrap_or(2),
+                    ..policy
+                },
             };
             report(
                 &data,
@@ -575,6 +591,8 @@ struct Columns<'a> {
     fields: Option<&'a str>,
     averages: shadowgraph_data::report::Averages,
     srcline: bool,
+    /// `--diff-policy` and `--sort-column`.
+    policy: shadowgraph_data::diff::DiffPolicy,
 }
 
 fn report(
@@ -612,12 +630,14 @@ fn report(
             ));
         }
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        let result = shadowgraph_data::report::report_diff(&data, &other, key, filter, &mut out)
-            .and_then(|()| {
-                use std::io::Write;
-                out.flush()
-                    .map_err(shadowgraph_data::replay::ReplayError::Io)
-            });
+        let policy = columns.policy;
+        let result =
+            shadowgraph_data::diff::report_diff(&data, &other, key, policy, filter, &mut out)
+                .and_then(|()| {
+                    use std::io::Write;
+                    out.flush()
+                        .map_err(shadowgraph_data::replay::ReplayError::Io)
+                });
         for w in data.warnings().into_iter().chain(other.warnings()) {
             eprintln!("shadowgraph: warning: {w}");
         }

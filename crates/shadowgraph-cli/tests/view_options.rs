@@ -515,3 +515,67 @@ fn external_data_as_uftrace() {
         0,
     );
 }
+
+/// `report --diff` with `--diff-policy` (abs/no-abs, percent, full) and
+/// `--sort-column`, as uftrace's (compared where uftrace 0.13 writes the
+/// times' changes with the sign it means: as percentages).
+#[test]
+fn report_diff_policies_as_uftrace() {
+    let a = recording("dpa", "naps.c", &["-DMIDS=3", "-DNAP_US=100", "-DFIB_N=4"]);
+    let b = recording("dpb", "naps.c", &["-DMIDS=2", "-DNAP_US=300", "-DFIB_N=6"]);
+    let b = b.to_str().unwrap();
+    let out = view(
+        &mut shadowgraph(),
+        &a,
+        &["report", "--diff", b, "--diff-policy", "full"],
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[5],
+        "                     Total time (diff)                      Self time (diff)                       Calls (diff)   Function",
+        "{out}"
+    );
+    // fib: 9 calls, then 25.
+    let fib = lines.iter().find(|l| l.ends_with("   fib")).unwrap();
+    assert!(
+        fib.contains("          9         25        +16   fib"),
+        "{out}"
+    );
+    let o = run_view(
+        &mut shadowgraph(),
+        &a,
+        &["report", "--diff", b, "--diff-policy", "sideways"],
+    );
+    assert!(
+        !o.status.success() && text(&o).1.contains("unknown `sideways`"),
+        "{}",
+        text(&o).1
+    );
+    as_uftrace(
+        &a,
+        &[
+            &["report", "--diff", b, "--diff-policy", "percent"],
+            &["report", "--diff", b, "--diff-policy", "full,percent"],
+            &["report", "--diff", b, "--diff-policy", "no-abs,percent"],
+            &[
+                "report",
+                "--diff",
+                b,
+                "--diff-policy",
+                "percent",
+                "-s",
+                "call",
+            ],
+            &[
+                "report",
+                "--diff",
+                b,
+                "--diff-policy",
+                "percent",
+                "--sort-column",
+                "0",
+            ],
+        ],
+        5,
+    );
+}

@@ -19,6 +19,7 @@
 
 pub mod args;
 pub mod chrome;
+pub mod diff;
 pub mod dir;
 pub mod dump;
 pub mod error;
