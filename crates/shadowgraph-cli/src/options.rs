@@ -247,6 +247,12 @@ pub(crate) struct RecordOptions {
     /// libgcc_s, libpthread, libdl, the loader), as uftrace's option.
     #[arg(short = 'l', long, overrides_with = "no_libcall")]
     nest_libcall: bool,
+    /// uftrace's "entries only, for safety": taken, and exits are
+    /// recorded as always (calls return through site stubs, never through
+    /// a return address the tracer rewrote, so there is nothing to be
+    /// safe from).
+    #[arg(short = 'e', long = "estimate-return")]
+    estimate_return: bool,
     /// Record through fgraph's callbacks, never the fused paths (to
     /// compare them).
     #[arg(long, hide = true)]
