@@ -157,9 +157,14 @@ pub(crate) struct RecordOptions {
     /// Record return values of functions: FUNC@retval[/FMT]; repeatable.
     #[arg(short = 'R', long = "retval", value_name = "SPEC")]
     retval: Vec<String>,
-    /// Record no arguments or return values (drops -A and -R).
+    /// Record no arguments or return values (drops -A, -R and -a).
     #[arg(long)]
     no_args: bool,
+    /// Record the arguments and return values of every function of the
+    /// program that has debug information (DWARF), by their types
+    /// (integers, characters, strings, pointers, floating point).
+    #[arg(short = 'a', long = "auto-args")]
+    pub(crate) auto_args: bool,
     /// Run this Python script's callbacks over the recording when it is
     /// whole (as `script -S` does; uftrace's runs them while recording).
     #[arg(short = 'S', long = "script", value_name = "FILE")]
@@ -460,6 +465,34 @@ impl RecordOptions {
         }))
     }
 
+    /// `-a`: the argument and return value specs of `program`'s functions
+    /// from its DWARF, added to `config`'s (`-A`/`-R` first: they win).
+    pub(crate) fn add_auto_args(&self, config: &mut Config, program: &Path) -> Result<(), String> {
+        if !self.auto_args || self.no_args {
+            return Ok(());
+        }
+        let specs = shadowgraph::elf::autoargs::auto_specs(program)?;
+        if specs.functions.is_empty() {
+            eprintln!(
+                "shadowgraph: warning: -a: {} has no debug information (build it with -g): no arguments recorded",
+                program.display()
+            );
+            return Ok(());
+        }
+        let config::Mode::Record(r) = &mut config.mode else {
+            return Ok(());
+        };
+        for s in specs.functions {
+            if let Some(a) = s.args {
+                r.argspec.push(format!("{}@{a}", s.symbol));
+            }
+            if let Some(v) = s.retval {
+                r.retspec.push(format!("{}@{v}", s.symbol));
+            }
+        }
+        Ok(())
+    }
+
     /// `-A` (or with `retval`, `-R`) specs, checked: `FUNC@spec,…` each,
     /// every spec one uftrace takes, `FUNC` a pattern as `-F` takes it.
     fn arg_specs(&self, given: &[String], retval: bool) -> Result<Vec<String>, String> {
@@ -484,12 +517,11 @@ impl RecordOptions {
                 let missing = match a.fmt {
                     Fmt::StdString => Some("S (std::string)"),
                     Fmt::Struct(_) => Some("t (a struct by value)"),
-                    Fmt::Enum(_) => Some("e (an enum by name)"),
                     _ => None,
                 };
                 if let Some(f) = missing {
                     return Err(format!(
-                        "{opt} {g}: `{s}`: format {f} is not recorded yet (d i u x s c f p are)"
+                        "{opt} {g}: `{s}`: format {f} is not recorded yet (d i u x s c f p e are)"
                     ));
                 }
             }

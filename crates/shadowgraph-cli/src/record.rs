@@ -38,7 +38,7 @@ pub(crate) fn record(
         rel,
         config,
         collector,
-    } = prepare(data, opts)?;
+    } = prepare(data, opts, &path)?;
     let _signals = ForwardSignals::install();
     // Unless told not to, the recording lasts as long as the program's
     // descendants too (those it forked, and the programs they became).
@@ -150,8 +150,8 @@ pub(crate) fn record(
         // a session in another process (not ours to wait for).
         let run = (!foreign).then_some((status, &usage));
         write_failed.extend(conclude_dir(&label, &d, t, &path, prog, run));
-        if opts.srcline {
-            write_srclines(&d);
+        if opts.srcline || opts.auto_args {
+            write_srclines(&d, opts.auto_args);
         }
     }
     if !write_failed.is_empty() {
@@ -183,7 +183,12 @@ pub(crate) struct Prepared {
 /// Makes the data directory `data` (an existing one is moved to
 /// `<data>.old`) and starts the writer that drains the traced threads'
 /// rings (shared memory) into it.
-pub(crate) fn prepare(data: &Path, opts: &RecordOptions) -> Result<Prepared, String> {
+/// `program`: the executable (for `-a`, the specs of its functions).
+pub(crate) fn prepare(
+    data: &Path,
+    opts: &RecordOptions,
+    program: &Path,
+) -> Result<Prepared, String> {
     if data.exists() {
         let old = PathBuf::from(format!("{}.old", data.display()));
         let _ = std::fs::remove_dir_all(&old);
@@ -219,7 +224,8 @@ pub(crate) fn prepare(data: &Path, opts: &RecordOptions) -> Result<Prepared, Str
     }
     let (shm, mut collector) =
         made.ok_or_else(|| format!("no place for the threads' buffers ({})", failed.join("; ")))?;
-    let config = opts.config(&abs, &shm)?;
+    let mut config = opts.config(&abs, &shm)?;
+    opts.add_auto_args(&mut config, program)?;
     collector.set_ring_len(shadowgraph::record::writer::shared_ring_len(opts.buffer));
     let collector = collector.spawn();
     Ok(Prepared {
@@ -230,11 +236,12 @@ pub(crate) fn prepare(data: &Path, opts: &RecordOptions) -> Result<Prepared, Str
     })
 }
 
-/// `record --srcline`: beside each traced object's `.sym`, a `.dbg` file
-/// (uftrace's) with where each of its functions is declared, from its
-/// DWARF (or its debug file's). An object without says nothing; a program
-/// without is said once.
-pub(crate) fn write_srclines(d: &Path) {
+/// `record --srcline` (and `-a`): beside each traced object's `.sym`, a
+/// `.dbg` file (uftrace's) with where each of its functions is declared,
+/// from its DWARF (or its debug file's), and with `enums` the definitions
+/// of the enums `-a`'s specs of the program name. An object without says
+/// nothing; a program without is said once.
+pub(crate) fn write_srclines(d: &Path, enums: bool) {
     let Ok(dd) = shadowgraph_data::dir::DataDir::open(d) else {
         return;
     };
@@ -260,6 +267,12 @@ pub(crate) fn write_srclines(d: &Path) {
             continue;
         }
         let mut text = format!("# path name: {path}\n");
+        if enums && i == 0 {
+            let defs = shadowgraph::elf::autoargs::auto_specs(Path::new(path)).unwrap_or_default();
+            for e in defs.enums {
+                text.push_str(&format!("E: {e}\n"));
+            }
+        }
         for l in &lines {
             text.push_str(&format!(
                 "F: {:x} {}\nL: {} {}\n",

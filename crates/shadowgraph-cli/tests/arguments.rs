@@ -159,3 +159,79 @@ fn rust_functions_arguments_are_recorded() {
         assert!(replay.contains(shown), "{shown} in\n{replay}");
     }
 }
+
+/// `-a`: every function's arguments and return value from the program's
+/// DWARF, by type (integers, longs, floats and doubles, strings, a char,
+/// a pointer, an enum by its constants' names, none), as uftrace's `-a`
+/// records and shows them; uftrace reads ours as we do; without debug
+/// information it is said and nothing is recorded of arguments.
+#[test]
+fn auto_args_are_recorded_as_uftrace_records_them() {
+    let dir = workdir("auto-args");
+    let exe = dir.join("auto");
+    let flags = ["-O0", "-pg", "-mfentry", "-mrecord-mcount", "-no-pie"];
+    cc(
+        &[&fixture("auto_args.c")],
+        &[&["-g"], &flags[..]].concat(),
+        &exe,
+    );
+    let ours = dir.join("ours.data");
+    let o = record_run(&[], &["-a"], &ours, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let replay = replay_text(&ours);
+    for shown in [
+        "main(1, 0x",
+        "int_add(1, 2) = 3;",
+        "lmul(3, -4) = -12;",
+        "half(5.000000) = 2.500000;",
+        "fadd(1.500000, 2.250000) = 3.750000;",
+        "pick(\"hello\", 1) = \"ello\";",
+        "first(\"xyz\") = 'x';",
+        "same(0) = 0;",
+        "mixed(-7, 2.500000, \"abc\", 'q') = 205;",
+        "nothing();",
+        "paint(GREEN) = GREEN;",
+        "} = 0; /* main */",
+    ] {
+        assert!(replay.contains(shown), "{shown} in\n{replay}");
+    }
+    let plain = dir.join("plain");
+    cc(&[&fixture("auto_args.c")], &flags, &plain);
+    let o = record_run(&[], &["-a"], &dir.join("plain.data"), &plain, &[]);
+    assert!(
+        o.status.success()
+            && text(&o)
+                .1
+                .contains("has no debug information (build it with -g)"),
+        "{}",
+        text(&o).1
+    );
+    if uftrace_missing("recording arguments beside uftrace") {
+        return;
+    }
+    assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
+    let theirs = dir.join("theirs.data");
+    let o = Command::new("uftrace")
+        .args(["record", "-a", "--no-libcall", "--no-sched", "-d"])
+        .arg(&theirs)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    // (argv is where each run's stack is.)
+    let calls = |r: &str| -> Vec<String> {
+        graph_part(r)
+            .into_iter()
+            .map(|l| match l.split_once(", 0x") {
+                Some((head, _)) if l.starts_with("main(") => format!("{head}, ARGV) {{"),
+                _ => l,
+            })
+            .collect()
+    };
+    // (uftrace's recording read by us as well.)
+    assert_eq!(calls(&replay_text(&theirs)), calls(&replay));
+    assert_eq!(
+        calls(&replay),
+        calls(&uftrace_view("replay", &theirs).unwrap())
+    );
+}

@@ -130,12 +130,107 @@ impl ArgSpec {
 #[derive(Clone, Debug, Default)]
 pub struct Specs {
     rules: Vec<(Pattern, Vec<ArgSpec>)>,
+    /// By symbol (uftrace's `.dbg` files: `A:`/`R:` lines of a function).
+    exact: std::collections::HashMap<String, Vec<ArgSpec>>,
+    /// Enums by name (`E:` lines, `enumauto`), for `e:NAME` values.
+    pub enums: Enums,
+}
+
+/// Enum definitions (`enum NAME { A, B = 5, C };`), by name: each
+/// value's name, largest value first.
+#[derive(Clone, Debug, Default)]
+pub struct Enums(std::collections::HashMap<String, Vec<(i64, String)>>);
+
+impl Enums {
+    /// Adds the definitions of `text` (`;`-separated, as uftrace writes
+    /// them: C's syntax, a value a number or an earlier constant); one
+    /// that cannot be read is left out.
+    pub fn add(&mut self, text: &str) {
+        for def in text.split(';') {
+            let Some(rest) = def.trim().strip_prefix("enum") else {
+                continue;
+            };
+            let Some((name, body)) = rest.split_once('{') else {
+                continue;
+            };
+            let body = body.split('}').next().unwrap_or("");
+            let mut vals: Vec<(i64, String)> = Vec::new();
+            let mut next = 0i64;
+            for item in body.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                let (n, v) = match item.split_once('=') {
+                    Some((n, v)) => {
+                        let v = v.trim();
+                        let num = if let Some(h) = v.strip_prefix("0x") {
+                            i64::from_str_radix(h, 16).ok()
+                        } else if v.len() > 1 && v.starts_with('0') {
+                            i64::from_str_radix(&v[1..], 8).ok()
+                        } else {
+                            v.parse().ok()
+                        };
+                        let num = num.or_else(|| vals.iter().find(|x| x.1 == v).map(|x| x.0));
+                        let Some(num) = num else {
+                            vals.clear();
+                            break;
+                        };
+                        (n.trim(), num)
+                    }
+                    None => (item, next),
+                };
+                vals.push((v, n.to_string()));
+                next = v + 1;
+            }
+            vals.sort_by_key(|v| std::cmp::Reverse(v.0));
+            self.0.insert(name.trim().to_string(), vals);
+        }
+    }
+
+    /// `val` of enum `name` as uftrace shows it: its constant, else the
+    /// flags that make it up (`A|B`, `+0x..` for the rest), else the
+    /// number (hexadecimal beyond ±100000); None for an unknown enum.
+    pub fn show(&self, name: &str, val: i64) -> Option<String> {
+        let vals = self.0.get(name)?;
+        if let Some(v) = vals.iter().find(|v| v.0 == val) {
+            return Some(v.1.clone());
+        }
+        let (mut left, mut parts) = (val, Vec::new());
+        for (v, n) in vals {
+            if *v <= left {
+                left -= v;
+                parts.push(n.as_str());
+            }
+            if left == 0 {
+                break;
+            }
+        }
+        Some(match (parts.is_empty(), left) {
+            (false, 0) => parts.join("|"),
+            (false, l) => format!("{}+{l:#x}", parts.join("|")),
+            (true, _) if val.unsigned_abs() > 100_000 => format!("{:#x}", val as i32),
+            (true, _) => val.to_string(),
+        })
+    }
 }
 
 impl Specs {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.rules.is_empty() && self.exact.is_empty()
+    }
+
+    /// Adds the specs of the function whose symbol is `symbol`: `list` as
+    /// a `.dbg` file's `A:` or `R:` line has it (`@arg1,arg2/s`).
+    pub fn add_exact(&mut self, symbol: &str, list: &str) -> Result<(), String> {
+        let specs = list
+            .trim_start_matches('@')
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(ArgSpec::parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.exact
+            .entry(symbol.to_string())
+            .or_default()
+            .extend(specs);
+        Ok(())
     }
 
     /// Adds uftrace's `FUNC@spec,spec;FUNC@…` list (`argspec:` and
@@ -173,10 +268,15 @@ impl Specs {
     /// The specs that apply to a function, in order (arguments and the
     /// return value together, as uftrace lists them).
     pub fn of(&self, name: &FunctionName<'_>) -> Vec<ArgSpec> {
-        self.rules
-            .iter()
-            .filter(|(p, _)| p.matches(name))
-            .flat_map(|(_, a)| a.iter().cloned())
+        let exact = self.exact.get(name.symbol).into_iter().flatten();
+        exact
+            .chain(
+                self.rules
+                    .iter()
+                    .filter(|(p, _)| p.matches(name))
+                    .flat_map(|(_, a)| a.iter()),
+            )
+            .cloned()
             .collect()
     }
 }
@@ -191,6 +291,7 @@ pub fn read(
     retval: bool,
     data: &[u8],
     symbol: &dyn Fn(u64) -> Option<String>,
+    enums: &Enums,
 ) -> Option<(usize, String)> {
     let mut at = 0usize;
     let mut out = String::new();
@@ -220,7 +321,7 @@ pub fn read(
             }
             _ => {
                 let raw = data.get(at..at + s.size)?;
-                show_number(&mut out, s, raw, symbol);
+                show_number(&mut out, s, raw, symbol, enums);
                 s.size
             }
         };
@@ -266,7 +367,13 @@ fn escape_char(out: &mut String, c: u8) {
     }
 }
 
-fn show_number(out: &mut String, s: &ArgSpec, raw: &[u8], symbol: &dyn Fn(u64) -> Option<String>) {
+fn show_number(
+    out: &mut String,
+    s: &ArgSpec,
+    raw: &[u8],
+    symbol: &dyn Fn(u64) -> Option<String>,
+    enums: &Enums,
+) {
     let mut b = [0u8; 16];
     b[..raw.len()].copy_from_slice(raw);
     let u = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
@@ -301,7 +408,9 @@ fn show_number(out: &mut String, s: &ArgSpec, raw: &[u8], symbol: &dyn Fn(u64) -
             Some(name) => format!("&{name}"),
             None => hex(u),
         },
-        Fmt::Enum(_) => format!("<ENUM?> {:x}", signed as i32),
+        Fmt::Enum(name) => enums
+            .show(name, signed as i32 as i64)
+            .unwrap_or_else(|| format!("<ENUM?> {:x}", signed as i32)),
         Fmt::Str | Fmt::StdString | Fmt::Char | Fmt::Struct(_) => unreachable!("shown above"),
     };
     out.push_str(&text);
@@ -310,6 +419,22 @@ fn show_number(out: &mut String, s: &ArgSpec, raw: &[u8], symbol: &dyn Fn(u64) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enums_show_as_uftrace_shows_them() {
+        let mut e = Enums::default();
+        e.add("enum color {RED,GREEN=5};enum flag { A = 0x1, B = 02, C = 4, D = C };enum bits { X = 1, Y = 2, Z = 4 };");
+        assert_eq!(e.show("color", 5).as_deref(), Some("GREEN"));
+        assert_eq!(e.show("color", 0).as_deref(), Some("RED"));
+        assert_eq!(e.show("flag", 3).as_deref(), Some("B|A"));
+        assert_eq!(e.show("bits", 11).as_deref(), Some("Z|Y|X+0x4"));
+        assert_eq!(e.show("flag", 4).as_deref(), Some("C"));
+        assert_eq!(
+            e.show("color", 200_000).as_deref(),
+            Some("GREEN|RED+0x30d3b")
+        );
+        assert_eq!(e.show("nosuch", 1), None);
+    }
 
     #[test]
     fn specs_parse_as_uftrace_writes_them() {
@@ -346,15 +471,24 @@ mod tests {
         d.extend_from_slice(&255u64.to_le_bytes());
         d.extend_from_slice(&[b'a', 0, 0, 0]);
         let none = |_| None;
-        let (n, text) = read(&specs, false, &d, &none).unwrap();
+        let (n, text) = read(&specs, false, &d, &none, &Enums::default()).unwrap();
         assert_eq!(text, r#"-5, "hello", 0xff, 'a'"#);
         assert_eq!(n, 32);
-        let (n, text) = read(&specs, true, &(-1i32).to_le_bytes(), &none).unwrap();
+        let (n, text) = read(
+            &specs,
+            true,
+            &(-1i32).to_le_bytes(),
+            &none,
+            &Enums::default(),
+        )
+        .unwrap();
         assert_eq!((n, text.as_str()), (8, "-1"));
-        assert!(read(&specs, false, &d[..10], &none).is_none());
+        assert!(read(&specs, false, &d[..10], &none, &Enums::default()).is_none());
         let big = 0x1234_5678u64.to_le_bytes();
         assert_eq!(
-            read(&specs[..1], false, &big, &none).unwrap().1,
+            read(&specs[..1], false, &big, &none, &Enums::default())
+                .unwrap()
+                .1,
             "0x12345678"
         );
     }
@@ -370,6 +504,8 @@ pub struct ArgIndex {
     specs: Vec<std::sync::Arc<[ArgSpec]>>,
     /// Per symbol: its name (a pointer to it is shown as `&name`).
     names: Vec<String>,
+    /// The enums `e:NAME` values are shown by.
+    enums: Enums,
 }
 
 impl ArgIndex {
@@ -385,7 +521,10 @@ impl ArgIndex {
         if specs.is_empty() {
             return None;
         }
-        let mut index = ArgIndex::default();
+        let mut index = ArgIndex {
+            enums: specs.enums.clone(),
+            ..ArgIndex::default()
+        };
         for ((addr, symbol), name) in symbols.iter().zip(names) {
             let module = module_of(*addr);
             let f = FunctionName {
@@ -460,7 +599,7 @@ impl ArgIndex {
             let i = self.addrs.binary_search(&p).ok()?;
             Some(self.names[i].clone())
         };
-        read(specs, retval, &buf, &symbol)
+        read(specs, retval, &buf, &symbol, &self.enums)
             .map(|(_, text)| (text, buf.len() as u64))
             .ok_or_else(|| "the data after a record is shorter than its specs".to_string())
     }

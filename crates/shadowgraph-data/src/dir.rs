@@ -316,6 +316,20 @@ impl DataDir {
                 specs.add_list(list, regex)?;
             }
         }
+        // `-a`'s: per function in the objects' `.dbg` files, with the
+        // enums they name, and the built-in ones of `enumauto`.
+        for (symbol, list) in &self.srclines.specs {
+            specs.add_exact(symbol, list)?;
+        }
+        for e in self
+            .srclines
+            .enums
+            .iter()
+            .map(String::as_str)
+            .chain(self.info.get("enumauto"))
+        {
+            specs.enums.add(e);
+        }
         Ok(specs)
     }
 

@@ -220,13 +220,17 @@ pub(crate) fn read_modules(dir: &Path, skipped: &mut Vec<String>) -> Result<Modu
     Ok(out)
 }
 
-/// Where functions are declared (`file:line`): by address, and by name
-/// for functions a recording names at another address (traced through a
-/// copy of their entry).
+/// What `<object>.dbg` files say: where functions are declared
+/// (`file:line`) by address, and by name for functions a recording names
+/// at another address (traced through a copy of their entry); the
+/// argument and return value specs of functions (`A:`/`R:` lines, by
+/// symbol), and enum definitions (`E:` lines).
 #[derive(Debug, Default)]
 pub(crate) struct SrcLines {
     pub by_addr: std::collections::HashMap<u64, String>,
     pub by_name: std::collections::HashMap<String, String>,
+    pub specs: Vec<(String, String)>,
+    pub enums: Vec<String>,
 }
 
 /// The `<object>.dbg` files of `modules` (uftrace's: `F: OFFSET NAME`
@@ -244,8 +248,18 @@ pub(crate) fn read_srclines(dir: &Path, modules: &Modules, skipped: &mut Vec<Str
             continue;
         };
         let mut func = None;
+        let mut name_of_f = String::new();
         for (n, l) in text.lines().enumerate() {
+            if let Some(e) = l.strip_prefix("E: ") {
+                out.enums.push(e.to_string());
+                continue;
+            }
+            if let Some(a) = l.strip_prefix("A: ").or_else(|| l.strip_prefix("R: ")) {
+                out.specs.push((name_of_f.clone(), a.to_string()));
+                continue;
+            }
             if let Some(f) = l.strip_prefix("F: ") {
+                name_of_f = f.split_once(' ').map_or("", |x| x.1).to_string();
                 let (a, name) = f.split_once(' ').unwrap_or((f, ""));
                 match u64::from_str_radix(a, 16) {
                     Ok(a) => func = Some((start.wrapping_add(a), name)),

@@ -9,6 +9,7 @@
 //! words zero and keep the value only in the relocation's addend — both forms
 //! are read here.
 
+pub mod autoargs;
 mod debug;
 pub mod lines;
 pub mod slots;

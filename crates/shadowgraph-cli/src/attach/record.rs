@@ -36,7 +36,7 @@ pub(crate) fn record_attached(
         rel,
         config,
         collector,
-    } = prepare(data, opts)?;
+    } = prepare(data, opts, &exe)?;
     let rings = match &config.mode {
         Mode::Record(r) => r.rings.as_ref().map(|r| r.dir.clone()),
         Mode::Count(_) => None,
@@ -82,8 +82,8 @@ pub(crate) fn record_attached(
             }
         }
         write_failed.extend(conclude_dir(label, &d, t, &exe, &prog, None));
-        if opts.srcline {
-            crate::record::write_srclines(&d);
+        if opts.srcline || opts.auto_args {
+            crate::record::write_srclines(&d, opts.auto_args);
         }
     }
     if ended_by_exit {

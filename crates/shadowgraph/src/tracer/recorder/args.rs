@@ -48,7 +48,7 @@ impl ArgTable {
             let all = list.split(';').filter_map(|e| e.split_once('@'));
             for s in all.flat_map(|(_, s)| s.split(',')) {
                 if let Ok(ArgSpec {
-                    fmt: Fmt::StdString | Fmt::Struct(_) | Fmt::Enum(_),
+                    fmt: Fmt::StdString | Fmt::Struct(_),
                     ..
                 }) = ArgSpec::parse(s)
                 {
