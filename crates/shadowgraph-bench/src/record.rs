@@ -116,6 +116,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         &[&src],
         &[
             "-O2",
+            "-g", // (for -a; the code is the same)
             "-fno-optimize-sibling-calls",
             "-fpatchable-function-entry=5",
         ],
@@ -236,6 +237,8 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         // A trigger on main (fib's calls carry none): the triggers' state
         // in the callbacks.
         Box::new(|| run_sg_with(&arg, None, &["-T", "main@trace_on"])),
+        // Every function's arguments from DWARF (fib's one integer).
+        Box::new(|| run_sg_with(&arg, None, &["-a"])),
     ];
     let uf_at = runs.len();
     if uftrace {
@@ -246,6 +249,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         runs.push(Box::new(|| run_uf_p(&arg)));
         runs.push(Box::new(|| run_uf_p("1")));
         runs.push(Box::new(|| run_uf_with(&arg, &["-T", "main@trace_on"])));
+        runs.push(Box::new(|| run_uf_with(&arg, &["-a"])));
     }
     // fib(1) untraced: what starting and ending the program costs. A
     // recorder's start-up overhead is its fib(1) run less this (not less
@@ -280,7 +284,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         med(8),
     );
     let (sg_profile, sg_args, sg_p, sg_p_start) = (med(9), med(10), med(11), med(12));
-    let sg_trigger = med(13);
+    let (sg_trigger, sg_auto) = (med(13), med(14));
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -365,6 +369,11 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         per_call(sg_trigger, sg_start)
     );
     println!(
+        "{:<34} {sg_auto:>9.3} {:>12.1}",
+        "  (-a: arguments from DWARF)",
+        per_call(sg_auto, sg_start)
+    );
+    println!(
         "{:<34} {sg_p:>9.3} {:>12.1} {:>10} {sg_p_start:>10.3}",
         "  (-P .: built without flags)",
         per_call(sg_p, sg_p_start),
@@ -403,11 +412,16 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
             per_call(uf_p, uf_p_start),
             ""
         );
-        let uf_trigger = med(uf_at + 6);
+        let (uf_trigger, uf_auto) = (med(uf_at + 6), med(uf_at + 7));
         println!(
             "{:<34} {uf_trigger:>9.3} {:>12.1}",
             "  (-T main@trace_on: a trigger)",
             per_call(uf_trigger, uf_start)
+        );
+        println!(
+            "{:<34} {uf_auto:>9.3} {:>12.1}",
+            "  (-a: arguments from DWARF)",
+            per_call(uf_auto, uf_start)
         );
         let ratios: Vec<f64> = times[1]
             .iter()
