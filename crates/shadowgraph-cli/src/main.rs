@@ -386,7 +386,7 @@ fn main() -> ExitCode {
         } => {
             use shadowgraph_data::replay::{Field, Look};
             let how = filter.open_options();
-            let srcline = filter.srcline;
+            let (srcline, libname) = (filter.srcline, filter.libname);
             let filter: shadowgraph_data::replay::ReplayFilter = filter.into();
             let fields = fields.map_or_else(
                 || {
@@ -407,6 +407,7 @@ fn main() -> ExitCode {
             );
             let look = Look {
                 srcline,
+                libname,
                 no_merge,
                 no_comment,
                 column_offset: if column_view { column_offset } else { 0 },

@@ -55,6 +55,10 @@ pub(crate) struct ViewFilter {
     /// graph.
     #[arg(long)]
     pub(crate) srcline: bool,
+    /// A library call's name followed by `@` and the library it goes to
+    /// (replay).
+    #[arg(long)]
+    pub(crate) libname: bool,
     /// How C++ and Rust names are shown: simple (the qualified name alone,
     /// as uftrace), full (types and parameters too), no (the symbols).
     #[arg(long, value_enum, default_value = "simple")]

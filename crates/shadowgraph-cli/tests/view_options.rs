@@ -579,3 +579,41 @@ fn report_diff_policies_as_uftrace() {
         5,
     );
 }
+
+/// `replay --libname`: a library call's name followed by the library it
+/// goes to, in our recordings (the library the call was bound to) and in
+/// uftrace's (as uftrace's replay finds it).
+#[test]
+fn libname_as_uftrace() {
+    let dir = workdir("ln");
+    let exe = dir.join("naps");
+    cc(
+        &[&fixture("naps.c")],
+        &["-O0", "-pg", "-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"],
+        &exe,
+    );
+    let ours = dir.join("ours.data");
+    let o = record_run(&[], &["--libcall"], &ours, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let out = view(
+        &mut shadowgraph(),
+        &ours,
+        &["replay", "--libname", "-f", "none"],
+    );
+    assert!(
+        out.contains("    nanosleep@libc.so.6();\n") && out.contains("  printf@libc.so.6();\n"),
+        "{out}"
+    );
+    if !require("uftrace", "the same view by uftrace") {
+        return;
+    }
+    let theirs = dir.join("theirs.data");
+    let o = std::process::Command::new("uftrace")
+        .args(["record", "--no-sched", "-d"])
+        .arg(&theirs)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    as_uftrace(&theirs, &[&["replay", "--libname"]], 0);
+}

@@ -59,6 +59,8 @@ pub struct DataDir {
     /// Where functions are declared (`file:line`), from the `<object>.dbg`
     /// files `record --srcline` leaves (uftrace's), by address.
     srclines: super::meta::SrcLines,
+    /// The library each library call goes to, by its PLT entry.
+    libnames: super::meta::LibNames,
 }
 
 /// Warnings shared by a data directory and its record streams, each kept
@@ -227,7 +229,7 @@ impl DataDir {
                 return Err(err(&info_path, format!("cannot read: {e}")));
             }
         };
-        let (symbols, mut modules) = if uftrace {
+        let (symbols, mut modules, mut libnames) = if uftrace {
             // Times in .dat files are nanoseconds already.
             info.set("format", "uftrace");
             read_uftrace_task(dir, &mut info)?;
@@ -236,8 +238,12 @@ impl DataDir {
             (
                 read_symbols(&dir.join("symbols"), &mut skipped)?,
                 read_modules(dir, &mut skipped)?,
+                super::meta::LibNames::new(),
             )
         };
+        // Ours (converted to uftrace's format too: its `.sym` files are of
+        // the traced objects only) say where each library call went.
+        libnames.extend(super::meta::read_libnames(dir));
         modules.sort();
         modules.dedup();
         let mut tids = Vec::new();
@@ -265,6 +271,7 @@ impl DataDir {
             warnings: Warnings::default(),
             args: None,
             srclines: Default::default(),
+            libnames,
         };
         data.srclines = super::meta::read_srclines(dir, &data.modules, &mut skipped);
         for w in skipped {
@@ -417,6 +424,19 @@ impl DataDir {
             .get(&start)
             .or_else(|| self.srclines.by_name.get(symbol?))
             .map(String::as_str)
+    }
+
+    /// The library the library call at `addr` goes to (`printf`:
+    /// `libc.so.6`), if the recording says.
+    pub fn libname(&self, addr: u64) -> Option<&str> {
+        if self.libnames.is_empty() {
+            return None;
+        }
+        let start = match self.symbols.partition_point(|s| s.0 <= addr) {
+            0 => addr,
+            i => self.symbols[i - 1].0,
+        };
+        self.libnames.get(&start).map(String::as_str)
     }
 
     /// All records of one thread (small traces, tests).

@@ -286,12 +286,40 @@ pub(crate) fn read_srclines(dir: &Path, modules: &Modules, skipped: &mut Vec<Str
     out
 }
 
+/// The library each library call goes to, by the address of its PLT
+/// entry (`--libname`).
+pub(crate) type LibNames = std::collections::HashMap<u64, String>;
+
+/// Our recordings' `libnames` (address, library per line); none in those
+/// made before it existed.
+pub(crate) fn read_libnames(dir: &Path) -> LibNames {
+    let Ok(text) = read_text(&dir.join("libnames")) else {
+        return LibNames::new();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let (a, lib) = l.split_once('\t')?;
+            Some((
+                u64::from_str_radix(a.trim_start_matches("0x"), 16).ok()?,
+                lib.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// A uftrace recording's symbols (by address), objects and library
+/// calls' libraries.
+pub(crate) type UftraceSymbols = (Vec<(u64, String)>, Modules, LibNames);
+
 pub(crate) fn read_uftrace_symbols(
     dir: &Path,
     skipped: &mut Vec<String>,
-) -> Result<(Vec<(u64, String)>, Modules), DataError> {
+) -> Result<UftraceSymbols, DataError> {
     let mut symbols = Vec::new();
     let mut modules = Vec::new();
+    // PLT entries (`P`), and which library defines each name first.
+    let mut plt: Vec<(u64, String)> = Vec::new();
+    let mut defined: std::collections::HashMap<String, String> = Default::default();
     let entries = std::fs::read_dir(dir).map_err(|e| err(dir, format!("cannot list: {e}")))?;
     for e in entries {
         let p = e.map_err(|e| err(dir, e.to_string()))?.path();
@@ -341,8 +369,21 @@ pub(crate) fn read_uftrace_symbols(
                 if kind == "?" {
                     continue;
                 }
+                match kind {
+                    "T" | "t" | "W" | "w" | "i" => {
+                        defined
+                            .entry(fname.to_string())
+                            .or_insert_with(|| base.clone());
+                    }
+                    _ => {}
+                }
                 match u64::from_str_radix(a, 16) {
-                    Ok(a) => symbols.push((start.wrapping_add(a), fname.to_string())),
+                    Ok(a) => {
+                        if kind == "P" {
+                            plt.push((start.wrapping_add(a), fname.to_string()));
+                        }
+                        symbols.push((start.wrapping_add(a), fname.to_string()))
+                    }
                     Err(_) => skip_line(skipped, &sym, m, &format!("bad address `{a}`")),
                 }
             }
@@ -350,5 +391,9 @@ pub(crate) fn read_uftrace_symbols(
     }
     symbols.sort();
     symbols.dedup_by_key(|s| s.0);
-    Ok((symbols, modules))
+    let libnames = plt
+        .into_iter()
+        .filter_map(|(a, n)| Some((a, defined.get(&n)?.clone())))
+        .collect();
+    Ok((symbols, modules, libnames))
 }

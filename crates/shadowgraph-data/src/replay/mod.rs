@@ -66,6 +66,9 @@ pub struct Look {
     /// `--srcline`: where each function is declared, after its entry (as
     /// the recording says: `record --srcline`); not with `no_comment`.
     pub srcline: bool,
+    /// `--libname`: a library call's name followed by `@` and the library
+    /// it goes to.
+    pub libname: bool,
 }
 
 /// [`replay_filtered`] with `fields` left of each function.
@@ -244,7 +247,7 @@ pub fn replay_sessions(
         let d = r.depth as usize;
         match r.kind {
             Kind::Entry => {
-                let name = datas[owner[k]].name(r.addr);
+                let name = shown_name(datas[owner[k]], r.addr, look.libname);
                 // A leaf: its exit is the next record shown, of any thread
                 // (the heap's next is this stream's), as uftrace merges.
                 let next_shown = heap.peek().map(|Reverse(x)| x.1) == Some(k);
@@ -322,7 +325,7 @@ pub fn replay_sessions(
                     .get_mut(d)
                     .and_then(Option::take)
                     .or(since[k].filter(|&s| s < r.time));
-                let name = datas[owner[k]].name(r.addr);
+                let name = shown_name(datas[owner[k]], r.addr, look.libname);
                 let dur = start.map(|s| r.time.saturating_sub(s));
                 let head = match &r.args {
                     Some(v) => format!("}} = {v};"),
@@ -362,6 +365,17 @@ pub fn replay_sessions(
     }
     let names = |k: usize, addr: u64| datas[owner[k]].name(addr).into_owned();
     remaining(&names, &tids, &open, out)
+}
+
+/// The name `replay` shows for the function at `addr`: with `libname`, a
+/// library call's followed by `@` and its library (uftrace's
+/// `--libname`).
+fn shown_name(data: &DataDir, addr: u64, libname: bool) -> std::borrow::Cow<'_, str> {
+    let name = data.name(addr);
+    match data.libname(addr).filter(|_| libname) {
+        Some(lib) => format!("{name}@{lib}").into(),
+        None => name,
+    }
 }
 
 /// The records of `threads` merged into one stream by time (as uftrace's

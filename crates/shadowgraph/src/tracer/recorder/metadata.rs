@@ -37,10 +37,15 @@ fn write(
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
     let mut syms = String::new();
+    // The library each library call goes to (`--libname`), by its site.
+    let mut libs = String::new();
     for s in ftrace::sites() {
         // The symbol as the object names it: views demangle it as asked
         // (`--demangle`), and so does uftrace reading our data.
         syms.push_str(&format!("{:#x}\t{}\n", s.addr, s.symbol));
+        if let Some(name) = s.library.as_deref().and_then(|l| l.file_name()) {
+            libs.push_str(&format!("{:#x}\t{}\n", s.addr, name.to_string_lossy()));
+        }
     }
     let maps = module_maps();
     for t in tracers {
@@ -145,6 +150,7 @@ fn write(
         }
         use shadowgraph_data::dir::write_whole;
         if let Err(e) = write_whole(&dir.join("symbols"), syms.as_bytes())
+            .and_then(|_| write_whole(&dir.join("libnames"), libs.as_bytes()))
             .and_then(|_| write_whole(&dir.join("maps"), maps.as_bytes()))
             .and_then(|_| info.write(dir))
         {
