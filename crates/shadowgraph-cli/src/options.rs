@@ -73,10 +73,10 @@ pub(crate) fn positions(args: &clap::ArgMatches, id: &str) -> Vec<usize> {
 
 impl RecordOptions {
     /// `-F` and `-N` as uftrace orders them ([`ordered_filters`]); with
-    /// triggers (`-T`, or a `-F`/`-N` pattern with actions), or `-F` with
-    /// `-D` (whose limit restarts at each filter function's call, as
-    /// uftrace's: the triggers' state does that), every one of them a
-    /// trigger, in the order given, into `trigger`.
+    /// triggers (`-T`, or a `-F`/`-N` pattern with actions), `-Z`, or
+    /// `-F` with `-D` (whose limit restarts at each filter function's
+    /// call, as uftrace's: the triggers' state does that), every one of
+    /// them a trigger, in the order given, into `trigger`.
     pub(crate) fn order_filters(&mut self, args: &clap::ArgMatches) {
         use shadowgraph_data::trigger::{SpecKind, Trigger};
         let with_actions = |v: &[String], kind| {
@@ -87,6 +87,7 @@ impl RecordOptions {
             })
         };
         if self.trigger.is_empty()
+            && self.size_filter == 0
             && (self.depth == 0 || self.filter.is_empty())
             && !with_actions(&self.filter, SpecKind::Filter)
             && !with_actions(&self.notrace, SpecKind::Notrace)
@@ -193,6 +194,15 @@ pub(crate) struct RecordOptions {
     /// Record at most this many nested levels (0: no limit).
     #[arg(short = 'D', long = "depth", default_value_t = 0)]
     depth: u32,
+    /// Record no call of a function smaller than SIZE bytes (to the next
+    /// traced function); its callees in its place.
+    #[arg(
+        short = 'Z',
+        long = "size-filter",
+        value_name = "SIZE",
+        default_value_t = 0
+    )]
+    size_filter: u64,
     /// Record only calls lasting at least TIME (e.g. 10us, 1.5ms; ns, us,
     /// ms, s; a bare number is ns); a kept call's callers are kept too.
     #[arg(short = 't', long = "time-filter", value_name = "TIME", value_parser = parse_duration_ns)]
@@ -406,12 +416,14 @@ impl RecordOptions {
                 triggers: self.trigger.clone(),
                 // Without --control, triggers switch tracing on.
                 disabled: self.disable && self.control.is_none(),
+                min_size: self.size_filter,
                 ..Default::default()
             }]);
         }
         if !self.filter.is_empty()
             || !self.notrace.is_empty()
             || !self.trigger.is_empty()
+            || self.size_filter > 0
             || self.depth > 0
             || self.time_filter.is_some()
         {

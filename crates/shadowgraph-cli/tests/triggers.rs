@@ -240,3 +240,39 @@ fn triggers_hold_per_thread() {
     let out = report_text(&data);
     assert!(!out.contains("main") && out.contains("run"), "{out}");
 }
+
+/// `record -Z SIZE` leaves out the calls of functions smaller than SIZE
+/// bytes (to the next traced function), their callees in their place:
+/// the recording is what the views' `-Z` shows of a whole one, with
+/// `-F`, `-N` and `-D` too.
+#[test]
+fn record_size_filter_is_the_views() {
+    let dir = workdir("tz");
+    let exe = build_fixture_with(
+        &dir,
+        "tz",
+        "naps.c",
+        &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=4"],
+    );
+    let whole = dir.join("whole.data");
+    record_ok(&[], &whole, &exe);
+    let part = dir.join("part.data");
+    for opts in [
+        &["-Z", "20"][..],
+        &["-Z", "40", "-F", "mid"],
+        &["-Z", "20", "-N", "fib"],
+        &["-Z", "60", "-D", "2"],
+    ] {
+        record_ok(opts, &part, &exe);
+        let shown = |d: &std::path::Path, o: &[&str]| {
+            view(
+                &mut shadowgraph(),
+                d,
+                &[&["replay", "-f", "none"], o].concat(),
+            )
+        };
+        let got = shown(&part, &[]);
+        assert_eq!(got, shown(&whole, opts), "{opts:?}");
+        assert!(!got.contains("leaf"), "{opts:?}: {got}");
+    }
+}

@@ -190,6 +190,10 @@ pub struct Tracer {
     /// Tracing starts off; a `trace_on` trigger switches it on.
     #[serde(default)]
     pub disabled: bool,
+    /// Record no call of a function smaller than this many bytes (to the
+    /// next traced function), its callees in its place (`-Z`; 0: all).
+    #[serde(default)]
+    pub min_size: u64,
 }
 
 /// What a tracer keeps.
@@ -398,7 +402,11 @@ impl Config {
                 )));
             }
             if t.kind == TracerKind::Profile
-                && (t.depth > 0 || t.time_ns > 0 || !t.triggers.is_empty() || t.disabled)
+                && (t.depth > 0
+                    || t.time_ns > 0
+                    || !t.triggers.is_empty()
+                    || t.disabled
+                    || t.min_size > 0)
             {
                 return Err(ConfigError(format!(
                     "{who}a profile takes filter= and notrace= only (it keeps no call records)"

@@ -11,8 +11,7 @@
 #![forbid(unsafe_code)]
 
 use gimli::{AttributeValue, EndianSlice, LittleEndian};
-use object::{Object, ObjectSection};
-use std::borrow::Cow;
+use object::Object;
 use std::path::Path;
 
 type Slice<'d> = EndianSlice<'d, LittleEndian>;
@@ -65,13 +64,7 @@ pub fn auto_specs(path: &Path) -> Result<AutoSpecs, String> {
 }
 
 fn read(file: &object::File<'_>) -> Result<AutoSpecs, gimli::Error> {
-    let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
-        Ok(file
-            .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
-            .unwrap_or(Cow::Borrowed(&[])))
-    };
-    let owned = gimli::DwarfSections::load(load)?;
+    let owned = super::lines::sections(file)?;
     let dwarf = owned.borrow(|s| Slice::new(s, LittleEndian));
     let mut out = Vec::new();
     let mut enums: Vec<String> = Vec::new();

@@ -52,14 +52,22 @@ pub fn declared_functions(path: &Path) -> Result<Vec<Declared>, String> {
     read(&dfile, base).map_err(|e| format!("{}: {e}", debug.display()))
 }
 
+/// The DWARF sections of `file` (decompressed where they are; empty
+/// where it has none), for `gimli`.
+pub(super) fn sections<'d>(
+    file: &object::File<'d>,
+) -> Result<gimli::DwarfSections<Cow<'d, [u8]>>, gimli::Error> {
+    gimli::DwarfSections::load(|id: gimli::SectionId| {
+        Ok::<_, gimli::Error>(
+            file.section_by_name(id.name())
+                .and_then(|s| s.uncompressed_data().ok())
+                .unwrap_or(Cow::Borrowed(&[])),
+        )
+    })
+}
+
 fn read(file: &object::File<'_>, base: u64) -> Result<Vec<Declared>, gimli::Error> {
-    let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
-        Ok(file
-            .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
-            .unwrap_or(Cow::Borrowed(&[])))
-    };
-    let owned = gimli::DwarfSections::load(load)?;
+    let owned = sections(file)?;
     let dwarf = owned.borrow(|s| Slice::new(s, LittleEndian));
     let mut out = Vec::new();
     let mut units = dwarf.units();

@@ -42,6 +42,9 @@ pub struct SiteTrigger {
     pub time_ticks: Option<u64>,
     /// `trace`: its calls are kept whatever the time filter says.
     pub always: bool,
+    /// Smaller than `-Z` asks: its calls are not recorded (its callees
+    /// are, in its place).
+    pub small: bool,
 }
 
 /// A user's triggers by site id, and the state they switch.
@@ -205,6 +208,9 @@ impl Triggers {
         }
         if tr.always {
             flags |= ALWAYS;
+        }
+        if tr.small {
+            flags |= NORECORD;
         }
         if self.has_time {
             // The threshold inside this call: its own, else its caller's.

@@ -205,15 +205,17 @@ fn graph_tracer(
     args: Option<Arc<args::ArgTable>>,
 ) -> Result<Tracer, String> {
     let min_ticks = (t.time_ns as f64 * ticks_per_ns) as u64;
-    // Triggers (and `--disable` with them) decide in place of the other
-    // filters, in the callbacks: the fused paths know none of them.
-    let triggers = if t.triggers.is_empty() && !t.disabled {
+    // Triggers (and `--disable` and `-Z` with them) decide in place of
+    // the other filters, in the callbacks: the fused paths know none of
+    // them.
+    let triggers = if t.triggers.is_empty() && !t.disabled && t.min_size == 0 {
         None
     } else {
         let ticks = (min_ticks, ticks_per_ns);
+        let limits = (t.depth, t.min_size);
         Some(Arc::new(triggers::triggers(
             &t.triggers,
-            t.depth,
+            limits,
             t.disabled,
             ticks,
         )?))
@@ -313,26 +315,14 @@ fn filter_set(patterns: &[String]) -> Result<Option<Arc<ftrace::FilterSet>>, Str
 /// `patterns` without those that match no traced function (each said
 /// once on stderr: tracing goes on without it). A bad pattern is an error.
 fn matching(patterns: &[String]) -> Result<Vec<String>, String> {
-    use shadowgraph_data::pattern::{unmatched, FunctionName, Pattern};
+    use shadowgraph_data::pattern::{unmatched, Pattern};
     let parsed = patterns
         .iter()
         .map(|p| Pattern::parse(p).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
     let sites = ftrace::sites();
-    let modules: Vec<String> = sites
-        .iter()
-        .map(|s| s.module.to_string_lossy().into_owned())
-        .collect();
-    let names: Vec<FunctionName<'_>> = sites
-        .iter()
-        .zip(&modules)
-        .map(|(s, m)| FunctionName {
-            function: &s.function,
-            symbol: &s.symbol,
-            module: m,
-            library: s.library.as_deref().and_then(|l| l.to_str()),
-        })
-        .collect();
+    let modules = triggers::site_modules(&sites);
+    let names = triggers::site_names(&sites, &modules);
     let missing: Vec<String> = unmatched(&parsed, &names)
         .into_iter()
         .map(|p| p.text().to_string())

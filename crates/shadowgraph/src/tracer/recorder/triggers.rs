@@ -4,7 +4,6 @@
 
 use crate::fgraph::triggers::{SiteTrigger, Triggers};
 use crate::ftrace;
-use shadowgraph_data::pattern::FunctionName;
 use shadowgraph_data::trigger::{FilterMode, SpecKind, Trigger};
 
 /// The triggers of `specs` over the sites in the core (`depth`: the
@@ -13,7 +12,7 @@ use shadowgraph_data::trigger::{FilterMode, SpecKind, Trigger};
 /// that names no function is said on stderr and left out.
 pub(super) fn triggers(
     specs: &[String],
-    depth: u32,
+    (depth, min_size): (u32, u64),
     disabled: bool,
     (min_ticks, ticks_per_ns): (u64, f64),
 ) -> Result<Triggers, String> {
@@ -22,20 +21,8 @@ pub(super) fn triggers(
         .map(|s| Trigger::parse(s, SpecKind::Trigger).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
     let sites = ftrace::sites();
-    let modules: Vec<String> = sites
-        .iter()
-        .map(|s| s.module.to_string_lossy().into_owned())
-        .collect();
-    let names: Vec<FunctionName<'_>> = sites
-        .iter()
-        .zip(&modules)
-        .map(|(s, m)| FunctionName {
-            function: &s.function,
-            symbol: &s.symbol,
-            module: m,
-            library: s.library.as_deref().and_then(|l| l.to_str()),
-        })
-        .collect();
+    let modules = site_modules(&sites);
+    let names = site_names(&sites, &modules);
     let mut actions = vec![shadowgraph_data::trigger::Actions::default(); sites.len()];
     let mut mode_in = false;
     for t in &parsed {
@@ -55,9 +42,24 @@ pub(super) fn triggers(
         }
         mode_in |= t.actions.filter == Some(FilterMode::In);
     }
+    // Each function's size: to the next traced function of its object (as
+    // the views' `-Z` measures it), the last one's unknown (not small).
+    let mut small = vec![false; sites.len()];
+    if min_size > 0 {
+        let mut order: Vec<usize> = (0..sites.len()).collect();
+        order.sort_by_key(|&i| (&sites[i].module, sites[i].addr));
+        for w in order.windows(2) {
+            let (a, b) = (&sites[w[0]], &sites[w[1]]);
+            if a.module == b.module && ((b.addr - a.addr) as u64) < min_size {
+                small[w[0]] = true;
+            }
+        }
+    }
     let sites = actions
         .iter()
-        .map(|a| SiteTrigger {
+        .zip(small)
+        .map(|(a, small)| SiteTrigger {
+            small,
             filter: a.filter.map(|m| m == FilterMode::In),
             depth: a.depth,
             trace: a.trace,
@@ -67,4 +69,30 @@ pub(super) fn triggers(
         })
         .collect();
     Ok(Triggers::new(sites, mode_in, depth, disabled, min_ticks))
+}
+
+/// Each site's object, as patterns match it (`@LIB`).
+pub(super) fn site_modules(sites: &[ftrace::SiteState]) -> Vec<String> {
+    sites
+        .iter()
+        .map(|s| s.module.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Each site's names as patterns match them, its object's from
+/// `modules` ([`site_modules`]).
+pub(super) fn site_names<'s>(
+    sites: &'s [ftrace::SiteState],
+    modules: &'s [String],
+) -> Vec<shadowgraph_data::pattern::FunctionName<'s>> {
+    sites
+        .iter()
+        .zip(modules)
+        .map(|(s, m)| shadowgraph_data::pattern::FunctionName {
+            function: &s.function,
+            symbol: &s.symbol,
+            module: m,
+            library: s.library.as_deref().and_then(|l| l.to_str()),
+        })
+        .collect()
 }
