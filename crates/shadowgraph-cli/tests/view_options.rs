@@ -617,3 +617,31 @@ fn libname_as_uftrace() {
     assert!(o.status.success(), "{}", text(&o).1);
     as_uftrace(&theirs, &[&["replay", "--libname"]], 0);
 }
+
+/// `graph` of a program that forks: the child's calls go on inside the
+/// frames it inherited (its `main`), as uftrace's graph counts them, in
+/// uftrace's recording and in ours.
+#[test]
+fn forked_children_in_graph_as_uftrace() {
+    let dir = workdir("fg");
+    let exe = dir.join("fg");
+    cc(&[&fixture("fork_graph.c")], &["-O0", "-pg"], &exe);
+    let ours = dir.join("ours.data");
+    let o = record_run(&[], &["--libcall"], &ours, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let out = view(&mut shadowgraph(), &ours, &["graph"]);
+    assert!(out.contains(" :     +-(2) a\n"), "{out}");
+    if !require("uftrace", "the same graph by uftrace") {
+        return;
+    }
+    let theirs = dir.join("theirs.data");
+    let o = std::process::Command::new("uftrace")
+        .args(["record", "--no-sched", "-d"])
+        .arg(&theirs)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    // (Not `graph a`: uftrace names the child's inherited frame `<0>`.)
+    as_uftrace(&theirs, &[&["graph"], &["graph", "main"]], 0);
+}

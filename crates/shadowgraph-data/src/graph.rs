@@ -57,6 +57,9 @@ struct Walk<'a> {
     function: Option<&'a str>,
     /// (name, entry time, address)
     stack: Vec<(String, u64, u64)>,
+    /// How many of the calls at the bottom of `stack` a forked child
+    /// inherited: their ends add time, not calls.
+    inherited: usize,
     /// Index in `stack` of the outermost call of `function`, if any.
     inside: Option<usize>,
 }
@@ -90,7 +93,9 @@ impl Walk<'_> {
             for (name, start, _) in &self.stack[from..] {
                 node = node.child(name, *start);
             }
-            node.calls += 1;
+            if depth >= self.inherited {
+                node.calls += 1;
+            }
             node.total += dur;
             if self.function.is_none() {
                 if depth == base {
@@ -108,6 +113,7 @@ impl Walk<'_> {
             }
         }
         self.stack.pop();
+        self.inherited = self.inherited.min(self.stack.len());
     }
 }
 
@@ -184,18 +190,49 @@ fn collect(
     let mut root = Node::default();
     let mut backtraces = Backtraces::new();
     let stop = filter.stop_time(data)?;
+    // The calls open in a thread when it called fork (fork's own
+    // included), by time: a child's records begin inside them.
+    let mut forks: Vec<(u64, Vec<(String, u64)>)> = Vec::new();
     for (_, records) in thread_records(data, filter)? {
         let mut walk = Walk {
             function,
             stack: Vec::new(),
+            inherited: 0,
             inside: None,
         };
+        let mut records = records.peekable();
+        // A forked child's first record ends the fork it inherited: in
+        // the whole program's graph its calls go on inside the frames it
+        // inherited, as uftrace's shows them (the child's thread read
+        // after its parent's); a function's graph counts its own calls.
+        if let Some(Ok(first)) = records.peek().filter(|_| function.is_none()) {
+            let at = (first.time, first.depth as usize + 1);
+            let path = forks
+                .iter()
+                .rev()
+                .find(|f| f.0 <= at.0 && f.1.len() == at.1);
+            if let (Kind::Exit, Some((_, path))) = (first.kind, path) {
+                for (name, addr) in path.clone() {
+                    walk.entry(name, at.0, addr);
+                }
+                walk.inherited = walk.stack.len();
+            }
+        }
         let mut last = 0;
         for r in records {
             let r = r?;
             last = r.time;
             match r.kind {
-                Kind::Entry => walk.entry(data.name(r.addr).into_owned(), r.time, r.addr),
+                Kind::Entry => {
+                    let name = data.name(r.addr).into_owned();
+                    if matches!(name.as_str(), "fork" | "vfork" | "daemon") {
+                        let mut path: Vec<(String, u64)> =
+                            walk.stack.iter().map(|f| (f.0.clone(), f.2)).collect();
+                        path.push((name.clone(), r.addr));
+                        forks.push((r.time, path));
+                    }
+                    walk.entry(name, r.time, r.addr)
+                }
                 Kind::Exit => walk.exit(r.time, &mut root, &mut backtraces),
                 _ => {}
             }

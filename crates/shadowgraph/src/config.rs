@@ -395,10 +395,12 @@ impl Config {
             for s in &t.triggers {
                 check_trigger(s).map_err(|e| ConfigError(format!("{who}{e}")))?;
             }
+            // (The triggers' state decides in place of these lists.)
             let patterns = !t.filter.is_empty() || !t.notrace.is_empty();
-            if !t.triggers.is_empty() && patterns {
+            let triggered = !t.triggers.is_empty() || t.disabled || t.min_size > 0;
+            if triggered && patterns {
                 return Err(ConfigError(format!(
-                    "{who}with triggers, filter and notrace patterns are triggers too"
+                    "{who}with triggers (or disabled, or a size filter), filter and notrace patterns are triggers too"
                 )));
             }
             if t.kind == TracerKind::Profile
