@@ -225,6 +225,7 @@ fn triggers_hold_per_thread() {
     for &tid in &d.tids {
         in_time_order(&d, tid).unwrap();
         calls_nest_exactly(&d, tid, &[]).unwrap();
+        depths_follow_the_records(&d, tid).unwrap();
         let recs = records_of(&d, tid).unwrap();
         let n = recs
             .iter()
@@ -274,5 +275,18 @@ fn record_size_filter_is_the_views() {
         let got = shown(&part, &[]);
         assert_eq!(got, shown(&whole, opts), "{opts:?}");
         assert!(!got.contains("leaf"), "{opts:?}: {got}");
+    }
+    // A small function's callees are recorded in its place, at its depth:
+    // the depths records carry count recorded calls only.
+    let exe = build_fixture_with(&dir, "sc", "small_caller.c", &["-fno-toplevel-reorder"]);
+    record_ok(&["-Z", "40"], &part, &exe);
+    let out = view(&mut shadowgraph(), &part, &["replay", "-f", "none"]);
+    assert_eq!(
+        out,
+        "main() {\n  big();\n  big();\n  big();\n} /* main */\n"
+    );
+    let d = shadowgraph_data::dir::DataDir::open(&part).unwrap();
+    for &tid in &d.tids {
+        depths_follow_the_records(&d, tid).unwrap();
     }
 }

@@ -203,14 +203,15 @@ impl Triggers {
             return Verdict::Reject;
         }
         n.left -= 1;
+        if tr.small {
+            flags |= NORECORD;
+        }
+        // (The depth records carry counts recorded calls only.)
         if flags & NORECORD == 0 {
             n.own += 1;
         }
         if tr.always {
             flags |= ALWAYS;
-        }
-        if tr.small {
-            flags |= NORECORD;
         }
         if self.has_time {
             // The threshold inside this call: its own, else its caller's.
