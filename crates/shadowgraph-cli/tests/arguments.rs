@@ -211,13 +211,7 @@ fn auto_args_are_recorded_as_uftrace_records_them() {
     }
     assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
     let theirs = dir.join("theirs.data");
-    let o = Command::new("uftrace")
-        .args(["record", "-a", "--no-libcall", "--no-sched", "-d"])
-        .arg(&theirs)
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
+    uftrace_record(&theirs, &["-a", "--no-libcall"], &exe);
     // (argv is where each run's stack is.)
     let calls = |r: &str| -> Vec<String> {
         graph_part(r)

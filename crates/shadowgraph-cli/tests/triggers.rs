@@ -128,15 +128,7 @@ fn record_applies_triggers_as_uftrace() {
         if !with_uftrace {
             continue;
         }
-        let _ = std::fs::remove_dir_all(&theirs);
-        let o = std::process::Command::new("uftrace")
-            .args(["record", "--no-sched", "-d"])
-            .arg(&theirs)
-            .args(opts)
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "uftrace {opts:?}: {}", text(&o).1);
+        uftrace_record(&theirs, opts, &exe);
         assert_eq!(
             got,
             lines(&mut std::process::Command::new("uftrace"), &theirs),

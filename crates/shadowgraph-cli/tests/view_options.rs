@@ -608,13 +608,7 @@ fn libname_as_uftrace() {
         return;
     }
     let theirs = dir.join("theirs.data");
-    let o = std::process::Command::new("uftrace")
-        .args(["record", "--no-sched", "-d"])
-        .arg(&theirs)
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
+    uftrace_record(&theirs, &[], &exe);
     as_uftrace(&theirs, &[&["replay", "--libname"]], 0);
 }
 
@@ -635,13 +629,7 @@ fn forked_children_in_graph_as_uftrace() {
         return;
     }
     let theirs = dir.join("theirs.data");
-    let o = std::process::Command::new("uftrace")
-        .args(["record", "--no-sched", "-d"])
-        .arg(&theirs)
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
+    uftrace_record(&theirs, &[], &exe);
     // (Not `graph a`: uftrace names the child's inherited frame `<0>`.)
     as_uftrace(&theirs, &[&["graph"], &["graph", "main"]], 0);
 }

@@ -46,3 +46,24 @@ pub fn as_uftrace(data: &Path, cases: &[&[&str]], skip: usize) {
         );
     }
 }
+
+/// `uftrace record --no-sched OPTS -d DATA EXE` (a directory there
+/// before is replaced), which must succeed: uftrace's own recording of a
+/// program, to compare with ours (without the schedule events it records
+/// where perf lets it, which we do not).
+pub fn uftrace_record(data: &Path, opts: &[&str], exe: &Path) {
+    let _ = std::fs::remove_dir_all(data);
+    let o = Command::new("uftrace")
+        .args(["record", "--no-sched"])
+        .args(opts)
+        .arg("-d")
+        .arg(data)
+        .arg(exe)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "uftrace record {opts:?}: {}",
+        text(&o).1
+    );
+}
