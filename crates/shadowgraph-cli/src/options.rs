@@ -148,7 +148,9 @@ impl RecordOptions {
 /// What `record` (and `live`) trace.
 #[derive(clap::Args, Debug, Default)]
 pub(crate) struct RecordOptions {
-    /// Record only inside these functions (glob, /regex/, @LIB); repeatable.
+    /// Record only inside these functions (a glob, a regex where the
+    /// pattern has regex characters as uftrace's, /regex/; @LIB);
+    /// repeatable.
     #[arg(short = 'F', long = "filter")]
     filter: Vec<String>,
     /// Record arguments of functions: FUNC@arg1,arg2/i32,fparg1,arg3/s,…

@@ -8,7 +8,8 @@ use shadowgraph_data::dir::OpenOptions;
 /// What a view shows of a recording (uftrace's replay/report filters).
 #[derive(clap::Args, Debug)]
 pub(crate) struct ViewFilter {
-    /// Only calls inside these functions' calls (glob or /regex/; `!P`
+    /// Only calls inside these functions' calls (a glob, a regex where it
+    /// has regex characters, /regex/; `!P`
     /// removes; `@depth=N`, `@time=T`… as triggers); repeatable.
     #[arg(short = 'F', long = "filter", value_parser = parse_filter)]
     filter: Vec<shadowgraph_data::trigger::Trigger>,
