@@ -124,6 +124,12 @@ pub fn dump_text_of(
     Ok(())
 }
 
+/// The recorded program's file name (the graphs' root).
+fn program_name(data: &DataDir) -> &str {
+    let exe = data.info.get("exe").unwrap_or("");
+    exe.rsplit('/').next().unwrap_or(exe)
+}
+
 /// uftrace's `dump --mermaid`: the whole program's call tree (as `graph`
 /// without a function shows it) as a Mermaid flowchart in an HTML page,
 /// its edges as uftrace writes them (`DEPTH_ID["caller"] -->|CALLS|
@@ -133,8 +139,7 @@ pub fn dump_mermaid(
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
-    let exe = data.info.get("exe").unwrap_or("");
-    let name = exe.rsplit('/').next().unwrap_or(exe);
+    let name = program_name(data);
     let root = graph::whole(data, filter)?;
     writeln!(out, "<html>\n<body>")?;
     writeln!(
@@ -174,8 +179,7 @@ pub fn dump_graphviz(
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
-    let exe = data.info.get("exe").unwrap_or("");
-    let name = exe.rsplit('/').next().unwrap_or(exe);
+    let name = program_name(data);
     writeln!(
         out,
         "# version\":\"shadowgraph {}\"",

@@ -54,13 +54,12 @@ enum Kind {
 /// The specs of the functions of the object at `path` defined with
 /// DWARF (none without).
 pub fn auto_specs(path: &Path) -> Result<AutoSpecs, String> {
-    let data =
-        crate::sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", path.display()))?;
-    if file.section_by_name(".debug_info").is_none() {
-        return Ok(AutoSpecs::default());
-    }
-    read(&file).map_err(|e| format!("{}: {e}", path.display()))
+    super::lines::with_object(path, |file| {
+        if file.section_by_name(".debug_info").is_none() {
+            return Ok(AutoSpecs::default());
+        }
+        read(file).map_err(|e| format!("{}: {e}", path.display()))
+    })
 }
 
 fn read(file: &object::File<'_>) -> Result<AutoSpecs, gimli::Error> {

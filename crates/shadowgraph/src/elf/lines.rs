@@ -30,26 +30,36 @@ type Slice<'d> = EndianSlice<'d, LittleEndian>;
 /// The declarations of the functions of the object at `path` (from its
 /// debug file if it carries no DWARF), by offset; empty without DWARF.
 pub fn declared_functions(path: &Path) -> Result<Vec<Declared>, String> {
-    let data =
-        crate::sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", path.display()))?;
-    // Offsets count from the first loadable segment's page, in the object
-    // itself (a debug file's segments are the same).
-    let base = file
-        .segments()
-        .map(|s| s.address() & !0xfff)
-        .min()
-        .unwrap_or(0);
-    if file.section_by_name(".debug_info").is_some() {
-        return read(&file, base).map_err(|e| format!("{}: {e}", path.display()));
-    }
-    let Some(debug) = super::debug::find(path, &file) else {
-        return Ok(Vec::new());
-    };
-    let data =
-        crate::sys::MappedFile::open(&debug).map_err(|e| format!("{}: {e}", debug.display()))?;
-    let dfile = object::File::parse(&*data).map_err(|e| format!("{}: {e}", debug.display()))?;
-    read(&dfile, base).map_err(|e| format!("{}: {e}", debug.display()))
+    with_object(path, |file| {
+        // Offsets count from the first loadable segment's page, in the
+        // object itself (a debug file's segments are the same).
+        let base = file
+            .segments()
+            .map(|s| s.address() & !0xfff)
+            .min()
+            .unwrap_or(0);
+        if file.section_by_name(".debug_info").is_some() {
+            return read(file, base).map_err(|e| format!("{}: {e}", path.display()));
+        }
+        match super::debug::find(path, file) {
+            Some(debug) => with_object(&debug, |d| {
+                read(d, base).map_err(|e| format!("{}: {e}", debug.display()))
+            }),
+            None => Ok(Vec::new()),
+        }
+    })
+}
+
+/// `f` of the object file at `path`, mapped (debug files are often large);
+/// errors name the file.
+pub(super) fn with_object<T>(
+    path: &Path,
+    f: impl FnOnce(&object::File<'_>) -> Result<T, String>,
+) -> Result<T, String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let data = crate::sys::MappedFile::open(path).map_err(|e| at(&e))?;
+    let file = object::File::parse(&*data).map_err(|e| at(&e))?;
+    f(&file)
 }
 
 /// The DWARF sections of `file` (decompressed where they are; empty
