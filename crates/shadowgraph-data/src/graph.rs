@@ -24,7 +24,13 @@ pub(crate) struct Node {
 impl Node {
     fn child(&mut self, name: &str, first: u64) -> &mut Node {
         let i = match self.children.iter().position(|c| c.0 == name) {
-            Some(i) => i,
+            // Threads are read one after another: another thread's call
+            // may have begun earlier.
+            Some(i) => {
+                let n = &mut self.children[i].1;
+                n.first = n.first.min(first);
+                i
+            }
             None => {
                 let n = Node {
                     first,
