@@ -480,22 +480,22 @@ impl RecordOptions {
     }
 
     /// `-a`: the argument and return value specs of `program`'s functions
-    /// from its DWARF, added to `config`'s (`-A`/`-R` first: they win).
+    /// from its DWARF, added to `config`'s (`-A`/`-R` first: they win;
+    /// the config's `auto_args` adds those of C library functions).
     pub(crate) fn add_auto_args(&self, config: &mut Config, program: &Path) -> Result<(), String> {
         if !self.auto_args || self.no_args {
-            return Ok(());
-        }
-        let specs = shadowgraph::elf::autoargs::auto_specs(program)?;
-        if specs.functions.is_empty() {
-            eprintln!(
-                "shadowgraph: warning: -a: {} has no debug information (build it with -g): no arguments recorded",
-                program.display()
-            );
             return Ok(());
         }
         let config::Mode::Record(r) = &mut config.mode else {
             return Ok(());
         };
+        let specs = shadowgraph::elf::autoargs::auto_specs(program)?;
+        if specs.functions.is_empty() {
+            eprintln!(
+                "shadowgraph: warning: -a: {} has no debug information (build it with -g): only C library functions' arguments are recorded",
+                program.display()
+            );
+        }
         for s in specs.functions {
             if let Some(a) = s.args {
                 r.argspec.push(format!("{}@{a}", s.symbol));
@@ -574,6 +574,7 @@ impl RecordOptions {
                 libcalls: self.libcalls(),
                 argspec: self.arg_specs(&self.argument, false)?,
                 retspec: self.arg_specs(&self.retval, true)?,
+                auto_args: self.auto_args && !self.no_args,
                 command: Some(command_line()),
             }),
             objects,

@@ -151,7 +151,7 @@ pub(crate) fn record(
         let run = (!foreign).then_some((status, &usage));
         write_failed.extend(conclude_dir(&label, &d, t, &path, prog, run));
         if opts.srcline || opts.auto_args {
-            write_srclines(&d, opts.auto_args);
+            write_srclines(&d, opts.srcline, opts.auto_args);
         }
     }
     if !write_failed.is_empty() {
@@ -240,8 +240,8 @@ pub(crate) fn prepare(
 /// `.dbg` file (uftrace's) with where each of its functions is declared,
 /// from its DWARF (or its debug file's), and with `enums` the definitions
 /// of the enums `-a`'s specs of the program name. An object without says
-/// nothing; a program without is said once.
-pub(crate) fn write_srclines(d: &Path, enums: bool) {
+/// nothing; a program without is said once, with `srcline` (asked for).
+pub(crate) fn write_srclines(d: &Path, srcline: bool, enums: bool) {
     let Ok(dd) = shadowgraph_data::dir::DataDir::open(d) else {
         return;
     };
@@ -259,7 +259,7 @@ pub(crate) fn write_srclines(d: &Path, enums: bool) {
             }
         };
         if lines.is_empty() {
-            if i == 0 {
+            if i == 0 && srcline {
                 eprintln!(
                     "shadowgraph: --srcline: {path} has no debug information (build it with -g)"
                 );

@@ -229,3 +229,53 @@ fn auto_args_are_recorded_as_uftrace_records_them() {
         calls(&uftrace_view("replay", &theirs).unwrap())
     );
 }
+
+/// `-a` on a program without debug information: the calls it makes to
+/// the C library show their arguments and return values from the
+/// built-in prototypes (flags and constants by name), as uftrace shows
+/// them; uftrace reads ours as we do, and we read uftrace's as it does.
+#[test]
+fn library_calls_auto_args_as_uftrace() {
+    let dir = workdir("libc-args");
+    let exe = dir.join("lc");
+    cc(
+        &[&fixture("libc_args.c")],
+        &["-O0", "-pg", "-fno-builtin"],
+        &exe,
+    );
+    let ours = dir.join("ours.data");
+    let o = record_run(&[], &["-a", "--libcall"], &ours, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(text(&o).0, "35\n");
+    let replay = replay_text(&ours);
+    for shown in [
+        "main() {",
+        "open(\"/dev/null\", O_APPEND|O_WRONLY) = ",
+        ", 3) = 3;",
+        "atoi(\"42\") = 42;",
+        "strtod(\"2.5\", 0) = 2.500000;",
+        "strtol(\"-17\", 0, 10) = -17;",
+        "strlen(\"hello\") = 5;",
+        "strchr(\"hello\", 'l') = \"llo\";",
+        "strcmp(\"abc\", \"abd\") = -1;",
+        "mmap(0, 4096, PROT_WRITE|PROT_READ, MAP_ANON|MAP_PRIVATE, -1, 0) = 0x",
+        "clock_gettime(CLOCK_MONOTONIC, 0x",
+        "signal(SIGUSR1, 0x1) = 0;",
+        "raise(SIGUSR1) = 0;",
+        "access(\"/\", R_OK|X_OK) = 0;",
+        "snprintf(0x",
+        ", 32, \"%d\") = 2;",
+        "puts(\"35\") = 3;",
+        "getenv(\"SHADOWGRAPH_NO_SUCH_VARIABLE\") = \"NULL\";",
+        "} /* main */",
+    ] {
+        assert!(replay.contains(shown), "{shown} in\n{replay}");
+    }
+    if uftrace_missing("recording arguments beside uftrace") {
+        return;
+    }
+    assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
+    let theirs = dir.join("theirs.data");
+    uftrace_record(&theirs, &["-a"], &exe);
+    as_uftrace(&theirs, &[&["replay"]], 0);
+}

@@ -132,6 +132,9 @@ pub struct Specs {
     rules: Vec<(Pattern, Vec<ArgSpec>)>,
     /// By symbol (uftrace's `.dbg` files: `A:`/`R:` lines of a function).
     exact: std::collections::HashMap<String, Vec<ArgSpec>>,
+    /// By symbol or name: built-in specs (`-a`'s of C library functions,
+    /// uftrace's `argauto`/`retauto`), for what the others leave out.
+    builtin: std::collections::HashMap<String, Vec<ArgSpec>>,
     /// Enums by name (`E:` lines, `enumauto`), for `e:NAME` values.
     pub enums: Enums,
 }
@@ -212,9 +215,51 @@ impl Enums {
 }
 
 impl Specs {
+    /// The specs a recording's `info` names: uftrace's `argspec` and
+    /// `retspec` (patterns as its `pattern_type` says), with `auto-args`
+    /// the built-in ones, and the built-in enums (`enumauto`).
+    pub fn recorded(info: &crate::meta::Info) -> Result<Specs, String> {
+        let regex = info.get("pattern_type").unwrap_or("regex") == "regex";
+        let mut specs = Specs::default();
+        for key in ["argspec", "retspec"] {
+            if let Some(list) = info.get(key).filter(|l| l.contains('@')) {
+                specs.add_list(list, regex)?;
+            }
+        }
+        if info.get("auto-args") == Some("1") {
+            for key in ["argauto", "retauto"] {
+                specs.add_builtin(info.get(key).unwrap_or(""))?;
+            }
+        }
+        specs.enums.add(info.get("enumauto").unwrap_or(""));
+        Ok(specs)
+    }
+
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.exact.is_empty()
+        self.rules.is_empty() && self.exact.is_empty() && self.builtin.is_empty()
+    }
+
+    /// Adds built-in specs: uftrace's `NAME@spec,…;…` list of plain
+    /// names (its `argauto` or `retauto`). A function gets their
+    /// arguments only if no other spec gives it any, and their return
+    /// value only if none gives it one (as uftrace's `-a` yields to
+    /// `-A`, `-R` and DWARF).
+    pub fn add_builtin(&mut self, list: &str) -> Result<(), String> {
+        for entry in list.split(';').filter(|e| !e.is_empty()) {
+            let (name, specs) = entry
+                .split_once('@')
+                .ok_or_else(|| format!("argument spec `{entry}`: no `@`"))?;
+            let specs = specs
+                .split(',')
+                .map(ArgSpec::parse)
+                .collect::<Result<Vec<_>, _>>()?;
+            self.builtin
+                .entry(name.to_string())
+                .or_default()
+                .extend(specs);
+        }
+        Ok(())
     }
 
     /// Adds the specs of the function whose symbol is `symbol`: `list` as
@@ -269,7 +314,7 @@ impl Specs {
     /// return value together, as uftrace lists them).
     pub fn of(&self, name: &FunctionName<'_>) -> Vec<ArgSpec> {
         let exact = self.exact.get(name.symbol).into_iter().flatten();
-        exact
+        let mut found: Vec<ArgSpec> = exact
             .chain(
                 self.rules
                     .iter()
@@ -277,7 +322,21 @@ impl Specs {
                     .flat_map(|(_, a)| a.iter()),
             )
             .cloned()
-            .collect()
+            .collect();
+        let builtin = (self.builtin.get(name.symbol))
+            .or_else(|| self.builtin.get(name.function))
+            .into_iter()
+            .flatten();
+        let (args, ret) = (
+            found.iter().any(|a| !a.retval),
+            found.iter().any(|a| a.retval),
+        );
+        found.extend(
+            builtin
+                .filter(|a| if a.retval { !ret } else { !args })
+                .cloned(),
+        );
+        found
     }
 }
 
@@ -494,6 +553,10 @@ mod tests {
     }
 }
 
+/// A recording's symbols (address, symbol), the names views show for
+/// them, and where runs of them end, if the recording says.
+pub type Symbols<'a> = (&'a [(u64, String)], &'a [String], Option<Vec<u64>>);
+
 /// The specs of a recording resolved to its functions, for its record
 /// streams: which symbols have arguments or a return value recorded.
 #[derive(Debug, Default)]
@@ -504,18 +567,22 @@ pub struct ArgIndex {
     specs: Vec<std::sync::Arc<[ArgSpec]>>,
     /// Per symbol: its name (a pointer to it is shown as `&name`).
     names: Vec<String>,
+    /// Where runs of symbols end, ascending, when the recording says
+    /// (uftrace's): a symbol then spans up to the next symbol or end, and
+    /// a pointer anywhere in it is shown by its name, as uftrace shows it;
+    /// else only a pointer to a symbol's start is.
+    ends: Option<Vec<u64>>,
     /// The enums `e:NAME` values are shown by.
     enums: Enums,
 }
 
 impl ArgIndex {
-    /// Resolves `specs` over the symbols (address, symbol) and their
-    /// shown `names`, in the objects `module_of` names; None when no
-    /// function has any.
+    /// Resolves `specs` over the symbols (address, symbol), their shown
+    /// `names` and where runs of them end (if known), in the objects
+    /// `module_of` names; None when no function has any.
     pub fn new(
         specs: &Specs,
-        symbols: &[(u64, String)],
-        names: &[String],
+        (symbols, names, ends): Symbols<'_>,
         module_of: impl Fn(u64) -> String,
     ) -> Option<ArgIndex> {
         if specs.is_empty() {
@@ -523,6 +590,7 @@ impl ArgIndex {
         }
         let mut index = ArgIndex {
             enums: specs.enums.clone(),
+            ends,
             ..ArgIndex::default()
         };
         for ((addr, symbol), name) in symbols.iter().zip(names) {
@@ -596,8 +664,15 @@ impl ArgIndex {
         }
         take(buf.len().next_multiple_of(8) - buf.len(), &mut buf)?;
         let symbol = |p: u64| {
-            let i = self.addrs.binary_search(&p).ok()?;
-            Some(self.names[i].clone())
+            let i = self.addrs.partition_point(|&a| a <= p).checked_sub(1)?;
+            let within = match &self.ends {
+                _ if self.addrs[i] == p => true,
+                Some(ends) => ends
+                    .get(ends.partition_point(|&e| e <= self.addrs[i]))
+                    .is_some_and(|&end| p < end),
+                None => false,
+            };
+            within.then(|| self.names[i].clone())
         };
         read(specs, retval, &buf, &symbol, &self.enums)
             .map(|(_, text)| (text, buf.len() as u64))

@@ -229,16 +229,20 @@ impl DataDir {
                 return Err(err(&info_path, format!("cannot read: {e}")));
             }
         };
-        let (symbols, mut modules, mut libnames) = if uftrace {
+        // (`ends`: where uftrace's runs of symbols end; ours say only
+        // where functions begin.)
+        let (symbols, mut modules, mut libnames, ends) = if uftrace {
             // Times in .dat files are nanoseconds already.
             info.set("format", "uftrace");
             read_uftrace_task(dir, &mut info)?;
-            read_uftrace_symbols(dir, &mut skipped)?
+            let (s, m, l, e) = read_uftrace_symbols(dir, &mut skipped)?;
+            (s, m, l, Some(e))
         } else {
             (
                 read_symbols(&dir.join("symbols"), &mut skipped)?,
                 read_modules(dir, &mut skipped)?,
                 super::meta::LibNames::new(),
+                None,
             )
         };
         // Ours (converted to uftrace's format too: its `.sym` files are of
@@ -279,9 +283,10 @@ impl DataDir {
         }
         match data.arg_specs() {
             Ok(specs) => {
-                let index = crate::args::ArgIndex::new(&specs, &data.symbols, &data.names, |a| {
-                    data.module_of(a).to_string()
-                });
+                let index =
+                    crate::args::ArgIndex::new(&specs, (&data.symbols, &data.names, ends), |a| {
+                        data.module_of(a).to_string()
+                    });
                 data.args = index.map(std::sync::Arc::new);
             }
             Err(e) => data.warnings.push(format!(
@@ -312,29 +317,13 @@ impl DataDir {
     /// (uftrace's `argspec`, `retspec`, and with `auto-args` its
     /// built-in ones).
     fn arg_specs(&self) -> Result<crate::args::Specs, String> {
-        let regex = self.info.get("pattern_type").unwrap_or("regex") == "regex";
-        let mut specs = crate::args::Specs::default();
-        let mut lists = vec!["argspec", "retspec"];
-        if self.info.get("auto-args") == Some("1") {
-            lists.extend(["argauto", "retauto"]);
-        }
-        for key in lists {
-            if let Some(list) = self.info.get(key).filter(|l| l.contains('@')) {
-                specs.add_list(list, regex)?;
-            }
-        }
+        let mut specs = crate::args::Specs::recorded(&self.info)?;
         // `-a`'s: per function in the objects' `.dbg` files, with the
-        // enums they name, and the built-in ones of `enumauto`.
+        // enums they name (which win over the built-in ones).
         for (symbol, list) in &self.srclines.specs {
             specs.add_exact(symbol, list)?;
         }
-        for e in self
-            .srclines
-            .enums
-            .iter()
-            .map(String::as_str)
-            .chain(self.info.get("enumauto"))
-        {
+        for e in &self.srclines.enums {
             specs.enums.add(e);
         }
         Ok(specs)

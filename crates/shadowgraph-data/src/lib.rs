@@ -11,6 +11,8 @@
 //!   [`replay`], [`report`], [`graph`], [`info`], [`profile`], and the dumps
 //!   [`chrome`], [`perfetto`], [`flame`].
 //! * [`open_calls`] — exits for the calls a detached session left open.
+//! * [`args`] — arguments and return values as uftrace records and shows
+//!   them; [`prototypes`] — those of well-known C library functions.
 //! * [`pattern`] and [`names`] — function patterns and demangled names, as
 //!   filters and views use them.
 
@@ -33,6 +35,7 @@ pub mod open_calls;
 pub mod pattern;
 pub mod perfetto;
 pub mod profile;
+pub mod prototypes;
 pub mod replay;
 pub mod report;
 pub mod sched;

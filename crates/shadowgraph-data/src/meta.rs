@@ -307,9 +307,9 @@ pub(crate) fn read_libnames(dir: &Path) -> LibNames {
         .collect()
 }
 
-/// A uftrace recording's symbols (by address), objects and library
-/// calls' libraries.
-pub(crate) type UftraceSymbols = (Vec<(u64, String)>, Modules, LibNames);
+/// A uftrace recording's symbols (by address), objects, library calls'
+/// libraries, and where runs of symbols end (its `?` lines, sorted).
+pub(crate) type UftraceSymbols = (Vec<(u64, String)>, Modules, LibNames, Vec<u64>);
 
 pub(crate) fn read_uftrace_symbols(
     dir: &Path,
@@ -317,6 +317,7 @@ pub(crate) fn read_uftrace_symbols(
 ) -> Result<UftraceSymbols, DataError> {
     let mut symbols = Vec::new();
     let mut modules = Vec::new();
+    let mut ends = Vec::new();
     // PLT entries (`P`), and which library defines each name first.
     let mut plt: Vec<(u64, String)> = Vec::new();
     let mut defined: std::collections::HashMap<String, String> = Default::default();
@@ -367,6 +368,9 @@ pub(crate) fn read_uftrace_symbols(
                     continue;
                 };
                 if kind == "?" {
+                    if let Ok(a) = u64::from_str_radix(a, 16) {
+                        ends.push(start.wrapping_add(a));
+                    }
                     continue;
                 }
                 match kind {
@@ -395,5 +399,6 @@ pub(crate) fn read_uftrace_symbols(
         .into_iter()
         .filter_map(|(a, n)| Some((a, defined.get(&n)?.clone())))
         .collect();
-    Ok((symbols, modules, libnames))
+    ends.sort_unstable();
+    Ok((symbols, modules, libnames, ends))
 }

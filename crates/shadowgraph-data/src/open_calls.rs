@@ -39,19 +39,13 @@ fn arg_index(dir: &Path) -> Option<crate::args::ArgIndex> {
     let mut info = crate::meta::Info::default();
     let mut skipped = Vec::new();
     crate::meta::read_key_values(&dir.join("shadowgraph.info"), &mut info, &mut skipped).ok()?;
-    let mut specs = crate::args::Specs::default();
-    let regex = info.get("pattern_type") == Some("regex");
-    for k in ["argspec", "retspec"] {
-        if let Some(list) = info.get(k).filter(|l| l.contains('@')) {
-            specs.add_list(list, regex).ok()?;
-        }
-    }
+    let specs = crate::args::Specs::recorded(&info).ok()?;
     let symbols = crate::meta::read_symbols(&dir.join("symbols"), &mut skipped).ok()?;
     let names: Vec<String> = symbols
         .iter()
         .map(|s| crate::names::demangle(&s.1))
         .collect();
-    crate::args::ArgIndex::new(&specs, &symbols, &names, |_| String::new())
+    crate::args::ArgIndex::new(&specs, (&symbols, &names, None), |_| String::new())
 }
 
 fn close_in(path: &Path, at_ns: u64, args: Option<&crate::args::ArgIndex>) -> io::Result<u64> {

@@ -21,6 +21,8 @@ const INFO_MASK: u64 = 0x3bff;
 /// Feature bits of recorded arguments and return values.
 const ARGUMENT: u64 = 1 << 3;
 const RETVAL: u64 = 1 << 4;
+/// `-a`: the built-in specs and enums are in `info` (`argauto`, …).
+const AUTO_ARGS: u64 = 1 << 9;
 /// The info section of argument specs (between loadinfo and record_date).
 const ARG_SPEC: u64 = 1 << 10;
 
@@ -200,7 +202,8 @@ fn first_time_of(path: &Path) -> Result<Option<u64>, DataError> {
 /// Writes `data` as a uftrace data directory at `out` (created).
 pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     std::fs::create_dir_all(out).map_err(|e| err(out, e))?;
-    let maps = read_maps(data)?;
+    let mut maps = read_maps(data)?;
+    maps.sort_by_key(|m| m.base);
     let pid: u64 = data
         .info
         .get("pid")
@@ -279,13 +282,17 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     let p = out.join(format!("sid-{sid}.map"));
     std::fs::write(&p, map).map_err(|e| err(&p, e))?;
 
-    // <name>.sym: the traced functions of each object, relative to its base.
-    for m in &maps {
+    // <name>.sym: the traced functions of each object, relative to its
+    // base. uftrace takes consecutive lines of one object in the map as
+    // one mapping from the first's start (an object and the stubs of its
+    // patched prologues): one file for them, relative to that start.
+    for group in maps.chunk_by(|a, b| a.path == b.path) {
+        let (m, base, end) = (&group[0], group[0].base, group[group.len() - 1].end);
         let mut syms: Vec<(u64, &str)> = data
             .symbols
             .iter()
-            .filter(|(a, _)| *a >= m.base && *a < m.end)
-            .map(|(a, n)| (a - m.base, n.as_str()))
+            .filter(|(a, _)| group.iter().any(|m| *a >= m.base && *a < m.end))
+            .map(|(a, n)| (a - base, n.as_str()))
             .collect();
         syms.sort();
         let mut s = format!(
@@ -296,7 +303,7 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         for (a, n) in &syms {
             writeln!(s, "{a:016x} T {n}").unwrap();
         }
-        writeln!(s, "{:016x} ? __func_end", m.end - m.base).unwrap();
+        writeln!(s, "{:016x} ? __func_end", end - base).unwrap();
         let name = m
             .path
             .file_name()
@@ -369,12 +376,21 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         .into_iter()
         .filter_map(|k| Some((k, regex_list(data.info.get(k).filter(|v| v.contains('@'))?))))
         .collect();
-    if !specs.is_empty() {
-        writeln!(text, "argspec:lines={}", specs.len() + 3).unwrap();
+    let auto = data.info.get("auto-args") == Some("1");
+    if !specs.is_empty() || auto {
+        writeln!(text, "argspec:lines={}", specs.len() + 3 + auto as usize).unwrap();
         for (k, v) in &specs {
             writeln!(text, "{k}:{v}").unwrap();
         }
-        writeln!(text, "argauto:\nretauto:\nenumauto:").unwrap();
+        for k in ["argauto", "retauto"] {
+            let list = data.info.get(k).filter(|_| auto).map(regex_list);
+            writeln!(text, "{k}:{}", list.unwrap_or_default()).unwrap();
+        }
+        let enums = data.info.get("enumauto").filter(|_| auto);
+        writeln!(text, "enumauto:{}", enums.unwrap_or_default()).unwrap();
+        if auto {
+            writeln!(text, "auto-args:1").unwrap();
+        }
     }
     writeln!(text, "record_date:{}", field("record_date", "unknown")).unwrap();
     writeln!(
@@ -397,8 +413,13 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     info.extend_from_slice(&40u16.to_le_bytes()); // header size
     info.push(1); // little endian
     info.push(2); // ELF class 64
-    let (features, mask) = if specs.is_empty() {
+    let (features, mask) = if specs.is_empty() && !auto {
         (FEATURES, INFO_MASK)
+    } else if auto {
+        (
+            FEATURES | ARGUMENT | RETVAL | AUTO_ARGS,
+            INFO_MASK | ARG_SPEC,
+        )
     } else {
         (FEATURES | ARGUMENT | RETVAL, INFO_MASK | ARG_SPEC)
     };

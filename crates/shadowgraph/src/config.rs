@@ -105,6 +105,11 @@ pub struct Record {
     /// Return values to record (uftrace's `-R`): `FUNC@retval[/FMT]` each.
     #[serde(default)]
     pub retspec: Vec<String>,
+    /// `-a`: also the arguments and return values of well-known C
+    /// library functions (`shadowgraph_data::prototypes`) where
+    /// `argspec`/`retspec` give a function none.
+    #[serde(default)]
+    pub auto_args: bool,
     /// The command line that started the recording, as its `info` shows
     /// it (uftrace's: the arguments joined by spaces, `"` and `\\`
     /// escaped); `None`: the traced program's.
@@ -146,6 +151,7 @@ impl Record {
             libcalls: LibCalls::Off,
             argspec: Vec::new(),
             retspec: Vec::new(),
+            auto_args: false,
             command: None,
         }
     }
@@ -447,6 +453,7 @@ mod tests {
                 libcalls: LibCalls::Nested,
                 argspec: vec!["add@arg1,arg2/s".into()],
                 retspec: vec!["add@retval".into()],
+                auto_args: true,
                 command: Some("shadowgraph record -A \"x\"".into()),
             }),
             objects: Objects::Program(vec!["libfoo".into()]),

@@ -35,12 +35,20 @@ pub(crate) struct ArgTable {
     pub(crate) argspec: String,
     /// The `-R` lists, likewise.
     pub(crate) retspec: String,
+    /// With `-a`: the built-in lists (uftrace's `argauto`, `retauto`).
+    pub(crate) auto: Option<(String, String)>,
 }
 
 impl ArgTable {
     /// The table for the `-A` lists `argspec` and the `-R` lists
-    /// `retspec` over the core's sites; None when neither names any.
-    pub(crate) fn new(argspec: &[String], retspec: &[String]) -> Result<Option<ArgTable>, String> {
+    /// `retspec` over the core's sites, with `auto` the built-in specs of
+    /// C library functions where those give a site no arguments (or no
+    /// return value); None when there are no specs.
+    pub(crate) fn new(
+        argspec: &[String],
+        retspec: &[String],
+        auto: bool,
+    ) -> Result<Option<ArgTable>, String> {
         let mut specs = Specs::default();
         for list in argspec.iter().chain(retspec) {
             specs.add_list(list, false)?;
@@ -58,6 +66,11 @@ impl ArgTable {
                 }
             }
         }
+        let lists = auto.then(shadowgraph_data::prototypes::lists);
+        if let Some((a, r)) = &lists {
+            specs.add_builtin(a)?;
+            specs.add_builtin(r)?;
+        }
         if specs.is_empty() {
             return Ok(None);
         }
@@ -66,16 +79,18 @@ impl ArgTable {
             ret: Vec::new(),
             argspec: argspec.join(";"),
             retspec: retspec.join(";"),
+            auto: lists,
         };
         for s in ftrace::sites() {
             let module = s.module.to_string_lossy();
             let library = s.library.as_ref().map(|l| l.to_string_lossy());
-            let found = specs.of(&FunctionName {
+            let name = FunctionName {
                 function: &s.function,
                 symbol: &s.symbol,
                 module: &module,
                 library: library.as_deref(),
-            });
+            };
+            let found = specs.of(&name);
             t.entry
                 .push(found.iter().filter(|a| !a.retval).cloned().collect());
             t.ret.push(found.into_iter().find(|a| a.retval));

@@ -132,6 +132,12 @@ fn write(
             info.set("argspec", &a.argspec);
             info.set("retspec", &a.retspec);
             info.set("pattern_type", "glob");
+            if let Some((args, rets)) = &a.auto {
+                info.set("auto-args", "1");
+                info.set("argauto", args);
+                info.set("retauto", rets);
+                info.set("enumauto", shadowgraph_data::prototypes::enums_line());
+            }
         }
         let dir = &t.dir;
         if t.profile && finished {

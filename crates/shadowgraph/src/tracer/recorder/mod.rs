@@ -63,7 +63,7 @@ pub(crate) fn start(
     let later = fgraph::manager_made();
     let ticks_per_ns = metadata::take_early_calibration_point();
     profile::init(ftrace::sites().len());
-    let args = args::ArgTable::new(&r.argspec, &r.retspec)?.map(Arc::new);
+    let args = args::ArgTable::new(&r.argspec, &r.retspec, r.auto_args)?.map(Arc::new);
     let insts = take_instances(r.tracers.len())?;
     let mut tracers: Vec<Arc<Tracer>> = Vec::new();
     let made = (|| {
