@@ -104,9 +104,9 @@ crate::fgraph::graph_asm!(
     // whose thread variable it keeps the same way): from label 4 with the
     // filter in rax, the registers as there (rcx the thread state's
     // offset, rsi the user, rdi the stack, r8 curr, r9 fgraph's depth, r11
-    // the ring). The site's class (bit 0: a -F function, bit 1: -N) from
-    // the filter's table by the stub's site id; sites it does not know
-    // (loaded later) go the general way.
+    // the ring). The site's class (bit 0: a -F function, bit 1: -N, bit 2:
+    // the general way) from the filter's table by the stub's site id;
+    // sites it does not know (loaded later) go the general way.
     "40:",
     "mov rax, [rsi + {u_filter}]",
     "mov rdx, [rsp + FE_CALL_RET]",
@@ -115,6 +115,8 @@ crate::fgraph::graph_asm!(
     "jae 81b",
     "mov r10, [rax + {f_classes}]",
     "movzx r10d, byte ptr [r10 + rdx]",
+    "test r10d, {general}",
+    "jnz 81b",
     // The user's thread variable v (rdx), by the user's slot.
     "movsxd rdx, dword ptr [rsi + {u_slot}]",
     "mov rdx, [rdi + rdx*8 + {tv}]",
@@ -312,6 +314,7 @@ crate::fgraph::graph_asm!(
     f_len = const offset_of!(FusedFilter, len),
     f_functions = const offset_of!(FusedFilter, has_functions),
     f_max_depth = const offset_of!(FusedFilter, max_depth),
+    general = const super::GENERAL,
     tv = const crate::fgraph::stack::TASK_VAR_BASE * 8,
     notrace_bit = const crate::fgraph::filters::NOTRACE_BIT,
     in_graph_bit = const crate::fgraph::filters::IN_GRAPH_BIT,

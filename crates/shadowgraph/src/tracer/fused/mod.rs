@@ -64,9 +64,10 @@ pub(super) const W_FILTER: usize = 1;
 pub(super) const W_MIN_TICKS: usize = 2;
 
 /// Graph filters in the fused path's terms: each site's class (bit 0: a
-/// function of `-F`, bit 1: of `-N`) by site id, whether there is a `-F`
-/// set, and the depth limit (0: none). Sites added later (ids from `len`
-/// on) go the general way. Never freed (a thread may still read it).
+/// function of `-F`, bit 1: of `-N`, bit 2: the general way, [`GENERAL`])
+/// by site id, whether there is a `-F` set, and the depth limit (0: none).
+/// Sites added later (ids from `len` on) go the general way. Never freed
+/// (a thread may still read it).
 #[repr(C)]
 pub(crate) struct FusedFilter {
     classes: *const u8,
@@ -74,6 +75,10 @@ pub(crate) struct FusedFilter {
     has_functions: u64,
     max_depth: u64,
 }
+
+/// A site's class bit: its calls go the general way (the recorder's
+/// callbacks record its arguments or return value).
+const GENERAL: u8 = 4;
 
 /// Offset from the thread pointer of the fused instance's ring in the
 /// writer's thread-local rings (the core's and fgraph's state:
@@ -200,9 +205,19 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
 /// notrace sets and depth limit; no thread filter) with
 /// `GraphFilter::entry_with(.., false)` and `GraphFilter::ret`, and emit
 /// the records at the depths those give. The fused path applies the same
-/// filters at sites with stubs. False (nothing changed) as for `attach`,
-/// or with a thread filter.
-pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> bool {
+/// filters at sites with stubs, but for the sites `general` names (ids),
+/// whose calls it leaves to the callbacks. False (nothing changed) as for
+/// `attach`, or with a thread filter.
+///
+/// A callback that needs a call's return itself (its return value) keeps
+/// a word in the call's frame (`GraphUser::reserve`): the fused return
+/// knows only frames without one as its own.
+pub fn attach_filtered(
+    user: &GraphUser,
+    inst: usize,
+    filter: &GraphFilter,
+    general: &dyn Fn(crate::ftrace::SiteId) -> bool,
+) -> bool {
     // Refused before the table is made (it is never freed).
     if filter.threads.is_some()
         || !clock::uses_tsc()
@@ -211,7 +226,7 @@ pub fn attach_filtered(user: &GraphUser, inst: usize, filter: &GraphFilter) -> b
     {
         return false;
     }
-    attach_inner(user, inst, 0, Some(filter_table(filter)), None)
+    attach_inner(user, inst, 0, Some(filter_table(filter, general)), None)
 }
 
 /// [`attach`] for a profile (`--tracer profile`) alone: `user`'s entry
@@ -292,24 +307,34 @@ pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
 /// [`attach_filtered`] gets a table covering the new sites too, which
 /// took the general way until then (their ids were beyond the table).
 /// The old table stays (a thread may be reading it; one per load).
-pub fn refresh_filtered(user: &GraphUser, filter: &GraphFilter) {
+pub fn refresh_filtered(
+    user: &GraphUser,
+    filter: &GraphFilter,
+    general: &dyn Fn(crate::ftrace::SiteId) -> bool,
+) {
     if user.path_words[W_FILTER].load(Ordering::Acquire) == 0 {
         return;
     }
-    let table: *mut FusedFilter = filter_table(filter);
+    let table: *mut FusedFilter = filter_table(filter, general);
     user.path_words[W_FILTER].store(table as u64, Ordering::Release);
 }
 
-/// Each site's class under `filter` (bit 0: a `-F` function, bit 1: `-N`),
-/// for every site the core knows now; never freed.
-fn filter_table(filter: &GraphFilter) -> &'static mut FusedFilter {
+/// Each site's class under `filter` (bit 0: a `-F` function, bit 1: `-N`,
+/// [`GENERAL`] for those `general` names), for every site the core knows
+/// now; never freed.
+fn filter_table(
+    filter: &GraphFilter,
+    general: &dyn Fn(crate::ftrace::SiteId) -> bool,
+) -> &'static mut FusedFilter {
     let n = crate::ftrace::site_count();
     let classes: Vec<u8> = (0..n as crate::ftrace::SiteId)
         .map(|id| {
             let has = |fs: &Option<std::sync::Arc<crate::ftrace::FilterSet>>| {
                 fs.as_ref().is_some_and(|f| f.pair().contains(id))
             };
-            has(&filter.functions) as u8 | (has(&filter.notrace) as u8) << 1
+            has(&filter.functions) as u8
+                | (has(&filter.notrace) as u8) << 1
+                | if general(id) { GENERAL } else { 0 }
         })
         .collect();
     let classes = Box::leak(classes.into_boxed_slice());

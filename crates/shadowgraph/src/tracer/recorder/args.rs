@@ -103,6 +103,11 @@ impl ArgTable {
         self.entry.get(id as usize).map_or(&[], |s| s)
     }
 
+    /// Whether site `id` has arguments or a return value to record.
+    pub(crate) fn any(&self, id: ftrace::SiteId) -> bool {
+        !self.entry(id).is_empty() || self.ret(id).is_some()
+    }
+
     /// The return value spec of site `id`.
     pub(crate) fn ret(&self, id: ftrace::SiteId) -> Option<&ArgSpec> {
         self.ret.get(id as usize)?.as_ref()

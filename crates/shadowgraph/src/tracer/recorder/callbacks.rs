@@ -61,7 +61,7 @@ pub(super) fn on_entry_plain(
     if max > 0 && e.depth >= max as i32 {
         return false;
     }
-    emit_entry(u, e.depth.clamp(0, 1023) as u16, e.func, &[]);
+    emit_entry(u, e.depth.clamp(0, 1023) as u16, e.func, &[], false);
     true
 }
 
@@ -103,19 +103,28 @@ fn follows_ring(inst: usize, depth: u16, at: u16) -> bool {
 /// pop, one frame deeper); the call keeps it in its frame, so that its
 /// exit is recorded at the same depth — also when that exit is reported
 /// later, at rest, as unwound (the handler left by `siglongjmp`).
+/// `hold`: the call keeps its frame word anyway (0 if not such a depth),
+/// so that its return comes to the callbacks, not to the fused path
+/// (`fused::attach_filtered`).
 #[inline(always)]
-fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize, data: &[u8]) {
-    let (keep, from) = if follows_ring(u.private, depth, 0) {
-        (u.reserve(8), ring::Depth::Follow)
+fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize, data: &[u8], hold: bool) {
+    let follow = follows_ring(u.private, depth, 0);
+    let keep = if follow || hold { u.reserve(8) } else { None };
+    let from = if follow {
+        ring::Depth::Follow
     } else {
-        (None, ring::Depth::Given(depth))
+        ring::Depth::Given(depth)
     };
     let (inst, time) = (u.private, fgraph::event_time());
     let at = writer::emit_shared_with_data(inst, Kind::Entry, depth, from, func as u64, time, data);
-    if let (Some(p), Some(d)) = (keep, at) {
+    if let Some(p) = keep {
+        let word = match at {
+            Some(d) if follow => NESTED_DEPTH | d as u64,
+            _ => 0,
+        };
         // SAFETY: 8 reserved, word-aligned bytes of this call's frame,
         // ours until it returns.
-        unsafe { (p as *mut u64).write(NESTED_DEPTH | d as u64) };
+        unsafe { (p as *mut u64).write(word) };
     }
 }
 
@@ -202,21 +211,22 @@ fn entry<const TIMED: bool>(
         // waiting callers (time order).
         release_callers(u, depth, clock::now() & !ENTRY_FLAGS);
     }
-    // Arguments, where `-A` names the function (untimed tracers).
-    let specs = match t.and_then(|t| t.args.as_ref()) {
-        Some(a) if !TIMED => e.site_id().map_or(&[][..], |id| a.entry(id)),
-        _ => &[],
+    // Arguments, where `-A` names the function (untimed tracers); a
+    // return value to take holds the call's return here.
+    let (specs, hold) = match (t.and_then(|t| t.args.as_ref()), e.site_id()) {
+        (Some(a), Some(id)) if !TIMED => (a.entry(id), a.ret(id).is_some()),
+        _ => (&[][..], false),
     };
     if specs.is_empty() {
-        emit_entry(u, depth, e.func, &[]);
+        emit_entry(u, depth, e.func, &[], hold);
     } else if args::bound(specs) <= args::SMALL {
         let mut data = [0u8; args::SMALL];
         let n = args::capture_args(specs, regs, &mut data);
-        emit_entry(u, depth, e.func, &data[..n]);
+        emit_entry(u, depth, e.func, &data[..n], hold);
     } else {
         let mut data = [0u8; ring::MAX_DATA];
         let n = args::capture_args(specs, regs, &mut data);
-        emit_entry(u, depth, e.func, &data[..n]);
+        emit_entry(u, depth, e.func, &data[..n], hold);
     }
     true
 }

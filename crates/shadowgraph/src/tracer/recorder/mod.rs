@@ -238,8 +238,9 @@ fn graph_tracer(
     // The time filter's callbacks apply a depth limit only through the
     // filter: with one (`-t` and `-D`), they are not plain.
     // Arguments are taken by the filtered callbacks (which see the
-    // registers), never the plain ones or the fused path.
-    let fused_ok = fused_ok && args.is_none() && filter.triggers.is_none();
+    // registers), never the plain ones; the fused path leaves the calls of
+    // functions with arguments or a return value to record to them.
+    let fused_ok = fused_ok && filter.triggers.is_none();
     let plain = !later
         && args.is_none()
         && filter.triggers.is_none()
@@ -277,10 +278,11 @@ fn graph_tracer(
         let u = GraphUser::new(on_entry, on_return, all(), i);
         // A lone tracer with graph filters: the fused path applies them
         // the same way (fgraph::filters) where sites have stubs.
+        let general = |id| args.as_ref().is_some_and(|a| a.any(id));
         fused = fused_ok
             && filter
                 .as_ref()
-                .is_some_and(|f| fused::attach_filtered(&u, i, f));
+                .is_some_and(|f| fused::attach_filtered(&u, i, f, &general));
         u
     };
     Ok(Tracer {
@@ -363,7 +365,8 @@ pub(crate) fn after_new_objects() {
     for rec in live().iter() {
         for t in &rec.tracers {
             if let Some(f) = &t.filter {
-                fused::refresh_filtered(&t.user, f);
+                let general = |id| t.args.as_ref().is_some_and(|a| a.any(id));
+                fused::refresh_filtered(&t.user, f, &general);
             }
         }
     }
