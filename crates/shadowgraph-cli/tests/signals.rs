@@ -172,6 +172,15 @@ fn signal_handlers_recording_inside_a_filtered_record() {
     handlers_record_inside_records(RecordPath::Fused, &["-F", "main"]);
 }
 
+/// The same with arguments, which the fused entry records in its
+/// restartable sequence: every handler's calls show the values passed
+/// (the signal, fib's 2, 1, 0), and every other call of fib one in 0–12.
+#[test]
+fn signal_handlers_recording_inside_a_record_with_arguments() {
+    let specs = ["-A", "fib@arg1/i32", "-A", "in_handler@arg1/i32"];
+    handlers_record_inside_records(RecordPath::Fused, &specs);
+}
+
 /// Eight threads run traced recursions while a process timer's handler,
 /// delivered to whichever thread the kernel picks, calls traced functions
 /// 2000 times: on two cores the threads are preempted and signalled inside
@@ -179,12 +188,22 @@ fn signal_handlers_recording_inside_a_filtered_record() {
 /// records, which start again or, on the plain entry, go the general way:
 /// some must have been). Every thread's records stay whole: each
 /// call closes, in time order, at the depth its place says; nothing is
-/// lost; every handler call is there. The same without rseq.
+/// lost; every handler call is there. The same without rseq, and with
+/// fib's argument recorded by the fused entry (each one fib was given).
 #[test]
 fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
-    for path in [RecordPath::Fused, RecordPath::FusedWithoutRseq] {
+    let args = ["-A", "fib@arg1/i32"];
+    for (path, opts) in [
+        (RecordPath::Fused, &[][..]),
+        (RecordPath::FusedWithoutRseq, &[]),
+        (RecordPath::Fused, &args),
+    ] {
         let rseq = path == RecordPath::Fused;
-        let dir = workdir(if rseq { "mtsig" } else { "mtsig-cmpxchg" });
+        let dir = workdir(match (rseq, opts.is_empty()) {
+            (true, true) => "mtsig",
+            (false, _) => "mtsig-cmpxchg",
+            (true, false) => "mtsig-args",
+        });
         let exe = build_fixture(&dir, "mt", "threads_signals.c");
         let data = dir.join("m.data");
         let env = if rseq {
@@ -192,7 +211,7 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
         } else {
             &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..]
         };
-        let o = record_run(env, &[], &data, &exe, &[]);
+        let o = record_run(env, opts, &data, &exe, &[]);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{out}\n{err}");
         assert!(err.contains("(0 lost) from 9 threads"), "{err}");
@@ -213,6 +232,14 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
             in_time_order(&d, tid).unwrap();
             every_call_closes(&d, tid).unwrap();
             depths_follow_the_records(&d, tid).unwrap();
+        }
+        if !opts.is_empty() {
+            let replay = replay_text(&data);
+            let given = replay
+                .lines()
+                .filter_map(|l| l.split_once("fib("))
+                .map(|(_, n)| n.split(')').next().unwrap().parse::<u32>().unwrap());
+            assert!(given.clone().count() > 1000 && given.max() <= Some(12));
         }
     }
 }
@@ -306,10 +333,12 @@ fn rseq_restarts(info: &str) -> Option<u64> {
 
 fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
     let fused = path != RecordPath::General;
+    let args = filter.contains(&"-A");
     let dir = workdir(match (path, filter.is_empty()) {
         (RecordPath::Fused, true) => "sigring",
         (RecordPath::FusedWithoutRseq, _) => "sigring-cmpxchg",
         (RecordPath::General, _) => "sigring-general",
+        (RecordPath::Fused, false) if args => "sigring-args",
         (RecordPath::Fused, false) => "sigring-filtered",
     });
     let exe = build_fixture(&dir, "sigring", "signal_rings.c");
@@ -353,18 +382,37 @@ fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
         .map(|l| l.split_once("] | ").map_or(l, |x| x.1).trim())
         .collect();
     let mut handlers = 0;
+    let want = if args {
+        let sigalrm = format!("in_handler({});", libc::SIGALRM);
+        [
+            "",
+            "fib(2) {",
+            "fib(1);",
+            "fib(0);",
+            "} /* fib */",
+            "} /* on_alarm */",
+        ]
+        .map(String::from)
+        .map(|l| if l.is_empty() { sigalrm.clone() } else { l })
+    } else {
+        [
+            "in_handler();",
+            "fib() {",
+            "fib();",
+            "fib();",
+            "} /* fib */",
+            "} /* on_alarm */",
+        ]
+        .map(String::from)
+    };
     for (i, l) in body.iter().enumerate() {
         if *l == "on_alarm() {" {
-            let want = [
-                "in_handler();",
-                "fib() {",
-                "fib();",
-                "fib();",
-                "} /* fib */",
-                "} /* on_alarm */",
-            ];
             assert_eq!(body[i + 1..i + 7], want, "line {i}");
             handlers += 1;
+        }
+        if let Some(n) = l.strip_prefix("fib(").filter(|_| args) {
+            let n: u32 = n.split(')').next().unwrap().parse().unwrap();
+            assert!(n <= 12, "line {i}: {l}");
         }
     }
     assert_eq!(handlers, alarms);

@@ -3,6 +3,7 @@
 //! tries first, and the entry and return of site stubs (for a depth limit
 //! and for graph filters).
 
+use super::args_asm::{args_entry_record, args_layout};
 use super::frame_asm::{
     bracket_leave, declined_exit, depth_limits, entry_head, entry_saves, entry_stack, exit_record,
     frame_words, fused_entry, fused_layout, fused_return, pop_frame, pop_saved, return_head,
@@ -36,6 +37,7 @@ use std::mem::offset_of;
 // with the ops slot taken from r11.
 crate::fgraph::graph_asm!(
     fused_layout!(),
+    args_layout!(),
     ".pushsection .text.shadowgraph_fused,\"ax\",@progbits",
     ".globl shadowgraph_fused_entry",
     ".hidden shadowgraph_fused_entry",
@@ -117,6 +119,12 @@ crate::fgraph::graph_asm!(
     "movzx r10d, byte ptr [r10 + rdx]",
     "test r10d, {general}",
     "jnz 81b",
+    // The site's argument descriptor (0: none; xmm15 is free at a
+    // function's entry, as xmm13).
+    "pxor xmm15, xmm15",
+    "test r10d, {fast_args}",
+    "jnz 44f",
+    "49:",
     // The user's thread variable v (rdx), by the user's slot.
     "movsxd rdx, dword ptr [rsi + {u_slot}]",
     "mov rdx, [rdi + rdx*8 + {tv}]",
@@ -160,6 +168,9 @@ crate::fgraph::graph_asm!(
     "shl rdx, 6",
     "or rcx, rdx",
     "or rcx, {entry_bits}",
+    "movq rax, xmm15",
+    "test rax, rax",
+    "jnz 60f",
     ring_record!(
         "shadowgraph_fused_filtered_entry",
         "82b",
@@ -169,6 +180,15 @@ crate::fgraph::graph_asm!(
         ""
     ),
     "jmp 47f",
+    // With the site's arguments after it (args_asm.rs).
+    args_entry_record!("shadowgraph_fused_args_entry"),
+    // (Out of the way: the descriptor, by the site id in rdx.)
+    ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
+    "44:",
+    "mov rcx, [rax + {f_args}]",
+    "movq xmm15, qword ptr [rcx + rdx*8]",
+    "jmp 49b",
+    ".popsection",
     // A -N function: NOTRACE in v, its frame kept, nothing recorded.
     "45:",
     "bts rdx, {notrace_bit}",
@@ -315,6 +335,10 @@ crate::fgraph::graph_asm!(
     f_functions = const offset_of!(FusedFilter, has_functions),
     f_max_depth = const offset_of!(FusedFilter, max_depth),
     general = const super::GENERAL,
+    fast_args = const super::FAST_ARGS,
+    f_args = const offset_of!(FusedFilter, args),
+    more = const crate::record::ring::MORE,
+    r_with_data = const offset_of!(RingHeader, with_data),
     tv = const crate::fgraph::stack::TASK_VAR_BASE * 8,
     notrace_bit = const crate::fgraph::filters::NOTRACE_BIT,
     in_graph_bit = const crate::fgraph::filters::IN_GRAPH_BIT,

@@ -35,6 +35,7 @@
 //! (fgraph::init_tp_offsets and [`attach`]) and then written into this
 //! code as immediates (`fixed_load!`, tls::patch_fixed_loads).
 
+mod args_asm;
 mod frame_asm;
 mod general;
 mod plain;
@@ -64,8 +65,8 @@ pub(super) const W_FILTER: usize = 1;
 pub(super) const W_MIN_TICKS: usize = 2;
 
 /// Graph filters in the fused path's terms: each site's class (bit 0: a
-/// function of `-F`, bit 1: of `-N`, bit 2: the general way, [`GENERAL`])
-/// by site id, whether there is a `-F` set, and the depth limit (0: none).
+/// function of `-F`, bit 1: of `-N`, bit 2: the general way, [`GENERAL`],
+/// bit 3: arguments the entry records, [`FAST_ARGS`]) by site id, whether there is a `-F` set, and the depth limit (0: none).
 /// Sites added later (ids from `len` on) go the general way. Never freed
 /// (a thread may still read it).
 #[repr(C)]
@@ -74,11 +75,60 @@ pub(crate) struct FusedFilter {
     len: u64,
     has_functions: u64,
     max_depth: u64,
+    /// Per site: its argument descriptor where its class has
+    /// [`FAST_ARGS`] (else 0).
+    args: *const u64,
 }
 
 /// A site's class bit: its calls go the general way (the recorder's
 /// callbacks record its arguments or return value).
 const GENERAL: u8 = 4;
+/// A site's class bit: the fused entry records its arguments, as its
+/// descriptor in `FusedFilter::args` says ([`fast_args`]).
+const FAST_ARGS: u8 = 8;
+
+/// How a filtered recorder's calls of one site are recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteArgs {
+    /// Without data: the fused path, as every other site's.
+    None,
+    /// With data the fused path does not make: the callbacks' way.
+    General,
+    /// With integer arguments the fused entry takes from their
+    /// registers: the descriptor [`fast_args`] made.
+    Fast(u64),
+}
+
+/// The descriptor of `specs` (a site's argument specs, in order) for the
+/// fused entry (args_asm.rs), if it can record them: at most seven, each
+/// an integer, character, pointer or enum of 1, 2, 4 or 8 bytes in one of
+/// the six argument registers (`arg1`–`arg6`), no return value.
+pub fn fast_args(specs: &[shadowgraph_data::args::ArgSpec]) -> Option<u64> {
+    use shadowgraph_data::args::Fmt;
+    if specs.is_empty() || specs.len() > 7 {
+        return None;
+    }
+    let (mut desc, mut bytes) = (0u64, 0usize);
+    for (k, s) in specs.iter().enumerate() {
+        let simple = matches!(
+            s.fmt,
+            Fmt::Auto | Fmt::Sint | Fmt::Uint | Fmt::Hex | Fmt::Char | Fmt::Ptr | Fmt::Enum(_)
+        );
+        if s.retval || !simple || !(1..=6).contains(&s.index) {
+            return None;
+        }
+        let size = match s.size {
+            1 => 0x10,
+            2 => 0x20,
+            4 => 0,
+            8 => 8,
+            _ => return None,
+        };
+        desc |= (0x80 | size | (s.index as u64 - 1)) << (8 * (k + 1));
+        bytes += s.size.next_multiple_of(4);
+    }
+    Some(desc | (bytes.next_multiple_of(8) as u64 / 8))
+}
 
 /// Offset from the thread pointer of the fused instance's ring in the
 /// writer's thread-local rings (the core's and fgraph's state:
@@ -205,9 +255,10 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
 /// notrace sets and depth limit; no thread filter) with
 /// `GraphFilter::entry_with(.., false)` and `GraphFilter::ret`, and emit
 /// the records at the depths those give. The fused path applies the same
-/// filters at sites with stubs, but for the sites `general` names (ids),
-/// whose calls it leaves to the callbacks. False (nothing changed) as for
-/// `attach`, or with a thread filter.
+/// filters at sites with stubs, and records the arguments of the sites
+/// `sites` gives descriptors ([`SiteArgs::Fast`]); it leaves the calls of
+/// those it names [`SiteArgs::General`] to the callbacks. False (nothing
+/// changed) as for `attach`, or with a thread filter.
 ///
 /// A callback that needs a call's return itself (its return value) keeps
 /// a word in the call's frame (`GraphUser::reserve`): the fused return
@@ -216,7 +267,7 @@ pub fn attach_filtered(
     user: &GraphUser,
     inst: usize,
     filter: &GraphFilter,
-    general: &dyn Fn(crate::ftrace::SiteId) -> bool,
+    sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
 ) -> bool {
     // Refused before the table is made (it is never freed).
     if filter.threads.is_some()
@@ -226,7 +277,7 @@ pub fn attach_filtered(
     {
         return false;
     }
-    attach_inner(user, inst, 0, Some(filter_table(filter, general)), None)
+    attach_inner(user, inst, 0, Some(filter_table(filter, sites)), None)
 }
 
 /// [`attach`] for a profile (`--tracer profile`) alone: `user`'s entry
@@ -310,39 +361,51 @@ pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
 pub fn refresh_filtered(
     user: &GraphUser,
     filter: &GraphFilter,
-    general: &dyn Fn(crate::ftrace::SiteId) -> bool,
+    sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
 ) {
     if user.path_words[W_FILTER].load(Ordering::Acquire) == 0 {
         return;
     }
-    let table: *mut FusedFilter = filter_table(filter, general);
+    let table: *mut FusedFilter = filter_table(filter, sites);
     user.path_words[W_FILTER].store(table as u64, Ordering::Release);
 }
 
 /// Each site's class under `filter` (bit 0: a `-F` function, bit 1: `-N`,
-/// [`GENERAL`] for those `general` names), for every site the core knows
-/// now; never freed.
+/// [`GENERAL`] and [`FAST_ARGS`] as `sites` says) and argument
+/// descriptor, for every site the core knows now; never freed. Without
+/// rseq the fused entry records no arguments: those sites go the general
+/// way.
 fn filter_table(
     filter: &GraphFilter,
-    general: &dyn Fn(crate::ftrace::SiteId) -> bool,
+    sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
 ) -> &'static mut FusedFilter {
     let n = crate::ftrace::site_count();
+    let rseq = rseq_cs_offset().is_some();
+    let mut args = vec![0u64; n];
     let classes: Vec<u8> = (0..n as crate::ftrace::SiteId)
         .map(|id| {
             let has = |fs: &Option<std::sync::Arc<crate::ftrace::FilterSet>>| {
                 fs.as_ref().is_some_and(|f| f.pair().contains(id))
             };
-            has(&filter.functions) as u8
-                | (has(&filter.notrace) as u8) << 1
-                | if general(id) { GENERAL } else { 0 }
+            let data = match sites(id) {
+                SiteArgs::None => 0,
+                SiteArgs::Fast(d) if rseq => {
+                    args[id as usize] = d;
+                    FAST_ARGS
+                }
+                SiteArgs::Fast(_) | SiteArgs::General => GENERAL,
+            };
+            has(&filter.functions) as u8 | (has(&filter.notrace) as u8) << 1 | data
         })
         .collect();
     let classes = Box::leak(classes.into_boxed_slice());
+    let args = Box::leak(args.into_boxed_slice());
     Box::leak(Box::new(FusedFilter {
         classes: classes.as_ptr(),
         len: n as u64,
         has_functions: filter.functions.is_some() as u64,
         max_depth: filter.max_depth as u64,
+        args: args.as_ptr(),
     }))
 }
 

@@ -19,6 +19,7 @@
 use crate::fgraph::RetRegs;
 use crate::ftrace::{self, Regs};
 use crate::record::ring::MAX_DATA;
+use crate::tracer::fused::{self, SiteArgs};
 use shadowgraph_data::args::{ArgSpec, Fmt, Specs};
 use shadowgraph_data::pattern::FunctionName;
 
@@ -103,9 +104,18 @@ impl ArgTable {
         self.entry.get(id as usize).map_or(&[], |s| s)
     }
 
-    /// Whether site `id` has arguments or a return value to record.
-    pub(crate) fn any(&self, id: ftrace::SiteId) -> bool {
-        !self.entry(id).is_empty() || self.ret(id).is_some()
+    /// How the fused path records site `id`'s calls: without data, with
+    /// the arguments its entry takes itself, or (a return value, a
+    /// string, a float, a stack argument) the callbacks' way.
+    pub(crate) fn fused(&self, id: ftrace::SiteId) -> SiteArgs {
+        let specs = self.entry(id);
+        if self.ret(id).is_some() {
+            SiteArgs::General
+        } else if specs.is_empty() {
+            SiteArgs::None
+        } else {
+            fused::fast_args(specs).map_or(SiteArgs::General, SiteArgs::Fast)
+        }
     }
 
     /// The return value spec of site `id`.

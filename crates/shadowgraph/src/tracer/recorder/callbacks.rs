@@ -212,9 +212,13 @@ fn entry<const TIMED: bool>(
         release_callers(u, depth, clock::now() & !ENTRY_FLAGS);
     }
     // Arguments, where `-A` names the function (untimed tracers); a
-    // return value to take holds the call's return here.
-    let (specs, hold) = match (t.and_then(|t| t.args.as_ref()), e.site_id()) {
-        (Some(a), Some(id)) if !TIMED => (a.entry(id), a.ret(id).is_some()),
+    // return value to take holds the call's return here, away from the
+    // fused path's.
+    let (specs, hold) = match (t, e.site_id()) {
+        (Some(t), Some(id)) if !TIMED => match &t.args {
+            Some(a) => (a.entry(id), t.fused && a.ret(id).is_some()),
+            None => (&[][..], false),
+        },
         _ => (&[][..], false),
     };
     if specs.is_empty() {

@@ -278,11 +278,17 @@ fn graph_tracer(
         let u = GraphUser::new(on_entry, on_return, all(), i);
         // A lone tracer with graph filters: the fused path applies them
         // the same way (fgraph::filters) where sites have stubs.
-        let general = |id| args.as_ref().is_some_and(|a| a.any(id));
+        let sites = |id| args.as_ref().map_or(fused::SiteArgs::None, |a| a.fused(id));
+        // Where most functions have values only the callbacks take (`-a`:
+        // return values from DWARF), the fused path would only try their
+        // calls before handing them over.
+        let n = ftrace::site_count() as ftrace::SiteId;
+        let general = (0..n).filter(|&id| sites(id) == fused::SiteArgs::General);
         fused = fused_ok
+            && general.count() * 2 <= n as usize
             && filter
                 .as_ref()
-                .is_some_and(|f| fused::attach_filtered(&u, i, f, &general));
+                .is_some_and(|f| fused::attach_filtered(&u, i, f, &sites));
         u
     };
     Ok(Tracer {
@@ -365,8 +371,12 @@ pub(crate) fn after_new_objects() {
     for rec in live().iter() {
         for t in &rec.tracers {
             if let Some(f) = &t.filter {
-                let general = |id| t.args.as_ref().is_some_and(|a| a.any(id));
-                fused::refresh_filtered(&t.user, f, &general);
+                let sites = |id| {
+                    t.args
+                        .as_ref()
+                        .map_or(fused::SiteArgs::None, |a| a.fused(id))
+                };
+                fused::refresh_filtered(&t.user, f, &sites);
             }
         }
     }

@@ -148,10 +148,24 @@ impl Ring {
             buf[n..n + 8].copy_from_slice(&word(2 * i).to_le_bytes());
             buf[n + 8..n + 16].copy_from_slice(&w1.to_le_bytes());
             n += 16;
-            for j in 0..len / 8 {
-                let w = word(2 * (at + 1) + 1 + j as u64);
-                buf[n..n + 8].copy_from_slice(&w.to_le_bytes());
-                n += 8;
+            let first = (2 * (at + 1) + 1) & words_mask;
+            if first as usize + len / 8 <= words_mask as usize + 1 {
+                // SAFETY: the data's words, published, inside the ring (not
+                // past its end), into the buffer's room checked above.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.words().add(first as usize) as *const u8,
+                        buf.as_mut_ptr().add(n),
+                        len,
+                    )
+                };
+                n += len;
+            } else {
+                for j in 0..len / 8 {
+                    let w = word(first + j as u64);
+                    buf[n..n + 8].copy_from_slice(&w.to_le_bytes());
+                    n += 8;
+                }
             }
             pending += 1;
             at += 1 + if has_data(w1) { data_slots(len) } else { 0 };
