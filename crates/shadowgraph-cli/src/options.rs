@@ -528,14 +528,9 @@ impl RecordOptions {
                     return Err(format!("{opt} {g}: `{s}`: {opt} takes {want}"));
                 }
                 use shadowgraph_data::args::Fmt;
-                let missing = match a.fmt {
-                    Fmt::StdString => Some("S (std::string)"),
-                    Fmt::Struct(_) => Some("t (a struct by value)"),
-                    _ => None,
-                };
-                if let Some(f) = missing {
+                if let Fmt::Struct(_) = a.fmt {
                     return Err(format!(
-                        "{opt} {g}: `{s}`: format {f} is not recorded yet (d i u x s c f p e are)"
+                        "{opt} {g}: `{s}`: format t (a struct by value) is not recorded yet (d i u x s S c f p e are)"
                     ));
                 }
             }

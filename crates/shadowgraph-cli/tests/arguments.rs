@@ -279,3 +279,52 @@ fn library_calls_auto_args_as_uftrace() {
     uftrace_record(&theirs, &["-a"], &exe);
     as_uftrace(&theirs, &[&["replay"]], 0);
 }
+
+/// C++ functions given `std::string`s (`S`: libstdc++'s object, by
+/// reference or pointer; short, long, longer than a copy keeps), at -O0
+/// and -O2: shown as uftrace shows them, uftrace reads ours as we do, and
+/// the calls equal uftrace's recording of the same binary.
+#[test]
+fn std_strings_are_recorded_as_uftrace_records_them() {
+    let dir = workdir("std-strings");
+    let specs = ["-A", "measure@arg1/S", "-A", "count@arg1/S,arg2/c"];
+    let calls = |r: &str| -> Vec<String> { graph_part(r) };
+    for opt in ["-O0", "-O2"] {
+        let exe = dir.join(format!("s{opt}"));
+        cc(&[&fixture("std_strings.cc")], &[opt, "-pg"], &exe);
+        let ours = dir.join(format!("ours{opt}.data"));
+        let o = record_run(&[], &specs, &ours, &exe, &[]);
+        assert!(o.status.success(), "{}", text(&o).1);
+        assert_eq!(text(&o).0, "194\n");
+        let view = |data: &std::path::Path, c: &mut Command| {
+            let o = c
+                .args(["replay", "-F", "measure", "-F", "count", "-D", "1", "-d"])
+                .arg(data)
+                .output()
+                .unwrap();
+            text(&o).0
+        };
+        let replay = view(&ours, &mut shadowgraph());
+        let long = format!("measure(\"{}...\"s);", "x".repeat(95));
+        for shown in [
+            "measure(\"hi\"s);",
+            &long,
+            "measure(\"hithere, a string longer than fifteen\"s);",
+            "count(\"hithere, a string longer than fifteen\"s, 'e');",
+        ] {
+            assert!(replay.contains(shown), "{shown} in\n{replay}");
+        }
+        if uftrace_missing("recording std::string arguments beside uftrace") {
+            return;
+        }
+        assert_eq!(view(&ours, &mut Command::new("uftrace")), replay);
+        let theirs = dir.join(format!("theirs{opt}.data"));
+        let mut opts = vec!["--no-libcall"];
+        opts.extend(specs);
+        uftrace_record(&theirs, &opts, &exe);
+        assert_eq!(
+            calls(&view(&theirs, &mut Command::new("uftrace"))),
+            calls(&replay)
+        );
+    }
+}

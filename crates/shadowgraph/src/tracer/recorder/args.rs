@@ -57,7 +57,7 @@ impl ArgTable {
             let all = list.split(';').filter_map(|e| e.split_once('@'));
             for s in all.flat_map(|(_, s)| s.split(',')) {
                 if let Ok(ArgSpec {
-                    fmt: Fmt::StdString | Fmt::Struct(_),
+                    fmt: Fmt::Struct(_),
                     ..
                 }) = ArgSpec::parse(s)
                 {
@@ -127,7 +127,7 @@ impl ArgTable {
 /// The most data a record of `specs` takes (strings at their longest).
 pub(crate) fn bound(specs: &[ArgSpec]) -> usize {
     let one = |s: &ArgSpec| match s.fmt {
-        Fmt::Str => (2 + STR_MAX).next_multiple_of(4),
+        Fmt::Str | Fmt::StdString => (2 + STR_MAX).next_multiple_of(4),
         Fmt::Char => 4,
         _ => s.size.next_multiple_of(4),
     };
@@ -196,9 +196,9 @@ fn put(s: &ArgSpec, raw: u128, out: &mut [u8], n: &mut usize) -> bool {
     let at = *n;
     let fits = |len: usize| (at + len).next_multiple_of(8) <= out.len();
     let len = match s.fmt {
-        Fmt::Str => {
+        Fmt::Str | Fmt::StdString => {
             let mut text = [0u8; STR_MAX + 1];
-            let got = c_string(raw as u64, &mut text);
+            let got = c_string(string_text(s, raw as u64), &mut text);
             if !fits(2 + got) {
                 return false;
             }
@@ -226,6 +226,22 @@ fn put(s: &ArgSpec, raw: u128, out: &mut [u8], n: &mut usize) -> bool {
     out[at + len..end].fill(0);
     *n = end;
     true
+}
+
+/// Where the characters of the string `raw` is are: `raw` itself for a C
+/// string; for a `std::string` (libstdc++'s: its first word points to its
+/// characters, NUL-terminated), that word, read without trusting it (an
+/// object that cannot be read leaves `raw`, shown as a bad pointer).
+fn string_text(s: &ArgSpec, raw: u64) -> u64 {
+    if s.fmt != Fmt::StdString || raw == 0 {
+        return raw;
+    }
+    let mut w = [0u8; 8];
+    if crate::sys::read_own_memory(raw as usize, &mut w) == 8 {
+        u64::from_le_bytes(w)
+    } else {
+        raw
+    }
 }
 
 /// The C string at `p`, as uftrace records one: `NULL` for a null
