@@ -81,8 +81,8 @@ fn bad_argument_specs_are_named() {
         ("-A", "fib@arg1/i12", "unsupported size"),
         (
             "-A",
-            "fib@arg1/S",
-            "format S (std::string) is not recorded yet",
+            "fib@arg1/t16",
+            "format t (a struct by value) is not recorded yet",
         ),
     ] {
         let o = record_run(&[], &[opt, spec], &dir.join("x.data"), &exe, &[]);
@@ -327,4 +327,50 @@ fn std_strings_are_recorded_as_uftrace_records_them() {
             calls(&replay)
         );
     }
+}
+
+/// With a time filter (`-t`), the calls long enough keep their arguments
+/// (an entry written late, once a callee proved long, too) and return
+/// values; the short ones leave nothing. As uftrace records them.
+#[test]
+fn arguments_of_time_filtered_calls_are_recorded() {
+    let dir = workdir("timed-args");
+    let exe = dir.join("ta");
+    cc(&[&fixture("timed_args.c")], &["-O2", "-pg"], &exe);
+    let specs = [
+        "-t",
+        "500us",
+        "-A",
+        "outer@arg1",
+        "-A",
+        "slow@arg1,arg2/s",
+        "-A",
+        "quick@arg1",
+        "-R",
+        "outer@retval",
+        "-R",
+        "slow@retval",
+    ];
+    let ours = dir.join("ours.data");
+    let o = record_run(&[], &specs, &ours, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let replay = replay_text(&ours);
+    let want = [
+        "main() {",
+        "  outer(7) {",
+        "    slow(1, \"first\") = 2;",
+        "    slow(2, \"second\") = 4;",
+        "  } = 7; /* outer */",
+        "} /* main */",
+    ];
+    assert_eq!(graph_part(&replay), want, "{replay}");
+    if uftrace_missing("recording time-filtered arguments beside uftrace") {
+        return;
+    }
+    assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
+    let theirs = dir.join("theirs.data");
+    let mut opts = vec!["--no-libcall"];
+    opts.extend(specs);
+    uftrace_record(&theirs, &opts, &exe);
+    assert_eq!(graph_part(&uftrace_view("replay", &theirs).unwrap()), want);
 }

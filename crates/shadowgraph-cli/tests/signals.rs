@@ -250,19 +250,41 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
 /// time order, at its depth, and lasted at least the threshold.
 #[test]
 fn threads_and_signal_handlers_inside_a_time_filtered_record() {
-    let dir = workdir("mtsig-timed");
+    time_filtered_under_signals(false);
+}
+
+/// The same recording fib's argument and return value, kept in the frames
+/// of calls whose entries wait (the callbacks' way): every value shown is
+/// one fib was given or returned.
+#[test]
+fn threads_and_signal_handlers_inside_a_time_filtered_record_with_arguments() {
+    time_filtered_under_signals(true);
+}
+
+fn time_filtered_under_signals(args: bool) {
+    let dir = workdir(if args {
+        "mtsig-timed-args"
+    } else {
+        "mtsig-timed"
+    });
     let exe = build_fixture(&dir, "mt", "threads_signals.c");
     let data = dir.join("m.data");
-    let o = record_run(&[], &["-t", "2us"], &data, &exe, &[]);
+    let mut opts = vec!["-t", "2us"];
+    if args {
+        opts.extend(["-A", "fib@arg1/i32", "-R", "fib@retval/i32"]);
+    }
+    let o = record_run(&[], &opts, &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert!(err.contains("(0 lost) from 9 threads"), "{err}");
     let info = view_text("info", &data);
-    if shadowgraph_testkit::tool::available(
-        shadowgraph::clock::init(),
-        "an invariant TSC",
-        "the fused path",
-    ) {
+    if !args
+        && shadowgraph_testkit::tool::available(
+            shadowgraph::clock::init(),
+            "an invariant TSC",
+            "the fused path",
+        )
+    {
         assert!(info.contains("record path         : fused"), "{info}");
     }
     let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
@@ -276,6 +298,44 @@ fn threads_and_signal_handlers_inside_a_time_filtered_record() {
     let rows = report_rows(&report_text(&data));
     assert_eq!(rows["worker"].2, 8, "{rows:?}");
     assert!(kept > 1000, "{kept} records");
+    if args {
+        // fib(n) for n <= 12 returns at most fib(12) = 144.
+        let replay = replay_text(&data);
+        let (mut given, mut returned) = (0, 0);
+        let fib = |n: u32| (0..n).fold((0u32, 1u32), |(a, b), _| (b, a + b)).0;
+        for l in replay.lines().filter(|l| l.contains("fib(")) {
+            let n: u32 = l
+                .split("fib(")
+                .nth(1)
+                .unwrap()
+                .split(')')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(n <= 12, "{l}");
+            // A call shown on one line: its value is fib's of its argument.
+            if let Some(v) = l.split(") = ").nth(1) {
+                assert_eq!(
+                    v.trim_end_matches(';').parse::<u32>().unwrap(),
+                    fib(n),
+                    "{l}"
+                );
+            }
+            given += 1;
+        }
+        for l in replay
+            .lines()
+            .filter(|l| l.contains("/* fib */") || l.contains("fib("))
+        {
+            if let Some(v) = l.split(" = ").nth(1) {
+                let v: u32 = v.split(';').next().unwrap().parse().unwrap();
+                assert!(v <= 144, "{l}");
+                returned += 1;
+            }
+        }
+        assert!(given > 100 && returned > 100, "{given} {returned}");
+    }
 }
 
 /// Whether every call recorded on `tid` lasted at least `ns` (less 1 ns

@@ -45,16 +45,16 @@ fn contains(fs: &Option<Arc<FilterSet>>, id: Option<crate::ftrace::SiteId>) -> O
 impl GraphFilter {
     /// Call at the start of the user's entry callback.
     pub fn entry(&self, ent: &GraphEntry, user: &GraphUser) -> Verdict {
-        self.entry_with(ent, user, true)
+        self.entry_with(ent, user, 8)
     }
 
-    /// As [`GraphFilter::entry`]; `reserve`: whether a recorded call gets
-    /// its 8 bytes (else `Record(null)`, and [`GraphFilter::ret`] gives
-    /// null back).
+    /// As [`GraphFilter::entry`]; `reserve`: the bytes a recorded call
+    /// gets (8 or more; triggers keep their own words; 0: none, and
+    /// `Record(null)`, and [`GraphFilter::ret`] gives null back).
     #[inline]
-    pub fn entry_with(&self, ent: &GraphEntry, user: &GraphUser, reserve: bool) -> Verdict {
+    pub fn entry_with(&self, ent: &GraphEntry, user: &GraphUser, reserve: usize) -> Verdict {
         if let Some(t) = &self.triggers {
-            return t.entry(ent, user, reserve, self.threads.as_ref());
+            return t.entry(ent, user, reserve > 0, self.threads.as_ref());
         }
         let Some(var) = user.task_var() else {
             return Verdict::Reject;
@@ -94,8 +94,8 @@ impl GraphFilter {
         {
             return Verdict::Reject;
         }
-        let p = if reserve {
-            let Some(p) = user.reserve(8) else {
+        let p = if reserve > 0 {
+            let Some(p) = user.reserve(reserve) else {
                 return Verdict::Reject;
             };
             p as *mut u64

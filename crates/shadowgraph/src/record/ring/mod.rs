@@ -467,7 +467,9 @@ impl Ring {
     /// from ([`UNSURE`] while it is being read): a handler that finds
     /// `reserve` still there (or the announcement unsure) knows the record
     /// is not claimed, writes it itself before its own, and `pending()`
-    /// turns false here ([`Taken`]). `Ok(None)`: no room.
+    /// turns false here ([`Taken`]). `Ok(None)`: no room. `data_len`: the
+    /// bytes of data the record has after it (its slots are claimed too,
+    /// as [`Ring::claim_with_data`] claims them).
     #[inline]
     pub fn claim_announced(
         &self,
@@ -476,8 +478,18 @@ impl Ring {
         from: Depth,
         announce: &Cell<u64>,
         pending: impl Fn() -> bool,
+        data_len: usize,
     ) -> Result<Option<Claim>, Taken> {
         let h = self.header();
+        let slots = if data_len > 0 {
+            // Release: as in claim_with_data.
+            if h.with_data.load(Ordering::Relaxed) == 0 {
+                h.with_data.store(1, Ordering::Release);
+            }
+            1 + data_slots(data_len)
+        } else {
+            1
+        };
         loop {
             // Compiler fences: the announcement is read by this thread's
             // own signal handlers, which see its stores in program order.
@@ -494,13 +506,13 @@ impl Ring {
             if h.reserve.load(Ordering::Relaxed) != c {
                 continue;
             }
-            if c >= h.room_end.load(Ordering::Relaxed) {
+            if c + ((slots - 1) << SLOT_SHIFT) >= h.room_end.load(Ordering::Relaxed) {
                 return Ok(None);
             }
             // From the announced value only: a handler that lands before
             // the exchange makes it fail, and the next round finds the
             // record written.
-            let (n, depth) = next_reserve(c, kind, from, 1);
+            let (n, depth) = next_reserve(c, kind, from, slots);
             if crate::local::exchange(&h.reserve, c, n) {
                 return Ok(Some(Claim {
                     reserve: c,

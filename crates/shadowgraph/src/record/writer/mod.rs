@@ -160,16 +160,25 @@ fn emit_data_record(
     shared: &AtomicU64,
     data: &[u8],
 ) -> Option<u16> {
+    let times: [&dyn Fn() -> u64; 2] = [&|| clock::now_shared(shared), &clock::now];
+    emit_data_record_timed(inst, kind, depth, from, addr, times, data)
+}
+
+/// A record with data at the time `times[0]` gives, or `times[1]` after
+/// waiting for room.
+fn emit_data_record_timed(
+    inst: usize,
+    kind: Kind,
+    depth: u16,
+    from: Depth,
+    addr: u64,
+    times: [&dyn Fn() -> u64; 2],
+    data: &[u8],
+) -> Option<u16> {
     let r = my_ring(inst, kind, depth)?;
     let claim = |time: &dyn Fn() -> u64| r.claim_with_data(time, kind, from, data.len());
-    let c = claim(&|| clock::now_shared(shared)).or_else(|| {
-        rings::wait_for_room(inst, r, || {
-            if r.refresh() {
-                claim(&clock::now)
-            } else {
-                None
-            }
-        })
+    let c = claim(times[0]).or_else(|| {
+        rings::wait_for_room(inst, r, || if r.refresh() { claim(times[1]) } else { None })
     })?;
     r.write_with_data(c.slot, c.time, kind, c.depth, addr, data);
     r.publish(&c);
@@ -217,21 +226,26 @@ crate::fast_thread_local!(
 /// written before its own records or writes it first itself
 /// ([`pending_entry_state`]), so the ring stays in time order; handlers
 /// use the plain protocol for their own (mark `word`, then [`emit_at`]).
+/// `data`: the call's arguments, written after the record.
 pub fn emit_pending_entry(
     inst: usize,
     word: &AtomicU64,
-    pending: u64,
-    time: u64,
-    done: u64,
+    (pending, time, done): (u64, u64, u64),
     depth: u16,
     addr: u64,
+    data: &[u8],
 ) -> bool {
     let nested = crate::ftrace::quiesce::bracket_depth() > 1;
     if nested {
         if !crate::local::exchange(word, pending, done) {
             return false;
         }
-        emit_at(inst, time, Kind::Entry, depth, addr);
+        if data.is_empty() {
+            emit_at(inst, time, Kind::Entry, depth, addr);
+        } else {
+            let at = depth_from(depth);
+            emit_data_record_timed(inst, Kind::Entry, depth, at, addr, [&|| time; 2], data);
+        }
         return true;
     }
     // Announced before the ring is looked up: a handler that lands while
@@ -247,7 +261,8 @@ pub fn emit_pending_entry(
     };
     let still = || word.load(Ordering::Relaxed) == pending;
     let from = Depth::Given(depth);
-    let attempt = || match r.claim_announced(time, Kind::Entry, from, &a.at, still) {
+    let len = data.len();
+    let attempt = || match r.claim_announced(time, Kind::Entry, from, &a.at, still, len) {
         Ok(Some(c)) => Some(Some(c)),
         Ok(None) => None,
         Err(_) => Some(None),
@@ -258,7 +273,11 @@ pub fn emit_pending_entry(
     };
     let mine = match claimed {
         Some(c) => {
-            r.write(c.slot, c.time, Kind::Entry, c.depth, addr);
+            if data.is_empty() {
+                r.write(c.slot, c.time, Kind::Entry, c.depth, addr);
+            } else {
+                r.write_with_data(c.slot, c.time, Kind::Entry, c.depth, addr, data);
+            }
             r.publish(&c);
             // Nobody else writes it now: a handler finds it claimed.
             word.store(done, Ordering::Relaxed);
@@ -311,7 +330,7 @@ pub fn ring_depth(inst: usize) -> Option<u16> {
 /// The caller's depth, unless this record is written by a signal handler
 /// that interrupted our own code (two brackets deep): the ring's then.
 #[inline(always)]
-fn depth_from(depth: u16) -> Depth {
+pub fn depth_from(depth: u16) -> Depth {
     if crate::ftrace::quiesce::bracket_depth() > 1 {
         Depth::Follow
     } else {

@@ -253,7 +253,7 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
 
 /// [`attach`] for a recorder whose callbacks apply `filter` (its functions,
 /// notrace sets and depth limit; no thread filter) with
-/// `GraphFilter::entry_with(.., false)` and `GraphFilter::ret`, and emit
+/// `GraphFilter::entry_with(.., 0)` and `GraphFilter::ret`, and emit
 /// the records at the depths those give. The fused path applies the same
 /// filters at sites with stubs, and records the arguments of the sites
 /// `sites` gives descriptors ([`SiteArgs::Fast`]); it leaves the calls of

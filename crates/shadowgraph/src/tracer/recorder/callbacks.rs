@@ -7,7 +7,7 @@
 
 use super::args;
 use super::state::tracer;
-use super::timed::{keep_timed, release_callers};
+use super::timed::{keep_timed, release_callers, TIMED_ARGS};
 use crate::clock;
 use crate::fgraph::filters::{GraphFilter, Verdict};
 use crate::record::{ring, writer};
@@ -176,6 +176,12 @@ pub(super) fn written_or_never_begun(
     r.unwound && writer::ring_depth(u.private).is_some_and(|d| d <= depth)
 }
 
+/// Whether a tracer's timed frames are its own layout (time word, then
+/// arguments: [`TIMED_ARGS`]), not its triggers'.
+fn timed_args(t: Option<&super::state::Tracer>) -> bool {
+    t.is_some_and(|t| t.args.is_some() && t.filter.as_ref().is_none_or(|f| f.triggers.is_none()))
+}
+
 #[inline(always)]
 fn entry<const TIMED: bool>(
     e: &fgraph::GraphEntry,
@@ -183,11 +189,30 @@ fn entry<const TIMED: bool>(
     regs: &mut ftrace::Regs,
 ) -> bool {
     let t = tracer(u);
+    // Arguments, where `-A` names the function; a return value to take
+    // holds the call's return here, away from the fused path's.
+    let (specs, hold) = match (t, e.site_id()) {
+        (Some(t), Some(id)) => match &t.args {
+            Some(a) => (a.entry(id), t.fused && a.ret(id).is_some()),
+            None => (&[][..], false),
+        },
+        _ => (&[][..], false),
+    };
+    // A timed call keeps its time word and (within what a frame may
+    // reserve) its arguments until it is known to last long enough.
+    let room = match TIMED {
+        false => 0,
+        true if specs.is_empty() || !timed_args(t) => 8,
+        true => match TIMED_ARGS + args::bound(specs) {
+            r if r <= fgraph::MAX_RESERVE => r,
+            _ => 8,
+        },
+    };
     let (depth, word) = match t.and_then(|t| t.filter.as_ref()) {
         None => (e.depth, None),
-        // The filter's 8 bytes only for the time filter (they hold the
+        // The filter's bytes only for the time filter (they hold the
         // call's start).
-        Some(f) => match f.entry_with(e, u, TIMED) {
+        Some(f) => match f.entry_with(e, u, room) {
             Verdict::Record(p) => (GraphFilter::own_depth(u) as i32 - 1, Some(p)),
             Verdict::Silent => return true,
             Verdict::Reject => return false,
@@ -196,8 +221,20 @@ fn entry<const TIMED: bool>(
     let depth = depth.clamp(0, 1023) as u16;
     if TIMED {
         // The filter's word (a recorded call's), else one of our own.
-        let word = word.or_else(|| u.reserve(8).map(|p| p as *mut u64));
+        let word = word.or_else(|| u.reserve(room).map(|p| p as *mut u64));
         if let Some(w) = word {
+            if room > 8 {
+                // SAFETY: `room` reserved, word-aligned bytes, ours until
+                // the call returns: the arguments after the time word and
+                // their length, written before the call is timed (a
+                // handler may write its entry from then on).
+                unsafe {
+                    let at = (w as *mut u8).add(TIMED_ARGS);
+                    let data = std::slice::from_raw_parts_mut(at, room - TIMED_ARGS);
+                    let n = args::capture_args(specs, regs, data);
+                    w.add(1).write(n as u64);
+                }
+            }
             // SAFETY: 8 reserved, word-aligned bytes, ours until the call
             // returns.
             let w = unsafe { &*(w as *const AtomicU64) };
@@ -209,18 +246,8 @@ fn entry<const TIMED: bool>(
         }
         // No room on the shadow stack: recorded now, unfiltered, after its
         // waiting callers (time order).
-        release_callers(u, depth, clock::now() & !ENTRY_FLAGS);
+        release_callers(u, depth, clock::now() & !ENTRY_FLAGS, timed_args(t));
     }
-    // Arguments, where `-A` names the function (untimed tracers); a
-    // return value to take holds the call's return here, away from the
-    // fused path's.
-    let (specs, hold) = match (t, e.site_id()) {
-        (Some(t), Some(id)) if !TIMED => match &t.args {
-            Some(a) => (a.entry(id), t.fused && a.ret(id).is_some()),
-            None => (&[][..], false),
-        },
-        _ => (&[][..], false),
-    };
     if specs.is_empty() {
         emit_entry(u, depth, e.func, &[], hold);
     } else if args::bound(specs) <= args::SMALL {
@@ -255,28 +282,26 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
                 .as_ref()
                 .and_then(|f| f.threshold(u))
                 .unwrap_or((t.min_ticks, false));
-            if !keep_timed(u, if always { 0 } else { min }, r.func, depth) {
+            let min = if always { 0 } else { min };
+            if !keep_timed(u, min, (r.func, depth), timed_args(Some(t))) {
                 return;
             }
         }
         if written_or_never_begun(u, r, depth) {
             return;
         }
-        writer::emit_shared(
-            u.private,
-            Kind::Exit,
-            depth,
-            r.func as u64,
-            fgraph::event_time(),
-        );
+        let (inst, func, from) = (u.private, r.func as u64, writer::depth_from(depth));
+        match retval_spec(t, r) {
+            None => writer::emit_shared(inst, Kind::Exit, depth, func, fgraph::event_time()),
+            Some(s) => {
+                let mut data = [0u8; 112];
+                let n = args::capture_retval(s, regs, &mut data);
+                let (time, data) = (fgraph::event_time(), &data[..n]);
+                writer::emit_shared_with_data(inst, Kind::Exit, depth, from, func, time, data);
+            }
+        }
     } else {
-        // The return value, where `-R` names the function (not for a call
-        // reported as unwound: it returned none).
-        let spec = match t.and_then(|t| t.args.as_ref()) {
-            Some(a) if !r.unwound => ftrace::site_id_of(r.func).and_then(|id| a.ret(id)),
-            _ => None,
-        };
-        match spec {
+        match retval_spec(t, r) {
             None => emit_exit(u, r, depth, &[]),
             Some(s) => {
                 // One value: a string at its longest fits.
@@ -286,4 +311,17 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
             }
         }
     }
+}
+
+/// The return value to record of the call returning, where `-R` names its
+/// function (not for a call reported as unwound: it returned none).
+fn retval_spec<'a>(
+    t: Option<&'a super::state::Tracer>,
+    r: &fgraph::GraphReturn,
+) -> Option<&'a shadowgraph_data::args::ArgSpec> {
+    let a = t?.args.as_ref()?;
+    if r.unwound {
+        return None;
+    }
+    a.ret(ftrace::site_id_of(r.func)?)
 }

@@ -16,8 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// call lasts at least as long as the calls it makes, so they will be
 /// recorded too, and writing them first keeps the thread's records in time
 /// order).
-pub(super) fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, depth: u16) -> bool {
-    let Some((p, _)) = u.retrieve() else {
+pub(super) fn keep_timed(
+    u: &fgraph::GraphUser,
+    min_ticks: u64,
+    (func, depth): (usize, u16),
+    data: bool,
+) -> bool {
+    let Some((p, len)) = u.retrieve() else {
         return true; // entered unfiltered
     };
     // SAFETY: our own word in the frame returning now, 8-aligned.
@@ -38,25 +43,41 @@ pub(super) fn keep_timed(u: &fgraph::GraphUser, min_ticks: u64, func: usize, dep
         // and released this call (its entry is written) gets its exit.
         return !crate::local::exchange(me, entry, entry | ENTRY_DROPPED);
     }
-    release_callers(u, depth, entry);
+    release_callers(u, depth, entry, data);
     // A handler releasing its callers meanwhile (this frame among them)
     // writes the entry instead, once, before its own records.
-    writer::emit_pending_entry(
-        u.private,
-        me,
-        entry,
-        entry,
-        entry | ENTRY_WRITTEN,
-        depth,
-        func as u64,
-    );
+    let words = (entry, entry, entry | ENTRY_WRITTEN);
+    let args = frame_args(p, len, data);
+    writer::emit_pending_entry(u.private, me, words, depth, func as u64, args);
     true
+}
+
+/// Where a timed call's arguments start in its reserved bytes: after its
+/// time word and their length.
+pub(super) const TIMED_ARGS: usize = 16;
+
+/// The arguments a timed call's entry kept in its frame (`p`, `len`
+/// bytes reserved) after its time word: their length, then the data
+/// (from [`TIMED_ARGS`]); none unless `data` (the tracer records
+/// arguments and the words are its own, not triggers').
+fn frame_args<'a>(p: *mut u8, len: usize, data: bool) -> &'a [u8] {
+    if !data || len <= TIMED_ARGS {
+        return &[];
+    }
+    // SAFETY: `len` bytes reserved in a frame of this thread, live while
+    // its call is (our caller's or an ancestor's), 8-aligned; the entry
+    // wrote the length (at most the room after it) before timing the call.
+    unsafe {
+        let n = (p.add(8) as *const u64).read() as usize;
+        let room = len - TIMED_ARGS;
+        std::slice::from_raw_parts(p.add(TIMED_ARGS), n.min(room))
+    }
 }
 
 /// Writes the waiting entries of the callers of the call at `depth` whose
 /// callback runs (from its entry or its exit), outermost first. `inner` is
 /// that call's entry time.
-pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64) {
+pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64, data: bool) {
     // Pending ancestors: the frames holding our word below the nearest
     // written one (frames without it, silent under a filter, are passed
     // over). The j-th of them is recorded at depth - j.
@@ -84,7 +105,7 @@ pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64) {
         }
     }
     for k in (1..=outermost).rev() {
-        if let Some((q, _, f)) = u.retrieve_ancestor_call(k) {
+        if let Some((q, len, f)) = u.retrieve_ancestor_call(k) {
             // SAFETY: as above, 8-aligned.
             let w = unsafe { &*(q as *const AtomicU64) };
             let was = w.load(Ordering::Relaxed);
@@ -112,8 +133,9 @@ pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64) {
             };
             // A handler that interrupted this loop may have written it.
             if was & ENTRY_WRITTEN == 0 {
-                let done = time | ENTRY_WRITTEN;
-                writer::emit_pending_entry(u.private, w, was, time, done, d, f as u64);
+                let words = (was, time, time | ENTRY_WRITTEN);
+                let args = frame_args(q, len, data);
+                writer::emit_pending_entry(u.private, w, words, d, f as u64, args);
             }
         }
     }
