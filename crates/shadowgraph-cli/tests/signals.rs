@@ -172,12 +172,22 @@ fn signal_handlers_recording_inside_a_filtered_record() {
     handlers_record_inside_records(RecordPath::Fused, &["-F", "main"]);
 }
 
-/// The same with arguments, which the fused entry records in its
-/// restartable sequence: every handler's calls show the values passed
-/// (the signal, fib's 2, 1, 0), and every other call of fib one in 0–12.
+/// The same with arguments and return values, which the fused entry and
+/// return record in their restartable sequences: every handler's calls
+/// show the values passed and returned (the signal, fib's 2, 1, 0), and
+/// every other call of fib one in 0–12.
 #[test]
 fn signal_handlers_recording_inside_a_record_with_arguments() {
-    let specs = ["-A", "fib@arg1/i32", "-A", "in_handler@arg1/i32"];
+    let specs = [
+        "-A",
+        "fib@arg1/i32",
+        "-A",
+        "in_handler@arg1/i32",
+        "-R",
+        "fib@retval/i32",
+        "-R",
+        "in_handler@retval/i32",
+    ];
     handlers_record_inside_records(RecordPath::Fused, &specs);
 }
 
@@ -192,7 +202,7 @@ fn signal_handlers_recording_inside_a_record_with_arguments() {
 /// fib's argument recorded by the fused entry (each one fib was given).
 #[test]
 fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
-    let args = ["-A", "fib@arg1/i32"];
+    let args = ["-A", "fib@arg1/i32", "-R", "fib@retval/i32"];
     for (path, opts) in [
         (RecordPath::Fused, &[][..]),
         (RecordPath::FusedWithoutRseq, &[]),
@@ -234,12 +244,24 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
             depths_follow_the_records(&d, tid).unwrap();
         }
         if !opts.is_empty() {
+            // Each fib(n) on one line returned F(n).
             let replay = replay_text(&data);
-            let given = replay
-                .lines()
-                .filter_map(|l| l.split_once("fib("))
-                .map(|(_, n)| n.split(')').next().unwrap().parse::<u32>().unwrap());
-            assert!(given.clone().count() > 1000 && given.max() <= Some(12));
+            let fib = |n: u32| (0..n).fold((0u32, 1u32), |(a, b), _| (b, a + b)).0;
+            let mut given = 0;
+            for (_, l) in replay.lines().filter_map(|l| l.split_once("fib(")) {
+                let (n, rest) = l.split_once(')').unwrap();
+                let n: u32 = n.parse().unwrap();
+                assert!(n <= 12, "{l}");
+                if let Some(v) = rest.strip_prefix(" = ") {
+                    assert_eq!(
+                        v.trim_end_matches(';').parse::<u32>().unwrap(),
+                        fib(n),
+                        "{l}"
+                    );
+                }
+                given += 1;
+            }
+            assert!(given > 1000, "{given}");
         }
     }
 }
@@ -443,13 +465,13 @@ fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
         .collect();
     let mut handlers = 0;
     let want = if args {
-        let sigalrm = format!("in_handler({});", libc::SIGALRM);
+        let sigalrm = format!("in_handler({}) = {};", libc::SIGALRM, libc::SIGALRM + 1);
         [
             "",
             "fib(2) {",
-            "fib(1);",
-            "fib(0);",
-            "} /* fib */",
+            "fib(1) = 1;",
+            "fib(0) = 0;",
+            "} = 1; /* fib */",
             "} /* on_alarm */",
         ]
         .map(String::from)

@@ -1,6 +1,8 @@
 //! The entry record of a call whose integer arguments the fused path
-//! records itself: the filtered site entry's record with its data after
-//! it, as `Ring::claim_with_data`/`write_with_data` lay it out.
+//! records itself, and the exit record of one whose integer return value
+//! it records: the filtered site entry's and return's records with their
+//! data after them, as `Ring::claim_with_data`/`write_with_data` lay it
+//! out.
 //!
 //! A site's descriptor (`FusedFilter::args`, [`super::fast_args`]): byte 0
 //! the data's length in words, then one byte per argument in the specs'
@@ -186,3 +188,104 @@ macro_rules! args_entry_record {
     };
 }
 pub(super) use args_entry_record;
+
+// The filtered site return's exit record with the call's return value
+// after it, where the filter's table of return values (rcx: `RetTable`'s
+// layout, {mask, then {site, mask of rax} per slot}) holds the call's
+// site: from label 54 (registers as at the return's record: r8 the
+// thread variable as the return leaves it, r10 the frame, r11 the ring,
+// rsi the user, rdi the stack, the result's rax and rdx saved at
+// [rsp + 8] and [rsp]). A site not in the table: back to 55, the plain
+// exit record. Else one restartable sequence claims the record and its
+// data slot ({8, the value}), writes them and moves `head` and `reserve`
+// past both (xmm14: `reserve`, xmm15: the record's address; xmm2–15 are
+// free at a return); without room, too deep, at the ring's last slot (the
+// data would wrap) or without rseq: the general way (92). Ends at 53 with
+// the frame's user bits cleared and the variable stored, as the plain
+// record leaves them. Labels `$name`_* and 54–57.
+macro_rules! retval_exit_record {
+    ($name:literal) => {
+        concat!(
+            "54:\n",
+            "mov rax, [rdi + r10*8 + FRAME_FUNC]\n",
+            "shl rax, 16\n",
+            "shr rax, 16\n",
+            "mov rdx, rax\n",
+            "shr rdx, 4\n",
+            "56:\n",
+            "and rdx, [rcx]\n",
+            "mov r9, rdx\n",
+            "shl r9, 4\n",
+            "cmp [rcx + 8 + r9], rax\n",
+            "je 57f\n",
+            "cmp qword ptr [rcx + 8 + r9], 0\n",
+            "je 55b\n",
+            "inc rdx\n",
+            "jmp 56b\n",
+            "57:\n",
+            // The value, and the record's word {func, depth, exit, more}.
+            "mov r9, [rcx + 16 + r9]\n",
+            "and r9, [rsp + 8]\n",
+            "shl rax, 16\n",
+            "movzx edx, r8w\n",
+            "cmp edx, {max_record_depth}\n",
+            "jae 92b\n",
+            "shl rdx, 6\n",
+            "or rax, rdx\n",
+            "or rax, {exit_bits}\n",
+            "or rax, {more}\n",
+            "mov rcx, rax\n",
+            "cmp dword ptr [r11 + {r_with_data}], 0\n",
+            "jne 58f\n",
+            "mov dword ptr [r11 + {r_with_data}], 1\n",
+            "58:\n",
+            $name,
+            "_restart:\n",
+            crate::fixed_load!("rdx", "rseq_cs"),
+            "test rdx, rdx\n",
+            "jz 92b\n",
+            "lea rax, [rip + ",
+            $name,
+            "_cs]\n",
+            "mov qword ptr fs:[rdx], rax\n",
+            $name,
+            "_start:\n",
+            "mov rax, [r11 + {r_reserve}]\n",
+            "lea rdx, [rax + (1 << {slot_shift})]\n",
+            "cmp rdx, [r11 + {r_room_end}]\n",
+            "jae 92b\n",
+            "movq xmm14, rax\n",
+            "mov rdx, rax\n",
+            "shr rdx, {slot_shift} - 4\n",
+            "and rdx, [r11 + {r_offset_mask}]\n",
+            "cmp rdx, [r11 + {r_offset_mask}]\n",
+            "jae 92b\n",
+            "add rdx, r11\n",
+            "movq xmm15, rdx\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "movq rdx, xmm15\n",
+            "mov [rdx + {header} + REC_TIME], rax\n",
+            "mov [rdx + {header} + REC_WORD], rcx\n",
+            "mov qword ptr [rdx + {header} + 16], 8\n",
+            "mov [rdx + {header} + 24], r9\n",
+            // Claimed and published by one store, the ring's depth v's.
+            "movq rdx, xmm14\n",
+            "add rdx, 2 << {slot_shift}\n",
+            "mov dx, r8w\n",
+            "movq xmm13, rdx\n",
+            "punpcklqdq xmm13, xmm13\n",
+            "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
+            $name,
+            "_post:\n",
+            "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}\n",
+            "movsxd rcx, dword ptr [rsi + {u_slot}]\n",
+            "mov [rdi + rcx*8 + {tv}], r8\n",
+            "jmp 53b\n",
+            rseq_abort!($name),
+            rseq_descriptor!($name),
+        )
+    };
+}
+pub(super) use retval_exit_record;

@@ -3,7 +3,7 @@
 //! tries first, and the entry and return of site stubs (for a depth limit
 //! and for graph filters).
 
-use super::args_asm::{args_entry_record, args_layout};
+use super::args_asm::{args_entry_record, args_layout, retval_exit_record};
 use super::frame_asm::{
     bracket_leave, declined_exit, depth_limits, entry_head, entry_saves, entry_stack, exit_record,
     frame_words, fused_entry, fused_layout, fused_return, pop_frame, pop_saved, return_head,
@@ -267,6 +267,12 @@ crate::fgraph::graph_asm!(
     "52:",
     "and r8, -65536",
     "or r8, rdx",
+    // A return value to record: the filter's table of them (args_asm.rs).
+    "mov rcx, [rsi + {u_filter}]",
+    "mov rcx, [rcx + {f_rets}]",
+    "test rcx, rcx",
+    "jnz 54f",
+    "55:",
     ring_record!(
         "shadowgraph_fused_filtered_return",
         "92b",
@@ -297,6 +303,10 @@ crate::fgraph::graph_asm!(
     "pop rax",
     "push r11",
     "ret",
+    // (Out of the way: the exit with its return value, args_asm.rs.)
+    ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
+    retval_exit_record!("shadowgraph_fused_retval_exit"),
+    ".popsection",
     ".popsection";
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
@@ -337,6 +347,7 @@ crate::fgraph::graph_asm!(
     general = const super::GENERAL,
     fast_args = const super::FAST_ARGS,
     f_args = const offset_of!(FusedFilter, args),
+    f_rets = const offset_of!(FusedFilter, rets),
     more = const crate::record::ring::MORE,
     r_with_data = const offset_of!(RingHeader, with_data),
     tv = const crate::fgraph::stack::TASK_VAR_BASE * 8,

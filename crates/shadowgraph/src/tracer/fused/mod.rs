@@ -78,6 +78,37 @@ pub(crate) struct FusedFilter {
     /// Per site: its argument descriptor where its class has
     /// [`FAST_ARGS`] (else 0).
     args: *const u64,
+    /// The sites whose return values the fused return records, by
+    /// address: null if none, else a table [`RetTable`] lays out.
+    rets: *const u64,
+}
+
+/// The table of return values the fused return looks a returning call's
+/// site up in (general.rs, label 54): its first word the mask of the
+/// slot indexes (slots a power of two, at least twice the entries), then
+/// per slot `{site, mask of rax}`, a site in the first free slot from
+/// `(site >> 4) & mask` on (0: free). Never freed.
+struct RetTable;
+
+impl RetTable {
+    /// The table of `rets` (site address, mask), leaked; null if empty.
+    fn make(rets: &[(usize, u64)]) -> *const u64 {
+        if rets.is_empty() {
+            return std::ptr::null();
+        }
+        let slots = (2 * rets.len()).next_power_of_two();
+        let mut t = vec![0u64; 1 + 2 * slots];
+        t[0] = slots as u64 - 1;
+        for &(site, mask) in rets {
+            let mut i = (site >> 4) & (slots - 1);
+            while t[1 + 2 * i] != 0 {
+                i = (i + 1) & (slots - 1);
+            }
+            t[1 + 2 * i] = site as u64;
+            t[2 + 2 * i] = mask;
+        }
+        Box::leak(t.into_boxed_slice()).as_ptr()
+    }
 }
 
 /// A site's class bit: its calls go the general way (the recorder's
@@ -94,15 +125,37 @@ pub enum SiteArgs {
     None,
     /// With data the fused path does not make: the callbacks' way.
     General,
-    /// With integer arguments the fused entry takes from their
-    /// registers: the descriptor [`fast_args`] made.
-    Fast(u64),
+    /// With data the fused path takes from the registers: the integer
+    /// arguments the entry records, as the descriptor [`fast_args`] made
+    /// says (0: none), and the integer return value the return records,
+    /// as the mask [`fast_retval`] made keeps of rax (0: none).
+    Fast {
+        /// The arguments' descriptor.
+        args: u64,
+        /// The return value's mask.
+        ret: u64,
+    },
+}
+
+/// The mask of rax that the return value `spec` records, if the fused
+/// return can record it: an integer, character, pointer or enum of 1, 2,
+/// 4 or 8 bytes (the bytes beyond its size are the padding's zeros).
+pub fn fast_retval(spec: &shadowgraph_data::args::ArgSpec) -> Option<u64> {
+    use shadowgraph_data::args::Fmt;
+    let simple = matches!(
+        spec.fmt,
+        Fmt::Auto | Fmt::Sint | Fmt::Uint | Fmt::Hex | Fmt::Char | Fmt::Ptr | Fmt::Enum(_)
+    );
+    match spec.size {
+        1 | 2 | 4 | 8 if simple && spec.retval => Some(u64::MAX >> (64 - 8 * spec.size)),
+        _ => None,
+    }
 }
 
 /// The descriptor of `specs` (a site's argument specs, in order) for the
 /// fused entry (args_asm.rs), if it can record them: at most seven, each
 /// an integer, character, pointer or enum of 1, 2, 4 or 8 bytes in one of
-/// the six argument registers (`arg1`–`arg6`), no return value.
+/// the six argument registers (`arg1`–`arg6`).
 pub fn fast_args(specs: &[shadowgraph_data::args::ArgSpec]) -> Option<u64> {
     use shadowgraph_data::args::Fmt;
     if specs.is_empty() || specs.len() > 7 {
@@ -379,9 +432,10 @@ fn filter_table(
     filter: &GraphFilter,
     sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
 ) -> &'static mut FusedFilter {
-    let n = crate::ftrace::site_count();
+    let all = crate::ftrace::sites();
+    let n = all.len();
     let rseq = rseq_cs_offset().is_some();
-    let mut args = vec![0u64; n];
+    let (mut args, mut rets) = (vec![0u64; n], Vec::new());
     let classes: Vec<u8> = (0..n as crate::ftrace::SiteId)
         .map(|id| {
             let has = |fs: &Option<std::sync::Arc<crate::ftrace::FilterSet>>| {
@@ -389,11 +443,18 @@ fn filter_table(
             };
             let data = match sites(id) {
                 SiteArgs::None => 0,
-                SiteArgs::Fast(d) if rseq => {
-                    args[id as usize] = d;
-                    FAST_ARGS
+                SiteArgs::Fast { args: a, ret } if rseq => {
+                    args[id as usize] = a;
+                    if ret != 0 {
+                        rets.push((all[id as usize].addr, ret));
+                    }
+                    if a != 0 {
+                        FAST_ARGS
+                    } else {
+                        0
+                    }
                 }
-                SiteArgs::Fast(_) | SiteArgs::General => GENERAL,
+                SiteArgs::Fast { .. } | SiteArgs::General => GENERAL,
             };
             has(&filter.functions) as u8 | (has(&filter.notrace) as u8) << 1 | data
         })
@@ -406,6 +467,7 @@ fn filter_table(
         has_functions: filter.functions.is_some() as u64,
         max_depth: filter.max_depth as u64,
         args: args.as_ptr(),
+        rets: RetTable::make(&rets),
     }))
 }
 

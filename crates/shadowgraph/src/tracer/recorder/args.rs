@@ -105,16 +105,19 @@ impl ArgTable {
     }
 
     /// How the fused path records site `id`'s calls: without data, with
-    /// the arguments its entry takes itself, or (a return value, a
+    /// the integer arguments and return value it takes itself, or (a
     /// string, a float, a stack argument) the callbacks' way.
     pub(crate) fn fused(&self, id: ftrace::SiteId) -> SiteArgs {
         let specs = self.entry(id);
-        if self.ret(id).is_some() {
-            SiteArgs::General
-        } else if specs.is_empty() {
-            SiteArgs::None
-        } else {
-            fused::fast_args(specs).map_or(SiteArgs::General, SiteArgs::Fast)
+        let args = match specs.is_empty() {
+            true => Some(0),
+            false => fused::fast_args(specs),
+        };
+        let ret = self.ret(id).map_or(Some(0), fused::fast_retval);
+        match (args, ret) {
+            (Some(0), Some(0)) => SiteArgs::None,
+            (Some(args), Some(ret)) => SiteArgs::Fast { args, ret },
+            _ => SiteArgs::General,
         }
     }
 
