@@ -239,7 +239,7 @@ pub(crate) fn prepare(
 /// `record --srcline` (and `-a`): beside each traced object's `.sym`, a
 /// `.dbg` file (uftrace's) with where each of its functions is declared,
 /// from its DWARF (or its debug file's), and with `enums` the definitions
-/// of the enums `-a`'s specs of the program name. An object without says
+/// of the enums `-a`'s specs of the object name. An object without says
 /// nothing; a program without is said once, with `srcline` (asked for).
 pub(crate) fn write_srclines(d: &Path, srcline: bool, enums: bool) {
     let Ok(dd) = shadowgraph_data::dir::DataDir::open(d) else {
@@ -267,7 +267,7 @@ pub(crate) fn write_srclines(d: &Path, srcline: bool, enums: bool) {
             continue;
         }
         let mut text = format!("# path name: {path}\n");
-        if enums && i == 0 {
+        if enums {
             let defs = shadowgraph::elf::autoargs::auto_specs(Path::new(path)).unwrap_or_default();
             for e in defs.enums {
                 text.push_str(&format!("E: {e}\n"));

@@ -374,3 +374,42 @@ fn arguments_of_time_filtered_calls_are_recorded() {
     uftrace_record(&theirs, &opts, &exe);
     assert_eq!(graph_part(&uftrace_view("replay", &theirs).unwrap()), want);
 }
+
+/// `-a` reads a traced library's DWARF too: its functions show their
+/// arguments and return values (an enum by name), the program's calls to
+/// them through the PLT do not (the program has no DWARF), as uftrace
+/// shows them; uftrace reads ours as we do.
+#[test]
+fn auto_args_of_a_library_come_from_its_own_dwarf() {
+    let dir = workdir("auto-args-lib");
+    let lib = dir.join("libsc.so");
+    let flags = ["-O2", "-g", "-pg", "-fPIC", "-shared"];
+    cc(&[&fixture("auto_args_lib.c")], &flags, &lib);
+    let exe = dir.join("m");
+    // (The library by its path: the program needs it from there.)
+    cc(
+        &[&fixture("auto_args_lib_main.c"), &lib],
+        &["-O0", "-pg"],
+        &exe,
+    );
+    let ours = dir.join("ours.data");
+    let o = record_run(&[], &["-a", "--libcall"], &ours, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(text(&o).0, "23 0.25\n");
+    let replay = replay_text(&ours);
+    let calls = graph_part(&replay);
+    for shown in [
+        "  ratio() {",
+        "    ratio(1.000000, 4) = 0.250000;",
+        "  scale() {",
+        "    scale(7, FAST, \"fast\") = 21;",
+        "    scale(2, SLOW, \"slow\") = 2;",
+        "  printf(\"%d %.2f\\n\") = 8;",
+    ] {
+        assert!(calls.iter().any(|l| l == shown), "{shown} in\n{replay}");
+    }
+    if uftrace_missing("recording a library's arguments beside uftrace") {
+        return;
+    }
+    assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
+}

@@ -42,14 +42,23 @@ pub(crate) struct ArgTable {
 
 impl ArgTable {
     /// The table for the `-A` lists `argspec` and the `-R` lists
-    /// `retspec` over the core's sites, with `auto` the built-in specs of
-    /// C library functions where those give a site no arguments (or no
-    /// return value); None when there are no specs.
+    /// `retspec` over the core's sites, with `auto` the specs of the traced
+    /// libraries' functions from their DWARF (the program's come with the
+    /// lists) and the built-in specs of C library functions where those
+    /// give a site no arguments (or no return value); None when there are
+    /// no specs.
     pub(crate) fn new(
         argspec: &[String],
         retspec: &[String],
         auto: bool,
     ) -> Result<Option<ArgTable>, String> {
+        // (The libraries' lists go to the info only.)
+        let (mut lib_args, mut lib_rets) = (Vec::new(), Vec::new());
+        let libraries = if auto {
+            libraries_dwarf(&mut lib_args, &mut lib_rets)
+        } else {
+            Default::default()
+        };
         let mut specs = Specs::default();
         for list in argspec.iter().chain(retspec) {
             specs.add_list(list, false)?;
@@ -72,14 +81,14 @@ impl ArgTable {
             specs.add_builtin(a)?;
             specs.add_builtin(r)?;
         }
-        if specs.is_empty() {
+        if specs.is_empty() && libraries.is_empty() {
             return Ok(None);
         }
         let mut t = ArgTable {
             entry: Vec::new(),
             ret: Vec::new(),
-            argspec: argspec.join(";"),
-            retspec: retspec.join(";"),
+            argspec: [argspec, &lib_args].concat().join(";"),
+            retspec: [retspec, &lib_rets].concat().join(";"),
             auto: lists,
         };
         for s in ftrace::sites() {
@@ -91,7 +100,20 @@ impl ArgTable {
                 module: &module,
                 library: library.as_deref(),
             };
-            let found = specs.of(&name);
+            let mut found = specs.of(&name);
+            // A library's DWARF: for its own functions (not the calls made
+            // to them through a PLT), where nothing else gives specs.
+            let own = s
+                .library
+                .is_none()
+                .then(|| libraries.get(&s.module))
+                .flatten();
+            if let Some(own) = own.filter(|_| !found.iter().any(|a| !a.retval)) {
+                found.extend(own.of(&name).into_iter().filter(|a| !a.retval));
+            }
+            if let Some(own) = own.filter(|_| !found.iter().any(|a| a.retval)) {
+                found.extend(own.of(&name).into_iter().filter(|a| a.retval));
+            }
             t.entry
                 .push(found.iter().filter(|a| !a.retval).cloned().collect());
             t.ret.push(found.into_iter().find(|a| a.retval));
@@ -125,6 +147,48 @@ impl ArgTable {
     pub(crate) fn ret(&self, id: ftrace::SiteId) -> Option<&ArgSpec> {
         self.ret.get(id as usize)?.as_ref()
     }
+}
+
+/// `-a`: the specs of the functions of every traced object but the
+/// program (whose specs the command line gives) from its DWARF, by object
+/// (by symbol in each), and added to the lists as `SYMBOL@spec` for the
+/// views (which read them only where a record has data). An object that
+/// cannot be read is said and left out.
+fn libraries_dwarf(
+    argspec: &mut Vec<String>,
+    retspec: &mut Vec<String>,
+) -> std::collections::HashMap<std::path::PathBuf, Specs> {
+    let exe = std::fs::canonicalize("/proc/self/exe").ok();
+    let mut seen = std::collections::HashSet::new();
+    let mut by_object = std::collections::HashMap::new();
+    for s in ftrace::sites() {
+        // (Library calls' sites belong to the caller's PLT, not a file.)
+        if s.library.is_some() || !seen.insert(s.module.clone()) || !s.module.is_file() {
+            continue;
+        }
+        if std::fs::canonicalize(&s.module).ok() == exe {
+            continue;
+        }
+        let found = match crate::elf::autoargs::auto_specs(&s.module) {
+            Ok(found) if !found.functions.is_empty() => found,
+            Ok(_) => continue,
+            Err(e) => {
+                eprintln!("shadowgraph: warning: -a: {}: {e}", s.module.display());
+                continue;
+            }
+        };
+        let mut own = Specs::default();
+        for f in found.functions {
+            let lists = [(f.args, &mut *argspec), (f.retval, &mut *retspec)];
+            for (list, all) in lists.into_iter().filter_map(|(l, a)| Some((l?, a))) {
+                if own.add_exact(&f.symbol, &list).is_ok() {
+                    all.push(format!("{}@{list}", f.symbol));
+                }
+            }
+        }
+        by_object.insert(s.module.clone(), own);
+    }
+    by_object
 }
 
 /// The most data a record of `specs` takes (strings at their longest).
