@@ -247,13 +247,7 @@ impl Specs {
     /// `-A`, `-R` and DWARF).
     pub fn add_builtin(&mut self, list: &str) -> Result<(), String> {
         for entry in list.split(';').filter(|e| !e.is_empty()) {
-            let (name, specs) = entry
-                .split_once('@')
-                .ok_or_else(|| format!("argument spec `{entry}`: no `@`"))?;
-            let specs = specs
-                .split(',')
-                .map(ArgSpec::parse)
-                .collect::<Result<Vec<_>, _>>()?;
+            let (name, specs) = list_entry(entry)?;
             self.builtin
                 .entry(name.to_string())
                 .or_default()
@@ -285,16 +279,7 @@ impl Specs {
     /// argument specs (triggers) are skipped.
     pub fn add_list(&mut self, list: &str, regex: bool) -> Result<(), String> {
         for entry in list.split(';').filter(|e| !e.is_empty()) {
-            let (func, specs) = entry
-                .split_once('@')
-                .ok_or_else(|| format!("argument spec `{entry}`: no `@`"))?;
-            let args: Vec<ArgSpec> = specs
-                .split(',')
-                .filter(|s| {
-                    s.starts_with("arg") || s.starts_with("fparg") || s.starts_with("retval")
-                })
-                .map(ArgSpec::parse)
-                .collect::<Result<_, _>>()?;
+            let (func, args) = list_entry(entry)?;
             if args.is_empty() {
                 continue;
             }
@@ -338,6 +323,20 @@ impl Specs {
         );
         found
     }
+}
+
+/// One `FUNC@spec,spec` entry of a list: the function and its argument
+/// and return value specs (other actions, triggers, left out).
+fn list_entry(entry: &str) -> Result<(&str, Vec<ArgSpec>), String> {
+    let (func, specs) = entry
+        .split_once('@')
+        .ok_or_else(|| format!("argument spec `{entry}`: no `@`"))?;
+    let specs = specs
+        .split(',')
+        .filter(|s| s.starts_with("arg") || s.starts_with("fparg") || s.starts_with("retval"))
+        .map(ArgSpec::parse)
+        .collect::<Result<_, _>>()?;
+    Ok((func, specs))
 }
 
 /// The recorded values of `specs` (the arguments, or with `retval` the

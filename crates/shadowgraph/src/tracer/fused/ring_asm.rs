@@ -122,13 +122,7 @@ pub(super) use ring_publish;
 macro_rules! ring_record {
     ($name:literal, $full:literal, $time:literal, $word:literal, $depth:literal, $late:expr) => {
         concat!(
-            $name,
-            "_restart:\n",
-            rseq_or_legacy!($name),
-            "lea rax, [rip + ",
-            $name,
-            "_cs]\n",
-            "mov qword ptr fs:[rdx], rax\n",
+            rseq_arm!($name, concat!($name, "_legacy")),
             $name,
             "_start:\n",
             reserve_and_time!($full, $time),
@@ -305,17 +299,25 @@ macro_rules! rseq_descriptor {
 }
 pub(super) use rseq_descriptor;
 
-// How ring_record picks its protocol: by RSEQ_CS on every record (rdx its
-// value).
-macro_rules! rseq_or_legacy {
-    ($name:literal) => {
+// Restartable sequence `$name` armed (its `rseq_cs` descriptor in the
+// thread's `struct rseq`, at RSEQ_CS from the thread pointer): from label
+// `$name`_restart, where its abort handler sends it back; without rseq
+// (RSEQ_CS 0), to `$without`. Clobbers rax and rdx.
+macro_rules! rseq_arm {
+    ($name:literal, $without:expr) => {
         concat!(
+            $name,
+            "_restart:\n",
             crate::fixed_load!("rdx", "rseq_cs"),
             "test rdx, rdx\n",
             "jz ",
+            $without,
+            "\n",
+            "lea rax, [rip + ",
             $name,
-            "_legacy\n",
+            "_cs]\n",
+            "mov qword ptr fs:[rdx], rax\n",
         )
     };
 }
-pub(super) use rseq_or_legacy;
+pub(super) use rseq_arm;

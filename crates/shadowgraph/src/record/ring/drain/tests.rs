@@ -262,15 +262,7 @@ fn a_threads_times_only_go_forward() {
 /// are untouched, and a ring with none drains as before.
 #[test]
 fn records_with_data_are_written_with_their_data() {
-    const CAP: u64 = 16;
-    let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
-    // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
-    // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
-    // SAFETY: the header of the ring just made; times as given (ns).
-    unsafe { (*(base as *mut RingHeader)).tsc = 0 };
-    let file = std::env::temp_dir().join(format!("sg-ring-data-{}", std::process::id()));
-    let f = std::fs::File::create(&file).unwrap();
+    let (ring, file, f) = ring_into_file(16, "data");
     let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
     let mut expect: Vec<u8> = Vec::new();
     let mut time = 100u64;
@@ -341,15 +333,7 @@ fn records_with_data_are_written_with_their_data() {
 /// many drains: the file holds every record and its data in order.
 #[test]
 fn long_runs_between_records_with_data_are_written_in_order() {
-    const CAP: u64 = 256;
-    let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
-    // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
-    // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
-    // SAFETY: the header of the ring just made; times as given (ns).
-    unsafe { (*(base as *mut RingHeader)).tsc = 0 };
-    let file = std::env::temp_dir().join(format!("sg-ring-runs-{}", std::process::id()));
-    let f = std::fs::File::create(&file).unwrap();
+    let (ring, file, f) = ring_into_file(256, "runs");
     let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
     let (mut expect, mut time, mut seed) = (Vec::<u8>::new(), 100u64, 7u64);
     let mut next = |m: u64| {
@@ -407,4 +391,18 @@ fn long_runs_between_records_with_data_are_written_in_order() {
     assert!(total > 2000);
     assert_eq!(got.len(), expect.len());
     assert!(got == expect, "the file differs from the records written");
+}
+
+/// A ring of `cap` slots whose times are nanoseconds already, and a file
+/// `sg-ring-<name>-<pid>` to drain it into.
+fn ring_into_file(cap: u64, name: &str) -> (Ring, std::path::PathBuf, std::fs::File) {
+    let base = crate::sys::map_anonymous(ring_bytes(cap)).unwrap();
+    // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
+    // during the test.
+    let ring = unsafe { Ring::init(base, 0, 1, 1, cap, 0, 0) };
+    // SAFETY: the header of the ring just made; times as given (ns).
+    unsafe { (*(base as *mut RingHeader)).tsc = 0 };
+    let file = std::env::temp_dir().join(format!("sg-ring-{name}-{}", std::process::id()));
+    let f = std::fs::File::create(&file).unwrap();
+    (ring, file, f)
 }
