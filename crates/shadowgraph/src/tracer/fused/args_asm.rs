@@ -7,9 +7,10 @@
 //! A site's descriptor (`FusedFilter::args`, [`super::fast_args`]): byte 0
 //! the data's length in words, then one byte per argument in the specs'
 //! order (bit 7: present; bits 0–2: the register, 0–5 for rdi rsi rdx rcx
-//! r8 r9; bit 3: 8 bytes, else 4, of which bit 4 keeps 1 and bit 5 keeps
-//! 2). Each argument takes its bytes padded to 4, the whole padded to 8,
-//! zeros in the padding, as the callbacks write them.
+//! r8 r9, or with bit 6 xmm0–7; bit 3: 8 bytes, else 4, of which bit 4
+//! keeps 1 and bit 5 keeps 2). Each argument takes its bytes padded to 4,
+//! the whole padded to 8, zeros in the padding, as the callbacks write
+//! them.
 //!
 //! ```text
 //! The stack while the record is made (after 4 pushes and A_AREA):
@@ -22,6 +23,8 @@
 //!   rsp + A_WORDS                      the data's length in words
 //!   rsp + A_STEP                       the slots claimed (record + data)
 //!                                      in `reserve`'s units
+//!   rsp + A_XMM … + 63                 xmm0–7's low words (untouched
+//!                                      by the entry, still the call's)
 //!   rsp + A_DATA … + 47                the data, built before the claim
 //!   rsp + A_REGS … + 47                rdi rsi rdx rcx r8 r9 at the entry
 //!                                      (rdi from the stack, the rest
@@ -40,7 +43,8 @@ macro_rules! args_layout {
             ".set A_DATA, 48\n",
             ".set A_STEP, 96\n",
             ".set A_WORDS, 104\n",
-            ".set A_AREA, 112\n",
+            ".set A_XMM, 112\n",
+            ".set A_AREA, 176\n",
             ".set A_V, A_AREA + 24\n",
             ".set A_ENTRY_RDI, A_AREA + 32 + FE_SITE + 16\n",
         )
@@ -58,7 +62,7 @@ pub(super) use args_layout;
 // ring's end (the data's words are written in one piece), or without
 // rseq: the general way with the frame pushed (82). Ends at 47 with
 // every register as it came but rax, rcx, rdx, r9 and xmm13. Labels
-// `$name`_* and 60–68.
+// `$name`_* and 60–70.
 macro_rules! args_entry_record {
     ($name:literal) => {
         concat!(
@@ -72,6 +76,14 @@ macro_rules! args_entry_record {
             "movq [rsp + A_REGS + 24], xmm8\n",
             "movq [rsp + A_REGS + 32], xmm11\n",
             "movq [rsp + A_REGS + 40], xmm12\n",
+            "movq [rsp + A_XMM], xmm0\n",
+            "movq [rsp + A_XMM + 8], xmm1\n",
+            "movq [rsp + A_XMM + 16], xmm2\n",
+            "movq [rsp + A_XMM + 24], xmm3\n",
+            "movq [rsp + A_XMM + 32], xmm4\n",
+            "movq [rsp + A_XMM + 40], xmm5\n",
+            "movq [rsp + A_XMM + 48], xmm6\n",
+            "movq [rsp + A_XMM + 56], xmm7\n",
             "pxor xmm13, xmm13\n",
             "movdqu [rsp + A_DATA], xmm13\n",
             "movdqu [rsp + A_DATA + 16], xmm13\n",
@@ -93,7 +105,10 @@ macro_rules! args_entry_record {
             "jz 63f\n",
             "movzx esi, al\n",
             "and esi, 7\n",
+            "test al, 0x40\n",
+            "jnz 69f\n",
             "mov rsi, [rsp + A_REGS + rsi*8]\n",
+            "70:\n",
             "test al, 8\n",
             "jnz 62f\n",
             "test al, 0x10\n",
@@ -111,6 +126,9 @@ macro_rules! args_entry_record {
             "mov qword ptr [rsp + A_DATA + rdx], rsi\n",
             "add edx, 8\n",
             "jmp 61b\n",
+            "69:\n",
+            "mov rsi, [rsp + A_XMM + rsi*8]\n",
+            "jmp 70b\n",
             "63:\n",
             "or rcx, {more}\n",
             // The ring holds records with data from now on (Release: x86
@@ -183,7 +201,7 @@ pub(super) use args_entry_record;
 
 // The filtered site return's exit record with the call's return value
 // after it, where the filter's table of return values (rcx: `RetTable`'s
-// layout, {mask, then {site, mask of rax} per slot}) holds the call's
+// layout, {mask, then {site, mask, from xmm0} per slot}) holds the call's
 // site: from label 54 (registers as at the return's record: r8 the
 // thread variable as the return leaves it, r10 the frame, r11 the ring,
 // rsi the user, rdi the stack, the result's rax and rdx saved at
@@ -194,7 +212,7 @@ pub(super) use args_entry_record;
 // free at a return); without room, too deep, at the ring's last slot (the
 // data would wrap) or without rseq: the general way (92). Ends at 53 with
 // the frame's user bits cleared and the variable stored, as the plain
-// record leaves them. Labels `$name`_* and 54–57.
+// record leaves them. Labels `$name`_* and 54–59.
 macro_rules! retval_exit_record {
     ($name:literal) => {
         concat!(
@@ -206,8 +224,8 @@ macro_rules! retval_exit_record {
             "shr rdx, 4\n",
             "56:\n",
             "and rdx, [rcx]\n",
-            "mov r9, rdx\n",
-            "shl r9, 4\n",
+            "lea r9, [rdx + rdx*2]\n",
+            "shl r9, 3\n",
             "cmp [rcx + 8 + r9], rax\n",
             "je 57f\n",
             "cmp qword ptr [rcx + 8 + r9], 0\n",
@@ -215,9 +233,15 @@ macro_rules! retval_exit_record {
             "inc rdx\n",
             "jmp 56b\n",
             "57:\n",
-            // The value, and the record's word {func, depth, exit, more}.
-            "mov r9, [rcx + 16 + r9]\n",
-            "and r9, [rsp + 8]\n",
+            // The value (rax as saved, or xmm0, untouched since the
+            // return), and the record's word {func, depth, exit, more}.
+            "mov rdx, [rcx + 16 + r9]\n",
+            "cmp qword ptr [rcx + 24 + r9], 0\n",
+            "mov r9, [rsp + 8]\n",
+            "je 59f\n",
+            "movq r9, xmm0\n",
+            "59:\n",
+            "and r9, rdx\n",
             "shl rax, 16\n",
             "movzx edx, r8w\n",
             "cmp edx, {max_record_depth}\n",

@@ -84,28 +84,30 @@ pub(crate) struct FusedFilter {
 }
 
 /// The table of return values the fused return looks a returning call's
-/// site up in (general.rs, label 54): its first word the mask of the
+/// site up in (args_asm.rs, label 54): its first word the mask of the
 /// slot indexes (slots a power of two, at least twice the entries), then
-/// per slot `{site, mask of rax}`, a site in the first free slot from
+/// per slot `{site, mask, from xmm0}`, a site in the first free slot from
 /// `(site >> 4) & mask` on (0: free). Never freed.
 struct RetTable;
 
 impl RetTable {
-    /// The table of `rets` (site address, mask), leaked; null if empty.
-    fn make(rets: &[(usize, u64)]) -> *const u64 {
+    /// The table of `rets` (site address, (mask, from xmm0)), leaked; null
+    /// if empty.
+    fn make(rets: &[(usize, (u64, bool))]) -> *const u64 {
         if rets.is_empty() {
             return std::ptr::null();
         }
         let slots = (2 * rets.len()).next_power_of_two();
-        let mut t = vec![0u64; 1 + 2 * slots];
+        let mut t = vec![0u64; 1 + 3 * slots];
         t[0] = slots as u64 - 1;
-        for &(site, mask) in rets {
+        for &(site, (mask, xmm)) in rets {
             let mut i = (site >> 4) & (slots - 1);
-            while t[1 + 2 * i] != 0 {
+            while t[1 + 3 * i] != 0 {
                 i = (i + 1) & (slots - 1);
             }
-            t[1 + 2 * i] = site as u64;
-            t[2 + 2 * i] = mask;
+            t[1 + 3 * i] = site as u64;
+            t[2 + 3 * i] = mask;
+            t[3 + 3 * i] = xmm as u64;
         }
         Box::leak(t.into_boxed_slice()).as_ptr()
     }
@@ -125,37 +127,44 @@ pub enum SiteArgs {
     None,
     /// With data the fused path does not make: the callbacks' way.
     General,
-    /// With data the fused path takes from the registers: the integer
-    /// arguments the entry records, as the descriptor [`fast_args`] made
-    /// says (0: none), and the integer return value the return records,
-    /// as the mask [`fast_retval`] made keeps of rax (0: none).
+    /// With data the fused path takes from the registers: the arguments
+    /// the entry records, as the descriptor [`fast_args`] made says (0:
+    /// none), and the return value the return records, as [`fast_retval`]
+    /// gives it (none: 0).
     Fast {
         /// The arguments' descriptor.
         args: u64,
-        /// The return value's mask.
-        ret: u64,
+        /// The return value: the mask kept of its register (0: none), and
+        /// whether that is xmm0 (else rax).
+        ret: (u64, bool),
     },
 }
 
-/// The mask of rax that the return value `spec` records, if the fused
-/// return can record it: an integer, character, pointer or enum of 1, 2,
-/// 4 or 8 bytes (the bytes beyond its size are the padding's zeros).
-pub fn fast_retval(spec: &shadowgraph_data::args::ArgSpec) -> Option<u64> {
+/// The mask of its register that the return value `spec` records, and
+/// whether that is xmm0, if the fused return can record it: an integer,
+/// character, pointer or enum of 1, 2, 4 or 8 bytes in rax, a float or
+/// double in xmm0 (the bytes beyond its size are the padding's zeros).
+pub fn fast_retval(spec: &shadowgraph_data::args::ArgSpec) -> Option<(u64, bool)> {
     use shadowgraph_data::args::Fmt;
+    let float = spec.fmt == Fmt::Float;
     let simple = matches!(
         spec.fmt,
         Fmt::Auto | Fmt::Sint | Fmt::Uint | Fmt::Hex | Fmt::Char | Fmt::Ptr | Fmt::Enum(_)
     );
+    let mask = u64::MAX.checked_shr(64 - 8 * spec.size.min(8) as u32);
     match spec.size {
-        1 | 2 | 4 | 8 if simple && spec.retval => Some(u64::MAX >> (64 - 8 * spec.size)),
+        1 | 2 if simple => mask.map(|m| (m, false)),
+        4 | 8 if simple || float => mask.map(|m| (m, float)),
         _ => None,
     }
+    .filter(|_| spec.retval)
 }
 
 /// The descriptor of `specs` (a site's argument specs, in order) for the
 /// fused entry (args_asm.rs), if it can record them: at most seven, each
 /// an integer, character, pointer or enum of 1, 2, 4 or 8 bytes in one of
-/// the six argument registers (`arg1`–`arg6`).
+/// the six argument registers (`arg1`–`arg6`), or a float or double in
+/// xmm0–7 (`fparg1`–`fparg8`).
 pub fn fast_args(specs: &[shadowgraph_data::args::ArgSpec]) -> Option<u64> {
     use shadowgraph_data::args::Fmt;
     if specs.is_empty() || specs.len() > 7 {
@@ -167,17 +176,21 @@ pub fn fast_args(specs: &[shadowgraph_data::args::ArgSpec]) -> Option<u64> {
             s.fmt,
             Fmt::Auto | Fmt::Sint | Fmt::Uint | Fmt::Hex | Fmt::Char | Fmt::Ptr | Fmt::Enum(_)
         );
-        if s.retval || !simple || !(1..=6).contains(&s.index) {
+        let (float, regs) = match s.fmt == Fmt::Float {
+            true => (0x40, 1..=8),
+            false => (0, 1..=6),
+        };
+        if s.retval || !(simple || float != 0) || !regs.contains(&s.index) {
             return None;
         }
         let size = match s.size {
-            1 => 0x10,
-            2 => 0x20,
+            1 if float == 0 => 0x10,
+            2 if float == 0 => 0x20,
             4 => 0,
             8 => 8,
             _ => return None,
         };
-        desc |= (0x80 | size | (s.index as u64 - 1)) << (8 * (k + 1));
+        desc |= (0x80 | float | size | (s.index as u64 - 1)) << (8 * (k + 1));
         bytes += s.size.next_multiple_of(4);
     }
     Some(desc | (bytes.next_multiple_of(8) as u64 / 8))
@@ -445,7 +458,7 @@ fn filter_table(
                 SiteArgs::None => 0,
                 SiteArgs::Fast { args: a, ret } if rseq => {
                     args[id as usize] = a;
-                    if ret != 0 {
+                    if ret.0 != 0 {
                         rets.push((all[id as usize].addr, ret));
                     }
                     if a != 0 {

@@ -127,17 +127,17 @@ impl ArgTable {
     }
 
     /// How the fused path records site `id`'s calls: without data, with
-    /// the integer arguments and return value it takes itself, or (a
-    /// string, a float, a stack argument) the callbacks' way.
+    /// the arguments and return value it takes itself (numbers in
+    /// registers), or (a string, a stack argument) the callbacks' way.
     pub(crate) fn fused(&self, id: ftrace::SiteId) -> SiteArgs {
         let specs = self.entry(id);
         let args = match specs.is_empty() {
             true => Some(0),
             false => fused::fast_args(specs),
         };
-        let ret = self.ret(id).map_or(Some(0), fused::fast_retval);
+        let ret = self.ret(id).map_or(Some((0, false)), fused::fast_retval);
         match (args, ret) {
-            (Some(0), Some(0)) => SiteArgs::None,
+            (Some(0), Some((0, _))) => SiteArgs::None,
             (Some(args), Some(ret)) => SiteArgs::Fast { args, ret },
             _ => SiteArgs::General,
         }
