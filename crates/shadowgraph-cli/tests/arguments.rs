@@ -32,21 +32,22 @@ fn arguments_and_return_values_are_recorded_as_uftrace_records_them() {
     assert!(o.status.success(), "{}", text(&o).1);
     assert_eq!(o.stdout, plain.stdout, "the program's output is its own");
     let replay = replay_text(&ours);
-    for shown in [
-        "add(1, 2) = 3;",
-        "neg(-5) = 0x4c4b40;",
-        "str(\"hello\", 0x3) = 8;",
-        "next('a') = 'b';",
-        "half(3.000000) = 1.500000;",
-        "third(9.000000) = 3.000000;",
-        "call(&add) {",
-        "big(0x75bcd15) = 0x75bcd15000;",
-        "name(0) = \"NULL\";",
-        "peek(\"<0x10>\");",
-        "many(1, 7, 8) = 36;",
-    ] {
-        assert!(replay.contains(shown), "{shown} in\n{replay}");
-    }
+    shows_each(
+        &replay,
+        &[
+            "add(1, 2) = 3;",
+            "neg(-5) = 0x4c4b40;",
+            "str(\"hello\", 0x3) = 8;",
+            "next('a') = 'b';",
+            "half(3.000000) = 1.500000;",
+            "third(9.000000) = 3.000000;",
+            "call(&add) {",
+            "big(0x75bcd15) = 0x75bcd15000;",
+            "name(0) = \"NULL\";",
+            "peek(\"<0x10>\");",
+            "many(1, 7, 8) = 36;",
+        ],
+    );
     if uftrace_missing("recording arguments beside uftrace") {
         return;
     }
@@ -119,9 +120,7 @@ fn library_calls_arguments_are_recorded() {
     let o = record_run(&[], &opts, &data, &exe, &[]);
     assert!(o.status.success(), "{}", text(&o).1);
     let replay = replay_text(&data);
-    for shown in ["strlen(\"hello\") = 5;", "printf(\"%ld\\n\");"] {
-        assert!(replay.contains(shown), "{shown} in\n{replay}");
-    }
+    shows_each(&replay, &["strlen(\"hello\") = 5;", "printf(\"%ld\\n\");"]);
     if let Some(theirs) = uftrace_view("replay", &data) {
         assert_eq!(theirs, replay);
     }
@@ -151,13 +150,14 @@ fn rust_functions_arguments_are_recorded() {
     assert!(o.status.success(), "{}", text(&o).1);
     assert_eq!(text(&o).0, "42 6 114\n");
     let replay = replay_text(&data);
-    for shown in [
-        "prog::add(40, 2) = 42;",
-        "prog::scale(1.500000, 4.000000) = 6.000000;",
-        "prog::first_byte(\"rust\") = 'r';",
-    ] {
-        assert!(replay.contains(shown), "{shown} in\n{replay}");
-    }
+    shows_each(
+        &replay,
+        &[
+            "prog::add(40, 2) = 42;",
+            "prog::scale(1.500000, 4.000000) = 6.000000;",
+            "prog::first_byte(\"rust\") = 'r';",
+        ],
+    );
 }
 
 /// `-a`: every function's arguments and return value from the program's
@@ -179,22 +179,23 @@ fn auto_args_are_recorded_as_uftrace_records_them() {
     let o = record_run(&[], &["-a"], &ours, &exe, &[]);
     assert!(o.status.success(), "{}", text(&o).1);
     let replay = replay_text(&ours);
-    for shown in [
-        "main(1, 0x",
-        "int_add(1, 2) = 3;",
-        "lmul(3, -4) = -12;",
-        "half(5.000000) = 2.500000;",
-        "fadd(1.500000, 2.250000) = 3.750000;",
-        "pick(\"hello\", 1) = \"ello\";",
-        "first(\"xyz\") = 'x';",
-        "same(0) = 0;",
-        "mixed(-7, 2.500000, \"abc\", 'q') = 205;",
-        "nothing();",
-        "paint(GREEN) = GREEN;",
-        "} = 0; /* main */",
-    ] {
-        assert!(replay.contains(shown), "{shown} in\n{replay}");
-    }
+    shows_each(
+        &replay,
+        &[
+            "main(1, 0x",
+            "int_add(1, 2) = 3;",
+            "lmul(3, -4) = -12;",
+            "half(5.000000) = 2.500000;",
+            "fadd(1.500000, 2.250000) = 3.750000;",
+            "pick(\"hello\", 1) = \"ello\";",
+            "first(\"xyz\") = 'x';",
+            "same(0) = 0;",
+            "mixed(-7, 2.500000, \"abc\", 'q') = 205;",
+            "nothing();",
+            "paint(GREEN) = GREEN;",
+            "} = 0; /* main */",
+        ],
+    );
     let plain = dir.join("plain");
     cc(&[&fixture("auto_args.c")], &flags, &plain);
     let o = record_run(&[], &["-a"], &dir.join("plain.data"), &plain, &[]);
@@ -248,29 +249,30 @@ fn library_calls_auto_args_as_uftrace() {
     assert!(o.status.success(), "{}", text(&o).1);
     assert_eq!(text(&o).0, "35\n");
     let replay = replay_text(&ours);
-    for shown in [
-        "main() {",
-        "open(\"/dev/null\", O_APPEND|O_WRONLY) = ",
-        ", 3) = 3;",
-        "atoi(\"42\") = 42;",
-        "strtod(\"2.5\", 0) = 2.500000;",
-        "strtol(\"-17\", 0, 10) = -17;",
-        "strlen(\"hello\") = 5;",
-        "strchr(\"hello\", 'l') = \"llo\";",
-        "strcmp(\"abc\", \"abd\") = -1;",
-        "mmap(0, 4096, PROT_WRITE|PROT_READ, MAP_ANON|MAP_PRIVATE, -1, 0) = 0x",
-        "clock_gettime(CLOCK_MONOTONIC, 0x",
-        "signal(SIGUSR1, 0x1) = 0;",
-        "raise(SIGUSR1) = 0;",
-        "access(\"/\", R_OK|X_OK) = 0;",
-        "snprintf(0x",
-        ", 32, \"%d\") = 2;",
-        "puts(\"35\") = 3;",
-        "getenv(\"SHADOWGRAPH_NO_SUCH_VARIABLE\") = \"NULL\";",
-        "} /* main */",
-    ] {
-        assert!(replay.contains(shown), "{shown} in\n{replay}");
-    }
+    shows_each(
+        &replay,
+        &[
+            "main() {",
+            "open(\"/dev/null\", O_APPEND|O_WRONLY) = ",
+            ", 3) = 3;",
+            "atoi(\"42\") = 42;",
+            "strtod(\"2.5\", 0) = 2.500000;",
+            "strtol(\"-17\", 0, 10) = -17;",
+            "strlen(\"hello\") = 5;",
+            "strchr(\"hello\", 'l') = \"llo\";",
+            "strcmp(\"abc\", \"abd\") = -1;",
+            "mmap(0, 4096, PROT_WRITE|PROT_READ, MAP_ANON|MAP_PRIVATE, -1, 0) = 0x",
+            "clock_gettime(CLOCK_MONOTONIC, 0x",
+            "signal(SIGUSR1, 0x1) = 0;",
+            "raise(SIGUSR1) = 0;",
+            "access(\"/\", R_OK|X_OK) = 0;",
+            "snprintf(0x",
+            ", 32, \"%d\") = 2;",
+            "puts(\"35\") = 3;",
+            "getenv(\"SHADOWGRAPH_NO_SUCH_VARIABLE\") = \"NULL\";",
+            "} /* main */",
+        ],
+    );
     if uftrace_missing("recording arguments beside uftrace") {
         return;
     }
@@ -306,14 +308,15 @@ fn std_strings_are_recorded_as_uftrace_records_them() {
         };
         let replay = view(&ours, &mut shadowgraph());
         let long = format!("measure(\"{}...\"s);", "x".repeat(95));
-        for shown in [
-            "measure(\"hi\"s);",
-            &long,
-            "measure(\"hithere, a string longer than fifteen\"s);",
-            "count(\"hithere, a string longer than fifteen\"s, 'e');",
-        ] {
-            assert!(replay.contains(shown), "{shown} in\n{replay}");
-        }
+        shows_each(
+            &replay,
+            &[
+                "measure(\"hi\"s);",
+                &long,
+                "measure(\"hithere, a string longer than fifteen\"s);",
+                "count(\"hithere, a string longer than fifteen\"s, 'e');",
+            ],
+        );
         if uftrace_missing("recording std::string arguments beside uftrace") {
             return;
         }
@@ -412,4 +415,11 @@ fn auto_args_of_a_library_come_from_its_own_dwarf() {
         return;
     }
     assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
+}
+
+/// Each of `lines` is in `replay` (said with the whole when not).
+fn shows_each(replay: &str, lines: &[&str]) {
+    for shown in lines {
+        assert!(replay.contains(shown), "{shown} in\n{replay}");
+    }
 }

@@ -200,7 +200,7 @@ macro_rules! args_entry_record {
 pub(super) use args_entry_record;
 
 // The filtered site return's exit record with the call's return value
-// after it, where the filter's table of return values (rcx: `RetTable`'s
+// after it, where the user's table of return values (rcx: `RetTable`'s
 // layout, {mask, then {site, mask, from xmm0} per slot}) holds the call's
 // site: from label 54 (registers as at the return's record: r8 the
 // thread variable as the return leaves it, r10 the frame, r11 the ring,

@@ -267,9 +267,8 @@ crate::fgraph::graph_asm!(
     "52:",
     "and r8, -65536",
     "or r8, rdx",
-    // A return value to record: the filter's table of them (args_asm.rs).
-    "mov rcx, [rsi + {u_filter}]",
-    "mov rcx, [rcx + {f_rets}]",
+    // A return value to record: the user's table of them (args_asm.rs).
+    "mov rcx, [rsi + {u_rets}]",
     "test rcx, rcx",
     "jnz 54f",
     "55:",
@@ -347,7 +346,7 @@ crate::fgraph::graph_asm!(
     general = const super::GENERAL,
     fast_args = const super::FAST_ARGS,
     f_args = const offset_of!(FusedFilter, args),
-    f_rets = const offset_of!(FusedFilter, rets),
+    u_rets = const GraphUser::PATH_WORDS + 8 * super::W_RETS,
     more = const crate::record::ring::MORE,
     r_with_data = const offset_of!(RingHeader, with_data),
     tv = const crate::fgraph::stack::TASK_VAR_BASE * 8,

@@ -63,12 +63,17 @@ pub(super) const W_FILTER: usize = 1;
 /// The time filter's threshold in TSC ticks (`-t`; its callbacks keep the
 /// entry time in a reserved word), 0: none.
 pub(super) const W_MIN_TICKS: usize = 2;
+/// The filtered recorder's table of return values to record ([`RetTable`]),
+/// 0: none; a word of its own, so that a return without any reads one
+/// word before its record, not the filter's and then the table's.
+pub(super) const W_RETS: usize = 3;
 
 /// Graph filters in the fused path's terms: each site's class (bit 0: a
 /// function of `-F`, bit 1: of `-N`, bit 2: the general way, [`GENERAL`],
-/// bit 3: arguments the entry records, [`FAST_ARGS`]) by site id, whether there is a `-F` set, and the depth limit (0: none).
-/// Sites added later (ids from `len` on) go the general way. Never freed
-/// (a thread may still read it).
+/// bit 3: arguments the entry records, [`FAST_ARGS`]) by site id, whether
+/// there is a `-F` set, and the depth limit (0: none). Sites added later
+/// (ids from `len` on) go the general way. Never freed (a thread may still
+/// read it).
 #[repr(C)]
 pub(crate) struct FusedFilter {
     classes: *const u8,
@@ -78,9 +83,6 @@ pub(crate) struct FusedFilter {
     /// Per site: its argument descriptor where its class has
     /// [`FAST_ARGS`] (else 0).
     args: *const u64,
-    /// The sites whose return values the fused return records, by
-    /// address: null if none, else a table [`RetTable`] lays out.
-    rets: *const u64,
 }
 
 /// The table of return values the fused return looks a returning call's
@@ -140,17 +142,23 @@ pub enum SiteArgs {
     },
 }
 
+/// Whether values of format `fmt` are numbers a general register holds
+/// (integers, characters, pointers, enums).
+fn in_gpr(fmt: &shadowgraph_data::args::Fmt) -> bool {
+    use shadowgraph_data::args::Fmt;
+    matches!(
+        fmt,
+        Fmt::Auto | Fmt::Sint | Fmt::Uint | Fmt::Hex | Fmt::Char | Fmt::Ptr | Fmt::Enum(_)
+    )
+}
+
 /// The mask of its register that the return value `spec` records, and
 /// whether that is xmm0, if the fused return can record it: an integer,
 /// character, pointer or enum of 1, 2, 4 or 8 bytes in rax, a float or
 /// double in xmm0 (the bytes beyond its size are the padding's zeros).
 pub fn fast_retval(spec: &shadowgraph_data::args::ArgSpec) -> Option<(u64, bool)> {
     use shadowgraph_data::args::Fmt;
-    let float = spec.fmt == Fmt::Float;
-    let simple = matches!(
-        spec.fmt,
-        Fmt::Auto | Fmt::Sint | Fmt::Uint | Fmt::Hex | Fmt::Char | Fmt::Ptr | Fmt::Enum(_)
-    );
+    let (float, simple) = (spec.fmt == Fmt::Float, in_gpr(&spec.fmt));
     let mask = u64::MAX.checked_shr(64 - 8 * spec.size.min(8) as u32);
     match spec.size {
         1 | 2 if simple => mask.map(|m| (m, false)),
@@ -172,10 +180,7 @@ pub fn fast_args(specs: &[shadowgraph_data::args::ArgSpec]) -> Option<u64> {
     }
     let (mut desc, mut bytes) = (0u64, 0usize);
     for (k, s) in specs.iter().enumerate() {
-        let simple = matches!(
-            s.fmt,
-            Fmt::Auto | Fmt::Sint | Fmt::Uint | Fmt::Hex | Fmt::Char | Fmt::Ptr | Fmt::Enum(_)
-        );
+        let simple = in_gpr(&s.fmt);
         let (float, regs) = match s.fmt == Fmt::Float {
             true => (0x40, 1..=8),
             false => (0, 1..=6),
@@ -343,7 +348,10 @@ pub fn attach_filtered(
     {
         return false;
     }
-    attach_inner(user, inst, 0, Some(filter_table(filter, sites)), None)
+    let (table, rets) = filter_table(filter, sites);
+    // Release: as in attach_timed.
+    user.path_words[W_RETS].store(rets as u64, Ordering::Release);
+    attach_inner(user, inst, 0, Some(table), None)
 }
 
 /// [`attach`] for a profile (`--tracer profile`) alone: `user`'s entry
@@ -432,19 +440,23 @@ pub fn refresh_filtered(
     if user.path_words[W_FILTER].load(Ordering::Acquire) == 0 {
         return;
     }
-    let table: *mut FusedFilter = filter_table(filter, sites);
-    user.path_words[W_FILTER].store(table as u64, Ordering::Release);
+    let (table, rets) = filter_table(filter, sites);
+    // Release: each table whole before a thread finds it (a thread may
+    // pair a new one with an old one for a while: both stay valid).
+    user.path_words[W_RETS].store(rets as u64, Ordering::Release);
+    user.path_words[W_FILTER].store(table as *mut FusedFilter as u64, Ordering::Release);
 }
 
 /// Each site's class under `filter` (bit 0: a `-F` function, bit 1: `-N`,
 /// [`GENERAL`] and [`FAST_ARGS`] as `sites` says) and argument
-/// descriptor, for every site the core knows now; never freed. Without
-/// rseq the fused entry records no arguments: those sites go the general
-/// way.
+/// descriptor, for every site the core knows now, and the table of the
+/// return values the fused return records (null: none); never freed.
+/// Without rseq the fused path records no values: those sites go the
+/// general way.
 fn filter_table(
     filter: &GraphFilter,
     sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
-) -> &'static mut FusedFilter {
+) -> (&'static mut FusedFilter, *const u64) {
     let all = crate::ftrace::sites();
     let n = all.len();
     let rseq = rseq_cs_offset().is_some();
@@ -474,14 +486,14 @@ fn filter_table(
         .collect();
     let classes = Box::leak(classes.into_boxed_slice());
     let args = Box::leak(args.into_boxed_slice());
-    Box::leak(Box::new(FusedFilter {
+    let table = Box::leak(Box::new(FusedFilter {
         classes: classes.as_ptr(),
         len: n as u64,
         has_functions: filter.functions.is_some() as u64,
         max_depth: filter.max_depth as u64,
         args: args.as_ptr(),
-        rets: RetTable::make(&rets),
-    }))
+    }));
+    (table, RetTable::make(&rets))
 }
 
 /// `stubs`: the site stubs' entry and return for a user that is not a

@@ -278,14 +278,22 @@ fn graph_tracer(
         let u = GraphUser::new(on_entry, on_return, all(), i);
         // A lone tracer with graph filters: the fused path applies them
         // the same way (fgraph::filters) where sites have stubs.
-        let sites = |id| args.as_ref().map_or(fused::SiteArgs::None, |a| a.fused(id));
-        // Where most functions have values only the callbacks take (`-a`:
-        // return values from DWARF), the fused path would only try their
-        // calls before handing them over.
         let n = ftrace::site_count() as ftrace::SiteId;
-        let general = (0..n).filter(|&id| sites(id) == fused::SiteArgs::General);
+        let each: Vec<fused::SiteArgs> = (0..n)
+            .map(|id| args.as_ref().map_or(fused::SiteArgs::None, |a| a.fused(id)))
+            .collect();
+        // (A site added since has no specs: the table was made before.)
+        let sites = |id: ftrace::SiteId| {
+            each.get(id as usize)
+                .copied()
+                .unwrap_or(fused::SiteArgs::None)
+        };
+        // Where most functions have values only the callbacks take
+        // (strings, stack arguments), the fused path would only try their
+        // calls before handing them over.
+        let general = each.iter().filter(|&&s| s == fused::SiteArgs::General);
         fused = fused_ok
-            && general.count() * 2 <= n as usize
+            && general.count() * 2 <= each.len()
             && filter
                 .as_ref()
                 .is_some_and(|f| fused::attach_filtered(&u, i, f, &sites));
