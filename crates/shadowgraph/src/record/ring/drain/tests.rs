@@ -81,6 +81,80 @@ fn a_drain_frees_each_chunk_as_it_is_written() {
     }
 }
 
+/// A drain of records with data frees their slots as it gathers them: a
+/// full ring's thread has room again while the writer is still blocked
+/// writing (into a pipe nobody reads yet, smaller than the ring), not
+/// once the whole drain is done. Every record and its data arrive, in
+/// order.
+#[test]
+fn a_drain_of_records_with_data_frees_them_as_it_gathers_them() {
+    const CAP: u64 = 1 << 14;
+    const RECORDS: u64 = CAP / 2; // each with 8 bytes of data: 2 slots
+    let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
+    // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
+    // during the test.
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
+    // SAFETY: the header of the ring just made; times as given (ns).
+    unsafe { (*(base as *mut RingHeader)).tsc = 0 };
+    for k in 0..RECORDS {
+        let c = ring
+            .claim_with_data(|| 1000 + k, Kind::Entry, Depth::Given(0), 8)
+            .unwrap();
+        ring.write_with_data(c.slot, c.time, Kind::Entry, 0, k, &(!k).to_le_bytes());
+        ring.publish(&c);
+    }
+    assert!(!ring.refresh(), "the ring is full");
+    let mut fds = [0; 2];
+    // SAFETY: a pipe of our own (its buffer, 64 KiB here, is smaller than
+    // the ring's 384 KiB of records and data).
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let [rd, wr] = fds;
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let drain = s.spawn(|| {
+            let d = ring.drain_with(wr, &mut [0u8; 16 << 10]);
+            done.store(true, Ordering::Release);
+            d
+        });
+        let t0 = std::time::Instant::now();
+        while !ring.refresh() {
+            if t0.elapsed().as_secs() >= 10 {
+                // SAFETY: our pipe's read end: the drain's write fails
+                // (EPIPE) and the scope can end.
+                unsafe { libc::close(rd) };
+                panic!("no room while the drain is blocked");
+            }
+            std::thread::yield_now();
+        }
+        assert!(
+            !done.load(Ordering::Acquire),
+            "the drain finished without our reads"
+        );
+        let want = RECORDS as usize * 24;
+        let (mut got, mut buf) = (Vec::with_capacity(want), vec![0u8; 1 << 16]);
+        while got.len() < want {
+            // SAFETY: reading into our own buffer.
+            let n = unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) };
+            assert!(n > 0, "read: {}", std::io::Error::last_os_error());
+            got.extend_from_slice(&buf[..n as usize]);
+        }
+        let d = drain.join().unwrap();
+        assert_eq!((d.written, d.lost, d.errno), (RECORDS, 0, 0));
+        assert_eq!(got.len(), want);
+        for (k, rec) in got.chunks_exact(24).enumerate() {
+            let r = decode(rec[..16].try_into().unwrap(), k as u64 * 24).unwrap();
+            let k = k as u64;
+            assert_eq!((r.time, r.addr, r.more), (1000 + k, k, true), "record {k}");
+            assert_eq!(rec[16..], (!k).to_le_bytes(), "record {k}'s data");
+        }
+    });
+    // SAFETY: our pipe's ends.
+    unsafe {
+        libc::close(rd);
+        libc::close(wr);
+    }
+}
+
 /// The time conversion of a TSC ring whose calibration points are off
 /// by up to ±100 ns each (as a writer migrating between vCPUs reads
 /// them), drained every 100 µs, with now and then a time written 30 ms
