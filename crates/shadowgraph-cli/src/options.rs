@@ -527,12 +527,6 @@ impl RecordOptions {
                     let want = if retval { "retval" } else { "argN or fpargN" };
                     return Err(format!("{opt} {g}: `{s}`: {opt} takes {want}"));
                 }
-                use shadowgraph_data::args::Fmt;
-                if let Fmt::Struct(_) = a.fmt {
-                    return Err(format!(
-                        "{opt} {g}: `{s}`: format t (a struct by value) is not recorded yet (d i u x s S c f p e are)"
-                    ));
-                }
             }
         }
         Ok(given.to_vec())

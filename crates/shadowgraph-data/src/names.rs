@@ -54,7 +54,7 @@ pub fn demangle_as(name: &str, how: Demangle) -> String {
             if let Ok(s) = sym.demangle(&opts) {
                 return match how {
                     Demangle::Simple => {
-                        strip_abi_tags(&strip_enclosing_params(&strip_template_args(&s)))
+                        abi_tags_as_names(&strip_enclosing_params(&strip_template_args(&s)))
                     }
                     _ => s,
                 };
@@ -129,15 +129,19 @@ fn closing(b: &[u8], open: usize) -> Option<usize> {
     None
 }
 
-/// `name` without ABI tags (`f[abi:cxx11]` → `f`): not part of a
-/// qualified name.
-fn strip_abi_tags(name: &str) -> String {
+/// `name` with its ABI tags as uftrace's demangler writes them, as one
+/// more name (`f[abi:cxx11]` → `f::cxx11`).
+fn abi_tags_as_names(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     let mut rest = name;
     while let Some(i) = rest.find("[abi:") {
         out.push_str(&rest[..i]);
         match rest[i..].find(']') {
-            Some(j) => rest = &rest[i + j + 1..],
+            Some(j) => {
+                out.push_str("::");
+                out.push_str(&rest[i + 5..i + j]);
+                rest = &rest[i + j + 1..];
+            }
             None => {
                 rest = &rest[i..];
                 break;
@@ -329,7 +333,7 @@ mod tests {
         assert_eq!(demangle("_GLOBAL__sub_I__Z4leafi"), "_GLOBAL__sub_I_leaf");
         assert_eq!(
             demangle("_ZN4Json11writeStringB5cxx11ERKNS_8Factory_5ValueE"),
-            "Json::writeString"
+            "Json::writeString::cxx11"
         );
         assert_eq!(
             demangle(

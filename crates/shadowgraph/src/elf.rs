@@ -13,6 +13,7 @@ pub mod autoargs;
 mod debug;
 pub mod lines;
 pub mod slots;
+pub mod sysv;
 
 pub use slots::JumpSlot;
 

@@ -131,8 +131,9 @@ pub fn emit_shared_from(
 
 /// [`emit_shared_from`] of a record with `data` after it (arguments or a
 /// return value, uftrace's layout: a multiple of 8 bytes, at most
-/// `ring::MAX_DATA`); none: a plain record (a caller passing an empty
-/// slice gets `emit_shared_from` itself, the rest folded away).
+/// `ring::MAX_DATA`; empty: values of no size, the record's `more` bit
+/// set all the same, as uftrace sets it); None: a plain record (a caller
+/// passing None gets `emit_shared_from` itself, the rest folded away).
 #[inline(always)]
 pub fn emit_shared_with_data(
     inst: usize,
@@ -141,12 +142,12 @@ pub fn emit_shared_with_data(
     from: Depth,
     addr: u64,
     shared: &AtomicU64,
-    data: &[u8],
+    data: Option<&[u8]>,
 ) -> Option<u16> {
-    if data.is_empty() {
-        return emit_shared_from(inst, kind, depth, from, addr, shared);
+    match data {
+        None => emit_shared_from(inst, kind, depth, from, addr, shared),
+        Some(data) => emit_data_record(inst, kind, depth, from, addr, shared, data),
     }
-    emit_data_record(inst, kind, depth, from, addr, shared, data)
 }
 
 /// [`emit_shared_with_data`]'s record with data.

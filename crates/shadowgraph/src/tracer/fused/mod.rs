@@ -172,7 +172,7 @@ pub fn fast_retval(spec: &shadowgraph_data::args::ArgSpec) -> Option<(u64, bool)
 /// fused entry (args_asm.rs), if it can record them: at most seven, each
 /// an integer, character, pointer or enum of 1, 2, 4 or 8 bytes in one of
 /// the six argument registers (`arg1`–`arg6`), or a float or double in
-/// xmm0–7 (`fparg1`–`fparg8`).
+/// xmm0–7 (`fparg1`–`fparg8`), without a placement.
 pub fn fast_args(specs: &[shadowgraph_data::args::ArgSpec]) -> Option<u64> {
     use shadowgraph_data::args::Fmt;
     if specs.is_empty() || specs.len() > 7 {
@@ -185,7 +185,11 @@ pub fn fast_args(specs: &[shadowgraph_data::args::ArgSpec]) -> Option<u64> {
             true => (0x40, 1..=8),
             false => (0, 1..=6),
         };
-        if s.retval || !(simple || float != 0) || !regs.contains(&s.index) {
+        if s.retval
+            || !(simple || float != 0)
+            || !regs.contains(&s.index)
+            || s.place != shadowgraph_data::args::Place::Index
+        {
             return None;
         }
         let size = match s.size {

@@ -20,7 +20,7 @@ use crate::fgraph::RetRegs;
 use crate::ftrace::{self, Regs};
 use crate::record::ring::MAX_DATA;
 use crate::tracer::fused::{self, SiteArgs};
-use shadowgraph_data::args::{ArgSpec, Fmt, Specs};
+use shadowgraph_data::args::{ArgSpec, Fmt, Place, Reg, Specs};
 use shadowgraph_data::pattern::FunctionName;
 
 /// The longest string copied (uftrace's): longer ones end in `...`.
@@ -62,19 +62,6 @@ impl ArgTable {
         let mut specs = Specs::default();
         for list in argspec.iter().chain(retspec) {
             specs.add_list(list, false)?;
-            // Formats whose data these callbacks do not write.
-            let all = list.split(';').filter_map(|e| e.split_once('@'));
-            for s in all.flat_map(|(_, s)| s.split(',')) {
-                if let Ok(ArgSpec {
-                    fmt: Fmt::Struct(_),
-                    ..
-                }) = ArgSpec::parse(s)
-                {
-                    return Err(format!(
-                        "argument spec `{s}`: this format is not recorded yet"
-                    ));
-                }
-            }
         }
         let lists = auto.then(shadowgraph_data::prototypes::lists);
         if let Some((a, r)) = &lists {
@@ -207,54 +194,163 @@ pub(crate) const SMALL: usize = 64;
 const _: () = assert!(SMALL <= MAX_DATA);
 
 /// Writes the arguments `specs` name, from `regs` at a call's entry, into
-/// `out`; returns their length (padded to 8): those that fit.
-pub(crate) fn capture_args(specs: &[ArgSpec], regs: &Regs, out: &mut [u8]) -> usize {
+/// `out`; returns their length (padded to 8, 0 for values of no size), or
+/// None if they do not all fit (a reader finds each value's size in the
+/// specs: the data holds all of them or none).
+pub(crate) fn capture_args(specs: &[ArgSpec], regs: &Regs, out: &mut [u8]) -> Option<usize> {
     let mut n = 0;
     for s in specs {
-        let raw: u128 = if s.fmt == Fmt::Float {
-            match s.index {
-                i @ 1..=8 => regs.xmm[i as usize - 1],
-                _ => 0,
-            }
-        } else {
-            match s.index {
-                1 => regs.rdi,
-                2 => regs.rsi,
-                3 => regs.rdx,
-                4 => regs.rcx,
-                5 => regs.r8,
-                6 => regs.r9,
-                i @ 7..=100 => {
-                    // The caller's stack above the return address (where
-                    // `parent_slot` points), read without trusting the spec:
-                    // a word beyond the stack's top reads as 0.
-                    let mut w = [0u8; 8];
-                    let at = regs.parent_slot as usize + 8 * (i as usize - 6);
-                    crate::sys::read_own_memory(at, &mut w);
-                    u64::from_le_bytes(w)
-                }
-                _ => 0,
-            }
-            .into()
+        let fits = match s.fmt {
+            Fmt::Struct(_) => put_struct(s, out, &mut n, |i, dst| arg_bytes(s, regs, i, dst)),
+            _ => put(s, arg_value(s, regs), out, &mut n),
         };
-        if !put(s, raw, out, &mut n) {
-            break;
+        if !fits {
+            return None;
         }
     }
-    n.next_multiple_of(8)
+    Some(n.next_multiple_of(8))
+}
+
+/// The value of the argument `s` (not a structure) at a call's entry.
+fn arg_value(s: &ArgSpec, regs: &Regs) -> u128 {
+    match &s.place {
+        Place::Regs(r) => r.first().map_or(0, |&r| entry_reg(r, regs)),
+        Place::Stack(w) => {
+            let mut b = [0u8; 16];
+            let len = s.size.clamp(1, 16);
+            stack_bytes(regs, *w as usize, &mut b[..len]);
+            u128::from_le_bytes(b)
+        }
+        Place::Index if s.fmt == Fmt::Float => match s.index {
+            i @ 1..=8 => regs.xmm[i as usize - 1],
+            _ => 0,
+        },
+        Place::Index => match s.index {
+            i @ 1..=6 => entry_reg(Reg::Int(i as u8 - 1), regs),
+            i @ 7..=106 => {
+                let mut b = [0u8; 16];
+                stack_bytes(regs, i as usize - 6, &mut b[..8]);
+                u128::from_le_bytes(b)
+            }
+            _ => 0,
+        },
+    }
+}
+
+/// Register `r` at a call's entry.
+fn entry_reg(r: Reg, regs: &Regs) -> u128 {
+    match r {
+        Reg::Int(i) => [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9]
+            .get(i as usize)
+            .map_or(0, |&v| v.into()),
+        Reg::Xmm(i) => regs.xmm.get(i as usize).copied().unwrap_or(0),
+        Reg::Rax => regs.rax.into(),
+    }
+}
+
+/// Fills `dst` from the caller's stack at word `word` above the return
+/// address (where `parent_slot` points), read without trusting the spec:
+/// what cannot be read reads as 0.
+fn stack_bytes(regs: &Regs, word: usize, dst: &mut [u8]) {
+    let at = (regs.parent_slot as usize).wrapping_add(8 * word);
+    let got = crate::sys::read_own_memory(at, dst);
+    dst[got..].fill(0);
+}
+
+/// The bytes of the structure argument `s` (`dst`: all of them, `i`: the
+/// argument's number): from the registers its placement names, eight
+/// bytes each; from the stack; or, without a placement, from the integer
+/// argument registers from its number on (how SysV passes a structure of
+/// integers of up to 16 bytes). What is not there reads as 0.
+fn arg_bytes(s: &ArgSpec, regs: &Regs, index: u32, dst: &mut [u8]) {
+    dst.fill(0);
+    match &s.place {
+        Place::Stack(w) => stack_bytes(regs, *w as usize, dst),
+        Place::Regs(r) => {
+            for (chunk, &r) in dst.chunks_mut(8).zip(r) {
+                chunk.copy_from_slice(&entry_reg(r, regs).to_le_bytes()[..chunk.len()]);
+            }
+        }
+        Place::Index => {
+            let first = index.max(1) as u8 - 1;
+            for (k, chunk) in dst.chunks_mut(8).enumerate() {
+                let v = entry_reg(Reg::Int(first.saturating_add(k as u8)), regs);
+                chunk.copy_from_slice(&v.to_le_bytes()[..chunk.len()]);
+            }
+        }
+    }
 }
 
 /// Writes the return value `spec` names, from `regs` as the call
-/// returned, into `out`; returns its length (padded to 8).
-pub(crate) fn capture_retval(spec: &ArgSpec, regs: &RetRegs, out: &mut [u8]) -> usize {
-    let raw = if spec.fmt == Fmt::Float {
-        regs.xmm0
-    } else {
-        regs.rax.into()
-    };
+/// returned, into `out`; returns its length (padded to 8), or None if it
+/// does not fit.
+pub(crate) fn capture_retval(spec: &ArgSpec, regs: &RetRegs, out: &mut [u8]) -> Option<usize> {
     let mut n = 0;
-    put(spec, raw, out, &mut n);
-    n.next_multiple_of(8)
+    let fits = if let Fmt::Struct(_) = spec.fmt {
+        put_struct(spec, out, &mut n, |_, dst| ret_bytes(spec, regs, dst))
+    } else {
+        let raw = if spec.fmt == Fmt::Float {
+            regs.xmm0
+        } else {
+            regs.rax.into()
+        };
+        put(spec, raw, out, &mut n)
+    };
+    fits.then_some(n.next_multiple_of(8))
+}
+
+/// The bytes of a structure returned by value: from the registers its
+/// placement names (`rax`, `rdx`, `xmm0`, `xmm1`); without one, `rax` and
+/// `rdx` for one of up to 16 bytes, else from memory where `rax` points
+/// (SysV returns a larger one in the caller's memory, its address in
+/// `rax`), read without trusting it.
+fn ret_bytes(spec: &ArgSpec, regs: &RetRegs, dst: &mut [u8]) {
+    dst.fill(0);
+    let reg = |r: Reg| -> u128 {
+        match r {
+            Reg::Rax => regs.rax.into(),
+            Reg::Int(2) => regs.rdx.into(),
+            Reg::Xmm(0) => regs.xmm0,
+            Reg::Xmm(1) => regs.xmm1,
+            _ => 0,
+        }
+    };
+    match &spec.place {
+        Place::Regs(r) => {
+            for (chunk, &r) in dst.chunks_mut(8).zip(r) {
+                chunk.copy_from_slice(&reg(r).to_le_bytes()[..chunk.len()]);
+            }
+        }
+        _ if dst.len() <= 16 => {
+            for (chunk, r) in dst.chunks_mut(8).zip([Reg::Rax, Reg::Int(2)]) {
+                chunk.copy_from_slice(&reg(r).to_le_bytes()[..chunk.len()]);
+            }
+        }
+        _ => {
+            let got = crate::sys::read_own_memory(regs.rax as usize, dst);
+            dst[got..].fill(0);
+        }
+    }
+}
+
+/// Appends the bytes of structure `s` (`fill` writes them, given the
+/// argument's number) at `*n` (then 4-aligned); false when they do not
+/// fit (with the padding to 8 that ends the data).
+fn put_struct(
+    s: &ArgSpec,
+    out: &mut [u8],
+    n: &mut usize,
+    fill: impl FnOnce(u32, &mut [u8]),
+) -> bool {
+    let at = *n;
+    let end = (at + s.size).next_multiple_of(4);
+    if end.next_multiple_of(8) > out.len() {
+        return false;
+    }
+    fill(s.index, &mut out[at..at + s.size]);
+    out[at + s.size..end].fill(0);
+    *n = end;
+    true
 }
 
 /// Appends one value at `*n` (then 4-aligned); false when it does not fit

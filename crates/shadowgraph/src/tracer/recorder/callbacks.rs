@@ -61,12 +61,12 @@ pub(super) fn on_entry_plain(
     if max > 0 && e.depth >= max as i32 {
         return false;
     }
-    emit_entry(u, e.depth.clamp(0, 1023) as u16, e.func, &[], false);
+    emit_entry(u, e.depth.clamp(0, 1023) as u16, e.func, None, false);
     true
 }
 
 pub(super) fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    emit_exit(u, r, r.depth.clamp(0, 1023) as u16, &[]);
+    emit_exit(u, r, r.depth.clamp(0, 1023) as u16, None);
 }
 
 /// In the 8 bytes a call entered inside a signal handler keeps in its
@@ -107,7 +107,7 @@ fn follows_ring(inst: usize, depth: u16, at: u16) -> bool {
 /// so that its return comes to the callbacks, not to the fused path
 /// (`fused::attach_filtered`).
 #[inline(always)]
-fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize, data: &[u8], hold: bool) {
+fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize, data: Option<&[u8]>, hold: bool) {
     let follow = follows_ring(u.private, depth, 0);
     let keep = if follow || hold { u.reserve(8) } else { None };
     let from = if follow {
@@ -138,7 +138,7 @@ fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize, data: &[u8], hold:
 /// all the same, see `GraphUser::offer_unowned_unwinds`), and only the
 /// ring knows which side of the record it was on.
 #[inline(always)]
-fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16, data: &[u8]) {
+fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16, data: Option<&[u8]>) {
     let nested = if r.unwound {
         nested()
     } else {
@@ -231,7 +231,7 @@ fn entry<const TIMED: bool>(
                 unsafe {
                     let at = (w as *mut u8).add(TIMED_ARGS);
                     let data = std::slice::from_raw_parts_mut(at, room - TIMED_ARGS);
-                    let n = args::capture_args(specs, regs, data);
+                    let n = args::capture_args(specs, regs, data).unwrap_or(0);
                     w.add(1).write(n as u64);
                 }
             }
@@ -249,15 +249,15 @@ fn entry<const TIMED: bool>(
         release_callers(u, depth, clock::now() & !ENTRY_FLAGS, timed_args(t));
     }
     if specs.is_empty() {
-        emit_entry(u, depth, e.func, &[], hold);
+        emit_entry(u, depth, e.func, None, hold);
     } else if args::bound(specs) <= args::SMALL {
         let mut data = [0u8; args::SMALL];
         let n = args::capture_args(specs, regs, &mut data);
-        emit_entry(u, depth, e.func, &data[..n], hold);
+        emit_entry(u, depth, e.func, n.map(|n| &data[..n]), hold);
     } else {
         let mut data = [0u8; ring::MAX_DATA];
         let n = args::capture_args(specs, regs, &mut data);
-        emit_entry(u, depth, e.func, &data[..n], hold);
+        emit_entry(u, depth, e.func, n.map(|n| &data[..n]), hold);
     }
     true
 }
@@ -293,23 +293,36 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
         let (inst, func, from) = (u.private, r.func as u64, writer::depth_from(depth));
         match retval_spec(t, r) {
             None => writer::emit_shared(inst, Kind::Exit, depth, func, fgraph::event_time()),
-            Some(s) => {
-                let mut data = [0u8; 112];
-                let n = args::capture_retval(s, regs, &mut data);
-                let (time, data) = (fgraph::event_time(), &data[..n]);
+            Some(s) => with_retval(s, regs, |data| {
+                let time = fgraph::event_time();
                 writer::emit_shared_with_data(inst, Kind::Exit, depth, from, func, time, data);
-            }
+            }),
         }
     } else {
         match retval_spec(t, r) {
-            None => emit_exit(u, r, depth, &[]),
-            Some(s) => {
-                // One value: a string at its longest fits.
-                let mut data = [0u8; 112];
-                let n = args::capture_retval(s, regs, &mut data);
-                emit_exit(u, r, depth, &data[..n]);
-            }
+            None => emit_exit(u, r, depth, None),
+            Some(s) => with_retval(s, regs, |data| emit_exit(u, r, depth, data)),
         }
+    }
+}
+
+/// `f` of the data of return value `s` (None if it does not fit a record):
+/// in a buffer a string at its longest fits, or, for a larger structure,
+/// one of the most data a record takes.
+#[inline(always)]
+fn with_retval(
+    s: &shadowgraph_data::args::ArgSpec,
+    regs: &fgraph::RetRegs,
+    f: impl FnOnce(Option<&[u8]>),
+) {
+    if args::bound(std::slice::from_ref(s)) <= 112 {
+        let mut data = [0u8; 112];
+        let n = args::capture_retval(s, regs, &mut data);
+        f(n.map(|n| &data[..n]))
+    } else {
+        let mut data = [0u8; ring::MAX_DATA];
+        let n = args::capture_retval(s, regs, &mut data);
+        f(n.map(|n| &data[..n]))
     }
 }
 

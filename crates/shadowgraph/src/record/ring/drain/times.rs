@@ -6,7 +6,7 @@ use crate::record::ring::{start_calibration, Drained, Ring};
 use shadowgraph_data::time::Converter;
 use std::sync::atomic::Ordering;
 
-/// The shortest piece of a ring's time conversion (see [`Ring::times`]):
+/// The shortest piece of a ring's time conversion (see `Ring::times`):
 /// 100 ms. A calibration point is off by up to ~100 ns on a virtual
 /// machine (the writer reads it on whichever vCPU it runs, each with its
 /// own view of the clock): over 100 ms, a rate error of 10⁻⁶.

@@ -11,6 +11,9 @@
 
 use crate::pattern::{FunctionName, Pattern};
 
+mod place;
+pub use place::{Place, Reg, INT_REGS};
+
 /// How a value is shown (uftrace's `/FMT`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fmt {
@@ -49,11 +52,14 @@ pub struct ArgSpec {
     pub fmt: Fmt,
     /// Its size in bytes.
     pub size: usize,
+    /// Where it is read (`%rdi`, `%stack+1`): the recorder's business,
+    /// the data is the same.
+    pub place: Place,
 }
 
 impl ArgSpec {
-    /// Parses one spec as uftrace writes it (`%reg` and `%stack+N`
-    /// placements are accepted: they do not change the recorded data).
+    /// Parses one spec as uftrace writes it, with its placement if any
+    /// (`arg1/t16:Pair%rdi+rsi`, `arg7%stack+1`).
     pub fn parse(text: &str) -> Result<ArgSpec, String> {
         let bad = |why: &str| format!("argument spec `{text}`: {why}");
         let (head, mut fmt, mut size, retval) = if let Some(r) = text.strip_prefix("retval") {
@@ -71,7 +77,10 @@ impl ArgSpec {
         }
         let index = head[..digits].parse().unwrap_or(0);
         let rest = &head[digits..];
-        let (rest, _placement) = rest.split_once('%').unwrap_or((rest, ""));
+        let (rest, place) = match rest.split_once('%') {
+            Some((r, p)) => (r, Place::parse(p).map_err(|e| bad(&e))?),
+            None => (rest, Place::Index),
+        };
         if let Some(f) = rest.strip_prefix('/') {
             let mut chars = f.chars();
             let bits = match chars.next() {
@@ -121,6 +130,7 @@ impl ArgSpec {
             index,
             fmt,
             size,
+            place,
         })
     }
 }
@@ -425,6 +435,23 @@ fn escape_char(out: &mut String, c: u8) {
     }
 }
 
+/// An x87 80-bit `long double` (64-bit mantissa with its integer bit,
+/// 15-bit exponent, sign) as the nearest `f64`.
+fn extended(b: &[u8; 16]) -> f64 {
+    let mantissa = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    let top = u16::from_le_bytes([b[8], b[9]]);
+    let sign = if top & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from(top & 0x7fff);
+    let v = match exp {
+        0 if mantissa == 0 => 0.0,
+        0x7fff if mantissa << 1 == 0 => f64::INFINITY,
+        0x7fff => f64::NAN,
+        // mantissa / 2^63 · 2^(exp − 16383), in two steps that stay in range.
+        _ => mantissa as f64 * 2f64.powi((exp - 16383 - 63).clamp(-1100, 1100)),
+    };
+    sign * v
+}
+
 fn show_number(
     out: &mut String,
     s: &ArgSpec,
@@ -460,6 +487,7 @@ fn show_number(
         Fmt::Hex => hex(unsigned),
         Fmt::Float => match s.size {
             4 => format!("{:.6}", f32::from_le_bytes(b[..4].try_into().expect("4"))),
+            10 => format!("{:.6}", extended(&b)),
             _ => format!("{:.6}", f64::from_le_bytes(b[..8].try_into().expect("8"))),
         },
         Fmt::Ptr => match symbol(u) {
@@ -511,6 +539,22 @@ mod tests {
         assert!(ArgSpec::parse("arg1/q").is_err());
         assert!(ArgSpec::parse("arg/x").is_err());
         assert!(ArgSpec::parse("arg1/x12").is_err());
+    }
+
+    #[test]
+    fn long_doubles_read_as_their_nearest_double() {
+        let f80 = |mantissa: u64, top: u16| {
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&mantissa.to_le_bytes());
+            b[8..10].copy_from_slice(&top.to_le_bytes());
+            extended(&b)
+        };
+        assert_eq!(f80(0xc000_0000_0000_0000, 0x3fff), 1.5);
+        assert_eq!(f80(0x8000_0000_0000_0000, 0xc000), -2.0);
+        assert_eq!(f80(0, 0), 0.0);
+        assert_eq!(f80(0x8000_0000_0000_0000, 0x7fff), f64::INFINITY);
+        let tiny = f80(0x8637_bd05_af6c_69b6, 0xbfec); // -0.000002
+        assert!((tiny + 0.000002).abs() < 1e-18, "{tiny}");
     }
 
     #[test]
