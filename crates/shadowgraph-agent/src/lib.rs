@@ -49,9 +49,7 @@ extern "C" fn agent_init() {
             // grace periods for membarrier registration (one per command
             // in a process with threads) pass while the session is
             // prepared, on a thread of their own.
-            let _ = std::thread::Builder::new()
-                .name(shadowgraph::sys::REGISTERING_THREAD.into())
-                .spawn(shadowgraph::sys::membarrier_register_all);
+            shadowgraph::sys::membarrier_register_in_background();
             return;
         }
         Err(e) => return eprintln!("shadowgraph: {e}; the program runs untraced"),

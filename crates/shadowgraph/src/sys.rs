@@ -364,6 +364,39 @@ pub fn membarrier_register_all() {
     });
 }
 
+/// Runs [`membarrier_register_all`] on a thread of its own (named
+/// [`REGISTERING_THREAD`]), for a process joined late, after saying so
+/// ([`membarrier_registering`]); without a thread, here.
+pub fn membarrier_register_in_background() {
+    // Release/Acquire: a subsystem that reads the flag and so leaves its
+    // registration for later finds it before any use of membarrier.
+    REGISTERING.store(true, std::sync::atomic::Ordering::Release);
+    let spawned = std::thread::Builder::new()
+        .name(REGISTERING_THREAD.into())
+        .spawn(membarrier_register_all);
+    if spawned.is_err() {
+        membarrier_register_all();
+    }
+}
+
+/// Whether the kernel offers `membarrier(PRIVATE_EXPEDITED_RSEQ)` (asked,
+/// not registered: at once).
+pub fn membarrier_offers_rseq() -> bool {
+    // SAFETY: plain system call (MEMBARRIER_CMD_QUERY = 0).
+    let cmds = unsafe { libc::syscall(libc::SYS_membarrier, 0, 0, 0) };
+    cmds > 0 && cmds as i32 & MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ != 0
+}
+
+/// Whether [`membarrier_register_in_background`] has begun: a subsystem then
+/// registers at its first use of membarrier rather than at its start, so
+/// that a session starting meanwhile does not wait for the kernel's grace
+/// periods (10–15 ms here) that the registrations in flight are in.
+pub fn membarrier_registering() -> bool {
+    REGISTERING.load(std::sync::atomic::Ordering::Acquire)
+}
+
+static REGISTERING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Registers for `membarrier(PRIVATE_EXPEDITED)` (per process: again after
 /// fork). `false` if the kernel does not offer it.
 pub fn membarrier_register_expedited() -> bool {

@@ -58,7 +58,11 @@ pub fn fence_rseq_too() -> bool {
     if RSEQ_FENCE.load(Ordering::Acquire) {
         return true;
     }
-    if !sys::membarrier_register_rseq() {
+    if sys::membarrier_registering() && sys::membarrier_offers_rseq() {
+        // Registered at the first grace period (see
+        // sys::membarrier_registering).
+        RSEQ_PENDING.store(true, Ordering::Relaxed);
+    } else if !sys::membarrier_register_rseq() {
         return false;
     }
     // Release: after the registration, which a waiter relies on once it
@@ -77,10 +81,14 @@ pub fn init() {
         unsafe {
             libc::pthread_key_create(std::ptr::addr_of_mut!(KEY), Some(release_slot));
         }
-        MEMBARRIER.store(
-            sys::membarrier_register_expedited() as i32,
-            Ordering::Relaxed,
-        );
+        // In a process joined late, at the first grace period (-1 until
+        // then): see sys::membarrier_registering.
+        if !sys::membarrier_registering() {
+            MEMBARRIER.store(
+                sys::membarrier_register_expedited() as i32,
+                Ordering::Relaxed,
+            );
+        }
         // SAFETY: registering a plain extern "C" child handler.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     });
@@ -366,20 +374,34 @@ impl Drop for Bracket {
     }
 }
 
+/// The rseq fence is promised ([`fence_rseq_too`]) but not registered yet:
+/// the next grace period registers first. Release/Acquire: cleared only
+/// once registered, so a grace period that finds it clear may fence.
+static RSEQ_PENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// A forked child could not register for the rseq fence again.
 static RSEQ_FENCE_BROKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Grace period, part A: returns once every thread that may have loaded
-/// something unpublished before this call has left its bracket (and,
-/// with [`fence_rseq_too`], its restartable sequence).
-pub fn synchronize() {
-    init();
-    // Every thread either made its bracket increment visible before this
-    // point or will see what was unpublished before it.
+/// The barrier of a grace period (see [`synchronize`]): membarrier, with
+/// the rseq fence when promised, else a signal to every thread.
+fn fence_running_threads() {
     let mut pinged = false;
+    if MEMBARRIER.load(Ordering::Relaxed) == -1 {
+        // Registered now (by the thread registering in the background
+        // first, most likely: this returns at once). Relaxed: every
+        // thread that registers stores the same.
+        let ok = sys::membarrier_register_expedited();
+        MEMBARRIER.store(ok as i32, Ordering::Relaxed);
+    }
     if MEMBARRIER.load(Ordering::Relaxed) != 1 || sys::membarrier_expedited().is_err() {
         let _ = crate::stop::ping_all();
         pinged = true;
+    }
+    if RSEQ_PENDING.load(Ordering::Acquire) {
+        if !sys::membarrier_register_rseq() {
+            RSEQ_FENCE_BROKEN.store(true, Ordering::Relaxed);
+        }
+        RSEQ_PENDING.store(false, Ordering::Release);
     }
     // A signal also sends a thread in a restartable sequence to its abort
     // handler, so the ping above does both.
@@ -388,6 +410,22 @@ pub fn synchronize() {
         && (RSEQ_FENCE_BROKEN.load(Ordering::Relaxed) || sys::membarrier_rseq().is_err())
     {
         let _ = crate::stop::ping_all();
+    }
+}
+
+/// Grace period, part A: returns once every thread that may have loaded
+/// something unpublished before this call has left its bracket (and,
+/// with [`fence_rseq_too`], its restartable sequence).
+pub fn synchronize() {
+    init();
+    // Every thread either made its bracket increment visible before this
+    // point or will see what was unpublished before it. Threads held off
+    // their CPUs from outside did already (their stores left with them),
+    // and one held inside a restartable sequence is sent to its abort
+    // handler by the kernel as it resumes: no barrier, and no wait for
+    // membarrier's registration (see sys::membarrier_registering).
+    if !crate::process::world_stopped_outside() {
+        fence_running_threads();
     }
     let mine = local().slot.get();
     // Acquire: every slot below the high water has its tid published.

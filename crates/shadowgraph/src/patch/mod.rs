@@ -29,7 +29,7 @@ use published::{
     add_known, ActiveBatch, ACTIVE, READERS, TRAPS_CHAINED, TRAPS_EMULATED, TRAPS_LATE,
 };
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI8, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 
 /// How the patcher writes to text pages.
@@ -96,22 +96,44 @@ pub(crate) fn text_lock() -> MutexGuard<'static, ()> {
 }
 
 static INIT: Once = Once::new();
-static MEMBARRIER_OK: AtomicBool = AtomicBool::new(false);
+/// Whether `membarrier(SYNC_CORE)` serves [`serialise`]: 1 yes, 0 no, −1
+/// not registered yet (in a process joined late, until the first use: see
+/// sys::membarrier_registering). Relaxed: every thread that registers
+/// stores the same.
+static MEMBARRIER_OK: AtomicI8 = AtomicI8::new(-1);
 
 /// Installs the SIGTRAP handler and registers for membarrier. Idempotent;
 /// done by the first batch at the latest. Call again after `fork` in the
 /// child (membarrier registration is per process).
 pub fn init() {
     INIT.call_once(|| {
-        MEMBARRIER_OK.store(sys::membarrier_register_sync_core(), Ordering::Relaxed);
+        if !sys::membarrier_registering() {
+            register_sync_core();
+        }
         trap::install();
     });
+}
+
+/// Registers for `membarrier(SYNC_CORE)`; whether it serves.
+fn register_sync_core() -> bool {
+    let ok = sys::membarrier_register_sync_core();
+    MEMBARRIER_OK.store(ok as i8, Ordering::Relaxed);
+    ok
+}
+
+/// Whether `membarrier(SYNC_CORE)` serves, registering first if it is not
+/// yet.
+fn sync_core_ok() -> bool {
+    match MEMBARRIER_OK.load(Ordering::Relaxed) {
+        -1 => register_sync_core(),
+        v => v == 1,
+    }
 }
 
 /// How [`serialise`] reaches every core: `membarrier` (SYNC_CORE) or, where
 /// the kernel lacks it, a signal to every thread.
 pub fn serialise_method() -> &'static str {
-    if MEMBARRIER_OK.load(Ordering::Relaxed) {
+    if sync_core_ok() {
         "membarrier(PRIVATE_EXPEDITED_SYNC_CORE)"
     } else {
         "a signal to every thread"
@@ -120,16 +142,16 @@ pub fn serialise_method() -> &'static str {
 
 /// Re-registers for membarrier in a forked child.
 pub fn after_fork_child() {
-    MEMBARRIER_OK.store(sys::membarrier_register_sync_core(), Ordering::Relaxed);
+    register_sync_core();
 }
 
 /// Every core of the process executes a serialising instruction.
 pub fn serialise() -> Result<(), PatchError> {
-    if MEMBARRIER_OK.load(Ordering::Relaxed) {
+    if sync_core_ok() {
         if sys::membarrier_sync_core().is_ok() {
             return Ok(());
         }
-        MEMBARRIER_OK.store(false, Ordering::Relaxed);
+        MEMBARRIER_OK.store(0, Ordering::Relaxed);
     }
     stop::ping_all().map_err(|e| PatchError::Io(format!("cannot serialise cores: {e}")))
 }
@@ -157,11 +179,18 @@ pub fn apply(edits: &mut [Edit]) -> Result<(), PatchError> {
             // Nothing else runs the program's code: plain stores. Pages
             // that cannot be made writable are left to the batch below
             // (its window falls back to /proc/self/mem).
+            // No serialising afterwards: a held thread is off its CPU,
+            // stopped in the kernel with nothing of the program's in
+            // flight, and resumes through the kernel's return to user
+            // mode, fetching whatever the stores left (as a debugger's
+            // breakpoints are written into a stopped inferior). Nor, then,
+            // a wait for membarrier's registration in a process joined
+            // late (sys::membarrier_registering).
             let opened = window.open().is_ok();
             let r = opened.then(|| {
                 let written = write_quiescent(&window, edits);
                 window.close();
-                written.and_then(|()| serialise())
+                written
             });
             hold::ask(Hold::End);
             if let Some(r) = r {

@@ -304,9 +304,22 @@ static STOPPED_OUTSIDE: std::sync::Mutex<Option<Vec<(usize, usize)>>> = std::syn
 /// points into, is deferred.
 pub fn with_world_stopped<R>(stopped: &[(usize, usize)], f: impl FnOnce() -> R) -> R {
     *STOPPED_OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()) = Some(stopped.to_vec());
+    WORLD_HELD.set(true);
     let r = f();
+    WORLD_HELD.set(false);
     *STOPPED_OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()) = None;
     r
+}
+
+/// Whether this thread runs inside [`with_world_stopped`]: every other
+/// thread that runs the program's code is held off its CPU from outside.
+pub fn world_stopped_outside() -> bool {
+    WORLD_HELD.get()
+}
+
+thread_local! {
+    /// Set on the thread that runs [`with_world_stopped`]'s function.
+    static WORLD_HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Converts sleds to NOP5; returns the deferred ones (sorted).
@@ -329,8 +342,8 @@ pub(crate) fn write_stopped(
     moved: &dyn Fn(usize, usize) -> Option<usize>,
     out: &mut Normalized,
 ) -> Result<Vec<bool>, NormalizeError> {
-    // Serialising cores by membarrier (signals cannot reach threads held
-    // from outside).
+    // Serialising cores by membarrier where threads run (signals would
+    // not do for threads held from outside: those need none).
     patch::init();
     let _text = patch::text_lock();
     patch::verify(edits)?;
@@ -371,7 +384,8 @@ pub(crate) fn write_stopped(
             }
         }
         window.close();
-        patch::serialise()?;
+        // Nothing to serialise: the held threads are off their CPUs and
+        // resume through the kernel (see patch::apply's held batch).
         return Ok(deferred);
     }
     let mut threads = Vec::with_capacity(2);
