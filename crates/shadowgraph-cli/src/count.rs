@@ -40,6 +40,7 @@ pub(crate) fn run_counted(
         stack_bytes: None,
         returns: returns(hijack_returns),
         text_write: text_write()?,
+        with_syms: None,
         lineage: Default::default(),
     };
     let status = Command::new(prog)

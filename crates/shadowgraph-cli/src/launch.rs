@@ -123,6 +123,14 @@ pub(crate) fn check_program(path: &Path) -> Result<Option<String>, String> {
         return Ok(Some("a script".to_string()));
     }
     let found = shadowgraph::elf::scan_file(path).map_err(|e| e.to_string())?;
+    if found.hooks_unnamed {
+        return Err(format!(
+            "{}: built with -pg or -finstrument-functions and stripped of its symbols: its \
+             functions cannot be found (keep its symbol table, name them with --with-syms DIR, \
+             or build with -pg -mfentry -mrecord-mcount)",
+            path.display()
+        ));
+    }
     match found.require_traceable_program() {
         Ok(()) => Ok(None),
         Err(_) if found.has_interpreter => Ok(Some("no patchable function entries".to_string())),

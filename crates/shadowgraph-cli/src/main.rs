@@ -620,7 +620,7 @@ fn report(
         }
         _ => SortKey::Total,
     };
-    let data = DataDir::open_with(dir, how).map_err(|e| e.to_string())?;
+    let data = DataDir::open_with(dir, how.clone()).map_err(|e| e.to_string())?;
     if let Some(other) = diff {
         use shadowgraph_data::profile::is_profile;
         let other = DataDir::open_with(other, how).map_err(|e| e.to_string())?;

@@ -168,6 +168,11 @@ pub(crate) struct RecordOptions {
     /// (integers, characters, strings, pointers, floating point).
     #[arg(short = 'a', long = "auto-args")]
     pub(crate) auto_args: bool,
+    /// Name the functions of a stripped program or library from the `.sym`
+    /// files in DIR (a recording of it made before it was stripped), for
+    /// filters and the recording's names.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) with_syms: Option<std::path::PathBuf>,
     /// Run this Python script's callbacks over the recording when it is
     /// whole (as `script -S` does; uftrace's runs them while recording).
     #[arg(short = 'S', long = "script", value_name = "FILE")]
@@ -572,6 +577,12 @@ impl RecordOptions {
             returns: returns(self.hijack_returns),
             text_write: text_write()?,
             lineage: Default::default(),
+            with_syms: self
+                .with_syms
+                .as_deref()
+                .map(std::path::absolute)
+                .transpose()
+                .map_err(|e| format!("--with-syms: {e}"))?,
         };
         config.check().map_err(|e| e.to_string())?;
         Ok(config)

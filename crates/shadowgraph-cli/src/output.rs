@@ -105,7 +105,7 @@ pub(crate) fn view_merged(
     }
     let datas = dirs
         .iter()
-        .map(|d| open_calls(d, how, false))
+        .map(|d| open_calls(d, how.clone(), false))
         .collect::<Result<Vec<_>, _>>()?;
     write_view(datas, write)
 }
@@ -122,7 +122,7 @@ pub(crate) fn view_with_sessions(
     ) -> Result<(), shadowgraph_data::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
     use std::io::Write;
-    let code = view_of(dir, how, false, &write)?;
+    let code = view_of(dir, how.clone(), false, &write)?;
     let sessions = match shadowgraph_data::dir::DataDir::open(dir) {
         Ok(d) => d.exec_sessions(),
         Err(_) => Vec::new(),
@@ -144,7 +144,7 @@ pub(crate) fn view_with_sessions(
                 return Ok(code); // closed pipe
             }
         }
-        view_of(&s, how, false, &write)?;
+        view_of(&s, how.clone(), false, &write)?;
     }
     Ok(code)
 }

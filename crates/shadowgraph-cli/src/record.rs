@@ -19,7 +19,8 @@ pub(crate) fn record(
     program: &[String],
 ) -> Result<ExitCode, String> {
     // The options checked before anything is moved or made.
-    opts.config(Path::new("/"), Path::new("/"))?;
+    let checked = opts.config(Path::new("/"), Path::new("/"))?;
+    shadowgraph::elf::set_symbol_dir(checked.with_syms);
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
     // (With -P, a program without patchable entries is patched.)

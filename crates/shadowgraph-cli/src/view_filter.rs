@@ -64,6 +64,11 @@ pub(crate) struct ViewFilter {
     /// as uftrace), full (types and parameters too), no (the symbols).
     #[arg(long, value_enum, default_value = "simple")]
     demangle: DemangleArg,
+    /// Each object's symbols from `DIR/<object>.sym` where there is one
+    /// (the recording of the object before it was stripped, say), instead
+    /// of the recording's own.
+    #[arg(long, value_name = "DIR")]
+    with_syms: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -101,6 +106,7 @@ impl ViewFilter {
                 DemangleArg::No => Demangle::No,
             },
             progress: std::io::stderr().is_terminal() && !std::io::stdout().is_terminal(),
+            with_syms: self.with_syms.clone(),
         }
     }
 }

@@ -726,3 +726,49 @@ fn report_diff_compares_two_recordings_by_function() {
         .unwrap();
     assert!(!o.status.success());
 }
+
+/// A uftrace recording with `read=` triggers (`proc/statm`, `page-fault`:
+/// built-in events with data after their records) reads whole, and
+/// `replay` shows the events where uftrace shows them; `report` and
+/// `graph` read past them.
+#[test]
+fn uftrace_read_events_are_shown_as_uftrace_shows_them() {
+    if uftrace_missing("a recording with read= triggers made by uftrace") {
+        return;
+    }
+    let dir = workdir("read-events");
+    let exe = dir.join("abc");
+    cc(&[&fixture("abc.c")], &["-pg"], &exe);
+    let data = dir.join("theirs.data");
+    let triggers = [
+        "-F",
+        "main",
+        "-T",
+        "b@read=proc/statm",
+        "-T",
+        "c@read=page-fault",
+    ];
+    uftrace_record(&data, &triggers, &exe);
+    let ours = replay_text(&data);
+    assert_eq!(ours, uftrace_view("replay", &data).unwrap());
+    for shown in [
+        "|       /* read:proc/statm (vmsize=",
+        "|         /* read:page-fault (major=",
+        "|         /* diff:page-fault (major=+",
+        "|       /* diff:proc/statm (vmsize=+",
+    ] {
+        assert!(ours.contains(shown), "{shown} in\n{ours}");
+    }
+    for view in ["report", "graph"] {
+        let o = shadowgraph()
+            .args([view, "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success() && !err.contains("warning") && out.contains("getpid"),
+            "{view}: {err}\n{out}"
+        );
+    }
+}

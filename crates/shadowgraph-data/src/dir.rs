@@ -235,7 +235,7 @@ impl DataDir {
             // Times in .dat files are nanoseconds already.
             info.set("format", "uftrace");
             read_uftrace_task(dir, &mut info)?;
-            let (s, m, l, e) = read_uftrace_symbols(dir, &mut skipped)?;
+            let (s, m, l, e) = read_uftrace_symbols(dir, how.with_syms.as_deref(), &mut skipped)?;
             (s, m, l, Some(e))
         } else {
             (
@@ -261,7 +261,12 @@ impl DataDir {
         tids.sort_unstable();
         let names = symbols
             .iter()
-            .map(|s| crate::names::demangle_as(&s.1, how.names))
+            .map(|s| match s.1.is_empty() {
+                // A function without a name (a stripped object's that it
+                // does not export): its address, as uftrace shows one.
+                true => format!("<{:x}>", s.0),
+                false => crate::names::demangle_as(&s.1, how.names),
+            })
             .collect();
         let mut data = DataDir {
             dir: dir.to_owned(),
@@ -472,10 +477,10 @@ impl DataDir {
             return "linux:schedule".into();
         }
         if !self.modules.is_empty() && self.module_of(addr).is_empty() {
-            return format!("{addr:#x}").into();
+            return format!("<{addr:x}>").into();
         }
         match self.symbols.partition_point(|s| s.0 <= addr) {
-            0 => format!("{addr:#x}").into(),
+            0 => format!("<{addr:x}>").into(),
             i => self.names[i - 1].as_str().into(),
         }
     }
@@ -520,12 +525,16 @@ impl Drop for Progress {
 }
 
 /// How a view opens a data directory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpenOptions {
     /// How symbols are shown (`--demangle`).
     pub names: crate::names::Demangle,
     /// Whether reading a large recording shows its progress on stderr.
     pub progress: bool,
+    /// `--with-syms DIR`: each object's symbols from `DIR/<object>.sym`
+    /// where there is one (a recording of the object before it was
+    /// stripped), instead of the recording's own.
+    pub with_syms: Option<PathBuf>,
 }
 
 /// Records of one `.dat` file, decoded one at a time.
@@ -606,6 +615,19 @@ impl Iterator for RecordStream {
                 ));
             };
             match index.read_after(r.addr, r.kind == Kind::Exit, &mut self.input) {
+                Ok((text, n)) => {
+                    r.args = Some(text.into());
+                    self.offset += n;
+                }
+                Err(e) => return self.cut(format!("offset {}: {e}", self.offset)),
+            }
+        }
+        if r.more
+            && r.kind == Kind::Event
+            && (crate::events::FIRST..=crate::events::LAST).contains(&r.addr)
+        {
+            // A built-in event's data (a `read=` trigger's).
+            match crate::events::read_after(r.addr, &mut self.input) {
                 Ok((text, n)) => {
                     r.args = Some(text.into());
                     self.offset += n;

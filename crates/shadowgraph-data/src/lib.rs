@@ -25,6 +25,7 @@ pub mod diff;
 pub mod dir;
 pub mod dump;
 pub mod error;
+pub mod events;
 pub mod flame;
 pub mod format;
 pub mod graph;

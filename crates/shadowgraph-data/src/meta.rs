@@ -313,6 +313,7 @@ pub(crate) type UftraceSymbols = (Vec<(u64, String)>, Modules, LibNames, Vec<u64
 
 pub(crate) fn read_uftrace_symbols(
     dir: &Path,
+    with_syms: Option<&Path>,
     skipped: &mut Vec<String>,
 ) -> Result<UftraceSymbols, DataError> {
     let mut symbols = Vec::new();
@@ -354,7 +355,10 @@ pub(crate) fn read_uftrace_symbols(
                 .file_name()
                 .map(|b| b.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let sym = dir.join(format!("{base}.sym"));
+            let sym = with_syms
+                .map(|w| w.join(format!("{base}.sym")))
+                .filter(|w| w.exists())
+                .unwrap_or_else(|| dir.join(format!("{base}.sym")));
             let Ok(st) = read_text(&sym) else {
                 continue;
             };

@@ -291,7 +291,7 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         let mut syms: Vec<(u64, &str)> = data
             .symbols
             .iter()
-            .filter(|(a, _)| group.iter().any(|m| *a >= m.base && *a < m.end))
+            .filter(|(a, n)| !n.is_empty() && group.iter().any(|m| *a >= m.base && *a < m.end))
             .map(|(a, n)| (a - base, n.as_str()))
             .collect();
         syms.sort();

@@ -40,6 +40,11 @@ pub struct Config {
     /// configuration.
     #[serde(default)]
     pub lineage: Lineage,
+    /// `--with-syms DIR`: the functions of a stripped object are named
+    /// from `DIR/<object>.sym` (uftrace's symbol files, as a recording of
+    /// the object before it was stripped holds them).
+    #[serde(default)]
+    pub with_syms: Option<PathBuf>,
 }
 
 /// What a session does.
@@ -342,6 +347,7 @@ impl Config {
             returns: Returns::SiteStubs,
             text_write: None,
             lineage: Lineage::default(),
+            with_syms: None,
         }
     }
 
@@ -462,6 +468,7 @@ mod tests {
             returns: Returns::SiteStubs,
             text_write: Some(TextWrite::ProcMem),
             lineage: Lineage::default(),
+            with_syms: None,
         };
         assert_eq!(Config::parse(&c.to_env_value()).unwrap(), c);
         let mut bad = c.clone();

@@ -62,6 +62,9 @@ pub struct ObjectSites {
     /// its functions that call it are patched at their prologue
     /// (crate::prologue).
     pub built_with_hooks: bool,
+    /// Built so and stripped of the symbols that would find its functions
+    /// (no symbol table, no debug file, no `--with-syms` file).
+    pub hooks_unnamed: bool,
 }
 
 /// Failure to read sites from a file: always says which file and what.
@@ -243,6 +246,7 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
         None
     };
     let built_with_hooks = sites.is_empty() && calls_any(&file, &PROFILING_HOOKS);
+    let hooks_unnamed = built_with_hooks && !FunctionSymbols::new(path, &file).complete();
     Ok(ObjectSites {
         path: path.to_owned(),
         position_independent,
@@ -250,6 +254,7 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
         sites,
         other_instrumentation,
         built_with_hooks,
+        hooks_unnamed,
     })
 }
 
@@ -303,10 +308,16 @@ fn examine(
         // Nops before a symbol belong to the function that follows them.
         symbol = next.to_string();
     }
+    // A stripped object's function that it does not export has no name
+    // here (empty: the views show its address, as uftrace does).
+    let unnamed = !inside && !symbols.complete();
+    if unnamed {
+        symbol.clear();
+    }
     let function = shadowgraph_data::names::demangle(&symbol);
     let kind = if !text.iter().any(|&(lo, hi)| addr >= lo && addr + 5 <= hi) {
         Err("entry outside any executable section".to_string())
-    } else if !inside || symbols.starting_within(addr + 1, addr + 5).is_some() {
+    } else if (!inside && !unnamed) || symbols.starting_within(addr + 1, addr + 5).is_some() {
         Err("nops placed before the function symbol are not supported \
              (patchable-function-entry with a prefix)"
             .to_string())
@@ -392,6 +403,10 @@ impl<'d> Contents<'d> {
 pub(crate) struct FunctionSymbols {
     /// (start, size, name)
     list: Vec<(u64, u64, String)>,
+    /// From a symbol table (the object's or its debug file's), which names
+    /// every function; else the dynamic symbols of a stripped object, which
+    /// name only those it exports.
+    complete: bool,
 }
 
 impl FunctionSymbols {
@@ -419,6 +434,10 @@ impl FunctionSymbols {
             }
         }
         if list.is_empty() {
+            list = symbol_file(path, file).unwrap_or_default();
+        }
+        let complete = !list.is_empty();
+        if list.is_empty() {
             list = collect(file.dynamic_symbols());
         }
         // For an address: a sized symbol first, then a global one (gcc's
@@ -430,7 +449,13 @@ impl FunctionSymbols {
             .into_iter()
             .map(|(start, size, _, name)| (start, size, name))
             .collect();
-        FunctionSymbols { list }
+        FunctionSymbols { list, complete }
+    }
+
+    /// Whether every function has a symbol here (not so in a stripped
+    /// object without a debug file).
+    pub(crate) fn complete(&self) -> bool {
+        self.complete
     }
 
     /// Every function: (start, size, symbol), by address, one per address.
@@ -464,6 +489,58 @@ impl FunctionSymbols {
             (format!("{addr:#x}"), false)
         }
     }
+}
+
+/// Where the functions of stripped objects are named from (`--with-syms`):
+/// `DIR/<object>.sym` files.
+static SYMBOL_DIR: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
+
+/// Names the functions of stripped objects from the uftrace symbol files
+/// (`<object>.sym`) in `dir` from now on (`None`: not).
+pub fn set_symbol_dir(dir: Option<std::path::PathBuf>) {
+    *SYMBOL_DIR.lock().unwrap_or_else(|e| e.into_inner()) = dir;
+}
+
+/// The functions of the object `file` (at `path`) that `DIR/<its
+/// name>.sym` names ([`set_symbol_dir`]): its `T`/`t`/`W` lines,
+/// addresses relative to where the object's first segment is loaded.
+fn symbol_file(path: &Path, file: &object::File<'_>) -> Option<Vec<(u64, u64, bool, String)>> {
+    use object::ObjectSegment;
+    let dir = SYMBOL_DIR
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()?;
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let text = std::fs::read_to_string(dir.join(format!("{name}.sym"))).ok()?;
+    let first = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
+    // (address, end marker, local, name)
+    let mut lines: Vec<(u64, bool, bool, String)> = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let mut f = line.splitn(3, ' ');
+        let (Some(a), Some(kind), Some(n)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let Ok(a) = u64::from_str_radix(a, 16) else {
+            continue;
+        };
+        match kind {
+            "T" | "t" | "W" | "w" => lines.push((first + a, false, kind != "T", n.to_string())),
+            // `__func_end`: where the run of functions before it ends.
+            "?" => lines.push((first + a, true, false, String::new())),
+            _ => {}
+        }
+    }
+    lines.sort_by_key(|l| l.0);
+    // Each function up to the next line's address (the files hold no
+    // sizes; the prologue patcher wants them).
+    let ends: Vec<u64> = lines.iter().skip(1).map(|l| l.0).collect();
+    let list = lines
+        .iter()
+        .zip(ends.iter().map(Some).chain([None]))
+        .filter(|(l, _)| !l.1)
+        .map(|(l, end)| (l.0, end.map_or(0, |e| e - l.0), l.2, l.3.clone()))
+        .collect();
+    Some(list)
 }
 
 /// The GNU build id of an ELF file, as hex, if it has one.

@@ -226,6 +226,9 @@ pub fn replay_sessions(
                     open[k].truncate(d);
                     continue;
                 }
+                // A built-in event (`read=`): shown below.
+                a if r.args.is_some()
+                    && (crate::events::FIRST..=crate::events::LAST).contains(&a) => {}
                 _ => continue,
             }
         }
@@ -348,6 +351,12 @@ pub fn replay_sessions(
                 let n = r.addr.to_string();
                 let text = ("/* LOST ", n.as_str(), " records!! */");
                 line(out, &mut cols, (k, &r, None), at(r.depth + 1), text)?;
+            }
+            Kind::Event if r.addr != BACKTRACE_ADDR => {
+                // A built-in event (`read:proc/statm (…)`), where the
+                // thread is.
+                let text = ("/* ", r.args.as_deref().unwrap_or(""), " */");
+                line(out, &mut cols, (k, &r, None), at(r.depth), text)?;
             }
             Kind::Event => {
                 // A backtrace line (a `backtrace` trigger): a frame the

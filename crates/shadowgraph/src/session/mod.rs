@@ -211,6 +211,7 @@ fn set_up_first(
 ) -> Result<Started, String> {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
+    crate::elf::set_symbol_dir(config.with_syms.clone());
     let record = match &config.mode {
         Mode::Record(r) => Some(r.clone()),
         Mode::Count(_) => None,
@@ -291,7 +292,7 @@ fn start_recording(
             }
             return Ok(Started::Untraced);
         }
-        Err(_) if follow.is_some() && config.patch.is_empty() => {
+        Err(_) if follow.is_some() && config.patch.is_empty() && !built_with_hooks() => {
             // The recorded program itself has nothing to trace: a script's
             // interpreter or a launcher (`sh -c`, `make`), which `record`
             // let through and said so. The programs it starts by exec are
@@ -338,6 +339,13 @@ fn start_recording(
     }
     *rec = Some(made);
     Ok(Started::Record)
+}
+
+/// Whether this program was built with plain `-pg` or
+/// `-finstrument-functions` (`record` traces it: it is no launcher, and
+/// failing to find its functions is said).
+fn built_with_hooks() -> bool {
+    crate::elf::scan_file(std::path::Path::new("/proc/self/exe")).is_ok_and(|f| f.built_with_hooks)
 }
 
 /// The configuration, with this process's place in the lineage, for the

@@ -42,6 +42,8 @@ fn write(
     for s in ftrace::sites() {
         // The symbol as the object names it: views demangle it as asked
         // (`--demangle`), and so does uftrace reading our data.
+        // (A stripped object's unnamed function: an empty name, which
+        // views show as its address.)
         syms.push_str(&format!("{:#x}\t{}\n", s.addr, s.symbol));
         if let Some(name) = s.library.as_deref().and_then(|l| l.file_name()) {
             libs.push_str(&format!("{:#x}\t{}\n", s.addr, name.to_string_lossy()));
