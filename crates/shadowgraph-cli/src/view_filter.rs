@@ -20,6 +20,10 @@ pub(crate) struct ViewFilter {
     /// trace, time=T, filter, notrace, caller, hide, color=C; repeatable.
     #[arg(short = 'T', long = "trigger", value_parser = parse_trigger)]
     trigger: Vec<shadowgraph_data::trigger::Trigger>,
+    /// Hide these functions, their callees shown in their place (as
+    /// `-T FUNC@hide`); repeatable.
+    #[arg(short = 'H', long = "hide", value_parser = parse_hide)]
+    hide: Vec<shadowgraph_data::trigger::Trigger>,
     /// Start with tracing off: a trace_on trigger switches it on.
     #[arg(long)]
     disable: bool,
@@ -69,6 +73,22 @@ pub(crate) struct ViewFilter {
     /// of the recording's own.
     #[arg(long, value_name = "DIR")]
     with_syms: Option<std::path::PathBuf>,
+    /// Without arguments and return values.
+    #[arg(long)]
+    no_args: bool,
+    /// Without events (a `read=` trigger's, schedule events).
+    #[arg(long)]
+    no_event: bool,
+    /// Without schedule events.
+    #[arg(long)]
+    no_sched: bool,
+    /// Without the schedule events of pre-emptions (those of a thread
+    /// that waits are shown).
+    #[arg(long)]
+    no_sched_preempt: bool,
+    /// Taken for uftrace's command lines: the output is never paged.
+    #[arg(long)]
+    no_pager: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -86,6 +106,7 @@ impl ViewFilter {
             ("filter", std::mem::take(&mut self.filter)),
             ("notrace", std::mem::take(&mut self.notrace)),
             ("trigger", std::mem::take(&mut self.trigger)),
+            ("hide", std::mem::take(&mut self.hide)),
         ]
         .into_iter()
         .flat_map(|(id, v)| options::positions(args, id).into_iter().zip(v))
@@ -107,6 +128,10 @@ impl ViewFilter {
             },
             progress: std::io::stderr().is_terminal() && !std::io::stdout().is_terminal(),
             with_syms: self.with_syms.clone(),
+            no_args: self.no_args,
+            no_event: self.no_event,
+            no_sched: self.no_sched,
+            no_sched_preempt: self.no_sched_preempt,
         }
     }
 }
@@ -153,4 +178,11 @@ fn parse_notrace(p: &str) -> Result<shadowgraph_data::trigger::Trigger, String> 
 
 fn parse_trigger(p: &str) -> Result<shadowgraph_data::trigger::Trigger, String> {
     parse_spec(p, shadowgraph_data::trigger::SpecKind::Trigger)
+}
+
+fn parse_hide(p: &str) -> Result<shadowgraph_data::trigger::Trigger, String> {
+    parse_spec(
+        &format!("{p}@hide"),
+        shadowgraph_data::trigger::SpecKind::Trigger,
+    )
 }

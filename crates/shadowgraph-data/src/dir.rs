@@ -49,6 +49,13 @@ pub struct DataDir {
     pub modules: Vec<(u64, u64, String)>,
     /// uftrace's schedule events per thread (`perf-cpu*.dat`).
     pub sched: std::collections::HashMap<i32, Vec<super::sched::SchedSpan>>,
+    /// Arguments and return values not shown (`--no-args`).
+    hide_args: bool,
+    /// Built-in events not shown (`--no-event`).
+    hide_events: bool,
+    /// Schedule events not shown: all (`Some(false)`), those of
+    /// pre-emptions (`Some(true)`).
+    hide_sched: Option<bool>,
     /// Shared by the record streams when progress is shown.
     progress: Option<std::sync::Arc<Progress>>,
     /// What the views could not read whole, said once each: see
@@ -276,6 +283,13 @@ impl DataDir {
             tids,
             modules,
             sched: super::sched::read(dir)?,
+            hide_args: how.no_args,
+            hide_events: how.no_event,
+            hide_sched: match (how.no_event || how.no_sched, how.no_sched_preempt) {
+                (true, _) => Some(false),
+                (false, true) => Some(true),
+                (false, false) => None,
+            },
             progress: None,
             warnings: Warnings::default(),
             args: None,
@@ -381,6 +395,15 @@ impl DataDir {
         self.dir.join(format!("{tid}.dat"))
     }
 
+    /// Whether a schedule event (`preempted`: of a pre-emption) is left
+    /// out (`--no-sched`, `--no-event`, `--no-sched-preempt`): it is still
+    /// read, so that a function it happened in is shown with braces, as
+    /// uftrace shows it.
+    pub fn sched_hidden(&self, preempted: bool) -> bool {
+        self.hide_sched
+            .is_some_and(|only_preempted| !only_preempted || preempted)
+    }
+
     /// The records of one thread, read as they are consumed (memory stays
     /// bounded whatever the trace's size), times converted to nanoseconds.
     pub fn stream(&self, tid: i32) -> Result<RecordStream, DataError> {
@@ -396,6 +419,8 @@ impl DataDir {
             progress: self.progress.clone(),
             warnings: self.warnings.clone(),
             args: self.args.clone(),
+            hide_args: self.hide_args,
+            hide_events: self.hide_events,
         })
     }
 
@@ -535,10 +560,23 @@ pub struct OpenOptions {
     /// where there is one (a recording of the object before it was
     /// stripped), instead of the recording's own.
     pub with_syms: Option<PathBuf>,
+    /// `--no-args`: arguments and return values are read past, not shown.
+    pub no_args: bool,
+    /// `--no-event`: no event is shown (built-in ones, schedule ones).
+    pub no_event: bool,
+    /// `--no-sched`: no schedule event is shown.
+    pub no_sched: bool,
+    /// `--no-sched-preempt`: no schedule event of a pre-emption is shown
+    /// (those of a thread that waited of its own accord are).
+    pub no_sched_preempt: bool,
 }
 
 /// Records of one `.dat` file, decoded one at a time.
 pub struct RecordStream {
+    /// Arguments and return values read past, not kept (`--no-args`).
+    hide_args: bool,
+    /// Built-in events read past, not kept (`--no-event`).
+    hide_events: bool,
     input: std::io::BufReader<std::fs::File>,
     path: PathBuf,
     offset: u64,
@@ -616,7 +654,7 @@ impl Iterator for RecordStream {
             };
             match index.read_after(r.addr, r.kind == Kind::Exit, &mut self.input) {
                 Ok((text, n)) => {
-                    r.args = Some(text.into());
+                    r.args = (!self.hide_args).then(|| text.into());
                     self.offset += n;
                 }
                 Err(e) => return self.cut(format!("offset {}: {e}", self.offset)),
@@ -629,7 +667,8 @@ impl Iterator for RecordStream {
             // A built-in event's data (a `read=` trigger's).
             match crate::events::read_after(r.addr, &mut self.input) {
                 Ok((text, n)) => {
-                    r.args = Some(text.into());
+                    // (An event without its text is not shown.)
+                    r.args = (!self.hide_events).then(|| text.into());
                     self.offset += n;
                 }
                 Err(e) => return self.cut(format!("offset {}: {e}", self.offset)),

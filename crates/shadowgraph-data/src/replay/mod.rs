@@ -232,6 +232,9 @@ pub fn replay_sessions(
                 _ => continue,
             }
         }
+        if r.addr == crate::sched::SCHED_ADDR && datas[owner[k]].sched_hidden(r.more) {
+            continue;
+        }
         if look.task_newline && last_shown.is_some_and(|l| l != k) {
             cols.blank(out)?;
             writeln!(out)?;
