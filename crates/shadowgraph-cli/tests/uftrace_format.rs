@@ -418,3 +418,117 @@ fn uftraces_arguments_are_shown_as_uftrace_shows_them() {
     let has = |s: &[u8]| o.stdout.windows(s.len()).any(|w| w == s);
     assert!(has(b"arguments") && has(b"(1, 2)") && has(b"retval"));
 }
+
+/// A uftrace recording with `read=` triggers (`proc/statm`, `page-fault`:
+/// built-in events with data after their records) reads whole, and
+/// `replay` shows the events where uftrace shows them; `report` and
+/// `graph` read past them.
+#[test]
+fn uftrace_read_events_are_shown_as_uftrace_shows_them() {
+    if uftrace_missing("a recording with read= triggers made by uftrace") {
+        return;
+    }
+    let dir = workdir("read-events");
+    let exe = dir.join("abc");
+    cc(&[&fixture("abc.c")], &["-pg"], &exe);
+    let data = dir.join("theirs.data");
+    let triggers = [
+        "-F",
+        "main",
+        "-T",
+        "b@read=proc/statm",
+        "-T",
+        "c@read=page-fault",
+    ];
+    uftrace_record(&data, &triggers, &exe);
+    let ours = replay_text(&data);
+    assert_eq!(ours, uftrace_view("replay", &data).unwrap());
+    for shown in [
+        "|       /* read:proc/statm (vmsize=",
+        "|         /* read:page-fault (major=",
+        "|         /* diff:page-fault (major=+",
+        "|       /* diff:proc/statm (vmsize=+",
+    ] {
+        assert!(ours.contains(shown), "{shown} in\n{ours}");
+    }
+    for view in ["report", "graph"] {
+        let o = shadowgraph()
+            .args([view, "-d"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success() && !err.contains("warning") && out.contains("getpid"),
+            "{view}: {err}\n{out}"
+        );
+    }
+}
+
+/// The options that leave out what a recording holds — `--no-args`,
+/// `--no-event`, `--no-sched`, `--no-sched-preempt`, `-H FUNC` (hide,
+/// callees in its place) — each replay uftrace's recording (arguments,
+/// `read=` events, schedule events of naps) as uftrace replays it with
+/// the same option.
+#[test]
+fn leaving_out_options_replay_as_uftrace_replays() {
+    if uftrace_missing("a recording made by uftrace with events and arguments") {
+        return;
+    }
+    let dir = workdir("leave-out");
+    let exe = dir.join("naps");
+    cc(
+        &[&fixture("naps.c")],
+        &["-pg", "-DMIDS=3", "-DNAP_US=2000", "-DFIB_N=3"],
+        &exe,
+    );
+    let data = dir.join("theirs.data");
+    let opts = [
+        "-A",
+        "mid@arg1",
+        "-R",
+        "leaf@retval",
+        "-T",
+        "mid@read=page-fault",
+    ];
+    let o = Command::new("uftrace")
+        .args(["record", "--no-libcall", "-d"])
+        .arg(&data)
+        .args(opts)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "uftrace record: {}", text(&o).1);
+    let replay = |c: &mut Command, extra: &[&str]| -> Vec<String> {
+        let o = c
+            .arg("replay")
+            .args(extra)
+            .arg("-d")
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{extra:?}: {}", text(&o).1);
+        graph_part(&text(&o).0)
+    };
+    let all = replay(&mut shadowgraph(), &[]);
+    assert!(
+        all.iter().any(|l| l.contains("mid(0) {"))
+            && all.iter().any(|l| l.contains("/* read:page-fault"))
+            && all.iter().any(|l| l.contains("linux:schedule")),
+        "{all:#?}"
+    );
+    for extra in [
+        &["--no-args"][..],
+        &["--no-event"],
+        &["--no-sched"],
+        &["--no-sched-preempt"],
+        &["-H", "mid"],
+        &["--no-args", "--no-event", "-H", "nap", "--no-pager"],
+    ] {
+        assert_eq!(
+            replay(&mut shadowgraph(), extra),
+            replay(&mut Command::new("uftrace"), extra),
+            "{extra:?}"
+        );
+    }
+}
