@@ -51,20 +51,7 @@ fn a_drain_frees_each_chunk_as_it_is_written() {
             }
         };
         read_some(&mut got, DRAIN_CHUNK as usize * 16);
-        let t0 = std::time::Instant::now();
-        while !ring.refresh() {
-            if t0.elapsed().as_secs() >= 10 {
-                // SAFETY: our pipe's read end: the drain's write fails
-                // (EPIPE) and the scope can end.
-                unsafe { libc::close(rd) };
-                panic!("no room while the drain is blocked");
-            }
-            std::thread::yield_now();
-        }
-        assert!(
-            !done.load(Ordering::Acquire),
-            "the drain finished without our reads"
-        );
+        room_while_the_drain_is_blocked(&ring, rd, &done);
         assert_eq!(ring.header().tail.load(Ordering::Acquire), DRAIN_CHUNK);
         read_some(&mut got, CAP as usize * 16);
         let d = drain.join().unwrap();
@@ -116,20 +103,7 @@ fn a_drain_of_records_with_data_frees_them_as_it_gathers_them() {
             done.store(true, Ordering::Release);
             d
         });
-        let t0 = std::time::Instant::now();
-        while !ring.refresh() {
-            if t0.elapsed().as_secs() >= 10 {
-                // SAFETY: our pipe's read end: the drain's write fails
-                // (EPIPE) and the scope can end.
-                unsafe { libc::close(rd) };
-                panic!("no room while the drain is blocked");
-            }
-            std::thread::yield_now();
-        }
-        assert!(
-            !done.load(Ordering::Acquire),
-            "the drain finished without our reads"
-        );
+        room_while_the_drain_is_blocked(&ring, rd, &done);
         let want = RECORDS as usize * 24;
         let (mut got, mut buf) = (Vec::with_capacity(want), vec![0u8; 1 << 16]);
         while got.len() < want {
@@ -479,4 +453,24 @@ fn ring_into_file(cap: u64, name: &str) -> (Ring, std::path::PathBuf, std::fs::F
     let file = std::env::temp_dir().join(format!("sg-ring-{name}-{}", std::process::id()));
     let f = std::fs::File::create(&file).unwrap();
     (ring, file, f)
+}
+
+/// Waits (10 s at most) until `ring` has room again while its drain,
+/// writing into a pipe whose read end `rd` nobody reads, is still blocked
+/// (`done` not set).
+fn room_while_the_drain_is_blocked(ring: &Ring, rd: i32, done: &AtomicBool) {
+    let t0 = std::time::Instant::now();
+    while !ring.refresh() {
+        if t0.elapsed().as_secs() >= 10 {
+            // SAFETY: our pipe's read end: the drain's write fails
+            // (EPIPE) and the test can end.
+            unsafe { libc::close(rd) };
+            panic!("no room while the drain is blocked");
+        }
+        std::thread::yield_now();
+    }
+    assert!(
+        !done.load(Ordering::Acquire),
+        "the drain finished without our reads"
+    );
 }
