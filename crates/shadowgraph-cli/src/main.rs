@@ -124,6 +124,10 @@ enum Command {
         /// A blank line where the thread changes.
         #[arg(long)]
         task_newline: bool,
+        /// Every record on a line of its own, in time order (uftrace's
+        /// flat format).
+        #[arg(long)]
+        flat: bool,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -382,6 +386,7 @@ fn main() -> ExitCode {
             column_view,
             column_offset,
             task_newline,
+            flat,
             filter,
         } => {
             use shadowgraph_data::replay::{Field, Look};
@@ -413,8 +418,9 @@ fn main() -> ExitCode {
                 column_offset: if column_view { column_offset } else { 0 },
                 task_newline,
             };
-            view_merged(&data, how, |ds, o| {
-                shadowgraph_data::replay::replay_sessions(ds, &filter, &fields, look, o)
+            view_merged(&data, how, |ds, o| match flat {
+                true => shadowgraph_data::replay::replay_flat(ds, &filter, o),
+                false => shadowgraph_data::replay::replay_sessions(ds, &filter, &fields, look, o),
             })
         }
         Command::Report {

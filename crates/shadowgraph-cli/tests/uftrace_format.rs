@@ -467,9 +467,9 @@ fn uftrace_read_events_are_shown_as_uftrace_shows_them() {
 
 /// The options that leave out what a recording holds — `--no-args`,
 /// `--no-event`, `--no-sched`, `--no-sched-preempt`, `-H FUNC` (hide,
-/// callees in its place) — each replay uftrace's recording (arguments,
-/// `read=` events, schedule events of naps) as uftrace replays it with
-/// the same option.
+/// callees in its place) — and `--flat` (every record a line) each replay
+/// uftrace's recording (arguments, `read=` events, schedule events of
+/// naps) as uftrace replays it with the same option.
 #[test]
 fn leaving_out_options_replay_as_uftrace_replays() {
     if uftrace_missing("a recording made by uftrace with events and arguments") {
@@ -524,6 +524,8 @@ fn leaving_out_options_replay_as_uftrace_replays() {
         &["--no-sched-preempt"],
         &["-H", "mid"],
         &["--no-args", "--no-event", "-H", "nap", "--no-pager"],
+        &["--flat"],
+        &["--flat", "--no-sched-preempt"],
     ] {
         assert_eq!(
             replay(&mut shadowgraph(), extra),

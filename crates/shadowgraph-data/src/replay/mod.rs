@@ -12,11 +12,13 @@ mod columns;
 mod error;
 mod external;
 mod filter;
+mod flat;
 mod fstack;
 
 pub use columns::{first_time, format_duration, write_duration, Field};
 pub use error::ReplayError;
 pub use filter::{thread_records, ReplayFilter, DEFAULT_MAX_DEPTH};
+pub use flat::replay_flat;
 pub use fstack::{Records, BACKTRACE_ADDR, ENDED_ADDR, STARTED_ADDR};
 
 use crate::dir::{DataDir, DataError};
