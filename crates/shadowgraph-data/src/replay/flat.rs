@@ -11,7 +11,9 @@
 
 #![forbid(unsafe_code)]
 
-use super::{peek_time, thread_records, ReplayError, ReplayFilter, BACKTRACE_ADDR};
+use super::error::ReplayError;
+use super::filter::{thread_records, ReplayFilter};
+use super::fstack::{peek_time, BACKTRACE_ADDR};
 use crate::dir::DataDir;
 use crate::format::Kind;
 use std::cmp::Reverse;

@@ -330,3 +330,12 @@ impl Iterator for Fstack {
         }
     }
 }
+
+/// The time of a stream's next record (None at its end).
+pub(super) fn peek_time(st: &mut std::iter::Peekable<Records>) -> Result<Option<u64>, DataError> {
+    match st.peek() {
+        Some(Ok(r)) => Ok(Some(r.time)),
+        Some(Err(e)) => Err(e.clone()),
+        None => Ok(None),
+    }
+}

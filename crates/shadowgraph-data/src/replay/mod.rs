@@ -28,13 +28,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
 
-fn peek_time(st: &mut std::iter::Peekable<Records>) -> Result<Option<u64>, DataError> {
-    match st.peek() {
-        Some(Ok(r)) => Ok(Some(r.time)),
-        Some(Err(e)) => Err(e.clone()),
-        None => Ok(None),
-    }
-}
+use fstack::peek_time;
 
 /// Writes the replay of every thread, merged by time.
 pub fn replay(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
