@@ -459,6 +459,29 @@ fn filtered(
     Ok(it)
 }
 
+/// [`thread_records`] of each recording of `datas` (a program and those
+/// it became by exec, in order): (thread, its records, the recording's
+/// index); a later recording's threads only those `--tid` names that it
+/// ran.
+pub(super) fn session_threads(
+    datas: &[&DataDir],
+    filter: &ReplayFilter,
+) -> Result<Vec<(i32, Records, usize)>, ReplayError> {
+    let mut out = Vec::new();
+    for (i, d) in datas.iter().enumerate() {
+        let mut f = filter.clone();
+        if i > 0 && !f.tids.is_empty() {
+            // Threads asked for that this program did not run in.
+            f.tids.retain(|t| d.tids.contains(t));
+            if f.tids.is_empty() {
+                continue;
+            }
+        }
+        out.extend(thread_records(d, &f)?.into_iter().map(|(t, r)| (t, r, i)));
+    }
+    Ok(out)
+}
+
 /// Each selected thread's records as `filter` selects them (what every
 /// view reads): only each thread's next record (and, with a time filter,
 /// its open calls' entries) is in memory. The threads' iterators share

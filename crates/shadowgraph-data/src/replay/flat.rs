@@ -12,7 +12,7 @@
 #![forbid(unsafe_code)]
 
 use super::error::ReplayError;
-use super::filter::{thread_records, ReplayFilter};
+use super::filter::{session_threads, ReplayFilter};
 use super::fstack::{peek_time, BACKTRACE_ADDR};
 use crate::dir::DataDir;
 use crate::format::Kind;
@@ -27,19 +27,10 @@ pub fn replay_flat(
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
     // (stream, its recording, its thread)
-    let mut streams = Vec::new();
-    for (i, d) in datas.iter().enumerate() {
-        let mut f = filter.clone();
-        if i > 0 && !f.tids.is_empty() {
-            f.tids.retain(|t| d.tids.contains(t));
-            if f.tids.is_empty() {
-                continue;
-            }
-        }
-        for (tid, r) in thread_records(d, &f)? {
-            streams.push((r.peekable(), i, tid));
-        }
-    }
+    let mut streams: Vec<_> = session_threads(datas, filter)?
+        .into_iter()
+        .map(|(tid, r, i)| (r.peekable(), i, tid))
+        .collect();
     // uftrace's blank header line (its default fields, not printed).
     writeln!(out)?;
     let mut heap = BinaryHeap::new();

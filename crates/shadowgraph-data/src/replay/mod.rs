@@ -28,6 +28,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
 
+use filter::session_threads;
 use fstack::peek_time;
 
 /// Writes the replay of every thread, merged by time.
@@ -103,23 +104,11 @@ pub fn replay_sessions(
     let Some(&data) = datas.first() else {
         return Ok(());
     };
-    let mut threads = Vec::new();
-    // The recording each stream is of.
-    let mut owner: Vec<usize> = Vec::new();
-    for (i, d) in datas.iter().enumerate() {
-        let mut f = filter.clone();
-        if i > 0 && !f.tids.is_empty() {
-            // Threads asked for that this program did not run in.
-            f.tids.retain(|t| d.tids.contains(t));
-            if f.tids.is_empty() {
-                continue;
-            }
-        }
-        for t in thread_records(d, &f)? {
-            threads.push(t);
-            owner.push(i);
-        }
-    }
+    // (Each stream's recording: `owner`.)
+    let (threads, owner): (Vec<(i32, Records)>, Vec<usize>) = session_threads(datas, filter)?
+        .into_iter()
+        .map(|(t, r, i)| ((t, r), i))
+        .unzip();
     let tids: Vec<i32> = threads.iter().map(|t| t.0).collect();
     // A thread that goes on in a later program (exec keeps the thread).
     let went_on: Vec<bool> = (0..tids.len())
