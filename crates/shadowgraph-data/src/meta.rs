@@ -362,12 +362,8 @@ pub(crate) fn read_uftrace_symbols(
             let Ok(st) = read_text(&sym) else {
                 continue;
             };
-            for (m, l) in st.lines().enumerate() {
-                if l.starts_with('#') || l.is_empty() {
-                    continue;
-                }
-                let mut it = l.splitn(3, ' ');
-                let (Some(a), Some(kind), Some(fname)) = (it.next(), it.next(), it.next()) else {
+            for (m, fields) in crate::uftrace::sym_lines(&st) {
+                let Some((a, kind, fname)) = fields else {
                     skip_line(skipped, &sym, m, "expected address type name");
                     continue;
                 };
