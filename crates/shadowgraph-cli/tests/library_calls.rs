@@ -438,7 +438,7 @@ fn graphs_with_library_calls_are_uftraces() {
         for attempt in 0..2 {
             let theirs = dir.join(format!("{name}-{attempt}.uftrace"));
             let u = Command::new("uftrace")
-                .args(["record", "-P", ".", "-d"])
+                .args(["record", "--no-sched", "-P", ".", "-d"])
                 .arg(&theirs)
                 .arg(&exe)
                 .output()

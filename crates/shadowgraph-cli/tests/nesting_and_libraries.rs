@@ -236,7 +236,7 @@ fn depth_limited_recording_is_fused_and_exact() {
     if require("uftrace", "the same view by uftrace") {
         let ud = dir.join("uftrace.data");
         let o = Command::new("uftrace")
-            .args(["record", "-D", "3", "-P", ".", "-d"])
+            .args(["record", "--no-sched", "-D", "3", "-P", ".", "-d"])
             .arg(&ud)
             .arg(&exe)
             .output()

@@ -425,7 +425,7 @@ fn hooked_build_is_traced_as_uftrace_traces_it(name: &str, flag: &str) {
     }
     let theirs = dir.join("theirs.data");
     let o = Command::new("uftrace")
-        .args(["record", "--no-libcall", "-d"])
+        .args(["record", "--no-libcall", "--no-sched", "-d"])
         .arg(&theirs)
         .arg(&exe)
         .arg("1")
