@@ -88,6 +88,21 @@ pub fn decode(bytes: &[u8; RECORD_SIZE], offset: u64) -> Result<Record, BadRecor
     })
 }
 
+/// The lines of a uftrace `.sym` file's `text` (`ADDR KIND NAME`, the
+/// address in hex relative to the object's load base), by their index,
+/// comments and blank lines left out: the three fields, or None for a line
+/// that does not have them.
+pub fn sym_lines(text: &str) -> impl Iterator<Item = (usize, Option<(&str, &str, &str)>)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.starts_with('#') && !l.is_empty())
+        .map(|(n, l)| {
+            let mut it = l.splitn(3, ' ');
+            let fields = (|| Some((it.next()?, it.next()?, it.next()?)))();
+            (n, fields)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

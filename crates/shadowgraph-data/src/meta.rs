@@ -362,7 +362,7 @@ pub(crate) fn read_uftrace_symbols(
             let Ok(st) = read_text(&sym) else {
                 continue;
             };
-            for (m, fields) in crate::uftrace::sym_lines(&st) {
+            for (m, fields) in crate::format::sym_lines(&st) {
                 let Some((a, kind, fname)) = fields else {
                     skip_line(skipped, &sym, m, "expected address type name");
                     continue;

@@ -72,21 +72,6 @@ fn err(path: &Path, e: impl std::fmt::Display) -> DataError {
     }
 }
 
-/// The lines of a uftrace `.sym` file's `text` (`ADDR KIND NAME`, the
-/// address in hex relative to the object's load base), by their index,
-/// comments and blank lines left out: the three fields, or None for a line
-/// that does not have them.
-pub fn sym_lines(text: &str) -> impl Iterator<Item = (usize, Option<(&str, &str, &str)>)> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.starts_with('#') && !l.is_empty())
-        .map(|(n, l)| {
-            let mut it = l.splitn(3, ' ');
-            let fields = (|| Some((it.next()?, it.next()?, it.next()?)))();
-            (n, fields)
-        })
-}
-
 /// A traced object: load base, end of its code, path.
 #[derive(Clone, Debug)]
 pub struct ModuleMap {

@@ -515,7 +515,7 @@ fn symbol_file(path: &Path, file: &object::File<'_>) -> Option<Vec<(u64, u64, bo
     let first = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
     // (address, end marker, local, name)
     let mut lines: Vec<(u64, bool, bool, String)> = Vec::new();
-    for (a, kind, n) in shadowgraph_data::uftrace::sym_lines(&text).filter_map(|(_, f)| f) {
+    for (a, kind, n) in shadowgraph_data::format::sym_lines(&text).filter_map(|(_, f)| f) {
         let Ok(a) = u64::from_str_radix(a, 16) else {
             continue;
         };
