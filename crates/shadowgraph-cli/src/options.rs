@@ -73,7 +73,7 @@ pub(crate) fn positions(args: &clap::ArgMatches, id: &str) -> Vec<usize> {
 
 impl RecordOptions {
     /// `-F` and `-N` as uftrace orders them ([`ordered_filters`]); with
-    /// triggers (`-T`, or a `-F`/`-N` pattern with actions), `-Z`, or
+    /// triggers (`-T`, `-C`, or a `-F`/`-N` pattern with actions), `-Z`, or
     /// `-F` with `-D` (whose limit restarts at each filter function's
     /// call, as uftrace's: the triggers' state does that), every one of
     /// them a trigger, in the order given, into `trigger`.
@@ -87,6 +87,7 @@ impl RecordOptions {
             })
         };
         if self.trigger.is_empty()
+            && self.caller_filter.is_empty()
             && self.size_filter == 0
             && (self.depth == 0 || self.filter.is_empty())
             && !with_actions(&self.filter, SpecKind::Filter)
@@ -110,6 +111,17 @@ impl RecordOptions {
             (
                 "trigger",
                 std::mem::take(&mut self.trigger),
+                SpecKind::Trigger,
+            ),
+            (
+                "caller_filter",
+                std::mem::take(&mut self.caller_filter)
+                    .into_iter()
+                    .map(|p| match p.contains('@') {
+                        true => format!("{p},caller"),
+                        false => format!("{p}@caller"),
+                    })
+                    .collect(),
                 SpecKind::Trigger,
             ),
         ] {
@@ -189,6 +201,10 @@ pub(crate) struct RecordOptions {
     /// which `live` applies to what it shows); repeatable.
     #[arg(short = 'T', long = "trigger", value_parser = parse_trigger)]
     pub(crate) trigger: Vec<String>,
+    /// Record only the calls of these functions and the calls they are
+    /// inside of, not what they call (as `-T FUNC@caller`); repeatable.
+    #[arg(short = 'C', long = "caller-filter", value_name = "FUNC")]
+    caller_filter: Vec<String>,
     /// Patch these functions at their ordinary prologue, for programs and
     /// libraries built without tracing flags (`.`: every function; FUNC@LIB
     /// a library's; !PAT takes back); repeatable.

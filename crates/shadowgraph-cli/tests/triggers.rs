@@ -87,7 +87,8 @@ fn views_apply_triggers_as_uftrace() {
 /// `record` applies triggers as uftrace's `record` does (compared on a
 /// `-pg` build, which both trace): depth limits, tracing switched off and
 /// on (with `--disable`), filter and notrace actions, `-D` restarting at
-/// each `-F` function, `finish`, time thresholds and `trace` under `-t`;
+/// each `-F` function, `finish`, callers (`-C`, `caller`), size
+/// thresholds (`-Z`, `size=`), time thresholds and `trace` under `-t`;
 /// `live` shows backtraces and hides as its replay is told.
 #[test]
 fn record_applies_triggers_as_uftrace() {
@@ -123,6 +124,18 @@ fn record_applies_triggers_as_uftrace() {
         &["-F", "mid", "-D", "1"],
         &["-F", "main", "-T", "fib@finish"],
         &["-N", "^n.p$"],
+        // Callers (`-C`): a function's calls and the calls they are in.
+        &["-C", "leaf"],
+        &["-C", "nanosleep", "-C", "fib@depth=1"],
+        &["-T", "leaf@caller", "-T", "nap@trace"],
+        // Sizes: the functions' symbols', a library call's a PLT entry's.
+        &["-C", "mid@size=40"],
+        &["-T", "mid@size=40"],
+        &["-Z", "40", "-T", "mid@size=0"],
+        &["-Z", "20"],
+        &["-Z", "40", "-F", "mid"],
+        &["-Z", "20", "-N", "fib"],
+        &["-Z", "60", "-D", "2"],
     ] {
         let got = record(opts);
         if !with_uftrace {
@@ -185,10 +198,6 @@ fn record_applies_triggers_as_uftrace() {
             &["-T", "mid@read=proc/statm"][..],
             "read= is not applied when recording",
         ),
-        (
-            &["-T", "mid@caller"],
-            "caller is not applied when recording",
-        ),
         (&["-T", "mid@depth=-1"], "bad depth"),
     ] {
         let o = record_run(&[], opts, &ours, &exe, &[]);
@@ -235,39 +244,12 @@ fn triggers_hold_per_thread() {
 }
 
 /// `record -Z SIZE` leaves out the calls of functions smaller than SIZE
-/// bytes (to the next traced function), their callees in their place:
-/// the recording is what the views' `-Z` shows of a whole one, with
-/// `-F`, `-N` and `-D` too.
+/// bytes (their symbols' sizes), their callees recorded in their place,
+/// at its depth (as uftrace's, compared above).
 #[test]
-fn record_size_filter_is_the_views() {
+fn record_size_filter_keeps_callees() {
     let dir = workdir("tz");
-    let exe = build_fixture_with(
-        &dir,
-        "tz",
-        "naps.c",
-        &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=4"],
-    );
-    let whole = dir.join("whole.data");
-    record_ok(&[], &whole, &exe);
     let part = dir.join("part.data");
-    for opts in [
-        &["-Z", "20"][..],
-        &["-Z", "40", "-F", "mid"],
-        &["-Z", "20", "-N", "fib"],
-        &["-Z", "60", "-D", "2"],
-    ] {
-        record_ok(opts, &part, &exe);
-        let shown = |d: &std::path::Path, o: &[&str]| {
-            view(
-                &mut shadowgraph(),
-                d,
-                &[&["replay", "-f", "none"], o].concat(),
-            )
-        };
-        let got = shown(&part, &[]);
-        assert_eq!(got, shown(&whole, opts), "{opts:?}");
-        assert!(!got.contains("leaf"), "{opts:?}: {got}");
-    }
     // A small function's callees are recorded in its place, at its depth:
     // the depths records carry count recorded calls only.
     let exe = build_fixture_with(&dir, "sc", "small_caller.c", &["-fno-toplevel-reorder"]);

@@ -315,12 +315,6 @@ fn check_trigger(spec: &str) -> Result<(), String> {
     if a.read != Default::default() {
         return refuse("read=");
     }
-    if a.caller {
-        return refuse("caller");
-    }
-    if a.size.is_some() {
-        return refuse("size=");
-    }
     Ok(())
 }
 

@@ -491,6 +491,24 @@ impl FunctionSymbols {
     }
 }
 
+/// The size in bytes of each function of the object at `path` that its
+/// symbols give one, by symbol name (what uftrace's `-Z` compares); empty
+/// if the object cannot be read.
+pub fn function_sizes(path: &Path) -> std::collections::HashMap<String, u64> {
+    let Ok(data) = crate::sys::MappedFile::open(path) else {
+        return Default::default();
+    };
+    let Ok(file) = parse(path, &data) else {
+        return Default::default();
+    };
+    FunctionSymbols::new(path, &file)
+        .all()
+        .iter()
+        .filter(|s| s.1 > 0)
+        .map(|s| (s.2.clone(), s.1))
+        .collect()
+}
+
 /// Where the functions of stripped objects are named from (`--with-syms`):
 /// `DIR/<object>.sym` files.
 static SYMBOL_DIR: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);

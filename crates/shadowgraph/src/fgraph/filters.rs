@@ -106,11 +106,11 @@ impl GraphFilter {
         Verdict::Record(p)
     }
 
-    /// The time filter's threshold (ticks) for the call returning now, and
-    /// whether it is kept whatever it lasted, where triggers say; `None`
-    /// without triggers.
+    /// The time filter's threshold (ticks) for the call returning now,
+    /// where triggers say (0: kept whatever it lasted; `u64::MAX`: kept
+    /// only if a call inside it was); `None` without triggers.
     #[inline]
-    pub fn threshold(&self, user: &GraphUser) -> Option<(u64, bool)> {
+    pub fn threshold(&self, user: &GraphUser) -> Option<u64> {
         self.triggers.as_ref().map(|t| t.threshold(user))
     }
 

@@ -8,7 +8,9 @@
 //!  thread variable (64 bits)                 the call's reserved words
 //!  63      48 47      32 31      16 15     0    +0  the recorder's word
 //!  | notrace | filter   | levels   | own   |    +8  the variable at entry
-//!  | calls   | calls    | left ^ D | depth |    +16 flags: NORECORD
+//!  | calls   | calls    | left ^ D | depth |    +16 flags, time threshold
+//!                                                +24 size threshold (only
+//!                                                    with a `size=` trigger)
 //! ```
 //!
 //! The recorder's word comes first, where its callbacks look for theirs
@@ -26,7 +28,7 @@ use crate::ftrace::{current_tid, ThreadFilter};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What one function's trigger does (merged from every spec naming it).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SiteTrigger {
     /// `Some(true)`: a filter function (`-F`, `filter`); `Some(false)`:
     /// a notrace function (`-N`, `notrace`).
@@ -42,9 +44,32 @@ pub struct SiteTrigger {
     pub time_ticks: Option<u64>,
     /// `trace`: its calls are kept whatever the time filter says.
     pub always: bool,
-    /// Smaller than `-Z` asks: its calls are not recorded (its callees
-    /// are, in its place).
-    pub small: bool,
+    /// `caller` (`-C`): its calls are kept, and the calls they are inside
+    /// of; where some function has it, no other call is kept on its own.
+    pub caller: bool,
+    /// The function's size in bytes (`u64::MAX`: unknown, never small):
+    /// below the size filter's threshold its calls are not recorded (its
+    /// callees are, in its place).
+    pub size: u64,
+    /// `size=N`: inside its calls (and for itself), the size filter's
+    /// threshold.
+    pub min_size: Option<u64>,
+}
+
+impl Default for SiteTrigger {
+    fn default() -> Self {
+        SiteTrigger {
+            filter: None,
+            depth: None,
+            trace: None,
+            finish: false,
+            time_ticks: None,
+            always: false,
+            caller: false,
+            size: u64::MAX,
+            min_size: None,
+        }
+    }
 }
 
 /// A user's triggers by site id, and the state they switch.
@@ -64,6 +89,13 @@ pub struct Triggers {
     min_ticks: u64,
     /// Whether some trigger sets a threshold: calls keep theirs.
     has_time: bool,
+    /// The size filter's threshold outside every `size=` call (`-Z`).
+    min_size: u64,
+    /// Whether some trigger sets a size threshold: calls keep theirs (a
+    /// fourth word).
+    has_size: bool,
+    /// Whether some function is a caller filter's (`-C`).
+    has_caller: bool,
 }
 
 /// What the entry callback should do.
@@ -81,9 +113,11 @@ pub enum Verdict {
 const NORECORD: u64 = 1;
 /// The call is kept whatever it lasts (`trace`).
 const ALWAYS: u64 = 2;
+/// The call is a caller filter's: it may be kept on its own.
+const CALLER: u64 = 4;
 /// The flags word above its flags: the time threshold inside the call.
-const THRESHOLD_SHIFT: u32 = 2;
-/// The words each accepted call reserves.
+const THRESHOLD_SHIFT: u32 = 3;
+/// The words each accepted call reserves (one more with `size=`).
 const WORDS: usize = 3;
 const FIELD: u64 = 0xffff;
 
@@ -99,18 +133,22 @@ impl Triggers {
     /// Triggers of the sites `sites` (by id; sites beyond it have none),
     /// `mode_in` if some spec took functions in, `limit` the depth limit
     /// (0: none), tracing on at the start unless `disabled`, `min_ticks`
-    /// the time filter's threshold (`-t`, 0: none).
+    /// the time filter's threshold (`-t`, 0: none), `min_size` the size
+    /// filter's (`-Z`, 0: none).
     pub fn new(
         sites: Vec<SiteTrigger>,
         mode_in: bool,
         limit: u32,
         disabled: bool,
-        min_ticks: u64,
+        (min_ticks, min_size): (u64, u64),
     ) -> Triggers {
         let has_time = sites.iter().any(|s| s.time_ticks.is_some());
         Triggers {
             min_ticks,
             has_time,
+            min_size,
+            has_size: sites.iter().any(|s| s.min_size.is_some()),
+            has_caller: sites.iter().any(|s| s.caller),
             sites: sites.into(),
             mode_in,
             limit: if limit == 0 {
@@ -123,9 +161,15 @@ impl Triggers {
         }
     }
 
-    /// Whether some trigger sets a time threshold or keeps calls from it.
+    /// Whether some trigger sets a time threshold, keeps calls from it, or
+    /// keeps calls for what they call (`caller`): calls wait to be kept.
     pub fn timed(&self) -> bool {
-        self.has_time || self.sites.iter().any(|s| s.always)
+        self.has_time || self.has_caller || self.sites.iter().any(|s| s.always)
+    }
+
+    /// The words each accepted call reserves.
+    fn words(&self) -> usize {
+        WORDS + self.has_size as usize
     }
 
     /// Whether tracing is on (a `trace_on`/`trace_off` trigger switched
@@ -203,7 +247,21 @@ impl Triggers {
             return Verdict::Reject;
         }
         n.left -= 1;
-        if tr.small {
+        let nearest = || {
+            user.retrieve_nearest_own()
+                .filter(|(_, len)| *len >= self.words() * 8)
+                .map(|(q, _)| q as *const u64)
+        };
+        // The size threshold inside this call: its own, else its caller's.
+        let min_size = if self.has_size {
+            tr.min_size
+                // SAFETY: an ancestor's reserved words, live below ours.
+                .or_else(|| nearest().map(|q| unsafe { q.add(WORDS).read() }))
+                .unwrap_or(self.min_size)
+        } else {
+            self.min_size
+        };
+        if tr.size < min_size {
             flags |= NORECORD;
         }
         // (The depth records carry counts recorded calls only.)
@@ -213,26 +271,29 @@ impl Triggers {
         if tr.always {
             flags |= ALWAYS;
         }
+        if tr.caller {
+            flags |= CALLER;
+        }
         if self.has_time {
             // The threshold inside this call: its own, else its caller's.
-            let outer = user
-                .retrieve_nearest_own()
-                .filter(|(_, len)| *len >= WORDS * 8)
-                // SAFETY: an ancestor's reserved words, live below ours.
-                .map(|(q, _)| unsafe { (q as *const u64).add(2).read() } >> THRESHOLD_SHIFT);
+            // SAFETY: an ancestor's reserved words, live below ours.
+            let outer = nearest().map(|q| unsafe { q.add(2).read() } >> THRESHOLD_SHIFT);
             let t = tr.time_ticks.or(outer).unwrap_or(self.min_ticks);
             flags |= t.min(u64::MAX >> THRESHOLD_SHIFT) << THRESHOLD_SHIFT;
         }
-        let Some(p) = user.reserve(WORDS * 8) else {
+        let Some(p) = user.reserve(self.words() * 8) else {
             return Verdict::Reject;
         };
-        // SAFETY: WORDS reserved, 8-aligned words of this call's frame,
+        // SAFETY: words() reserved, 8-aligned words of this call's frame,
         // ours until it returns.
         unsafe {
             let w = p as *mut u64;
             w.write(0);
             w.add(1).write(v);
             w.add(2).write(flags);
+            if self.has_size {
+                w.add(WORDS).write(min_size);
+            }
         }
         var.set(self.encode(n));
         let record = flags & NORECORD == 0 && self.enabled.load(Ordering::Relaxed);
@@ -257,7 +318,7 @@ impl Triggers {
     pub(super) fn ret(&self, user: &GraphUser) -> Option<*mut u64> {
         let var = user.task_var()?;
         let (p, len) = user.retrieve()?;
-        if len < WORDS * 8 {
+        if len < self.words() * 8 {
             return None;
         }
         // SAFETY: the words this call's entry reserved and wrote,
@@ -273,19 +334,24 @@ impl Triggers {
         Some(p as *mut u64)
     }
 
-    /// The time filter's threshold (ticks) for the call returning now, and
-    /// whether it is kept whatever it lasted (`trace`).
-    pub(super) fn threshold(&self, user: &GraphUser) -> (u64, bool) {
+    /// The time filter's threshold (ticks) for the call returning now:
+    /// 0 if it is kept whatever it lasted (`trace`), `u64::MAX` if it is
+    /// not kept on its own (some function is a caller filter's, not this
+    /// one: it is kept only when a call inside it is).
+    pub(super) fn threshold(&self, user: &GraphUser) -> u64 {
         let flags = match user.retrieve() {
             // SAFETY: the words this call's entry reserved and wrote.
             Some((p, len)) if len >= WORDS * 8 => unsafe { (p as *const u64).add(2).read() },
             _ => 0,
         };
-        let t = if self.has_time {
+        if flags & ALWAYS != 0 {
+            0
+        } else if self.has_caller && flags & CALLER == 0 {
+            u64::MAX
+        } else if self.has_time {
             flags >> THRESHOLD_SHIFT
         } else {
             self.min_ticks
-        };
-        (t, flags & ALWAYS != 0)
+        }
     }
 }

@@ -275,14 +275,13 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
     let depth = depth.clamp(0, 1023) as u16;
     if TIMED {
         if let Some(t) = t {
-            // The threshold for this call: triggers' (`time=`, `trace`),
-            // else the tracer's.
-            let (min, always) = t
+            // The threshold for this call: triggers' (`time=`, `trace`,
+            // `caller`), else the tracer's.
+            let min = t
                 .filter
                 .as_ref()
                 .and_then(|f| f.threshold(u))
-                .unwrap_or((t.min_ticks, false));
-            let min = if always { 0 } else { min };
+                .unwrap_or(t.min_ticks);
             if !keep_timed(u, min, (r.func, depth), timed_args(Some(t))) {
                 return;
             }

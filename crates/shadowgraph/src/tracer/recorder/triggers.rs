@@ -6,6 +6,9 @@ use crate::fgraph::triggers::{SiteTrigger, Triggers};
 use crate::ftrace;
 use shadowgraph_data::trigger::{FilterMode, SpecKind, Trigger};
 
+/// The size of a PLT entry, a library call's size for `-Z` (as uftrace's).
+const PLT_ENTRY: u64 = 16;
+
 /// The triggers of `specs` over the sites in the core (`depth`: the
 /// tracer's `-D`, 0 for none; `disabled`: tracing starts off; the time
 /// filter's threshold in ticks, and the clock's ticks per ns). A spec
@@ -42,33 +45,40 @@ pub(super) fn triggers(
         }
         mode_in |= t.actions.filter == Some(FilterMode::In);
     }
-    // Each function's size: to the next traced function of its object (as
-    // the views' `-Z` measures it), the last one's unknown (not small).
-    let mut small = vec![false; sites.len()];
-    if min_size > 0 {
-        let mut order: Vec<usize> = (0..sites.len()).collect();
-        order.sort_by_key(|&i| (&sites[i].module, sites[i].addr));
-        for w in order.windows(2) {
-            let (a, b) = (&sites[w[0]], &sites[w[1]]);
-            if a.module == b.module && ((b.addr - a.addr) as u64) < min_size {
-                small[w[0]] = true;
-            }
+    // Each function's size, as uftrace's `-Z` takes it: its symbol's, a
+    // library call's that of a PLT entry; unknown (never small) without
+    // a sized symbol.
+    let mut size = vec![u64::MAX; sites.len()];
+    if min_size > 0 || actions.iter().any(|a| a.size.is_some()) {
+        let mut objects = std::collections::HashMap::new();
+        for (i, s) in sites.iter().enumerate() {
+            size[i] = if s.library.is_some() {
+                PLT_ENTRY
+            } else {
+                let sizes = objects
+                    .entry(&s.module)
+                    .or_insert_with(|| crate::elf::function_sizes(&s.module));
+                sizes.get(&s.symbol).copied().unwrap_or(u64::MAX)
+            };
         }
     }
-    let sites = actions
+    let sites: Vec<SiteTrigger> = actions
         .iter()
-        .zip(small)
-        .map(|(a, small)| SiteTrigger {
-            small,
+        .zip(size)
+        .map(|(a, size)| SiteTrigger {
             filter: a.filter.map(|m| m == FilterMode::In),
             depth: a.depth,
             trace: a.trace,
             finish: a.finish,
             time_ticks: a.time_ns.map(|t| (t as f64 * ticks_per_ns) as u64),
             always: a.always,
+            caller: a.caller,
+            size,
+            min_size: a.size,
         })
         .collect();
-    Ok(Triggers::new(sites, mode_in, depth, disabled, min_ticks))
+    let thresholds = (min_ticks, min_size);
+    Ok(Triggers::new(sites, mode_in, depth, disabled, thresholds))
 }
 
 /// Each site's object, as patterns match it (`@LIB`).
