@@ -192,11 +192,58 @@ fn record_applies_triggers_as_uftrace() {
         out.contains("  backtrace [") && out.contains("| /* [ 0] mid */") && !out.contains("nap()"),
         "{out}"
     );
+    // `read=`: its events after the entry and before the exit, as
+    // uftrace's (their values are each process's own); uftrace's replay
+    // of ours shows them as ours does.
+    let values_out = |v: Vec<String>| -> Vec<String> {
+        v.into_iter()
+            .map(|l| match l.find(" (") {
+                Some(i) if l.contains("/* read:") || l.contains("/* diff:") => l[..i].into(),
+                _ => l,
+            })
+            .collect()
+    };
+    for opts in [
+        &["-T", "mid@read=proc/statm,read=page-fault"][..],
+        &[
+            "-F",
+            "main",
+            "-T",
+            "leaf@read=page-fault",
+            "-T",
+            "nap@notrace",
+        ],
+    ] {
+        let got = record(opts);
+        assert_eq!(
+            got.iter().filter(|l| l.contains("/* diff:")).count(),
+            got.iter().filter(|l| l.contains("/* read:")).count(),
+        );
+        assert!(
+            got.iter().any(|l| l.contains("read:page-fault (major=")),
+            "{got:#?}"
+        );
+        if !with_uftrace {
+            continue;
+        }
+        assert_eq!(
+            got,
+            lines(&mut std::process::Command::new("uftrace"), &ours),
+            "{opts:?}"
+        );
+        uftrace_record(&theirs, opts, &exe);
+        assert_eq!(
+            values_out(got),
+            values_out(lines(&mut std::process::Command::new("uftrace"), &theirs)),
+            "{opts:?}"
+        );
+    }
     // What a recording cannot apply is refused before the program runs.
     for (opts, says) in [
+        (&["-T", "mid@read=pmu-cycle"][..], "not read when recording"),
         (
-            &["-T", "mid@read=proc/statm"][..],
-            "read= is not applied when recording",
+            &["-t", "100us", "-T", "mid@read=proc/statm"],
+            "read= is not recorded together with a time or caller filter",
         ),
         (&["-T", "mid@depth=-1"], "bad depth"),
     ] {

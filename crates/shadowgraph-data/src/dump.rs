@@ -110,7 +110,11 @@ pub fn dump_text_of(
                 Kind::Event => "event",
                 Kind::Lost => "lost ",
             };
-            let name = data.name(r.addr);
+            let name = match r.kind {
+                Kind::Event => crate::events::name(r.addr)
+                    .map_or_else(|| data.name(r.addr).to_string(), |n| n.to_string()),
+                _ => data.name(r.addr).to_string(),
+            };
             writeln!(
                 out,
                 "{}.{:09}  {tid:5}: [{kind}] {name}({:x}) depth: {}",

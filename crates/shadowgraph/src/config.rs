@@ -302,20 +302,33 @@ pub struct Lineage {
     pub session: Option<u64>,
 }
 
-/// Whether a recording applies this action, or says why not.
+/// Whether a recording can apply this trigger, or says why not.
 fn check_trigger(spec: &str) -> Result<(), String> {
     use shadowgraph_data::trigger::{SpecKind, Trigger};
     let t = Trigger::parse(spec, SpecKind::Trigger).map_err(|e| e.to_string())?;
-    let a = &t.actions;
-    let refuse = |what: &str| {
-        Err(format!(
-            "-T {spec}: {what} is not applied when recording (the views take it: replay -T)"
-        ))
-    };
-    if a.read != Default::default() {
-        return refuse("read=");
+    if t.actions.read.pmu {
+        return Err(format!(
+            "-T {spec}: the processor's counters (read=pmu-*) are not read when recording \
+             (read=proc/statm and read=page-fault are)"
+        ));
     }
     Ok(())
+}
+
+/// Whether a tracer's triggers read (`read=`) while its calls wait to
+/// be kept (a time or caller filter), which a recording does not do.
+fn reads_while_timed(t: &Tracer) -> bool {
+    use shadowgraph_data::trigger::{SpecKind, Trigger};
+    let parsed: Vec<Trigger> = t
+        .triggers
+        .iter()
+        .filter_map(|s| Trigger::parse(s, SpecKind::Trigger).ok())
+        .collect();
+    let a = parsed.iter().map(|p| &p.actions);
+    a.clone().any(|a| a.read != Default::default())
+        && (t.time_ns > 0
+            || a.clone()
+                .any(|a| a.time_ns.is_some() || a.always || a.caller))
 }
 
 /// A configuration that cannot be used.
@@ -400,6 +413,12 @@ impl Config {
             }
             for s in &t.triggers {
                 check_trigger(s).map_err(|e| ConfigError(format!("{who}{e}")))?;
+            }
+            if reads_while_timed(t) {
+                return Err(ConfigError(format!(
+                    "{who}read= is not recorded together with a time or caller filter (-t, \
+                     time=, trace, -C, caller)"
+                )));
             }
             // (The triggers' state decides in place of these lists.)
             let patterns = !t.filter.is_empty() || !t.notrace.is_empty();

@@ -114,6 +114,14 @@ impl GraphFilter {
         self.triggers.as_ref().map(|t| t.threshold(user))
     }
 
+    /// The bytes the tracer keeps in the frame of the call whose callback
+    /// runs, where a trigger gives its function some
+    /// ([`super::triggers::SiteTrigger::room`]): their address and length.
+    #[inline]
+    pub fn room(&self, user: &GraphUser) -> Option<(*mut u64, usize)> {
+        self.triggers.as_ref()?.room(user)
+    }
+
     /// The user's own nesting on this thread: after a `Record` entry, the
     /// recorded call's depth + 1; after `ret` returned `Some`, the depth of
     /// the call that returned. Independent of other users' frames.

@@ -54,6 +54,10 @@ pub struct SiteTrigger {
     /// `size=N`: inside its calls (and for itself), the size filter's
     /// threshold.
     pub min_size: Option<u64>,
+    /// Bytes (a multiple of 8) the tracer keeps in each of its calls'
+    /// frames, after the triggers' words ([`Triggers::room`]): their
+    /// first word reads 0 until the tracer writes it.
+    pub room: u16,
 }
 
 impl Default for SiteTrigger {
@@ -68,6 +72,7 @@ impl Default for SiteTrigger {
             caller: false,
             size: u64::MAX,
             min_size: None,
+            room: 0,
         }
     }
 }
@@ -281,7 +286,8 @@ impl Triggers {
             let t = tr.time_ticks.or(outer).unwrap_or(self.min_ticks);
             flags |= t.min(u64::MAX >> THRESHOLD_SHIFT) << THRESHOLD_SHIFT;
         }
-        let Some(p) = user.reserve(self.words() * 8) else {
+        let room = (tr.room as usize).next_multiple_of(8);
+        let Some(p) = user.reserve(self.words() * 8 + room) else {
             return Verdict::Reject;
         };
         // SAFETY: words() reserved, 8-aligned words of this call's frame,
@@ -293,6 +299,9 @@ impl Triggers {
             w.add(2).write(flags);
             if self.has_size {
                 w.add(WORDS).write(min_size);
+            }
+            if room > 0 {
+                w.add(self.words()).write(0);
             }
         }
         var.set(self.encode(n));
@@ -332,6 +341,15 @@ impl Triggers {
             return None;
         }
         Some(p as *mut u64)
+    }
+
+    /// The bytes the tracer keeps in the frame of the call whose entry or
+    /// return callback runs ([`SiteTrigger::room`]), if it has any.
+    pub(super) fn room(&self, user: &GraphUser) -> Option<(*mut u64, usize)> {
+        let (p, len) = user.retrieve()?;
+        let at = self.words() * 8;
+        // SAFETY: inside the reservation of `len` bytes, 8-aligned.
+        (len > at).then(|| (unsafe { p.add(at) } as *mut u64, len - at))
     }
 
     /// The time filter's threshold (ticks) for the call returning now:

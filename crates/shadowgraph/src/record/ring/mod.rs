@@ -97,11 +97,11 @@ pub const fn data_slots(len: usize) -> u64 {
 }
 
 /// Whether a record's second word says data follows it in the ring: the
-/// `more` bit of an entry or an exit (other kinds use the bit for
-/// themselves).
+/// `more` bit of an entry, an exit or an event (a `read=` trigger's; a
+/// lost record's count is all it says).
 #[inline(always)]
 pub fn has_data(word: u64) -> bool {
-    word & MORE != 0 && word & 3 < 2
+    word & MORE != 0 && word & 3 != Kind::Lost as u64
 }
 /// Records per shared ring by default (2 MiB): about three milliseconds of
 /// the busiest thread, which waits if the writer falls behind by more.

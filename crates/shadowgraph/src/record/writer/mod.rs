@@ -150,6 +150,14 @@ pub fn emit_shared_with_data(
     }
 }
 
+/// A built-in event `id` (a `read=` trigger's) and its `data` (uftrace's
+/// layout: its length in 2 bytes, the bytes, padding to 8), at the time
+/// `shared` holds, in the ring of a call at `depth`. Its own depth field
+/// is 0, as uftrace writes it; the ring's depth stays.
+pub fn emit_event(inst: usize, depth: u16, id: u64, shared: &AtomicU64, data: &[u8]) {
+    emit_data_record(inst, Kind::Event, depth, Depth::Given(0), id, shared, data);
+}
+
 /// [`emit_shared_with_data`]'s record with data.
 #[inline]
 fn emit_data_record(

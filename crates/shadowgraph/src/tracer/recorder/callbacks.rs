@@ -248,6 +248,14 @@ fn entry<const TIMED: bool>(
         // waiting callers (time order).
         release_callers(u, depth, clock::now() & !ENTRY_FLAGS, timed_args(t));
     }
+    // `read=`: what the function's triggers read, after its entry, at its
+    // time.
+    let read = match (t, e.site_id()) {
+        (Some(t), Some(id)) => t.reads.as_ref().and_then(|r| r.get(id as usize).copied()),
+        _ => None,
+    }
+    .unwrap_or(0);
+    let opened = read != 0 && super::reads::open_time();
     if specs.is_empty() {
         emit_entry(u, depth, e.func, None, hold);
     } else if args::bound(specs) <= args::SMALL {
@@ -259,6 +267,10 @@ fn entry<const TIMED: bool>(
         let n = args::capture_args(specs, regs, &mut data);
         emit_entry(u, depth, e.func, n.map(|n| &data[..n]), hold);
     }
+    if let Some(f) = t.and_then(|t| t.filter.as_ref()).filter(|_| read != 0) {
+        super::reads::at_entry(u, f, depth, read);
+    }
+    super::reads::close_time(opened);
     true
 }
 
@@ -298,10 +310,18 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
             }),
         }
     } else {
+        // `read=`: the change since the entry, before the exit.
+        // `read=`: the change since the entry, before the exit, at its time.
+        let reads = t.filter(|t| t.reads.is_some() && !r.unwound);
+        let opened = reads.is_some() && super::reads::open_time();
+        if let Some(f) = reads.and_then(|t| t.filter.as_ref()) {
+            super::reads::at_exit(u, f, depth);
+        }
         match retval_spec(t, r) {
             None => emit_exit(u, r, depth, None),
             Some(s) => with_retval(s, regs, |data| emit_exit(u, r, depth, data)),
         }
+        super::reads::close_time(opened);
     }
 }
 

@@ -12,6 +12,7 @@
 mod args;
 mod callbacks;
 mod metadata;
+mod reads;
 mod state;
 mod timed;
 mod triggers;
@@ -190,6 +191,7 @@ fn profile_tracer(
         fused,
         shared_rings: false,
         args: None,
+        reads: None,
         command: None,
     })
 }
@@ -208,20 +210,24 @@ fn graph_tracer(
     // Triggers (and `--disable` and `-Z` with them) decide in place of
     // the other filters, in the callbacks: the fused paths know none of
     // them.
-    let triggers = if t.triggers.is_empty() && !t.disabled && t.min_size == 0 {
-        None
+    let (triggers, reads) = if t.triggers.is_empty() && !t.disabled && t.min_size == 0 {
+        (None, None)
     } else {
         let ticks = (min_ticks, ticks_per_ns);
         let limits = (t.depth, t.min_size);
-        Some(Arc::new(triggers::triggers(
-            &t.triggers,
-            limits,
-            t.disabled,
-            ticks,
-        )?))
+        let (triggers, reads) = triggers::triggers(&t.triggers, limits, t.disabled, ticks)?;
+        (Some(Arc::new(triggers)), reads)
     };
     // Triggers with time thresholds take the time filter's callbacks.
     let timed = min_ticks > 0 || triggers.as_ref().is_some_and(|t| t.timed());
+    if timed && reads.is_some() {
+        // (Events wait nowhere: a call's entry may be written long after
+        // its reads.)
+        return Err(
+            "read= is not recorded together with a time or caller filter (-t, time=, trace, -C, caller)"
+                .into(),
+        );
+    }
     let filter = GraphFilter {
         max_depth: if triggers.is_some() { 0 } else { t.depth },
         functions: filter_set(&t.filter)?,
@@ -309,6 +315,7 @@ fn graph_tracer(
         fused,
         shared_rings: false,
         args,
+        reads,
         command: None,
     })
 }

@@ -32,6 +32,9 @@ pub(super) struct Tracer {
     pub shared_rings: bool,
     /// The arguments and return values it records (`-A`, `-R`).
     pub args: Option<Arc<super::args::ArgTable>>,
+    /// What each site's `read=` triggers read (`reads::mask`), where
+    /// some function has one.
+    pub reads: Option<Box<[u8]>>,
     /// The command line that started the recording
     /// (`config::Record::command`).
     pub command: Option<String>,

@@ -6,19 +6,24 @@ use crate::fgraph::triggers::{SiteTrigger, Triggers};
 use crate::ftrace;
 use shadowgraph_data::trigger::{FilterMode, SpecKind, Trigger};
 
+/// What each site's `read=` triggers read ([`super::reads::mask`]).
+pub(super) type SiteReads = Box<[u8]>;
+
 /// The size of a PLT entry, a library call's size for `-Z` (as uftrace's).
 const PLT_ENTRY: u64 = 16;
 
 /// The triggers of `specs` over the sites in the core (`depth`: the
 /// tracer's `-D`, 0 for none; `disabled`: tracing starts off; the time
 /// filter's threshold in ticks, and the clock's ticks per ns). A spec
-/// that names no function is said on stderr and left out.
+/// that names no function is said on stderr and left out. With them, what
+/// each site's `read=` actions read ([`super::reads::mask`]), where some
+/// function has one.
 pub(super) fn triggers(
     specs: &[String],
     (depth, min_size): (u32, u64),
     disabled: bool,
     (min_ticks, ticks_per_ns): (u64, f64),
-) -> Result<Triggers, String> {
+) -> Result<(Triggers, Option<SiteReads>), String> {
     let parsed = specs
         .iter()
         .map(|s| Trigger::parse(s, SpecKind::Trigger).map_err(|e| e.to_string()))
@@ -62,10 +67,15 @@ pub(super) fn triggers(
             };
         }
     }
+    let reads = actions
+        .iter()
+        .map(|a| super::reads::mask(&a.read))
+        .collect::<Result<Box<[u8]>, _>>()?;
     let sites: Vec<SiteTrigger> = actions
         .iter()
         .zip(size)
-        .map(|(a, size)| SiteTrigger {
+        .zip(&reads)
+        .map(|((a, size), &read)| SiteTrigger {
             filter: a.filter.map(|m| m == FilterMode::In),
             depth: a.depth,
             trace: a.trace,
@@ -75,10 +85,13 @@ pub(super) fn triggers(
             caller: a.caller,
             size,
             min_size: a.size,
+            room: super::reads::room(read),
         })
         .collect();
     let thresholds = (min_ticks, min_size);
-    Ok(Triggers::new(sites, mode_in, depth, disabled, thresholds))
+    let triggers = Triggers::new(sites, mode_in, depth, disabled, thresholds);
+    let reads = reads.iter().any(|&m| m != 0).then_some(reads);
+    Ok((triggers, reads))
 }
 
 /// Each site's object, as patterns match it (`@LIB`).
