@@ -262,10 +262,10 @@ fn overflow_is_counted_and_harmless() {
 }
 
 #[test]
-fn fast_path_switches_1_2_1_under_load_without_losing_returns() {
+fn fast_path_switches_1_2_3_2_1_under_load_without_losing_returns() {
     let _g = serial();
     let f = loaded();
-    let (t1, t2) = (Tally::new(), Tally::new());
+    let (t1, t2, t3) = (Tally::new(), Tally::new(), Tally::new());
     let u1 = counting_user(&["g_*"], t1);
     fgraph::register_graph(&u1).unwrap();
     assert!(fgraph::fast_path_active());
@@ -285,6 +285,12 @@ fn fast_path_switches_1_2_1_under_load_without_losing_returns() {
         let u2 = counting_user(&["g_leaf"], t2);
         fgraph::register_graph(&u2).unwrap();
         assert!(!fgraph::fast_path_active());
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        let u3 = counting_user(&["g_*"], t3);
+        fgraph::register_graph(&u3).unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        fgraph::unregister_graph(&u3).unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(200));
         fgraph::unregister_graph(&u2).unwrap();
         assert!(
             fgraph::fast_path_active(),
@@ -299,6 +305,14 @@ fn fast_path_switches_1_2_1_under_load_without_losing_returns() {
     let (e, r) = t1.take();
     assert_eq!(e, r, "u1 lost or doubled returns across mode switches");
     assert!(by_name(&e, "g_leaf") > 0);
+    // The users that came and went: never a return without its entry.
+    for t in [t2, t3] {
+        let (e, r) = t.take();
+        for (a, b) in e.iter().zip(&r) {
+            assert!(b <= a, "more returns than entries");
+        }
+        assert!(by_name(&e, "g_leaf") > 0);
+    }
     clean();
 }
 

@@ -88,7 +88,8 @@ fn record_while_the_recorder_comes_and_goes(entry: Entry) {
     let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
     let recorder = fgraph::GraphUser::new(on_entry, on_return, filter.clone(), 0);
     assert!(fused::attach(&recorder, 0, 0));
-    let other = fgraph::GraphUser::new(accept, ignore, filter, 0);
+    let other = fgraph::GraphUser::new(accept, ignore, filter.clone(), 0);
+    let third = fgraph::GraphUser::new(accept, ignore, filter, 0);
 
     let workers = Workers::start(3, run, 200);
     // Calls (entries) made while the recorder alone is registered, over
@@ -130,8 +131,13 @@ fn record_while_the_recorder_comes_and_goes(entry: Entry) {
         }
         std::thread::sleep(std::time::Duration::from_micros(500));
         if i % 3 == 0 {
-            // Two users: the general way, with fused frames in flight.
+            // Two users, then three, two and one again: the stubs' loop
+            // over users, with fused frames in flight.
             fgraph::register_graph(&other).unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(300));
+            fgraph::register_graph(&third).unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(300));
+            fgraph::unregister_graph(&third).unwrap();
             std::thread::sleep(std::time::Duration::from_micros(300));
             fgraph::unregister_graph(&other).unwrap();
             std::thread::sleep(std::time::Duration::from_micros(300));

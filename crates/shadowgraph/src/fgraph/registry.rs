@@ -250,8 +250,11 @@ pub(super) fn release_slot(r: &mut Registry, i: usize) {
     r.last = (last + 1) % MAX_USERS;
 }
 
-/// Fast path on for a sole user, off otherwise.
+/// Fast path on for a sole user, off otherwise; the stubs' loop over users
+/// for two or more.
 pub(super) fn set_fast(r: &Registry) {
+    // Relaxed: a hint (see MANY); the users are published before.
+    super::state::MANY.store(r.active >= 2, Ordering::Relaxed);
     let sole = if r.active == 1 {
         r.users
             .iter()

@@ -1,24 +1,30 @@
-//! The single user's fast path through a site stub, in assembly: the
-//! entry and the return a site stub calls, for a thread at rest with one
-//! user; anything else goes fgraph's general way, in Rust.
+//! The fast path through a site stub, in assembly: the entry and the
+//! return a site stub calls, for a thread at rest. With one user its
+//! callbacks are called from here; with several, one Rust function offers
+//! the call to each ([`call_entry_all`], [`call_return_all`]) with the
+//! frame, bracket, recursion bit and errno handled here once for all of
+//! them. Anything else goes fgraph's general way, in Rust.
 
 use super::entry::manager_tramp_entry;
 use super::ret::graph_return;
 use super::stack::{self, ThreadState};
-use super::state::{FAST, TP_LOCAL, TP_THREAD};
+use super::state::{ARRAY, EPOCH, FAST, MANY, OCCUPIED, SLOT_EPOCH, TP_LOCAL, TP_THREAD};
 use super::user::{GraphEntry, GraphReturn, GraphUser, RetRegs};
 use crate::ftrace::local::CoreLocal;
 use crate::ftrace::{Group, Regs};
 use std::mem::offset_of;
+use std::sync::atomic::Ordering;
 
 // --- Site stubs: the single user's fast path in assembly -----------------------------
 //
 // Both sides below first try what `manager_tramp_entry`/`enter_fast` and
 // `graph_return`/`return_fast` do for a thread at rest with one user, with
-// the user's callback called through a small Rust function; anything else
-// (the bracket or a recursion bit held, no errno cached yet, no stack, not
-// ready, several users or none, frames a longjmp left, a full stack, a frame
-// kept for another epoch) goes the general way untouched, inside Rust.
+// the user's callback called through a small Rust function, or with
+// several (MANY), what `enter` and `finish_frame` do, through
+// `call_entry_all`/`call_return_all`; anything else (the bracket or a
+// recursion bit held, no errno cached yet, no stack, not ready, no user,
+// frames a longjmp left, a full stack, a frame kept for another epoch)
+// goes the general way untouched, inside Rust.
 // The thread-local state is reached at its offset from the thread pointer
 // (initial-exec TLS: the same in every thread), see `init_tp_offsets`.
 
@@ -70,6 +76,137 @@ macro_rules! frame_at_r8 {
     };
 }
 
+// The entry's checks and new frame, for one user (rsi) or several (rsi
+// 0): the thread ready, the top frame below ours (or a tail call from
+// it), room, the recursion bit and errno taken, the frame pushed (r8 its
+// start, r9 the thread state's offset, rcx the core's), the GraphEntry
+// filled. Otherwise to 71 (the general way, the bracket entered).
+macro_rules! entry_frame {
+    () => {
+        concat!(
+            crate::fixed_load!("r9", "tp_thread"),
+            "cmp qword ptr fs:[r9 + {t_blockers}], {hookable}\n",
+            "jne 71f\n",
+            "mov rdi, qword ptr fs:[r9 + {t_stack}]\n",
+            // r8 = curr, r10 = depth: one deeper than the top frame's, 0 without
+            // one; a top frame whose slot is not above ours: the general way.
+            "mov r8, qword ptr fs:[r9 + {t_curr}]\n",
+            "xor r10d, r10d\n",
+            "mov rax, [rdi + r8*8 - 8]\n",
+            "and eax, 0x3ff\n",
+            "jz 4f\n",
+            "cmp rax, r8\n",
+            "jae 4f\n",
+            "mov rdx, r8\n",
+            "sub rdx, rax\n", // f + 1
+            "lea rax, [rbp + RBP_PARENT_SLOT]\n",
+            "cmp [rdi + rdx*8 + FRAME_RETP - FRAME_FUNC], rax\n",
+            "jb 71f\n",
+            "ja 6f\n",
+            // The same slot: a tail call from the top frame's function nests in
+            // it (as `enter` decides); a fresh call in a dead frame's slot goes
+            // the general way, which drops that frame.
+            "mov r10, [rbp + RBP_PARENT_SLOT]\n",
+            "mov rax, [rdi + rdx*8 + FRAME_FUNC - FRAME_FUNC]\n",
+            "shl rax, 16\n",
+            "shr rax, 16\n",
+            "call shadowgraph_tail_call_from\n",
+            "jne 71f\n",
+            "6:\n",
+            "mov r10, [rdi + rdx*8 + FRAME_FUNC - FRAME_FUNC]\n",
+            "shr r10, 48\n",
+            "inc r10\n",
+            "4:\n",
+            // Room for the frame, else the general way counts an overrun.
+            "cmp r8, [rip + {room_limit}]\n",
+            "jae 71f\n",
+            // The recursion bit and errno, as `lock_graph` (at rest: graph_busy
+            // 1) and ErrnoGuard.
+            "mov dword ptr fs:[rcx + {l_rec}], {bit}\n",
+            "mov byte ptr fs:[r9 + {t_busy}], 1\n",
+            "mov rax, qword ptr fs:[rcx + {l_errno}]\n",
+            "mov eax, dword ptr [rax]\n",
+            "mov dword ptr [rsp + SE_ERRNO], eax\n",
+            // The frame, written whole before curr publishes it and again after
+            // (as ThreadState::push): a signal handler may land between two of the
+            // first writes and push and pop its own frame over them, leaving some
+            // words its own and others ours, so no one word tells whether it did.
+            "mov rdx, r10\n",
+            "shl rdx, 48\n",
+            "or rdx, [rsp + REGS_IP]\n",
+            frame_at_r8!(),
+            "lea rax, [r8 + {frame_words} + 1]\n",
+            "mov qword ptr fs:[r9 + {t_curr}], rax\n",
+            frame_at_r8!(),
+            "mov [rsp + SE_FRAME], r8\n",
+            "mov [rsp + SE_USER], rsi\n",
+            "mov rax, [rsp + REGS_IP]\n",
+            "mov [rsp + SE_ENTRY + ENT_FUNC], rax\n",
+            "mov rax, [rbp + RBP_PARENT_SLOT]\n",
+            "mov [rsp + SE_ENTRY + ENT_PARENT_IP], rax\n",
+            "mov dword ptr [rsp + SE_ENTRY + ENT_DEPTH], r10d\n",
+            "mov rax, [rbp + RBP_SITE_RET]\n",
+            "mov eax, dword ptr [rax + {id_off}]\n",
+            "mov dword ptr [rsp + SE_ENTRY + ENT_SITE], eax\n",
+        )
+    };
+}
+
+// The return's top frame f (r10) is the returning call's (its slot),
+// else to 61; r9 the thread state's offset, rdi its stack.
+macro_rules! top_frame_r10 {
+    () => {
+        concat!(
+            crate::fixed_load!("r9", "tp_thread"),
+            "mov rdi, qword ptr fs:[r9 + {t_stack}]\n",
+            "test rdi, rdi\n",
+            "jz 61f\n",
+            "mov r10, qword ptr fs:[r9 + {t_curr}]\n",
+            "mov rax, [rdi + r10*8 - 8]\n",
+            "and eax, 0x3ff\n",
+            "jz 61f\n",
+            "cmp rax, r10\n",
+            "jae 61f\n",
+            "sub r10, rax\n",
+            "dec r10\n",
+            "mov rax, [rsp + RET_RSP + 8]\n",
+            "sub rax, 8\n",
+            "cmp [rdi + r10*8 + FRAME_RETP], rax\n",
+            "jne 61f\n",
+        )
+    };
+}
+
+// The recursion bit and errno taken, the frame's users taken (as
+// finish_frame), the GraphReturn filled from the frame at r10.
+macro_rules! return_event {
+    () => {
+        concat!(
+            "mov dword ptr fs:[rcx + {l_rec}], {bit}\n",
+            "mov byte ptr fs:[r9 + {t_busy}], 1\n",
+            "mov rax, qword ptr fs:[rcx + {l_errno}]\n",
+            "mov eax, dword ptr [rax]\n",
+            "mov dword ptr [rsp + SR_ERRNO], eax\n",
+            // The frame's users taken before the callback (as finish_frame).
+            "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}\n",
+            "mov [rsp + SR_FRAME], r10\n",
+            // The GraphReturn: func and depth from the frame, rax, the overruns.
+            "mov rax, [rdi + r10*8 + FRAME_FUNC]\n",
+            "mov rdx, rax\n",
+            "shr rdx, 48\n",
+            "mov dword ptr [rsp + SR_RET + GRET_DEPTH], edx\n",
+            "shl rax, 16\n",
+            "shr rax, 16\n",
+            "mov [rsp + SR_RET + GRET_FUNC], rax\n",
+            "mov rax, [rsp + RET_RAX]\n",
+            "mov [rsp + SR_RET + GRET_RETVAL], rax\n",
+            "mov rax, qword ptr fs:[r9 + {t_overrun}]\n",
+            "mov [rsp + SR_RET + GRET_OVERRUN], rax\n",
+            "mov byte ptr [rsp + SR_RET + GRET_UNWOUND], 0\n",
+        )
+    };
+}
+
 // Entry. Register contract: reached by a stub's `call [ENTRY]` (tramp.rs):
 // [rsp] = stub+13, [rsp+8] = R, every argument register live, r11 the
 // site (unused here: r11 gets the manager's ops slot in that arena, from
@@ -93,6 +230,7 @@ macro_rules! frame_at_r8 {
 // Return. The frame below the returning call's rsp, 16-byte aligned:
 //
 //   rsp + SR_RET         the GraphReturn passed to the callback
+//   rsp + SR_WORD        the frame's BITMAP word as the entry left it
 //   rsp + SR_FRAME       the popped shadow frame's start
 //   rsp + SR_ERRNO       errno as the return found it
 //   rsp + RET_…          the RetRegs (fgraph::layout)
@@ -118,11 +256,14 @@ super::layout::graph_asm!(
     "and rsp, -16",
     "mov [rsp + SE_OPS], r11",
     crate::tramp::save_args!("mov r11, [rbp + RBP_SITE_RET]\nmov r11, [r11 + {site_off}]\n"),
-    // One user (else the general way at once), the thread at rest (a
+    // Users (else the general way at once), the thread at rest (a
     // bracket word at depth 0, no recursion bit) with errno's location
     // known: enter the bracket, anchored at the return slot.
     "cmp qword ptr [rip + {fast}], 0",
+    "jne 8f",
+    "cmp byte ptr [rip + {many}], 0",
     "je 70f",
+    "8:",
     crate::fixed_load!("rcx", "tp_local"),
     "mov rdx, qword ptr fs:[rcx + {l_word}]",
     "test rdx, rdx",
@@ -135,83 +276,20 @@ super::layout::graph_asm!(
     "je 70f",
     "lea rax, [rbp + RBP_PARENT_SLOT]",
     crate::bracket_enter_at_rest!("rcx", "rdx"),
-    // The manager still registered, one user, the thread ready.
+    // The manager still registered, one user (rsi), or several (at 30).
     "mov rax, [rsp + SE_OPS]",
     "cmp qword ptr [rax], 0",
     "je 71f",
     "mov rsi, [rip + {fast}]",
     "test rsi, rsi",
-    "jz 71f",
-    crate::fixed_load!("r9", "tp_thread"),
-    "cmp qword ptr fs:[r9 + {t_blockers}], {hookable}",
-    "jne 71f",
-    "mov rdi, qword ptr fs:[r9 + {t_stack}]",
-    // r8 = curr, r10 = depth: one deeper than the top frame's, 0 without
-    // one; a top frame whose slot is not above ours: the general way.
-    "mov r8, qword ptr fs:[r9 + {t_curr}]",
-    "xor r10d, r10d",
-    "mov rax, [rdi + r8*8 - 8]",
-    "and eax, 0x3ff",
-    "jz 4f",
-    "cmp rax, r8",
-    "jae 4f",
-    "mov rdx, r8",
-    "sub rdx, rax", // f + 1
-    "lea rax, [rbp + RBP_PARENT_SLOT]",
-    "cmp [rdi + rdx*8 + FRAME_RETP - FRAME_FUNC], rax",
-    "jb 71f",
-    "ja 6f",
-    // The same slot: a tail call from the top frame's function nests in
-    // it (as `enter` decides); a fresh call in a dead frame's slot goes
-    // the general way, which drops that frame.
-    "mov r10, [rbp + RBP_PARENT_SLOT]",
-    "mov rax, [rdi + rdx*8 + FRAME_FUNC - FRAME_FUNC]",
-    "shl rax, 16",
-    "shr rax, 16",
-    "call shadowgraph_tail_call_from",
-    "jne 71f",
-    "6:",
-    "mov r10, [rdi + rdx*8 + FRAME_FUNC - FRAME_FUNC]",
-    "shr r10, 48",
-    "inc r10",
-    "4:",
-    // Room for the frame, else the general way counts an overrun.
-    "cmp r8, [rip + {room_limit}]",
-    "jae 71f",
-    // The recursion bit and errno, as `lock_graph` (at rest: graph_busy
-    // 1) and ErrnoGuard.
-    "mov dword ptr fs:[rcx + {l_rec}], {bit}",
-    "mov byte ptr fs:[r9 + {t_busy}], 1",
-    "mov rax, qword ptr fs:[rcx + {l_errno}]",
-    "mov eax, dword ptr [rax]",
-    "mov dword ptr [rsp + SE_ERRNO], eax",
-    // The frame, written whole before curr publishes it and again after
-    // (as ThreadState::push): a signal handler may land between two of the
-    // first writes and push and pop its own frame over them, leaving some
-    // words its own and others ours, so no one word tells whether it did.
-    "mov rdx, r10",
-    "shl rdx, 48",
-    "or rdx, [rsp + REGS_IP]",
-    frame_at_r8!(),
-    "lea rax, [r8 + {frame_words} + 1]",
-    "mov qword ptr fs:[r9 + {t_curr}], rax",
-    frame_at_r8!(),
-    "mov [rsp + SE_FRAME], r8",
-    "mov [rsp + SE_USER], rsi",
+    "jz 30f",
+    entry_frame!(),
     // The offer (as `offer`): in_entry = the user's slot, reserved_once
     // cleared (one word: stack::OFFER_WORD), put back after the callback.
     "mov rax, qword ptr fs:[r9 + {t_offer}]",
     "mov [rsp + SE_OFFER], rax",
     "mov rax, [rsi + {u_offer}]",
     "mov qword ptr fs:[r9 + {t_offer}], rax",
-    "mov rax, [rsp + REGS_IP]",
-    "mov [rsp + SE_ENTRY + ENT_FUNC], rax",
-    "mov rax, [rbp + RBP_PARENT_SLOT]",
-    "mov [rsp + SE_ENTRY + ENT_PARENT_IP], rax",
-    "mov dword ptr [rsp + SE_ENTRY + ENT_DEPTH], r10d",
-    "mov rax, [rbp + RBP_SITE_RET]",
-    "mov eax, dword ptr [rax + {id_off}]",
-    "mov dword ptr [rsp + SE_ENTRY + ENT_SITE], eax",
     "lea rdi, [rsp + SE_ENTRY]",
     "mov rdx, rsp",
     "call {call_entry}",
@@ -225,6 +303,26 @@ super::layout::graph_asm!(
     "mov rdi, qword ptr fs:[rcx + {t_stack}]",
     "mov rsi, [rsp + SE_USER]",
     "mov rax, [rsi + {u_frame_word}]",
+    "mov [rdi + r8*8 + FRAME_BITMAP], rax",
+    fast_done!("SE_ERRNO"),
+    "cmp rsp, rsp",
+    crate::tramp::restore_args!(),
+    "leave",
+    "ret",
+    // Several users (MANY): offered to each (call_entry_all), whose
+    // BITMAP word comes back in rax (0: none kept the call).
+    "30:",
+    "cmp byte ptr [rip + {many}], 0",
+    "je 71f",
+    entry_frame!(),
+    "lea rdi, [rsp + SE_ENTRY]",
+    "mov rsi, rsp",
+    "call {call_entry_all}",
+    crate::fixed_load!("rcx", "tp_thread"),
+    "mov r8, [rsp + SE_FRAME]",
+    "test rax, rax",
+    "jz 5f",
+    "mov rdi, qword ptr fs:[rcx + {t_stack}]",
     "mov [rdi + r8*8 + FRAME_BITMAP], rax",
     fast_done!("SE_ERRNO"),
     "cmp rsp, rsp",
@@ -275,7 +373,8 @@ super::layout::graph_asm!(
     // The frame: a RetRegs and what follows it.
     ".set SR_ERRNO, RET_SIZE",
     ".set SR_FRAME, SR_ERRNO + 8",
-    ".set SR_RET, SR_FRAME + 8",
+    ".set SR_WORD, SR_FRAME + 8",
+    ".set SR_RET, SR_WORD + 8",
     ".set SR_SIZE, (SR_RET + GRET_SIZE + 15) & ~15",
     "endbr64",
     "mov r11, rsp",
@@ -298,58 +397,28 @@ super::layout::graph_asm!(
     "cmp qword ptr fs:[rcx + {l_errno}], 0",
     "je 60f",
     "cmp qword ptr [rip + {fast}], 0",
+    "jne 8f",
+    "cmp byte ptr [rip + {many}], 0",
     "je 60f",
+    "8:",
     "mov rax, [rsp + RET_RSP + 8]",
     "sub rax, 8",
     crate::bracket_enter_at_rest!("rcx", "rdx"),
     // The top frame f (r10) is the returning call's (its slot) and was
-    // kept for the sole user alone (its BITMAP word).
+    // kept for the sole user alone (its BITMAP word); with several users,
+    // for those its BITMAP word names (at 30).
     "mov rsi, [rip + {fast}]",
     "test rsi, rsi",
-    "jz 61f",
-    crate::fixed_load!("r9", "tp_thread"),
-    "mov rdi, qword ptr fs:[r9 + {t_stack}]",
-    "test rdi, rdi",
-    "jz 61f",
-    "mov r10, qword ptr fs:[r9 + {t_curr}]",
-    "mov rax, [rdi + r10*8 - 8]",
-    "and eax, 0x3ff",
-    "jz 61f",
-    "cmp rax, r10",
-    "jae 61f",
-    "sub r10, rax",
-    "dec r10",
-    "mov rax, [rsp + RET_RSP + 8]",
-    "sub rax, 8",
-    "cmp [rdi + r10*8 + FRAME_RETP], rax",
-    "jne 61f",
+    "jz 30f",
+    top_frame_r10!(),
     "mov rax, [rdi + r10*8 + FRAME_BITMAP]",
     "cmp rax, [rsi + {u_frame_word}]",
     "jne 61f",
-    "mov dword ptr fs:[rcx + {l_rec}], {bit}",
-    "mov byte ptr fs:[r9 + {t_busy}], 1",
-    "mov rax, qword ptr fs:[rcx + {l_errno}]",
-    "mov eax, dword ptr [rax]",
-    "mov dword ptr [rsp + SR_ERRNO], eax",
-    // The frame's users taken before the callback (as finish_frame).
-    "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
-    "mov [rsp + SR_FRAME], r10",
-    // The GraphReturn: func and depth from the frame, rax, the overruns.
-    "mov rax, [rdi + r10*8 + FRAME_FUNC]",
-    "mov rdx, rax",
-    "shr rdx, 48",
-    "mov dword ptr [rsp + SR_RET + GRET_DEPTH], edx",
-    "shl rax, 16",
-    "shr rax, 16",
-    "mov [rsp + SR_RET + GRET_FUNC], rax",
-    "mov rax, [rsp + RET_RAX]",
-    "mov [rsp + SR_RET + GRET_RETVAL], rax",
-    "mov rax, qword ptr fs:[r9 + {t_overrun}]",
-    "mov [rsp + SR_RET + GRET_OVERRUN], rax",
-    "mov byte ptr [rsp + SR_RET + GRET_UNWOUND], 0",
+    return_event!(),
     "lea rdi, [rsp + SR_RET]",
     "mov rdx, rsp",
     "call {call_ret}",
+    "10:",
     // Pop the frame; resume at its real return address.
     "mov r10, [rsp + SR_FRAME]",
     crate::fixed_load!("rcx", "tp_thread"),
@@ -358,6 +427,19 @@ super::layout::graph_asm!(
     "mov qword ptr fs:[rcx + {t_curr}], r10",
     fast_done!("SR_ERRNO"),
     "jmp 62f",
+    // Several users (MANY): their return callbacks (call_return_all).
+    "30:",
+    "cmp byte ptr [rip + {many}], 0",
+    "je 61f",
+    top_frame_r10!(),
+    "mov rax, [rdi + r10*8 + FRAME_BITMAP]",
+    "mov [rsp + SR_WORD], rax",
+    return_event!(),
+    "lea rdi, [rsp + SR_RET]",
+    "mov rsi, rsp",
+    "mov rdx, [rsp + SR_WORD]",
+    "call {call_ret_all}",
+    "jmp 10b",
     "61:",
     leave_at_rest!(),
     "60:",
@@ -429,6 +511,9 @@ super::layout::graph_asm!(
     manager_entry = sym manager_tramp_entry,
     call_entry = sym call_entry,
     call_ret = sym call_return,
+    call_entry_all = sym call_entry_all,
+    call_ret_all = sym call_return_all,
+    many = sym MANY,
     ret = sym graph_return,
     fast = sym FAST,
     tp_local = sym TP_LOCAL,
@@ -469,6 +554,86 @@ pub(super) extern "C" fn call_entry(ent: &GraphEntry, u: &GraphUser, regs: &mut 
 /// The sole user's return callback, from the site return's fast path.
 pub(super) extern "C" fn call_return(ev: &GraphReturn, u: &GraphUser, r: &RetRegs) {
     (u.ret)(ev, u, r)
+}
+
+/// Several users' entry, from the site entry's fast path (the frame
+/// pushed, the thread at rest inside the bracket with the recursion bit):
+/// the call offered to each user whose filter takes its site, as `enter`
+/// offers it; the frame's BITMAP word naming those that kept it, 0 if
+/// none did.
+pub(super) extern "C" fn call_entry_all(ent: &GraphEntry, regs: &mut Regs) -> u64 {
+    let t = stack::thread();
+    // Acquire (here and below): the registry's words, published before
+    // the epoch, the user and its bit (registry.rs).
+    let g = EPOCH.load(Ordering::Acquire);
+    let site = match ent.site {
+        u32::MAX => crate::ftrace::site_id_of(ent.func),
+        s => Some(s),
+    };
+    let Some(site) = site else {
+        return 0;
+    };
+    let mut bits: u16 = 0;
+    let mut occupied = OCCUPIED.load(Ordering::Acquire);
+    // (As `offer` keeps them, once for all the users: the thread is at
+    // rest, so no entry callback is interrupted.)
+    let outer = (t.in_entry.get(), t.reserved_once.get());
+    // Relaxed: this thread's word (its handlers see it in program order).
+    t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
+    while occupied != 0 {
+        let i = occupied.trailing_zeros() as usize;
+        occupied &= occupied - 1;
+        let u = ARRAY[i].load(Ordering::Acquire);
+        if u.is_null() || SLOT_EPOCH[i].load(Ordering::Acquire) > g {
+            continue;
+        }
+        // SAFETY: a published user outlives the grace period that follows
+        // its slot's clearing; we are inside the bracket.
+        let u = unsafe { &*u };
+        if !u.filter.pair().contains(site) {
+            continue;
+        }
+        let save = t.curr.get();
+        t.in_entry.set(i as i32);
+        t.reserved_once.set(false);
+        if (u.entry)(ent, u, regs) {
+            bits |= 1 << i;
+        } else {
+            t.curr.set(save);
+        }
+    }
+    t.event_time.store(0, Ordering::Relaxed);
+    t.in_entry.set(outer.0);
+    t.reserved_once.set(outer.1);
+    match bits {
+        0 => 0,
+        _ => stack::bitmap(stack::FRAME_WORDS, bits, g),
+    }
+}
+
+/// Several users' return, from the site return's fast path (the frame's
+/// users taken from it, `w` its BITMAP word as they were): each user's
+/// return callback, in slot order, as `finish_frame` runs them.
+pub(super) extern "C" fn call_return_all(ev: &GraphReturn, r: &RetRegs, w: u64) {
+    if stack::type_of(w) != stack::TYPE_BITMAP {
+        return;
+    }
+    let (mut bits, epoch) = (stack::bitmap_users(w), stack::bitmap_epoch(w));
+    let t = stack::thread();
+    // Relaxed: as in call_entry_all.
+    t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
+    while bits != 0 {
+        let i = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        // Acquire: as in call_entry_all.
+        let u = ARRAY[i].load(Ordering::Acquire);
+        if !u.is_null() && SLOT_EPOCH[i].load(Ordering::Acquire) <= epoch {
+            // SAFETY: as in call_entry_all.
+            let u = unsafe { &*u };
+            (u.ret)(ev, u, r);
+        }
+    }
+    t.event_time.store(0, Ordering::Relaxed);
 }
 
 extern "C" {
