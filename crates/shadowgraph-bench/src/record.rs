@@ -28,6 +28,15 @@ const FIB_C: &str = "#include <stdio.h>\n#include <stdlib.h>\n\
 __attribute__((noinline)) int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
 int main(int argc, char **argv) { printf(\"%d\\n\", fib(argc > 1 ? atoi(argv[1]) : 30)); return 0; }\n";
 
+/// The calls of fib(n): 2·fib(n+1) − 1.
+pub(crate) fn fib_calls(n: u32) -> u64 {
+    let (mut a, mut b) = (0u64, 1u64);
+    for _ in 0..=n {
+        (a, b) = (b, a + b);
+    }
+    2 * a - 1
+}
+
 /// Library calls: `memcpy` and `strlen` through the PLT, N times each.
 const LIBLOOP_C: &str = "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\
 int main(int argc, char **argv) { long n = atol(argv[1]); char b[16]; size_t t = 0;\n\
@@ -35,7 +44,10 @@ for (long i = 0; i < n; i++) { memcpy(b, \"abcdefg\", 8); t += strlen(b); }\n\
 printf(\"%zu\\n\", t); return 0; }\n";
 
 /// Median wall time of `cmd` (stdout and stderr discarded), in seconds.
-fn time_cmd(reps: usize, mut cmd: impl FnMut() -> std::process::Command) -> Result<f64, String> {
+pub(crate) fn time_cmd(
+    reps: usize,
+    mut cmd: impl FnMut() -> std::process::Command,
+) -> Result<f64, String> {
     let mut v = Vec::new();
     for _ in 0..reps {
         let mut c = cmd();
@@ -125,11 +137,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
     // The same program built without tracing flags, for `-P .`.
     let exe_p = dir.join("fib-plain");
     shadowgraph_testkit::cc::compile(&[&src], &["-O2", "-fno-optimize-sibling-calls"], &exe_p)?;
-    let (mut a, mut b) = (0u64, 1u64);
-    for _ in 0..=n {
-        (a, b) = (b, a + b);
-    }
-    let calls = 2 * a - 1 + 1; // fib calls + main
+    let calls = fib_calls(n) + 1; // and main
     let me = shadowgraph_binary()?;
     let uftrace = std::process::Command::new("uftrace")
         .arg("--version")
@@ -483,6 +491,7 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         );
     }
     library_calls(&dir, &data_dir, &me, calls, reps, uftrace)?;
+    crate::record_threads::rows(&dir, &data_dir, &me, n, reps, uftrace)?;
     println!("{}", timestamp_line(reps));
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&data_dir);
