@@ -351,6 +351,14 @@ fn main() -> ExitCode {
             program,
         } => count::count(&program, top, graph, hijack_returns),
         Command::Record {
+            opts,
+            attach: options::AttachOptions { pid: Some(pid), .. },
+            ..
+        } if opts.keep_pid => Err(format!(
+            "--keep-pid keeps the process id of a program record starts; process {pid} \
+             (-p) keeps its own"
+        )),
+        Command::Record {
             data,
             opts,
             attach:

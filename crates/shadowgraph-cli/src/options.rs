@@ -236,6 +236,12 @@ pub(crate) struct RecordOptions {
     /// Record only the program's own process, not the children it forks.
     #[arg(long)]
     pub(crate) no_children: bool,
+    /// The program keeps the process id `record` was started with (uftrace's
+    /// `--keep-pid`, for daemons that must keep theirs): `record` becomes
+    /// the program, and a process of its own records it (its summary comes
+    /// after the program has ended, once the recording is complete).
+    #[arg(long)]
+    pub(crate) keep_pid: bool,
     /// Each thread's buffer (e.g. 512K, 4M; default 2M): a thread whose
     /// buffer is full waits for the writer, so a larger one smooths bursts.
     #[arg(short = 'b', long = "buffer", value_name = "SIZE", value_parser = parse_buffer_size)]

@@ -39,7 +39,16 @@ pub(crate) fn record(
         rel,
         config,
         collector,
-    } = prepare(data, opts, &path)?;
+    } = prepare_unstarted(data, opts, &path)?;
+    let mut command = Command::new(prog);
+    command
+        .args(args)
+        .env("LD_PRELOAD", preload(&agent))
+        .env(config::ENV, config.to_env_value());
+    if opts.keep_pid {
+        return keep_pid(command, collector, (&abs, &rel), opts, (&path, prog));
+    }
+    let collector = collector.spawn();
     let _signals = ForwardSignals::install();
     // Unless told not to, the recording lasts as long as the program's
     // descendants too (those it forked, and the programs they became).
@@ -49,28 +58,99 @@ pub(crate) fn record(
         Some(Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?)
     };
     let mut program_pid = 0;
-    let mut command = Command::new(prog);
-    let status = command
-        .args(args)
-        .env("LD_PRELOAD", preload(&agent))
-        .env(config::ENV, config.to_env_value())
-        .spawn()
-        .and_then(|child| {
-            let started = std::time::Instant::now();
-            let pid = child.id() as i32;
-            program_pid = pid;
-            CHILD.store(pid, Ordering::Release);
-            let lifeline = lifeline.map(Lifeline::handed_over);
-            let st = wait_with_usage(pid, started);
-            CHILD.store(0, Ordering::Release);
-            if let Some(l) = lifeline {
-                l.wait_for_descendants(prog);
-            }
-            st
-        });
+    let status = command.spawn().and_then(|child| {
+        let started = std::time::Instant::now();
+        let pid = child.id() as i32;
+        program_pid = pid;
+        CHILD.store(pid, Ordering::Release);
+        let lifeline = lifeline.map(Lifeline::handed_over);
+        let st = wait_with_usage(pid, started);
+        CHILD.store(0, Ordering::Release);
+        if let Some(l) = lifeline {
+            l.wait_for_descendants(prog);
+        }
+        st
+    });
     let finished = collector.finish();
-    let totals = finished.totals;
     let (status, usage) = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
+    let run = (status, &usage);
+    let write_failed = conclude(
+        finished,
+        (&abs, &rel),
+        opts,
+        (&path, prog),
+        Some(run),
+        program_pid,
+    );
+    if !write_failed.is_empty() && status.success() {
+        // (The program's own failure first.)
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(exit_code(status))
+}
+
+/// `record --keep-pid`: this process becomes the program (`command`, by
+/// exec), keeping its process id; a child of it, forked first, is the
+/// writer and completes the recording once the program and the processes
+/// it started have ended (a pipe they all inherit reaches end-of-file).
+/// Returns in that child only.
+fn keep_pid(
+    mut command: Command,
+    collector: collect::Collector,
+    dirs: (&Path, &[(String, PathBuf)]),
+    opts: &RecordOptions,
+    program: (&Path, &str),
+) -> Result<ExitCode, String> {
+    use std::os::unix::process::CommandExt;
+    let lifeline = Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?;
+    // SAFETY: this process has one thread (the writer's is started after,
+    // in the child), so the child may run anything.
+    match unsafe { libc::fork() } {
+        -1 => Err(format!(
+            "cannot fork the writer: {}",
+            std::io::Error::last_os_error()
+        )),
+        0 => {
+            let collector = collector.spawn();
+            let _signals = ForwardSignals::install();
+            let lifeline = lifeline.handed_over();
+            // SAFETY: getppid has no preconditions.
+            let program_pid = unsafe { libc::getppid() };
+            lifeline.wait_for_descendants(program.1);
+            let finished = collector.finish();
+            let failed = conclude(finished, dirs, opts, program, None, program_pid);
+            Ok(if failed.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        _ => {
+            // The program inherits the lifeline's write end (ours, kept
+            // open across exec); only an exec that failed comes back.
+            let e = command.exec();
+            drop(lifeline);
+            Err(format!("cannot run {}: {e}", program.1))
+        }
+    }
+}
+
+/// What a recording's end says and completes: the programs left untraced,
+/// each directory's summary and metadata (`run`: the program's exit and
+/// usage, where known). Returns where writing the records failed.
+fn conclude(
+    finished: collect::Finished,
+    (abs, rel): (&Path, &[(String, PathBuf)]),
+    opts: &RecordOptions,
+    (path, prog): (&Path, &str),
+    run: Option<(std::process::ExitStatus, &crate::sysinfo::Usage)>,
+    program_pid: i32,
+) -> Vec<String> {
+    let launcher = check_program(path)
+        .ok()
+        .flatten()
+        .filter(|_| opts.patch.is_empty());
+    let totals = finished.totals;
     // One line per program and reason: a program that runs `system()` in
     // a loop starts the same shell many times.
     let mut untraced: std::collections::BTreeMap<(&str, &str), Vec<i32>> = Default::default();
@@ -102,7 +182,7 @@ pub(crate) fn record(
     // recorded itself (its metadata is there): no launcher after all.
     let launcher = launcher.filter(|_| {
         !rel.iter().any(|(_, r)| {
-            collect::instance_dir(&abs, r)
+            collect::instance_dir(abs, r)
                 .join("shadowgraph.info")
                 .exists()
         })
@@ -120,7 +200,7 @@ pub(crate) fn record(
     let mut dirs: Vec<(String, PathBuf, bool)> = rel
         .iter()
         .filter(|_| launcher.is_none())
-        .map(|(label, r)| (label.clone(), collect::instance_dir(&abs, r), false))
+        .map(|(label, r)| (label.clone(), collect::instance_dir(abs, r), false))
         .collect();
     if launcher.is_some() && finished.sessions.is_empty() {
         eprintln!(
@@ -149,28 +229,26 @@ pub(crate) fn record(
         let t = totals.get(&d).copied().unwrap_or_default();
         // The program's exit and usage are the recording's, not those of
         // a session in another process (not ours to wait for).
-        let run = (!foreign).then_some((status, &usage));
-        write_failed.extend(conclude_dir(&label, &d, t, &path, prog, run));
+        let run = run.filter(|_| !foreign);
+        write_failed.extend(conclude_dir(&label, &d, t, path, prog, run));
         if opts.srcline || opts.auto_args {
             write_srclines(&d, opts.srcline, opts.auto_args);
         }
     }
     if !write_failed.is_empty() {
         // The summary above says what was kept; the status says that it is
-        // not the whole recording (the program's own failure first).
+        // not the whole recording.
         eprintln!(
             "shadowgraph: the recording is incomplete: writing it failed ({})",
             write_failed.join("; ")
         );
-        if status.success() {
-            return Ok(ExitCode::FAILURE);
-        }
     }
-    Ok(exit_code(status))
+    write_failed
 }
 
-/// A recording's directory and its writer, made before tracing starts.
-pub(crate) struct Prepared {
+/// A recording's directory and its writer (started, or not yet: `C`),
+/// made before tracing starts.
+pub(crate) struct Prepared<C = collect::CollectorThread> {
     /// The data directory, absolute.
     pub abs: PathBuf,
     /// Each tracer's label and place in it.
@@ -178,7 +256,7 @@ pub(crate) struct Prepared {
     /// The configuration for the agent.
     pub config: config::Config,
     /// The writer, draining the rings.
-    pub collector: collect::CollectorThread,
+    pub collector: C,
 }
 
 /// Makes the data directory `data` (an existing one is moved to
@@ -190,6 +268,21 @@ pub(crate) fn prepare(
     opts: &RecordOptions,
     program: &Path,
 ) -> Result<Prepared, String> {
+    let p = prepare_unstarted(data, opts, program)?;
+    Ok(Prepared {
+        abs: p.abs,
+        rel: p.rel,
+        config: p.config,
+        collector: p.collector.spawn(),
+    })
+}
+
+/// [`prepare`], the writer made and not started.
+fn prepare_unstarted(
+    data: &Path,
+    opts: &RecordOptions,
+    program: &Path,
+) -> Result<Prepared<collect::Collector>, String> {
     if data.exists() {
         let old = PathBuf::from(format!("{}.old", data.display()));
         let _ = std::fs::remove_dir_all(&old);
@@ -228,7 +321,6 @@ pub(crate) fn prepare(
     let mut config = opts.config(&abs, &shm)?;
     opts.add_auto_args(&mut config, program)?;
     collector.set_ring_len(shadowgraph::record::writer::shared_ring_len(opts.buffer));
-    let collector = collector.spawn();
     Ok(Prepared {
         abs,
         rel,

@@ -678,3 +678,78 @@ fn rings_without_room_in_their_directory_leave_the_thread_its_own_records() {
     );
     assert_eq!(left.trim(), "", "the writer's spare ring was left there");
 }
+
+/// `record --keep-pid` (uftrace's): the program runs in the process
+/// `record` was started as, and the recording is complete once the
+/// program, and a daemon it became, have ended; the daemon's calls replay
+/// as uftrace's recording of the same binary does.
+#[test]
+fn keep_pid_runs_the_program_in_records_own_process() {
+    let dir = workdir("keeppid");
+    let exe = dir.join("kp");
+    cc(&[&fixture("keep_pid.c")], &["-O0", "-pg"], &exe);
+    let data = dir.join("k.data");
+    // The shell's process id is record's, then the program's.
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("echo shell $$; exec \"$0\" record --keep-pid -d \"$1\" \"$2\"")
+        .arg(env!("CARGO_BIN_EXE_shadowgraph"))
+        .arg(&data)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let pid = out.lines().next().unwrap().strip_prefix("shell ").unwrap();
+    assert!(out.contains(&format!("\npid {pid}\n")), "{out}");
+    // (Its output comes when the recording is complete: the writer holds
+    // the pipe until then.)
+    assert!(err.contains("# recorded "), "{err}");
+    let replay = view(&mut shadowgraph(), &data, &["replay", "-f", "tid"]);
+    assert!(
+        replay.contains(&format!("[{pid:>6}] |       c() {{")),
+        "{replay}"
+    );
+    // A daemon: its calls after daemon() are recorded, as uftrace's.
+    let lines = |tool: &mut std::process::Command, d: &std::path::Path| -> Vec<String> {
+        shape(&view(tool, d, &["replay"]))
+            .into_iter()
+            .filter(|l| !l.contains("linux:task-exit"))
+            .collect()
+    };
+    let o = shadowgraph()
+        .args(["record", "--keep-pid", "-d"])
+        .arg(&data)
+        .arg(&exe)
+        .arg("daemon")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let ours = lines(&mut shadowgraph(), &data);
+    assert!(ours.iter().any(|l| l.ends_with("getpid();")), "{ours:#?}");
+    if require("uftrace", "uftrace's recording of the same daemon") {
+        let theirs = dir.join("u.data");
+        let o = std::process::Command::new("uftrace")
+            .args(["record", "--no-sched", "--keep-pid", "-d"])
+            .arg(&theirs)
+            .arg(&exe)
+            .arg("daemon")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        assert_eq!(
+            ours,
+            lines(&mut std::process::Command::new("uftrace"), &theirs)
+        );
+    }
+    // Not for a running process.
+    let o = shadowgraph()
+        .args(["record", "--keep-pid", "-p", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && text(&o).1.contains("--keep-pid"),
+        "{}",
+        text(&o).1
+    );
+}
