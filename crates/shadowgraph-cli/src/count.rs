@@ -41,6 +41,7 @@ pub(crate) fn run_counted(
         returns: returns(hijack_returns),
         text_write: text_write()?,
         with_syms: None,
+        pattern_match: None,
         lineage: Default::default(),
     };
     let status = Command::new(prog)

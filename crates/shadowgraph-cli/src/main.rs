@@ -316,7 +316,10 @@ fn main() -> ExitCode {
     // SAFETY: restoring the default disposition of SIGPIPE.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     use clap::{CommandFactory, FromArgMatches};
-    let matches = Cli::command().get_matches_from(live_by_default(std::env::args_os().collect()));
+    let args = live_by_default(std::env::args_os().collect());
+    // (Patterns are parsed with the options: --match first.)
+    options::MatchArg::apply_from(&args);
+    let matches = Cli::command().get_matches_from(args);
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),

@@ -157,6 +157,45 @@ impl RecordOptions {
     }
 }
 
+/// `--match TYPE`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MatchArg {
+    Regex,
+    Glob,
+}
+
+impl MatchArg {
+    fn config(self) -> config::PatternMatch {
+        match self {
+            MatchArg::Regex => config::PatternMatch::Regex,
+            MatchArg::Glob => config::PatternMatch::Glob,
+        }
+    }
+
+    /// `--match` as the command line `args` gives it (its last), taken
+    /// before the options are parsed: patterns are parsed with them.
+    pub(crate) fn apply_from(args: &[std::ffi::OsString]) {
+        let mut m = None;
+        let mut it = args.iter().map(|a| a.to_string_lossy());
+        while let Some(a) = it.next() {
+            if a == "--" {
+                break;
+            }
+            let v = match a.strip_prefix("--match") {
+                Some("") => it.next().map(|v| v.into_owned()),
+                Some(rest) => rest.strip_prefix('=').map(str::to_string),
+                None => None,
+            };
+            match v.as_deref() {
+                Some("regex") => m = Some(config::PatternMatch::Regex),
+                Some("glob") => m = Some(config::PatternMatch::Glob),
+                _ => {}
+            }
+        }
+        config::PatternMatch::apply(m);
+    }
+}
+
 /// What `record` (and `live`) trace.
 #[derive(clap::Args, Debug, Default)]
 pub(crate) struct RecordOptions {
@@ -233,6 +272,12 @@ pub(crate) struct RecordOptions {
     /// Trace only the program, not its libraries.
     #[arg(long)]
     no_libs: bool,
+    /// How patterns are taken, as uftrace's `--match`: regex (a regex
+    /// where it has any regex character, `*` `?` `[` too), glob (always a
+    /// glob); without it, a regex where it has regex characters other than
+    /// a glob's, else a glob.
+    #[arg(long = "match", value_name = "TYPE")]
+    pub(crate) match_type: Option<MatchArg>,
     /// Record only the program's own process, not the children it forks.
     #[arg(long)]
     pub(crate) no_children: bool,
@@ -572,6 +617,7 @@ impl RecordOptions {
             config::Objects::All
         };
         let config = Config {
+            pattern_match: self.match_type.map(MatchArg::config),
             mode: config::Mode::Record(config::Record {
                 dir: dir.to_owned(),
                 tracers: self.tracers()?,

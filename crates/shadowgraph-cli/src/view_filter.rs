@@ -73,6 +73,12 @@ pub(crate) struct ViewFilter {
     /// of the recording's own.
     #[arg(long, value_name = "DIR")]
     with_syms: Option<std::path::PathBuf>,
+    /// How patterns are taken, as uftrace's `--match`: regex (a regex
+    /// where it has any regex character, `*` `?` `[` too), glob (always a
+    /// glob); without it, a regex where it has regex characters other than
+    /// a glob's, else a glob.
+    #[arg(long = "match", value_name = "TYPE")]
+    match_type: Option<crate::options::MatchArg>,
     /// Without arguments and return values.
     #[arg(long)]
     no_args: bool,

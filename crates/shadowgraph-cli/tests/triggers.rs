@@ -63,6 +63,9 @@ fn views_apply_triggers_as_uftrace() {
             &["replay", "-N", "^mi.$"],
             &["replay", "-F", "fib$", "-D", "2"],
             &["replay", "-N", "nap|leaf"],
+            &["replay", "--match", "glob", "-F", "m*"],
+            &["replay", "--match", "regex", "-F", "m*"],
+            &["replay", "--match=regex", "-N", "n?p"],
         ],
         0,
     );
@@ -136,6 +139,11 @@ fn record_applies_triggers_as_uftrace() {
         &["-Z", "40", "-F", "mid"],
         &["-Z", "20", "-N", "fib"],
         &["-Z", "60", "-D", "2"],
+        // uftrace's --match, and a -F of nothing (no filter, as there).
+        &["--match", "glob", "-F", "m*"],
+        &["--match", "regex", "-F", "m*"],
+        &["--match=regex", "-N", "n?p"],
+        &["-F", "nosuch"],
     ] {
         let got = record(opts);
         if !with_uftrace {

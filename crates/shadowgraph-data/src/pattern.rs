@@ -143,10 +143,13 @@ impl Pattern {
                     .unwrap_or("invalid regex")
                     .trim_start_matches("error: "))
             })?)
-        } else if let Some(re) = body
-            .contains(REGEX_ONLY)
-            .then(|| regex::Regex::new(body).ok())
-            .flatten()
+        } else if let Some(re) = match match_type() {
+            MatchType::Auto => body.contains(REGEX_ONLY),
+            MatchType::Regex => body.contains(REGEX_ALL),
+            MatchType::Glob => false,
+        }
+        .then(|| regex::Regex::new(body).ok())
+        .flatten()
         {
             // As uftrace's patterns (regexes unless they have none of
             // these); one that does not compile is a glob, as uftrace
@@ -255,6 +258,58 @@ pub fn select(
 /// Characters that make a pattern a regex (uftrace's, less the glob's
 /// own `*`, `?` and `[`).
 const REGEX_ONLY: &[char] = &['^', '$', '.', '+', '|', '(', ')', '{', '}', '\\'];
+/// uftrace's regex characters, the glob's among them (`--match=regex`).
+const REGEX_ALL: &[char] = &[
+    '^', '$', '.', '+', '|', '(', ')', '{', '}', '\\', '*', '?', '[', ']',
+];
+
+/// How a pattern's text is taken (uftrace's `--match`); `/regex/` is a
+/// regex in every way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatchType {
+    /// A regex where it has regex characters other than a glob's (any of
+    /// `^ $ . + | ( ) { } \`), else a glob: `foo*` and `^foo` as meant.
+    #[default]
+    Auto,
+    /// uftrace's default: a regex where it has any regex character, `*`,
+    /// `?` and `[` among them (matching anywhere in the name, as uftrace's
+    /// regexes do), else the name itself.
+    Regex,
+    /// Always a glob.
+    Glob,
+}
+
+impl std::str::FromStr for MatchType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "regex" => Ok(MatchType::Regex),
+            "glob" => Ok(MatchType::Glob),
+            "auto" => Ok(MatchType::Auto),
+            _ => Err(format!("`{s}`: regex or glob")),
+        }
+    }
+}
+
+/// The process's [`MatchType`] (0 Auto, 1 Regex, 2 Glob).
+static MATCH: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Takes pattern texts parsed from now on as `m` says (`--match`).
+pub fn set_match_type(m: MatchType) {
+    // Relaxed: set once, before the patterns are parsed, by the thread
+    // that parses them (or one that started it).
+    MATCH.store(m as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The [`MatchType`] patterns are parsed with.
+pub fn match_type() -> MatchType {
+    // Relaxed: see set_match_type.
+    match MATCH.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => MatchType::Regex,
+        2 => MatchType::Glob,
+        _ => MatchType::Auto,
+    }
+}
 
 fn check_glob(g: &str) -> Result<(), String> {
     let b = g.as_bytes();

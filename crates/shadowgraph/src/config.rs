@@ -45,6 +45,33 @@ pub struct Config {
     /// the object before it was stripped holds them).
     #[serde(default)]
     pub with_syms: Option<PathBuf>,
+    /// `--match`: how the patterns of filters, triggers and `-P` are
+    /// taken (`None`: regexes where they have regex characters other than
+    /// a glob's, else globs).
+    #[serde(default)]
+    pub pattern_match: Option<PatternMatch>,
+}
+
+/// uftrace's `--match` types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PatternMatch {
+    /// A regex where it has any regex character (`*`, `?`, `[` too).
+    Regex,
+    /// Always a glob.
+    Glob,
+}
+
+impl PatternMatch {
+    /// Patterns parsed from now on (in this process) are taken so.
+    pub fn apply(m: Option<PatternMatch>) {
+        use shadowgraph_data::pattern::{set_match_type, MatchType};
+        set_match_type(match m {
+            None => MatchType::Auto,
+            Some(PatternMatch::Regex) => MatchType::Regex,
+            Some(PatternMatch::Glob) => MatchType::Glob,
+        });
+    }
 }
 
 /// What a session does.
@@ -355,6 +382,7 @@ impl Config {
             text_write: None,
             lineage: Lineage::default(),
             with_syms: None,
+            pattern_match: None,
         }
     }
 
@@ -482,6 +510,7 @@ mod tests {
             text_write: Some(TextWrite::ProcMem),
             lineage: Lineage::default(),
             with_syms: None,
+            pattern_match: None,
         };
         assert_eq!(Config::parse(&c.to_env_value()).unwrap(), c);
         let mut bad = c.clone();

@@ -55,7 +55,7 @@ pub struct SiteTrigger {
     /// threshold.
     pub min_size: Option<u64>,
     /// Bytes (a multiple of 8) the tracer keeps in each of its calls'
-    /// frames, after the triggers' words ([`Triggers::room`]): their
+    /// frames, after the triggers' words (`GraphFilter::room`): their
     /// first word reads 0 until the tracer writes it.
     pub room: u16,
 }

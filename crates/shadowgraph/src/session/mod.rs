@@ -212,6 +212,7 @@ fn set_up_first(
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     crate::elf::set_symbol_dir(config.with_syms.clone());
+    crate::config::PatternMatch::apply(config.pattern_match);
     let record = match &config.mode {
         Mode::Record(r) => Some(r.clone()),
         Mode::Count(_) => None,

@@ -321,14 +321,17 @@ fn graph_tracer(
 }
 
 /// The filter set of patterns (`None`: no pattern, no filter). A pattern
-/// that matches no function is said and left out; when none is left the
-/// set selects nothing (`-F` of functions that do not exist: nothing is
-/// inside them).
+/// that matches no function is said and left out; when none is left there
+/// is no filter, as in uftrace (`-F` of a function that does not exist
+/// records every call).
 fn filter_set(patterns: &[String]) -> Result<Option<Arc<ftrace::FilterSet>>, String> {
     if patterns.is_empty() {
         return Ok(None);
     }
     let kept = matching(patterns)?;
+    if kept.is_empty() {
+        return Ok(None);
+    }
     let p: Vec<&str> = kept.iter().map(String::as_str).collect();
     ftrace::FilterSet::with_patterns(&p, &[])
         .map(Some)
@@ -369,8 +372,8 @@ fn profile_set(filter: &[String], notrace: &[String]) -> Result<Arc<ftrace::Filt
     let (filter_kept, notrace) = (matching(filter)?, matching(notrace)?);
     let f: Vec<&str> = filter_kept.iter().map(String::as_str).collect();
     let n: Vec<&str> = notrace.iter().map(String::as_str).collect();
-    // (Every -F pattern unmatched: the profile selects nothing.)
-    if !filter.is_empty() {
+    // (Every -F pattern unmatched: no filter, as for records.)
+    if !f.is_empty() {
         return ftrace::FilterSet::with_patterns(&f, &n).map_err(|e| e.to_string());
     }
     let fs = ftrace::FilterSet::all();
