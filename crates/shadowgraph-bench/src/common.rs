@@ -140,3 +140,32 @@ pub fn load_dispatch_lib() -> Result<(Loop, Loop, BenchLib), String> {
     ftrace::add_loaded(|p| !lib.is(p)).map_err(|e| e.to_string())?;
     Ok((loop_plain, loop_target, lib))
 }
+
+/// Median wall time of `cmd` (stdout and stderr discarded), in seconds.
+pub(crate) fn time_cmd(
+    reps: usize,
+    mut cmd: impl FnMut() -> std::process::Command,
+) -> Result<f64, String> {
+    let mut v = Vec::new();
+    for _ in 0..reps {
+        let mut c = cmd();
+        c.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let t = Instant::now();
+        let st = c.status().map_err(|e| format!("cannot run {c:?}: {e}"))?;
+        if !st.success() {
+            return Err(format!("{c:?} failed: {st}"));
+        }
+        v.push(t.elapsed().as_secs_f64());
+    }
+    Ok(median(v))
+}
+
+/// The calls of fib(n): 2·fib(n+1) − 1.
+pub(crate) fn fib_calls(n: u32) -> u64 {
+    let (mut a, mut b) = (0u64, 1u64);
+    for _ in 0..=n {
+        (a, b) = (b, a + b);
+    }
+    2 * a - 1
+}

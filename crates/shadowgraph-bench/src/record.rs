@@ -4,11 +4,10 @@
 //! times, the ratio to uftrace, and the floor of any recorder here.
 
 use crate::clock::{after_tsc_ns, timestamp_line};
-use crate::common::median;
+use crate::common::{fib_calls, median, time_cmd};
 use crate::models::recorder_floor_ns;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
 /// The `shadowgraph` binary of this build: next to this one.
 pub(crate) fn shadowgraph_binary() -> Result<PathBuf, String> {
@@ -28,40 +27,11 @@ const FIB_C: &str = "#include <stdio.h>\n#include <stdlib.h>\n\
 __attribute__((noinline)) int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
 int main(int argc, char **argv) { printf(\"%d\\n\", fib(argc > 1 ? atoi(argv[1]) : 30)); return 0; }\n";
 
-/// The calls of fib(n): 2·fib(n+1) − 1.
-pub(crate) fn fib_calls(n: u32) -> u64 {
-    let (mut a, mut b) = (0u64, 1u64);
-    for _ in 0..=n {
-        (a, b) = (b, a + b);
-    }
-    2 * a - 1
-}
-
 /// Library calls: `memcpy` and `strlen` through the PLT, N times each.
 const LIBLOOP_C: &str = "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\
 int main(int argc, char **argv) { long n = atol(argv[1]); char b[16]; size_t t = 0;\n\
 for (long i = 0; i < n; i++) { memcpy(b, \"abcdefg\", 8); t += strlen(b); }\n\
 printf(\"%zu\\n\", t); return 0; }\n";
-
-/// Median wall time of `cmd` (stdout and stderr discarded), in seconds.
-pub(crate) fn time_cmd(
-    reps: usize,
-    mut cmd: impl FnMut() -> std::process::Command,
-) -> Result<f64, String> {
-    let mut v = Vec::new();
-    for _ in 0..reps {
-        let mut c = cmd();
-        c.stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        let t = Instant::now();
-        let st = c.status().map_err(|e| format!("cannot run {c:?}: {e}"))?;
-        if !st.success() {
-            return Err(format!("{c:?} failed: {st}"));
-        }
-        v.push(t.elapsed().as_secs_f64());
-    }
-    Ok(median(v))
-}
 
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)

@@ -5,7 +5,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::record::{fib_calls, time_cmd};
+use crate::common::{fib_calls, time_cmd};
 use std::path::Path;
 
 /// fib(argv[1]) in argv[2] threads at once.
