@@ -444,6 +444,8 @@ fn structures_by_value_are_recorded_as_uftrace_records_them() {
         "small(Small{...}, 2, 3, 4, 5, 6, 7) = 28;",
         "num(Num{...}, Arr{...}) = 186;",
         "after(-1999997.000000, 1, 2.500000) = 0xffe17b86;",
+        // A long double returned in st(0).
+        "ldhalf(9.000000) = 4.500000;",
     ];
     for opt in ["-O0", "-O2"] {
         let exe = dir.join(format!("s{opt}"));
@@ -452,7 +454,7 @@ fn structures_by_value_are_recorded_as_uftrace_records_them() {
         let ours = dir.join(format!("ours{opt}.data"));
         let o = record_run(&[], &["-a"], &ours, &exe, &[]);
         assert!(o.status.success(), "{}", text(&o).1);
-        assert_eq!(text(&o).0, "-1999671\n");
+        assert_eq!(text(&o).0, "-1999667\n");
         let replay = replay_text(&ours);
         // At -O2 gcc calls a copy of foo taking other arguments
         // (foo.constprop.0): it gets no specs, as uftrace gives it none.
@@ -466,7 +468,7 @@ fn structures_by_value_are_recorded_as_uftrace_records_them() {
         }
         assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
         // (uftrace 0.13's dump aborts at a long double, its own too.)
-        let dump = uftrace_view_with("dump", &ours, &["-N", "after"]).unwrap();
+        let dump = uftrace_view_with("dump", &ours, &["-N", "after", "-N", "ldhalf"]).unwrap();
         let structs = [
             "0b 16 00 00 00 00 00 00  00 21 00", // Option {11, 22, 33}, packed
             "01 00 00 00 00 00 00 00  02 00 00 00 00 00 00 00", // Pair {1, 2}

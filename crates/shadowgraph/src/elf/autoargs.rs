@@ -227,8 +227,8 @@ fn read(file: &object::File<'_>) -> Result<AutoSpecs, gimli::Error> {
                     Kind::Str => Some("retval/s".to_string()),
                     Kind::Ptr => Some("retval/p".to_string()),
                     Kind::Float(bits) => Some(format!("retval/f{bits}")),
-                    // In st(0), which a return does not keep.
-                    Kind::LongDouble => None,
+                    // In st(0), as uftrace reads it.
+                    Kind::LongDouble => Some("retval/f80".to_string()),
                     Kind::Enum(name, def) => {
                         keep(def);
                         Some(format!("retval/e:{name}"))

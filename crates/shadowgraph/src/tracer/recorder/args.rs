@@ -289,14 +289,33 @@ pub(crate) fn capture_retval(spec: &ArgSpec, regs: &RetRegs, out: &mut [u8]) -> 
     let fits = if let Fmt::Struct(_) = spec.fmt {
         put_struct(spec, out, &mut n, |_, dst| ret_bytes(spec, regs, dst))
     } else {
-        let raw = if spec.fmt == Fmt::Float {
-            regs.xmm0
-        } else {
-            regs.rax.into()
+        let raw = match spec.fmt {
+            Fmt::Float if spec.size == 10 => st0(),
+            Fmt::Float => regs.xmm0,
+            _ => regs.rax.into(),
         };
         put(spec, raw, out, &mut n)
     };
     fits.then_some(n.next_multiple_of(8))
+}
+
+/// The x87 register st(0) as the call left it: a `long double` return
+/// value (the return path leaves the x87 state alone, and Rust code on
+/// x86-64 never uses it), copied, not popped.
+fn st0() -> u128 {
+    let mut b = [0u8; 16];
+    // SAFETY: `fld st(0)` pushes a copy of st(0), which `fstp` pops into
+    // our buffer (10 of its 16 bytes): the x87 stack is as it was (as the
+    // inline-asm rules require of a block that declares no x87 clobber).
+    unsafe {
+        std::arch::asm!(
+            "fld st(0)",
+            "fstp tbyte ptr [{p}]",
+            p = in(reg) b.as_mut_ptr(),
+            options(nostack)
+        );
+    }
+    u128::from_le_bytes(b)
 }
 
 /// The bytes of a structure returned by value: from the registers its
