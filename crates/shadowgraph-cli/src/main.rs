@@ -12,6 +12,7 @@ mod launch;
 mod options;
 mod output;
 mod record;
+mod sched;
 mod script;
 mod sites;
 mod sysinfo;

@@ -281,6 +281,14 @@ pub(crate) struct RecordOptions {
     /// Record only the program's own process, not the children it forks.
     #[arg(long)]
     pub(crate) no_children: bool,
+    /// Record no schedule events (uftrace's `linux:schedule`: when a
+    /// thread leaves its processor and comes back, recorded by default
+    /// where perf events are permitted).
+    #[arg(long)]
+    pub(crate) no_sched: bool,
+    /// Record no events (uftrace's `--no-event`: implies --no-sched).
+    #[arg(long)]
+    pub(crate) no_event: bool,
     /// The program keeps the process id `record` was started with (uftrace's
     /// `--keep-pid`, for daemons that must keep theirs): `record` becomes
     /// the program, and a process of its own records it (its summary comes

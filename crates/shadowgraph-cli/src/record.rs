@@ -57,12 +57,16 @@ pub(crate) fn record(
     } else {
         Some(Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?)
     };
+    let mut sched = open_sched(opts, &abs, &rel);
     let mut program_pid = 0;
     let status = command.spawn().and_then(|child| {
         let started = std::time::Instant::now();
         let pid = child.id() as i32;
         program_pid = pid;
         CHILD.store(pid, Ordering::Release);
+        if let Some(s) = &mut sched {
+            s.start();
+        }
         let lifeline = lifeline.map(Lifeline::handed_over);
         let st = wait_with_usage(pid, started);
         CHILD.store(0, Ordering::Release);
@@ -71,6 +75,9 @@ pub(crate) fn record(
         }
         st
     });
+    if let Some(s) = sched {
+        s.finish();
+    }
     let finished = collector.finish();
     let (status, usage) = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
     let run = (status, &usage);
@@ -103,6 +110,8 @@ fn keep_pid(
 ) -> Result<ExitCode, String> {
     use std::os::unix::process::CommandExt;
     let lifeline = Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?;
+    // (On at the program's exec, here; copied by the child.)
+    let sched = open_sched(opts, dirs.0, dirs.1);
     // SAFETY: this process has one thread (the writer's is started after,
     // in the child), so the child may run anything.
     match unsafe { libc::fork() } {
@@ -113,10 +122,23 @@ fn keep_pid(
         0 => {
             let collector = collector.spawn();
             let _signals = ForwardSignals::install();
+            let mut sched = sched.and_then(|mut s| match s.map_again() {
+                Ok(()) => Some(s),
+                Err(e) => {
+                    eprintln!("# schedule events are not recorded: {e}");
+                    None
+                }
+            });
+            if let Some(s) = &mut sched {
+                s.start();
+            }
             let lifeline = lifeline.handed_over();
             // SAFETY: getppid has no preconditions.
             let program_pid = unsafe { libc::getppid() };
             lifeline.wait_for_descendants(program.1);
+            if let Some(s) = sched {
+                s.finish();
+            }
             let finished = collector.finish();
             let failed = conclude(finished, dirs, opts, program, None, program_pid);
             Ok(if failed.is_empty() {
@@ -131,6 +153,33 @@ fn keep_pid(
             let e = command.exec();
             drop(lifeline);
             Err(format!("cannot run {}: {e}", program.1))
+        }
+    }
+}
+
+/// The schedule events of the program about to start, into each tracer's
+/// directory (uftrace's `perf-cpu<N>.dat`), unless `--no-sched`; where
+/// perf events cannot be opened, said once, and the recording goes on.
+fn open_sched(
+    opts: &RecordOptions,
+    abs: &Path,
+    rel: &[(String, PathBuf)],
+) -> Option<crate::sched::Sched> {
+    if opts.no_sched || opts.no_event {
+        return None;
+    }
+    let dirs: Vec<PathBuf> = rel
+        .iter()
+        .map(|(_, r)| collect::instance_dir(abs, r))
+        .collect();
+    for d in &dirs {
+        let _ = std::fs::create_dir_all(d);
+    }
+    match crate::sched::Sched::open(&dirs) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("# schedule events are not recorded: {e} (see kernel.perf_event_paranoid)");
+            None
         }
     }
 }

@@ -247,7 +247,10 @@ fn sites_lists_and_explains() {
         ],
         &stat,
     );
-    for cmd in [vec!["count"], vec!["record", "--no-libcall", "-d"]] {
+    for cmd in [
+        vec!["count"],
+        vec!["record", "--no-libcall", "--no-sched", "-d"],
+    ] {
         let mut c = shadowgraph();
         c.args(&cmd);
         if cmd[0] == "record" {

@@ -17,7 +17,7 @@ fn record_options_filter_notrace_depth_and_libs() {
     );
     let live = |opts: &[&str], exe: &Path| -> Vec<String> {
         let o = shadowgraph()
-            .args(["live", "--no-libcall"])
+            .args(["live", "--no-libcall", "--no-sched"])
             .args(opts)
             .arg("--")
             .arg(exe)
@@ -61,7 +61,7 @@ fn record_options_filter_notrace_depth_and_libs() {
         "notrace hides the functions and everything they call"
     );
     let o = shadowgraph()
-        .args(["live", "--no-libcall", "-F", "/bad(/", "--"])
+        .args(["live", "--no-libcall", "--no-sched", "-F", "/bad(/", "--"])
         .arg(&exe)
         .output()
         .unwrap();
@@ -147,7 +147,7 @@ fn several_tracers_record_at_once_as_if_alone() {
     };
     let record = |d: &Path, opts: &[&str]| {
         let o = shadowgraph()
-            .args(["record", "--no-libcall", "-d"])
+            .args(["record", "--no-libcall", "--no-sched", "-d"])
             .arg(d)
             .args(opts)
             .arg("--")
@@ -213,7 +213,7 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
     let exe = build_fixture(&dir, "tf", "time_filter.c");
     let record = |args: &[&str], data: &Path| {
         let o = shadowgraph()
-            .args(["record", "--no-libcall"])
+            .args(["record", "--no-libcall", "--no-sched"])
             .args(args)
             .arg("-d")
             .arg(data)
@@ -460,7 +460,7 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
         ),
     ] {
         let o = shadowgraph()
-            .args(["record", "--no-libcall"])
+            .args(["record", "--no-libcall", "--no-sched"])
             .args(args)
             .arg("-d")
             .arg(dir.join("bad"))

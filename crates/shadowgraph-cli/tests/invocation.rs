@@ -45,7 +45,7 @@ fn a_launcher_is_run_and_the_programs_it_starts_are_recorded() {
     ] {
         let data = dir.join(format!("{name}.data"));
         let o = shadowgraph()
-            .args(["record", "--no-libcall", "--no-libs", "-d"])
+            .args(["record", "--no-libcall", "--no-sched", "--no-libs", "-d"])
             .arg(&data)
             .arg("--")
             .args(&program)
@@ -87,7 +87,13 @@ fn a_launcher_is_run_and_the_programs_it_starts_are_recorded() {
     }
     // Nothing could be recorded: said before anything runs.
     let o = shadowgraph()
-        .args(["record", "--no-libcall", "--no-children", "-d"])
+        .args([
+            "record",
+            "--no-libcall",
+            "--no-sched",
+            "--no-children",
+            "-d",
+        ])
         .arg(dir.join("none.data"))
         .arg("--")
         .arg(&script)

@@ -177,7 +177,7 @@ fn full_disk(limit: u64, n: u32, calls: u64) {
     let o = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "trap '' XFSZ; ulimit -f {} && exec \"$0\" record --no-libcall -d \"$1\" -- \"$2\" {n}",
+            "trap '' XFSZ; ulimit -f {} && exec \"$0\" record --no-libcall --no-sched -d \"$1\" -- \"$2\" {n}",
             limit / 512 // sh counts 512-byte blocks
         ))
         .arg(env!("CARGO_BIN_EXE_shadowgraph"))
@@ -208,10 +208,17 @@ fn full_disk(limit: u64, n: u32, calls: u64) {
         .and_then(|(_, r)| r.split_once(" lost)"))
         .and_then(|(n, _)| n.parse().ok())
         .unwrap_or_else(|| panic!("no lost count: {err}"));
+    // (The thread's <tid>.dat.)
     let dat = std::fs::read_dir(&data)
         .unwrap()
         .filter_map(|e| e.ok())
-        .find(|e| e.path().extension().is_some_and(|x| x == "dat"))
+        .find(|e| {
+            let p = e.path();
+            p.extension().is_some_and(|x| x == "dat")
+                && p.file_stem()
+                    .and_then(|s| s.to_str())
+                    .is_some_and(|s| s.parse::<i32>().is_ok())
+        })
         .unwrap();
     let kept = dat.metadata().unwrap().len() / 16;
     assert!(
@@ -491,7 +498,7 @@ fn an_interrupted_recording_keeps_what_was_recorded() {
     for (sig, name) in [(libc::SIGINT, "INT"), (libc::SIGTERM, "TERM")] {
         let data = dir.join(format!("{name}.data"));
         let mut child = shadowgraph()
-            .args(["record", "--no-libcall", "--no-libs", "-d"])
+            .args(["record", "--no-libcall", "--no-sched", "--no-libs", "-d"])
             .arg(&data)
             .arg("--")
             .arg(&exe)
@@ -718,7 +725,7 @@ fn keep_pid_runs_the_program_in_records_own_process() {
             .collect()
     };
     let o = shadowgraph()
-        .args(["record", "--keep-pid", "-d"])
+        .args(["record", "--no-sched", "--keep-pid", "-d"])
         .arg(&data)
         .arg(&exe)
         .arg("daemon")

@@ -82,7 +82,14 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
         ("deep", "is not a depth"),
     ] {
         let o = shadowgraph()
-            .args(["record", "--no-libcall", "--max-stack", bad, "--"])
+            .args([
+                "record",
+                "--no-libcall",
+                "--no-sched",
+                "--max-stack",
+                bad,
+                "--",
+            ])
             .arg(&exe)
             .output()
             .unwrap();
@@ -100,7 +107,7 @@ fn the_users_ld_preload_is_kept() {
     cc(&[&src], &["-O2", "-fPIC", "-shared"], &lib);
     let exe = build_fixture(&dir, "p", "work_once.c");
     let o = shadowgraph()
-        .args(["record", "--no-libcall", "--no-libs", "-d"])
+        .args(["record", "--no-libcall", "--no-sched", "--no-libs", "-d"])
         .arg(dir.join("p.data"))
         .arg("--")
         .arg(&exe)

@@ -21,7 +21,7 @@ fn the_profile_tracer_matches_the_recording_of_the_same_run() {
     );
     let data = dir.join("p.data");
     let o = shadowgraph()
-        .args(["record", "--no-libcall", "--no-libs", "-d"])
+        .args(["record", "--no-libcall", "--no-sched", "--no-libs", "-d"])
         .arg(&data)
         .args([
             "--tracer",

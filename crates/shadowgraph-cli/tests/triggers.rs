@@ -184,6 +184,7 @@ fn record_applies_triggers_as_uftrace() {
     let o = shadowgraph()
         .args([
             "live",
+            "--no-sched",
             "-T",
             "leaf@backtrace",
             "-T",

@@ -534,3 +534,88 @@ fn leaving_out_options_replay_as_uftrace_replays() {
         );
     }
 }
+
+/// Schedule events (uftrace's `linux:schedule`) are recorded by default,
+/// from perf events the program inherits: a call that sleeps shows one
+/// inside it, uftrace's replay of the recording is ours, and uftrace's own
+/// recording has the sleeps where ours has them; `--no-sched` records
+/// none.
+#[test]
+fn schedule_events_are_recorded_as_uftrace_records_them() {
+    let dir = workdir("sched");
+    let exe = dir.join("naps");
+    let flags = ["-O0", "-pg", "-DMIDS=3", "-DNAP_US=200", "-DFIB_N=4"];
+    cc(&[&fixture("naps.c")], &flags, &exe);
+    let data = dir.join("s.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let err = text(&o).1;
+    assert!(o.status.success(), "{err}");
+    let recorded = !err.contains("schedule events are not recorded");
+    if !shadowgraph_testkit::tool::available(recorded, "perf events (perf_event_open)", &err) {
+        return;
+    }
+    let replay = |tool: &mut std::process::Command, d: &std::path::Path, o: &[&str]| {
+        view(tool, d, &[&["replay", "-f", "none"], o].concat())
+    };
+    let ours = replay(&mut shadowgraph(), &data, &[]);
+    // (A sleep's switch first; a pre-emption may follow it.)
+    let sleep = "nanosleep() {\n        /* linux:schedule */\n";
+    assert_eq!(ours.matches(sleep).count(), 3, "{ours}");
+    if require("uftrace", "uftrace's replay of schedule events") {
+        let uf = || std::process::Command::new("uftrace");
+        assert_eq!(replay(&mut uf(), &data, &[]), ours);
+        let theirs = dir.join("u.data");
+        let o = uf()
+            .args(["record", "-d"])
+            .arg(&theirs)
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        // The sleeps where uftrace's are; the rest of the shape alike
+        // (where the machine pre-empted either run, or a write waited, is
+        // its own doing).
+        let their = replay(&mut uf(), &theirs, &[]);
+        assert_eq!(their.matches(sleep).count(), 3, "{their}");
+        // (A call a hidden event was in keeps its braces, as in uftrace:
+        // `f() {` and `} /* f */` together are `f();` here.)
+        let calls = |d: &std::path::Path, tool: &mut std::process::Command| {
+            let text = view(tool, d, &["replay", "-f", "none", "--no-sched"]);
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.contains("linux:task-exit"))
+                .collect();
+            let mut out = Vec::new();
+            let mut i = 0;
+            while i < lines.len() {
+                let (l, next) = (lines[i], lines.get(i + 1).map_or("", |n| n.trim()));
+                match l.strip_suffix("() {") {
+                    Some(f) if next == format!("}} /* {} */", f.trim()) => {
+                        out.push(format!("{f}();"));
+                        i += 2;
+                    }
+                    _ => {
+                        out.push(l.to_string());
+                        i += 1;
+                    }
+                }
+            }
+            out
+        };
+        assert_eq!(calls(&theirs, &mut uf()), calls(&data, &mut shadowgraph()));
+    }
+    let o = shadowgraph()
+        .args(["record", "--no-sched", "-d"])
+        .arg(&data)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(!replay(&mut shadowgraph(), &data, &[]).contains("linux:schedule"));
+    assert!(!data.join("perf-cpu0.dat").exists());
+}

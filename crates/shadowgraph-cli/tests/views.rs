@@ -196,7 +196,7 @@ fn report_dump_and_live_views() {
     assert!(open.values().all(Vec::is_empty), "every slice ended");
 
     let o = shadowgraph()
-        .args(["live", "--no-libcall"])
+        .args(["live", "--no-libcall", "--no-sched"])
         .arg("--")
         .arg(&exe)
         .arg("2")
@@ -214,6 +214,7 @@ fn report_dump_and_live_views() {
         .args([
             "live",
             "--no-libcall",
+            "--no-sched",
             "--tracer",
             "all",
             "--tracer",
@@ -521,7 +522,7 @@ fn info_tells_the_machine_the_run_and_the_recording() {
     let run = |arg: Option<&str>| -> (PathBuf, String) {
         let data = dir.join(format!("{}.data", arg.unwrap_or("plain")));
         let o = shadowgraph()
-            .args(["record", "--no-libcall", "--no-libs", "-d"])
+            .args(["record", "--no-libcall", "--no-sched", "--no-libs", "-d"])
             .arg(&data)
             .arg("--")
             .arg(&exe)

@@ -122,10 +122,12 @@ pub fn record_run_in(
 
 /// `shadowgraph record OPTS -d DATA -- EXE` with `env`. Library calls
 /// are left out (each test shows what its feature records), unless `opts`
-/// holds `--libcall`.
+/// holds `--libcall`; so are schedule events (when a thread sleeps or is
+/// pre-empted: the machine's doing, as the uftrace recordings compared
+/// with are made).
 pub fn record_command(env: &[(&str, &str)], opts: &[&str], data: &Path, exe: &Path) -> Command {
     let mut c = shadowgraph();
-    c.args(["record", "--no-libcall"]);
+    c.args(["record", "--no-libcall", "--no-sched"]);
     c.envs(env.iter().copied());
     c.args(opts).arg("-d").arg(data).arg("--").arg(exe);
     c
