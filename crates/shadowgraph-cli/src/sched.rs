@@ -277,7 +277,8 @@ impl Sched {
                     for c in &mut cpus {
                         let _ = c.copy();
                     }
-                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    // (Woken at once by `finish`.)
+                    std::thread::park_timeout(std::time::Duration::from_millis(10));
                 }
                 cpus
             })
@@ -288,7 +289,10 @@ impl Sched {
     pub(crate) fn finish(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         let mut cpus = match self.copier.take() {
-            Some(t) => t.join().unwrap_or_default(),
+            Some(t) => {
+                t.thread().unpark();
+                t.join().unwrap_or_default()
+            }
             None => std::mem::take(&mut self.cpus),
         };
         for c in &mut cpus {
