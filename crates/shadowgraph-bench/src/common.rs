@@ -169,3 +169,35 @@ pub(crate) fn fib_calls(n: u32) -> u64 {
     }
     2 * a - 1
 }
+
+/// The command running `exe` untraced (`tool` "plain"), under uftrace
+/// (`uftrace record -P .`) or under shadowgraph (`me record OPTS`), into
+/// `data` (made afresh: the last run's and its `.old` removed first).
+pub(crate) fn tool_command(
+    tool: &str,
+    me: &Path,
+    exe: &Path,
+    data: &Path,
+    opts: &[&str],
+) -> std::process::Command {
+    let _ = std::fs::remove_dir_all(data);
+    let _ = std::fs::remove_dir_all(data.with_extension("data.old"));
+    match tool {
+        "plain" => std::process::Command::new(exe),
+        "uftrace" => {
+            let mut c = std::process::Command::new("uftrace");
+            c.args(["record", "-P", "."]).arg("-d").arg(data).arg(exe);
+            c
+        }
+        _ => {
+            let mut c = std::process::Command::new(me);
+            c.arg("record")
+                .args(opts)
+                .arg("-d")
+                .arg(data)
+                .arg("--")
+                .arg(exe);
+            c
+        }
+    }
+}

@@ -492,26 +492,7 @@ fn library_calls(
     let lib_calls = 2 * (calls / 2) + 1; // memcpy, strlen; printf
     let data = data_dir.join("lib.data");
     let run = |tool: &str, opts: &[&str], n: &str| {
-        let _ = std::fs::remove_dir_all(&data);
-        let _ = std::fs::remove_dir_all(data.with_extension("data.old"));
-        let mut c = match tool {
-            "plain" => std::process::Command::new(&exe),
-            "uftrace" => {
-                let mut c = std::process::Command::new("uftrace");
-                c.args(["record", "-P", "."]).arg("-d").arg(&data).arg(&exe);
-                c
-            }
-            _ => {
-                let mut c = std::process::Command::new(me);
-                c.arg("record")
-                    .args(opts)
-                    .arg("-d")
-                    .arg(&data)
-                    .arg("--")
-                    .arg(&exe);
-                c
-            }
-        };
+        let mut c = crate::common::tool_command(tool, me, &exe, &data, opts);
         c.arg(n);
         c
     };

@@ -45,21 +45,7 @@ pub(crate) fn rows(
     let calls = fib_calls(n);
     let data = data_dir.join("threads.data");
     let run = |tool: &str, n: &str, threads: &str| {
-        let _ = std::fs::remove_dir_all(&data);
-        let _ = std::fs::remove_dir_all(data.with_extension("data.old"));
-        let mut c = match tool {
-            "plain" => std::process::Command::new(&exe),
-            "uftrace" => {
-                let mut c = std::process::Command::new("uftrace");
-                c.args(["record", "-P", "."]).arg("-d").arg(&data).arg(&exe);
-                c
-            }
-            _ => {
-                let mut c = std::process::Command::new(me);
-                c.arg("record").arg("-d").arg(&data).arg("--").arg(&exe);
-                c
-            }
-        };
+        let mut c = crate::common::tool_command(tool, me, &exe, &data, &[]);
         c.args([n, threads]);
         c
     };

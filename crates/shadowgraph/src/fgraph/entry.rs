@@ -206,25 +206,8 @@ pub(super) fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Reg
                 bits = 1 << i;
             }
         }
-    } else {
-        let site = site_id(ip);
-        let mut occupied = OCCUPIED.load(Ordering::Acquire);
-        // Relaxed: this thread's word (its handlers see it in program order).
-        t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
-        while occupied != 0 {
-            let i = occupied.trailing_zeros() as usize;
-            occupied &= occupied - 1;
-            let u = ARRAY[i].load(Ordering::Acquire);
-            if u.is_null() || SLOT_EPOCH[i].load(Ordering::Acquire) > g {
-                continue;
-            }
-            // SAFETY: as above.
-            let u = unsafe { &*u };
-            if site.is_some_and(|s| u.filter.pair().contains(s)) && offer(t, u, i, &ent, regs) {
-                bits |= 1 << i;
-            }
-        }
-        t.event_time.store(0, Ordering::Relaxed);
+    } else if let Some(site) = site_id(ip) {
+        bits = offer_all(t, &ent, regs, site, g);
     }
     if bits == 0 {
         t.curr.set(b - stack::FRAME_WORDS);
@@ -289,6 +272,54 @@ pub(super) fn drop_dead_frames(t: &ThreadState, slot: usize, parent_ip: usize) {
 
 /// Offers the call to user `u` in slot `i`; a declining user's data goes.
 #[inline]
+/// Offers the call `ent` (of site `site`) to every user registered at or
+/// before epoch `g` whose filter takes the site, in slot order, as
+/// [`offer`] does for one; the bits of those that kept it. The event's
+/// time is shared by all of them.
+pub(super) fn offer_all(
+    t: &ThreadState,
+    ent: &GraphEntry,
+    regs: &mut Regs,
+    site: crate::ftrace::SiteId,
+    g: u64,
+) -> u16 {
+    let mut bits: u16 = 0;
+    // Acquire (here and below): the registry's words, published before
+    // the user and its bit (registry.rs).
+    let mut occupied = OCCUPIED.load(Ordering::Acquire);
+    // (As `offer` keeps them, once for all the users: restored, not reset,
+    // as this may be a signal handler's call inside another's callback.)
+    let outer = (t.in_entry.get(), t.reserved_once.get());
+    // Relaxed: this thread's word (its handlers see it in program order).
+    t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
+    while occupied != 0 {
+        let i = occupied.trailing_zeros() as usize;
+        occupied &= occupied - 1;
+        let u = ARRAY[i].load(Ordering::Acquire);
+        if u.is_null() || SLOT_EPOCH[i].load(Ordering::Acquire) > g {
+            continue;
+        }
+        // SAFETY: a published user outlives the grace period that follows
+        // its slot's clearing; we are inside the bracket.
+        let u = unsafe { &*u };
+        if !u.filter.pair().contains(site) {
+            continue;
+        }
+        let save = t.curr.get();
+        t.in_entry.set(i as i32);
+        t.reserved_once.set(false);
+        if (u.entry)(ent, u, regs) {
+            bits |= 1 << i;
+        } else {
+            t.curr.set(save);
+        }
+    }
+    t.event_time.store(0, Ordering::Relaxed);
+    t.in_entry.set(outer.0);
+    t.reserved_once.set(outer.1);
+    bits
+}
+
 pub(super) fn offer(
     t: &ThreadState,
     u: &GraphUser,

@@ -245,26 +245,40 @@ pub(super) fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool
                 }
             }
         }
-        let mut bits = users;
-        // Relaxed: this thread's word (its handlers see it in program order).
-        t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
-        while bits != 0 {
-            let i = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let u = ARRAY[i].load(Ordering::Acquire);
-            if !u.is_null() && SLOT_EPOCH[i].load(Ordering::Acquire) <= epoch {
-                // SAFETY: published users outlive the grace period after
-                // their slot is cleared; we are inside the bracket.
-                let u = unsafe { &*u };
-                (u.ret)(&ev, u, r);
-            }
-        }
-        t.event_time.store(0, Ordering::Relaxed);
+        return_all(t, &ev, r, (users, epoch));
         unlock_graph(t, bit);
     }
     // As in the fast return: read, then pop.
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
+}
+
+/// The return callbacks of `users` (a frame's, pushed at `epoch`) for
+/// `ev`, in slot order: not those of a slot owned by a user registered
+/// since. The event's time is shared by all of them.
+#[inline]
+pub(super) fn return_all(
+    t: &ThreadState,
+    ev: &GraphReturn,
+    r: &RetRegs,
+    (users, epoch): (u16, u64),
+) {
+    let mut bits = users;
+    // Relaxed: this thread's word (its handlers see it in program order).
+    t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
+    while bits != 0 {
+        let i = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        // Acquire: the registry's words, published before the user.
+        let u = ARRAY[i].load(Ordering::Acquire);
+        if !u.is_null() && SLOT_EPOCH[i].load(Ordering::Acquire) <= epoch {
+            // SAFETY: published users outlive the grace period after
+            // their slot is cleared; we are inside the bracket.
+            let u = unsafe { &*u };
+            (u.ret)(ev, u, r);
+        }
+    }
+    t.event_time.store(0, Ordering::Relaxed);
 }
 
 #[cold]

@@ -5,10 +5,10 @@
 //! frame, bracket, recursion bit and errno handled here once for all of
 //! them. Anything else goes fgraph's general way, in Rust.
 
-use super::entry::manager_tramp_entry;
-use super::ret::graph_return;
+use super::entry::{manager_tramp_entry, offer_all};
+use super::ret::{graph_return, return_all};
 use super::stack::{self, ThreadState};
-use super::state::{ARRAY, EPOCH, FAST, MANY, OCCUPIED, SLOT_EPOCH, TP_LOCAL, TP_THREAD};
+use super::state::{EPOCH, FAST, MANY, TP_LOCAL, TP_THREAD};
 use super::user::{GraphEntry, GraphReturn, GraphUser, RetRegs};
 use crate::ftrace::local::CoreLocal;
 use crate::ftrace::{Group, Regs};
@@ -562,52 +562,16 @@ pub(super) extern "C" fn call_return(ev: &GraphReturn, u: &GraphUser, r: &RetReg
 /// offers it; the frame's BITMAP word naming those that kept it, 0 if
 /// none did.
 pub(super) extern "C" fn call_entry_all(ent: &GraphEntry, regs: &mut Regs) -> u64 {
-    let t = stack::thread();
-    // Acquire (here and below): the registry's words, published before
-    // the epoch, the user and its bit (registry.rs).
+    // Acquire: the registry's words, published before the epoch
+    // (registry.rs).
     let g = EPOCH.load(Ordering::Acquire);
     let site = match ent.site {
         u32::MAX => crate::ftrace::site_id_of(ent.func),
         s => Some(s),
     };
-    let Some(site) = site else {
-        return 0;
-    };
-    let mut bits: u16 = 0;
-    let mut occupied = OCCUPIED.load(Ordering::Acquire);
-    // (As `offer` keeps them, once for all the users: the thread is at
-    // rest, so no entry callback is interrupted.)
-    let outer = (t.in_entry.get(), t.reserved_once.get());
-    // Relaxed: this thread's word (its handlers see it in program order).
-    t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
-    while occupied != 0 {
-        let i = occupied.trailing_zeros() as usize;
-        occupied &= occupied - 1;
-        let u = ARRAY[i].load(Ordering::Acquire);
-        if u.is_null() || SLOT_EPOCH[i].load(Ordering::Acquire) > g {
-            continue;
-        }
-        // SAFETY: a published user outlives the grace period that follows
-        // its slot's clearing; we are inside the bracket.
-        let u = unsafe { &*u };
-        if !u.filter.pair().contains(site) {
-            continue;
-        }
-        let save = t.curr.get();
-        t.in_entry.set(i as i32);
-        t.reserved_once.set(false);
-        if (u.entry)(ent, u, regs) {
-            bits |= 1 << i;
-        } else {
-            t.curr.set(save);
-        }
-    }
-    t.event_time.store(0, Ordering::Relaxed);
-    t.in_entry.set(outer.0);
-    t.reserved_once.set(outer.1);
-    match bits {
-        0 => 0,
-        _ => stack::bitmap(stack::FRAME_WORDS, bits, g),
+    match site.map(|s| offer_all(stack::thread(), ent, regs, s, g)) {
+        None | Some(0) => 0,
+        Some(bits) => stack::bitmap(stack::FRAME_WORDS, bits, g),
     }
 }
 
@@ -615,25 +579,10 @@ pub(super) extern "C" fn call_entry_all(ent: &GraphEntry, regs: &mut Regs) -> u6
 /// users taken from it, `w` its BITMAP word as they were): each user's
 /// return callback, in slot order, as `finish_frame` runs them.
 pub(super) extern "C" fn call_return_all(ev: &GraphReturn, r: &RetRegs, w: u64) {
-    if stack::type_of(w) != stack::TYPE_BITMAP {
-        return;
+    if stack::type_of(w) == stack::TYPE_BITMAP {
+        let users = (stack::bitmap_users(w), stack::bitmap_epoch(w));
+        return_all(stack::thread(), ev, r, users);
     }
-    let (mut bits, epoch) = (stack::bitmap_users(w), stack::bitmap_epoch(w));
-    let t = stack::thread();
-    // Relaxed: as in call_entry_all.
-    t.event_time.store(stack::EVENT_OPEN, Ordering::Relaxed);
-    while bits != 0 {
-        let i = bits.trailing_zeros() as usize;
-        bits &= bits - 1;
-        // Acquire: as in call_entry_all.
-        let u = ARRAY[i].load(Ordering::Acquire);
-        if !u.is_null() && SLOT_EPOCH[i].load(Ordering::Acquire) <= epoch {
-            // SAFETY: as in call_entry_all.
-            let u = unsafe { &*u };
-            (u.ret)(ev, u, r);
-        }
-    }
-    t.event_time.store(0, Ordering::Relaxed);
 }
 
 extern "C" {
