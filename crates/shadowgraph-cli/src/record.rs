@@ -57,7 +57,7 @@ pub(crate) fn record(
     } else {
         Some(Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?)
     };
-    let mut sched = open_sched(opts, &abs, &rel);
+    let mut sched = open_sched(opts, (&abs, &rel), None);
     let mut program_pid = 0;
     let status = command.spawn().and_then(|child| {
         let started = std::time::Instant::now();
@@ -111,7 +111,7 @@ fn keep_pid(
     use std::os::unix::process::CommandExt;
     let lifeline = Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?;
     // (On at the program's exec, here; copied by the child.)
-    let sched = open_sched(opts, dirs.0, dirs.1);
+    let sched = open_sched(opts, dirs, None);
     // SAFETY: this process has one thread (the writer's is started after,
     // in the child), so the child may run anything.
     match unsafe { libc::fork() } {
@@ -157,13 +157,14 @@ fn keep_pid(
     }
 }
 
-/// The schedule events of the program about to start, into each tracer's
-/// directory (uftrace's `perf-cpu<N>.dat`), unless `--no-sched`; where
-/// perf events cannot be opened, said once, and the recording goes on.
-fn open_sched(
+/// The schedule events of the program about to start (or of the running
+/// process `attached`), into each tracer's directory (uftrace's
+/// `perf-cpu<N>.dat`), unless `--no-sched`; where perf events cannot be
+/// opened, said once, and the recording goes on.
+pub(crate) fn open_sched(
     opts: &RecordOptions,
-    abs: &Path,
-    rel: &[(String, PathBuf)],
+    (abs, rel): (&Path, &[(String, PathBuf)]),
+    attached: Option<i32>,
 ) -> Option<crate::sched::Sched> {
     if opts.no_sched || opts.no_event {
         return None;
@@ -175,7 +176,11 @@ fn open_sched(
     for d in &dirs {
         let _ = std::fs::create_dir_all(d);
     }
-    match crate::sched::Sched::open(&dirs) {
+    let opened = match attached {
+        None => crate::sched::Sched::open(&dirs),
+        Some(pid) => crate::sched::Sched::open_attached(pid, &dirs),
+    };
+    match opened {
         Ok(s) => Some(s),
         Err(e) => {
             eprintln!("# schedule events are not recorded: {e} (see kernel.perf_event_paranoid)");

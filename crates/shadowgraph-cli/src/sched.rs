@@ -2,9 +2,10 @@
 //! each time a thread of the traced program leaves a processor and comes
 //! back, from a perf event per processor that `record` opens on itself
 //! before it starts the program, which inherits them (and they come on at
-//! its exec, not before: `record`'s own switches are not recorded). A
-//! thread copies what they gather, as it comes, into `perf-cpu<N>.dat`,
-//! the files uftrace writes, which the views read.
+//! its exec, not before: `record`'s own switches are not recorded), or,
+//! for `record -p`, per thread of the process and processor. A thread
+//! copies what they gather, as it comes, into `perf-cpu<N>.dat`, the files
+//! uftrace writes, which the views read.
 //!
 //! ```text
 //!  a perf event's mapping (1 + DATA_PAGES pages)
@@ -57,6 +58,8 @@ const SAMPLE_ID_ALL: u64 = 1 << 18;
 const USE_CLOCKID: u64 = 1 << 25;
 const CONTEXT_SWITCH: u64 = 1 << 26;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+/// `_IO('$', 5)`: an event's records go to another's buffer.
+const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 /// The pages of records per processor (256 KiB): a switch out and back
 /// take 48 bytes.
 const DATA_PAGES: usize = 64;
@@ -68,6 +71,9 @@ const DATA_TAIL: usize = 1032;
 /// directory).
 struct PerCpu {
     fd: std::os::fd::OwnedFd,
+    /// The other threads' events on this processor, writing into `fd`'s
+    /// buffer (`record -p`).
+    others: Vec<std::os::fd::OwnedFd>,
     map: *mut u8,
     len: usize,
     files: Vec<std::fs::File>,
@@ -118,7 +124,7 @@ impl Drop for PerCpu {
     fn drop(&mut self) {
         // SAFETY: our mapping, unmapped once.
         unsafe { libc::munmap(self.map.cast(), self.len) };
-        let _ = &self.fd;
+        let _ = (&self.fd, &self.others);
     }
 }
 
@@ -135,6 +141,24 @@ impl Sched {
     /// directory of `dirs`; Err says why not (perf events not permitted,
     /// say).
     pub(crate) fn open(dirs: &[std::path::PathBuf]) -> Result<Sched, String> {
+        Sched::open_for(&[0], DISABLED | ENABLE_ON_EXEC, dirs)
+    }
+
+    /// [`Sched::open`] for the running process `pid` (`record -p`): an
+    /// event per thread and processor, on at once, each processor's
+    /// gathered into one buffer; the threads it makes later inherit them.
+    pub(crate) fn open_attached(pid: i32, dirs: &[std::path::PathBuf]) -> Result<Sched, String> {
+        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map_err(|e| format!("/proc/{pid}/task: {e}"))?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        Sched::open_for(&tids, 0, dirs)
+    }
+
+    /// The events of the threads `tids` (0: this one) on every processor,
+    /// with `flags` beside the common ones.
+    fn open_for(tids: &[i32], flags: u64, dirs: &[std::path::PathBuf]) -> Result<Sched, String> {
         // SAFETY: sysconf has no preconditions.
         let (n, page) = unsafe {
             (
@@ -148,41 +172,43 @@ impl Sched {
             config: PERF_COUNT_SW_DUMMY,
             sample_period: 1,
             sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_TIME,
-            flags: DISABLED
-                | INHERIT
-                | EXCLUDE_KERNEL
-                | ENABLE_ON_EXEC
-                | SAMPLE_ID_ALL
-                | USE_CLOCKID
-                | CONTEXT_SWITCH,
+            flags: flags | INHERIT | EXCLUDE_KERNEL | SAMPLE_ID_ALL | USE_CLOCKID | CONTEXT_SWITCH,
             clockid: libc::CLOCK_MONOTONIC,
             ..Default::default()
         };
         let mut cpus = Vec::with_capacity(n);
-        for cpu in 0..n {
-            // SAFETY: perf_event_open with a valid attr for this thread
-            // (pid 0) on one processor.
-            let fd = unsafe {
-                libc::syscall(
-                    libc::SYS_perf_event_open,
-                    &attr as *const PerfEventAttr,
-                    0,
-                    cpu as i32,
-                    -1,
-                    PERF_FLAG_FD_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::ENODEV) || e.raw_os_error() == Some(libc::EINVAL)
-                {
-                    continue; // a processor not online
+        'cpus: for cpu in 0..n {
+            let mut fds: Vec<std::os::fd::OwnedFd> = Vec::with_capacity(tids.len());
+            for &tid in tids {
+                // SAFETY: perf_event_open with a valid attr for one thread
+                // on one processor.
+                let fd = unsafe {
+                    libc::syscall(
+                        libc::SYS_perf_event_open,
+                        &attr as *const PerfEventAttr,
+                        tid,
+                        cpu as i32,
+                        -1,
+                        PERF_FLAG_FD_CLOEXEC,
+                    )
+                };
+                if fd < 0 {
+                    let e = std::io::Error::last_os_error();
+                    match e.raw_os_error() {
+                        // A processor not online.
+                        Some(libc::ENODEV) | Some(libc::EINVAL) if fds.is_empty() => continue 'cpus,
+                        // A thread that ended meanwhile.
+                        Some(libc::ESRCH) if tid != 0 => continue,
+                        _ => return Err(format!("perf_event_open: {e}")),
+                    }
                 }
-                return Err(format!("perf_event_open: {e}"));
+                // SAFETY: a new fd of ours.
+                fds.push(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) });
             }
-            // SAFETY: a new fd of ours.
-            let fd: std::os::fd::OwnedFd =
-                unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) };
+            if fds.is_empty() {
+                continue;
+            }
+            let fd = fds.remove(0);
             let len = (DATA_PAGES + 1) * page;
             // SAFETY: mapping the event's buffer (1 + 2^k pages), shared
             // and writable (we write data_tail).
@@ -202,6 +228,23 @@ impl Sched {
                     std::io::Error::last_os_error()
                 ));
             }
+            // (The first's buffer mapped: the others' records go there.)
+            for other in &fds {
+                // SAFETY: an ioctl between two perf events of ours.
+                let r = unsafe {
+                    libc::ioctl(
+                        std::os::fd::AsRawFd::as_raw_fd(other),
+                        PERF_EVENT_IOC_SET_OUTPUT,
+                        std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    )
+                };
+                if r != 0 {
+                    let e = std::io::Error::last_os_error();
+                    // SAFETY: the mapping just made.
+                    unsafe { libc::munmap(map, len) };
+                    return Err(format!("perf event output: {e}"));
+                }
+            }
             let files = dirs
                 .iter()
                 .map(|d| {
@@ -219,6 +262,7 @@ impl Sched {
             };
             cpus.push(PerCpu {
                 fd,
+                others: fds,
                 map: map.cast(),
                 len,
                 files,

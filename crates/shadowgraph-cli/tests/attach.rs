@@ -85,6 +85,15 @@ fn record_p_traces_a_running_program_and_leaves_it_unharmed() {
     assert!(rows.contains_key("nanosleep"), "{rows:?}");
     let body = replay_body(&replay_text(&data));
     assert!(body.iter().any(|l| l.trim() == "leaf();"), "{body:?}");
+    // Schedule events, from perf events on the process's threads: the
+    // worker's sleeps.
+    let sched = !err.contains("schedule events are not recorded");
+    if shadowgraph_testkit::tool::available(sched, "perf events (perf_event_open)", &err) {
+        assert!(
+            body.iter().any(|l| l.trim() == "/* linux:schedule */"),
+            "{body:?}"
+        );
+    }
     // Untraced again: the entry is a nop (five 1-byte nops where the
     // attach deferred the site: a thread was inside them).
     assert!(is_nop(&entry_bytes(pid, &exe, "mid")));

@@ -53,6 +53,10 @@ pub(crate) fn record_attached(
             return Err(e.0);
         }
     };
+    let mut sched = crate::record::open_sched(opts, (&abs, &rel), Some(pid));
+    if let Some(s) = &mut sched {
+        s.start();
+    }
     eprintln!(
         "# attached to process {pid} ({}); recording until {}",
         exe.display(),
@@ -68,6 +72,9 @@ pub(crate) fn record_attached(
     let ended_ns = shadowgraph::clock::monotonic_ns();
     let running = running_processes();
     stop(&client, pid);
+    if let Some(s) = sched {
+        s.finish();
+    }
     let finished = collector.finish();
     let prog = exe.display().to_string();
     let mut write_failed = Vec::new();
