@@ -157,6 +157,23 @@ fn keep_pid(
     }
 }
 
+/// Copies the schedule events of `from` (`perf-cpu<N>.dat`) into `to`, a
+/// directory of a program started by exec (its views find its threads'
+/// events there); a copy that fails is said.
+fn copy_sched(from: &Path, to: &Path) {
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("perf-cpu") && name.ends_with(".dat") {
+            if let Err(err) = std::fs::copy(e.path(), to.join(&name)) {
+                eprintln!("shadowgraph: {}: {err}", to.join(&name).display());
+            }
+        }
+    }
+}
+
 /// The schedule events of the program about to start (or of the running
 /// process `attached`), into each tracer's directory (uftrace's
 /// `perf-cpu<N>.dat`), unless `--no-sched`; where perf events cannot be
@@ -269,13 +286,12 @@ fn conclude(
         // A program the recorded one became by exec ends as it ends: its
         // exit status is ours to tell. Another process's is not.
         let foreign = *pid != program_pid;
-        dirs.extend(rel.iter().map(|(label, r)| {
-            (
-                format!("{what}{label}"),
-                collect::instance_dir(base, r),
-                foreign,
-            )
-        }));
+        for (label, r) in rel {
+            let d = collect::instance_dir(base, r);
+            // The schedule events of every process, with its calls.
+            copy_sched(&collect::instance_dir(abs, r), &d);
+            dirs.push((format!("{what}{label}"), d, foreign));
+        }
     }
     // Where writing the records failed, and why.
     let mut write_failed = Vec::new();

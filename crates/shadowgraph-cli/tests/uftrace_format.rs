@@ -538,8 +538,8 @@ fn leaving_out_options_replay_as_uftrace_replays() {
 /// Schedule events (uftrace's `linux:schedule`) are recorded by default,
 /// from perf events the program inherits: a call that sleeps shows one
 /// inside it, uftrace's replay of the recording is ours, and uftrace's own
-/// recording has the sleeps where ours has them; `--no-sched` records
-/// none.
+/// recording has the sleeps where ours has them; a program started by
+/// exec has its own with its calls; `--no-sched` records none.
 #[test]
 fn schedule_events_are_recorded_as_uftrace_records_them() {
     let dir = workdir("sched");
@@ -618,4 +618,23 @@ fn schedule_events_are_recorded_as_uftrace_records_them() {
     assert!(o.status.success(), "{}", text(&o).1);
     assert!(!replay(&mut shadowgraph(), &data, &[]).contains("linux:schedule"));
     assert!(!data.join("perf-cpu0.dat").exists());
+    // A program started by exec (by a shell, untraced) records into a
+    // directory of its own, its schedule events with its calls.
+    let data = dir.join("x.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .args(["sh", "-c"])
+        .arg(format!("exec {}", exe.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let session = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let theirs = replay(&mut shadowgraph(), &session, &[]);
+    assert_eq!(theirs.matches(sleep).count(), 3, "{theirs}");
 }
