@@ -236,7 +236,8 @@ pub(crate) struct RecordOptions {
     #[arg(short = 'N', long = "notrace")]
     notrace: Vec<String>,
     /// FUNC@ACTION[,ACTION…] when FUNC is called: depth=N, trace_on,
-    /// trace_off, finish, filter, notrace (and backtrace, hide, color=C,
+    /// trace_off, finish, filter, notrace, caller, size=N, time=T, trace,
+    /// read=proc/statm, read=page-fault (and backtrace, hide, color=C,
     /// which `live` applies to what it shows); repeatable.
     #[arg(short = 'T', long = "trigger", value_parser = parse_trigger)]
     pub(crate) trigger: Vec<String>,
