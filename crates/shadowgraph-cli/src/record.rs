@@ -46,7 +46,8 @@ pub(crate) fn record(
         .env("LD_PRELOAD", preload(&agent))
         .env(config::ENV, config.to_env_value());
     if opts.keep_pid {
-        return keep_pid(command, collector, (&abs, &rel), opts, (&path, prog));
+        let program = (path.as_path(), prog.as_str(), launcher.as_deref());
+        return keep_pid(command, collector, (&abs, &rel), opts, program);
     }
     let collector = collector.spawn();
     let _signals = ForwardSignals::install();
@@ -85,7 +86,7 @@ pub(crate) fn record(
         finished,
         (&abs, &rel),
         opts,
-        (&path, prog),
+        (&path, prog, launcher.as_deref()),
         Some(run),
         program_pid,
     );
@@ -106,7 +107,7 @@ fn keep_pid(
     collector: collect::Collector,
     dirs: (&Path, &[(String, PathBuf)]),
     opts: &RecordOptions,
-    program: (&Path, &str),
+    program: (&Path, &str, Option<&str>),
 ) -> Result<ExitCode, String> {
     use std::os::unix::process::CommandExt;
     let lifeline = Lifeline::new().map_err(|e| format!("cannot make a pipe: {e}"))?;
@@ -207,20 +208,17 @@ pub(crate) fn open_sched(
 }
 
 /// What a recording's end says and completes: the programs left untraced,
-/// each directory's summary and metadata (`run`: the program's exit and
+/// each directory's summary and metadata (`launcher`: why the program
+/// itself has no sites, where it only starts others; `run`: its exit and
 /// usage, where known). Returns where writing the records failed.
 fn conclude(
     finished: collect::Finished,
     (abs, rel): (&Path, &[(String, PathBuf)]),
     opts: &RecordOptions,
-    (path, prog): (&Path, &str),
+    (path, prog, launcher): (&Path, &str, Option<&str>),
     run: Option<(std::process::ExitStatus, &crate::sysinfo::Usage)>,
     program_pid: i32,
 ) -> Vec<String> {
-    let launcher = check_program(path)
-        .ok()
-        .flatten()
-        .filter(|_| opts.patch.is_empty());
     let totals = finished.totals;
     // One line per program and reason: a program that runs `system()` in
     // a loop starts the same shell many times.

@@ -303,6 +303,8 @@ super::layout::graph_asm!(
     "mov rdi, qword ptr fs:[rcx + {t_stack}]",
     "mov rsi, [rsp + SE_USER]",
     "mov rax, [rsi + {u_frame_word}]",
+    // (Kept, with its BITMAP word in rax: from 30 too.)
+    "7:",
     "mov [rdi + r8*8 + FRAME_BITMAP], rax",
     fast_done!("SE_ERRNO"),
     "cmp rsp, rsp",
@@ -323,12 +325,7 @@ super::layout::graph_asm!(
     "test rax, rax",
     "jz 5f",
     "mov rdi, qword ptr fs:[rcx + {t_stack}]",
-    "mov [rdi + r8*8 + FRAME_BITMAP], rax",
-    fast_done!("SE_ERRNO"),
-    "cmp rsp, rsp",
-    crate::tramp::restore_args!(),
-    "leave",
-    "ret",
+    "jmp 7b",
     // Declined: the frame goes.
     "5:",
     "mov qword ptr fs:[rcx + {t_curr}], r8",
