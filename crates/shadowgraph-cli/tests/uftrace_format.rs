@@ -353,7 +353,7 @@ fn uftraces_arguments_are_shown_as_uftrace_shows_them() {
     cc(&[&fixture("args_values.c")], &["-O0", "-pg"], &exe);
     let data = dir.join("args.data");
     let mut u = Command::new("uftrace");
-    u.arg("record").arg("-d").arg(&data);
+    u.args(["record", "--no-sched", "-d"]).arg(&data);
     for (opt, spec) in ARGS_VALUES_SPECS {
         u.args([opt, spec]);
     }
