@@ -301,8 +301,11 @@ pub(crate) fn write_quiescent(window: &TextWindow, edits: &[Edit]) -> Result<(),
 /// Writes `edits` to code no thread can reach yet (it is published later,
 /// by a release store the executing thread's path reads): verified,
 /// written by plain stores under the text lock, then every core
-/// serialised. On `Err` nothing was written if the old bytes did not
-/// match; a write error may leave some edits made.
+/// serialised — unless a holder holds every other thread meanwhile (they
+/// resume through the kernel, as after [`apply`]'s held batch, and a
+/// process joined late does not wait for membarrier's registration). On
+/// `Err` nothing was written if the old bytes did not match; a write
+/// error may leave some edits made.
 pub(crate) fn apply_unreached(edits: &[Edit]) -> Result<(), PatchError> {
     if edits.is_empty() {
         return Ok(());
@@ -311,8 +314,13 @@ pub(crate) fn apply_unreached(edits: &[Edit]) -> Result<(), PatchError> {
     let _text = text_lock();
     verify(edits)?;
     let window = TextWindow::open_for(edits.iter().map(|e| (e.addr, e.len as usize)))?;
+    let held = hold::exists() && hold::ask(Hold::Begin);
     let written = write_quiescent(&window, edits);
     window.close();
+    if held {
+        hold::ask(Hold::End);
+        return written;
+    }
     written?;
     serialise()
 }
