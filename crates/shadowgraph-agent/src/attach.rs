@@ -18,6 +18,12 @@
 //!                                     GOT slots back, buffers written out
 //!                      ◄─────────     "stopped\n"; the thread ends
 //! ```
+//!
+//! The client leaves a helper behind (`shadowgraph hold-for`), which
+//! connects and says "guard": if the client dies, the session's end asks
+//! the helper to hold the threads instead (the same "hold"/"release"
+//! exchange), so that no thread of the program meets an `int3` then.
+//! Its connection is closed when the session has ended.
 
 use shadowgraph::config::Config;
 use shadowgraph::session::Session;
@@ -208,7 +214,7 @@ fn first_client(listener: &UnixListener) -> Option<UnixStream> {
         match listener.accept() {
             Ok((s, _)) if peer_allowed(&s) => return Some(s),
             // Refused there.
-            Ok((s, _)) => answer(s),
+            Ok((s, _)) => drop(answer(s)),
             Err(_) => return None,
         }
     }
@@ -279,6 +285,7 @@ fn serve(listener: UnixListener, first: Option<Result<Session, String>>, config:
     let _ = out.write_all(b"started\n");
     // Until "stop", or the client's end (it died: the session ends too).
     let mut line = Vec::new();
+    let mut guard: Option<UnixStream> = None;
     'session: loop {
         use std::os::fd::AsRawFd;
         let mut fds = [
@@ -302,13 +309,22 @@ fn serve(listener: UnixListener, first: Option<Result<Session, String>>, config:
         }
         if fds[1].revents != 0 {
             if let Ok((other, _)) = listener.accept() {
-                answer(other);
+                if let Some(g) = answer(other) {
+                    guard = Some(g);
+                }
             }
         }
         if fds[0].revents != 0 {
             let mut buf = [0u8; 256];
             match (&client).read(&mut buf) {
-                Ok(0) | Err(_) => break,
+                Ok(0) | Err(_) => {
+                    // The client died: its helper (if it came) holds the
+                    // threads while the session ends.
+                    if let Some(g) = &guard {
+                        CLIENT.set(g.as_raw_fd());
+                    }
+                    break;
+                }
                 Ok(n) => line.extend_from_slice(&buf[..n]),
             }
             while let Some(end) = line.iter().position(|&b| b == b'\n') {
@@ -329,6 +345,8 @@ fn serve(listener: UnixListener, first: Option<Result<Session, String>>, config:
     session.finish();
     CLIENT.set(-1);
     let _ = out.write_all(b"stopped\n");
+    // (The helper, if any, ends as its connection closes.)
+    drop(guard);
 }
 
 std::thread_local! {
@@ -387,20 +405,27 @@ fn held_by_client(what: shadowgraph::patch::Hold) -> bool {
 }
 
 /// A client other than the session's: another user's is refused; one of
-/// ours is answered one command ("status"), within a second.
-fn answer(mut other: UnixStream) {
+/// ours is answered one command ("status"), within a second, or is the
+/// helper the session's client left behind ("guard"), returned to be
+/// kept: it is not answered.
+fn answer(mut other: UnixStream) -> Option<UnixStream> {
     if !peer_allowed(&other) {
         let _ = other.write_all(b"error: not allowed: another user's client\n");
-        return;
+        return None;
     }
     let _ = other.set_read_timeout(Some(std::time::Duration::from_secs(1)));
     let mut cmd = String::new();
     let _ = BufReader::new(&other).read_line(&mut cmd);
     let reply = match cmd.trim() {
         "status" => status(),
+        "guard" => {
+            let _ = other.set_read_timeout(None);
+            return Some(other);
+        }
         _ => "error: unknown command (this session's client alone may stop it)\n".into(),
     };
     let _ = other.write_all(reply.as_bytes());
+    None
 }
 
 /// "status: …": what the agent is doing in this process.

@@ -52,6 +52,16 @@ enum Command {
     /// starts; live recordings' are kept); and the agents that other
     /// builds of shadowgraph wrote out.
     Clean,
+    /// (Started by `record -p`, not by hand.) Holds process PID's threads
+    /// whenever the agent asks on SOCKET, until it closes it: how a
+    /// recording whose `shadowgraph` was killed still ends without `int3`.
+    #[command(hide = true)]
+    HoldFor {
+        /// The attached process.
+        pid: i32,
+        /// Its agent's control socket.
+        socket: PathBuf,
+    },
     /// List the patchable sites of an executable or shared library.
     Sites {
         /// The executable or shared library to scan (what `record` would
@@ -342,6 +352,10 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Demo { keep } => demo::demo(keep),
+        Command::HoldFor { pid, socket } => {
+            attach::record::hold_for(pid, &socket);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Clean => {
             clean();
             Ok(ExitCode::SUCCESS)

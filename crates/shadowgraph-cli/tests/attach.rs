@@ -236,22 +236,16 @@ fn record_p_refuses_a_process_already_traced() {
 }
 
 /// A `shadowgraph` killed in the middle of a recording ends its session:
-/// the agent sees its end and every site is a nop again.
+/// the agent sees its end and every site is a nop again, changed while a
+/// helper `shadowgraph` left behind holds the threads (they block
+/// SIGTRAP: an `int3` met would end the program); then another recording
+/// can attach, and be killed in turn.
 #[test]
 fn a_killed_client_ends_its_recording() {
     let dir = workdir("attach_killed");
-    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let exe = build_fixture_with(&dir, "target", "attach_sigblocked.c", &["-pthread"]);
     let (mut child, mut out) = start_target(&exe, &[]);
     let pid = child.id();
-    let data = dir.join("k.data");
-    let mut client = Target(
-        shadowgraph()
-            .args(["record", "-p", &pid.to_string(), "-d"])
-            .arg(&data)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
     let wait_for = |traced: bool| {
         let start = std::time::Instant::now();
         while is_nop(&entry_bytes(pid, &exe, "mid")) == traced {
@@ -259,11 +253,28 @@ fn a_killed_client_ends_its_recording() {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     };
-    wait_for(true);
-    client.0.kill().unwrap();
-    let _ = client.0.wait();
-    wait_for(false);
-    assert_eq!(end_target(&mut child, &mut out), "done\n");
+    for round in 0..3 {
+        let data = dir.join(format!("k{round}.data"));
+        let mut client = Target(
+            shadowgraph()
+                .args(["record", "-p", &pid.to_string(), "-d"])
+                .arg(&data)
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for(true);
+        // (The helper is in place once the recording is under way.)
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        client.0.kill().unwrap();
+        let _ = client.0.wait();
+        wait_for(false);
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "round {round}: the program ended"
+        );
+    }
+    assert_eq!(end_target(&mut child, &mut out), "bad=0\ndone\n");
 }
 
 /// Stress: attached again and again (a fresh process each time, one

@@ -53,6 +53,7 @@ pub(crate) fn record_attached(
             return Err(e.0);
         }
     };
+    let helper = spawn_helper(pid, &socket);
     let mut sched = crate::record::open_sched(opts, (&abs, &rel), Some(pid));
     if let Some(s) = &mut sched {
         s.start();
@@ -72,6 +73,7 @@ pub(crate) fn record_attached(
     let ended_ns = shadowgraph::clock::monotonic_ns();
     let running = running_processes();
     stop(&client, pid);
+    end_helper(helper);
     if let Some(s) = sched {
         s.finish();
     }
@@ -179,6 +181,58 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
         None => Err(AttachError(format!(
             "process {pid}: the agent ended the session before it started"
         ))),
+    }
+}
+
+/// A helper left behind (`shadowgraph hold-for`, in a process group of
+/// its own): should we be killed, it holds the program's threads while the
+/// session ends, which no thread of the program may then run into an
+/// `int3`. None if it cannot be started (the session would end by `int3`
+/// then).
+fn spawn_helper(pid: i32, socket: &Path) -> Option<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let me = std::env::current_exe().ok()?;
+    Command::new(me)
+        .arg("hold-for")
+        .arg(pid.to_string())
+        .arg(socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .ok()
+}
+
+/// Waits for the helper to end (the agent closes its connection as the
+/// session ends), a second at most.
+fn end_helper(helper: Option<std::process::Child>) {
+    let Some(mut h) = helper else { return };
+    let until = Instant::now() + Duration::from_secs(1);
+    while matches!(h.try_wait(), Ok(None)) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = h.kill();
+    let _ = h.wait();
+}
+
+/// `shadowgraph hold-for PID SOCKET`: tells the agent of process `pid` it
+/// is the helper of the session whose control socket is `socket`, then
+/// holds the process's threads whenever the agent asks, until the agent
+/// closes the connection (the session ended) or the process is gone.
+pub(crate) fn hold_for(pid: i32, socket: &Path) {
+    let Ok(s) = UnixStream::connect(socket) else {
+        return;
+    };
+    if (&s).write_all(b"guard\n").is_err() {
+        return;
+    }
+    // Nothing but holds and releases comes on this connection.
+    while let Ok(line) = converse(&s, pid) {
+        if line.is_empty() {
+            return;
+        }
     }
 }
 
