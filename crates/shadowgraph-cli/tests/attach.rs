@@ -3,57 +3,10 @@
 
 mod common;
 
+use common::attach::*;
 use common::*;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
-/// `shadowgraph record -p PID OPTS -d DATA`.
-fn record_p_command(pid: &str, opts: &[&str], data: &std::path::Path) -> Command {
-    let mut c = shadowgraph();
-    c.args(["record", "-p", pid]).args(opts).arg("-d").arg(data);
-    c
-}
-
-/// `record -p`, run to its end.
-fn record_p(pid: &str, opts: &[&str], data: &std::path::Path) -> std::process::Output {
-    record_p_command(pid, opts, data).output().unwrap()
-}
-
-/// `record -p`, started in the background, its stderr piped.
-fn record_p_spawn(pid: &str, opts: &[&str], data: &std::path::Path) -> Child {
-    record_p_command(pid, opts, data)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Whether `entry` is an untraced site: the 5-byte nop, or the five
-/// 1-byte nops the compiler wrote.
-fn is_nop(entry: &[u8]) -> bool {
-    entry == [0x0f, 0x1f, 0x44, 0, 0] || entry == [0x90; 5]
-}
-
-/// The 5 bytes at `function`'s entry in process `pid`.
-fn entry_bytes(pid: u32, exe: &std::path::Path, function: &str) -> Vec<u8> {
-    use std::os::unix::fs::FileExt;
-    let nm = Command::new("nm").arg(exe).output().unwrap();
-    let addr = String::from_utf8_lossy(&nm.stdout)
-        .lines()
-        .find(|l| l.ends_with(&format!(" T {function}")))
-        .map(|l| u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap())
-        .unwrap();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let exe = std::fs::canonicalize(exe).unwrap();
-    let base = maps
-        .lines()
-        .find(|l| l.ends_with(exe.to_str().unwrap()))
-        .map(|l| u64::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
-        .unwrap();
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
-    let mut b = vec![0u8; 5];
-    mem.read_exact_at(&mut b, base + addr).unwrap();
-    b
-}
+use std::process::{Command, Stdio};
 
 /// Threads that exist already are traced from the attach on, the
 /// recording nests, the sites are nops again afterwards, and the program
@@ -246,13 +199,7 @@ fn a_killed_client_ends_its_recording() {
     let exe = build_fixture_with(&dir, "target", "attach_sigblocked.c", &["-pthread"]);
     let (mut child, mut out) = start_target(&exe, &[]);
     let pid = child.id();
-    let wait_for = |traced: bool| {
-        let start = std::time::Instant::now();
-        while is_nop(&entry_bytes(pid, &exe, "mid")) == traced {
-            assert!(start.elapsed().as_secs() < 20, "traced: {traced}");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    };
+    let wait_for = |traced: bool| wait_entry(pid, &exe, "mid", traced);
     for round in 0..3 {
         let data = dir.join(format!("k{round}.data"));
         let mut client = Target(
@@ -300,18 +247,6 @@ fn attaching_under_running_threads_never_tears_an_entry() {
     }
 }
 
-/// Every thread's calls in the recording `data` nest exactly, none left
-/// open (calls under way at the attach are not recorded, those under way
-/// at the detach get their exits), and nothing was lost.
-fn nests_exactly(data: &std::path::Path) {
-    let d = shadowgraph_data::dir::DataDir::open(data).unwrap();
-    assert!(!d.tids.is_empty(), "{}", data.display());
-    for &tid in &d.tids {
-        calls_nest_exactly(&d, tid, &[]).unwrap_or_else(|e| panic!("{}: {e}", data.display()));
-    }
-    assert_eq!(d.info.get("lost"), Some("0"), "{}", data.display());
-}
-
 /// Two sessions attached at once with disjoint filters: each sees only
 /// what it asked for, both nest exactly, and when both have left every
 /// site is a nop again.
@@ -328,11 +263,7 @@ fn two_sessions_at_once_each_see_what_they_asked_for() {
         &a,
     );
     // The second comes while the first records, and leaves before it.
-    let start = std::time::Instant::now();
-    while is_nop(&entry_bytes(child.id(), &exe, "mid")) {
-        assert!(start.elapsed().as_secs() < 20);
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_entry(child.id(), &exe, "mid", true);
     let o = record_p(&pid, &["--duration", "300ms", "-F", "leaf"], &b);
     assert!(o.status.success(), "{}", text(&o).1);
     let o = first.wait_with_output().unwrap();

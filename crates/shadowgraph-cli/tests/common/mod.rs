@@ -11,6 +11,7 @@ use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 pub use shadowgraph_testkit::tool::require;
 
+pub mod attach;
 mod views;
 #[allow(unused_imports)]
 pub use views::*;

@@ -79,10 +79,23 @@ impl FilterSet {
         filter: &[&str],
         notrace: &[&str],
     ) -> Result<Arc<FilterSet>, PatternError> {
+        Self::resolved(Some(parse_all(filter)?), parse_all(notrace)?)
+    }
+
+    /// Every function but those the patterns select (resolved again, as
+    /// [`FilterSet::with_patterns`], when objects come and go).
+    pub fn all_except(notrace: &[&str]) -> Result<Arc<FilterSet>, PatternError> {
+        Self::resolved(None, parse_all(notrace)?)
+    }
+
+    fn resolved(
+        filter: Option<Vec<Pattern>>,
+        notrace: Vec<Pattern>,
+    ) -> Result<Arc<FilterSet>, PatternError> {
         let fs = FilterSet::all();
         *lock(&fs.spec) = FilterSpec::Patterns {
-            filter: Some(parse_all(filter)?),
-            notrace: parse_all(notrace)?,
+            filter,
+            notrace,
             paused: false,
         };
         let mut c = lock_core();
@@ -220,6 +233,23 @@ pub fn site_count() -> usize {
 pub fn sites() -> Vec<SiteState> {
     let c = lock_core();
     (0..c.sites.len()).map(|i| c.state(i as SiteId)).collect()
+}
+
+/// The objects under the core (path, bias; once each), their library
+/// calls' thunks left out.
+pub fn objects() -> Vec<(std::path::PathBuf, usize)> {
+    let c = lock_core();
+    let mut out: Vec<(std::path::PathBuf, usize)> = Vec::new();
+    for m in c.modules.iter().filter(|m| !m.unloaded) {
+        let thunks = m
+            .path
+            .to_str()
+            .is_some_and(|p| p.ends_with(shadowgraph_data::pattern::PLT_SUFFIX));
+        if !thunks && !out.iter().any(|o| o.1 == m.bias) {
+            out.push((m.path.clone(), m.bias));
+        }
+    }
+    out
 }
 
 /// Whether the object loaded at `bias` from `path` is under the core.

@@ -92,7 +92,8 @@ impl Session {
     ///
     /// The first session sets the process up; a later one (a recording,
     /// attached while others may run) records on the sites the first
-    /// found, with the library calls and clock the first chose.
+    /// found, with the clock the first chose; library calls are traced
+    /// for the recordings that ask for them.
     pub fn start(config: Config) -> Result<Session, String> {
         Self::start_as(config, false)
     }
@@ -167,6 +168,11 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
         return Err("`--control` is only for the first session of a process".into());
     }
     objects::reapply_patches();
+    if r.libcalls != config::LibCalls::Off {
+        if let Err(e) = objects::add_library_calls(r.libcalls) {
+            eprintln!("shadowgraph: {e}; library calls are not traced for this recording");
+        }
+    }
     let rings = r.rings.as_ref().map(|x| x.dir.as_path());
     let rec = recorder::start(r, &r.dir, rings, None, true);
     if rec.is_err() && !recorder::active() {

@@ -185,23 +185,62 @@ pub(crate) fn library_calls(
     modules: &[Module],
     others: &[(PathBuf, usize)],
 ) -> Vec<Module> {
-    // Relaxed: set once before any object is followed; read by the same
-    // thread or after the dlopen that made it matter.
-    LIBCALLS.store(mode as u8, Ordering::Relaxed);
+    let traced: Vec<(&Path, usize)> = modules.iter().map(|m| (m.path.as_path(), m.bias)).collect();
+    calls_of(mode, &traced, others)
+}
+
+/// A recording after the first asks for library calls (`mode`) where the
+/// first did not (`--no-libcall`), or not for as many objects: those of
+/// the traced objects (and, `Nested`, of the others) not traced yet are
+/// from now on. The recordings without library calls leave them out
+/// (their users' sites exclude `*@PLT`).
+pub(crate) fn add_library_calls(mode: LibCalls) -> Result<(), String> {
+    let has_calls = |p: &Path, b: usize| ftrace::has_module(&libcall::module_path(p), b);
+    let traced: Vec<(PathBuf, usize)> = ftrace::objects();
+    let others: Vec<(PathBuf, usize)> = match mode {
+        LibCalls::Nested => process::loaded_objects(),
+        _ => Vec::new(),
+    };
+    let others: Vec<(PathBuf, usize)> = others
+        .into_iter()
+        .filter(|(p, b)| !has_calls(p, *b))
+        .collect();
+    let traced: Vec<(&Path, usize)> = traced
+        .iter()
+        .filter(|(p, b)| !has_calls(p, *b))
+        .map(|(p, b)| (p.as_path(), *b))
+        .collect();
+    let mods = calls_of(mode, &traced, &others);
+    if mods.is_empty() {
+        return Ok(());
+    }
+    ftrace::add_modules(mods).map_err(|e| e.to_string())
+}
+
+/// [`library_calls`] of the objects `modules` (path, bias) traced.
+fn calls_of(
+    mode: LibCalls,
+    modules: &[(&Path, usize)],
+    others: &[(PathBuf, usize)],
+) -> Vec<Module> {
+    // Relaxed: raised by the first session before any object is followed
+    // (by a later one only to trace more); read by the same thread or
+    // after the dlopen that made it matter.
+    LIBCALLS.fetch_max(mode as u8, Ordering::Relaxed);
     let me = own_object();
     // One per object (an object may have several modules: its patchable
     // entries', its patched prologues').
     let mut traced: Vec<(&Path, usize, bool)> = Vec::new();
-    for m in modules {
-        if !traced.iter().any(|t| t.1 == m.bias) {
-            traced.push((m.path.as_path(), m.bias, true));
+    for &(path, bias) in modules {
+        if !traced.iter().any(|t| t.1 == bias) {
+            traced.push((path, bias, true));
         }
     }
     let rest = others
         .iter()
         // (By bias: two objects never share one, and the paths may be
         // spelt differently.)
-        .filter(|(_, b)| !modules.iter().any(|m| m.bias == *b))
+        .filter(|(_, b)| !modules.iter().any(|m| m.1 == *b))
         .map(|(p, b)| (p.as_path(), *b, false));
     let mut out = Vec::new();
     for (path, bias, has_sites) in traced.into_iter().chain(rest) {

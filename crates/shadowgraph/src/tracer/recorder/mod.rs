@@ -61,10 +61,13 @@ pub(crate) fn start(
     // A graph user registered before (the manager exists): shadow stacks
     // may hold frames of calls entered then, and this recording's tracers
     // keep their own nesting.
-    let later = fgraph::manager_made();
-    let ticks_per_ns = metadata::take_early_calibration_point();
+    let shared = Shared {
+        later: fgraph::manager_made(),
+        ticks_per_ns: metadata::take_early_calibration_point(),
+        args: args::ArgTable::new(&r.argspec, &r.retspec, r.auto_args)?.map(Arc::new),
+        libcalls: r.libcalls != config::LibCalls::Off,
+    };
     profile::init(ftrace::sites().len());
-    let args = args::ArgTable::new(&r.argspec, &r.retspec, r.auto_args)?.map(Arc::new);
     let insts = take_instances(r.tracers.len())?;
     let mut tracers: Vec<Arc<Tracer>> = Vec::new();
     let made = (|| {
@@ -76,11 +79,11 @@ pub(crate) fn start(
                 .map_or_else(|| dir.to_owned(), |n| dir.join(n));
             let fused_ok = alone && r.fused;
             let made = match t.kind {
-                TracerKind::Profile => profile_tracer(t, inst, &d, fused_ok),
+                TracerKind::Profile => profile_tracer(t, inst, &d, fused_ok, shared.libcalls),
                 TracerKind::Graph => {
                     writer::start(inst, i, &d, rings, r.ring_bytes)
                         .map_err(|e| format!("{}: {e}", d.display()))?;
-                    graph_tracer(t, inst, &d, fused_ok, ticks_per_ns, later, args.clone())
+                    graph_tracer(t, inst, &d, fused_ok, &shared)
                 }
             };
             let mut made = made.map_err(|e| format!("{}: {e}", d.display()))?;
@@ -170,12 +173,13 @@ fn profile_tracer(
     i: usize,
     d: &Path,
     fused_ok: bool,
+    libcalls: bool,
 ) -> Result<Tracer, String> {
     std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
     let user = GraphUser::new(
         profile::on_entry,
         profile::on_return,
-        profile_set(&t.filter, &t.notrace)?,
+        profile_set(&t.filter, &t.notrace, libcalls)?,
         i,
     );
     // Alone, the fused path keeps its counters where sites have stubs.
@@ -196,16 +200,39 @@ fn profile_tracer(
     })
 }
 
+/// What the tracers of a recording share.
+struct Shared {
+    /// A graph user was registered before (another recording's): shadow
+    /// stacks may hold frames of calls entered then.
+    later: bool,
+    /// The clock's estimated rate.
+    ticks_per_ns: f64,
+    /// The arguments and return values to record.
+    args: Option<Arc<args::ArgTable>>,
+    /// Whether library calls are recorded (`--no-libcall`: not, even
+    /// where another recording of the process traces them).
+    libcalls: bool,
+}
+
+/// The sites a recording's tracer is called for: every one, or, without
+/// library calls, every one but theirs (a recording attached later may
+/// trace them, or trace them already, for itself).
+fn reach(libcalls: bool) -> Result<Arc<ftrace::FilterSet>, String> {
+    if libcalls {
+        return Ok(ftrace::FilterSet::all());
+    }
+    ftrace::FilterSet::all_except(&["*@PLT"]).map_err(|e| e.to_string())
+}
+
 /// A recording tracer (instance `i`), not registered.
 fn graph_tracer(
     t: &config::Tracer,
     i: usize,
     d: &Path,
     fused_ok: bool,
-    ticks_per_ns: f64,
-    later: bool,
-    args: Option<Arc<args::ArgTable>>,
+    shared: &Shared,
 ) -> Result<Tracer, String> {
+    let (ticks_per_ns, later, args) = (shared.ticks_per_ns, shared.later, shared.args.clone());
     let min_ticks = (t.time_ns as f64 * ticks_per_ns) as u64;
     // Triggers (and `--disable` and `-Z` with them) decide in place of
     // the other filters, in the callbacks: the fused paths know none of
@@ -256,7 +283,8 @@ fn graph_tracer(
         && (!timed || filter.max_depth == 0);
     let max_depth = filter.max_depth;
     let filter = (!plain).then_some(filter);
-    let all = ftrace::FilterSet::all;
+    let sites = reach(shared.libcalls)?;
+    let all = || sites.clone();
     let fused;
     let user = if timed {
         let u = GraphUser::new(on_entry_timed, on_return_timed, all(), i);
@@ -367,11 +395,19 @@ fn matching(patterns: &[String]) -> Result<Vec<String>, String> {
         .collect())
 }
 
-/// A profile's own filter set: the functions it profiles.
-fn profile_set(filter: &[String], notrace: &[String]) -> Result<Arc<ftrace::FilterSet>, String> {
+/// A profile's own filter set: the functions it profiles (library calls
+/// only if `libcalls`).
+fn profile_set(
+    filter: &[String],
+    notrace: &[String],
+    libcalls: bool,
+) -> Result<Arc<ftrace::FilterSet>, String> {
     let (filter_kept, notrace) = (matching(filter)?, matching(notrace)?);
     let f: Vec<&str> = filter_kept.iter().map(String::as_str).collect();
-    let n: Vec<&str> = notrace.iter().map(String::as_str).collect();
+    let mut n: Vec<&str> = notrace.iter().map(String::as_str).collect();
+    if !libcalls {
+        n.push("*@PLT");
+    }
     // (Every -F pattern unmatched: no filter, as for records.)
     if !f.is_empty() {
         return ftrace::FilterSet::with_patterns(&f, &n).map_err(|e| e.to_string());
