@@ -6,7 +6,8 @@
 //!   loaded objects (and converts them to one patchable form), [`site`]
 //!   names their kinds.
 //! * Patching — [`patch`] rewrites them live with the int3-first protocol,
-//!   [`stop`] parks threads when an edit is not safe to make live,
+//!   [`stop`] parks threads when an edit is not safe to make live (or
+//!   [`hold`] has them held from outside),
 //!   [`arena`] and [`tramp`] hold the trampolines that sites call.
 //! * Core — [`ftrace`]: ops, filters, per-site accounting, the shared
 //!   caller and list function, per-ops trampolines, direct calls, subops,
@@ -41,6 +42,7 @@ pub mod config;
 pub mod elf;
 pub mod fgraph;
 pub mod ftrace;
+pub mod hold;
 pub mod libcall;
 pub mod local;
 pub mod patch;

@@ -423,33 +423,103 @@ pub fn set_signal_free(on: bool) {
 }
 
 /// A thread of this process as its `/proc/self/task/TID/syscall` shows it.
-enum Seen {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Seen {
     Gone,
-    /// Running, or stopped outside a system call: its registers are not
-    /// shown.
+    /// Running: its registers are not shown.
     Running,
     /// Blocked in a system call, at this user pc and sp.
     Blocked {
         pc: usize,
         sp: usize,
     },
+    /// Stopped outside a system call (by ptrace, or a stop signal), at
+    /// this user pc and sp.
+    Stopped {
+        pc: usize,
+        sp: usize,
+    },
 }
 
-fn seen(tid: i32) -> Seen {
-    // "NR arg×6 sp pc" while blocked in a system call; "-1 sp pc" stopped
-    // outside one; "running".
-    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+/// Where thread `tid` of this process is: "NR arg×6 sp pc" while blocked
+/// in a system call, "-1 sp pc" stopped outside one, "running". Read
+/// without allocating (also while other threads are held).
+pub(crate) fn seen(tid: i32) -> Seen {
+    let mut path = [0u8; 48];
+    let mut n = 0;
+    for part in [
+        &b"/proc/self/task/"[..],
+        &decimal(tid)[..],
+        &b"/syscall\0"[..],
+    ] {
+        for &b in part.iter().take_while(|&&b| b != b' ') {
+            path[n] = b;
+            n += 1;
+        }
+    }
+    let mut text = [0u8; 256];
+    // SAFETY: `path` is NUL-terminated; the descriptor is read into
+    // `text` within its length and closed once.
+    let len = unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Seen::Gone;
+        }
+        let r = libc::read(fd, text.as_mut_ptr().cast(), text.len());
+        libc::close(fd);
+        r
+    };
+    if len <= 0 {
+        return Seen::Gone;
+    }
+    let mut fields = text[..len as usize]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    let Some(first) = fields.next() else {
         return Seen::Gone;
     };
-    let f: Vec<&str> = text.split_whitespace().collect();
-    let word = |s: &str| usize::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-    match f.as_slice() {
-        [nr, .., sp, pc] if !nr.starts_with('-') => match (word(pc), word(sp)) {
-            (Some(pc), Some(sp)) => Seen::Blocked { pc, sp },
-            _ => Seen::Running,
-        },
+    if first == b"running" {
+        return Seen::Running;
+    }
+    let (mut sp, mut pc) = (None, None);
+    for f in fields {
+        (sp, pc) = (pc, hex(f));
+    }
+    match (sp, pc, first.first()) {
+        (Some(sp), Some(pc), Some(b'-')) => Seen::Stopped { pc, sp },
+        (Some(sp), Some(pc), _) => Seen::Blocked { pc, sp },
         _ => Seen::Running,
     }
+}
+
+/// `tid` in decimal, space-padded on the right.
+fn decimal(tid: i32) -> [u8; 11] {
+    let mut out = [b' '; 11];
+    let mut digits = [0u8; 11];
+    let (mut v, mut k) = (tid.unsigned_abs(), 0);
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for (i, d) in digits[..k].iter().rev().enumerate() {
+        out[i] = *d;
+    }
+    out
+}
+
+/// A `0x…` hexadecimal word.
+fn hex(f: &[u8]) -> Option<usize> {
+    let digits = f.strip_prefix(b"0x")?;
+    let mut v: usize = 0;
+    for &c in digits {
+        let d = (c as char).to_digit(16)? as usize;
+        v = v.checked_mul(16)?.checked_add(d)?;
+    }
+    Some(v)
 }
 
 /// Code grace period (design §3.11 part B): returns `true` once no other
@@ -474,19 +544,27 @@ pub fn wait_code_quiescent(ranges: &[(usize, usize)]) -> bool {
     };
     if SIGNAL_FREE.load(Ordering::Relaxed) {
         let me = sys::gettid();
-        let mut tids = Vec::new();
+        let mut tids = Vec::with_capacity(MAX_THREADS);
         for _ in 0..200 {
-            if sys::list_threads(&mut tids).is_err() {
-                return false;
+            // Held from outside where a holder can (every thread that runs
+            // the program's code is then stopped where the kernel shows
+            // it; those left running are the agent's own, which never run
+            // traced code): nothing below allocates until they go on.
+            let held = crate::hold::exists() && crate::hold::ask(crate::hold::Hold::Begin);
+            let listed = sys::list_threads(&mut tids).is_ok();
+            let busy = !listed
+                || tids
+                    .iter()
+                    .filter(|&&t| t != me)
+                    .any(|&tid| match seen(tid) {
+                        Seen::Gone => false,
+                        Seen::Running => !held,
+                        Seen::Blocked { pc, sp } => touches(pc, sp),
+                        Seen::Stopped { pc, sp } => !held || touches(pc, sp),
+                    });
+            if held {
+                crate::hold::ask(crate::hold::Hold::End);
             }
-            let busy = tids
-                .iter()
-                .filter(|&&t| t != me)
-                .any(|&tid| match seen(tid) {
-                    Seen::Gone => false,
-                    Seen::Running => true,
-                    Seen::Blocked { pc, sp } => touches(pc, sp),
-                });
             if !busy {
                 return true;
             }
@@ -510,4 +588,54 @@ pub fn wait_code_quiescent(ranges: &[(usize, usize)]) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `seen` reads a thread blocked in `read` as blocked (at a pc and sp
+    /// of its own), this one as running, a thread that is not as gone.
+    #[test]
+    fn threads_are_seen_where_the_kernel_shows_them() {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe writes two descriptors into `fds`.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            tx.send(sys::gettid()).unwrap();
+            let mut b = 0u8;
+            // SAFETY: a one-byte read into `b`.
+            unsafe { libc::read(fds[0], (&mut b as *mut u8).cast(), 1) }
+        });
+        let tid = rx.recv().unwrap();
+        let start = std::time::Instant::now();
+        while !matches!(seen(tid), Seen::Blocked { .. }) {
+            assert!(start.elapsed().as_secs() < 10, "{:?}", seen(tid));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let Seen::Blocked { pc, sp } = seen(tid) else {
+            unreachable!()
+        };
+        assert!(pc != 0 && sp != 0);
+        assert_eq!(seen(i32::MAX), Seen::Gone);
+        // A thread that spins: running (or runnable) whenever looked at.
+        let spin = std::sync::Arc::new(AtomicBool::new(true));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spinner = std::thread::spawn({
+            let spin = spin.clone();
+            move || {
+                tx.send(sys::gettid()).unwrap();
+                while spin.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        assert_eq!(seen(rx.recv().unwrap()), Seen::Running);
+        spin.store(false, Ordering::Relaxed);
+        spinner.join().unwrap();
+        // SAFETY: a one-byte write from a static buffer.
+        assert_eq!(unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) }, 1);
+        assert_eq!(reader.join().unwrap(), 1);
+    }
 }

@@ -228,9 +228,10 @@ pub fn tgkill(tid: i32, sig: i32) -> io::Result<()> {
 }
 
 /// Reads the ids of this process's threads into `out` (cleared first)
-/// without allocating once `out` has capacity: raw `getdents64` on
-/// `/proc/self/task` into a stack buffer. Async-signal-safe apart from the
-/// growth of `out`, which the caller prevents by reserving.
+/// without allocating: raw `getdents64` on `/proc/self/task` into a stack
+/// buffer, the ids into `out`'s capacity, which the caller reserves. More
+/// threads than that is an error (a list that left some out would let a
+/// caller miss them). Async-signal-safe.
 pub fn list_threads(out: &mut Vec<i32>) -> io::Result<()> {
     out.clear();
     // SAFETY: the path is a valid NUL-terminated string.
@@ -244,7 +245,12 @@ pub fn list_threads(out: &mut Vec<i32>) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     let mut buf = [0u8; 4096];
+    let mut full = false;
     let result = loop {
+        if full {
+            // (ENOBUFS: no allocation for the error either.)
+            break Err(io::Error::from_raw_os_error(libc::ENOBUFS));
+        }
         // SAFETY: buf is writable for its length; fd is an open directory.
         let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
         if n < 0 {
@@ -271,6 +277,7 @@ pub fn list_threads(out: &mut Vec<i32>) -> io::Result<()> {
             }
             if digits > 0 {
                 if out.len() == out.capacity() {
+                    full = true;
                     break;
                 }
                 out.push(tid);

@@ -18,13 +18,13 @@
 //! one another, and the fentry call → nop conversions); sleds need the stop-the-world path.
 
 mod edit;
-mod hold;
 mod published;
 mod trap;
 
+use crate::hold;
+pub use crate::hold::{set_world_holder, Hold};
 use crate::{stop, sys};
 pub use edit::{Edit, PatchError};
-pub use hold::{set_world_holder, Hold};
 use published::{
     add_known, ActiveBatch, ACTIVE, READERS, TRAPS_CHAINED, TRAPS_EMULATED, TRAPS_LATE,
 };

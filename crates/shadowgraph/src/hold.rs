@@ -20,6 +20,10 @@
 //!
 //! Nothing between `Begin` and `End` allocates or takes a lock: a held
 //! thread may be stopped holding one.
+//!
+//! The code grace periods of such a process ([`crate::stop`]) look at the
+//! threads while they are held, where the kernel keeps their pc and sp,
+//! rather than signal them.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -49,13 +53,13 @@ pub fn set_world_holder(holder: Option<fn(Hold) -> bool>) {
 }
 
 /// Whether a holder is registered.
-pub(super) fn exists() -> bool {
+pub(crate) fn exists() -> bool {
     HOLDER.load(Ordering::Relaxed) != 0
 }
 
 /// Asks the holder, if there is one: `Begin` answers whether the world is
 /// held now.
-pub(super) fn ask(what: Hold) -> bool {
+pub(crate) fn ask(what: Hold) -> bool {
     let h = HOLDER.load(Ordering::Acquire);
     if h == 0 {
         return false;
