@@ -73,6 +73,30 @@ pub unsafe extern "C" fn shadowgraph_attach(
         Ok(l) => l,
         Err(e) => return -e.raw_os_error().unwrap_or(libc::EIO),
     };
+    // The thread that serves the session comes first: pthread_create may
+    // wait for a lock of the loader's (its stack cache) that a thread held
+    // by the caller holds, the calling one itself included. Until
+    // SERVING says it is made, the caller may give the call up and try
+    // again (nothing else is done by then but the socket's binding).
+    let (hand_over, first_session) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("shadowgraph".into())
+        .spawn({
+            let (config, path) = (config.clone(), path.clone());
+            move || {
+                // (A call given up as the thread was being made never
+                // hands a session over.)
+                let wait = std::time::Duration::from_secs(120);
+                let first = first_session.recv_timeout(wait).unwrap_or(None);
+                serve(listener, first, config);
+                let _ = std::fs::remove_file(&path);
+            }
+        });
+    if let Err(e) = spawned {
+        return -e.raw_os_error().unwrap_or(libc::EAGAIN);
+    }
+    // Relaxed: the caller reads it from outside, while the call runs.
+    SHADOWGRAPH_SERVING.store(1, Ordering::Relaxed);
     // The program was not started for tracing: no signal of ours may end
     // one of its system calls with EINTR.
     shadowgraph::stop::set_signal_free(true);
@@ -86,7 +110,7 @@ pub unsafe extern "C" fn shadowgraph_attach(
     shadowgraph::patch::set_world_holder(Some(held_by_client));
     // The process's first session starts here, in the world the caller
     // stopped (its sleds are converted by plain writes). A later one starts
-    // on the thread below, once the caller has let the threads run on and
+    // on the thread above, once the caller has let the threads run on and
     // connected: its grace periods wait for threads inside traced calls.
     let first = (!stopped.is_empty() && !shadowgraph::session::set_up()).then(|| {
         // The caller holds every other thread: text is written by plain
@@ -98,17 +122,16 @@ pub unsafe extern "C" fn shadowgraph_attach(
         HELD_BY_CALLER.set(false);
         s
     });
-    let spawned = std::thread::Builder::new()
-        .name("shadowgraph".into())
-        .spawn(move || {
-            serve(listener, first, config);
-            let _ = std::fs::remove_file(&path);
-        });
-    match spawned {
-        Ok(_) => 0,
-        Err(e) => -e.raw_os_error().unwrap_or(libc::EAGAIN),
-    }
+    // (The thread ends at once if this fails: nothing to serve.)
+    let _ = hand_over.send(first);
+    0
 }
+
+/// 1 once the attach call under way has made the thread that serves its
+/// session (the caller writes 0 before the call): up to then the call may
+/// be given up ([`shadowgraph_attach`]).
+#[no_mangle]
+pub static SHADOWGRAPH_SERVING: AtomicUsize = AtomicUsize::new(0);
 
 /// The unwinder's entry points the agent interposes (module `unwind`),
 /// which a `dlopen`ed agent must take over slot by slot: an exception

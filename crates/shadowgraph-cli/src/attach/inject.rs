@@ -25,6 +25,7 @@
 //! put back as well.
 
 use std::io::{Error, ErrorKind};
+use std::time::{Duration, Instant};
 
 /// Bytes kept below the interrupted rsp: the red zone.
 const RED_ZONE: u64 = 128;
@@ -140,10 +141,36 @@ impl Stopped {
     /// later would merge two raised one after the other into one), the
     /// thread resumed. An exit is an error.
     fn wait_for(&mut self, done: impl Fn(i32) -> bool) -> Result<i32, Error> {
+        self.wait_or_give_up(done, None)
+            .map(|s| s.expect("never given up"))
+    }
+
+    /// [`Stopped::wait_for`], or `None` as soon as `give_up(elapsed)` says
+    /// so while the thread runs (looked at every 50 µs to 1 ms then;
+    /// without one, a blocking wait).
+    fn wait_or_give_up(
+        &mut self,
+        done: impl Fn(i32) -> bool,
+        give_up: Option<&dyn Fn(Duration) -> bool>,
+    ) -> Result<Option<i32>, Error> {
+        let start = Instant::now();
+        let mut nap = Duration::from_micros(50);
+        let flags = match give_up {
+            Some(_) => libc::__WALL | libc::WNOHANG,
+            None => libc::__WALL,
+        };
         loop {
             let mut status = 0;
             // SAFETY: waiting for our own tracee, by thread id.
-            let r = unsafe { libc::waitpid(self.tid, &mut status, libc::__WALL) };
+            let r = unsafe { libc::waitpid(self.tid, &mut status, flags) };
+            if r == 0 {
+                if give_up.is_some_and(|g| g(start.elapsed())) {
+                    return Ok(None);
+                }
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(1));
+                continue;
+            }
             if r < 0 {
                 let e = Error::last_os_error();
                 if e.kind() == ErrorKind::Interrupted {
@@ -158,7 +185,7 @@ impl Stopped {
                 ));
             }
             if done(status) {
-                return Ok(status);
+                return Ok(Some(status));
             }
             // A signal-delivery stop (no event in the high bits): the
             // program's own signal, SIGTRAP included, goes to it now.
@@ -223,6 +250,32 @@ impl Stopped {
     /// register and the vector state are put back afterwards; a system
     /// call the thread was blocked in is restarted.
     pub fn call(&mut self, function: u64, args: &[u64], data: &[u8]) -> Result<u64, Error> {
+        self.call_within(function, args, data, None)
+    }
+
+    /// [`Stopped::call`], given up (`ErrorKind::TimedOut`) if it has not
+    /// returned when `give_up(elapsed)` says so: the thread is stopped
+    /// again wherever the call is and put back as it was (what the call
+    /// did until then stays done). For a call that may wait for a lock the
+    /// stopped thread itself holds (the loader's, taken by `dlopen` or
+    /// `pthread_create`), which would never return.
+    pub fn call_or_give_up(
+        &mut self,
+        function: u64,
+        args: &[u64],
+        data: &[u8],
+        give_up: &dyn Fn(Duration) -> bool,
+    ) -> Result<u64, Error> {
+        self.call_within(function, args, data, Some(give_up))
+    }
+
+    fn call_within(
+        &mut self,
+        function: u64,
+        args: &[u64],
+        data: &[u8],
+        give_up: Option<&dyn Fn(Duration) -> bool>,
+    ) -> Result<u64, Error> {
         assert!(args.len() <= 6, "six register arguments at most");
         let saved = self.regs()?;
         let mut xstate = Vec::new();
@@ -261,8 +314,24 @@ impl Stopped {
         // The call ends at the SIGSEGV of its return to 0; a fault anywhere
         // else is the called function's, reported (the thread is put back
         // as it was, the fault not delivered).
-        let status =
-            self.wait_for(|status| status >> 16 == 0 && libc::WSTOPSIG(status) == libc::SIGSEGV);
+        let returned = |status: i32| status >> 16 == 0 && libc::WSTOPSIG(status) == libc::SIGSEGV;
+        let status = match self.wait_or_give_up(returned, give_up) {
+            Ok(None) => {
+                // Stopped where it waits, or at its return if it came
+                // meanwhile (then its result is taken after all).
+                // SAFETY: our running tracee; PTRACE_INTERRUPT only stops it.
+                unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0) };
+                let stopped = self.wait_for(|s| s >> 16 == PTRACE_EVENT_STOP || returned(s));
+                stopped.and_then(|s| match returned(s) {
+                    true => Ok(()),
+                    false => Err(Error::new(
+                        ErrorKind::TimedOut,
+                        format!("the call did not return (thread {})", self.tid),
+                    )),
+                })
+            }
+            other => other.map(|_| ()),
+        };
         let status = status.and_then(|_| match self.regs()? {
             r if r.rip == 0 => Ok(()),
             r => Err(Error::other(format!(

@@ -34,7 +34,7 @@ impl std::fmt::Display for AttachError {
 }
 
 /// How the agent came to be in the process.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Loaded {
     /// It was there already.
     Reused,
@@ -347,7 +347,8 @@ mod tests {
 
     /// Threads blocked in read, nanosleep, a futex wait and epoll_wait are
     /// each stopped and made to call `getpid` (and a function that
-    /// faults, reported as such); then the agent is loaded
+    /// faults, reported as such, and `pause`, given up); then the agent
+    /// is loaded
     /// (and found the second time). No call the program made fails with
     /// EINTR, its output is as untraced, and it exits 0.
     #[test]
@@ -370,7 +371,10 @@ mod tests {
         // Every thread blocked in its call.
         std::thread::sleep(std::time::Duration::from_millis(200));
         let libc_file = |f: &str| f == "libc.so.6";
-        let getpid = symbols_in(pid, libc_file, &["getpid"]).unwrap().unwrap()[0].unwrap();
+        let found = symbols_in(pid, libc_file, &["getpid", "pause"])
+            .unwrap()
+            .unwrap();
+        let (getpid, pause) = (found[0].unwrap(), found[1].unwrap());
         let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
             .unwrap()
             .map(|t| t.unwrap().file_name().to_str().unwrap().parse().unwrap())
@@ -386,6 +390,12 @@ mod tests {
             // A call that faults is reported; the thread is put back.
             let e = t.call(0x10, &[], &[]).unwrap_err().to_string();
             assert!(e.starts_with("the call faulted at 0x10"), "{e}");
+            // One that never returns is given up when asked; the thread
+            // is put back (its own call restarted).
+            let give_up = |waited: std::time::Duration| waited.as_millis() > 100;
+            let e = t.call_or_give_up(pause, &[], &[], &give_up).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+            assert_eq!(t.call(getpid, &[], &[]).unwrap(), pid as u64);
         }
         assert!(!agent_loaded(pid).unwrap());
         assert_eq!(

@@ -114,49 +114,14 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
     let ptrace_lock = lock_ptrace(pid)?;
     let agent = crate::launch::EMBEDDED_AGENT;
     let loaded = load_agent(pid, agent)?;
-    let attach = agent_symbol(pid, agent, "shadowgraph_attach")?;
+    let [attach, serving] =
+        agent_symbols(pid, agent, ["shadowgraph_attach", "SHADOWGRAPH_SERVING"])?;
     let mut data = config.as_bytes().to_vec();
     data.push(0);
     let socket_at = data.len() as u64;
     data.extend_from_slice(socket.as_os_str().as_encoded_bytes());
     data.push(0);
-    // An agent loaded now: every thread stopped (ptrace), for the first
-    // session to start in a stopped world, their contexts with the call.
-    // One there already: only the thread that calls it, outside its code;
-    // the session starts once the call has returned, the threads running.
-    let (caller, mut held) = if loaded == Loaded::Now {
-        let mut held = stop_all(pid)?;
-        // Off the sleds' nops, so that none is left unconverted.
-        for t in &mut held {
-            t.step_off_nops().map_err(|e| AttachError::about(pid, e))?;
-        }
-        (pick_thread(pid)?, held)
-    } else {
-        let t = hold_outside_agent(pid)?;
-        (t.tid(), vec![t])
-    };
-    data.resize(data.len().next_multiple_of(8), 0);
-    let contexts_at = data.len() as u64;
-    let mut n = 0u64;
-    if loaded == Loaded::Now {
-        for t in &held {
-            let (pc, sp) = t.context().map_err(|e| AttachError::about(pid, e))?;
-            data.extend_from_slice(&pc.to_le_bytes());
-            data.extend_from_slice(&sp.to_le_bytes());
-            n += 1;
-        }
-    }
-    let t = held
-        .iter_mut()
-        .find(|t| t.tid() == caller)
-        .ok_or_else(|| AttachError(format!("process {pid}: thread {caller} is gone")))?;
-    let r = t
-        .call(
-            attach,
-            &[DATA, DATA - socket_at, DATA - contexts_at, n],
-            &data,
-        )
-        .map_err(|e| AttachError::about(pid, e))? as i64 as i32;
+    let (r, held) = call_attach(pid, loaded, (attach, serving), data, socket_at, socket)?;
     // The threads run on.
     drop(held);
     drop(ptrace_lock);
@@ -232,6 +197,80 @@ pub(crate) fn hold_for(pid: i32, socket: &Path) {
     while let Ok(line) = converse(&s, pid) {
         if line.is_empty() {
             return;
+        }
+    }
+}
+
+/// Makes a thread of process `pid` call the agent's `shadowgraph_attach`
+/// (at `fns.0`) with `data` (the configuration, then the socket's path at
+/// `socket_at`) and the stopped threads' contexts. An agent `loaded` now:
+/// every thread stopped (ptrace), for the first session to start in a
+/// stopped world, their contexts with the call. One there already: only
+/// the thread that calls it, outside its code; the session starts once
+/// the call has returned, the threads running. The call's first step,
+/// making the thread that serves the session, may wait for a lock of the
+/// loader's that a held thread holds (the caller itself, if it was
+/// stopped inside `pthread_create` or `pthread_join`): when the agent's
+/// word at `fns.1` does not say it is made within a second, the call is
+/// given up and made again, the threads let go meanwhile (5 times at
+/// most). Returns what it returned and the threads held.
+fn call_attach(
+    pid: i32,
+    loaded: Loaded,
+    fns: (u64, u64),
+    mut data: Vec<u8>,
+    socket_at: u64,
+    socket: &Path,
+) -> Result<(i32, Vec<Stopped>), AttachError> {
+    let (attach, serving) = fns;
+    data.resize(data.len().next_multiple_of(8), 0);
+    let contexts_at = data.len() as u64;
+    let mut tries = 0;
+    loop {
+        let (caller, mut held) = if loaded == Loaded::Now {
+            let mut held = stop_all(pid)?;
+            // Off the sleds' nops, so that none is left unconverted.
+            for t in &mut held {
+                t.step_off_nops().map_err(|e| AttachError::about(pid, e))?;
+            }
+            (pick_thread(pid)?, held)
+        } else {
+            let t = hold_outside_agent(pid)?;
+            (t.tid(), vec![t])
+        };
+        let mut data = data.clone();
+        let mut n = 0u64;
+        if loaded == Loaded::Now {
+            for t in &held {
+                let (pc, sp) = t.context().map_err(|e| AttachError::about(pid, e))?;
+                data.extend_from_slice(&pc.to_le_bytes());
+                data.extend_from_slice(&sp.to_le_bytes());
+                n += 1;
+            }
+        }
+        let t = held
+            .iter_mut()
+            .find(|t| t.tid() == caller)
+            .ok_or_else(|| AttachError(format!("process {pid}: thread {caller} is gone")))?;
+        super::inject::write_memory(caller, serving, &0u64.to_le_bytes())
+            .map_err(|e| AttachError::about(pid, e))?;
+        let made = || {
+            let mut w = [0u8; 8];
+            super::inject::read_memory(caller, serving, &mut w).is_ok() && w != [0; 8]
+        };
+        let args = [DATA, DATA - socket_at, DATA - contexts_at, n];
+        let give_up = |waited: Duration| waited > Duration::from_secs(1) && !made();
+        match t.call_or_give_up(attach, &args, &data, &give_up) {
+            Ok(r) => return Ok((r as i64 as i32, held)),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && tries < 5 => {
+                tries += 1;
+                // The threads run again (the lock's holder with them); the
+                // socket is bound anew.
+                drop(held);
+                let _ = std::fs::remove_file(socket);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(AttachError::about(pid, e)),
         }
     }
 }
@@ -314,31 +353,45 @@ fn stop_all(pid: i32) -> Result<Vec<Stopped>, AttachError> {
     }
 }
 
-/// The run-time address in process `pid` of the agent's symbol `name`:
-/// for an agent `record -p` loaded, its offset in `agent`'s bytes (the
-/// memfd holds the same) plus where the memfd is mapped; for one the
-/// program was started with (`shadowgraph record`, by `LD_PRELOAD`), as
-/// that file (of the build that started it) defines it.
-fn agent_symbol(pid: i32, agent: &[u8], name: &str) -> Result<u64, AttachError> {
+/// The run-time addresses in process `pid` of the agent's symbols
+/// `names`: for an agent `record -p` loaded, their offsets in `agent`'s
+/// bytes (the memfd holds the same) plus where the memfd is mapped; for
+/// one the program was started with (`shadowgraph record`, by
+/// `LD_PRELOAD`), as that file (of the build that started it) defines
+/// them.
+fn agent_symbols<const N: usize>(
+    pid: i32,
+    agent: &[u8],
+    names: [&str; N],
+) -> Result<[u64; N], AttachError> {
     use object::{Object, ObjectSymbol};
     let memfd = super::maps(pid)?
         .into_iter()
         .find(|m| m.offset == 0 && m.path.contains(&format!("/memfd:{}", super::MEMFD_NAME)))
         .map(|m| m.start);
-    let Some(base) = memfd else {
-        let preloaded = super::symbols_in(pid, super::is_agent_file, &[name])?;
-        return preloaded
-            .and_then(|found| found[0])
-            .ok_or_else(|| AttachError(format!("process {pid}: its agent has no `{name}`")));
+    let found: Vec<Option<u64>> = match memfd {
+        None => {
+            super::symbols_in(pid, super::is_agent_file, &names)?.unwrap_or_else(|| vec![None; N])
+        }
+        Some(base) => {
+            // Read in place: the embedded bytes are page aligned.
+            let obj =
+                object::File::parse(agent).map_err(|e| AttachError(format!("the agent: {e}")))?;
+            names
+                .iter()
+                .map(|&n| {
+                    obj.dynamic_symbols()
+                        .find(|s| s.name() == Ok(n))
+                        .map(|s| base + s.address())
+                })
+                .collect()
+        }
     };
-    // Read in place: the embedded bytes are page aligned.
-    let obj = object::File::parse(agent).map_err(|e| AttachError(format!("the agent: {e}")))?;
-    let offset = obj
-        .dynamic_symbols()
-        .find(|s| s.name() == Ok(name))
-        .map(|s| s.address())
-        .ok_or_else(|| AttachError(format!("the agent has no `{name}`")))?;
-    Ok(base + offset)
+    let mut out = [0u64; N];
+    for ((o, f), name) in out.iter_mut().zip(found).zip(names) {
+        *o = f.ok_or_else(|| AttachError(format!("process {pid}: its agent has no `{name}`")))?;
+    }
+    Ok(out)
 }
 
 /// Every process of the system now (the recorded one, its children, and
