@@ -20,12 +20,15 @@
 //! ```
 //!
 //! The client leaves a helper behind (`shadowgraph hold-for`), which
-//! connects and says "guard": if the client dies, the session's end asks
-//! the helper to hold the threads instead (the same "hold"/"release"
-//! exchange), so that no thread of the program meets an `int3` then.
-//! Its connection is closed when the session has ended.
+//! connects and says "guard" (answered "guarding"). A thread without a
+//! client of its own asks a helper to hold the threads, by the same
+//! "hold"/"release" exchange: a program thread whose `dlopen` brings
+//! sites in, and this thread if the client died, so that no thread of the
+//! program meets an `int3` then. Its connection is closed when the
+//! session has ended.
 
 use shadowgraph::config::Config;
+use shadowgraph::patch::Hold;
 use shadowgraph::session::Session;
 use std::ffi::{c_char, c_int, CStr};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -137,7 +140,9 @@ pub static SHADOWGRAPH_SERVING: AtomicUsize = AtomicUsize::new(0);
 /// which a `dlopen`ed agent must take over slot by slot: an exception
 /// thrown through a traced function's stub frame must find its frames
 /// unhooked first, or the unwinder finds no handler and the program ends.
-const TAKEN_OVER: [&str; 7] = [
+/// And `dlopen`/`dlclose` (module `objects`): objects the program loads
+/// while recorded join the recordings, those it unloads leave first.
+const TAKEN_OVER: [&str; 9] = [
     "_Unwind_RaiseException",
     "_Unwind_Resume",
     "_Unwind_ForcedUnwind",
@@ -145,6 +150,8 @@ const TAKEN_OVER: [&str; 7] = [
     "__cxa_begin_catch",
     "backtrace",
     "pthread_exit",
+    "dlopen",
+    "dlclose",
 ];
 
 /// The functions the taken-over slots called, by [`TAKEN_OVER`]'s index
@@ -333,7 +340,11 @@ fn serve(listener: UnixListener, first: Option<Result<Session, String>>, config:
         if fds[1].revents != 0 {
             if let Ok((other, _)) = listener.accept() {
                 if let Some(g) = answer(other) {
-                    guard = Some(g);
+                    let mut helpers = HELPERS.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(old) = guard.replace(g) {
+                        helpers.retain(|&h| h != old.as_raw_fd());
+                    }
+                    helpers.extend(guard.as_ref().map(|g| g.as_raw_fd()));
                 }
             }
         }
@@ -341,11 +352,9 @@ fn serve(listener: UnixListener, first: Option<Result<Session, String>>, config:
             let mut buf = [0u8; 256];
             match (&client).read(&mut buf) {
                 Ok(0) | Err(_) => {
-                    // The client died: its helper (if it came) holds the
-                    // threads while the session ends.
-                    if let Some(g) = &guard {
-                        CLIENT.set(g.as_raw_fd());
-                    }
+                    // The client died: a helper (its own, if it came)
+                    // holds the threads while the session ends.
+                    CLIENT.set(-1);
                     break;
                 }
                 Ok(n) => line.extend_from_slice(&buf[..n]),
@@ -368,8 +377,14 @@ fn serve(listener: UnixListener, first: Option<Result<Session, String>>, config:
     session.finish();
     CLIENT.set(-1);
     let _ = out.write_all(b"stopped\n");
-    // (The helper, if any, ends as its connection closes.)
-    drop(guard);
+    // (The helper, if any, ends as its connection closes; a hold under
+    // way on a duplicate of it ends first.)
+    if let Some(g) = guard {
+        HELPERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&h| h != g.as_raw_fd());
+    }
 }
 
 std::thread_local! {
@@ -387,23 +402,107 @@ std::thread_local! {
 /// program (ptrace) at "hold" and answers "held", lets them go at
 /// "release" and answers "released". Elsewhere, or if the client is gone:
 /// not held. Plain reads and writes on the socket: nothing allocates.
-fn held_by_client(what: shadowgraph::patch::Hold) -> bool {
+fn held_by_client(what: Hold) -> bool {
     if HELD_BY_CALLER.get() {
         return true;
     }
-    let fd = CLIENT.get();
-    if fd < 0 {
-        return false;
+    match CLIENT.get() {
+        -1 => held_by_helper(what),
+        fd => exchange(fd, what),
     }
-    let (ask, answer): (&[u8], &[u8]) = match what {
-        shadowgraph::patch::Hold::Begin => (b"hold\n", b"held\n"),
-        shadowgraph::patch::Hold::End => (b"release\n", b"released\n"),
+}
+
+/// The helpers of the sessions under way (their connections'
+/// descriptors): any one of them holds the threads for a thread that has
+/// no client of its own — a program thread that changes text after its
+/// `dlopen`, or looks for a grace period; a session's thread whose client
+/// died.
+static HELPERS: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
+
+/// The hold such a thread has under way: the duplicate of a helper's
+/// descriptor it asked on (−1: none; −2: one being asked for). One at a
+/// time: the helpers' connections carry one exchange at once.
+static HELPER_HOLD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// [`held_by_client`] on a thread without a client: a helper stops every
+/// thread of the program but this one (by its id) at "hold TID".
+fn held_by_helper(what: Hold) -> bool {
+    use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+    // HELPER_HOLD is a lock (Acquire as it is taken, Release as it is let
+    // go); the descriptor stored in between is this thread's own.
+    match what {
+        Hold::Begin => {
+            // (Taken before the hold, never inside one: a thread that
+            // waits here is not one of those held.)
+            while HELPER_HOLD
+                .compare_exchange(-1, -2, Acquire, Relaxed)
+                .is_err()
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let helper = HELPERS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .first()
+                .copied();
+            // SAFETY: dup of a descriptor the helpers' list holds open (a
+            // session's thread closes it only after taking it out of the
+            // list, under the lock); the duplicate outlives that.
+            let fd = helper.map_or(-1, |h| unsafe { libc::dup(h) });
+            let held = fd >= 0 && exchange(fd, Hold::Begin);
+            if held {
+                HELPER_HOLD.store(fd, Relaxed);
+            } else {
+                if fd >= 0 {
+                    // SAFETY: our duplicate, closed once.
+                    unsafe { libc::close(fd) };
+                }
+                HELPER_HOLD.store(-1, Release);
+            }
+            held
+        }
+        Hold::End => {
+            let fd = HELPER_HOLD.load(Relaxed);
+            if fd < 0 {
+                return false;
+            }
+            let released = exchange(fd, Hold::End);
+            // SAFETY: our duplicate, closed once.
+            unsafe { libc::close(fd) };
+            HELPER_HOLD.store(-1, Release);
+            released
+        }
+    }
+}
+
+/// One exchange on `fd` (a client's or a helper's connection): "hold TID"
+/// answered "held", or "release" answered "released" (TID: this thread,
+/// which is not to be held).
+fn exchange(fd: c_int, what: Hold) -> bool {
+    let mut line = [0u8; 32];
+    let len = match what {
+        Hold::Begin => {
+            let mut w = Line(&mut line, 0);
+            w.push(b"hold ");
+            // SAFETY: gettid has no preconditions.
+            w.push_decimal(unsafe { libc::gettid() } as u64);
+            w.push(b"\n");
+            w.1
+        }
+        Hold::End => {
+            line[..8].copy_from_slice(b"release\n");
+            8
+        }
     };
-    // SAFETY: a send of a static buffer on the client's socket, which
-    // this thread's `serve` keeps open; MSG_NOSIGNAL: a client that died
-    // is an error here, not a SIGPIPE that would end the program.
-    let sent = unsafe { libc::send(fd, ask.as_ptr().cast(), ask.len(), libc::MSG_NOSIGNAL) };
-    if sent != ask.len() as isize {
+    let answer: &[u8] = match what {
+        Hold::Begin => b"held\n",
+        Hold::End => b"released\n",
+    };
+    // SAFETY: a send of a buffer of ours on a connection the caller keeps
+    // open; MSG_NOSIGNAL: a peer that died is an error here, not a SIGPIPE
+    // that would end the program.
+    let sent = unsafe { libc::send(fd, line.as_ptr().cast(), len, libc::MSG_NOSIGNAL) };
+    if sent != len as isize {
         return false;
     }
     // The answer's line, byte by byte: nothing after it is taken from the
@@ -427,10 +526,35 @@ fn held_by_client(what: shadowgraph::patch::Hold) -> bool {
     &got[..n] == answer
 }
 
+/// A line being written into a buffer of ours (no allocation).
+struct Line<'a>(&'a mut [u8], usize);
+
+impl Line<'_> {
+    fn push(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(self.0.len() - self.1);
+        self.0[self.1..self.1 + n].copy_from_slice(&bytes[..n]);
+        self.1 += n;
+    }
+
+    fn push_decimal(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut k = digits.len();
+        loop {
+            k -= 1;
+            digits[k] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.push(&digits[k..]);
+    }
+}
+
 /// A client other than the session's: another user's is refused; one of
 /// ours is answered one command ("status"), within a second, or is the
-/// helper the session's client left behind ("guard"), returned to be
-/// kept: it is not answered.
+/// helper the session's client left behind ("guard", answered
+/// "guarding"), returned to be kept.
 fn answer(mut other: UnixStream) -> Option<UnixStream> {
     if !peer_allowed(&other) {
         let _ = other.write_all(b"error: not allowed: another user's client\n");
@@ -443,6 +567,7 @@ fn answer(mut other: UnixStream) -> Option<UnixStream> {
         "status" => status(),
         "guard" => {
             let _ = other.set_read_timeout(None);
+            let _ = other.write_all(b"guarding\n");
             return Some(other);
         }
         _ => "error: unknown command (this session's client alone may stop it)\n".into(),

@@ -45,6 +45,7 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     type F = unsafe extern "C" fn(*mut c_void) -> c_int;
+    let mut bias = None;
     if !handle.is_null() {
         let mut lm: *mut LinkMap = std::ptr::null_mut();
         // SAFETY: RTLD_DI_LINKMAP writes a link_map pointer for a valid
@@ -53,14 +54,17 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
             if libc::dlinfo(handle, RTLD_DI_LINKMAP, &mut lm as *mut _ as *mut c_void) == 0
                 && !lm.is_null()
             {
-                shadowgraph::session::objects::before_dlclose((*lm).l_addr);
+                bias = Some((*lm).l_addr);
             }
         }
     }
-    // SAFETY: the next definition of dlclose has this signature; the
-    // caller's handle is passed unchanged.
-    unsafe {
-        let real = std::mem::transmute::<usize, F>(crate::next_symbol(&REAL_DLCLOSE, c"dlclose"));
-        real(handle)
-    }
+    shadowgraph::session::objects::around_dlclose(bias, || {
+        // SAFETY: the next definition of dlclose has this signature; the
+        // caller's handle is passed unchanged.
+        unsafe {
+            let real =
+                std::mem::transmute::<usize, F>(crate::next_symbol(&REAL_DLCLOSE, c"dlclose"));
+            real(handle)
+        }
+    })
 }

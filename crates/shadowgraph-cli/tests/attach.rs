@@ -202,17 +202,9 @@ fn a_killed_client_ends_its_recording() {
     let wait_for = |traced: bool| wait_entry(pid, &exe, "mid", traced);
     for round in 0..3 {
         let data = dir.join(format!("k{round}.data"));
-        let mut client = Target(
-            shadowgraph()
-                .args(["record", "-p", &pid.to_string(), "-d"])
-                .arg(&data)
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
+        let mut client = Target(record_p_spawn(&pid.to_string(), &[], &data));
+        wait_attached(&mut client);
         wait_for(true);
-        // (The helper is in place once the recording is under way.)
-        std::thread::sleep(std::time::Duration::from_millis(100));
         client.0.kill().unwrap();
         let _ = client.0.wait();
         wait_for(false);
@@ -647,4 +639,70 @@ fn record_p_records_arguments_and_return_values() {
     }
     nests_exactly(&data);
     assert_eq!(end_target(&mut child, &mut out), "done\n");
+}
+
+/// `--no-children`: the children the program forks while attached are
+/// not recorded; the program is.
+#[test]
+fn no_children_leaves_forked_children_out_while_attached() {
+    let dir = workdir("attach_no_children");
+    let exe = build_fixture(&dir, "forks", "attach_forks.c");
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let data = dir.join("f.data");
+    let opts = ["--duration", "300ms", "--no-children", "--no-sched"];
+    let o = record_p(&child.id().to_string(), &opts, &data);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let rows = report_rows(&report_text(&data));
+    assert!(
+        rows["spawn"].2 > 5 && !rows.contains_key("in_child"),
+        "{rows:?}"
+    );
+    let tasks = std::fs::read_to_string(data.join("task.txt")).unwrap();
+    assert!(!tasks.contains("FORK "), "{tasks}");
+    nests_exactly(&data);
+    assert_eq!(end_target(&mut child, &mut out), "done 0\n");
+}
+
+/// A program that exits while `record -p` is getting in (loading the
+/// agent, holding the threads, starting the session) is left to end as it
+/// would have; `record` ends at once, with what it recorded or a one-line
+/// message naming the process.
+#[test]
+fn a_program_exiting_during_the_attach_is_left_alone() {
+    let dir = workdir("attach_exiting");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    for ms in [2, 5, 10, 20, 40, 80] {
+        let mut child = Command::new(&exe)
+            .arg(ms.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let pid = child.id();
+        let data = dir.join(format!("x{ms}.data"));
+        let mut rec = record_p_command(&pid.to_string(), &["--no-sched"], &data)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while rec.try_wait().unwrap().is_none() {
+            if start.elapsed().as_secs() > 30 {
+                let _ = rec.kill();
+                panic!("{ms} ms: record -p did not end");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let o = rec.wait_with_output().unwrap();
+        let err = text(&o).1;
+        let said =
+            err.lines().count() == 1 && err.starts_with(&format!("shadowgraph: process {pid}"));
+        assert!(
+            (o.status.success() && err.contains(&format!("# process {pid} exited"))) || said,
+            "{ms} ms: {err}"
+        );
+        assert!(child.wait().unwrap().success(), "{ms} ms");
+    }
 }

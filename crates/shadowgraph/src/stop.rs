@@ -422,6 +422,12 @@ pub fn set_signal_free(on: bool) {
     SIGNAL_FREE.store(on, Ordering::Relaxed);
 }
 
+/// Whether threads are never signalled ([`set_signal_free`]): the process
+/// was joined while it ran.
+pub fn signal_free() -> bool {
+    SIGNAL_FREE.load(Ordering::Relaxed)
+}
+
 /// A thread of this process as its `/proc/self/task/TID/syscall` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Seen {

@@ -141,6 +141,19 @@ fn symbols_in(
     which: impl Fn(&str) -> bool,
     names: &[&str],
 ) -> Result<Option<Vec<Option<u64>>>, AttachError> {
+    let found = sized_symbols_in(pid, which, names)?;
+    Ok(found.map(|f| f.into_iter().map(|s| s.map(|s| s.0)).collect()))
+}
+
+/// A symbol found: its run-time address and its size.
+type Found = Option<(u64, u64)>;
+
+/// [`symbols_in`], with each symbol's size.
+fn sized_symbols_in(
+    pid: i32,
+    which: impl Fn(&str) -> bool,
+    names: &[&str],
+) -> Result<Option<Vec<Found>>, AttachError> {
     use object::{Object, ObjectSegment, ObjectSymbol};
     let maps = maps(pid)?;
     let Some((start, path)) = maps.iter().find_map(|m| {
@@ -166,7 +179,7 @@ fn symbols_in(
         };
         if let Some(i) = names.iter().position(|n| n.as_bytes() == name) {
             if s.is_definition() {
-                found[i] = Some(start - first + s.address());
+                found[i] = Some((start - first + s.address(), s.size()));
             }
         }
     }
@@ -226,7 +239,6 @@ fn agent_code(pid: i32) -> Result<Vec<(u64, u64)>, AttachError> {
 /// agent's locks. Tried for 2 s.
 fn hold_outside_agent(pid: i32) -> Result<Stopped, AttachError> {
     let code = agent_code(pid)?;
-    let inside = |w: u64| code.iter().any(|&(lo, hi)| lo <= w && w < hi);
     let started = std::time::Instant::now();
     loop {
         for tid in task_ids(pid)? {
@@ -234,16 +246,7 @@ fn hold_outside_agent(pid: i32) -> Result<Stopped, AttachError> {
                 continue;
             }
             let Ok(t) = Stopped::seize(tid) else { continue };
-            let Ok((pc, sp)) = t.context() else { continue };
-            let mut stack = vec![0u8; 64 << 10];
-            // A read that stops at the stack's end reads less: what it got
-            // is checked.
-            let got = inject::read_some(tid, sp, &mut stack);
-            let busy = inside(pc)
-                || stack[..got]
-                    .chunks_exact(8)
-                    .any(|w| inside(u64::from_le_bytes(w.try_into().expect("8 bytes"))));
-            if !busy {
+            if !stopped_in(&t, &code) {
                 return Ok(t);
             }
         }
@@ -255,6 +258,48 @@ fn hold_outside_agent(pid: i32) -> Result<Stopped, AttachError> {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// Whether stopped thread `t` runs code in `ranges`, or returns to some:
+/// its pc, or a word of the top 64 KiB of its stack, is inside one.
+pub(crate) fn stopped_in(t: &Stopped, ranges: &[(u64, u64)]) -> bool {
+    let inside = |w: u64| ranges.iter().any(|&(lo, hi)| lo <= w && w < hi);
+    let Ok((pc, sp)) = t.context() else {
+        return true;
+    };
+    let mut stack = vec![0u8; 64 << 10];
+    // A read that stops at the stack's end reads less: what it got is
+    // checked.
+    let got = inject::read_some(t.tid(), sp, &mut stack);
+    inside(pc)
+        || stack[..got]
+            .chunks_exact(8)
+            .any(|w| inside(u64::from_le_bytes(w.try_into().expect("8 bytes"))))
+}
+
+/// The code of process `pid` that runs with a lock of the loader's taken:
+/// the loader's own (`dlopen`, `dlclose`, `dlsym` run there) and libc's
+/// `dl_iterate_phdr` (whose callbacks run under its lock). A thread held
+/// there may hold such a lock, which the first session's start, made
+/// with every thread held, would wait for forever (it makes a thread,
+/// whose TLS the loader sets up under its lock, and looks symbols up).
+pub(crate) fn loader_code(pid: i32) -> Result<Vec<(u64, u64)>, AttachError> {
+    let loader = |p: &str| {
+        Path::new(p)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with("ld-linux") || f.starts_with("ld-2."))
+    };
+    let mut code: Vec<(u64, u64)> = maps(pid)?
+        .into_iter()
+        .filter(|m| m.executable && loader(&m.path))
+        .map(|m| (m.start, m.end))
+        .collect();
+    let libc_file = |f: &str| f == "libc.so.6" || (f.starts_with("libc-") && f.ends_with(".so"));
+    if let Some(found) = sized_symbols_in(pid, libc_file, &["dl_iterate_phdr"])? {
+        code.extend(found[0].map(|(at, size)| (at, at + size.max(1))));
+    }
+    Ok(code)
 }
 
 /// Brings the agent (its file's bytes, `agent`) into process `pid`, or

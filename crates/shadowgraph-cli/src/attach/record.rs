@@ -150,24 +150,39 @@ fn start(pid: i32, config: &str, socket: &Path) -> Result<UnixStream, AttachErro
 }
 
 /// A helper left behind (`shadowgraph hold-for`, in a process group of
-/// its own): should we be killed, it holds the program's threads while the
-/// session ends, which no thread of the program may then run into an
-/// `int3`. None if it cannot be started (the session would end by `int3`
-/// then).
+/// its own), once the agent has taken it (it says so on its output,
+/// within 2 s): it holds the program's threads for the program's own
+/// threads (after a `dlopen`, the new library's sites change while they
+/// are held) and, should we be killed, while the session ends — no thread
+/// of the program may run into an `int3`. None if it cannot be started
+/// (libraries loaded then are not followed, and a killed session ends by
+/// `int3`).
 fn spawn_helper(pid: i32, socket: &Path) -> Option<std::process::Child> {
+    use std::io::Read;
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     let me = std::env::current_exe().ok()?;
-    Command::new(me)
+    let mut helper = Command::new(me)
         .arg("hold-for")
         .arg(pid.to_string())
         .arg(socket)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
-        .ok()
+        .ok()?;
+    // Its one line, then the end of its output.
+    let mut said = String::new();
+    let taken = helper
+        .stdout
+        .take()
+        .is_some_and(|mut o| o.read_to_string(&mut said).is_ok() && said == "guarding\n");
+    if !taken {
+        end_helper(Some(helper));
+        return None;
+    }
+    Some(helper)
 }
 
 /// Waits for the helper to end (the agent closes its connection as the
@@ -183,15 +198,44 @@ fn end_helper(helper: Option<std::process::Child>) {
 }
 
 /// `shadowgraph hold-for PID SOCKET`: tells the agent of process `pid` it
-/// is the helper of the session whose control socket is `socket`, then
-/// holds the process's threads whenever the agent asks, until the agent
-/// closes the connection (the session ended) or the process is gone.
+/// is the helper of the session whose control socket is `socket` ("guard",
+/// answered "guarding", which it repeats on its output before closing
+/// it), then holds the process's threads whenever the agent asks, until
+/// the agent closes the connection (the session ended) or the process is
+/// gone.
 pub(crate) fn hold_for(pid: i32, socket: &Path) {
+    use std::io::Read;
     let Ok(s) = UnixStream::connect(socket) else {
         return;
     };
     if (&s).write_all(b"guard\n").is_err() {
         return;
+    }
+    // The answer, byte by byte: what follows it is the agent's next
+    // request, for `converse`.
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut answer = Vec::new();
+    let mut b = [0u8];
+    while answer.last() != Some(&b'\n') && answer.len() < 16 {
+        match (&s).read(&mut b) {
+            Ok(1) => answer.push(b[0]),
+            _ => return,
+        }
+    }
+    if answer != b"guarding\n" {
+        return;
+    }
+    let _ = s.set_read_timeout(None);
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(b"guarding\n");
+        let _ = out.flush();
+    }
+    // Our output ends (`record -p` reads it to its end): /dev/null in its
+    // place.
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: dup2 of a descriptor we own onto our standard output.
+        unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 1) };
     }
     // Nothing but holds and releases comes on this connection.
     while let Ok(line) = converse(&s, pid) {
@@ -226,9 +270,23 @@ fn call_attach(
     data.resize(data.len().next_multiple_of(8), 0);
     let contexts_at = data.len() as u64;
     let mut tries = 0;
+    let loader = super::loader_code(pid)?;
+    let started = Instant::now();
     loop {
         let (caller, mut held) = if loaded == Loaded::Now {
-            let mut held = stop_all(pid)?;
+            let mut held = stop_all(pid, None)?;
+            // None inside the loader: the session starts with every
+            // thread held, and takes the loader's locks.
+            if held.iter().any(|t| super::stopped_in(t, &loader)) {
+                drop(held);
+                if started.elapsed() > Duration::from_secs(2) {
+                    return Err(AttachError(format!(
+                        "process {pid}: a thread stays inside the loader (dlopen?); try again"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
             // Off the sleds' nops, so that none is left unconverted.
             for t in &mut held {
                 t.step_off_nops().map_err(|e| AttachError::about(pid, e))?;
@@ -288,8 +346,9 @@ fn lock_ptrace(pid: i32) -> Result<std::fs::File, AttachError> {
 }
 
 /// Reads the agent's lines until one that is not a request to hold the
-/// threads, and returns it (without its newline). "hold": every thread
-/// of the program is stopped (ptrace) and "held" answered — or "not held"
+/// threads, and returns it (without its newline). "hold [TID]": every
+/// thread of the program (but TID, the one asking) is stopped (ptrace)
+/// and "held" answered — or "not held"
 /// if they cannot be, and the agent goes on without; "release": they run
 /// on, and "released" is answered. The agent asks while it changes the
 /// program's text (a session's start and end), so that no thread meets
@@ -305,9 +364,14 @@ fn converse(client: &UnixStream, pid: i32) -> std::io::Result<String> {
         if r.read_line(&mut line)? == 0 {
             return Ok(String::new());
         }
-        match line.trim_end() {
+        let line = line.trim_end();
+        let (word, asker) = line.split_once(' ').unwrap_or((line, ""));
+        match word {
             "hold" => {
-                let held = lock_ptrace(pid).and_then(|l| Ok((stop_all(pid)?, l)));
+                // (The asking thread is left to run: it waits for the
+                // answer.)
+                let asker = asker.parse().ok();
+                let held = lock_ptrace(pid).and_then(|l| Ok((stop_all(pid, asker)?, l)));
                 match held {
                     Ok(h) => {
                         holding = Some(h);
@@ -322,22 +386,27 @@ fn converse(client: &UnixStream, pid: i32) -> std::io::Result<String> {
                 w.write_all(b"released\n")?;
             }
             // (Threads still held are let go as this returns.)
-            other => return Ok(other.to_string()),
+            _ => return Ok(line.to_string()),
         }
     }
 }
 
 /// Stops every thread of process `pid` that runs the program's code (those
-/// a thread starts meanwhile too); a thread that exits meanwhile is left
-/// out, and so are the agent's own: its sessions' threads (one of which
-/// asks), and its membarrier registration threads, which would stop only
-/// once the kernel's grace period they wait in is over.
-fn stop_all(pid: i32) -> Result<Vec<Stopped>, AttachError> {
+/// a thread starts meanwhile too) but `asker`; a thread that exits
+/// meanwhile is left out, and so are the agent's own: its sessions'
+/// threads (one of which may ask), and its membarrier registration
+/// threads, which would stop only once the kernel's grace period they
+/// wait in is over.
+fn stop_all(pid: i32, asker: Option<i32>) -> Result<Vec<Stopped>, AttachError> {
     let mut held: Vec<Stopped> = Vec::new();
     loop {
         let new: Vec<i32> = super::task_ids(pid)?
             .into_iter()
-            .filter(|t| !held.iter().any(|h| h.tid() == *t) && !super::is_agent_thread(pid, *t))
+            .filter(|&t| {
+                Some(t) != asker
+                    && !held.iter().any(|h| h.tid() == t)
+                    && !super::is_agent_thread(pid, t)
+            })
             .collect();
         if new.is_empty() {
             return Ok(held);

@@ -76,3 +76,16 @@ pub fn wait_entry(pid: u32, exe: &std::path::Path, function: &str, traced: bool)
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Reads `record`'s stderr (piped) until it says it is attached: the
+/// recording and its helper are in place.
+pub fn wait_attached(rec: &mut Child) {
+    let mut err = BufReader::new(rec.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("# attached") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "record -p ended");
+    }
+    // (The rest is read, not kept: a full pipe would hold `record`.)
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+}

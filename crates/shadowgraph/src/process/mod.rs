@@ -364,11 +364,12 @@ pub(crate) fn write_stopped(
             Err(PatchError::Io(format!("/proc/thread-self/maps: {e}")))
         }
     };
-    if let Some(contexts) = outside {
-        // Held from outside: a thread is not ours to move; its edit waits.
-        let stacks = stacks()?;
+    // Held from outside: a thread is not ours to move; its edit waits.
+    // Nothing to serialise afterwards: the held threads are off their CPUs
+    // and resume through the kernel (see patch::apply's held batch).
+    let write_held = |contexts: &[(usize, usize)], stacks: &StackMap, out: &mut Normalized| {
         let mut deferred = vec![false; edits.len()];
-        for &(pc, sp) in &contexts {
+        for &(pc, sp) in contexts {
             if let Some(i) = inside(pc) {
                 deferred[i] = true;
             }
@@ -383,9 +384,11 @@ pub(crate) fn write_stopped(
                 out.converted += 1;
             }
         }
+        deferred
+    };
+    if let Some(contexts) = outside {
+        let deferred = write_held(&contexts, &stacks()?, out);
         window.close();
-        // Nothing to serialise: the held threads are off their CPUs and
-        // resume through the kernel (see patch::apply's held batch).
         return Ok(deferred);
     }
     let mut threads = Vec::with_capacity(2);
@@ -397,6 +400,37 @@ pub(crate) fn write_stopped(
         r?;
         out.converted += edits.len();
         return Ok(vec![false; edits.len()]);
+    }
+    if crate::hold::exists() {
+        // A process joined late (`record -p`: its threads may block every
+        // signal, and none of ours may reach them): they are held from
+        // outside while the edits are made, their contexts read where the
+        // kernel shows them — or, if they cannot be, the edits wait.
+        // Everything is allocated before the hold.
+        let stacks = stacks()?;
+        let mut tids = Vec::with_capacity(stop::MAX_THREADS);
+        let mut contexts = Vec::with_capacity(stop::MAX_THREADS);
+        let me = sys::gettid();
+        let held = crate::hold::ask(crate::hold::Hold::Begin);
+        let deferred = if held && sys::list_threads(&mut tids).is_ok() {
+            for &t in tids.iter().filter(|&&t| t != me) {
+                // (A thread still running is one of the agent's own, which
+                // the holder leaves: it runs none of the program's code.)
+                if let stop::Seen::Blocked { pc, sp } | stop::Seen::Stopped { pc, sp } =
+                    stop::seen(t)
+                {
+                    contexts.push((pc, sp));
+                }
+            }
+            write_held(&contexts, &stacks, out)
+        } else {
+            vec![true; edits.len()]
+        };
+        window.close();
+        if held {
+            crate::hold::ask(crate::hold::Hold::End);
+        }
+        return Ok(deferred);
     }
 
     out.stopped_world = true;

@@ -168,6 +168,9 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
         return Err("`--control` is only for the first session of a process".into());
     }
     objects::reapply_patches();
+    // Objects loaded by dlopen since the last recording (none follows
+    // them in between).
+    objects::join_loaded();
     if r.libcalls != config::LibCalls::Off {
         if let Err(e) = objects::add_library_calls(r.libcalls) {
             eprintln!("shadowgraph: {e}; library calls are not traced for this recording");

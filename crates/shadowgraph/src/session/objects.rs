@@ -322,11 +322,69 @@ pub(crate) fn follow() {
 }
 
 /// After a successful `dlopen`: the objects not seen before join the core
-/// (their sleds are converted with the other threads stopped).
+/// (their sleds are converted with the other threads stopped). In a
+/// process joined while it ran, only while a recording is under way and
+/// its helper can hold the threads: else they join at the next `dlopen`
+/// or recording's start.
 pub fn after_dlopen() {
     if !FOLLOW.load(Ordering::Acquire) {
         return;
     }
+    if crate::stop::signal_free() {
+        // Only if the threads can be held now (else the new objects wait,
+        // unlooked at, for the next `dlopen` or recording).
+        if !recorder::active() || !crate::hold::ask(crate::hold::Hold::Begin) {
+            return;
+        }
+        crate::hold::ask(crate::hold::Hold::End);
+    }
+    join_loaded();
+}
+
+/// Objects are looked at (and join the core) or unloaded one at a time:
+/// an object read while another thread's `dlclose` unmaps it would fault.
+/// A thread may nest (a destructor that `dlclose`s another object).
+static CHANGING: Mutex<()> = Mutex::new(());
+
+std::thread_local! {
+    /// How deep this thread is in [`changing`].
+    static CHANGING_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// This thread's turn to change the loaded objects, until it is dropped.
+struct Changing {
+    _turn: Option<std::sync::MutexGuard<'static, ()>>,
+}
+
+fn changing() -> Changing {
+    let depth = CHANGING_DEPTH.get();
+    CHANGING_DEPTH.set(depth + 1);
+    Changing {
+        _turn: (depth == 0).then(|| CHANGING.lock().unwrap_or_else(|e| e.into_inner())),
+    }
+}
+
+impl Drop for Changing {
+    fn drop(&mut self) {
+        CHANGING_DEPTH.set(CHANGING_DEPTH.get() - 1);
+    }
+}
+
+/// `dlclose` of the object loaded at `bias` (None: not known): its sites
+/// go back to nops first (what was recorded of it keeps its names), and
+/// `unload` (the real `dlclose`) runs before any other thread looks at
+/// the loaded objects.
+pub fn around_dlclose<R>(bias: Option<usize>, unload: impl FnOnce() -> R) -> R {
+    let _turn = changing();
+    if let Some(b) = bias {
+        before_dlclose(b);
+    }
+    unload()
+}
+
+/// The objects loaded since they were last looked at join the core.
+pub(crate) fn join_loaded() {
+    let _turn = changing();
     let me = own_object();
     let mut scanned = SCANNED.lock().unwrap_or_else(|e| e.into_inner());
     let new: Vec<(PathBuf, usize)> = process::loaded_objects()
@@ -370,7 +428,7 @@ pub fn after_dlopen() {
 /// Before `dlclose` of the object loaded at `bias`: its sites go back to
 /// nops first (it may be unmapped); what was recorded of it keeps its
 /// names.
-pub fn before_dlclose(bias: usize) {
+fn before_dlclose(bias: usize) {
     if !FOLLOW.load(Ordering::Acquire) {
         return;
     }
