@@ -482,12 +482,11 @@ fn exchange(fd: c_int, what: Hold) -> bool {
     let mut line = [0u8; 32];
     let len = match what {
         Hold::Begin => {
-            let mut w = Line(&mut line, 0);
-            w.push(b"hold ");
+            line[..5].copy_from_slice(b"hold ");
             // SAFETY: gettid has no preconditions.
-            w.push_decimal(unsafe { libc::gettid() } as u64);
-            w.push(b"\n");
-            w.1
+            let n = shadowgraph::sys::put_decimal(&mut line, 5, unsafe { libc::gettid() } as u64);
+            line[n] = b'\n';
+            n + 1
         }
         Hold::End => {
             line[..8].copy_from_slice(b"release\n");
@@ -524,31 +523,6 @@ fn exchange(fd: c_int, what: Hold) -> bool {
         }
     }
     &got[..n] == answer
-}
-
-/// A line being written into a buffer of ours (no allocation).
-struct Line<'a>(&'a mut [u8], usize);
-
-impl Line<'_> {
-    fn push(&mut self, bytes: &[u8]) {
-        let n = bytes.len().min(self.0.len() - self.1);
-        self.0[self.1..self.1 + n].copy_from_slice(&bytes[..n]);
-        self.1 += n;
-    }
-
-    fn push_decimal(&mut self, mut v: u64) {
-        let mut digits = [0u8; 20];
-        let mut k = digits.len();
-        loop {
-            k -= 1;
-            digits[k] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        self.push(&digits[k..]);
-    }
 }
 
 /// A client other than the session's: another user's is refused; one of

@@ -683,19 +683,8 @@ fn a_program_exiting_during_the_attach_is_left_alone() {
             .unwrap();
         let pid = child.id();
         let data = dir.join(format!("x{ms}.data"));
-        let mut rec = record_p_command(&pid.to_string(), &["--no-sched"], &data)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = std::time::Instant::now();
-        while rec.try_wait().unwrap().is_none() {
-            if start.elapsed().as_secs() > 30 {
-                let _ = rec.kill();
-                panic!("{ms} ms: record -p did not end");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let o = rec.wait_with_output().unwrap();
+        let what = format!("{ms} ms");
+        let o = record_p_bounded(&pid.to_string(), &["--no-sched"], &data, &what);
         let err = text(&o).1;
         let said =
             err.lines().count() == 1 && err.starts_with(&format!("shadowgraph: process {pid}"));

@@ -117,23 +117,9 @@ fn a_thread_inside_the_loader_never_hangs_an_attach() {
         let (mut child, mut out) = start_target(&exe, &[lib.to_str().unwrap()]);
         for k in 0..2 {
             let data = dir.join(format!("r{round}.{k}.data"));
-            let mut rec = record_p_command(
-                &child.id().to_string(),
-                &["--duration", "100ms", "--no-sched"],
-                &data,
-            )
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-            let start = std::time::Instant::now();
-            while rec.try_wait().unwrap().is_none() {
-                if start.elapsed().as_secs() > 30 {
-                    let _ = rec.kill();
-                    panic!("round {round}.{k}: the attach hangs");
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            let o = rec.wait_with_output().unwrap();
+            let opts = ["--duration", "100ms", "--no-sched"];
+            let what = format!("round {round}.{k}");
+            let o = record_p_bounded(&child.id().to_string(), &opts, &data, &what);
             assert!(o.status.success(), "round {round}.{k}: {}", text(&o).1);
             assert!(
                 report_rows(&report_text(&data))["mid"].2 > 0,

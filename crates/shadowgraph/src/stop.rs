@@ -452,17 +452,10 @@ pub(crate) enum Seen {
 /// without allocating (also while other threads are held).
 pub(crate) fn seen(tid: i32) -> Seen {
     let mut path = [0u8; 48];
-    let mut n = 0;
-    for part in [
-        &b"/proc/self/task/"[..],
-        &decimal(tid)[..],
-        &b"/syscall\0"[..],
-    ] {
-        for &b in part.iter().take_while(|&&b| b != b' ') {
-            path[n] = b;
-            n += 1;
-        }
-    }
+    let prefix = b"/proc/self/task/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let n = sys::put_decimal(&mut path, prefix.len(), tid.unsigned_abs() as u64);
+    path[n..n + 9].copy_from_slice(b"/syscall\0");
     let mut text = [0u8; 256];
     // SAFETY: `path` is NUL-terminated; the descriptor is read into
     // `text` within its length and closed once.
@@ -496,25 +489,6 @@ pub(crate) fn seen(tid: i32) -> Seen {
         (Some(sp), Some(pc), _) => Seen::Blocked { pc, sp },
         _ => Seen::Running,
     }
-}
-
-/// `tid` in decimal, space-padded on the right.
-fn decimal(tid: i32) -> [u8; 11] {
-    let mut out = [b' '; 11];
-    let mut digits = [0u8; 11];
-    let (mut v, mut k) = (tid.unsigned_abs(), 0);
-    loop {
-        digits[k] = b'0' + (v % 10) as u8;
-        k += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for (i, d) in digits[..k].iter().rev().enumerate() {
-        out[i] = *d;
-    }
-    out
 }
 
 /// A `0x…` hexadecimal word.

@@ -471,6 +471,27 @@ pub fn object_of(addr: usize) -> Option<std::path::PathBuf> {
     std::fs::canonicalize(path).ok()
 }
 
+/// Appends `v` in decimal to `buf` at `n`; returns the new length.
+/// Allocates nothing (for paths and names made where nothing may).
+pub fn put_decimal(buf: &mut [u8], mut n: usize, v: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut k = 0;
+    let mut v = v;
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in (0..k).rev() {
+        buf[n] = digits[i];
+        n += 1;
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

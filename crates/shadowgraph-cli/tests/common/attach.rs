@@ -15,6 +15,26 @@ pub fn record_p(pid: &str, opts: &[&str], data: &std::path::Path) -> std::proces
     record_p_command(pid, opts, data).output().unwrap()
 }
 
+/// `record -p`, run to its end, which must come within 30 s: a hang
+/// fails the test (`what` names the case), the process killed.
+pub fn record_p_bounded(
+    pid: &str,
+    opts: &[&str],
+    data: &std::path::Path,
+    what: &str,
+) -> std::process::Output {
+    let mut rec = record_p_spawn(pid, opts, data);
+    let start = std::time::Instant::now();
+    while rec.try_wait().unwrap().is_none() {
+        if start.elapsed().as_secs() > 30 {
+            let _ = rec.kill();
+            panic!("{what}: record -p did not end");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    rec.wait_with_output().unwrap()
+}
+
 /// `record -p`, started in the background, its stderr piped.
 pub fn record_p_spawn(pid: &str, opts: &[&str], data: &std::path::Path) -> Child {
     record_p_command(pid, opts, data)

@@ -285,22 +285,4 @@ pub(super) fn path_in(dir: &CStr, name: &[u8], out: &mut [u8]) -> bool {
     true
 }
 
-/// Appends `v` in decimal to `buf` at `n`; returns the new length.
-pub(super) fn put_decimal(buf: &mut [u8], mut n: usize, v: u64) -> usize {
-    let mut digits = [0u8; 20];
-    let mut k = 0;
-    let mut v = v;
-    loop {
-        digits[k] = b'0' + (v % 10) as u8;
-        k += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for i in (0..k).rev() {
-        buf[n] = digits[i];
-        n += 1;
-    }
-    n
-}
+pub(super) use crate::sys::put_decimal;
