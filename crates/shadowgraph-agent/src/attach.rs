@@ -440,15 +440,14 @@ fn held_by_helper(what: Hold) -> bool {
             {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            let helper = HELPERS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .first()
-                .copied();
-            // SAFETY: dup of a descriptor the helpers' list holds open (a
-            // session's thread closes it only after taking it out of the
-            // list, under the lock); the duplicate outlives that.
-            let fd = helper.map_or(-1, |h| unsafe { libc::dup(h) });
+            // Duplicated under the list's lock: a session's thread takes
+            // its helper out of the list under it before closing it, so
+            // the descriptor is open (and the helper's) while it is here.
+            let fd = {
+                let helpers = HELPERS.lock().unwrap_or_else(|e| e.into_inner());
+                // SAFETY: dup of a descriptor the list holds open (above).
+                helpers.first().map_or(-1, |&h| unsafe { libc::dup(h) })
+            };
             let held = fd >= 0 && exchange(fd, Hold::Begin);
             if held {
                 HELPER_HOLD.store(fd, Relaxed);

@@ -302,6 +302,17 @@ pub(crate) fn loader_code(pid: i32) -> Result<Vec<(u64, u64)>, AttachError> {
     Ok(code)
 }
 
+/// Whether the program of process `pid` names an interpreter (the
+/// dynamic loader): its file has an `.interp` section.
+fn is_dynamic(pid: i32) -> bool {
+    use object::Object;
+    std::fs::read(format!("/proc/{pid}/exe"))
+        .ok()
+        .is_some_and(|b| {
+            object::File::parse(&*b).is_ok_and(|f| f.section_by_name(".interp").is_some())
+        })
+}
+
 /// Brings the agent (its file's bytes, `agent`) into process `pid`, or
 /// finds it there.
 pub fn load_agent(pid: i32, agent: &[u8]) -> Result<Loaded, AttachError> {
@@ -315,11 +326,22 @@ pub fn load_agent(pid: i32, agent: &[u8]) -> Result<Loaded, AttachError> {
     }
     let libc_file = |f: &str| f == "libc.so.6" || (f.starts_with("libc-") && f.ends_with(".so"));
     const NEEDED: [&str; 4] = ["memfd_create", "dlopen", "dlerror", "close"];
-    let Some(found) = symbols_in(pid, libc_file, &NEEDED)? else {
-        return Err(AttachError(format!(
-            "process {pid} is not linked with libc dynamically (a static program cannot load \
-             the agent)"
-        )));
+    // A program that has only just started may not have its libc mapped
+    // yet: a dynamic one (its file names an interpreter) gets a second.
+    let started = std::time::Instant::now();
+    let found = loop {
+        match symbols_in(pid, libc_file, &NEEDED)? {
+            Some(found) => break found,
+            None if started.elapsed() < std::time::Duration::from_secs(1) && is_dynamic(pid) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            None => {
+                return Err(AttachError(format!(
+                    "process {pid} is not linked with libc dynamically (a static program \
+                     cannot load the agent)"
+                )))
+            }
+        }
     };
     let mut addrs = [0u64; NEEDED.len()];
     for ((a, f), name) in addrs.iter_mut().zip(&found).zip(NEEDED) {

@@ -257,7 +257,10 @@ pub(crate) fn hold_for(pid: i32, socket: &Path) {
 /// stopped inside `pthread_create` or `pthread_join`): when the agent's
 /// word at `fns.1` does not say it is made within a second, the call is
 /// given up and made again, the threads let go meanwhile (5 times at
-/// most). Returns what it returned and the threads held.
+/// most). The first session's start, with every thread held, takes the
+/// loader's locks too: the threads are stopped again until none is held
+/// inside the loader (2 s at most). Returns what it returned and the
+/// threads held.
 fn call_attach(
     pid: i32,
     loaded: Loaded,
@@ -270,7 +273,10 @@ fn call_attach(
     data.resize(data.len().next_multiple_of(8), 0);
     let contexts_at = data.len() as u64;
     let mut tries = 0;
-    let loader = super::loader_code(pid)?;
+    let loader = match loaded {
+        Loaded::Now => super::loader_code(pid)?,
+        Loaded::Reused => Vec::new(),
+    };
     let started = Instant::now();
     loop {
         let (caller, mut held) = if loaded == Loaded::Now {
@@ -327,6 +333,12 @@ fn call_attach(
                 drop(held);
                 let _ = std::fs::remove_file(socket);
                 std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                return Err(AttachError(format!(
+                    "process {pid}: the agent could not start its thread (a lock of the \
+                     loader stays held); try again"
+                )))
             }
             Err(e) => return Err(AttachError::about(pid, e)),
         }
