@@ -54,7 +54,15 @@ pub(crate) fn record_attached(
         }
     };
     let helper = spawn_helper(pid, &socket);
-    let mut sched = crate::record::open_sched(opts, (&abs, &rel), Some(pid));
+    let mut sched = {
+        // Every thread held while their events are opened: none is made
+        // meanwhile (one made while its maker's events were being opened
+        // would have some processors' events and not others'), and those
+        // made later inherit their maker's. (The threads, then the lock.)
+        let _held = (!opts.no_sched && !opts.no_event)
+            .then(|| lock_ptrace(pid).and_then(|l| Ok((stop_all(pid, None)?, l))));
+        crate::record::open_sched(opts, (&abs, &rel), Some(pid))
+    };
     if let Some(s) = &mut sched {
         s.start();
     }
