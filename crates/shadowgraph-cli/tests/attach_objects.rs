@@ -85,6 +85,9 @@ fn libraries_loaded_while_attached_are_followed() {
     tell(&mut child, &mut out, b"c", "closed");
     let o = rec.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", text(&o).1);
+    // Its library calls' slots went with it: the recording's end wrote
+    // nothing where the library was (mapped again by the program).
+    tell(&mut child, &mut out, b"k", "intact");
     let rows = report_rows(&report_text(&a));
     assert!(rows["libwork"].2 > 10 && rows["inner"].2 > 30, "{rows:?}");
     assert!(rows["mid"].2 > 10, "{rows:?}");
@@ -98,6 +101,7 @@ fn libraries_loaded_while_attached_are_followed() {
     assert!(rows["libwork"].2 > 10, "{rows:?}");
     nests_exactly(&b);
     tell(&mut child, &mut out, b"c", "closed");
+    tell(&mut child, &mut out, b"k", "intact");
     wait_entry(pid, &exe, "mid", false);
     assert_eq!(end_target(&mut child, &mut out), "bad=0\ndone\n");
 }
@@ -120,7 +124,12 @@ fn a_thread_inside_the_loader_never_hangs_an_attach() {
             let opts = ["--duration", "100ms", "--no-sched"];
             let what = format!("round {round}.{k}");
             let o = record_p_bounded(&child.id().to_string(), &opts, &data, &what);
-            assert!(o.status.success(), "round {round}.{k}: {}", text(&o).1);
+            if !o.status.success() {
+                // (Whether the program died says more than the message.)
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                let program = child.try_wait();
+                panic!("{what}: {}; the program: {program:?}", text(&o).1);
+            }
             assert!(
                 report_rows(&report_text(&data))["mid"].2 > 0,
                 "round {round}.{k}"

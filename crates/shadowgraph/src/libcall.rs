@@ -103,6 +103,8 @@ const NEVER_WITHOUT_PLT: [&str; 4] = [
 /// it back.
 #[derive(Clone, Debug)]
 pub struct Redirected {
+    /// The load bias of the object whose GOT it is.
+    pub object: usize,
     /// The GOT entry's run-time address.
     pub got: usize,
     /// What it held before.
@@ -178,6 +180,7 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
         let thunk = first + i * THUNK_STRIDE;
         store_word(b.got, thunk, b.prot).map_err(|e| format!("{}: {e}", path.display()))?;
         changed.push(Redirected {
+            object: bias,
             got: b.got,
             before: b.before,
             thunk,

@@ -195,6 +195,8 @@ pub(crate) fn library_calls(
 /// from now on. The recordings without library calls leave them out
 /// (their users' sites exclude `*@PLT`).
 pub(crate) fn add_library_calls(mode: LibCalls) -> Result<(), String> {
+    // (Their GOTs are read: none may be unloaded meanwhile.)
+    let _turn = changing();
     let has_calls = |p: &Path, b: usize| ftrace::has_module(&libcall::module_path(p), b);
     let traced: Vec<(PathBuf, usize)> = ftrace::objects();
     let others: Vec<(PathBuf, usize)> = match mode {
@@ -284,6 +286,8 @@ static REDIRECTED: Mutex<(Vec<libcall::Redirected>, bool)> = Mutex::new((Vec::ne
 /// The last session ends: every redirected slot gets its target back,
 /// every patched prologue its original bytes.
 pub(crate) fn restore_originals() {
+    // (Slots are written: no object may be unloaded meanwhile.)
+    let _turn = changing();
     let mut r = REDIRECTED.lock().unwrap_or_else(|e| e.into_inner());
     if std::mem::replace(&mut r.1, false) {
         libcall::restore(&r.0);
@@ -300,6 +304,8 @@ pub(crate) fn restore_originals() {
 /// A session starts after others ended: the slots point at their thunks
 /// again, the prologues jump to their stubs again.
 pub(crate) fn reapply_patches() {
+    // (Slots are written: no object may be unloaded meanwhile.)
+    let _turn = changing();
     let mut r = REDIRECTED.lock().unwrap_or_else(|e| e.into_inner());
     if !std::mem::replace(&mut r.1, true) {
         libcall::reapply(&r.0);
@@ -437,6 +443,13 @@ fn before_dlclose(bias: usize) {
         eprintln!("shadowgraph: {e} (before dlclose)");
     }
     process::prologue::forget_windows(bias);
+    // Its GOT goes with it: its slots are neither given back nor
+    // redirected again (the addresses may be another object's by then).
+    REDIRECTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .0
+        .retain(|r| r.object != bias);
     let mut scanned = SCANNED.lock().unwrap_or_else(|e| e.into_inner());
     scanned.retain(|o| o.1 != bias);
 }
