@@ -44,7 +44,7 @@ pub(crate) fn run_counted(
         pattern_match: None,
         lineage: Default::default(),
     };
-    let status = Command::new(prog)
+    let status = std::os::unix::process::CommandExt::arg0(&mut Command::new(&path), prog)
         .args(args)
         .env("LD_PRELOAD", preload(&agent))
         .env(config::ENV, config.to_env_value())

@@ -138,8 +138,18 @@ pub(crate) fn check_program(path: &Path) -> Result<Option<String>, String> {
     }
 }
 
-/// `prog` itself if it contains a slash, else its first match in `$PATH`.
+/// `prog` itself if it contains a slash or is an executable file in the
+/// current directory (as uftrace takes it), else its first match in
+/// `$PATH`.
 pub(crate) fn find_program(prog: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let here = Path::new(".").join(prog);
+    if !prog.contains('/')
+        && std::fs::metadata(&here)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    {
+        return Ok(here);
+    }
     if prog.contains('/') {
         let p = PathBuf::from(prog);
         return if p.is_file() {

@@ -12,6 +12,7 @@ mod launch;
 mod options;
 mod output;
 mod record;
+mod replay_args;
 mod sched;
 mod script;
 mod sites;
@@ -113,32 +114,12 @@ enum Command {
         /// Data directory.
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
-        /// Columns left of each function, as uftrace's `replay -f`: duration,
-        /// tid, addr, time, delta (since the thread's previous line), elapsed
-        /// (since the first record), task, module; comma-separated, `+LIST`
-        /// to add to the default (duration,tid), or `none`.
-        #[arg(short = 'f', long = "output-fields", value_name = "FIELDS", value_parser = parse_fields)]
-        fields: Option<Fields>,
-        /// A call without callees gets an entry and an exit line too, not
-        /// one `f();` line.
-        #[arg(long)]
-        no_merge: bool,
-        /// Exit lines without the `/* name */` comment.
-        #[arg(long)]
-        no_comment: bool,
-        /// Each thread's calls indented in a column of their own.
-        #[arg(long)]
-        column_view: bool,
-        /// With --column-view: levels from one thread's column to the next.
-        #[arg(long, value_name = "DEPTH", default_value_t = 8)]
-        column_offset: u16,
-        /// A blank line where the thread changes.
-        #[arg(long)]
-        task_newline: bool,
-        /// Every record on a line of its own, in time order (uftrace's
-        /// flat format).
-        #[arg(long)]
-        flat: bool,
+        #[command(flatten)]
+        look: replay_args::ReplayLook,
+        /// Taken for uftrace's command lines (the program the recording
+        /// was made of): not read.
+        #[arg(hide = true, trailing_var_arg = true)]
+        _program: Vec<String>,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -183,6 +164,10 @@ enum Command {
         /// second's (1) or the changes (2, the default).
         #[arg(long, value_name = "INDEX", requires = "diff", value_parser = clap::value_parser!(u8).range(0..=2))]
         sort_column: Option<u8>,
+        /// Taken for uftrace's command lines (the program the recording
+        /// was made of): not read.
+        #[arg(hide = true, trailing_var_arg = true)]
+        _program: Vec<String>,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -203,6 +188,10 @@ enum Command {
         /// Data directory.
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
+        /// Taken for uftrace's command lines (the program the recording
+        /// was made of): not read.
+        #[arg(hide = true, trailing_var_arg = true)]
+        _program: Vec<String>,
     },
     /// Write the recording in another format.
     Dump {
@@ -230,6 +219,10 @@ enum Command {
         /// page.
         #[arg(long, conflicts_with_all = ["chrome", "perfetto", "flame_graph", "graphviz"])]
         mermaid: bool,
+        /// Taken for uftrace's command lines (the program the recording
+        /// was made of): not read.
+        #[arg(hide = true, trailing_var_arg = true)]
+        _program: Vec<String>,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -269,6 +262,8 @@ enum Command {
         opts: options::RecordOptions,
         #[command(flatten)]
         attach: options::AttachOptions,
+        #[command(flatten)]
+        view: replay_args::LiveView,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required_unless_present = "pid")]
         program: Vec<String>,
@@ -330,7 +325,11 @@ fn main() -> ExitCode {
     let args = live_by_default(std::env::args_os().collect());
     // (Patterns are parsed with the options: --match first.)
     options::MatchArg::apply_from(&args);
-    let matches = Cli::command().get_matches_from(args);
+    // An option given twice is taken once, the last one winning (as
+    // uftrace's command lines take them).
+    let matches = Cli::command()
+        .mut_subcommands(|s| s.args_override_self(true))
+        .get_matches_from(args);
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
@@ -405,48 +404,15 @@ fn main() -> ExitCode {
             args,
         } => script::script(&script, &data, record, &filter.into(), &args),
         Command::Replay {
-            data,
-            fields,
-            no_merge,
-            no_comment,
-            column_view,
-            column_offset,
-            task_newline,
-            flat,
-            filter,
+            data, look, filter, ..
         } => {
-            use shadowgraph_data::replay::{Field, Look};
             let how = filter.open_options();
             let (srcline, libname) = (filter.srcline, filter.libname);
             let filter: shadowgraph_data::replay::ReplayFilter = filter.into();
-            let fields = fields.map_or_else(
-                || {
-                    // With a time range, uftrace's default columns start
-                    // with the time its ends are given in.
-                    use shadowgraph_data::time::Bound;
-                    let r = filter.time_range.unwrap_or_default();
-                    let first = match [r.start, r.stop] {
-                        [None, None] => None,
-                        e if e.iter().any(|b| matches!(b, Some(Bound::Elapsed(_)))) => {
-                            Some(Field::Elapsed)
-                        }
-                        _ => Some(Field::Time),
-                    };
-                    first.into_iter().chain(Field::DEFAULT).collect()
-                },
-                |f| f.0,
-            );
-            let look = Look {
-                srcline,
-                libname,
-                no_merge,
-                no_comment,
-                column_offset: if column_view { column_offset } else { 0 },
-                task_newline,
-            };
-            view_merged(&data, how, |ds, o| match flat {
+            let (fields, look_) = look.columns(&filter, srcline, libname);
+            view_merged(&data, how, |ds, o| match look.flat {
                 true => shadowgraph_data::replay::replay_flat(ds, &filter, o),
-                false => shadowgraph_data::replay::replay_sessions(ds, &filter, &fields, look, o),
+                false => shadowgraph_data::replay::replay_sessions(ds, &filter, &fields, look_, o),
             })
         }
         Command::Report {
@@ -460,6 +426,7 @@ fn main() -> ExitCode {
             diff_policy,
             sort_column,
             filter,
+            ..
         } => {
             use shadowgraph_data::report::Averages;
             let averages = match (avg_total, avg_self) {
@@ -503,6 +470,7 @@ fn main() -> ExitCode {
             graphviz,
             mermaid,
             filter,
+            ..
         } => {
             use shadowgraph_data::{chrome, dump, flame, perfetto as pf};
             let how = filter.open_options();
@@ -534,8 +502,9 @@ fn main() -> ExitCode {
         Command::Live {
             opts,
             attach,
+            view,
             program,
-        } => record::live(&opts, |dir| match attach.pid {
+        } => record::live(&opts, &view, |dir| match attach.pid {
             Some(pid) => attach::record::record_attached(dir, &opts, pid, attach.duration),
             None => record::record(dir, &opts, &program),
         }),
@@ -551,7 +520,7 @@ fn main() -> ExitCode {
                 shadowgraph_data::graph::graph_with(d, function.as_deref(), &f, srcline, o)
             })
         }
-        Command::Info { data } => {
+        Command::Info { data, .. } => {
             let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
             d.and_then(|d| {
                 let mut out = std::io::stdout().lock();
@@ -575,14 +544,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `replay -f`'s columns (one value to clap, not a list of values).
-#[derive(Clone, Debug)]
-struct Fields(Vec<shadowgraph_data::replay::Field>);
-
-fn parse_fields(spec: &str) -> Result<Fields, String> {
-    shadowgraph_data::replay::Field::parse_list(spec).map(Fields)
 }
 
 fn parse_patch_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {

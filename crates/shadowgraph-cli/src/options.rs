@@ -351,6 +351,18 @@ pub(crate) struct RecordOptions {
     /// safe from).
     #[arg(short = 'e', long = "estimate-return")]
     estimate_return: bool,
+    /// Taken for uftrace's command lines: the output is never paged.
+    #[arg(long)]
+    no_pager: bool,
+    /// Taken for uftrace's command lines: a dynamically linked program
+    /// without sites of its own is always run, its libraries and the
+    /// programs it starts traced.
+    #[arg(long)]
+    force: bool,
+    /// Taken for uftrace's command lines (where its libmcount is): the
+    /// agent is shadowgraph's own, built in.
+    #[arg(long, value_name = "PATH", hide = true)]
+    libmcount_path: Option<PathBuf>,
     /// Record through fgraph's callbacks, never the fused paths (to
     /// compare them).
     #[arg(long, hide = true)]
@@ -596,18 +608,22 @@ impl RecordOptions {
         }
         let opt = if retval { "-R" } else { "-A" };
         for g in given {
-            let (func, specs) = g
-                .split_once('@')
-                .ok_or_else(|| format!("{opt} {g}: FUNC@SPEC expected (e.g. add@arg1,arg2)"))?;
-            shadowgraph_data::pattern::Pattern::parse(func)
+            if !g.contains('@') {
+                return Err(format!(
+                    "{opt} {g}: FUNC@SPEC expected (e.g. add@arg1,arg2)"
+                ));
+            }
+            let (func, module, specs) =
+                shadowgraph_data::args::spec_entry(g).map_err(|e| format!("{opt} {g}: {e}"))?;
+            let pattern = match module {
+                Some(m) => format!("{func}@{m}"),
+                None => func.to_string(),
+            };
+            shadowgraph_data::pattern::Pattern::parse(&pattern)
                 .map_err(|e| format!("{opt} {g}: {e}"))?;
-            for s in specs.split(',') {
-                let a = shadowgraph_data::args::ArgSpec::parse(s)
-                    .map_err(|e| format!("{opt} {g}: {e}"))?;
-                if a.retval != retval {
-                    let want = if retval { "retval" } else { "argN or fpargN" };
-                    return Err(format!("{opt} {g}: `{s}`: {opt} takes {want}"));
-                }
+            if specs.iter().any(|a| a.retval != retval) {
+                let want = if retval { "retval" } else { "argN or fpargN" };
+                return Err(format!("{opt} {g}: {opt} takes {want}"));
             }
         }
         Ok(given.to_vec())

@@ -96,6 +96,16 @@ pub(crate) fn view_merged(
         &mut std::io::BufWriter<std::io::StdoutLock<'static>>,
     ) -> Result<(), shadowgraph_data::replay::ReplayError>,
 ) -> Result<ExitCode, String> {
+    let datas = session_dirs(dir)
+        .iter()
+        .map(|d| open_calls(d, how.clone(), false))
+        .collect::<Result<Vec<_>, _>>()?;
+    write_view(datas, write)
+}
+
+/// `dir` and the directories of the programs started by exec during its
+/// recording (and during theirs), in the order they started.
+pub(crate) fn session_dirs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut dirs = vec![dir.to_path_buf()];
     let mut i = 0;
     while i < dirs.len() {
@@ -103,11 +113,7 @@ pub(crate) fn view_merged(
         dirs.extend(more);
         i += 1;
     }
-    let datas = dirs
-        .iter()
-        .map(|d| open_calls(d, how.clone(), false))
-        .collect::<Result<Vec<_>, _>>()?;
-    write_view(datas, write)
+    dirs
 }
 
 /// [`view`], then the same view of every program started by exec during

@@ -40,7 +40,8 @@ pub(crate) fn record(
         config,
         collector,
     } = prepare_unstarted(data, opts, &path)?;
-    let mut command = Command::new(prog);
+    let mut command = Command::new(&path);
+    std::os::unix::process::CommandExt::arg0(&mut command, prog);
     command
         .args(args)
         .env("LD_PRELOAD", preload(&agent))
@@ -594,9 +595,10 @@ pub(crate) fn complete_metadata(
 }
 
 /// Records into a temporary directory (by `record`: a program started, or
-/// a process attached to), replays, and removes it.
+/// a process attached to), replays as `view` says, and removes it.
 pub(crate) fn live(
     opts: &RecordOptions,
+    view: &crate::replay_args::LiveView,
     record: impl FnOnce(&Path) -> Result<ExitCode, String>,
 ) -> Result<ExitCode, String> {
     let dir = std::env::temp_dir().join(format!("shadowgraph-live-{}", std::process::id()));
@@ -608,69 +610,70 @@ pub(crate) fn live(
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     // One recording, or one per tracer (a profile is shown as its report).
     let names = opts.tracer_names();
-    let triggers = opts.view_triggers();
     let shown = if names.is_empty() {
-        show_live(&dir, None, &triggers)
+        show_live(&dir, None, &opts.view_triggers(), opts.srcline, view)
     } else {
         names
             .iter()
-            .try_for_each(|n| show_live(&dir.join(n), Some(n), &[]))
+            .try_for_each(|n| show_live(&dir.join(n), Some(n), &[], opts.srcline, view))
     };
     let _ = std::fs::remove_dir_all(&dir);
     shown?;
     Ok(code)
 }
 
-/// `live`'s view of one recording directory: replay, or a profile's
-/// report; headed by the tracer's name when there are several. Programs
-/// started by exec follow, each after a line naming it (a launcher's
-/// directory holds only those). Without a recording `record` has said why
-/// already. A reader that stops reading (`| head`) ends it quietly.
+/// `live`'s view of one recording directory: replay (after the report
+/// with `--report`), or a profile's report; headed by the tracer's name
+/// when there are several. Programs started by exec are shown in the same
+/// stream, as `replay` shows them. Without a recording `record` has said
+/// why already. A reader that stops reading (`| head`) ends it quietly.
 /// `triggers` apply to the replay where they name recorded functions.
 pub(crate) fn show_live(
     dir: &Path,
     tracer: Option<&str>,
     triggers: &[shadowgraph_data::trigger::Trigger],
+    srcline: bool,
+    view: &crate::replay_args::LiveView,
 ) -> Result<(), String> {
-    use shadowgraph_data::dir::{exec_sessions_in, DataDir};
-    use shadowgraph_data::{profile, replay, report::SortKey};
+    use shadowgraph_data::dir::DataDir;
+    use shadowgraph_data::replay::{self, ReplayError};
+    use shadowgraph_data::{profile, report};
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    if let Some(t) = tracer {
-        writeln!(out, "## tracer {t}").map_err(|e| e.to_string())?;
-    }
-    let sessions = |out: &mut std::io::BufWriter<_>, dirs: Vec<PathBuf>| {
-        for s in dirs {
-            let Ok(sd) = DataDir::open(&s) else {
-                continue;
-            };
-            writeln!(
-                out,
-                "\n# started by exec: {}",
-                sd.info.get("exe").unwrap_or("?")
-            )
-            .map_err(replay::ReplayError::Io)?;
-            replay::replay(&sd, out)?;
+    let how = view.open_options(false);
+    let datas: Vec<DataDir> = crate::output::session_dirs(dir)
+        .iter()
+        .filter_map(|d| DataDir::open_with(d, how.clone()).ok())
+        .collect();
+    let refs: Vec<&DataDir> = datas.iter().collect();
+    let shown = (|| -> Result<(), ReplayError> {
+        if let Some(t) = tracer {
+            writeln!(out, "## tracer {t}")?;
         }
-        Ok(())
-    };
-    let shown = match DataDir::open(dir) {
-        Ok(d) if profile::is_profile(&d) => {
-            profile::report(&d, SortKey::Total, false, &[], &mut out)
+        let Some(&first) = refs.first() else {
+            return Ok(());
+        };
+        if profile::is_profile(first) {
+            return profile::report(first, report::SortKey::Total, false, &[], &mut out)
+                .map_err(|e| ReplayError::Io(std::io::Error::other(e.to_string())));
         }
-        Ok(d) => {
-            let filter = replay::ReplayFilter {
-                triggers: triggers.to_vec(),
-                ..Default::default()
-            }
-            .without_unmatched(&d);
-            replay::replay_filtered(&d, &filter, &mut out)
-                .and_then(|()| sessions(&mut out, d.exec_sessions()))
+        let filter = view.filter(triggers).without_unmatched(first);
+        if view.report {
+            let layout = report::Layout::parse(None, None, report::Averages::None)
+                .map_err(|e| ReplayError::Io(std::io::Error::other(e)))?;
+            write!(out, "#\n# uftrace report\n#\n")?;
+            report::report_sessions(&refs, &layout, &filter, &mut out)
+                .map_err(|e| ReplayError::Io(std::io::Error::other(e.to_string())))?;
+            write!(out, "\n#\n# uftrace replay\n#\n")?;
         }
-        Err(_) => sessions(&mut out, exec_sessions_in(dir)),
-    };
-    match shown.and_then(|()| out.flush().map_err(replay::ReplayError::Io)) {
-        Err(replay::ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        let (fields, look) = view.look.columns(&filter, srcline, view.libname);
+        match view.look.flat {
+            true => replay::replay_flat(&refs, &filter, &mut out),
+            false => replay::replay_sessions(&refs, &filter, &fields, look, &mut out),
+        }
+    })();
+    match shown.and_then(|()| out.flush().map_err(ReplayError::Io)) {
+        Err(ReplayError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r.map_err(|e| e.to_string()),
     }
 }

@@ -95,13 +95,30 @@ pub(crate) struct ViewFilter {
     /// Taken for uftrace's command lines: the output is never paged.
     #[arg(long)]
     no_pager: bool,
+    /// Taken for uftrace's command lines (where its libmcount is): not
+    /// read by the views.
+    #[arg(long, value_name = "PATH", hide = true)]
+    libmcount_path: Option<std::path::PathBuf>,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum DemangleArg {
+/// `--demangle`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
+pub(crate) enum DemangleArg {
+    #[default]
     Simple,
     Full,
     No,
+}
+
+impl From<DemangleArg> for shadowgraph_data::names::Demangle {
+    fn from(d: DemangleArg) -> Self {
+        use shadowgraph_data::names::Demangle;
+        match d {
+            DemangleArg::Simple => Demangle::Simple,
+            DemangleArg::Full => Demangle::Full,
+            DemangleArg::No => Demangle::No,
+        }
+    }
 }
 
 impl ViewFilter {
@@ -124,14 +141,9 @@ impl ViewFilter {
     /// How the view opens its recordings: names as `--demangle` says,
     /// progress on a terminal unless the output itself goes there.
     pub(crate) fn open_options(&self) -> OpenOptions {
-        use shadowgraph_data::names::Demangle;
         use std::io::IsTerminal;
         OpenOptions {
-            names: match self.demangle {
-                DemangleArg::Simple => Demangle::Simple,
-                DemangleArg::Full => Demangle::Full,
-                DemangleArg::No => Demangle::No,
-            },
+            names: self.demangle.into(),
             progress: std::io::stderr().is_terminal() && !std::io::stdout().is_terminal(),
             with_syms: self.with_syms.clone(),
             no_args: self.no_args,

@@ -33,3 +33,38 @@ fn a_program_with_its_own_traced_8_aligned_malloc_is_traced() {
         );
     }
 }
+
+/// The same program built with plain `-pg`: its functions are traced
+/// through stubs that lie below it (its 64 MiB heap takes the room above),
+/// with its PLT's stubs between them and it. Every function is named, by
+/// our views and by uftrace's reading of the recording.
+#[test]
+fn a_pg_program_whose_stubs_lie_below_it_is_named() {
+    let dir = workdir("own_malloc_pg");
+    let exe = dir.join("om");
+    cc(
+        &[&fixture("own_malloc.c")],
+        &["-pg", "-O0", "-pthread"],
+        &exe,
+    );
+    let data = dir.join("om.data");
+    record_ok(&["--libcall"], &data, &exe);
+    let rows = report_text(&data);
+    for f in ["main", "thread", "work", "malloc", "free", "pthread_create"] {
+        assert!(report_rows(&rows).contains_key(f), "{f}: {rows}");
+    }
+    assert!(!rows.contains("<"), "{rows}");
+    if let Some(theirs) =
+        uftrace_view_with("replay", &data, &["--tid", &tid_of_main(&data), "-D", "2"])
+    {
+        assert!(theirs.contains("| main() {"), "{theirs}");
+        assert!(theirs.contains("|   pthread_create();"), "{theirs}");
+        assert!(!theirs.contains("<"), "{theirs}");
+    }
+}
+
+/// The recording's first thread (the program's main thread).
+fn tid_of_main(data: &std::path::Path) -> String {
+    let d = shadowgraph_data::dir::DataDir::open(data).unwrap();
+    d.info.get("pid").unwrap().to_string()
+}

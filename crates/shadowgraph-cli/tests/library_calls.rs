@@ -157,7 +157,9 @@ fn exceptions_and_longjmp_through_library_calls_are_unharmed() {
     }
 }
 
-/// An object loaded by dlopen has its library calls traced as it joins.
+/// An object loaded by dlopen has its library calls traced as it joins,
+/// with `--nest-libcall`; without it only the program's are, as uftrace's
+/// default (its `t131_lib_dlopen`).
 #[test]
 fn a_dlopened_objects_library_calls_are_traced() {
     let dir = workdir("libcalls_dlopen");
@@ -173,21 +175,32 @@ fn a_dlopened_objects_library_calls_are_traced() {
         &dir.join("libplc.so"),
     );
     let exe = build_fixture_with(&dir, "host", "dlopen_libcalls.c", &["-ldl"]);
-    let data = dir.join("dl.data");
-    let o = record_run_in(&dir, &[], &["--libcall"], &data, &exe, &[]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(out.trim(), "10");
-    let rows = report_rows(&report_text(&data));
-    assert_eq!(rows.get("plug").map(|r| r.2), Some(2), "{rows:?}");
-    assert_eq!(rows.get("strlen").map(|r| r.2), Some(2), "{rows:?}");
-    assert_eq!(rows.get("dlopen").map(|r| r.2), Some(1), "{rows:?}");
-    let body = replay_body(&replay_text(&data));
-    let p = body
-        .iter()
-        .position(|l| l.trim() == "plug() {")
-        .expect("plug() {");
-    assert_eq!(body[p + 1].trim(), "strlen();", "{body:?}");
+    for nest in [false, true] {
+        let data = dir.join(format!("dl{nest}.data"));
+        let opts: &[&str] = if nest {
+            &["--nest-libcall"]
+        } else {
+            &["--libcall"]
+        };
+        let o = record_run_in(&dir, &[], opts, &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(out.trim(), "10");
+        let rows = report_rows(&report_text(&data));
+        assert_eq!(rows.get("plug").map(|r| r.2), Some(2), "{rows:?}");
+        assert_eq!(rows.get("dlopen").map(|r| r.2), Some(1), "{rows:?}");
+        let strlen = rows.get("strlen").map(|r| r.2);
+        assert_eq!(strlen, nest.then_some(2), "nest {nest}: {rows:?}");
+        let body = replay_body(&replay_text(&data));
+        let p = body
+            .iter()
+            .position(|l| l.trim().starts_with("plug()"))
+            .expect("plug()");
+        match nest {
+            true => assert_eq!(body[p + 1].trim(), "strlen();", "{body:?}"),
+            false => assert_eq!(body[p].trim(), "plug();", "{body:?}"),
+        }
+    }
 }
 
 /// Programs whose library calls do not simply return run as untraced with

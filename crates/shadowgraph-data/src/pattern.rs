@@ -167,6 +167,40 @@ impl Pattern {
         })
     }
 
+    /// The pattern's function part as a regular expression (uftrace's
+    /// `pattern_type: regex`, which its recordings' specs are written in):
+    /// a regex as it is, a glob converted (anchored), a plain name as it is.
+    pub fn regex_source(&self) -> String {
+        match &self.matcher {
+            Matcher::Regex(re) => re.as_str().to_string(),
+            Matcher::Glob(g) if !g.contains(|c: char| "*?[".contains(c)) => g.clone(),
+            Matcher::Glob(g) => {
+                let mut re = String::from("^");
+                for c in g.chars() {
+                    match c {
+                        '*' => re.push_str(".*"),
+                        '?' => re.push('.'),
+                        '[' | ']' => re.push(c),
+                        c if ".^$+(){}|\\".contains(c) => {
+                            re.push('\\');
+                            re.push(c);
+                        }
+                        c => re.push(c),
+                    }
+                }
+                re.push('$');
+                re
+            }
+        }
+    }
+
+    /// Whether it names one function by its name (no wildcard, no regex,
+    /// no `!`): uftrace's exact match.
+    pub fn is_exact(&self) -> bool {
+        !self.negate
+            && matches!(&self.matcher, Matcher::Glob(g) if !g.contains(|c: char| "*?[".contains(c)))
+    }
+
     /// The pattern as given.
     pub fn text(&self) -> &str {
         &self.text

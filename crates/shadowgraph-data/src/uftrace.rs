@@ -42,29 +42,13 @@ fn regex_list(list: &str) -> String {
         .join(";")
 }
 
+/// A spec's function pattern as uftrace's regex (a pattern that does not
+/// parse is written as given: the recording was made with it).
 fn glob_regex(p: &str) -> String {
-    if let Some(re) = p.strip_prefix('/').and_then(|r| r.strip_suffix('/')) {
-        return re.to_string();
+    match crate::pattern::Pattern::parse(p) {
+        Ok(pat) if pat.module().is_none() && !pat.negated() => pat.regex_source(),
+        _ => p.to_string(),
     }
-    let special = |c: char| "*?[].^$+(){}|\\".contains(c);
-    if !p.contains(special) {
-        return p.to_string();
-    }
-    let mut re = String::from("^");
-    for c in p.chars() {
-        match c {
-            '*' => re.push_str(".*"),
-            '?' => re.push('.'),
-            '[' | ']' => re.push(c),
-            c if ".^$+(){}|\\".contains(c) => {
-                re.push('\\');
-                re.push(c);
-            }
-            c => re.push(c),
-        }
-    }
-    re.push('$');
-    re
 }
 
 fn err(path: &Path, e: impl std::fmt::Display) -> DataError {
@@ -201,6 +185,28 @@ fn first_time_of(path: &Path) -> Result<Option<u64>, DataError> {
     }
 }
 
+/// Each object's mappings (sorted by address) as one range, in the order
+/// objects first appear; a range that holds another's comes after it.
+fn merged_objects(maps: &[ModuleMap]) -> Vec<(u64, u64, &Path)> {
+    let mut objects: Vec<(u64, u64, &Path)> = Vec::new();
+    for m in maps {
+        match objects.iter_mut().find(|o| o.2 == m.path) {
+            Some(o) => *o = (o.0.min(m.base), o.1.max(m.end), o.2),
+            None => objects.push((m.base, m.end, &m.path)),
+        }
+    }
+    let holds = |o: &(u64, u64, &Path)| {
+        objects
+            .iter()
+            .filter(|p| p.2 != o.2 && p.0 >= o.0 && p.1 <= o.1)
+            .count()
+    };
+    let mut keyed: Vec<(usize, (u64, u64, &Path))> =
+        objects.iter().map(|o| (holds(o), *o)).collect();
+    keyed.sort_by_key(|k| k.0);
+    keyed.into_iter().map(|k| k.1).collect()
+}
+
 /// Writes `data` as a uftrace data directory at `out` (created).
 pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     std::fs::create_dir_all(out).map_err(|e| err(out, e))?;
@@ -262,15 +268,18 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     let p = out.join("task.txt");
     std::fs::write(&p, task).map_err(|e| err(&p, e))?;
 
-    // sid-<sid>.map: one line per traced object (base to end of code).
+    // One line per traced object, from its first mapping's start to its
+    // last's end (its code and the stubs of its patched prologues, which
+    // may lie on either side of it, with another object's between).
+    // uftrace merges only consecutive lines of one object and takes the
+    // first line holding an address: a line inside another comes first.
+    let objects = merged_objects(&maps);
     let mut map = String::new();
-    for m in &maps {
+    for (base, end, path) in &objects {
         writeln!(
             map,
-            "{:x}-{:x} r-xp 00000000 00:00 0                          {}",
-            m.base,
-            m.end,
-            m.path.display()
+            "{base:x}-{end:x} r-xp 00000000 00:00 0                          {}",
+            path.display()
         )
         .unwrap();
     }
@@ -284,30 +293,30 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     let p = out.join(format!("sid-{sid}.map"));
     std::fs::write(&p, map).map_err(|e| err(&p, e))?;
 
-    // <name>.sym: the traced functions of each object, relative to its
-    // base. uftrace takes consecutive lines of one object in the map as
-    // one mapping from the first's start (an object and the stubs of its
-    // patched prologues): one file for them, relative to that start.
-    for group in maps.chunk_by(|a, b| a.path == b.path) {
-        let (m, base, end) = (&group[0], group[0].base, group[group.len() - 1].end);
+    // <name>.sym: the traced functions of each object (in any of its
+    // mappings), relative to its line's start.
+    for (base, end, path) in &objects {
+        let mine = |a: u64| {
+            maps.iter()
+                .any(|m| m.path == *path && a >= m.base && a < m.end)
+        };
         let mut syms: Vec<(u64, &str)> = data
             .symbols
             .iter()
-            .filter(|(a, n)| !n.is_empty() && group.iter().any(|m| *a >= m.base && *a < m.end))
+            .filter(|(a, n)| !n.is_empty() && mine(*a))
             .map(|(a, n)| (a - base, n.as_str()))
             .collect();
         syms.sort();
         let mut s = format!(
             "# symbols: {}\n# path name: {}\n",
             syms.len(),
-            m.path.display()
+            path.display()
         );
         for (a, n) in &syms {
             writeln!(s, "{a:016x} T {n}").unwrap();
         }
         writeln!(s, "{:016x} ? __func_end", end - base).unwrap();
-        let name = m
-            .path
+        let name = path
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();

@@ -156,7 +156,8 @@ pub struct Record {
 pub enum LibCalls {
     /// None (`--no-libcall`).
     Off,
-    /// Those of the traced objects (the default, as uftrace's).
+    /// Those of the program (its executable), if it is traced: the
+    /// default, as uftrace's.
     #[default]
     Traced,
     /// Those of every loaded object but the system's base libraries (libc,

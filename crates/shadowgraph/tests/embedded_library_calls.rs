@@ -61,7 +61,8 @@ fn a_session_redirects_library_calls_and_gives_them_back() {
 
     let data = dir.join("s.data");
     let mut record = Record::into_dir(&data, vec![Tracer::default()]);
-    record.libcalls = LibCalls::Traced;
+    // (A library's calls: `--nest-libcall`; the default takes the program's.)
+    record.libcalls = LibCalls::Nested;
     let session = Session::start(Config::record(record)).unwrap();
     assert_ne!(word(), before, "the slot points at a thunk");
     assert_eq!(measure(c"hello".as_ptr()), 5);

@@ -58,6 +58,20 @@ pub struct ArgSpec {
 }
 
 impl ArgSpec {
+    /// Whether `other` names the same value (uftrace's test: the same
+    /// argument number and kind, integer or floating point, or the same
+    /// register or stack word).
+    fn same_argument(&self, other: &ArgSpec) -> bool {
+        let float = |a: &ArgSpec| a.fmt == Fmt::Float;
+        self.retval == other.retval
+            && match (&self.place, &other.place) {
+                (Place::Index, Place::Index) => {
+                    self.index == other.index && float(self) == float(other)
+                }
+                (p, q) => p == q,
+            }
+    }
+
     /// Parses one spec as uftrace writes it, with its placement if any
     /// (`arg1/t16:Pair%rdi+rsi`, `arg7%stack+1`).
     pub fn parse(text: &str) -> Result<ArgSpec, String> {
@@ -289,7 +303,7 @@ impl Specs {
     /// argument specs (triggers) are skipped.
     pub fn add_list(&mut self, list: &str, regex: bool) -> Result<(), String> {
         for entry in list.split(';').filter(|e| !e.is_empty()) {
-            let (func, args) = list_entry(entry)?;
+            let (func, module, args) = spec_entry(entry)?;
             if args.is_empty() {
                 continue;
             }
@@ -298,6 +312,10 @@ impl Specs {
                 format!("/{func}/")
             } else {
                 func.to_string()
+            };
+            let text = match module {
+                Some(m) => format!("{text}@{m}"),
+                None => text,
             };
             let pattern = Pattern::parse(&text).map_err(|e| e.to_string())?;
             self.rules.push((pattern, args));
@@ -308,16 +326,25 @@ impl Specs {
     /// The specs that apply to a function, in order (arguments and the
     /// return value together, as uftrace lists them).
     pub fn of(&self, name: &FunctionName<'_>) -> Vec<ArgSpec> {
-        let exact = self.exact.get(name.symbol).into_iter().flatten();
-        let mut found: Vec<ArgSpec> = exact
-            .chain(
-                self.rules
-                    .iter()
-                    .filter(|(p, _)| p.matches(name))
-                    .flat_map(|(_, a)| a.iter()),
-            )
-            .cloned()
-            .collect();
+        // As uftrace adds them: each argument once, where it was first
+        // named; a later spec of it changes its format, unless the earlier
+        // one named the function itself and the later is a pattern.
+        let mut merged: Vec<(ArgSpec, bool)> = Vec::new();
+        let mut add =
+            |a: &ArgSpec, exact: bool| match merged.iter_mut().find(|(o, _)| o.same_argument(a)) {
+                Some(o) if exact || !o.1 => *o = (a.clone(), exact),
+                Some(_) => {}
+                None => merged.push((a.clone(), exact)),
+            };
+        for a in self.exact.get(name.symbol).into_iter().flatten() {
+            add(a, true);
+        }
+        for (p, specs) in self.rules.iter().filter(|(p, _)| p.matches(name)) {
+            for a in specs {
+                add(a, p.is_exact());
+            }
+        }
+        let mut found: Vec<ArgSpec> = merged.into_iter().map(|(a, _)| a).collect();
         let builtin = (self.builtin.get(name.symbol))
             .or_else(|| self.builtin.get(name.function))
             .into_iter()
@@ -338,15 +365,56 @@ impl Specs {
 /// One `FUNC@spec,spec` entry of a list: the function and its argument
 /// and return value specs (other actions, triggers, left out).
 fn list_entry(entry: &str) -> Result<(&str, Vec<ArgSpec>), String> {
-    let (func, specs) = entry
+    let (func, _, specs) = spec_entry(entry)?;
+    Ok((func, specs))
+}
+
+/// Whether a word after a spec's `@` is an argument spec.
+pub fn is_arg_word(w: &str) -> bool {
+    w.starts_with("arg") || w.starts_with("fparg") || w.starts_with("retval")
+}
+
+/// Whether a word after a spec's `@` is a trigger's action (which
+/// argument lists pass over).
+fn is_action_word(w: &str) -> bool {
+    w.contains('=')
+        || [
+            "trace",
+            "trace_on",
+            "trace_off",
+            "recover",
+            "backtrace",
+            "finish",
+            "filter",
+            "notrace",
+            "hide",
+            "caller",
+        ]
+        .contains(&w)
+}
+
+/// One `FUNC@word,word` entry as uftrace takes it: the function, the
+/// module a word that is neither a spec nor an action names (`plt`: the
+/// library calls; else an object's name), and the specs.
+pub fn spec_entry(entry: &str) -> Result<(&str, Option<&str>, Vec<ArgSpec>), String> {
+    let (func, words) = entry
         .split_once('@')
         .ok_or_else(|| format!("argument spec `{entry}`: no `@`"))?;
-    let specs = specs
-        .split(',')
-        .filter(|s| s.starts_with("arg") || s.starts_with("fparg") || s.starts_with("retval"))
-        .map(ArgSpec::parse)
-        .collect::<Result<_, _>>()?;
-    Ok((func, specs))
+    let mut module = None;
+    let mut specs = Vec::new();
+    for w in words.split(',').filter(|w| !w.is_empty()) {
+        if is_arg_word(w) {
+            specs.push(ArgSpec::parse(w)?);
+        } else if !is_action_word(w) {
+            if let Some(m) = module {
+                return Err(format!(
+                    "argument spec `{entry}`: two modules, `{m}` and `{w}`"
+                ));
+            }
+            module = Some(w);
+        }
+    }
+    Ok((func, module, specs))
 }
 
 /// The recorded values of `specs` (the arguments, or with `retval` the

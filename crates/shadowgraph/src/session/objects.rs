@@ -160,13 +160,19 @@ const BASE_LIBRARIES: [&str; 11] = [
 ];
 
 /// Whether `mode` redirects the PLT of the object at `path`, which has
-/// sites to trace (`traced`) or not. Never the agent's own.
-fn makes_library_calls(mode: LibCalls, path: &Path, traced: bool, me: Option<&Path>) -> bool {
+/// sites to trace (`traced`) or not, and is the program itself
+/// (`program`) or not. Never the agent's own.
+fn makes_library_calls(
+    mode: LibCalls,
+    path: &Path,
+    (traced, program): (bool, bool),
+    me: Option<&Path>,
+) -> bool {
     let name = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
     match mode {
         LibCalls::Off => false,
         _ if Some(path) == me || path.as_os_str().is_empty() => false,
-        LibCalls::Traced => traced,
+        LibCalls::Traced => traced && program,
         LibCalls::Nested => {
             traced
                 || !BASE_LIBRARIES
@@ -244,9 +250,12 @@ fn calls_of(
         // spelt differently.)
         .filter(|(_, b)| !modules.iter().any(|m| m.1 == *b))
         .map(|(p, b)| (p.as_path(), *b, false));
+    // (The loader lists the program first.)
+    let program = process::loaded_objects().first().map(|o| o.1);
     let mut out = Vec::new();
     for (path, bias, has_sites) in traced.into_iter().chain(rest) {
-        if !makes_library_calls(mode, path, has_sites, me.as_deref()) {
+        let is_program = Some(bias) == program;
+        if !makes_library_calls(mode, path, (has_sites, is_program), me.as_deref()) {
             continue;
         }
         match libcall::redirect(path, bias) {
