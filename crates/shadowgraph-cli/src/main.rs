@@ -485,17 +485,6 @@ fn main() -> ExitCode {
                 (_, _, true, false) => view(&data, how, |d, o| flame::dump_flame_graph(d, &f, o)),
                 (_, true, _, _) => view(&data, how, |d, o| pf::dump_perfetto(d, &f, o)),
                 (true, _, _, _) => view(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
-                _ if !(shadowgraph_data::replay::ReplayFilter {
-                    tids: Vec::new(),
-                    time_range: None,
-                    ..f.clone()
-                })
-                .is_empty() =>
-                {
-                    Err("the plain dump shows every record (of --tid's threads, in -r's range): \
-                         filters apply to --chrome, --perfetto, --flame-graph, --graphviz and --mermaid"
-                        .to_string())
-                }
                 _ => view(&data, how, |d, o| dump::dump_text_of(d, &f, o)),
             }
         }

@@ -45,7 +45,7 @@ for line in sys.stdin:
         continue
     if kind != "event" and ms is not None and not any(m(e["name"]) for m in ms):
         continue
-    if "args" in e:
+    if "args" in e and kind != "event":
         e["args"] = tuple(e["args"])
     f(e)
 if ns.get("uftrace_end"):
@@ -167,9 +167,25 @@ pub(crate) fn run(
                     let start = stack.get(d).copied().unwrap_or(r.time);
                     stack.truncate(d);
                     e["kind"] = "exit".into();
+                    // (In the order uftrace's script sets them.)
                     e["duration"] = r.time.saturating_sub(start).into();
                     if let Some(v) = &r.args {
                         e["retval"] = value(v);
+                    }
+                }
+                Kind::Event if r.addr != shadowgraph_data::replay::BACKTRACE_ADDR => {
+                    // (`read:proc/statm (vmsize=… )`: the name and its
+                    // values, as uftrace's script gives them.)
+                    let text = r.args.as_deref().unwrap_or("");
+                    let (name, args) = match text.split_once(" (") {
+                        Some((n, a)) => (n, a.strip_suffix(')').unwrap_or(a)),
+                        None if text.is_empty() => (e["name"].as_str().unwrap_or(""), ""),
+                        None => (text, ""),
+                    };
+                    e["name"] = name.to_string().into();
+                    e["kind"] = "event".into();
+                    if !args.is_empty() {
+                        e["args"] = args.into();
                     }
                 }
                 Kind::Event | Kind::Lost => continue,

@@ -92,6 +92,10 @@ pub(crate) struct ViewFilter {
     /// that waits are shown).
     #[arg(long)]
     no_sched_preempt: bool,
+    /// Without library calls (their callees shown in their place, as
+    /// `-H '*@PLT'`).
+    #[arg(long)]
+    no_libcall: bool,
     /// Taken for uftrace's command lines: the output is never paged.
     #[arg(long)]
     no_pager: bool,
@@ -135,7 +139,18 @@ impl ViewFilter {
         .flat_map(|(id, v)| options::positions(args, id).into_iter().zip(v))
         .collect();
         all.sort_by_key(|(i, _)| *i);
-        self.trigger = all.into_iter().map(|(_, t)| t).collect();
+        // (First: a later spec naming a library call decides for it.)
+        let libcalls = self.no_libcall.then(|| {
+            shadowgraph_data::trigger::Trigger::parse(
+                "*@PLT,hide",
+                shadowgraph_data::trigger::SpecKind::Trigger,
+            )
+            .expect("a valid spec")
+        });
+        self.trigger = libcalls
+            .into_iter()
+            .chain(all.into_iter().map(|(_, t)| t))
+            .collect();
     }
 
     /// How the view opens its recordings: names as `--demangle` says,

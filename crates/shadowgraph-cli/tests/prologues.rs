@@ -517,3 +517,26 @@ fn unpatch_takes_back_in_order() {
         assert!(replay.contains("leaf_add();"), "{opts:?}: {replay}");
     }
 }
+
+/// In an object with patchable entries, `-P` and `-U` choose among them
+/// (uftrace's `t264`/`t265`): a function without one is not patched at
+/// its prologue.
+#[test]
+fn p_selects_among_an_objects_own_sites() {
+    let dir = workdir("prologue_own_sites");
+    let exe = dir.join("some");
+    cc(&[&fixture("patchable_some.c")], &["-O0"], &exe);
+    for (opts, want) in [
+        (&["-P", "."][..], "main() { a() { c(); } }"),
+        (&["-P", ".", "-U", "a"][..], "main() { c(); }"),
+        (&["-P", "main", "-P", "c"][..], "main() { c(); }"),
+    ] {
+        let data = dir.join("s.data");
+        record_ok(opts, &data, &exe);
+        let shape: Vec<String> = replay_body(&replay_text(&data))
+            .iter()
+            .map(|l| l.trim().replace(" /* main */", "").replace(" /* a */", ""))
+            .collect();
+        assert_eq!(shape.join(" "), want, "{opts:?}");
+    }
+}

@@ -159,3 +159,24 @@ def uftrace_exit(ctx):
         );
     }
 }
+
+/// A `read=` trigger's events reach `uftrace_event` with their name and
+/// values, as uftrace's script gives them.
+#[test]
+fn scripts_see_read_events() {
+    let dir = workdir("script_events");
+    let exe = build_fixture(&dir, "ev", "abc.c");
+    let data = dir.join("ev.data");
+    record_ok(&["-T", "main@read=proc/statm"], &data, &exe);
+    let s = script(
+        &dir,
+        "ev.py",
+        "def uftrace_entry(ctx):\n  pass\ndef uftrace_exit(ctx):\n  pass\n\
+         def uftrace_event(ctx):\n  print(ctx['name'], ' '.join(kv.split('=')[0] for kv in ctx['args'].split(' ')))\n",
+    );
+    let out = run(&mut shadowgraph(), &data, &["-S", &s.to_string_lossy()]);
+    assert_eq!(
+        out,
+        "read:proc/statm vmsize vmrss shared\ndiff:proc/statm vmsize vmrss shared\n"
+    );
+}

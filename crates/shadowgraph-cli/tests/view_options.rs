@@ -119,9 +119,25 @@ fn plain_and_graphviz_dumps_as_uftrace() {
             && gv.ends_with("}\n"),
         "{gv}"
     );
-    let o = run_view(&mut shadowgraph(), &data, &["dump", "-F", "main"]);
-    assert!(!o.status.success() && text(&o).1.contains("the plain dump shows every record"));
-    as_uftrace(&data, &[&["dump"]], 0);
+    // Filters keep records, each with the depth it was recorded at.
+    let filtered = view(
+        &mut shadowgraph(),
+        &data,
+        &["dump", "-F", "main", "-N", "leaf"],
+    );
+    assert!(
+        filtered.contains(": [entry] joiner(") && !filtered.contains("leaf"),
+        "{filtered}"
+    );
+    as_uftrace(
+        &data,
+        &[
+            &["dump"],
+            &["dump", "-F", "main", "-N", "leaf"],
+            &["dump", "-D", "2"],
+        ],
+        0,
+    );
     // (The first line names the tool.)
     as_uftrace(&data, &[&["dump", "--graphviz"]], 1);
 }
@@ -639,4 +655,49 @@ fn forked_children_in_graph_as_uftrace() {
         // (Not `graph a`: uftrace names the child's inherited frame `<0>`.)
         as_uftrace(&theirs, &[&["graph"], &["graph", "main"]], 0);
     }
+}
+
+/// `report` counts the calls a forked child inherited and returns from
+/// (its first records end them) as uftrace's does: `main` twice, its time
+/// in the child from the child's first record.
+#[test]
+fn report_counts_calls_a_forked_child_returns_from() {
+    let data = recording("fr", "fork_returns.c", &[]);
+    let rows = report_rows(&view(&mut shadowgraph(), &data, &["report"]));
+    assert_eq!(rows["main"].2, 2, "{rows:?}");
+    assert_eq!(rows["work"].2, 2, "{rows:?}");
+    as_uftrace(&data, &[&["report"], &["report", "-s", "call"]], 0);
+}
+
+/// Views' `--no-libcall` leaves library calls out, their callees shown in
+/// their place (a plain dump keeps the recorded depths), as uftrace's.
+#[test]
+fn no_libcall_views_as_uftrace() {
+    let dir = workdir("nolib");
+    let exe = build_fixture(&dir, "nolib", "abc.c");
+    let data = dir.join("nolib.data");
+    record_ok(&["--libcall"], &data, &exe);
+    let all = view(&mut shadowgraph(), &data, &["replay"]);
+    let some = view(&mut shadowgraph(), &data, &["replay", "--no-libcall"]);
+    assert!(
+        all.contains("getpid();") && !some.contains("getpid"),
+        "{all}\n{some}"
+    );
+    // (uftrace's report takes a hidden call's time out of its caller's
+    // self time, ours does not: the README says so. The rows are alike.)
+    let report = view(&mut shadowgraph(), &data, &["report", "--no-libcall"]);
+    let rows = report_rows(&report);
+    assert!(
+        rows.contains_key("main") && !rows.contains_key("getpid"),
+        "{report}"
+    );
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "--no-libcall"],
+            &["dump", "--no-libcall"],
+            &["graph", "--no-libcall"],
+        ],
+        0,
+    );
 }

@@ -60,9 +60,9 @@ pub fn dump_text(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError
     dump_text_of(data, &ReplayFilter::default(), out)
 }
 
-/// [`dump_text`] of the threads (`--tid`) and the time range (`-r`) of
-/// `filter`, as uftrace's plain dump takes them; its other filters do not
-/// apply to single records.
+/// [`dump_text`] of the records `filter` keeps (threads, time range, and
+/// the calls its filters and triggers select), each with the depth it was
+/// recorded at, as uftrace's plain dump shows them.
 pub fn dump_text_of(
     data: &DataDir,
     filter: &ReplayFilter,
@@ -94,15 +94,41 @@ pub fn dump_text_of(
         writeln!(out, "{head} info          = {infos:#x} ({i})")?;
         writeln!(out)?;
     }
+    // The calls the filters keep, by thread (read in time order, as the
+    // views read them: triggers switch tracing for every thread).
+    let selecting = !ReplayFilter {
+        tids: Vec::new(),
+        time_range: None,
+        ..filter.clone()
+    }
+    .is_empty();
+    let mut kept: std::collections::HashMap<i32, Vec<(u64, Kind, u64)>> = Default::default();
+    if selecting {
+        for (tid, records) in crate::replay::thread_records(data, filter)? {
+            let list = kept.entry(tid).or_default();
+            for r in records {
+                let r = r?;
+                list.push((r.time, r.kind, r.addr));
+            }
+        }
+    }
     for &tid in &data.tids {
         if !(filter.tids.is_empty() || filter.tids.contains(&tid)) {
             continue;
         }
         writeln!(out, "reading {tid}.dat")?;
+        // (The kept records are a part of the thread's, in its order.)
+        let mut keep = kept.remove(&tid).unwrap_or_default().into_iter().peekable();
         for r in data.stream(tid)? {
             let r = r?;
             if !range.contains(&r.time) {
                 continue;
+            }
+            if selecting {
+                if keep.peek() != Some(&(r.time, r.kind, r.addr)) {
+                    continue;
+                }
+                keep.next();
             }
             let kind = match r.kind {
                 Kind::Entry => "entry",

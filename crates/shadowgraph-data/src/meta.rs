@@ -317,7 +317,7 @@ pub(crate) fn read_uftrace_symbols(
     skipped: &mut Vec<String>,
 ) -> Result<UftraceSymbols, DataError> {
     let mut symbols = Vec::new();
-    let mut modules = Vec::new();
+    let mut modules: Modules = Vec::new();
     let mut ends = Vec::new();
     // PLT entries (`P`), and which library defines each name first.
     let mut plt: Vec<(u64, String)> = Vec::new();
@@ -350,6 +350,12 @@ pub(crate) fn read_uftrace_symbols(
                 skip_line(skipped, &p, n, "bad address range");
                 continue;
             };
+            // Consecutive lines of one object are one mapping from the
+            // first's start, as uftrace reads them.
+            if let Some(last) = modules.last_mut().filter(|m| m.2 == *path) {
+                last.1 = end;
+                continue;
+            }
             modules.push((start, end, path.to_string()));
             let base = Path::new(path)
                 .file_name()
@@ -390,6 +396,16 @@ pub(crate) fn read_uftrace_symbols(
                     }
                     Err(_) => skip_line(skipped, &sym, m, &format!("bad address `{a}`")),
                 }
+            }
+        }
+    }
+    // (An object's stubs away from it are listed under its path and a
+    // suffix of ours: they are that object's.)
+    for m in &mut modules {
+        if let Some(i) = m.2.rfind(crate::uftrace::STUBS_SUFFIX) {
+            let rest = &m.2[i + crate::uftrace::STUBS_SUFFIX.len()..];
+            if rest.bytes().all(|b| b.is_ascii_digit()) {
+                m.2.truncate(i);
             }
         }
     }

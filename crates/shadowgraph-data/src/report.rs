@@ -358,6 +358,7 @@ pub fn collect(
         for r in records {
             let r = r?;
             last = r.time;
+            frames.first.get_or_insert(r.time);
             match r.kind {
                 Kind::Entry => frames.push(function(r.addr), r.time),
                 // Unwinds to the matching entry (records lost in between
@@ -382,6 +383,13 @@ pub fn collect(
 struct Frames {
     /// (function, entry time, time in its children)
     stack: Vec<(u64, u64, u64)>,
+    /// The thread's first record's time: where the calls it was inside
+    /// of when its records begin are taken to start (a forked child's
+    /// first records end the calls it inherited, as uftrace counts them).
+    first: Option<u64>,
+    /// The time of the calls closed outside any open one since the first
+    /// record (the children of such an inherited call).
+    outside: u64,
     /// Per function, its calls on the stack (a recursive function's total
     /// counts its outermost call only).
     active: AddrMap<u64, u32>,
@@ -402,14 +410,23 @@ impl Frames {
         end: u64,
         until: Option<u64>,
     ) {
+        if let (true, Some(f)) = (self.stack.is_empty(), until) {
+            // The end of a call begun before the thread's first record.
+            let dur = end.saturating_sub(self.first.unwrap_or(end));
+            let s = stats.entry((tid, f)).or_default();
+            s.add(dur, dur.saturating_sub(self.outside), true);
+            self.outside = dur;
+            return;
+        }
         while let Some((f, start, children)) = self.stack.pop() {
             let dur = end.saturating_sub(start);
             let a = self.active.entry(f).or_default();
             *a = a.saturating_sub(1);
             let s = stats.entry((tid, f)).or_default();
             s.add(dur, dur.saturating_sub(children), *a == 0);
-            if let Some(parent) = self.stack.last_mut() {
-                parent.2 += dur;
+            match self.stack.last_mut() {
+                Some(parent) => parent.2 += dur,
+                None => self.outside += dur,
             }
             if Some(f) == until {
                 break;

@@ -185,26 +185,30 @@ fn first_time_of(path: &Path) -> Result<Option<u64>, DataError> {
     }
 }
 
-/// Each object's mappings (sorted by address) as one range, in the order
-/// objects first appear; a range that holds another's comes after it.
-fn merged_objects(maps: &[ModuleMap]) -> Vec<(u64, u64, &Path)> {
-    let mut objects: Vec<(u64, u64, &Path)> = Vec::new();
-    for m in maps {
-        match objects.iter_mut().find(|o| o.2 == m.path) {
-            Some(o) => *o = (o.0.min(m.base), o.1.max(m.end), o.2),
-            None => objects.push((m.base, m.end, &m.path)),
-        }
+/// The suffix of the path under which the session map lists an object's
+/// mappings after its first run of them (`prog@stubs`, `prog@stubs2`): the
+/// stubs of its patched prologues, away from it.
+pub const STUBS_SUFFIX: &str = "@stubs";
+
+/// The session map's lines: each run of consecutive mappings (sorted by
+/// address) of one object as one line, as uftrace merges them; an
+/// object's later runs under its path with [`STUBS_SUFFIX`] (and a
+/// number from the second on), each with a symbol file of its own.
+fn map_lines(maps: &[ModuleMap]) -> Vec<(u64, u64, PathBuf)> {
+    let mut out: Vec<(u64, u64, PathBuf)> = Vec::new();
+    let mut runs: std::collections::HashMap<&Path, usize> = Default::default();
+    for group in maps.chunk_by(|a, b| a.path == b.path) {
+        let (base, end) = (group[0].base, group[group.len() - 1].end);
+        let n = runs.entry(&group[0].path).or_default();
+        let path = match *n {
+            0 => group[0].path.clone(),
+            1 => PathBuf::from(format!("{}{STUBS_SUFFIX}", group[0].path.display())),
+            k => PathBuf::from(format!("{}{STUBS_SUFFIX}{k}", group[0].path.display())),
+        };
+        *n += 1;
+        out.push((base, end, path));
     }
-    let holds = |o: &(u64, u64, &Path)| {
-        objects
-            .iter()
-            .filter(|p| p.2 != o.2 && p.0 >= o.0 && p.1 <= o.1)
-            .count()
-    };
-    let mut keyed: Vec<(usize, (u64, u64, &Path))> =
-        objects.iter().map(|o| (holds(o), *o)).collect();
-    keyed.sort_by_key(|k| k.0);
-    keyed.into_iter().map(|k| k.1).collect()
+    out
 }
 
 /// Writes `data` as a uftrace data directory at `out` (created).
@@ -268,14 +272,9 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     let p = out.join("task.txt");
     std::fs::write(&p, task).map_err(|e| err(&p, e))?;
 
-    // One line per traced object, from its first mapping's start to its
-    // last's end (its code and the stubs of its patched prologues, which
-    // may lie on either side of it, with another object's between).
-    // uftrace merges only consecutive lines of one object and takes the
-    // first line holding an address: a line inside another comes first.
-    let objects = merged_objects(&maps);
+    let lines = map_lines(&maps);
     let mut map = String::new();
-    for (base, end, path) in &objects {
+    for (base, end, path) in &lines {
         writeln!(
             map,
             "{base:x}-{end:x} r-xp 00000000 00:00 0                          {}",
@@ -293,17 +292,13 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     let p = out.join(format!("sid-{sid}.map"));
     std::fs::write(&p, map).map_err(|e| err(&p, e))?;
 
-    // <name>.sym: the traced functions of each object (in any of its
-    // mappings), relative to its line's start.
-    for (base, end, path) in &objects {
-        let mine = |a: u64| {
-            maps.iter()
-                .any(|m| m.path == *path && a >= m.base && a < m.end)
-        };
+    // <name>.sym: the traced functions in each line's range, relative to
+    // its start.
+    for (base, end, path) in &lines {
         let mut syms: Vec<(u64, &str)> = data
             .symbols
             .iter()
-            .filter(|(a, n)| !n.is_empty() && mine(*a))
+            .filter(|(a, n)| !n.is_empty() && (*base..*end).contains(a))
             .map(|(a, n)| (a - base, n.as_str()))
             .collect();
         syms.sort();
@@ -312,8 +307,13 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
             syms.len(),
             path.display()
         );
+        // (A library call's thunk is uftrace's PLT function, `P`.)
+        let kind = match path.to_string_lossy().ends_with(crate::pattern::PLT_SUFFIX) {
+            true => 'P',
+            false => 'T',
+        };
         for (a, n) in &syms {
-            writeln!(s, "{a:016x} T {n}").unwrap();
+            writeln!(s, "{a:016x} {kind} {n}").unwrap();
         }
         writeln!(s, "{:016x} ? __func_end", end - base).unwrap();
         let name = path

@@ -59,13 +59,15 @@ pub(crate) fn discover(which: &Objects, patch: &[String]) -> Result<Vec<Module>,
         }
     };
     let (mut modules, pg) = process::discover_with_hooks(wanted).map_err(|e| e.to_string())?;
+    select_sites(&patterns, &mut modules, &exe);
+    let own = objects_of(&modules);
     modules.extend(patch_hooked(&pg));
     if !patterns.is_empty() {
         let objects: Vec<(PathBuf, usize)> = process::loaded_objects()
             .into_iter()
             .filter(|(p, _)| Some(p.as_path()) != me.as_deref())
             .collect();
-        modules.extend(patch_prologues(&patterns, &objects, &modules, &exe));
+        modules.extend(patch_prologues(&patterns, &objects, (&modules, &own), &exe));
         *PATCH.lock().unwrap_or_else(|e| e.into_inner()) = patterns;
     }
     if modules.iter().all(|m| m.usable().next().is_none()) {
@@ -82,6 +84,35 @@ pub(crate) fn discover(which: &Objects, patch: &[String]) -> Result<Vec<Module>,
         return Err(format!("{}: no usable sites", exe.display()));
     }
     Ok(modules)
+}
+
+/// `-P` and `-U` (`patterns`, in order) on objects with sites of their
+/// own (patchable entries, fentry calls) that they name (the program by a
+/// pattern without `@LIB`, a library by `@LIB`): only the sites of the functions they select are
+/// traced, as uftrace's dynamic tracing uses an object's patchable entries
+/// where it has them; their other functions' prologues are not patched.
+fn select_sites(patterns: &[Pattern], modules: &mut [Module], exe: &Path) {
+    if patterns.is_empty() {
+        return;
+    }
+    for m in modules.iter_mut() {
+        let program = m.path == exe;
+        let path = m.path.to_string_lossy().into_owned();
+        let named = patterns
+            .iter()
+            .any(|p| p.names_module_of(&path) || (program && p.module().is_none()));
+        if !named {
+            continue;
+        }
+        let path = m.path.clone();
+        m.sites
+            .retain(|s| crate::prologue::wanted(patterns, &path, program, &s.function));
+    }
+}
+
+/// The objects (path, bias) of `modules`.
+fn objects_of(modules: &[Module]) -> Vec<(PathBuf, usize)> {
+    modules.iter().map(|m| (m.path.clone(), m.bias)).collect()
 }
 
 /// The modules of the stubs of every function of `objects` (path, bias),
@@ -105,7 +136,7 @@ fn patch_hooked(objects: &[(PathBuf, usize)]) -> Vec<Module> {
 fn patch_prologues(
     patterns: &[Pattern],
     objects: &[(PathBuf, usize)],
-    with_sites: &[Module],
+    (with_sites, own): (&[Module], &[(PathBuf, usize)]),
     exe: &Path,
 ) -> Vec<Module> {
     let mut out = Vec::new();
@@ -114,7 +145,8 @@ fn patch_prologues(
         let named = patterns
             .iter()
             .any(|p| p.names_module_of(&path.to_string_lossy()));
-        if !program && !named {
+        // (An object with sites of its own is traced at those.)
+        if (!program && !named) || own.contains(&(path.clone(), *bias)) {
             continue;
         }
         let mut sites: Vec<u64> = with_sites
@@ -419,12 +451,14 @@ pub(crate) fn join_loaded() {
         .into_iter()
         .filter(|m| !ftrace::has_module(&m.path, m.bias))
         .collect();
-    mods.extend(patch_hooked(&pg));
     // The -P patterns that name a library apply to it when it comes.
     let patterns = PATCH.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let exe = std::fs::read_link("/proc/thread-self/exe").unwrap_or_default();
+    select_sites(&patterns, &mut mods, &exe);
+    let own = objects_of(&mods);
+    mods.extend(patch_hooked(&pg));
     if !patterns.is_empty() {
-        let exe = std::fs::read_link("/proc/thread-self/exe").unwrap_or_default();
-        let patched = patch_prologues(&patterns, &new, &mods, &exe);
+        let patched = patch_prologues(&patterns, &new, (&mods, &own), &exe);
         mods.extend(patched);
     }
     let mode = libcalls_mode();
