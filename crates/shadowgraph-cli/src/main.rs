@@ -150,6 +150,11 @@ enum Command {
         /// One row per thread and function.
         #[arg(long, conflicts_with = "diff")]
         threads: bool,
+        /// One row per task (thread): the time its calls cover, that less
+        /// its time off the processor, its calls (uftrace's `report
+        /// --task`; `-f` takes total, self, func, tid).
+        #[arg(long, conflicts_with_all = ["diff", "threads"])]
+        task: bool,
         /// How the recording in DIFF differs from this one (uftrace's
         /// `report --diff`): total, self time and calls of each function in
         /// both and the change, largest changes first.
@@ -179,6 +184,11 @@ enum Command {
         data: PathBuf,
         /// The function (none: the whole program, under its name).
         function: Option<String>,
+        /// Columns left of the tree, as uftrace's `graph -f`: total, self,
+        /// addr; comma-separated, `+LIST` to add to the default (total),
+        /// or `none`.
+        #[arg(short = 'f', long = "output-fields", value_name = "FIELDS", value_parser = parse_graph_fields)]
+        fields: Option<GraphFields>,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -188,6 +198,20 @@ enum Command {
         /// Data directory.
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
+        /// Each task (thread) of the recording: when it began, whether it
+        /// is a process (F) and a session's first (S), its name, the size
+        /// of its records (uftrace's `info --task`).
+        #[arg(long)]
+        task: bool,
+        /// Taken for uftrace's command lines: the output is never paged.
+        #[arg(long, hide = true)]
+        no_pager: bool,
+        /// Taken for uftrace's command lines: `info` shows no event.
+        #[arg(long, hide = true)]
+        no_event: bool,
+        /// Taken for uftrace's command lines: not read.
+        #[arg(long, value_name = "PATH", hide = true)]
+        libmcount_path: Option<PathBuf>,
         /// Taken for uftrace's command lines (the program the recording
         /// was made of): not read.
         #[arg(hide = true, trailing_var_arg = true)]
@@ -417,6 +441,30 @@ fn main() -> ExitCode {
         }
         Command::Report {
             data,
+            fields,
+            task: true,
+            filter,
+            ..
+        } => {
+            use shadowgraph_data::report_task::{report_tasks, TaskField};
+            let fields = match fields.as_deref() {
+                Some(f) => TaskField::parse_list(f).map_err(|e| format!("-f {e}")),
+                None => Ok(TaskField::DEFAULT.to_vec()),
+            };
+            let how = filter.open_options();
+            let f = filter.into();
+            fields.and_then(|fields| {
+                view(&data, how, |d, o| {
+                    report_tasks(d, &fields, &f, o).map_err(|e| {
+                        shadowgraph_data::replay::ReplayError::Io(std::io::Error::other(
+                            e.to_string(),
+                        ))
+                    })
+                })
+            })
+        }
+        Command::Report {
+            data,
             sort,
             fields,
             avg_total,
@@ -500,20 +548,33 @@ fn main() -> ExitCode {
         Command::Graph {
             data,
             function,
+            fields,
             filter,
         } => {
+            use shadowgraph_data::graph::GraphField;
+            let fields = fields.map_or_else(|| GraphField::DEFAULT.to_vec(), |f| f.0);
             let how = filter.open_options();
             let srcline = filter.srcline;
             let f = filter.into();
             view(&data, how, |d, o| {
-                shadowgraph_data::graph::graph_with(d, function.as_deref(), &f, srcline, o)
+                shadowgraph_data::graph::graph_with(
+                    d,
+                    function.as_deref(),
+                    &f,
+                    (srcline, &fields),
+                    o,
+                )
             })
         }
-        Command::Info { data, .. } => {
+        Command::Info { data, task, .. } => {
             let d = shadowgraph_data::dir::DataDir::open(&data).map_err(|e| e.to_string());
             d.and_then(|d| {
                 let mut out = std::io::stdout().lock();
-                shadowgraph_data::info::info(&d, &mut out).map_err(|e| e.to_string())
+                match task {
+                    true => shadowgraph_data::info::task_info(&d, &mut out),
+                    false => shadowgraph_data::info::info(&d, &mut out),
+                }
+                .map_err(|e| e.to_string())
             })
             .map(|()| ExitCode::SUCCESS)
         }
@@ -533,6 +594,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `graph -f`'s columns (one value to clap, not a list of values).
+#[derive(Clone, Debug)]
+struct GraphFields(Vec<shadowgraph_data::graph::GraphField>);
+
+fn parse_graph_fields(spec: &str) -> Result<GraphFields, String> {
+    shadowgraph_data::graph::GraphField::parse_list(spec).map(GraphFields)
 }
 
 fn parse_patch_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {

@@ -701,3 +701,22 @@ fn no_libcall_views_as_uftrace() {
         0,
     );
 }
+
+/// `info --task`, `report --task` and `graph -f` (total, self, addr; `+`,
+/// `none`) as uftrace's, on a recording of a process and its forked child.
+#[test]
+fn task_info_and_graph_fields_as_uftrace() {
+    let data = recording("tg", "fork_returns.c", &[]);
+    as_uftrace(
+        &data,
+        &[
+            &["info", "--task"],
+            &["report", "--task"],
+            &["report", "--task", "-f", "tid,func"],
+            &["graph", "-f", "total,self,addr", "main"],
+            &["graph", "-f", "+self", "main"],
+            &["graph", "-f", "none", "main"],
+        ],
+        0,
+    );
+}

@@ -14,6 +14,10 @@ use std::io::Write;
 pub(crate) struct Node {
     calls: u64,
     total: u64,
+    /// Time in its children's calls (its self time is the rest).
+    child: u64,
+    /// The function's address (its last call's).
+    addr: u64,
     /// When the node's first call began: nodes are ordered by it, as
     /// uftrace makes them (at a call's entry, in time order).
     first: u64,
@@ -95,14 +99,25 @@ impl Walk<'_> {
             if self.function.is_none() && depth == base {
                 root.total += dur;
             }
+            let path = &self.stack[from..];
+            // The caller's node (the root for an outermost call) has this
+            // time in its children.
+            if let Some((_, up)) = path.split_last() {
+                let mut parent = &mut *root;
+                for (name, start, _) in up {
+                    parent = parent.child(name, *start);
+                }
+                parent.child += dur;
+            }
             let mut node = root;
-            for (name, start, _) in &self.stack[from..] {
+            for (name, start, _) in path {
                 node = node.child(name, *start);
             }
             if depth >= self.inherited {
                 node.calls += 1;
             }
             node.total += dur;
+            node.addr = self.stack[depth].2;
             if self.function.is_none() {
                 if depth == base {
                     self.inside = None;
@@ -255,6 +270,100 @@ fn collect(
     Ok((root, backtraces))
 }
 
+/// A column of `graph -f` (uftrace's graph fields).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphField {
+    /// `total`: the node's calls' time.
+    Total,
+    /// `self`: that less the time in their callees.
+    SelfTime,
+    /// `addr`: the function's address.
+    Addr,
+}
+
+impl GraphField {
+    /// uftrace's default columns.
+    pub const DEFAULT: [GraphField; 1] = [GraphField::Total];
+
+    /// `-f`'s list: names (`total`, `self`, `addr`, or uftrace's long
+    /// ones), `+LIST` added to the default, or `none`.
+    pub fn parse_list(spec: &str) -> Result<Vec<GraphField>, String> {
+        let (mut out, list) = match spec.strip_prefix('+') {
+            Some(rest) => (Self::DEFAULT.to_vec(), rest),
+            None => (Vec::new(), spec),
+        };
+        if list == "none" {
+            return Ok(out);
+        }
+        for f in list.split(',').filter(|f| !f.is_empty()) {
+            let field = match f {
+                "total" | "total-time" => GraphField::Total,
+                "self" | "self-time" => GraphField::SelfTime,
+                "addr" | "address" => GraphField::Addr,
+                _ => {
+                    return Err(format!(
+                        "`{f}`: not a graph field (total, self, addr, none)"
+                    ))
+                }
+            };
+            if !out.contains(&field) {
+                out.push(field);
+            }
+        }
+        Ok(out)
+    }
+
+    fn header(self) -> &'static str {
+        match self {
+            GraphField::Total => "TOTAL TIME",
+            GraphField::SelfTime => " SELF TIME",
+            GraphField::Addr => "   ADDRESS  ",
+        }
+    }
+}
+
+/// The header line of the graph's columns (none without columns).
+fn columns_header(fields: &[GraphField], srcline: bool) -> Option<String> {
+    if fields.is_empty() {
+        return None;
+    }
+    let heads: Vec<&str> = fields.iter().map(|f| f.header()).collect();
+    let src = if srcline { " [SOURCE]" } else { "" };
+    Some(format!("# {}   FUNCTION{src}", heads.join("  ")))
+}
+
+/// A node's columns, then ` : ` (nothing without columns); blank columns
+/// for `None` (the lines between siblings).
+fn write_columns(
+    out: &mut impl Write,
+    fields: &[GraphField],
+    n: Option<&Node>,
+) -> Result<(), ReplayError> {
+    if fields.is_empty() {
+        return Ok(());
+    }
+    out.write_all(b"  ")?;
+    for (i, f) in fields.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b"  ")?;
+        }
+        match (n, f) {
+            (None, GraphField::Addr) => write!(out, "{:12}", "")?,
+            (None, _) => write!(out, "{:10}", "")?,
+            (Some(n), GraphField::Total) => write_duration(out, Some(n.total))?,
+            // (The whole program's root has no self time of its own.)
+            (Some(n), GraphField::SelfTime) if n.addr == 0 => write!(out, "{:10}", "")?,
+            (Some(n), GraphField::SelfTime) => {
+                write_duration(out, Some(n.total.saturating_sub(n.child)))?
+            }
+            (Some(n), GraphField::Addr) if n.addr == 0 => write!(out, "{:12}", "")?,
+            (Some(n), GraphField::Addr) => write!(out, "{:12x}", n.addr)?,
+        }
+    }
+    out.write_all(b" : ")?;
+    Ok(())
+}
+
 /// One line per node in uftrace's layout: `lead` comes before the node's
 /// own `(calls) name`, `cont` before its descendants'. A single child
 /// continues the chain; several get `+-` and `|` separators.
@@ -262,14 +371,13 @@ fn collect(
 /// (`--srcline`), shown after its name.
 fn write_node(
     out: &mut impl Write,
-    (name, lines): (&str, &Lines),
+    (name, lines, fields): (&str, &Lines, &[GraphField]),
     n: &Node,
     lead: &str,
     cont: &str,
 ) -> Result<(), ReplayError> {
-    out.write_all(b"  ")?;
-    write_duration(out, Some(n.total))?;
-    writeln!(out, " : {lead}({}) {name}", n.calls)?;
+    write_columns(out, fields, Some(n))?;
+    writeln!(out, "{lead}({}) {name}", n.calls)?;
     let named = |c: &str| match lines.get(c) {
         Some(l) => format!("{c} [{l}]"),
         None => c.to_string(),
@@ -278,16 +386,23 @@ fn write_node(
         0 => {}
         1 => {
             let c = named(&n.children[0].0);
-            write_node(out, (&c, lines), &n.children[0].1, cont, cont)?
+            write_node(out, (&c, lines, fields), &n.children[0].1, cont, cont)?
         }
         k => {
             for (i, (cname, c)) in n.children.iter().enumerate() {
                 let last = i + 1 == k;
                 let child_cont = format!("{cont}{}", if last { "   " } else { " | " });
                 let cn = named(cname);
-                write_node(out, (&cn, lines), c, &format!("{cont} +-"), &child_cont)?;
+                write_node(
+                    out,
+                    (&cn, lines, fields),
+                    c,
+                    &format!("{cont} +-"),
+                    &child_cont,
+                )?;
                 if !last {
-                    writeln!(out, "{:12} : {cont} | ", "")?;
+                    write_columns(out, fields, None)?;
+                    writeln!(out, "{cont} | ")?;
                 }
             }
         }
@@ -306,17 +421,17 @@ pub fn graph(
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
-    graph_with(data, function, filter, false, out)
+    graph_with(data, function, filter, (false, &GraphField::DEFAULT), out)
 }
 
 /// [`graph`], with where each function is declared after its name if
 /// `srcline` (`--srcline`, as the recording says; not the root's, as
-/// uftrace's).
+/// uftrace's), and `fields` left of the tree (`-f`).
 pub fn graph_with(
     data: &DataDir,
     function: Option<&str>,
     filter: &ReplayFilter,
-    srcline: bool,
+    (srcline, fields): (bool, &[GraphField]),
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
     let lines: Lines = if srcline {
@@ -328,11 +443,7 @@ pub fn graph_with(
     } else {
         Lines::new()
     };
-    let head = if srcline {
-        "# TOTAL TIME   FUNCTION [SOURCE]"
-    } else {
-        "# TOTAL TIME   FUNCTION"
-    };
+    let head = columns_header(fields, srcline);
     let (mut root, backtraces) = collect(data, function, filter)?;
     let Some(function) = function else {
         // uftrace names the root after the program, one call.
@@ -349,8 +460,10 @@ pub fn graph_with(
             None => writeln!(out, "# Function Call Graph for '{name}'")?,
         }
         writeln!(out, "========== FUNCTION CALL GRAPH ==========")?;
-        writeln!(out, "{head}")?;
-        write_node(out, (&name, &lines), &root, "", "")?;
+        if let Some(h) = &head {
+            writeln!(out, "{h}")?;
+        }
+        write_node(out, (&name, &lines, fields), &root, "", "")?;
         writeln!(out)?;
         return Ok(());
     };
@@ -385,8 +498,10 @@ pub fn graph_with(
         writeln!(out)?;
     }
     writeln!(out, "========== FUNCTION CALL GRAPH ==========")?;
-    writeln!(out, "{head}")?;
-    write_node(out, (function, &lines), &root, "", "")?;
+    if let Some(h) = &head {
+        writeln!(out, "{h}")?;
+    }
+    write_node(out, (function, &lines, fields), &root, "", "")?;
     writeln!(out)?; // uftrace ends the graph with an empty line
     Ok(())
 }

@@ -170,3 +170,59 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
     writeln!(out)?; // as uftrace's ends
     Ok(())
 }
+
+/// `info --task`: each task of the recording (as its `task.txt` lists
+/// them, by thread id) with when it began, whether it is a process (`F`)
+/// and a session's first (`S`), its name and the size of its records, in
+/// uftrace's layout.
+pub fn task_info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
+    let text = std::fs::read_to_string(data.dir.join("task.txt")).unwrap_or_default();
+    let field = |l: &str, k: &str| -> Option<String> {
+        l.split_whitespace()
+            .find_map(|f| f.strip_prefix(k).map(str::to_string))
+    };
+    let sessions: Vec<i32> = text
+        .lines()
+        .filter(|l| l.starts_with("SESS "))
+        .filter_map(|l| field(l, "pid=")?.parse().ok())
+        .collect();
+    let mut tasks: Vec<(i32, i32, String)> = text
+        .lines()
+        .filter(|l| l.starts_with("TASK "))
+        .filter_map(|l| {
+            let tid = field(l, "tid=")?.parse().ok()?;
+            let pid = field(l, "pid=")?.parse().ok()?;
+            Some((tid, pid, field(l, "timestamp=")?))
+        })
+        .collect();
+    tasks.sort_by_key(|t| t.0);
+    tasks.dedup_by_key(|t| t.0);
+    let exe = data.info.get("exe").unwrap_or("");
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    let name = name.get(..15).unwrap_or(name);
+    writeln!(
+        out,
+        "#{:>23}  {:>5}  {:>8}  {:<16}  DATA SIZE",
+        "TIMESTAMP     ", "FLAGS", "  TID  ", "TASK"
+    )?;
+    for (tid, pid, stamp) in tasks {
+        let flags = format!(
+            "{}{}   ",
+            if tid == pid { 'F' } else { ' ' },
+            if sessions.contains(&tid) { 'S' } else { ' ' }
+        );
+        let (secs, nsecs) = stamp.split_once('.').unwrap_or((&stamp, "0"));
+        write!(
+            out,
+            " {secs:>13}.{nsecs:0<9}  {flags}  [{tid:6}]  {name:<16} "
+        )?;
+        match std::fs::metadata(data.dat_path(tid)).map(|m| m.len()) {
+            Ok(size) if size > 0 => {
+                let kb = size / 1024;
+                writeln!(out, " {:5}.{:03} MB", kb / 1024, (kb % 1024).min(999))?
+            }
+            _ => writeln!(out)?,
+        }
+    }
+    Ok(())
+}

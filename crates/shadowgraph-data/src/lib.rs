@@ -39,6 +39,7 @@ pub mod profile;
 pub mod prototypes;
 pub mod replay;
 pub mod report;
+pub mod report_task;
 pub mod sched;
 pub mod time;
 pub mod trigger;
