@@ -300,8 +300,8 @@ fn conclude(
         // a session in another process (not ours to wait for).
         let run = run.filter(|_| !foreign);
         write_failed.extend(conclude_dir(&label, &d, t, path, prog, run));
-        if opts.srcline || opts.auto_args {
-            write_srclines(&d, opts.srcline, opts.auto_args);
+        if opts.srcline || opts.dwarf_args() {
+            write_srclines(&d, opts.srcline, opts.dwarf_args());
         }
     }
     if !write_failed.is_empty() {

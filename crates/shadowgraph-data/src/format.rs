@@ -88,6 +88,11 @@ pub fn decode(bytes: &[u8; RECORD_SIZE], offset: u64) -> Result<Record, BadRecor
     })
 }
 
+/// The suffix of the path under which a session map lists an object's
+/// mappings after its first run of them (`prog@stubs`, `prog@stubs2`): the
+/// stubs of its patched prologues, away from it.
+pub const STUBS_SUFFIX: &str = "@stubs";
+
 /// The lines of a uftrace `.sym` file's `text` (`ADDR KIND NAME`, the
 /// address in hex relative to the object's load base), by their index,
 /// comments and blank lines left out: the three fields, or None for a line

@@ -402,8 +402,8 @@ pub(crate) fn read_uftrace_symbols(
     // (An object's stubs away from it are listed under its path and a
     // suffix of ours: they are that object's.)
     for m in &mut modules {
-        if let Some(i) = m.2.rfind(crate::uftrace::STUBS_SUFFIX) {
-            let rest = &m.2[i + crate::uftrace::STUBS_SUFFIX.len()..];
+        if let Some(i) = m.2.rfind(crate::format::STUBS_SUFFIX) {
+            let rest = &m.2[i + crate::format::STUBS_SUFFIX.len()..];
             if rest.bytes().all(|b| b.is_ascii_digit()) {
                 m.2.truncate(i);
             }

@@ -5,7 +5,7 @@
 //! timestamps (the record layout is already uftrace's).
 
 use super::dir::{DataDir, DataError};
-use super::format::{decode, RECORD_SIZE};
+use super::format::{decode, RECORD_SIZE, STUBS_SUFFIX};
 use super::time::Calibration;
 use std::fmt::Write as _;
 use std::io::Write;
@@ -185,14 +185,9 @@ fn first_time_of(path: &Path) -> Result<Option<u64>, DataError> {
     }
 }
 
-/// The suffix of the path under which the session map lists an object's
-/// mappings after its first run of them (`prog@stubs`, `prog@stubs2`): the
-/// stubs of its patched prologues, away from it.
-pub const STUBS_SUFFIX: &str = "@stubs";
-
 /// The session map's lines: each run of consecutive mappings (sorted by
 /// address) of one object as one line, as uftrace merges them; an
-/// object's later runs under its path with [`STUBS_SUFFIX`] (and a
+/// object's later runs under its path with [`STUBS_SUFFIX`](crate::format::STUBS_SUFFIX) (and a
 /// number from the second on), each with a symbol file of its own.
 fn map_lines(maps: &[ModuleMap]) -> Vec<(u64, u64, PathBuf)> {
     let mut out: Vec<(u64, u64, PathBuf)> = Vec::new();
@@ -414,7 +409,7 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
             let list = data.info.get(k).filter(|_| auto).map(regex_list);
             writeln!(text, "{k}:{}", list.unwrap_or_default()).unwrap();
         }
-        let enums = data.info.get("enumauto").filter(|_| auto);
+        let enums = data.info.get("enumauto");
         writeln!(text, "enumauto:{}", enums.unwrap_or_default()).unwrap();
         if auto {
             writeln!(text, "auto-args:1").unwrap();

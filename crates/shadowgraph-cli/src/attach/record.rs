@@ -99,8 +99,8 @@ pub(crate) fn record_attached(
             }
         }
         write_failed.extend(conclude_dir(label, &d, t, &exe, &prog, None));
-        if opts.srcline || opts.auto_args {
-            crate::record::write_srclines(&d, opts.srcline, opts.auto_args);
+        if opts.srcline || opts.dwarf_args() {
+            crate::record::write_srclines(&d, opts.srcline, opts.dwarf_args());
         }
     }
     if ended_by_exit {

@@ -134,11 +134,13 @@ fn write(
             info.set("argspec", &a.argspec);
             info.set("retspec", &a.retspec);
             info.set("pattern_type", "glob");
+            // (The C library's enums, which its functions' specs name,
+            // whether they come from -a or -A.)
+            info.set("enumauto", shadowgraph_data::prototypes::enums_line());
             if let Some((args, rets)) = &a.auto {
                 info.set("auto-args", "1");
                 info.set("argauto", args);
                 info.set("retauto", rets);
-                info.set("enumauto", shadowgraph_data::prototypes::enums_line());
             }
         }
         let dir = &t.dir;
