@@ -2,6 +2,9 @@
 //! session's configuration.
 
 use crate::launch::{returns, text_write};
+
+mod args;
+
 use shadowgraph::config::{self, Config, TracerKind};
 use std::path::{Path, PathBuf};
 
@@ -79,6 +82,7 @@ impl RecordOptions {
     /// them a trigger, in the order given, into `trigger`.
     pub(crate) fn order_filters(&mut self, args: &clap::ArgMatches) {
         use shadowgraph_data::trigger::{SpecKind, Trigger};
+        self.take_trigger_args();
         let with_actions = |v: &[String], kind| {
             v.iter().any(|p| {
                 Trigger::parse(p, kind).is_ok_and(|t| {
@@ -87,6 +91,7 @@ impl RecordOptions {
             })
         };
         if self.trigger.is_empty()
+            && self.hide.is_empty()
             && self.caller_filter.is_empty()
             && self.size_filter == 0
             && (self.depth == 0 || self.filter.is_empty())
@@ -114,6 +119,17 @@ impl RecordOptions {
                 SpecKind::Trigger,
             ),
             (
+                "hide",
+                std::mem::take(&mut self.hide)
+                    .into_iter()
+                    .map(|p| match p.contains('@') {
+                        true => format!("{p},hide"),
+                        false => format!("{p}@hide"),
+                    })
+                    .collect(),
+                SpecKind::Trigger,
+            ),
+            (
                 "caller_filter",
                 std::mem::take(&mut self.caller_filter)
                     .into_iter()
@@ -133,7 +149,12 @@ impl RecordOptions {
             }
         }
         all.sort_by_key(|(i, _)| *i);
-        self.trigger = all.into_iter().map(|(_, p)| p).collect();
+        // (A trigger of argument specs alone is -A/-R's now.)
+        self.trigger = all
+            .into_iter()
+            .map(|(_, p)| p)
+            .filter(|p| !p.ends_with('@'))
+            .collect();
     }
 
     /// `-P` and `-U` patterns in the order the command line gave them
@@ -241,6 +262,10 @@ pub(crate) struct RecordOptions {
     /// which `live` applies to what it shows); repeatable.
     #[arg(short = 'T', long = "trigger", value_parser = parse_trigger)]
     pub(crate) trigger: Vec<String>,
+    /// Hide these functions, their callees shown in their place (as
+    /// `-T FUNC@hide`, which `live` applies to what it shows); repeatable.
+    #[arg(short = 'H', long = "hide", value_name = "FUNC")]
+    hide: Vec<String>,
     /// Record only the calls of these functions and the calls they are
     /// inside of, not what they call (as `-T FUNC@caller`); repeatable.
     #[arg(short = 'C', long = "caller-filter", value_name = "FUNC")]
@@ -351,6 +376,10 @@ pub(crate) struct RecordOptions {
     /// safe from).
     #[arg(short = 'e', long = "estimate-return")]
     estimate_return: bool,
+    /// The loader does not write the addresses it resolves into the GOT
+    /// (`LD_BIND_NOT=1` for the program, as uftrace's option).
+    #[arg(long)]
+    pub(crate) no_pltbind: bool,
     /// Taken for uftrace's command lines: the output is never paged.
     #[arg(long)]
     no_pager: bool,
@@ -570,130 +599,6 @@ impl RecordOptions {
             acks: abs.next(),
             start_disabled: self.disable,
         }))
-    }
-
-    /// `-a`: the argument and return value specs of `program`'s functions
-    /// from its DWARF, added to `config`'s (`-A`/`-R` first: they win;
-    /// the config's `auto_args` adds those of C library functions).
-    /// Whether specs come from DWARF: `-a`, or `-A`/`-R` naming functions
-    /// without specs.
-    pub(crate) fn dwarf_args(&self) -> bool {
-        !self.no_args
-            && (self.auto_args
-                || self
-                    .argument
-                    .iter()
-                    .chain(&self.retval)
-                    .any(|g| !g.contains('@')))
-    }
-
-    /// `-A PAT` and `-R PAT` without specs (uftrace's: the arguments, or
-    /// the return value, of the functions PAT names, by their DWARF) too.
-    pub(crate) fn add_auto_args(&self, config: &mut Config, program: &Path) -> Result<(), String> {
-        use shadowgraph_data::pattern::{FunctionName, Pattern};
-        let bare = |given: &[String]| -> Vec<Pattern> {
-            given
-                .iter()
-                .filter(|g| !g.contains('@'))
-                .filter_map(|g| Pattern::parse(g).ok())
-                .collect()
-        };
-        let (args_of, ret_of) = (bare(&self.argument), bare(&self.retval));
-        let asked = self.auto_args || !args_of.is_empty() || !ret_of.is_empty();
-        if !asked || self.no_args {
-            return Ok(());
-        }
-        let config::Mode::Record(r) = &mut config.mode else {
-            return Ok(());
-        };
-        let specs = shadowgraph::elf::autoargs::auto_specs(program)?;
-        if specs.functions.is_empty() {
-            let what = if self.auto_args {
-                "-a"
-            } else {
-                "-A/-R without specs"
-            };
-            eprintln!(
-                "shadowgraph: warning: {what}: {} has no debug information (build it with -g): only C library functions' arguments are recorded",
-                program.display()
-            );
-        }
-        let module = program.to_string_lossy();
-        for s in specs.functions {
-            let function = shadowgraph_data::names::demangle(&s.symbol);
-            let name = FunctionName {
-                function: &function,
-                symbol: &s.symbol,
-                module: &module,
-                library: None,
-            };
-            let named = |ps: &[Pattern]| ps.iter().any(|p| p.matches(&name));
-            if let Some(a) = s.args.filter(|_| self.auto_args || named(&args_of)) {
-                r.argspec.push(format!("{}@{a}", s.symbol));
-            }
-            if let Some(v) = s.retval.filter(|_| self.auto_args || named(&ret_of)) {
-                r.retspec.push(format!("{}@{v}", s.symbol));
-            }
-        }
-        // The C library functions they name, by their built-in prototypes
-        // (`-a` takes them all in the agent).
-        if !self.auto_args {
-            let (args, rets) = shadowgraph_data::prototypes::lists();
-            let named = |ps: &[Pattern], entry: &str| {
-                let f = entry.split_once('@').map_or(entry, |e| e.0);
-                let name = FunctionName {
-                    function: f,
-                    symbol: f,
-                    module: "",
-                    library: None,
-                };
-                ps.iter().any(|p| p.module().is_none() && p.matches(&name))
-            };
-            for (list, ps, out) in [
-                (args, &args_of, &mut r.argspec),
-                (rets, &ret_of, &mut r.retspec),
-            ] {
-                let own: Vec<String> = list
-                    .split(';')
-                    .filter(|e| !e.is_empty() && named(ps, e))
-                    .map(str::to_string)
-                    .collect();
-                out.extend(own);
-            }
-        }
-        Ok(())
-    }
-
-    /// `-A` (or with `retval`, `-R`) specs, checked: `FUNC@spec,…` each,
-    /// every spec one uftrace takes, `FUNC` a pattern as `-F` takes it.
-    fn arg_specs(&self, given: &[String], retval: bool) -> Result<Vec<String>, String> {
-        if self.no_args {
-            return Ok(Vec::new());
-        }
-        let opt = if retval { "-R" } else { "-A" };
-        let mut specs_given = Vec::new();
-        for g in given {
-            if !g.contains('@') {
-                // (The function's own, from its DWARF: `add_auto_args`.)
-                shadowgraph_data::pattern::Pattern::parse(g)
-                    .map_err(|e| format!("{opt} {g}: {e}"))?;
-                continue;
-            }
-            specs_given.push(g.clone());
-            let (func, module, specs) =
-                shadowgraph_data::args::spec_entry(g).map_err(|e| format!("{opt} {g}: {e}"))?;
-            let pattern = match module {
-                Some(m) => format!("{func}@{m}"),
-                None => func.to_string(),
-            };
-            shadowgraph_data::pattern::Pattern::parse(&pattern)
-                .map_err(|e| format!("{opt} {g}: {e}"))?;
-            if specs.iter().any(|a| a.retval != retval) {
-                let want = if retval { "retval" } else { "argN or fpargN" };
-                return Err(format!("{opt} {g}: {opt} takes {want}"));
-            }
-        }
-        Ok(specs_given)
     }
 
     /// The session's configuration: recording into `dir` (absolute), the

@@ -42,6 +42,9 @@ pub(crate) fn record(
     } = prepare_unstarted(data, opts, &path)?;
     let mut command = Command::new(&path);
     std::os::unix::process::CommandExt::arg0(&mut command, prog);
+    if opts.no_pltbind {
+        command.env("LD_BIND_NOT", "1");
+    }
     command
         .args(args)
         .env("LD_PRELOAD", preload(&agent))

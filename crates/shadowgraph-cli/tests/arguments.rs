@@ -646,3 +646,20 @@ fn patterns_without_specs_take_dwarf_and_prototypes_as_uftrace() {
         assert_eq!(calls(&replay_text(&theirs)), calls(&replay), "{opts:?}");
     }
 }
+
+/// A plain `-pg` program's functions are traced through stubs of their
+/// patched prologues; a pointer to one, recorded as an argument, is named
+/// after it (its entry is named in the recording too), by us and uftrace.
+#[test]
+fn function_pointers_of_a_pg_program_are_named() {
+    let dir = workdir("args-pg-pointer");
+    let exe = dir.join("av");
+    cc(&[&fixture("args_values.c")], &["-O0", "-pg"], &exe);
+    let data = dir.join("av.data");
+    record_ok(&["-A", "call@arg1/p"], &data, &exe);
+    let replay = replay_text(&data);
+    shows_each(&replay, &["call(&add) {"]);
+    if let Some(theirs) = uftrace_view("replay", &data) {
+        shows_each(&theirs, &["call(&add) {"]);
+    }
+}

@@ -273,6 +273,9 @@ impl Trigger {
         let (body, words) = split_at_actions(text);
         let mut actions = Actions::default();
         let mut module: Option<&str> = None;
+        // (Argument specs and `auto-args` are `record`'s -A/-R; a trigger
+        // of them alone is one.)
+        let mut args = false;
         for w in words.into_iter().flat_map(|w| w.split(',')) {
             let lower = w.to_ascii_lowercase();
             let value = |name: &str| w.get(name.len()..).unwrap_or("");
@@ -363,9 +366,8 @@ impl Trigger {
                 };
                 actions.color = Some(c);
             } else if known {
-                return Err(bad(format!(
-                    "`{w}`: arguments are asked for with -A/-R, not as a trigger"
-                )));
+                // (Checked as `-A`/`-R` specs where `record` takes them.)
+                args = true;
             } else if w.is_empty() {
                 return Err(bad("empty action after `@`".into()));
             } else if let Some(m) = module {
@@ -391,7 +393,7 @@ impl Trigger {
             Some(m) => format!("{body}@{m}"),
             None => body.to_string(),
         };
-        if kind == SpecKind::Trigger && actions.is_empty() {
+        if kind == SpecKind::Trigger && actions.is_empty() && !args {
             return Err(bad(
                 "no action after `@` (e.g. depth=1, trace_off, backtrace)".into(),
             ));

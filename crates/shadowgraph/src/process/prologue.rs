@@ -171,6 +171,8 @@ impl Patched {
 /// (`Relocated::moved`), and its object's bias.
 struct Placed {
     edit: Edit,
+    /// The function's entry (its symbol's address).
+    entry: usize,
     copy: usize,
     moved: Vec<(usize, usize)>,
     bias: usize,
@@ -239,6 +241,19 @@ fn flip_windows(to_jump: bool) -> Result<usize, String> {
         }
     }
     Ok(left)
+}
+
+/// The functions patched at their prologue: (the site of each one's stub,
+/// the function's entry), so that the entry is named too (a pointer to
+/// the function, an argument, holds it).
+pub fn entries() -> Vec<(usize, usize)> {
+    // (A stub's site is the 5 bytes before its copy.)
+    PLACED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|p| (p.copy - 5, p.entry))
+        .collect()
 }
 
 /// The object loaded at `bias` goes (dlclose): its windows with it.
@@ -392,6 +407,7 @@ fn patch_chunk(
         if let Ok(r) = &copies[*i] {
             placed.push(Placed {
                 edit: *e,
+                entry: chunk[*i].1.entry as usize + bias,
                 copy: first + stubs[*i] + 5,
                 moved: r.moved.clone(),
                 bias,

@@ -39,7 +39,13 @@ fn write(
     let mut syms = String::new();
     // The library each library call goes to (`--libname`), by its site.
     let mut libs = String::new();
+    // A function patched at its prologue is named at its entry too.
+    let entries: std::collections::HashMap<usize, usize> =
+        crate::process::prologue::entries().into_iter().collect();
     for s in ftrace::sites() {
+        if let Some(entry) = entries.get(&s.addr) {
+            syms.push_str(&format!("{entry:#x}\t{}\n", s.symbol));
+        }
         // The symbol as the object names it: views demangle it as asked
         // (`--demangle`), and so does uftrace reading our data.
         // (A stripped object's unnamed function: an empty name, which
