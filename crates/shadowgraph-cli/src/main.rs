@@ -236,6 +236,11 @@ enum Command {
         /// folded text.
         #[arg(long)]
         svg: bool,
+        /// With --flame-graph: weights in samples of TIME (a path's self
+        /// time over TIME, callees' time taken from their callers in whole
+        /// samples), as uftrace's `--sample-time`.
+        #[arg(long, value_name = "TIME", requires = "flame_graph", value_parser = options::parse_duration_ns)]
+        sample_time: Option<u64>,
         /// The whole program's call graph as a Graphviz digraph (`dot`).
         #[arg(long, conflicts_with_all = ["chrome", "perfetto", "flame_graph"])]
         graphviz: bool,
@@ -515,6 +520,7 @@ fn main() -> ExitCode {
             perfetto,
             flame_graph,
             svg,
+            sample_time,
             graphviz,
             mermaid,
             filter,
@@ -530,7 +536,9 @@ fn main() -> ExitCode {
                     Err("--svg renders a flame graph: use it with --flame-graph".to_string())
                 }
                 (_, _, true, true) => flame_svg(&data, how, &f),
-                (_, _, true, false) => view(&data, how, |d, o| flame::dump_flame_graph(d, &f, o)),
+                (_, _, true, false) => view(&data, how, |d, o| {
+                    flame::dump_flame_graph_sampled(d, &f, sample_time, o)
+                }),
                 (_, true, _, _) => view(&data, how, |d, o| pf::dump_perfetto(d, &f, o)),
                 (true, _, _, _) => view(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
                 _ => view(&data, how, |d, o| dump::dump_text_of(d, &f, o)),

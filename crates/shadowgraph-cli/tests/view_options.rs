@@ -720,3 +720,27 @@ fn task_info_and_graph_fields_as_uftrace() {
         0,
     );
 }
+
+/// `dump --flame-graph --sample-time T` weighs each path in samples of T
+/// as uftrace's (a callee's time taken from its caller in whole samples):
+/// the same paths and weights (uftrace lists them in tree order, we by
+/// path).
+#[test]
+fn sampled_flame_graph_as_uftrace() {
+    let data = recording("fs", "join_waits.c", &["-pthread"]);
+    let args = ["dump", "--flame-graph", "--sample-time", "100us"];
+    let sorted = |s: String| {
+        let mut l: Vec<String> = s.lines().map(str::to_string).collect();
+        l.sort();
+        l
+    };
+    let ours = sorted(view(&mut shadowgraph(), &data, &args));
+    assert!(ours.iter().any(|l| l.starts_with("worker ")), "{ours:?}");
+    if uftrace_missing("the same dump by uftrace") {
+        return;
+    }
+    assert_eq!(
+        ours,
+        sorted(view(&mut Command::new("uftrace"), &data, &args))
+    );
+}

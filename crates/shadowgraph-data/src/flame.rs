@@ -14,9 +14,28 @@ pub fn dump_flame_graph(
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
+    dump_flame_graph_sampled(data, filter, None, out)
+}
+
+/// [`dump_flame_graph`], or with `sample_ns` (uftrace's `--sample-time`)
+/// weighted by samples: a path's self time over the sample time, a
+/// callee's time taken from its caller only in whole samples (uftrace's
+/// accounting: a caller keeps the remainders of its callees). Paths of no
+/// sample are left out.
+pub fn dump_flame_graph_sampled(
+    data: &DataDir,
+    filter: &ReplayFilter,
+    sample_ns: Option<u64>,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
     // Checked (and opened) before any output.
     let threads = thread_records(data, filter)?;
-    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+    let accounted = |t: u64| match sample_ns {
+        Some(s) if s > 0 => t / s * s,
+        _ => t,
+    };
+    // Per path: (time, time of callees taken from it).
+    let mut folded: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for (_, records) in threads {
         // (name, entry time, children time)
         let mut stack: Vec<(String, u64, u64)> = Vec::new();
@@ -34,18 +53,25 @@ pub fn dump_flame_graph(
                         .map(|f| f.0.as_str())
                         .collect::<Vec<_>>()
                         .join(";");
-                    *folded.entry(path).or_default() += dur.saturating_sub(children);
+                    let e = folded.entry(path).or_default();
+                    e.0 += dur;
+                    e.1 += children;
                     stack.pop();
                     if let Some(parent) = stack.last_mut() {
-                        parent.2 += dur;
+                        parent.2 += accounted(dur);
                     }
                 }
                 _ => {}
             }
         }
     }
-    for (path, ns) in folded {
-        writeln!(out, "{path} {ns}")?;
+    for (path, (time, children)) in folded {
+        let own = time.saturating_sub(children);
+        match sample_ns {
+            Some(s) if s > 0 && own / s > 0 => writeln!(out, "{path} {}", own / s)?,
+            Some(_) => {}
+            None => writeln!(out, "{path} {own}")?,
+        }
     }
     Ok(())
 }
