@@ -666,7 +666,12 @@ fn report(
     use shadowgraph_data::report::{Averages, Layout, SortKey};
     let mut layout = Layout::parse(columns.fields, columns.sort, columns.averages)?;
     layout.srcline = columns.srcline;
-    let plain = columns.fields.is_none() && columns.averages == Averages::None;
+    // A diff's columns: of total, self and call.
+    let diff_columns = match (diff, columns.fields) {
+        (Some(_), Some(f)) => shadowgraph_data::diff::DiffColumn::parse_list(f)?,
+        _ => shadowgraph_data::diff::DiffColumn::ALL.to_vec(),
+    };
+    let plain = (columns.fields.is_none() || diff.is_some()) && columns.averages == Averages::None;
     // Per thread, a diff and a profile: the default columns, one key.
     let key = match (plain, &layout.keys[..]) {
         (true, [k @ (SortKey::Total | SortKey::SelfTime | SortKey::Calls | SortKey::Name)]) => *k,
@@ -691,13 +696,19 @@ fn report(
         }
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         let policy = columns.policy;
-        let result =
-            shadowgraph_data::diff::report_diff(&data, &other, key, policy, filter, &mut out)
-                .and_then(|()| {
-                    use std::io::Write;
-                    out.flush()
-                        .map_err(shadowgraph_data::replay::ReplayError::Io)
-                });
+        let result = shadowgraph_data::diff::report_diff_of(
+            &data,
+            &other,
+            (key, &diff_columns),
+            policy,
+            filter,
+            &mut out,
+        )
+        .and_then(|()| {
+            use std::io::Write;
+            out.flush()
+                .map_err(shadowgraph_data::replay::ReplayError::Io)
+        });
         for w in data.warnings().into_iter().chain(other.warnings()) {
             eprintln!("shadowgraph: warning: {w}");
         }

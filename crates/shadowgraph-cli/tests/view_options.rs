@@ -591,6 +591,25 @@ fn report_diff_policies_as_uftrace() {
                 "--sort-column",
                 "0",
             ],
+            // (-f's columns in uftrace's order, whatever the order given.)
+            &[
+                "report",
+                "--diff",
+                b,
+                "--diff-policy",
+                "full,percent",
+                "-f",
+                "call,total",
+            ],
+            &[
+                "report",
+                "--diff",
+                b,
+                "--diff-policy",
+                "percent",
+                "-f",
+                "self",
+            ],
         ],
         5,
     );

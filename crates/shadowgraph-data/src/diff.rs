@@ -109,6 +109,52 @@ pub fn report_diff(
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReportError> {
+    report_diff_of(base, other, (sort, &DiffColumn::ALL), policy, filter, out)
+}
+
+/// A column of `report --diff` (`-f total,self,call`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiffColumn {
+    /// Total time.
+    Total,
+    /// Self time.
+    SelfTime,
+    /// Calls.
+    Calls,
+}
+
+impl DiffColumn {
+    /// Every column, in uftrace's default order.
+    pub const ALL: [DiffColumn; 3] = [Self::Total, Self::SelfTime, Self::Calls];
+
+    /// `-f`'s list for a diff: of `total`, `self` and `call`, shown in that
+    /// order whatever the order given (as uftrace's).
+    pub fn parse_list(spec: &str) -> Result<Vec<DiffColumn>, String> {
+        let mut out = Vec::new();
+        for f in spec.split(',').filter(|f| !f.is_empty()) {
+            let c = match f {
+                "total" => Self::Total,
+                "self" => Self::SelfTime,
+                "call" => Self::Calls,
+                _ => return Err(format!("-f `{f}`: --diff shows total, self and call")),
+            };
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        Ok(Self::ALL.into_iter().filter(|c| out.contains(c)).collect())
+    }
+}
+
+/// [`report_diff`] with the columns given (`-f`).
+pub fn report_diff_of(
+    base: &DataDir,
+    other: &DataDir,
+    (sort, columns): (SortKey, &[DiffColumn]),
+    policy: DiffPolicy,
+    filter: &ReplayFilter,
+    out: &mut impl Write,
+) -> Result<(), ReportError> {
     let by_name = |d: &DataDir| -> Result<HashMap<String, FuncStats>, ReportError> {
         let mut m: HashMap<String, FuncStats> = HashMap::new();
         for ((_, addr), s) in collect(d, false, filter)? {
@@ -165,24 +211,27 @@ pub fn report_diff(
         (true, false) => (35, 32),
         (true, true) => (32, 32),
     };
-    let heads: [&str; 3] = if policy.full {
-        ["Total time (diff)", "Self time (diff)", "Calls (diff)"]
-    } else {
-        ["Total time", "Self time", "Calls"]
+    let head = |c: &DiffColumn| -> (&str, usize) {
+        let (h, w) = match c {
+            DiffColumn::Total => ("Total time", tw),
+            DiffColumn::SelfTime => ("Self time", tw),
+            DiffColumn::Calls => ("Calls", cw),
+        };
+        (h, w)
     };
-    writeln!(
-        out,
-        "   {:>tw$}   {:>tw$}   {:>cw$}   Function",
-        heads[0], heads[1], heads[2]
-    )?;
-    let rule = |w: usize| "=".repeat(w);
-    writeln!(
-        out,
-        "   {}   {}   {}   ====================",
-        rule(tw),
-        rule(tw),
-        rule(cw)
-    )?;
+    let (mut heads, mut rules) = (String::new(), String::new());
+    for c in columns {
+        let (h, w) = head(c);
+        let h = if policy.full {
+            format!("{h} (diff)")
+        } else {
+            h.to_string()
+        };
+        heads.push_str(&format!("   {h:>w$}"));
+        rules.push_str(&format!("   {}", "=".repeat(w)));
+    }
+    writeln!(out, "{heads}   Function")?;
+    writeln!(out, "{rules}   ====================")?;
     let time = |x: u64, y: u64| -> String {
         let change = if policy.percent {
             percent(x, y)
@@ -203,12 +252,16 @@ pub fn report_diff(
         } else {
             format!("{:>11}", format!("{c:+}"))
         };
-        writeln!(
-            out,
-            "   {}   {}   {calls}   {n}",
-            time(x.total, y.total),
-            time(x.self_time, y.self_time)
-        )?;
+        let mut line = String::new();
+        for c in columns {
+            let cell = match c {
+                DiffColumn::Total => time(x.total, y.total),
+                DiffColumn::SelfTime => time(x.self_time, y.self_time),
+                DiffColumn::Calls => calls.clone(),
+            };
+            line.push_str(&format!("   {cell}"));
+        }
+        writeln!(out, "{line}   {n}")?;
     }
     Ok(())
 }
