@@ -675,6 +675,8 @@ fn report(
     // Per thread, a diff and a profile: the default columns, one key.
     let key = match (plain, &layout.keys[..]) {
         (true, [k @ (SortKey::Total | SortKey::SelfTime | SortKey::Calls | SortKey::Name)]) => *k,
+        // (Rows of equal keys are in name order anyway: `-s call,func`.)
+        (true, [k @ (SortKey::Total | SortKey::SelfTime | SortKey::Calls), SortKey::Name]) => *k,
         _ if threads || diff.is_some() => {
             return Err(
                 "--threads and --diff show the default columns, sorted by one of total, self, \

@@ -610,6 +610,15 @@ fn report_diff_policies_as_uftrace() {
                 "-f",
                 "self",
             ],
+            &[
+                "report",
+                "--diff",
+                b,
+                "--diff-policy",
+                "percent",
+                "-s",
+                "call,func",
+            ],
         ],
         5,
     );
