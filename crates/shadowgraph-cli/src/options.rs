@@ -120,24 +120,12 @@ impl RecordOptions {
             ),
             (
                 "hide",
-                std::mem::take(&mut self.hide)
-                    .into_iter()
-                    .map(|p| match p.contains('@') {
-                        true => format!("{p},hide"),
-                        false => format!("{p}@hide"),
-                    })
-                    .collect(),
+                with_action(std::mem::take(&mut self.hide), "hide"),
                 SpecKind::Trigger,
             ),
             (
                 "caller_filter",
-                std::mem::take(&mut self.caller_filter)
-                    .into_iter()
-                    .map(|p| match p.contains('@') {
-                        true => format!("{p},caller"),
-                        false => format!("{p}@caller"),
-                    })
-                    .collect(),
+                with_action(std::mem::take(&mut self.caller_filter), "caller"),
                 SpecKind::Trigger,
             ),
         ] {
@@ -400,6 +388,17 @@ pub(crate) struct RecordOptions {
     /// (to compare them).
     #[arg(long, hide = true)]
     hijack_returns: bool,
+}
+
+/// Patterns as triggers of one `action` (`-H PAT` as `PAT@hide`).
+fn with_action(patterns: Vec<String>, action: &str) -> Vec<String> {
+    patterns
+        .into_iter()
+        .map(|p| match p.contains('@') {
+            true => format!("{p},{action}"),
+            false => format!("{p}@{action}"),
+        })
+        .collect()
 }
 
 /// `--max-stack DEPTH`: the shadow stack size, in bytes, that holds DEPTH

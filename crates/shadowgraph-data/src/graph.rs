@@ -288,29 +288,14 @@ impl GraphField {
     /// `-f`'s list: names (`total`, `self`, `addr`, or uftrace's long
     /// ones), `+LIST` added to the default, or `none`.
     pub fn parse_list(spec: &str) -> Result<Vec<GraphField>, String> {
-        let (mut out, list) = match spec.strip_prefix('+') {
-            Some(rest) => (Self::DEFAULT.to_vec(), rest),
-            None => (Vec::new(), spec),
+        let named = |f: &str| match f {
+            "total" | "total-time" => Some(GraphField::Total),
+            "self" | "self-time" => Some(GraphField::SelfTime),
+            "addr" | "address" => Some(GraphField::Addr),
+            _ => None,
         };
-        if list == "none" {
-            return Ok(out);
-        }
-        for f in list.split(',').filter(|f| !f.is_empty()) {
-            let field = match f {
-                "total" | "total-time" => GraphField::Total,
-                "self" | "self-time" => GraphField::SelfTime,
-                "addr" | "address" => GraphField::Addr,
-                _ => {
-                    return Err(format!(
-                        "`{f}`: not a graph field (total, self, addr, none)"
-                    ))
-                }
-            };
-            if !out.contains(&field) {
-                out.push(field);
-            }
-        }
-        Ok(out)
+        let what = "a graph field (total, self, addr, none)";
+        crate::field_list::parse(spec, &Self::DEFAULT, named, what)
     }
 
     fn header(self) -> &'static str {

@@ -26,6 +26,7 @@ pub mod dir;
 pub mod dump;
 pub mod error;
 pub mod events;
+mod field_list;
 pub mod flame;
 pub mod format;
 pub mod graph;

@@ -30,30 +30,15 @@ impl TaskField {
     /// `-f`'s list: `total`, `self`, `func`, `tid` in the order given,
     /// `+LIST` added to the default, `none`.
     pub fn parse_list(spec: &str) -> Result<Vec<TaskField>, String> {
-        let (mut out, list) = match spec.strip_prefix('+') {
-            Some(rest) => (Self::DEFAULT.to_vec(), rest),
-            None => (Vec::new(), spec),
+        let named = |f: &str| match f {
+            "total" => Some(Self::Total),
+            "self" => Some(Self::SelfTime),
+            "func" => Some(Self::Func),
+            "tid" => Some(Self::Tid),
+            _ => None,
         };
-        if list == "none" {
-            return Ok(out);
-        }
-        for f in list.split(',').filter(|f| !f.is_empty()) {
-            let field = match f {
-                "total" => Self::Total,
-                "self" => Self::SelfTime,
-                "func" => Self::Func,
-                "tid" => Self::Tid,
-                _ => {
-                    return Err(format!(
-                        "`{f}`: not a task field (total, self, func, tid, none)"
-                    ))
-                }
-            };
-            if !out.contains(&field) {
-                out.push(field);
-            }
-        }
-        Ok(out)
+        let what = "a task field (total, self, func, tid, none)";
+        crate::field_list::parse(spec, &Self::DEFAULT, named, what)
     }
 
     fn header(self) -> (&'static str, &'static str) {
