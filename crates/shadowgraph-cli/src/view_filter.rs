@@ -24,6 +24,11 @@ pub(crate) struct ViewFilter {
     /// `-T FUNC@hide`); repeatable.
     #[arg(short = 'H', long = "hide", value_parser = parse_hide)]
     hide: Vec<shadowgraph_data::trigger::Trigger>,
+    /// Only the functions declared in files this regex matches, the
+    /// others' callees in their place (`LOC@hide`: hide those); from the
+    /// recording's `--srcline`; repeatable.
+    #[arg(short = 'L', long = "loc-filter", value_name = "LOC", value_parser = shadowgraph_data::replay::Location::parse)]
+    locations: Vec<shadowgraph_data::replay::Location>,
     /// Start with tracing off: a trace_on trigger switches it on.
     #[arg(long)]
     disable: bool,
@@ -182,6 +187,7 @@ impl From<ViewFilter> for shadowgraph_data::replay::ReplayFilter {
             tids: v.tids,
             callers: v.caller_filter,
             min_size: v.size_filter,
+            locations: v.locations,
         }
     }
 }

@@ -772,3 +772,53 @@ fn sampled_flame_graph_as_uftrace() {
         sorted(view(&mut Command::new("uftrace"), &data, &args))
     );
 }
+
+/// `-L LOC` shows only the functions declared in matching files, the
+/// others' callees in their place; `LOC@hide` hides those; as uftrace's,
+/// on a recording made with `--srcline`.
+#[test]
+fn location_filters_as_uftrace() {
+    let dir = workdir("loc");
+    let exe = dir.join("loc");
+    cc(
+        &[&fixture("loc_main.c"), &fixture("loc_other.c")],
+        // (uftrace finds a function's place by the address recorded: its
+        // own, with fentry calls; a plain -pg program's stubs it cannot.)
+        &["-O0", "-g", "-pg", "-mfentry", "-mrecord-mcount"],
+        &exe,
+    );
+    let data = dir.join("loc.data");
+    record_ok(&["--srcline"], &data, &exe);
+    let shown = view(&mut shadowgraph(), &data, &["replay", "-L", "loc_other.c$"]);
+    assert_eq!(
+        replay_body(&shown)
+            .iter()
+            .map(|l| l.trim_end())
+            .collect::<Vec<_>>(),
+        ["second() {", "  third();", "} /* second */"],
+        "{shown}"
+    );
+    as_uftrace(
+        &data,
+        &[
+            &["replay", "-L", "loc_main.c$"],
+            &["replay", "-L", "loc_main.c@hide"],
+        ],
+        0,
+    );
+    // (uftrace 0.13 shows the same after a line saying it failed to set
+    // the filters.)
+    let both = view(
+        &mut shadowgraph(),
+        &data,
+        &["replay", "-L", "loc_other", "-F", "second", "-N", "third"],
+    );
+    assert_eq!(
+        replay_body(&both)
+            .iter()
+            .map(|l| l.trim())
+            .collect::<Vec<_>>(),
+        ["second();"],
+        "{both}"
+    );
+}

@@ -42,6 +42,39 @@ pub struct ReplayFilter {
     /// Only the records inside this range (`-r`); the calls open at its
     /// start are shown at their depth.
     pub time_range: Option<crate::time::TimeRange>,
+    /// `-L LOC`: where functions are declared (a regex over the file of
+    /// their `--srcline`), and whether those are hidden (`LOC@hide`) or
+    /// the only ones shown; the others' callees shown in their place.
+    pub locations: Vec<Location>,
+}
+
+/// A `-L LOC[@hide]` filter: a regex over the file a function is declared
+/// in, and whether the functions there are hidden (else they are the only
+/// ones shown).
+#[derive(Clone, Debug)]
+pub struct Location {
+    re: regex::Regex,
+    hide: bool,
+}
+
+impl Location {
+    /// `LOC` or `LOC@hide`.
+    pub fn parse(text: &str) -> Result<Location, String> {
+        let (re, hide) = match text.strip_suffix("@hide") {
+            Some(r) => (r, true),
+            None => (text, false),
+        };
+        let last = |e: regex::Error| {
+            e.to_string()
+                .lines()
+                .last()
+                .unwrap_or("bad regex")
+                .to_string()
+        };
+        regex::Regex::new(re)
+            .map(|re| Location { re, hide })
+            .map_err(|e| format!("-L `{re}`: {}", last(e)))
+    }
 }
 
 impl ReplayFilter {
@@ -76,6 +109,7 @@ impl ReplayFilter {
             && self.triggers.is_empty()
             && !self.disabled
             && self.time_range.is_none()
+            && self.locations.is_empty()
     }
 }
 
@@ -121,6 +155,36 @@ fn each_match(
     Ok(())
 }
 
+/// `-L`: functions hidden by where they are declared (a function without
+/// a known place is in none).
+fn hide_by_location(
+    data: &DataDir,
+    locations: &[Location],
+    actions: &mut [Actions],
+) -> Result<(), ReplayError> {
+    let mut known = false;
+    for (i, (addr, _)) in data.symbols.iter().enumerate() {
+        let file = data
+            .srcline(*addr)
+            .map(|l| l.rsplit_once(':').map_or(l, |f| f.0));
+        known |= file.is_some();
+        let at = |l: &Location| file.is_some_and(|f| l.re.is_match(f));
+        let mut shown = locations.iter().filter(|l| !l.hide).peekable();
+        let hidden =
+            locations.iter().any(|l| l.hide && at(l)) || (shown.peek().is_some() && !shown.any(at));
+        if hidden {
+            actions[i].hide = true;
+        }
+    }
+    if !known {
+        return Err(ReplayError::Filter(format!(
+            "-L: {} says where no function is declared (record with --srcline)",
+            data.dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Each recorded function's trigger: `-F` (`functions`) and `-N`
 /// (`notrace`) as filters, then every trigger spec in order.
 fn triggers(data: &DataDir, filter: &ReplayFilter) -> Result<Triggers, ReplayError> {
@@ -149,6 +213,9 @@ fn triggers(data: &DataDir, filter: &ReplayFilter) -> Result<Triggers, ReplayErr
         each_match(data, &t.pattern, t.kind.flag(), |i| {
             actions[i].merge(&t.actions)
         })?;
+    }
+    if !filter.locations.is_empty() {
+        hide_by_location(data, &filter.locations, &mut actions)?;
     }
     // As uftrace's: set by any spec that takes functions in, whatever
     // later specs say of them.
@@ -501,6 +568,7 @@ pub fn thread_records(
     let any_trigger = !(filter.functions.is_empty()
         && filter.notrace.is_empty()
         && filter.triggers.is_empty()
+        && filter.locations.is_empty()
         && !filter.disabled);
     let triggers = if any_trigger {
         Some(Arc::new(triggers(data, filter)?))

@@ -17,7 +17,7 @@ mod fstack;
 
 pub use columns::{first_time, format_duration, write_duration, Field};
 pub use error::ReplayError;
-pub use filter::{thread_records, ReplayFilter, DEFAULT_MAX_DEPTH};
+pub use filter::{thread_records, Location, ReplayFilter, DEFAULT_MAX_DEPTH};
 pub use flat::replay_flat;
 pub use fstack::{Records, BACKTRACE_ADDR, ENDED_ADDR, STARTED_ADDR};
 
