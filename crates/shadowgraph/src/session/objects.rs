@@ -88,9 +88,10 @@ pub(crate) fn discover(which: &Objects, patch: &[String]) -> Result<Vec<Module>,
 
 /// `-P` and `-U` (`patterns`, in order) on objects with sites of their
 /// own (patchable entries, fentry calls) that they name (the program by a
-/// pattern without `@LIB`, a library by `@LIB`): only the sites of the functions they select are
-/// traced, as uftrace's dynamic tracing uses an object's patchable entries
-/// where it has them; their other functions' prologues are not patched.
+/// pattern without `@LIB`, a library by `@LIB`): only the sites of the
+/// functions they select are traced, as uftrace's dynamic tracing uses an
+/// object's patchable entries where it has them; their other functions'
+/// prologues are not patched.
 fn select_sites(patterns: &[Pattern], modules: &mut [Module], exe: &Path) {
     if patterns.is_empty() {
         return;
