@@ -143,7 +143,8 @@ fn plain_and_graphviz_dumps_as_uftrace() {
 }
 
 /// `info` shows the command line that made the recording, quoted as
-/// uftrace keeps its own (`"` escaped), and uftrace shows the same.
+/// uftrace keeps its own (`"` escaped), and a note left in the directory
+/// (`note.txt`); uftrace shows the same.
 #[test]
 fn info_quotes_the_recording_command_line() {
     let dir = workdir("info_cmdline");
@@ -170,6 +171,23 @@ fn info_quotes_the_recording_command_line() {
     );
     if require("uftrace", "uftrace's info of the recording") {
         assert_eq!(ours, info(&mut Command::new("uftrace")));
+    }
+    // A note left in the directory ends the info, as uftrace's shows it.
+    std::fs::write(data.join("note.txt"), "Left for later.").unwrap();
+    let tail = |tool: &mut Command| {
+        let out = view(tool, &data, &["info"]);
+        let at = out
+            .find("#\n# extra note information")
+            .unwrap_or_else(|| panic!("{out}"));
+        out[at..].to_string()
+    };
+    let ours = tail(&mut shadowgraph());
+    assert_eq!(
+        ours,
+        "#\n# extra note information\n# ======================\nLeft for later.\n"
+    );
+    if require("uftrace", "uftrace's info of the recording") {
+        assert_eq!(ours, tail(&mut Command::new("uftrace")));
     }
 }
 

@@ -167,6 +167,12 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
             line(out, "exec sessions", list)?;
         }
     }
+    // A note left in the directory (`note.txt`), as uftrace's shows it.
+    if let Ok(note) = std::fs::read_to_string(data.dir.join("note.txt")) {
+        writeln!(out, "#\n# extra note information\n# ======================")?;
+        // (As it is: the line ending the info ends it.)
+        write!(out, "{note}")?;
+    }
     writeln!(out)?; // as uftrace's ends
     Ok(())
 }
