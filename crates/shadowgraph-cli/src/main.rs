@@ -458,15 +458,7 @@ fn main() -> ExitCode {
             };
             let how = filter.open_options();
             let f = filter.into();
-            fields.and_then(|fields| {
-                view(&data, how, |d, o| {
-                    report_tasks(d, &fields, &f, o).map_err(|e| {
-                        shadowgraph_data::replay::ReplayError::Io(std::io::Error::other(
-                            e.to_string(),
-                        ))
-                    })
-                })
-            })
+            fields.and_then(|fields| view(&data, how, |d, o| report_tasks(d, &fields, &f, o)))
         }
         Command::Report {
             data,

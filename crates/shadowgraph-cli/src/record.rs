@@ -643,7 +643,7 @@ pub(crate) fn show_live(
     use shadowgraph_data::{profile, report};
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let how = view.open_options(false);
+    let how = view.open_options();
     let datas: Vec<DataDir> = crate::output::session_dirs(dir)
         .iter()
         .filter_map(|d| DataDir::open_with(d, how.clone()).ok())
@@ -657,16 +657,14 @@ pub(crate) fn show_live(
             return Ok(());
         };
         if profile::is_profile(first) {
-            return profile::report(first, report::SortKey::Total, false, &[], &mut out)
-                .map_err(|e| ReplayError::Io(std::io::Error::other(e.to_string())));
+            return profile::report(first, report::SortKey::Total, false, &[], &mut out);
         }
         let filter = view.filter(triggers).without_unmatched(first);
         if view.report {
             let layout = report::Layout::parse(None, None, report::Averages::None)
                 .map_err(|e| ReplayError::Io(std::io::Error::other(e)))?;
             write!(out, "#\n# uftrace report\n#\n")?;
-            report::report_sessions(&refs, &layout, &filter, &mut out)
-                .map_err(|e| ReplayError::Io(std::io::Error::other(e.to_string())))?;
+            report::report_sessions(&refs, &layout, &filter, &mut out)?;
             write!(out, "\n#\n# uftrace replay\n#\n")?;
         }
         let (fields, look) = view.look.columns(&filter, srcline, view.libname);

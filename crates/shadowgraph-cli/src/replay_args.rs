@@ -127,11 +127,11 @@ impl LiveView {
         }
     }
 
-    /// How the recording is opened for the replay.
-    pub(crate) fn open_options(&self, no_args: bool) -> shadowgraph_data::dir::OpenOptions {
+    /// How the recording is opened for the replay (what `record` left out
+    /// is not in it: `--no-args` needs no saying here).
+    pub(crate) fn open_options(&self) -> shadowgraph_data::dir::OpenOptions {
         shadowgraph_data::dir::OpenOptions {
             names: self.demangle.into(),
-            no_args,
             no_sched_preempt: self.no_sched_preempt,
             ..Default::default()
         }

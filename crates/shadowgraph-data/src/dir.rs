@@ -390,6 +390,14 @@ impl DataDir {
         }
     }
 
+    /// The name its tasks go by, as the kernel's `comm` holds it: the
+    /// program's file name, at most 15 bytes (uftrace's task name).
+    pub fn task_name(&self) -> &str {
+        let exe = self.info.get("exe").unwrap_or("");
+        let name = exe.rsplit('/').next().unwrap_or(exe);
+        name.get(..15).unwrap_or(name)
+    }
+
     /// The file of thread `tid`'s records.
     pub fn dat_path(&self, tid: i32) -> PathBuf {
         self.dir.join(format!("{tid}.dat"))

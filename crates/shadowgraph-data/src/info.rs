@@ -203,9 +203,7 @@ pub fn task_info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError
         .collect();
     tasks.sort_by_key(|t| t.0);
     tasks.dedup_by_key(|t| t.0);
-    let exe = data.info.get("exe").unwrap_or("");
-    let name = exe.rsplit('/').next().unwrap_or(exe);
-    let name = name.get(..15).unwrap_or(name);
+    let name = data.task_name();
     writeln!(
         out,
         "#{:>23}  {:>5}  {:>8}  {:<16}  DATA SIZE",

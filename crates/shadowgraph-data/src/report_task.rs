@@ -78,9 +78,7 @@ pub fn report_tasks(
         .map(|(t, (total, idle, calls))| (t, (total, total.saturating_sub(idle), calls)))
         .collect();
     rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
-    let exe = data.info.get("exe").unwrap_or("");
-    let name = exe.rsplit('/').next().unwrap_or(exe);
-    let name = name.get(..15).unwrap_or(name);
+    let name = data.task_name();
     if !fields.is_empty() {
         let (mut head, mut rule) = (String::new(), String::new());
         for f in fields {

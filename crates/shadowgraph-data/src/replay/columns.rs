@@ -163,9 +163,7 @@ impl<'a> Columns<'a> {
         fields: &[Field],
         tids: &[i32],
     ) -> Result<Self, DataError> {
-        let exe = data.info.get("exename").unwrap_or("");
-        let task = exe.rsplit('/').next().unwrap_or(exe);
-        let task = task.get(..15).unwrap_or(task);
+        let task = data.task_name();
         Ok(Columns {
             data,
             fields: fields.to_vec(),
