@@ -131,7 +131,11 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
             "record in memory, callbacks (general path)",
             "record-general",
         ),
-        ("record in memory, 2 recorders (general path)", "record2"),
+        ("record in memory, 2 recorders, fused", "record2"),
+        (
+            "record in memory, 2 recorders (general path)",
+            "record2-general",
+        ),
     ] {
         rows.push((label.into(), in_child(mode, calls, reps, hijack_returns)?));
     }

@@ -77,7 +77,8 @@ enum Which {
         #[arg(long)]
         hijack_returns: bool,
         /// none | ops | list2 | direct | graph-decline | graph | graph2 |
-        /// graph16 | record | record-general | record2; `MODE-tail`: MODE on
+        /// graph16 | record | record-general | record2 | record2-general;
+        /// `MODE-tail`: MODE on
         /// `loop_tail` (a traced function tail-calling `target`; count
         /// with --toggle-collect=loop_tail)
         mode: String,
@@ -99,7 +100,8 @@ enum Which {
     },
     /// (For `bench fgraph`, in a process of its own: the recording path is
     /// chosen once per process.) ns per call recorded into memory, `record`
-    /// (fused), `record-general` (callbacks) or `record2` (two recorders).
+    /// (fused), `record-general` (callbacks), `record2` (two recorders,
+    /// fused) or `record2-general` (two recorders, callbacks).
     #[command(hide = true)]
     MemoryRecord {
         #[arg(long)]

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 /// The recording modes: one recorder on the fused path, one through
 /// fgraph's callbacks, two (through the callbacks).
-pub const MODES: [&str; 3] = ["record", "record-general", "record2"];
+pub const MODES: [&str; 4] = ["record", "record-general", "record2", "record2-general"];
 
 /// A recording of the benchmark library in this process, by `mode`'s
 /// recorders, into a directory in /dev/shm (removed on drop).
@@ -34,7 +34,7 @@ impl Recording {
     pub fn start(mode: &str, calls: i64, hijack_returns: bool) -> Result<Recording, String> {
         let tracers = match mode {
             "record" | "record-general" => vec![Tracer::default()],
-            "record2" => ["a", "b"]
+            "record2" | "record2-general" => ["a", "b"]
                 .map(|n| Tracer {
                     name: Some(n.into()),
                     ..Default::default()
@@ -42,7 +42,7 @@ impl Recording {
                 .to_vec(),
             other => {
                 return Err(format!(
-                    "unknown mode `{other}` (record, record-general or record2)"
+                    "unknown mode `{other}` (record, record-general, record2 or record2-general)"
                 ))
             }
         };
@@ -56,7 +56,7 @@ impl Recording {
         .join(format!("shadowgraph-bench-memory-{}", std::process::id()));
         let mut record = config::Record::into_dir(&dir, tracers);
         record.ring_bytes = Some((calls as u64 * 2 * 16 + (1 << 20)).next_power_of_two());
-        record.fused = mode == "record";
+        record.fused = !mode.ends_with("-general");
         let mut config = Config::record(record);
         // The benchmark library alone (this binary has no sites).
         config.objects = config::Objects::Program(vec!["libdispatch".into()]);

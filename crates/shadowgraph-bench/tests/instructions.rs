@@ -12,13 +12,13 @@ const CALLS: u64 = 100_000;
 /// (mode, instructions per call at most, including the loop's own ~10;
 /// `-tail` modes: per iteration of `loop_tail`, two traced calls, the
 /// second a tail call)
-const BUDGETS: [(&str, f64); 13] = [
+const BUDGETS: [(&str, f64); 14] = [
     ("none", 12.0),
     ("ops", 155.0),
     ("list2", 350.0),
     ("direct", 14.0),
     ("graph-decline", 175.0),
-    ("graph", 270.0),
+    ("graph", 275.0),
     // Several users: the stubs' path, one Rust loop over the users.
     ("graph2", 500.0),
     ("graph16", 1500.0),
@@ -27,8 +27,11 @@ const BUDGETS: [(&str, f64); 13] = [
     // (tracer::recorder).
     ("record", 225.0),
     ("record-general", 530.0),
-    // Two recorders through the callbacks, one clock read per event.
-    ("record2", 1000.0),
+    // Two recorders on their shared fused path (valgrind has no rseq:
+    // ring slots by cmpxchg), and through the callbacks, one clock read
+    // per event either way.
+    ("record2", 470.0),
+    ("record2-general", 1000.0),
     // A tail call between traced functions stays on the fast paths (two
     // calls' worth and the check that it is one), not the general way.
     ("graph-tail", 580.0),

@@ -395,24 +395,6 @@ enum RecordPath {
     General,
 }
 
-/// Whether glibc registered rseq for this process's threads (then for the
-/// recorded program's too: same glibc, same kernel).
-fn rseq_registered() -> bool {
-    // SAFETY: dlsym of glibc's `const unsigned int __rseq_size`, if any.
-    unsafe {
-        let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) as *const u32;
-        !size.is_null() && *size >= 16
-    }
-}
-
-/// The restarted records `info` reports for the fused path with rseq.
-fn rseq_restarts(info: &str) -> Option<u64> {
-    info.split("ring slots by rseq, ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-}
-
 fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
     let fused = path != RecordPath::General;
     let args = filter.contains(&"-A");

@@ -148,6 +148,14 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                     get("rseq_restarts").unwrap_or("?")
                 ),
                 ("fused", _) => "fused (one tracer: entry, filters and return in asm)".into(),
+                ("fused-multi", Some("rseq")) => format!(
+                    "fused (several tracers: one frame, one clock read and a record in each ring, in asm; ring slots by rseq, {} restarted)",
+                    get("rseq_restarts").unwrap_or("?")
+                ),
+                ("fused-multi", _) => {
+                    "fused (several tracers: one frame, one clock read and a record in each ring, in asm)"
+                        .into()
+                }
                 _ => "general (fgraph callbacks)".into(),
             };
             line(out, "record path", &what)?;

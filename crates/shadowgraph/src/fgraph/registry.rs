@@ -8,8 +8,9 @@ use super::entry::{graph_entry, manager_tramp_entry};
 use super::sitepath::{shadowgraph_graph_site_entry, shadowgraph_site_return_general};
 use super::stack::{self};
 use super::state::{
-    forget_event_time, init_tp_offsets, ARRAY, EPOCH, FAST, NO_FRAME_WORD, OCCUPIED, SLOT_EPOCH,
-    SOLE_FRAME_WORD, SOLE_HIJACKED_RETURN, SOLE_PROVIDED,
+    forget_event_time, init_tp_offsets, ARRAY, EPOCH, FAST, MULTI_ENTRY, MULTI_FRAME_WORD,
+    MULTI_RETURN, NO_FRAME_WORD, OCCUPIED, SLOT_EPOCH, SOLE_FRAME_WORD, SOLE_HIJACKED_RETURN,
+    SOLE_PROVIDED,
 };
 use super::thread::thread_key;
 use super::user::{GraphError, GraphUser, MAX_USERS};
@@ -72,6 +73,29 @@ pub(crate) fn register_sole_path(path: SolePath) -> bool {
     // return_to_handler may jump to it (it loads the address, the jump
     // depends on it).
     SOLE_HIJACKED_RETURN.store(path.hijacked_return, Ordering::Release);
+    true
+}
+
+/// Registers the code that stands in for the callbacks of every user
+/// while two or more are registered and each is marked with
+/// [`GraphUser::let_multi_path_stand_in`]: fgraph's site entry and return
+/// jump to `entry` and `ret` then (the register contracts of
+/// `shadowgraph_graph_site_entry` and `shadowgraph_site_return_general`),
+/// which come back to `shadowgraph_graph_site_entry_body` and
+/// `shadowgraph_site_return_body` for what they do not handle. They read
+/// [`MULTI_FRAME_WORD`](super::state::MULTI_FRAME_WORD) for the users and
+/// the frames' word. Before any user registers, once (the same path again
+/// changes nothing): false otherwise.
+pub(crate) fn register_multi_path(entry: usize, ret: usize) -> bool {
+    let r = registry();
+    let had = MULTI_ENTRY.load(Ordering::Relaxed);
+    if r.active > 0 || (had != 0 && had != entry) {
+        return had == entry;
+    }
+    // Relaxed: the word that sends calls to the path is published later
+    // (set_fast, Release, under the same lock).
+    MULTI_RETURN.store(ret, Ordering::Relaxed);
+    MULTI_ENTRY.store(entry, Ordering::Relaxed);
     true
 }
 
@@ -232,6 +256,9 @@ pub fn unregister_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
     OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
     r.active -= 1;
     publish_sole(std::ptr::null_mut());
+    // Release: as in set_fast; no call enters the multi path for this
+    // user after the grace period below.
+    MULTI_FRAME_WORD.store(NO_FRAME_WORD, Ordering::Release);
     let res = ftrace::unregister_subop(manager(), &user.subop);
     quiesce::synchronize();
     r.users[i] = None;
@@ -255,6 +282,10 @@ pub(super) fn release_slot(r: &mut Registry, i: usize) {
 pub(super) fn set_fast(r: &Registry) {
     // Relaxed: a hint (see MANY); the users are published before.
     super::state::MANY.store(r.active >= 2, Ordering::Relaxed);
+    // Release: the users' words (ARRAY, their fields) are published
+    // before the word that sends calls to the multi path, which loads it
+    // first and them through it.
+    MULTI_FRAME_WORD.store(multi_word(r), Ordering::Release);
     let sole = if r.active == 1 {
         r.users
             .iter()
@@ -265,6 +296,23 @@ pub(super) fn set_fast(r: &Registry) {
         None
     };
     publish_sole(sole.unwrap_or(std::ptr::null_mut()));
+}
+
+/// The multi path's frame word for the registered users (see
+/// MULTI_FRAME_WORD): two or more, every one marked, the path registered.
+fn multi_word(r: &Registry) -> u64 {
+    let users = || r.users.iter().flatten();
+    if r.active < 2
+        || MULTI_ENTRY.load(Ordering::Relaxed) == 0
+        || !users().all(|u| u.multi_path.load(Ordering::Acquire))
+    {
+        return NO_FRAME_WORD;
+    }
+    let bits = users()
+        .filter_map(|u| u.slot())
+        .fold(0u16, |b, i| b | 1 << i);
+    // Acquire: every user's slot epoch is at most this one.
+    stack::bitmap(stack::FRAME_WORDS, bits, EPOCH.load(Ordering::Acquire))
 }
 
 /// FAST and SOLE_PROVIDED for `sole` (null: none). A user stops being

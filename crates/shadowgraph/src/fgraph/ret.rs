@@ -5,7 +5,7 @@
 
 use super::stack::{self, thread, ThreadState};
 use super::state::{
-    lock_graph, unlock_graph, ARRAY, FAST, LOST_FRAMES, SLOT_EPOCH, SOLE_HIJACKED_RETURN,
+    lock_graph, unlock_graph, ARRAY, FAST, LOST_FRAMES, OCCUPIED, SLOT_EPOCH, SOLE_HIJACKED_RETURN,
 };
 use super::user::{GraphReturn, GraphUser, RetRegs};
 use crate::ftrace::dispatch::ErrnoGuard;
@@ -234,16 +234,7 @@ pub(super) fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool
             (0, 0)
         };
         if unwound && users == 0 {
-            // Acquire (here and in the loop): the registry's words,
-            // published before the user (registry.rs).
-            let sole = FAST.load(Ordering::Acquire);
-            // SAFETY: as for ARRAY's users below: published, and we are
-            // inside the bracket.
-            if let Some(u) = unsafe { sole.as_ref() } {
-                if u.unowned_unwinds.load(Ordering::Relaxed) {
-                    (u.ret)(&ev, u, r);
-                }
-            }
+            offer_unowned(&ev, r);
         }
         return_all(t, &ev, r, (users, epoch));
         unlock_graph(t, bit);
@@ -251,6 +242,29 @@ pub(super) fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool
     // As in the fast return: read, then pop.
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
+}
+
+/// A frame a longjmp skipped that names no user (a signal handler that
+/// never returned found it half made or half finished): offered to every
+/// registered user that asked for such frames
+/// (`GraphUser::offer_unowned_unwinds`), each of which tells from its own
+/// state whether the call was its own.
+#[cold]
+fn offer_unowned(ev: &GraphReturn, r: &RetRegs) {
+    // Acquire (here and in the loop): the registry's words, published
+    // before the user and its bit (registry.rs).
+    let mut occupied = OCCUPIED.load(Ordering::Acquire);
+    while occupied != 0 {
+        let i = occupied.trailing_zeros() as usize;
+        occupied &= occupied - 1;
+        // SAFETY: a published user outlives the grace period that follows
+        // its slot's clearing; we are inside the bracket.
+        if let Some(u) = unsafe { ARRAY[i].load(Ordering::Acquire).as_ref() } {
+            if u.unowned_unwinds.load(Ordering::Relaxed) {
+                (u.ret)(ev, u, r);
+            }
+        }
+    }
 }
 
 /// The return callbacks of `users` (a frame's, pushed at `epoch`) for

@@ -8,7 +8,10 @@
 use super::entry::{manager_tramp_entry, offer_all};
 use super::ret::{graph_return, return_all};
 use super::stack::{self, ThreadState};
-use super::state::{EPOCH, FAST, MANY, TP_LOCAL, TP_THREAD};
+use super::state::{
+    EPOCH, FAST, MANY, MULTI_ENTRY, MULTI_FRAME_WORD, MULTI_RETURN, NO_FRAME_WORD, TP_LOCAL,
+    TP_THREAD,
+};
 use super::user::{GraphEntry, GraphReturn, GraphUser, RetRegs};
 use crate::ftrace::local::CoreLocal;
 use crate::ftrace::{Group, Regs};
@@ -248,6 +251,13 @@ super::layout::graph_asm!(
     ".set SE_ENTRY, SE_OFFER + 8",
     ".set SE_SIZE, (SE_ENTRY + ENT_SIZE + 15) & ~15",
     "endbr64",
+    // Users the registered multi path stands in for: its entry, which
+    // comes back to the body for what it does not handle.
+    "cmp qword ptr [rip + {multi_word}], {no_frame_word}",
+    "jne 95f",
+    ".globl shadowgraph_graph_site_entry_body",
+    ".hidden shadowgraph_graph_site_entry_body",
+    "shadowgraph_graph_site_entry_body:",
     "mov r11, [rsp]",
     "mov r11, [r11 + {data_off}]",
     "push rbp",
@@ -374,6 +384,12 @@ super::layout::graph_asm!(
     ".set SR_RET, SR_WORD + 8",
     ".set SR_SIZE, (SR_RET + GRET_SIZE + 15) & ~15",
     "endbr64",
+    // As at the entry: the multi path's return first.
+    "cmp qword ptr [rip + {multi_word}], {no_frame_word}",
+    "jne 96f",
+    ".globl shadowgraph_site_return_body",
+    ".hidden shadowgraph_site_return_body",
+    "shadowgraph_site_return_body:",
     "mov r11, rsp",
     "sub rsp, SR_SIZE",
     "and rsp, -16",
@@ -451,6 +467,11 @@ super::layout::graph_asm!(
     "mov rsp, [rsp + RET_RSP + 8]",
     "push r11",
     "ret",
+    // (Out of the way: the multi path's entry and return.)
+    "95:",
+    "jmp qword ptr [rip + {multi_entry}]",
+    "96:",
+    "jmp qword ptr [rip + {multi_return}]",
     // Whether a new call whose return slot is the top frame's is a tail
     // call from that frame's function (`enter`: not `fresh`), for the fast
     // paths here and in a registered SolePath. Register contract: reached by
@@ -513,6 +534,10 @@ super::layout::graph_asm!(
     many = sym MANY,
     ret = sym graph_return,
     fast = sym FAST,
+    multi_word = sym MULTI_FRAME_WORD,
+    no_frame_word = const NO_FRAME_WORD as i64,
+    multi_entry = sym MULTI_ENTRY,
+    multi_return = sym MULTI_RETURN,
     tp_local = sym TP_LOCAL,
     tp_thread = sym TP_THREAD,
     l_word = const offset_of!(CoreLocal, word),

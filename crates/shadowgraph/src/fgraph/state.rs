@@ -15,7 +15,7 @@ use std::sync::atomic::{compiler_fence, AtomicI64, AtomicPtr, AtomicU64, Orderin
 /// Slots whose ARRAY entry is set (a superset while one is being cleared):
 /// the general entry visits these only.
 pub(super) static OCCUPIED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-pub(super) static ARRAY: [AtomicPtr<GraphUser>; MAX_USERS] =
+pub(crate) static ARRAY: [AtomicPtr<GraphUser>; MAX_USERS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_USERS];
 /// Epoch at which each slot's current owner registered.
 pub(super) static SLOT_EPOCH: [AtomicU64; MAX_USERS] =
@@ -34,6 +34,20 @@ pub(crate) static SOLE_PROVIDED: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr:
 /// a path that pushes frames reads the word it checks and makes them by
 /// from here, one load with no user pointer to follow.
 pub(crate) static SOLE_FRAME_WORD: AtomicU64 = AtomicU64::new(NO_FRAME_WORD);
+/// While two users or more are registered and the registered multi path
+/// ([`register_multi_path`](super::registry::register_multi_path)) stands
+/// in for every one of them: the BITMAP word of the frames it keeps for
+/// them all (their bits, the newest epoch, so that the general return
+/// treats such a frame as one `offer_all` kept for each), else
+/// [`NO_FRAME_WORD`]. fgraph's site entry and return hand a call over to
+/// the path while it is set; the path reads this one word to know it may
+/// run, and for whom.
+pub(crate) static MULTI_FRAME_WORD: AtomicU64 = AtomicU64::new(NO_FRAME_WORD);
+/// The registered multi path's site entry and return (0: none).
+pub(super) static MULTI_ENTRY: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+pub(super) static MULTI_RETURN: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
 /// No frame's last word: its type bits (10..11) are 3, which no word of a
 /// stack has (stack::TYPE_*), and a stack's word −1 is 0.
 pub(crate) const NO_FRAME_WORD: u64 = u64::MAX;

@@ -142,11 +142,15 @@ pub struct GraphUser {
     /// Whether the registered [`SolePath`] stands in for this user's
     /// callbacks while it is the only user (set before it registers).
     pub(crate) sole_path: std::sync::atomic::AtomicBool,
+    /// Whether the registered multi path stands in for this user's
+    /// callbacks while every registered user lets it (set before it
+    /// registers).
+    pub(super) multi_path: std::sync::atomic::AtomicBool,
     /// Words the registered [`SolePath`] reads for this user, at
     /// [`GraphUser::PATH_WORDS`] (their meaning is the path's).
     pub(crate) path_words: [AtomicU64; PATH_WORDS],
-    /// Whether this user, while it is the sole one, is also offered the
-    /// frames a longjmp skipped that name no user (see
+    /// Whether this user is also offered the frames a longjmp skipped that
+    /// name no user (see
     /// [`GraphUser::offer_unowned_unwinds`]).
     pub(super) unowned_unwinds: std::sync::atomic::AtomicBool,
 }
@@ -188,18 +192,20 @@ impl GraphUser {
             frame_word: AtomicU64::new(0),
             offer_word: AtomicU64::new(0),
             sole_path: std::sync::atomic::AtomicBool::new(false),
+            multi_path: std::sync::atomic::AtomicBool::new(false),
             path_words: [const { AtomicU64::new(0) }; PATH_WORDS],
             unowned_unwinds: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// While this user is the only one, its return callback is also called
-    /// (`unwound` set) for frames a longjmp skipped whose users bits are
-    /// empty: frames a signal handler that never returned found half made
-    /// (pushed, not yet handed to the user) or half finished (handed back,
-    /// not yet popped). Only the callback can tell which, e.g. from what it
-    /// recorded; a user that opts in must return from such a call without
-    /// effect when the frame was not its own.
+    /// Its return callback is also called (`unwound` set) for frames a
+    /// longjmp skipped whose users bits are empty: frames a signal handler
+    /// that never returned found half made (pushed, not yet handed to the
+    /// users: one user's entry callback may have run, the next one's not)
+    /// or half finished (handed back, not yet popped). Only the callback
+    /// can tell which, and whether the call was its own at all, e.g. from
+    /// what it recorded; a user that opts in must return from such a call
+    /// without effect when the frame was not its own.
     pub fn offer_unowned_unwinds(&self) {
         self.unowned_unwinds.store(true, Ordering::Release);
     }
@@ -208,6 +214,18 @@ impl GraphUser {
     /// while it is the only user (before it registers).
     pub(crate) fn let_sole_path_stand_in(&self) {
         self.sole_path.store(true, Ordering::Release);
+    }
+
+    /// Lets the registered multi path stand in for this user's callbacks
+    /// while two users or more are registered and it stands in for each
+    /// (before it registers).
+    pub(crate) fn let_multi_path_stand_in(&self) {
+        self.multi_path.store(true, Ordering::Release);
+    }
+
+    /// Whether the multi path may stand in for it.
+    pub(crate) fn multi_path_stands_in(&self) -> bool {
+        self.multi_path.load(Ordering::Acquire)
     }
 
     /// The functions it traces.

@@ -86,9 +86,39 @@ pub(super) fn make_my_ring(inst: usize, kind: Kind, depth: u16) -> *mut u8 {
     let mut b = MINE[inst].load(Ordering::Relaxed);
     if b.is_null() {
         b = create(inst, open);
+        // The thread's rings of the instance's siblings too, at the same
+        // depth: they take the same calls, and a signal handler that
+        // lands between this record and theirs records in them where
+        // the thread is for them (one made by the handler would start at
+        // the handler's depth, deeper than their first record).
+        // Relaxed: set before any of their users registers.
+        let mut others = SIBLINGS[inst].load(Ordering::Relaxed) & !(1 << inst);
+        while others != 0 {
+            let j = others.trailing_zeros() as usize;
+            others &= others - 1;
+            if MINE[j].load(Ordering::Relaxed).is_null() && DIRS[j].get().is_some() {
+                create(j, open);
+            }
+        }
     }
     crate::sys::restore_signals(mask);
     b
+}
+
+/// Each instance's siblings (bit j: instance j), itself included: the
+/// tracers of one recording, which take the same calls (0: none).
+pub(super) static SIBLINGS: [std::sync::atomic::AtomicU64; MAX_INSTANCES] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; MAX_INSTANCES];
+
+/// Makes `insts` siblings: a thread's first ring of one of them comes
+/// with its rings of the others (before their users register).
+pub fn set_siblings(insts: &[usize]) {
+    let all = insts.iter().fold(0u64, |m, &i| m | 1 << i);
+    for &i in insts {
+        // Relaxed: read by the threads the users' registration (which
+        // publishes with Release) sends into the callbacks.
+        SIBLINGS[i].store(all, Ordering::Relaxed);
+    }
 }
 
 /// The ring is full as far as the producer knew: re-read the consumer's
@@ -550,4 +580,5 @@ pub fn end_instance(inst: usize) {
     }
     DIRS[inst].set(None);
     SHM[inst].set(None);
+    SIBLINGS[inst].store(0, Ordering::Relaxed);
 }

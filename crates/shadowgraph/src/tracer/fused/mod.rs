@@ -30,6 +30,11 @@
 //! record finds them a level apart, and its calls are recorded where the
 //! ring says the thread is ([`ring_depth_witness`]).
 //!
+//! Several plain recorders registered at once take the multi path
+//! ([`enable_multi`], multi.rs): fgraph's site entry and return hand their
+//! calls over to it, one frame and one clock read for all of them and a
+//! record in each one's ring.
+//!
 //! The thread-local state is reached at its offset from the thread pointer
 //! (initial-exec TLS: the same offset in every thread), computed once
 //! (fgraph::init_tp_offsets and [`attach`]) and then written into this
@@ -38,6 +43,7 @@
 mod args_asm;
 mod frame_asm;
 mod general;
+mod multi;
 mod plain;
 mod profile;
 mod ring_asm;
@@ -297,7 +303,58 @@ pub const ENTRY_TIMING: u64 = 1 << 61;
 /// The flag bits of the word; the rest is a time.
 pub const ENTRY_FLAGS: u64 = ENTRY_WRITTEN | ENTRY_DROPPED | ENTRY_TIMING;
 
+// The fused path of several plain recorders (multi.rs).
+
+/// Records a ring must have room for beyond the path's own before the
+/// path writes in it: those of signal handlers that land between its
+/// look at the rings and its records (a record that then finds no room
+/// is counted lost; the general way would have waited for room).
+pub(super) const SPARE_RECORDS: u64 = 256;
+
+/// Offset from the thread pointer of the thread's rings of every
+/// instance (`writer::rings_of_this_thread`): instance i's at + 8i.
+pub(super) static TP_RINGS_ALL: AtomicI64 = AtomicI64::new(0);
+
+/// Makes the multi path available: fgraph hands calls over to it while
+/// every registered user (two or more) was marked by
+/// [`let_multi_stand_in`]. Before the first graph user registers; false
+/// (nothing changed) when records are not timed by the TSC or a user
+/// registered already.
+pub fn enable_multi() -> bool {
+    if !clock::uses_tsc() || fgraph::manager_made() {
+        return false;
+    }
+    // Relaxed (both): read by the path only after MULTI_FRAME_WORD, which
+    // fgraph publishes (Release) when users register, later.
+    TP_RINGS_ALL.store(
+        writer::rings_of_this_thread().wrapping_sub(thread_pointer()) as i64,
+        Ordering::Relaxed,
+    );
+    RSEQ_CS.store(rseq_cs_offset().unwrap_or(0), Ordering::Relaxed);
+    fgraph::init_tp_offsets();
+    fgraph::register_multi_path(
+        shadowgraph_fused_multi_entry as *const () as usize,
+        shadowgraph_fused_multi_return as *const () as usize,
+    )
+}
+
+/// Lets the multi path stand in for `user`, a graph user (not registered
+/// yet) whose entry callback only emits an entry record of every call at
+/// the depth fgraph gives, and whose return callback only emits the exit
+/// record, to recording instance `user.private` — the plain recorder
+/// without a depth limit. False (nothing changed) for an instance out of
+/// range.
+pub fn let_multi_stand_in(user: &GraphUser) -> bool {
+    if user.private >= writer::MAX_INSTANCES {
+        return false;
+    }
+    user.let_multi_path_stand_in();
+    true
+}
+
 extern "C" {
+    fn shadowgraph_fused_multi_entry();
+    fn shadowgraph_fused_multi_return();
     fn shadowgraph_fused_profile_entry();
     fn shadowgraph_fused_profile_return();
     fn shadowgraph_fused_timed_entry();

@@ -113,8 +113,13 @@ fn write(
         if writer::writer_gave_up(i) {
             info.set("writer_gave_up", 1);
         }
-        let fused = t.fused;
-        info.set("record_path", if fused { "fused" } else { "general" });
+        let fused = t.fused || t.multi;
+        let path = match (t.fused, t.multi) {
+            (true, _) => "fused",
+            (_, true) => "fused-multi",
+            _ => "general",
+        };
+        info.set("record_path", path);
         if fused && !t.profile {
             let claims = if crate::tracer::fused::uses_rseq() {
                 "rseq"

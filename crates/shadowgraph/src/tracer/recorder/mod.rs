@@ -66,10 +66,13 @@ pub(crate) fn start(
         ticks_per_ns: metadata::take_early_calibration_point(),
         args: args::ArgTable::new(&r.argspec, &r.retspec, r.auto_args)?.map(Arc::new),
         libcalls: r.libcalls != config::LibCalls::Off,
+        // Several tracers from the start: the plain ones among them may
+        // share one fused path (the path is used only if all are plain).
+        multi: r.fused && !alone && fused::enable_multi(),
     };
     profile::init(ftrace::sites().len());
     let insts = take_instances(r.tracers.len())?;
-    let mut tracers: Vec<Arc<Tracer>> = Vec::new();
+    let mut tracers: Vec<Tracer> = Vec::new();
     let made = (|| {
         for (i, t) in r.tracers.iter().enumerate() {
             let inst = insts[i];
@@ -89,10 +92,26 @@ pub(crate) fn start(
             let mut made = made.map_err(|e| format!("{}: {e}", d.display()))?;
             made.shared_rings = rings.is_some();
             made.command = r.command.clone();
-            tracers.push(Arc::new(made));
+            tracers.push(made);
         }
         Ok::<(), String>(())
     })();
+    // A thread's rings of the recording's tracers are made together.
+    let recorders: Vec<usize> = tracers
+        .iter()
+        .filter(|t| !t.profile)
+        .map(|t| t.inst)
+        .collect();
+    writer::set_siblings(&recorders);
+    // The multi path runs only while every registered user lets it.
+    let multi = shared.multi && tracers.iter().all(|t| t.user.multi_path_stands_in());
+    let tracers: Vec<Arc<Tracer>> = tracers
+        .into_iter()
+        .map(|mut t| {
+            t.multi = multi;
+            Arc::new(t)
+        })
+        .collect();
     if let Err(e) = made {
         for &inst in &insts {
             writer::end_instance(inst);
@@ -193,6 +212,7 @@ fn profile_tracer(
         min_ticks: 0,
         profile: true,
         fused,
+        multi: false,
         shared_rings: false,
         args: None,
         reads: None,
@@ -212,6 +232,8 @@ struct Shared {
     /// Whether library calls are recorded (`--no-libcall`: not, even
     /// where another recording of the process traces them).
     libcalls: bool,
+    /// Whether the fused path of several plain recorders is available.
+    multi: bool,
 }
 
 /// The sites a recording's tracer is called for: every one, or, without
@@ -307,6 +329,10 @@ fn graph_tracer(
         // Its callbacks only emit the two records: the fused path may
         // stand in for them when it is alone.
         fused = fused_ok && fused::attach(&u, i, max_depth);
+        // With other plain recorders without a limit, all of them at once.
+        if shared.multi && max_depth == 0 {
+            fused::let_multi_stand_in(&u);
+        }
         u
     } else {
         let u = GraphUser::new(on_entry, on_return, all(), i);
@@ -341,6 +367,7 @@ fn graph_tracer(
         min_ticks,
         profile: false,
         fused,
+        multi: false,
         shared_rings: false,
         args,
         reads,

@@ -1,0 +1,123 @@
+//! Several tracers recording at once (`--tracer a --tracer b`: plain
+//! recorders that share one fused path) while signal handlers record
+//! anywhere, also inside the path between one tracer's record and the
+//! other's, and while handlers leave by siglongjmp.
+
+mod common;
+
+use common::*;
+
+/// Eight threads run traced recursions while a process timer's handler,
+/// traced, lands on any of them 2000 times, under two tracers. Each
+/// tracer's records stay whole on every thread: each call closes, in time
+/// order, at the depth its place says; nothing is lost; every handler call
+/// is in both, and so is every call of fib. With rseq and without (ring
+/// slots by `cmpxchg`).
+#[test]
+fn two_tracers_and_signal_handlers_keep_every_record_whole() {
+    let tsc = shadowgraph_testkit::tool::available(
+        shadowgraph::clock::init(),
+        "an invariant TSC",
+        "the fused path",
+    );
+    for rseq in [true, false] {
+        let dir = workdir(if rseq { "mtsig2" } else { "mtsig2-cmpxchg" });
+        let exe = build_fixture(&dir, "mt", "threads_signals.c");
+        let data = dir.join("m.data");
+        let env = if rseq {
+            &[][..]
+        } else {
+            &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..]
+        };
+        let tracers = ["--tracer", "a", "--tracer", "b"];
+        let o = record_run(env, &tracers, &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        assert_eq!(err.matches("(0 lost) from 9 threads").count(), 2, "{err}");
+        let alarms: u64 = out.trim().parse().unwrap();
+        let mut fibs = Vec::new();
+        for t in ["a", "b"] {
+            let d = data.join(t);
+            let info = view_text("info", &d);
+            if tsc {
+                assert!(
+                    info.contains("record path         : fused (several tracers"),
+                    "{info}"
+                );
+                assert_eq!(
+                    info.contains("ring slots by rseq"),
+                    rseq && rseq_registered(),
+                    "{info}"
+                );
+            }
+            let rows = report_rows(&report_text(&d));
+            assert_eq!(rows["on_alarm"].2, alarms, "{t}: {alarms} alarms: {rows:?}");
+            assert_eq!(rows["in_handler"].2, alarms, "{t}: {rows:?}");
+            assert_eq!(rows["worker"].2, 8, "{t}: {rows:?}");
+            fibs.push(rows["fib"].2);
+            let dd = shadowgraph_data::dir::DataDir::open(&d).unwrap();
+            assert_eq!(dd.tids.len(), 9);
+            for &tid in &dd.tids {
+                in_time_order(&dd, tid).unwrap_or_else(|e| panic!("{t}: {e}"));
+                every_call_closes(&dd, tid).unwrap_or_else(|e| panic!("{t}: {e}"));
+                depths_follow_the_records(&dd, tid).unwrap_or_else(|e| panic!("{t}: {e}"));
+            }
+        }
+        assert_eq!(fibs[0], fibs[1], "every call in both");
+    }
+}
+
+/// A timer's handler that records and leaves by siglongjmp, 2400 times or
+/// more, under two tracers: each tracer's recording goes on to the end
+/// (no ring left stalled by a claim a jump left unpublished), and every
+/// handler call is recorded or among the records counted lost, in each.
+#[test]
+fn two_tracers_and_siglongjmp_out_of_handlers() {
+    let dir = workdir("sigjmprec2");
+    let exe = build_fixture(&dir, "sj", "siglongjmp_alarms.c");
+    let data = dir.join("j.data");
+    let tracers = ["--tracer", "a", "--tracer", "b"];
+    let o = record_run(&[], &tracers, &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let mut it = out.split_whitespace();
+    assert_eq!(it.next(), Some("7"));
+    let alarms: u64 = it.next().unwrap().parse().unwrap();
+    assert!(alarms >= 2400, "{out}");
+    for t in ["a", "b"] {
+        let d = data.join(t);
+        let dd = shadowgraph_data::dir::DataDir::open(&d).unwrap();
+        assert_eq!(dd.info.get("writer_gave_up"), None, "{err}");
+        let lost: u64 = err
+            .split(&format!("# tracer {t}: recorded "))
+            .nth(1)
+            .and_then(|r| r.split_once("records ("))
+            .and_then(|(_, r)| r.split_once(" lost)"))
+            .map(|(n, _)| n.parse().unwrap())
+            .unwrap_or_else(|| panic!("{err}"));
+        let drops: u64 = dd
+            .info
+            .get("recursion_drops")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let report = report_text(&d);
+        let rows = report_rows(&report);
+        assert!(
+            alarms - rows["on_alarm"].2 <= lost + drops,
+            "{t}: {alarms} alarms, {lost} lost, {drops} dropped: {report}"
+        );
+        let replay = replay_text(&d);
+        let tail: Vec<&str> = replay
+            .lines()
+            .rev()
+            .map(|l| l.split_once("] | ").map_or(l, |x| x.1))
+            .filter(|l| !l.contains("/* LOST "))
+            .take(2)
+            .collect();
+        assert_eq!(
+            tail,
+            ["} /* main */", "  done();"],
+            "{t}: the recording went on"
+        );
+    }
+}

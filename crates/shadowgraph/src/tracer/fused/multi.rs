@@ -1,0 +1,460 @@
+//! Several plain recorders at once, fused: while two or more graph users
+//! are registered and every one is a plain recorder (no filter, no depth
+//! limit, records timed by the TSC) that let this path stand in for it
+//! ([`let_multi_stand_in`]), fgraph's site entry and return hand a call
+//! over here (`fgraph::register_multi_path`). One frame for all of them,
+//! one clock read per entry and per exit that all their records share,
+//! and one record in each recorder's ring — no Rust code, no callback per
+//! user. Anything unusual goes back to fgraph's site entry and return,
+//! untouched.
+//!
+//! The users and the frames' BITMAP word are fgraph's MULTI_FRAME_WORD
+//! (their bits, the newest epoch): a frame with that word is one the
+//! general return would finish for each of them, so either side may take
+//! the other's frames. The path holds the bracket (grace periods wait for
+//! it), so a user it found in fgraph's ARRAY, and the user's rings, stay
+//! while it runs; a signal handler that lands in it runs fgraph's general
+//! way inside the bracket and records where each ring says the thread is
+//! (`Depth::Follow`), as it does inside the single recorder's path.
+//!
+//! Time order per ring: the time is read in the first record's sequence
+//! and kept in the thread's event word (`ThreadState::event_time`, as
+//! `clock::now_shared` shares one among callbacks); each later record
+//! takes it only while the word still holds it. A handler's event opens
+//! and clears the word, so a record after one reads the clock again: the
+//! handler's records in a ring, before ours, stay older than ours.
+//!
+//! ```text
+//! Entry (after entry_saves!, frame_asm's diagram; the bracket entered):
+//!   rsi    MULTI_FRAME_WORD, then the users left to record (bits 0..15)
+//!   xmm15  MULTI_FRAME_WORD, the new frame's BITMAP word
+//!   rdi    the shadow stack    r8  the new frame (curr)   r9  its depth,
+//!                                                             then the
+//!                                                             entry word
+//!   r10    the event's time (2 before the first read: no word's value)
+//!   r11    the ring of the user being recorded
+//! Return (after return_head!: rax, rdx pushed; the bracket entered):
+//!   rsi    MULTI_FRAME_WORD, then the users left to record
+//!   rdi    the shadow stack    r10 the returning frame    r8 the bracket
+//!   rcx    the exit record's word                         word
+//!   r9     the event's time (2 before the first read)
+//!   r11    the ring of the user being recorded
+//! ```
+
+use super::frame_asm::{
+    bracket_leave, entry_saves, entry_stack, frame_words, fused_layout, pop_frame, pop_saved,
+    return_head, thread_base, thread_op,
+};
+use super::ring_asm::{ring_publish, ring_write, rseq_abort, rseq_arm, rseq_descriptor};
+use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_RINGS_ALL};
+use crate::clock;
+use crate::fgraph::stack::ThreadState;
+use crate::fgraph::{self, GraphUser};
+use crate::ftrace::local::CoreLocal;
+use crate::record::ring::{RingHeader, HEADER_BYTES};
+use std::mem::offset_of;
+
+// The ring of the user whose slot is rax, in r11, or to `$gone` if the
+// user or its ring on this thread is not there. Clobbers rax, rdx.
+macro_rules! user_ring {
+    ($gone:literal) => {
+        concat!(
+            "lea rdx, [rip + {array}]\n",
+            "mov rax, [rdx + rax*8]\n",
+            "test rax, rax\n",
+            "jz ",
+            $gone,
+            "\n",
+            "mov rax, [rax + {u_private}]\n",
+            "mov rdx, [rip + {tp_rings_all}]\n",
+            "mov r11, qword ptr fs:[rdx + rax*8]\n",
+            "test r11, r11\n",
+            "jz ",
+            $gone,
+            "\n",
+        )
+    };
+}
+
+// The next user of `$set` (bits 0..15, nonzero): its slot in rax, its bit
+// taken from `$set`. Clobbers rdx.
+macro_rules! next_user {
+    ($set:literal) => {
+        concat!(
+            "bsf rax, ",
+            $set,
+            "\n",
+            "lea rdx, [",
+            $set,
+            " - 1]\n",
+            "and ",
+            $set,
+            ", rdx\n",
+        )
+    };
+}
+
+// Whether the event's time `$time` is still the thread's event word's
+// (else the clock is read again into both); then on at `$name`_timed.
+// Clobbers rax, rdx.
+macro_rules! shared_time {
+    ($name:literal, $time:literal, $timed:literal) => {
+        concat!(
+            crate::fixed_load!("rdx", "tp_thread"),
+            "cmp ",
+            $time,
+            ", qword ptr fs:[rdx + {t_event}]\n",
+            "je ",
+            $name,
+            $timed,
+            "\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "mov ",
+            $time,
+            ", rax\n",
+            crate::fixed_load!("rdx", "tp_thread"),
+            "mov qword ptr fs:[rdx + {t_event}], ",
+            $time,
+            "\n",
+            $name,
+            $timed,
+            ":\n",
+        )
+    };
+}
+
+// A record {`$time`, `$word`} in ring r11 at rest (`reserve` equals
+// `head`: no writer of this thread is between a claim and its publish),
+// the time shared as `shared_time!` says, `$depth` setting dx after the
+// slot's step (ring_asm's ring_claim). With rseq: one restartable
+// sequence from the time's check to one 16-byte store of `head` and
+// `reserve` (ring_asm's ring_record), which a signal or preemption sends
+// back to the check; without: the time checked again before each
+// `cmpxchg` claim, then ring_write and ring_publish. Without room: to
+// `$full`. Labels `$name`_*; clobbers rax, rdx, xmm13 and the flags.
+macro_rules! shared_record {
+    ($name:literal, $full:literal, $time:literal, $word:literal, $depth:literal) => {
+        concat!(
+            rseq_arm!($name, concat!($name, "_legacy")),
+            $name,
+            "_start:\n",
+            shared_time!($name, $time, "_timed"),
+            "mov rax, [r11 + {r_reserve}]\n",
+            "cmp rax, [r11 + {r_room_end}]\n",
+            "jae ",
+            $full,
+            "\n",
+            ring_write!($time, $word),
+            "lea rdx, [rax + (1 << {slot_shift})]\n",
+            $depth,
+            "movq xmm13, rdx\n",
+            "punpcklqdq xmm13, xmm13\n",
+            "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
+            $name,
+            "_post:\n",
+            $name,
+            "_done:\n",
+            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
+            rseq_abort!($name),
+            $name,
+            "_legacy:\n",
+            // `reserve` first: a handler that records in this ring after
+            // it makes the claim fail. Then the time: the event's if the
+            // word still holds it, else read between the word opened and
+            // the word taken by one exchange (a handler's event in
+            // between leaves it 0: the time is read again).
+            "mov rax, [r11 + {r_reserve}]\n",
+            "cmp rax, [r11 + {r_room_end}]\n",
+            "jae ",
+            $full,
+            "\n",
+            "movq xmm13, rax\n",
+            crate::fixed_load!("rdx", "tp_thread"),
+            "cmp ",
+            $time,
+            ", qword ptr fs:[rdx + {t_event}]\n",
+            "je ",
+            $name,
+            "_ltimed\n",
+            "mov qword ptr fs:[rdx + {t_event}], {event_open}\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "mov ",
+            $time,
+            ", rax\n",
+            crate::fixed_load!("rdx", "tp_thread"),
+            "mov eax, {event_open}\n",
+            "cmpxchg qword ptr fs:[rdx + {t_event}], ",
+            $time,
+            "\n",
+            "jne ",
+            $name,
+            "_legacy\n",
+            $name,
+            "_ltimed:\n",
+            "movq rax, xmm13\n",
+            "lea rdx, [rax + (1 << {slot_shift})]\n",
+            $depth,
+            "cmpxchg qword ptr [r11 + {r_reserve}], rdx\n",
+            "jne ",
+            $name,
+            "_legacy\n",
+            ring_write!($time, $word),
+            ring_publish!(concat!($name, "_done")),
+            "jmp ",
+            $name,
+            "_done\n",
+            ".popsection\n",
+            rseq_descriptor!($name),
+        )
+    };
+}
+
+crate::fgraph::graph_asm!(
+    fused_layout!(),
+    ".pushsection .text.shadowgraph_fused,\"ax\",@progbits",
+    // Entry. Register contract: fgraph's site entry's (a stub's `call
+    // [ENTRY]`: [rsp] = stub + 13, [rsp + 8] = R, r11 the site, every
+    // argument register live), jumped to from its first instruction.
+    // Returns with ZF=1 if the call was hooked, ZF=0 if not, every
+    // argument register restored; anything else goes to
+    // `shadowgraph_graph_site_entry_body` as if never here.
+    ".p2align 6",
+    ".globl shadowgraph_fused_multi_entry",
+    ".hidden shadowgraph_fused_multi_entry",
+    "shadowgraph_fused_multi_entry:",
+    "endbr64",
+    entry_saves!(),
+    // At rest: a bracket word, depth 0, no recursion bit; then the
+    // bracket, anchored at the return slot.
+    crate::fixed_load!("rcx", "tp_local"),
+    "mov rdx, qword ptr fs:[rcx + {l_word}]",
+    "test rdx, rdx",
+    "jz 80f",
+    "test word ptr [rdx], 0xffff",
+    "jnz 80f",
+    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    "jne 80f",
+    "lea rax, [rsp + FE_PARENT_SLOT]",
+    crate::bracket_enter_at_rest!("rcx", "rdx"),
+    entry_stack!(
+        concat!(
+            "mov rsi, [rip + {multi_word}]\n",
+            "cmp rsi, {no_frame_word}\n",
+            "je 81f\n"
+        ),
+        "cmp rax, rsi\n",
+        "{frame_words}",
+        "",
+        "81f",
+        reg,
+        "FE_PARENT_SLOT",
+        ""
+    ),
+    // Room for the frame, else the general way counts an overrun.
+    "cmp r8, [rip + {room_limit}]",
+    "jae 81f",
+    "movq xmm15, rsi",
+    // Every user still there with its ring on this thread, and room in
+    // each (else the general way, which waits for room): room to spare,
+    // for the records of signal handlers that may land before ours.
+    "mov r10, rsi",
+    "shr r10, 12",
+    "and r10d, 0xffff",
+    "20:",
+    "test r10d, r10d",
+    "jz 21f",
+    next_user!("r10"),
+    user_ring!("81f"),
+    "mov rax, [r11 + {r_reserve}]",
+    "add rax, {margin}",
+    "cmp rax, [r11 + {r_room_end}]",
+    "jae 81f",
+    "jmp 20b",
+    "21:",
+    // The frame {R, func | depth << 48, slot, the users' BITMAP word},
+    // written whole before curr publishes it and again after
+    // (fused_entry's way). Theirs before any record: a handler that
+    // lands among the records and leaves by siglongjmp leaves a frame
+    // that is reported to each as unwound, and each recorder writes its
+    // exit if its ring holds the entry (emit_exit, by the ring's depth).
+    "mov rdx, [rsp + FE_SITE]",
+    "mov rax, r9",
+    "shl rax, 48",
+    "or rdx, rax",
+    frame_words!("FE_PARENT_SLOT", "[rdi + r8*8 + FRAME_BITMAP], rsi"),
+    "lea rax, [r8 + {frame_words} + 1]",
+    "mov qword ptr fs:[rcx + {t_curr}], rax",
+    frame_words!("FE_PARENT_SLOT", "[rdi + r8*8 + FRAME_BITMAP], rsi"),
+    // The entry record's word {Entry | MAGIC | depth << 6 | func << 16},
+    // from the frame's (the shift drops the depth), in r9.
+    "shl rdx, 16",
+    "shl r9, 6",
+    "or r9, rdx",
+    "or r9, {entry_bits}",
+    // The event opened, no time yet.
+    "mov qword ptr fs:[rcx + {t_event}], {event_open}",
+    "mov r10d, 2",
+    // A record in each user's ring. One that left meanwhile (no longer in
+    // ARRAY: its frames' bit is then passed over) gets none; a ring full
+    // after all (a signal handler filled it since the check) counts it
+    // lost, as the general way counts what it cannot store.
+    "movq rsi, xmm15",
+    "shr rsi, 12",
+    "and esi, 0xffff",
+    "30:",
+    "test esi, esi",
+    "jz 39f",
+    next_user!("rsi"),
+    user_ring!("30b"),
+    shared_record!(
+        "shadowgraph_fused_multi_entry_record",
+        "35f",
+        "r10",
+        "r9",
+        "mov dx, r9w\nshr dx, 6\ninc dx\n"
+    ),
+    "jmp 30b",
+    "35:",
+    "lock inc qword ptr [r11 + {r_lost}]",
+    "jmp 30b",
+    // The event closed; hooked.
+    "39:",
+    crate::fixed_load!("rcx", "tp_thread"),
+    "mov qword ptr fs:[rcx + {t_event}], 0",
+    bracket_leave!(),
+    "cmp rsp, rsp",
+    pop_saved!(),
+    "ret",
+    // The general way: from 81 with the bracket entered, from 80 as at
+    // entry.
+    "81:",
+    bracket_leave!(),
+    "80:",
+    pop_saved!(),
+    "jmp shadowgraph_graph_site_entry_body",
+    // Return. Register contract: fgraph's site return's (a stub's `jmp
+    // [RETURN]` at its return point: rsp = the returning call's slot + 8,
+    // rax/rdx/xmm0/xmm1 the result, the other caller-saved registers
+    // dead), jumped to from its first instruction. Resumes at the real
+    // return address by `ret` with the result and rsp restored; anything
+    // else goes to `shadowgraph_site_return_body` as if never here.
+    ".p2align 6",
+    ".globl shadowgraph_fused_multi_return",
+    ".hidden shadowgraph_fused_multi_return",
+    "shadowgraph_fused_multi_return:",
+    "endbr64",
+    return_head!(""),
+    // The top frame f (r10) is the returning call's (its slot) and kept
+    // for these users (its last word MULTI_FRAME_WORD).
+    "cmp r9, {frame_words} + 1",
+    "jb 91f",
+    "mov rax, [rdi + r9*8 - 8]",
+    "cmp rax, rsi",
+    "jne 91f",
+    "lea r10, [r9 - {frame_words} - 1]",
+    "lea rax, [rsp + FR_SLOT]",
+    "cmp [rdi + r9*8 - ({frame_words} + 1) * 8 + FRAME_RETP], rax",
+    "jne 91f",
+    // Every user still there with its ring, and room to spare in each.
+    "mov rcx, rsi",
+    "shr rcx, 12",
+    "and ecx, 0xffff",
+    "20:",
+    "test ecx, ecx",
+    "jz 21f",
+    next_user!("rcx"),
+    user_ring!("91f"),
+    "mov rax, [r11 + {r_reserve}]",
+    "add rax, {margin}",
+    "cmp rax, [r11 + {r_room_end}]",
+    "jae 91f",
+    "jmp 20b",
+    "21:",
+    // The exit record's word {Exit | MAGIC | depth << 6 | func << 16}
+    // from the frame's; deeper than records can say: the general way
+    // records it at 1023.
+    "mov rcx, [rdi + r10*8 + FRAME_FUNC]",
+    "mov rdx, rcx",
+    "shr rdx, 48",
+    "cmp edx, {max_record_depth}",
+    "jae 91f",
+    "shl rdx, 6",
+    "shl rcx, 16",
+    "or rcx, rdx",
+    "or rcx, {exit_bits}",
+    crate::fixed_load!("rdx", "tp_thread"),
+    "mov qword ptr fs:[rdx + {t_event}], {event_open}",
+    "mov r9d, 2",
+    "shr rsi, 12",
+    "and esi, 0xffff",
+    "30:",
+    "test esi, esi",
+    "jz 39f",
+    next_user!("rsi"),
+    user_ring!("30b"),
+    shared_record!(
+        "shadowgraph_fused_multi_exit_record",
+        "35f",
+        "r9",
+        "rcx",
+        "mov dx, cx\nshr dx, 6\n"
+    ),
+    "jmp 30b",
+    "35:",
+    "lock inc qword ptr [r11 + {r_lost}]",
+    "jmp 30b",
+    // The frame's users taken once every exit is in (a handler that lands
+    // before and leaves by siglongjmp finds the frame still theirs: each
+    // user's callback, seeing its exit in its ring by the ring's depth,
+    // writes no second one), the event closed; the frame popped.
+    "39:",
+    crate::fixed_load!("rdx", "tp_thread"),
+    "mov qword ptr fs:[rdx + {t_event}], 0",
+    "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
+    pop_frame!("push r11\nret\n"),
+    "91:",
+    bracket_leave!(),
+    "90:",
+    "pop rdx",
+    "pop rax",
+    "jmp shadowgraph_site_return_body",
+    ".popsection";
+    tp_local = sym fgraph::TP_LOCAL,
+    tp_thread = sym fgraph::TP_THREAD,
+    tp_rings_all = sym TP_RINGS_ALL,
+    rseq_cs = sym RSEQ_CS,
+    rseq_restarts = sym RSEQ_RESTARTS,
+    fused = sym fgraph::MULTI_FRAME_WORD,
+    multi_word = sym fgraph::MULTI_FRAME_WORD,
+    no_frame_word = const fgraph::NO_FRAME_WORD as i64,
+    array = sym fgraph::ARRAY,
+    l_word = const offset_of!(CoreLocal, word),
+    l_rec = const offset_of!(CoreLocal, rec),
+    l_anchor = const offset_of!(CoreLocal, outer_anchor),
+    t_stack = const offset_of!(ThreadState, stack),
+    t_curr = const offset_of!(ThreadState, curr),
+    t_event = const offset_of!(ThreadState, event_time),
+    t_blockers = const crate::fgraph::stack::BLOCKERS,
+    hookable = const crate::fgraph::stack::HOOKABLE,
+    u_private = const offset_of!(GraphUser, private),
+    r_offset_mask = const offset_of!(RingHeader, offset_mask),
+    slot_shift = const crate::record::ring::SLOT_SHIFT,
+    r_head = const offset_of!(RingHeader, head),
+    r_room_end = const offset_of!(RingHeader, room_end),
+    r_reserve = const offset_of!(RingHeader, reserve),
+    r_lost = const offset_of!(RingHeader, lost),
+    margin = const SPARE_RECORDS << crate::record::ring::SLOT_SHIFT,
+    header = const HEADER_BYTES,
+    room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
+    frame_words = const crate::fgraph::stack::FRAME_WORDS,
+    entry_bits = const shadowgraph_data::format::MAGIC << 3,
+    max_record_depth = const MAX_RECORD_DEPTH,
+    event_open = const clock::EVENT_OPEN,
+    // The users' bits (12..27) lie in the word's low half.
+    users_clear = const !(0xffffu32 << 12),
+    exit_bits = const shadowgraph_data::format::MAGIC << 3 | 1,
+);

@@ -1,0 +1,173 @@
+//! The fused path of several plain recorders (tracer::fused's multi path)
+//! under concurrency: threads run a traced workload while three recorders
+//! come and go, 1 → 2 → 3 → 2 → 1 users (the calls switch between
+//! fgraph's single-user path, the multi path and back with frames in
+//! flight, each change a new frame word). Each recorder's records must
+//! nest: every exit closes the entry on top of its thread's stack, and
+//! entries left open are only those of calls a recorder left inside. Its
+//! own process: the path is chosen before the first user registers.
+
+mod common;
+
+use common::*;
+use shadowgraph::clock;
+use shadowgraph::record::writer;
+use shadowgraph::tracer::fused;
+use shadowgraph::{fgraph, ftrace};
+use shadowgraph_data::format::{decode, Kind, RECORD_SIZE};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Entries recorded by the callbacks (the general way), not the path.
+static GENERAL_ENTRIES: AtomicU64 = AtomicU64::new(0);
+
+// The plain recorder's callbacks: what the multi path stands in for.
+fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    GENERAL_ENTRIES.fetch_add(1, Ordering::Relaxed);
+    writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
+    true
+}
+
+fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+    writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
+}
+
+const RECORDERS: usize = 3;
+const ROUNDS: usize = 60;
+
+#[test]
+fn recorders_come_and_go_on_the_shared_path() {
+    let (dir, _lib, run) = nested_workload_as("fused_multi", Entry::Patchable);
+    let sites: Vec<u64> = ["leaf", "mid", "top"]
+        .iter()
+        .map(|f| ftrace::site_by_name(f).unwrap().addr as u64)
+        .collect();
+    if !shadowgraph_testkit::tool::available(
+        clock::init(),
+        "an invariant TSC (the fused path needs one)",
+        "the fused path",
+    ) {
+        return;
+    }
+    // Local rings, small enough for the threads to drain them often (the
+    // general way's make_room, where the path finds too little room)
+    // between the path's records.
+    let data = |i: usize| dir.join(format!("data{i}"));
+    for i in 0..RECORDERS {
+        writer::start(i, i, &data(i), None, Some(256 << 10)).unwrap();
+    }
+    assert!(fused::enable_multi());
+    let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
+    let users: Vec<Arc<fgraph::GraphUser>> = (0..RECORDERS)
+        .map(|i| {
+            let u = fgraph::GraphUser::new(on_entry, on_return, filter.clone(), i);
+            assert!(fused::let_multi_stand_in(&u));
+            u
+        })
+        .collect();
+    let workers = Workers::start(3, run, 200);
+    let pause = || std::thread::sleep(Duration::from_micros(400));
+    let reg = |i: usize| fgraph::register_graph(&users[i]).unwrap();
+    let unreg = |i: usize| fgraph::unregister_graph(&users[i]).unwrap();
+    let mut left = [0u64; RECORDERS];
+    for round in 0..ROUNDS {
+        // A different recorder first each round; a different one leaves
+        // in the middle.
+        let (a, b, c) = (round % 3, (round + 1) % 3, (round + 2) % 3);
+        reg(a);
+        pause();
+        reg(b);
+        pause();
+        reg(c);
+        pause();
+        unreg(b);
+        pause();
+        unreg(c);
+        pause();
+        unreg(a);
+        for i in [a, b, c] {
+            left[i] += 1;
+        }
+    }
+    // Two recorders for 30 rounds of the workers: the path takes their
+    // calls (the callbacks only a ring's first record, and those of full
+    // rings).
+    reg(0);
+    reg(1);
+    let (g0, r0) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
+    while workers.rounds() < r0 + 30 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (g1, r1) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
+    unreg(1);
+    unreg(0);
+    left[0] += 1;
+    left[1] += 1;
+    // Each call entered by two recorders: 25 calls a round.
+    let calls = 2 * (r1 - r0) * 200 * 25;
+    assert!(
+        (g1 - g0) * 20 < calls,
+        "{} of {calls} entries by the callbacks",
+        g1 - g0
+    );
+    let rounds = workers.stop();
+    writer::flush_all();
+    assert!(rounds > 0);
+    assert_eq!(fgraph::counters().lost_frames, 0);
+
+    for (i, &gone) in left.iter().enumerate() {
+        let (records, open) = check_nesting(&data(i), &sites);
+        assert!(records > 10_000, "recorder {i}: {records} records");
+        // A recorder that leaves leaves at most each worker's three
+        // frames open.
+        assert!(
+            open <= gone * 3 * 3,
+            "recorder {i}: {open} entries never closed, {gone} departures"
+        );
+    }
+}
+
+/// Every thread's records in `dir` (one file each): whole, of `sites`,
+/// and nested — an exit closes the entry on top of the thread's stack (a
+/// lost or doubled record shows as one that does not). An entry at a
+/// depth where entries are still open closes them as left open (the
+/// recorder left while they ran). Returns the records and the entries
+/// left open.
+fn check_nesting(dir: &std::path::Path, sites: &[u64]) -> (u64, u64) {
+    let (mut records, mut open) = (0, 0);
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let bytes = std::fs::read(e.path()).unwrap();
+        assert_eq!(bytes.len() % RECORD_SIZE, 0, "{}", e.path().display());
+        let mut stack: Vec<(u64, u16)> = Vec::new();
+        for (k, chunk) in bytes.chunks_exact(RECORD_SIZE).enumerate() {
+            let r = decode(chunk.try_into().unwrap(), (k * RECORD_SIZE) as u64)
+                .unwrap_or_else(|b| panic!("{}: {b}", e.path().display()));
+            let at = || format!("{} record {k}", e.path().display());
+            match r.kind {
+                Kind::Entry => {
+                    assert!(sites.contains(&r.addr), "{}: {:#x}", at(), r.addr);
+                    assert!(r.depth <= 2, "{}: depth {}", at(), r.depth);
+                    while stack.last().is_some_and(|&(_, d)| d >= r.depth) {
+                        stack.pop();
+                        open += 1;
+                    }
+                    stack.push((r.addr, r.depth));
+                }
+                Kind::Exit => {
+                    assert_eq!(
+                        stack.pop(),
+                        Some((r.addr, r.depth)),
+                        "{}: an exit not of the open entry",
+                        at()
+                    );
+                }
+                Kind::Lost => panic!("{}: records lost", at()),
+                other => panic!("{}: {other:?}", at()),
+            }
+            records += 1;
+        }
+        open += stack.len() as u64;
+    }
+    (records, open)
+}
