@@ -189,6 +189,11 @@ enum Command {
         /// or `none`.
         #[arg(short = 'f', long = "output-fields", value_name = "FIELDS", value_parser = parse_graph_fields)]
         fields: Option<GraphFields>,
+        /// The tasks instead: who made whom (processes, threads), each's
+        /// lifetime and that less its time off the processor (uftrace's
+        /// `graph --task`).
+        #[arg(long)]
+        task: bool,
         #[command(flatten)]
         filter: ViewFilter,
     },
@@ -549,6 +554,7 @@ fn main() -> ExitCode {
             data,
             function,
             fields,
+            task,
             filter,
         } => {
             use shadowgraph_data::graph::GraphField;
@@ -556,14 +562,15 @@ fn main() -> ExitCode {
             let how = filter.open_options();
             let srcline = filter.srcline;
             let f = filter.into();
-            view(&data, how, |d, o| {
-                shadowgraph_data::graph::graph_with(
+            view(&data, how, |d, o| match task {
+                true => shadowgraph_data::task_graph::task_graph(d, &f, o),
+                false => shadowgraph_data::graph::graph_with(
                     d,
                     function.as_deref(),
                     &f,
                     (srcline, &fields),
                     o,
-                )
+                ),
             })
         }
         Command::Info { data, task, .. } => {

@@ -1,6 +1,6 @@
 //! More of the views' options, each compared with uftrace 0.13's output
-//! on the same recording: tasks (`info --task`, `report --task`), graph
-//! columns, library calls left out, places (`-L`), sampled flame graphs,
+//! on the same recording: tasks (`info --task`, `report --task`, `graph
+//! --task`), graph columns, library calls left out, places (`-L`), sampled flame graphs,
 //! and a forked child's inherited calls in `report`.
 
 mod common;
@@ -69,6 +69,56 @@ fn task_info_and_graph_fields_as_uftrace() {
             &["graph", "-f", "none", "main"],
         ],
         0,
+    );
+}
+
+/// `graph --task`: the tree of who made whom (processes, threads), each
+/// task's lifetime and that less its time off the processor, as uftrace's:
+/// on uftrace's recording the same text, times included; on ours the same
+/// tree.
+#[test]
+fn task_graph_as_uftrace() {
+    let dir = workdir("taskgraph");
+    let exe = build_fixture_with(&dir, "taskgraph", "fork_threads.c", &["-pthread"]);
+    let data = dir.join("ours.data");
+    record_ok(&[], &data, &exe);
+    let args = ["graph", "--task"];
+    // Each line's tree, the columns left of it aside.
+    let tree = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| {
+                l.split_once(" : ")
+                    .map_or(l, |x| x.1)
+                    .trim_end()
+                    .to_string()
+            })
+            .collect()
+    };
+    let ours = view(&mut shadowgraph(), &data, &args);
+    let want = [
+        "========== TASK GRAPH ==========",
+        "# TOTAL TIME   SELF TIME     TID     TASK NAME",
+        "taskgraph",
+        " +-taskgraph",
+        " +-taskgraph",
+        " |",
+        " +----taskgraph",
+        " |     +-taskgraph",
+        " |     +-taskgraph",
+        " |",
+        " +----taskgraph",
+        "",
+    ];
+    assert_eq!(tree(&ours), want, "{ours}");
+    if uftrace_missing("the same view by uftrace") {
+        return;
+    }
+    let theirs = dir.join("theirs.data");
+    uftrace_record(&theirs, &["-P", "."], &exe);
+    as_uftrace(&theirs, &[&args], 0);
+    assert_eq!(
+        tree(&view(&mut Command::new("uftrace"), &theirs, &args)),
+        want
     );
 }
 

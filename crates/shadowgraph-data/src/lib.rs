@@ -42,6 +42,7 @@ pub mod replay;
 pub mod report;
 pub mod report_task;
 pub mod sched;
+pub mod task_graph;
 pub mod time;
 pub mod trigger;
 pub mod uftrace;
