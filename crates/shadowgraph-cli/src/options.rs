@@ -250,6 +250,10 @@ pub(crate) struct RecordOptions {
     /// which `live` applies to what it shows); repeatable.
     #[arg(short = 'T', long = "trigger", value_parser = parse_trigger)]
     pub(crate) trigger: Vec<String>,
+    /// SIG@ACTION: the signal switches tracing on or off (trace_on,
+    /// trace_off) or ends it (finish), as uftrace's; repeatable.
+    #[arg(long, value_parser = |v: &str| config::SignalTrigger::parse(v).map(|_| v.to_string()))]
+    signal: Vec<String>,
     /// Hide these functions, their callees shown in their place (as
     /// `-T FUNC@hide`, which `live` applies to what it shows); repeatable.
     #[arg(short = 'H', long = "hide", value_name = "FUNC")]
@@ -633,6 +637,7 @@ impl RecordOptions {
                 argspec: self.arg_specs(&self.argument, false)?,
                 retspec: self.arg_specs(&self.retval, true)?,
                 auto_args: self.auto_args && !self.no_args,
+                signals: self.signal.clone(),
                 command: Some(command_line()),
             }),
             objects,

@@ -75,6 +75,8 @@ impl PatternMatch {
 }
 
 /// What a session does.
+// Made once per process and moved whole: a box would only add a pointer.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
@@ -142,6 +144,10 @@ pub struct Record {
     /// `argspec`/`retspec` give a function none.
     #[serde(default)]
     pub auto_args: bool,
+    /// Signals that switch every tracer's tracing (`--signal
+    /// SIG@ACTION`: `trace_on`, `trace_off`, `finish`), as uftrace's.
+    #[serde(default)]
+    pub signals: Vec<String>,
     /// The command line that started the recording, as its `info` shows
     /// it (uftrace's: the arguments joined by spaces, `"` and `\\`
     /// escaped); `None`: the traced program's.
@@ -185,6 +191,7 @@ impl Record {
             argspec: Vec::new(),
             retspec: Vec::new(),
             auto_args: false,
+            signals: Vec::new(),
             command: None,
         }
     }
@@ -233,6 +240,92 @@ pub struct Tracer {
     /// next traced function), its callees in its place (`-Z`; 0: all).
     #[serde(default)]
     pub min_size: u64,
+}
+
+/// A `--signal` spec: the signal and what it does (uftrace's `SIG@ACTION`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalTrigger {
+    /// The signal's number.
+    pub signal: i32,
+    /// `trace_on` (true), `trace_off` (false).
+    pub trace: Option<bool>,
+    /// `finish`: nothing more is recorded.
+    pub finish: bool,
+}
+
+/// The signals uftrace names, without `SIG`.
+const SIGNALS: [(&str, i32); 31] = [
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("ILL", libc::SIGILL),
+    ("TRAP", libc::SIGTRAP),
+    ("ABRT", libc::SIGABRT),
+    ("BUS", libc::SIGBUS),
+    ("FPE", libc::SIGFPE),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("SEGV", libc::SIGSEGV),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("STKFLT", libc::SIGSTKFLT),
+    ("CHLD", libc::SIGCHLD),
+    ("CONT", libc::SIGCONT),
+    ("STOP", libc::SIGSTOP),
+    ("TSTP", libc::SIGTSTP),
+    ("TTIN", libc::SIGTTIN),
+    ("TTOU", libc::SIGTTOU),
+    ("URG", libc::SIGURG),
+    ("XCPU", libc::SIGXCPU),
+    ("XFSZ", libc::SIGXFSZ),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+    ("WINCH", libc::SIGWINCH),
+    ("IO", libc::SIGIO),
+    ("PWR", libc::SIGPWR),
+    ("SYS", libc::SIGSYS),
+];
+
+impl SignalTrigger {
+    /// `SIG@ACTION[,ACTION]`: a signal by name (`SIGUSR1`, `USR1`,
+    /// `RTMIN+3`, `SIGRTMAX-1`) or number, and `trace_on`, `trace_off`
+    /// or `finish`, as uftrace takes them.
+    pub fn parse(spec: &str) -> Result<SignalTrigger, String> {
+        use shadowgraph_data::trigger::{Actions, SpecKind, Trigger};
+        let bad = |why: &str| format!("--signal {spec}: {why}");
+        let (name, _) = spec
+            .split_once('@')
+            .ok_or_else(|| bad("give SIG@ACTION, e.g. SIGUSR1@finish"))?;
+        let t = Trigger::parse(spec, SpecKind::Trigger).map_err(|e| bad(&e.to_string()))?;
+        let mut rest = t.actions.clone();
+        (rest.trace, rest.finish) = (None, false);
+        if rest != Actions::default() || (t.actions.trace.is_none() && !t.actions.finish) {
+            return Err(bad("a signal takes trace_on, trace_off or finish"));
+        }
+        let short = name.strip_prefix("SIG").unwrap_or(name);
+        let (rtmin, rtmax) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+        let rt = |base: i32, off: &str| -> Option<i32> {
+            let n = if off.is_empty() { 0 } else { off.parse().ok()? };
+            Some(base + n).filter(|s| (rtmin..=rtmax).contains(s))
+        };
+        let signal = if let Ok(n) = name.parse::<i32>() {
+            Some(n).filter(|n| (1..=rtmax).contains(n))
+        } else if let Some(off) = short.strip_prefix("RTMIN") {
+            rt(rtmin, off)
+        } else if let Some(off) = short.strip_prefix("RTMAX") {
+            rt(rtmax, off)
+        } else {
+            SIGNALS.iter().find(|s| s.0 == short).map(|s| s.1)
+        }
+        .ok_or_else(|| bad(&format!("no signal `{name}`")))?;
+        Ok(SignalTrigger {
+            signal,
+            trace: t.actions.trace,
+            finish: t.actions.finish,
+        })
+    }
 }
 
 /// What a tracer keeps.
@@ -502,6 +595,7 @@ mod tests {
                 argspec: vec!["add@arg1,arg2/s".into()],
                 retspec: vec!["add@retval".into()],
                 auto_args: true,
+                signals: Vec::new(),
                 command: Some("shadowgraph record -A \"x\"".into()),
             }),
             objects: Objects::Program(vec!["libfoo".into()]),

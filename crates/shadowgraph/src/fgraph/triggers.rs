@@ -185,6 +185,19 @@ impl Triggers {
         self.enabled.load(Ordering::Relaxed) && !self.finished.load(Ordering::Relaxed)
     }
 
+    /// Switches tracing on or off (`trace`) and ends it (`finish`) for
+    /// every thread, as `trace_on`, `trace_off` and `finish` triggers do,
+    /// from outside any call (a signal's handler). Async-signal-safe.
+    pub fn switch(&self, trace: Option<bool>, finish: bool) {
+        // Relaxed: see `enabled`.
+        if let Some(on) = trace {
+            self.enabled.store(on, Ordering::Relaxed);
+        }
+        if finish {
+            self.finished.store(true, Ordering::Relaxed);
+        }
+    }
+
     fn decode(&self, v: u64) -> State {
         State {
             own: v & FIELD,

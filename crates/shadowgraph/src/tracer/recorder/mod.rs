@@ -13,6 +13,7 @@ mod args;
 mod callbacks;
 mod metadata;
 mod reads;
+mod signals;
 mod state;
 mod timed;
 mod triggers;
@@ -69,6 +70,7 @@ pub(crate) fn start(
         // Several tracers from the start: the plain ones among them may
         // share one fused path (the path is used only if all are plain).
         multi: r.fused && !alone && fused::enable_multi(),
+        signals: !r.signals.is_empty(),
     };
     profile::init(ftrace::sites().len());
     let insts = take_instances(r.tracers.len())?;
@@ -96,6 +98,19 @@ pub(crate) fn start(
         }
         Ok::<(), String>(())
     })();
+    if let Err(e) = made {
+        for &inst in &insts {
+            writer::end_instance(inst);
+            give_back(inst, false);
+        }
+        return Err(e);
+    }
+    // `--signal`: the handlers, switching each tracer's triggers.
+    let states: Vec<_> = tracers
+        .iter()
+        .filter_map(|t| Some((t.inst, t.filter.as_ref()?.triggers.clone()?)))
+        .collect();
+    signals::install(&r.signals, &states);
     // A thread's rings of the recording's tracers are made together.
     let recorders: Vec<usize> = tracers
         .iter()
@@ -112,13 +127,6 @@ pub(crate) fn start(
             Arc::new(t)
         })
         .collect();
-    if let Err(e) = made {
-        for &inst in &insts {
-            writer::end_instance(inst);
-            give_back(inst, false);
-        }
-        return Err(e);
-    }
     for t in &tracers {
         // Release: the tracer is whole before a callback finds it.
         TRACERS[t.inst].store(Arc::as_ptr(t) as *mut Tracer, Ordering::Release);
@@ -234,6 +242,9 @@ struct Shared {
     libcalls: bool,
     /// Whether the fused path of several plain recorders is available.
     multi: bool,
+    /// Whether signals switch tracing (`--signal`): the tracers keep the
+    /// triggers' state.
+    signals: bool,
 }
 
 /// The sites a recording's tracer is called for: every one, or, without
@@ -259,14 +270,15 @@ fn graph_tracer(
     // Triggers (and `--disable` and `-Z` with them) decide in place of
     // the other filters, in the callbacks: the fused paths know none of
     // them.
-    let (triggers, reads) = if t.triggers.is_empty() && !t.disabled && t.min_size == 0 {
-        (None, None)
-    } else {
-        let ticks = (min_ticks, ticks_per_ns);
-        let limits = (t.depth, t.min_size);
-        let (triggers, reads) = triggers::triggers(&t.triggers, limits, t.disabled, ticks)?;
-        (Some(Arc::new(triggers)), reads)
-    };
+    let (triggers, reads) =
+        if t.triggers.is_empty() && !t.disabled && t.min_size == 0 && !shared.signals {
+            (None, None)
+        } else {
+            let ticks = (min_ticks, ticks_per_ns);
+            let limits = (t.depth, t.min_size);
+            let (triggers, reads) = triggers::triggers(&t.triggers, limits, t.disabled, ticks)?;
+            (Some(Arc::new(triggers)), reads)
+        };
     // Triggers with time thresholds take the time filter's callbacks.
     let timed = min_ticks > 0 || triggers.as_ref().is_some_and(|t| t.timed());
     if timed && reads.is_some() {
