@@ -108,6 +108,10 @@ pub(crate) struct ViewFilter {
     /// read by the views.
     #[arg(long, value_name = "PATH", hide = true)]
     libmcount_path: Option<std::path::PathBuf>,
+    /// Taken for uftrace's command lines (record's option, which uftrace's
+    /// views accept too): the values recorded are shown as recorded.
+    #[arg(short = 'a', long, hide = true)]
+    auto_args: bool,
 }
 
 /// `--demangle`'s values.

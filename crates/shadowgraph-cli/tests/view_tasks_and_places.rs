@@ -39,6 +39,16 @@ fn no_libcall_views_as_uftrace() {
         ],
         0,
     );
+    // A recording without library calls: nothing to leave out, no error;
+    // record's `-a`, which uftrace's views take too, changes nothing.
+    let plain = dir.join("plain.data");
+    record_ok(&[], &plain, &exe);
+    let args = ["replay", "--no-libcall", "-a"];
+    assert_eq!(
+        view(&mut shadowgraph(), &plain, &args),
+        view(&mut shadowgraph(), &plain, &["replay"])
+    );
+    as_uftrace(&plain, &[&args], 0);
 }
 
 /// `report` counts the calls a forked child inherited and returns from

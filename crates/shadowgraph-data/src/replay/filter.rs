@@ -210,9 +210,20 @@ fn triggers(data: &DataDir, filter: &ReplayFilter) -> Result<Triggers, ReplayErr
         }
     }
     for t in &filter.triggers {
-        each_match(data, &t.pattern, t.kind.flag(), |i| {
+        let merged = each_match(data, &t.pattern, t.kind.flag(), |i| {
             actions[i].merge(&t.actions)
-        })?;
+        });
+        // (Views' `--no-libcall`, as `*@PLT,hide`, where none was
+        // recorded: nothing to leave out.)
+        let no_libcall = t.pattern.text() == "*@PLT"
+            && t.actions
+                == Actions {
+                    hide: true,
+                    ..Default::default()
+                };
+        if !no_libcall {
+            merged?;
+        }
     }
     if !filter.locations.is_empty() {
         hide_by_location(data, &filter.locations, &mut actions)?;
