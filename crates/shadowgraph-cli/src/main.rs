@@ -351,6 +351,17 @@ fn live_by_default(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString>
     args
 }
 
+/// The data directory the commands take by default: `shadowgraph.data`,
+/// or uftrace's `uftrace.data` when run as `uftrace` (a link of that name),
+/// so that scripts written for uftrace find their recordings.
+fn default_data_dir(args: &[std::ffi::OsString]) -> &'static str {
+    let me = args.first().map(std::path::Path::new);
+    match me.and_then(|p| p.file_name()) {
+        Some(n) if n == "uftrace" => "uftrace.data",
+        _ => "shadowgraph.data",
+    }
+}
+
 fn main() -> ExitCode {
     // Like other Unix tools: a closed pipe (`| head`) ends us quietly.
     // SAFETY: restoring the default disposition of SIGPIPE.
@@ -361,8 +372,16 @@ fn main() -> ExitCode {
     options::MatchArg::apply_from(&args);
     // An option given twice is taken once, the last one winning (as
     // uftrace's command lines take them).
+    let dir = default_data_dir(&args);
     let matches = Cli::command()
-        .mut_subcommands(|s| s.args_override_self(true))
+        .mut_subcommands(|s| {
+            let s = s.args_override_self(true);
+            let has_data = s.get_arguments().any(|a| a.get_id() == "data");
+            match has_data {
+                true => s.mut_arg("data", |a| a.default_value(dir)),
+                false => s,
+            }
+        })
         .get_matches_from(args);
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,

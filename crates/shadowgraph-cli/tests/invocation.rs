@@ -155,3 +155,53 @@ fn a_program_without_sites_is_traced_in_its_libraries() {
     assert_eq!(rows["libwork"].2, 1, "{rows:?}");
     assert_eq!(rows["inner"].2, 10, "{rows:?}");
 }
+
+/// Run as `uftrace` (a link of that name), the commands take uftrace's
+/// default data directory, `uftrace.data`; and a forked child stands in
+/// `task.txt` as uftrace writes it: its FORK line, no TASK line of its own
+/// (uftrace's tests take the last TASK line for the parent's thread).
+#[test]
+fn as_uftrace_the_data_directory_is_uftraces() {
+    let dir = workdir("as_uftrace");
+    let exe = build_fixture(&dir, "forks", "fork_returns.c");
+    let link = dir.join("uftrace");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_shadowgraph"), &link).unwrap();
+    let o = std::process::Command::new(&link)
+        .current_dir(&dir)
+        .args(["record", "--no-libcall"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(dir.join("uftrace.data/info").is_file());
+    assert!(!dir.join("shadowgraph.data").exists());
+    let o = std::process::Command::new(&link)
+        .current_dir(&dir)
+        .args(["replay", "--no-pager"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success() && text(&o).0.contains("main()"),
+        "{}",
+        text(&o).1
+    );
+    let tasks = std::fs::read_to_string(dir.join("uftrace.data/task.txt")).unwrap();
+    let field = |l: &str, k: &str| {
+        l.split_whitespace()
+            .find_map(|f| f.strip_prefix(k).map(str::to_string))
+    };
+    let fork = tasks.lines().find(|l| l.starts_with("FORK ")).unwrap();
+    let child = field(fork, "pid=").unwrap();
+    let last_task = tasks
+        .lines()
+        .filter(|l| l.starts_with("TASK "))
+        .last()
+        .unwrap();
+    assert_eq!(field(last_task, "tid="), field(fork, "ppid="), "{tasks}");
+    assert!(
+        !tasks
+            .lines()
+            .any(|l| l.starts_with("TASK ") && field(l, "tid=") == Some(child.clone())),
+        "{tasks}"
+    );
+}

@@ -200,13 +200,20 @@ pub fn task_info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError
         .filter(|l| l.starts_with("SESS "))
         .filter_map(|l| field(l, "pid=")?.parse().ok())
         .collect();
+    // (A forked child's first thread may have only its FORK line.)
     let mut tasks: Vec<(i32, i32, String)> = text
         .lines()
-        .filter(|l| l.starts_with("TASK "))
         .filter_map(|l| {
-            let tid = field(l, "tid=")?.parse().ok()?;
-            let pid = field(l, "pid=")?.parse().ok()?;
-            Some((tid, pid, field(l, "timestamp=")?))
+            let (tid, pid) = match l.split_whitespace().next()? {
+                "TASK" => (field(l, "tid=")?, field(l, "pid=")?),
+                "FORK" => (field(l, "pid=")?, field(l, "pid=")?),
+                _ => return None,
+            };
+            Some((
+                tid.parse().ok()?,
+                pid.parse().ok()?,
+                field(l, "timestamp=")?,
+            ))
         })
         .collect();
     tasks.sort_by_key(|t| t.0);

@@ -253,7 +253,8 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         ts(start_ns)
     );
     // Threads of forked children (the writer's `tasks` file: tid, pid,
-    // ppid): a FORK line before each child's first thread.
+    // ppid): a FORK line for each child, in place of its first thread's
+    // TASK line when that is the child's own.
     let tasks = read_tasks(&data.dir);
     let mut forked = std::collections::HashSet::new();
     first_time.sort_by_key(|&(tid, t)| (t, tid));
@@ -261,6 +262,11 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         let (tpid, ppid) = tasks.get(tid).copied().unwrap_or((pid as i32, 0));
         if tpid as u64 != pid && forked.insert(tpid) {
             writeln!(task, "FORK timestamp={} pid={tpid} ppid={ppid}", ts(*t)).unwrap();
+            // (A child's first thread is its FORK line, as uftrace
+            // writes it: scripts take the last TASK line for the parent.)
+            if *tid == tpid {
+                continue;
+            }
         }
         writeln!(task, "TASK timestamp={} tid={tid} pid={tpid}", ts(*t)).unwrap();
     }
