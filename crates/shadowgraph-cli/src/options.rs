@@ -318,8 +318,8 @@ pub(crate) struct RecordOptions {
     #[arg(short = 'b', long = "buffer", value_name = "SIZE", value_parser = parse_buffer_size)]
     pub(crate) buffer: Option<u64>,
     /// Trace calls nested up to DEPTH frames deep in each thread (default
-    /// 2047; at most 32767): sets the shadow stack's size. Deeper calls
-    /// run untraced, and are counted.
+    /// 2047; at most 32767), as uftrace's: deeper calls are not recorded
+    /// (as with -D DEPTH), and the shadow stack is sized for DEPTH.
     #[arg(long = "max-stack", value_name = "DEPTH", value_parser = parse_max_stack)]
     max_stack: Option<u64>,
     /// The clock timestamps are read from: `tsc` (the default: the
@@ -405,17 +405,29 @@ fn with_action(patterns: Vec<String>, action: &str) -> Vec<String> {
         .collect()
 }
 
-/// `--max-stack DEPTH`: the shadow stack size, in bytes, that holds DEPTH
-/// plain frames (4 words each) above the push margin.
+/// `--max-stack DEPTH`: the depth, checked.
 pub(crate) fn parse_max_stack(v: &str) -> Result<u64, String> {
-    use shadowgraph::fgraph::{MAX_STACK_BYTES, MIN_STACK_BYTES};
-    let most = MAX_STACK_BYTES as u64 / 32 - 1;
+    let most = shadowgraph::fgraph::MAX_STACK_BYTES as u64 / 32 - 1;
     match v.trim().parse::<u64>() {
-        Ok(d) if (1..=most).contains(&d) => Ok(((d + 1) * 32)
-            .next_power_of_two()
-            .max(MIN_STACK_BYTES as u64)),
+        Ok(d) if (1..=most).contains(&d) => Ok(d),
         Ok(_) => Err(format!("`{v}`: the depth must be between 1 and {most}")),
         Err(_) => Err(format!("`{v}` is not a depth (a number of frames)")),
+    }
+}
+
+/// The shadow stack size, in bytes, that holds `depth` plain frames (4
+/// words each) above the push margin.
+fn stack_bytes_for(depth: u64) -> usize {
+    ((depth + 1) * 32)
+        .next_power_of_two()
+        .max(shadowgraph::fgraph::MIN_STACK_BYTES as u64) as usize
+}
+
+/// A tracer's depth limit (0: none) under `--max-stack` (`max`).
+fn depth_within(depth: u32, max: Option<u64>) -> u32 {
+    match max.map(|m| m.min(u32::MAX as u64) as u32) {
+        Some(m) if depth == 0 || m < depth => m,
+        _ => depth,
     }
 }
 
@@ -538,7 +550,7 @@ impl RecordOptions {
             return Ok(vec![config::Tracer {
                 filter: self.filter.clone(),
                 notrace: self.notrace.clone(),
-                depth: self.depth,
+                depth: depth_within(self.depth, self.max_stack),
                 time_ns: self.time_filter.unwrap_or(0),
                 triggers: self.trigger.clone(),
                 // Without --control, triggers switch tracing on.
@@ -559,7 +571,13 @@ impl RecordOptions {
                     .into(),
             );
         }
-        Ok(tracers)
+        Ok(tracers
+            .into_iter()
+            .map(|t| config::Tracer {
+                depth: depth_within(t.depth, self.max_stack),
+                ..t
+            })
+            .collect())
     }
 
     /// `--control CTL[,ACK]` checked: FIFOs, made absolute (the agent opens
@@ -642,7 +660,7 @@ impl RecordOptions {
             }),
             objects,
             patch: self.patch.clone(),
-            stack_bytes: self.max_stack.map(|b| b as usize),
+            stack_bytes: self.max_stack.map(stack_bytes_for),
             returns: returns(self.hijack_returns),
             text_write: text_write()?,
             lineage: Default::default(),

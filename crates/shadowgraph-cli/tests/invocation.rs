@@ -192,11 +192,7 @@ fn as_uftrace_the_data_directory_is_uftraces() {
     };
     let fork = tasks.lines().find(|l| l.starts_with("FORK ")).unwrap();
     let child = field(fork, "pid=").unwrap();
-    let last_task = tasks
-        .lines()
-        .filter(|l| l.starts_with("TASK "))
-        .last()
-        .unwrap();
+    let last_task = tasks.lines().rfind(|l| l.starts_with("TASK ")).unwrap();
     assert_eq!(field(last_task, "tid="), field(fork, "ppid="), "{tasks}");
     assert!(
         !tasks
