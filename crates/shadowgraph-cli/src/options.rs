@@ -337,7 +337,7 @@ pub(crate) struct RecordOptions {
     /// Start with tracing disabled: a trace_on trigger (-T) or --control
     /// enables it.
     #[arg(long)]
-    disable: bool,
+    pub(crate) disable: bool,
     /// Trace this library too (file name prefix); repeatable; implies
     /// --no-libs for the others.
     #[arg(long = "lib")]

@@ -614,11 +614,11 @@ pub(crate) fn live(
     // One recording, or one per tracer (a profile is shown as its report).
     let names = opts.tracer_names();
     let shown = if names.is_empty() {
-        show_live(&dir, None, &opts.view_triggers(), opts.srcline, view)
+        show_live(&dir, None, &opts.view_triggers(), opts, view)
     } else {
         names
             .iter()
-            .try_for_each(|n| show_live(&dir.join(n), Some(n), &[], opts.srcline, view))
+            .try_for_each(|n| show_live(&dir.join(n), Some(n), &[], opts, view))
     };
     let _ = std::fs::remove_dir_all(&dir);
     shown?;
@@ -630,14 +630,18 @@ pub(crate) fn live(
 /// when there are several. Programs started by exec are shown in the same
 /// stream, as `replay` shows them. Without a recording `record` has said
 /// why already. A reader that stops reading (`| head`) ends it quietly.
-/// `triggers` apply to the replay where they name recorded functions.
+/// `triggers` apply to the replay where they name recorded functions;
+/// `opts`, the recording's: where it keeps declarations (`--srcline`), and
+/// whether it started with tracing off (`--disable`: the first call shown
+/// is shown at its depth, as uftrace's `live` shows it).
 pub(crate) fn show_live(
     dir: &Path,
     tracer: Option<&str>,
     triggers: &[shadowgraph_data::trigger::Trigger],
-    srcline: bool,
+    opts: &RecordOptions,
     view: &crate::replay_args::LiveView,
 ) -> Result<(), String> {
+    let srcline = opts.srcline;
     use shadowgraph_data::dir::DataDir;
     use shadowgraph_data::replay::{self, ReplayError};
     use shadowgraph_data::{profile, report};
@@ -659,7 +663,8 @@ pub(crate) fn show_live(
         if profile::is_profile(first) {
             return profile::report(first, report::SortKey::Total, false, &[], &mut out);
         }
-        let filter = view.filter(triggers).without_unmatched(first);
+        let mut filter = view.filter(triggers).without_unmatched(first);
+        filter.from_stack_depth = opts.disable;
         if view.report {
             let layout = report::Layout::parse(None, None, report::Averages::None)
                 .map_err(|e| ReplayError::Io(std::io::Error::other(e)))?;

@@ -185,6 +185,7 @@ impl From<ViewFilter> for shadowgraph_data::replay::ReplayFilter {
             notrace: Vec::new(),
             triggers: v.trigger,
             disabled: v.disable,
+            from_stack_depth: false,
             time_range: v.time_range,
             max_depth: v.depth,
             min_ns: v.time_filter.unwrap_or(0),

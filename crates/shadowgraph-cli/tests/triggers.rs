@@ -371,3 +371,58 @@ fn signals_switch_tracing_as_uftrace() {
         text(&o).1
     );
 }
+
+/// `live --disable -T F@trace_on`: the first call shown is shown at its
+/// depth (the calls it is inside of were made with tracing off), as
+/// uftrace's `live` shows it (its tests t038, t039); the same text as
+/// uftrace 0.13's `live -P .` of the same program.
+#[test]
+fn live_started_off_shows_calls_at_their_depth_as_uftrace() {
+    let dir = workdir("liveoff");
+    let exe = build_fixture_with(
+        &dir,
+        "liveoff",
+        "naps.c",
+        &["-DMIDS=3", "-DNAP_US=200", "-DFIB_N=4"],
+    );
+    let args = [
+        "--no-libcall",
+        "--disable",
+        "-T",
+        "mid@trace_on",
+        "-T",
+        "leaf@trace_off",
+        "-f",
+        "none",
+    ];
+    let live = |tool: &mut std::process::Command, extra: &[&str]| {
+        let o = tool
+            .arg("live")
+            .args(extra)
+            .args(args)
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0
+    };
+    let ours = live(&mut shadowgraph(), &["--no-sched"]);
+    assert!(
+        ours.contains("\n  mid() {\n    nap();\n    mid() {\n"),
+        "{ours}"
+    );
+    if uftrace_missing("the same by uftrace") {
+        return;
+    }
+    let theirs = live(
+        &mut std::process::Command::new("uftrace"),
+        &["-P", ".", "--no-event"],
+    );
+    let body = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| !l.starts_with("task: "))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(body(&ours), body(&theirs));
+}

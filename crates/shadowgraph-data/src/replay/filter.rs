@@ -37,8 +37,12 @@ pub struct ReplayFilter {
     /// command-line order, after `functions` and `notrace`.
     pub triggers: Vec<Trigger>,
     /// Tracing starts switched off (`--disable`): a `trace_on` trigger
-    /// switches it on.
+    /// switches it on. The first call shown is shown at its stack depth.
     pub disabled: bool,
+    /// The first call shown is shown at its stack depth, not at 0: the
+    /// recording started with tracing off (`live --disable`), as uftrace
+    /// shows it.
+    pub from_stack_depth: bool,
     /// Only the records inside this range (`-r`); the calls open at its
     /// start are shown at their depth.
     pub time_range: Option<crate::time::TimeRange>,
@@ -473,8 +477,12 @@ fn filtered(
         stream =
             Box::new(stream.filter(move |r| r.as_ref().map_or(true, |r| range.contains(&r.time))));
     }
-    // From a range's start, the records begin at their own depth.
-    let from_start = filter.time_range.is_some_and(|r| r.start.is_some());
+    // From a range's start, the records begin at their own depth; so do
+    // those of tracing switched on by a trigger after starting off (as
+    // uftrace's views set no display depth then).
+    let from_start = filter.time_range.is_some_and(|r| r.start.is_some())
+        || filter.disabled
+        || filter.from_stack_depth;
     if let Some(small) = sel.small.clone() {
         // Left out before depths are counted: callees take their place.
         let symbols = sel.symbols.clone();
