@@ -106,16 +106,8 @@ fn two_tracers_and_siglongjmp_out_of_handlers() {
             alarms - rows["on_alarm"].2 <= lost + drops,
             "{t}: {alarms} alarms, {lost} lost, {drops} dropped: {report}"
         );
-        let replay = replay_text(&d);
-        let tail: Vec<&str> = replay
-            .lines()
-            .rev()
-            .map(|l| l.split_once("] | ").map_or(l, |x| x.1))
-            .filter(|l| !l.contains("/* LOST "))
-            .take(2)
-            .collect();
         assert_eq!(
-            tail,
+            replay_last_lines(&d, 2),
             ["} /* main */", "  done();"],
             "{t}: the recording went on"
         );

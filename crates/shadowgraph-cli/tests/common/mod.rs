@@ -575,3 +575,17 @@ pub fn rseq_restarts(info: &str) -> Option<u64> {
         .and_then(|r| r.split(' ').next())
         .and_then(|n| n.parse().ok())
 }
+
+/// The replay of `data`'s last `n` lines (their calls, without columns),
+/// last first, LOST records left out (one stands where the writer noted
+/// the loss: the last may follow everything).
+pub fn replay_last_lines(data: &Path, n: usize) -> Vec<String> {
+    replay_text(data)
+        .lines()
+        .rev()
+        .map(|l| l.split_once("] | ").map_or(l, |x| x.1))
+        .filter(|l| !l.contains("/* LOST "))
+        .take(n)
+        .map(str::to_string)
+        .collect()
+}

@@ -45,7 +45,9 @@ use super::frame_asm::{
     bracket_leave, entry_saves, entry_stack, frame_words, fused_layout, pop_frame, pop_saved,
     return_head, thread_base, thread_op,
 };
-use super::ring_asm::{ring_publish, ring_write, rseq_abort, rseq_arm, rseq_descriptor};
+use super::ring_asm::{
+    ring_publish, ring_write, rseq_abort, rseq_arm, rseq_commit, rseq_descriptor,
+};
 use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_RINGS_ALL};
 use crate::clock;
 use crate::fgraph::stack::ThreadState;
@@ -147,19 +149,7 @@ macro_rules! shared_record {
             $full,
             "\n",
             ring_write!($time, $word),
-            "lea rdx, [rax + (1 << {slot_shift})]\n",
-            $depth,
-            "movq xmm13, rdx\n",
-            "punpcklqdq xmm13, xmm13\n",
-            "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
-            $name,
-            "_post:\n",
-            $name,
-            "_done:\n",
-            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
-            rseq_abort!($name),
-            $name,
-            "_legacy:\n",
+            rseq_commit!($name, $depth),
             // `reserve` first: a handler that records in this ring after
             // it makes the claim fail. Then the time: the event's if the
             // word still holds it, else read between the word opened and

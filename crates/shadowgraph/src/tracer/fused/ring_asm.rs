@@ -128,22 +128,7 @@ macro_rules! ring_record {
             reserve_and_time!($full, $time),
             $late,
             ring_write!($time, $word),
-            "lea rdx, [rax + (1 << {slot_shift})]\n",
-            $depth,
-            // Claimed and published by one store: `head` and `reserve`
-            // both the new value (xmm13 is free at a function's entry and
-            // return).
-            "movq xmm13, rdx\n",
-            "punpcklqdq xmm13, xmm13\n",
-            "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
-            $name,
-            "_post:\n",
-            $name,
-            "_done:\n",
-            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
-            rseq_abort!($name),
-            $name,
-            "_legacy:\n",
+            rseq_commit!($name, $depth),
             $late,
             ring_claim!($full, $time, $depth),
             ring_write!($time, $word),
@@ -157,6 +142,33 @@ macro_rules! ring_record {
     };
 }
 pub(super) use ring_record;
+
+// The end of a record's restartable sequence at rest: `reserve` (rax) one
+// slot on, `$depth` setting dx after the step, claimed and published by
+// one store of `head` and `reserve` both the new value (xmm13 is free at
+// a function's entry and return); labels `$name`_post and `$name`_done,
+// then, out of line, the abort handler and `$name`_legacy, where the
+// caller's way without rseq goes on. Clobbers rdx, xmm13.
+macro_rules! rseq_commit {
+    ($name:literal, $depth:literal) => {
+        concat!(
+            "lea rdx, [rax + (1 << {slot_shift})]\n",
+            $depth,
+            "movq xmm13, rdx\n",
+            "punpcklqdq xmm13, xmm13\n",
+            "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
+            $name,
+            "_post:\n",
+            $name,
+            "_done:\n",
+            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
+            rseq_abort!($name),
+            $name,
+            "_legacy:\n",
+        )
+    };
+}
+pub(super) use rseq_commit;
 
 // A record {time, $word} in ring r11 for the plain site entry and return,
 // which hold no bracket: one restartable sequence (as ring_record's) that

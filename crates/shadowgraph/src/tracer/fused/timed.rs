@@ -8,7 +8,7 @@ use super::frame_asm::{
 };
 use super::ring_asm::{
     reserve_and_time, ring_claim, ring_publish, ring_record, ring_write, rseq_abort, rseq_arm,
-    rseq_descriptor,
+    rseq_commit, rseq_descriptor,
 };
 use super::variant_asm::{data_word, timed_data_word, timed_frame_words, timed_judge};
 use super::{
