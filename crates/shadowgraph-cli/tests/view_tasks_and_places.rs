@@ -61,6 +61,28 @@ fn report_counts_calls_a_forked_child_returns_from() {
     assert_eq!(rows["main"].2, 2, "{rows:?}");
     assert_eq!(rows["work"].2, 2, "{rows:?}");
     as_uftrace(&data, &[&["report"], &["report", "-s", "call"]], 0);
+    // With library calls the child's records begin with fork's exit: a
+    // depth limit counts from where those inherited exits leave it (the
+    // child's work and leaf within `-D 2`), as uftrace's budget does.
+    let dir = workdir("fr-lib");
+    let exe = build_fixture(&dir, "frlib", "fork_returns.c");
+    let data = dir.join("frlib.data");
+    record_ok(&["--libcall"], &data, &exe);
+    let args = ["report", "-D", "2"];
+    let calls = |tool: &mut Command| -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = report_rows(&view(tool, &data, &args))
+            .into_iter()
+            .map(|(f, r)| (f, r.2))
+            .collect();
+        v.sort();
+        v
+    };
+    let ours = calls(&mut shadowgraph());
+    assert!(ours.contains(&("leaf".to_string(), 2)), "{ours:?}");
+    as_uftrace(&data, &[&["report", "-D", "3"], &["replay", "-D", "2"]], 0);
+    // (uftrace takes a left-out call's time from its caller's self time;
+    // the README says so: the calls are compared.)
+    assert_eq!(ours, calls(&mut Command::new("uftrace")));
 }
 
 /// `info --task`, `report --task` and `graph -f` (total, self, addr; `+`,

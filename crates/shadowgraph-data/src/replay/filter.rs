@@ -270,7 +270,15 @@ struct DisplayDepth<I> {
     set: bool,
     /// No record read yet.
     first: bool,
+    /// The record being read is the thread's first, an exit.
+    first_exit: bool,
     max: u16,
+    /// The depth the limit counts from: 0, or where the exits of calls
+    /// the thread was inside of when its records begin (a forked child's
+    /// inherited frames) leave it — uftrace's depth limit is a budget its
+    /// entries spend and their exits give back, full at a thread's start
+    /// and after each such exit.
+    base: u16,
 }
 
 impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I> {
@@ -283,8 +291,10 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I>
                 Ok(r) => r,
                 Err(e) => return Some(Err(e)),
             };
+            self.first_exit = false;
             if std::mem::replace(&mut self.first, false) && r.kind == Kind::Exit {
                 self.set = false;
+                self.first_exit = true;
             }
             match r.kind {
                 Kind::Entry => {
@@ -295,11 +305,15 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I>
                     self.depth = self.depth.saturating_add(1);
                 }
                 Kind::Exit => {
+                    let inherited = !self.set && self.first_exit;
                     if !std::mem::replace(&mut self.set, true) {
                         self.depth = r.depth.saturating_add(1);
                     }
                     self.depth = self.depth.saturating_sub(1);
                     r.depth = self.depth;
+                    if inherited || self.depth < self.base {
+                        self.base = self.depth;
+                    }
                 }
                 Kind::Lost => {
                     r.depth = self.depth;
@@ -307,7 +321,7 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I>
                 }
                 Kind::Event => r.depth = self.depth,
             }
-            if r.depth < self.max {
+            if r.depth.saturating_sub(self.base) < self.max {
                 return Some(Ok(r));
             }
         }
@@ -499,7 +513,9 @@ fn filtered(
         depth: 0,
         set: !from_start,
         first: true,
+        first_exit: false,
         max: if late_limit { u16::MAX } else { max },
+        base: 0,
     });
     if let Some(spans) = spans {
         it = Box::new(crate::sched::SchedMerged {
