@@ -148,18 +148,7 @@ impl ViewFilter {
         .flat_map(|(id, v)| options::positions(args, id).into_iter().zip(v))
         .collect();
         all.sort_by_key(|(i, _)| *i);
-        // (First: a later spec naming a library call decides for it.)
-        let libcalls = self.no_libcall.then(|| {
-            shadowgraph_data::trigger::Trigger::parse(
-                "*@PLT,hide",
-                shadowgraph_data::trigger::SpecKind::Trigger,
-            )
-            .expect("a valid spec")
-        });
-        self.trigger = libcalls
-            .into_iter()
-            .chain(all.into_iter().map(|(_, t)| t))
-            .collect();
+        self.trigger = all.into_iter().map(|(_, t)| t).collect();
     }
 
     /// How the view opens its recordings: names as `--demangle` says,
@@ -185,6 +174,7 @@ impl From<ViewFilter> for shadowgraph_data::replay::ReplayFilter {
             notrace: Vec::new(),
             triggers: v.trigger,
             disabled: v.disable,
+            no_libcall: v.no_libcall,
             from_stack_depth: false,
             time_range: v.time_range,
             max_depth: v.depth,

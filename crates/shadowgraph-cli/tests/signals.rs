@@ -216,11 +216,7 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
         });
         let exe = build_fixture(&dir, "mt", "threads_signals.c");
         let data = dir.join("m.data");
-        let env = if rseq {
-            &[][..]
-        } else {
-            &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..]
-        };
+        let env = rseq_env(rseq);
         let o = record_run(env, opts, &data, &exe, &[]);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{out}\n{err}");
@@ -409,10 +405,7 @@ fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
     let data = dir.join("r.data");
     // Small rings: the thread often waits for the writer, and handlers
     // land in the waits as well.
-    let env = match path {
-        RecordPath::FusedWithoutRseq => &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..],
-        _ => &[],
-    };
+    let env = rseq_env(path != RecordPath::FusedWithoutRseq);
     let mut opts = Way::of(fused).with(&["-b", "64K"]);
     opts.extend_from_slice(filter);
     let o = record_run(env, &opts, &data, &exe, &[]);
@@ -593,10 +586,7 @@ fn siglongjmp_out_of_handlers(path: RecordPath) {
     });
     let exe = build_fixture(&dir, "sj", "siglongjmp_alarms.c");
     let data = dir.join("j.data");
-    let env = match path {
-        RecordPath::FusedWithoutRseq => &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..],
-        _ => &[],
-    };
+    let env = rseq_env(path != RecordPath::FusedWithoutRseq);
     let o = record_run(env, &[], &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");

@@ -24,11 +24,7 @@ fn two_tracers_and_signal_handlers_keep_every_record_whole() {
         let dir = workdir(if rseq { "mtsig2" } else { "mtsig2-cmpxchg" });
         let exe = build_fixture(&dir, "mt", "threads_signals.c");
         let data = dir.join("m.data");
-        let env = if rseq {
-            &[][..]
-        } else {
-            &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..]
-        };
+        let env = rseq_env(rseq);
         let tracers = ["--tracer", "a", "--tracer", "b"];
         let o = record_run(env, &tracers, &data, &exe, &[]);
         let (out, err) = text(&o);

@@ -190,30 +190,22 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
 /// and a session's first (`S`), its name and the size of its records, in
 /// uftrace's layout.
 pub fn task_info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
-    let text = std::fs::read_to_string(data.dir.join("task.txt")).unwrap_or_default();
-    let field = |l: &str, k: &str| -> Option<String> {
-        l.split_whitespace()
-            .find_map(|f| f.strip_prefix(k).map(str::to_string))
-    };
-    let sessions: Vec<i32> = text
-        .lines()
-        .filter(|l| l.starts_with("SESS "))
-        .filter_map(|l| field(l, "pid=")?.parse().ok())
+    use crate::meta::TaskLine;
+    let lines = crate::meta::task_lines(&data.dir);
+    let sessions: Vec<i32> = lines
+        .iter()
+        .filter_map(|l| match l {
+            TaskLine::Session { pid, .. } => Some(*pid),
+            _ => None,
+        })
         .collect();
     // (A forked child's first thread may have only its FORK line.)
-    let mut tasks: Vec<(i32, i32, String)> = text
-        .lines()
-        .filter_map(|l| {
-            let (tid, pid) = match l.split_whitespace().next()? {
-                "TASK" => (field(l, "tid=")?, field(l, "pid=")?),
-                "FORK" => (field(l, "pid=")?, field(l, "pid=")?),
-                _ => return None,
-            };
-            Some((
-                tid.parse().ok()?,
-                pid.parse().ok()?,
-                field(l, "timestamp=")?,
-            ))
+    let mut tasks: Vec<(i32, i32, String)> = lines
+        .into_iter()
+        .filter_map(|l| match l {
+            TaskLine::Task { time, tid, pid } => Some((tid, pid, time)),
+            TaskLine::Fork { time, pid, .. } => Some((pid, pid, time)),
+            TaskLine::Session { .. } => None,
         })
         .collect();
     tasks.sort_by_key(|t| t.0);

@@ -194,6 +194,54 @@ pub(crate) fn read_uftrace_task(dir: &Path, info: &mut Info) -> Result<(), DataE
     Ok(())
 }
 
+/// A line of `task.txt` (uftrace's): a session, a task (thread) starting,
+/// or a forked process (its first thread, which has no TASK line of its
+/// own in uftrace's files).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum TaskLine {
+    /// `SESS timestamp= pid= sid= exename="…"`.
+    Session { pid: i32, exe: String },
+    /// `TASK timestamp= tid= pid=`.
+    Task { time: String, tid: i32, pid: i32 },
+    /// `FORK timestamp= pid= ppid=`.
+    Fork { time: String, pid: i32, ppid: i32 },
+}
+
+/// `dir`'s `task.txt`, line by line (none without the file; lines of
+/// other kinds or without their fields are passed over).
+pub(crate) fn task_lines(dir: &Path) -> Vec<TaskLine> {
+    let text = std::fs::read_to_string(dir.join("task.txt")).unwrap_or_default();
+    let field = |l: &str, k: &str| -> Option<String> {
+        l.split_whitespace()
+            .find_map(|f| f.strip_prefix(k).map(str::to_string))
+    };
+    let num = |l: &str, k: &str| field(l, k)?.parse::<i32>().ok();
+    text.lines()
+        .filter_map(|l| match l.split_whitespace().next()? {
+            "SESS" => Some(TaskLine::Session {
+                pid: num(l, "pid=")?,
+                exe: l
+                    .split_once("exename=")
+                    .map_or("", |(_, e)| e)
+                    .trim()
+                    .trim_matches('"')
+                    .to_string(),
+            }),
+            "TASK" => Some(TaskLine::Task {
+                time: field(l, "timestamp=")?,
+                tid: num(l, "tid=")?,
+                pid: num(l, "pid=")?,
+            }),
+            "FORK" => Some(TaskLine::Fork {
+                time: field(l, "timestamp=")?,
+                pid: num(l, "pid=")?,
+                ppid: num(l, "ppid=")?,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Symbols from `sid-*.map` (object ranges) and `<object>.sym` files
 /// (addresses relative to the object's start), as absolute addresses.
 pub(crate) type Modules = Vec<(u64, u64, String)>;

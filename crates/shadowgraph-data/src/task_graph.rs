@@ -9,6 +9,7 @@ use super::dir::DataDir;
 use super::replay::{format_duration, thread_records, ReplayError, ReplayFilter};
 use super::sched::SCHED_ADDR;
 use crate::format::Kind;
+use crate::meta::TaskLine;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -30,36 +31,19 @@ struct Task {
 /// by its first `TASK` or `FORK` line; its name is its session's
 /// program (the session of its process, or of its parent's for a fork).
 fn tasks(data: &DataDir) -> Vec<Task> {
-    let text = std::fs::read_to_string(data.dir.join("task.txt")).unwrap_or_default();
-    let field = |l: &str, k: &str| -> Option<i32> {
-        l.split_whitespace()
-            .find_map(|f| f.strip_prefix(k))
-            .and_then(|v| v.parse().ok())
-    };
     let mut sessions: HashMap<i32, String> = HashMap::new();
     let mut tasks: Vec<Task> = Vec::new();
     let mut by_tid: HashMap<i32, usize> = HashMap::new();
-    for l in text.lines() {
-        // (tid, pid, the task it comes from, the session that names it)
-        let (tid, pid, from) = match l.split_whitespace().next() {
-            Some("SESS") => {
-                let exe = l.split_once("exename=").map_or("", |(_, e)| e);
-                let exe = exe.trim().trim_matches('"');
-                if let Some(pid) = field(l, "pid=") {
-                    let name = exe.rsplit('/').next().unwrap_or(exe);
-                    sessions.insert(pid, name.get(..15).unwrap_or(name).to_string());
-                }
+    for l in crate::meta::task_lines(&data.dir) {
+        // (tid, pid, the task it comes from, whose session names it)
+        let (tid, pid, from) = match l {
+            TaskLine::Session { pid, exe } => {
+                let name = exe.rsplit('/').next().unwrap_or(&exe);
+                sessions.insert(pid, name.get(..15).unwrap_or(name).to_string());
                 continue;
             }
-            Some("TASK") => match (field(l, "tid="), field(l, "pid=")) {
-                (Some(tid), Some(pid)) => (tid, pid, pid),
-                _ => continue,
-            },
-            Some("FORK") => match (field(l, "pid="), field(l, "ppid=")) {
-                (Some(child), Some(parent)) => (child, child, parent),
-                _ => continue,
-            },
-            _ => continue,
+            TaskLine::Task { tid, pid, .. } => (tid, pid, pid),
+            TaskLine::Fork { pid, ppid, .. } => (pid, pid, ppid),
         };
         if by_tid.contains_key(&tid) {
             continue;

@@ -7,32 +7,15 @@
 
 mod common;
 
+use common::frames::{accept, ignore};
+use common::recorder::{record_entry, record_return, GENERAL_ENTRIES};
 use common::*;
 use shadowgraph::clock;
 use shadowgraph::record::writer;
 use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
 use shadowgraph_data::format::{decode, Kind, RECORD_SIZE};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Entries recorded by the callback (the general way), not the fused path.
-static GENERAL_ENTRIES: AtomicU64 = AtomicU64::new(0);
-
-fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
-    GENERAL_ENTRIES.fetch_add(1, Ordering::Relaxed);
-    writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
-    true
-}
-
-fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
-}
-
-fn accept(_: &fgraph::GraphEntry, _: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
-    true
-}
-
-fn ignore(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs) {}
+use std::sync::atomic::Ordering;
 
 #[test]
 fn threads_record_while_the_fused_recorder_comes_and_goes() {
@@ -86,7 +69,7 @@ fn record_while_the_recorder_comes_and_goes(entry: Entry) {
     let data = dir.join("data");
     writer::start(0, 0, &data, None, Some(64 << 10)).unwrap();
     let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
-    let recorder = fgraph::GraphUser::new(on_entry, on_return, filter.clone(), 0);
+    let recorder = fgraph::GraphUser::new(record_entry, record_return, filter.clone(), 0);
     assert!(fused::attach(&recorder, 0, 0));
     let other = fgraph::GraphUser::new(accept, ignore, filter.clone(), 0);
     let third = fgraph::GraphUser::new(accept, ignore, filter, 0);

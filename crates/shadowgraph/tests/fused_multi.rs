@@ -9,29 +9,16 @@
 
 mod common;
 
+use common::recorder::{record_entry, record_return, GENERAL_ENTRIES};
 use common::*;
 use shadowgraph::clock;
 use shadowgraph::record::writer;
 use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
 use shadowgraph_data::format::{decode, Kind, RECORD_SIZE};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Entries recorded by the callbacks (the general way), not the path.
-static GENERAL_ENTRIES: AtomicU64 = AtomicU64::new(0);
-
-// The plain recorder's callbacks: what the multi path stands in for.
-fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
-    GENERAL_ENTRIES.fetch_add(1, Ordering::Relaxed);
-    writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
-    true
-}
-
-fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
-}
 
 const RECORDERS: usize = 3;
 const ROUNDS: usize = 60;
@@ -61,7 +48,7 @@ fn recorders_come_and_go_on_the_shared_path() {
     let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
     let users: Vec<Arc<fgraph::GraphUser>> = (0..RECORDERS)
         .map(|i| {
-            let u = fgraph::GraphUser::new(on_entry, on_return, filter.clone(), i);
+            let u = fgraph::GraphUser::new(record_entry, record_return, filter.clone(), i);
             assert!(fused::let_multi_stand_in(&u));
             u
         })

@@ -558,6 +558,16 @@ pub fn end_target(child: &mut Target, out: &mut BufReader<ChildStdout>) -> Strin
     rest
 }
 
+/// The environment of a recorded program that registers rseq (`rseq`, as
+/// glibc does by default) or not (glibc told not to: the fused paths then
+/// claim ring slots by `cmpxchg`).
+pub fn rseq_env(rseq: bool) -> &'static [(&'static str, &'static str)] {
+    match rseq {
+        true => &[],
+        false => &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")],
+    }
+}
+
 /// Whether glibc registered rseq for this process's threads (then for the
 /// recorded program's too: same glibc, same kernel).
 pub fn rseq_registered() -> bool {

@@ -39,6 +39,11 @@ pub struct ReplayFilter {
     /// Tracing starts switched off (`--disable`): a `trace_on` trigger
     /// switches it on. The first call shown is shown at its stack depth.
     pub disabled: bool,
+    /// Library calls left out, their callees shown in their place
+    /// (`--no-libcall`: as a `*@PLT,hide` trigger before every other, so
+    /// that a later spec naming a library call decides for it; a
+    /// recording without library calls has nothing to leave out).
+    pub no_libcall: bool,
     /// The first call shown is shown at its stack depth, not at 0: the
     /// recording started with tracing off (`live --disable`), as uftrace
     /// shows it.
@@ -111,6 +116,7 @@ impl ReplayFilter {
             && self.callers.is_empty()
             && self.min_size == 0
             && self.triggers.is_empty()
+            && !self.no_libcall
             && !self.disabled
             && self.time_range.is_none()
             && self.locations.is_empty()
@@ -213,21 +219,19 @@ fn triggers(data: &DataDir, filter: &ReplayFilter) -> Result<Triggers, ReplayErr
             actions[i].merge(&mode(FilterMode::Out));
         }
     }
+    if filter.no_libcall {
+        let hide = Actions {
+            hide: true,
+            ..Default::default()
+        };
+        let plt = Pattern::parse("*@PLT").expect("a valid pattern");
+        // (None recorded: nothing to leave out, no error.)
+        let _ = each_match(data, &plt, "--no-libcall", |i| actions[i].merge(&hide));
+    }
     for t in &filter.triggers {
-        let merged = each_match(data, &t.pattern, t.kind.flag(), |i| {
+        each_match(data, &t.pattern, t.kind.flag(), |i| {
             actions[i].merge(&t.actions)
-        });
-        // (Views' `--no-libcall`, as `*@PLT,hide`, where none was
-        // recorded: nothing to leave out.)
-        let no_libcall = t.pattern.text() == "*@PLT"
-            && t.actions
-                == Actions {
-                    hide: true,
-                    ..Default::default()
-                };
-        if !no_libcall {
-            merged?;
-        }
+        })?;
     }
     if !filter.locations.is_empty() {
         hide_by_location(data, &filter.locations, &mut actions)?;
@@ -604,6 +608,7 @@ pub fn thread_records(
         && filter.notrace.is_empty()
         && filter.triggers.is_empty()
         && filter.locations.is_empty()
+        && !filter.no_libcall
         && !filter.disabled);
     let triggers = if any_trigger {
         Some(Arc::new(triggers(data, filter)?))

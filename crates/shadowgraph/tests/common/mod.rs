@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 pub mod frames;
 pub mod graph;
 pub mod probes;
+pub mod recorder;
 use shadowgraph_testkit::scratch;
 
 /// A fresh directory under the target dir, unique per test.

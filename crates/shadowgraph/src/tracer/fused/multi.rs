@@ -127,6 +127,68 @@ macro_rules! shared_time {
     };
 }
 
+// Whether every user of `$set` (MULTI_FRAME_WORD's bits, consumed) is
+// still there with its ring on this thread and room to spare in it, for
+// the records of signal handlers that may land before ours; else to
+// `$general` (the general way waits for room). Labels 20, 21; clobbers
+// rax, rdx, r11.
+macro_rules! rings_with_room {
+    ($set:literal, $general:literal) => {
+        concat!(
+            "shr ",
+            $set,
+            ", 12\n",
+            "and ",
+            $set,
+            ", 0xffff\n",
+            "20:\n",
+            "test ",
+            $set,
+            ", ",
+            $set,
+            "\n",
+            "jz 21f\n",
+            next_user!($set),
+            user_ring!($general),
+            "mov rax, [r11 + {r_reserve}]\n",
+            "add rax, {margin}\n",
+            "cmp rax, [r11 + {r_room_end}]\n",
+            "jae ",
+            $general,
+            "\n",
+            "jmp 20b\n",
+            "21:\n",
+        )
+    };
+}
+
+// A record {`$time`, `$word`} in the ring of each user of rsi
+// (MULTI_FRAME_WORD, consumed), as found now (a user that left since
+// stays until the bracket is left, its rings until it has ended; one no
+// longer in ARRAY gets none), by shared_record!; a ring full after all
+// (signal handlers filled it since rings_with_room!) counts the record
+// lost, as the general way counts what it cannot store. Labels 30, 35,
+// 39; clobbers rax, rdx, rsi, r11, xmm13.
+macro_rules! record_each {
+    ($name:literal, $time:literal, $word:literal, $depth:literal) => {
+        concat!(
+            "shr rsi, 12\n",
+            "and esi, 0xffff\n",
+            "30:\n",
+            "test esi, esi\n",
+            "jz 39f\n",
+            next_user!("rsi"),
+            user_ring!("30b"),
+            shared_record!($name, "35f", $time, $word, $depth),
+            "jmp 30b\n",
+            "35:\n",
+            "lock inc qword ptr [r11 + {r_lost}]\n",
+            "jmp 30b\n",
+            "39:\n",
+        )
+    };
+}
+
 // A record {`$time`, `$word`} in ring r11 at rest (`reserve` equals
 // `head`: no writer of this thread is between a claim and its publish),
 // the time shared as `shared_time!` says, `$depth` setting dx after the
@@ -248,23 +310,9 @@ crate::fgraph::graph_asm!(
     "cmp r8, [rip + {room_limit}]",
     "jae 81f",
     "movq xmm15, rsi",
-    // Every user still there with its ring on this thread, and room in
-    // each (else the general way, which waits for room): room to spare,
-    // for the records of signal handlers that may land before ours.
+    // Every user's ring on this thread, with room to spare.
     "mov r10, rsi",
-    "shr r10, 12",
-    "and r10d, 0xffff",
-    "20:",
-    "test r10d, r10d",
-    "jz 21f",
-    next_user!("r10"),
-    user_ring!("81f"),
-    "mov rax, [r11 + {r_reserve}]",
-    "add rax, {margin}",
-    "cmp rax, [r11 + {r_room_end}]",
-    "jae 81f",
-    "jmp 20b",
-    "21:",
+    rings_with_room!("r10", "81f"),
     // The frame {R, func | depth << 48, slot, the users' BITMAP word},
     // written whole before curr publishes it and again after
     // (fused_entry's way). Theirs before any record: a handler that
@@ -288,31 +336,15 @@ crate::fgraph::graph_asm!(
     // The event opened, no time yet.
     "mov qword ptr fs:[rcx + {t_event}], {event_open}",
     "mov r10d, 2",
-    // A record in each user's ring. One that left meanwhile (no longer in
-    // ARRAY: its frames' bit is then passed over) gets none; a ring full
-    // after all (a signal handler filled it since the check) counts it
-    // lost, as the general way counts what it cannot store.
+    // A record in each user's ring.
     "movq rsi, xmm15",
-    "shr rsi, 12",
-    "and esi, 0xffff",
-    "30:",
-    "test esi, esi",
-    "jz 39f",
-    next_user!("rsi"),
-    user_ring!("30b"),
-    shared_record!(
+    record_each!(
         "shadowgraph_fused_multi_entry_record",
-        "35f",
         "r10",
         "r9",
         "mov dx, r9w\nshr dx, 6\ninc dx\n"
     ),
-    "jmp 30b",
-    "35:",
-    "lock inc qword ptr [r11 + {r_lost}]",
-    "jmp 30b",
     // The event closed; hooked.
-    "39:",
     crate::fixed_load!("rcx", "tp_thread"),
     "mov qword ptr fs:[rcx + {t_event}], 0",
     bracket_leave!(),
@@ -351,19 +383,7 @@ crate::fgraph::graph_asm!(
     "jne 91f",
     // Every user still there with its ring, and room to spare in each.
     "mov rcx, rsi",
-    "shr rcx, 12",
-    "and ecx, 0xffff",
-    "20:",
-    "test ecx, ecx",
-    "jz 21f",
-    next_user!("rcx"),
-    user_ring!("91f"),
-    "mov rax, [r11 + {r_reserve}]",
-    "add rax, {margin}",
-    "cmp rax, [r11 + {r_room_end}]",
-    "jae 91f",
-    "jmp 20b",
-    "21:",
+    rings_with_room!("rcx", "91f"),
     // The exit record's word {Exit | MAGIC | depth << 6 | func << 16}
     // from the frame's; deeper than records can say: the general way
     // records it at 1023.
@@ -379,29 +399,16 @@ crate::fgraph::graph_asm!(
     crate::fixed_load!("rdx", "tp_thread"),
     "mov qword ptr fs:[rdx + {t_event}], {event_open}",
     "mov r9d, 2",
-    "shr rsi, 12",
-    "and esi, 0xffff",
-    "30:",
-    "test esi, esi",
-    "jz 39f",
-    next_user!("rsi"),
-    user_ring!("30b"),
-    shared_record!(
+    record_each!(
         "shadowgraph_fused_multi_exit_record",
-        "35f",
         "r9",
         "rcx",
         "mov dx, cx\nshr dx, 6\n"
     ),
-    "jmp 30b",
-    "35:",
-    "lock inc qword ptr [r11 + {r_lost}]",
-    "jmp 30b",
     // The frame's users taken once every exit is in (a handler that lands
     // before and leaves by siglongjmp finds the frame still theirs: each
     // user's callback, seeing its exit in its ring by the ring's depth,
     // writes no second one), the event closed; the frame popped.
-    "39:",
     crate::fixed_load!("rdx", "tp_thread"),
     "mov qword ptr fs:[rdx + {t_event}], 0",
     "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",

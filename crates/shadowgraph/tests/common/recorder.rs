@@ -1,0 +1,21 @@
+//! The plain recorder's callbacks (what the fused paths stand in for):
+//! an entry and an exit record per call at fgraph's depth, into recording
+//! instance `user.private`, the entries counted (tests/fused*.rs).
+
+use shadowgraph::record::writer;
+use shadowgraph::{fgraph, ftrace};
+use shadowgraph_data::format::Kind;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Entries recorded by the callback (the general way), not a fused path.
+pub static GENERAL_ENTRIES: AtomicU64 = AtomicU64::new(0);
+
+pub fn record_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    GENERAL_ENTRIES.fetch_add(1, Ordering::Relaxed);
+    writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
+    true
+}
+
+pub fn record_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+    writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
+}
