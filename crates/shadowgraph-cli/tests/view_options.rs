@@ -240,6 +240,10 @@ fn size_filter_leaves_small_functions_out() {
             &["report", "-Z", "50"],
             &["graph", "-Z", "50"],
             &["replay", "-Z", "40", "-D", "2"],
+            // A `size=` trigger: for its function's call and those inside.
+            &["replay", "-Z", "20", "-T", "mid@size=1000"],
+            &["replay", "-T", "mid@size=30"],
+            &["replay", "-Z", "1000", "-T", "mid@size=0"],
         ],
         0,
     );

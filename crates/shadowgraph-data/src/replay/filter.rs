@@ -413,6 +413,48 @@ impl Iterator for TimeFiltered {
     }
 }
 
+/// A thread's records without the calls of functions smaller than the
+/// size in force (uftrace's `-Z`, and `size=` triggers, which set it for
+/// their function's own call and the calls inside it): a function of
+/// unknown size is kept.
+struct SizeFiltered {
+    inner: Records,
+    symbols: Arc<[u64]>,
+    sizes: Arc<[(u64, Option<u64>)]>,
+    /// The size in force in each open call (the outermost: `-Z`'s).
+    open: Vec<u64>,
+    /// `-Z`'s (0: none), for exits whose entries predate the recording.
+    min: u64,
+}
+
+impl Iterator for SizeFiltered {
+    type Item = Result<Record, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let r = match self.inner.next()? {
+                Ok(r) if matches!(r.kind, Kind::Entry | Kind::Exit) => r,
+                other => return Some(other),
+            };
+            let i = self.symbols.partition_point(|&a| a <= r.addr);
+            let known = (i > 0 && self.symbols[i - 1] == r.addr).then(|| self.sizes[i - 1]);
+            let limit = if r.kind == Kind::Entry {
+                let outer = self.open.last().copied().unwrap_or(self.min);
+                let here = known.and_then(|k| k.1).unwrap_or(outer);
+                self.open.push(here);
+                here
+            } else if self.open.len() > 1 {
+                self.open.pop().unwrap_or(self.min)
+            } else {
+                self.min
+            };
+            if known.is_none_or(|(size, _)| size >= limit) {
+                return Some(Ok(r));
+            }
+        }
+    }
+}
+
 /// A thread's records of the calls of the selected functions and of their
 /// callers only (uftrace's `-C`): entries wait (one per open call) until
 /// a selected call begins inside them, which releases them; a call
@@ -465,8 +507,9 @@ struct Selection {
     /// Whether a trigger sets a time threshold or keeps calls from it.
     timed: bool,
     callers: Option<Arc<[bool]>>,
-    /// Per symbol: smaller than `-Z` asks (None: no `-Z`).
-    small: Option<Arc<[bool]>>,
+    /// Per symbol: its size, and the `size=` its triggers set (None:
+    /// neither `-Z` nor a `size=` trigger).
+    sizes: Option<Arc<[(u64, Option<u64>)]>>,
     /// Tracing on, shared by every thread's filters.
     enabled: Rc<Cell<bool>>,
     /// The timestamps shown (`-r`).
@@ -501,16 +544,15 @@ fn filtered(
     let from_start = filter.time_range.is_some_and(|r| r.start.is_some())
         || filter.disabled
         || filter.from_stack_depth;
-    if let Some(small) = sel.small.clone() {
+    if let Some(sizes) = sel.sizes.clone() {
         // Left out before depths are counted: callees take their place.
-        let symbols = sel.symbols.clone();
-        stream = Box::new(stream.filter(move |r| match r {
-            Ok(r) if matches!(r.kind, Kind::Entry | Kind::Exit) => {
-                let i = symbols.partition_point(|&a| a <= r.addr);
-                !(i > 0 && symbols[i - 1] == r.addr && small[i - 1])
-            }
-            _ => true,
-        }));
+        stream = Box::new(SizeFiltered {
+            inner: stream,
+            symbols: sel.symbols.clone(),
+            sizes,
+            open: vec![filter.min_size],
+            min: filter.min_size,
+        });
     }
     let mut it: Records = Box::new(DisplayDepth {
         inner: stream,
@@ -628,6 +670,18 @@ pub fn thread_records(
             }
         }
     }
+    let sizes = {
+        let size_of = |i: usize| {
+            let t = triggers.as_ref().and_then(|t| t.actions.get(i));
+            t.and_then(|a| a.size)
+        };
+        let sized = (0..data.symbols.len()).any(|i| size_of(i).is_some());
+        (filter.min_size > 0 || sized).then(|| {
+            (data.symbols.iter().enumerate())
+                .map(|(i, s)| (data.function_size(s.0), size_of(i)))
+                .collect()
+        })
+    };
     let sel = Selection {
         symbols: data.symbols.iter().map(|s| s.0).collect(),
         timed: triggers
@@ -635,12 +689,7 @@ pub fn thread_records(
             .is_some_and(|t| t.actions.iter().any(|a| a.time_ns.is_some() || a.always)),
         triggers,
         callers: callers.map(Into::into),
-        small: (filter.min_size > 0).then(|| {
-            data.symbols
-                .iter()
-                .map(|s| data.function_size(s.0) < filter.min_size)
-                .collect()
-        }),
+        sizes,
         enabled: Rc::new(Cell::new(!filter.disabled)),
         range: match &filter.time_range {
             Some(r) => Some(r.resolve(super::columns::first_time(data)?)),
