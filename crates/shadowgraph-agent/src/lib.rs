@@ -12,11 +12,14 @@
 //! handler stays installed and deliverable ([`interpose`]); the unwinder's
 //! entry points and `pthread_exit`, so that unwinders never see a hijacked
 //! return ([`unwind`]); `dlopen`/`dlclose`, so that objects loaded later
-//! are traced and unloaded ones leave first ([`objects`]).
+//! are traced and unloaded ones leave first ([`objects`]); `execve` and
+//! `posix_spawn` with an environment of the program's own, so that the
+//! programs they start are traced too ([`exec`]).
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod attach;
+mod exec;
 mod interpose;
 mod mcount;
 mod objects;
@@ -55,7 +58,11 @@ extern "C" fn agent_init() {
         Err(e) => return eprintln!("shadowgraph: {e}; the program runs untraced"),
     };
     // Finished at exit (session::finish): the handle is not kept.
-    if let Err(e) = Session::start(config) {
+    let started = Session::start(config);
+    // (After the start, which passes the session's lineage on in the
+    // environment.)
+    exec::keep_environment();
+    if let Err(e) = started {
         return eprintln!("shadowgraph: {e}; the program runs untraced");
     }
     // SAFETY: registering a plain extern "C" function with atexit.

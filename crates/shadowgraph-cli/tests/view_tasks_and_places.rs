@@ -227,3 +227,36 @@ fn location_filters_as_uftrace() {
         "{both}"
     );
 }
+
+/// Programs started with an environment of the program's own (no
+/// `LD_PRELOAD`, no session): by `posix_spawn`, `posix_spawnp` and
+/// `execve` they are recorded all the same, in the parent's stream, as
+/// uftrace's (which puts its variables back the same way).
+#[test]
+fn spawned_with_own_environment_as_uftrace() {
+    let dir = workdir("spawn_env");
+    let exe = build_fixture_with(&dir, "spawn", "spawn_env.c", &["-pg"]);
+    let data = dir.join("s.data");
+    let o = record_run(&[("SPAWN_EXECVE", "1")], &["-F", "main"], &data, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let report = view(&mut shadowgraph(), &data, &["report"]);
+    // Three started copies, each child_work once.
+    assert_eq!(report_rows(&report)["child_work"].2, 3, "{report}");
+    record_ok(&["--libcall", "-F", "main"], &data, &exe);
+    let ours = shape(&view(&mut shadowgraph(), &data, &["replay"]));
+    assert_eq!(
+        ours.iter()
+            .filter(|l| l.ends_with("child_work() {"))
+            .count(),
+        2,
+        "{ours:#?}"
+    );
+    if require("uftrace", "uftrace's recording of the same program") {
+        let theirs = dir.join("u.data");
+        uftrace_record(&theirs, &["-F", "main"], &exe);
+        assert_eq!(
+            ours,
+            shape(&view(&mut Command::new("uftrace"), &theirs, &["replay"]))
+        );
+    }
+}
