@@ -413,6 +413,9 @@ impl Iterator for TimeFiltered {
     }
 }
 
+/// A symbol's size, and the size its `size=` trigger sets.
+type SymbolSize = (u64, Option<u64>);
+
 /// A thread's records without the calls of functions smaller than the
 /// size in force (uftrace's `-Z`, and `size=` triggers, which set it for
 /// their function's own call and the calls inside it): a function of
@@ -420,7 +423,7 @@ impl Iterator for TimeFiltered {
 struct SizeFiltered {
     inner: Records,
     symbols: Arc<[u64]>,
-    sizes: Arc<[(u64, Option<u64>)]>,
+    sizes: Arc<[SymbolSize]>,
     /// The size in force in each open call (the outermost: `-Z`'s).
     open: Vec<u64>,
     /// `-Z`'s (0: none), for exits whose entries predate the recording.
@@ -509,7 +512,7 @@ struct Selection {
     callers: Option<Arc<[bool]>>,
     /// Per symbol: its size, and the `size=` its triggers set (None:
     /// neither `-Z` nor a `size=` trigger).
-    sizes: Option<Arc<[(u64, Option<u64>)]>>,
+    sizes: Option<Arc<[SymbolSize]>>,
     /// Tracing on, shared by every thread's filters.
     enabled: Rc<Cell<bool>>,
     /// The timestamps shown (`-r`).
