@@ -121,7 +121,7 @@ macro_rules! next {
         static $cache: AtomicUsize = AtomicUsize::new(0);
         // SAFETY: the symbol is libc's function of this name, of this
         // signature.
-        unsafe { std::mem::transmute::<usize, $ty>(crate::next_symbol(&$cache, $name)) }
+        unsafe { std::mem::transmute::<usize, $ty>(crate::next::next_symbol(&$cache, $name)) }
     }};
 }
 

@@ -17,7 +17,10 @@ static REAL_PTHREAD_SIGMASK: AtomicUsize = AtomicUsize::new(0);
 fn real_sigaction() -> SigactionFn {
     // SAFETY: the symbol is libc's sigaction, of this signature.
     unsafe {
-        std::mem::transmute::<usize, SigactionFn>(crate::next_symbol(&REAL_SIGACTION, c"sigaction"))
+        std::mem::transmute::<usize, SigactionFn>(crate::next::next_symbol(
+            &REAL_SIGACTION,
+            c"sigaction",
+        ))
     }
 }
 
@@ -118,7 +121,7 @@ unsafe fn strip_trap(
 
 fn real_sigmask(cache: &AtomicUsize, name: &std::ffi::CStr) -> SigmaskFn {
     // SAFETY: both names are libc functions of this signature.
-    unsafe { std::mem::transmute::<usize, SigmaskFn>(crate::next_symbol(cache, name)) }
+    unsafe { std::mem::transmute::<usize, SigmaskFn>(crate::next::next_symbol(cache, name)) }
 }
 
 /// `sigprocmask(2)` with SIGTRAP removed from the set.

@@ -22,6 +22,7 @@ mod attach;
 mod exec;
 mod interpose;
 mod mcount;
+mod next;
 mod objects;
 mod unwind;
 mod vfork;
@@ -58,10 +59,14 @@ extern "C" fn agent_init() {
         Err(e) => return eprintln!("shadowgraph: {e}; the program runs untraced"),
     };
     // Finished at exit (session::finish): the handle is not kept.
+    // What the agent calls while it sets up (the C library, which may
+    // call the program's own `malloc`) is not the program's: not hooked.
+    shadowgraph::fgraph::pause_thread();
     let started = Session::start(config);
     // (After the start, which passes the session's lineage on in the
     // environment.)
     exec::keep_environment();
+    shadowgraph::fgraph::resume_thread();
     if let Err(e) = started {
         return eprintln!("shadowgraph: {e}; the program runs untraced");
     }
@@ -70,37 +75,9 @@ extern "C" fn agent_init() {
 }
 
 extern "C" fn agent_exit() {
+    // What the agent does from here on (it may call the C library, which
+    // may call the program's own `malloc`) is not the program's: this
+    // thread's calls are no longer hooked (the process is ending).
+    shadowgraph::fgraph::pause_thread();
     session::finish();
-}
-
-/// The next definition of `name` after this object (libc's, libgcc's, …),
-/// cached in `cache`: the function the slots the agent took over called
-/// when it came in by `dlopen` ([`attach`]), else the next one in the
-/// lookup order. Aborts with a message if there is none: an interposer
-/// without its real function has nothing safe to do.
-pub(crate) fn next_symbol(cache: &std::sync::atomic::AtomicUsize, name: &std::ffi::CStr) -> usize {
-    use std::sync::atomic::Ordering;
-    // Relaxed: the cached value is the same whoever stores it, and is a
-    // function address in an object that is never unloaded.
-    let p = cache.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    let p = match attach::taken_over(name) {
-        0 => {
-            // SAFETY: RTLD_NEXT lookup of a NUL-terminated name.
-            unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
-        }
-        p => p,
-    };
-    if p == 0 {
-        let msg = b"shadowgraph: an interposed function has no next definition\n";
-        // SAFETY: write(2) of a static buffer, then abort.
-        unsafe {
-            libc::write(2, msg.as_ptr().cast(), msg.len());
-            libc::abort();
-        }
-    }
-    cache.store(p, Ordering::Relaxed);
-    p
 }

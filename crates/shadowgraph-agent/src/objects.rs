@@ -28,7 +28,8 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
     // SAFETY: the next definition of dlopen has this signature; the
     // caller's arguments are passed unchanged.
     let h = unsafe {
-        let real = std::mem::transmute::<usize, F>(crate::next_symbol(&REAL_DLOPEN, c"dlopen"));
+        let real =
+            std::mem::transmute::<usize, F>(crate::next::next_symbol(&REAL_DLOPEN, c"dlopen"));
         real(file, flags)
     };
     if !h.is_null() {
@@ -62,8 +63,10 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
         // SAFETY: the next definition of dlclose has this signature; the
         // caller's handle is passed unchanged.
         unsafe {
-            let real =
-                std::mem::transmute::<usize, F>(crate::next_symbol(&REAL_DLCLOSE, c"dlclose"));
+            let real = std::mem::transmute::<usize, F>(crate::next::next_symbol(
+                &REAL_DLCLOSE,
+                c"dlclose",
+            ));
             real(handle)
         }
     })

@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicUsize;
 macro_rules! real {
     ($name:literal, $ty:ty) => {{
         static CACHE: AtomicUsize = AtomicUsize::new(0);
-        let next = crate::next_symbol(&CACHE, $name);
+        let next = crate::next::next_symbol(&CACHE, $name);
         // SAFETY: the next definition of the symbol this function
         // interposes has the interposer's own signature, `$ty`.
         unsafe { std::mem::transmute::<usize, $ty>(next) }

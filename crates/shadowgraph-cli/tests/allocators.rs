@@ -68,3 +68,35 @@ fn tid_of_main(data: &std::path::Path) -> String {
     let d = shadowgraph_data::dir::DataDir::open(data).unwrap();
     d.info.get("pid").unwrap().to_string()
 }
+
+/// A `-pg` program with its own `malloc` and `free`: nothing is recorded
+/// after `main` (gprof's `_mcleanup` does not run, the agent's end is not
+/// the program's calls), and no `gmon.out` is written, as with uftrace.
+#[test]
+fn nothing_after_main_of_a_pg_program_with_its_own_malloc() {
+    let dir = workdir("malloc_after_main");
+    let exe = build_fixture_with(&dir, "mam", "malloc_after_main.c", &["-pg", "-O0"]);
+    let data = dir.join("mam.data");
+    let o = record_run_in(&dir, &[], &["--libcall"], &data, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(!dir.join("gmon.out").exists());
+    let ours = shape(&view_text("replay", &data));
+    assert_eq!(
+        ours.last().map(String::as_str),
+        Some("D|} /* main */"),
+        "{ours:#?}"
+    );
+    if require("uftrace", "uftrace's recording of the same program") {
+        let theirs = dir.join("u.data");
+        let o = Command::new("uftrace")
+            .args(["record", "--no-sched", "-d"])
+            .arg(&theirs)
+            .arg(&exe)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        let theirs = uftrace_view("replay", &theirs).unwrap();
+        assert_eq!(ours, shape(&theirs));
+    }
+}

@@ -339,7 +339,7 @@ fn arguments_of_time_filtered_calls_are_recorded() {
     cc(&[&fixture("timed_args.c")], &["-O2", "-pg"], &exe);
     let specs = [
         "-t",
-        "500us",
+        "5ms",
         "-A",
         "outer@arg1",
         "-A",
