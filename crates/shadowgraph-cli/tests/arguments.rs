@@ -663,3 +663,35 @@ fn function_pointers_of_a_pg_program_are_named() {
         shows_each(&theirs, &["call(&add) {"]);
     }
 }
+
+/// A pointer argument to a data object is shown by the object's name, the
+/// program's or a library's (`&stdout`'s FILE), as uftrace shows it; a
+/// pointer into data is never named after a function.
+#[test]
+fn pointers_to_data_are_named_as_uftrace_names_them() {
+    let dir = workdir("data-pointers");
+    let exe = dir.join("dp");
+    cc(&[&fixture("data_pointers.c")], &["-O0", "-pg"], &exe);
+    let specs = ["-A", "put@arg1/p,arg2", "-A", "same@arg1/p,arg2/p"];
+    let ours = dir.join("ours.data");
+    record_ok(&specs, &ours, &exe);
+    let replay = replay_text(&ours);
+    let want = [
+        "main() {",
+        "  put(&hidden, 1);",
+        "  put(&shared, 2);",
+        "  put(&maybe, 3);",
+        "  same(&_IO_2_1_stdout_, &_IO_2_1_stderr_);",
+        "} /* main */",
+    ];
+    assert_eq!(graph_part(&replay), want, "{replay}");
+    if uftrace_missing("recording data pointers beside uftrace") {
+        return;
+    }
+    assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
+    let theirs = dir.join("theirs.data");
+    let mut opts = vec!["--no-libcall"];
+    opts.extend(specs);
+    uftrace_record(&theirs, &opts, &exe);
+    assert_eq!(graph_part(&uftrace_view("replay", &theirs).unwrap()), want);
+}

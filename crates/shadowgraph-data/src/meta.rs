@@ -466,3 +466,60 @@ pub(crate) fn read_uftrace_symbols(
     ends.sort_unstable();
     Ok((symbols, modules, libnames, ends))
 }
+
+/// A loaded object's data symbols, from our recordings' `datasyms`
+/// (written when arguments are recorded: pointers are named after what
+/// they point to, as uftrace names them).
+#[derive(Clone, Debug)]
+pub(crate) struct DataObject {
+    /// The addresses its loadable segments span.
+    pub(crate) range: (u64, u64),
+    /// Its file.
+    pub(crate) path: PathBuf,
+    /// (address, size, uftrace's kind letter, name), by address.
+    pub(crate) symbols: Vec<(u64, u64, char, String)>,
+}
+
+/// Our recordings' `datasyms`: an object per unindented line (`lo hi
+/// path`), its symbols on the indented lines after it (`addr size kind
+/// name`), tab-separated, addresses in hex; none if there is no such file.
+/// Lines that do not read so are skipped (said in `skipped`).
+pub(crate) fn read_data_symbols(dir: &Path, skipped: &mut Vec<String>) -> Vec<DataObject> {
+    let p = dir.join("datasyms");
+    let Ok(text) = std::fs::read_to_string(&p) else {
+        return Vec::new();
+    };
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    let mut out: Vec<DataObject> = Vec::new();
+    for (n, l) in text.lines().enumerate() {
+        let ok = match l.strip_prefix('\t') {
+            Some(sym) => {
+                let f: Vec<&str> = sym.splitn(4, '\t').collect();
+                match (&f[..], out.last_mut()) {
+                    ([a, size, kind, name], Some(o)) => (|| {
+                        let kind = kind.chars().next()?;
+                        o.symbols
+                            .push((hex(a)?, hex(size)?, kind, name.to_string()));
+                        Some(())
+                    })(),
+                    _ => None,
+                }
+            }
+            None => match l.splitn(3, '\t').collect::<Vec<_>>()[..] {
+                [lo, hi, path] => (|| {
+                    out.push(DataObject {
+                        range: (hex(lo)?, hex(hi)?),
+                        path: PathBuf::from(path),
+                        symbols: Vec::new(),
+                    });
+                    Some(())
+                })(),
+                _ => None,
+            },
+        };
+        if ok.is_none() {
+            skip_line(skipped, &p, n, "expected an object or a data symbol");
+        }
+    }
+    out
+}

@@ -273,7 +273,19 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     let p = out.join("task.txt");
     std::fs::write(&p, task).map_err(|e| err(&p, e))?;
 
-    let lines = map_lines(&maps);
+    let mut lines = map_lines(&maps);
+    // Objects whose data pointers point to: each traced object's symbols
+    // go into its own file, the others' into files of their own (lines of
+    // the map that no function is in).
+    let objects = crate::meta::read_data_symbols(&data.dir, &mut Vec::new());
+    let overlaps =
+        |o: &crate::meta::DataObject, l: &(u64, u64, PathBuf)| o.range.0 < l.1 && l.0 < o.range.1;
+    for o in &objects {
+        if !lines.iter().any(|l| overlaps(o, l)) {
+            lines.push((o.range.0, o.range.1, o.path.clone()));
+        }
+    }
+    lines.sort_by_key(|l| l.0);
     let mut map = String::new();
     for (base, end, path) in &lines {
         writeln!(
@@ -296,25 +308,43 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     // <name>.sym: the traced functions in each line's range, relative to
     // its start.
     for (base, end, path) in &lines {
-        let mut syms: Vec<(u64, &str)> = data
-            .symbols
-            .iter()
-            .filter(|(a, n)| !n.is_empty() && (*base..*end).contains(a))
-            .map(|(a, n)| (a - base, n.as_str()))
-            .collect();
-        syms.sort();
-        let mut s = format!(
-            "# symbols: {}\n# path name: {}\n",
-            syms.len(),
-            path.display()
-        );
         // (A library call's thunk is uftrace's PLT function, `P`.)
         let kind = match path.to_string_lossy().ends_with(crate::pattern::PLT_SUFFIX) {
             true => 'P',
             false => 'T',
         };
-        for (a, n) in &syms {
+        // (address, size: data only, kind, name)
+        let mut syms: Vec<(u64, u64, char, &str)> = data
+            .symbols
+            .iter()
+            .filter(|(a, n)| !n.is_empty() && (*base..*end).contains(a))
+            .map(|(a, n)| (a - base, 0, kind, n.as_str()))
+            .collect();
+        for o in objects
+            .iter()
+            .filter(|o| overlaps(o, &(*base, *end, path.clone())))
+        {
+            syms.extend(
+                (o.symbols.iter())
+                    .filter(|s| (*base..*end).contains(&s.0))
+                    .map(|s| (s.0 - base, s.1, s.2, s.3.as_str())),
+            );
+        }
+        syms.sort_by_key(|s| s.0);
+        syms.dedup_by_key(|s| s.0);
+        let mut s = format!(
+            "# symbols: {}\n# path name: {}\n",
+            syms.len(),
+            path.display()
+        );
+        for (i, (a, size, kind, n)) in syms.iter().enumerate() {
             writeln!(s, "{a:016x} {kind} {n}").unwrap();
+            // A data symbol ends where its size says (as uftrace's files
+            // mark it), not at the next symbol.
+            let next = syms.get(i + 1).map_or(u64::MAX, |s| s.0);
+            if *size > 0 && a + size < next {
+                writeln!(s, "{:016x} ? __sym_end", a + size).unwrap();
+            }
         }
         writeln!(s, "{:016x} ? __func_end", end - base).unwrap();
         let name = path

@@ -509,6 +509,47 @@ pub fn function_sizes(path: &Path) -> std::collections::HashMap<String, u64> {
         .collect()
 }
 
+/// The data objects of the object at `path` (from `.symtab` and
+/// `.dynsym`; thread-local ones left out): (address, size, uftrace's kind
+/// letter — `d` local, `D` global, `v` weak — name) by address, with the
+/// range its loadable segments span; addresses as the file gives them
+/// (add the load bias). None if the object cannot be read.
+pub fn data_symbols(path: &Path) -> Option<DataSymbols> {
+    use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+    let data = crate::sys::MappedFile::open(path).ok()?;
+    let file = parse(path, &data).ok()?;
+    let lo = file.segments().map(|s| s.address()).min()?;
+    let hi = file.segments().map(|s| s.address() + s.size()).max()?;
+    let mut syms: Vec<(u64, u64, char, String)> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Data && s.is_definition() && s.address() != 0)
+        .filter_map(|s| {
+            let kind = match () {
+                _ if s.is_weak() => 'v',
+                _ if s.is_global() => 'D',
+                _ => 'd',
+            };
+            Some((s.address(), s.size(), kind, s.name().ok()?.to_string()))
+        })
+        .filter(|s| !s.3.is_empty())
+        .collect();
+    syms.sort();
+    syms.dedup_by_key(|s| s.0);
+    Some(DataSymbols {
+        range: (lo, hi),
+        symbols: syms,
+    })
+}
+
+/// An object's data symbols ([`data_symbols`]).
+pub struct DataSymbols {
+    /// The addresses its loadable segments span.
+    pub range: (u64, u64),
+    /// (address, size, kind, name), by address.
+    pub symbols: Vec<(u64, u64, char, String)>,
+}
+
 /// Where the functions of stripped objects are named from (`--with-syms`):
 /// `DIR/<object>.sym` files.
 static SYMBOL_DIR: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);

@@ -56,6 +56,11 @@ fn write(
         }
     }
     let maps = module_maps();
+    // Where pointer arguments may point: the objects' data symbols.
+    let datasyms = match tracers.iter().any(|t| t.args.is_some()) {
+        true => data_symbols_text(),
+        false => String::new(),
+    };
     for t in tracers {
         let i = t.inst;
         let mut info = Info::default();
@@ -173,11 +178,54 @@ fn write(
         if let Err(e) = write_whole(&dir.join("symbols"), syms.as_bytes())
             .and_then(|_| write_whole(&dir.join("libnames"), libs.as_bytes()))
             .and_then(|_| write_whole(&dir.join("maps"), maps.as_bytes()))
+            .and_then(|_| match datasyms.is_empty() {
+                true => Ok(()),
+                false => write_whole(&dir.join("datasyms"), datasyms.as_bytes()),
+            })
             .and_then(|_| info.write(dir))
         {
             eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
         }
     }
+}
+
+/// The data symbols of the loaded objects (the agent's left out), as
+/// `shadowgraph_data::meta::read_data_symbols` reads them: a line per
+/// object (its range and path), then a line per symbol, absolute.
+fn data_symbols_text() -> String {
+    use std::fmt::Write;
+    let mut own = String::new();
+    // SAFETY: dladdr with an address in this object and a zeroed info it
+    // fills; the name it points to lives as long as the object.
+    unsafe {
+        let mut i: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(data_symbols_text as *const libc::c_void, &mut i) != 0
+            && !i.dli_fname.is_null()
+        {
+            own = std::ffi::CStr::from_ptr(i.dli_fname)
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    let mut out = String::new();
+    for (path, bias) in crate::process::loaded_objects() {
+        if path.as_os_str().is_empty() || path.to_string_lossy() == own {
+            continue;
+        }
+        let Some(d) = crate::elf::data_symbols(&path) else {
+            continue;
+        };
+        if d.symbols.is_empty() {
+            continue;
+        }
+        let b = bias as u64;
+        let (lo, hi) = (d.range.0 + b, d.range.1 + b);
+        let _ = writeln!(out, "{lo:#x}\t{hi:#x}\t{}", path.display());
+        for (a, size, kind, name) in &d.symbols {
+            let _ = writeln!(out, "\t{:#x}\t{size:#x}\t{kind}\t{name}", a + b);
+        }
+    }
+    out
 }
 
 /// The first calibration point, before tracing starts.
