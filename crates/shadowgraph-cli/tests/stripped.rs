@@ -112,26 +112,62 @@ fn a_stripped_program_is_traced_and_named_from_symbol_files() {
     assert_eq!(calls(&theirs.unwrap()), named);
 }
 
-/// A program built with plain `-pg` and stripped has nothing that finds
-/// its functions: a one-line error names it and says what would; with
-/// the symbol files of uftrace's recording of it before the strip, it is
-/// traced with its names.
+/// A program built with plain `-pg` and stripped: its functions are found
+/// by its unwind tables (`.eh_frame`), traced and shown by address, and
+/// named by a recording's symbol files before the strip (`replay
+/// --with-syms`, as uftrace's); named at record time by uftrace's symbol
+/// files (`record --with-syms`). Built without unwind tables, nothing
+/// finds them: a one-line error names it and says what would.
 #[test]
-fn a_stripped_plain_pg_program_needs_its_symbols() {
+fn a_stripped_plain_pg_program_is_found_by_its_unwind_tables() {
     let dir = workdir("stripped-pg");
     let exe = dir.join("abc");
     cc(&[&fixture("abc.c")], &["-pg"], &exe);
+    let ours_before = dir.join("before.data");
+    record_ok(&[], &ours_before, &exe);
     let theirs = dir.join("theirs.syms");
     let have_uftrace = !uftrace_missing("a symbol directory recorded by uftrace");
     if have_uftrace {
         uftrace_record(&theirs, &[], &exe);
     }
     strip(&exe);
-    let o = record_run(&[], &[], &dir.join("x.data"), &exe, &[]);
+    let unnamed = dir.join("x.data");
+    record_ok(&[], &unnamed, &exe);
+    let replay = replay_text(&unnamed);
+    let calls = graph_part(&replay);
+    // main { a { b { c } } }, by address.
+    assert_eq!(calls.len(), 7, "{replay}");
+    assert!(
+        calls[0].starts_with("<") && calls[0].ends_with(">() {"),
+        "{replay}"
+    );
+    assert!(
+        calls[3].starts_with("      <") && calls[3].ends_with(">();"),
+        "{replay}"
+    );
+    let named = view(
+        &["replay", "--with-syms", ours_before.to_str().unwrap()],
+        &unnamed,
+    );
+    assert_eq!(graph_part(&named), graph_part(&replay_text(&ours_before)));
+    if have_uftrace {
+        assert_eq!(uftrace_view("replay", &unnamed).unwrap(), replay);
+    }
+    let bare = dir.join("bare");
+    cc(
+        &[&fixture("abc.c")],
+        &[
+            "-pg",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ],
+        &bare,
+    );
+    strip(&bare);
+    let o = record_run(&[], &[], &dir.join("bare.data"), &bare, &[]);
     let err = text(&o).1;
     assert!(
-        !o.status.success()
-            && err.contains(&*exe.to_string_lossy())
+        err.contains(&*bare.to_string_lossy())
             && err.contains("stripped of its symbols")
             && err.contains("--with-syms"),
         "{err}"

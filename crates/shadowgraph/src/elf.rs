@@ -62,8 +62,8 @@ pub struct ObjectSites {
     /// its functions that call it are patched at their prologue
     /// (crate::prologue).
     pub built_with_hooks: bool,
-    /// Built so and stripped of the symbols that would find its functions
-    /// (no symbol table, no debug file, no `--with-syms` file).
+    /// Built so and stripped of what would find its functions (no symbol
+    /// table, no debug file, no `--with-syms` file, no unwind tables).
     pub hooks_unnamed: bool,
 }
 
@@ -246,7 +246,7 @@ pub fn scan_bytes(path: &Path, data: &[u8]) -> Result<ObjectSites, ElfError> {
         None
     };
     let built_with_hooks = sites.is_empty() && calls_any(&file, &PROFILING_HOOKS);
-    let hooks_unnamed = built_with_hooks && !FunctionSymbols::new(path, &file).complete();
+    let hooks_unnamed = built_with_hooks && !FunctionSymbols::new(path, &file).found_all();
     Ok(ObjectSites {
         path: path.to_owned(),
         position_independent,
@@ -407,6 +407,42 @@ pub(crate) struct FunctionSymbols {
     /// every function; else the dynamic symbols of a stripped object, which
     /// name only those it exports.
     complete: bool,
+    /// Not complete, but the object's unwind tables (`.eh_frame`) gave
+    /// the starts and sizes of its functions, which are listed unnamed.
+    framed: bool,
+}
+
+/// The functions (start, size) that `file`'s `.eh_frame` has a frame
+/// description of: every function of a C or C++ object built by gcc or
+/// clang with their defaults, stripped or not. Empty if it has none or
+/// cannot be read.
+fn frame_functions(file: &object::File<'_>) -> Vec<(u64, u64)> {
+    use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+    let Some(section) = file.section_by_name(".eh_frame") else {
+        return Vec::new();
+    };
+    let Ok(data) = section.data() else {
+        return Vec::new();
+    };
+    let eh = EhFrame::new(data, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(t) = file.section_by_name(".text") {
+        bases = bases.set_text(t.address());
+    }
+    let mut out = Vec::new();
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(e)) = entries.next() {
+        if let CieOrFde::Fde(partial) = e {
+            if let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
+                if fde.len() > 0 && fde.initial_address() > 0 {
+                    out.push((fde.initial_address(), fde.len()));
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup_by_key(|f| f.0);
+    out
 }
 
 impl FunctionSymbols {
@@ -437,8 +473,19 @@ impl FunctionSymbols {
             list = symbol_file(path, file).unwrap_or_default();
         }
         let complete = !list.is_empty();
+        let mut framed = false;
         if list.is_empty() {
             list = collect(file.dynamic_symbols());
+            // A stripped object's other functions, unnamed, where its
+            // unwind tables say they are.
+            let known: std::collections::HashSet<u64> = list.iter().map(|s| s.0).collect();
+            let frames = frame_functions(file);
+            framed = !frames.is_empty();
+            list.extend(
+                (frames.into_iter())
+                    .filter(|f| !known.contains(&f.0))
+                    .map(|(start, size)| (start, size, true, String::new())),
+            );
         }
         // For an address: a sized symbol first, then a global one (gcc's
         // `-fPIC` adds local aliases such as `fib.localalias` beside a
@@ -449,7 +496,17 @@ impl FunctionSymbols {
             .into_iter()
             .map(|(start, size, _, name)| (start, size, name))
             .collect();
-        FunctionSymbols { list, complete }
+        FunctionSymbols {
+            list,
+            complete,
+            framed,
+        }
+    }
+
+    /// Whether every function is known here, named or not (a stripped
+    /// object's from its unwind tables).
+    pub(crate) fn found_all(&self) -> bool {
+        self.complete || self.framed
     }
 
     /// Whether every function has a symbol here (not so in a stripped

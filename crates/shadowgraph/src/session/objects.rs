@@ -80,6 +80,16 @@ pub(crate) fn discover(which: &Objects, patch: &[String]) -> Result<Vec<Module>,
             ));
         }
         let found = elf::scan_file(&exe).map_err(|e| e.to_string())?;
+        if found.built_with_hooks {
+            // (Stripped, and its unwind tables do not cover the functions
+            // that call the hook: none was found.)
+            return Err(format!(
+                "{}: built with -pg or -finstrument-functions and stripped of its symbols: no \
+                 function calling its hook was found (keep its symbol table, name them with \
+                 --with-syms DIR, or build with -pg -mfentry -mrecord-mcount)",
+                exe.display()
+            ));
+        }
         found.require_sites().map_err(|e| e.to_string())?;
         return Err(format!("{}: no usable sites", exe.display()));
     }
