@@ -304,9 +304,16 @@ pub(crate) struct RecordOptions {
     /// where perf events are permitted).
     #[arg(long)]
     pub(crate) no_sched: bool,
-    /// Record no events (uftrace's `--no-event`: implies --no-sched).
+    /// Record no events but those -E names (uftrace's `--no-event`: implies
+    /// --no-sched).
     #[arg(long)]
     pub(crate) no_event: bool,
+    /// Record the events EVENT names (a glob, as uftrace's `-E`):
+    /// `linux:task-name` (a thread's new name, where perf events are
+    /// permitted), `linux:schedule` (recorded anyway); user SDT markers
+    /// are not recorded (said).
+    #[arg(short = 'E', long = "Event", value_name = "EVENT")]
+    pub(crate) events: Vec<String>,
     /// The program keeps the process id `record` was started with (uftrace's
     /// `--keep-pid`, for daemons that must keep theirs): `record` becomes
     /// the program, and a process of its own records it (its summary comes

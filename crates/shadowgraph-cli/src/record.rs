@@ -180,15 +180,30 @@ fn copy_sched(from: &Path, to: &Path) {
 }
 
 /// The schedule events of the program about to start (or of the running
-/// process `attached`), into each tracer's directory (uftrace's
-/// `perf-cpu<N>.dat`), unless `--no-sched`; where perf events cannot be
-/// opened, said once, and the recording goes on.
+/// process `attached`), unless `--no-sched`, and its threads' new names
+/// where `-E linux:task-name` asks, into each tracer's directory
+/// (uftrace's `perf-cpu<N>.dat`); where perf events cannot be opened,
+/// said once, and the recording goes on.
 pub(crate) fn open_sched(
     opts: &RecordOptions,
     (abs, rel): (&Path, &[(String, PathBuf)]),
     attached: Option<i32>,
 ) -> Option<crate::sched::Sched> {
-    if opts.no_sched || opts.no_event {
+    let glob =
+        |e: &str, name: &str| shadowgraph_data::pattern::glob_match(e.as_bytes(), name.as_bytes());
+    let names = opts.events.iter().any(|e| glob(e, "linux:task-name"));
+    for e in &opts.events {
+        if !glob(e, "linux:task-name") && !glob(e, "linux:schedule") {
+            eprintln!("shadowgraph: -E {e}: no such event (user SDT markers are not recorded)");
+        }
+    }
+    // (`--no-event` leaves out the events recorded by default, not those
+    // `-E` asks for, as uftrace's.)
+    let kinds = crate::sched::Kinds {
+        switches: !opts.no_sched && !opts.no_event,
+        names,
+    };
+    if !(kinds.switches || kinds.names) {
         return None;
     }
     let dirs: Vec<PathBuf> = rel
@@ -199,8 +214,8 @@ pub(crate) fn open_sched(
         let _ = std::fs::create_dir_all(d);
     }
     let opened = match attached {
-        None => crate::sched::Sched::open(&dirs),
-        Some(pid) => crate::sched::Sched::open_attached(pid, &dirs),
+        None => crate::sched::Sched::open(&dirs, kinds),
+        Some(pid) => crate::sched::Sched::open_attached(pid, &dirs, kinds),
     };
     match opened {
         Ok(s) => Some(s),

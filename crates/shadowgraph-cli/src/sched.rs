@@ -1,6 +1,7 @@
 //! Schedule events (uftrace's `linux:schedule`): the kernel's record of
 //! each time a thread of the traced program leaves a processor and comes
-//! back, from a perf event per processor that `record` opens on itself
+//! back (and, with `-E linux:task-name`, of each new name a thread takes),
+//! from a perf event per processor that `record` opens on itself
 //! before it starts the program, which inherits them (and they come on at
 //! its exec, not before: `record`'s own switches are not recorded), or,
 //! for `record -p`, per thread of the process and processor. A thread
@@ -53,6 +54,7 @@ const PERF_SAMPLE_TIME: u64 = 1 << 2;
 const DISABLED: u64 = 1 << 0;
 const INHERIT: u64 = 1 << 1;
 const EXCLUDE_KERNEL: u64 = 1 << 5;
+const COMM: u64 = 1 << 9;
 const ENABLE_ON_EXEC: u64 = 1 << 12;
 const SAMPLE_ID_ALL: u64 = 1 << 18;
 const USE_CLOCKID: u64 = 1 << 25;
@@ -128,6 +130,17 @@ impl Drop for PerCpu {
     }
 }
 
+/// What the events record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Kinds {
+    /// Each time a thread leaves its processor and comes back
+    /// (`linux:schedule`).
+    pub(crate) switches: bool,
+    /// A thread's new names (`linux:task-name`: `prctl(PR_SET_NAME)`,
+    /// `pthread_setname_np`, exec).
+    pub(crate) names: bool,
+}
+
 /// The schedule events of a program `record` starts.
 pub(crate) struct Sched {
     cpus: Vec<PerCpu>,
@@ -135,25 +148,36 @@ pub(crate) struct Sched {
     copier: Option<std::thread::JoinHandle<Vec<PerCpu>>>,
 }
 
+impl Kinds {
+    /// The perf_event_attr flags that record them.
+    fn flags(self) -> u64 {
+        (if self.switches { CONTEXT_SWITCH } else { 0 }) | if self.names { COMM } else { 0 }
+    }
+}
+
 impl Sched {
     /// Opens an event per processor on this thread, which the program it
     /// starts next inherits, each copied into `perf-cpu<N>.dat` of every
     /// directory of `dirs`; Err says why not (perf events not permitted,
     /// say).
-    pub(crate) fn open(dirs: &[std::path::PathBuf]) -> Result<Sched, String> {
-        Sched::open_for(&[0], DISABLED | ENABLE_ON_EXEC, dirs)
+    pub(crate) fn open(dirs: &[std::path::PathBuf], kinds: Kinds) -> Result<Sched, String> {
+        Sched::open_for(&[0], DISABLED | ENABLE_ON_EXEC | kinds.flags(), dirs)
     }
 
     /// [`Sched::open`] for the running process `pid` (`record -p`): an
     /// event per thread and processor, on at once, each processor's
     /// gathered into one buffer; the threads it makes later inherit them.
-    pub(crate) fn open_attached(pid: i32, dirs: &[std::path::PathBuf]) -> Result<Sched, String> {
+    pub(crate) fn open_attached(
+        pid: i32,
+        dirs: &[std::path::PathBuf],
+        kinds: Kinds,
+    ) -> Result<Sched, String> {
         let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
             .map_err(|e| format!("/proc/{pid}/task: {e}"))?
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse().ok())
             .collect();
-        Sched::open_for(&tids, 0, dirs)
+        Sched::open_for(&tids, kinds.flags(), dirs)
     }
 
     /// The events of the threads `tids` (0: this one) on every processor,
@@ -172,7 +196,7 @@ impl Sched {
             config: PERF_COUNT_SW_DUMMY,
             sample_period: 1,
             sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_TIME,
-            flags: flags | INHERIT | EXCLUDE_KERNEL | SAMPLE_ID_ALL | USE_CLOCKID | CONTEXT_SWITCH,
+            flags: flags | INHERIT | EXCLUDE_KERNEL | SAMPLE_ID_ALL | USE_CLOCKID,
             clockid: libc::CLOCK_MONOTONIC,
             ..Default::default()
         };

@@ -230,8 +230,9 @@ fn location_filters_as_uftrace() {
 
 /// Programs started with an environment of the program's own (no
 /// `LD_PRELOAD`, no session): by `posix_spawn`, `posix_spawnp` and
-/// `execve` they are recorded all the same, in the parent's stream, as
-/// uftrace's (which puts its variables back the same way).
+/// `execve` they are recorded all the same, in the parent's stream, each
+/// call as uftrace records it (which puts its variables back the same
+/// way).
 #[test]
 fn spawned_with_own_environment_as_uftrace() {
     let dir = workdir("spawn_env");
@@ -252,11 +253,87 @@ fn spawned_with_own_environment_as_uftrace() {
         "{ours:#?}"
     );
     if require("uftrace", "uftrace's recording of the same program") {
+        // (Where a started program's lines fall among the parent's depends
+        // on the processors: the calls of each function, compared.)
         let theirs = dir.join("u.data");
         uftrace_record(&theirs, &["-F", "main"], &exe);
+        let calls = |tool: &mut Command, d: &std::path::Path| {
+            let rows = report_rows(&view(tool, d, &["report"]));
+            let mut v: Vec<(String, u64)> = rows.into_iter().map(|(f, r)| (f, r.2)).collect();
+            v.sort();
+            v
+        };
         assert_eq!(
-            ours,
-            shape(&view(&mut Command::new("uftrace"), &theirs, &["replay"]))
+            calls(&mut shadowgraph(), &data),
+            calls(&mut Command::new("uftrace"), &theirs)
+        );
+    }
+}
+
+/// `record -E linux:task-name`: each new name a thread takes is recorded
+/// (a perf event), shown where it happened (`/* linux:task-name
+/// (comm="first") */`), named in the task column from there on (hidden
+/// events too), and as metadata in the Chrome dump; as uftrace's, on its
+/// recording and on ours.
+#[test]
+fn task_names_as_uftrace() {
+    let dir = workdir("task_names");
+    let exe = build_fixture_with(&dir, "tn", "task_names.c", &["-pg", "-pthread"]);
+    let data = dir.join("tn.data");
+    let opts = ["--libcall", "--no-event", "-E", "linux:task-name"];
+    record_ok(&opts, &data, &exe);
+    let replay = view(&mut shadowgraph(), &data, &["replay", "-f", "task"]);
+    for shown in [
+        "           first |       /* linux:task-name (comm=\"first\") */",
+        "          worker |       /* linux:task-name (comm=\"worker\") */",
+        "          second | } /* main */",
+    ] {
+        assert!(replay.contains(shown), "{shown} in\n{replay}");
+    }
+    let views: [&[&str]; 4] = [
+        &["replay", "-f", "task,tid"],
+        &["replay", "--no-event", "-f", "task"],
+        &["replay", "-F", "main", "-f", "task"],
+        &["dump", "--chrome"],
+    ];
+    // (Thread ids, and the Chrome dump's times, differ between
+    // recordings: left out; so are the dump's first metadata events, each
+    // thread's, which uftrace gives as a process of its own.)
+    let shape_of = |text: String| -> Vec<String> {
+        let chrome = text.starts_with("{\"traceEvents\"");
+        let field = |l: &str, k: &str| {
+            let v = l.split(k).nth(1).and_then(|r| r.split('"').nth(1));
+            let v = v.unwrap_or("");
+            v.split_once("] ").map_or(v, |x| x.1).to_string()
+        };
+        let line = |l: &str| match l.split_once('[').zip(l.split_once(']')) {
+            Some(((a, _), (_, b))) => format!("{a}{b}"),
+            None => l.to_string(),
+        };
+        (text.lines())
+            .filter(|l| !chrome || l.starts_with("{\"ts\""))
+            .skip_while(|l| chrome && l.contains("\"ph\":\"M\""))
+            .map(|l| match chrome {
+                true => ["\"ph\":", "\"name\":", "\"args\":{\"name\":"]
+                    .iter()
+                    .map(|k| field(l, k))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                false => line(l),
+            })
+            .collect()
+    };
+    if !require("uftrace", "uftrace's recording of the same program") {
+        return;
+    }
+    as_uftrace(&data, &views[..3], 0);
+    let theirs = dir.join("u.data");
+    uftrace_record(&theirs, &opts[1..], &exe);
+    for args in views {
+        assert_eq!(
+            shape_of(view(&mut shadowgraph(), &data, args)),
+            shape_of(view(&mut Command::new("uftrace"), &theirs, args)),
+            "{args:?}"
         );
     }
 }

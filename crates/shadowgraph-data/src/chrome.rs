@@ -40,7 +40,14 @@ pub fn dump_chrome(
     let exe = data.info.get("exe").unwrap_or("");
     let comm = exe.rsplit('/').next().unwrap_or(exe);
     writeln!(out, "{{\"traceEvents\":[")?;
-    let name = |id: &str| json_str(&format!("[{id}] {comm}"));
+    // A thread's name as uftrace's metadata gives it: the last it took
+    // (`-E linux:task-name`), else the program's.
+    let last_name = |tid: &str| {
+        let t: i32 = tid.parse().unwrap_or(0);
+        let last = data.task_names.get(&t).and_then(|n| n.last());
+        last.map_or(comm, |n| n.1.as_str())
+    };
+    let name = |id: &str| json_str(&format!("[{id}] {}", last_name(id)));
     write!(
         out,
         "{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{}}}}}",
@@ -54,12 +61,63 @@ pub fn dump_chrome(
         )?;
     }
     let mut first = false;
-    for (tid, records) in threads {
-        for r in records {
+    // The threads' records merged by time, as uftrace writes them.
+    let tids: Vec<i32> = threads.iter().map(|t| t.0).collect();
+    let mut streams: Vec<std::iter::Peekable<_>> =
+        threads.into_iter().map(|t| t.1.peekable()).collect();
+    let mut heap = std::collections::BinaryHeap::new();
+    let time_of = |s: &mut std::iter::Peekable<crate::replay::Records>| match s.peek() {
+        Some(Ok(r)) => Some(r.time),
+        Some(Err(_)) => Some(0),
+        None => None,
+    };
+    for (k, s) in streams.iter_mut().enumerate() {
+        if let Some(t) = time_of(s) {
+            heap.push(std::cmp::Reverse((t, k)));
+        }
+    }
+    while let Some(std::cmp::Reverse((_, k))) = heap.pop() {
+        let tid = tids[k];
+        {
+            let r = streams[k].next().expect("peeked");
+            if let Some(t) = time_of(&mut streams[k]) {
+                heap.push(std::cmp::Reverse((t, k)));
+            }
             let r = r?;
             let ph = match r.kind {
                 Kind::Entry => "B",
                 Kind::Exit => "E",
+                Kind::Event if r.addr == crate::sched::TASK_NAME_ADDR => {
+                    // A new name: metadata events where it happened, as
+                    // uftrace writes them.
+                    let text = r.args.as_deref().unwrap_or("");
+                    let Some(n) = text
+                        .split_once("comm=\"")
+                        .and_then(|(_, n)| n.strip_suffix("\")"))
+                    else {
+                        continue;
+                    };
+                    // (The process's name is its first thread's; another
+                    // thread's new name is given with its id.)
+                    if tid.to_string() == pid {
+                        let n = json_str(n);
+                        write!(
+                            out,
+                            ",\n{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{n}}}}}"
+                        )?;
+                        write!(
+                            out,
+                            ",\n{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{n}}}}}"
+                        )?;
+                    } else {
+                        let n = json_str(&format!("[{tid}] {n}"));
+                        write!(
+                            out,
+                            ",\n{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{n}}}}}"
+                        )?;
+                    }
+                    continue;
+                }
                 _ => continue,
             };
             if !first {

@@ -49,6 +49,9 @@ pub struct DataDir {
     pub modules: Vec<(u64, u64, String)>,
     /// uftrace's schedule events per thread (`perf-cpu*.dat`).
     pub sched: std::collections::HashMap<i32, Vec<super::sched::SchedSpan>>,
+    /// Each thread's new names and when it took them (`perf-cpu*.dat`,
+    /// `record -E linux:task-name`).
+    pub task_names: std::collections::HashMap<i32, Vec<(u64, String)>>,
     /// Arguments and return values not shown (`--no-args`).
     hide_args: bool,
     /// Built-in events not shown (`--no-event`).
@@ -275,6 +278,7 @@ impl DataDir {
                 false => crate::names::demangle_as(&s.1, how.names),
             })
             .collect();
+        let perf = super::sched::read(dir)?;
         let mut data = DataDir {
             dir: dir.to_owned(),
             info,
@@ -282,7 +286,8 @@ impl DataDir {
             names,
             tids,
             modules,
-            sched: super::sched::read(dir)?,
+            sched: perf.spans,
+            task_names: perf.names,
             hide_args: how.no_args,
             hide_events: how.no_event,
             hide_sched: match (how.no_event || how.no_sched, how.no_sched_preempt) {
@@ -410,6 +415,11 @@ impl DataDir {
     pub fn sched_hidden(&self, preempted: bool) -> bool {
         self.hide_sched
             .is_some_and(|only_preempted| !only_preempted || preempted)
+    }
+
+    /// Whether events are left out (`--no-event`).
+    pub fn events_hidden(&self) -> bool {
+        self.hide_events
     }
 
     /// The records of one thread, read as they are consumed (memory stays

@@ -4,7 +4,9 @@
 //! the `.dat` files). A thread switched out (type 14, misc 0x2000; 0x4000
 //! more when pre-empted) and back in becomes a span, which the views show
 //! as uftrace does: `/* linux:schedule */` (or `(pre-empted)`) inside the
-//! call the thread was in, a child of it in reports.
+//! call the thread was in, a child of it in reports. A thread's new name
+//! (type 3, `record -E linux:task-name`) becomes an event there,
+//! `/* linux:task-name (comm="NAME") */`.
 
 use super::error::DataError;
 use super::format::{Kind, Record};
@@ -15,6 +17,11 @@ use std::path::Path;
 /// address a record can hold).
 pub const SCHED_ADDR: u64 = (1 << 48) - 2;
 
+/// The address the views give a task-name event ([`Kind::Event`], its
+/// text in `args`; beside the replay's own, `replay::fstack`'s).
+pub const TASK_NAME_ADDR: u64 = (1 << 48) - 6;
+
+const PERF_RECORD_COMM: u32 = 3;
 const PERF_RECORD_SWITCH: u32 = 14;
 const MISC_SWITCH_OUT: u16 = 0x2000;
 const MISC_SWITCH_OUT_PREEMPT: u16 = 0x4000;
@@ -30,13 +37,25 @@ pub struct SchedSpan {
     pub preempted: bool,
 }
 
-/// Every `perf-cpu*.dat` of `dir`: each thread's spans, in time order.
-/// A malformed record is an error naming the file and offset.
-pub fn read(dir: &Path) -> Result<HashMap<i32, Vec<SchedSpan>>, DataError> {
+/// What `perf-cpu*.dat` files say of each thread: when it was off its
+/// processor, and its names.
+#[derive(Debug, Default)]
+pub struct PerfEvents {
+    /// Each thread's spans off its processor, in time order.
+    pub spans: HashMap<i32, Vec<SchedSpan>>,
+    /// Each thread's new names (`comm`) and when it took them, in time
+    /// order.
+    pub names: HashMap<i32, Vec<(u64, String)>>,
+}
+
+/// Every `perf-cpu*.dat` of `dir`: each thread's spans and names. A
+/// malformed record is an error naming the file and offset.
+pub fn read(dir: &Path) -> Result<PerfEvents, DataError> {
     // (tid) → switches (time, out, preempted) from every CPU's file.
     let mut switches: HashMap<i32, Vec<(u64, bool, bool)>> = HashMap::new();
+    let mut names: HashMap<i32, Vec<(u64, String)>> = HashMap::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(HashMap::new());
+        return Ok(PerfEvents::default());
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -70,7 +89,18 @@ pub fn read(dir: &Path) -> Result<HashMap<i32, Vec<SchedSpan>>, DataError> {
             let id = &rec[size - 16..];
             let tid = u32::from_le_bytes(id[4..8].try_into().unwrap()) as i32;
             let time = u64::from_le_bytes(id[8..16].try_into().unwrap());
-            if kind == PERF_RECORD_SWITCH {
+            if kind == PERF_RECORD_COMM {
+                // {u32 pid, u32 tid, the name NUL-terminated and padded}
+                let name = rec.get(16..size - 16).unwrap_or_default();
+                let name = name.split(|&b| b == 0).next().unwrap_or_default();
+                let tid = rec
+                    .get(12..16)
+                    .map_or(tid, |b| u32::from_le_bytes(b.try_into().unwrap()) as i32);
+                names
+                    .entry(tid)
+                    .or_default()
+                    .push((time, String::from_utf8_lossy(name).into_owned()));
+            } else if kind == PERF_RECORD_SWITCH {
                 switches.entry(tid).or_default().push((
                     time,
                     misc & MISC_SWITCH_OUT != 0,
@@ -98,7 +128,10 @@ pub fn read(dir: &Path) -> Result<HashMap<i32, Vec<SchedSpan>>, DataError> {
         }
         spans.insert(tid, v);
     }
-    Ok(spans)
+    for v in names.values_mut() {
+        v.sort_by_key(|n| n.0);
+    }
+    Ok(PerfEvents { spans, names })
 }
 
 /// A thread's records with its schedule spans merged in as entry/exit
@@ -109,6 +142,8 @@ pub struct SchedMerged<I: Iterator> {
     pub inner: std::iter::Peekable<I>,
     /// Its schedule spans not yet merged, in time order.
     pub spans: std::collections::VecDeque<SchedSpan>,
+    /// Its new names not yet merged, in time order.
+    pub names: std::collections::VecDeque<(u64, String)>,
     /// Depth of a record made now.
     pub depth: u16,
     /// The exit of a span whose entry went out last.
@@ -137,6 +172,27 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for SchedMerged<I> 
                 break;
             }
             self.spans.pop_front();
+        }
+        while let (Some(n), Some(t)) = (self.names.front(), next_time) {
+            if self.started || n.0 >= t {
+                break;
+            }
+            self.names.pop_front();
+        }
+        // A new name before the next record and span: its event.
+        let name_due = self.names.front().is_some_and(|n| {
+            next_time.is_some_and(|t| n.0 < t) && self.spans.front().is_none_or(|s| n.0 <= s.out)
+        });
+        if name_due {
+            let (time, name) = self.names.pop_front().unwrap();
+            return Some(Ok(Record {
+                time,
+                kind: Kind::Event,
+                more: false,
+                depth: self.depth,
+                addr: TASK_NAME_ADDR,
+                args: Some(format!("linux:task-name (comm=\"{name}\")").into()),
+            }));
         }
         let due = self
             .spans
@@ -196,7 +252,7 @@ mod tests {
         c1.extend(switch(false, false, 7, 340));
         std::fs::write(dir.join("perf-cpu0.dat"), &c0).unwrap();
         std::fs::write(dir.join("perf-cpu1.dat"), &c1).unwrap();
-        let spans = read(&dir).unwrap();
+        let spans = read(&dir).unwrap().spans;
         assert_eq!(
             spans[&7],
             [

@@ -59,7 +59,7 @@ pub(crate) fn record_attached(
         // meanwhile (one made while its maker's events were being opened
         // would have some processors' events and not others'), and those
         // made later inherit their maker's. (The threads, then the lock.)
-        let _held = (!opts.no_sched && !opts.no_event)
+        let _held = ((!opts.no_sched && !opts.no_event) || !opts.events.is_empty())
             .then(|| lock_ptrace(pid).and_then(|l| Ok((stop_all(pid, None)?, l))));
         crate::record::open_sched(opts, (&abs, &rel), Some(pid))
     };

@@ -150,6 +150,8 @@ pub(super) struct Columns<'a> {
     tids: Vec<Vec<u8>>,
     /// The program's name, right-aligned in 15.
     task: Vec<u8>,
+    /// Per thread: its name since a task-name event, likewise.
+    renamed: Vec<Option<Vec<u8>>>,
     /// Per thread: the time of its previous line.
     last: Vec<Option<u64>>,
     /// The recording's first record's time.
@@ -172,6 +174,7 @@ impl<'a> Columns<'a> {
                 .map(|t| format!(" [{t:>6}]").into_bytes())
                 .collect(),
             task: format!(" {task:>15}").into_bytes(),
+            renamed: vec![None; tids.len()],
             last: vec![None; tids.len()],
             first: if fields.contains(&Field::Elapsed) {
                 first_time(data)?
@@ -179,6 +182,17 @@ impl<'a> Columns<'a> {
                 0
             },
         })
+    }
+
+    /// Thread `k` takes the name a task-name event's text gives
+    /// (`linux:task-name (comm="NAME")`).
+    pub(super) fn rename(&mut self, k: usize, event: Option<&str>) {
+        let name = event
+            .and_then(|e| e.split_once("comm=\""))
+            .and_then(|(_, n)| n.strip_suffix("\")"));
+        if let Some(n) = name {
+            self.renamed[k] = Some(format!(" {n:>15}").into_bytes());
+        }
     }
 
     pub(super) fn header(&self) -> Option<String> {
@@ -241,7 +255,7 @@ impl<'a> Columns<'a> {
                     out.write_all(b" ")?;
                     write_duration(out, Some(time.saturating_sub(self.first)))?;
                 }
-                Field::Task => out.write_all(&self.task)?,
+                Field::Task => out.write_all(self.renamed[k].as_deref().unwrap_or(&self.task))?,
                 Field::Module => {
                     let path = addr.map_or("", |a| self.data.module_of(a));
                     let base = path.rsplit('/').next().unwrap_or(path);

@@ -566,10 +566,13 @@ fn filtered(
         max: if late_limit { u16::MAX } else { max },
         base: 0,
     });
-    if let Some(spans) = spans {
+    // (With `--no-event` too: the task column follows them.)
+    let names = data.task_names.get(&tid).filter(|n| !n.is_empty());
+    if spans.is_some() || names.is_some() {
         it = Box::new(crate::sched::SchedMerged {
             inner: it.peekable(),
-            spans: spans.iter().copied().collect(),
+            spans: spans.into_iter().flatten().copied().collect(),
+            names: names.into_iter().flatten().cloned().collect(),
             depth: 0,
             exit: None,
             started: false,

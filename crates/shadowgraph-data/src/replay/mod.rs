@@ -214,6 +214,14 @@ pub fn replay_sessions(
                 // A built-in event (`read=`): shown below.
                 a if r.args.is_some()
                     && (crate::events::FIRST..=crate::events::LAST).contains(&a) => {}
+                // A new name: the thread's task column from here on,
+                // shown unless events are not (`--no-event`), as uftrace.
+                crate::sched::TASK_NAME_ADDR => {
+                    cols.rename(k, r.args.as_deref());
+                    if datas[owner[k]].events_hidden() {
+                        continue;
+                    }
+                }
                 _ => continue,
             }
         }
