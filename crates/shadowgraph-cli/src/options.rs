@@ -76,7 +76,8 @@ pub(crate) fn positions(args: &clap::ArgMatches, id: &str) -> Vec<usize> {
 
 impl RecordOptions {
     /// `-F` and `-N` as uftrace orders them ([`ordered_filters`]); with
-    /// triggers (`-T`, `-C`, or a `-F`/`-N` pattern with actions), `-Z`, or
+    /// triggers (`-T`, `-C`, or a `-F`/`-N` pattern with actions), `-Z`,
+    /// `--signal`, `--watch` (whose tracers keep the triggers' state), or
     /// `-F` with `-D` (whose limit restarts at each filter function's
     /// call, as uftrace's: the triggers' state does that), every one of
     /// them a trigger, in the order given, into `trigger`.
@@ -94,6 +95,8 @@ impl RecordOptions {
             && self.hide.is_empty()
             && self.caller_filter.is_empty()
             && self.size_filter == 0
+            && self.signal.is_empty()
+            && self.watch.is_empty()
             && (self.depth == 0 || self.filter.is_empty())
             && !with_actions(&self.filter, SpecKind::Filter)
             && !with_actions(&self.notrace, SpecKind::Notrace)
@@ -254,6 +257,10 @@ pub(crate) struct RecordOptions {
     /// trace_off) or ends it (finish), as uftrace's; repeatable.
     #[arg(long, value_parser = |v: &str| config::SignalTrigger::parse(v).map(|_| v.to_string()))]
     signal: Vec<String>,
+    /// What to watch (`cpu`: the processor a thread runs on, recorded at a
+    /// call's entry or return where it changed, as uftrace's `-W cpu`).
+    #[arg(short = 'W', long, value_name = "POINT", value_parser = ["cpu"])]
+    watch: Vec<String>,
     /// Hide these functions, their callees shown in their place (as
     /// `-T FUNC@hide`, which `live` applies to what it shows); repeatable.
     #[arg(short = 'H', long = "hide", value_name = "FUNC")]
@@ -663,6 +670,7 @@ impl RecordOptions {
                 retspec: self.arg_specs(&self.retval, true)?,
                 auto_args: self.auto_args && !self.no_args,
                 signals: self.signal.clone(),
+                watch_cpu: !self.watch.is_empty(),
                 command: Some(command_line()),
             }),
             objects,

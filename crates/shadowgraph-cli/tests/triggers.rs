@@ -426,3 +426,54 @@ fn live_started_off_shows_calls_at_their_depth_as_uftrace() {
     };
     assert_eq!(body(&ours), body(&theirs));
 }
+
+/// `-W cpu`: where a call enters or returns on another processor than
+/// the thread's last `watch:cpu` event named, an event says which, as
+/// uftrace's (processors' numbers left out: they are the machine's); the
+/// `-F` filters still apply beside it, and beside `--signal`.
+#[test]
+fn watch_cpu_as_uftrace() {
+    let dir = workdir("watch_cpu");
+    let exe = build_fixture_with(&dir, "mc", "move_cpu.c", &["-pg"]);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let lines = |tool: &mut std::process::Command, data: &std::path::Path| -> Vec<String> {
+        let text = view(tool, data, &["replay"]);
+        let cpu = |l: &str| match l.split_once("cpu=") {
+            Some((a, b)) => format!(
+                "{a}cpu=N{}",
+                b.trim_start_matches(|c: char| c.is_ascii_digit())
+            ),
+            None => l.to_string(),
+        };
+        shape(&text).iter().map(|l| cpu(l)).collect()
+    };
+    let ours = dir.join("s.data");
+    let opts = ["-F", "main", "-W", "cpu", "--no-sched"];
+    let o = record_run(&[], &[&["--libcall"], &opts[..]].concat(), &ours, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let got = lines(&mut shadowgraph(), &ours);
+    // At main's entry; then, with two processors or more, at the return
+    // of each sched_setaffinity.
+    let events = got
+        .iter()
+        .filter(|l| l.contains("/* watch:cpu (cpu=N) */"))
+        .count();
+    assert_eq!(events, if cpus > 1 { 3 } else { 1 }, "{got:#?}");
+    assert!(got[0].ends_with("main() {"), "{got:#?}");
+    let o = shadowgraph()
+        .args(["live", "-F", "main", "--signal", "SIGUSR1@trace_off"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let out = text(&o).0;
+    assert!(o.status.success() && !out.contains("__monstartup"), "{out}");
+    if !require("uftrace", "uftrace's recording of the same program") {
+        return;
+    }
+    let theirs = dir.join("u.data");
+    uftrace_record(&theirs, &opts, &exe);
+    assert_eq!(
+        got,
+        lines(&mut std::process::Command::new("uftrace"), &theirs)
+    );
+}

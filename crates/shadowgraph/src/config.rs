@@ -148,6 +148,11 @@ pub struct Record {
     /// SIG@ACTION`: `trace_on`, `trace_off`, `finish`), as uftrace's.
     #[serde(default)]
     pub signals: Vec<String>,
+    /// `--watch cpu`: the processor a thread runs on is recorded at a
+    /// call's entry or return where it changed (uftrace's `watch:cpu`
+    /// event).
+    #[serde(default)]
+    pub watch_cpu: bool,
     /// The command line that started the recording, as its `info` shows
     /// it (uftrace's: the arguments joined by spaces, `"` and `\\`
     /// escaped); `None`: the traced program's.
@@ -192,6 +197,7 @@ impl Record {
             retspec: Vec::new(),
             auto_args: false,
             signals: Vec::new(),
+            watch_cpu: false,
             command: None,
         }
     }
@@ -596,6 +602,7 @@ mod tests {
                 retspec: vec!["add@retval".into()],
                 auto_args: true,
                 signals: Vec::new(),
+                watch_cpu: false,
                 command: Some("shadowgraph record -A \"x\"".into()),
             }),
             objects: Objects::Program(vec!["libfoo".into()]),

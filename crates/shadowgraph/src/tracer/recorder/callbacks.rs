@@ -255,7 +255,8 @@ fn entry<const TIMED: bool>(
         _ => None,
     }
     .unwrap_or(0);
-    let opened = read != 0 && super::reads::open_time();
+    let watch = t.is_some_and(|t| t.watch_cpu);
+    let opened = (read != 0 || watch) && super::reads::open_time();
     if specs.is_empty() {
         emit_entry(u, depth, e.func, None, hold);
     } else if args::bound(specs) <= args::SMALL {
@@ -269,6 +270,9 @@ fn entry<const TIMED: bool>(
     }
     if let Some(f) = t.and_then(|t| t.filter.as_ref()).filter(|_| read != 0) {
         super::reads::at_entry(u, f, depth, read);
+    }
+    if watch {
+        super::reads::watch_cpu(u, depth);
     }
     super::reads::close_time(opened);
     true
@@ -313,9 +317,13 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
         // `read=`: the change since the entry, before the exit.
         // `read=`: the change since the entry, before the exit, at its time.
         let reads = t.filter(|t| t.reads.is_some() && !r.unwound);
-        let opened = reads.is_some() && super::reads::open_time();
+        let watch = t.is_some_and(|t| t.watch_cpu) && !r.unwound;
+        let opened = (reads.is_some() || watch) && super::reads::open_time();
         if let Some(f) = reads.and_then(|t| t.filter.as_ref()) {
             super::reads::at_exit(u, f, depth);
+        }
+        if watch {
+            super::reads::watch_cpu(u, depth);
         }
         match retval_spec(t, r) {
             None => emit_exit(u, r, depth, None),

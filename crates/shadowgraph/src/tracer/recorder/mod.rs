@@ -71,6 +71,7 @@ pub(crate) fn start(
         // share one fused path (the path is used only if all are plain).
         multi: r.fused && !alone && fused::enable_multi(),
         signals: !r.signals.is_empty(),
+        watch_cpu: r.watch_cpu,
     };
     profile::init(ftrace::sites().len());
     let insts = take_instances(r.tracers.len())?;
@@ -224,6 +225,7 @@ fn profile_tracer(
         shared_rings: false,
         args: None,
         reads: None,
+        watch_cpu: false,
         command: None,
     })
 }
@@ -245,6 +247,9 @@ struct Shared {
     /// Whether signals switch tracing (`--signal`): the tracers keep the
     /// triggers' state.
     signals: bool,
+    /// `--watch cpu`: the tracers record the processor where it changes
+    /// (in their callbacks).
+    watch_cpu: bool,
 }
 
 /// The sites a recording's tracer is called for: every one, or, without
@@ -270,22 +275,27 @@ fn graph_tracer(
     // Triggers (and `--disable` and `-Z` with them) decide in place of
     // the other filters, in the callbacks: the fused paths know none of
     // them.
-    let (triggers, reads) =
-        if t.triggers.is_empty() && !t.disabled && t.min_size == 0 && !shared.signals {
-            (None, None)
-        } else {
-            let ticks = (min_ticks, ticks_per_ns);
-            let limits = (t.depth, t.min_size);
-            let (triggers, reads) = triggers::triggers(&t.triggers, limits, t.disabled, ticks)?;
-            (Some(Arc::new(triggers)), reads)
-        };
+    let (triggers, reads) = if t.triggers.is_empty()
+        && !t.disabled
+        && t.min_size == 0
+        && !shared.signals
+        && !shared.watch_cpu
+    {
+        (None, None)
+    } else {
+        let ticks = (min_ticks, ticks_per_ns);
+        let limits = (t.depth, t.min_size);
+        let (triggers, reads) = triggers::triggers(&t.triggers, limits, t.disabled, ticks)?;
+        (Some(Arc::new(triggers)), reads)
+    };
     // Triggers with time thresholds take the time filter's callbacks.
     let timed = min_ticks > 0 || triggers.as_ref().is_some_and(|t| t.timed());
-    if timed && reads.is_some() {
+    if timed && (reads.is_some() || shared.watch_cpu) {
         // (Events wait nowhere: a call's entry may be written long after
         // its reads.)
         return Err(
-            "read= is not recorded together with a time or caller filter (-t, time=, trace, -C, caller)"
+            "read= and --watch are not recorded together with a time or caller filter (-t, time=, \
+             trace, -C, caller)"
                 .into(),
         );
     }
@@ -383,6 +393,7 @@ fn graph_tracer(
         shared_rings: false,
         args,
         reads,
+        watch_cpu: shared.watch_cpu,
         command: None,
     })
 }

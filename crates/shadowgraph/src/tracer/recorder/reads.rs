@@ -3,8 +3,9 @@
 //! the entry record (`read:proc/statm`: the process's memory in KB;
 //! `read:page-fault`: its major and minor page faults) and kept in the
 //! call's frame; at its return, the change since is recorded before the
-//! exit record (`diff:…`), as uftrace records them. The reads are system
-//! calls (no allocation, no lock, async-signal-safe).
+//! exit record (`diff:…`), as uftrace records them; and `--watch cpu`'s
+//! event where the processor changed. The reads are system calls (no
+//! allocation, no lock, async-signal-safe).
 //!
 //! ```text
 //!  the call's room (fgraph::triggers::SiteTrigger::room)
@@ -129,6 +130,32 @@ pub(super) fn at_exit(u: &fgraph::GraphUser, f: &GraphFilter, depth: u16) {
         diff(&mut v, &w[FAULTS_AT..FAULTS_AT + 2]);
         emit(u, depth, DIFF_FAULTS, &v);
     }
+}
+
+/// uftrace's `watch:cpu` event id.
+const WATCH_CPU: u64 = 100_011;
+
+std::thread_local! {
+    /// The processor this thread's last `watch:cpu` event named (-1:
+    /// none yet). (A const-initialised Cell: no allocation, no destructor.)
+    static CPU: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+
+/// `--watch cpu`: at an entry (after its record) or a return (before its
+/// record) of a call recorded at `depth`, a `watch:cpu` event if the
+/// thread runs on another processor than its last event said, as
+/// uftrace's (its data: the processor, 4 bytes).
+pub(super) fn watch_cpu(u: &fgraph::GraphUser, depth: u16) {
+    // SAFETY: sched_getcpu takes nothing; it reads rseq's cpu_id or asks
+    // the vDSO (no lock, no allocation).
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 || CPU.with(|c| c.replace(cpu)) == cpu {
+        return;
+    }
+    let mut data = [0u8; 8];
+    data[..2].copy_from_slice(&4u16.to_le_bytes());
+    data[2..6].copy_from_slice(&cpu.to_le_bytes());
+    writer::emit_event(u.private, depth, WATCH_CPU, fgraph::event_time(), &data);
 }
 
 /// The event `id` with `values`, as uftrace lays out its data: their

@@ -38,6 +38,8 @@ pub(super) struct Tracer {
     /// What each site's `read=` triggers read (`reads::mask`), where
     /// some function has one.
     pub reads: Option<Box<[u8]>>,
+    /// `--watch cpu`: the processor is recorded where it changed.
+    pub watch_cpu: bool,
     /// The command line that started the recording
     /// (`config::Record::command`).
     pub command: Option<String>,
