@@ -117,7 +117,7 @@ fn sites_lists_what_p_patches_and_why_it_refuses() {
 /// A stripped program keeps its functions' names in a separate debug
 /// file (`objcopy --only-keep-debug`, found by its `.gnu_debuglink`):
 /// `-P` patches them by those names, static ones included; without the
-/// debug file, the stripped program has none to patch, and says so.
+/// debug file, by their addresses.
 #[test]
 fn p_finds_names_in_a_separate_debug_file() {
     let dir = workdir("prologue_debuglink");
@@ -162,8 +162,16 @@ fn p_finds_names_in_a_separate_debug_file() {
         "{replay}"
     );
 
+    // Without the debug file, its functions are found by its unwind
+    // tables, unnamed: `-P .` patches them, shown by address.
     std::fs::remove_file(&debug).unwrap();
-    record_refuses(&["-P", "."], &exe, "-P . patched no function");
+    let o = record_run(&[], &["-P", "."], &data, &exe, &one);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let replay = replay_text(&data);
+    assert!(
+        !replay.contains("work") && replay.contains("  <") && replay.contains(">() {\n"),
+        "{replay}"
+    );
 }
 
 #[test]
@@ -539,4 +547,25 @@ fn p_selects_among_an_objects_own_sites() {
             .collect();
         assert_eq!(shape.join(" "), want, "{opts:?}");
     }
+}
+
+/// A function called directly that indexes an array of its own frame is
+/// patched (`-P`): an index from below the return address stays in the
+/// frame; the program computes what it computes untraced.
+#[test]
+fn p_patches_a_function_indexing_its_own_array() {
+    let dir = workdir("prologue_local_array");
+    let exe = dir.join("la");
+    cc(
+        &[&fixture("local_array.c")],
+        &["-O0", "-funroll-loops"],
+        &exe,
+    );
+    let untraced = Command::new(&exe).output().unwrap();
+    let data = dir.join("la.data");
+    let o = record_run(&[], &["-P", "."], &data, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(o.stdout, untraced.stdout);
+    let calls = graph_part(&replay_text(&data));
+    assert!(calls.iter().any(|l| l == "  big();"), "{calls:#?}");
 }

@@ -8,11 +8,13 @@
 //! path from its entry is followed with the stack's depth below the entry
 //! (pushes, pops, `sub`/`add`/`lea` of rsp, a frame pointer set by `mov
 //! rbp, rsp` and left by `leave`); an access or an address at rsp or
-//! that frame pointer that lands 8 bytes or more above the entry's rsp
-//! (a copy of rsp, `mov rdx, rsp`, is the address of the frame's lowest
-//! word: a pointer to locals), a change of rsp that cannot be
-//! followed (`and rsp, -32`), a jump that cannot be followed, or a tail
-//! jump to a function that reads its caller's stack, says it does.
+//! that frame pointer that lands 8 bytes or more above the entry's rsp,
+//! or that is indexed from the return address up (one indexed from below
+//! it reads an array of the frame: C indexes an array within it; a copy
+//! of rsp, `mov rdx, rsp`, is the address of the frame's lowest word: a
+//! pointer to locals), a change of rsp that cannot be followed (`and rsp,
+//! -32`), a jump that cannot be followed, or a tail jump to a function
+//! that reads its caller's stack, says it does.
 
 use super::analyse::{is_part, By, Target, Text};
 use iced_x86::{
@@ -155,10 +157,14 @@ fn above(ins: &Instruction, d: Depth) -> bool {
         return true;
     }
     let disp = ins.memory_displacement64() as i64;
+    // An index from below the entry's rsp reads an array of the frame's
+    // (C indexes an array within it); from the return address up, the
+    // caller's words.
+    let reach = |from: i64| from >= 8 || (from >= 0 && ins.memory_index() != Register::None);
     match ins.memory_base() {
-        Register::RSP => disp - d.rsp >= 8 || ins.memory_index() != Register::None,
+        Register::RSP => reach(disp - d.rsp),
         Register::RBP => match d.rbp {
-            Some(k) => disp - k >= 8 || ins.memory_index() != Register::None,
+            Some(k) => reach(disp - k),
             None => false,
         },
         _ => false,
