@@ -52,6 +52,14 @@ fn arguments_and_return_values_are_recorded_as_uftrace_records_them() {
         return;
     }
     assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
+    // The plain dump's values (`[args ] length = 8`, `  args[0] d32:
+    // 0x00000001`, `  retval str: …`) as uftrace's.
+    let dump = view_text("dump", &ours);
+    assert!(dump.contains(": [args ] length = "), "{dump}");
+    assert_eq!(
+        threads_dump(&dump),
+        threads_dump(&uftrace_view("dump", &ours).unwrap())
+    );
     let theirs = dir.join("theirs.data");
     let mut u = Command::new("uftrace");
     // (--no-sched: uftrace records a thread's pre-emptions where perf lets
@@ -67,6 +75,15 @@ fn arguments_and_return_values_are_recorded_as_uftrace_records_them() {
         graph_part(&replay),
         graph_part(&uftrace_view("replay", &theirs).unwrap())
     );
+}
+
+/// The threads' part of a plain dump (uftrace's goes on with its perf
+/// events' files).
+fn threads_dump(dump: &str) -> Vec<&str> {
+    dump.lines()
+        .skip_while(|l| !l.starts_with("reading "))
+        .take_while(|l| !l.starts_with("reading perf-"))
+        .collect()
 }
 
 /// Specs are checked before the program runs: a bad one is named.
@@ -469,6 +486,12 @@ fn structures_by_value_are_recorded_as_uftrace_records_them() {
         assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
         // (uftrace 0.13's dump aborts at a long double, its own too.)
         let dump = uftrace_view_with("dump", &ours, &["-N", "after", "-N", "ldhalf"]).unwrap();
+        let o = shadowgraph()
+            .args(["dump", "-N", "after", "-N", "ldhalf", "-d"])
+            .arg(&ours)
+            .output()
+            .unwrap();
+        assert_eq!(threads_dump(&text(&o).0), threads_dump(&dump));
         let structs = [
             "0b 16 00 00 00 00 00 00  00 21 00", // Option {11, 22, 33}, packed
             "01 00 00 00 00 00 00 00  02 00 00 00 00 00 00 00", // Pair {1, 2}

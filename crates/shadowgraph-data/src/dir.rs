@@ -425,6 +425,18 @@ impl DataDir {
     /// The records of one thread, read as they are consumed (memory stays
     /// bounded whatever the trace's size), times converted to nanoseconds.
     pub fn stream(&self, tid: i32) -> Result<RecordStream, DataError> {
+        self.stream_with(tid, false)
+    }
+
+    /// As [`DataDir::stream`], each record's arguments or return value as
+    /// uftrace's plain dump shows them: `args` holds their length (before
+    /// the padding), a newline, then a line per value (`  args[0] d32:
+    /// 0x00000007`).
+    pub fn dump_stream(&self, tid: i32) -> Result<RecordStream, DataError> {
+        self.stream_with(tid, true)
+    }
+
+    fn stream_with(&self, tid: i32, dump_args: bool) -> Result<RecordStream, DataError> {
         let path = self.dat_path(tid);
         let file =
             std::fs::File::open(&path).map_err(|e| err(&path, format!("cannot read: {e}")))?;
@@ -439,6 +451,7 @@ impl DataDir {
             args: self.args.clone(),
             hide_args: self.hide_args,
             hide_events: self.hide_events,
+            dump_args,
         })
     }
 
@@ -595,6 +608,9 @@ pub struct RecordStream {
     hide_args: bool,
     /// Built-in events read past, not kept (`--no-event`).
     hide_events: bool,
+    /// Arguments and return values as the plain dump shows them
+    /// ([`DataDir::dump_stream`]).
+    dump_args: bool,
     input: std::io::BufReader<std::fs::File>,
     path: PathBuf,
     offset: u64,
@@ -670,7 +686,14 @@ impl Iterator for RecordStream {
                     self.offset - RECORD_SIZE as u64
                 ));
             };
-            match index.read_after(r.addr, r.kind == Kind::Exit, &mut self.input) {
+            let retval = r.kind == Kind::Exit;
+            let read = match self.dump_args {
+                true => index
+                    .dump_after(r.addr, retval, &mut self.input)
+                    .map(|(len, text, n)| (format!("{len}\n{text}"), n)),
+                false => index.read_after(r.addr, retval, &mut self.input),
+            };
+            match read {
                 Ok((text, n)) => {
                     r.args = (!self.hide_args).then(|| text.into());
                     self.offset += n;

@@ -119,7 +119,7 @@ pub fn dump_text_of(
         writeln!(out, "reading {tid}.dat")?;
         // (The kept records are a part of the thread's, in its order.)
         let mut keep = kept.remove(&tid).unwrap_or_default().into_iter().peekable();
-        for r in data.stream(tid)? {
+        for r in data.dump_stream(tid)? {
             let r = r?;
             if !range.contains(&r.time) {
                 continue;
@@ -141,14 +141,25 @@ pub fn dump_text_of(
                     .map_or_else(|| data.name(r.addr).to_string(), |n| n.to_string()),
                 _ => data.name(r.addr).to_string(),
             };
+            let time = format!("{}.{:09}", r.time / 1_000_000_000, r.time % 1_000_000_000);
             writeln!(
                 out,
-                "{}.{:09}  {tid:5}: [{kind}] {name}({:x}) depth: {}",
-                r.time / 1_000_000_000,
-                r.time % 1_000_000_000,
-                r.addr,
-                r.depth
+                "{time}  {tid:5}: [{kind}] {name}({:x}) depth: {}",
+                r.addr, r.depth
             )?;
+            // An entry's arguments or an exit's return value, as uftrace
+            // dumps them (`dump_stream`'s: the length, then the lines).
+            if let (Kind::Entry | Kind::Exit, Some((len, lines))) =
+                (r.kind, r.args.as_deref().and_then(|a| a.split_once('\n')))
+            {
+                let what = if r.kind == Kind::Entry {
+                    "args "
+                } else {
+                    "retval"
+                };
+                writeln!(out, "{time}  {tid:5}: [{what}] length = {len}")?;
+                out.write_all(lines.as_bytes())?;
+            }
         }
     }
     Ok(())

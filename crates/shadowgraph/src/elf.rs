@@ -412,12 +412,19 @@ pub(crate) struct FunctionSymbols {
     framed: bool,
 }
 
-/// The functions (start, size) that `file`'s `.eh_frame` has a frame
-/// description of: every function of a C or C++ object built by gcc or
-/// clang with their defaults, stripped or not. Empty if it has none or
-/// cannot be read.
+/// The functions (start, size) in `.text` that `file`'s `.eh_frame` has
+/// a frame description of: every function of a C or C++ object built by
+/// gcc or clang with their defaults, stripped or not. (The linker's
+/// descriptions of `.plt` and `.plt.got`, whose entries are no functions,
+/// are left out.) Empty if it has none or cannot be read.
 fn frame_functions(file: &object::File<'_>) -> Vec<(u64, u64)> {
     use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+    let Some((lo, hi)) = file
+        .section_by_name(".text")
+        .map(|t| (t.address(), t.address() + t.size()))
+    else {
+        return Vec::new();
+    };
     let Some(section) = file.section_by_name(".eh_frame") else {
         return Vec::new();
     };
@@ -434,8 +441,9 @@ fn frame_functions(file: &object::File<'_>) -> Vec<(u64, u64)> {
     while let Ok(Some(e)) = entries.next() {
         if let CieOrFde::Fde(partial) = e {
             if let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
-                if fde.len() > 0 && fde.initial_address() > 0 {
-                    out.push((fde.initial_address(), fde.len()));
+                let (start, len) = (fde.initial_address(), fde.len());
+                if len > 0 && start >= lo && start + len <= hi {
+                    out.push((start, len));
                 }
             }
         }

@@ -11,6 +11,7 @@
 
 use crate::pattern::FunctionName;
 
+mod dump;
 mod place;
 mod spec;
 mod specs;
@@ -340,6 +341,35 @@ impl ArgIndex {
         retval: bool,
         input: &mut impl std::io::Read,
     ) -> Result<(String, u64), String> {
+        let (specs, buf, _) = self.take(addr, retval, input)?;
+        read(specs, retval, &buf, &|p| self.symbol(p), &self.enums)
+            .map(|(_, text)| (text, buf.len() as u64))
+            .ok_or_else(|| "the data after a record is shorter than its specs".to_string())
+    }
+
+    /// As [`ArgIndex::read_after`], the data as uftrace's plain dump shows
+    /// it: its length (before the padding to 8), then a line per value
+    /// (`  args[0] d32: 0x00000007`).
+    pub fn dump_after(
+        &self,
+        addr: u64,
+        retval: bool,
+        input: &mut impl std::io::Read,
+    ) -> Result<(usize, String, u64), String> {
+        let (specs, buf, len) = self.take(addr, retval, input)?;
+        dump::lines(specs, retval, &buf, &|p| self.symbol(p), &self.enums)
+            .map(|text| (len, text, buf.len() as u64))
+            .ok_or_else(|| "the data after a record is shorter than its specs".to_string())
+    }
+
+    /// The specs of the function at `addr` and the data after its record
+    /// read from `input` (padded to 8), and its length before the padding.
+    fn take(
+        &self,
+        addr: u64,
+        retval: bool,
+        input: &mut impl std::io::Read,
+    ) -> Result<(&[ArgSpec], Vec<u8>, usize), String> {
         let specs = self.specs_at(addr);
         if !specs.iter().any(|s| s.retval == retval) {
             return Err(format!(
@@ -374,20 +404,23 @@ impl ArgIndex {
                 break;
             }
         }
+        let len = buf.len();
         take(buf.len().next_multiple_of(8) - buf.len(), &mut buf)?;
-        let symbol = |p: u64| {
-            let i = self.addrs.partition_point(|&a| a <= p).checked_sub(1)?;
-            let within = match &self.ends {
-                _ if self.addrs[i] == p => true,
-                Some(ends) => ends
-                    .get(ends.partition_point(|&e| e <= self.addrs[i]))
-                    .is_some_and(|&end| p < end),
-                None => false,
-            };
-            within.then(|| self.names[i].clone())
+        Ok((specs, buf, len))
+    }
+
+    /// The name a pointer to `p` is shown by: the symbol it points to the
+    /// start of, or into where the recording says where runs of symbols
+    /// end.
+    fn symbol(&self, p: u64) -> Option<String> {
+        let i = self.addrs.partition_point(|&a| a <= p).checked_sub(1)?;
+        let within = match &self.ends {
+            _ if self.addrs[i] == p => true,
+            Some(ends) => ends
+                .get(ends.partition_point(|&e| e <= self.addrs[i]))
+                .is_some_and(|&end| p < end),
+            None => false,
         };
-        read(specs, retval, &buf, &symbol, &self.enums)
-            .map(|(_, text)| (text, buf.len() as u64))
-            .ok_or_else(|| "the data after a record is shorter than its specs".to_string())
+        within.then(|| self.names[i].clone())
     }
 }

@@ -236,12 +236,18 @@ pub fn judge(
         (Asked::Hooked, Some(callers)) => callers.binary_search(&start).is_ok(),
         (Asked::Hooked, None) => false,
     };
+    let entry = object::Object::entry(&file);
     let mut asked = Vec::new();
     for (i, ((start, size, symbol), (_, given, _))) in functions.iter().zip(all).enumerate() {
         // A symbol without a size (the C start-up files' helpers, hand-
         // written assembly) is not taken for a function, as uftrace's
         // symbol tables do not.
-        let skip = *given == 0 || NEVER.contains(&symbol.as_str()) || analyse::is_part(symbol);
+        // (The entry point by its address too: a stripped object's is
+        // unnamed.)
+        let skip = *given == 0
+            || NEVER.contains(&symbol.as_str())
+            || *start == entry
+            || analyse::is_part(symbol);
         if skip || !want(symbol, *start) {
             continue;
         }
