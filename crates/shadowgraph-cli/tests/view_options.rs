@@ -369,6 +369,27 @@ fn exec_shows_in_place() {
             ours,
             shape(&view(&mut Command::new("uftrace"), &theirs, &["replay"]))
         );
+        // `graph`: a graph per program, the one started by exec first,
+        // as uftrace's (times, addresses and session ids left out; not
+        // `graph main`, where uftrace's first graph counts a call of
+        // main that the program's exec left open).
+        let graphs = |tool: &mut Command, data: &std::path::Path, args: &[&str]| {
+            let text = view(tool, data, &[&["graph"], args].concat());
+            (text.lines())
+                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+                .map(|l| match l.split_once(" : ") {
+                    Some((_, node)) => node.to_string(),
+                    None => l.split([',', '(']).next().unwrap_or(l).to_string(),
+                })
+                .collect::<Vec<_>>()
+        };
+        for args in [&[][..], &["leaf"]] {
+            assert_eq!(
+                graphs(&mut shadowgraph(), &data, args),
+                graphs(&mut Command::new("uftrace"), &theirs, args),
+                "{args:?}"
+            );
+        }
     }
 }
 
