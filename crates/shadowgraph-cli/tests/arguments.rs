@@ -348,15 +348,15 @@ fn std_strings_are_recorded_as_uftrace_records_them() {
 
 /// With a time filter (`-t`), the calls long enough keep their arguments
 /// (an entry written late, once a callee proved long, too) and return
-/// values; the short ones leave nothing. As uftrace records them.
+/// values; the short ones leave nothing. So with triggers beside it (whose
+/// words the calls keep too: `depth=`, `-C`), and with a caller filter
+/// alone. As uftrace records them.
 #[test]
 fn arguments_of_time_filtered_calls_are_recorded() {
     let dir = workdir("timed-args");
     let exe = dir.join("ta");
     cc(&[&fixture("timed_args.c")], &["-O2", "-pg"], &exe);
     let specs = [
-        "-t",
-        "5ms",
         "-A",
         "outer@arg1",
         "-A",
@@ -368,10 +368,6 @@ fn arguments_of_time_filtered_calls_are_recorded() {
         "-R",
         "slow@retval",
     ];
-    let ours = dir.join("ours.data");
-    let o = record_run(&[], &specs, &ours, &exe, &[]);
-    assert!(o.status.success(), "{}", text(&o).1);
-    let replay = replay_text(&ours);
     let want = [
         "main() {",
         "  outer(7) {",
@@ -380,16 +376,32 @@ fn arguments_of_time_filtered_calls_are_recorded() {
         "  } = 7; /* outer */",
         "} /* main */",
     ];
-    assert_eq!(graph_part(&replay), want, "{replay}");
-    if uftrace_missing("recording time-filtered arguments beside uftrace") {
-        return;
+    let filters: [&[&str]; 4] = [
+        &["-t", "5ms"],
+        &["-t", "5ms", "-T", "main@depth=4"],
+        &["-t", "5ms", "-C", "slow"],
+        &["-C", "slow", "-N", "quick"],
+    ];
+    for (k, filter) in filters.into_iter().enumerate() {
+        let opts = [filter, &specs[..]].concat();
+        let ours = dir.join(format!("ours{k}.data"));
+        let o = record_run(&[], &opts, &ours, &exe, &[]);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let replay = replay_text(&ours);
+        assert_eq!(graph_part(&replay), want, "{filter:?}: {replay}");
+        if uftrace_missing("recording time-filtered arguments beside uftrace") {
+            return;
+        }
+        assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
+        let theirs = dir.join(format!("theirs{k}.data"));
+        let opts = [&["--no-libcall"][..], &opts].concat();
+        uftrace_record(&theirs, &opts, &exe);
+        assert_eq!(
+            graph_part(&uftrace_view("replay", &theirs).unwrap()),
+            want,
+            "{filter:?}"
+        );
     }
-    assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
-    let theirs = dir.join("theirs.data");
-    let mut opts = vec!["--no-libcall"];
-    opts.extend(specs);
-    uftrace_record(&theirs, &opts, &exe);
-    assert_eq!(graph_part(&uftrace_view("replay", &theirs).unwrap()), want);
 }
 
 /// `-a` reads a traced library's DWARF too: its functions show their

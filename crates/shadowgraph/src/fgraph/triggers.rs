@@ -172,8 +172,9 @@ impl Triggers {
         self.has_time || self.has_caller || self.sites.iter().any(|s| s.always)
     }
 
-    /// The words each accepted call reserves.
-    fn words(&self) -> usize {
+    /// The words each accepted call reserves before its function's room
+    /// ([`SiteTrigger::room`]).
+    pub fn words(&self) -> usize {
         WORDS + self.has_size as usize
     }
 

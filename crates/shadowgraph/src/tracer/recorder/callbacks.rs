@@ -176,10 +176,16 @@ pub(super) fn written_or_never_begun(
     r.unwound && writer::ring_depth(u.private).is_some_and(|d| d <= depth)
 }
 
-/// Whether a tracer's timed frames are its own layout (time word, then
-/// arguments: [`TIMED_ARGS`]), not its triggers'.
-fn timed_args(t: Option<&super::state::Tracer>) -> bool {
-    t.is_some_and(|t| t.args.is_some() && t.filter.as_ref().is_none_or(|f| f.triggers.is_none()))
+/// Where tracer `t`'s timed calls keep their arguments in their reserved
+/// bytes (the offset of the length, the data after it): after the time
+/// word ([`TIMED_ARGS`]), or after the triggers' words, in the room the
+/// triggers keep for them; None if the tracer records no arguments.
+fn timed_args(t: Option<&super::state::Tracer>) -> Option<usize> {
+    let t = t.filter(|t| t.args.is_some())?;
+    Some(match t.filter.as_ref().and_then(|f| f.triggers.as_ref()) {
+        None => TIMED_ARGS,
+        Some(tr) => 8 * tr.words(),
+    })
 }
 
 #[inline(always)]
@@ -202,8 +208,8 @@ fn entry<const TIMED: bool>(
     // reserve) its arguments until it is known to last long enough.
     let room = match TIMED {
         false => 0,
-        true if specs.is_empty() || !timed_args(t) => 8,
-        true => match TIMED_ARGS + args::bound(specs) {
+        true if specs.is_empty() || timed_args(t).is_none() => 8,
+        true => match TIMED_ARGS + 8 + args::bound(specs) {
             r if r <= fgraph::MAX_RESERVE => r,
             _ => 8,
         },
@@ -223,16 +229,22 @@ fn entry<const TIMED: bool>(
         // The filter's word (a recorded call's), else one of our own.
         let word = word.or_else(|| u.reserve(room).map(|p| p as *mut u64));
         if let Some(w) = word {
-            if room > 8 {
-                // SAFETY: `room` reserved, word-aligned bytes, ours until
-                // the call returns: the arguments after the time word and
-                // their length, written before the call is timed (a
-                // handler may write its entry from then on).
-                unsafe {
-                    let at = (w as *mut u8).add(TIMED_ARGS);
-                    let data = std::slice::from_raw_parts_mut(at, room - TIMED_ARGS);
-                    let n = args::capture_args(specs, regs, data).unwrap_or(0);
-                    w.add(1).write(n as u64);
+            // The arguments where the tracer keeps them (`timed_args`), in
+            // this call's reservation (`w`, `len` bytes) if it has room.
+            let kept = timed_args(t).filter(|_| !specs.is_empty());
+            let reserved = u.retrieve().filter(|r| r.0 == w as *mut u8);
+            if let (Some(at), Some((_, len))) = (kept, reserved) {
+                if len > at + 8 {
+                    // SAFETY: `len` reserved, word-aligned bytes, ours
+                    // until the call returns: the arguments' length at
+                    // `at`, then the data, written before the call is timed
+                    // (a handler may write its entry from then on).
+                    unsafe {
+                        let p = (w as *mut u8).add(at);
+                        let data = std::slice::from_raw_parts_mut(p.add(8), len - at - 8);
+                        let n = args::capture_args(specs, regs, data).unwrap_or(0);
+                        (p as *mut u64).write(n as u64);
+                    }
                 }
             }
             // SAFETY: 8 reserved, word-aligned bytes, ours until the call

@@ -285,7 +285,21 @@ fn graph_tracer(
     } else {
         let ticks = (min_ticks, ticks_per_ns);
         let limits = (t.depth, t.min_size);
-        let (triggers, reads) = triggers::triggers(&t.triggers, limits, t.disabled, ticks)?;
+        // A call with arguments keeps them (their length, then the data)
+        // where its triggers' words and `read=` room leave space for them.
+        let arg_room = |i: usize| -> u16 {
+            let specs = args
+                .as_ref()
+                .map_or(&[][..], |a| a.entry(i as ftrace::SiteId));
+            let n = 8 + args::bound(specs);
+            let taken = 8 * 4 + reads::room(u8::MAX) as usize;
+            match specs.is_empty() || taken + n > fgraph::MAX_RESERVE {
+                true => 0,
+                false => n as u16,
+            }
+        };
+        let (triggers, reads) =
+            triggers::triggers(&t.triggers, limits, t.disabled, ticks, &arg_room)?;
         (Some(Arc::new(triggers)), reads)
     };
     // Triggers with time thresholds take the time filter's callbacks.

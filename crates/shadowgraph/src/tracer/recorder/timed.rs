@@ -20,7 +20,7 @@ pub(super) fn keep_timed(
     u: &fgraph::GraphUser,
     min_ticks: u64,
     (func, depth): (usize, u16),
-    data: bool,
+    data: Option<usize>,
 ) -> bool {
     let Some((p, len)) = u.retrieve() else {
         return true; // entered unfiltered
@@ -52,32 +52,32 @@ pub(super) fn keep_timed(
     true
 }
 
-/// Where a timed call's arguments start in its reserved bytes: after its
-/// time word and their length.
-pub(super) const TIMED_ARGS: usize = 16;
+/// Where a timed call keeps its arguments in its reserved bytes, without
+/// triggers: their length after its time word, then the data.
+pub(super) const TIMED_ARGS: usize = 8;
 
 /// The arguments a timed call's entry kept in its frame (`p`, `len`
-/// bytes reserved) after its time word: their length, then the data
-/// (from [`TIMED_ARGS`]); none unless `data` (the tracer records
-/// arguments and the words are its own, not triggers').
-fn frame_args<'a>(p: *mut u8, len: usize, data: bool) -> &'a [u8] {
-    if !data || len <= TIMED_ARGS {
+/// bytes reserved): their length at byte `data` (after the time word, or
+/// after the triggers' words), then the data; none where `data` is None
+/// (the tracer records no arguments) or the frame kept none.
+fn frame_args<'a>(p: *mut u8, len: usize, data: Option<usize>) -> &'a [u8] {
+    let Some(at) = data.filter(|&at| len > at + 8) else {
         return &[];
-    }
+    };
     // SAFETY: `len` bytes reserved in a frame of this thread, live while
     // its call is (our caller's or an ancestor's), 8-aligned; the entry
-    // wrote the length (at most the room after it) before timing the call.
+    // wrote the length (at most the room after it; zero before, as the
+    // reservation starts) before timing the call.
     unsafe {
-        let n = (p.add(8) as *const u64).read() as usize;
-        let room = len - TIMED_ARGS;
-        std::slice::from_raw_parts(p.add(TIMED_ARGS), n.min(room))
+        let n = (p.add(at) as *const u64).read() as usize;
+        std::slice::from_raw_parts(p.add(at + 8), n.min(len - at - 8))
     }
 }
 
 /// Writes the waiting entries of the callers of the call at `depth` whose
 /// callback runs (from its entry or its exit), outermost first. `inner` is
 /// that call's entry time.
-pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64, data: bool) {
+pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64, data: Option<usize>) {
     // Pending ancestors: the frames holding our word below the nearest
     // written one (frames without it, silent under a filter, are passed
     // over). The j-th of them is recorded at depth - j.

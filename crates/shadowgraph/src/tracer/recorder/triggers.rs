@@ -18,11 +18,15 @@ const PLT_ENTRY: u64 = 16;
 /// that names no function is said on stderr and left out. With them, what
 /// each site's `read=` actions read ([`super::reads::mask`]), where some
 /// function has one.
+/// `arg_room`: per site id, the bytes its calls keep for their arguments
+/// beside what their `read=` triggers keep (a time filter's calls keep
+/// their arguments until they are known to last long enough).
 pub(super) fn triggers(
     specs: &[String],
     (depth, min_size): (u32, u64),
     disabled: bool,
     (min_ticks, ticks_per_ns): (u64, f64),
+    arg_room: &dyn Fn(usize) -> u16,
 ) -> Result<(Triggers, Option<SiteReads>), String> {
     let parsed = specs
         .iter()
@@ -75,7 +79,8 @@ pub(super) fn triggers(
         .iter()
         .zip(size)
         .zip(&reads)
-        .map(|((a, size), &read)| SiteTrigger {
+        .enumerate()
+        .map(|(i, ((a, size), &read))| SiteTrigger {
             filter: a.filter.map(|m| m == FilterMode::In),
             depth: a.depth,
             trace: a.trace,
@@ -85,7 +90,7 @@ pub(super) fn triggers(
             caller: a.caller,
             size,
             min_size: a.size,
-            room: super::reads::room(read),
+            room: super::reads::room(read) + arg_room(i),
         })
         .collect();
     let thresholds = (min_ticks, min_size);
