@@ -730,3 +730,49 @@ fn pointers_to_data_are_named_as_uftrace_names_them() {
     uftrace_record(&theirs, &opts, &exe);
     assert_eq!(graph_part(&uftrace_view("replay", &theirs).unwrap()), want);
 }
+
+/// C++ arguments without data, as uftrace takes them: an empty structure
+/// (`nothing{}`, no register), a comparator and a lambda of internal
+/// linkage (`less{...}`, `{...}`: the next integer register's byte).
+#[test]
+fn empty_classes_are_taken_as_uftrace_takes_them() {
+    let dir = workdir("cxx-tags");
+    let exe = dir.join("tags");
+    cc(&[&fixture("cxx_tags.cc")], &["-O0", "-g", "-pg"], &exe);
+    let opts = ["-A", ".", "-R", ".", "-F", "main", "-D", "2"];
+    let ours = dir.join("ours.data");
+    record_ok(&opts, &ours, &exe);
+    // (Addresses differ between runs: 0xN.)
+    let calls = |r: &str| -> Vec<String> {
+        let hex = |t: &str| -> String {
+            let mut out = String::new();
+            let mut rest = t;
+            while let Some(i) = rest.find("0x") {
+                out.push_str(&rest[..i + 2]);
+                out.push('N');
+                rest = rest[i + 2..].trim_start_matches(|c: char| c.is_ascii_hexdigit());
+            }
+            out + rest
+        };
+        graph_part(r).iter().map(|l| hex(l)).collect()
+    };
+    let replay = replay_text(&ours);
+    let ours_calls = calls(&replay);
+    for shown in [
+        "  keep(nothing{}, DOWN, 4) = 8;",
+        "  std::sort(0xN, 0xN, &below);",
+        "  std::sort(0xN, 0xN, less{...});",
+        "  std::sort(0xN, 0xN, {...});",
+    ] {
+        assert!(
+            ours_calls.iter().any(|l| l == shown),
+            "{shown} in {ours_calls:#?}"
+        );
+    }
+    if uftrace_missing("recording C++ empty classes beside uftrace") {
+        return;
+    }
+    let theirs = dir.join("theirs.data");
+    uftrace_record(&theirs, &[&["--no-libcall"][..], &opts].concat(), &exe);
+    assert_eq!(ours_calls, calls(&uftrace_view("replay", &theirs).unwrap()));
+}

@@ -205,7 +205,9 @@ fn read(file: &object::File<'_>) -> Result<AutoSpecs, gimli::Error> {
                 }
                 Ok(None)
             };
-            let Some(name) = attr(gimli::DW_AT_linkage_name)?.or(attr(gimli::DW_AT_name)?) else {
+            let linkage = attr(gimli::DW_AT_linkage_name)?;
+            let has_linkage = linkage.is_some();
+            let Some(name) = linkage.or(attr(gimli::DW_AT_name)?) else {
                 continue;
             };
             let symbol = dwarf
@@ -327,8 +329,16 @@ fn read(file: &object::File<'_>) -> Result<AutoSpecs, gimli::Error> {
             let symbols = match names.get(&low_pc) {
                 // A copy of the function under other names only (gcc's
                 // `.constprop.0`, `.isra.0` clones): its parameters are
-                // not the declared ones.
-                Some(at) if !at.contains(&symbol) => continue,
+                // not the declared ones. (A function the DWARF names
+                // without its symbol — a C++ one of internal linkage, a
+                // lambda's `std::sort` — goes by the symbols at its
+                // address, unless they are a clone's.)
+                Some(at)
+                    if !at.contains(&symbol)
+                        && (has_linkage || at.iter().any(|n| n.contains('.'))) =>
+                {
+                    continue
+                }
                 Some(at) => at.clone(),
                 None => vec![symbol],
             };

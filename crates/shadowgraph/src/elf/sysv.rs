@@ -94,7 +94,15 @@ pub fn layout(
     let passing = if !fits || classes.contains(&Class::Memory) {
         Passing::Memory
     } else if classes.iter().all(|c| *c == Class::None) {
-        Passing::Regs(Vec::new())
+        // No data: an empty aggregate (uftrace's test, [`empty`]) takes
+        // no register; a C++ class of one byte with a member function (a
+        // comparator's or a lambda's `operator()`) is taken, as uftrace
+        // takes it, from the next integer register (the ABI passes none:
+        // the byte shown is that register's).
+        match size > 0 && !empty(unit, o, 0) {
+            false => Passing::Regs(Vec::new()),
+            true => Passing::Regs(vec![Class::Int]),
+        }
     } else {
         // An eightbyte of padding only goes as an integer.
         let c = classes.iter().map(|c| match c {
@@ -107,12 +115,10 @@ pub fn layout(
         // Its alignment still places it on the stack.
         align = natural_align(unit, o, 0).unwrap_or(8);
     }
-    // No data (an empty structure, or a C++ tag type of one byte): shown
-    // as `{}`, as uftrace shows it.
-    let size = if passing == Passing::Regs(Vec::new()) {
-        0
-    } else {
-        size
+    // An empty structure has no data: shown as `{}`, as uftrace shows it.
+    let size = match passing {
+        Passing::Regs(ref c) if c.is_empty() => 0,
+        _ => size,
     };
     Some(Layout {
         name,
@@ -120,6 +126,40 @@ pub fn layout(
         align,
         passing,
     })
+}
+
+/// Whether the structure at `o` is empty as uftrace judges it: one byte
+/// at most, and neither a member (of data or a function) of its own nor
+/// one inherited from its bases.
+fn empty(unit: &Unit<'_>, o: UnitOffset, depth: u32) -> bool {
+    let size = unit
+        .entry(o)
+        .ok()
+        .and_then(|e| e.attr_value(gimli::DW_AT_byte_size).ok()?)
+        .and_then(udata);
+    if depth > 8 || size.is_some_and(|s| s > 1) {
+        return false;
+    }
+    let Ok(mut tree) = unit.entries_tree(Some(o)) else {
+        return false;
+    };
+    let Ok(root) = tree.root() else {
+        return false;
+    };
+    let mut children = root.children();
+    let mut bases = Vec::new();
+    while let Ok(Some(c)) = children.next() {
+        let c = c.entry();
+        match c.tag() {
+            gimli::DW_TAG_member | gimli::DW_TAG_subprogram => return false,
+            gimli::DW_TAG_inheritance => match c.attr_value(gimli::DW_AT_type) {
+                Ok(Some(AttributeValue::UnitRef(b))) => bases.push(b),
+                _ => return false,
+            },
+            _ => {}
+        }
+    }
+    bases.into_iter().all(|b| empty(unit, b, depth + 1))
 }
 
 /// A C++ class the ABI passes by reference (uftrace's test: a destructor
