@@ -585,38 +585,10 @@ fn main() -> ExitCode {
                 true => view(&data, how, |d, o| {
                     shadowgraph_data::task_graph::task_graph(d, &f, o)
                 }),
-                // The programs started by exec each a graph of its own,
-                // before the recording's, as uftrace prints its sessions;
-                // a function's graph where it was called (an error if
-                // nowhere).
+                // Each program started by exec a graph of its own.
                 false => output::view_merged(&data, how, |ds, o| {
-                    let mut first_error = None;
-                    let mut shown = false;
-                    for d in ds.iter().rev() {
-                        let mut text = Vec::new();
-                        let w = (srcline, &fields[..]);
-                        let g = shadowgraph_data::graph::graph_with(
-                            d,
-                            function.as_deref(),
-                            &f,
-                            w,
-                            &mut text,
-                        );
-                        match g {
-                            Ok(()) => {
-                                std::io::Write::write_all(o, &text)?;
-                                shown = true;
-                            }
-                            Err(e) if ds.len() > 1 => {
-                                first_error = Some(e);
-                            }
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    match first_error {
-                        Some(e) if !shown => Err(e),
-                        _ => Ok(()),
-                    }
+                    let look = (srcline, &fields[..]);
+                    shadowgraph_data::graph::graph_sessions(ds, function.as_deref(), &f, look, o)
                 }),
             }
         }

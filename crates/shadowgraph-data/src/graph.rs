@@ -409,6 +409,37 @@ pub fn graph(
     graph_with(data, function, filter, (false, &GraphField::DEFAULT), out)
 }
 
+/// [`graph_with`] of a recording and of the programs started by exec
+/// during it (`datas`, the recording first, then in the order they
+/// started): each one's graph, the last started first, as uftrace prints
+/// its sessions; a function's graph where it was called, an error only if
+/// nowhere.
+pub fn graph_sessions(
+    datas: &[&DataDir],
+    function: Option<&str>,
+    filter: &ReplayFilter,
+    look: (bool, &[GraphField]),
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let (mut shown, mut last_error) = (false, None);
+    for d in datas.iter().rev() {
+        let mut text = Vec::new();
+        match graph_with(d, function, filter, look, &mut text) {
+            Ok(()) => {
+                out.write_all(&text)?;
+                shown = true;
+            }
+            // (The recording's own, named last, is the one said.)
+            Err(e) if datas.len() > 1 => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    match last_error {
+        Some(e) if !shown => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// [`graph`], with where each function is declared after its name if
 /// `srcline` (`--srcline`, as the recording says; not the root's, as
 /// uftrace's), and `fields` left of the tree (`-f`).
