@@ -116,6 +116,21 @@ unsafe fn with_agent(envp: *const *const c_char) -> Option<(Vec<*const c_char>, 
     Some((vars, made))
 }
 
+/// Calls `call` with `envp`, or with a copy of it holding the agent's
+/// variables where it lacks them ([`with_agent`]), which lives until
+/// `call` returns.
+///
+/// # Safety
+/// As [`with_agent`]'s.
+unsafe fn pass_env<R>(
+    envp: *const *const c_char,
+    call: impl FnOnce(*const *const c_char) -> R,
+) -> R {
+    // SAFETY: the caller's environment array, as libc takes it.
+    let env = unsafe { with_agent(envp) };
+    call(env.as_ref().map_or(envp, |e| e.0.as_ptr()))
+}
+
 macro_rules! next {
     ($cache:ident, $name:literal, $ty:ty) => {{
         static $cache: AtomicUsize = AtomicUsize::new(0);
@@ -148,12 +163,10 @@ pub unsafe extern "C" fn execve(
     envp: *const *const c_char,
 ) -> c_int {
     let real = next!(REAL, c"execve", ExecveFn);
-    // SAFETY: the caller's environment array, as libc takes it.
-    let env = unsafe { with_agent(envp) };
-    let envp = env.as_ref().map_or(envp, |e| e.0.as_ptr());
-    // SAFETY: libc's execve with the caller's arguments (the environment
-    // null-terminated as theirs).
-    unsafe { real(path, argv, envp) }
+    // SAFETY: the caller's environment array, as libc takes it (or a
+    // copy, null-terminated as theirs); libc's function with the
+    // caller's other arguments.
+    unsafe { pass_env(envp, |envp| real(path, argv, envp)) }
 }
 
 /// `execvpe(3)` with the agent's variables in `envp`.
@@ -167,11 +180,10 @@ pub unsafe extern "C" fn execvpe(
     envp: *const *const c_char,
 ) -> c_int {
     let real = next!(REAL, c"execvpe", ExecveFn);
-    // SAFETY: as in `execve`.
-    let env = unsafe { with_agent(envp) };
-    let envp = env.as_ref().map_or(envp, |e| e.0.as_ptr());
-    // SAFETY: as in `execve`.
-    unsafe { real(file, argv, envp) }
+    // SAFETY: the caller's environment array, as libc takes it (or a
+    // copy, null-terminated as theirs); libc's function with the
+    // caller's other arguments.
+    unsafe { pass_env(envp, |envp| real(file, argv, envp)) }
 }
 
 /// `fexecve(3)` with the agent's variables in `envp`.
@@ -185,11 +197,10 @@ pub unsafe extern "C" fn fexecve(
     envp: *const *const c_char,
 ) -> c_int {
     let real = next!(REAL, c"fexecve", FexecveFn);
-    // SAFETY: as in `execve`.
-    let env = unsafe { with_agent(envp) };
-    let envp = env.as_ref().map_or(envp, |e| e.0.as_ptr());
-    // SAFETY: as in `execve`.
-    unsafe { real(fd, argv, envp) }
+    // SAFETY: the caller's environment array, as libc takes it (or a
+    // copy, null-terminated as theirs); libc's function with the
+    // caller's other arguments.
+    unsafe { pass_env(envp, |envp| real(fd, argv, envp)) }
 }
 
 /// `posix_spawn(3)` with the agent's variables in `envp`.
@@ -206,11 +217,10 @@ pub unsafe extern "C" fn posix_spawn(
     envp: *const *const c_char,
 ) -> c_int {
     let real = next!(REAL, c"posix_spawn", SpawnFn);
-    // SAFETY: as in `execve`.
-    let env = unsafe { with_agent(envp) };
-    let envp = env.as_ref().map_or(envp, |e| e.0.as_ptr());
-    // SAFETY: libc's posix_spawn with the caller's arguments.
-    unsafe { real(pid, path, actions, attr, argv, envp) }
+    // SAFETY: the caller's environment array, as libc takes it (or a
+    // copy, null-terminated as theirs); libc's function with the
+    // caller's other arguments.
+    unsafe { pass_env(envp, |envp| real(pid, path, actions, attr, argv, envp)) }
 }
 
 /// `posix_spawnp(3)` with the agent's variables in `envp`.
@@ -227,9 +237,8 @@ pub unsafe extern "C" fn posix_spawnp(
     envp: *const *const c_char,
 ) -> c_int {
     let real = next!(REAL, c"posix_spawnp", SpawnFn);
-    // SAFETY: as in `execve`.
-    let env = unsafe { with_agent(envp) };
-    let envp = env.as_ref().map_or(envp, |e| e.0.as_ptr());
-    // SAFETY: as in `posix_spawn`.
-    unsafe { real(pid, file, actions, attr, argv, envp) }
+    // SAFETY: the caller's environment array, as libc takes it (or a
+    // copy, null-terminated as theirs); libc's function with the
+    // caller's other arguments.
+    unsafe { pass_env(envp, |envp| real(pid, file, actions, attr, argv, envp)) }
 }
