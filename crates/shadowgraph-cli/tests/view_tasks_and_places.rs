@@ -292,13 +292,15 @@ fn task_names_as_uftrace() {
     }
     let views: [&[&str]; 4] = [
         &["replay", "-f", "task,tid"],
-        &["replay", "--no-event", "-f", "task"],
-        &["replay", "-F", "main", "-f", "task"],
+        &["replay", "--no-event", "-f", "task,tid"],
+        &["replay", "-F", "main", "-f", "task,tid"],
         &["dump", "--chrome"],
     ];
     // (Thread ids, and the Chrome dump's times, differ between
     // recordings: left out; so are the dump's first metadata events, each
-    // thread's, which uftrace gives as a process of its own.)
+    // thread's, which uftrace gives as a process of its own. Where one
+    // thread's lines fall among another's depends on the processors: each
+    // thread's lines in order, the threads in the order they first show.)
     let shape_of = |text: String| -> Vec<String> {
         let chrome = text.starts_with("{\"traceEvents\"");
         let field = |l: &str, k: &str| {
@@ -306,22 +308,41 @@ fn task_names_as_uftrace() {
             let v = v.unwrap_or("");
             v.split_once("] ").map_or(v, |x| x.1).to_string()
         };
+        let thread = |l: &str| -> String {
+            // (A Chrome event without a thread is its process's first
+            // thread's, whose id is the process's.)
+            let tid = match chrome {
+                true => (l.split("\"tid\":").nth(1)).or(l.split("\"pid\":").nth(1)),
+                false => l.split_once('[').map(|x| x.1),
+            };
+            tid.and_then(|t| t.split([',', '}', ']']).next())
+                .unwrap_or("")
+                .to_string()
+        };
         let line = |l: &str| match l.split_once('[').zip(l.split_once(']')) {
             Some(((a, _), (_, b))) => format!("{a}{b}"),
             None => l.to_string(),
         };
-        (text.lines())
+        let mut threads: Vec<(String, Vec<String>)> = Vec::new();
+        for l in (text.lines())
             .filter(|l| !chrome || l.starts_with("{\"ts\""))
             .skip_while(|l| chrome && l.contains("\"ph\":\"M\""))
-            .map(|l| match chrome {
+        {
+            let shown = match chrome {
                 true => ["\"ph\":", "\"name\":", "\"args\":{\"name\":"]
                     .iter()
                     .map(|k| field(l, k))
                     .collect::<Vec<_>>()
                     .join(" "),
                 false => line(l),
-            })
-            .collect()
+            };
+            let t = thread(l);
+            match threads.iter_mut().find(|x| x.0 == t) {
+                Some(x) => x.1.push(shown),
+                None => threads.push((t, vec![shown])),
+            }
+        }
+        threads.into_iter().flat_map(|x| x.1).collect()
     };
     if !require("uftrace", "uftrace's recording of the same program") {
         return;
