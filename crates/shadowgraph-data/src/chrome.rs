@@ -25,6 +25,23 @@ fn json_str(s: &str) -> String {
     o
 }
 
+/// A metadata event (`process_name`, `thread_name`) naming process `pid`
+/// (or its thread `tid`) `name`.
+fn metadata(
+    out: &mut impl Write,
+    pid: &str,
+    tid: Option<i32>,
+    what: &str,
+    name: &str,
+) -> std::io::Result<()> {
+    let tid = tid.map_or(String::new(), |t| format!(",\"tid\":{t}"));
+    write!(
+        out,
+        "{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid}{tid},\"name\":\"{what}\",\"args\":{{\"name\":{}}}}}",
+        json_str(name)
+    )
+}
+
 /// Writes what `filter` selects as Chrome trace-event JSON: a `B` and an
 /// `E` event per call, one track per thread; recorded arguments and
 /// return values as the events' `args` (`arguments`, `retval`), as
@@ -47,20 +64,18 @@ pub fn dump_chrome(
         let last = data.task_names.get(&t).and_then(|n| n.last());
         last.map_or(comm, |n| n.1.as_str())
     };
-    let name = |id: &str| json_str(&format!("[{id}] {}", last_name(id)));
-    write!(
-        out,
-        "{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{}}}}}",
-        name(&pid)
-    )?;
+    let name = |id: &str| format!("[{id}] {}", last_name(id));
+    metadata(out, &pid, None, "process_name", &name(&pid))?;
     for (tid, _) in &threads {
-        write!(
+        out.write_all(b",\n")?;
+        metadata(
             out,
-            ",\n{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}",
-            name(&tid.to_string())
+            &pid,
+            Some(*tid),
+            "thread_name",
+            &name(&tid.to_string()),
         )?;
     }
-    let mut first = false;
     // The threads' records merged by time, as uftrace writes them.
     let tids: Vec<i32> = threads.iter().map(|t| t.0).collect();
     let mut streams: Vec<std::iter::Peekable<_>> =
@@ -89,41 +104,24 @@ pub fn dump_chrome(
                 Kind::Exit => "E",
                 Kind::Event if r.addr == crate::sched::TASK_NAME_ADDR => {
                     // A new name: metadata events where it happened, as
-                    // uftrace writes them.
-                    let text = r.args.as_deref().unwrap_or("");
-                    let Some(n) = text
-                        .split_once("comm=\"")
-                        .and_then(|(_, n)| n.strip_suffix("\")"))
-                    else {
+                    // uftrace writes them (the process's name is its first
+                    // thread's; another thread's is given with its id).
+                    let Some(n) = r.args.as_deref().and_then(crate::sched::task_name) else {
                         continue;
                     };
-                    // (The process's name is its first thread's; another
-                    // thread's new name is given with its id.)
+                    out.write_all(b",\n")?;
                     if tid.to_string() == pid {
-                        let n = json_str(n);
-                        write!(
-                            out,
-                            ",\n{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"name\":\"process_name\",\"args\":{{\"name\":{n}}}}}"
-                        )?;
-                        write!(
-                            out,
-                            ",\n{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{n}}}}}"
-                        )?;
+                        metadata(out, &pid, None, "process_name", n)?;
+                        out.write_all(b",\n")?;
+                        metadata(out, &pid, Some(tid), "thread_name", n)?;
                     } else {
-                        let n = json_str(&format!("[{tid}] {n}"));
-                        write!(
-                            out,
-                            ",\n{{\"ts\":0,\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{n}}}}}"
-                        )?;
+                        metadata(out, &pid, Some(tid), "thread_name", &format!("[{tid}] {n}"))?;
                     }
                     continue;
                 }
                 _ => continue,
             };
-            if !first {
-                writeln!(out, ",")?;
-            }
-            first = false;
+            writeln!(out, ",")?;
             // Arguments and return values as uftrace puts them.
             let args = match (&r.args, r.kind) {
                 (Some(a), Kind::Entry) => format!(

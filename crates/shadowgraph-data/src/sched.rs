@@ -134,6 +134,19 @@ pub fn read(dir: &Path) -> Result<PerfEvents, DataError> {
     Ok(PerfEvents { spans, names })
 }
 
+/// A task-name event's text, as uftrace shows it: `linux:task-name
+/// (comm="NAME")`.
+fn task_name_event(name: &str) -> String {
+    format!("linux:task-name (comm=\"{name}\")")
+}
+
+/// The name a task-name event's text ([`TASK_NAME_ADDR`]'s) gives.
+pub fn task_name(event: &str) -> Option<&str> {
+    event
+        .strip_prefix("linux:task-name (comm=\"")?
+        .strip_suffix("\")")
+}
+
 /// A thread's records with its schedule spans merged in as entry/exit
 /// pairs of [`SCHED_ADDR`] (`more` set when pre-empted) at the depth of
 /// the call they happened in.
@@ -191,7 +204,7 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for SchedMerged<I> 
                 more: false,
                 depth: self.depth,
                 addr: TASK_NAME_ADDR,
-                args: Some(format!("linux:task-name (comm=\"{name}\")").into()),
+                args: Some(task_name_event(&name).into()),
             }));
         }
         let due = self

@@ -10,7 +10,6 @@ mod common;
 use common::frames::{accept, ignore};
 use common::recorder::{record_entry, record_return, GENERAL_ENTRIES};
 use common::*;
-use shadowgraph::clock;
 use shadowgraph::record::writer;
 use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
@@ -52,23 +51,16 @@ fn prologue_variant_in_its_own_process() {
 fn record_while_the_recorder_comes_and_goes(entry: Entry) {
     let name = format!("fused_stress_{entry:?}");
     let (dir, _lib, run) = nested_workload_as(&name, entry);
-    let sites: Vec<u64> = ["leaf", "mid", "top"]
-        .iter()
-        .map(|f| ftrace::site_by_name(f).unwrap().addr as u64)
-        .collect();
+    let sites = nested_sites();
 
-    if !shadowgraph_testkit::tool::available(
-        clock::init(),
-        "an invariant TSC (the fused path needs one)",
-        "the fused path",
-    ) {
+    if !fused_paths_run() {
         return;
     }
     // Small local rings: the threads drain them often (the general way's
     // make_room) while the fused path writes them.
     let data = dir.join("data");
     writer::start(0, 0, &data, None, Some(64 << 10)).unwrap();
-    let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
+    let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();
     let recorder = fgraph::GraphUser::new(record_entry, record_return, filter.clone(), 0);
     assert!(fused::attach(&recorder, 0, 0));
     let other = fgraph::GraphUser::new(accept, ignore, filter.clone(), 0);

@@ -11,21 +11,16 @@ mod common;
 
 use common::frames::*;
 use common::*;
-use shadowgraph::clock;
 use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
 
 #[test]
 fn frames_with_data_pass_between_the_fused_path_and_the_callbacks() {
     let (_dir, _lib, run) = nested_workload("fused_frames");
-    if !shadowgraph_testkit::tool::available(
-        clock::init(),
-        "an invariant TSC (the fused path needs one)",
-        "the fused path",
-    ) {
+    if !fused_paths_run() {
         return;
     }
-    let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
+    let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();
     // The timed user stands in alone; the profile's callbacks (their rows
     // the test's) and `other` come and go beside it.
     let timed = fgraph::GraphUser::new(timed_entry, timed_return, filter.clone(), 0);

@@ -11,7 +11,6 @@ mod common;
 
 use common::recorder::{record_entry, record_return, GENERAL_ENTRIES};
 use common::*;
-use shadowgraph::clock;
 use shadowgraph::record::writer;
 use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
@@ -26,15 +25,8 @@ const ROUNDS: usize = 60;
 #[test]
 fn recorders_come_and_go_on_the_shared_path() {
     let (dir, _lib, run) = nested_workload_as("fused_multi", Entry::Patchable);
-    let sites: Vec<u64> = ["leaf", "mid", "top"]
-        .iter()
-        .map(|f| ftrace::site_by_name(f).unwrap().addr as u64)
-        .collect();
-    if !shadowgraph_testkit::tool::available(
-        clock::init(),
-        "an invariant TSC (the fused path needs one)",
-        "the fused path",
-    ) {
+    let sites = nested_sites();
+    if !fused_paths_run() {
         return;
     }
     // Local rings, small enough for the threads to drain them often (the
@@ -45,7 +37,7 @@ fn recorders_come_and_go_on_the_shared_path() {
         writer::start(i, i, &data(i), None, Some(256 << 10)).unwrap();
     }
     assert!(fused::enable_multi());
-    let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
+    let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();
     let users: Vec<Arc<fgraph::GraphUser>> = (0..RECORDERS)
         .map(|i| {
             let u = fgraph::GraphUser::new(record_entry, record_return, filter.clone(), i);

@@ -7,7 +7,6 @@ mod common;
 
 use common::frames::*;
 use common::*;
-use shadowgraph::clock;
 use shadowgraph::tracer::fused;
 use shadowgraph::tracer::profile::ProfileTable;
 use shadowgraph::{fgraph, ftrace};
@@ -16,14 +15,10 @@ use std::cell::Cell;
 #[test]
 fn profile_frames_pass_between_the_fused_path_and_the_callbacks() {
     let (_dir, _lib, run) = nested_workload("fused_profile_frames");
-    if !shadowgraph_testkit::tool::available(
-        clock::init(),
-        "an invariant TSC (the fused path needs one)",
-        "the fused path",
-    ) {
+    if !fused_paths_run() {
         return;
     }
-    let filter = ftrace::FilterSet::with_patterns(&["leaf", "mid", "top"], &[]).unwrap();
+    let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();
     let profile = fgraph::GraphUser::new(profile_entry, profile_return, filter.clone(), 0);
     let cell = &*TABLE as *const Cell<*mut ProfileTable> as usize;
     assert!(fused::attach_profile(&profile, 0, cell, ROWS));

@@ -187,10 +187,7 @@ impl<'a> Columns<'a> {
     /// Thread `k` takes the name a task-name event's text gives
     /// (`linux:task-name (comm="NAME")`).
     pub(super) fn rename(&mut self, k: usize, event: Option<&str>) {
-        let name = event
-            .and_then(|e| e.split_once("comm=\""))
-            .and_then(|(_, n)| n.strip_suffix("\")"));
-        if let Some(n) = name {
+        if let Some(n) = event.and_then(crate::sched::task_name) {
             self.renamed[k] = Some(format!(" {n:>15}").into_bytes());
         }
     }

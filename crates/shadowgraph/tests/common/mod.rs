@@ -166,6 +166,26 @@ __attribute__((patchable_function_entry(0, 0))) long run(long n) {\n\
     (dir, lib, run)
 }
 
+/// The nested workload's traced functions.
+pub const NESTED: [&str; 3] = ["leaf", "mid", "top"];
+
+/// The core's site addresses of the nested workload's traced functions.
+pub fn nested_sites() -> Vec<u64> {
+    NESTED
+        .iter()
+        .map(|f| shadowgraph::ftrace::site_by_name(f).unwrap().addr as u64)
+        .collect()
+}
+
+/// Whether the fused paths can run here (an invariant TSC), said where not.
+pub fn fused_paths_run() -> bool {
+    shadowgraph_testkit::tool::available(
+        shadowgraph::clock::init(),
+        "an invariant TSC (the fused path needs one)",
+        "the fused path",
+    )
+}
+
 /// The workload `lib` out of the core (its threads stopped).
 pub fn drop_workload(lib: &Lib) {
     shadowgraph::ftrace::remove_module(lib.bias()).unwrap();

@@ -232,6 +232,13 @@ fn entry<const TIMED: bool>(
             Verdict::Reject => return false,
         },
     };
+    // `read=`: what the function's triggers read, after its entry (at its
+    // time, or with it when it is written late).
+    let read = match (t, e.site_id()) {
+        (Some(t), Some(id)) => t.reads.as_ref().and_then(|r| r.get(id as usize).copied()),
+        _ => None,
+    }
+    .unwrap_or(0);
     let depth = depth.clamp(0, 1023) as u16;
     if TIMED {
         // The filter's word (a recorded call's), else one of our own.
@@ -242,11 +249,8 @@ fn entry<const TIMED: bool>(
             // values its `read=` triggers read, in their room.
             let at = kept(t).of(e.func).0.filter(|_| !specs.is_empty());
             let reserved = u.retrieve().filter(|r| r.0 == w as *mut u8);
-            if let Some(f) = t.and_then(|t| t.filter.as_ref()) {
-                let read = t.and_then(|t| Some(*t.reads.as_ref()?.get(e.site_id()? as usize)?));
-                if let Some(mask) = read.filter(|&m| m != 0) {
-                    super::reads::keep_at_entry(u, f, mask);
-                }
+            if let Some(f) = t.and_then(|t| t.filter.as_ref()).filter(|_| read != 0) {
+                super::reads::keep_at_entry(u, f, read);
             }
             if let (Some(at), Some((_, len))) = (at, reserved) {
                 if len > at + 8 {
@@ -275,13 +279,6 @@ fn entry<const TIMED: bool>(
         // waiting callers (time order).
         release_callers(u, depth, clock::now() & !ENTRY_FLAGS, kept(t));
     }
-    // `read=`: what the function's triggers read, after its entry, at its
-    // time.
-    let read = match (t, e.site_id()) {
-        (Some(t), Some(id)) => t.reads.as_ref().and_then(|r| r.get(id as usize).copied()),
-        _ => None,
-    }
-    .unwrap_or(0);
     let watch = t.is_some_and(|t| t.watch_cpu);
     let opened = (read != 0 || watch) && super::reads::open_time();
     if specs.is_empty() {
