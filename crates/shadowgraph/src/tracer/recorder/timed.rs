@@ -82,9 +82,7 @@ impl Kept<'_> {
 /// Writes a pending entry (as `writer::emit_pending_entry`) of the call of
 /// `func` whose reserved bytes are `p`, `len` long, with the arguments it
 /// kept; if this wrote it, the events of what its `read=` triggers read,
-/// after it at its time. Those are written with the thread's asynchronous
-/// signals blocked: a handler's records (later in time) never come
-/// between the entry and its events, which would step back behind them.
+/// after it at its time.
 fn write_entry(
     u: &fgraph::GraphUser,
     word: &AtomicU64,
@@ -95,16 +93,11 @@ fn write_entry(
 ) {
     let (args_at, room) = kept.of(func);
     let args = frame_args(p, len, args_at);
-    let room = room.filter(|&at| len >= at + super::reads::room(1) as usize);
-    let blocked = room.map(|_| crate::sys::block_async_signals());
     if writer::emit_pending_entry(u.private, word, words, depth, func as u64, args) {
-        if let Some(at) = room {
+        if let Some(at) = room.filter(|&at| len >= at + super::reads::room(1) as usize) {
             // (`at` and the room inside the reservation: checked above.)
             super::reads::emit_kept(u.private, p.wrapping_add(at) as *const u64, depth, words.1);
         }
-    }
-    if let Some(old) = blocked {
-        crate::sys::restore_signals(old);
     }
 }
 
