@@ -300,7 +300,8 @@ fn task_names_as_uftrace() {
     // recordings: left out; so are the dump's first metadata events, each
     // thread's, which uftrace gives as a process of its own. Where one
     // thread's lines fall among another's depends on the processors: each
-    // thread's lines in order, the threads in the order they first show.)
+    // thread's lines in order, the threads in the order they first show,
+    // each call whose exit follows its entry in its thread on one line.)
     let shape_of = |text: String| -> Vec<String> {
         let chrome = text.starts_with("{\"traceEvents\"");
         let field = |l: &str, k: &str| {
@@ -342,7 +343,31 @@ fn task_names_as_uftrace() {
                 None => threads.push((t, vec![shown])),
             }
         }
-        threads.into_iter().flat_map(|x| x.1).collect()
+        // (Whether a call shows as a leaf depends on whether another
+        // thread's line fell between its entry and exit: leaves merged.)
+        let body = |l: &str| {
+            l.split_once('|')
+                .map_or(l, |x| x.1)
+                .trim_start()
+                .to_string()
+        };
+        let merge = |lines: Vec<String>| {
+            let mut out: Vec<String> = Vec::new();
+            for l in lines {
+                let closes = (body(&l).strip_prefix("} /* "))
+                    .and_then(|r| r.strip_suffix(" */"))
+                    .map(str::to_string);
+                if let (Some(name), Some(prev)) = (closes, out.last_mut()) {
+                    if !chrome && body(prev) == format!("{name}() {{") {
+                        *prev = prev.replace("() {", "();");
+                        continue;
+                    }
+                }
+                out.push(l);
+            }
+            out
+        };
+        threads.into_iter().flat_map(|x| merge(x.1)).collect()
     };
     if !require("uftrace", "uftrace's recording of the same program") {
         return;
