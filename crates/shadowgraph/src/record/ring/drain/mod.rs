@@ -91,10 +91,11 @@ impl Ring {
     /// them: the records are walked (a record with data is followed by its
     /// slots) and written with their data as uftrace lays it out — the
     /// 16-byte record, then the data — gathered in `buf`, their times
-    /// converted on the way; long runs of records without data are written
-    /// from the ring as [`Ring::drain_plain`] writes them. Slots are freed
-    /// as their records are gathered or written: a thread waiting for room
-    /// resumes after one buffer, not after the whole drain.
+    /// converted on the way (and written back, see below); the rest of a
+    /// long run of records without data is written from the ring as
+    /// [`Ring::drain_plain`] writes it. Slots are freed as their records
+    /// are gathered or written: a thread waiting for room resumes after
+    /// one buffer, not after the whole drain.
     fn drain_walking(
         &self,
         fd: i32,
@@ -129,97 +130,124 @@ impl Ring {
                 }
             }
         };
-        let (mut n, mut pending) = (0usize, 0u64);
         let (mask, words_mask) = (h.capacity - 1, 2 * h.capacity - 1);
+        let words = self.words();
         let word = |linear: u64| {
             // SAFETY: a published slot's word (masked into the ring), the
             // consumer's until `tail` moves past it.
-            unsafe { self.words().add((linear & words_mask) as usize).read() }
+            unsafe { words.add((linear & words_mask) as usize).read() }
         };
+        let (cap, b) = (buf.len(), buf.as_mut_ptr());
+        let (mut n, mut pending) = (0usize, 0u64);
         let mut at = h.tail.load(Ordering::Relaxed);
+        // Records without data gathered in a row.
+        let mut run = 0u64;
         while at < head {
-            // A run of records without data (not across the ring's end).
             let i = at & mask;
-            let limit = (head - at).min(h.capacity - i).min(DRAIN_CHUNK);
-            let mut k = 0;
-            while k < limit && !has_data(word(2 * (i + k) + 1)) {
-                k += 1;
-            }
-            if k >= DIRECT_RUN {
-                // Long enough to be worth a write of its own: from the ring.
+            if run >= DIRECT_RUN {
+                // A long run of records without data: the rest of it (not
+                // across the ring's end) written from the ring.
+                run = 0;
+                let limit = (head - at).min(h.capacity - i).min(DRAIN_CHUNK);
+                let mut k = 0;
+                while k < limit && !has_data(word(2 * (i + k) + 1)) {
+                    k += 1;
+                }
+                if k == 0 {
+                    continue;
+                }
                 if pending > 0 {
                     // Release (each store of `tail` here): the slots'
                     // records are read (copied) before they go back.
                     h.tail.store(at, Ordering::Release);
-                    put(buf.as_ptr(), n, pending, out);
+                    put(b, n, pending, out);
                     (n, pending) = (0, 0);
                 }
                 self.convert_run(times, at, at + k);
                 // SAFETY: records i..i+k are inside the ring and published.
-                let p = unsafe { self.words().add(2 * i as usize) as *const u8 };
+                let p = unsafe { words.add(2 * i as usize) as *const u8 };
                 put(p, k as usize * 16, k, out);
                 at += k;
                 h.tail.store(at, Ordering::Release);
                 continue;
             }
-            // The run (if any), else the record with data at its end, into
-            // the buffer.
-            let len = if k > 0 {
-                0
-            } else {
-                (word(2 * (at + 1)) as usize).min(MAX_DATA) & !7
-            };
-            let bytes = if k > 0 { 16 * k as usize } else { 16 + len };
-            if n + bytes > buf.len() {
+            // Records, and their data, into the buffer while it has room
+            // for the largest, up to a long run without data.
+            if n + 16 + MAX_DATA > cap {
                 h.tail.store(at, Ordering::Release);
-                put(buf.as_ptr(), n, pending, out);
+                put(b, n, pending, out);
                 (n, pending) = (0, 0);
             }
-            if at.is_multiple_of(4) && at + PREFETCH_RECORDS < head {
-                prefetch(
-                    self.words()
-                        .wrapping_add((2 * ((at + PREFETCH_RECORDS) & mask)) as usize),
-                );
-            }
-            if k > 0 {
-                for j in 0..k {
-                    let t = times.ns(word(2 * (i + j)));
-                    buf[n..n + 8].copy_from_slice(&t.to_le_bytes());
-                    buf[n + 8..n + 16].copy_from_slice(&word(2 * (i + j) + 1).to_le_bytes());
-                    n += 16;
+            let full = cap - 16 - MAX_DATA;
+            while at < head && n <= full && run < DIRECT_RUN {
+                let i = at & mask;
+                if at + PREFETCH_RECORDS < head {
+                    prefetch(words.wrapping_add((2 * ((at + PREFETCH_RECORDS) & mask)) as usize));
                 }
-                pending += k;
-                at += k;
-                continue;
-            }
-            let t = times.ns(word(2 * i));
-            buf[n..n + 8].copy_from_slice(&t.to_le_bytes());
-            buf[n + 8..n + 16].copy_from_slice(&word(2 * i + 1).to_le_bytes());
-            n += 16;
-            let first = (2 * (at + 1) + 1) & words_mask;
-            if first as usize + len / 8 <= words_mask as usize + 1 {
-                // SAFETY: the data's words, published, inside the ring (not
-                // past its end), into the buffer's room checked above.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.words().add(first as usize) as *const u8,
-                        buf.as_mut_ptr().add(n),
-                        len,
-                    )
+                // SAFETY: a published record (inside the ring, the
+                // consumer's until `tail` moves past it), and 16 + MAX_DATA
+                // bytes of the buffer from n (n <= full).
+                let w1 = unsafe {
+                    let r = words.add(2 * i as usize);
+                    let w1 = r.add(1).read();
+                    let t = times.ns(r.read());
+                    // The time written back, as `convert_run` converts in
+                    // place: a line the writer only read stays shared in
+                    // its processor's cache, and the thread, writing it
+                    // again on its next lap of the ring, waits for each
+                    // such line (on some machines for whole runs, at a
+                    // third of their speed); a line the writer wrote is
+                    // handed over at once.
+                    r.write(t);
+                    (b.add(n) as *mut u64).write_unaligned(t);
+                    (b.add(n + 8) as *mut u64).write_unaligned(w1);
+                    w1
                 };
-                n += len;
-            } else {
-                for j in 0..len / 8 {
-                    buf[n..n + 8].copy_from_slice(&word(first + j as u64).to_le_bytes());
+                n += 16;
+                pending += 1;
+                // With the two slots after it published (nearly always),
+                // without a branch on whether it has data (which records
+                // have some follows the program's calls, and a branch on it
+                // would miss often): its first two data words copied
+                // either way, and its length (0 without data) taken.
+                let more = has_data(w1) as u64;
+                if at + 3 <= head {
+                    // (Masked: the slots may be past the ring's end.)
+                    let first = [word(2 * at + 3), word(2 * at + 4)];
+                    // SAFETY: as above.
+                    unsafe { (b.add(n) as *mut [u64; 2]).write_unaligned(first) };
+                    let len = (more * word(2 * at + 2)).min(MAX_DATA as u64) & !7;
+                    for j in 2..len / 8 {
+                        // SAFETY: as above.
+                        unsafe {
+                            (b.add(n + 8 * j as usize) as *mut u64)
+                                .write_unaligned(word(2 * at + 3 + j))
+                        };
+                    }
+                    n += len as usize;
+                    at += 1 + more * data_slots(len as usize);
+                    run = (run + 1) * (1 - more);
+                    continue;
+                }
+                at += 1;
+                if more == 0 {
+                    run += 1;
+                    continue;
+                }
+                run = 0;
+                // The data's length word, then its words.
+                let len = (word(2 * at) as usize).min(MAX_DATA) & !7;
+                for j in 0..len as u64 / 8 {
+                    // SAFETY: as above.
+                    unsafe { (b.add(n) as *mut u64).write_unaligned(word(2 * at + 1 + j)) };
                     n += 8;
                 }
+                at += data_slots(len);
             }
-            pending += 1;
-            at += 1 + data_slots(len);
         }
         if pending > 0 {
             h.tail.store(at, Ordering::Release);
-            put(buf.as_ptr(), n, pending, out);
+            put(b, n, pending, out);
         }
     }
 
@@ -285,16 +313,16 @@ impl Ring {
 /// times per run).
 const DRAIN_CHUNK: u64 = 1 << 14;
 
-/// A run of records without data this long is written from the ring by
-/// `drain_walking`, a shorter one copied beside the records with data.
+/// Records without data `drain_walking` copies in a row beside the records
+/// with data before it writes the rest of their run from the ring.
 const DIRECT_RUN: u64 = 64;
 
 /// The buffer [`Ring::drain`] gathers records with data in (on the stack:
 /// a drain may run in a signal handler or a thread's own wait for room).
 pub const DRAIN_BUFFER: usize = 16 << 10;
 
-/// The least buffer a drain gathers in: room for a run shorter than
-/// [`DIRECT_RUN`] or a record with the most data, several times over.
+/// The least buffer a drain gathers in: room for a record with the most
+/// data, several times over.
 const MIN_BUFFER: usize = 4 << 10;
 
 /// A write that failed after `stray` bytes of a record: cut them off, so
