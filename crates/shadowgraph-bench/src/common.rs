@@ -171,7 +171,7 @@ pub(crate) fn fib_calls(n: u32) -> u64 {
 }
 
 /// The command running `exe` untraced (`tool` "plain"), under uftrace
-/// (`uftrace record -P .`) or under shadowgraph (`me record OPTS`), into
+/// (`uftrace record -P . OPTS`) or under shadowgraph (`me record OPTS`), into
 /// `data` (made afresh: the last run's and its `.old` removed first).
 pub(crate) fn tool_command(
     tool: &str,
@@ -186,7 +186,11 @@ pub(crate) fn tool_command(
         "plain" => std::process::Command::new(exe),
         "uftrace" => {
             let mut c = std::process::Command::new("uftrace");
-            c.args(["record", "-P", "."]).arg("-d").arg(data).arg(exe);
+            c.args(["record", "-P", "."])
+                .args(opts)
+                .arg("-d")
+                .arg(data)
+                .arg(exe);
             c
         }
         _ => {

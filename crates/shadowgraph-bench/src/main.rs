@@ -17,6 +17,7 @@ mod memory;
 mod models;
 mod patch;
 mod record;
+mod record_loops;
 mod record_threads;
 
 use clap::Parser;

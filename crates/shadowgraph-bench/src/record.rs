@@ -27,12 +27,6 @@ const FIB_C: &str = "#include <stdio.h>\n#include <stdlib.h>\n\
 __attribute__((noinline)) int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
 int main(int argc, char **argv) { printf(\"%d\\n\", fib(argc > 1 ? atoi(argv[1]) : 30)); return 0; }\n";
 
-/// Library calls: `memcpy` and `strlen` through the PLT, N times each.
-const LIBLOOP_C: &str = "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\
-int main(int argc, char **argv) { long n = atol(argv[1]); char b[16]; size_t t = 0;\n\
-for (long i = 0; i < n; i++) { memcpy(b, \"abcdefg\", 8); t += strlen(b); }\n\
-printf(\"%zu\\n\", t); return 0; }\n";
-
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|it| {
@@ -460,90 +454,11 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
             writer_waits(&sg_data)
         );
     }
-    library_calls(&dir, &data_dir, &me, calls, reps, uftrace)?;
+    crate::record_loops::library_calls(&dir, &data_dir, &me, calls, reps, uftrace)?;
+    crate::record_loops::arguments(&dir, &data_dir, &me, 2_000_000, reps, uftrace)?;
     crate::record_threads::rows(&dir, &data_dir, &me, n, reps, uftrace)?;
     println!("{}", timestamp_line(reps));
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&data_dir);
     Ok(ExitCode::SUCCESS)
-}
-
-/// The library-call rows: a loop of `memcpy` and `strlen` (about `calls`
-/// calls through the PLT) untraced, under `record` with and without
-/// library calls, and under `uftrace record -P .` (which traces library
-/// calls by default), every variant once per round.
-fn library_calls(
-    dir: &Path,
-    data_dir: &Path,
-    me: &Path,
-    calls: u64,
-    reps: usize,
-    uftrace: bool,
-) -> Result<(), String> {
-    let src = dir.join("libloop.c");
-    let exe = dir.join("libloop");
-    std::fs::write(&src, LIBLOOP_C).map_err(|e| e.to_string())?;
-    shadowgraph_testkit::cc::compile(
-        &[&src],
-        &["-O2", "-fno-builtin", "-fpatchable-function-entry=5"],
-        &exe,
-    )?;
-    let iterations = (calls / 2).to_string();
-    let lib_calls = 2 * (calls / 2) + 1; // memcpy, strlen; printf
-    let data = data_dir.join("lib.data");
-    let run = |tool: &str, opts: &[&str], n: &str| {
-        let mut c = crate::common::tool_command(tool, me, &exe, &data, opts);
-        c.arg(n);
-        c
-    };
-    let mut variants: Vec<(&str, &[&str])> =
-        vec![("plain", &[]), ("sg", &[]), ("sg", &["--no-libcall"])];
-    if uftrace {
-        variants.push(("uftrace", &[]));
-    }
-    // (median of n, median of 1: start-up)
-    let mut times = vec![(Vec::new(), Vec::new()); variants.len()];
-    for _ in 0..reps {
-        for ((tool, opts), t) in variants.iter().zip(times.iter_mut()) {
-            t.0.push(time_cmd(1, || run(tool, opts, &iterations))?);
-            t.1.push(time_cmd(1, || run(tool, opts, "1"))?);
-        }
-    }
-    let med: Vec<(f64, f64)> = times
-        .into_iter()
-        .map(|(a, b)| (median(a), median(b)))
-        .collect();
-    let (plain, plain1) = med[0];
-    let per_call =
-        |(t, start): (f64, f64)| (t - plain - (start - plain1).max(0.0)) * 1e9 / lib_calls as f64;
-    println!(
-        "# library calls: memcpy + strlen through the PLT, {lib_calls} calls, medians of {reps}"
-    );
-    println!("{:<34} {plain:>9.3}", "untraced");
-    println!(
-        "{:<34} {:>9.3} {:>12.1}",
-        "shadowgraph record",
-        med[1].0,
-        per_call(med[1])
-    );
-    println!(
-        "{:<34} {:>9.3} {:>12.1}",
-        "  (--no-libcall)",
-        med[2].0,
-        per_call(med[2])
-    );
-    if uftrace {
-        println!(
-            "{:<34} {:>9.3} {:>12.1}",
-            "uftrace record -P .",
-            med[3].0,
-            per_call(med[3])
-        );
-        println!(
-            "# overhead per library call, shadowgraph / uftrace: {:.3}",
-            per_call(med[1]) / per_call(med[3])
-        );
-    }
-    let _ = std::fs::remove_dir_all(&data);
-    Ok(())
 }

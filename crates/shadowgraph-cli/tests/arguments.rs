@@ -443,13 +443,6 @@ fn auto_args_of_a_library_come_from_its_own_dwarf() {
     assert_eq!(uftrace_view("replay", &ours).unwrap(), replay);
 }
 
-/// Each of `lines` is in `replay` (said with the whole when not).
-fn shows_each(replay: &str, lines: &[&str]) {
-    for shown in lines {
-        assert!(replay.contains(shown), "{shown} in\n{replay}");
-    }
-}
-
 /// `-a` and C structures by value, at -O0 and -O2: passed in memory
 /// (packed, larger than 16 bytes), in integer registers, in xmm registers,
 /// in both, empty; returned in registers and in memory (its address

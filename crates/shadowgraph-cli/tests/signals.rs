@@ -199,20 +199,26 @@ fn signal_handlers_recording_inside_a_record_with_arguments() {
 /// some must have been). Every thread's records stay whole: each
 /// call closes, in time order, at the depth its place says; nothing is
 /// lost; every handler call is there. The same without rseq, and with
-/// fib's argument recorded by the fused entry (each one fib was given).
+/// fib's argument recorded by the fused entry (each one fib was given):
+/// with its return value (the filtered entry and return), and alone (the
+/// plain entry of the sites with arguments, whose own sequences must have
+/// been aborted too).
 #[test]
 fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
     let args = ["-A", "fib@arg1/i32", "-R", "fib@retval/i32"];
+    let plain_args = ["-A", "fib@arg1/i32"];
     for (path, opts) in [
         (RecordPath::Fused, &[][..]),
         (RecordPath::FusedWithoutRseq, &[]),
         (RecordPath::Fused, &args),
+        (RecordPath::Fused, &plain_args),
     ] {
         let rseq = path == RecordPath::Fused;
-        let dir = workdir(match (rseq, opts.is_empty()) {
-            (true, true) => "mtsig",
+        let dir = workdir(match (rseq, opts.len()) {
+            (true, 0) => "mtsig",
             (false, _) => "mtsig-cmpxchg",
-            (true, false) => "mtsig-args",
+            (true, 4) => "mtsig-args",
+            (true, _) => "mtsig-plain-args",
         });
         let exe = build_fixture(&dir, "mt", "threads_signals.c");
         let data = dir.join("m.data");
@@ -225,6 +231,13 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
         let info = view_text("info", &data);
         if rseq && rseq_registered() {
             assert!(rseq_restarts(&info).is_some_and(|n| n > 0), "{info}");
+            if opts.len() == 2 {
+                let n = info
+                    .split("restarted, ")
+                    .nth(1)
+                    .and_then(|r| r.split(' ').next()?.parse::<u64>().ok());
+                assert!(n.is_some_and(|n| n > 0), "{info}");
+            }
         } else {
             assert!(!info.contains("by rseq"), "{info}");
         }
@@ -570,24 +583,31 @@ fn tracers_share_each_events_time_and_stay_in_time_order_under_signals() {
 /// next to nothing is lost.
 #[test]
 fn siglongjmp_out_of_recording_handlers_loses_only_what_it_counts() {
-    siglongjmp_out_of_handlers(RecordPath::Fused);
+    siglongjmp_out_of_handlers(RecordPath::Fused, &[]);
 }
 
 #[test]
 fn siglongjmp_out_of_recording_handlers_without_rseq() {
-    siglongjmp_out_of_handlers(RecordPath::FusedWithoutRseq);
+    siglongjmp_out_of_handlers(RecordPath::FusedWithoutRseq, &[]);
 }
 
-fn siglongjmp_out_of_handlers(path: RecordPath) {
-    let dir = workdir(if path == RecordPath::Fused {
-        "sigjmprec"
-    } else {
-        "sigjmprec-cmpxchg"
+/// The same with fib's argument recorded (the plain entry of the sites
+/// with arguments, whose sequences the handlers interrupt as often).
+#[test]
+fn siglongjmp_out_of_recording_handlers_with_arguments() {
+    siglongjmp_out_of_handlers(RecordPath::Fused, &["-A", "fib@arg1/i32"]);
+}
+
+fn siglongjmp_out_of_handlers(path: RecordPath, opts: &[&str]) {
+    let dir = workdir(match (path, opts.is_empty()) {
+        (RecordPath::Fused, true) => "sigjmprec",
+        (RecordPath::Fused, false) => "sigjmprec-args",
+        _ => "sigjmprec-cmpxchg",
     });
     let exe = build_fixture(&dir, "sj", "siglongjmp_alarms.c");
     let data = dir.join("j.data");
     let env = rseq_env(path != RecordPath::FusedWithoutRseq);
-    let o = record_run(env, &[], &data, &exe, &[]);
+    let o = record_run(env, opts, &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     // A ring stalled by a claim a jump left unpublished would make its

@@ -144,8 +144,11 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
         if let Some(p) = get("record_path") {
             let what = match (p, get("ring_claims")) {
                 ("fused", Some("rseq")) => format!(
-                    "fused (one tracer: entry, filters and return in asm; ring slots by rseq, {} restarted)",
-                    get("rseq_restarts").unwrap_or("?")
+                    "fused (one tracer: entry, filters and return in asm; ring slots by rseq, {} restarted{})",
+                    get("rseq_restarts").unwrap_or("?"),
+                    get("rseq_restarts_args")
+                        .map(|n| format!(", {n} of them with arguments"))
+                        .unwrap_or_default()
                 ),
                 ("fused", _) => "fused (one tracer: entry, filters and return in asm)".into(),
                 ("fused-multi", Some("rseq")) => format!(

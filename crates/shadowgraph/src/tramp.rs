@@ -654,16 +654,15 @@ pub(crate) static STUB_BLOCKS: [StubBlock; MAX_STUB_BLOCKS] = [const {
 pub(crate) static STUB_BLOCK_COUNT: AtomicUsize = AtomicUsize::new(0);
 static STUB_BLOCK_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Writes a block of stubs into `arena`, one per (site, id) of `sites`
-/// (each within rel32 reach of the arena), calling the address in cell
-/// `entry` and jumping to the one in cell `ret` (both cells in the arena),
-/// with `data` for ENTRY. Returns the block's address (a cache line's):
+/// Writes a block of stubs into `arena`, one per (site, id, entry) of
+/// `sites` (each within rel32 reach of the arena), calling the address in
+/// cell `entry` and jumping to the one in cell `ret` (both cells in the
+/// arena), with `data` for ENTRY. Returns the block's address (a cache line's):
 /// site i's stub is at `block + i * SITE_STUB_LEN`. The block is
 /// registered (see [`is_stub_return`]) before any site can reach it.
 pub(crate) fn site_stubs(
     arena: &Arena,
-    sites: &[(usize, u32)],
-    entry: usize,
+    sites: &[(usize, u32, usize)],
     ret: usize,
     data: usize,
 ) -> Result<usize, ArenaError> {
@@ -683,7 +682,7 @@ pub(crate) fn site_stubs(
     };
     let at = arena.alloc_with(len + 48, |at| {
         let mut code = vec![0xcc; lead(at)];
-        for (i, &(site, id)) in sites.iter().enumerate() {
+        for (i, &(site, id, entry)) in sites.iter().enumerate() {
             let s = at + lead(at) + i * SITE_STUB_LEN;
             let body = site + 5;
             code.extend_from_slice(&[0x4c, 0x8d, 0x1d]);

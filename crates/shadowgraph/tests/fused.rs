@@ -8,13 +8,12 @@
 mod common;
 
 use common::frames::{accept, ignore};
-use common::recorder::{record_entry, record_return, GENERAL_ENTRIES};
+use common::recorder::{calls_and_general, record_entry, record_return};
 use common::*;
 use shadowgraph::record::writer;
 use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
 use shadowgraph_data::format::{decode, Kind, RECORD_SIZE};
-use std::sync::atomic::Ordering;
 
 #[test]
 fn threads_record_while_the_fused_recorder_comes_and_goes() {
@@ -67,62 +66,34 @@ fn record_while_the_recorder_comes_and_goes(entry: Entry) {
     let third = fgraph::GraphUser::new(accept, ignore, filter, 0);
 
     let workers = Workers::start(3, run, 200);
-    // Calls (entries) made while the recorder alone is registered, over
-    // 30 rounds of the workers, and how many of them its callback saw (the
-    // general way).
-    let alone = || {
-        let (g0, r0) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
-        while workers.rounds() < r0 + 30 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+    users_come_and_go(&recorder, &other, &third, 150, || {
+        // The loads of thread-local offsets and rseq's are immediates
+        // now (the manager, made by the first registration, wrote them).
+        let (imm, all) = shadowgraph::tls::fixed_loads();
+        assert!(all > 20, "{all} fixed loads listed");
+        assert_eq!(imm, all, "fixed loads rewritten as immediates");
+        // And the plain path's thread-local operands hold their
+        // offsets (it could not run with the placeholders).
+        assert!(shadowgraph::tls::fixed_tls_done());
+        // With rseq, the sites' stubs call the plain entry (no bracket,
+        // the ring's depth the handlers' witness).
+        if fused::uses_rseq() && ftrace::quiesce::fence_rseq_too() {
+            assert!(fused::ring_depth_witness());
         }
-        let (g1, r1) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
-        ((r1 - r0) * 200 * 25, g1 - g0)
-    };
-    for i in 0..150 {
-        fgraph::register_graph(&recorder).unwrap();
-        if i == 0 {
-            // The loads of thread-local offsets and rseq's are immediates
-            // now (the manager, made by the first registration, wrote them).
-            let (imm, all) = shadowgraph::tls::fixed_loads();
-            assert!(all > 20, "{all} fixed loads listed");
-            assert_eq!(imm, all, "fixed loads rewritten as immediates");
-            // And the plain path's thread-local operands hold their
-            // offsets (it could not run with the placeholders).
-            assert!(shadowgraph::tls::fixed_tls_done());
-            // With rseq, the sites' stubs call the plain entry (no bracket,
-            // the ring's depth the handlers' witness).
-            if fused::uses_rseq() && ftrace::quiesce::fence_rseq_too() {
-                assert!(fused::ring_depth_witness());
-            }
-            // Each site jumps to its own stub, which calls the function.
-            for f in ["leaf", "mid", "top"] {
-                let s = ftrace::site_by_name(f).unwrap();
-                assert_ne!(s.flags & ftrace::site_flags::STUB, 0, "{f}");
-                // SAFETY: reading a loaded site's five bytes.
-                let op = unsafe { *(s.addr as *const u8) };
-                assert_eq!(op, 0xe9, "{f}: jmp to its stub");
-            }
-            ftrace::check_invariants().unwrap();
+        // Each site jumps to its own stub, which calls the function.
+        for f in ["leaf", "mid", "top"] {
+            let s = ftrace::site_by_name(f).unwrap();
+            assert_ne!(s.flags & ftrace::site_flags::STUB, 0, "{f}");
+            // SAFETY: reading a loaded site's five bytes.
+            let op = unsafe { *(s.addr as *const u8) };
+            assert_eq!(op, 0xe9, "{f}: jmp to its stub");
         }
-        std::thread::sleep(std::time::Duration::from_micros(500));
-        if i % 3 == 0 {
-            // Two users, then three, two and one again: the stubs' loop
-            // over users, with fused frames in flight.
-            fgraph::register_graph(&other).unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(300));
-            fgraph::register_graph(&third).unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(300));
-            fgraph::unregister_graph(&third).unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(300));
-            fgraph::unregister_graph(&other).unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(300));
-        }
-        fgraph::unregister_graph(&recorder).unwrap();
-    }
+        ftrace::check_invariants().unwrap();
+    });
     // After all that, the recorder alone takes the fused path again (its
     // callback sees a ring's first record and those of full rings).
     fgraph::register_graph(&recorder).unwrap();
-    let (calls, general) = alone();
+    let (calls, general) = calls_and_general(&workers);
     fgraph::unregister_graph(&recorder).unwrap();
     assert!(
         general * 20 < calls,

@@ -599,3 +599,10 @@ pub fn replay_last_lines(data: &Path, n: usize) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// Each of `lines` is in `replay` (said with the whole when not).
+pub fn shows_each(replay: &str, lines: &[&str]) {
+    for shown in lines {
+        assert!(replay.contains(shown), "{shown} in\n{replay}");
+    }
+}

@@ -37,7 +37,8 @@ pub(crate) mod user;
 pub(crate) use entry::manager_tramp_entry;
 pub(crate) use layout::graph_asm;
 pub(crate) use registry::{
-    chosen_site_entry, manager_made, register_multi_path, register_sole_path, SolePath,
+    chosen_site_entry, general_site_path, manager_made, register_multi_path, register_sole_path,
+    SolePath,
 };
 pub use registry::{register_graph, set_site_stubs, unregister_graph};
 pub use ret::{is_hijack, return_to_handler};

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 /// `shadowgraph_graph_site_entry` / `shadowgraph_site_return_general`,
 /// hijacked returns to `shadowgraph_return_general`. An address of 0 keeps
 /// fgraph's own.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct SolePath {
     /// Where the manager's trampolines hand over instead of fgraph's
     /// caller template.
@@ -40,6 +40,10 @@ pub(crate) struct SolePath {
     pub site_fallback: (usize, usize),
     /// Where `return_to_handler` goes first.
     pub hijacked_return: usize,
+    /// What the stubs of the sites the function selects call in to
+    /// instead of `site_entry` (it returns to `site_return` all the same,
+    /// and is taken only with `site_entry` itself, not its fallback).
+    pub site_entry_alt: Option<crate::ftrace::AltEntry>,
 }
 
 /// The registered path, and whether the manager has taken it (then it is
@@ -51,6 +55,7 @@ pub(super) static SOLE_PATH: Mutex<(SolePath, bool)> = Mutex::new((
         site_return: 0,
         site_fallback: (0, 0),
         hijacked_return: 0,
+        site_entry_alt: None,
     },
     false,
 ));
@@ -97,6 +102,15 @@ pub(crate) fn register_multi_path(entry: usize, ret: usize) -> bool {
     MULTI_RETURN.store(ret, Ordering::Relaxed);
     MULTI_ENTRY.store(entry, Ordering::Relaxed);
     true
+}
+
+/// fgraph's own site entry and return (the callbacks' way), for a
+/// [`SolePath`] whose calls must take it where its own code cannot run.
+pub(crate) fn general_site_path() -> (usize, usize) {
+    (
+        shadowgraph_graph_site_entry as *const () as usize,
+        shadowgraph_site_return_general as *const () as usize,
+    )
 }
 
 /// The site entry the manager's stubs call, once it is made (0 before,
@@ -161,17 +175,14 @@ pub(super) fn manager() -> &'static Arc<Ops> {
         // the manager is.
         crate::tls::patch_fixed_loads();
         let tls_done = crate::tls::patch_fixed_tls();
-        let site = match path.site_entry {
-            _ if !SITE_STUBS.load(Ordering::Relaxed) => (0, 0),
-            0 => (
-                shadowgraph_graph_site_entry as *const () as usize,
-                shadowgraph_site_return_general as *const () as usize,
-            ),
+        let (site, alt) = match path.site_entry {
+            _ if !SITE_STUBS.load(Ordering::Relaxed) => ((0, 0), None),
+            0 => (general_site_path(), None),
             // Code that addresses thread-local state by `fixed_tls!` may
             // not run unpatched: the site entry and return it names
             // instead.
-            _ if !tls_done && path.site_fallback.0 != 0 => path.site_fallback,
-            e => (e, path.site_return),
+            _ if !tls_done && path.site_fallback.0 != 0 => (path.site_fallback, None),
+            e => ((e, path.site_return), path.site_entry_alt),
         };
         SITE_ENTRY_CHOSEN.store(site.0, Ordering::Release);
         Ops::new_manager_with_entry(
@@ -179,6 +190,7 @@ pub(super) fn manager() -> &'static Arc<Ops> {
             manager_tramp_entry,
             path.trampoline_entry,
             site,
+            alt,
         )
     })
 }

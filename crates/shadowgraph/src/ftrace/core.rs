@@ -12,7 +12,8 @@ use super::error::CoreError;
 use super::filter::{self, Filter, FilterPair, FunctionName, PatternError, SiteId, SiteSet};
 use super::filterset::{FilterSet, FilterSpec};
 use super::ops::{
-    lock, Ops, OpsInner, OpsList, OpsSlot, ThreadFilter, DIRECT, ENABLED, IPMODIFY, SUBOP,
+    lock, Ops, OpsInner, OpsList, OpsSlot, StubCells, ThreadFilter, DIRECT, ENABLED, IPMODIFY,
+    SUBOP,
 };
 use super::quiesce;
 use super::site_flags;
@@ -383,11 +384,18 @@ impl Core {
                     Err(_) => continue,
                 }
             };
-            let Ok((entry, ret, data)) = stub_tramps_in(ops, &mut inner, arena) else {
+            let Ok((cells, data)) = stub_tramps_in(ops, &mut inner, arena) else {
                 continue;
             };
-            let sites: Vec<(usize, u32)> = block.iter().map(|m| (m.1, m.2)).collect();
-            let Ok(at) = tramp::site_stubs(arena, &sites, entry, ret, data) else {
+            // Each site's ENTRY: the alternative one where the ops gives
+            // one for it.
+            let entry_of = |id: SiteId| match ops.site_entry_alt {
+                Some((_, takes)) if takes(id) => cells.alt,
+                _ => cells.entry,
+            };
+            let sites: Vec<(usize, u32, usize)> =
+                block.iter().map(|m| (m.1, m.2, entry_of(m.2))).collect();
+            let Ok(at) = tramp::site_stubs(arena, &sites, cells.ret, data) else {
                 continue;
             };
             for (i, m) in block.iter().enumerate() {
@@ -702,16 +710,23 @@ fn stub_tramps_in(
     ops: &Arc<Ops>,
     inner: &mut OpsInner,
     arena: &Arena,
-) -> Result<(usize, usize, usize), CoreError> {
+) -> Result<(StubCells, usize), CoreError> {
     let slot = tramp_slot_in(ops, inner, arena)? as *const OpsSlot as usize;
-    if let Some(t) = inner.stub_tramps.iter().find(|t| t.0 == arena.base) {
-        return Ok((t.1, t.2, slot));
+    if let Some(t) = inner.stub_tramps.iter().find(|t| t.base == arena.base) {
+        return Ok((*t, slot));
     }
     let cell = |v: usize| arena.alloc_code(&(v as u64).to_le_bytes());
-    let entry = cell(ops.site_entry).map_err(CoreError::Arena)?;
-    let ret = cell(ops.site_return).map_err(CoreError::Arena)?;
-    inner.stub_tramps.push((arena.base, entry, ret));
-    Ok((entry, ret, slot))
+    let cells = StubCells {
+        base: arena.base,
+        entry: cell(ops.site_entry).map_err(CoreError::Arena)?,
+        ret: cell(ops.site_return).map_err(CoreError::Arena)?,
+        alt: match ops.site_entry_alt {
+            Some((alt, _)) => cell(alt).map_err(CoreError::Arena)?,
+            None => 0,
+        },
+    };
+    inner.stub_tramps.push(cells);
+    Ok((cells, slot))
 }
 
 /// Checks the model invariant of design §3.5 against the code in memory:

@@ -43,6 +43,7 @@ use crate::arena::Arena;
 use crate::process::{self, Module};
 use crate::{patch, tramp};
 use filterset::{parse_all, FilterSpec};
+pub(crate) use ops::AltEntry;
 use ops::{lock, ENABLED, SUBOP};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};

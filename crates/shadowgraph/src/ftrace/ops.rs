@@ -128,15 +128,36 @@ pub struct Ops {
     /// the arenas; 0: the ops uses no site stubs.
     pub(crate) site_entry: usize,
     pub(crate) site_return: usize,
+    /// Where the stubs of the sites `.1` selects call in instead of
+    /// `site_entry` (returning to `site_return` all the same); None: every
+    /// stub calls `site_entry`.
+    pub(crate) site_entry_alt: Option<AltEntry>,
+}
+
+/// A site entry some sites' stubs call instead of the ops' own: its
+/// address, and which sites.
+pub(crate) type AltEntry = (usize, fn(SiteId) -> bool);
+
+/// The cells of one arena that an ops' site stubs there call through:
+/// each holds an address outside the arenas (rel32 reach is the arena's).
+#[derive(Clone, Copy)]
+pub(super) struct StubCells {
+    /// The arena's base.
+    pub base: usize,
+    /// `site_entry`'s cell.
+    pub entry: usize,
+    /// `site_return`'s cell.
+    pub ret: usize,
+    /// `site_entry_alt`'s cell (0: none).
+    pub alt: usize,
 }
 
 #[derive(Default)]
 pub(super) struct OpsInner {
     /// (arena base, trampoline address, its data slot)
     pub tramps: Vec<(usize, usize, &'static OpsSlot)>,
-    /// Per arena: (base, the cells holding `site_entry` and `site_return`
-    /// for the stubs there).
-    pub stub_tramps: Vec<(usize, usize, usize)>,
+    /// Per arena: the base and the cells the stubs there call through.
+    pub stub_tramps: Vec<StubCells>,
     /// Each site's stub, once made (never freed: stubs are reused when the
     /// ops comes back).
     pub site_stubs: std::collections::HashMap<SiteId, usize>,
@@ -171,6 +192,7 @@ impl Ops {
             tramp_stub: 0,
             site_entry: 0,
             site_return: 0,
+            site_entry_alt: None,
         })
     }
 
@@ -196,18 +218,21 @@ impl Ops {
     /// `dispatch::ops_entry` does for this ops: bracket, errno, slot check)
     /// instead of the generic entry, or hand over to `stub` if not 0; with
     /// `site` = (ENTRY, RETURN) not 0, sites where it is alone jump to
-    /// their own stubs instead (tramp.rs, "Site stubs").
+    /// their own stubs instead (tramp.rs, "Site stubs"), whose ENTRY is
+    /// `alt.0` for the sites `alt.1` selects.
     pub(crate) fn new_manager_with_entry(
         func: OpsFunc,
         entry: tramp::FtraceEntry,
         stub: usize,
         site: (usize, usize),
+        alt: Option<AltEntry>,
     ) -> Arc<Ops> {
         let mut o = Ops::new(func, OpsFlags::NONE, FilterSet::computed());
         let m = Arc::get_mut(&mut o).expect("fresh");
         m.tramp_entry = Some(entry);
         m.tramp_stub = stub;
         (m.site_entry, m.site_return) = site;
+        m.site_entry_alt = alt.filter(|_| site.0 != 0);
         o
     }
 

@@ -245,3 +245,38 @@ impl Workers {
         rounds.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
+
+/// `recorder` registered and unregistered `rounds` times (half a
+/// millisecond each), and every third time, while it is, `other` and then
+/// `third` join and leave (two users, three, two, one again), with
+/// `first` run once after its first registration: a fused path switching
+/// with frames in flight, and the stubs' loop over users.
+pub fn users_come_and_go(
+    recorder: &std::sync::Arc<shadowgraph::fgraph::GraphUser>,
+    other: &std::sync::Arc<shadowgraph::fgraph::GraphUser>,
+    third: &std::sync::Arc<shadowgraph::fgraph::GraphUser>,
+    rounds: usize,
+    first: impl FnOnce(),
+) {
+    use shadowgraph::fgraph::{register_graph, unregister_graph};
+    let pause = |us| std::thread::sleep(std::time::Duration::from_micros(us));
+    let mut first = Some(first);
+    for i in 0..rounds {
+        register_graph(recorder).unwrap();
+        if let Some(f) = first.take() {
+            f();
+        }
+        pause(500);
+        if i % 3 == 0 {
+            register_graph(other).unwrap();
+            pause(300);
+            register_graph(third).unwrap();
+            pause(300);
+            unregister_graph(third).unwrap();
+            pause(300);
+            unregister_graph(other).unwrap();
+            pause(300);
+        }
+        unregister_graph(recorder).unwrap();
+    }
+}

@@ -19,3 +19,15 @@ pub fn record_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrac
 pub fn record_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
     writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
 }
+
+/// Calls (entries) `workers` (each round `run(200)`: 25 calls a step)
+/// make over 30 of their rounds, and how many of them [`record_entry`]
+/// saw meanwhile (the general way).
+pub fn calls_and_general(workers: &super::Workers) -> (u64, u64) {
+    let (g0, r0) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
+    while workers.rounds() < r0 + 30 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let (g1, r1) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
+    ((r1 - r0) * 200 * 25, g1 - g0)
+}

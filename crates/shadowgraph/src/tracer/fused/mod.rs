@@ -41,10 +41,12 @@
 //! code as immediates (`fixed_load!`, tls::patch_fixed_loads).
 
 mod args_asm;
+mod args_table;
 mod frame_asm;
 mod general;
 mod multi;
 mod plain;
+mod plain_args;
 mod profile;
 mod ring_asm;
 mod timed;
@@ -273,7 +275,13 @@ pub fn uses_rseq() -> bool {
 /// entry, sent the general way) because the kernel aborted their
 /// restartable sequence.
 pub fn rseq_restarts() -> u64 {
-    RSEQ_RESTARTS.load(Ordering::Relaxed)
+    RSEQ_RESTARTS.load(Ordering::Relaxed) + args_entry_restarts()
+}
+
+/// How many of [`rseq_restarts`] were in the plain entry that records
+/// arguments ([`attach_plain_args`]).
+pub fn args_entry_restarts() -> u64 {
+    args_table::ARGS_RESTARTS.load(Ordering::Relaxed)
 }
 
 /// Offset from the thread pointer of the profile's table pointer of this
@@ -365,6 +373,7 @@ extern "C" {
     fn shadowgraph_fused_site_return();
     fn shadowgraph_fused_site_entry_plain();
     fn shadowgraph_fused_site_return_plain();
+    fn shadowgraph_fused_site_entry_plain_args();
 }
 
 /// Makes `user` — a graph user whose entry callback declines calls at
@@ -380,7 +389,29 @@ extern "C" {
 /// copy in fgraph::SOLE_FRAME_WORD (a value its restartable sequences
 /// check again, which grace periods restart): the user goes as any other.
 pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
-    attach_inner(user, inst, max_depth, None, None)
+    attach_inner(user, inst, max_depth, None, None, false)
+}
+
+/// [`attach`] without a depth limit for a recorder whose entry callback
+/// also records the arguments of the sites `descs` gives descriptors
+/// ([`fast_args`], by site id; 0: none) after their entry records. The
+/// stubs of those sites call an entry of their own (plain_args.rs) that
+/// writes the arguments with the record; every other site's calls go as
+/// with [`attach`]. Calls through the manager's trampolines (sites without
+/// a stub) go the general way. False (nothing changed) as for `attach`,
+/// or where the plain site path would not be taken (no rseq, or grace
+/// periods could not restart sequences): its fallback records no data.
+pub fn attach_plain_args(user: &GraphUser, inst: usize, descs: &[u64]) -> bool {
+    if !clock::uses_tsc()
+        || inst >= writer::MAX_INSTANCES
+        || fgraph::manager_made()
+        || rseq_cs_offset().is_none()
+        || !quiesce::fence_rseq_too()
+    {
+        return false;
+    }
+    args_table::set_plain_args(descs);
+    attach_inner(user, inst, 0, None, None, true)
 }
 
 /// [`attach`] for a recorder whose callbacks apply `filter` (its functions,
@@ -412,7 +443,7 @@ pub fn attach_filtered(
     let (table, rets) = filter_table(filter, sites);
     // Release: as in attach_timed.
     user.path_words[W_RETS].store(rets as u64, Ordering::Release);
-    attach_inner(user, inst, 0, Some(table), None)
+    attach_inner(user, inst, 0, Some(table), None, false)
 }
 
 /// [`attach`] for a profile (`--tracer profile`) alone: `user`'s entry
@@ -444,6 +475,7 @@ pub fn attach_profile(user: &GraphUser, inst: usize, table: usize, rows: usize) 
             shadowgraph_fused_profile_entry as *const () as usize,
             shadowgraph_fused_profile_return as *const () as usize,
         )),
+        false,
     )
 }
 
@@ -486,6 +518,7 @@ pub fn attach_timed(user: &GraphUser, inst: usize, min_ticks: u64) -> bool {
             shadowgraph_fused_timed_entry as *const () as usize,
             shadowgraph_fused_timed_return as *const () as usize,
         )),
+        false,
     )
 }
 
@@ -559,13 +592,15 @@ fn filter_table(
 
 /// `stubs`: the site stubs' entry and return for a user that is not a
 /// plain recorder (sites without stubs, and their hijacked returns, then
-/// go the general way).
+/// go the general way). `args`: a plain recorder of arguments
+/// ([`attach_plain_args`]).
 fn attach_inner(
     user: &GraphUser,
     inst: usize,
     max_depth: u32,
     filter: Option<&'static mut FusedFilter>,
     stubs: Option<(usize, usize)>,
+    args: bool,
 ) -> bool {
     if !clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
         return false;
@@ -599,8 +634,22 @@ fn attach_inner(
             shadowgraph_fused_site_return as *const () as usize,
         );
         let plain = rseq != 0 && limit == 0 && quiesce::fence_rseq_too();
+        // A recorder of arguments: its trampolines' calls, and every call
+        // where the plain code cannot run, go the general way (the
+        // callbacks record the arguments; the fused fallbacks would not).
+        let general = match args {
+            true => fgraph::general_site_path(),
+            false => general,
+        };
         fgraph::SolePath {
-            trampoline_entry: shadowgraph_fused_entry as *const () as usize,
+            trampoline_entry: match args {
+                true => 0,
+                false => shadowgraph_fused_entry as *const () as usize,
+            },
+            site_entry_alt: args.then_some((
+                shadowgraph_fused_site_entry_plain_args as *const () as usize,
+                args_table::takes_args as fn(crate::ftrace::SiteId) -> bool,
+            )),
             // The plain copies address thread-local state by `fixed_tls!`:
             // the manager takes the general ones if it cannot write the
             // offsets in.

@@ -50,16 +50,25 @@ pub(super) fn on_return_timed(
 pub(super) static PLAIN_MAX_DEPTH: [std::sync::atomic::AtomicU32; writer::MAX_INSTANCES] =
     [const { std::sync::atomic::AtomicU32::new(0) }; writer::MAX_INSTANCES];
 
+/// Whether a plain tracer records arguments (numbers in registers, no
+/// return values), by instance.
+pub(super) static PLAIN_ARGS: [std::sync::atomic::AtomicBool; writer::MAX_INSTANCES] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; writer::MAX_INSTANCES];
+
 // A lone tracer without filters but a depth limit (the common `record`):
-// the event's depth is the record's, and nothing else is looked at.
+// the event's depth is the record's, and nothing else is looked at but
+// the arguments of a tracer that records some.
 pub(super) fn on_entry_plain(
     e: &fgraph::GraphEntry,
     u: &fgraph::GraphUser,
-    _: &mut ftrace::Regs,
+    r: &mut ftrace::Regs,
 ) -> bool {
     let max = PLAIN_MAX_DEPTH[u.private].load(Ordering::Relaxed);
     if max > 0 && e.depth >= max as i32 {
         return false;
+    }
+    if PLAIN_ARGS[u.private].load(Ordering::Relaxed) {
+        return entry::<false>(e, u, r);
     }
     emit_entry(u, e.depth.clamp(0, 1023) as u16, e.func, None, false);
     true

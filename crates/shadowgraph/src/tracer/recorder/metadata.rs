@@ -133,6 +133,11 @@ fn write(
             };
             info.set("ring_claims", claims);
             info.set("rseq_restarts", crate::tracer::fused::rseq_restarts());
+            // A plain recorder of arguments: its entry's own.
+            if t.fused && t.filter.is_none() && t.args.is_some() {
+                let n = crate::tracer::fused::args_entry_restarts();
+                info.set("rseq_restarts_args", n);
+            }
         }
         if t.profile {
             info.set("tracer", "profile");

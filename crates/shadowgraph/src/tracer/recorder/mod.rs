@@ -329,11 +329,25 @@ fn graph_tracer(
     // The time filter's callbacks apply a depth limit only through the
     // filter: with one (`-t` and `-D`), they are not plain.
     // Arguments are taken by the filtered callbacks (which see the
-    // registers), never the plain ones; the fused path leaves the calls of
-    // functions with arguments or a return value to record to them.
+    // registers), and by the plain ones where every function's are
+    // numbers in registers and no return value is recorded (the fused
+    // path's plain entry takes those itself); the fused paths leave the
+    // calls of other functions with arguments or a return value to them.
     let fused_ok = fused_ok && filter.triggers.is_none();
+    let plain_args = args
+        .as_ref()
+        .filter(|_| filter.max_depth == 0 && !timed)
+        .and_then(|a| {
+            (0..ftrace::site_count() as ftrace::SiteId)
+                .map(|id| match a.fused(id) {
+                    fused::SiteArgs::None => Some(0),
+                    fused::SiteArgs::Fast { args, ret: (0, _) } => Some(args),
+                    _ => None,
+                })
+                .collect::<Option<Vec<u64>>>()
+        });
     let plain = !later
-        && args.is_none()
+        && (args.is_none() || plain_args.is_some())
         && filter.triggers.is_none()
         && filter.functions.is_none()
         && filter.notrace.is_none()
@@ -358,15 +372,22 @@ fn graph_tracer(
         u
     } else if filter.is_none() {
         PLAIN_MAX_DEPTH[i].store(max_depth, Ordering::Relaxed);
+        PLAIN_ARGS[i].store(plain_args.is_some(), Ordering::Relaxed);
         let u = GraphUser::new(on_entry_plain, on_return_plain, all(), i);
         // Its exits reported as unwound are written or not by the ring's
         // depth, whoever the frame names (emit_exit).
         u.offer_unowned_unwinds();
-        // Its callbacks only emit the two records: the fused path may
-        // stand in for them when it is alone.
-        fused = fused_ok && fused::attach(&u, i, max_depth);
-        // With other plain recorders without a limit, all of them at once.
-        if shared.multi && max_depth == 0 {
+        // Its callbacks only emit the two records (with the arguments of
+        // the functions that have some): the fused path may stand in for
+        // them when it is alone.
+        fused = fused_ok
+            && match &plain_args {
+                None => fused::attach(&u, i, max_depth),
+                Some(descs) => fused::attach_plain_args(&u, i, descs),
+            };
+        // With other plain recorders without a limit or arguments, all of
+        // them at once.
+        if shared.multi && max_depth == 0 && plain_args.is_none() {
             fused::let_multi_stand_in(&u);
         }
         u

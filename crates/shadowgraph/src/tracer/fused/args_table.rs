@@ -1,0 +1,74 @@
+//! The table the plain entry that records arguments (plain_args.rs)
+//! reads: each site's descriptor by site id, in that entry's terms (its
+//! module description), which also chooses the sites whose stubs call it.
+
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// The descriptors of the sites the plain entry records arguments of, by
+/// site id (0: none); null until [`set_plain_args`]. Never freed.
+pub(super) static PLAIN_ARGS: AtomicPtr<u64> = AtomicPtr::new(std::ptr::null_mut());
+/// [`PLAIN_ARGS`]'s length.
+pub(super) static PLAIN_ARGS_LEN: AtomicU64 = AtomicU64::new(0);
+
+/// The entry's restartable sequences the kernel aborted, all threads
+/// (counted apart from the other paths': the sign, where a recording's
+/// info shows it, that its calls took this entry).
+pub(super) static ARGS_RESTARTS: AtomicU64 = AtomicU64::new(0);
+
+/// Descriptor byte 0's bit: an argument is in an xmm register.
+pub(super) const HAS_FLOAT: u64 = 0x80;
+
+/// The masks an argument's register is kept by, by its byte's bits 4–5.
+pub(super) static ARG_MASKS: [u64; 4] = [0xffff_ffff, 0xff, 0xffff, u64::MAX];
+
+/// One argument's byte of [`super::fast_args`]'s descriptor in this
+/// entry's terms (the module's description).
+fn entry_byte(a: u64) -> u64 {
+    let at = (a & 7) | (a & 0x40) >> 3;
+    let mask = match a & 0x38 {
+        0x10 => 1,
+        0x20 => 2,
+        x if x & 8 != 0 => 3,
+        _ => 0,
+    };
+    0x80 | (a & 8) << 3 | mask << 4 | at
+}
+
+/// Publishes `descs` (each site's [`super::fast_args`] descriptor, 0:
+/// none) as the plain entry's table, leaked. Before the manager is made:
+/// its stubs choose their entry by it ([`takes_args`]).
+pub(super) fn set_plain_args(descs: &[u64]) {
+    let table: Vec<u64> = descs
+        .iter()
+        .map(|&d| {
+            let args = (1..8)
+                .map(|k| (d >> (8 * k)) & 0xff)
+                .filter(|a| a & 0x80 != 0);
+            let (mut out, mut float) = (d & 15, false);
+            for (k, a) in args.enumerate() {
+                float |= a & 0x40 != 0;
+                out |= entry_byte(a) << (8 * (k + 1));
+            }
+            match d {
+                0 => 0,
+                _ => out | if float { HAS_FLOAT } else { 0 },
+            }
+        })
+        .collect();
+    let table = Box::leak(table.into_boxed_slice());
+    // Relaxed (both): read by stubs made after the manager, which is made
+    // later under fgraph's lock; the assembly reads them through stubs
+    // published after that.
+    PLAIN_ARGS_LEN.store(table.len() as u64, Ordering::Relaxed);
+    PLAIN_ARGS.store(table.as_mut_ptr(), Ordering::Relaxed);
+}
+
+/// Whether site `id`'s stub calls the entry with arguments.
+pub(super) fn takes_args(id: crate::ftrace::SiteId) -> bool {
+    let (p, n) = (
+        PLAIN_ARGS.load(Ordering::Relaxed),
+        PLAIN_ARGS_LEN.load(Ordering::Relaxed),
+    );
+    // SAFETY: a leaked table of `n` words, never freed or changed.
+    !p.is_null() && (id as u64) < n && unsafe { *p.add(id as usize) } != 0
+}
