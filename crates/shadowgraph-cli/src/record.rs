@@ -522,14 +522,17 @@ pub(crate) fn conclude_dir(
             }
         }
         Ok(dd) => {
-            // Counted from the files: right also when the exit step
-            // (which updates the counts in `info`) never ran.
-            let records: u64 = dd
-                .tids
-                .iter()
-                .filter_map(|&t| std::fs::metadata(dd.dat_path(t)).ok())
-                .map(|m| m.len() / 16)
-                .sum();
+            // The writer's count once the exit step has run (a file's
+            // length counts the data after records as records too); else
+            // counted from the files.
+            let counted = dd.info.get("finished").and(dd.info.get("records"));
+            let records = counted.and_then(|n| n.parse::<u64>().ok()).unwrap_or_else(|| {
+                dd.tids
+                    .iter()
+                    .filter_map(|&t| std::fs::metadata(dd.dat_path(t)).ok())
+                    .map(|m| m.len() / 16)
+                    .sum()
+            });
             eprintln!(
                 "# {label}recorded {records} records ({} lost) from {} threads into {}",
                 dd.info.get("lost").unwrap_or("?"),

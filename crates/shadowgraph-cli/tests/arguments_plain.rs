@@ -29,7 +29,12 @@ fn every_size_and_a_float_recorded_by_the_plain_entry_as_uftrace() {
     );
     let ours = dir.join("ours.data");
     let o = record_run(&[], &SPECS, &ours, &exe, &[]);
-    assert!(o.status.success(), "{}", text(&o).1);
+    let err = text(&o).1;
+    assert!(o.status.success(), "{err}");
+    // The summary counts records, not the data after them.
+    let d = shadowgraph_data::dir::DataDir::open(&ours).unwrap();
+    let n: usize = d.tids.iter().map(|&t| d.records(t).unwrap().len()).sum();
+    assert!(err.contains(&format!("recorded {n} records")), "{n}: {err}");
     let info = view_text("info", &ours);
     assert!(info.contains("of them with arguments"), "{info}");
     let replay = replay_text(&ours);
