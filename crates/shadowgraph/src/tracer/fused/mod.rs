@@ -392,6 +392,13 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
     attach_inner(user, inst, max_depth, None, None, false)
 }
 
+/// Whether [`attach_plain_args`] can take the plain site path here:
+/// records timed by the TSC, rseq registered, grace periods that restart
+/// sequences.
+pub fn plain_args_possible() -> bool {
+    clock::uses_tsc() && rseq_cs_offset().is_some() && quiesce::fence_rseq_too()
+}
+
 /// [`attach`] without a depth limit for a recorder whose entry callback
 /// also records the arguments of the sites `descs` gives descriptors
 /// ([`fast_args`], by site id; 0: none) after their entry records. The
@@ -402,12 +409,7 @@ pub fn attach(user: &GraphUser, inst: usize, max_depth: u32) -> bool {
 /// or where the plain site path would not be taken (no rseq, or grace
 /// periods could not restart sequences): its fallback records no data.
 pub fn attach_plain_args(user: &GraphUser, inst: usize, descs: &[u64]) -> bool {
-    if !clock::uses_tsc()
-        || inst >= writer::MAX_INSTANCES
-        || fgraph::manager_made()
-        || rseq_cs_offset().is_none()
-        || !quiesce::fence_rseq_too()
-    {
+    if !plain_args_possible() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
         return false;
     }
     args_table::set_plain_args(descs);

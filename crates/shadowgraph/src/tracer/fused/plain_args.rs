@@ -118,9 +118,11 @@ crate::fgraph::graph_asm!(
     "movq [rsp + PA_XMM + 48], xmm6",
     "movq [rsp + PA_XMM + 56], xmm7",
     "78:",
-    // The data: zeros, its length, then each argument (its register's
-    // word masked, stored whole: the next argument's store, or the zeros,
-    // cover what is past its size).
+    // The data: zeros, its length, then each argument: its register's
+    // word masked to its size and stored whole, the next argument's store
+    // over the bytes past its size (at most seven arguments of at most 8
+    // bytes, each at a multiple of 4: the last store ends within the 64
+    // bytes).
     "pxor xmm14, xmm14",
     "movdqu [rsp + PA_DATA], xmm14",
     "movdqu [rsp + PA_DATA + 16], xmm14",
@@ -131,6 +133,7 @@ crate::fgraph::graph_asm!(
     "shl eax, 3",
     "mov [rsp + PA_DATA], rax",
     "lea rdi, [rsp + PA_DATA + 8]",
+    "lea rsi, [rip + {arg_masks}]",
     "mov rax, r10",
     "76:",
     "shr rax, 8",
@@ -142,7 +145,6 @@ crate::fgraph::graph_asm!(
     "mov ecx, eax",
     "shr ecx, 4",
     "and ecx, 3",
-    "lea rsi, [rip + {arg_masks}]",
     "and rdx, [rsi + rcx*8]",
     "mov [rdi], rdx",
     "mov ecx, eax",

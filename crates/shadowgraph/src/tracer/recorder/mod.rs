@@ -334,9 +334,13 @@ fn graph_tracer(
     // path's plain entry takes those itself); the fused paths leave the
     // calls of other functions with arguments or a return value to them.
     let fused_ok = fused_ok && filter.triggers.is_none();
+    // (Where the fused path could not take them, the filtered one, which
+    // sends the functions with arguments the general way and the others
+    // its own.)
     let plain_args = args
         .as_ref()
         .filter(|_| filter.max_depth == 0 && !timed)
+        .filter(|_| !fused_ok || fused::plain_args_possible())
         .and_then(|a| {
             (0..ftrace::site_count() as ftrace::SiteId)
                 .map(|id| match a.fused(id) {
