@@ -21,8 +21,8 @@ pub(super) const HAS_FLOAT: u64 = 0x80;
 /// The masks an argument's register is kept by, by its byte's bits 4–5.
 pub(super) static ARG_MASKS: [u64; 4] = [0xffff_ffff, 0xff, 0xffff, u64::MAX];
 
-/// One argument's byte of [`super::fast_args`]'s descriptor in this
-/// entry's terms (the module's description).
+/// One argument's byte of [`super::fast_args`]'s descriptor in the
+/// entry's terms (plain_args.rs describes them).
 fn entry_byte(a: u64) -> u64 {
     let at = (a & 7) | (a & 0x40) >> 3;
     let mask = match a & 0x38 {

@@ -6,12 +6,13 @@
 //! every other site's calls cost what the plain entry costs.
 //!
 //! A site's descriptor, by site id in `args_table::PLAIN_ARGS` (made
-//! from [`super::fast_args`]'s by `args_table::set_plain_args`): byte 0 the data's length
-//! in words (bits 0–3) and whether an argument is a float (bit 7: xmm0–7
-//! are kept too); then a byte per argument, in order: bit 7 present, bit
-//! 6 eight bytes (else four), bits 4–5 the mask kept of its register
-//! (`args_table::ARG_MASKS`: 4, 1, 2 or 8 bytes), bits 0–3 where the register is
-//! kept (0–5: rdi rsi rdx rcx r8 r9, 8–15: xmm0–7).
+//! from [`super::fast_args`]'s by `args_table::set_plain_args`): byte 0
+//! the data's length in words (bits 0–3) and whether an argument is a
+//! float (bit 7: xmm0–7 are kept too); then a byte per argument, in
+//! order: bit 7 present, bit 6 eight bytes (else four), bits 4–5 the mask
+//! kept of its register (`args_table::ARG_MASKS`: 4, 1, 2 or 8 bytes),
+//! bits 0–3 where the register is kept (0–5: rdi rsi rdx rcx r8 r9,
+//! 8–15: xmm0–7).
 //!
 //! ```text
 //! The stack (PA_AREA bytes below the stub's call):
@@ -26,9 +27,9 @@
 //!                                     where the descriptor has a float)
 //!   rsp + PA_REGS … + 47              rdi rsi rdx rcx r8 r9 as they came
 //!                                     (index 0–5)
-//! In the sequence: r10 the descriptor, rdx the slots the record and its
-//! data take (in `reserve`'s units), r8 curr, r11 the ring; from the
-//! record's offset o (rcx):
+//! In the sequence: r10 the descriptor, rsi `reserve`, rdx the slots the
+//! record and its data take (in `reserve`'s units), r8 curr, r11 the
+//! ring; from the record's offset o (rcx):
 //!   r11 + header + o                  the record {time, word | MORE}
 //!   r11 + header + o + 16 …           PA_DATA's 16-byte pieces, one per
 //!                                     data slot
