@@ -104,11 +104,7 @@ fn record_while_the_recorder_comes_and_goes(entry: Entry) {
     // nothing of it but its frame word's copy, and finds no fused user.
     assert_eq!(std::sync::Arc::strong_count(&recorder), 1, "held elsewhere");
     drop(recorder);
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    let rounds = workers.stop();
-    writer::flush_all();
-    assert!(rounds > 0);
-    assert_eq!(fgraph::counters().lost_frames, 0);
+    stop_and_flush(workers);
 
     // Every record whole: a traced function, at a depth it can have.
     let (mut records, mut entries) = (0, 0);

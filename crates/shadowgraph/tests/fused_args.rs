@@ -49,11 +49,7 @@ fn threads_record_arguments_while_the_recorder_comes_and_goes() {
     fgraph::unregister_graph(&recorder).unwrap();
     assert!(general * 20 < calls, "{general} of {calls} by the callback");
     drop(recorder);
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    let rounds = workers.stop();
-    writer::flush_all();
-    assert!(rounds > 0);
-    assert_eq!(fgraph::counters().lost_frames, 0);
+    stop_and_flush(workers);
 
     // Every record whole: a traced function at a depth it can have; an
     // entry of leaf with data is followed by its argument (a word: leaf

@@ -280,3 +280,14 @@ pub fn users_come_and_go(
         unregister_graph(recorder).unwrap();
     }
 }
+
+/// The end of a stress run: the threads stopped after a moment without
+/// the user that was just dropped, the rings written out; they ran, and
+/// no frame was lost.
+pub fn stop_and_flush(workers: Workers) {
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let rounds = workers.stop();
+    shadowgraph::record::writer::flush_all();
+    assert!(rounds > 0);
+    assert_eq!(shadowgraph::fgraph::counters().lost_frames, 0);
+}

@@ -334,12 +334,19 @@ fn graph_tracer(
     // path's plain entry takes those itself); the fused paths leave the
     // calls of other functions with arguments or a return value to them.
     let fused_ok = fused_ok && filter.triggers.is_none();
-    // (Where the fused path could not take them, the filtered one, which
-    // sends the functions with arguments the general way and the others
-    // its own.)
+    let unfiltered = !later
+        && filter.triggers.is_none()
+        && filter.functions.is_none()
+        && filter.notrace.is_none()
+        && filter.threads.is_none()
+        && (!timed || filter.max_depth == 0);
+    // Each site's descriptor for the plain entry, where every site's
+    // arguments are the fused path's and no return value is (where the
+    // fused path could not take them, the filtered one, which sends the
+    // functions with arguments the general way and the others its own).
     let plain_args = args
         .as_ref()
-        .filter(|_| filter.max_depth == 0 && !timed)
+        .filter(|_| unfiltered && filter.max_depth == 0 && !timed)
         .filter(|_| !fused_ok || fused::plain_args_possible())
         .and_then(|a| {
             (0..ftrace::site_count() as ftrace::SiteId)
@@ -350,13 +357,7 @@ fn graph_tracer(
                 })
                 .collect::<Option<Vec<u64>>>()
         });
-    let plain = !later
-        && (args.is_none() || plain_args.is_some())
-        && filter.triggers.is_none()
-        && filter.functions.is_none()
-        && filter.notrace.is_none()
-        && filter.threads.is_none()
-        && (!timed || filter.max_depth == 0);
+    let plain = unfiltered && (args.is_none() || plain_args.is_some());
     let max_depth = filter.max_depth;
     let filter = (!plain).then_some(filter);
     let sites = reach(shared.libcalls)?;
