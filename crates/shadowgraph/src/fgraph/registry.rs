@@ -261,16 +261,22 @@ pub fn unregister_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
     let Some(i) = user.slot() else {
         return Err(GraphError::NotRegistered);
     };
-    // Unreachable first (Release), then the bit: a traced call that still
-    // finds the bit finds no user; the grace period below waits out those
-    // that found it before.
+    // The fast paths' words first (the sole user's and the multi path's;
+    // Release, as in set_fast), so that every call goes the general way
+    // before the user leaves it: a thread that finds the user gone there
+    // finds it gone on the fast paths too. In the other order a thread
+    // could drop some of its frames' exits by the general way (ARRAY
+    // empty: the frames an exception unwound) and then record a later
+    // exit by a fast path still naming the user, out of its nesting. No
+    // call enters a fast path for this user after the grace period below.
+    publish_sole(std::ptr::null_mut());
+    MULTI_FRAME_WORD.store(NO_FRAME_WORD, Ordering::Release);
+    // Then unreachable (Release: after the words above), then the bit: a
+    // traced call that still finds the bit finds no user; the grace period
+    // below waits out those that found it before.
     ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
     OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
     r.active -= 1;
-    publish_sole(std::ptr::null_mut());
-    // Release: as in set_fast; no call enters the multi path for this
-    // user after the grace period below.
-    MULTI_FRAME_WORD.store(NO_FRAME_WORD, Ordering::Release);
     let res = ftrace::unregister_subop(manager(), &user.subop);
     quiesce::synchronize();
     r.users[i] = None;
