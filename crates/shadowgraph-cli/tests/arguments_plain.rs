@@ -8,13 +8,16 @@ mod common;
 use common::*;
 use std::process::Command;
 
-const SPECS: [&str; 6] = [
+const SPECS: [&str; 8] = [
     "-A",
     "mixed@arg1/c,arg2/i16,arg3/i32,arg4/i64,fparg1,arg5/u8",
     "-A",
     "pair@arg1,arg2",
     "-A",
     "wide@arg1,arg2,arg3/x,arg4/x,arg5/i32,arg6/i8",
+    // The six registers' whole words in order: kept as they came.
+    "-A",
+    "six@arg1,arg2,arg3,arg4,arg5,arg6",
 ];
 
 #[test]
@@ -45,6 +48,7 @@ fn every_size_and_a_float_recorded_by_the_plain_entry_as_uftrace() {
             "mixed('C', -4, -3, 1099511627778, 5.000000, 202);",
             "pair(1, 7);",
             "wide(2, -2, 0x200000000, 0xfffffffe00000000, 5, 6);",
+            "six(2, -2, 0x10000000000, 4, 5, -6);",
         ],
     );
     if uftrace_missing("recording arguments beside uftrace") {

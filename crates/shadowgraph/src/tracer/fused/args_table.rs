@@ -18,6 +18,10 @@ pub(super) static ARGS_RESTARTS: AtomicU64 = AtomicU64::new(0);
 /// Descriptor byte 0's bit: an argument is in an xmm register.
 pub(super) const HAS_FLOAT: u64 = 0x80;
 
+/// Descriptor byte 0's bit: the arguments are `arg1`, `arg2`, … in
+/// order, each the whole 8 bytes of its register.
+pub(super) const IN_ORDER: u64 = 0x40;
+
 /// The masks an argument's register is kept by, by its byte's bits 4–5.
 pub(super) static ARG_MASKS: [u64; 4] = [0xffff_ffff, 0xff, 0xffff, u64::MAX];
 
@@ -44,13 +48,17 @@ pub(super) fn set_plain_args(descs: &[u64]) {
             let args = (1..8)
                 .map(|k| (d >> (8 * k)) & 0xff)
                 .filter(|a| a & 0x80 != 0);
-            let (mut out, mut float) = (d & 15, false);
+            let (mut out, mut float, mut in_order) = (d & 15, false, true);
             for (k, a) in args.enumerate() {
                 float |= a & 0x40 != 0;
-                out |= entry_byte(a) << (8 * (k + 1));
+                let e = entry_byte(a);
+                // Present, 8 bytes, kept whole, register k.
+                in_order &= e == 0xf0 | k as u64;
+                out |= e << (8 * (k + 1));
             }
             match d {
                 0 => 0,
+                _ if in_order => out | IN_ORDER,
                 _ => out | if float { HAS_FLOAT } else { 0 },
             }
         })

@@ -7,8 +7,11 @@
 //!
 //! A site's descriptor, by site id in `args_table::PLAIN_ARGS` (made
 //! from [`super::fast_args`]'s by `args_table::set_plain_args`): byte 0
-//! the data's length in words (bits 0–3) and whether an argument is a
-//! float (bit 7: xmm0–7 are kept too); then a byte per argument, in
+//! the data's length in words (bits 0–3), whether the arguments are the
+//! first registers' whole words in order (`arg1`, `arg2`, … of 8 bytes
+//! each: bit 6, the data is then the registers as kept, after a length
+//! word) and whether an argument is a float (bit 7: xmm0–7 are kept
+//! too); then a byte per argument, in
 //! order: bit 7 present, bit 6 eight bytes (else four), bits 4–5 the mask
 //! kept of its register (`args_table::ARG_MASKS`: 4, 1, 2 or 8 bytes),
 //! bits 0–3 where the register is kept (0–5: rdi rsi rdx rcx r8 r9,
@@ -25,17 +28,26 @@
 //!                                     end of its last 16 bytes
 //!   rsp + PA_XMM … + 63               xmm0–7's low words (index 8–15;
 //!                                     where the descriptor has a float)
+//!   rsp + PA_REGS - 8 … + 55          bit 6's data: its length in bytes,
+//!                                     then the registers below (its last
+//!                                     16 bytes may end in the word after
+//!                                     r9's or a register no argument
+//!                                     names: past the data's length,
+//!                                     which is all the writer takes)
 //!   rsp + PA_REGS … + 47              rdi rsi rdx rcx r8 r9 as they came
 //!                                     (index 0–5)
-//! In the sequence: r10 the descriptor, rsi `reserve`, rdx the slots the
-//! record and its data take (in `reserve`'s units), r8 curr, r11 the
-//! ring; from the record's offset o (rcx):
+//! xmm15: the data's address (PA_DATA, or PA_REGS - 8 for bit 6's).
+//! In the sequence: r10 the descriptor, then the data's address; rsi
+//! `reserve`, rdx the slots the record and its data take (in `reserve`'s
+//! units), r8 curr, r11 the ring; from the record's offset o (rcx):
 //!   r11 + header + o                  the record {time, word | MORE}
-//!   r11 + header + o + 16 …           PA_DATA's 16-byte pieces, one per
+//!   r11 + header + o + 16 …           the data's 16-byte pieces, one per
 //!                                     data slot
 //! ```
 
-use super::args_table::{ARGS_RESTARTS, ARG_MASKS, HAS_FLOAT, PLAIN_ARGS, PLAIN_ARGS_LEN};
+use super::args_table::{
+    ARGS_RESTARTS, ARG_MASKS, HAS_FLOAT, IN_ORDER, PLAIN_ARGS, PLAIN_ARGS_LEN,
+};
 use super::frame_asm::{entry_stack, fused_layout, thread_base, thread_op};
 use super::ring_asm::{rseq_abort, rseq_descriptor};
 use super::{MAX_RECORD_DEPTH, RSEQ_CS, TP_RINGS};
@@ -48,12 +60,12 @@ use std::mem::offset_of;
 macro_rules! plain_args_layout {
     () => {
         concat!(
-            ".set PA_REGS, 0\n",
-            ".set PA_XMM, 64\n",
-            ".set PA_DATA, 128\n",
-            ".set PA_RAX, 192\n",
-            ".set PA_R10, 200\n",
-            ".set PA_AREA, 208\n",
+            ".set PA_REGS, 8\n",
+            ".set PA_XMM, PA_REGS + 64\n",
+            ".set PA_DATA, PA_XMM + 64\n",
+            ".set PA_RAX, PA_DATA + 64\n",
+            ".set PA_R10, PA_RAX + 8\n",
+            ".set PA_AREA, PA_R10 + 8\n",
             ".set PA_CALL_RET, PA_AREA\n",
             ".set PA_PARENT_SLOT, PA_AREA + 8\n",
         )
@@ -104,10 +116,22 @@ crate::fgraph::graph_asm!(
     "mov eax, dword ptr [rax + {id_off}]",
     "cmp rax, [rip + {plain_args_len}]",
     "jae 79f",
-    "mov rdx, [rip + {plain_args}]",
-    "mov r10, [rdx + rax*8]",
+    "mov r10, [rip + {plain_args}]",
+    "mov r10, [r10 + rax*8]",
     "test r10, r10",
     "jz 79f",
+    // The first registers' whole words in order: the data is the
+    // registers as kept, after its length.
+    "test r10b, {in_order}",
+    "jz 74f",
+    "movzx eax, r10b",
+    "and eax, 15",
+    "shl eax, 3",
+    "mov [rsp + PA_REGS - 8], rax",
+    "lea rax, [rsp + PA_REGS - 8]",
+    "movq xmm15, rax",
+    "jmp 75f",
+    "74:",
     "test r10b, {has_float}",
     "jz 78f",
     "movq [rsp + PA_XMM], xmm0",
@@ -133,7 +157,9 @@ crate::fgraph::graph_asm!(
     "and eax, 15",
     "shl eax, 3",
     "mov [rsp + PA_DATA], rax",
-    "lea rdi, [rsp + PA_DATA + 8]",
+    "lea rdi, [rsp + PA_DATA]",
+    "movq xmm15, rdi",
+    "add rdi, 8",
     "lea rsi, [rip + {arg_masks}]",
     "mov rax, r10",
     "76:",
@@ -234,6 +260,7 @@ crate::fgraph::graph_asm!(
     "shr rcx, {slot_shift} - 4",
     "and rcx, [r11 + {r_offset_mask}]",
     "movzx edx, r10b",
+    "movq r10, xmm15",
     "and edx, 15",
     "lea rdx, [rdx*8 + 23]",
     "shr rdx, 4",
@@ -254,15 +281,15 @@ crate::fgraph::graph_asm!(
     "punpcklqdq xmm13, xmm13",
     "mov [r11 + rcx + {header} + REC_TIME], rax",
     "mov [r11 + rcx + {header} + REC_WORD], rdi",
-    // The data slots, from PA_DATA (rcx: the first; r9: their bytes;
-    // rdi: done).
+    // The data slots, from the data (r10; rcx: the first; r9: their
+    // bytes; rdi: done).
     "lea rcx, [r11 + rcx + {header} + 16]",
     "mov r9, rdx",
     "shr r9, {slot_shift} - 4",
     "sub r9, 16",
     "xor edi, edi",
     "61:",
-    "movdqu xmm14, [rsp + PA_DATA + rdi]",
+    "movdqu xmm14, [r10 + rdi]",
     "movdqu [rcx + rdi], xmm14",
     "add rdi, 16",
     "cmp rdi, r9",
@@ -298,6 +325,7 @@ crate::fgraph::graph_asm!(
     no_frame_word = const fgraph::NO_FRAME_WORD as i64,
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
     has_float = const HAS_FLOAT,
+    in_order = const IN_ORDER,
     arg_masks = sym ARG_MASKS,
     t_stack = const offset_of!(ThreadState, stack),
     t_curr = const offset_of!(ThreadState, curr),
