@@ -9,6 +9,7 @@ mod children;
 mod count;
 mod demo;
 mod launch;
+mod net;
 mod options;
 mod output;
 mod record;
@@ -105,9 +106,33 @@ enum Command {
         opts: options::RecordOptions,
         #[command(flatten)]
         attach: options::AttachOptions,
+        #[command(flatten)]
+        net: options::NetOptions,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required_unless_present = "pid")]
         program: Vec<String>,
+    },
+    /// Receive recordings that `record --host` sends (uftrace's `recv`),
+    /// each into a directory of the name it was sent with, until killed.
+    Recv {
+        /// Where the received directories go (made if missing).
+        #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
+        data: PathBuf,
+        /// The port to listen on.
+        #[arg(long, value_name = "PORT", default_value_t = net::DEFAULT_PORT)]
+        port: u16,
+        /// A shell command run in the receiving directory once each
+        /// recording is whole (e.g. `shadowgraph replay -d NAME`).
+        #[arg(long, value_name = "COMMAND")]
+        run_cmd: Option<String>,
+        /// Taken for uftrace's command lines (its common options): the
+        /// output is never paged, and the events are the sender's.
+        #[arg(long, hide = true)]
+        no_pager: bool,
+        #[arg(long, hide = true)]
+        no_event: bool,
+        #[arg(long, value_name = "PATH", hide = true)]
+        libmcount_path: Option<PathBuf>,
     },
     /// Print the recorded call graph with durations (uftrace's layout).
     Replay {
@@ -354,6 +379,25 @@ fn live_by_default(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString>
 /// The data directory the commands take by default: `shadowgraph.data`,
 /// or uftrace's `uftrace.data` when run as `uftrace` (a link of that name),
 /// so that scripts written for uftrace find their recordings.
+/// `record` into `data`: of `program`, or of the process `attach`
+/// names; then `-S`'s script over the recording.
+fn record_here(
+    data: &std::path::Path,
+    opts: &options::RecordOptions,
+    attach: &options::AttachOptions,
+    program: &[String],
+) -> Result<ExitCode, String> {
+    if let Some(pid) = attach.pid {
+        return attach::record::record_attached(data, opts, pid, attach.duration);
+    }
+    record::record(data, opts, program).and_then(|code| match &opts.script {
+        // `record -S`: the script runs over the recording once it is
+        // whole.
+        Some(s) => script::run(s, data, &Default::default(), program).map(|_| code),
+        None => Ok(code),
+    })
+}
+
 fn default_data_dir(args: &[std::ffi::OsString]) -> &'static str {
     let me = args.first().map(std::path::Path::new);
     match me.and_then(|p| p.file_name()) {
@@ -429,26 +473,53 @@ fn main() -> ExitCode {
              (-p) keeps its own"
         )),
         Command::Record {
-            data,
+            net: options::NetOptions { host: Some(_), .. },
             opts,
-            attach:
-                options::AttachOptions {
-                    pid: Some(pid),
-                    duration,
-                },
             ..
-        } => attach::record::record_attached(&data, &opts, pid, duration),
+        } if opts.keep_pid => Err(
+            "--keep-pid leaves the recording to be completed after record returns; --host \
+             sends it once it is complete: use one of them"
+                .to_string(),
+        ),
         Command::Record {
             data,
             opts,
+            attach,
+            net:
+                options::NetOptions {
+                    host: Some(host),
+                    port,
+                },
+            program,
+        } => net::Sender::connect(&host, port).and_then(|to| {
+            // Recorded here first, in a directory of our own, then sent
+            // whole under the name given.
+            let name = data.to_string_lossy().into_owned();
+            let tmp = std::env::temp_dir().join(format!("shadowgraph-send-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&tmp);
+            let local = tmp.join("data");
+            let code = record_here(&local, &opts, &attach, &program);
+            let sent = code.and_then(|c| to.send(&local, &name).map(|()| c));
+            let _ = std::fs::remove_dir_all(&tmp);
+            sent
+        }),
+        Command::Record {
+            data,
+            opts,
+            attach,
             program,
             ..
-        } => record::record(&data, &opts, &program).and_then(|code| match &opts.script {
-            // `record -S`: the script runs over the recording once it
-            // is whole.
-            Some(s) => script::run(s, &data, &Default::default(), &program).map(|_| code),
-            None => Ok(code),
-        }),
+        } => record_here(&data, &opts, &attach, &program),
+        Command::Recv {
+            data,
+            port,
+            run_cmd,
+            ..
+        } => {
+            let default =
+                data.as_os_str() == default_data_dir(&std::env::args_os().collect::<Vec<_>>());
+            net::recv(&data, default, port, run_cmd.as_deref()).map(|()| ExitCode::SUCCESS)
+        }
         Command::Script {
             data,
             script,

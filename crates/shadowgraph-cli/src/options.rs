@@ -26,6 +26,18 @@ pub(crate) struct AttachOptions {
     pub duration: Option<u64>,
 }
 
+/// Where `record` sends its recording (uftrace's `--host`, `--port`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub(crate) struct NetOptions {
+    /// Send the recording to a `recv` on HOST (kept there under the data
+    /// directory's name, not here) once it is complete.
+    #[arg(long, value_name = "HOST")]
+    pub host: Option<String>,
+    /// The port `recv` listens on.
+    #[arg(long, value_name = "PORT", default_value_t = crate::net::DEFAULT_PORT)]
+    pub port: u16,
+}
+
 /// A `-P` pattern, checked.
 fn parse_patch(p: &str) -> Result<String, String> {
     shadowgraph::prologue::parse_pattern(p)
