@@ -119,20 +119,14 @@ enum Command {
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
         /// The port to listen on.
-        #[arg(long, value_name = "PORT", default_value_t = net::DEFAULT_PORT)]
+        #[arg(long, value_name = "PORT", default_value_t = options::DEFAULT_PORT)]
         port: u16,
         /// A shell command run in the receiving directory once each
         /// recording is whole (e.g. `shadowgraph replay -d NAME`).
         #[arg(long, value_name = "COMMAND")]
         run_cmd: Option<String>,
-        /// Taken for uftrace's command lines (its common options): the
-        /// output is never paged, and the events are the sender's.
-        #[arg(long, hide = true)]
-        no_pager: bool,
-        #[arg(long, hide = true)]
-        no_event: bool,
-        #[arg(long, value_name = "PATH", hide = true)]
-        libmcount_path: Option<PathBuf>,
+        #[command(flatten)]
+        _common: options::UftraceCommon,
     },
     /// Print the recorded call graph with durations (uftrace's layout).
     Replay {
@@ -233,15 +227,8 @@ enum Command {
         /// of its records (uftrace's `info --task`).
         #[arg(long)]
         task: bool,
-        /// Taken for uftrace's command lines: the output is never paged.
-        #[arg(long, hide = true)]
-        no_pager: bool,
-        /// Taken for uftrace's command lines: `info` shows no event.
-        #[arg(long, hide = true)]
-        no_event: bool,
-        /// Taken for uftrace's command lines: not read.
-        #[arg(long, value_name = "PATH", hide = true)]
-        libmcount_path: Option<PathBuf>,
+        #[command(flatten)]
+        _common: options::UftraceCommon,
         /// Taken for uftrace's command lines (the program the recording
         /// was made of): not read.
         #[arg(hide = true, trailing_var_arg = true)]
@@ -379,25 +366,6 @@ fn live_by_default(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString>
 /// The data directory the commands take by default: `shadowgraph.data`,
 /// or uftrace's `uftrace.data` when run as `uftrace` (a link of that name),
 /// so that scripts written for uftrace find their recordings.
-/// `record` into `data`: of `program`, or of the process `attach`
-/// names; then `-S`'s script over the recording.
-fn record_here(
-    data: &std::path::Path,
-    opts: &options::RecordOptions,
-    attach: &options::AttachOptions,
-    program: &[String],
-) -> Result<ExitCode, String> {
-    if let Some(pid) = attach.pid {
-        return attach::record::record_attached(data, opts, pid, attach.duration);
-    }
-    record::record(data, opts, program).and_then(|code| match &opts.script {
-        // `record -S`: the script runs over the recording once it is
-        // whole.
-        Some(s) => script::run(s, data, &Default::default(), program).map(|_| code),
-        None => Ok(code),
-    })
-}
-
 fn default_data_dir(args: &[std::ffi::OsString]) -> &'static str {
     let me = args.first().map(std::path::Path::new);
     match me.and_then(|p| p.file_name()) {
@@ -473,15 +441,6 @@ fn main() -> ExitCode {
              (-p) keeps its own"
         )),
         Command::Record {
-            net: options::NetOptions { host: Some(_), .. },
-            opts,
-            ..
-        } if opts.keep_pid => Err(
-            "--keep-pid leaves the recording to be completed after record returns; --host \
-             sends it once it is complete: use one of them"
-                .to_string(),
-        ),
-        Command::Record {
             data,
             opts,
             attach,
@@ -491,25 +450,14 @@ fn main() -> ExitCode {
                     port,
                 },
             program,
-        } => net::Sender::connect(&host, port).and_then(|to| {
-            // Recorded here first, in a directory of our own, then sent
-            // whole under the name given.
-            let name = data.to_string_lossy().into_owned();
-            let tmp = std::env::temp_dir().join(format!("shadowgraph-send-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&tmp);
-            let local = tmp.join("data");
-            let code = record_here(&local, &opts, &attach, &program);
-            let sent = code.and_then(|c| to.send(&local, &name).map(|()| c));
-            let _ = std::fs::remove_dir_all(&tmp);
-            sent
-        }),
+        } => net::record_and_send(&data, &opts, &attach, &program, (&host, port)),
         Command::Record {
             data,
             opts,
             attach,
             program,
             ..
-        } => record_here(&data, &opts, &attach, &program),
+        } => attach::record::record_or_attach(&data, &opts, &attach, &program),
         Command::Recv {
             data,
             port,

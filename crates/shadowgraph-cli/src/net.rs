@@ -28,9 +28,6 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Component, Path, PathBuf};
 
-/// uftrace's default port.
-pub(crate) const DEFAULT_PORT: u16 = 8090;
-
 const MAGIC: u16 = 0xface;
 const DIR_NAME: u16 = 101;
 const DATA: u16 = 102;
@@ -47,6 +44,33 @@ const HEADER: usize = 40;
 const MAX_MESSAGE: usize = 1 << 30;
 /// The most bytes one message carries (a file is sent in pieces of this).
 const PIECE: usize = 1 << 20;
+
+/// `record --host HOST --port PORT`: connected first, recorded into a
+/// directory of our own, then sent whole under the name `data`.
+pub(crate) fn record_and_send(
+    data: &Path,
+    opts: &crate::options::RecordOptions,
+    attach: &crate::options::AttachOptions,
+    program: &[String],
+    (host, port): (&str, u16),
+) -> Result<std::process::ExitCode, String> {
+    if opts.keep_pid {
+        return Err(
+            "--keep-pid leaves the recording to be completed after record returns; \
+                    --host sends it once it is complete: use one of them"
+                .to_string(),
+        );
+    }
+    let to = Sender::connect(host, port)?;
+    let name = data.to_string_lossy().into_owned();
+    let tmp = std::env::temp_dir().join(format!("shadowgraph-send-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let local = tmp.join("data");
+    let code = crate::attach::record::record_or_attach(&local, opts, attach, program);
+    let sent = code.and_then(|c| to.send(&local, &name).map(|()| c));
+    let _ = std::fs::remove_dir_all(&tmp);
+    sent
+}
 
 /// A connection to a receiver, made before the recording starts.
 pub(crate) struct Sender {

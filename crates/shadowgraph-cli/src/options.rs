@@ -26,6 +26,24 @@ pub(crate) struct AttachOptions {
     pub duration: Option<u64>,
 }
 
+/// uftrace's common options where a command has no use for them (its
+/// test runner gives them to every command): taken, not read.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub(crate) struct UftraceCommon {
+    /// The output is never paged.
+    #[arg(long, hide = true)]
+    no_pager: bool,
+    /// Events are what the recording holds.
+    #[arg(long, hide = true)]
+    no_event: bool,
+    /// The agent is shadowgraph's own, built in.
+    #[arg(long, value_name = "PATH", hide = true)]
+    libmcount_path: Option<PathBuf>,
+}
+
+/// uftrace's default port for `recv` and `record --host`.
+pub(crate) const DEFAULT_PORT: u16 = 8090;
+
 /// Where `record` sends its recording (uftrace's `--host`, `--port`).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub(crate) struct NetOptions {
@@ -34,7 +52,7 @@ pub(crate) struct NetOptions {
     #[arg(long, value_name = "HOST")]
     pub host: Option<String>,
     /// The port `recv` listens on.
-    #[arg(long, value_name = "PORT", default_value_t = crate::net::DEFAULT_PORT)]
+    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
     pub port: u16,
 }
 

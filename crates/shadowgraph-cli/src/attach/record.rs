@@ -529,3 +529,22 @@ fn stop(client: &UnixStream, pid: i32) {
         eprintln!("shadowgraph: process {pid} did not confirm the end of the session");
     }
 }
+
+/// `record` into `data`: of `program`, or of the process `attach` names;
+/// then `-S`'s script over the recording.
+pub(crate) fn record_or_attach(
+    data: &std::path::Path,
+    opts: &crate::options::RecordOptions,
+    attach: &crate::options::AttachOptions,
+    program: &[String],
+) -> Result<std::process::ExitCode, String> {
+    if let Some(pid) = attach.pid {
+        return record_attached(data, opts, pid, attach.duration);
+    }
+    crate::record::record(data, opts, program).and_then(|code| match &opts.script {
+        // `record -S`: the script runs over the recording once it is
+        // whole.
+        Some(s) => crate::script::run(s, data, &Default::default(), program).map(|_| code),
+        None => Ok(code),
+    })
+}
