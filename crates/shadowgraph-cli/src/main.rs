@@ -115,7 +115,8 @@ enum Command {
     /// Receive recordings that `record --host` sends (uftrace's `recv`),
     /// each into a directory of the name it was sent with, until killed.
     Recv {
-        /// Where the received directories go (made if missing).
+        /// Where the received directories go (made if missing; left at its
+        /// default name, the current directory, as uftrace's).
         #[arg(short = 'd', long = "data", default_value = "shadowgraph.data")]
         data: PathBuf,
         /// The port to listen on.
