@@ -97,6 +97,10 @@ pub(crate) struct ViewFilter {
     /// that waits are shown).
     #[arg(long)]
     no_sched_preempt: bool,
+    /// Also the events outside every call of their thread (left out by
+    /// default, as uftrace's views leave them).
+    #[arg(long)]
+    event_full: bool,
     /// Without library calls (their callees shown in their place, as
     /// `-H '*@PLT'`).
     #[arg(long)]
@@ -163,6 +167,7 @@ impl ViewFilter {
             no_event: self.no_event,
             no_sched: self.no_sched,
             no_sched_preempt: self.no_sched_preempt,
+            event_full: self.event_full,
         }
     }
 }

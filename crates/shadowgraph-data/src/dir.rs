@@ -59,6 +59,8 @@ pub struct DataDir {
     /// Schedule events not shown: all (`Some(false)`), those of
     /// pre-emptions (`Some(true)`).
     hide_sched: Option<bool>,
+    /// Events outside every call shown too (`--event-full`).
+    event_full: bool,
     /// Shared by the record streams when progress is shown.
     progress: Option<std::sync::Arc<Progress>>,
     /// What the views could not read whole, said once each: see
@@ -295,6 +297,7 @@ impl DataDir {
                 (false, true) => Some(true),
                 (false, false) => None,
             },
+            event_full: how.event_full,
             progress: None,
             warnings: Warnings::default(),
             args: None,
@@ -420,6 +423,12 @@ impl DataDir {
     /// Whether events are left out (`--no-event`).
     pub fn events_hidden(&self) -> bool {
         self.hide_events
+    }
+
+    /// Whether a thread's events outside every call it made are shown
+    /// (`--event-full`); uftrace's views leave them out by default.
+    pub fn events_outside_shown(&self) -> bool {
+        self.event_full
     }
 
     /// The records of one thread, read as they are consumed (memory stays
@@ -600,6 +609,10 @@ pub struct OpenOptions {
     /// `--no-sched-preempt`: no schedule event of a pre-emption is shown
     /// (those of a thread that waited of its own accord are).
     pub no_sched_preempt: bool,
+    /// `--event-full`: a thread's events outside every call it made (a
+    /// schedule event between two of its top-level calls, a new name)
+    /// are shown too; uftrace's views leave them out by default.
+    pub event_full: bool,
 }
 
 /// Records of one `.dat` file, decoded one at a time.

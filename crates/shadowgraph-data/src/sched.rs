@@ -163,6 +163,9 @@ pub struct SchedMerged<I: Iterator> {
     pub exit: Option<Record>,
     /// A record of the thread went out already.
     pub started: bool,
+    /// Events outside every call are shown too (`--event-full`; else
+    /// left out, as uftrace's views leave them).
+    pub full: bool,
 }
 
 impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for SchedMerged<I> {
@@ -179,15 +182,18 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for SchedMerged<I> 
         };
         // Only spans between the thread's first and last records are shown
         // (as uftrace does): before the first, or once the records ran out,
-        // the thread was not in any traced call.
+        // the thread was not in any traced call; nor, unless asked for,
+        // those between two of its top-level calls (uftrace's views leave
+        // events outside every call out unless `--event-full`).
+        let outside = !self.started || (!self.full && self.depth == 0);
         while let (Some(s), Some(t)) = (self.spans.front(), next_time) {
-            if self.started || s.out >= t {
+            if !outside || s.out >= t {
                 break;
             }
             self.spans.pop_front();
         }
         while let (Some(n), Some(t)) = (self.names.front(), next_time) {
-            if self.started || n.0 >= t {
+            if !outside || n.0 >= t {
                 break;
             }
             self.names.pop_front();
@@ -252,6 +258,74 @@ mod tests {
         v.extend_from_slice(&tid.to_le_bytes());
         v.extend_from_slice(&time.to_le_bytes());
         v
+    }
+
+    /// Merges spans (out, back) into the records (time, kind, depth) of
+    /// one thread: what comes out, as (time, kind, depth, schedule?).
+    fn merged(
+        records: &[(u64, Kind, u16)],
+        spans: &[(u64, u64)],
+        full: bool,
+    ) -> Vec<(u64, Kind, u16, bool)> {
+        let recs: Vec<Result<Record, DataError>> = records
+            .iter()
+            .map(|&(time, kind, depth)| {
+                Ok(Record {
+                    time,
+                    kind,
+                    more: false,
+                    depth,
+                    addr: 0x1000,
+                    args: None,
+                })
+            })
+            .collect();
+        SchedMerged {
+            inner: recs.into_iter().peekable(),
+            spans: spans
+                .iter()
+                .map(|&(out, back)| SchedSpan {
+                    out,
+                    back,
+                    preempted: true,
+                })
+                .collect(),
+            names: Default::default(),
+            depth: 0,
+            exit: None,
+            started: false,
+            full,
+        }
+        .map(|r| r.unwrap())
+        .map(|r| (r.time, r.kind, r.depth, r.addr == SCHED_ADDR))
+        .collect()
+    }
+
+    /// A span inside a call is shown in it; one before the first record,
+    /// or between two top-level calls, is not (uftrace's views leave
+    /// events outside every call out), unless `--event-full` (`full`).
+    #[test]
+    fn spans_outside_every_call_are_left_out_unless_asked_for() {
+        use Kind::{Entry, Exit};
+        let records = [(10, Entry, 0), (20, Exit, 0), (40, Entry, 0), (60, Exit, 0)];
+        // Before everything, between the calls, inside the second.
+        let spans = [(1, 5), (25, 30), (45, 50)];
+        let inside = [(45, Entry, 1, true), (50, Exit, 1, true)];
+        let shown = merged(&records, &spans, false);
+        let sched: Vec<_> = shown.iter().copied().filter(|r| r.3).collect();
+        assert_eq!(sched, inside);
+        assert_eq!(shown.len(), 6);
+        let full = merged(&records, &spans, true);
+        let sched: Vec<_> = full.iter().copied().filter(|r| r.3).collect();
+        assert_eq!(
+            sched,
+            [
+                (25, Entry, 0, true),
+                (30, Exit, 0, true),
+                inside[0],
+                inside[1]
+            ]
+        );
     }
 
     #[test]

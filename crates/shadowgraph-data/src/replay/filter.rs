@@ -576,6 +576,7 @@ fn filtered(
             depth: 0,
             exit: None,
             started: false,
+            full: data.events_outside_shown(),
         });
     }
     // As uftrace's views: the time and caller filters first, on every
