@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use std::process::Command;
 
-const SPECS: [&str; 8] = [
+const SPECS: [&str; 10] = [
     "-A",
     "mixed@arg1/c,arg2/i16,arg3/i32,arg4/i64,fparg1,arg5/u8",
     "-A",
@@ -18,6 +18,9 @@ const SPECS: [&str; 8] = [
     // The six registers' whole words in order: kept as they came.
     "-A",
     "six@arg1,arg2,arg3,arg4,arg5,arg6",
+    // Their low 4 bytes in order, an odd number of them.
+    "-A",
+    "three@arg1/i32,arg2/i32,arg3/i32",
 ];
 
 #[test]
@@ -49,6 +52,7 @@ fn every_size_and_a_float_recorded_by_the_plain_entry_as_uftrace() {
             "pair(1, 7);",
             "wide(2, -2, 0x200000000, 0xfffffffe00000000, 5, 6);",
             "six(2, -2, 0x10000000000, 4, 5, -6);",
+            "three(2, -7, 1048576);",
         ],
     );
     if uftrace_missing("recording arguments beside uftrace") {

@@ -22,6 +22,13 @@ pub(super) const HAS_FLOAT: u64 = 0x80;
 /// order, each the whole 8 bytes of its register.
 pub(super) const IN_ORDER: u64 = 0x40;
 
+/// Descriptor byte 0's bit: the arguments are `arg1`, `arg2`, … in
+/// order, each the low 4 bytes of its register; with [`ODD`], of an odd
+/// number (the 4 bytes after the last are padding, zeroed).
+pub(super) const IN_ORDER4: u64 = 0x20;
+/// See [`IN_ORDER4`].
+pub(super) const ODD: u64 = 0x10;
+
 /// The masks an argument's register is kept by, by its byte's bits 4–5.
 pub(super) static ARG_MASKS: [u64; 4] = [0xffff_ffff, 0xff, 0xffff, u64::MAX];
 
@@ -48,17 +55,21 @@ pub(super) fn set_plain_args(descs: &[u64]) {
             let args = (1..8)
                 .map(|k| (d >> (8 * k)) & 0xff)
                 .filter(|a| a & 0x80 != 0);
-            let (mut out, mut float, mut in_order) = (d & 15, false, true);
+            let (mut out, mut float, mut n) = (d & 15, false, 0);
+            let (mut in_order, mut in_order4) = (true, true);
             for (k, a) in args.enumerate() {
                 float |= a & 0x40 != 0;
                 let e = entry_byte(a);
-                // Present, 8 bytes, kept whole, register k.
+                // Present, 8 bytes, kept whole, register k; or 4 bytes.
                 in_order &= e == 0xf0 | k as u64;
+                in_order4 &= e == 0x80 | k as u64;
                 out |= e << (8 * (k + 1));
+                n = k + 1;
             }
             match d {
                 0 => 0,
                 _ if in_order => out | IN_ORDER,
+                _ if in_order4 => out | IN_ORDER4 | if n % 2 == 1 { ODD } else { 0 },
                 _ => out | if float { HAS_FLOAT } else { 0 },
             }
         })

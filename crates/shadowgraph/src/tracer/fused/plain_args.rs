@@ -10,7 +10,8 @@
 //! the data's length in words (bits 0–3), whether the arguments are the
 //! first registers' whole words in order (`arg1`, `arg2`, … of 8 bytes
 //! each: bit 6, the data is then the registers as kept, after a length
-//! word) and whether an argument is a float (bit 7: xmm0–7 are kept
+//! word) or their low 4 bytes in order (bit 5; bit 4: an odd number of
+//! them), and whether an argument is a float (bit 7: xmm0–7 are kept
 //! too); then a byte per argument, in
 //! order: bit 7 present, bit 6 eight bytes (else four), bits 4–5 the mask
 //! kept of its register (`args_table::ARG_MASKS`: 4, 1, 2 or 8 bytes),
@@ -46,7 +47,7 @@
 //! ```
 
 use super::args_table::{
-    ARGS_RESTARTS, ARG_MASKS, HAS_FLOAT, IN_ORDER, PLAIN_ARGS, PLAIN_ARGS_LEN,
+    ARGS_RESTARTS, ARG_MASKS, HAS_FLOAT, IN_ORDER, IN_ORDER4, ODD, PLAIN_ARGS, PLAIN_ARGS_LEN,
 };
 use super::frame_asm::{entry_stack, fused_layout, thread_base, thread_op};
 use super::ring_asm::{rseq_abort, rseq_descriptor};
@@ -131,7 +132,30 @@ crate::fgraph::graph_asm!(
     "lea rax, [rsp + PA_REGS - 8]",
     "movq xmm15, rax",
     "jmp 75f",
+    // The same with 4 bytes each: the registers' low halves stored in
+    // order (all six: what lies past the data's length is not taken),
+    // the 4 bytes after an odd number of them zeroed.
     "74:",
+    "test r10b, {in_order4}",
+    "jz 73f",
+    "mov [rsp + PA_DATA + 8], edi",
+    "mov [rsp + PA_DATA + 12], esi",
+    "mov [rsp + PA_DATA + 16], edx",
+    "mov [rsp + PA_DATA + 20], ecx",
+    "mov [rsp + PA_DATA + 24], r8d",
+    "mov [rsp + PA_DATA + 28], r9d",
+    "movzx eax, r10b",
+    "and eax, 15",
+    "shl eax, 3",
+    "mov [rsp + PA_DATA], rax",
+    "test r10b, {odd}",
+    "jz 72f",
+    "mov dword ptr [rsp + rax + PA_DATA + 4], 0",
+    "72:",
+    "lea rax, [rsp + PA_DATA]",
+    "movq xmm15, rax",
+    "jmp 75f",
+    "73:",
     "test r10b, {has_float}",
     "jz 78f",
     "movq [rsp + PA_XMM], xmm0",
@@ -326,6 +350,8 @@ crate::fgraph::graph_asm!(
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
     has_float = const HAS_FLOAT,
     in_order = const IN_ORDER,
+    in_order4 = const IN_ORDER4,
+    odd = const ODD,
     arg_masks = sym ARG_MASKS,
     t_stack = const offset_of!(ThreadState, stack),
     t_curr = const offset_of!(ThreadState, curr),
