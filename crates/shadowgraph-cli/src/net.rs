@@ -37,6 +37,15 @@ const INFO: u16 = 105;
 const META_DATA: u16 = 106;
 const END: u16 = 107;
 
+/// The messages whose file is named by a number they carry (a thread's
+/// id, a processor's): their type, the file's name around the number,
+/// and the bytes a piece of it keeps whole (a record).
+const NUMBERED: [(u16, &str, usize); 3] = [
+    (DATA, "", 16),
+    (PERF_DATA, "perf-cpu", 8),
+    (KERNEL_DATA, "kernel-cpu", 8),
+];
+
 /// Bytes of uftrace's file header at the start of `info`.
 const HEADER: usize = 40;
 /// The most bytes a received message may carry (uftrace's sends a file
@@ -115,23 +124,14 @@ impl Sender {
             let bytes =
                 std::fs::read(dir.join(rel)).map_err(|e| format!("{}: {e}", rel.display()))?;
             let file = rel.to_string_lossy();
-            let numbered = |prefix: &str, suffix: &str| {
-                let n = file.strip_prefix(prefix)?.strip_suffix(suffix)?;
-                n.parse::<i32>().ok().filter(|_| !n.starts_with('+'))
-            };
-            if let Some(tid) = numbered("", ".dat") {
-                for piece in pieces(&bytes, 16) {
-                    message(&mut self.sock, DATA, &[&tid.to_be_bytes(), piece]).map_err(err)?;
-                }
-            } else if let Some(cpu) = numbered("perf-cpu", ".dat") {
-                for piece in pieces(&bytes, 8) {
-                    message(&mut self.sock, PERF_DATA, &[&cpu.to_be_bytes(), piece])
-                        .map_err(err)?;
-                }
-            } else if let Some(cpu) = numbered("kernel-cpu", ".dat") {
-                for piece in pieces(&bytes, 8) {
-                    message(&mut self.sock, KERNEL_DATA, &[&cpu.to_be_bytes(), piece])
-                        .map_err(err)?;
+            let numbered = NUMBERED.iter().find_map(|&(kind, prefix, unit)| {
+                let n = file.strip_prefix(prefix)?.strip_suffix(".dat")?;
+                let n = n.parse::<i32>().ok().filter(|_| !n.starts_with('+'))?;
+                Some((kind, n, unit))
+            });
+            if let Some((kind, n, unit)) = numbered {
+                for piece in pieces(&bytes, unit) {
+                    message(&mut self.sock, kind, &[&n.to_be_bytes(), piece]).map_err(err)?;
                 }
             } else if file == "info" && bytes.len() >= HEADER {
                 let mut head: [u8; HEADER] = bytes[..HEADER].try_into().expect("40 bytes");
@@ -295,16 +295,15 @@ fn receive(mut sock: TcpStream) -> Result<Option<(TcpStream, String)>, String> {
                 .ok_or("a message too short")?;
             Ok(i32::from_be_bytes(n))
         };
+        let numbered = NUMBERED.iter().find(|n| n.0 == kind);
         let (file, bytes): (String, Vec<u8>) = match kind {
-            DATA => (format!("{}.dat", number(&body)?), body[4..].to_vec()),
-            KERNEL_DATA => (
-                format!("kernel-cpu{}.dat", number(&body)?),
-                body[4..].to_vec(),
-            ),
-            PERF_DATA => (
-                format!("perf-cpu{}.dat", number(&body)?),
-                body[4..].to_vec(),
-            ),
+            _ if numbered.is_some() => {
+                let prefix = numbered.map_or("", |n| n.1);
+                (
+                    format!("{prefix}{}.dat", number(&body)?),
+                    body[4..].to_vec(),
+                )
+            }
             INFO if body.len() >= HEADER => {
                 let mut h: [u8; HEADER] = body[..HEADER].try_into().expect("40 bytes");
                 swap_header(&mut h);
