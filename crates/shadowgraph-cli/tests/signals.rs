@@ -36,6 +36,42 @@ fn signal_handlers_inside_a_time_filtered_record_leave_every_entry_its_exit() {
     }
 }
 
+/// Handlers that land before a thread has any record — among them in the
+/// entry of a call not yet timed, between the handler's calls and the
+/// callers whose entries they write first — make the thread's ring, and
+/// its records begin at depth 0 all the same. (A ring made at the
+/// handler's depth less its callers' started one level too deep, in about
+/// one thread of 3000 a run with the monotonic clock, whose slower entry
+/// gives a handler more room to land in; the other ways of recording are
+/// run for the rest of what is checked.)
+#[test]
+fn signal_handlers_before_a_threads_first_record_start_it_at_depth_0() {
+    let dir = workdir("sigfirst");
+    let exe = build_fixture_with(&dir, "sigfirst", "signals_first_records.c", &["-pthread"]);
+    let mono = &["-t", "200ns", "--clock", "mono"][..];
+    for (i, opts) in [mono, mono, mono, mono, &["-t", "200ns"], &[]]
+        .iter()
+        .enumerate()
+    {
+        let data = dir.join(format!("f{i}.data"));
+        let mut all = vec!["--no-libcall"];
+        all.extend_from_slice(opts);
+        let o = record_run(&[], &all, &data, &exe, &[std::path::Path::new("3000")]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{opts:?}: {out}\n{err}");
+        assert!(out.starts_with("3000 threads, "), "{opts:?}: {out}");
+        assert!(err.contains("(0 lost)"), "{opts:?}: {err}");
+        let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+        assert_eq!(d.tids.len(), 3002, "{opts:?}");
+        for &tid in &d.tids {
+            let checked = every_call_closes(&d, tid)
+                .and_then(|_| in_time_order(&d, tid))
+                .and_then(|_| depths_follow_the_records(&d, tid));
+            checked.unwrap_or_else(|e| panic!("{opts:?}: {e}"));
+        }
+    }
+}
+
 /// Signal handlers and dlopen'd libraries under `record`: a handler that
 /// calls traced functions, run synchronously by `raise` inside a traced
 /// call and asynchronously by a timer while a traced loop runs, and a

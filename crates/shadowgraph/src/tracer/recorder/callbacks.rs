@@ -233,7 +233,7 @@ fn entry<const TIMED: bool>(
             Verdict::Reject => return false,
         },
     };
-    let depth = depth.clamp(0, 1023) as u16;
+    let mut depth = depth.clamp(0, 1023) as u16;
     if TIMED {
         // The filter's word (a recorded call's), else one of our own.
         let word = word.or_else(|| u.reserve(room).map(|p| p as *mut u64));
@@ -267,7 +267,9 @@ fn entry<const TIMED: bool>(
         }
         // No room on the shadow stack: recorded now, unfiltered, after its
         // waiting callers (time order).
-        release_callers(u, depth, clock::now() & !ENTRY_FLAGS, timed_args(t));
+        let every_frame = t.is_none_or(|t| t.filter.is_none());
+        let time = clock::now() & !ENTRY_FLAGS;
+        depth = release_callers(u, depth, time, timed_args(t), every_frame);
     }
     // `read=`: what the function's triggers read, after its entry, at its
     // time.
@@ -319,7 +321,8 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
                 .as_ref()
                 .and_then(|f| f.threshold(u))
                 .unwrap_or(t.min_ticks);
-            if !keep_timed(u, min, (r.func, depth), timed_args(Some(t))) {
+            let every_frame = t.filter.is_none();
+            if !keep_timed(u, min, (r.func, depth), timed_args(Some(t)), every_frame) {
                 return;
             }
         }

@@ -16,11 +16,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// call lasts at least as long as the calls it makes, so they will be
 /// recorded too, and writing them first keeps the thread's records in time
 /// order).
+///
+/// `every_frame`: the tracer's depths are fgraph's (each frame below a
+/// call is a level), not a filter's ([`release_callers`]).
 pub(super) fn keep_timed(
     u: &fgraph::GraphUser,
     min_ticks: u64,
     (func, depth): (usize, u16),
     data: Option<usize>,
+    every_frame: bool,
 ) -> bool {
     let Some((p, len)) = u.retrieve() else {
         return true; // entered unfiltered
@@ -43,7 +47,7 @@ pub(super) fn keep_timed(
         // and released this call (its entry is written) gets its exit.
         return !crate::local::exchange(me, entry, entry | ENTRY_DROPPED);
     }
-    release_callers(u, depth, entry, data);
+    let depth = release_callers(u, depth, entry, data, every_frame);
     // A handler releasing its callers meanwhile (this frame among them)
     // writes the entry instead, once, before its own records.
     let words = (entry, entry, entry | ENTRY_WRITTEN);
@@ -76,13 +80,32 @@ fn frame_args<'a>(p: *mut u8, len: usize, data: Option<usize>) -> &'a [u8] {
 
 /// Writes the waiting entries of the callers of the call at `depth` whose
 /// callback runs (from its entry or its exit), outermost first. `inner` is
-/// that call's entry time.
-pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64, data: Option<usize>) {
+/// that call's entry time. Returns the depth that call's own records go
+/// at.
+///
+/// The depth of each: where the tracer's depths are fgraph's
+/// (`every_frame`), that of its frame less the frames below it that have
+/// no record before ours. Those are calls a signal handler (we) landed in,
+/// in our code: one whose entry has not begun to time it, or one judged
+/// too short and not yet popped; its own entry, if any, follows the
+/// handler's records. A handler records at the ring's depth, except where
+/// the thread has no ring yet: then it starts the ring, at the depth given
+/// here — counted as fgraph's it would be one level too deep for each such
+/// call. Else (a filter's depths count only frames holding its word), one
+/// less per waiting caller.
+pub(super) fn release_callers(
+    u: &fgraph::GraphUser,
+    depth: u16,
+    inner: u64,
+    data: Option<usize>,
+    every_frame: bool,
+) -> u16 {
     // Pending ancestors: the frames holding our word below the nearest
     // written one (frames without it, silent under a filter, are passed
-    // over). The j-th of them is recorded at depth - j.
+    // over). `gaps`: frames holding our word, neither written nor
+    // pending, beyond the outermost pending one.
     let frames = fgraph::thread_depth().max(0) as usize + 1;
-    let (mut outermost, mut pending) = (0, 0u16);
+    let (mut outermost, mut pending, mut gaps) = (0, 0u16, 0u16);
     for k in 1..=frames {
         if let Some((q, _)) = u.retrieve_ancestor(k) {
             // SAFETY: our word in an ancestor frame, live below ours,
@@ -101,6 +124,9 @@ pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64, dat
             if w != 0 && w & ENTRY_DROPPED == 0 {
                 outermost = k;
                 pending += 1;
+                gaps = 0;
+            } else {
+                gaps += 1;
             }
         }
     }
@@ -110,9 +136,14 @@ pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64, dat
             let w = unsafe { &*(q as *const AtomicU64) };
             let was = w.load(Ordering::Relaxed);
             if was == 0 || was & ENTRY_DROPPED != 0 {
+                gaps += 1;
                 continue;
             }
-            let d = depth.saturating_sub(pending);
+            let d = if every_frame {
+                depth.saturating_sub(k as u16 + gaps)
+            } else {
+                depth.saturating_sub(pending)
+            };
             pending -= 1;
             // Being timed (we are a handler that interrupted its entry
             // callback): the entry time of its nearest timed descendant
@@ -138,5 +169,10 @@ pub(super) fn release_callers(u: &fgraph::GraphUser, depth: u16, inner: u64, dat
                 writer::emit_pending_entry(u.private, w, words, d, f as u64, args);
             }
         }
+    }
+    if every_frame {
+        depth.saturating_sub(gaps)
+    } else {
+        depth
     }
 }
