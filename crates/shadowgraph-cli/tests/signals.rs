@@ -322,7 +322,9 @@ fn threads_and_signal_handlers_inside_a_time_filtered_record() {
 
 /// The same recording fib's argument and return value, kept in the frames
 /// of calls whose entries wait (the callbacks' way): every value shown is
-/// one fib was given or returned.
+/// one fib was given or returned. With a `read=` trigger on fib, whose
+/// values wait in the frame before the arguments and whose events follow
+/// an entry written late: each kept call's `read:` before its `diff:`.
 #[test]
 fn threads_and_signal_handlers_inside_a_time_filtered_record_with_arguments() {
     time_filtered_under_signals(true);
@@ -339,6 +341,7 @@ fn time_filtered_under_signals(args: bool) {
     let mut opts = vec!["-t", "2us"];
     if args {
         opts.extend(["-A", "fib@arg1/i32", "-R", "fib@retval/i32"]);
+        opts.extend(["-T", "fib@read=page-fault"]);
     }
     let o = record_run(&[], &opts, &data, &exe, &[]);
     let (out, err) = text(&o);
@@ -402,6 +405,12 @@ fn time_filtered_under_signals(args: bool) {
             }
         }
         assert!(given > 100 && returned > 100, "{given} {returned}");
+        let events = |what: &str| replay.matches(what).count();
+        let (read, diff) = (
+            events("/* read:page-fault (major="),
+            events("/* diff:page-fault"),
+        );
+        assert!(read > 100 && diff == read, "{read} {diff}");
     }
 }
 

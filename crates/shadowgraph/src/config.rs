@@ -442,22 +442,6 @@ fn check_trigger(spec: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether a tracer's triggers read (`read=`) while its calls wait to
-/// be kept (a time or caller filter), which a recording does not do.
-fn reads_while_timed(t: &Tracer) -> bool {
-    use shadowgraph_data::trigger::{SpecKind, Trigger};
-    let parsed: Vec<Trigger> = t
-        .triggers
-        .iter()
-        .filter_map(|s| Trigger::parse(s, SpecKind::Trigger).ok())
-        .collect();
-    let a = parsed.iter().map(|p| &p.actions);
-    a.clone().any(|a| a.read != Default::default())
-        && (t.time_ns > 0
-            || a.clone()
-                .any(|a| a.time_ns.is_some() || a.always || a.caller))
-}
-
 /// A configuration that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -541,12 +525,6 @@ impl Config {
             }
             for s in &t.triggers {
                 check_trigger(s).map_err(|e| ConfigError(format!("{who}{e}")))?;
-            }
-            if reads_while_timed(t) {
-                return Err(ConfigError(format!(
-                    "{who}read= is not recorded together with a time or caller filter (-t, \
-                     time=, trace, -C, caller)"
-                )));
             }
             // (The triggers' state decides in place of these lists.)
             let patterns = !t.filter.is_empty() || !t.notrace.is_empty();

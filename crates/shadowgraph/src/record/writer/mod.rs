@@ -158,6 +158,13 @@ pub fn emit_event(inst: usize, depth: u16, id: u64, shared: &AtomicU64, data: &[
     emit_data_record(inst, Kind::Event, depth, Depth::Given(0), id, shared, data);
 }
 
+/// [`emit_event`] at `time` (the events of an entry written late take its
+/// time).
+pub fn emit_event_at(inst: usize, depth: u16, id: u64, time: u64, data: &[u8]) {
+    let times: [&dyn Fn() -> u64; 2] = [&|| time, &|| time];
+    emit_data_record_timed(inst, Kind::Event, depth, Depth::Given(0), id, times, data);
+}
+
 /// [`emit_shared_with_data`]'s record with data.
 #[inline]
 fn emit_data_record(

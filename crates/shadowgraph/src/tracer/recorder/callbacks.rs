@@ -7,7 +7,7 @@
 
 use super::args;
 use super::state::tracer;
-use super::timed::{keep_timed, release_callers, TIMED_ARGS};
+use super::timed::{keep_timed, release_callers, Kept, TIMED_ARGS};
 use crate::clock;
 use crate::fgraph::filters::{GraphFilter, Verdict};
 use crate::record::{ring, writer};
@@ -185,16 +185,24 @@ pub(super) fn written_or_never_begun(
     r.unwound && writer::ring_depth(u.private).is_some_and(|d| d <= depth)
 }
 
-/// Where tracer `t`'s timed calls keep their arguments in their reserved
-/// bytes (the offset of the length, the data after it): after the time
-/// word ([`TIMED_ARGS`]), or after the triggers' words, in the room the
-/// triggers keep for them; None if the tracer records no arguments.
-fn timed_args(t: Option<&super::state::Tracer>) -> Option<usize> {
-    let t = t.filter(|t| t.args.is_some())?;
-    Some(match t.filter.as_ref().and_then(|f| f.triggers.as_ref()) {
-        None => TIMED_ARGS,
-        Some(tr) => 8 * tr.words(),
-    })
+/// What tracer `t`'s timed calls keep in their reserved bytes until their
+/// entries are written: their arguments after the time word
+/// ([`TIMED_ARGS`]), or, with triggers, in the room the triggers keep for
+/// each function after their words (past its `read=` room, whose values
+/// wait there too).
+fn kept(t: Option<&super::state::Tracer>) -> Kept<'_> {
+    let Some(t) = t else {
+        return Kept::default();
+    };
+    let words = t
+        .filter
+        .as_ref()
+        .and_then(|f| f.triggers.as_ref())
+        .map(|tr| 8 * tr.words());
+    Kept {
+        args: t.args.as_ref().map(|_| words.unwrap_or(TIMED_ARGS)),
+        reads: words.zip(t.reads.as_deref()),
+    }
 }
 
 #[inline(always)]
@@ -217,7 +225,7 @@ fn entry<const TIMED: bool>(
     // reserve) its arguments until it is known to last long enough.
     let room = match TIMED {
         false => 0,
-        true if specs.is_empty() || timed_args(t).is_none() => 8,
+        true if specs.is_empty() || kept(t).args.is_none() => 8,
         true => match TIMED_ARGS + 8 + args::bound(specs) {
             r if r <= fgraph::MAX_RESERVE => r,
             _ => 8,
@@ -233,16 +241,27 @@ fn entry<const TIMED: bool>(
             Verdict::Reject => return false,
         },
     };
+    // `read=`: what the function's triggers read, after its entry (at its
+    // time, or with it when it is written late).
+    let read = match (t, e.site_id()) {
+        (Some(t), Some(id)) => t.reads.as_ref().and_then(|r| r.get(id as usize).copied()),
+        _ => None,
+    }
+    .unwrap_or(0);
     let mut depth = depth.clamp(0, 1023) as u16;
     if TIMED {
         // The filter's word (a recorded call's), else one of our own.
         let word = word.or_else(|| u.reserve(room).map(|p| p as *mut u64));
         if let Some(w) = word {
-            // The arguments where the tracer keeps them (`timed_args`), in
-            // this call's reservation (`w`, `len` bytes) if it has room.
-            let kept = timed_args(t).filter(|_| !specs.is_empty());
+            // The arguments where the tracer keeps them (`kept`), in this
+            // call's reservation (`w`, `len` bytes) if it has room; the
+            // values its `read=` triggers read, in their room.
+            let at = kept(t).of(e.func).0.filter(|_| !specs.is_empty());
             let reserved = u.retrieve().filter(|r| r.0 == w as *mut u8);
-            if let (Some(at), Some((_, len))) = (kept, reserved) {
+            if let Some(f) = t.and_then(|t| t.filter.as_ref()).filter(|_| read != 0) {
+                super::reads::keep_at_entry(u, f, read);
+            }
+            if let (Some(at), Some((_, len))) = (at, reserved) {
                 if len > at + 8 {
                     // SAFETY: `len` reserved, word-aligned bytes, ours
                     // until the call returns: the arguments' length at
@@ -269,15 +288,8 @@ fn entry<const TIMED: bool>(
         // waiting callers (time order).
         let every_frame = t.is_none_or(|t| t.filter.is_none());
         let time = clock::now() & !ENTRY_FLAGS;
-        depth = release_callers(u, depth, time, timed_args(t), every_frame);
+        depth = release_callers(u, depth, time, kept(t), every_frame);
     }
-    // `read=`: what the function's triggers read, after its entry, at its
-    // time.
-    let read = match (t, e.site_id()) {
-        (Some(t), Some(id)) => t.reads.as_ref().and_then(|r| r.get(id as usize).copied()),
-        _ => None,
-    }
-    .unwrap_or(0);
     let watch = t.is_some_and(|t| t.watch_cpu);
     let opened = (read != 0 || watch) && super::reads::open_time();
     if specs.is_empty() {
@@ -322,12 +334,19 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
                 .and_then(|f| f.threshold(u))
                 .unwrap_or(t.min_ticks);
             let every_frame = t.filter.is_none();
-            if !keep_timed(u, min, (r.func, depth), timed_args(Some(t)), every_frame) {
+            if !keep_timed(u, min, (r.func, depth), kept(Some(t)), every_frame) {
                 return;
             }
         }
         if written_or_never_begun(u, r, depth) {
             return;
+        }
+        // `read=`: the change since the entry, before the exit, at its time
+        // (the entry's values were written with it).
+        let reads = t.filter(|t| t.reads.is_some() && !r.unwound);
+        let opened = reads.is_some() && super::reads::open_time();
+        if let Some(f) = reads.and_then(|t| t.filter.as_ref()) {
+            super::reads::at_exit(u, f, depth);
         }
         let (inst, func, from) = (u.private, r.func as u64, writer::depth_from(depth));
         match retval_spec(t, r) {
@@ -337,8 +356,8 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
                 writer::emit_shared_with_data(inst, Kind::Exit, depth, from, func, time, data);
             }),
         }
+        super::reads::close_time(opened);
     } else {
-        // `read=`: the change since the entry, before the exit.
         // `read=`: the change since the entry, before the exit, at its time.
         let reads = t.filter(|t| t.reads.is_some() && !r.unwound);
         let watch = t.is_some_and(|t| t.watch_cpu) && !r.unwound;

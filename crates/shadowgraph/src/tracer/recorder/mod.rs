@@ -304,12 +304,12 @@ fn graph_tracer(
     };
     // Triggers with time thresholds take the time filter's callbacks.
     let timed = min_ticks > 0 || triggers.as_ref().is_some_and(|t| t.timed());
-    if timed && (reads.is_some() || shared.watch_cpu) {
+    if timed && shared.watch_cpu {
         // (Events wait nowhere: a call's entry may be written long after
         // its reads.)
         return Err(
-            "read= and --watch are not recorded together with a time or caller filter (-t, time=, \
-             trace, -C, caller)"
+            "--watch is not recorded together with a time or caller filter (-t, time=, trace, -C, \
+             caller)"
                 .into(),
         );
     }

@@ -81,27 +81,57 @@ pub(super) fn room(mask: u8) -> u16 {
 /// At the entry of a call recorded at `depth` (its entry record written),
 /// of a function reading `mask`: the events, and the values kept.
 pub(super) fn at_entry(u: &fgraph::GraphUser, f: &GraphFilter, depth: u16, mask: u8) {
-    let Some((p, len)) = f.room(u) else {
-        return;
-    };
-    if len < WORDS * 8 {
-        return;
+    if let Some((p, _)) = f.room(u).filter(|r| r.1 >= WORDS * 8) {
+        keep(p, mask);
+        // SAFETY: the words `keep` wrote, this call's until it returns.
+        let w = unsafe { std::slice::from_raw_parts(p, WORDS) };
+        events(w, |id, v| emit(u, depth, id, v));
     }
-    // SAFETY: WORDS words of this call's frame, reserved for the tracer
-    // (8-aligned), ours until it returns.
+}
+
+/// Under a time filter, at the entry of a call of a function reading
+/// `mask`: the values read, kept in its room (`f.room`), their events
+/// written with its entry when it is known to last long enough
+/// ([`emit_kept`]).
+pub(super) fn keep_at_entry(u: &fgraph::GraphUser, f: &GraphFilter, mask: u8) {
+    if let Some((p, _)) = f.room(u).filter(|r| r.1 >= WORDS * 8) {
+        keep(p, mask);
+    }
+}
+
+/// The events of the values a call's entry kept at `room` (its frame's
+/// room of WORDS words, [`keep_at_entry`]), at its entry's `time` and
+/// `depth`, right after its entry record was written late.
+pub(super) fn emit_kept(inst: usize, room: *const u64, depth: u16, time: u64) {
+    // SAFETY: WORDS words of a frame of this thread (the caller's or an
+    // ancestor's, live below it) that its entry filled.
+    let w = unsafe { std::slice::from_raw_parts(room, WORDS) };
+    events(w, |id, v| emit_values(inst, depth, id, v, Some(time)));
+}
+
+/// Reads what `mask` asks into the room at `p` (WORDS words of a frame's
+/// reserved bytes, ours until its call returns), the mask first.
+fn keep(p: *mut u64, mask: u8) {
+    // SAFETY: as said: WORDS reserved, 8-aligned words.
     let w = unsafe { std::slice::from_raw_parts_mut(p, WORDS) };
     let mask = mask as u64;
     if mask & STATM != 0 {
-        let v = statm();
-        w[STATM_AT..STATM_AT + 3].copy_from_slice(&v);
-        emit(u, depth, READ_STATM, &v);
+        w[STATM_AT..STATM_AT + 3].copy_from_slice(&statm());
     }
     if mask & PAGE_FAULT != 0 {
-        let v = faults();
-        w[FAULTS_AT..FAULTS_AT + 2].copy_from_slice(&v);
-        emit(u, depth, READ_FAULTS, &v);
+        w[FAULTS_AT..FAULTS_AT + 2].copy_from_slice(&faults());
     }
     w[0] = mask;
+}
+
+/// `emit` of each `read:` event of the values kept in `w`.
+fn events(w: &[u64], mut emit: impl FnMut(u64, &[u64])) {
+    if w[0] & STATM != 0 {
+        emit(READ_STATM, &w[STATM_AT..STATM_AT + 3]);
+    }
+    if w[0] & PAGE_FAULT != 0 {
+        emit(READ_FAULTS, &w[FAULTS_AT..FAULTS_AT + 2]);
+    }
 }
 
 /// At the return of a call recorded at `depth`, before its exit record:
@@ -159,8 +189,14 @@ pub(super) fn watch_cpu(u: &fgraph::GraphUser, depth: u16) {
 }
 
 /// The event `id` with `values`, as uftrace lays out its data: their
-/// length (2 bytes), the values, padding to 8 bytes.
+/// length (2 bytes), the values, padding to 8 bytes; at the thread's
+/// event time.
 fn emit(u: &fgraph::GraphUser, depth: u16, id: u64, values: &[u64]) {
+    emit_values(u.private, depth, id, values, None);
+}
+
+/// [`emit`] into instance `inst`'s ring, at `time` if given.
+fn emit_values(inst: usize, depth: u16, id: u64, values: &[u64], time: Option<u64>) {
     let mut data = [0u8; 32];
     let n = 8 * values.len();
     data[..2].copy_from_slice(&(n as u16).to_le_bytes());
@@ -168,7 +204,10 @@ fn emit(u: &fgraph::GraphUser, depth: u16, id: u64, values: &[u64]) {
         data[2 + 8 * i..10 + 8 * i].copy_from_slice(&v.to_le_bytes());
     }
     let len = (2 + n).next_multiple_of(8);
-    writer::emit_event(u.private, depth, id, fgraph::event_time(), &data[..len]);
+    match time {
+        Some(t) => writer::emit_event_at(inst, depth, id, t, &data[..len]),
+        None => writer::emit_event(inst, depth, id, fgraph::event_time(), &data[..len]),
+    }
 }
 
 /// The process's size, resident and shared memory in KB

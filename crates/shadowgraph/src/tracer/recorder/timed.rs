@@ -23,7 +23,7 @@ pub(super) fn keep_timed(
     u: &fgraph::GraphUser,
     min_ticks: u64,
     (func, depth): (usize, u16),
-    data: Option<usize>,
+    kept: Kept<'_>,
     every_frame: bool,
 ) -> bool {
     let Some((p, len)) = u.retrieve() else {
@@ -47,13 +47,69 @@ pub(super) fn keep_timed(
         // and released this call (its entry is written) gets its exit.
         return !crate::local::exchange(me, entry, entry | ENTRY_DROPPED);
     }
-    let depth = release_callers(u, depth, entry, data, every_frame);
+    let depth = release_callers(u, depth, entry, kept, every_frame);
     // A handler releasing its callers meanwhile (this frame among them)
     // writes the entry instead, once, before its own records.
     let words = (entry, entry, entry | ENTRY_WRITTEN);
-    let args = frame_args(p, len, data);
-    writer::emit_pending_entry(u.private, me, words, depth, func as u64, args);
+    write_entry(u, me, words, (depth, func), (p, len), kept);
     true
+}
+
+/// What a tracer's timed calls keep in their reserved bytes, beside their
+/// time word, until their entries are written.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Kept<'a> {
+    /// Where the tracer records arguments: the offset of their length
+    /// (the data after it), past a function's `read=` room where it has
+    /// one.
+    pub args: Option<usize>,
+    /// With `read=` triggers: the offset of a function's room (after the
+    /// triggers' words), and each site's read mask.
+    pub reads: Option<(usize, &'a [u8])>,
+}
+
+impl Kept<'_> {
+    /// For a call of the function at `func`: the offset of its arguments'
+    /// length, and of its `read=` room if it has one.
+    pub(super) fn of(&self, func: usize) -> (Option<usize>, Option<usize>) {
+        let mask = self.reads.and_then(|(_, masks)| {
+            let id = crate::ftrace::site_id_of(func)?;
+            masks.get(id as usize).copied()
+        });
+        let mask = mask.unwrap_or(0);
+        let room = self.reads.filter(|_| mask != 0).map(|r| r.0);
+        let args = self.args.map(|a| a + super::reads::room(mask) as usize);
+        (args, room)
+    }
+}
+
+/// Writes a pending entry (as `writer::emit_pending_entry`) of the call of
+/// `func` whose reserved bytes are `p`, `len` long, with the arguments it
+/// kept; if this wrote it, the events of what its `read=` triggers read,
+/// after it at its time. Those are written with the thread's asynchronous
+/// signals blocked: a handler's records (later in time) never come
+/// between the entry and its events, which would step back behind them.
+fn write_entry(
+    u: &fgraph::GraphUser,
+    word: &AtomicU64,
+    words: (u64, u64, u64),
+    (depth, func): (u16, usize),
+    (p, len): (*mut u8, usize),
+    kept: Kept<'_>,
+) {
+    let (args_at, room) = kept.of(func);
+    let args = frame_args(p, len, args_at);
+    let room = room.filter(|&at| len >= at + super::reads::room(1) as usize);
+    let blocked = room.map(|_| crate::sys::block_async_signals());
+    if writer::emit_pending_entry(u.private, word, words, depth, func as u64, args) {
+        if let Some(at) = room {
+            // (`at` and the room inside the reservation: checked above.)
+            super::reads::emit_kept(u.private, p.wrapping_add(at) as *const u64, depth, words.1);
+        }
+    }
+    if let Some(old) = blocked {
+        crate::sys::restore_signals(old);
+    }
 }
 
 /// Where a timed call keeps its arguments in its reserved bytes, without
@@ -97,7 +153,7 @@ pub(super) fn release_callers(
     u: &fgraph::GraphUser,
     depth: u16,
     inner: u64,
-    data: Option<usize>,
+    kept: Kept<'_>,
     every_frame: bool,
 ) -> u16 {
     // Pending ancestors: the frames holding our word below the nearest
@@ -165,8 +221,7 @@ pub(super) fn release_callers(
             // A handler that interrupted this loop may have written it.
             if was & ENTRY_WRITTEN == 0 {
                 let words = (was, time, time | ENTRY_WRITTEN);
-                let args = frame_args(q, len, data);
-                writer::emit_pending_entry(u.private, w, words, d, f as u64, args);
+                write_entry(u, w, words, (d, f), (q, len), kept);
             }
         }
     }
