@@ -419,11 +419,12 @@ pub(crate) struct RecordOptions {
     /// Taken for uftrace's command lines: the output is never paged.
     #[arg(long)]
     no_pager: bool,
-    /// Taken for uftrace's command lines: a dynamically linked program
-    /// without sites of its own is always run, its libraries and the
-    /// programs it starts traced.
+    /// Trace a program not built for tracing (no patchable entries, no
+    /// -pg): the calls it makes to library functions through its PLT, as
+    /// uftrace's option; without it such a program runs untraced, and the
+    /// programs it starts by exec are traced.
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     /// Taken for uftrace's command lines (where its libmcount is): the
     /// agent is shadowgraph's own, built in.
     #[arg(long, value_name = "PATH", hide = true)]
@@ -701,6 +702,7 @@ impl RecordOptions {
                 auto_args: self.auto_args && !self.no_args,
                 signals: self.signal.clone(),
                 watch_cpu: !self.watch.is_empty(),
+                force: self.force,
                 command: Some(command_line()),
             }),
             objects,

@@ -23,8 +23,17 @@ pub(crate) fn record(
     shadowgraph::elf::set_symbol_dir(checked.with_syms);
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
-    // (With -P, a program without patchable entries is patched.)
-    let launcher = check_program(&path)?.filter(|_| opts.patch.is_empty());
+    // (With -P, a program without patchable entries is patched; with
+    // --force, its library calls are traced.)
+    let unbuilt = check_program(&path)?.filter(|_| opts.patch.is_empty());
+    if let Some(why) = unbuilt.as_ref().filter(|_| opts.force) {
+        if opts.libcalls() == config::LibCalls::Off {
+            return Err(format!(
+                "{prog}: {why}: --force traces it by its library calls, which --no-libcall leaves out"
+            ));
+        }
+    }
+    let launcher = unbuilt.filter(|_| !opts.force);
     crate::sites::check_patch(&path, &opts.patch)?;
     if let Some(why) = &launcher {
         if opts.no_children {

@@ -201,3 +201,44 @@ fn as_uftrace_the_data_directory_is_uftraces() {
         "{tasks}"
     );
 }
+
+/// `--force`: a program not built for tracing is traced by the calls it
+/// makes through its PLT, as uftrace's option traces it (the same
+/// replay); with `-a`, their arguments from the C library's prototypes,
+/// which uftrace reads as we do. Without it, the program runs untraced;
+/// with `--no-libcall`, it is refused.
+#[test]
+fn force_traces_a_program_not_built_for_tracing_by_its_library_calls() {
+    let dir = workdir("force");
+    let exe = dir.join("plain");
+    cc(&[&fixture("libc_args.c")], &["-O2", "-fno-builtin"], &exe);
+    let untraced = record_run(&[], &["--libcall"], &dir.join("u.data"), &exe, &[]);
+    let err = text(&untraced).1;
+    assert!(err.contains("it ran untraced"), "{err}");
+    record_refuses(
+        &["--force", "--no-libcall"],
+        &exe,
+        "--no-libcall leaves out",
+    );
+    let data = dir.join("f.data");
+    let o = record_run(&[], &["--libcall", "--force"], &data, &exe, &[]);
+    let err = text(&o).1;
+    assert!(o.status.success() && !err.contains("untraced"), "{err}");
+    let ours = replay_body(&view_text("replay", &data));
+    assert!(
+        ours.len() > 10 && ours.contains(&"puts();".into()),
+        "{ours:?}"
+    );
+    let args = dir.join("a.data");
+    let o = record_run(&[], &["--libcall", "--force", "-a"], &args, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let with_args = view_text("replay", &args);
+    assert!(with_args.contains("puts(\"35\") = 3;"), "{with_args}");
+    if uftrace_missing("uftrace record --force") {
+        return;
+    }
+    assert_eq!(uftrace_view("replay", &args).unwrap(), with_args);
+    let theirs = dir.join("uftrace.data");
+    uftrace_record(&theirs, &["--force"], &exe);
+    assert_eq!(replay_body(&uftrace_view("replay", &theirs).unwrap()), ours);
+}

@@ -153,6 +153,12 @@ pub struct Record {
     /// event).
     #[serde(default)]
     pub watch_cpu: bool,
+    /// `--force`: a program without sites of its own (not built for
+    /// tracing) is traced all the same, by the calls it makes through its
+    /// PLT, as uftrace's option traces it; else it runs untraced (a
+    /// launcher, whose programs started by exec are traced).
+    #[serde(default)]
+    pub force: bool,
     /// The command line that started the recording, as its `info` shows
     /// it (uftrace's: the arguments joined by spaces, `"` and `\\`
     /// escaped); `None`: the traced program's.
@@ -198,6 +204,7 @@ impl Record {
             auto_args: false,
             signals: Vec::new(),
             watch_cpu: false,
+            force: false,
             command: None,
         }
     }
@@ -581,6 +588,7 @@ mod tests {
                 auto_args: true,
                 signals: Vec::new(),
                 watch_cpu: false,
+                force: false,
                 command: Some("shadowgraph record -A \"x\"".into()),
             }),
             objects: Objects::Program(vec!["libfoo".into()]),

@@ -291,8 +291,11 @@ fn start_recording(
     }
     let follow = r.rings.as_ref().filter(|_| r.children);
     let started_by_exec = follow.is_some() && config.lineage.session.is_some();
+    // `--force`: a program without sites is traced by its library calls.
+    let forced = r.force && config.patch.is_empty() && r.libcalls != config::LibCalls::Off;
     let modules = match objects::discover(&config.objects, &config.patch) {
         Ok(m) => m,
+        Err(_) if forced => Vec::new(),
         Err(e) if started_by_exec => {
             // A program the traced one started (a shell, a tool) that was
             // not built for tracing: said once by `record`, not here.
@@ -329,7 +332,12 @@ fn start_recording(
             config::LibCalls::Nested => process::loaded_objects(),
             _ => Vec::new(),
         };
-        modules.extend(objects::library_calls(r.libcalls, &modules, &others));
+        let calls = if modules.is_empty() {
+            objects::program_library_calls(r.libcalls, &others)
+        } else {
+            objects::library_calls(r.libcalls, &modules, &others)
+        };
+        modules.extend(calls);
     }
     ftrace::add_modules(modules).map_err(|e| e.to_string())?;
     objects::follow();

@@ -238,6 +238,19 @@ pub(crate) fn library_calls(
     calls_of(mode, &traced, others)
 }
 
+/// The library calls of the program alone, which has no sites of its own
+/// (uftrace's `--force`), and (`Nested`) of the `others`.
+pub(crate) fn program_library_calls(mode: LibCalls, others: &[(PathBuf, usize)]) -> Vec<Module> {
+    let exe = std::fs::read_link("/proc/thread-self/exe").unwrap_or_default();
+    let objects = process::loaded_objects();
+    let program: Vec<(&Path, usize)> = objects
+        .iter()
+        .filter(|(p, _)| *p == exe)
+        .map(|(p, b)| (p.as_path(), *b))
+        .collect();
+    calls_of(mode, &program, others)
+}
+
 /// A recording after the first asks for library calls (`mode`) where the
 /// first did not (`--no-libcall`), or not for as many objects: those of
 /// the traced objects (and, `Nested`, of the others) not traced yet are
