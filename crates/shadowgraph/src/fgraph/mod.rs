@@ -129,3 +129,10 @@ pub fn counters() -> GraphCounters {
 pub fn thread_depth() -> i32 {
     thread().depth()
 }
+
+/// Whether this thread is in its exit step: the frames reported to the
+/// users now as unwound are calls it never returned from (it ended by
+/// `pthread_exit`, or was cancelled, inside them).
+pub fn thread_exiting() -> bool {
+    thread().exiting.get()
+}

@@ -35,7 +35,17 @@ pub(super) fn on_entry_timed(
 }
 
 pub(super) fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph::RetRegs) {
-    exit::<false>(r, u, regs)
+    if !left_open(r) {
+        exit::<false>(r, u, regs)
+    }
+}
+
+/// A call the thread's exit reports (the thread ended by `pthread_exit`,
+/// or was cancelled, inside it): it never returned, and its exit is not
+/// written, as uftrace writes none; the views show it open.
+#[inline(always)]
+fn left_open(r: &fgraph::GraphReturn) -> bool {
+    r.unwound && fgraph::thread_exiting()
 }
 
 pub(super) fn on_return_timed(
@@ -43,7 +53,9 @@ pub(super) fn on_return_timed(
     u: &fgraph::GraphUser,
     regs: &fgraph::RetRegs,
 ) {
-    exit::<true>(r, u, regs)
+    if !left_open(r) {
+        exit::<true>(r, u, regs)
+    }
 }
 
 /// A plain tracer's depth limit (`-D`; 0: none), by instance.
@@ -75,7 +87,9 @@ pub(super) fn on_entry_plain(
 }
 
 pub(super) fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    emit_exit(u, r, r.depth.clamp(0, 1023) as u16, None);
+    if !left_open(r) {
+        emit_exit(u, r, r.depth.clamp(0, 1023) as u16, None);
+    }
 }
 
 /// In the 8 bytes a call entered inside a signal handler keeps in its
