@@ -26,7 +26,7 @@ const BUDGETS: [(&str, f64); 14] = [
     // on the fused path (tracer::fused) and through its fgraph callbacks
     // (tracer::recorder).
     ("record", 225.0),
-    ("record-general", 530.0),
+    ("record-general", 540.0),
     // Two recorders on their shared fused path (valgrind has no rseq:
     // ring slots by cmpxchg), and through the callbacks, one clock read
     // per event either way.

@@ -35,17 +35,16 @@ pub(super) fn on_entry_timed(
 }
 
 pub(super) fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph::RetRegs) {
-    if !left_open(r) {
-        exit::<false>(r, u, regs)
-    }
+    exit::<false>(r, u, regs)
 }
 
-/// A call the thread's exit reports (the thread ended by `pthread_exit`,
-/// or was cancelled, inside it): it never returned, and its exit is not
-/// written, as uftrace writes none; the views show it open.
+/// For a call reported as unwound: whether the thread's exit reports it
+/// (the thread ended by `pthread_exit`, or was cancelled, inside it). It
+/// never returned, and its exit is not written, as uftrace writes none;
+/// the views show it open.
 #[inline(always)]
-fn left_open(r: &fgraph::GraphReturn) -> bool {
-    r.unwound && fgraph::thread_exiting()
+fn left_open() -> bool {
+    fgraph::thread_exiting()
 }
 
 pub(super) fn on_return_timed(
@@ -53,9 +52,7 @@ pub(super) fn on_return_timed(
     u: &fgraph::GraphUser,
     regs: &fgraph::RetRegs,
 ) {
-    if !left_open(r) {
-        exit::<true>(r, u, regs)
-    }
+    exit::<true>(r, u, regs)
 }
 
 /// A plain tracer's depth limit (`-D`; 0: none), by instance.
@@ -87,9 +84,7 @@ pub(super) fn on_entry_plain(
 }
 
 pub(super) fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    if !left_open(r) {
-        emit_exit(u, r, r.depth.clamp(0, 1023) as u16, None);
-    }
+    emit_exit(u, r, r.depth.clamp(0, 1023) as u16, None);
 }
 
 /// In the 8 bytes a call entered inside a signal handler keeps in its
@@ -159,10 +154,14 @@ fn emit_entry(u: &fgraph::GraphUser, depth: u16, func: usize, data: Option<&[u8]
 /// entry or return anywhere, between its record and the frame being
 /// handed to us or back (the frame then names no user: fgraph offers it
 /// all the same, see `GraphUser::offer_unowned_unwinds`), and only the
-/// ring knows which side of the record it was on.
+/// ring knows which side of the record it was on. One the thread's exit
+/// reports is not written ([`left_open`]).
 #[inline(always)]
 fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16, data: Option<&[u8]>) {
     let nested = if r.unwound {
+        if left_open() {
+            return;
+        }
         nested()
     } else {
         follows_ring(u.private, depth, 1)
@@ -339,6 +338,9 @@ fn exit<const TIMED: bool>(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs:
     };
     let depth = depth.clamp(0, 1023) as u16;
     if TIMED {
+        if r.unwound && left_open() {
+            return;
+        }
         if let Some(t) = t {
             // The threshold for this call: triggers' (`time=`, `trace`,
             // `caller`), else the tracer's.
