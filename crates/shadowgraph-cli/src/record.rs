@@ -24,16 +24,11 @@ pub(crate) fn record(
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
     // (With -P, a program without patchable entries is patched; with
-    // --force, its library calls are traced.)
-    let unbuilt = check_program(&path)?.filter(|_| opts.patch.is_empty());
-    if let Some(why) = unbuilt.as_ref().filter(|_| opts.force) {
-        if opts.libcalls() == config::LibCalls::Off {
-            return Err(format!(
-                "{prog}: {why}: --force traces it by its library calls, which --no-libcall leaves out"
-            ));
-        }
-    }
-    let launcher = unbuilt.filter(|_| !opts.force);
+    // --force, its library calls are traced, unless --no-libcall leaves
+    // them out: then its libraries' sites, or those of the programs it
+    // starts, are what is traced, as without --force.)
+    let forced = opts.force && opts.libcalls() != config::LibCalls::Off;
+    let launcher = check_program(&path)?.filter(|_| opts.patch.is_empty() && !forced);
     crate::sites::check_patch(&path, &opts.patch)?;
     if let Some(why) = &launcher {
         if opts.no_children {
