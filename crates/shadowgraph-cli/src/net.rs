@@ -94,7 +94,16 @@ impl Sender {
         let to = format!("{host}:{port}");
         let start = std::time::Instant::now();
         loop {
-            match TcpStream::connect((host, port)) {
+            // A local port nobody listens on yet may connect to itself
+            // (the kernel picks it as the connection's own port): that
+            // is no receiver, as a refusal.
+            let made = TcpStream::connect((host, port)).and_then(|sock| {
+                match (sock.local_addr(), sock.peer_addr()) {
+                    (Ok(a), Ok(b)) if a == b => Err(std::io::ErrorKind::ConnectionRefused.into()),
+                    _ => Ok(sock),
+                }
+            });
+            match made {
                 Ok(sock) => {
                     let _ = sock.set_nodelay(true);
                     return Ok(Sender { sock, to });

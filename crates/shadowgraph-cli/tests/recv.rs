@@ -33,11 +33,14 @@ impl Receiver {
     }
 
     /// Waits until it listens (a connection taken, and closed at once:
-    /// ours only).
+    /// ours only; not one that connected to itself, which a local port
+    /// nobody listens on yet may make).
     fn wait_listening(self, port: u16) -> Receiver {
         for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return self;
+            if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                if s.local_addr().unwrap() != s.peer_addr().unwrap() {
+                    return self;
+                }
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
