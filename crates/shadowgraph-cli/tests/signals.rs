@@ -696,7 +696,10 @@ fn siglongjmp_out_of_handlers(path: RecordPath, opts: &[&str]) {
         // general way, taken at rest now and then (a thread's first
         // record, a full ring), can be left claimed and unpublished by a
         // jump (without rseq, from anywhere between claim and publish).
-        assert!(lost <= 4, "{err}");
+        // With arguments a call writes more bytes: rings fill, and the
+        // general way takes a record at rest, more often.
+        let bound = if opts.is_empty() { 4 } else { 8 };
+        assert!(lost <= bound, "{err}");
         // Nothing lost or dropped, nothing out of place: wherever a handler
         // landed (inside a call's entry or return, between its record and
         // its frame being handed over, or after its exit record and before
