@@ -32,8 +32,19 @@
 //! given their protection back. Each store is one aligned word, so a
 //! thread calling through the slot meanwhile takes the old target or the
 //! new, both correct. Functions that return twice or switch stacks
-//! (`setjmp`, `vfork`, `clone`, …) keep their slots: a return through the
-//! thunk's stub would be wrong for one of the two returns.
+//! (`vfork`, `clone`, `getcontext`, …) keep their slots: a return through
+//! the thunk's stub would be wrong for one of the two returns. The
+//! `setjmp` family is the exception, once the tracer that hooks returns
+//! gives a body for it ([`set_returns_twice_body`]): its thunks run that
+//! body, which looks after both returns, before the function:
+//!
+//! ```text
+//!   thunk + 0    0f 1f 44 00 00      the site
+//!   thunk + 5    4c 8d 1d 04 00 00 00   lea r11, [thunk + 16]
+//!   thunk + 12   41 ff 23            jmp *(r11)
+//!   thunk + 16   .quad body          the body, which ends by jumping to
+//!   thunk + 24   .quad target        the function
+//! ```
 
 use crate::arena::Arena;
 use crate::elf::{self, JumpSlot};
@@ -45,13 +56,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Offset of the thunk's target word.
 const TARGET: usize = 11;
-/// A thunk's bytes, the target word included.
-const THUNK_LEN: usize = 19;
+/// Offset of the body's word in a thunk of a function that returns twice
+/// (the target's follows it).
+const BODY: usize = 16;
 /// From one thunk to the next (int3 filler between them).
 pub const THUNK_STRIDE: usize = 32;
 
 /// Called functions whose slots are left alone: they return twice
-/// (`setjmp`, `vfork`, `getcontext`), start another stack or thread on the
+/// (`setjmp` without a body for it, `vfork`, `getcontext`), start another stack or thread on the
 /// same return (`clone`), run the program itself (`__libc_start_main`
 /// calls `main` and never returns; `main` is traced on its own), or are
 /// the C++ runtime's exception machinery, which uftrace does not show
@@ -60,11 +72,7 @@ pub const THUNK_STRIDE: usize = 32;
 /// keep their arguments in registers across it, so that a traced return
 /// that changes one of them breaks the caller; `-finstrument-functions`'
 /// hooks), which uftrace does not show.
-const NEVER: [&str; 25] = [
-    "setjmp",
-    "_setjmp",
-    "__sigsetjmp",
-    "sigsetjmp",
+const NEVER: [&str; 21] = [
     "savectx",
     "getcontext",
     "vfork",
@@ -87,6 +95,20 @@ const NEVER: [&str; 25] = [
     "__cyg_profile_func_enter",
     "__cyg_profile_func_exit",
 ];
+
+/// Functions that return twice whose thunks run the body given for them.
+const RETURNS_TWICE: [&str; 4] = ["setjmp", "_setjmp", "__sigsetjmp", "sigsetjmp"];
+
+/// The body the thunks of [`RETURNS_TWICE`] run (0: none, their slots are
+/// left alone).
+static RETURNS_TWICE_BODY: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the `setjmp` family traceable from the next [`redirect`] on: the
+/// thunks of these functions jump to `body` (with r11 at a word holding
+/// it, the function's address in the word after) instead of the function.
+pub fn set_returns_twice_body(body: usize) {
+    RETURNS_TWICE_BODY.store(body, Ordering::Relaxed);
+}
 
 /// Called functions whose GOT entries without a PLT are left alone, as
 /// uftrace leaves them: start-up and failure paths (`__cxa_atexit`,
@@ -137,9 +159,12 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     let data = sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut slots: Vec<JumpSlot> =
         elf::library_call_slots(path, &data, |_| true).map_err(|e| e.to_string())?;
+    let body = RETURNS_TWICE_BODY.load(Ordering::Relaxed);
     slots.retain(|s| {
         let name = s.symbol.as_str();
-        !NEVER.contains(&name) && (s.plt || !NEVER_WITHOUT_PLT.contains(&name))
+        !NEVER.contains(&name)
+            && (s.plt || !NEVER_WITHOUT_PLT.contains(&name))
+            && (body != 0 || !RETURNS_TWICE.contains(&name))
     });
     // (Our own mapping of the file is not one of the object's.)
     drop(data);
@@ -166,7 +191,8 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
         .alloc_with(THUNK_STRIDE * plan.len(), |_| {
             let mut code = Vec::with_capacity(THUNK_STRIDE * plan.len());
             for p in &plan {
-                code.extend(thunk_bytes(p.1.target));
+                let twice = RETURNS_TWICE.contains(&p.0.symbol.as_str());
+                code.extend(thunk_bytes(p.1.target, Some(body).filter(|_| twice)));
                 code.resize(code.len().next_multiple_of(THUNK_STRIDE), 0xcc);
             }
             code
@@ -339,12 +365,24 @@ fn store_all(slots: &[Redirected], value: impl Fn(&Redirected) -> usize) {
     }
 }
 
-fn thunk_bytes(target: usize) -> Vec<u8> {
-    let mut b = Vec::with_capacity(THUNK_LEN);
+/// A thunk's bytes (the diagrams above): one that jumps to `target`, or
+/// to `body` first.
+fn thunk_bytes(target: usize, body: Option<usize>) -> Vec<u8> {
+    let mut b = Vec::with_capacity(THUNK_STRIDE);
     b.extend_from_slice(&NOP5);
-    b.extend_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
-    debug_assert_eq!(b.len(), TARGET);
+    match body {
+        None => {
+            b.extend_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+            debug_assert_eq!(b.len(), TARGET);
+        }
+        Some(body) => {
+            b.extend_from_slice(&[0x4c, 0x8d, 0x1d, 4, 0, 0, 0, 0x41, 0xff, 0x23, 0xcc]);
+            debug_assert_eq!(b.len(), BODY);
+            b.extend_from_slice(&(body as u64).to_le_bytes());
+        }
+    }
     b.extend_from_slice(&(target as u64).to_le_bytes());
+    debug_assert!(b.len() <= THUNK_STRIDE);
     b
 }
 

@@ -283,6 +283,34 @@ struct DisplayDepth<I> {
     /// entries spend and their exits give back, full at a thread's start
     /// and after each such exit.
     base: u16,
+    jumps: Arc<JumpFns>,
+    /// The depth just inside the last `setjmp` entered, where a `longjmp`
+    /// entry takes the depth back to (its next record is the `setjmp`'s
+    /// exit), as uftrace's views count.
+    setjmp_depth: Option<u16>,
+}
+
+/// The functions uftrace's views count depths around (its "fixups"), by
+/// address, sorted.
+#[derive(Default)]
+struct JumpFns {
+    setjmp: Vec<u64>,
+    longjmp: Vec<u64>,
+}
+
+impl JumpFns {
+    fn of(data: &DataDir) -> JumpFns {
+        let mut j = JumpFns::default();
+        for (addr, name) in &data.symbols {
+            let name = name.split('@').next().unwrap_or_default();
+            match name {
+                "setjmp" | "_setjmp" | "sigsetjmp" | "__sigsetjmp" => j.setjmp.push(*addr),
+                "longjmp" | "siglongjmp" | "__longjmp_chk" => j.longjmp.push(*addr),
+                _ => {}
+            }
+        }
+        j
+    }
 }
 
 impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I> {
@@ -306,7 +334,13 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I>
                         self.depth = r.depth;
                     }
                     r.depth = self.depth;
-                    self.depth = self.depth.saturating_add(1);
+                    self.depth = match self.setjmp_depth {
+                        Some(d) if self.jumps.longjmp.binary_search(&r.addr).is_ok() => d,
+                        _ => self.depth.saturating_add(1),
+                    };
+                    if self.jumps.setjmp.binary_search(&r.addr).is_ok() {
+                        self.setjmp_depth = Some(self.depth);
+                    }
                 }
                 Kind::Exit => {
                     let inherited = !self.set && self.first_exit;
@@ -517,6 +551,7 @@ struct Selection {
     enabled: Rc<Cell<bool>>,
     /// The timestamps shown (`-r`).
     range: Option<std::ops::RangeInclusive<u64>>,
+    jumps: Arc<JumpFns>,
 }
 
 /// One thread's records as `filter` selects them.
@@ -565,6 +600,8 @@ fn filtered(
         first_exit: false,
         max: if late_limit { u16::MAX } else { max },
         base: 0,
+        jumps: sel.jumps.clone(),
+        setjmp_depth: None,
     });
     // (With `--no-event` too: the task column follows them.)
     let names = data.task_names.get(&tid).filter(|n| !n.is_empty());
@@ -702,6 +739,7 @@ pub fn thread_records(
             Some(r) => Some(r.resolve(super::columns::first_time(data)?)),
             None => None,
         },
+        jumps: Arc::new(JumpFns::of(data)),
     };
     let mut threads = Vec::new();
     for &t in &data.tids {

@@ -23,6 +23,7 @@
 
 mod entry;
 pub mod filters;
+mod jumps;
 mod layout;
 mod registry;
 mod ret;
@@ -35,6 +36,7 @@ mod unwind;
 pub(crate) mod user;
 
 pub(crate) use entry::manager_tramp_entry;
+pub use jumps::returns_twice_body;
 pub(crate) use layout::graph_asm;
 pub(crate) use registry::{
     chosen_site_entry, general_site_path, manager_made, register_multi_path, register_sole_path,
@@ -130,9 +132,19 @@ pub fn thread_depth() -> i32 {
     thread().depth()
 }
 
-/// Whether this thread is in its exit step: the frames reported to the
-/// users now as unwound are calls it never returned from (it ended by
-/// `pthread_exit`, or was cancelled, inside them).
-pub fn thread_exiting() -> bool {
-    thread().exiting.get()
+/// Whether the frames reported to the users now as unwound are calls
+/// that stay open: the thread is in its exit step (it ended by
+/// `pthread_exit`, or was cancelled, inside them), or a `longjmp` left
+/// them to return into a traced `setjmp` (whose exit is reported next,
+/// see [`resuming`]), as uftrace shows both.
+pub fn unwound_stays_open() -> bool {
+    let t = thread();
+    t.exiting.get() || jumps::skipping(t)
+}
+
+/// Whether the return reported now is a function's second one (a
+/// `longjmp` back into a traced `setjmp`): its exit belongs at its own
+/// depth, below the calls the jump left open.
+pub fn resuming() -> bool {
+    jumps::resuming(thread())
 }

@@ -9,6 +9,7 @@
 //! owning thread writes its stack; pushes store the offset before `curr`
 //! moves and again after (a handler may have reused the word meanwhile).
 
+use super::jumps::Jumps;
 use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -207,6 +208,9 @@ pub struct ThreadState {
     /// routine's `_Unwind_GetIPInfo` through a PLT); landing pads and the
     /// code after a backtrace run above it.
     pub unhooked_at: Cell<usize>,
+    /// What a jump back into a function that returns twice is doing, and
+    /// in which bracket (see `jumps::doing`; 0: nothing).
+    pub jump: Cell<u64>,
 }
 
 /// [`ThreadState::event_time`] of an event whose callbacks have taken no
@@ -440,6 +444,16 @@ impl ThreadState {
         (!s.is_null()).then(|| unsafe { graves_of(s) })
     }
 
+    /// The frames of calls that return twice, kept with the stack (after
+    /// the graves).
+    #[inline]
+    pub fn jumps(&self) -> Option<&Jumps> {
+        let s = self.stack.get();
+        // SAFETY: as in `graves`: the copies follow the graves in the
+        // head, zero-valid, cleared when the stack is taken.
+        (!s.is_null()).then(|| unsafe { jumps_of(s) })
+    }
+
     pub fn task_var(&self, slot: usize) -> *mut u64 {
         // SAFETY: the task variables are the 16 words below the guard word
         // that precedes the stack's first word, in the same mapping.
@@ -460,13 +474,14 @@ static FREE_STACKS: [AtomicPtr<u64>; POOL] = [const { AtomicPtr::new(std::ptr::n
 /// Stacks in use or pooled (never unmapped).
 pub(super) static STACKS_MAPPED: AtomicU64 = AtomicU64::new(0);
 
-/// Bytes of a stack mapping before its first word: the graves, the task
-/// variables, and a guard word (word −1) that stays 0, so that the
+/// Bytes of a stack mapping before its first word: the graves, the
+/// copies of frames that return twice, the task variables, and a guard word (word −1) that stays 0, so that the
 /// assembly reads "no frame below" there for an empty stack without
 /// testing `curr` first. A multiple of a cache line, so that frames are
 /// aligned as the mapping is.
 const HEAD_BYTES: usize =
-    (std::mem::size_of::<Graves>() + (TASK_VARS + 1) * 8).next_multiple_of(64);
+    (std::mem::size_of::<Graves>() + std::mem::size_of::<Jumps>() + (TASK_VARS + 1) * 8)
+        .next_multiple_of(64);
 /// Word index of thread variable 0 from a stack's first word.
 pub const TASK_VAR_BASE: isize = -(TASK_VARS as isize + 1);
 
@@ -483,6 +498,19 @@ unsafe fn graves_of<'a>(s: *mut u64) -> &'a Graves {
     // SAFETY: per the contract, the mapping starts HEAD_BYTES before `s`
     // with the graves.
     unsafe { &*(s.cast::<u8>().sub(HEAD_BYTES) as *const Graves) }
+}
+
+/// The copies of the stack whose first word is at `s`.
+///
+/// # Safety
+/// `s` must be a stack's first word (from `map_stack`).
+unsafe fn jumps_of<'a>(s: *mut u64) -> &'a Jumps {
+    // SAFETY: per the contract, the graves begin the head and the copies
+    // follow them (both 8-aligned).
+    unsafe {
+        &*(s.cast::<u8>()
+            .sub(HEAD_BYTES - std::mem::size_of::<Graves>()) as *const Jumps)
+    }
 }
 
 fn map_stack() -> *mut u64 {
@@ -575,6 +603,8 @@ pub unsafe fn clear_task_vars(s: *mut u64) {
     }
     // SAFETY: as above, `s` is a stack's first word.
     unsafe { graves_of(s) }.clear();
+    // SAFETY: as above.
+    unsafe { jumps_of(s) }.clear();
 }
 
 #[cfg(test)]

@@ -117,9 +117,11 @@ pub(super) fn unlock_graph(t: &ThreadState, bit: u32) {
 
 /// A thread's brackets were abandoned: so was the event whose time its
 /// users shared (its word would otherwise keep that time for callbacks
-/// outside any event: with a sole user left, forever).
+/// outside any event: with a sole user left, forever), and a jump's
+/// landing it was in (`jumps`: what it was doing is over).
 pub(super) fn forget_event_time() {
     thread().event_time.store(0, Ordering::Relaxed);
+    thread().jump.set(0);
 }
 
 /// This thread's shared event time word (`ThreadState::event_time`):

@@ -309,6 +309,8 @@ fn calls_of(
     // (The loader lists the program first.)
     let program = process::loaded_objects().first().map(|o| o.1);
     let mut out = Vec::new();
+    // The `setjmp` family's returns are fgraph's to look after.
+    libcall::set_returns_twice_body(crate::fgraph::returns_twice_body());
     for (path, bias, has_sites) in traced.into_iter().chain(rest) {
         let is_program = Some(bias) == program;
         if !makes_library_calls(mode, path, (has_sites, is_program), me.as_deref()) {

@@ -38,13 +38,13 @@ pub(super) fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &f
     exit::<false>(r, u, regs)
 }
 
-/// For a call reported as unwound: whether the thread's exit reports it
-/// (the thread ended by `pthread_exit`, or was cancelled, inside it). It
+/// For a call reported as unwound: whether it stays open (the thread
+/// ended inside it, or a `longjmp` left it for a traced `setjmp`). It
 /// never returned, and its exit is not written, as uftrace writes none;
 /// the views show it open.
 #[inline(always)]
 fn left_open() -> bool {
-    fgraph::thread_exiting()
+    fgraph::unwound_stays_open()
 }
 
 pub(super) fn on_return_timed(
@@ -164,7 +164,9 @@ fn emit_exit(u: &fgraph::GraphUser, r: &fgraph::GraphReturn, depth: u16, data: O
         }
         nested()
     } else {
-        follows_ring(u.private, depth, 1)
+        // (Not a setjmp's second return: at its own depth, the ring
+        // deeper by the calls the jump left open.)
+        follows_ring(u.private, depth, 1) && !fgraph::resuming()
     };
     let kept = if r.unwound || nested || crate::tracer::fused::ring_depth_witness() {
         u.retrieve()

@@ -1,0 +1,330 @@
+//! Functions that return twice (`setjmp`, `_setjmp`, `sigsetjmp`), traced
+//! as uftrace shows them: each return is the call's exit, the second one
+//! (a `longjmp` back) with the value it brings, at the call's depth, and
+//! the calls the jump left stay open.
+//!
+//! Such a call's return slot holds a site stub's return point when the
+//! function runs, which `setjmp` keeps in the buffer as the place to come
+//! back to; its shadow frame is gone by the time a `longjmp` comes back.
+//! So the library call's thunk (crate::libcall) runs a body of ours
+//! before the function: when the call has a frame, it keeps a copy of the
+//! frame in the thread's [`Jumps`], puts our landing in the return slot
+//! and a tag naming the copy in r15 (callee-saved: `setjmp` keeps it in
+//! the buffer with the others, and `longjmp` gives it back). Both returns
+//! come to the landing, which finds the copy by the tag and gives r15 its
+//! value back:
+//! - the first return finishes the frame as any return does;
+//! - a later one (a `longjmp`) pops the frames above the copy's place as
+//!   left open (their users see them unwound, [`super::unwound_stays_open`]),
+//!   puts the copy back with the thread's task variables as they were
+//!   (each user's own state inside the call) and finishes it ([`super::resuming`] while its
+//!   users' callbacks run).
+//!
+//! A copy is kept until a later call on the same buffer has returned once:
+//! until then the buffer, which a signal handler may jump to at any time,
+//! may still name it. Leaving by a jump that landing's code is sound
+//! whenever it stops: nothing there is half done that the next landing
+//! depends on (abandoned brackets reset what it was doing).
+//!
+//! When the copy cannot be kept (the table full, a frame larger than a
+//! copy holds), the call is finished at once with 0, as its first return
+//! gives, and its real return address goes back in its slot: a `longjmp`
+//! then returns there directly, and the frames it left are popped as
+//! unwound when found, as for any non-local exit.
+//!
+//! ```text
+//! The body (rsp = the return slot S; r11 = the thunk's hook word):
+//!   S               the stub's return point (the call has a frame) or
+//!                   the caller's (untraced)
+//!   r11 + 8         the function
+//!   S - 8 … S - 40  rdi, rsi, rdx, r11, r15 as they came (rsp 16-aligned)
+//! The landing (rsp = S + 8; rax the value; r15 the tag):
+//!   rsp + 0 …       a RetRegs, then the word r15 is restored from
+//! ```
+
+use super::layout::graph_asm;
+use super::ret::{fatal_no_frame, finish_frame};
+use super::stack::{self, thread, ThreadState};
+use super::user::RetRegs;
+use crate::ftrace::dispatch::ErrnoGuard;
+use crate::ftrace::quiesce::Bracket;
+use std::cell::Cell;
+use std::sync::atomic::{compiler_fence, AtomicUsize, Ordering};
+
+/// Copies a thread keeps.
+pub const JUMPS: usize = 16;
+/// Words of the largest frame a copy holds (the four of every frame and
+/// what its users reserved).
+const JUMP_WORDS: usize = 12;
+/// A copy's buffer while it is being written.
+const CLAIMED: usize = 1;
+
+/// [`ThreadState::jump`] while the frames a jump left are popped.
+const SKIPPING: u64 = 1;
+/// [`ThreadState::jump`] while the frame a jump came back to is finished.
+const RESUMING: u64 = 2;
+
+/// Whether `what` is being done by the landing's own callbacks, not by a
+/// signal handler's that interrupted it (a bracket deeper).
+pub(super) fn doing(t: &ThreadState, what: u64) -> bool {
+    t.jump.get() == what | crate::ftrace::quiesce::bracket_depth() << 8
+}
+
+/// Marks `what` as being done, in the bracket the landing holds.
+fn set_doing(t: &ThreadState, what: u64) {
+    t.jump
+        .set(what | crate::ftrace::quiesce::bracket_depth() << 8);
+}
+
+/// Whether the return reported now is the second one of a call that
+/// returns twice.
+pub(super) fn resuming(t: &ThreadState) -> bool {
+    doing(t, RESUMING)
+}
+
+/// Whether the unwound returns reported now are of calls a jump left.
+pub(super) fn skipping(t: &ThreadState) -> bool {
+    doing(t, SKIPPING)
+}
+
+/// One call's frame, kept until a later call on its buffer has returned
+/// once (the buffer no longer names it then).
+pub struct Jump {
+    /// The call's buffer (its first argument); 0: free; [`CLAIMED`]:
+    /// being written.
+    buf: AtomicUsize,
+    /// The real return address.
+    ret: Cell<usize>,
+    /// r15 as the caller had it.
+    reg: Cell<u64>,
+    /// Where the frame starts on the shadow stack, and its words.
+    at: Cell<usize>,
+    len: Cell<usize>,
+    /// The first return has come.
+    returned: Cell<bool>,
+    words: [Cell<u64>; JUMP_WORDS],
+    /// The thread's task variables then (each user's own state, e.g. its
+    /// filter's depth), given back with the frame.
+    vars: [Cell<u64>; stack::TASK_VARS],
+}
+
+/// A thread's copies, in its stack mapping's head (zero-valid).
+pub struct Jumps {
+    jumps: [Jump; JUMPS],
+}
+
+impl Jumps {
+    /// Forgets every copy.
+    pub fn clear(&self) {
+        for j in &self.jumps {
+            j.buf.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A free copy to write, claimed with one atomic exchange: a signal
+    /// handler's call meanwhile takes another. (A copy of the same buffer
+    /// stays: until this call's `setjmp` has run, the buffer still names
+    /// it, and a handler may jump there.)
+    fn claim(&self) -> Option<&Jump> {
+        self.jumps.iter().find(|j| {
+            j.buf
+                .compare_exchange(0, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// Frees the copies of `j`'s buffer but `j`, whose call has returned
+    /// once: the buffer names `j` now, no other copy can be jumped to.
+    fn forget_others(&self, j: &Jump) {
+        let buf = j.buf.load(Ordering::Relaxed);
+        for o in &self.jumps {
+            if !std::ptr::eq(o, j) {
+                // Relaxed: nothing of the copy is read once it is free.
+                let _ = o
+                    .buf
+                    .compare_exchange(buf, 0, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The copy a tag names (its address), if it is one of these.
+    fn by_tag(&self, tag: u64) -> Option<&Jump> {
+        (self.jumps.iter()).find(|j| {
+            std::ptr::from_ref(*j) as u64 == tag && j.buf.load(Ordering::Acquire) > CLAIMED
+        })
+    }
+}
+
+graph_asm!(
+    ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
+    ".globl shadowgraph_returns_twice_body",
+    ".hidden shadowgraph_returns_twice_body",
+    "shadowgraph_returns_twice_body:",
+    "endbr64",
+    "push rdi",
+    "push rsi",
+    "push rdx",
+    "push r11",
+    "push r15",
+    "lea rdi, [rsp + 40]",
+    "mov rsi, [rsp + 32]",
+    "mov rdx, r15",
+    "call {note}",
+    "pop r15",
+    "test rax, rax",
+    "cmovnz r15, rax",
+    "pop r11",
+    "pop rdx",
+    "pop rsi",
+    "pop rdi",
+    "jmp qword ptr [r11 + 8]",
+    ".globl shadowgraph_returns_twice_landing",
+    ".hidden shadowgraph_returns_twice_landing",
+    "shadowgraph_returns_twice_landing:",
+    "endbr64",
+    "mov r11, rsp",
+    "sub rsp, RET_SIZE + 16",
+    "and rsp, -16",
+    "mov [rsp + RET_RAX], rax",
+    "mov [rsp + RET_RDX], rdx",
+    "movaps [rsp + RET_XMM0], xmm0",
+    "movaps [rsp + RET_XMM1], xmm1",
+    "mov [rsp + RET_RSP], r11",
+    "mov [rsp + RET_RSP + 8], r11",
+    "mov rdi, rsp",
+    "mov rsi, r15",
+    "lea rdx, [rsp + RET_SIZE]",
+    "call {land}",
+    "mov r11, rax",
+    "mov r15, [rsp + RET_SIZE]",
+    "mov rax, [rsp + RET_RAX]",
+    "mov rdx, [rsp + RET_RDX]",
+    "movaps xmm0, [rsp + RET_XMM0]",
+    "movaps xmm1, [rsp + RET_XMM1]",
+    "mov rsp, [rsp + RET_RSP + 8]",
+    "jmp r11",
+    ".popsection";
+    note = sym note,
+    land = sym land,
+);
+
+extern "C" {
+    fn shadowgraph_returns_twice_body();
+    fn shadowgraph_returns_twice_landing();
+}
+
+/// The body a thunk of a function that returns twice jumps to, with r11
+/// at its hook word and the function's address in the word after.
+pub fn returns_twice_body() -> usize {
+    shadowgraph_returns_twice_body as *const () as usize
+}
+
+/// Before the function runs: keeps the call's frame (if it has one) and
+/// returns the tag for r15 (0: none, r15 stays).
+extern "C" fn note(slot: usize, buf: usize, reg: u64) -> u64 {
+    let t = thread();
+    let Some(f) = t.frame_below(t.curr.get()) else {
+        return 0;
+    };
+    if t.word(f + stack::FRAME_RETP) as usize != slot {
+        // Untraced: the stub went straight to the body.
+        return 0;
+    }
+    let len = t.curr.get() - f;
+    let kept = (len <= JUMP_WORDS).then(|| t.jumps().and_then(Jumps::claim));
+    let Some(j) = kept.flatten() else {
+        finish_now(t, f, slot);
+        return 0;
+    };
+    j.ret.set(t.word(f) as usize);
+    j.reg.set(reg);
+    j.at.set(f);
+    j.len.set(len);
+    j.returned.set(false);
+    for (i, w) in j.words.iter().take(len).enumerate() {
+        w.set(t.word(f + i));
+    }
+    for (i, v) in j.vars.iter().enumerate() {
+        // SAFETY: this thread's task variables, in its stack's head.
+        v.set(unsafe { t.task_var(i).read() });
+    }
+    // Release: the copy's cells are written before the buffer names it
+    // (the landing's Acquire, in this thread or its handlers).
+    j.buf.store(buf, Ordering::Release);
+    // SAFETY: `slot` is the running call's return slot (its frame says
+    // so), which holds the stub's return point until the function returns.
+    unsafe { (slot as *mut usize).write(shadowgraph_returns_twice_landing as *const () as usize) };
+    std::ptr::from_ref(j) as u64
+}
+
+/// A call whose frame cannot be kept: finished now, returning 0, with its
+/// real return address back in its slot.
+#[cold]
+fn finish_now(t: &ThreadState, f: usize, slot: usize) {
+    let _b = Bracket::enter_at(slot);
+    let _e = ErrnoGuard::save();
+    let mut r = RetRegs::zeroed();
+    r.rsp = slot + 8;
+    // SAFETY: as in `note`: the call's return slot, ours until it returns.
+    unsafe { (slot as *mut usize).write(t.word(f) as usize) };
+    finish_frame(t, f, &r, false);
+}
+
+/// A return to the landing: the frame's exit (after popping what a jump
+/// left); returns the real return address and sets `reg` to r15's value.
+extern "C" fn land(r: &mut RetRegs, tag: u64, reg: &mut u64) -> usize {
+    let slot = r.rsp - 8;
+    let t = thread();
+    let Some(j) = t.jumps().and_then(|js| js.by_tag(tag)) else {
+        fatal_no_frame(slot)
+    };
+    *reg = j.reg.get();
+    let _b = Bracket::enter_at(slot);
+    let _e = ErrnoGuard::save();
+    let at = j.at.get();
+    let first = !j.returned.replace(true);
+    // The calls a jump left stay open: above the call's frame at its first
+    // return (none, unless a handler jumped there from inside the
+    // function), from its place on at a later one.
+    let from = if first { at + 1 } else { at };
+    set_doing(t, SKIPPING);
+    while let Some(f) = t.frame_below(t.curr.get()).filter(|&f| f >= from) {
+        finish_frame(t, f, r, true);
+    }
+    t.jump.set(0);
+    if first {
+        if let Some(f) = t.frame_below(t.curr.get()) {
+            if f == at && t.word(f + stack::FRAME_RETP) as usize == slot {
+                finish_frame(t, f, r, false);
+            }
+        }
+        if let Some(js) = t.jumps() {
+            js.forget_others(j);
+        }
+        return j.ret.get();
+    }
+    if t.curr.get() == at {
+        let len = j.len.get();
+        // As `push`: written before `curr` covers them, and again after
+        // (a handler that ran in between may have pushed over them).
+        let write = || {
+            for (i, w) in j.words.iter().take(len).enumerate() {
+                t.set_word(at + i, w.get());
+            }
+        };
+        write();
+        compiler_fence(Ordering::SeqCst);
+        t.curr.set(at + len);
+        compiler_fence(Ordering::SeqCst);
+        write();
+        // The users' own state as it was inside the call.
+        for (i, v) in j.vars.iter().enumerate() {
+            // SAFETY: as in `note`.
+            unsafe { t.task_var(i).write(v.get()) };
+        }
+        set_doing(t, RESUMING);
+        finish_frame(t, at, r, false);
+        t.jump.set(0);
+    }
+    j.ret.get()
+}
