@@ -44,18 +44,12 @@
 
 use super::layout::graph_asm;
 use super::ret::{fatal_no_frame, finish_frame};
-use super::stack::{self, thread, ThreadState};
+use super::stack::{self, thread, Jump, Jumps, ThreadState, JUMP_WORDS};
 use super::user::RetRegs;
 use crate::ftrace::dispatch::ErrnoGuard;
 use crate::ftrace::quiesce::Bracket;
-use std::cell::Cell;
-use std::sync::atomic::{compiler_fence, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, Ordering};
 
-/// Copies a thread keeps.
-pub const JUMPS: usize = 16;
-/// Words of the largest frame a copy holds (the four of every frame and
-/// what its users reserved).
-const JUMP_WORDS: usize = 12;
 /// A copy's buffer while it is being written.
 const CLAIMED: usize = 1;
 
@@ -87,40 +81,7 @@ pub(super) fn skipping(t: &ThreadState) -> bool {
     doing(t, SKIPPING)
 }
 
-/// One call's frame, kept until a later call on its buffer has returned
-/// once (the buffer no longer names it then).
-pub struct Jump {
-    /// The call's buffer (its first argument); 0: free; [`CLAIMED`]:
-    /// being written.
-    buf: AtomicUsize,
-    /// The real return address.
-    ret: Cell<usize>,
-    /// r15 as the caller had it.
-    reg: Cell<u64>,
-    /// Where the frame starts on the shadow stack, and its words.
-    at: Cell<usize>,
-    len: Cell<usize>,
-    /// The first return has come.
-    returned: Cell<bool>,
-    words: [Cell<u64>; JUMP_WORDS],
-    /// The thread's task variables then (each user's own state, e.g. its
-    /// filter's depth), given back with the frame.
-    vars: [Cell<u64>; stack::TASK_VARS],
-}
-
-/// A thread's copies, in its stack mapping's head (zero-valid).
-pub struct Jumps {
-    jumps: [Jump; JUMPS],
-}
-
 impl Jumps {
-    /// Forgets every copy.
-    pub fn clear(&self) {
-        for j in &self.jumps {
-            j.buf.store(0, Ordering::Relaxed);
-        }
-    }
-
     /// A free copy to write, claimed with one atomic exchange: a signal
     /// handler's call meanwhile takes another. (A copy of the same buffer
     /// stays: until this call's `setjmp` has run, the buffer still names

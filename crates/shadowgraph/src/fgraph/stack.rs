@@ -9,7 +9,6 @@
 //! owning thread writes its stack; pushes store the offset before `curr`
 //! moves and again after (a handler may have reused the word meanwhile).
 
-use super::jumps::Jumps;
 use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -293,6 +292,48 @@ impl Graves {
             self.slot[k].store(0, Ordering::Release);
         }
         Some(ret)
+    }
+}
+
+// --- Copies of frames that return twice (used by jumps.rs) ---------------------------
+
+/// Copies a thread keeps.
+pub const JUMPS: usize = 16;
+/// Words of the largest frame a copy holds (the four of every frame and
+/// what its users reserved).
+pub(super) const JUMP_WORDS: usize = 12;
+/// One call's frame, kept until a later call on its buffer has returned
+/// once (the buffer no longer names it then).
+pub struct Jump {
+    /// The call's buffer (its first argument); 0: free; `jumps::CLAIMED`:
+    /// being written.
+    pub(super) buf: AtomicUsize,
+    /// The real return address.
+    pub(super) ret: Cell<usize>,
+    /// r15 as the caller had it.
+    pub(super) reg: Cell<u64>,
+    /// Where the frame starts on the shadow stack, and its words.
+    pub(super) at: Cell<usize>,
+    pub(super) len: Cell<usize>,
+    /// The first return has come.
+    pub(super) returned: Cell<bool>,
+    pub(super) words: [Cell<u64>; JUMP_WORDS],
+    /// The thread's task variables then (each user's own state, e.g. its
+    /// filter's depth), given back with the frame.
+    pub(super) vars: [Cell<u64>; TASK_VARS],
+}
+
+/// A thread's copies, in its stack mapping's head (zero-valid).
+pub struct Jumps {
+    pub(super) jumps: [Jump; JUMPS],
+}
+
+impl Jumps {
+    /// Forgets every copy.
+    pub fn clear(&self) {
+        for j in &self.jumps {
+            j.buf.store(0, Ordering::Relaxed);
+        }
     }
 }
 
