@@ -162,6 +162,13 @@ pub(super) fn release_callers(
     // pending, beyond the outermost pending one.
     let frames = fgraph::thread_depth().max(0) as usize + 1;
     let (mut outermost, mut pending, mut gaps) = (0, 0u16, 0u16);
+    // The thread's first records, none of its calls written (not a forked
+    // child's, whose inherited calls were): the pending callers are all
+    // its calls open below ours (a gap can only be the one we interrupted,
+    // inside them), so each goes at the number of them outside it, and
+    // ours after them, whether or not a filter's depth counted the gap.
+    let mut fresh = writer::ring_depth(u.private).is_none();
+    let mut released = 0u16;
     for k in 1..=frames {
         if let Some((q, _)) = u.retrieve_ancestor(k) {
             // SAFETY: our word in an ancestor frame, live below ours,
@@ -172,6 +179,7 @@ pub(super) fn release_callers(
             // code we interrupted, its slot claimed before ours.
             if w & ENTRY_WRITTEN != 0 || writer::pending_entry_state(u.private, word) == Some(true)
             {
+                fresh = false;
                 break;
             }
             // 0: the call's entry callback has not begun to time it (we
@@ -195,12 +203,15 @@ pub(super) fn release_callers(
                 gaps += 1;
                 continue;
             }
-            let d = if every_frame {
+            let d = if fresh {
+                released
+            } else if every_frame {
                 depth.saturating_sub(k as u16 + gaps)
             } else {
                 depth.saturating_sub(pending)
             };
             pending -= 1;
+            released += 1;
             // Being timed (we are a handler that interrupted its entry
             // callback): the entry time of its nearest timed descendant
             // (ours, if none between), which follows everything in the
@@ -225,7 +236,9 @@ pub(super) fn release_callers(
             }
         }
     }
-    if every_frame {
+    if fresh {
+        released
+    } else if every_frame {
         depth.saturating_sub(gaps)
     } else {
         depth
