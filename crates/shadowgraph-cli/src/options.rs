@@ -345,10 +345,11 @@ pub(crate) struct RecordOptions {
     /// --no-sched).
     #[arg(long)]
     pub(crate) no_event: bool,
-    /// Record the events EVENT names (a glob, as uftrace's `-E`):
-    /// `linux:task-name` (a thread's new name, where perf events are
-    /// permitted), `linux:schedule` (recorded anyway); user SDT markers
-    /// are not recorded (said).
+    /// Record the events EVENT names (PROVIDER:NAME, each side a pattern,
+    /// as uftrace's `-E`): a user SDT marker of the program or its
+    /// libraries (`STAP_PROBE`), `linux:task-name` (a thread's new name,
+    /// where perf events are permitted), `linux:schedule` (recorded
+    /// anyway).
     #[arg(short = 'E', long = "Event", value_name = "EVENT")]
     pub(crate) events: Vec<String>,
     /// The program keeps the process id `record` was started with (uftrace's
@@ -703,6 +704,7 @@ impl RecordOptions {
                 signals: self.signal.clone(),
                 watch_cpu: !self.watch.is_empty(),
                 force: self.force,
+                events: self.user_events(),
                 command: Some(command_line()),
             }),
             objects,
@@ -720,6 +722,16 @@ impl RecordOptions {
         };
         config.check().map_err(|e| e.to_string())?;
         Ok(config)
+    }
+
+    /// The `-E` specs of user SDT markers (uftrace's: `;` separates
+    /// several in one), the kernel's (`linux:…`) aside.
+    pub(crate) fn user_events(&self) -> Vec<String> {
+        (self.events.iter())
+            .flat_map(|e| e.split(';'))
+            .filter(|e| !e.is_empty() && !e.starts_with("linux:"))
+            .map(String::from)
+            .collect()
     }
 
     /// Which library calls are traced (of `--no-libcall` and

@@ -196,9 +196,11 @@ pub(crate) fn open_sched(
     let glob =
         |e: &str, name: &str| shadowgraph_data::pattern::glob_match(e.as_bytes(), name.as_bytes());
     let names = opts.events.iter().any(|e| glob(e, "linux:task-name"));
-    for e in &opts.events {
-        if !glob(e, "linux:task-name") && !glob(e, "linux:schedule") {
-            eprintln!("shadowgraph: -E {e}: no such event (user SDT markers are not recorded)");
+    for e in opts.events.iter().flat_map(|e| e.split(';')) {
+        if e.starts_with("linux:") && !glob(e, "linux:task-name") && !glob(e, "linux:schedule") {
+            eprintln!(
+                "shadowgraph: -E {e}: no such event (linux:task-name and linux:schedule are)"
+            );
         }
     }
     // (`--no-event` leaves out the events recorded by default, not those

@@ -90,6 +90,10 @@ pub(crate) struct ViewFilter {
     /// Without events (a `read=` trigger's, schedule events).
     #[arg(long)]
     no_event: bool,
+    /// Events are shown (uftrace's `-E` in a view: events even with
+    /// `--no-event`).
+    #[arg(short = 'E', long = "Event", value_name = "EVENT")]
+    event: Vec<String>,
     /// Without schedule events.
     #[arg(long)]
     no_sched: bool,
@@ -164,7 +168,7 @@ impl ViewFilter {
             progress: std::io::stderr().is_terminal() && !std::io::stdout().is_terminal(),
             with_syms: self.with_syms.clone(),
             no_args: self.no_args,
-            no_event: self.no_event,
+            no_event: self.no_event && self.event.is_empty(),
             no_sched: self.no_sched,
             no_sched_preempt: self.no_sched_preempt,
             event_full: self.event_full,

@@ -52,6 +52,8 @@ pub struct DataDir {
     /// Each thread's new names and when it took them (`perf-cpu*.dat`,
     /// `record -E linux:task-name`).
     pub task_names: std::collections::HashMap<i32, Vec<(u64, String)>>,
+    /// The names of user events (SDT markers') by id, from `events.txt`.
+    pub user_events: std::sync::Arc<crate::events::UserEvents>,
     /// Arguments and return values not shown (`--no-args`).
     hide_args: bool,
     /// Built-in events not shown (`--no-event`).
@@ -290,6 +292,7 @@ impl DataDir {
             modules,
             sched: perf.spans,
             task_names: perf.names,
+            user_events: crate::events::read_user_events(dir).into(),
             hide_args: how.no_args,
             hide_events: how.no_event,
             hide_sched: match (how.no_event || how.no_sched, how.no_sched_preempt) {
@@ -460,6 +463,7 @@ impl DataDir {
             args: self.args.clone(),
             hide_args: self.hide_args,
             hide_events: self.hide_events,
+            user_events: self.user_events.clone(),
             dump_args,
         })
     }
@@ -621,6 +625,7 @@ pub struct RecordStream {
     hide_args: bool,
     /// Built-in events read past, not kept (`--no-event`).
     hide_events: bool,
+    user_events: std::sync::Arc<crate::events::UserEvents>,
     /// Arguments and return values as the plain dump shows them
     /// ([`DataDir::dump_stream`]).
     dump_args: bool,
@@ -727,6 +732,10 @@ impl Iterator for RecordStream {
                 }
                 Err(e) => return self.cut(format!("offset {}: {e}", self.offset)),
             }
+        }
+        if r.kind == Kind::Event && crate::events::is_user(r.addr) && !self.hide_events {
+            // A user event's name: the views show it (uftrace's: no data).
+            r.args = self.user_events.get(&r.addr).cloned();
         }
         if let Some(p) = &self.progress {
             p.tick();

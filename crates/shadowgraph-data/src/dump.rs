@@ -137,7 +137,8 @@ pub fn dump_text_of(
                 Kind::Lost => "lost ",
             };
             let name = match r.kind {
-                Kind::Event => crate::events::name(r.addr)
+                Kind::Event => (crate::events::name(r.addr))
+                    .or_else(|| data.user_events.get(&r.addr).map(|n| &**n))
                     .map_or_else(|| data.name(r.addr).to_string(), |n| n.to_string()),
                 _ => data.name(r.addr).to_string(),
             };

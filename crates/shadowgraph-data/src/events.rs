@@ -6,6 +6,31 @@
 
 #![forbid(unsafe_code)]
 
+/// The first user event's id (uftrace's `EVENT_ID_USER`: SDT markers').
+pub const USER_FIRST: u64 = 1_000_000;
+
+/// Whether `id` is a user event's (the views' own events lie far above).
+pub fn is_user(id: u64) -> bool {
+    (USER_FIRST..1 << 32).contains(&id)
+}
+
+/// User events' names (`provider:name`) by id.
+pub type UserEvents = std::collections::HashMap<u64, std::sync::Arc<str>>;
+
+/// The user events `events.txt` in `dir` names (uftrace's lines, `EVENT:
+/// ID PROVIDER:NAME`); none without the file, and lines of another form
+/// are passed over, as uftrace reads it.
+pub fn read_user_events(dir: &std::path::Path) -> UserEvents {
+    let text = std::fs::read_to_string(dir.join("events.txt")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (id, name) = l.strip_prefix("EVENT: ")?.split_once(' ')?;
+            let id: u64 = id.parse().ok()?;
+            name.contains(':').then(|| (id, name.trim().into()))
+        })
+        .collect()
+}
+
 /// The first built-in event's id (`read:proc/statm`).
 pub const FIRST: u64 = 100_001;
 /// The last built-in event's id (`watch:cpu`).

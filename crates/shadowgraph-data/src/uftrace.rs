@@ -23,6 +23,8 @@ const ARGUMENT: u64 = 1 << 3;
 const RETVAL: u64 = 1 << 4;
 /// `-a`: the built-in specs and enums are in `info` (`argauto`, …).
 const AUTO_ARGS: u64 = 1 << 9;
+/// Feature bit: user events (SDT markers'), named in `events.txt`.
+const EVENT: u64 = 1 << 7;
 /// Feature bit: schedule events in `perf-cpu<N>.dat`.
 const PERF_EVENT: u64 = 1 << 8;
 /// The info section of argument specs (between loadinfo and record_date).
@@ -355,16 +357,18 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         std::fs::write(&p, s).map_err(|e| err(&p, e))?;
     }
 
-    // perf-cpu<N>.dat: schedule events, as they are (copied where the
-    // export goes elsewhere).
-    let mut perf = false;
+    // perf-cpu<N>.dat: schedule events, and events.txt: the user events'
+    // names, as they are (copied where the export goes elsewhere).
+    let (mut perf, mut user_events) = (false, false);
     for e in std::fs::read_dir(&data.dir)
         .map_err(|e| err(&data.dir, e))?
         .flatten()
     {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("perf-cpu") && name.ends_with(".dat") {
-            perf = true;
+        let is_perf = name.starts_with("perf-cpu") && name.ends_with(".dat");
+        if is_perf || name == "events.txt" {
+            perf |= is_perf;
+            user_events |= !is_perf;
             let dst = out.join(&name);
             if !same_file(&e.path(), &dst) {
                 std::fs::copy(e.path(), &dst).map_err(|e| err(&dst, e))?;
@@ -482,11 +486,8 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     } else {
         (FEATURES | ARGUMENT | RETVAL, INFO_MASK | ARG_SPEC)
     };
-    let features = if perf {
-        features | PERF_EVENT
-    } else {
-        features
-    };
+    let features =
+        features | if perf { PERF_EVENT } else { 0 } | if user_events { EVENT } else { 0 };
     info.extend_from_slice(&features.to_le_bytes());
     info.extend_from_slice(&mask.to_le_bytes());
     info.extend_from_slice(&1024u16.to_le_bytes()); // max stack

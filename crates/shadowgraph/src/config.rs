@@ -159,6 +159,10 @@ pub struct Record {
     /// launcher, whose programs started by exec are traced).
     #[serde(default)]
     pub force: bool,
+    /// `-E PROVIDER:EVENT`: the user SDT markers recorded as events (the
+    /// kernel's events, `linux:…`, are `record`'s to ask perf for).
+    #[serde(default)]
+    pub events: Vec<String>,
     /// The command line that started the recording, as its `info` shows
     /// it (uftrace's: the arguments joined by spaces, `"` and `\\`
     /// escaped); `None`: the traced program's.
@@ -205,6 +209,7 @@ impl Record {
             signals: Vec::new(),
             watch_cpu: false,
             force: false,
+            events: Vec::new(),
             command: None,
         }
     }
@@ -589,6 +594,7 @@ mod tests {
                 signals: Vec::new(),
                 watch_cpu: false,
                 force: false,
+                events: vec!["uftrace:*".into()],
                 command: Some("shadowgraph record -A \"x\"".into()),
             }),
             objects: Objects::Program(vec!["libfoo".into()]),

@@ -12,6 +12,7 @@
 pub mod autoargs;
 mod debug;
 pub mod lines;
+pub mod sdt;
 pub mod slots;
 pub mod sysv;
 

@@ -211,9 +211,11 @@ pub fn replay_sessions(
                     open[k].truncate(d);
                     continue;
                 }
-                // A built-in event (`read=`): shown below.
+                // A built-in event (`read=`) or a user's (an SDT marker's):
+                // shown below.
                 a if r.args.is_some()
-                    && (crate::events::FIRST..=crate::events::LAST).contains(&a) => {}
+                    && ((crate::events::FIRST..=crate::events::LAST).contains(&a)
+                        || crate::events::is_user(a)) => {}
                 // A new name: the thread's task column from here on,
                 // shown unless events are not (`--no-event`), as uftrace.
                 crate::sched::TASK_NAME_ADDR => {

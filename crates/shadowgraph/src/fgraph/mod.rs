@@ -142,6 +142,14 @@ pub fn unwound_stays_open() -> bool {
     t.exiting.get() || jumps::skipping(t)
 }
 
+/// Whether `user` is offered calls now: registered, and not leaving (it
+/// stops being offered calls before its unregistration returns).
+pub fn offered_calls(user: &GraphUser) -> bool {
+    user.slot()
+        // Acquire: as the paths that find a user in its slot.
+        .is_some_and(|i| std::ptr::eq(ARRAY[i].load(Ordering::Acquire), user))
+}
+
 /// Whether the return reported now is a function's second one (a
 /// `longjmp` back into a traced `setjmp`): its exit belongs at its own
 /// depth, below the calls the jump left open.

@@ -18,6 +18,7 @@
 //! one another, and the fentry call → nop conversions); sleds need the stop-the-world path.
 
 mod edit;
+pub mod probes;
 mod published;
 mod trap;
 

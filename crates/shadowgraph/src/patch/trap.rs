@@ -1,6 +1,7 @@
 //! The SIGTRAP handler: emulates a site's new instruction for a thread that
-//! hit the temporary `int3`, and hands every other trap to the handler the
-//! program (or a debugger stub) installed.
+//! hit the temporary `int3`, hands a probe's trap to its hook
+//! (probes.rs), and every other trap to the handler the program (or a
+//! debugger stub) installed.
 
 use super::edit::Emulation;
 use super::published::{
@@ -96,6 +97,28 @@ pub fn previous() -> libc::sigaction {
 
 const SI_KERNEL: i32 = 0x80;
 
+/// Whether a trap at a site is a probe's, whose hook has run (a
+/// `fn(usize) -> bool`, set by probes.rs; 0: there are none).
+static PROBE_HIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Traps at sites that no batch explains go to `hit` first (probes.rs).
+pub(super) fn set_probe_hit(hit: fn(usize) -> bool) {
+    // Release: whatever `hit` reads was published before.
+    PROBE_HIT.store(hit as usize, Ordering::Release);
+}
+
+fn probe_hit(site: usize) -> bool {
+    // Acquire: pairs with `set_probe_hit`.
+    let f = PROBE_HIT.load(Ordering::Acquire);
+    if f == 0 {
+        return false;
+    }
+    // SAFETY: only `set_probe_hit` stores non-zero values, from a
+    // `fn(usize) -> bool`.
+    let hit = unsafe { std::mem::transmute::<usize, fn(usize) -> bool>(f) };
+    hit(site)
+}
+
 extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let uc = ctx as *mut libc::ucontext_t;
     // SAFETY: the kernel passes valid siginfo and ucontext pointers to an
@@ -154,6 +177,10 @@ extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
             // SAFETY: as above, rewriting the interrupted context.
             unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = site as i64 };
             TRAPS_LATE.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // An armed probe's (probes.rs): the thread resumes after it.
+        if probe_hit(site) {
             return;
         }
     }

@@ -20,6 +20,7 @@
 mod control;
 mod count;
 mod exec;
+mod markers;
 pub mod objects;
 
 use crate::config::{self, Config, Mode};
@@ -144,6 +145,8 @@ impl Session {
             Some(rec) => {
                 recorder::stop(&rec);
                 if !recorder::active() {
+                    // (Their traps record nothing since the stop.)
+                    markers::disarm();
                     objects::restore_originals();
                 }
                 let control = rec_control(&rec);
@@ -177,9 +180,19 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
         }
     }
     let rings = r.rings.as_ref().map(|x| x.dir.as_path());
+    // (The markers armed are the last recording's that asks for some.)
+    let names = match r.events.is_empty() {
+        true => Vec::new(),
+        false => markers::arm(&r.events),
+    };
     let rec = recorder::start(r, &r.dir, rings, None, true);
-    if rec.is_err() && !recorder::active() {
-        objects::restore_originals();
+    match &rec {
+        Ok(made) => markers::name(&names, made),
+        Err(_) if !recorder::active() => {
+            markers::disarm();
+            objects::restore_originals();
+        }
+        Err(_) => {}
     }
     rec
 }
@@ -351,7 +364,10 @@ fn start_recording(
     // Only the recorded program's first image listens for commands.
     let control = r.control.as_ref().filter(|_| !started_by_exec);
     let rings = r.rings.as_ref().map(|x| x.dir.as_path());
-    let made = recorder::start(r, &dir, rings, control, !held)?;
+    let names = markers::arm(&r.events);
+    let made =
+        recorder::start(r, &dir, rings, control, !held).inspect_err(|_| markers::disarm())?;
+    markers::name(&names, &made);
     if let Some(c) = control {
         control::start(made.users(), c)?;
     }

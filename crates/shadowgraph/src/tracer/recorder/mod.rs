@@ -11,6 +11,7 @@
 
 mod args;
 mod callbacks;
+pub(crate) mod markers;
 mod metadata;
 mod reads;
 mod signals;
@@ -173,6 +174,14 @@ pub(crate) fn write_start_metadata(rec: &Recording) {
 }
 
 impl Recording {
+    /// Its recorders' data directories (its profiles' aside).
+    pub(crate) fn recorder_dirs(&self) -> Vec<std::path::PathBuf> {
+        (self.tracers.iter())
+            .filter(|t| !t.profile)
+            .map(|t| t.dir.clone())
+            .collect()
+    }
+
     /// Its tracers' graph users (for `--control`).
     pub(crate) fn users(&self) -> Vec<Arc<GraphUser>> {
         self.tracers.iter().map(|t| t.user.clone()).collect()
