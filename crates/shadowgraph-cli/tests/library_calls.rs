@@ -212,7 +212,9 @@ fn calls_that_switch_jump_fork_or_exec_leave_the_program_correct() {
     let dir = workdir("libcalls_unusual");
     for (fixture, calls) in [
         ("coroutines.c", &["swapcontext"][..]),
-        ("siglongjmp_alarms.c", &["siglongjmp", "__sigsetjmp"][..]),
+        // (A siglongjmp never returns: the report, as uftrace's, counts
+        // the sigsetjmp it comes back to, not the jump.)
+        ("siglongjmp_alarms.c", &["__sigsetjmp"][..]),
         ("fork_child.c", &["fork", "waitpid"][..]),
         ("exec_self.c", &["execl"][..]),
     ] {
@@ -494,7 +496,7 @@ fn difference(ours: &[Vec<String>], theirs: &[Vec<String>]) -> String {
 /// longjmp out of traced frames back into a traced setjmp, as uftrace
 /// shows it: the frames it leaves stay open, and the setjmp's second
 /// return is its exit, at its depth; main goes on. uftrace shows our
-/// recording as we do.
+/// recording as we do, in the replay and the report.
 #[test]
 fn longjmp_returns_into_its_setjmp() {
     let dir = workdir("libcalls_longjmp");
@@ -527,9 +529,9 @@ fn longjmp_returns_into_its_setjmp() {
         want.extend(["  after();", "  printf();", "} /* main */"]);
         let got: Vec<&str> = body.iter().map(String::as_str).collect();
         assert_eq!(got, want, "{way:?}");
-        if let Some(theirs) = uftrace_view("replay", &data) {
-            assert_eq!(replay_body(&theirs), body, "{way:?}");
-        }
+        // (The report counts each return of `_setjmp` and no call the
+        // jumps left open, as uftrace's.)
+        as_uftrace(&data, &[&["replay"], &["report"]], 0);
     }
 }
 

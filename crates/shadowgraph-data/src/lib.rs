@@ -27,6 +27,7 @@ pub mod dump;
 pub mod error;
 pub mod events;
 mod field_list;
+mod fixups;
 pub mod flame;
 pub mod format;
 pub mod graph;

@@ -351,6 +351,7 @@ pub fn collect(
             .or_insert_with(|| *by_name.entry(data.name(addr).into_owned()).or_insert(addr))
     };
     let stop = filter.stop_time(data)?;
+    let setjmps = crate::fixups::JumpFns::of(data).setjmp;
     for (tid, records) in thread_records(data, filter)? {
         let key_tid = if per_thread { tid } else { 0 };
         let mut frames = Frames::default();
@@ -365,6 +366,9 @@ pub fn collect(
                 // leave unmatched frames: they are closed here too).
                 Kind::Exit => {
                     let f = function(r.addr);
+                    if setjmps.binary_search(&r.addr).is_ok() {
+                        frames.jump_back(r.depth as usize, f);
+                    }
                     frames.close(&mut stats, key_tid, r.time, Some(f));
                 }
                 Kind::Lost | Kind::Event => {}
@@ -398,6 +402,24 @@ struct Frames {
 impl Frames {
     fn push(&mut self, f: u64, time: u64) {
         self.stack.push((f, time, 0));
+        *self.active.entry(f).or_default() += 1;
+    }
+
+    /// A `setjmp`'s exit at `depth` below the innermost open call (a
+    /// `longjmp` came back): the calls above that depth stay open, not
+    /// counted, and the one at it ends as `f`'s, as uftrace counts it.
+    fn jump_back(&mut self, depth: usize, f: u64) {
+        if depth + 1 >= self.stack.len() {
+            return;
+        }
+        for (g, _, _) in self.stack.drain(depth + 1..) {
+            let a = self.active.entry(g).or_default();
+            *a = a.saturating_sub(1);
+        }
+        let at = &mut self.stack[depth];
+        let a = self.active.entry(at.0).or_default();
+        *a = a.saturating_sub(1);
+        at.0 = f;
         *self.active.entry(f).or_default() += 1;
     }
 

@@ -283,34 +283,11 @@ struct DisplayDepth<I> {
     /// entries spend and their exits give back, full at a thread's start
     /// and after each such exit.
     base: u16,
-    jumps: Arc<JumpFns>,
+    jumps: Arc<crate::fixups::JumpFns>,
     /// The depth just inside the last `setjmp` entered, where a `longjmp`
     /// entry takes the depth back to (its next record is the `setjmp`'s
     /// exit), as uftrace's views count.
     setjmp_depth: Option<u16>,
-}
-
-/// The functions uftrace's views count depths around (its "fixups"), by
-/// address, sorted.
-#[derive(Default)]
-struct JumpFns {
-    setjmp: Vec<u64>,
-    longjmp: Vec<u64>,
-}
-
-impl JumpFns {
-    fn of(data: &DataDir) -> JumpFns {
-        let mut j = JumpFns::default();
-        for (addr, name) in &data.symbols {
-            let name = name.split('@').next().unwrap_or_default();
-            match name {
-                "setjmp" | "_setjmp" | "sigsetjmp" | "__sigsetjmp" => j.setjmp.push(*addr),
-                "longjmp" | "siglongjmp" | "__longjmp_chk" => j.longjmp.push(*addr),
-                _ => {}
-            }
-        }
-        j
-    }
 }
 
 impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I> {
@@ -551,7 +528,7 @@ struct Selection {
     enabled: Rc<Cell<bool>>,
     /// The timestamps shown (`-r`).
     range: Option<std::ops::RangeInclusive<u64>>,
-    jumps: Arc<JumpFns>,
+    jumps: Arc<crate::fixups::JumpFns>,
 }
 
 /// One thread's records as `filter` selects them.
@@ -739,7 +716,7 @@ pub fn thread_records(
             Some(r) => Some(r.resolve(super::columns::first_time(data)?)),
             None => None,
         },
-        jumps: Arc::new(JumpFns::of(data)),
+        jumps: Arc::new(crate::fixups::JumpFns::of(data)),
     };
     let mut threads = Vec::new();
     for &t in &data.tids {
