@@ -43,7 +43,7 @@
 //! ```
 
 use super::layout::graph_asm;
-use super::ret::{fatal_no_frame, finish_frame};
+use super::ret::{fatal_no_frame, finish_frame, restore_ret_regs, save_ret_regs};
 use super::stack::{self, thread, Jump, Jumps, ThreadState, JUMP_WORDS};
 use super::user::RetRegs;
 use crate::ftrace::dispatch::ErrnoGuard;
@@ -143,26 +143,14 @@ graph_asm!(
     ".hidden shadowgraph_returns_twice_landing",
     "shadowgraph_returns_twice_landing:",
     "endbr64",
-    "mov r11, rsp",
-    "sub rsp, RET_SIZE + 16",
-    "and rsp, -16",
-    "mov [rsp + RET_RAX], rax",
-    "mov [rsp + RET_RDX], rdx",
-    "movaps [rsp + RET_XMM0], xmm0",
-    "movaps [rsp + RET_XMM1], xmm1",
-    "mov [rsp + RET_RSP], r11",
-    "mov [rsp + RET_RSP + 8], r11",
+    save_ret_regs!("RET_SIZE + 16"),
     "mov rdi, rsp",
     "mov rsi, r15",
     "lea rdx, [rsp + RET_SIZE]",
     "call {land}",
     "mov r11, rax",
     "mov r15, [rsp + RET_SIZE]",
-    "mov rax, [rsp + RET_RAX]",
-    "mov rdx, [rsp + RET_RDX]",
-    "movaps xmm0, [rsp + RET_XMM0]",
-    "movaps xmm1, [rsp + RET_XMM1]",
-    "mov rsp, [rsp + RET_RSP + 8]",
+    restore_ret_regs!(),
     "jmp r11",
     ".popsection";
     note = sym note,

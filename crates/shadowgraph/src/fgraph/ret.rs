@@ -14,15 +14,17 @@ use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 
 // --- Return ---------------------------------------------------------------------------
 
-// The general return: RetRegs saved (fgraph::layout: 16-byte aligned below
-// rsp, which may not be; its rsp and the word after it hold rsp as it came), graph_return
-// called, the real return address left in r11, the return registers and
-// rsp restored. r11 is dead at a return.
-macro_rules! return_body {
-    () => {
+// A RetRegs of `$size` bytes (RET_SIZE or more: the words after it are
+// the caller's) saved 16-byte aligned below rsp, which may not be
+// (fgraph::layout: its rsp and the word after it hold rsp as it came);
+// rsp then points at it. Clobbers r11.
+macro_rules! save_ret_regs {
+    ($size:literal) => {
         concat!(
             "mov r11, rsp\n",
-            "sub rsp, RET_SIZE\n",
+            "sub rsp, ",
+            $size,
+            "\n",
             "and rsp, -16\n",
             "mov [rsp + RET_RAX], rax\n",
             "mov [rsp + RET_RDX], rdx\n",
@@ -30,14 +32,36 @@ macro_rules! return_body {
             "movaps [rsp + RET_XMM1], xmm1\n",
             "mov [rsp + RET_RSP], r11\n",
             "mov [rsp + RET_RSP + 8], r11\n",
-            "mov rdi, rsp\n",
-            "call {ret}\n",
-            "mov r11, rax\n",
+        )
+    };
+}
+
+// The return registers and rsp as `save_ret_regs!` kept them.
+macro_rules! restore_ret_regs {
+    () => {
+        concat!(
             "mov rax, [rsp + RET_RAX]\n",
             "mov rdx, [rsp + RET_RDX]\n",
             "movaps xmm0, [rsp + RET_XMM0]\n",
             "movaps xmm1, [rsp + RET_XMM1]\n",
             "mov rsp, [rsp + RET_RSP + 8]\n",
+        )
+    };
+}
+
+pub(super) use {restore_ret_regs, save_ret_regs};
+
+// The general return: RetRegs saved, graph_return called, the real return
+// address left in r11, the return registers and rsp restored. r11 is dead
+// at a return.
+macro_rules! return_body {
+    () => {
+        concat!(
+            save_ret_regs!("RET_SIZE"),
+            "mov rdi, rsp\n",
+            "call {ret}\n",
+            "mov r11, rax\n",
+            restore_ret_regs!(),
         )
     };
 }

@@ -6,7 +6,7 @@
 //! them. Anything else goes fgraph's general way, in Rust.
 
 use super::entry::{manager_tramp_entry, offer_all};
-use super::ret::{graph_return, return_all};
+use super::ret::{graph_return, restore_ret_regs, return_all, save_ret_regs};
 use super::stack::{self, ThreadState};
 use super::state::{
     EPOCH, FAST, MANY, MULTI_ENTRY, MULTI_FRAME_WORD, MULTI_RETURN, NO_FRAME_WORD, TP_LOCAL,
@@ -390,15 +390,7 @@ super::layout::graph_asm!(
     ".globl shadowgraph_site_return_body",
     ".hidden shadowgraph_site_return_body",
     "shadowgraph_site_return_body:",
-    "mov r11, rsp",
-    "sub rsp, SR_SIZE",
-    "and rsp, -16",
-    "mov [rsp + RET_RAX], rax",
-    "mov [rsp + RET_RDX], rdx",
-    "movaps [rsp + RET_XMM0], xmm0",
-    "movaps [rsp + RET_XMM1], xmm1",
-    "mov [rsp + RET_RSP], r11",
-    "mov [rsp + RET_RSP + 8], r11",
+    save_ret_regs!("SR_SIZE"),
     crate::fixed_load!("rcx", "tp_local"),
     "mov rdx, qword ptr fs:[rcx + {l_word}]",
     "test rdx, rdx",
@@ -460,11 +452,7 @@ super::layout::graph_asm!(
     "call {ret}",
     "mov r11, rax",
     "62:",
-    "mov rax, [rsp + RET_RAX]",
-    "mov rdx, [rsp + RET_RDX]",
-    "movaps xmm0, [rsp + RET_XMM0]",
-    "movaps xmm1, [rsp + RET_XMM1]",
-    "mov rsp, [rsp + RET_RSP + 8]",
+    restore_ret_regs!(),
     "push r11",
     "ret",
     // (Out of the way: the multi path's entry and return.)
