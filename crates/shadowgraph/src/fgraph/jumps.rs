@@ -3,9 +3,10 @@
 //! (a `longjmp` back) with the value it brings, at the call's depth, and
 //! the calls the jump left stay open.
 //!
-//! Such a call's return slot holds a site stub's return point when the
-//! function runs, which `setjmp` keeps in the buffer as the place to come
-//! back to; its shadow frame is gone by the time a `longjmp` comes back.
+//! Such a call's return slot holds our return address when the function
+//! runs (a site stub's return point, or `return_to_handler`), which
+//! `setjmp` keeps in the buffer as the place to come back to; its shadow
+//! frame is gone by the time a `longjmp` comes back.
 //! So the library call's thunk (crate::libcall) runs a body of ours
 //! before the function: when the call has a frame, it keeps a copy of the
 //! frame in the thread's [`Jumps`], puts our landing in the return slot
@@ -17,14 +18,14 @@
 //! - a later one (a `longjmp`) pops the frames above the copy's place as
 //!   left open (their users see them unwound, [`super::unwound_stays_open`]),
 //!   puts the copy back with the thread's task variables as they were
-//!   (each user's own state inside the call) and finishes it ([`super::resuming`] while its
-//!   users' callbacks run).
+//!   (each user's own state inside the call) and finishes it
+//!   ([`super::resuming`] while its users' callbacks run).
 //!
 //! A copy is kept until a later call on the same buffer has returned once:
 //! until then the buffer, which a signal handler may jump to at any time,
-//! may still name it. Leaving by a jump that landing's code is sound
-//! whenever it stops: nothing there is half done that the next landing
-//! depends on (abandoned brackets reset what it was doing).
+//! may still name it. A handler may leave the landing's code by a jump
+//! anywhere: nothing there is half done that the next landing depends on
+//! (the abandoned bracket resets what it was doing).
 //!
 //! When the copy cannot be kept (the table full, a frame larger than a
 //! copy holds), the call is finished at once with 0, as its first return
@@ -34,8 +35,8 @@
 //!
 //! ```text
 //! The body (rsp = the return slot S; r11 = the thunk's hook word):
-//!   S               the stub's return point (the call has a frame) or
-//!                   the caller's (untraced)
+//!   S               our return address (the call has a frame) or the
+//!                   caller's (untraced)
 //!   r11 + 8         the function
 //!   S - 8 … S - 40  rdi, rsi, rdx, r11, r15 as they came (rsp 16-aligned)
 //! The landing (rsp = S + 8; rax the value; r15 the tag):
