@@ -180,11 +180,9 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
         }
     }
     let rings = r.rings.as_ref().map(|x| x.dir.as_path());
-    // (The markers armed are the last recording's that asks for some.)
-    let names = match r.events.is_empty() {
-        true => Vec::new(),
-        false => markers::arm(&r.events),
-    };
+    // (The markers armed are the last recording's that asks for some:
+    // without `-E`, those armed stay.)
+    let names = markers::arm(&r.events);
     let rec = recorder::start(r, &r.dir, rings, None, true);
     match &rec {
         Ok(made) => markers::name(&names, made),
