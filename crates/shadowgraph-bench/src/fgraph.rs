@@ -131,6 +131,7 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
             "record in memory, callbacks (general path)",
             "record-general",
         ),
+        ("record in memory, fused, target's argument", "record-arg"),
         ("record in memory, 2 recorders, fused", "record2"),
         (
             "record in memory, 2 recorders (general path)",

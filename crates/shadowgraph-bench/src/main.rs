@@ -78,7 +78,8 @@ enum Which {
         #[arg(long)]
         hijack_returns: bool,
         /// none | ops | list2 | direct | graph-decline | graph | graph2 |
-        /// graph16 | record | record-general | record2 | record2-general;
+        /// graph16 | record | record-general | record2 | record2-general |
+        /// record-arg;
         /// `MODE-tail`: MODE on
         /// `loop_tail` (a traced function tail-calling `target`; count
         /// with --toggle-collect=loop_tail)

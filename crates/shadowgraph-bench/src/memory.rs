@@ -11,8 +11,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The recording modes: one recorder on the fused path, one through
-/// fgraph's callbacks, two (through the callbacks).
-pub const MODES: [&str; 4] = ["record", "record-general", "record2", "record2-general"];
+/// fgraph's callbacks, two (through the callbacks), and one on the fused
+/// path recording `target`'s argument (`-A target@arg1`).
+pub const MODES: [&str; 5] = [
+    "record",
+    "record-general",
+    "record2",
+    "record2-general",
+    "record-arg",
+];
 
 /// A recording of the benchmark library in this process, by `mode`'s
 /// recorders, into a directory in /dev/shm (removed on drop).
@@ -33,7 +40,7 @@ impl Recording {
     /// rings large enough for `calls` calls between flushes.
     pub fn start(mode: &str, calls: i64, hijack_returns: bool) -> Result<Recording, String> {
         let tracers = match mode {
-            "record" | "record-general" => vec![Tracer::default()],
+            "record" | "record-general" | "record-arg" => vec![Tracer::default()],
             "record2" | "record2-general" => ["a", "b"]
                 .map(|n| Tracer {
                     name: Some(n.into()),
@@ -42,7 +49,8 @@ impl Recording {
                 .to_vec(),
             other => {
                 return Err(format!(
-                    "unknown mode `{other}` (record, record-general, record2 or record2-general)"
+                    "unknown mode `{other}` (record, record-general, record2, record2-general \
+                     or record-arg)"
                 ))
             }
         };
@@ -55,8 +63,13 @@ impl Recording {
         }
         .join(format!("shadowgraph-bench-memory-{}", std::process::id()));
         let mut record = config::Record::into_dir(&dir, tracers);
-        record.ring_bytes = Some((calls as u64 * 2 * 16 + (1 << 20)).next_power_of_two());
+        // Two records a call, and the argument's 16 bytes after the entry.
+        let slots = if mode == "record-arg" { 3 } else { 2 };
+        record.ring_bytes = Some((calls as u64 * slots * 16 + (1 << 20)).next_power_of_two());
         record.fused = !mode.ends_with("-general");
+        if mode == "record-arg" {
+            record.argspec = vec!["target@arg1".into()];
+        }
         let mut config = Config::record(record);
         // The benchmark library alone (this binary has no sites).
         config.objects = config::Objects::Program(vec!["libdispatch".into()]);

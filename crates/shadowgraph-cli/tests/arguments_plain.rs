@@ -8,19 +8,42 @@ mod common;
 use common::*;
 use std::process::Command;
 
-const SPECS: [&str; 10] = [
+const SPECS: [&str; 32] = [
     "-A",
     "mixed@arg1/c,arg2/i16,arg3/i32,arg4/i64,fparg1,arg5/u8",
     "-A",
     "pair@arg1,arg2",
     "-A",
     "wide@arg1,arg2,arg3/x,arg4/x,arg5/i32,arg6/i8",
-    // The six registers' whole words in order: kept as they came.
+    // The first 1–6 registers' whole words in order: each count an entry
+    // of its own (plain_regs.rs).
+    "-A",
+    "w1@arg1",
+    "-A",
+    "w2@arg1,arg2",
+    "-A",
+    "w3@arg1,arg2,arg3",
+    "-A",
+    "w4@arg1,arg2,arg3,arg4",
+    "-A",
+    "w5@arg1,arg2,arg3,arg4,arg5",
     "-A",
     "six@arg1,arg2,arg3,arg4,arg5,arg6",
-    // Their low 4 bytes in order, an odd number of them.
+    // Their low 4 bytes in order, 1–6 of them.
+    "-A",
+    "h1@arg1/i32",
+    "-A",
+    "h2@arg1/i32,arg2/i32",
     "-A",
     "three@arg1/i32,arg2/i32,arg3/i32",
+    "-A",
+    "h3@arg1/i32,arg2/i32,arg3/i32",
+    "-A",
+    "h4@arg1/i32,arg2/i32,arg3/i32,arg4/i32",
+    "-A",
+    "h5@arg1/i32,arg2/i32,arg3/i32,arg4/i32,arg5/i32",
+    "-A",
+    "h6@arg1/i32,arg2/i32,arg3/i32,arg4/i32,arg5/i32,arg6/i32",
 ];
 
 #[test]
@@ -53,6 +76,17 @@ fn every_size_and_a_float_recorded_by_the_plain_entry_as_uftrace() {
             "wide(2, -2, 0x200000000, 0xfffffffe00000000, 5, 6);",
             "six(2, -2, 0x10000000000, 4, 5, -6);",
             "three(2, -7, 1048576);",
+            "w1(0x1000000000);",
+            "w2(0x2000000000, -1);",
+            "w3(0x3000000000, -1, 2);",
+            "w4(0x1000000000, -1, 2, -3);",
+            "w5(0x3000000000, -1, 2, -3, 4);",
+            "h1(0);",
+            "h2(-1, 1);",
+            "h3(-2, 1, -2);",
+            "h4(-1, 1, -2, 3);",
+            "h5(-2, 1, -2, 3, -4);",
+            "h6(-1, 1, -2, 3, -4, 5);",
         ],
     );
     if uftrace_missing("recording arguments beside uftrace") {

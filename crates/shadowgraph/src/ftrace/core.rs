@@ -13,7 +13,7 @@ use super::filter::{self, Filter, FilterPair, FunctionName, PatternError, SiteId
 use super::filterset::{FilterSet, FilterSpec};
 use super::ops::{
     lock, Ops, OpsInner, OpsList, OpsSlot, StubCells, ThreadFilter, DIRECT, ENABLED, IPMODIFY,
-    SUBOP,
+    MAX_ALT_ENTRIES, SUBOP,
 };
 use super::quiesce;
 use super::site_flags;
@@ -390,8 +390,11 @@ impl Core {
             // Each site's ENTRY: the alternative one where the ops gives
             // one for it.
             let entry_of = |id: SiteId| match ops.site_entry_alt {
-                Some((_, takes)) if takes(id) => cells.alt,
-                _ => cells.entry,
+                Some((_, which)) => match which(id) {
+                    0 => cells.entry,
+                    k => cells.alt[k - 1],
+                },
+                None => cells.entry,
             };
             let sites: Vec<(usize, u32, usize)> =
                 block.iter().map(|m| (m.1, m.2, entry_of(m.2))).collect();
@@ -716,14 +719,16 @@ fn stub_tramps_in(
         return Ok((*t, slot));
     }
     let cell = |v: usize| arena.alloc_code(&(v as u64).to_le_bytes());
+    let mut alt = [0; MAX_ALT_ENTRIES];
+    let alts = ops.site_entry_alt.map_or(&[][..], |a| a.0);
+    for (c, &e) in alt.iter_mut().zip(alts) {
+        *c = cell(e).map_err(CoreError::Arena)?;
+    }
     let cells = StubCells {
         base: arena.base,
         entry: cell(ops.site_entry).map_err(CoreError::Arena)?,
         ret: cell(ops.site_return).map_err(CoreError::Arena)?,
-        alt: match ops.site_entry_alt {
-            Some((alt, _)) => cell(alt).map_err(CoreError::Arena)?,
-            None => 0,
-        },
+        alt,
     };
     inner.stub_tramps.push(cells);
     Ok((cells, slot))

@@ -43,8 +43,8 @@ use crate::arena::Arena;
 use crate::process::{self, Module};
 use crate::{patch, tramp};
 use filterset::{parse_all, FilterSpec};
-pub(crate) use ops::AltEntry;
 use ops::{lock, ENABLED, SUBOP};
+pub(crate) use ops::{AltEntry, MAX_ALT_ENTRIES};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 

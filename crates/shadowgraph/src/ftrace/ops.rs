@@ -134,9 +134,13 @@ pub struct Ops {
     pub(crate) site_entry_alt: Option<AltEntry>,
 }
 
-/// A site entry some sites' stubs call instead of the ops' own: its
-/// address, and which sites.
-pub(crate) type AltEntry = (usize, fn(SiteId) -> bool);
+/// Site entries some sites' stubs call instead of the ops' own: their
+/// addresses (at most [`MAX_ALT_ENTRIES`]), and each site's choice among
+/// them (k: the k-th, from 1; 0: the ops' own).
+pub(crate) type AltEntry = (&'static [usize], fn(SiteId) -> usize);
+
+/// The most alternative site entries an ops gives ([`AltEntry`]).
+pub(crate) const MAX_ALT_ENTRIES: usize = 16;
 
 /// The cells of one arena that an ops' site stubs there call through:
 /// each holds an address outside the arenas (rel32 reach is the arena's).
@@ -148,8 +152,8 @@ pub(super) struct StubCells {
     pub entry: usize,
     /// `site_return`'s cell.
     pub ret: usize,
-    /// `site_entry_alt`'s cell (0: none).
-    pub alt: usize,
+    /// The cells of `site_entry_alt`'s entries, in order (0: none).
+    pub alt: [usize; MAX_ALT_ENTRIES],
 }
 
 #[derive(Default)]

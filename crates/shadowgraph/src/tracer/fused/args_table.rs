@@ -47,7 +47,7 @@ fn entry_byte(a: u64) -> u64 {
 
 /// Publishes `descs` (each site's [`super::fast_args`] descriptor, 0:
 /// none) as the plain entry's table, leaked. Before the manager is made:
-/// its stubs choose their entry by it ([`takes_args`]).
+/// its stubs choose their entry by it ([`entry_of`]).
 pub(super) fn set_plain_args(descs: &[u64]) {
     let table: Vec<u64> = descs
         .iter()
@@ -82,12 +82,27 @@ pub(super) fn set_plain_args(descs: &[u64]) {
     PLAIN_ARGS.store(table.as_mut_ptr(), Ordering::Relaxed);
 }
 
-/// Whether site `id`'s stub calls the entry with arguments.
-pub(super) fn takes_args(id: crate::ftrace::SiteId) -> bool {
+/// Which entry site `id`'s stub calls: 0 the plain one (no arguments),
+/// 1 the descriptor's (plain_args.rs), 2–7 the one for its first 1–6
+/// registers whole, 8–13 for their low halves (plain_regs.rs).
+pub(super) fn entry_of(id: crate::ftrace::SiteId) -> usize {
     let (p, n) = (
         PLAIN_ARGS.load(Ordering::Relaxed),
         PLAIN_ARGS_LEN.load(Ordering::Relaxed),
     );
+    if p.is_null() || id as u64 >= n {
+        return 0;
+    }
     // SAFETY: a leaked table of `n` words, never freed or changed.
-    !p.is_null() && (id as u64) < n && unsafe { *p.add(id as usize) } != 0
+    let d = unsafe { *p.add(id as usize) };
+    let words = (d & 15) as usize;
+    match d {
+        0 => 0,
+        _ if d & IN_ORDER != 0 && (1..=6).contains(&words) => 1 + words,
+        _ if d & IN_ORDER4 != 0 => match 2 * words - (d & ODD != 0) as usize {
+            n @ 1..=6 => 7 + n,
+            _ => 1,
+        },
+        _ => 1,
+    }
 }

@@ -233,6 +233,31 @@ macro_rules! plain_pop_saved {
 }
 pub(super) use plain_pop_saved;
 
+// In a plain entry's sequence, before its commit: the fused user still
+// the sole path's (the one read of the user that a grace period covers:
+// an unregistration's fence restarts the sequence, which then reads
+// NO_FRAME_WORD). rdx: its frame word, for the new frame's last word.
+// Above a frame, that frame's last word is the same word (a frame of this
+// user's, not one pushed before it came or another path's); at curr = 0
+// there is none (word −1 is 0), and the word must not be NO_FRAME_WORD
+// (one user ever takes the fused path in a process: a word other than
+// NO_FRAME_WORD is this one's). Anything else: `$general`.
+macro_rules! sole_user_check {
+    ($general:literal) => {
+        concat!(
+            "mov rdx, [rip + {fused_word}]\n",
+            "cmp rdx, [rdi + r8*8 - 8]\n",
+            "je 63f\n",
+            "test r8, r8\n",
+            concat!("jnz ", $general, "\n"),
+            "cmp rdx, {no_frame_word}\n",
+            concat!("je ", $general, "\n"),
+            "63:\n",
+        )
+    };
+}
+pub(super) use sole_user_check;
+
 // How entry_stack reaches the thread's state: `reg`, at the offset
 // fixed_load! puts in rcx (left there for the caller); `fixed`, at
 // offsets written into each instruction (fixed_tls!: the plain site path).

@@ -47,6 +47,7 @@ mod general;
 mod multi;
 mod plain;
 mod plain_args;
+mod plain_regs;
 mod profile;
 mod ring_asm;
 mod timed;
@@ -374,7 +375,43 @@ extern "C" {
     fn shadowgraph_fused_site_entry_plain();
     fn shadowgraph_fused_site_return_plain();
     fn shadowgraph_fused_site_entry_plain_args();
+    // plain_regs.rs: whole words of 1–6 registers, then low halves.
+    fn shadowgraph_fused_regs8_1();
+    fn shadowgraph_fused_regs8_2();
+    fn shadowgraph_fused_regs8_3();
+    fn shadowgraph_fused_regs8_4();
+    fn shadowgraph_fused_regs8_5();
+    fn shadowgraph_fused_regs8_6();
+    fn shadowgraph_fused_regs4_1();
+    fn shadowgraph_fused_regs4_2();
+    fn shadowgraph_fused_regs4_3();
+    fn shadowgraph_fused_regs4_4();
+    fn shadowgraph_fused_regs4_5();
+    fn shadowgraph_fused_regs4_6();
 }
+
+/// The plain entries with arguments, in `args_table::entry_of`'s order
+/// from 1: the descriptor's (plain_args.rs), then plain_regs.rs's.
+fn plain_args_entries() -> [usize; 13] {
+    [
+        shadowgraph_fused_site_entry_plain_args as *const () as usize,
+        shadowgraph_fused_regs8_1 as *const () as usize,
+        shadowgraph_fused_regs8_2 as *const () as usize,
+        shadowgraph_fused_regs8_3 as *const () as usize,
+        shadowgraph_fused_regs8_4 as *const () as usize,
+        shadowgraph_fused_regs8_5 as *const () as usize,
+        shadowgraph_fused_regs8_6 as *const () as usize,
+        shadowgraph_fused_regs4_1 as *const () as usize,
+        shadowgraph_fused_regs4_2 as *const () as usize,
+        shadowgraph_fused_regs4_3 as *const () as usize,
+        shadowgraph_fused_regs4_4 as *const () as usize,
+        shadowgraph_fused_regs4_5 as *const () as usize,
+        shadowgraph_fused_regs4_6 as *const () as usize,
+    ]
+}
+
+// They fit the stubs' alternatives.
+const _: () = assert!(13 <= crate::ftrace::MAX_ALT_ENTRIES);
 
 /// Makes `user` — a graph user whose entry callback declines calls at
 /// depth `max_depth` or deeper (0: none) and otherwise only emits an entry
@@ -648,10 +685,13 @@ fn attach_inner(
                 true => 0,
                 false => shadowgraph_fused_entry as *const () as usize,
             },
-            site_entry_alt: args.then_some((
-                shadowgraph_fused_site_entry_plain_args as *const () as usize,
-                args_table::takes_args as fn(crate::ftrace::SiteId) -> bool,
-            )),
+            site_entry_alt: args.then(|| {
+                let entries: &'static [usize] = Box::leak(Box::new(plain_args_entries()));
+                (
+                    entries,
+                    args_table::entry_of as fn(crate::ftrace::SiteId) -> usize,
+                )
+            }),
             // The plain copies address thread-local state by `fixed_tls!`:
             // the manager takes the general ones if it cannot write the
             // offsets in.

@@ -3,7 +3,8 @@
 //! bracket held.
 
 use super::frame_asm::{
-    entry_stack, fused_layout, plain_pop_saved, plain_saves, thread_base, thread_op,
+    entry_stack, fused_layout, plain_pop_saved, plain_saves, sole_user_check, thread_base,
+    thread_op,
 };
 use super::ring_asm::{plain_record, rseq_abort, rseq_descriptor};
 use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, TP_RINGS};
@@ -11,6 +12,134 @@ use crate::fgraph::stack::ThreadState;
 use crate::fgraph::{self};
 use crate::record::ring::{RingHeader, HEADER_BYTES};
 use std::mem::offset_of;
+
+// The plain site entry, from its label `$entry` on, with its sequence
+// `$seq`: for the plain entry itself, and for the entries that write a
+// call's arguments after its record (plain_regs.rs). `$before` runs with
+// the ring in r11, before the sequence; `$room` in the sequence, after the
+// ring's depth is found (rax: `reserve`; rdx free); `$step` is what the
+// commit adds to `reserve`; `$word` runs with the record's word made in
+// rdi, `$data` with the record's offset in rcx (plain_record's `$data`).
+macro_rules! plain_site_entry {
+    ($entry:literal, $seq:literal, $before:expr, $room:expr, $step:expr, $word:expr, $data:expr) => {
+        concat!(
+            ".p2align 6\n",
+            concat!(".globl ", $entry, "\n"),
+            concat!(".hidden ", $entry, "\n"),
+            concat!($entry, ":\n"),
+            "endbr64\n",
+            plain_saves!(),
+            entry_stack!(
+                "",
+                // The top frame's last word the fused user's frame word
+                // (fgraph::FUSED_FRAME_WORD), rather than the user: all the path
+                // needs of it. NO_FRAME_WORD (no fused user) is no stack word:
+                // the top frame is then never recognised, and the way out of line
+                // sends the call the general way.
+                "cmp rax, [rip + {fused_word}]\n",
+                "{frame_words}",
+                "",
+                "80f",
+                fixed,
+                "PE_PARENT_SLOT",
+                concat!(
+                    "cmp qword ptr [rip + {fused_word}], {no_frame_word}\n",
+                    "je 80f\n"
+                )
+            ),
+            "cmp r8, [rip + {room_limit}]\n",
+            "jae 80f\n",
+            // rcx: the frame's function and depth, from the site (r11) before the
+            // ring takes its register.
+            "mov rcx, r9\n",
+            "shl rcx, 48\n",
+            "or rcx, r11\n",
+            crate::fixed_tls!("mov r11, ", "qword", "tp_rings", "0", ""),
+            "test r11, r11\n",
+            "jz 80f\n",
+            $before,
+            plain_record!(
+                $seq,
+                "82f",
+                // The user checked again in the sequence; its frame word the new
+                // frame's last word.
+                concat!(
+                    sole_user_check!("82f"),
+                    "mov [rdi + r8*8 + FRAME_BITMAP], rdx\n"
+                ),
+                "rcx",
+                "rdi",
+                // The ring at the call's depth r9; or one level above it, where a
+                // signal handler's call finds it between a frame's push and its
+                // entry record, or between an exit record and the frame's pop: the
+                // call is then recorded there (before the interrupted call, or
+                // after it), and its frame says so (rcx made again), so that its
+                // own calls and its exit follow it.
+                // (In line: code out of the sequence's range is not restarted, and
+                // the kernel may disarm the sequence while the thread runs there.)
+                concat!(
+                    "cmp ax, r9w\n",
+                    "je 62f\n",
+                    "lea edx, [eax + 1]\n",
+                    "cmp dx, r9w\n",
+                    "jne 82f\n",
+                    "movzx r9d, ax\n",
+                    "shl rcx, 16\n",
+                    "shr rcx, 16\n",
+                    "mov rdx, r9\n",
+                    "shl rdx, 48\n",
+                    "or rcx, rdx\n",
+                    "62:\n",
+                    $room,
+                ),
+                // One slot on, the ring's depth (= r9) one deeper.
+                $step,
+                "",
+                concat!(
+                    // The frame {R, rcx, slot, the user's BITMAP word}, pushed, in
+                    // the sequence: a handler that lands anywhere in it, or
+                    // preemption, sends the call the general way with the frame
+                    // taken back (curr = r8, as the handler left it: the frame
+                    // ours or none yet), so one write is whole.
+                    "mov rdx, [rsp + PE_PARENT_SLOT]\n",
+                    "mov [rdi + r8*8 + FRAME_RET], rdx\n",
+                    "mov [rdi + r8*8 + FRAME_FUNC], rcx\n",
+                    "lea rdx, [rsp + PE_PARENT_SLOT]\n",
+                    "mov [rdi + r8*8 + FRAME_RETP], rdx\n",
+                    "lea rdx, [r8 + {frame_words} + 1]\n",
+                    crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", rdx"),
+                    // rdi (the stack no longer needed): the record's word,
+                    // {time, Entry | MAGIC | depth << 6 | func << 16}: rcx rotated
+                    // is func << 16 | depth (< 1023), to which 63 × depth and the
+                    // bits add without carrying.
+                    "mov rdi, rcx\n",
+                    "rol rdi, 16\n",
+                    "imul rdx, r9, 63\n",
+                    "lea rdi, [rdi + rdx + {entry_bits}]\n",
+                    $word,
+                ),
+                $data,
+                // An abort: the general way (below), not the sequence again: its
+                // registers are reused as it goes (rcx, the frame's word, for the
+                // slot's offset), and the general way makes the call's frame and
+                // record from the state as the interruption left it.
+                "82f"
+            ),
+            "cmp rsp, rsp\n",
+            plain_pop_saved!(),
+            "ret\n",
+            // The general way: from 82 in the sequence, the frame perhaps pushed
+            // (taken back: any handler's frames above it are gone), from 80 as
+            // at entry (fgraph's site entry reads the site from the stub).
+            "82:\n",
+            crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r8"),
+            "80:\n",
+            plain_pop_saved!(),
+            "jmp shadowgraph_graph_site_entry\n",
+        )
+    };
+}
+pub(super) use plain_site_entry;
 
 crate::fgraph::graph_asm!(
     fused_layout!(),
@@ -39,115 +168,15 @@ crate::fgraph::graph_asm!(
     // have to be saved). The call's return slot: rsp + PE_PARENT_SLOT.
     // This entry and the return below each start a cache line, so that
     // where the linker places them does not change what a call costs.
-    ".p2align 6",
-    ".globl shadowgraph_fused_site_entry_plain",
-    ".hidden shadowgraph_fused_site_entry_plain",
-    "shadowgraph_fused_site_entry_plain:",
-    "endbr64",
-    plain_saves!(),
-    entry_stack!(
-        "",
-        // The top frame's last word the fused user's frame word
-        // (fgraph::FUSED_FRAME_WORD), rather than the user: all the path
-        // needs of it. NO_FRAME_WORD (no fused user) is no stack word:
-        // the top frame is then never recognised, and the way out of line
-        // sends the call the general way.
-        "cmp rax, [rip + {fused_word}]\n",
-        "{frame_words}",
-        "",
-        "80f",
-        fixed,
-        "PE_PARENT_SLOT",
-        concat!("cmp qword ptr [rip + {fused_word}], {no_frame_word}\n", "je 80f\n")
-    ),
-    "cmp r8, [rip + {room_limit}]",
-    "jae 80f",
-    // rcx: the frame's function and depth, from the site (r11) before the
-    // ring takes its register.
-    "mov rcx, r9",
-    "shl rcx, 48",
-    "or rcx, r11",
-    crate::fixed_tls!("mov r11, ", "qword", "tp_rings", "0", ""),
-    "test r11, r11",
-    "jz 80f",
-    plain_record!(
+    plain_site_entry!(
+        "shadowgraph_fused_site_entry_plain",
         "shadowgraph_fused_plain_entry",
-        "82f",
-        // The top frame's last word still the fused user's frame word: the
-        // check before the sequence again, in it (the one read of the user
-        // that a grace period covers); the new frame's last word too.
-        concat!(
-            "mov rdx, [rip + {fused_word}]\n",
-            "cmp rdx, [rdi + r8*8 - 8]\n",
-            "jne 82f\n",
-            "mov [rdi + r8*8 + FRAME_BITMAP], rdx\n"
-        ),
-        "rcx",
-        "rdi",
-        // The ring at the call's depth r9; or one level above it, where a
-        // signal handler's call finds it between a frame's push and its
-        // entry record, or between an exit record and the frame's pop: the
-        // call is then recorded there (before the interrupted call, or
-        // after it), and its frame says so (rcx made again), so that its
-        // own calls and its exit follow it.
-        // (In line: code out of the sequence's range is not restarted, and
-        // the kernel may disarm the sequence while the thread runs there.)
-        concat!(
-            "cmp ax, r9w\n",
-            "je 62f\n",
-            "lea edx, [eax + 1]\n",
-            "cmp dx, r9w\n",
-            "jne 82f\n",
-            "movzx r9d, ax\n",
-            "shl rcx, 16\n",
-            "shr rcx, 16\n",
-            "mov rdx, r9\n",
-            "shl rdx, 48\n",
-            "or rcx, rdx\n",
-            "62:\n",
-        ),
-        // One slot on, the ring's depth (= r9) one deeper.
+        "",
+        "",
         "(1 << {slot_shift}) + 1",
         "",
-        concat!(
-            // The frame {R, rcx, slot, the user's BITMAP word}, pushed, in
-            // the sequence: a handler that lands anywhere in it, or
-            // preemption, sends the call the general way with the frame
-            // taken back (curr = r8, as the handler left it: the frame
-            // ours or none yet), so one write is whole.
-            "mov rdx, [rsp + PE_PARENT_SLOT]\n",
-            "mov [rdi + r8*8 + FRAME_RET], rdx\n",
-            "mov [rdi + r8*8 + FRAME_FUNC], rcx\n",
-            "lea rdx, [rsp + PE_PARENT_SLOT]\n",
-            "mov [rdi + r8*8 + FRAME_RETP], rdx\n",
-            "lea rdx, [r8 + {frame_words} + 1]\n",
-            crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", rdx"),
-            // rdi (the stack no longer needed): the record's word,
-            // {time, Entry | MAGIC | depth << 6 | func << 16}: rcx rotated
-            // is func << 16 | depth (< 1023), to which 63 × depth and the
-            // bits add without carrying.
-            "mov rdi, rcx\n",
-            "rol rdi, 16\n",
-            "imul rdx, r9, 63\n",
-            "lea rdi, [rdi + rdx + {entry_bits}]\n",
-        ),
-        // An abort: the general way (below), not the sequence again: its
-        // registers are reused as it goes (rcx, the frame's word, for the
-        // slot's offset), and the general way makes the call's frame and
-        // record from the state as the interruption left it.
-        "82f"
+        ""
     ),
-    "cmp rsp, rsp",
-    plain_pop_saved!(),
-    "ret",
-    // The general way: from 82 in the sequence, the frame perhaps pushed
-    // (taken back: any handler's frames above it are gone), from 80 as
-    // at entry (fgraph's site entry reads the site from the stub).
-    "82:",
-    crate::fixed_tls!("mov ", "qword", "tp_thread", "{t_curr}", ", r8"),
-    "80:",
-    plain_pop_saved!(),
-    "jmp shadowgraph_graph_site_entry",
     // Return: in one restartable sequence, the top frame f (r10) the
     // returning call's (its slot) and kept for this user alone (its last
     // word the user's BITMAP word), its exit record written at its depth
@@ -217,6 +246,7 @@ crate::fgraph::graph_asm!(
         // The record's word, {time, Exit | MAGIC | depth << 6 | func <<
         // 16}: 63 × depth and the bits add to rcx without carrying.
         concat!("imul rdx, r8, 63\n", "lea rcx, [rcx + rdx + {exit_bits}]\n",),
+        "",
         // An abort: the sequence again (it only read before its commit).
         "shadowgraph_fused_plain_return_restart"
     ),

@@ -49,7 +49,7 @@
 use super::args_table::{
     ARGS_RESTARTS, ARG_MASKS, HAS_FLOAT, IN_ORDER, IN_ORDER4, ODD, PLAIN_ARGS, PLAIN_ARGS_LEN,
 };
-use super::frame_asm::{entry_stack, fused_layout, thread_base, thread_op};
+use super::frame_asm::{entry_stack, fused_layout, sole_user_check, thread_base, thread_op};
 use super::ring_asm::{rseq_abort, rseq_descriptor};
 use super::{MAX_RECORD_DEPTH, RSEQ_CS, TP_RINGS};
 use crate::fgraph::stack::ThreadState;
@@ -240,9 +240,7 @@ crate::fgraph::graph_asm!(
     "lea rax, [rip + shadowgraph_fused_plain_args_cs]",
     crate::fixed_tls!("mov ", "qword", "rseq_cs", "0", ", rax"),
     "shadowgraph_fused_plain_args_start:",
-    "mov rdx, [rip + {fused_word}]",
-    "cmp rdx, [rdi + r8*8 - 8]",
-    "jne 82f",
+    sole_user_check!("82f"),
     // rsi: `reserve`.
     "mov rsi, [r11 + {r_reserve}]",
     "cmp rsi, [r11 + {r_head}]",

@@ -193,10 +193,12 @@ pub(super) use rseq_commit;
 // everything but the time is made before the clock read (the slot's
 // offset in `$slot`; `reserve` and `head` after the record: `reserve` +
 // `$step`, one slot on and the ring's depth one deeper or shallower, as
-// the witness found it). Labels `$name`_*; clobbers rax, rdx, `$slot`,
-// xmm13 and the flags.
+// the witness found it). `$data` runs with the slot's offset made,
+// before the clock read (a record's data, in the slots after it, which
+// `$witness` found room for). Labels `$name`_*; clobbers rax, rdx,
+// `$slot`, xmm13 and the flags.
 macro_rules! plain_record {
-    ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:expr, $step:literal, $pre:expr, $make_word:expr, $resume:expr) => {
+    ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:expr, $step:expr, $pre:expr, $make_word:expr, $data:expr, $resume:expr) => {
         concat!(
             $name,
             "_restart:\n",
@@ -236,6 +238,7 @@ macro_rules! plain_record {
             "and ",
             $slot,
             ", [r11 + {r_offset_mask}]\n",
+            $data,
             "rdtsc\n",
             "shl rdx, 32\n",
             "or rax, rdx\n",
