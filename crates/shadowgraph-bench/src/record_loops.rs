@@ -24,10 +24,56 @@ int main(int argc, char **argv) { printf(\"%ld\\n\", outer(atol(argv[1]))); retu
 /// `uftrace`) and the tool's options.
 type Variant<'a> = (&'a str, &'a str, &'a [&'a str]);
 
+/// The times of [`loop_rows`]: per variant, each round's (seconds with
+/// argument `n`, with 1), and the costs it printed.
+struct Rows {
+    rounds: Vec<Vec<(f64, f64)>>,
+    costs: Vec<f64>,
+    calls: u64,
+}
+
+impl Rows {
+    /// What variant `a` adds to a call over variant `b` (ns), as the
+    /// median of the rounds' differences: each round runs every variant
+    /// once, so a slow spell of the machine that spans a round moves both
+    /// alike.
+    fn paired(&self, a: usize, b: usize) -> Paired {
+        let mut d: Vec<f64> = self.rounds[a]
+            .iter()
+            .zip(&self.rounds[b])
+            .map(|(&(ta, sa), &(tb, sb))| (ta - tb - (sa - sb)) * 1e9 / self.calls as f64)
+            .collect();
+        d.sort_by(f64::total_cmp);
+        let q = |f: f64| d[((d.len() - 1) as f64 * f).round() as usize];
+        Paired(q(0.5), q(0.25), q(0.75))
+    }
+}
+
+/// A median of paired differences, with its rounds' quartiles.
+#[derive(Clone, Copy)]
+struct Paired(f64, f64, f64);
+
+impl Paired {
+    /// The same, each divided by `k`.
+    fn per(self, k: f64) -> Paired {
+        Paired(self.0 / k, self.1 / k, self.2 / k)
+    }
+}
+
+impl std::fmt::Display for Paired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} ns (half the rounds {:.1} to {:.1})",
+            self.0, self.1, self.2
+        )
+    }
+}
+
 /// Runs `variants` of `exe` once per round (`reps` rounds) with argument
 /// `n` and with 1 (start-up), and prints each one's median seconds and
 /// its cost per call over the first (untraced): (time − untraced −
-/// start-up overhead) / `calls`. Returns those costs.
+/// start-up overhead) / `calls`.
 fn loop_rows(
     exe: &Path,
     data: &Path,
@@ -35,23 +81,26 @@ fn loop_rows(
     (n, calls): (&str, u64),
     reps: usize,
     variants: &[Variant],
-) -> Result<Vec<f64>, String> {
+) -> Result<Rows, String> {
     let run = |tool: &str, opts: &[&str], n: &str| {
         let mut c = crate::common::tool_command(tool, me, exe, data, opts);
         c.arg(n);
         c
     };
-    // (median of n, median of 1: start-up)
-    let mut times = vec![(Vec::new(), Vec::new()); variants.len()];
+    let mut rounds = vec![Vec::new(); variants.len()];
     for _ in 0..reps {
-        for ((_, tool, opts), t) in variants.iter().zip(times.iter_mut()) {
-            t.0.push(time_cmd(1, || run(tool, opts, n))?);
-            t.1.push(time_cmd(1, || run(tool, opts, "1"))?);
+        for ((_, tool, opts), r) in variants.iter().zip(rounds.iter_mut()) {
+            let t = time_cmd(1, || run(tool, opts, n))?;
+            r.push((t, time_cmd(1, || run(tool, opts, "1"))?));
         }
     }
-    let med: Vec<(f64, f64)> = times
-        .into_iter()
-        .map(|(a, b)| (median(a), median(b)))
+    // (median of n, median of 1: start-up)
+    let med: Vec<(f64, f64)> = rounds
+        .iter()
+        .map(|r| {
+            let (a, b): (Vec<f64>, Vec<f64>) = r.iter().copied().unzip();
+            (median(a), median(b))
+        })
         .collect();
     let (plain, plain1) = med[0];
     let per_call =
@@ -65,7 +114,11 @@ fn loop_rows(
         costs.push(per_call(m));
     }
     let _ = std::fs::remove_dir_all(data);
-    Ok(costs)
+    Ok(Rows {
+        rounds,
+        costs,
+        calls,
+    })
 }
 
 /// Builds `source` (patchable entries, -O2 and `flags`) as `name` in `dir`.
@@ -111,7 +164,7 @@ pub(crate) fn library_calls(
         "# library calls: memcpy + strlen through the PLT, {lib_calls} calls, medians of {reps}"
     );
     let data = data_dir.join("lib.data");
-    let c = loop_rows(&exe, &data, me, (&iterations, lib_calls), reps, &variants)?;
+    let c = loop_rows(&exe, &data, me, (&iterations, lib_calls), reps, &variants)?.costs;
     if uftrace {
         println!(
             "# overhead per library call, shadowgraph / uftrace: {:.3}",
@@ -153,7 +206,7 @@ pub(crate) fn arguments(
     );
     let data = data_dir.join("work.data");
     let total = calls + 2; // outer, main
-    let c = loop_rows(
+    let rows = loop_rows(
         &exe,
         &data,
         me,
@@ -161,19 +214,20 @@ pub(crate) fn arguments(
         reps,
         &variants,
     )?;
+    // Paired by round (medians of the rounds' differences), which this
+    // small a difference needs more than the rows' medians do.
     println!(
-        "# an argument adds {:.1} ns to a recorded call; each further one {:.1} ns{}",
-        c[2] - c[1],
-        (c[3] - c[2]) / 3.0,
-        if uftrace {
-            format!(
-                " (uftrace: {:.1} and {:.1})",
-                c[5] - c[4],
-                (c[6] - c[5]) / 3.0
-            )
-        } else {
-            String::new()
-        }
+        "# an argument adds {} to a recorded call; each further one {} (medians of the \
+         rounds' differences)",
+        rows.paired(2, 1),
+        rows.paired(3, 2).per(3.0),
     );
+    if uftrace {
+        println!(
+            "# uftrace: an argument adds {}; each further one {}",
+            rows.paired(5, 4),
+            rows.paired(6, 5).per(3.0)
+        );
+    }
     Ok(())
 }
