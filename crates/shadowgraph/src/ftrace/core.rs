@@ -390,9 +390,9 @@ impl Core {
             // Each site's ENTRY: the alternative one where the ops gives
             // one for it.
             let entry_of = |id: SiteId| match ops.site_entry_alt {
-                Some((_, which)) => match which(id) {
-                    0 => cells.entry,
-                    k => cells.alt[k - 1],
+                Some((alts, which)) => match which(id) {
+                    k @ 1.. if k <= alts.len().min(MAX_ALT_ENTRIES) => cells.alt[k - 1],
+                    _ => cells.entry,
                 },
                 None => cells.entry,
             };

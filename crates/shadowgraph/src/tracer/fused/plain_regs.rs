@@ -108,129 +108,32 @@ macro_rules! regs_entry {
     };
 }
 
-// The registers' stores, whole words: rdi from the stack, rsi as it is,
-// the others from the xmm registers the plain entry keeps them in.
-macro_rules! words {
-    (1) => {
+// The data's stores: its length (`$len` bytes), then the first
+// register's (`$first`: rdi, kept on the stack), then each further
+// `$op [ARGS_AT + $off], $reg` (rsi as it is, the others from the xmm
+// registers the plain entry keeps them in; `0` for the padding after an
+// odd number of halves).
+macro_rules! stores {
+    ($len:literal, $first:expr; $($op:literal $reg:literal $off:literal),*) => {
         concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 8\n",
-            "mov rax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], rax\n",
-        )
-    };
-    (2) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 16\n",
-            "mov rax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], rax\n",
-            "mov [r11 + rcx + ARGS_AT + 16], rsi\n",
-        )
-    };
-    (3) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 24\n",
-            "mov rax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], rax\n",
-            "mov [r11 + rcx + ARGS_AT + 16], rsi\n",
-            "movq [r11 + rcx + ARGS_AT + 24], xmm9\n",
-        )
-    };
-    (4) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 32\n",
-            "mov rax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], rax\n",
-            "mov [r11 + rcx + ARGS_AT + 16], rsi\n",
-            "movq [r11 + rcx + ARGS_AT + 24], xmm9\n",
-            "movq [r11 + rcx + ARGS_AT + 32], xmm8\n",
-        )
-    };
-    (5) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 40\n",
-            "mov rax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], rax\n",
-            "mov [r11 + rcx + ARGS_AT + 16], rsi\n",
-            "movq [r11 + rcx + ARGS_AT + 24], xmm9\n",
-            "movq [r11 + rcx + ARGS_AT + 32], xmm8\n",
-            "movq [r11 + rcx + ARGS_AT + 40], xmm11\n",
-        )
-    };
-    (6) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 48\n",
-            "mov rax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], rax\n",
-            "mov [r11 + rcx + ARGS_AT + 16], rsi\n",
-            "movq [r11 + rcx + ARGS_AT + 24], xmm9\n",
-            "movq [r11 + rcx + ARGS_AT + 32], xmm8\n",
-            "movq [r11 + rcx + ARGS_AT + 40], xmm11\n",
-            "movq [r11 + rcx + ARGS_AT + 48], xmm12\n",
+            "mov qword ptr [r11 + rcx + ARGS_AT], ",
+            $len,
+            "\n",
+            $first,
+            $($op, " [r11 + rcx + ARGS_AT + ", $off, "], ", $reg, "\n",)*
         )
     };
 }
 
-// The same with the registers' low 4 bytes, packed.
-macro_rules! halves {
-    (1) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 8\n",
-            "mov eax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], eax\n",
-            "mov dword ptr [r11 + rcx + ARGS_AT + 12], 0\n",
-        )
+// rdi whole, and its low half.
+macro_rules! rdi_whole {
+    () => {
+        "mov rax, [rsp]\nmov [r11 + rcx + ARGS_AT + 8], rax\n"
     };
-    (2) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 8\n",
-            "mov eax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], eax\n",
-            "mov [r11 + rcx + ARGS_AT + 12], esi\n",
-        )
-    };
-    (3) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 16\n",
-            "mov eax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], eax\n",
-            "mov [r11 + rcx + ARGS_AT + 12], esi\n",
-            "movd [r11 + rcx + ARGS_AT + 16], xmm9\n",
-            "mov dword ptr [r11 + rcx + ARGS_AT + 20], 0\n",
-        )
-    };
-    (4) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 16\n",
-            "mov eax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], eax\n",
-            "mov [r11 + rcx + ARGS_AT + 12], esi\n",
-            "movd [r11 + rcx + ARGS_AT + 16], xmm9\n",
-            "movd [r11 + rcx + ARGS_AT + 20], xmm8\n",
-        )
-    };
-    (5) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 24\n",
-            "mov eax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], eax\n",
-            "mov [r11 + rcx + ARGS_AT + 12], esi\n",
-            "movd [r11 + rcx + ARGS_AT + 16], xmm9\n",
-            "movd [r11 + rcx + ARGS_AT + 20], xmm8\n",
-            "movd [r11 + rcx + ARGS_AT + 24], xmm11\n",
-            "mov dword ptr [r11 + rcx + ARGS_AT + 28], 0\n",
-        )
-    };
-    (6) => {
-        concat!(
-            "mov qword ptr [r11 + rcx + ARGS_AT], 24\n",
-            "mov eax, [rsp]\n",
-            "mov [r11 + rcx + ARGS_AT + 8], eax\n",
-            "mov [r11 + rcx + ARGS_AT + 12], esi\n",
-            "movd [r11 + rcx + ARGS_AT + 16], xmm9\n",
-            "movd [r11 + rcx + ARGS_AT + 20], xmm8\n",
-            "movd [r11 + rcx + ARGS_AT + 24], xmm11\n",
-            "movd [r11 + rcx + ARGS_AT + 28], xmm12\n",
-        )
+}
+macro_rules! rdi_half {
+    () => {
+        "mov eax, [rsp]\nmov [r11 + rcx + ARGS_AT + 8], eax\n"
     };
 }
 
@@ -239,72 +142,76 @@ regs_entry!(
     "shadowgraph_fused_regs8_1",
     "shadowgraph_fused_regs8_1_seq",
     1,
-    words!(1)
+    stores!("8", rdi_whole!();)
 );
 regs_entry!(
     "shadowgraph_fused_regs8_2",
     "shadowgraph_fused_regs8_2_seq",
     2,
-    words!(2)
+    stores!("16", rdi_whole!(); "mov" "rsi" "16")
 );
 regs_entry!(
     "shadowgraph_fused_regs8_3",
     "shadowgraph_fused_regs8_3_seq",
     2,
-    words!(3)
+    stores!("24", rdi_whole!(); "mov" "rsi" "16", "movq" "xmm9" "24")
 );
 regs_entry!(
     "shadowgraph_fused_regs8_4",
     "shadowgraph_fused_regs8_4_seq",
     3,
-    words!(4)
+    stores!("32", rdi_whole!(); "mov" "rsi" "16", "movq" "xmm9" "24", "movq" "xmm8" "32")
 );
 regs_entry!(
     "shadowgraph_fused_regs8_5",
     "shadowgraph_fused_regs8_5_seq",
     3,
-    words!(5)
+    stores!("40", rdi_whole!(); "mov" "rsi" "16", "movq" "xmm9" "24", "movq" "xmm8" "32",
+        "movq" "xmm11" "40")
 );
 regs_entry!(
     "shadowgraph_fused_regs8_6",
     "shadowgraph_fused_regs8_6_seq",
     4,
-    words!(6)
+    stores!("48", rdi_whole!(); "mov" "rsi" "16", "movq" "xmm9" "24", "movq" "xmm8" "32",
+        "movq" "xmm11" "40", "movq" "xmm12" "48")
 );
 // Low halves: N registers in ⌈N/2⌉ words, ⌈(8 + 8⌈N/2⌉) / 16⌉ slots.
 regs_entry!(
     "shadowgraph_fused_regs4_1",
     "shadowgraph_fused_regs4_1_seq",
     1,
-    halves!(1)
+    stores!("8", rdi_half!(); "mov dword ptr" "0" "12")
 );
 regs_entry!(
     "shadowgraph_fused_regs4_2",
     "shadowgraph_fused_regs4_2_seq",
     1,
-    halves!(2)
+    stores!("8", rdi_half!(); "mov" "esi" "12")
 );
 regs_entry!(
     "shadowgraph_fused_regs4_3",
     "shadowgraph_fused_regs4_3_seq",
     2,
-    halves!(3)
+    stores!("16", rdi_half!(); "mov" "esi" "12", "movd" "xmm9" "16", "mov dword ptr" "0" "20")
 );
 regs_entry!(
     "shadowgraph_fused_regs4_4",
     "shadowgraph_fused_regs4_4_seq",
     2,
-    halves!(4)
+    stores!("16", rdi_half!(); "mov" "esi" "12", "movd" "xmm9" "16", "movd" "xmm8" "20")
 );
 regs_entry!(
     "shadowgraph_fused_regs4_5",
     "shadowgraph_fused_regs4_5_seq",
     2,
-    halves!(5)
+    stores!("24", rdi_half!(); "mov" "esi" "12", "movd" "xmm9" "16", "movd" "xmm8" "20",
+        "movd" "xmm11" "24", "mov dword ptr" "0" "28")
 );
 regs_entry!(
     "shadowgraph_fused_regs4_6",
     "shadowgraph_fused_regs4_6_seq",
     2,
-    halves!(6)
+    stores!("24", rdi_half!(); "mov" "esi" "12", "movd" "xmm9" "16", "movd" "xmm8" "20",
+        "movd" "xmm11" "24", "movd" "xmm12" "28")
 );
