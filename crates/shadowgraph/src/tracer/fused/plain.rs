@@ -165,7 +165,10 @@ crate::fgraph::graph_asm!(
     // (the frame's word is made in rcx, the record's in rdi once the frame
     // is pushed, the slot's offset in rcx then; the user's frame word is
     // read where it is needed rather than kept in a register that would
-    // have to be saved). The call's return slot: rsp + PE_PARENT_SLOT.
+    // have to be saved). The entries with arguments (plain_regs.rs) store
+    // rsi as it is and the others from where this entry keeps them: what
+    // it saves, and where, is theirs too. The call's return slot: rsp +
+    // PE_PARENT_SLOT.
     // This entry and the return below each start a cache line, so that
     // where the linker places them does not change what a call costs.
     plain_site_entry!(
