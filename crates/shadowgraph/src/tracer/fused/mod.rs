@@ -374,44 +374,41 @@ extern "C" {
     fn shadowgraph_fused_site_return();
     fn shadowgraph_fused_site_entry_plain();
     fn shadowgraph_fused_site_return_plain();
-    fn shadowgraph_fused_site_entry_plain_args();
-    // plain_regs.rs: whole words of 1–6 registers, then low halves.
-    fn shadowgraph_fused_regs8_1();
-    fn shadowgraph_fused_regs8_2();
-    fn shadowgraph_fused_regs8_3();
-    fn shadowgraph_fused_regs8_4();
-    fn shadowgraph_fused_regs8_5();
-    fn shadowgraph_fused_regs8_6();
-    fn shadowgraph_fused_regs4_1();
-    fn shadowgraph_fused_regs4_2();
-    fn shadowgraph_fused_regs4_3();
-    fn shadowgraph_fused_regs4_4();
-    fn shadowgraph_fused_regs4_5();
-    fn shadowgraph_fused_regs4_6();
 }
 
-/// The plain entries with arguments, in `args_table::entry_of`'s order
-/// from 1: the descriptor's (plain_args.rs), then plain_regs.rs's.
-fn plain_args_entries() -> [usize; 13] {
-    [
-        shadowgraph_fused_site_entry_plain_args as *const () as usize,
-        shadowgraph_fused_regs8_1 as *const () as usize,
-        shadowgraph_fused_regs8_2 as *const () as usize,
-        shadowgraph_fused_regs8_3 as *const () as usize,
-        shadowgraph_fused_regs8_4 as *const () as usize,
-        shadowgraph_fused_regs8_5 as *const () as usize,
-        shadowgraph_fused_regs8_6 as *const () as usize,
-        shadowgraph_fused_regs4_1 as *const () as usize,
-        shadowgraph_fused_regs4_2 as *const () as usize,
-        shadowgraph_fused_regs4_3 as *const () as usize,
-        shadowgraph_fused_regs4_4 as *const () as usize,
-        shadowgraph_fused_regs4_5 as *const () as usize,
-        shadowgraph_fused_regs4_6 as *const () as usize,
-    ]
-}
+// The plain entries with arguments, in `args_table::entry_of`'s order
+// from 1: the descriptor's (plain_args.rs), then plain_regs.rs's, whole
+// words of 1–6 registers, then low halves.
+macro_rules! plain_args_entries {
+    ($($f:ident),*) => {
+        extern "C" {
+            $(fn $f();)*
+        }
 
-// They fit the stubs' alternatives.
-const _: () = assert!(13 <= crate::ftrace::MAX_ALT_ENTRIES);
+        /// The plain entries with arguments' addresses (see above).
+        fn plain_args_entries() -> Vec<usize> {
+            vec![$($f as *const () as usize),*]
+        }
+
+        // They fit the stubs' alternatives.
+        const _: () = assert!([$(stringify!($f)),*].len() <= crate::ftrace::MAX_ALT_ENTRIES);
+    };
+}
+plain_args_entries!(
+    shadowgraph_fused_site_entry_plain_args,
+    shadowgraph_fused_regs8_1,
+    shadowgraph_fused_regs8_2,
+    shadowgraph_fused_regs8_3,
+    shadowgraph_fused_regs8_4,
+    shadowgraph_fused_regs8_5,
+    shadowgraph_fused_regs8_6,
+    shadowgraph_fused_regs4_1,
+    shadowgraph_fused_regs4_2,
+    shadowgraph_fused_regs4_3,
+    shadowgraph_fused_regs4_4,
+    shadowgraph_fused_regs4_5,
+    shadowgraph_fused_regs4_6
+);
 
 /// Makes `user` — a graph user whose entry callback declines calls at
 /// depth `max_depth` or deeper (0: none) and otherwise only emits an entry
@@ -686,7 +683,7 @@ fn attach_inner(
                 false => shadowgraph_fused_entry as *const () as usize,
             },
             site_entry_alt: args.then(|| {
-                let entries: &'static [usize] = Box::leak(Box::new(plain_args_entries()));
+                let entries: &'static [usize] = plain_args_entries().leak();
                 (
                     entries,
                     args_table::entry_of as fn(crate::ftrace::SiteId) -> usize,

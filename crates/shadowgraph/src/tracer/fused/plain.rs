@@ -6,7 +6,7 @@ use super::frame_asm::{
     entry_stack, fused_layout, plain_pop_saved, plain_saves, sole_user_check, thread_base,
     thread_op,
 };
-use super::ring_asm::{plain_record, rseq_abort, rseq_descriptor};
+use super::ring_asm::{plain_record, room_check, rseq_abort, rseq_descriptor};
 use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, TP_RINGS};
 use crate::fgraph::stack::ThreadState;
 use crate::fgraph::{self};
@@ -17,7 +17,8 @@ use std::mem::offset_of;
 // `$seq`: for the plain entry itself, and for the entries that write a
 // call's arguments after its record (plain_regs.rs). `$before` runs with
 // the ring in r11, before the sequence; `$room` in the sequence, after the
-// ring's depth is found (rax: `reserve`; rdx free); `$step` is what the
+// ring's depth is found, checks room for the record and any data after
+// it (rax: `reserve`; rdx free); `$step` is what the
 // commit adds to `reserve`; `$word` runs with the record's word made in
 // rdi, `$data` with the record's offset in rcx (plain_record's `$data`).
 macro_rules! plain_site_entry {
@@ -175,7 +176,7 @@ crate::fgraph::graph_asm!(
         "shadowgraph_fused_site_entry_plain",
         "shadowgraph_fused_plain_entry",
         "",
-        "",
+        room_check!("82f"),
         "(1 << {slot_shift}) + 1",
         "",
         ""
@@ -200,7 +201,7 @@ crate::fgraph::graph_asm!(
         "",
         "r9",
         "rcx",
-        "lea edx, [r8 + 1]\ncmp ax, dx\njne 90f\n",
+        concat!("lea edx, [r8 + 1]\ncmp ax, dx\njne 90f\n", room_check!("90f")),
         // One slot on, the ring's depth (= r8 + 1) one shallower.
         "(1 << {slot_shift}) - 1",
         // All of it in the sequence (reads only: a restart reads it all

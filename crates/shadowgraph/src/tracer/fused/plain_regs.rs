@@ -34,8 +34,8 @@ use crate::record::ring::{RingHeader, HEADER_BYTES};
 use std::mem::offset_of;
 
 // The `$room` of an entry whose data takes `$d` slots: the last one below
-// the room's end, and not past the ring's end (its index, masked, at
-// least `$d`: one that wrapped is below).
+// the room's end (and so the record's too), and not past the ring's end
+// (its index, masked, at least `$d`: one that wrapped is below).
 macro_rules! data_room {
     ($d:literal) => {
         concat!(

@@ -180,7 +180,8 @@ pub(super) use rseq_commit;
 // its claim and its publish), `$witness` finds the ring's depth
 // (`reserve`'s bits 0..15, in ax) where this call's record belongs (an
 // entry's depth, an exit's depth + 1; else it jumps to `$general`), and
-// there is room. A signal handler that lands between a frame's push and
+// that there is room for the record (and any data after it:
+// `room_check!` for one slot). A signal handler that lands between a frame's push and
 // its entry record, or between an exit record and the frame's pop, finds
 // the frame and the ring a level apart: the entry records its calls where
 // the ring says the thread is, and anything else out of step goes the
@@ -197,6 +198,15 @@ pub(super) use rseq_commit;
 // before the clock read (a record's data, in the slots after it, which
 // `$witness` found room for). Labels `$name`_*; clobbers rax, rdx,
 // `$slot`, xmm13 and the flags.
+// plain_record's check of room for one slot at `reserve` (rax): below
+// the room's end, else to `$general`.
+macro_rules! room_check {
+    ($general:literal) => {
+        concat!("cmp rax, [r11 + {r_room_end}]\n", "jae ", $general, "\n")
+    };
+}
+pub(super) use room_check;
+
 macro_rules! plain_record {
     ($name:literal, $general:literal, $user:expr, $slot:literal, $word:literal, $witness:expr, $step:expr, $pre:expr, $make_word:expr, $data:expr, $resume:expr) => {
         concat!(
@@ -216,10 +226,6 @@ macro_rules! plain_record {
             $general,
             "\n",
             $witness,
-            "cmp rax, [r11 + {r_room_end}]\n",
-            "jae ",
-            $general,
-            "\n",
             $make_word,
             // Everything but the time made before the clock read: the
             // commit's value in xmm13 (xmm13 is free at a function's entry
