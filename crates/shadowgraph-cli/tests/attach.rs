@@ -221,7 +221,10 @@ fn a_killed_client_ends_its_recording() {
 /// functions' entries without pause, so that sleds are converted, and
 /// some deferred, under threads held anywhere in them: never a torn
 /// instruction (an exception not caught, a crash), and the program ends
-/// as untraced every time.
+/// as untraced every time. The threads' calls come from frames entered
+/// before the attach (no frame of theirs on the shadow stack): the plain
+/// fused entry takes them at depth 0, and the detach unregisters its user
+/// under them; every recording nests exactly.
 #[test]
 fn attaching_under_running_threads_never_tears_an_entry() {
     let dir = workdir("attach_stress");
@@ -235,6 +238,7 @@ fn attaching_under_running_threads_never_tears_an_entry() {
             report_rows(&report_text(&data))["catcher"].2 > 0,
             "round {round}"
         );
+        nests_exactly(&data);
         assert_eq!(end_target(&mut child, &mut out), "bad=0\n", "round {round}");
     }
 }
