@@ -109,3 +109,50 @@ fn two_tracers_and_siglongjmp_out_of_handlers() {
         );
     }
 }
+
+/// Threads that come and go (40 rounds of 3, their stacks and
+/// thread-local blocks reused by glibc) and forked children that call on
+/// after the fork, with threads of their own, under two tracers: each
+/// tracer records every call of every task, once, whole, in the task's
+/// own records, and nothing is lost. The shared path keeps each thread's rings by the tracers' slots:
+/// a thread's exit and a child's fork forget them.
+#[test]
+fn two_tracers_through_threads_and_forks() {
+    let dir = workdir("tracers-tasks");
+    let exe = build_fixture_with(&dir, "tt", "tracers_tasks.c", &["-pthread"]);
+    let data = dir.join("t.data");
+    let tracers = ["--tracer", "a", "--tracer", "b"];
+    let o = record_run(&[], &tracers, &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let calls: u64 = out.trim().parse().unwrap();
+    assert_eq!(calls, 4 * (31 * 200 + 7 * 200));
+    assert_eq!(err.matches(" lost)").count(), 2, "{err}");
+    assert_eq!(err.matches("(0 lost)").count(), 2, "{err}");
+    for t in ["a", "b"] {
+        let d = data.join(t);
+        let rows = report_rows(&report_text(&d));
+        assert_eq!(rows["leaf"].2, calls, "{t}: {rows:?}");
+        assert_eq!(rows["step"].2, calls / 200, "{t}: {rows:?}");
+        let dd = shadowgraph_data::dir::DataDir::open(&d).unwrap();
+        // main, its 120 threads, and each child with its 6.
+        assert_eq!(dd.tids.len(), 1 + 120 + 4 * 7, "{t}");
+        let mut leaves = Vec::new();
+        for &tid in &dd.tids {
+            in_time_order(&dd, tid).unwrap_or_else(|e| panic!("{t}: {e}"));
+            every_call_closes(&dd, tid).unwrap_or_else(|e| panic!("{t}: {e}"));
+            // Each task's most called function is leaf.
+            let mut by_addr = std::collections::HashMap::<u64, u64>::new();
+            for r in records_of(&dd, tid).unwrap() {
+                if r.kind == shadowgraph_data::format::Kind::Entry {
+                    *by_addr.entry(r.addr).or_default() += 1;
+                }
+            }
+            leaves.push(by_addr.into_values().max().unwrap_or(0));
+        }
+        leaves.sort_unstable();
+        let mut want = vec![200; dd.tids.len() - 1];
+        want.push(800);
+        assert_eq!(leaves, want, "{t}: the calls of leaf by task");
+    }
+}

@@ -46,8 +46,8 @@ pub use registry::{register_graph, set_site_stubs, unregister_graph};
 pub use ret::{is_hijack, return_to_handler};
 pub use state::event_time;
 pub(crate) use state::{
-    init_tp_offsets, ARRAY, MULTI_FRAME_WORD, NO_FRAME_WORD, SOLE_FRAME_WORD, SOLE_PROVIDED,
-    TP_LOCAL, TP_THREAD,
+    init_tp_offsets, ARRAY, MULTI_FRAME_WORD, NO_FRAME_WORD, SLOT_PRIVATE, SOLE_FRAME_WORD,
+    SOLE_PROVIDED, TP_LOCAL, TP_THREAD,
 };
 pub use unwind::{
     pause_thread, rehook_thread, resume_thread, ret_addr, ret_addr_of, top_ret_addr, unhook_thread,

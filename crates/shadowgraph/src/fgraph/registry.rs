@@ -9,8 +9,8 @@ use super::sitepath::{shadowgraph_graph_site_entry, shadowgraph_site_return_gene
 use super::stack::{self};
 use super::state::{
     forget_event_time, init_tp_offsets, ARRAY, EPOCH, FAST, MULTI_ENTRY, MULTI_FRAME_WORD,
-    MULTI_RETURN, NO_FRAME_WORD, OCCUPIED, SLOT_EPOCH, SOLE_FRAME_WORD, SOLE_HIJACKED_RETURN,
-    SOLE_PROVIDED,
+    MULTI_RETURN, NO_FRAME_WORD, OCCUPIED, SLOT_EPOCH, SLOT_PRIVATE, SOLE_FRAME_WORD,
+    SOLE_HIJACKED_RETURN, SOLE_PROVIDED,
 };
 use super::thread::thread_key;
 use super::user::{GraphError, GraphUser, MAX_USERS};
@@ -231,6 +231,8 @@ pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
     );
     user.offer_word.store(i as u64 + 1, Ordering::Release);
     user.slot.store(i as i32, Ordering::Release);
+    // Release: before ARRAY[i] and the words that name the slot.
+    SLOT_PRIVATE[i].store(user.private, Ordering::Release);
     r.users[i] = Some(user.clone());
     let ptr = Arc::as_ptr(user) as *mut GraphUser;
     ARRAY[i].store(ptr, Ordering::Release);

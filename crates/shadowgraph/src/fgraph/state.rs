@@ -17,6 +17,13 @@ use std::sync::atomic::{compiler_fence, AtomicI64, AtomicPtr, AtomicU64, Orderin
 pub(super) static OCCUPIED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 pub(crate) static ARRAY: [AtomicPtr<GraphUser>; MAX_USERS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_USERS];
+/// Each published user's `private` word by slot, stored before its ARRAY
+/// entry and left in place after (a slot's next owner overwrites it
+/// before publishing itself): a path that found the slot's user in a
+/// published word (MULTI_FRAME_WORD) under the bracket reads it with one
+/// load, no user pointer to follow.
+pub(crate) static SLOT_PRIVATE: [std::sync::atomic::AtomicUsize; MAX_USERS] =
+    [const { std::sync::atomic::AtomicUsize::new(0) }; MAX_USERS];
 /// Epoch at which each slot's current owner registered.
 pub(super) static SLOT_EPOCH: [AtomicU64; MAX_USERS] =
     [const { AtomicU64::new(u64::MAX) }; MAX_USERS];

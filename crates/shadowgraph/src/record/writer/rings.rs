@@ -9,7 +9,7 @@ use crate::record::ring::{ring_bytes, Claim, Depth, Drained, Ring};
 use shadowgraph_data::format::Kind;
 use std::cell::Cell;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 // This thread's ring per instance (null: none yet). Initial-exec TLS
 // (crate::tls): read on every recorded event. Atomic (Relaxed: plain
@@ -19,6 +19,33 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 crate::fast_thread_local!(
     pub(super) static MINE: [AtomicPtr<u8>; MAX_INSTANCES];
 );
+/// A thread's rings by graph slot, for the fused multi path: `rings[s]` is
+/// the thread's ring of the instance of the user in graph slot `s`, for
+/// each slot of `word`, the multi path's word (fgraph's MULTI_FRAME_WORD:
+/// its users' slots and the newest epoch) they were found under. A word
+/// names its users: it is published again only if no user registered
+/// since (the epoch would be newer), so by the same owners of its slots,
+/// whose rings on this thread stay in MINE while they are registered.
+/// Every path that takes a ring out of MINE, or forgets them all, sets
+/// `word` to 0 (no multi word: its slots are never none) first.
+#[repr(C)]
+pub(crate) struct BySlot {
+    /// The multi word `rings` were found under (0: none).
+    pub word: AtomicU64,
+    /// The rings, by graph slot.
+    pub rings: [AtomicPtr<u8>; crate::fgraph::MAX_USERS],
+}
+
+crate::fast_thread_local!(
+    static BY_SLOT: BySlot;
+);
+
+/// The address of this thread's [`BySlot`]: the fused multi path finds it
+/// at the same offset from every thread's thread pointer.
+pub(crate) fn rings_by_slot_of_this_thread() -> usize {
+    &*BY_SLOT as *const BySlot as usize
+}
+
 /// This thread's brackets were abandoned (see `Ring::recover_abandoned`):
 /// so were the record writes they held, in any of its rings.
 pub(super) fn recover_abandoned() {
@@ -425,6 +452,10 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
                 &MINE_SLOT[inst] as *const AtomicUsize as *mut AtomicUsize,
                 Ordering::Relaxed,
             );
+            s.by_slot.store(
+                &BY_SLOT.word as *const AtomicU64 as *mut AtomicU64,
+                Ordering::Relaxed,
+            );
             s.ring.store(base, Ordering::Release);
         }
         s.unlock();
@@ -490,8 +521,13 @@ pub(super) extern "C" fn thread_exit(v: *mut libc::c_void) {
 /// and removes it) and unmapped.
 pub(super) fn release(slot: &Slot, inst: usize, b: *mut u8) {
     // SAFETY: the cells of the ring's thread, which is alive: it ends its
-    // rings under this lock before it exits.
+    // rings under this lock before it exits. Relaxed (all three): the
+    // thread itself ends its rings in its own order; another thread ends
+    // an instance only once no code of it runs (its users unregistered,
+    // so no multi word that names them is published: the thread's word
+    // is matched no more).
     unsafe {
+        (*slot.by_slot.load(Ordering::Relaxed)).store(0, Ordering::Relaxed);
         (*slot.mine.load(Ordering::Relaxed)).store(std::ptr::null_mut(), Ordering::Relaxed);
         (*slot.mine_slot.load(Ordering::Relaxed)).store(0, Ordering::Relaxed);
     }
@@ -532,6 +568,7 @@ pub fn forget_after_fork(record_on: bool) {
         // Release: the slot free, its fd forgotten first.
         s.ring.store(std::ptr::null_mut(), Ordering::Release);
     }
+    BY_SLOT.word.store(0, Ordering::Relaxed);
     for c in MINE.iter() {
         c.store(std::ptr::null_mut(), Ordering::Relaxed);
     }

@@ -50,6 +50,9 @@ pub(super) struct Slot {
     /// `MINE_SLOT[inst]`), which the end of the instance clears.
     pub mine: AtomicPtr<AtomicPtr<u8>>,
     pub mine_slot: AtomicPtr<AtomicUsize>,
+    /// The thread's word of its rings by graph slot (`BY_SLOT.word`),
+    /// cleared with them.
+    pub by_slot: AtomicPtr<std::sync::atomic::AtomicU64>,
 }
 
 impl Slot {
@@ -81,6 +84,7 @@ pub(super) static RINGS: [Slot; MAX_RINGS] = [const {
         inst: AtomicUsize::new(0),
         mine: AtomicPtr::new(std::ptr::null_mut()),
         mine_slot: AtomicPtr::new(std::ptr::null_mut()),
+        by_slot: AtomicPtr::new(std::ptr::null_mut()),
     }
 }; MAX_RINGS];
 

@@ -324,6 +324,10 @@ pub(super) const SPARE_RECORDS: u64 = 256;
 /// instance (`writer::rings_of_this_thread`): instance i's at + 8i.
 pub(super) static TP_RINGS_ALL: AtomicI64 = AtomicI64::new(0);
 
+/// Offset from the thread pointer of the thread's rings by graph slot
+/// (`writer::BySlot`).
+pub(super) static TP_BY_SLOT: AtomicI64 = AtomicI64::new(0);
+
 /// Makes the multi path available: fgraph hands calls over to it while
 /// every registered user (two or more) was marked by
 /// [`let_multi_stand_in`]. Before the first graph user registers; false
@@ -333,10 +337,14 @@ pub fn enable_multi() -> bool {
     if !clock::uses_tsc() || fgraph::manager_made() {
         return false;
     }
-    // Relaxed (both): read by the path only after MULTI_FRAME_WORD, which
+    // Relaxed (all three): read by the path only after MULTI_FRAME_WORD, which
     // fgraph publishes (Release) when users register, later.
     TP_RINGS_ALL.store(
         writer::rings_of_this_thread().wrapping_sub(thread_pointer()) as i64,
+        Ordering::Relaxed,
+    );
+    TP_BY_SLOT.store(
+        writer::rings_by_slot_of_this_thread().wrapping_sub(thread_pointer()) as i64,
         Ordering::Relaxed,
     );
     RSEQ_CS.store(rseq_cs_offset().unwrap_or(0), Ordering::Relaxed);

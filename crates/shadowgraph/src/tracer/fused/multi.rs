@@ -48,26 +48,30 @@ use super::frame_asm::{
 use super::ring_asm::{
     ring_publish, ring_write, rseq_abort, rseq_arm, rseq_commit, rseq_descriptor,
 };
-use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_RINGS_ALL};
+use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_BY_SLOT, TP_RINGS_ALL};
 use crate::clock;
+use crate::fgraph;
 use crate::fgraph::stack::ThreadState;
-use crate::fgraph::{self, GraphUser};
 use crate::ftrace::local::CoreLocal;
 use crate::record::ring::{RingHeader, HEADER_BYTES};
+use crate::record::writer::BySlot;
 use std::mem::offset_of;
 
 // The ring of the user whose slot is rax, in r11, or to `$gone` if the
-// user or its ring on this thread is not there. Clobbers rax, rdx.
+// user is no longer in ARRAY or has no ring on this thread. Its instance
+// from SLOT_PRIVATE, not through the user: the ring is two dependent
+// loads from the slot, and ARRAY's load is on no path to it. Clobbers
+// rax, rdx.
 macro_rules! user_ring {
     ($gone:literal) => {
         concat!(
             "lea rdx, [rip + {array}]\n",
-            "mov rax, [rdx + rax*8]\n",
-            "test rax, rax\n",
-            "jz ",
+            "cmp qword ptr [rdx + rax*8], 0\n",
+            "je ",
             $gone,
             "\n",
-            "mov rax, [rax + {u_private}]\n",
+            "lea rdx, [rip + {slot_private}]\n",
+            "mov rax, [rdx + rax*8]\n",
             "mov rdx, [rip + {tp_rings_all}]\n",
             "mov r11, qword ptr fs:[rdx + rax*8]\n",
             "test r11, r11\n",
@@ -127,11 +131,14 @@ macro_rules! shared_time {
     };
 }
 
-// Whether every user of `$set` (MULTI_FRAME_WORD's bits, consumed) is
-// still there with its ring on this thread and room to spare in it, for
-// the records of signal handlers that may land before ours; else to
-// `$general` (the general way waits for room). Labels 20, 21; clobbers
-// rax, rdx, r11.
+// Whether every user of `$set` (MULTI_FRAME_WORD's bits, consumed; rsi
+// the word) is still there with its ring on this thread and room to
+// spare in it, for the records of signal handlers that may land before
+// ours; else to `$general` (the general way waits for room, and makes a
+// ring the thread lacks). The rings from the thread's rings by slot
+// (`writer::BySlot`), one load each, when they were found under this
+// word; else found through SLOT_PRIVATE and kept there under it. Labels
+// 20–27; clobbers rax, rdx, r11, xmm13.
 macro_rules! rings_with_room {
     ($set:literal, $general:literal) => {
         concat!(
@@ -141,6 +148,9 @@ macro_rules! rings_with_room {
             "and ",
             $set,
             ", 0xffff\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "cmp rsi, qword ptr fs:[rdx + {b_word}]\n",
+            "jne 25f\n",
             "20:\n",
             "test ",
             $set,
@@ -149,15 +159,46 @@ macro_rules! rings_with_room {
             "\n",
             "jz 21f\n",
             next_user!($set),
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
+            room_to_spare!($general),
+            "jmp 20b\n",
+            // Found and kept, the word last: a handler that lands before
+            // finds the word not yet this one and finds them too.
+            "25:\n",
+            "test ",
+            $set,
+            ", ",
+            $set,
+            "\n",
+            "jz 27f\n",
+            next_user!($set),
+            "movq xmm13, rax\n",
             user_ring!($general),
+            "movq rax, xmm13\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "mov qword ptr fs:[rdx + rax*8 + {b_rings}], r11\n",
+            room_to_spare!($general),
+            "jmp 25b\n",
+            "27:\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "mov qword ptr fs:[rdx + {b_word}], rsi\n",
+            "21:\n",
+        )
+    };
+}
+
+// Whether ring r11 has room to spare (rings_with_room!), else to
+// `$general`. Clobbers rax.
+macro_rules! room_to_spare {
+    ($general:literal) => {
+        concat!(
             "mov rax, [r11 + {r_reserve}]\n",
             "add rax, {margin}\n",
             "cmp rax, [r11 + {r_room_end}]\n",
             "jae ",
             $general,
             "\n",
-            "jmp 20b\n",
-            "21:\n",
         )
     };
 }
@@ -178,7 +219,11 @@ macro_rules! record_each {
             "test esi, esi\n",
             "jz 39f\n",
             next_user!("rsi"),
-            user_ring!("30b"),
+            "lea rdx, [rip + {array}]\n",
+            "cmp qword ptr [rdx + rax*8], 0\n",
+            "je 30b\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
             shared_record!($name, "35f", $time, $word, $depth),
             "jmp 30b\n",
             "35:\n",
@@ -423,12 +468,16 @@ crate::fgraph::graph_asm!(
     tp_local = sym fgraph::TP_LOCAL,
     tp_thread = sym fgraph::TP_THREAD,
     tp_rings_all = sym TP_RINGS_ALL,
+    tp_by_slot = sym TP_BY_SLOT,
+    b_word = const offset_of!(BySlot, word),
+    b_rings = const offset_of!(BySlot, rings),
     rseq_cs = sym RSEQ_CS,
     rseq_restarts = sym RSEQ_RESTARTS,
     fused = sym fgraph::MULTI_FRAME_WORD,
     multi_word = sym fgraph::MULTI_FRAME_WORD,
     no_frame_word = const fgraph::NO_FRAME_WORD as i64,
     array = sym fgraph::ARRAY,
+    slot_private = sym fgraph::SLOT_PRIVATE,
     l_word = const offset_of!(CoreLocal, word),
     l_rec = const offset_of!(CoreLocal, rec),
     l_anchor = const offset_of!(CoreLocal, outer_anchor),
@@ -437,7 +486,6 @@ crate::fgraph::graph_asm!(
     t_event = const offset_of!(ThreadState, event_time),
     t_blockers = const crate::fgraph::stack::BLOCKERS,
     hookable = const crate::fgraph::stack::HOOKABLE,
-    u_private = const offset_of!(GraphUser, private),
     r_offset_mask = const offset_of!(RingHeader, offset_mask),
     slot_shift = const crate::record::ring::SLOT_SHIFT,
     r_head = const offset_of!(RingHeader, head),
