@@ -288,6 +288,13 @@ struct DisplayDepth<I> {
     /// entry takes the depth back to (its next record is the `setjmp`'s
     /// exit), as uftrace's views count.
     setjmp_depth: Option<u16>,
+    /// A `longjmp` just entered: the depth before its entry, its record's
+    /// own depth and its address. The jump is made unless the record
+    /// after it is the `longjmp`'s own exit (the tracer found the frames
+    /// it left gone before the jump: a signal handler's call landed while
+    /// it ran) or a call inside it (a signal handler's, before the jump):
+    /// the `longjmp` is then a call as any other.
+    jumping: Option<(u16, u16, u64)>,
 }
 
 impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I> {
@@ -300,6 +307,19 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I>
                 Ok(r) => r,
                 Err(e) => return Some(Err(e)),
             };
+            if let Some((before, at, addr)) = self.jumping {
+                let inside = match r.kind {
+                    Kind::Exit => r.addr == addr && r.depth == at,
+                    Kind::Entry => r.depth > at,
+                    Kind::Event | Kind::Lost => false,
+                };
+                if inside {
+                    self.depth = before.saturating_add(1);
+                }
+                if r.kind != Kind::Event {
+                    self.jumping = None;
+                }
+            }
             self.first_exit = false;
             if std::mem::replace(&mut self.first, false) && r.kind == Kind::Exit {
                 self.set = false;
@@ -310,9 +330,13 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I>
                     if !std::mem::replace(&mut self.set, true) {
                         self.depth = r.depth;
                     }
+                    let at = r.depth;
                     r.depth = self.depth;
                     self.depth = match self.setjmp_depth {
-                        Some(d) if self.jumps.longjmp.binary_search(&r.addr).is_ok() => d,
+                        Some(d) if self.jumps.longjmp.binary_search(&r.addr).is_ok() => {
+                            self.jumping = Some((r.depth, at, r.addr));
+                            d
+                        }
                         _ => self.depth.saturating_add(1),
                     };
                     if self.jumps.setjmp.binary_search(&r.addr).is_ok() {
@@ -322,6 +346,16 @@ impl<I: Iterator<Item = Result<Record, DataError>>> Iterator for DisplayDepth<I>
                 Kind::Exit => {
                     let inherited = !self.set && self.first_exit;
                     if !std::mem::replace(&mut self.set, true) {
+                        self.depth = r.depth.saturating_add(1);
+                    } else if r.depth.saturating_add(1) < self.depth
+                        && self.jumps.setjmp.binary_search(&r.addr).is_ok()
+                    {
+                        // A `setjmp`'s exit shallower than the calls open:
+                        // a jump back to it, whose `longjmp` these records
+                        // do not show last (its frames found gone before
+                        // it jumped). The calls above stay open. (A size
+                        // filter only makes depths shallower than the
+                        // records'.)
                         self.depth = r.depth.saturating_add(1);
                     }
                     self.depth = self.depth.saturating_sub(1);
@@ -579,6 +613,7 @@ fn filtered(
         base: 0,
         jumps: sel.jumps.clone(),
         setjmp_depth: None,
+        jumping: None,
     });
     // (With `--no-event` too: the task column follows them.)
     let names = data.task_names.get(&tid).filter(|n| !n.is_empty());
@@ -726,3 +761,7 @@ pub fn thread_records(
     }
     Ok(threads)
 }
+
+#[cfg(test)]
+#[path = "display_depth_tests.rs"]
+mod display_depth_tests;

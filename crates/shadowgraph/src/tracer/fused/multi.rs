@@ -17,12 +17,13 @@
 //! way inside the bracket and records where each ring says the thread is
 //! (`Depth::Follow`), as it does inside the single recorder's path.
 //!
-//! Time order per ring: the time is read in the first record's sequence
-//! and kept in the thread's event word (`ThreadState::event_time`, as
-//! `clock::now_shared` shares one among callbacks); each later record
-//! takes it only while the word still holds it. A handler's event opens
-//! and clears the word, so a record after one reads the clock again: the
-//! handler's records in a ring, before ours, stay older than ours.
+//! Time order per ring: the event is opened in the thread's event word
+//! (`ThreadState::event_time`, as `clock::now_shared` shares one time
+//! among callbacks) before its time is read, and each record takes that
+//! time only while the word is as the path left it. A handler's event
+//! opens and clears the word, so a record after one reads the clock
+//! again: the handler's records in a ring, before ours, stay older than
+//! ours.
 //!
 //! ```text
 //! Entry (after entry_saves!, frame_asm's diagram; the bracket entered):
@@ -45,9 +46,7 @@ use super::frame_asm::{
     bracket_leave, entry_saves, entry_stack, frame_words, fused_layout, pop_frame, pop_saved,
     return_head, thread_base, thread_op,
 };
-use super::ring_asm::{
-    ring_publish, ring_write, rseq_abort, rseq_arm, rseq_commit, rseq_descriptor,
-};
+use super::ring_asm::{ring_publish, ring_write, rseq_abort, rseq_descriptor};
 use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_BY_SLOT, TP_RINGS_ALL};
 use crate::clock;
 use crate::fgraph;
@@ -96,37 +95,6 @@ macro_rules! next_user {
             "and ",
             $set,
             ", rdx\n",
-        )
-    };
-}
-
-// Whether the event's time `$time` is still the thread's event word's
-// (else the clock is read again into both); then on at `$name`_timed.
-// Clobbers rax, rdx.
-macro_rules! shared_time {
-    ($name:literal, $time:literal, $timed:literal) => {
-        concat!(
-            crate::fixed_load!("rdx", "tp_thread"),
-            "cmp ",
-            $time,
-            ", qword ptr fs:[rdx + {t_event}]\n",
-            "je ",
-            $name,
-            $timed,
-            "\n",
-            "rdtsc\n",
-            "shl rdx, 32\n",
-            "or rax, rdx\n",
-            "mov ",
-            $time,
-            ", rax\n",
-            crate::fixed_load!("rdx", "tp_thread"),
-            "mov qword ptr fs:[rdx + {t_event}], ",
-            $time,
-            "\n",
-            $name,
-            $timed,
-            ":\n",
         )
     };
 }
@@ -206,15 +174,99 @@ macro_rules! room_to_spare {
 // A record {`$time`, `$word`} in the ring of each user of rsi
 // (MULTI_FRAME_WORD, consumed), as found now (a user that left since
 // stays until the bracket is left, its rings until it has ended; one no
-// longer in ARRAY gets none), by shared_record!; a ring full after all
-// (signal handlers filled it since rings_with_room!) counts the record
-// lost, as the general way counts what it cannot store. Labels 30, 35,
-// 39; clobbers rax, rdx, rsi, r11, xmm13.
+// longer in ARRAY gets none); a ring full after all (signal handlers
+// filled it since rings_with_room!) counts the record lost, as the
+// general way counts what it cannot store. `$depth` sets dx after a
+// slot's step (ring_asm's ring_claim). The thread's event word is open.
+//
+// With rseq: the clock read once, before the first sequence is armed,
+// then in each ring one restartable sequence, armed before the ring is
+// looked up, that ends with the store of its `head` and `reserve` that
+// claims and publishes the record (ring_asm's ring_record); the user's
+// bit leaves rsi after it. An abort starts the ring's sequence again.
+// (The order is for speed: a clock read or a ring lookup right after
+// the arming store makes the path about half again slower.) The time is
+// the event's while the event word is still open: a signal handler's
+// event, which may have recorded in the rings since the time was read,
+// leaves it 0, and each sequence after one reads the clock in it (the
+// handler's records, before ours in a ring, are then older than ours).
+//
+// Without: each ring's record by exchanged_record! (labels `$one`_*),
+// the time shared through the thread's event word.
+//
+// Labels `$name`_*, 30–39; clobbers rax, rdx, rsi, r11, xmm13.
 macro_rules! record_each {
-    ($name:literal, $time:literal, $word:literal, $depth:literal) => {
+    ($name:literal, $one:literal, $time:literal, $word:literal, $depth:literal) => {
         concat!(
             "shr rsi, 12\n",
             "and esi, 0xffff\n",
+            crate::fixed_load!("rdx", "rseq_cs"),
+            "test rdx, rdx\n",
+            "jz ",
+            $name,
+            "_each\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "mov ",
+            $time,
+            ", rax\n",
+            "31:\n",
+            "test esi, esi\n",
+            "jz 39f\n",
+            $name,
+            "_restart:\n",
+            crate::fixed_load!("rdx", "rseq_cs"),
+            "lea rax, [rip + ",
+            $name,
+            "_cs]\n",
+            "mov qword ptr fs:[rdx], rax\n",
+            $name,
+            "_start:\n",
+            "bsf rax, rsi\n",
+            "lea rdx, [rip + {array}]\n",
+            "cmp qword ptr [rdx + rax*8], 0\n",
+            "je 32f\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
+            crate::fixed_load!("rdx", "tp_thread"),
+            "cmp qword ptr fs:[rdx + {t_event}], {event_open}\n",
+            "je 33f\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "mov ",
+            $time,
+            ", rax\n",
+            "33:\n",
+            "mov rax, [r11 + {r_reserve}]\n",
+            "cmp rax, [r11 + {r_room_end}]\n",
+            "jae ",
+            $name,
+            "_full\n",
+            ring_write!($time, $word),
+            "lea rdx, [rax + (1 << {slot_shift})]\n",
+            $depth,
+            "movq xmm13, rdx\n",
+            "punpcklqdq xmm13, xmm13\n",
+            "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
+            $name,
+            "_post:\n",
+            "32:\n",
+            "lea rdx, [rsi - 1]\n",
+            "and rsi, rdx\n",
+            "jmp 31b\n",
+            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
+            rseq_abort!($name),
+            // Full: counted lost (out of the sequence).
+            $name,
+            "_full:\n",
+            "lock inc qword ptr [r11 + {r_lost}]\n",
+            "jmp 32b\n",
+            ".popsection\n",
+            rseq_descriptor!($name),
+            $name,
+            "_each:\n",
             "30:\n",
             "test esi, esi\n",
             "jz 39f\n",
@@ -224,7 +276,7 @@ macro_rules! record_each {
             "je 30b\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
             "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
-            shared_record!($name, "35f", $time, $word, $depth),
+            exchanged_record!($one, "35f", $time, $word, $depth),
             "jmp 30b\n",
             "35:\n",
             "lock inc qword ptr [r11 + {r_lost}]\n",
@@ -236,32 +288,19 @@ macro_rules! record_each {
 
 // A record {`$time`, `$word`} in ring r11 at rest (`reserve` equals
 // `head`: no writer of this thread is between a claim and its publish),
-// the time shared as `shared_time!` says, `$depth` setting dx after the
-// slot's step (ring_asm's ring_claim). With rseq: one restartable
-// sequence from the time's check to one 16-byte store of `head` and
-// `reserve` (ring_asm's ring_record), which a signal or preemption sends
-// back to the check; without: the time checked again before each
-// `cmpxchg` claim, then ring_write and ring_publish. Without room: to
-// `$full`. Labels `$name`_*; clobbers rax, rdx, xmm13 and the flags.
-macro_rules! shared_record {
+// without rseq, `$depth` setting dx after the slot's step (ring_asm's
+// ring_claim): `reserve` read first (a handler that records in this ring
+// after it makes the claim fail), then the time: the event's if the word
+// still holds it, else read between the word opened and the word taken
+// by one exchange (a handler's event in between leaves it 0: the time is
+// read again); the slot claimed by `cmpxchg`, then ring_write and
+// ring_publish. Without room: to `$full`. Labels `$name`_*; clobbers
+// rax, rdx, xmm13 and the flags.
+macro_rules! exchanged_record {
     ($name:literal, $full:literal, $time:literal, $word:literal, $depth:literal) => {
         concat!(
-            rseq_arm!($name, concat!($name, "_legacy")),
             $name,
-            "_start:\n",
-            shared_time!($name, $time, "_timed"),
-            "mov rax, [r11 + {r_reserve}]\n",
-            "cmp rax, [r11 + {r_room_end}]\n",
-            "jae ",
-            $full,
-            "\n",
-            ring_write!($time, $word),
-            rseq_commit!($name, $depth),
-            // `reserve` first: a handler that records in this ring after
-            // it makes the claim fail. Then the time: the event's if the
-            // word still holds it, else read between the word opened and
-            // the word taken by one exchange (a handler's event in
-            // between leaves it 0: the time is read again).
+            "_again:\n",
             "mov rax, [r11 + {r_reserve}]\n",
             "cmp rax, [r11 + {r_room_end}]\n",
             "jae ",
@@ -274,7 +313,7 @@ macro_rules! shared_record {
             ", qword ptr fs:[rdx + {t_event}]\n",
             "je ",
             $name,
-            "_ltimed\n",
+            "_timed\n",
             "mov qword ptr fs:[rdx + {t_event}], {event_open}\n",
             "rdtsc\n",
             "shl rdx, 32\n",
@@ -289,23 +328,20 @@ macro_rules! shared_record {
             "\n",
             "jne ",
             $name,
-            "_legacy\n",
+            "_again\n",
             $name,
-            "_ltimed:\n",
+            "_timed:\n",
             "movq rax, xmm13\n",
             "lea rdx, [rax + (1 << {slot_shift})]\n",
             $depth,
             "cmpxchg qword ptr [r11 + {r_reserve}], rdx\n",
             "jne ",
             $name,
-            "_legacy\n",
+            "_again\n",
             ring_write!($time, $word),
             ring_publish!(concat!($name, "_done")),
-            "jmp ",
             $name,
-            "_done\n",
-            ".popsection\n",
-            rseq_descriptor!($name),
+            "_done:\n",
         )
     };
 }
@@ -384,6 +420,7 @@ crate::fgraph::graph_asm!(
     // A record in each user's ring.
     "movq rsi, xmm15",
     record_each!(
+        "shadowgraph_fused_multi_entry_records",
         "shadowgraph_fused_multi_entry_record",
         "r10",
         "r9",
@@ -445,6 +482,7 @@ crate::fgraph::graph_asm!(
     "mov qword ptr fs:[rdx + {t_event}], {event_open}",
     "mov r9d, 2",
     record_each!(
+        "shadowgraph_fused_multi_exit_records",
         "shadowgraph_fused_multi_exit_record",
         "r9",
         "rcx",
