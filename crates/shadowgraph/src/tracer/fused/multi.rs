@@ -103,10 +103,12 @@ macro_rules! next_user {
 // the word) is still there with its ring on this thread and room to
 // spare in it, for the records of signal handlers that may land before
 // ours; else to `$general` (the general way waits for room, and makes a
-// ring the thread lacks). The rings from the thread's rings by slot
-// (`writer::BySlot`), one load each, when they were found under this
-// word; else found through SLOT_PRIVATE and kept there under it. Labels
-// 20–27; clobbers rax, rdx, r11, xmm13.
+// ring the thread lacks). While the thread's rings by slot
+// (`writer::BySlot`) were found under this word, they are the users'
+// rings, and each record checks its ring's room to spare (record_each!:
+// one short of it sets the word 0, and the next event looks here again).
+// Else the rings are found through SLOT_PRIVATE, their room checked, and
+// kept under the word. Labels 21–27; clobbers rax, rdx, r11, xmm13.
 macro_rules! rings_with_room {
     ($set:literal, $general:literal) => {
         concat!(
@@ -119,18 +121,7 @@ macro_rules! rings_with_room {
             crate::fixed_load!("rdx", "tp_by_slot"),
             "cmp rsi, qword ptr fs:[rdx + {b_word}]\n",
             "jne 25f\n",
-            "20:\n",
-            "test ",
-            $set,
-            ", ",
-            $set,
-            "\n",
-            "jz 21f\n",
-            next_user!($set),
-            crate::fixed_load!("rdx", "tp_by_slot"),
-            "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
-            room_to_spare!($general),
-            "jmp 20b\n",
+            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
             // Found and kept, the word last: a handler that lands before
             // finds the word not yet this one and finds them too.
             "25:\n",
@@ -143,30 +134,22 @@ macro_rules! rings_with_room {
             next_user!($set),
             "movq xmm13, rax\n",
             user_ring!($general),
-            "movq rax, xmm13\n",
-            crate::fixed_load!("rdx", "tp_by_slot"),
-            "mov qword ptr fs:[rdx + rax*8 + {b_rings}], r11\n",
-            room_to_spare!($general),
-            "jmp 25b\n",
-            "27:\n",
-            crate::fixed_load!("rdx", "tp_by_slot"),
-            "mov qword ptr fs:[rdx + {b_word}], rsi\n",
-            "21:\n",
-        )
-    };
-}
-
-// Whether ring r11 has room to spare (rings_with_room!), else to
-// `$general`. Clobbers rax.
-macro_rules! room_to_spare {
-    ($general:literal) => {
-        concat!(
             "mov rax, [r11 + {r_reserve}]\n",
             "add rax, {margin}\n",
             "cmp rax, [r11 + {r_room_end}]\n",
             "jae ",
             $general,
             "\n",
+            "movq rax, xmm13\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "mov qword ptr fs:[rdx + rax*8 + {b_rings}], r11\n",
+            "jmp 25b\n",
+            "27:\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "mov qword ptr fs:[rdx + {b_word}], rsi\n",
+            "jmp 21f\n",
+            ".popsection\n",
+            "21:\n",
         )
     };
 }
@@ -174,9 +157,13 @@ macro_rules! room_to_spare {
 // A record {`$time`, `$word`} in the ring of each user of rsi
 // (MULTI_FRAME_WORD, consumed), as found now (a user that left since
 // stays until the bracket is left, its rings until it has ended; one no
-// longer in ARRAY gets none); a ring full after all (signal handlers
-// filled it since rings_with_room!) counts the record lost, as the
-// general way counts what it cannot store. `$depth` sets dx after a
+// longer in ARRAY gets none). A ring short of the room kept spare for
+// signal handlers sets the thread's rings' word 0, so that the next
+// event goes the general way (rings_with_room!), which waits for room,
+// and takes this record by exchanged_record! in the room there is
+// (without rseq as with); one full after all (signal handlers filled
+// it) counts the record lost, as the general way counts what it cannot
+// store. `$depth` sets dx after a
 // slot's step (ring_asm's ring_claim). The thread's event word is open.
 //
 // With rseq: the clock read once, before the first sequence is armed,
@@ -196,7 +183,7 @@ macro_rules! room_to_spare {
 //
 // Labels `$name`_*, 30–39; clobbers rax, rdx, rsi, r11, xmm13.
 macro_rules! record_each {
-    ($name:literal, $one:literal, $time:literal, $word:literal, $depth:literal) => {
+    ($name:literal, $one:literal, $over:literal, $time:literal, $word:literal, $depth:literal) => {
         concat!(
             "shr rsi, 12\n",
             "and esi, 0xffff\n",
@@ -240,10 +227,11 @@ macro_rules! record_each {
             ", rax\n",
             "33:\n",
             "mov rax, [r11 + {r_reserve}]\n",
-            "cmp rax, [r11 + {r_room_end}]\n",
+            "lea rdx, [rax + {margin}]\n",
+            "cmp rdx, [r11 + {r_room_end}]\n",
             "jae ",
             $name,
-            "_full\n",
+            "_over\n",
             ring_write!($time, $word),
             "lea rdx, [rax + (1 << {slot_shift})]\n",
             $depth,
@@ -258,9 +246,20 @@ macro_rules! record_each {
             "jmp 31b\n",
             ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
             rseq_abort!($name),
-            // Full: counted lost (out of the sequence).
+            // Short of room to spare: the word 0, so that the next event
+            // looks at the rings' room again (and goes the general way,
+            // which waits for room); this record by exchanged_record!,
+            // out of the sequence, in the room there is.
+            $name,
+            "_over:\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "mov qword ptr fs:[rdx + {b_word}], 0\n",
+            exchanged_record!($over, "37f", $time, $word, $depth),
+            "jmp 32b\n",
+            // Full: counted lost.
             $name,
             "_full:\n",
+            "37:\n",
             "lock inc qword ptr [r11 + {r_lost}]\n",
             "jmp 32b\n",
             ".popsection\n",
@@ -276,6 +275,12 @@ macro_rules! record_each {
             "je 30b\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
             "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
+            "mov rax, [r11 + {r_reserve}]\n",
+            "add rax, {margin}\n",
+            "cmp rax, [r11 + {r_room_end}]\n",
+            "jb 36f\n",
+            "mov qword ptr fs:[rdx + {b_word}], 0\n",
+            "36:\n",
             exchanged_record!($one, "35f", $time, $word, $depth),
             "jmp 30b\n",
             "35:\n",
@@ -391,7 +396,7 @@ crate::fgraph::graph_asm!(
     "cmp r8, [rip + {room_limit}]",
     "jae 81f",
     "movq xmm15, rsi",
-    // Every user's ring on this thread, with room to spare.
+    // Every user's ring on this thread, with room to spare when found.
     "mov r10, rsi",
     rings_with_room!("r10", "81f"),
     // The frame {R, func | depth << 48, slot, the users' BITMAP word},
@@ -422,6 +427,7 @@ crate::fgraph::graph_asm!(
     record_each!(
         "shadowgraph_fused_multi_entry_records",
         "shadowgraph_fused_multi_entry_record",
+        "shadowgraph_fused_multi_entry_over",
         "r10",
         "r9",
         "mov dx, r9w\nshr dx, 6\ninc dx\n"
@@ -463,7 +469,7 @@ crate::fgraph::graph_asm!(
     "lea rax, [rsp + FR_SLOT]",
     "cmp [rdi + r9*8 - ({frame_words} + 1) * 8 + FRAME_RETP], rax",
     "jne 91f",
-    // Every user still there with its ring, and room to spare in each.
+    // Every user still there with its ring, as the entry's.
     "mov rcx, rsi",
     rings_with_room!("rcx", "91f"),
     // The exit record's word {Exit | MAGIC | depth << 6 | func << 16}
@@ -484,6 +490,7 @@ crate::fgraph::graph_asm!(
     record_each!(
         "shadowgraph_fused_multi_exit_records",
         "shadowgraph_fused_multi_exit_record",
+        "shadowgraph_fused_multi_exit_over",
         "r9",
         "rcx",
         "mov dx, cx\nshr dx, 6\n"
@@ -509,6 +516,7 @@ crate::fgraph::graph_asm!(
     tp_by_slot = sym TP_BY_SLOT,
     b_word = const offset_of!(BySlot, word),
     b_rings = const offset_of!(BySlot, rings),
+    margin = const SPARE_RECORDS << crate::record::ring::SLOT_SHIFT,
     rseq_cs = sym RSEQ_CS,
     rseq_restarts = sym RSEQ_RESTARTS,
     fused = sym fgraph::MULTI_FRAME_WORD,
@@ -530,7 +538,6 @@ crate::fgraph::graph_asm!(
     r_room_end = const offset_of!(RingHeader, room_end),
     r_reserve = const offset_of!(RingHeader, reserve),
     r_lost = const offset_of!(RingHeader, lost),
-    margin = const SPARE_RECORDS << crate::record::ring::SLOT_SHIFT,
     header = const HEADER_BYTES,
     room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,
