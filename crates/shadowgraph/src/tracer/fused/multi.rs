@@ -81,6 +81,20 @@ macro_rules! user_ring {
     };
 }
 
+// The TSC in `$time` (and rax). Clobbers rdx.
+macro_rules! clock_into {
+    ($time:literal) => {
+        concat!(
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "mov ",
+            $time,
+            ", rax\n",
+        )
+    };
+}
+
 // The next user of `$set` (bits 0..15, nonzero): its slot in rax, its bit
 // taken from `$set`. Clobbers rdx.
 macro_rules! next_user {
@@ -192,12 +206,7 @@ macro_rules! record_each {
             "jz ",
             $name,
             "_each\n",
-            "rdtsc\n",
-            "shl rdx, 32\n",
-            "or rax, rdx\n",
-            "mov ",
-            $time,
-            ", rax\n",
+            clock_into!($time),
             "31:\n",
             "test esi, esi\n",
             "jz 39f\n",
@@ -219,12 +228,7 @@ macro_rules! record_each {
             crate::fixed_load!("rdx", "tp_thread"),
             "cmp qword ptr fs:[rdx + {t_event}], {event_open}\n",
             "je 33f\n",
-            "rdtsc\n",
-            "shl rdx, 32\n",
-            "or rax, rdx\n",
-            "mov ",
-            $time,
-            ", rax\n",
+            clock_into!($time),
             "33:\n",
             "mov rax, [r11 + {r_reserve}]\n",
             "lea rdx, [rax + {margin}]\n",
@@ -320,12 +324,7 @@ macro_rules! exchanged_record {
             $name,
             "_timed\n",
             "mov qword ptr fs:[rdx + {t_event}], {event_open}\n",
-            "rdtsc\n",
-            "shl rdx, 32\n",
-            "or rax, rdx\n",
-            "mov ",
-            $time,
-            ", rax\n",
+            clock_into!($time),
             crate::fixed_load!("rdx", "tp_thread"),
             "mov eax, {event_open}\n",
             "cmpxchg qword ptr fs:[rdx + {t_event}], ",
