@@ -5,7 +5,10 @@
 //! flight, each change a new frame word). Each recorder's records must
 //! nest: every exit closes the entry on top of its thread's stack, and
 //! entries left open are only those of calls a recorder left inside. Its
-//! own process: the path is chosen before the first user registers.
+//! own process: the path is chosen before the first user registers. The
+//! recorder that leaves in the middle of a round ends its recording (its
+//! rings written out and taken from their threads under the running
+//! threads) and starts a new one.
 
 mod common;
 
@@ -32,9 +35,14 @@ fn recorders_come_and_go_on_the_shared_path() {
     // Local rings, small enough for the threads to drain them often (the
     // general way's make_room, where the path finds too little room)
     // between the path's records.
-    let data = |i: usize| dir.join(format!("data{i}"));
+    // Recorder i's k-th recording (a recorder that leaves in the middle
+    // of a round ends its recording and starts a new one).
+    let data = |i: usize, k: usize| dir.join(format!("data{i}-{k}"));
+    let start = |i: usize, k: usize| {
+        writer::start(i, i, &data(i, k), None, Some(256 << 10)).unwrap();
+    };
     for i in 0..RECORDERS {
-        writer::start(i, i, &data(i), None, Some(256 << 10)).unwrap();
+        start(i, 0);
     }
     assert!(fused::enable_multi());
     let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();
@@ -49,7 +57,9 @@ fn recorders_come_and_go_on_the_shared_path() {
     let pause = || std::thread::sleep(Duration::from_micros(400));
     let reg = |i: usize| fgraph::register_graph(&users[i]).unwrap();
     let unreg = |i: usize| fgraph::unregister_graph(&users[i]).unwrap();
-    let mut left = [0u64; RECORDERS];
+    let mut recording = [0usize; RECORDERS];
+    // Departures by recording.
+    let mut left = std::collections::HashMap::<(usize, usize), u64>::new();
     for round in 0..ROUNDS {
         // A different recorder first each round; a different one leaves
         // in the middle.
@@ -61,12 +71,19 @@ fn recorders_come_and_go_on_the_shared_path() {
         reg(c);
         pause();
         unreg(b);
+        // Its recording ends under the running threads (its rings
+        // written out and taken from their threads: no thread's rings by
+        // slot may name them again) and a new one starts.
+        *left.entry((b, recording[b])).or_default() += 1;
+        writer::end_instance(b);
+        recording[b] += 1;
+        start(b, recording[b]);
         pause();
         unreg(c);
         pause();
         unreg(a);
-        for i in [a, b, c] {
-            left[i] += 1;
+        for i in [a, c] {
+            *left.entry((i, recording[i])).or_default() += 1;
         }
     }
     // Two recorders for 30 rounds of the workers: the path takes their
@@ -81,8 +98,9 @@ fn recorders_come_and_go_on_the_shared_path() {
     let (g1, r1) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
     unreg(1);
     unreg(0);
-    left[0] += 1;
-    left[1] += 1;
+    for i in [0, 1] {
+        *left.entry((i, recording[i])).or_default() += 1;
+    }
     // Each call entered by two recorders: 25 calls a round.
     let calls = 2 * (r1 - r0) * 200 * 25;
     assert!(
@@ -95,15 +113,19 @@ fn recorders_come_and_go_on_the_shared_path() {
     assert!(rounds > 0);
     assert_eq!(fgraph::counters().lost_frames, 0);
 
-    for (i, &gone) in left.iter().enumerate() {
-        let (records, open) = check_nesting(&data(i), &sites);
-        assert!(records > 10_000, "recorder {i}: {records} records");
+    let mut records_of = [0u64; RECORDERS];
+    for (&(i, k), &gone) in &left {
+        let (records, open) = check_nesting(&data(i, k), &sites);
+        records_of[i] += records;
         // A recorder that leaves leaves at most each worker's three
         // frames open.
         assert!(
             open <= gone * 3 * 3,
-            "recorder {i}: {open} entries never closed, {gone} departures"
+            "recorder {i}, recording {k}: {open} entries never closed, {gone} departures"
         );
+    }
+    for (i, records) in records_of.iter().enumerate() {
+        assert!(*records > 10_000, "recorder {i}: {records} records");
     }
 }
 

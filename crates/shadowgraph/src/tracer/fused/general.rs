@@ -10,8 +10,8 @@ use super::frame_asm::{
     thread_base, thread_op,
 };
 use super::ring_asm::{
-    reserve_and_time, ring_claim, ring_publish, ring_record, ring_write, rseq_abort, rseq_arm,
-    rseq_commit, rseq_descriptor,
+    commit_store, reserve_and_time, ring_claim, ring_publish, ring_record, ring_write, rseq_abort,
+    rseq_arm, rseq_commit, rseq_descriptor,
 };
 use super::{
     FusedFilter, MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, TP_RINGS, W_FILTER, W_MAX_DEPTH,

@@ -46,7 +46,7 @@ use super::frame_asm::{
     bracket_leave, entry_saves, entry_stack, frame_words, fused_layout, pop_frame, pop_saved,
     return_head, thread_base, thread_op,
 };
-use super::ring_asm::{ring_publish, ring_write, rseq_abort, rseq_descriptor};
+use super::ring_asm::{commit_store, ring_publish, ring_write, rseq_abort, rseq_descriptor};
 use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_BY_SLOT, TP_RINGS_ALL};
 use crate::clock;
 use crate::fgraph;
@@ -237,11 +237,7 @@ macro_rules! record_each {
             $name,
             "_over\n",
             ring_write!($time, $word),
-            "lea rdx, [rax + (1 << {slot_shift})]\n",
-            $depth,
-            "movq xmm13, rdx\n",
-            "punpcklqdq xmm13, xmm13\n",
-            "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
+            commit_store!($depth),
             $name,
             "_post:\n",
             "32:\n",

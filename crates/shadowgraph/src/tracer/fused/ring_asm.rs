@@ -149,14 +149,27 @@ pub(super) use ring_record;
 // a function's entry and return); labels `$name`_post and `$name`_done,
 // then, out of line, the abort handler and `$name`_legacy, where the
 // caller's way without rseq goes on. Clobbers rdx, xmm13.
-macro_rules! rseq_commit {
-    ($name:literal, $depth:literal) => {
+// The store that claims and publishes the record at `reserve` (rax) of
+// ring r11, at rest: `head` and `reserve` both one slot on, `$depth`
+// setting dx after the step (xmm13 is free at a function's entry and
+// return). Clobbers rdx, xmm13.
+macro_rules! commit_store {
+    ($depth:literal) => {
         concat!(
             "lea rdx, [rax + (1 << {slot_shift})]\n",
             $depth,
             "movq xmm13, rdx\n",
             "punpcklqdq xmm13, xmm13\n",
             "movdqu xmmword ptr [r11 + {r_head}], xmm13\n",
+        )
+    };
+}
+pub(super) use commit_store;
+
+macro_rules! rseq_commit {
+    ($name:literal, $depth:literal) => {
+        concat!(
+            commit_store!($depth),
             $name,
             "_post:\n",
             $name,

@@ -7,8 +7,8 @@ use super::frame_asm::{
     pop_frame, pop_saved, return_head, site_entry_end, site_return_general, thread_base, thread_op,
 };
 use super::ring_asm::{
-    reserve_and_time, ring_claim, ring_publish, ring_record, ring_write, rseq_abort, rseq_arm,
-    rseq_commit, rseq_descriptor,
+    commit_store, reserve_and_time, ring_claim, ring_publish, ring_record, ring_write, rseq_abort,
+    rseq_arm, rseq_commit, rseq_descriptor,
 };
 use super::variant_asm::{data_word, timed_data_word, timed_frame_words, timed_judge};
 use super::{
