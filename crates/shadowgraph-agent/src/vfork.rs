@@ -3,7 +3,9 @@
 //! so a call it makes must not push a frame onto the parent's shadow stack
 //! nor write records into the parent's ring. The thread is paused (no call
 //! hooked) before the child exists, and resumed in the parent once the
-//! child is gone; the child returns paused.
+//! child is gone; the child returns paused. (A call that a library call's
+//! thunk traces takes fgraph's own body instead, which records the child
+//! as a task of its own.)
 //!
 //! ```text
 //!   [rsp] at entry   the caller's return address; popped into rdi before

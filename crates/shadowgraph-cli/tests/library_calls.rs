@@ -204,14 +204,19 @@ fn a_dlopened_objects_library_calls_are_traced() {
 }
 
 /// Programs whose library calls do not simply return run as untraced with
-/// those calls traced: swapcontext switching coroutines, siglongjmp out of
+/// those calls traced: swapcontext switching coroutines, getcontext
+/// returned to again by setcontext, siglongjmp out of
 /// signal handlers into a traced sigsetjmp, fork (both processes return),
 /// exec (the image replaced inside the call: it exits with 3).
 #[test]
 fn calls_that_switch_jump_fork_or_exec_leave_the_program_correct() {
     let dir = workdir("libcalls_unusual");
     for (fixture, calls) in [
-        ("coroutines.c", &["swapcontext"][..]),
+        ("coroutines.c", &["getcontext", "swapcontext"][..]),
+        (
+            "getcontext_again.c",
+            &["getcontext", "setcontext", "again"][..],
+        ),
         // (A siglongjmp never returns: the report, as uftrace's, counts
         // the sigsetjmp it comes back to, not the jump.)
         ("siglongjmp_alarms.c", &["__sigsetjmp"][..]),
@@ -536,10 +541,13 @@ fn longjmp_returns_into_its_setjmp() {
 }
 
 /// A vfork child runs on its parent's stack and thread state until it
-/// execs: its calls (a traced function, the exec) are not traced, and the
-/// parent's graph holds its own calls only.
+/// execs; traced, it is a task of its own, as uftrace shows it: `vfork`'s
+/// exit, a traced function and the exec are the child's records, and the
+/// parent's graph holds its own calls, `vfork`'s exit when the child is
+/// gone included. Its shadow stack and rings are whole again after the
+/// child's records: the calls after it are shown in place.
 #[test]
-fn a_vfork_child_leaves_its_parents_graph_alone() {
+fn a_vfork_child_records_as_a_task_of_its_own() {
     let dir = workdir("libcalls_vfork");
     let exe = build_fixture(&dir, "vf", "vfork_exec.c");
     for way in Way::ALL {
@@ -547,10 +555,16 @@ fn a_vfork_child_leaves_its_parents_graph_alone() {
         let o = record_run(&[], &way.with(&["--libcall"]), &data, &exe, &[]);
         assert!(o.status.success(), "{way:?}: {}", text(&o).1);
         assert_eq!(text(&o).0, "0 6\n");
-        let body = replay_body(&replay_text(&data));
+        let replay = replay_text(&data);
+        let body = replay_body(&replay);
         let want = [
             "main() {",
             "  spawn() {",
+            "    vfork() {",
+            "    } /* vfork */",
+            "    leaf();",
+            "    execl() {",
+            "    } /* vfork */",
             "    waitpid();",
             "  } /* spawn */",
             "  leaf();",
@@ -558,9 +572,35 @@ fn a_vfork_child_leaves_its_parents_graph_alone() {
             "  leaf();",
             "  printf();",
             "} /* main */",
+            "",
+            // The child's exec is left open, as uftrace says.
+            "uftrace stopped tracing with remaining functions",
+            "================================================",
         ];
-        assert_eq!(body, want, "{way:?}");
+        assert_eq!(body[..want.len()], want, "{way:?}");
+        assert_eq!(body[want.len() + 1..], ["[0] execl", ""], "{way:?}");
+        // The child's three records are its own task's, the parent's the
+        // rest.
+        let tids: Vec<&str> = replay
+            .lines()
+            .skip(1)
+            .take(14)
+            .filter_map(|l| l.split_once('[')?.1.split_once(']').map(|x| x.0.trim()))
+            .collect();
+        let child = &tids[3];
+        assert_ne!(child, &tids[0], "{replay}");
+        let of_child: Vec<usize> = (0..tids.len()).filter(|&i| &tids[i] == child).collect();
+        assert_eq!(of_child, [3, 4, 5], "{way:?}: {replay}");
     }
+    // With forked children not recorded, the child runs untraced.
+    let data = dir.join("no-children.data");
+    let o = record_run(&[], &["--libcall", "--no-children"], &data, &exe, &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let body = replay_body(&replay_text(&data));
+    assert_eq!(
+        body[..4],
+        ["main() {", "  spawn() {", "    vfork();", "    waitpid();"]
+    );
 }
 
 /// A program that starts only thanks to lazy binding (it would call a
@@ -598,4 +638,63 @@ fn a_program_that_needs_lazy_binding_still_starts() {
     assert_eq!(out, "2\n");
     let rows = report_rows(&report_text(&data));
     assert_eq!(rows.get("f").map(|r| r.2), Some(1), "{rows:?}");
+}
+
+/// Traced vforks under running threads, with one tracer and with two: the
+/// parent's threads record on while it waits; each child's records (the
+/// exit of `vfork`, its call of `leaf`, its `_exit` or `execl`) are its
+/// own task's, once per tracer; the parent's calls nest exactly around
+/// every `vfork`, and nothing is lost.
+#[test]
+fn vforks_under_running_threads_and_tracers() {
+    use shadowgraph_data::format::Kind;
+    let dir = workdir("libcalls_vfork_threads");
+    let exe = build_fixture_with(&dir, "vt", "vfork_threads.c", &["-pthread"]);
+    for (name, tracers) in [
+        ("one", &[][..]),
+        ("two", &["--tracer", "a", "--tracer", "b"]),
+    ] {
+        let data = dir.join(format!("{name}.data"));
+        let o = record_run(&[], &[tracers, &["--libcall"]].concat(), &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        let (bad, leaves) = out.trim().split_once(' ').unwrap();
+        assert_eq!(bad, "0", "{out}");
+        let leaves: u64 = leaves.parse().unwrap();
+        assert_eq!(
+            err.matches(" lost)").count(),
+            err.matches("(0 lost)").count(),
+            "{err}"
+        );
+        let dirs: Vec<_> = if tracers.is_empty() {
+            vec![data.clone()]
+        } else {
+            vec![data.join("a"), data.join("b")]
+        };
+        for d in dirs {
+            let rows = report_rows(&report_text(&d));
+            assert_eq!(rows["leaf"].2, leaves, "{}: {rows:?}", d.display());
+            let dd = shadowgraph_data::dir::DataDir::open(&d).unwrap();
+            // main, its 3 threads, 40 children.
+            assert_eq!(dd.tids.len(), 4 + 40, "{}", d.display());
+            let mut children = 0;
+            for &tid in &dd.tids {
+                in_time_order(&dd, tid).unwrap_or_else(|e| panic!("{e}"));
+                let recs = records_of(&dd, tid).unwrap();
+                let first = &recs[0];
+                if first.kind == Kind::Exit {
+                    // A child: vfork's exit, leaf, and _exit or execl
+                    // (entered, never left).
+                    children += 1;
+                    let kinds: Vec<_> = recs.iter().map(|r| r.kind).collect();
+                    assert_eq!(kinds, [Kind::Exit, Kind::Entry, Kind::Exit, Kind::Entry]);
+                    assert_eq!(recs[1].depth, first.depth, "{recs:?}");
+                    assert_eq!(recs[3].depth, first.depth, "{recs:?}");
+                } else {
+                    calls_nest_exactly(&dd, tid, &[]).unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+            assert_eq!(children, 40, "{}", d.display());
+        }
+    }
 }

@@ -32,11 +32,12 @@
 //! given their protection back. Each store is one aligned word, so a
 //! thread calling through the slot meanwhile takes the old target or the
 //! new, both correct. Functions that return twice or switch stacks
-//! (`vfork`, `clone`, `getcontext`, …) keep their slots: a return through
-//! the thunk's stub would be wrong for one of the two returns. The
-//! `setjmp` family is the exception, once the tracer that hooks returns
-//! gives a body for it ([`set_returns_twice_body`]): its thunks run that
-//! body, which looks after both returns, before the function:
+//! (`clone`, …) keep their slots: a return through the thunk's stub would
+//! be wrong for one of the two returns. The `setjmp` family, `getcontext`
+//! and `vfork` are the exceptions, once the tracer that hooks returns
+//! gives a body for them ([`set_body`]): their thunks run that body,
+//! which looks after the returns, before the function (or, `vfork`'s,
+//! instead of it):
 //!
 //! ```text
 //!   thunk + 0    0f 1f 44 00 00      the site
@@ -62,9 +63,9 @@ const BODY: usize = 16;
 /// From one thunk to the next (int3 filler between them).
 pub const THUNK_STRIDE: usize = 32;
 
-/// Called functions whose slots are left alone: they return twice
-/// (`setjmp` without a body for it, `vfork`, `getcontext`), start another stack or thread on the
-/// same return (`clone`), run the program itself (`__libc_start_main`
+/// Called functions whose slots are left alone: they return on another
+/// stack (`clone`; `savectx`), return twice but have no body for it (see
+/// [`Body`]), run the program itself (`__libc_start_main`
 /// calls `main` and never returns; `main` is traced on its own), or are
 /// the C++ runtime's exception machinery, which uftrace does not show
 /// either (a throw never returns; the catch is shown by its landing pad),
@@ -72,11 +73,8 @@ pub const THUNK_STRIDE: usize = 32;
 /// keep their arguments in registers across it, so that a traced return
 /// that changes one of them breaks the caller; `-finstrument-functions`'
 /// hooks), which uftrace does not show.
-const NEVER: [&str; 21] = [
+const NEVER: [&str; 18] = [
     "savectx",
-    "getcontext",
-    "vfork",
-    "__vfork",
     "clone",
     "clone3",
     "__libc_start_main",
@@ -96,18 +94,54 @@ const NEVER: [&str; 21] = [
     "__cyg_profile_func_exit",
 ];
 
-/// Functions that return twice whose thunks run the body given for them.
-const RETURNS_TWICE: [&str; 4] = ["setjmp", "_setjmp", "__sigsetjmp", "sigsetjmp"];
+/// Functions whose thunks run a body of the tracer that hooks returns,
+/// which looks after the returns a thunk's stub cannot: until one is
+/// given ([`set_body`]), their slots are left alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// Return twice, the second time by a jump back (`setjmp`): the body
+    /// runs before the function.
+    ReturnsTwice,
+    /// May return twice, the second time to a context a coroutine library
+    /// may have taken to another thread (`getcontext`): the body finishes
+    /// the call before the function runs, and returns are the function's
+    /// own.
+    FinishedAtOnce,
+    /// `vfork`: the body makes the system call itself, instead of the
+    /// function.
+    Vfork,
+}
 
-/// The body the thunks of [`RETURNS_TWICE`] run (0: none, their slots are
-/// left alone).
-static RETURNS_TWICE_BODY: AtomicUsize = AtomicUsize::new(0);
+impl Body {
+    const ALL: [Body; 3] = [Body::ReturnsTwice, Body::FinishedAtOnce, Body::Vfork];
 
-/// Makes the `setjmp` family traceable from the next [`redirect`] on: the
-/// thunks of these functions jump to `body` (with r11 at a word holding
-/// it, the function's address in the word after) instead of the function.
-pub fn set_returns_twice_body(body: usize) {
-    RETURNS_TWICE_BODY.store(body, Ordering::Relaxed);
+    /// The functions whose thunks run this body.
+    fn functions(self) -> &'static [&'static str] {
+        match self {
+            Body::ReturnsTwice => &["setjmp", "_setjmp", "__sigsetjmp", "sigsetjmp"],
+            Body::FinishedAtOnce => &["getcontext"],
+            Body::Vfork => &["vfork", "__vfork"],
+        }
+    }
+
+    /// The body given for the thunks of `name`'s slots: Some(0) when none
+    /// is (the slots are left alone), None for any other function.
+    fn of(name: &str) -> Option<usize> {
+        Body::ALL
+            .into_iter()
+            .find(|b| b.functions().contains(&name))
+            .map(|b| BODIES[b as usize].load(Ordering::Relaxed))
+    }
+}
+
+/// The bodies given, by [`Body`] (0: none).
+static BODIES: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+
+/// Makes the functions of `kind` traceable from the next [`redirect`] on:
+/// their thunks jump to `body`, with r11 at a word holding it and the
+/// function's address in the word after.
+pub fn set_body(kind: Body, body: usize) {
+    BODIES[kind as usize].store(body, Ordering::Relaxed);
 }
 
 /// Called functions whose GOT entries without a PLT are left alone, as
@@ -159,12 +193,11 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     let data = sys::MappedFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut slots: Vec<JumpSlot> =
         elf::library_call_slots(path, &data, |_| true).map_err(|e| e.to_string())?;
-    let body = RETURNS_TWICE_BODY.load(Ordering::Relaxed);
     slots.retain(|s| {
         let name = s.symbol.as_str();
         !NEVER.contains(&name)
             && (s.plt || !NEVER_WITHOUT_PLT.contains(&name))
-            && (body != 0 || !RETURNS_TWICE.contains(&name))
+            && Body::of(name) != Some(0)
     });
     // (Our own mapping of the file is not one of the object's.)
     drop(data);
@@ -191,8 +224,7 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
         .alloc_with(THUNK_STRIDE * plan.len(), |_| {
             let mut code = Vec::with_capacity(THUNK_STRIDE * plan.len());
             for p in &plan {
-                let twice = RETURNS_TWICE.contains(&p.0.symbol.as_str());
-                code.extend(thunk_bytes(p.1.target, Some(body).filter(|_| twice)));
+                code.extend(thunk_bytes(p.1.target, Body::of(&p.0.symbol)));
                 code.resize(code.len().next_multiple_of(THUNK_STRIDE), 0xcc);
             }
             code

@@ -33,6 +33,11 @@
 //! then returns there directly, and the frames it left are popped as
 //! unwound when found, as for any non-local exit.
 //!
+//! `getcontext` is always finished that way ([`finished_at_once_body`]):
+//! a coroutine library may resume its context on another thread, whose
+//! copies would not hold the tag. `vfork` keeps a copy as `setjmp` does,
+//! its child's return first (`super::vfork`).
+//!
 //! ```text
 //! The body (rsp = the return slot S; r11 = the thunk's hook word):
 //!   S               our return address (the call has a frame) or the
@@ -110,7 +115,7 @@ impl Jumps {
     }
 
     /// The copy a tag names (its address), if it is one of these.
-    fn by_tag(&self, tag: u64) -> Option<&Jump> {
+    pub(super) fn by_tag(&self, tag: u64) -> Option<&Jump> {
         (self.jumps.iter()).find(|j| {
             std::ptr::from_ref(*j) as u64 == tag && j.buf.load(Ordering::Acquire) > CLAIMED
         })
@@ -158,9 +163,41 @@ graph_asm!(
     land = sym land,
 );
 
+// The body of a function finished before it runs (rsp = the return slot
+// S, ≡ 8 mod 16; r11 = the thunk's hook word): the argument registers and
+// r11 kept at S - 8 … S - 56 across the call of `at_once` (rsp then
+// 16-aligned), then the function, returning as it would untraced.
+graph_asm!(
+    ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
+    ".globl shadowgraph_finished_at_once_body",
+    ".hidden shadowgraph_finished_at_once_body",
+    "shadowgraph_finished_at_once_body:",
+    "endbr64",
+    "push rdi",
+    "push rsi",
+    "push rdx",
+    "push rcx",
+    "push r8",
+    "push r9",
+    "push r11",
+    "lea rdi, [rsp + 56]",
+    "call {at_once}",
+    "pop r11",
+    "pop r9",
+    "pop r8",
+    "pop rcx",
+    "pop rdx",
+    "pop rsi",
+    "pop rdi",
+    "jmp qword ptr [r11 + 8]",
+    ".popsection";
+    at_once = sym at_once,
+);
+
 extern "C" {
     fn shadowgraph_returns_twice_body();
     fn shadowgraph_returns_twice_landing();
+    fn shadowgraph_finished_at_once_body();
 }
 
 /// The body a thunk of a function that returns twice jumps to, with r11
@@ -169,28 +206,69 @@ pub fn returns_twice_body() -> usize {
     shadowgraph_returns_twice_body as *const () as usize
 }
 
+/// The body a thunk of a function finished before it runs jumps to
+/// (`getcontext`, which a `setcontext` may return to again, on another
+/// thread with a coroutine library that moves contexts between threads:
+/// no landing of ours may be kept in its context). Its call is shown
+/// returning 0 at once, and a later return to it is the function's own:
+/// the frames that return leaves are popped as unwound when found, as
+/// for any non-local exit.
+pub fn finished_at_once_body() -> usize {
+    shadowgraph_finished_at_once_body as *const () as usize
+}
+
+/// Before the function runs: finishes its call if it has a frame.
+extern "C" fn at_once(slot: usize) {
+    let t = thread();
+    if let Some(f) = own_frame(t, slot) {
+        finish_now(t, f, slot);
+    }
+}
+
 /// Before the function runs: keeps the call's frame (if it has one) and
 /// returns the tag for r15 (0: none, r15 stays).
 extern "C" fn note(slot: usize, buf: usize, reg: u64) -> u64 {
     let t = thread();
-    let Some(f) = t.frame_below(t.curr.get()) else {
+    let Some(f) = own_frame(t, slot) else {
         return 0;
     };
-    if t.word(f + stack::FRAME_RETP) as usize != slot {
-        // Untraced: the stub went straight to the body.
-        return 0;
-    }
-    let len = t.curr.get() - f;
-    let kept = (len <= JUMP_WORDS).then(|| t.jumps().and_then(Jumps::claim));
-    let Some(j) = kept.flatten() else {
+    let landing = shadowgraph_returns_twice_landing as *const () as usize;
+    keep(t, f, slot, buf, reg, landing).unwrap_or_else(|| {
         finish_now(t, f, slot);
-        return 0;
-    };
+        0
+    })
+}
+
+/// The frame of the running call whose return slot is `slot`, if it is
+/// the thread's top one (else the call is untraced: the stub went straight
+/// to the body).
+pub(super) fn own_frame(t: &ThreadState, slot: usize) -> Option<usize> {
+    let f = t.frame_below(t.curr.get())?;
+    (t.word(f + stack::FRAME_RETP) as usize == slot).then_some(f)
+}
+
+/// Keeps a copy of frame `f` (the call's, whose return slot is `slot`)
+/// under `buf`, with r15's value `reg`, and puts `landing` in the slot;
+/// returns the copy's tag, or None when no copy can hold it.
+pub(super) fn keep(
+    t: &ThreadState,
+    f: usize,
+    slot: usize,
+    buf: usize,
+    reg: u64,
+    landing: usize,
+) -> Option<u64> {
+    let len = t.curr.get() - f;
+    if len > JUMP_WORDS {
+        return None;
+    }
+    let j = t.jumps().and_then(Jumps::claim)?;
     j.ret.set(t.word(f) as usize);
     j.reg.set(reg);
     j.at.set(f);
     j.len.set(len);
     j.returned.set(false);
+    j.child.set(0);
     for (i, w) in j.words.iter().take(len).enumerate() {
         w.set(t.word(f + i));
     }
@@ -203,14 +281,14 @@ extern "C" fn note(slot: usize, buf: usize, reg: u64) -> u64 {
     j.buf.store(buf, Ordering::Release);
     // SAFETY: `slot` is the running call's return slot (its frame says
     // so), which holds the stub's return point until the function returns.
-    unsafe { (slot as *mut usize).write(shadowgraph_returns_twice_landing as *const () as usize) };
-    std::ptr::from_ref(j) as u64
+    unsafe { (slot as *mut usize).write(landing) };
+    Some(std::ptr::from_ref(j) as u64)
 }
 
 /// A call whose frame cannot be kept: finished now, returning 0, with its
 /// real return address back in its slot.
 #[cold]
-fn finish_now(t: &ThreadState, f: usize, slot: usize) {
+pub(super) fn finish_now(t: &ThreadState, f: usize, slot: usize) {
     let _b = Bracket::enter_at(slot);
     let _e = ErrnoGuard::save();
     let mut r = RetRegs::zeroed();
@@ -231,28 +309,36 @@ extern "C" fn land(r: &mut RetRegs, tag: u64, reg: &mut u64) -> usize {
     *reg = j.reg.get();
     let _b = Bracket::enter_at(slot);
     let _e = ErrnoGuard::save();
-    let at = j.at.get();
-    let first = !j.returned.replace(true);
-    // The calls a jump left stay open: above the call's frame at its first
-    // return (none, unless a handler jumped there from inside the
-    // function), from its place on at a later one.
-    let from = if first { at + 1 } else { at };
-    set_doing(t, SKIPPING);
-    while let Some(f) = t.frame_below(t.curr.get()).filter(|&f| f >= from) {
-        finish_frame(t, f, r, true);
-    }
-    t.jump.set(0);
-    if first {
-        if let Some(f) = t.frame_below(t.curr.get()) {
-            if f == at && t.word(f + stack::FRAME_RETP) as usize == slot {
-                finish_frame(t, f, r, false);
-            }
-        }
+    if !j.returned.replace(true) {
+        finish_first(t, j, r, slot);
         if let Some(js) = t.jumps() {
             js.forget_others(j);
         }
-        return j.ret.get();
+    } else {
+        finish_again(t, j, r);
     }
+    j.ret.get()
+}
+
+/// The first return of the call `j` keeps: its frame's exit (the calls
+/// above it, none unless a handler jumped there from inside the function,
+/// stay open).
+pub(super) fn finish_first(t: &ThreadState, j: &Jump, r: &RetRegs, slot: usize) {
+    let at = j.at.get();
+    skip_from(t, r, at + 1);
+    if let Some(f) = t.frame_below(t.curr.get()) {
+        if f == at && t.word(f + stack::FRAME_RETP) as usize == slot {
+            finish_frame(t, f, r, false);
+        }
+    }
+}
+
+/// A later return of the call `j` keeps (a `longjmp` back): the calls
+/// from its place on stay open, and its frame, put back with the thread's
+/// task variables as they were inside the call, gets its exit.
+pub(super) fn finish_again(t: &ThreadState, j: &Jump, r: &RetRegs) {
+    let at = j.at.get();
+    skip_from(t, r, at);
     if t.curr.get() == at {
         let len = j.len.get();
         // As `push`: written before `curr` covers them, and again after
@@ -269,12 +355,20 @@ extern "C" fn land(r: &mut RetRegs, tag: u64, reg: &mut u64) -> usize {
         write();
         // The users' own state as it was inside the call.
         for (i, v) in j.vars.iter().enumerate() {
-            // SAFETY: as in `note`.
+            // SAFETY: as in `keep`.
             unsafe { t.task_var(i).write(v.get()) };
         }
         set_doing(t, RESUMING);
         finish_frame(t, at, r, false);
         t.jump.set(0);
     }
-    j.ret.get()
+}
+
+/// Pops the frames from `from` up as left open.
+fn skip_from(t: &ThreadState, r: &RetRegs, from: usize) {
+    set_doing(t, SKIPPING);
+    while let Some(f) = t.frame_below(t.curr.get()).filter(|&f| f >= from) {
+        finish_frame(t, f, r, true);
+    }
+    t.jump.set(0);
 }

@@ -34,9 +34,10 @@ mod thread;
 pub mod triggers;
 mod unwind;
 pub(crate) mod user;
+mod vfork;
 
 pub(crate) use entry::manager_tramp_entry;
-pub use jumps::returns_twice_body;
+pub use jumps::{finished_at_once_body, returns_twice_body};
 pub(crate) use layout::graph_asm;
 pub(crate) use registry::{
     chosen_site_entry, general_site_path, manager_made, register_multi_path, register_sole_path,
@@ -56,6 +57,7 @@ pub use user::{
     Cell64, EntryFn, GraphEntry, GraphError, GraphReturn, GraphUser, RetRegs, ReturnFn,
     MAX_RESERVE, MAX_USERS,
 };
+pub use vfork::{on_vfork, vfork_body, VforkHooks};
 
 use stack::thread;
 pub use stack::{

@@ -317,6 +317,8 @@ pub struct Jump {
     pub(super) len: Cell<usize>,
     /// The first return has come.
     pub(super) returned: Cell<bool>,
+    /// A `vfork`'s child: what it did at its return (`vfork::CHILD_*`).
+    pub(super) child: Cell<u8>,
     pub(super) words: [Cell<u64>; JUMP_WORDS],
     /// The thread's task variables then (each user's own state, e.g. its
     /// filter's depth), given back with the frame.

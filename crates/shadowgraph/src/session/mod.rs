@@ -356,6 +356,7 @@ fn start_recording(
     install_fatal_handlers();
     // SAFETY: registering a plain extern "C" child handler.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    crate::fgraph::on_vfork(&VFORK_HOOKS);
     // Set up: sessions after this one record on the same sites, even if
     // this one's recording cannot start.
     let _ = STARTED.set(Started::Record);
@@ -403,6 +404,13 @@ static CHILDREN_RECORD: AtomicBool = AtomicBool::new(false);
 extern "C" fn after_fork_child() {
     recorder::after_fork_child(CHILDREN_RECORD.load(Ordering::Relaxed));
 }
+
+/// A traced `vfork`'s child records into rings of its own (when forked
+/// children are recorded); its parent gets its own back.
+static VFORK_HOOKS: crate::fgraph::VforkHooks = crate::fgraph::VforkHooks {
+    child: || CHILDREN_RECORD.load(Ordering::Relaxed) && recorder::vfork_child(),
+    parent: recorder::vfork_parent,
+};
 
 const FATAL: [i32; 5] = [
     libc::SIGSEGV,

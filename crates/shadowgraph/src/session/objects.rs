@@ -3,6 +3,7 @@
 //! (`dlopen`, `dlclose`), which join the core or leave it.
 
 use crate::config::{LibCalls, Objects};
+use crate::libcall::Body;
 use crate::process::{self, Module};
 use crate::tracer::recorder;
 use crate::{elf, ftrace, libcall};
@@ -309,8 +310,11 @@ fn calls_of(
     // (The loader lists the program first.)
     let program = process::loaded_objects().first().map(|o| o.1);
     let mut out = Vec::new();
-    // The `setjmp` family's returns are fgraph's to look after.
-    libcall::set_returns_twice_body(crate::fgraph::returns_twice_body());
+    // The returns of `setjmp`, `getcontext` and `vfork` are fgraph's to
+    // look after.
+    libcall::set_body(Body::ReturnsTwice, crate::fgraph::returns_twice_body());
+    libcall::set_body(Body::FinishedAtOnce, crate::fgraph::finished_at_once_body());
+    libcall::set_body(Body::Vfork, crate::fgraph::vfork_body());
     for (path, bias, has_sites) in traced.into_iter().chain(rest) {
         let is_program = Some(bias) == program;
         if !makes_library_calls(mode, path, (has_sites, is_program), me.as_deref()) {

@@ -17,6 +17,7 @@
 
 mod rings;
 mod state;
+mod vfork;
 
 #[cfg(test)]
 pub(crate) use rings::take_spare;
@@ -26,6 +27,7 @@ pub use state::{
     clock_steps_back, lost, set_ring_bytes, set_session, shared, shared_ring_len, spare_name,
     waits, write_error, writer_gave_up, written, MAX_INSTANCES, SPARE_MAX_BYTES,
 };
+pub(crate) use vfork::{vfork_child, vfork_parent};
 
 use crate::clock;
 use crate::record::ring::{Depth, Ring};

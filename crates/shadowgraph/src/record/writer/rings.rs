@@ -37,7 +37,7 @@ pub(crate) struct BySlot {
 }
 
 crate::fast_thread_local!(
-    static BY_SLOT: BySlot;
+    pub(super) static BY_SLOT: BySlot;
 );
 
 /// The address of this thread's [`BySlot`]: the fused multi path finds it

@@ -610,3 +610,17 @@ pub(crate) fn under_way() -> Vec<Arc<Recording>> {
 pub(crate) fn after_fork_child(record_on: bool) {
     writer::forget_after_fork(record_on);
 }
+
+/// In a traced `vfork`'s child, before its first record: the parent's
+/// rings are put aside (the same memory), and the child's records go to
+/// rings of its own. False when the child cannot record (rings that its
+/// own threads drain would need an exit step of its own).
+pub(crate) fn vfork_child() -> bool {
+    writer::vfork_child()
+}
+
+/// In the parent of a traced `vfork`, once its child is gone: the child's
+/// rings end (the writer drains them) and the parent's are its own again.
+pub(crate) fn vfork_parent() {
+    writer::vfork_parent();
+}
