@@ -18,6 +18,7 @@ mod models;
 mod patch;
 mod record;
 mod record_loops;
+mod record_lua;
 mod record_threads;
 
 use clap::Parser;
@@ -69,6 +70,9 @@ enum Which {
         /// Rounds, every variant once per round (medians are reported).
         #[arg(long, default_value_t = 9)]
         reps: usize,
+        /// Only the Lua rows (a big real trace).
+        #[arg(long)]
+        lua_only: bool,
     },
     /// One configuration, one untimed loop of `loop_target` calls: for
     /// instruction counting under `valgrind --tool=callgrind
@@ -143,7 +147,7 @@ fn main() -> ExitCode {
             mode,
             calls,
         } => ir::bench(&mode, calls, hijack_returns),
-        Which::Record { n, reps } => record::bench(n, reps.max(1)),
+        Which::Record { n, reps, lua_only } => record::bench(n, reps.max(1), lua_only),
         Which::Attach { functions, reps } => attach::bench(functions.max(1), reps.max(1)),
         Which::MemoryRecord {
             hijack_returns,

@@ -82,7 +82,7 @@ fn writer_waits(dir: &Path) -> String {
     }
 }
 
-pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
+pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
     let dir = std::env::temp_dir().join(format!("shadowgraph-bench-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let src = dir.join("fib.c");
@@ -117,6 +117,13 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
         dir.clone()
     };
     std::fs::create_dir_all(&data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    if lua_only {
+        let rows = crate::record_lua::rows(&dir, &data_dir, &me, reps, uftrace);
+        println!("{}", timestamp_line(reps));
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&data_dir);
+        return rows.map(|()| ExitCode::SUCCESS);
+    }
     let (sg_data, uf_data) = (data_dir.join("sg.data"), data_dir.join("uf.data"));
     let arg = n.to_string();
     let run_plain = |k: &str| {
@@ -457,6 +464,8 @@ pub fn bench(n: u32, reps: usize) -> Result<ExitCode, String> {
     crate::record_loops::library_calls(&dir, &data_dir, &me, calls, reps, uftrace)?;
     crate::record_loops::arguments(&dir, &data_dir, &me, 2_000_000, reps, uftrace)?;
     crate::record_threads::rows(&dir, &data_dir, &me, n, reps, uftrace)?;
+    // Seconds a round: a smaller count of rounds.
+    crate::record_lua::rows(&dir, &data_dir, &me, reps.min(5), uftrace)?;
     println!("{}", timestamp_line(reps));
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&data_dir);
