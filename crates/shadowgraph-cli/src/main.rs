@@ -381,6 +381,7 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     use clap::{CommandFactory, FromArgMatches};
     let args = live_by_default(std::env::args_os().collect());
+    let args = options::expand_opt_file(&Cli::command(), args);
     // (Patterns are parsed with the options: --match first.)
     options::MatchArg::apply_from(&args);
     // An option given twice is taken once, the last one winning (as

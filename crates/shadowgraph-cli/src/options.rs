@@ -4,6 +4,9 @@
 use crate::launch::{returns, text_write};
 
 mod args;
+mod run;
+
+pub(crate) use run::{expand_opt_file, time_lines};
 
 use shadowgraph::config::{self, Config, TracerKind};
 use std::path::{Path, PathBuf};
@@ -438,6 +441,8 @@ pub(crate) struct RecordOptions {
     /// (to compare them).
     #[arg(long, hide = true)]
     hijack_returns: bool,
+    #[command(flatten)]
+    pub(crate) run: run::RunOptions,
 }
 
 /// Patterns as triggers of one `action` (`-H PAT` as `PAT@hide`).

@@ -49,6 +49,9 @@ pub(crate) fn record(
     if opts.no_pltbind {
         command.env("LD_BIND_NOT", "1");
     }
+    if opts.run.no_randomize_addr {
+        no_randomize_addr(&mut command);
+    }
     command
         .args(args)
         .env("LD_PRELOAD", preload(&agent))
@@ -89,6 +92,12 @@ pub(crate) fn record(
     }
     let finished = collector.finish();
     let (status, usage) = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
+    if opts.run.time {
+        print!(
+            "{}",
+            crate::options::time_lines(usage.elapsed_ns, &usage.rusage)
+        );
+    }
     let run = (status, &usage);
     let write_failed = conclude(
         finished,
@@ -103,6 +112,25 @@ pub(crate) fn record(
         return Ok(ExitCode::FAILURE);
     }
     Ok(exit_code(status))
+}
+
+/// The program runs without address space layout randomization (its
+/// personality, kept across exec: linux/personality.h's
+/// ADDR_NO_RANDOMIZE).
+fn no_randomize_addr(command: &mut Command) {
+    const ADDR_NO_RANDOMIZE: libc::c_ulong = 0x0040000;
+    // SAFETY: personality(2) is one system call, async-signal-safe, as
+    // what runs between fork and exec must be; it changes the child only.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, || {
+            // (0xffffffff: the current personality, unchanged.)
+            let now = libc::personality(0xffff_ffff);
+            if now != -1 {
+                libc::personality(now as libc::c_ulong | ADDR_NO_RANDOMIZE);
+            }
+            Ok(())
+        })
+    };
 }
 
 /// `record --keep-pid`: this process becomes the program (`command`, by

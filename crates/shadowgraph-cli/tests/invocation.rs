@@ -243,3 +243,93 @@ fn force_traces_a_program_not_built_for_tracing_by_its_library_calls() {
     uftrace_record(&theirs, &["--force"], &exe);
     assert_eq!(replay_body(&uftrace_view("replay", &theirs).unwrap()), ours);
 }
+
+/// uftrace's `--opt-file` (options from a file, after the command line's;
+/// the program too when the command line has none), `--time` (the run's
+/// times as uftrace prints them) and `--no-randomize-addr` (the same
+/// addresses run after run).
+#[test]
+fn opt_file_time_and_no_randomize_addr_as_uftraces() {
+    let dir = workdir("run_options");
+    let exe = dir.join("abc");
+    cc(
+        &[&fixture("abc.c")],
+        &["-O0", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let opts = dir.join("opts");
+    std::fs::write(&opts, "record\n-F b # from b on\n'--no-libcall'\n").unwrap();
+    let data = dir.join("o.data");
+    let o = record_run(
+        &[],
+        &["--opt-file", opts.to_str().unwrap()],
+        &data,
+        &exe,
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(
+        replay_body(&replay_text(&data)),
+        ["b() {", "  c();", "} /* b */"]
+    );
+    // The program from the file, a later -F winning over none.
+    let with_program = dir.join("opts2");
+    std::fs::write(&with_program, format!("-F c\n{}\n", exe.display())).unwrap();
+    let data = dir.join("p.data");
+    let o = shadowgraph()
+        .args(["record", "-d"])
+        .arg(&data)
+        .arg(format!("--opt-file={}", with_program.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(
+        replay_body(&replay_text(&data)),
+        ["c() {", "  getpid();", "} /* c */"]
+    );
+    let missing = shadowgraph()
+        .args(["record", "--opt-file", "/nonexistent/opts"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing)
+            .1
+            .contains("--opt-file /nonexistent/opts: cannot read it"),
+        "{}",
+        text(&missing).1
+    );
+    // --time: three lines on stdout, as uftrace's.
+    let o = record_run(&[], &["--time"], &dir.join("t.data"), &exe, &[]);
+    let out = text(&o).0;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[0].starts_with("elapsed time: ") && lines[0].ends_with(" sec"),
+        "{out}"
+    );
+    assert!(lines[1].starts_with(" system time: ") && lines[1].ends_with("000 sec"));
+    assert!(lines[2].starts_with("   user time: ") && lines[2].ends_with("000 sec"));
+    // --no-randomize-addr: a stack address twice the same.
+    let src = dir.join("aslr.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(void) { int x; printf(\"%p\\n\", (void *)&x); return 0; }\n",
+    )
+    .unwrap();
+    let aslr = dir.join("aslr");
+    cc(&[&src], &["-O2", "-fpatchable-function-entry=5"], &aslr);
+    let address = |opts: &[&str]| {
+        let o = record_run(&[], opts, &dir.join("a.data"), &aslr, &[]);
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0
+    };
+    let fixed = ["--no-randomize-addr"];
+    assert_eq!(address(&fixed), address(&fixed));
+    assert_ne!(
+        address(&[]),
+        address(&[]),
+        "addresses randomized by default"
+    );
+}
