@@ -14,6 +14,10 @@
 //!                    (it clobbers rax, rcx, r11)
 //!   rax              SYS_vfork; then the child's pid (parent), 0 (child)
 //!                    or −errno
+//!   rsi              the thread's pauses before the call (`pause`'s
+//!                    result, kept by `syscall`): the parent gets them back,
+//!                    whatever the child left (`exit` runs the agent's exit
+//!                    step, which pauses the thread for good)
 //!   rsp ≡ 8 mod 16   at entry, as after any call: one word more aligns
 //!                    the call to `pause`
 //! ```
@@ -31,6 +35,7 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
         "sub rsp, 8",
         "call {pause}",
         "add rsp, 8",
+        "mov rsi, rax",
         "pop rdi",
         "mov eax, {sys_vfork}",
         "syscall",
@@ -49,13 +54,17 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
     )
 }
 
-extern "C" fn pause() {
+/// Pauses the thread; returns its pauses before.
+extern "C" fn pause() -> u64 {
+    let before = fgraph::pause_depth();
     fgraph::pause_thread();
+    u64::from(before)
 }
 
-/// In the parent: tracing resumes; a failure sets errno.
-extern "C" fn after(ret: i64) -> i64 {
-    fgraph::resume_thread();
+/// In the parent: tracing resumes, the thread's pauses as they were
+/// before the call; a failure sets errno.
+extern "C" fn after(ret: i64, pauses: u64) -> i64 {
+    fgraph::resume_thread_to(pauses as u32);
     if ret < 0 {
         // SAFETY: errno is this thread's own.
         unsafe { *libc::__errno_location() = -ret as i32 };

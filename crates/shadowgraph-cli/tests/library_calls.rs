@@ -640,6 +640,24 @@ fn a_program_that_needs_lazy_binding_still_starts() {
     assert_eq!(rows.get("f").map(|r| r.2), Some(1), "{rows:?}");
 }
 
+/// A vfork child that ends by `exit` runs the agent's exit step on its
+/// parent's thread state, which pauses the thread for good: the parent
+/// gets its own back, and its later calls are recorded, whether `vfork`
+/// is traced or not.
+#[test]
+fn a_vfork_child_that_calls_exit_leaves_its_parent_traced() {
+    let dir = workdir("libcalls_vfork_exit");
+    let exe = build_fixture(&dir, "ve", "vfork_exit.c");
+    for (name, opts) in [("traced", "--libcall"), ("untraced", "--no-libcall")] {
+        let data = dir.join(format!("{name}.data"));
+        let o = record_run(&[], &[opts], &data, &exe, &[]);
+        assert!(o.status.success(), "{name}: {}", text(&o).1);
+        assert_eq!(text(&o).0, "6\n");
+        let rows = report_rows(&report_text(&data));
+        assert_eq!(rows.get("leaf").map(|r| r.2), Some(3), "{name}: {rows:?}");
+    }
+}
+
 /// Traced vforks under running threads, with one tracer and with two: the
 /// parent's threads record on while it waits; each child's records (the
 /// exit of `vfork`, its call of `leaf`, its `_exit` or `execl`) are its

@@ -269,6 +269,7 @@ pub(super) fn keep(
     j.len.set(len);
     j.returned.set(false);
     j.child.set(0);
+    j.pause.set(t.pause.get());
     for (i, w) in j.words.iter().take(len).enumerate() {
         w.set(t.word(f + i));
     }

@@ -51,7 +51,8 @@ pub(crate) use state::{
     SOLE_PROVIDED, TP_LOCAL, TP_THREAD,
 };
 pub use unwind::{
-    pause_thread, rehook_thread, resume_thread, ret_addr, ret_addr_of, top_ret_addr, unhook_thread,
+    pause_depth, pause_thread, rehook_thread, resume_thread, resume_thread_to, ret_addr,
+    ret_addr_of, top_ret_addr, unhook_thread,
 };
 pub use user::{
     Cell64, EntryFn, GraphEntry, GraphError, GraphReturn, GraphUser, RetRegs, ReturnFn,

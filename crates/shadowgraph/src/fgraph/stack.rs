@@ -319,6 +319,8 @@ pub struct Jump {
     pub(super) returned: Cell<bool>,
     /// A `vfork`'s child: what it did at its return (`vfork::CHILD_*`).
     pub(super) child: Cell<u8>,
+    /// The thread's pauses at the call (a `vfork`'s parent gets them back).
+    pub(super) pause: Cell<u32>,
     pub(super) words: [Cell<u64>; JUMP_WORDS],
     /// The thread's task variables then (each user's own state, e.g. its
     /// filter's depth), given back with the frame.

@@ -111,6 +111,19 @@ pub fn resume_thread() {
     t.pause.set(t.pause.get().saturating_sub(1));
 }
 
+/// How many [`pause_thread`]s this thread is inside.
+pub fn pause_depth() -> u32 {
+    thread().pause.get()
+}
+
+/// Puts this thread's pauses back to `depth` ([`pause_depth`]'s, taken
+/// before): for a `vfork`'s parent, whose child, on the same thread
+/// state, may have paused it and never resumed (an `exit` runs the
+/// agent's exit step, which pauses the thread for good).
+pub fn resume_thread_to(depth: u32) {
+    thread().pause.set(depth);
+}
+
 /// After an unwinder stopped at stack pointer `sp` (a landing pad, or the
 /// end of a backtrace): frames whose slot lies below `sp` are gone —
 /// reported as unwound exits and popped — and the rest are hijacked again.

@@ -33,8 +33,11 @@
 //!   S - 8    r15 as it came, while `note` runs
 //!   rdi      the return address, popped from S across the system call
 //!            (the child's own calls write over the stack below S + 8) and
-//!            pushed back after it: `syscall` keeps rdi and rdx
-//!   rdx      the tag (0: untraced, the thread paused)
+//!            pushed back after it: `syscall` keeps rdi, rsi and rdx
+//!   rsi      the tag (0: untraced, the thread paused)
+//!   rdx      the thread's pauses before the call, which the parent gets
+//!            back (the child may pause the thread for good: `exit` runs
+//!            the agent's exit step)
 //!   rax      SYS_vfork; then the child's pid (parent), 0 (child), −errno
 //! ```
 
@@ -42,7 +45,7 @@ use super::jumps::{finish_again, finish_first, finish_now, keep, own_frame};
 use super::layout::graph_asm;
 use super::ret::{fatal_no_frame, restore_ret_regs, save_ret_regs};
 use super::stack::{thread, ThreadState};
-use super::unwind::{pause_thread, resume_thread};
+use super::unwind::{pause_thread, resume_thread_to};
 use super::user::RetRegs;
 use crate::ftrace::dispatch::ErrnoGuard;
 use crate::ftrace::quiesce::Bracket;
@@ -108,12 +111,12 @@ graph_asm!(
     "pop r15",
     "test rax, rax",
     "cmovnz r15, rax",
-    "mov rdx, rax",
+    "mov rsi, rax",
     "pop rdi",
     "mov eax, {sys_vfork}",
     "syscall",
     "push rdi",
-    "test rdx, rdx",
+    "test rsi, rsi",
     "jz 2f",
     // Traced: both returns go to the landing, a failure with errno set.
     "cmp rax, -4095",
@@ -124,6 +127,7 @@ graph_asm!(
     "test rax, rax",
     "jz 4f",
     "mov rdi, rax",
+    "mov rsi, rdx",
     "jmp {resume}",
     "3:",
     "mov rdi, rax",
@@ -164,21 +168,31 @@ pub fn vfork_body() -> usize {
     shadowgraph_vfork_body as *const () as usize
 }
 
+/// What `note` returns (in rax and rdx).
+#[repr(C)]
+struct Noted {
+    /// The copy's tag for r15, or 0: the thread paused.
+    tag: u64,
+    /// The thread's pauses before the call.
+    pauses: u64,
+}
+
 /// Before the system call: keeps the call's frame and returns the tag for
-/// r15, or pauses the thread and returns 0.
-extern "C" fn note(slot: usize, reg: u64) -> u64 {
+/// r15, or pauses the thread and returns 0; with the thread's pauses.
+extern "C" fn note(slot: usize, reg: u64) -> Noted {
     let t = thread();
+    let pauses = u64::from(t.pause.get());
     if let Some(f) = own_frame(t, slot) {
         if !in_recorded_child(t) {
             let landing = shadowgraph_vfork_landing as *const () as usize;
             if let Some(tag) = keep(t, f, slot, VFORK, reg, landing) {
-                return tag;
+                return Noted { tag, pauses };
             }
         }
         finish_now(t, f, slot);
     }
     pause_thread();
-    0
+    Noted { tag: 0, pauses }
 }
 
 /// Whether this is a recorded vfork child (whose parent's state is put
@@ -191,9 +205,10 @@ fn in_recorded_child(t: &ThreadState) -> bool {
     })
 }
 
-/// The untraced way's parent: tracing resumes; a failure sets errno.
-extern "C" fn resume(ret: i64) -> i64 {
-    resume_thread();
+/// The untraced way's parent: tracing resumes, the thread's pauses as
+/// they were before the call; a failure sets errno.
+extern "C" fn resume(ret: i64, pauses: u64) -> i64 {
+    resume_thread_to(pauses as u32);
     failed(ret)
 }
 
@@ -236,7 +251,8 @@ extern "C" fn land(r: &mut RetRegs, tag: u64, reg: &mut u64) -> usize {
         }
         return ret;
     }
-    // The parent's one return.
+    // The parent's one return, its pauses as they were before the call.
+    resume_thread_to(j.pause.get());
     match j.child.get() {
         CHILD_NONE => finish_first(t, j, r, slot),
         child => {
@@ -245,7 +261,6 @@ extern "C" fn land(r: &mut RetRegs, tag: u64, reg: &mut u64) -> usize {
                 (h.parent)();
             }
             if child == CHILD_PAUSED {
-                resume_thread();
                 finish_first(t, j, r, slot);
             } else {
                 finish_again(t, j, r);
