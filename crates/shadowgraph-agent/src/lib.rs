@@ -43,6 +43,9 @@ static INIT: extern "C" fn() = agent_init;
 
 extern "C" fn agent_init() {
     MmapAlloc::register_fork_handlers(&ALLOC);
+    if std::env::var_os(session::LIST_EVENTS_ENV).is_some() {
+        session::list_events_and_exit();
+    }
     let config = match Config::from_env() {
         Ok(Some(c)) => {
             attach::PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -38,6 +38,16 @@ pub(crate) fn record(
         }
     }
     let agent = agent_path()?;
+    if opts.run.list_event {
+        let mut list = Command::new(&path);
+        std::os::unix::process::CommandExt::arg0(&mut list, prog);
+        let st = (list.args(args))
+            .env("LD_PRELOAD", preload(&agent))
+            .env(shadowgraph::session::LIST_EVENTS_ENV, "1")
+            .status()
+            .map_err(|e| format!("cannot run {prog}: {e}"))?;
+        return Ok(exit_code(st));
+    }
     let Prepared {
         abs,
         rel,

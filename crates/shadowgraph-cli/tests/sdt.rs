@@ -155,3 +155,34 @@ fn markers_armed_and_disarmed_while_threads_run() {
     let n: u64 = end_target(&mut child, &mut out).trim().parse().unwrap();
     assert!(n > 0);
 }
+
+/// `--list-event` lists the markers of the program and its libraries in
+/// uftrace's format, before the program's `main` (which does not run),
+/// as `record` and as `live`; the same list as uftrace's.
+#[test]
+fn list_event_lists_the_markers_as_uftrace() {
+    let dir = workdir("sdt_list");
+    let exe = build(&dir);
+    let want = "[SDT event] app:tick \n[SDT event] app:tock \n[SDT event] misc:skipped \n";
+    for cmd in [&["record", "--list-event"][..], &["--list-event"]] {
+        let o = shadowgraph()
+            .args(cmd)
+            .arg(&exe)
+            .arg("one")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd:?}: {}", text(&o).1);
+        // (The program's own output, "5", is not there: it did not run.)
+        assert_eq!(text(&o).0, want, "{cmd:?}");
+    }
+    if uftrace_missing("uftrace --list-event") {
+        return;
+    }
+    let theirs = Command::new("uftrace")
+        .arg("--list-event")
+        .arg(&exe)
+        .arg("one")
+        .output()
+        .unwrap();
+    assert_eq!(text(&theirs).0, want);
+}

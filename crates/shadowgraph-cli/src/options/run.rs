@@ -1,6 +1,6 @@
 //! How `record` runs the program and what it says of the run, as
-//! uftrace's options do: `--time`, `--no-randomize-addr`, and
-//! `--opt-file`, which every command takes (its words are read before the
+//! uftrace's options do: `--time`, `--no-randomize-addr`, `--list-event`
+//! and `--opt-file`, which every command takes (its words are read before the
 //! command line is parsed: [`expand_opt_file`]).
 
 #![forbid(unsafe_code)]
@@ -25,6 +25,11 @@ pub(crate) struct RunOptions {
     /// that starts with # and the rest of its line left out.
     #[arg(long, value_name = "FILE")]
     pub(crate) opt_file: Option<PathBuf>,
+    /// List the events the program offers (its and its libraries' user
+    /// SDT markers, for -E) instead of recording it: the program's
+    /// `main` does not run.
+    #[arg(long)]
+    pub(crate) list_event: bool,
 }
 
 /// `--time`'s lines, as uftrace prints them: the program's elapsed time

@@ -22,6 +22,8 @@ pub struct SdtProbe {
     pub provider: String,
     /// Its name.
     pub name: String,
+    /// Where its arguments are (`-4@%edi`…; empty without any).
+    pub args: String,
     /// The probe's `nop`, at its link-time address (add the object's load
     /// bias).
     pub addr: u64,
@@ -73,6 +75,7 @@ pub fn probes(path: &Path, data: &[u8]) -> Result<Vec<SdtProbe>, super::ElfError
         let (Some(provider), Some(name)) = (text(), text()) else {
             return Err(bad("a probe without its provider and name"));
         };
+        let args = text().unwrap_or_default();
         let addr = match base {
             Some(b) if noted_base != 0 => pc.wrapping_add(b.wrapping_sub(noted_base)),
             _ => pc,
@@ -80,6 +83,7 @@ pub fn probes(path: &Path, data: &[u8]) -> Result<Vec<SdtProbe>, super::ElfError
         out.push(SdtProbe {
             provider,
             name,
+            args,
             addr,
         });
     }

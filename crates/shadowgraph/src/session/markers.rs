@@ -8,6 +8,31 @@ use crate::tracer::recorder::{self, markers};
 use crate::{elf, patch, process, sys};
 use shadowgraph_data::pattern::{FunctionName, Pattern};
 
+/// Prints the user SDT markers of every loaded object, one line each, as
+/// uftrace's `--list-event` does (`[SDT event] PROVIDER:NAME ARGS`); what
+/// cannot be read is said on stderr.
+pub(super) fn list() {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for (path, _) in process::loaded_objects() {
+        if path.as_os_str().is_empty() {
+            continue;
+        }
+        let Ok(data) = sys::MappedFile::open(&path) else {
+            continue;
+        };
+        match elf::sdt::probes(&path, &data) {
+            Ok(found) => {
+                for p in found {
+                    let _ = writeln!(out, "[SDT event] {}:{} {}", p.provider, p.name, p.args);
+                }
+            }
+            Err(e) => eprintln!("shadowgraph: {e}"),
+        }
+    }
+    let _ = out.flush();
+}
+
 /// The markers found: their names by event id.
 pub(super) type Names = Vec<(u32, String)>;
 

@@ -50,6 +50,18 @@ enum Started {
     Untraced,
 }
 
+/// The environment variable that asks the agent to list the program's
+/// events instead of running it (`record --list-event`).
+pub const LIST_EVENTS_ENV: &str = "SHADOWGRAPH_LIST_EVENTS";
+
+/// `record --list-event`, in the program before its `main`: prints the
+/// user SDT markers of every loaded object (uftrace's format), and ends
+/// the process with status 0, as uftrace's agent does.
+pub fn list_events_and_exit() -> ! {
+    markers::list();
+    std::process::exit(0)
+}
+
 /// Whether the process's first session has set it up: a session started
 /// now records on the sites that one found.
 pub fn set_up() -> bool {
