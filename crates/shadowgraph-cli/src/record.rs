@@ -354,6 +354,7 @@ fn conclude(
             dirs.push((format!("{what}{label}"), d, foreign));
         }
     }
+    say_unmatched(dirs.iter().map(|d| d.1.as_path()));
     // Where writing the records failed, and why.
     let mut write_failed = Vec::new();
     for (label, d, foreign) in dirs {
@@ -375,6 +376,30 @@ fn conclude(
         );
     }
     write_failed
+}
+
+/// The warnings of the patterns that matched no function, once for the
+/// recording: those of every program in it that recorded (the agents keep
+/// them in their metadata, `unmatched`: a pattern may match in a program
+/// started by exec and not in the one that started it).
+pub(crate) fn say_unmatched<'a>(dirs: impl IntoIterator<Item = &'a Path>) {
+    let mut common: Option<Vec<String>> = None;
+    for d in dirs {
+        let Ok(info) = shadowgraph_data::dir::DataDir::open(d).map(|dd| dd.info) else {
+            continue;
+        };
+        let here: Vec<String> = info
+            .get("unmatched")
+            .map(|v| v.split('\t').map(str::to_string).collect())
+            .unwrap_or_default();
+        common = Some(match common {
+            None => here,
+            Some(c) => c.into_iter().filter(|w| here.contains(w)).collect(),
+        });
+    }
+    for w in common.into_iter().flatten() {
+        eprintln!("shadowgraph: warning: {w}");
+    }
 }
 
 /// A recording's directory and its writer (started, or not yet: `C`),

@@ -514,3 +514,37 @@ fn a_record_pattern_that_matches_nothing_is_a_warning() {
     let profile = run(&["--tracer", "profile:filter=nosuch*"], "profile").join("profile");
     assert_eq!(rows_of(&profile)["fib"].2, 15);
 }
+
+/// A recording of several programs (a shell script, traced by its library
+/// calls with --force, and the program it starts by exec) says a pattern
+/// that matches no function once, when it matched in none of them: `main`
+/// (the started program's) and `fork` (the shell's) are not said.
+#[test]
+fn a_pattern_is_said_unmatched_only_when_no_program_of_the_recording_has_it() {
+    let dir = workdir("unmatched_programs");
+    let exe = build_fixture(&dir, "fib", "fib_arg.c");
+    let script = dir.join("run.sh");
+    std::fs::write(&script, format!("#!/bin/sh\n{} 5\n", exe.display())).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let data = dir.join("s.data");
+    let opts = [
+        "--libcall",
+        "--force",
+        "-F",
+        "main",
+        "-F",
+        "fork",
+        "-F",
+        "nosuch",
+    ];
+    let o = record_run(&[], &opts, &data, &script, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "5");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("matches no function"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(said[0].contains("pattern `nosuch`"), "{err}");
+}

@@ -87,6 +87,11 @@ pub(crate) fn record_attached(
     }
     let finished = collector.finish();
     let prog = exe.display().to_string();
+    let dirs: Vec<_> = rel
+        .iter()
+        .map(|(_, r)| collect::instance_dir(&abs, r))
+        .collect();
+    crate::record::say_unmatched(dirs.iter().map(|d| d.as_path()));
     let mut write_failed = Vec::new();
     for (label, r) in &rel {
         let d = collect::instance_dir(&abs, r);

@@ -78,6 +78,10 @@ fn write(
             None => info.set("cmdline", cmd.join(" ")),
         }
         info.set("pid", std::process::id());
+        let unmatched = super::unmatched::kept();
+        if !unmatched.is_empty() {
+            info.set("unmatched", unmatched);
+        }
         info.set(
             "clock",
             if clock::uses_tsc() {

@@ -18,6 +18,7 @@ mod signals;
 mod state;
 mod timed;
 mod triggers;
+mod unmatched;
 
 pub(crate) use metadata::remember_module_maps;
 
@@ -60,6 +61,8 @@ pub(crate) fn start(
     metadata_now: bool,
 ) -> Result<Arc<Recording>, String> {
     let alone = r.tracers.len() == 1;
+    // With a writer process, it says which patterns matched nothing.
+    unmatched::defer(rings.is_some());
     // A graph user registered before (the manager exists): shadow stacks
     // may hold frames of calls entered then, and this recording's tracers
     // keep their own nesting.
@@ -482,10 +485,10 @@ fn matching(patterns: &[String]) -> Result<Vec<String>, String> {
         .collect();
     // (A `!` pattern that removes nothing is harmless: not said.)
     for p in missing.iter().filter(|p| !p.starts_with('!')) {
-        eprintln!(
-            "shadowgraph: warning: pattern `{p}` matches no function; tracing goes on without it \
-             (a function of a library loaded later by dlopen is named `{p}@LIB`)"
-        );
+        unmatched::warn(format!(
+            "pattern `{p}` matches no function; tracing goes on without it (a function of a \
+             library loaded later by dlopen is named `{p}@LIB`)"
+        ));
     }
     Ok(patterns
         .iter()

@@ -46,10 +46,10 @@ pub(super) fn triggers(
             }
         }
         if !hit {
-            eprintln!(
-                "shadowgraph: warning: trigger `{}` matches no function; tracing goes on without it",
+            super::unmatched::warn(format!(
+                "trigger `{}` matches no function; tracing goes on without it",
                 t.pattern.text()
-            );
+            ));
             continue;
         }
         mode_in |= t.actions.filter == Some(FilterMode::In);
