@@ -252,6 +252,59 @@ fn calls_that_switch_jump_fork_or_exec_leave_the_program_correct() {
     }
 }
 
+/// A coroutine whose stack lies above its caller's frames (a buffer in
+/// `main`'s, as uftrace's s-ucontext.c has it): its calls are inside the
+/// `swapcontext` that switched to it, as uftrace nests them, not returns
+/// from the calls below; the switch back closes what it left open. The
+/// shadow stack stays as deep as the calls, over 1000 switches each way.
+#[test]
+fn a_coroutine_on_a_stack_above_its_callers_nests_in_the_switch() {
+    let dir = workdir("libcalls_coroutine_local");
+    let exe = build_fixture(&dir, "cls", "coroutine_local_stack.c");
+    for way in Way::ALL {
+        let data = dir.join(format!("{}.data", way.name()));
+        let o = record_run(&[], &way.with(&["--libcall"]), &data, &exe, &[]);
+        assert!(o.status.success(), "{way:?}: {}", text(&o).1);
+        assert_eq!(text(&o).0, "2002001\n", "{way:?}");
+        let body = replay_body(&replay_text(&data));
+        let want = [
+            "main() {",
+            "  getcontext();",
+            "  makecontext();",
+            "  resume() {",
+            "    swapcontext() {",
+            "      co_body() {",
+            "        work();",
+            "        swapcontext();",
+            "      } /* co_body */",
+            "    } /* swapcontext */",
+            "  } /* resume */",
+            "  work();",
+            "  resume() {",
+            "    swapcontext() {",
+            "      work();",
+            "      swapcontext();",
+            "    } /* swapcontext */",
+            "  } /* resume */",
+        ];
+        assert_eq!(body[..want.len()], want, "{way:?}");
+        let deepest = body.iter().map(|l| l.len() - l.trim_start().len()).max();
+        assert_eq!(deepest, Some(8), "{way:?}");
+        let rows = report_rows(&report_text(&data));
+        let calls = |f: &str| rows.get(f).map(|r| r.2);
+        assert_eq!(
+            [
+                calls("resume"),
+                calls("swapcontext"),
+                calls("work"),
+                calls("co_body")
+            ],
+            [Some(1001), Some(2001), Some(2001), Some(1)],
+            "{way:?}: {rows:?}"
+        );
+    }
+}
+
 /// `--nest-libcall`: the calls a library without sites makes through its
 /// own PLT are traced too, whether it was linked or loaded by dlopen,
 /// under the program's call into it; without it, only the program's.

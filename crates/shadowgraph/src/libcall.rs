@@ -144,6 +144,41 @@ pub fn set_body(kind: Body, body: usize) {
     BODIES[kind as usize].store(body, Ordering::Relaxed);
 }
 
+/// Functions that switch to another context's stack (a coroutine's):
+/// the calls made on it are inside theirs, not returns from the calls
+/// whose return slots lie below it (see [`switches_stacks`]).
+const SWITCHERS: [&str; 2] = ["swapcontext", "setcontext"];
+
+/// The thunks of [`SWITCHERS`] (0: free), never taken back: thunks stay.
+static SWITCH_THUNKS: [AtomicUsize; 32] = [const { AtomicUsize::new(0) }; 32];
+
+/// Whether `func` is the thunk of a call that switches stacks
+/// (`swapcontext`, `setcontext`): a coroutine's stack may lie above the
+/// caller's frames (a buffer in `main`'s), where a call would otherwise
+/// look like a return from them. Async-signal-safe (fixed words).
+pub fn switches_stacks(func: usize) -> bool {
+    // Relaxed: each word is written once, before the thunk's GOT slot
+    // is pointed at it; one read too early (not yet seen) only means the
+    // frames below are taken for left, as without the table.
+    func != 0
+        && SWITCH_THUNKS
+            .iter()
+            .any(|w| w.load(Ordering::Relaxed) == func)
+}
+
+/// Records the thunk `thunk` of a function that switches stacks (more
+/// than the table holds are left out: their calls' callees on a stack
+/// above are taken for returns, as without this).
+fn note_switcher(thunk: usize) {
+    for w in &SWITCH_THUNKS {
+        if w.compare_exchange(0, thunk, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
 /// Called functions whose GOT entries without a PLT are left alone, as
 /// uftrace leaves them: start-up and failure paths (`__cxa_atexit`,
 /// `__stack_chk_fail`) and the TLS resolver Rust calls on every access
@@ -236,6 +271,9 @@ pub fn redirect(path: &Path, bias: usize) -> Result<Option<LibCalls>, String> {
     // thunks that only jump on: their calls work, untraced.
     for (i, (slot, b)) in plan.into_iter().enumerate() {
         let thunk = first + i * THUNK_STRIDE;
+        if SWITCHERS.contains(&slot.symbol.as_str()) {
+            note_switcher(thunk);
+        }
         store_word(b.got, thunk, b.prot).map_err(|e| format!("{}: {e}", path.display()))?;
         changed.push(Redirected {
             object: bias,
