@@ -115,12 +115,34 @@ impl Jumps {
     }
 
     /// The copy a tag names (its address), if it is one of these.
-    pub(super) fn by_tag(&self, tag: u64) -> Option<&Jump> {
+    fn by_tag(&self, tag: u64) -> Option<&Jump> {
         (self.jumps.iter()).find(|j| {
             std::ptr::from_ref(*j) as u64 == tag && j.buf.load(Ordering::Acquire) > CLAIMED
         })
     }
 }
+
+// A landing's code (the diagram above: rsp = S + 8; rax the value; r15
+// the tag): `{land}(&RetRegs, tag, &word)` finishes what the return
+// finishes and gives the real return address, where it jumps, r15 given
+// the word's value. The return registers as they came.
+macro_rules! landing {
+    () => {
+        concat!(
+            "endbr64\n",
+            save_ret_regs!("RET_SIZE + 16"),
+            "mov rdi, rsp\n",
+            "mov rsi, r15\n",
+            "lea rdx, [rsp + RET_SIZE]\n",
+            "call {land}\n",
+            "mov r11, rax\n",
+            "mov r15, [rsp + RET_SIZE]\n",
+            restore_ret_regs!(),
+            "jmp r11\n",
+        )
+    };
+}
+pub(super) use landing;
 
 graph_asm!(
     ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
@@ -148,16 +170,7 @@ graph_asm!(
     ".globl shadowgraph_returns_twice_landing",
     ".hidden shadowgraph_returns_twice_landing",
     "shadowgraph_returns_twice_landing:",
-    "endbr64",
-    save_ret_regs!("RET_SIZE + 16"),
-    "mov rdi, rsp",
-    "mov rsi, r15",
-    "lea rdx, [rsp + RET_SIZE]",
-    "call {land}",
-    "mov r11, rax",
-    "mov r15, [rsp + RET_SIZE]",
-    restore_ret_regs!(),
-    "jmp r11",
+    landing!(),
     ".popsection";
     note = sym note,
     land = sym land,
@@ -302,6 +315,29 @@ pub(super) fn finish_now(t: &ThreadState, f: usize, slot: usize) {
 /// A return to the landing: the frame's exit (after popping what a jump
 /// left); returns the real return address and sets `reg` to r15's value.
 extern "C" fn land(r: &mut RetRegs, tag: u64, reg: &mut u64) -> usize {
+    at_landing(r, tag, reg, |t, j, slot| {
+        if !j.returned.replace(true) {
+            finish_first(t, j, r, slot);
+            if let Some(js) = t.jumps() {
+                js.forget_others(j);
+            }
+        } else {
+            finish_again(t, j, r);
+        }
+        j.ret.get()
+    })
+}
+
+/// A landing's return (`landing!`): sets `reg` to r15's value from the
+/// copy the tag names, and runs `finish` (the thread, the copy, the
+/// return slot) in the bracket, errno kept; its result is the address
+/// the return goes on to.
+pub(super) fn at_landing(
+    r: &RetRegs,
+    tag: u64,
+    reg: &mut u64,
+    finish: impl FnOnce(&ThreadState, &Jump, usize) -> usize,
+) -> usize {
     let slot = r.rsp - 8;
     let t = thread();
     let Some(j) = t.jumps().and_then(|js| js.by_tag(tag)) else {
@@ -310,15 +346,7 @@ extern "C" fn land(r: &mut RetRegs, tag: u64, reg: &mut u64) -> usize {
     *reg = j.reg.get();
     let _b = Bracket::enter_at(slot);
     let _e = ErrnoGuard::save();
-    if !j.returned.replace(true) {
-        finish_first(t, j, r, slot);
-        if let Some(js) = t.jumps() {
-            js.forget_others(j);
-        }
-    } else {
-        finish_again(t, j, r);
-    }
-    j.ret.get()
+    finish(t, j, slot)
 }
 
 /// The first return of the call `j` keeps: its frame's exit (the calls

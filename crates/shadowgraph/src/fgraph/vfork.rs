@@ -41,14 +41,12 @@
 //!   rax      SYS_vfork; then the child's pid (parent), 0 (child), −errno
 //! ```
 
-use super::jumps::{finish_again, finish_first, finish_now, keep, own_frame};
+use super::jumps::{at_landing, finish_again, finish_first, finish_now, keep, landing, own_frame};
 use super::layout::graph_asm;
-use super::ret::{fatal_no_frame, restore_ret_regs, save_ret_regs};
-use super::stack::{thread, ThreadState};
+use super::ret::{restore_ret_regs, save_ret_regs};
+use super::stack::{thread, Jump, ThreadState};
 use super::unwind::{pause_thread, resume_thread_to};
 use super::user::RetRegs;
-use crate::ftrace::dispatch::ErrnoGuard;
-use crate::ftrace::quiesce::Bracket;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// The buffer word of a `vfork`'s copy (a `setjmp`'s is its buffer's
@@ -139,16 +137,7 @@ graph_asm!(
     ".globl shadowgraph_vfork_landing",
     ".hidden shadowgraph_vfork_landing",
     "shadowgraph_vfork_landing:",
-    "endbr64",
-    save_ret_regs!("RET_SIZE + 16"),
-    "mov rdi, rsp",
-    "mov rsi, r15",
-    "lea rdx, [rsp + RET_SIZE]",
-    "call {land}",
-    "mov r11, rax",
-    "mov r15, [rsp + RET_SIZE]",
-    restore_ret_regs!(),
-    "jmp r11",
+    landing!(),
     ".popsection";
     note = sym note,
     sys_vfork = const libc::SYS_vfork,
@@ -225,14 +214,11 @@ extern "C" fn failed(ret: i64) -> i64 {
 /// A return of `vfork` to the landing: returns the real return address
 /// and sets `reg` to r15's value.
 extern "C" fn land(r: &mut RetRegs, tag: u64, reg: &mut u64) -> usize {
-    let slot = r.rsp - 8;
-    let t = thread();
-    let Some(j) = t.jumps().and_then(|js| js.by_tag(tag)) else {
-        fatal_no_frame(slot)
-    };
-    *reg = j.reg.get();
-    let _b = Bracket::enter_at(slot);
-    let _e = ErrnoGuard::save();
+    at_landing(r, tag, reg, |t, j, slot| land_vfork(t, j, r, slot))
+}
+
+/// [`land`] inside the bracket, for the copy `j`.
+fn land_vfork(t: &ThreadState, j: &Jump, r: &RetRegs, slot: usize) -> usize {
     let ret = j.ret.get();
     if r.rax == 0 && j.child.get() == CHILD_NONE {
         // The child: its own id and rings before its first record. Every

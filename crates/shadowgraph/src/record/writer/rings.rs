@@ -498,6 +498,13 @@ pub(super) extern "C" fn thread_exit(v: *mut libc::c_void) {
         }
     }
     let mask = crate::sys::block_async_signals();
+    release_mine();
+    crate::sys::restore_signals(mask);
+}
+
+/// Ends every ring in this thread's cells (see [`release`]); signals
+/// blocked by the caller.
+pub(super) fn release_mine() {
     for inst in 0..MAX_INSTANCES {
         let i = MINE_SLOT[inst].load(Ordering::Relaxed);
         if i == 0 {
@@ -512,7 +519,6 @@ pub(super) extern "C" fn thread_exit(v: *mut libc::c_void) {
         }
         slot.unlock();
     }
-    crate::sys::restore_signals(mask);
 }
 
 /// Ends the ring `b` of instance `inst` in `slot` (its lock held), taking

@@ -3,7 +3,7 @@
 //! it (`fgraph::on_vfork`) and given back once the child is gone, after
 //! the child's rings are ended as a thread's exit ends them.
 
-use super::rings::{release, BY_SLOT, MINE, MINE_SLOT};
+use super::rings::{release_mine, BY_SLOT, MINE, MINE_SLOT};
 use super::state::{any_shared, MAX_INSTANCES, RINGS};
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -52,19 +52,9 @@ pub(crate) fn vfork_parent() {
         return;
     }
     let mask = crate::sys::block_async_signals();
+    // (The word first, as every path that takes rings out of MINE.)
     BY_SLOT.word.store(0, Ordering::Relaxed);
-    for inst in 0..MAX_INSTANCES {
-        let i = MINE_SLOT[inst].load(Ordering::Relaxed);
-        if i != 0 {
-            let slot = &RINGS[i - 1];
-            slot.lock();
-            let b = MINE[inst].load(Ordering::Relaxed);
-            if !b.is_null() {
-                release(slot, inst, b);
-            }
-            slot.unlock();
-        }
-    }
+    release_mine();
     for inst in 0..MAX_INSTANCES {
         let (b, i) = (a.rings[inst].get(), a.slots[inst].get());
         if b.is_null() || i == 0 {
