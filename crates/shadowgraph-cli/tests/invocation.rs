@@ -287,6 +287,23 @@ fn opt_file_time_and_no_randomize_addr_as_uftraces() {
         replay_body(&replay_text(&data)),
         ["c() {", "  getpid();", "} /* c */"]
     );
+    // A view takes it too, its file a word of its own or after `=`.
+    let view_opts = dir.join("view_opts");
+    std::fs::write(&view_opts, "-F c\n").unwrap();
+    for given in [
+        vec!["--opt-file".to_string(), view_opts.display().to_string()],
+        vec![format!("--opt-file={}", view_opts.display())],
+    ] {
+        let o = shadowgraph()
+            .arg("replay")
+            .args(&given)
+            .arg("-d")
+            .arg(dir.join("o.data"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{given:?}: {}", text(&o).1);
+        assert_eq!(replay_body(&text(&o).0), ["c();"], "{given:?}");
+    }
     let missing = shadowgraph()
         .args(["record", "--opt-file", "/nonexistent/opts"])
         .arg(&exe)

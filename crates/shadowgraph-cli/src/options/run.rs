@@ -82,8 +82,11 @@ fn program_start(cmd: &clap::Command, args: &[String]) -> Option<usize> {
             return (i + 1 < args.len()).then_some(i + 1);
         }
         if let Some(long) = w.strip_prefix("--") {
+            // (`--opt-file` takes its file in every command, declared or
+            // not.)
             let arg = cmd.get_arguments().find(|a| a.get_long() == Some(long));
-            i += 1 + usize::from(!long.contains('=') && takes_value(arg));
+            let value = long == "opt-file" || takes_value(arg);
+            i += 1 + usize::from(!long.contains('=') && value);
         } else if let Some(short) = w.strip_prefix('-').filter(|s| !s.is_empty()) {
             let c = short.chars().next();
             let arg = cmd.get_arguments().find(|a| a.get_short() == c);
