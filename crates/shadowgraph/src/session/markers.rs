@@ -8,13 +8,11 @@ use crate::tracer::recorder::{self, markers};
 use crate::{elf, patch, process, sys};
 use shadowgraph_data::pattern::{FunctionName, Pattern};
 
-/// Prints the user SDT markers of every loaded object, one line each, as
-/// uftrace's `--list-event` does (`[SDT event] PROVIDER:NAME ARGS`); what
-/// cannot be read is said on stderr.
-pub(super) fn list() {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    for (path, _) in process::loaded_objects() {
+/// Each loaded object's SDT markers, with its load bias; one whose notes
+/// cannot be read is said on stderr (with `unread`) and passed over.
+fn loaded_probes(unread: &str) -> Vec<(usize, Vec<elf::sdt::SdtProbe>)> {
+    let mut out = Vec::new();
+    for (path, bias) in process::loaded_objects() {
         if path.as_os_str().is_empty() {
             continue;
         }
@@ -22,12 +20,21 @@ pub(super) fn list() {
             continue;
         };
         match elf::sdt::probes(&path, &data) {
-            Ok(found) => {
-                for p in found {
-                    let _ = writeln!(out, "[SDT event] {}:{} {}", p.provider, p.name, p.args);
-                }
-            }
-            Err(e) => eprintln!("shadowgraph: {e}"),
+            Ok(found) => out.push((bias, found)),
+            Err(e) => eprintln!("shadowgraph: {e}{unread}"),
+        }
+    }
+    out
+}
+
+/// Prints the user SDT markers of every loaded object, one line each, as
+/// uftrace's `--list-event` does (`[SDT event] PROVIDER:NAME ARGS`).
+pub(super) fn list() {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for (_, found) in loaded_probes("") {
+        for p in found {
+            let _ = writeln!(out, "[SDT event] {}:{} {}", p.provider, p.name, p.args);
         }
     }
     let _ = out.flush();
@@ -74,20 +81,7 @@ pub(super) fn arm(patterns: &[String]) -> Names {
     };
     let mut used = vec![false; specs.len()];
     let (mut probes, mut names) = (Vec::new(), Vec::new());
-    for (path, bias) in process::loaded_objects() {
-        if path.as_os_str().is_empty() {
-            continue;
-        }
-        let Ok(data) = sys::MappedFile::open(&path) else {
-            continue;
-        };
-        let found = match elf::sdt::probes(&path, &data) {
-            Ok(f) => f,
-            Err(e) => {
-                eprintln!("shadowgraph: {e}; its SDT markers are not recorded");
-                continue;
-            }
-        };
+    for (bias, found) in loaded_probes("; its SDT markers are not recorded") {
         for p in found {
             let Some(k) = (specs.iter())
                 .position(|(_, prov, ev)| named(prov, &p.provider) && named(ev, &p.name))
