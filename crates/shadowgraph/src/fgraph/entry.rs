@@ -237,16 +237,15 @@ pub(super) fn drop_dead_frames(t: &ThreadState, slot: usize, parent_ip: usize) {
     // A tail call (the top frame's slot, its return point there) drops
     // nothing: known before asking the kernel about the signal stack,
     // which optimised code's tail calls would otherwise pay on every call.
-    if !t.frame_below(t.curr.get()).is_some_and(dead) {
+    let Some(top) = t.frame_below(t.curr.get()).filter(|&f| dead(f)) else {
         return;
-    }
+    };
     // A call on the stack a `swapcontext` switched to (a coroutine's,
     // which may lie above the frames below, in a buffer of theirs): not a
     // return from them; the call is inside the switch, as uftrace nests it.
     // (The switch back returns through the switcher's frame: `unwind_to`
     // closes what the coroutine left open above it.)
-    let top = t.frame_below(t.curr.get());
-    if top.is_some_and(|f| crate::libcall::switches_stacks(t.frame_func(f))) {
+    if crate::libcall::switches_stacks(t.frame_func(top)) {
         return;
     }
     // A signal handler that interrupted our code (a bracket open below
