@@ -566,19 +566,20 @@ fn main() -> ExitCode {
             use shadowgraph_data::{chrome, dump, flame, perfetto as pf};
             let how = filter.open_options();
             let f: shadowgraph_data::replay::ReplayFilter = filter.into();
+            // Each program started by exec in the same dump.
             match (chrome, perfetto, flame_graph, svg) {
-                _ if graphviz => view(&data, how, |d, o| dump::dump_graphviz(d, &f, o)),
-                _ if mermaid => view(&data, how, |d, o| dump::dump_mermaid(d, &f, o)),
+                _ if graphviz => view_merged(&data, how, |d, o| dump::dump_graphviz(d, &f, o)),
+                _ if mermaid => view_merged(&data, how, |d, o| dump::dump_mermaid(d, &f, o)),
                 (_, _, false, true) => {
                     Err("--svg renders a flame graph: use it with --flame-graph".to_string())
                 }
-                (_, _, true, true) => flame_svg(&data, how, &f),
-                (_, _, true, false) => view(&data, how, |d, o| {
+                (_, _, true, true) => output::flame_svg(&data, how, &f, sample_time),
+                (_, _, true, false) => view_merged(&data, how, |d, o| {
                     flame::dump_flame_graph_sampled(d, &f, sample_time, o)
                 }),
-                (_, true, _, _) => view(&data, how, |d, o| pf::dump_perfetto(d, &f, o)),
-                (true, _, _, _) => view(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
-                _ => view(&data, how, |d, o| dump::dump_text_of(d, &f, o)),
+                (_, true, _, _) => view_merged(&data, how, |d, o| pf::dump_perfetto(d, &f, o)),
+                (true, _, _, _) => view_merged(&data, how, |d, o| chrome::dump_chrome(d, &f, o)),
+                _ => view_merged(&data, how, |d, o| dump::dump_text_of(d, &f, o)),
             }
         }
         Command::Live {
@@ -653,35 +654,6 @@ fn parse_graph_fields(spec: &str) -> Result<GraphFields, String> {
 
 fn parse_patch_pattern(p: &str) -> Result<shadowgraph_data::pattern::Pattern, String> {
     shadowgraph::prologue::parse_pattern(p).map_err(|e| e.to_string())
-}
-
-/// The folded stacks rendered as an SVG flame graph (widths: self time).
-fn flame_svg(
-    dir: &std::path::Path,
-    how: OpenOptions,
-    filter: &shadowgraph_data::replay::ReplayFilter,
-) -> Result<ExitCode, String> {
-    let data = DataDir::open_with(dir, how).map_err(|e| e.to_string())?;
-    if let Some(w) = data.loss_warning() {
-        eprintln!("shadowgraph: {w}");
-    }
-    let mut folded = Vec::new();
-    shadowgraph_data::flame::dump_flame_graph(&data, filter, &mut folded)
-        .map_err(|e| e.to_string())?;
-    for w in data.warnings() {
-        eprintln!("shadowgraph: warning: {w}");
-    }
-    let folded = String::from_utf8_lossy(&folded);
-    if folded.is_empty() {
-        return Err(format!("{}: no calls recorded", dir.display()));
-    }
-    let mut opts = inferno::flamegraph::Options::default();
-    opts.title = format!("shadowgraph: {}", data.info.get("exe").unwrap_or("trace"));
-    opts.count_name = "ns".to_string();
-    let out = std::io::BufWriter::new(std::io::stdout().lock());
-    inferno::flamegraph::from_lines(&mut opts, folded.lines(), out)
-        .map_err(|e| format!("rendering the flame graph: {e}"))?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `report`'s columns and order, as given.

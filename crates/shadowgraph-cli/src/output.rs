@@ -1,6 +1,7 @@
 //! Views written to stdout: a recording opened, its notices and warnings
 //! said on stderr, a closed pipe (`| head`) ending the output quietly; and
-//! the recordings of the programs started by exec during it.
+//! the recordings of the programs started by exec during it; the flame
+//! graph rendered as SVG.
 
 use shadowgraph_data::dir::{DataDir, OpenOptions};
 use std::process::ExitCode;
@@ -153,4 +154,43 @@ pub(crate) fn view_with_sessions(
         view_of(&s, how.clone(), false, &write)?;
     }
     Ok(code)
+}
+
+/// The folded stacks rendered as an SVG flame graph (widths: self time, or
+/// samples of `sample_ns`), of the recording and the programs started by
+/// exec during it.
+pub(crate) fn flame_svg(
+    dir: &std::path::Path,
+    how: OpenOptions,
+    filter: &shadowgraph_data::replay::ReplayFilter,
+    sample_ns: Option<u64>,
+) -> Result<ExitCode, String> {
+    let datas = session_dirs(dir)
+        .iter()
+        .map(|d| DataDir::open_with(d, how.clone()).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&DataDir> = datas.iter().collect();
+    for w in datas.iter().filter_map(DataDir::loss_warning) {
+        eprintln!("shadowgraph: {w}");
+    }
+    let mut folded = Vec::new();
+    shadowgraph_data::flame::dump_flame_graph_sampled(&refs, filter, sample_ns, &mut folded)
+        .map_err(|e| e.to_string())?;
+    for w in datas.iter().flat_map(DataDir::warnings) {
+        eprintln!("shadowgraph: warning: {w}");
+    }
+    let folded = String::from_utf8_lossy(&folded);
+    if folded.is_empty() {
+        return Err(format!("{}: no calls recorded", dir.display()));
+    }
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = format!(
+        "shadowgraph: {}",
+        refs[0].info.get("exe").unwrap_or("trace")
+    );
+    opts.count_name = if sample_ns.is_some() { "samples" } else { "ns" }.to_string();
+    let out = std::io::BufWriter::new(std::io::stdout().lock());
+    inferno::flamegraph::from_lines(&mut opts, folded.lines(), out)
+        .map_err(|e| format!("rendering the flame graph: {e}"))?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -396,18 +396,54 @@ fn forked_children_and_exec_sessions_are_recorded() {
     assert!(!report.contains("# started by exec"), "{report}");
     let rows = report_rows(&report);
     assert_eq!((rows["leaf"].2, rows["main"].2), (7, 2), "{report}");
+    // The dumps too, as uftrace's: the thread's records go on in the
+    // exec'd program's, under the same thread.
+    let dump = view_text("dump", &data);
+    assert_eq!(
+        dump.matches(&format!("reading {spid}.dat")).count(),
+        1,
+        "{dump}"
+    );
+    let of_spid: Vec<&str> = dump
+        .lines()
+        .filter(|l| l.contains(&format!(" {spid}: [")))
+        .collect();
+    assert!(
+        of_spid.iter().any(|l| l.contains("[entry] main(")),
+        "{dump}"
+    );
     let o = shadowgraph()
         .args(["dump", "--chrome", "-d"])
         .arg(&data)
         .output()
         .unwrap();
+    let (chrome, chrome_err) = text(&o);
+    assert!(o.status.success(), "{chrome_err}");
     assert!(
-        text(&o)
-            .1
-            .contains("programs started by exec have recordings of their own"),
-        "the views point at it: {}",
-        text(&o).1
+        !chrome_err.contains("recordings of their own"),
+        "{chrome_err}"
     );
+    let json: serde_json::Value = serde_json::from_str(&chrome).unwrap();
+    let calls: Vec<String> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["tid"] == spid && e["ph"] == "B")
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        calls,
+        ["main", "child_work", "leaf", "leaf", "leaf"],
+        "{chrome}"
+    );
+    // One call graph of every program: main in each of the two.
+    let o = shadowgraph()
+        .args(["dump", "--graphviz", "-d"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let dot = text(&o).0;
+    assert!(dot.contains("\"fk\" -> \"main\" [xlabel = \"2\"]"), "{dot}");
     let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     let parent: i32 = d.info.get("pid").unwrap().parse().unwrap();
     let child = *d.tids.iter().find(|&&t| t != parent).unwrap();

@@ -267,8 +267,8 @@ fn recordings_are_uftrace_data_both_ways() {
 /// one thread or several (calls open while other threads record, threads
 /// coming and going, a main thread that exits first), forked children,
 /// recursion, tail calls, coroutines, C++ (overloads, exceptions), a
-/// crash. (Left out: programs started by exec, whose sessions we show
-/// after the rest, which uftrace does not; calls nested deeper than 1023,
+/// crash. (Left out: programs started by exec, recorded into directories
+/// of their own that uftrace does not read; calls nested deeper than 1023,
 /// recorded at depth 1023, the format's deepest, where uftrace does not
 /// merge the deepest call it shows with its exit.)
 #[test]

@@ -7,7 +7,7 @@
 
 use super::dir::DataDir;
 use super::format::Kind;
-use super::replay::{thread_records, ReplayError, ReplayFilter};
+use super::replay::{session_threads, ReplayError, ReplayFilter};
 use std::io::Write;
 
 fn json_str(s: &str) -> String {
@@ -45,39 +45,76 @@ fn metadata(
 /// Writes what `filter` selects as Chrome trace-event JSON: a `B` and an
 /// `E` event per call, one track per thread; recorded arguments and
 /// return values as the events' `args` (`arguments`, `retval`), as
-/// uftrace writes them.
+/// uftrace writes them. `datas`: a recording, then the programs started
+/// by exec during it, in the order they started; their records merged by
+/// time, a thread that went on in another program on its first track.
 pub fn dump_chrome(
-    data: &DataDir,
+    datas: &[&DataDir],
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
+    let Some(&data) = datas.first() else {
+        return Ok(());
+    };
     // Checked (and opened) before any output.
-    let threads = thread_records(data, filter)?;
-    let pid = data.info.get("pid").unwrap_or("0").to_string();
-    let exe = data.info.get("exe").unwrap_or("");
-    let comm = exe.rsplit('/').next().unwrap_or(exe);
+    let threads = session_threads(datas, filter)?;
+    let pid_of_session = |d: &DataDir| d.info.get("pid").unwrap_or("0").to_string();
+    // Each thread's process: that of the first program it ran.
+    let mut pids: Vec<(i32, String)> = Vec::new();
+    for (tid, _, i) in &threads {
+        if !pids.iter().any(|p| p.0 == *tid) {
+            pids.push((*tid, pid_of_session(datas[*i])));
+        }
+    }
+    let pid_of = |tid: i32| -> &str {
+        pids.iter()
+            .find(|p| p.0 == tid)
+            .map_or("0", |p| p.1.as_str())
+    };
     writeln!(out, "{{\"traceEvents\":[")?;
     // A thread's name as uftrace's metadata gives it: the last it took
-    // (`-E linux:task-name`), else the program's.
-    let last_name = |tid: &str| {
-        let t: i32 = tid.parse().unwrap_or(0);
-        let last = data.task_names.get(&t).and_then(|n| n.last());
-        last.map_or(comm, |n| n.1.as_str())
+    // (`-E linux:task-name`), else that of the last program it ran.
+    let last_name = |tid: i32| -> String {
+        let ran = |d: &&&DataDir| d.tids.contains(&tid) || std::ptr::eq(**d, data);
+        let Some(d) = datas.iter().rev().find(ran) else {
+            return String::new();
+        };
+        let exe = d.info.get("exe").unwrap_or("");
+        let comm = exe.rsplit('/').next().unwrap_or(exe);
+        let last = d.task_names.get(&tid).and_then(|n| n.last());
+        last.map_or(comm, |n| n.1.as_str()).to_string()
     };
-    let name = |id: &str| format!("[{id}] {}", last_name(id));
-    metadata(out, &pid, None, "process_name", &name(&pid))?;
-    for (tid, _) in &threads {
+    let name = |id: &str| format!("[{id}] {}", last_name(id.parse().unwrap_or(0)));
+    // The processes: the recording's, then those of its threads.
+    let mut procs: Vec<&str> = vec![data.info.get("pid").unwrap_or("0")];
+    for (_, p) in &pids {
+        if !procs.contains(&p.as_str()) {
+            procs.push(p);
+        }
+    }
+    for (i, p) in procs.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",\n")?;
+        }
+        metadata(out, p, None, "process_name", &name(p))?;
+    }
+    let mut seen: Vec<i32> = Vec::new();
+    for (tid, _, _) in &threads {
+        if seen.contains(tid) {
+            continue;
+        }
+        seen.push(*tid);
         out.write_all(b",\n")?;
         metadata(
             out,
-            &pid,
+            pid_of(*tid),
             Some(*tid),
             "thread_name",
             &name(&tid.to_string()),
         )?;
     }
     // The threads' records merged by time, as uftrace writes them.
-    let tids: Vec<i32> = threads.iter().map(|t| t.0).collect();
+    let (tids, owner): (Vec<i32>, Vec<usize>) = threads.iter().map(|t| (t.0, t.2)).unzip();
     let mut streams: Vec<std::iter::Peekable<_>> =
         threads.into_iter().map(|t| t.1.peekable()).collect();
     let mut heap = std::collections::BinaryHeap::new();
@@ -92,7 +129,8 @@ pub fn dump_chrome(
         }
     }
     while let Some(std::cmp::Reverse((_, k))) = heap.pop() {
-        let tid = tids[k];
+        let (tid, data) = (tids[k], datas[owner[k]]);
+        let pid = pid_of(tid);
         {
             let r = streams[k].next().expect("peeked");
             if let Some(t) = time_of(&mut streams[k]) {
@@ -111,11 +149,11 @@ pub fn dump_chrome(
                     };
                     out.write_all(b",\n")?;
                     if tid.to_string() == pid {
-                        metadata(out, &pid, None, "process_name", n)?;
+                        metadata(out, pid, None, "process_name", n)?;
                         out.write_all(b",\n")?;
-                        metadata(out, &pid, Some(tid), "thread_name", n)?;
+                        metadata(out, pid, Some(tid), "thread_name", n)?;
                     } else {
-                        metadata(out, &pid, Some(tid), "thread_name", &format!("[{tid}] {n}"))?;
+                        metadata(out, pid, Some(tid), "thread_name", &format!("[{tid}] {n}"))?;
                     }
                     continue;
                 }

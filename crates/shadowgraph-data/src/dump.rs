@@ -57,17 +57,23 @@ fn bit_names(mask: u64, names: &[&str]) -> String {
 /// it has uftrace's), then each thread's records: time, thread, kind,
 /// function and address, depth.
 pub fn dump_text(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
-    dump_text_of(data, &ReplayFilter::default(), out)
+    dump_text_of(&[data], &ReplayFilter::default(), out)
 }
 
 /// [`dump_text`] of the records `filter` keeps (threads, time range, and
 /// the calls its filters and triggers select), each with the depth it was
-/// recorded at, as uftrace's plain dump shows them.
+/// recorded at, as uftrace's plain dump shows them. `datas`: a recording,
+/// then the programs started by exec during it, in the order they
+/// started: a thread's records in each program it ran, one after the
+/// other, as uftrace keeps them in one file.
 pub fn dump_text_of(
-    data: &DataDir,
+    datas: &[&DataDir],
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
+    let Some(&data) = datas.first() else {
+        return Ok(());
+    };
     let range = match filter.time_range {
         Some(r) => r.resolve(crate::replay::first_time(data)?),
         None => 0..=u64::MAX,
@@ -102,65 +108,94 @@ pub fn dump_text_of(
         ..filter.clone()
     }
     .is_empty();
-    let mut kept: std::collections::HashMap<i32, Vec<(u64, Kind, u64)>> = Default::default();
+    // (By recording and thread.)
+    type Kept = std::collections::HashMap<(usize, i32), Vec<(u64, Kind, u64)>>;
+    let mut kept: Kept = Default::default();
     if selecting {
-        for (tid, records) in crate::replay::thread_records(data, filter)? {
-            let list = kept.entry(tid).or_default();
+        for (tid, records, i) in crate::replay::session_threads(datas, filter)? {
+            let list = kept.entry((i, tid)).or_default();
             for r in records {
                 let r = r?;
                 list.push((r.time, r.kind, r.addr));
             }
         }
     }
-    for &tid in &data.tids {
+    // Threads in the order the recordings list them, the first's first.
+    let mut tids: Vec<i32> = Vec::new();
+    for d in datas {
+        for &t in &d.tids {
+            if !tids.contains(&t) {
+                tids.push(t);
+            }
+        }
+    }
+    for tid in tids {
         if !(filter.tids.is_empty() || filter.tids.contains(&tid)) {
             continue;
         }
         writeln!(out, "reading {tid}.dat")?;
-        // (The kept records are a part of the thread's, in its order.)
-        let mut keep = kept.remove(&tid).unwrap_or_default().into_iter().peekable();
-        for r in data.dump_stream(tid)? {
-            let r = r?;
-            if !range.contains(&r.time) {
+        for (i, &data) in datas.iter().enumerate() {
+            if data.tids.contains(&tid) {
+                let keep = selecting.then(|| kept.remove(&(i, tid)).unwrap_or_default());
+                dump_thread(data, tid, &range, keep, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The records of thread `tid` in `data` within `range`; only those of
+/// `kept` (in the thread's order) where filters select.
+fn dump_thread(
+    data: &DataDir,
+    tid: i32,
+    range: &std::ops::RangeInclusive<u64>,
+    kept: Option<Vec<(u64, Kind, u64)>>,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
+    let selecting = kept.is_some();
+    let mut keep = kept.unwrap_or_default().into_iter().peekable();
+    for r in data.dump_stream(tid)? {
+        let r = r?;
+        if !range.contains(&r.time) {
+            continue;
+        }
+        if selecting {
+            if keep.peek() != Some(&(r.time, r.kind, r.addr)) {
                 continue;
             }
-            if selecting {
-                if keep.peek() != Some(&(r.time, r.kind, r.addr)) {
-                    continue;
-                }
-                keep.next();
-            }
-            let kind = match r.kind {
-                Kind::Entry => "entry",
-                Kind::Exit => "exit ",
-                Kind::Event => "event",
-                Kind::Lost => "lost ",
+            keep.next();
+        }
+        let kind = match r.kind {
+            Kind::Entry => "entry",
+            Kind::Exit => "exit ",
+            Kind::Event => "event",
+            Kind::Lost => "lost ",
+        };
+        let name = match r.kind {
+            Kind::Event => (crate::events::name(r.addr))
+                .or_else(|| data.user_events.get(&r.addr).map(|n| &**n))
+                .map_or_else(|| data.name(r.addr).to_string(), |n| n.to_string()),
+            _ => data.name(r.addr).to_string(),
+        };
+        let time = format!("{}.{:09}", r.time / 1_000_000_000, r.time % 1_000_000_000);
+        writeln!(
+            out,
+            "{time}  {tid:5}: [{kind}] {name}({:x}) depth: {}",
+            r.addr, r.depth
+        )?;
+        // An entry's arguments or an exit's return value, as uftrace
+        // dumps them (`dump_stream`'s: the length, then the lines).
+        if let (Kind::Entry | Kind::Exit, Some((len, lines))) =
+            (r.kind, r.args.as_deref().and_then(|a| a.split_once('\n')))
+        {
+            let what = if r.kind == Kind::Entry {
+                "args "
+            } else {
+                "retval"
             };
-            let name = match r.kind {
-                Kind::Event => (crate::events::name(r.addr))
-                    .or_else(|| data.user_events.get(&r.addr).map(|n| &**n))
-                    .map_or_else(|| data.name(r.addr).to_string(), |n| n.to_string()),
-                _ => data.name(r.addr).to_string(),
-            };
-            let time = format!("{}.{:09}", r.time / 1_000_000_000, r.time % 1_000_000_000);
-            writeln!(
-                out,
-                "{time}  {tid:5}: [{kind}] {name}({:x}) depth: {}",
-                r.addr, r.depth
-            )?;
-            // An entry's arguments or an exit's return value, as uftrace
-            // dumps them (`dump_stream`'s: the length, then the lines).
-            if let (Kind::Entry | Kind::Exit, Some((len, lines))) =
-                (r.kind, r.args.as_deref().and_then(|a| a.split_once('\n')))
-            {
-                let what = if r.kind == Kind::Entry {
-                    "args "
-                } else {
-                    "retval"
-                };
-                writeln!(out, "{time}  {tid:5}: [{what}] length = {len}")?;
-                out.write_all(lines.as_bytes())?;
-            }
+            writeln!(out, "{time}  {tid:5}: [{what}] length = {len}")?;
+            out.write_all(lines.as_bytes())?;
         }
     }
     Ok(())
@@ -176,13 +211,18 @@ fn program_name(data: &DataDir) -> &str {
 /// without a function shows it) as a Mermaid flowchart in an HTML page,
 /// its edges as uftrace writes them (`DEPTH_ID["caller"] -->|CALLS|
 /// DEPTH_ID["callee"]`, ids in the order the functions were first called).
+/// `datas`: a recording, then the programs started by exec during it, all
+/// in one tree.
 pub fn dump_mermaid(
-    data: &DataDir,
+    datas: &[&DataDir],
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
+    let Some(&data) = datas.first() else {
+        return Ok(());
+    };
     let name = program_name(data);
-    let root = graph::whole(data, filter)?;
+    let root = graph::whole(datas, filter)?;
     writeln!(out, "<html>\n<body>")?;
     writeln!(
         out,
@@ -215,12 +255,16 @@ pub fn dump_mermaid(
 
 /// uftrace's `dump --graphviz`: the whole program's call tree (as `graph`
 /// without a function shows it) as a Graphviz digraph, an edge from each
-/// caller to each callee labelled with the calls.
+/// caller to each callee labelled with the calls. `datas`: a recording,
+/// then the programs started by exec during it, all in one tree.
 pub fn dump_graphviz(
-    data: &DataDir,
+    datas: &[&DataDir],
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
+    let Some(&data) = datas.first() else {
+        return Ok(());
+    };
     let name = program_name(data);
     writeln!(
         out,
@@ -231,7 +275,7 @@ pub fn dump_graphviz(
         writeln!(out, "# command_line \"{cmdline}\"")?;
     }
     writeln!(out, "\ndigraph \"{name}\" {{ ")?;
-    let root = graph::whole(data, filter)?;
+    let root = graph::whole(datas, filter)?;
     root.visit(name, &mut |parent, child, calls| {
         writeln!(
             out,

@@ -4,17 +4,19 @@
 
 use super::dir::DataDir;
 use super::format::Kind;
-use super::replay::{thread_records, ReplayError, ReplayFilter};
+use super::replay::{session_threads, ReplayError, ReplayFilter};
 use std::collections::BTreeMap;
 use std::io::Write;
 
 /// Writes what `filter` selects as folded stacks weighted by self time.
+/// `datas`: a recording, then the programs started by exec during it: the
+/// stacks of all of them.
 pub fn dump_flame_graph(
-    data: &DataDir,
+    datas: &[&DataDir],
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
-    dump_flame_graph_sampled(data, filter, None, out)
+    dump_flame_graph_sampled(datas, filter, None, out)
 }
 
 /// [`dump_flame_graph`], or with `sample_ns` (uftrace's `--sample-time`)
@@ -23,20 +25,21 @@ pub fn dump_flame_graph(
 /// accounting: a caller keeps the remainders of its callees). Paths of no
 /// sample are left out.
 pub fn dump_flame_graph_sampled(
-    data: &DataDir,
+    datas: &[&DataDir],
     filter: &ReplayFilter,
     sample_ns: Option<u64>,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
     // Checked (and opened) before any output.
-    let threads = thread_records(data, filter)?;
+    let threads = session_threads(datas, filter)?;
     let accounted = |t: u64| match sample_ns {
         Some(s) if s > 0 => t / s * s,
         _ => t,
     };
     // Per path: (time, time of callees taken from it).
     let mut folded: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for (_, records) in threads {
+    for (_, records, owner) in threads {
+        let data = datas[owner];
         // (name, entry time, children time)
         let mut stack: Vec<(String, u64, u64)> = Vec::new();
         for r in records {

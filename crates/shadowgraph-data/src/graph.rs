@@ -47,6 +47,21 @@ impl Node {
         &mut self.children[i].1
     }
 
+    /// Adds `other`'s calls, times and children (by name) to this node's.
+    fn merge(&mut self, other: Node) {
+        self.calls += other.calls;
+        self.total += other.total;
+        self.child += other.child;
+        self.first = self.first.min(other.first);
+        if other.addr != 0 {
+            self.addr = other.addr;
+        }
+        for (name, n) in other.children {
+            let first = n.first;
+            self.child(&name, first).merge(n);
+        }
+    }
+
     /// Children in order of their first calls' entries (they were made at
     /// the calls' returns).
     fn order(&mut self) {
@@ -139,9 +154,18 @@ impl Walk<'_> {
 }
 
 /// The whole program's call tree in what `filter` selects (the root
-/// unnamed: the program).
-pub(crate) fn whole(data: &DataDir, filter: &ReplayFilter) -> Result<Node, ReplayError> {
-    Ok(collect(data, None, filter)?.0)
+/// unnamed: the program), of a recording and of the programs started by
+/// exec during it (`datas`, the recording first): one tree, where each
+/// program's outermost calls are the root's children.
+pub(crate) fn whole(datas: &[&DataDir], filter: &ReplayFilter) -> Result<Node, ReplayError> {
+    let mut root = Node::default();
+    for (i, d) in datas.iter().enumerate() {
+        if let Some(f) = crate::replay::session_filter(i, d, filter) {
+            root.merge(collect(d, None, &f)?.0);
+        }
+    }
+    root.order();
+    Ok(root)
 }
 
 impl Node {

@@ -9,7 +9,7 @@
 
 use super::dir::DataDir;
 use super::format::Kind;
-use super::replay::{thread_records, ReplayError, ReplayFilter};
+use super::replay::{session_threads, ReplayError, ReplayFilter};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -61,44 +61,71 @@ fn packet(out: &mut impl Write, p: &Msg) -> std::io::Result<()> {
 
 /// Writes what `filter` selects as a Perfetto trace: a track per thread,
 /// function names interned, recorded arguments and return values as
-/// debug annotations (`arguments`, `retval`).
+/// debug annotations (`arguments`, `retval`). `datas`: a recording, then
+/// the programs started by exec during it, in the order they started; a
+/// thread that went on in another program goes on on its track.
 pub fn dump_perfetto(
-    data: &DataDir,
+    datas: &[&DataDir],
     filter: &ReplayFilter,
     out: &mut impl Write,
 ) -> Result<(), ReplayError> {
     // Checked (and opened) before any output.
-    let threads = thread_records(data, filter)?;
-    let pid: u64 = data
-        .info
-        .get("pid")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    let exe = data.info.get("exe").unwrap_or("").to_string();
-    let process_uuid = 1u64 << 32 | pid;
-    // The process track, clearing the sequence's interning state.
-    let mut proc_desc = Msg::default();
-    proc_desc.uint(1, pid).bytes(6, exe.as_bytes());
-    let mut track = Msg::default();
-    track.uint(1, process_uuid).msg(3, &proc_desc);
-    let mut p = Msg::default();
-    p.uint(10, SEQ)
-        .uint(13, SEQ_INCREMENTAL_STATE_CLEARED)
-        .msg(60, &track);
-    packet(out, &p)?;
-    let mut iids: HashMap<u64, u64> = HashMap::new();
-    for (tid, records) in threads {
-        let track_uuid = 2u64 << 32 | tid as u32 as u64;
-        let mut thread = Msg::default();
-        thread.uint(1, pid).uint(2, tid as u32 as u64);
+    let threads = session_threads(datas, filter)?;
+    let pid_of_session =
+        |d: &DataDir| -> u64 { d.info.get("pid").and_then(|p| p.parse().ok()).unwrap_or(0) };
+    // Each thread's process: that of the first program it ran. A process
+    // track names the program of the first recording of that process.
+    let mut pids: HashMap<i32, u64> = HashMap::new();
+    let mut procs: Vec<(u64, String)> = Vec::new();
+    let mut add_proc = |pid: u64, d: &DataDir| {
+        if !procs.iter().any(|p| p.0 == pid) {
+            procs.push((pid, d.info.get("exe").unwrap_or("").to_string()));
+        }
+    };
+    if let Some(d) = datas.first() {
+        add_proc(pid_of_session(d), d);
+    }
+    for (tid, _, i) in &threads {
+        let pid = *pids
+            .entry(*tid)
+            .or_insert_with(|| pid_of_session(datas[*i]));
+        add_proc(pid, datas[*i]);
+    }
+    // The process tracks, the first clearing the sequence's interning
+    // state.
+    for (k, (pid, exe)) in procs.iter().enumerate() {
+        let mut proc_desc = Msg::default();
+        proc_desc.uint(1, *pid).bytes(6, exe.as_bytes());
         let mut track = Msg::default();
-        track
-            .uint(1, track_uuid)
-            .uint(5, process_uuid)
-            .msg(4, &thread);
+        track.uint(1, 1u64 << 32 | pid).msg(3, &proc_desc);
         let mut p = Msg::default();
-        p.uint(10, SEQ).msg(60, &track);
+        p.uint(10, SEQ);
+        if k == 0 {
+            p.uint(13, SEQ_INCREMENTAL_STATE_CLEARED);
+        }
+        p.msg(60, &track);
         packet(out, &p)?;
+    }
+    // Names interned by (recording, address): an address names another
+    // function in another program.
+    let mut iids: HashMap<(usize, u64), u64> = HashMap::new();
+    let mut tracks: Vec<i32> = Vec::new();
+    for (tid, records, owner) in threads {
+        let (data, pid) = (datas[owner], pids[&tid]);
+        let track_uuid = 2u64 << 32 | tid as u32 as u64;
+        if !tracks.contains(&tid) {
+            tracks.push(tid);
+            let mut thread = Msg::default();
+            thread.uint(1, pid).uint(2, tid as u32 as u64);
+            let mut track = Msg::default();
+            track
+                .uint(1, track_uuid)
+                .uint(5, 1u64 << 32 | pid)
+                .msg(4, &thread);
+            let mut p = Msg::default();
+            p.uint(10, SEQ).msg(60, &track);
+            packet(out, &p)?;
+        }
         for r in records {
             let r = r?;
             let kind = match r.kind {
@@ -126,10 +153,10 @@ pub fn dump_perfetto(
                 .uint(13, SEQ_NEEDS_INCREMENTAL_STATE);
             if kind == SLICE_BEGIN {
                 let next = iids.len() as u64 + 1;
-                let (iid, new) = match iids.get(&r.addr) {
+                let (iid, new) = match iids.get(&(owner, r.addr)) {
                     Some(&i) => (i, false),
                     None => {
-                        iids.insert(r.addr, next);
+                        iids.insert((owner, r.addr), next);
                         (next, true)
                     }
                 };

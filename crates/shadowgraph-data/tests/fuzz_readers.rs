@@ -145,9 +145,9 @@ fn every_view(dir: &Path) -> Result<(), TestCaseError> {
         report::report(&data, report::SortKey::Total, true, &f, sink).map_err(|e| e.to_string()),
         graph::graph(&data, Some("fib"), &f, sink).map_err(|e| e.to_string()),
         info::info(&data, sink).map_err(|e| e.to_string()),
-        chrome::dump_chrome(&data, &f, sink).map_err(|e| e.to_string()),
-        perfetto::dump_perfetto(&data, &f, sink).map_err(|e| e.to_string()),
-        flame::dump_flame_graph(&data, &f, sink).map_err(|e| e.to_string()),
+        chrome::dump_chrome(&[&data], &f, sink).map_err(|e| e.to_string()),
+        perfetto::dump_perfetto(&[&data], &f, sink).map_err(|e| e.to_string()),
+        flame::dump_flame_graph(&[&data], &f, sink).map_err(|e| e.to_string()),
     ];
     for r in results {
         if let Err(e) = r {

@@ -667,23 +667,35 @@ fn filtered(
 /// it became by exec, in order): (thread, its records, the recording's
 /// index); a later recording's threads only those `--tid` names that it
 /// ran.
-pub(super) fn session_threads(
+pub(crate) fn session_threads(
     datas: &[&DataDir],
     filter: &ReplayFilter,
 ) -> Result<Vec<(i32, Records, usize)>, ReplayError> {
     let mut out = Vec::new();
     for (i, d) in datas.iter().enumerate() {
-        let mut f = filter.clone();
-        if i > 0 && !f.tids.is_empty() {
-            // Threads asked for that this program did not run in.
-            f.tids.retain(|t| d.tids.contains(t));
-            if f.tids.is_empty() {
-                continue;
-            }
+        if let Some(f) = session_filter(i, d, filter) {
+            out.extend(thread_records(d, &f)?.into_iter().map(|(t, r)| (t, r, i)));
         }
-        out.extend(thread_records(d, &f)?.into_iter().map(|(t, r)| (t, r, i)));
     }
     Ok(out)
+}
+
+/// `filter` for the `i`th of a recording's sessions (the recording first,
+/// then the programs started by exec): its threads only, none if it ran
+/// none of those asked for. Only the recording's own must have them all.
+pub(crate) fn session_filter(
+    i: usize,
+    data: &DataDir,
+    filter: &ReplayFilter,
+) -> Option<ReplayFilter> {
+    let mut f = filter.clone();
+    if i > 0 && !f.tids.is_empty() {
+        f.tids.retain(|t| data.tids.contains(t));
+        if f.tids.is_empty() {
+            return None;
+        }
+    }
+    Some(f)
 }
 
 /// Each selected thread's records as `filter` selects them (what every

@@ -28,7 +28,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
 
-use filter::session_threads;
+pub(crate) use filter::{session_filter, session_threads};
 use fstack::peek_time;
 
 /// Writes the replay of every thread, merged by time.
