@@ -20,7 +20,7 @@ pub(crate) fn record(
 ) -> Result<ExitCode, String> {
     // The options checked before anything is moved or made.
     let checked = opts.config(Path::new("/"), Path::new("/"))?;
-    shadowgraph::elf::set_symbol_dir(checked.with_syms);
+    shadowgraph::elf::set_symbol_dir(checked.with_syms.clone());
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let path = find_program(prog)?;
     // (With -P, a program without patchable entries is patched; with
@@ -48,6 +48,9 @@ pub(crate) fn record(
             .map_err(|e| format!("cannot run {prog}: {e}"))?;
         return Ok(exit_code(st));
     }
+    if opts.run.nop {
+        return run_nop(&path, prog, args, opts, checked);
+    }
     let Prepared {
         abs,
         rel,
@@ -70,7 +73,7 @@ pub(crate) fn record(
         let program = (path.as_path(), prog.as_str(), launcher.as_deref());
         return keep_pid(command, collector, (&abs, &rel), opts, program);
     }
-    let collector = collector.spawn();
+    let collector = start_writer(collector, opts);
     let _signals = ForwardSignals::install();
     // Unless told not to, the recording lasts as long as the program's
     // descendants too (those it forked, and the programs they became).
@@ -124,6 +127,48 @@ pub(crate) fn record(
     Ok(exit_code(status))
 }
 
+/// `--nop`: the program run under the agent with nothing traced, no
+/// recording made (`--time` said all the same), its exit status ours.
+fn run_nop(
+    path: &Path,
+    prog: &str,
+    args: &[String],
+    opts: &RecordOptions,
+    config: config::Config,
+) -> Result<ExitCode, String> {
+    let config = config::Config {
+        mode: config::Mode::Nop,
+        ..config
+    };
+    let mut command = Command::new(path);
+    std::os::unix::process::CommandExt::arg0(&mut command, prog);
+    if opts.run.no_randomize_addr {
+        no_randomize_addr(&mut command);
+    }
+    command
+        .args(args)
+        .env("LD_PRELOAD", preload(&agent_path()?))
+        .env(config::ENV, config.to_env_value());
+    let _signals = ForwardSignals::install();
+    let (status, usage) = command
+        .spawn()
+        .and_then(|child| {
+            let pid = child.id() as i32;
+            CHILD.store(pid, Ordering::Release);
+            let st = wait_with_usage(pid, std::time::Instant::now());
+            CHILD.store(0, Ordering::Release);
+            st
+        })
+        .map_err(|e| format!("cannot run {prog}: {e}"))?;
+    if opts.run.time {
+        print!(
+            "{}",
+            crate::options::time_lines(usage.elapsed_ns, &usage.rusage)
+        );
+    }
+    Ok(exit_code(status))
+}
+
 /// The program runs without address space layout randomization (its
 /// personality, kept across exec: linux/personality.h's
 /// ADDR_NO_RANDOMIZE).
@@ -167,7 +212,7 @@ fn keep_pid(
             std::io::Error::last_os_error()
         )),
         0 => {
-            let collector = collector.spawn();
+            let collector = start_writer(collector, opts);
             let _signals = ForwardSignals::install();
             let mut sched = sched.and_then(|mut s| match s.map_again() {
                 Ok(()) => Some(s),
@@ -429,8 +474,20 @@ pub(crate) fn prepare(
         abs: p.abs,
         rel: p.rel,
         config: p.config,
-        collector: p.collector.spawn(),
+        collector: start_writer(p.collector, opts),
     })
+}
+
+/// The writer started, at `--rt-prio`'s priority if given (said, and
+/// recorded all the same, where the system refuses it).
+fn start_writer(collector: collect::Collector, opts: &RecordOptions) -> collect::CollectorThread {
+    let writer = collector.spawn();
+    if let Some(prio) = opts.run.rt_prio {
+        if let Err(e) = writer.set_rt_prio(prio) {
+            eprintln!("shadowgraph: warning: --rt-prio {prio}: the writer keeps its priority: {e}");
+        }
+    }
+    writer
 }
 
 /// [`prepare`], the writer made and not started.

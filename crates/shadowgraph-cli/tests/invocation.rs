@@ -350,3 +350,62 @@ fn opt_file_time_and_no_randomize_addr_as_uftraces() {
         "addresses randomized by default"
     );
 }
+
+/// `--nop` runs the program under the agent with nothing recorded and no
+/// directory made (a `-pg` program writes no `gmon.out`: the agent's hooks
+/// replace gprof's), `--time` said all the same; `--rt-prio` runs the
+/// writer at real-time priority; `-g` and `--libmcount-single` are taken:
+/// as uftrace's.
+#[test]
+fn nop_rt_prio_and_uftraces_other_record_options() {
+    let dir = workdir("nop");
+    let pg = dir.join("abc_pg");
+    cc(&[&fixture("abc.c")], &["-O0", "-pg"], &pg);
+    let data = dir.join("n.data");
+    let o = shadowgraph()
+        .current_dir(&dir)
+        .args(["record", "--nop", "--time", "-d"])
+        .arg(&data)
+        .arg(&pg)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.starts_with("elapsed time:"), "{out}");
+    assert!(!data.exists(), "--nop made {}", data.display());
+    assert!(!dir.join("gmon.out").exists(), "the agent was not loaded");
+    // (Without the agent the same program writes it.)
+    let alone = std::process::Command::new(&pg)
+        .current_dir(&dir)
+        .status()
+        .unwrap();
+    assert!(alone.success() && dir.join("gmon.out").exists());
+    let exe = dir.join("writer_priority");
+    cc(
+        &[&fixture("writer_priority.c")],
+        &["-O0", "-fpatchable-function-entry=5"],
+        &exe,
+    );
+    let opts = ["--rt-prio", "10", "-g", "--libmcount-single"];
+    let o = record_run(&[], &opts, &dir.join("rt.data"), &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    // Where this system lets no process take real-time priority, the
+    // recording goes on and says so.
+    let allowed = std::process::Command::new("chrt")
+        .args(["-f", "10", "true"])
+        .status()
+        .expect("chrt (util-linux)")
+        .success();
+    if allowed {
+        assert_eq!(out.trim(), "writer policy 1 priority 10", "{err}");
+    } else {
+        assert_eq!(out.trim(), "writer policy 0 priority 0", "{err}");
+        assert!(
+            err.contains("--rt-prio 10: the writer keeps its priority"),
+            "{err}"
+        );
+    }
+    let o = record_run(&[], &["--rt-prio", "0"], &dir.join("rt.data"), &exe, &[]);
+    assert!(!o.status.success() && text(&o).1.contains("0 is not in 1..=99"));
+}

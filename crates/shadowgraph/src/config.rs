@@ -84,6 +84,10 @@ pub enum Mode {
     Count(Count),
     /// Record calls into a data directory (`shadowgraph record`).
     Record(Record),
+    /// Trace and record nothing, the agent loaded all the same (`record
+    /// --nop`, uftrace's): the program's cost under the agent alone, to
+    /// compare with.
+    Nop,
 }
 
 /// `shadowgraph count`.

@@ -39,7 +39,7 @@ pub(crate) fn record_attached(
     } = prepare(data, opts, &exe)?;
     let rings = match &config.mode {
         Mode::Record(r) => r.rings.as_ref().map(|r| r.dir.clone()),
-        Mode::Count(_) => None,
+        Mode::Count(_) | Mode::Nop => None,
     }
     .ok_or("a recording without rings cannot attach")?;
     let socket = rings.join("control.sock");

@@ -1,7 +1,7 @@
 //! How `record` runs the program and what it says of the run, as
-//! uftrace's options do: `--time`, `--no-randomize-addr`, `--list-event`
-//! and `--opt-file`, which every command takes (its words are read before the
-//! command line is parsed: [`expand_opt_file`]).
+//! uftrace's options do: `--time`, `--no-randomize-addr`, `--list-event`,
+//! `--nop`, `--rt-prio`, and `--opt-file`, which every command takes (its
+//! words are read before the command line is parsed: [`expand_opt_file`]).
 
 #![forbid(unsafe_code)]
 
@@ -30,6 +30,26 @@ pub(crate) struct RunOptions {
     /// `main` does not run.
     #[arg(long)]
     pub(crate) list_event: bool,
+    /// Run the program with the agent loaded but nothing traced or
+    /// recorded, and no data directory made (uftrace's `--nop`): the
+    /// agent's own cost, to compare with.
+    #[arg(long)]
+    pub(crate) nop: bool,
+    /// Run the writer (the thread of `record` that drains the program's
+    /// rings to disk) at real-time FIFO priority PRIO, 1–99 (as uftrace's
+    /// recording threads).
+    #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(i32).range(1..=99))]
+    pub(crate) rt_prio: Option<i32>,
+    /// Taken for uftrace's sake, and changes nothing: its agent listens
+    /// for `uftrace -p PID`, which does nothing else in uftrace 0.13;
+    /// `record -p PID` attaches to any process, and `--control` switches
+    /// tracing.
+    #[arg(short = 'g', long)]
+    pub(crate) agent: bool,
+    /// Taken for uftrace's sake, and changes nothing: one agent serves
+    /// every program (uftrace's selects a library without thread support).
+    #[arg(long)]
+    pub(crate) libmcount_single: bool,
 }
 
 /// `--time`'s lines, as uftrace prints them: the program's elapsed time

@@ -492,6 +492,25 @@ pub struct CollectorThread {
 }
 
 impl CollectorThread {
+    /// Runs the writer at real-time FIFO priority `prio` (1–99): it keeps
+    /// pace with the traced threads however busy the machine is.
+    pub fn set_rt_prio(&self, prio: i32) -> io::Result<()> {
+        use std::os::unix::thread::JoinHandleExt;
+        let param = libc::sched_param {
+            sched_priority: prio,
+        };
+        // SAFETY: the thread is joined only by `finish`, which takes
+        // `self`: its pthread_t names a live thread while `&self` is held;
+        // `param` is read during the call only.
+        let r = unsafe {
+            libc::pthread_setschedparam(self.join.as_pthread_t(), libc::SCHED_FIFO, &param)
+        };
+        match r {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+
     /// Stops the thread after a last drain; what it found.
     pub fn finish(self) -> Finished {
         self.stop.store(true, Ordering::Release);

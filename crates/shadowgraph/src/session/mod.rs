@@ -247,7 +247,7 @@ fn set_up_first(
     crate::config::PatternMatch::apply(config.pattern_match);
     let record = match &config.mode {
         Mode::Record(r) => Some(r.clone()),
-        Mode::Count(_) => None,
+        Mode::Count(_) | Mode::Nop => None,
     };
     // `record` follows programs started by exec (each a session of its
     // own) when its writer drains the rings, unless told not to.
@@ -291,6 +291,8 @@ fn set_up_first(
             Started::Count
         }
         Mode::Record(r) => start_recording(&r.clone(), &mut config, rec, held)?,
+        // (The agent's hooks, `mcount` and the others, do nothing.)
+        Mode::Nop => Started::Untraced,
     };
     Ok(started)
 }
