@@ -42,9 +42,13 @@ pub(crate) fn run_counted(
         text_write: text_write()?,
         with_syms: None,
         pattern_match: None,
+        log_fd: crate::logfile::agent_fd(),
+        verbose: crate::logfile::verbose(),
         lineage: Default::default(),
     };
-    let status = std::os::unix::process::CommandExt::arg0(&mut Command::new(&path), prog)
+    let mut command = Command::new(&path);
+    crate::logfile::program_stderr(&mut command);
+    let status = std::os::unix::process::CommandExt::arg0(&mut command, prog)
         .args(args)
         .env("LD_PRELOAD", preload(&agent))
         .env(config::ENV, config.to_env_value())

@@ -9,6 +9,7 @@ mod children;
 mod count;
 mod demo;
 mod launch;
+mod logfile;
 mod net;
 mod options;
 mod output;
@@ -38,6 +39,16 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Write shadowgraph's messages (and the agent's, in the traced
+    /// program) to FILE, appended, instead of standard error.
+    #[arg(long, global = true, value_name = "FILE")]
+    logfile: Option<PathBuf>,
+    /// Say debug lines too (up to three times, more each time).
+    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// The same as -v.
+    #[arg(long, global = true)]
+    debug: bool,
 }
 
 #[derive(Subcommand)]
@@ -401,6 +412,11 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    let verbose = cli.verbose.max(u8::from(cli.debug));
+    if let Err(e) = logfile::start(cli.logfile.as_deref(), verbose) {
+        eprintln!("shadowgraph: {e}");
+        return ExitCode::FAILURE;
+    }
     // -P and -U, -F and -N in the order given.
     if let Some((_, sub)) = matches.subcommand() {
         match &mut cli.command {

@@ -242,7 +242,9 @@ pub(crate) fn recv(
             Ok(Some((sock, name))) => {
                 eprintln!("shadowgraph: received {name} from {peer}");
                 if let Some(cmd) = run_cmd {
-                    let st = std::process::Command::new("sh").args(["-c", &cmd]).status();
+                    let mut sh = std::process::Command::new("sh");
+                    crate::logfile::program_stderr(&mut sh);
+                    let st = sh.args(["-c", &cmd]).status();
                     if let Err(e) = st {
                         eprintln!("shadowgraph: --run-cmd {cmd}: {e}");
                     }

@@ -724,6 +724,8 @@ impl RecordOptions {
                 .map(std::path::absolute)
                 .transpose()
                 .map_err(|e| format!("--with-syms: {e}"))?,
+            log_fd: crate::logfile::agent_fd(),
+            verbose: crate::logfile::verbose(),
         };
         config.check().map_err(|e| e.to_string())?;
         Ok(config)

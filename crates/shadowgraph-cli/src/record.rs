@@ -41,6 +41,7 @@ pub(crate) fn record(
     if opts.run.list_event {
         let mut list = Command::new(&path);
         std::os::unix::process::CommandExt::arg0(&mut list, prog);
+        crate::logfile::program_stderr(&mut list);
         let st = (list.args(args))
             .env("LD_PRELOAD", preload(&agent))
             .env(shadowgraph::session::LIST_EVENTS_ENV, "1")
@@ -57,8 +58,16 @@ pub(crate) fn record(
         config,
         collector,
     } = prepare_unstarted(data, opts, &path)?;
+    shadowgraph::debug!(
+        1,
+        "running {} with the agent {}",
+        path.display(),
+        agent.display()
+    );
+    shadowgraph::debug!(2, "the agent's configuration: {}", config.to_env_value());
     let mut command = Command::new(&path);
     std::os::unix::process::CommandExt::arg0(&mut command, prog);
+    crate::logfile::program_stderr(&mut command);
     if opts.no_pltbind {
         command.env("LD_BIND_NOT", "1");
     }
@@ -142,6 +151,7 @@ fn run_nop(
     };
     let mut command = Command::new(path);
     std::os::unix::process::CommandExt::arg0(&mut command, prog);
+    crate::logfile::program_stderr(&mut command);
     if opts.run.no_randomize_addr {
         no_randomize_addr(&mut command);
     }

@@ -117,7 +117,9 @@ pub(crate) fn run(
     }
     let data = DataDir::open(dir).map_err(|e| e.to_string())?;
     let threads = replay::thread_records(&data, filter).map_err(|e| e.to_string())?;
-    let mut child = Command::new("python3")
+    let mut python = Command::new("python3");
+    crate::logfile::program_stderr(&mut python);
+    let mut child = python
         .arg("-c")
         .arg(DRIVER)
         .arg(script)

@@ -409,3 +409,66 @@ fn nop_rt_prio_and_uftraces_other_record_options() {
     let o = record_run(&[], &["--rt-prio", "0"], &dir.join("rt.data"), &exe, &[]);
     assert!(!o.status.success() && text(&o).1.contains("0 is not in 1..=99"));
 }
+
+/// `--logfile FILE` takes the messages of `shadowgraph` and of the agent
+/// in the traced program (appended), while the program's own standard
+/// error stays where it was; `-v` (or `--debug`) adds debug lines: what
+/// is run, where it records, the sites each object has traced. As
+/// uftrace's.
+#[test]
+fn logfile_and_verbose_as_uftraces() {
+    let dir = workdir("logfile");
+    let exe = dir.join("naps");
+    cc(
+        &[&fixture("naps.c")],
+        &[
+            "-O0",
+            "-fpatchable-function-entry=5",
+            "-DMIDS=2",
+            "-DNAP_US=1",
+            "-DFIB_N=5",
+        ],
+        &exe,
+    );
+    let log = dir.join("log.txt");
+    let data = dir.join("l.data");
+    let logfile = format!("--logfile={}", log.display());
+    let o = record_run(&[], &[&logfile, "-v"], &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "16 5");
+    assert!(
+        err.starts_with("mid took ") && err.lines().count() == 1,
+        "{err}"
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    // (The agent's lines: it runs in the program.)
+    for want in [
+        "shadowgraph: debug: running ",
+        &format!("shadowgraph: debug: {}: 5 of 5 sites traced", exe.display()),
+        "shadowgraph: debug: process ",
+        "# recorded ",
+    ] {
+        assert!(said.contains(want), "{want:?} in {said}");
+    }
+    // Errors too, appended.
+    let o = shadowgraph()
+        .args(["replay", "--tid", "1", "-d"])
+        .arg(&data)
+        .arg(&logfile)
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).1.is_empty());
+    let again = std::fs::read_to_string(&log).unwrap();
+    assert!(again.starts_with(&said), "appended");
+    assert!(again.contains("--tid 1: no such thread"), "{again}");
+    // Without a log file, on standard error; --debug as -v.
+    let o = record_run(&[], &["--debug"], &data, &exe, &[]);
+    let err = text(&o).1;
+    assert!(
+        err.contains("sites traced") && err.contains("mid took"),
+        "{err}"
+    );
+    let o = record_run(&[], &[], &data, &exe, &[]);
+    assert!(!text(&o).1.contains("debug:"));
+}

@@ -265,7 +265,7 @@ fn no_crate_has_an_import_cycle() {
 fn the_runtime_names_its_layers_only_downwards() {
     let layers: &[&[&str]] = &[
         &[
-            "sys", "alloc", "local", "clock", "config", "elf", "site", "prologue",
+            "sys", "log", "alloc", "local", "clock", "config", "elf", "site", "prologue",
         ],
         &[
             "patch", "stop", "arena", "tramp", "process", "tls", "libcall",

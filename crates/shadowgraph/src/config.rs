@@ -50,6 +50,13 @@ pub struct Config {
     /// a glob's, else globs).
     #[serde(default)]
     pub pattern_match: Option<PatternMatch>,
+    /// Where the agent's messages go (`record --logfile`): a descriptor
+    /// the traced program inherits; `None`: standard error.
+    #[serde(default)]
+    pub log_fd: Option<i32>,
+    /// How many levels of debug lines the agent says (`-v`, counted).
+    #[serde(default)]
+    pub verbose: u8,
 }
 
 /// uftrace's `--match` types.
@@ -483,6 +490,8 @@ impl Config {
             lineage: Lineage::default(),
             with_syms: None,
             pattern_match: None,
+            log_fd: None,
+            verbose: 0,
         }
     }
 
@@ -609,6 +618,8 @@ mod tests {
             lineage: Lineage::default(),
             with_syms: None,
             pattern_match: None,
+            log_fd: Some(3),
+            verbose: 2,
         };
         assert_eq!(Config::parse(&c.to_env_value()).unwrap(), c);
         let mut bad = c.clone();

@@ -45,6 +45,7 @@ pub mod ftrace;
 pub mod hold;
 pub mod libcall;
 pub mod local;
+pub mod log;
 pub mod patch;
 pub mod process;
 pub mod prologue;

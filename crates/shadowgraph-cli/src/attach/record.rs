@@ -34,9 +34,12 @@ pub(crate) fn record_attached(
     let Prepared {
         abs,
         rel,
-        config,
+        mut config,
         collector,
     } = prepare(data, opts, &exe)?;
+    // (The attached process has none of our descriptors: its agent says
+    // its messages on its own standard error.)
+    config.log_fd = None;
     let rings = match &config.mode {
         Mode::Record(r) => r.rings.as_ref().map(|r| r.dir.clone()),
         Mode::Count(_) | Mode::Nop => None,

@@ -62,7 +62,7 @@ pub fn disarm() {
     // Relaxed: a trap that finds no hook only resumes.
     HOOK.store(0, Ordering::Relaxed);
     if let Err(e) = apply(&mut back) {
-        eprintln!("shadowgraph: SDT markers: {e}");
+        crate::say!("shadowgraph: SDT markers: {e}");
     }
     armed.clear();
 }

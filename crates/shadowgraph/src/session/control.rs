@@ -74,7 +74,7 @@ pub(crate) fn start(users: Vec<Arc<GraphUser>>, c: &Control) -> Result<(), Strin
                         count.fetch_add(1, Ordering::Relaxed);
                         crate::tracer::recorder::note_control(counts());
                     }
-                    Err(e) => eprintln!("shadowgraph: control: {e}"),
+                    Err(e) => crate::say!("shadowgraph: control: {e}"),
                 }
                 if let Some(a) = ack.as_mut() {
                     let _ = a.write_all(b"ack\n");

@@ -140,7 +140,7 @@ pub(crate) fn finish(sigtrap_handler_intact: bool) {
     match out {
         Some(p) => {
             if let Err(e) = std::fs::write(p, text) {
-                eprintln!("shadowgraph: cannot write {}: {e}", p.display());
+                crate::say!("shadowgraph: cannot write {}: {e}", p.display());
             }
         }
         None => eprint!("{text}"),

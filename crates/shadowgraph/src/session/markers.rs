@@ -21,7 +21,7 @@ fn loaded_probes(unread: &str) -> Vec<(usize, Vec<elf::sdt::SdtProbe>)> {
         };
         match elf::sdt::probes(&path, &data) {
             Ok(found) => out.push((bias, found)),
-            Err(e) => eprintln!("shadowgraph: {e}{unread}"),
+            Err(e) => crate::say!("shadowgraph: {e}{unread}"),
         }
     }
     out
@@ -62,7 +62,7 @@ pub(super) fn arm(patterns: &[String]) -> Names {
             match parsed {
                 Ok((p, e)) => Some((text, p, e)),
                 Err(e) => {
-                    eprintln!("shadowgraph: -E {text}: {e}");
+                    crate::say!("shadowgraph: -E {text}: {e}");
                     None
                 }
             }
@@ -96,7 +96,7 @@ pub(super) fn arm(patterns: &[String]) -> Names {
     }
     for ((text, _, _), used) in specs.iter().zip(used) {
         if !used {
-            eprintln!(
+            crate::say!(
                 "shadowgraph: -E {text}: no SDT marker of the program or its libraries matches"
             );
         }
@@ -105,7 +105,7 @@ pub(super) fn arm(patterns: &[String]) -> Names {
         return names;
     }
     if let Err(e) = patch::probes::arm(probes, markers::on_marker) {
-        eprintln!("shadowgraph: SDT markers are not recorded: {e}");
+        crate::say!("shadowgraph: SDT markers are not recorded: {e}");
         return Vec::new();
     }
     names
@@ -118,7 +118,7 @@ pub(super) fn name(names: &Names, rec: &recorder::Recording) {
     }
     for dir in rec.recorder_dirs() {
         if let Err(e) = markers::write_names(&dir, names) {
-            eprintln!("shadowgraph: {}: events.txt: {e}", dir.display());
+            crate::say!("shadowgraph: {}: events.txt: {e}", dir.display());
         }
     }
 }

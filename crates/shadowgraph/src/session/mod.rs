@@ -188,7 +188,7 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
     objects::join_loaded();
     if r.libcalls != config::LibCalls::Off {
         if let Err(e) = objects::add_library_calls(r.libcalls) {
-            eprintln!("shadowgraph: {e}; library calls are not traced for this recording");
+            crate::say!("shadowgraph: {e}; library calls are not traced for this recording");
         }
     }
     let rings = r.rings.as_ref().map(|x| x.dir.as_path());
@@ -241,6 +241,7 @@ fn set_up_first(
     rec: &mut Option<Arc<recorder::Recording>>,
     held: bool,
 ) -> Result<Started, String> {
+    crate::log::set(config.log_fd, config.verbose);
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     crate::elf::set_symbol_dir(config.with_syms.clone());
@@ -363,6 +364,30 @@ fn start_recording(
             objects::library_calls(r.libcalls, &modules, &others)
         };
         modules.extend(calls);
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    crate::debug!(1, "process {pid}: recording into {}", dir.display());
+    for m in &modules {
+        let traced = m.usable().count();
+        let (path, n) = (m.path.display(), m.sites.len());
+        crate::debug!(
+            1,
+            "{path}: {traced} of {n} sites traced (load bias {:#x})",
+            m.bias
+        );
+        for s in m.usable() {
+            crate::debug!(2, "{path}: {} at {:#x} ({:?})", s.function, s.addr, s.kind);
+        }
+        for s in m.sites.iter().filter(|s| !s.usable()) {
+            let why = s.disabled.as_deref().unwrap_or("");
+            crate::debug!(
+                3,
+                "{path}: {} at {:#x} not traced: {why}",
+                s.function,
+                s.addr
+            );
+        }
     }
     ftrace::add_modules(modules).map_err(|e| e.to_string())?;
     objects::follow();

@@ -135,7 +135,7 @@ fn patch_hooked(objects: &[(PathBuf, usize)]) -> Vec<Module> {
         let asked = crate::prologue::Asked::Hooked;
         match process::prologue::patch_object(path, *bias, &[], asked) {
             Ok(p) => out.extend(p.modules),
-            Err(e) => eprintln!("shadowgraph: {e}; its functions are not patched"),
+            Err(e) => crate::say!("shadowgraph: {e}; its functions are not patched"),
         }
     }
     out
@@ -172,7 +172,7 @@ fn patch_prologues(
         match process::prologue::patch_object(path, *bias, &sites, asked) {
             Ok(p) => {
                 if p.patched + p.refused.len() > 0 {
-                    eprintln!(
+                    crate::say!(
                         "# -P: {} (`shadowgraph sites -P PAT {}` lists them)",
                         p.summary(path),
                         path.display()
@@ -180,7 +180,7 @@ fn patch_prologues(
                 }
                 out.extend(p.modules)
             }
-            Err(e) => eprintln!("shadowgraph: {e}; its functions are not patched"),
+            Err(e) => crate::say!("shadowgraph: {e}; its functions are not patched"),
         }
     }
     out
@@ -331,7 +331,7 @@ fn calls_of(
                 out.push(calls.module);
             }
             Ok(None) => {}
-            Err(e) => eprintln!("shadowgraph: {e}; its library calls are not traced"),
+            Err(e) => crate::say!("shadowgraph: {e}; its library calls are not traced"),
         }
     }
     out
@@ -365,10 +365,10 @@ pub(crate) fn restore_originals() {
     }
     match process::prologue::unpatch_windows() {
         Ok(0) => {}
-        Ok(n) => eprintln!(
+        Ok(n) => crate::say!(
             "shadowgraph: {n} patched prologues stay patched (a thread's stack points into them)"
         ),
-        Err(e) => eprintln!("shadowgraph: {e}; patched prologues stay patched"),
+        Err(e) => crate::say!("shadowgraph: {e}; patched prologues stay patched"),
     }
 }
 
@@ -383,8 +383,8 @@ pub(crate) fn reapply_patches() {
     }
     match process::prologue::repatch_windows() {
         Ok(0) => {}
-        Ok(n) => eprintln!("shadowgraph: {n} prologues not patched again (a stopped thread may resume inside one); their calls are not recorded"),
-        Err(e) => eprintln!("shadowgraph: {e}; prologues are not patched again"),
+        Ok(n) => crate::say!("shadowgraph: {n} prologues not patched again (a stopped thread may resume inside one); their calls are not recorded"),
+        Err(e) => crate::say!("shadowgraph: {e}; prologues are not patched again"),
     }
 }
 
@@ -475,7 +475,7 @@ pub(crate) fn join_loaded() {
     drop(scanned);
     let (mods, pg) = match process::discover_with_hooks(|p| new.iter().any(|(q, _)| q == p)) {
         Ok(m) => m,
-        Err(e) => return eprintln!("shadowgraph: {e}; not traced"),
+        Err(e) => return crate::say!("shadowgraph: {e}; not traced"),
     };
     let mut mods: Vec<_> = mods
         .into_iter()
@@ -499,7 +499,7 @@ pub(crate) fn join_loaded() {
     if !mods.is_empty() {
         match ftrace::add_modules(mods) {
             Ok(()) => recorder::after_new_objects(),
-            Err(e) => eprintln!("shadowgraph: {e}; objects loaded by dlopen are not traced"),
+            Err(e) => crate::say!("shadowgraph: {e}; objects loaded by dlopen are not traced"),
         }
     }
 }
@@ -513,7 +513,7 @@ fn before_dlclose(bias: usize) {
     }
     recorder::remember_module_maps();
     if let Err(e) = ftrace::remove_module(bias) {
-        eprintln!("shadowgraph: {e} (before dlclose)");
+        crate::say!("shadowgraph: {e} (before dlclose)");
     }
     process::prologue::forget_windows(bias);
     // Its GOT goes with it: its slots are neither given back nor

@@ -160,7 +160,7 @@ fn libraries_dwarf(
             Ok(found) if !found.functions.is_empty() => found,
             Ok(_) => continue,
             Err(e) => {
-                eprintln!("shadowgraph: warning: -a: {}: {e}", s.module.display());
+                crate::say!("shadowgraph: warning: -a: {}: {e}", s.module.display());
                 continue;
             }
         };

@@ -180,7 +180,7 @@ fn write(
             let addrs: Vec<usize> = ftrace::sites().iter().map(|s| s.addr).collect();
             let text = crate::tracer::profile::dump(i, &addrs, ns_per_tick);
             if let Err(e) = std::fs::write(dir.join("profile"), text) {
-                eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
+                crate::say!("shadowgraph: cannot write {}: {e}", dir.display());
             }
         }
         use shadowgraph_data::dir::write_whole;
@@ -193,7 +193,7 @@ fn write(
             })
             .and_then(|_| info.write(dir))
         {
-            eprintln!("shadowgraph: cannot write {}: {e}", dir.display());
+            crate::say!("shadowgraph: cannot write {}: {e}", dir.display());
         }
     }
 }

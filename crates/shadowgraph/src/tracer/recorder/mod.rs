@@ -549,7 +549,7 @@ pub(crate) fn stop(rec: &Arc<Recording>) {
     }
     for t in &rec.tracers {
         if let Err(e) = fgraph::unregister_graph(&t.user) {
-            eprintln!("shadowgraph: {}: {e}", t.dir.display());
+            crate::say!("shadowgraph: {}: {e}", t.dir.display());
         }
     }
     release(rec);
@@ -597,7 +597,7 @@ pub(crate) fn finish(rec: &Recording, control: Option<(u64, u64)>) {
         let conv = shadowgraph_data::dir::DataDir::open(&t.dir)
             .and_then(|d| shadowgraph_data::uftrace::export(&d, &t.dir));
         if let Err(e) = conv {
-            eprintln!("shadowgraph: {e}");
+            crate::say!("shadowgraph: {e}");
         }
     }
 }

@@ -57,7 +57,7 @@ pub(super) fn install(specs: &[String], triggers: &[(usize, Arc<Triggers>)]) {
             libc::sigaction(s.signal, &sa, std::ptr::null_mut())
         };
         if set != 0 {
-            eprintln!("shadowgraph: warning: cannot set a handler for --signal {spec}");
+            crate::say!("shadowgraph: warning: cannot set a handler for --signal {spec}");
         }
     }
 }

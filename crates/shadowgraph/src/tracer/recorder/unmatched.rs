@@ -26,7 +26,7 @@ pub(super) fn defer(yes: bool) {
 /// prefix): said now, or kept for the writer.
 pub(super) fn warn(warning: String) {
     if !DEFERRED.load(Ordering::Relaxed) {
-        return eprintln!("shadowgraph: warning: {warning}");
+        return crate::say!("shadowgraph: warning: {warning}");
     }
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
     if !kept.contains(&warning) {
