@@ -9,6 +9,7 @@ mod children;
 mod count;
 mod demo;
 mod launch;
+mod live;
 mod logfile;
 mod net;
 mod options;
@@ -603,7 +604,7 @@ fn main() -> ExitCode {
             attach,
             view,
             program,
-        } => record::live(&opts, &view, |dir| match attach.pid {
+        } => live::live(&opts, &view, |dir| match attach.pid {
             Some(pid) => attach::record::record_attached(dir, &opts, pid, attach.duration),
             None => record::record(dir, &opts, &program),
         }),
