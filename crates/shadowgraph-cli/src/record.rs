@@ -487,10 +487,14 @@ pub(crate) fn prepare(
     })
 }
 
-/// The writer started, at `--rt-prio`'s priority if given (said, and
-/// recorded all the same, where the system refuses it).
+/// The writers started: `--num-thread` of them (at most one per online
+/// processor, as uftrace's), at `--rt-prio`'s priority if given (said,
+/// and recorded all the same, where the system refuses it).
 fn start_writer(collector: collect::Collector, opts: &RecordOptions) -> collect::CollectorThread {
-    let writer = collector.spawn();
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    let n = opts.run.num_thread.map_or(1, |n| (n as usize).min(cpus));
+    let writer = collector.spawn_n(n);
     if let Some(prio) = opts.run.rt_prio {
         if let Err(e) = writer.set_rt_prio(prio) {
             eprintln!("shadowgraph: warning: --rt-prio {prio}: the writer keeps its priority: {e}");

@@ -59,7 +59,7 @@ fn timestamps_stay_exact_across_buffer_write_outs() {
 /// With the smallest buffer (`-b 64K`: 4096 records) four threads that
 /// record ~115,000 records each fill their rings dozens of times: they
 /// wait for the writer, and nothing is lost; every thread's calls are all
-/// there, balanced.
+/// there, balanced, in time order; with one writer and with two.
 #[test]
 fn small_buffers_make_threads_wait_for_the_writer_not_lose() {
     let dir = workdir("smallbuf");
@@ -75,8 +75,17 @@ fn small_buffers_make_threads_wait_for_the_writer_not_lose() {
         ],
         &exe,
     );
-    let data = dir.join("t.data");
-    let o = record_run(&[], &["--no-libs", "-b", "64K"], &data, &exe, &[]);
+    // One writer, and two (`--num-thread`: each the rings of half the
+    // threads, where the machine has two processors).
+    for writers in ["1", "2"] {
+        small_buffers_with(&dir, &exe, writers);
+    }
+}
+
+fn small_buffers_with(dir: &std::path::Path, exe: &std::path::Path, writers: &str) {
+    let data = dir.join(format!("t{writers}.data"));
+    let opts = ["--no-libs", "-b", "64K", "--num-thread", writers];
+    let o = record_run(&[], &opts, &data, exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert_eq!(out.trim(), "70844");

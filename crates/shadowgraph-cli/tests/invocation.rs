@@ -354,8 +354,8 @@ fn opt_file_time_and_no_randomize_addr_as_uftraces() {
 /// `--nop` runs the program under the agent with nothing recorded and no
 /// directory made (a `-pg` program writes no `gmon.out`: the agent's hooks
 /// replace gprof's), `--time` said all the same; `--rt-prio` runs the
-/// writer at real-time priority; `-g` and `--libmcount-single` are taken:
-/// as uftrace's.
+/// writers at real-time priority, `--num-thread` says how many; `-g` and
+/// `--libmcount-single` are taken: as uftrace's.
 #[test]
 fn nop_rt_prio_and_uftraces_other_record_options() {
     let dir = workdir("nop");
@@ -386,8 +386,17 @@ fn nop_rt_prio_and_uftraces_other_record_options() {
         &["-O0", "-fpatchable-function-entry=5"],
         &exe,
     );
-    let opts = ["--rt-prio", "10", "-g", "--libmcount-single"];
+    // (Two writers where the machine has two processors.)
+    let opts = [
+        "--rt-prio",
+        "10",
+        "--num-thread",
+        "2",
+        "-g",
+        "--libmcount-single",
+    ];
     let o = record_run(&[], &opts, &dir.join("rt.data"), &exe, &[]);
+    let writers = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     // Where this system lets no process take real-time priority, the
@@ -397,10 +406,11 @@ fn nop_rt_prio_and_uftraces_other_record_options() {
         .status()
         .expect("chrt (util-linux)")
         .success();
+    let each = |line: &str| vec![line; writers].join("\n");
     if allowed {
-        assert_eq!(out.trim(), "writer policy 1 priority 10", "{err}");
+        assert_eq!(out.trim(), each("writer policy 1 priority 10"), "{err}");
     } else {
-        assert_eq!(out.trim(), "writer policy 0 priority 0", "{err}");
+        assert_eq!(out.trim(), each("writer policy 0 priority 0"), "{err}");
         assert!(
             err.contains("--rt-prio 10: the writer keeps its priority"),
             "{err}"

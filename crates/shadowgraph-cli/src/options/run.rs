@@ -1,7 +1,8 @@
 //! How `record` runs the program and what it says of the run, as
 //! uftrace's options do: `--time`, `--no-randomize-addr`, `--list-event`,
-//! `--nop`, `--rt-prio`, and `--opt-file`, which every command takes (its
-//! words are read before the command line is parsed: [`expand_opt_file`]).
+//! `--nop`, `--rt-prio`, `--num-thread`, and `--opt-file`, which every
+//! command takes (its words are read before the command line is parsed:
+//! [`expand_opt_file`]).
 
 #![forbid(unsafe_code)]
 
@@ -40,6 +41,11 @@ pub(crate) struct RunOptions {
     /// recording threads).
     #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(i32).range(1..=99))]
     pub(crate) rt_prio: Option<i32>,
+    /// Drain the program's rings with NUM writer threads (at most one per
+    /// online processor; 1 by default), each the rings of its share of the
+    /// program's threads: for programs of many busy threads.
+    #[arg(long, value_name = "NUM", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) num_thread: Option<u32>,
     /// Taken for uftrace's sake, and changes nothing: its agent listens
     /// for `uftrace -p PID`, which does nothing else in uftrace 0.13;
     /// `record -p PID` attaches to any process, and `--control` switches

@@ -12,6 +12,10 @@
 //! unannounced session (the program itself, and its forked children) go to
 //! the recording's directory.
 
+mod threads;
+
+pub use threads::CollectorThread;
+
 use super::ring::{Drained, Ring};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -21,7 +25,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Records moved in one round that mean the writer is behind: the next
@@ -146,6 +149,13 @@ pub struct Collector {
     /// Where records with data are gathered on their way to a file (see
     /// [`Ring::drain_with`]): large, for few writes.
     gather: Vec<u8>,
+    /// (k, n): this writer drains the rings of the threads whose id is k
+    /// modulo n, of n writers (see [`Collector::spawn_n`]).
+    share: (u32, u32),
+    /// Whether dropping this collector removes the shared-memory directory
+    /// (the first writer's, until its last drain: then the recording's
+    /// end, [`conclude`], does).
+    owns_shm: bool,
 }
 
 /// [`Collector::gather`]'s length: as large as the chunks records without
@@ -190,6 +200,8 @@ impl Collector {
             spare: None,
             busy_nap: BUSY_NAP,
             gather: vec![0; GATHER_BYTES],
+            share: (0, 1),
+            owns_shm: true,
         })
     }
 
@@ -274,6 +286,13 @@ impl Collector {
                 continue;
             }
             if !name.to_string_lossy().ends_with(".ring") {
+                continue;
+            }
+            // Another writer's (its thread's records all go through one
+            // writer: its file is written in order).
+            let (k, n) = self.share;
+            if n > 1 && creation_order(&name).2 % n as u64 != k as u64 {
+                self.seen.insert(name);
                 continue;
             }
             match map_ring(&e.path()) {
@@ -369,7 +388,14 @@ impl Collector {
     /// the rings hold goes to the files, each instance's `tasks` file says
     /// which process every thread belonged to, and the shared-memory
     /// directory goes.
-    pub fn finish(mut self) -> Finished {
+    pub fn finish(self) -> Finished {
+        let shm = self.shm.clone();
+        conclude(&shm, vec![self.last_drain()])
+    }
+
+    /// This writer's last scan and drain: what it wrote, lost and saw.
+    fn last_drain(mut self) -> Part {
+        self.owns_shm = false;
         self.scan();
         self.drain();
         let mut running: Vec<i32> = self
@@ -401,121 +427,89 @@ impl Collector {
             }
         }
         self.rings.clear();
-        for (dir, tasks) in &self.tasks {
-            let mut text = String::from("# tid\tpid\tppid\n");
-            for (tid, (pid, ppid)) in tasks {
-                text.push_str(&format!("{tid}\t{pid}\t{ppid}\n"));
-            }
-            let _ = std::fs::write(dir.join("tasks"), text);
-        }
-        let mut execs = Vec::new();
-        if let Ok(entries) = std::fs::read_dir(&self.shm) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if let Some(pid) = name.strip_prefix("exec-").and_then(|p| p.parse().ok()) {
-                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                    let (exe, why) = text.split_once('\t').unwrap_or((&text, ""));
-                    execs.push((pid, exe.to_string(), why.trim().to_string()));
-                }
-            }
-        }
-        execs.sort();
-        let _ = std::fs::remove_dir_all(&self.shm);
-        let mut sessions: Vec<(PathBuf, i32)> = self.sessions.values().cloned().collect();
-        sessions.sort();
-        Finished {
+        Part {
             totals: std::mem::take(&mut self.totals),
-            sessions,
-            execs,
+            sessions: std::mem::take(&mut self.sessions),
+            tasks: std::mem::take(&mut self.tasks),
             running,
         }
-    }
-
-    /// Drains in a thread of its own until the returned handle is finished.
-    pub fn spawn(self) -> CollectorThread {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let join = std::thread::Builder::new()
-            .name("shadowgraph-writer".into())
-            .spawn(move || {
-                let mut c = self;
-                if c.busy_nap < BUSY_NAP {
-                    // SAFETY: sets this thread's timer slack (1 µs); no
-                    // memory is passed.
-                    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };
-                }
-                let mut round = 0u64;
-                let mut moved = 0;
-                c.make_first_spare(&flag);
-                while !flag.load(Ordering::Acquire) {
-                    // New rings are looked for every round while nothing
-                    // moves (a new thread's ring fills in about a
-                    // millisecond at full speed), every 8th while busy.
-                    if moved == 0 || round.is_multiple_of(8) {
-                        c.scan();
-                    }
-                    round += 1;
-                    moved = c.drain();
-                    // Busy rings are drained often (a full ring makes its
-                    // thread wait), at once again after a round that moved
-                    // BEHIND records or more (the writer is behind); idle,
-                    // a wake-up per 250 µs.
-                    if moved >= BEHIND {
-                        continue;
-                    }
-                    // A nap `finish` cuts short (unpark): the last drain
-                    // starts as soon as the program has ended.
-                    std::thread::park_timeout(if moved > 0 {
-                        c.busy_nap
-                    } else {
-                        Duration::from_micros(250)
-                    });
-                }
-                c.finish()
-            })
-            .expect("spawn the writer thread");
-        CollectorThread { stop, join }
     }
 }
 
 impl Drop for Collector {
     fn drop(&mut self) {
         self.rings.clear();
-        let _ = std::fs::remove_dir_all(&self.shm);
-    }
-}
-
-/// The running writer thread.
-pub struct CollectorThread {
-    stop: Arc<AtomicBool>,
-    join: std::thread::JoinHandle<Finished>,
-}
-
-impl CollectorThread {
-    /// Runs the writer at real-time FIFO priority `prio` (1–99): it keeps
-    /// pace with the traced threads however busy the machine is.
-    pub fn set_rt_prio(&self, prio: i32) -> io::Result<()> {
-        use std::os::unix::thread::JoinHandleExt;
-        let param = libc::sched_param {
-            sched_priority: prio,
-        };
-        // SAFETY: the thread is joined only by `finish`, which takes
-        // `self`: its pthread_t names a live thread while `&self` is held;
-        // `param` is read during the call only.
-        let r = unsafe {
-            libc::pthread_setschedparam(self.join.as_pthread_t(), libc::SCHED_FIFO, &param)
-        };
-        match r {
-            0 => Ok(()),
-            e => Err(io::Error::from_raw_os_error(e)),
+        if self.owns_shm {
+            let _ = std::fs::remove_dir_all(&self.shm);
         }
     }
+}
 
-    /// Stops the thread after a last drain; what it found.
-    pub fn finish(self) -> Finished {
-        self.stop.store(true, Ordering::Release);
-        self.join.thread().unpark();
-        self.join.join().unwrap_or_default()
+/// What one writer's last drain leaves: [`conclude`] merges those of
+/// every writer of a recording.
+#[derive(Default)]
+struct Part {
+    totals: HashMap<PathBuf, Totals>,
+    sessions: HashMap<u64, (PathBuf, i32)>,
+    /// Per instance directory: thread → (process, parent process).
+    tasks: HashMap<PathBuf, std::collections::BTreeMap<i32, (i32, i32)>>,
+    running: Vec<i32>,
+}
+
+/// The recording's end, once every writer has drained for the last time
+/// (`parts`): each instance's `tasks` file, the programs started by exec
+/// that were not traced, and the shared-memory directory `shm` removed.
+fn conclude(shm: &Path, parts: Vec<Part>) -> Finished {
+    let mut totals: HashMap<PathBuf, Totals> = HashMap::new();
+    let mut sessions = HashMap::new();
+    let mut tasks: HashMap<PathBuf, std::collections::BTreeMap<i32, (i32, i32)>> = HashMap::new();
+    let mut running = Vec::new();
+    for p in parts {
+        for (dir, t) in p.totals {
+            let all = totals.entry(dir).or_default();
+            all.written += t.written;
+            all.lost += t.lost;
+            all.clock_steps_back += t.clock_steps_back;
+            all.clock_step_max = all.clock_step_max.max(t.clock_step_max);
+            if all.errno == 0 {
+                all.errno = t.errno;
+            }
+        }
+        sessions.extend(p.sessions);
+        for (dir, t) in p.tasks {
+            tasks.entry(dir).or_default().extend(t);
+        }
+        running.extend(p.running);
+    }
+    running.sort_unstable();
+    running.dedup();
+    for (dir, tasks) in &tasks {
+        let mut text = String::from("# tid\tpid\tppid\n");
+        for (tid, (pid, ppid)) in tasks {
+            text.push_str(&format!("{tid}\t{pid}\t{ppid}\n"));
+        }
+        let _ = std::fs::write(dir.join("tasks"), text);
+    }
+    let mut execs = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(shm) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("exec-").and_then(|p| p.parse().ok()) {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let (exe, why) = text.split_once('\t').unwrap_or((&text, ""));
+                execs.push((pid, exe.to_string(), why.trim().to_string()));
+            }
+        }
+    }
+    execs.sort();
+    let _ = std::fs::remove_dir_all(shm);
+    let mut sessions: Vec<(PathBuf, i32)> = sessions.into_values().collect();
+    sessions.sort();
+    Finished {
+        totals,
+        sessions,
+        execs,
+        running,
     }
 }
 
