@@ -424,6 +424,8 @@ fn main() -> ExitCode {
             Command::Record { opts, .. } | Command::Live { opts, .. } => {
                 opts.order_patches(sub);
                 opts.order_filters(sub);
+                // (uftrace's later spelling of --disable.)
+                opts.disable |= opts.trace.as_deref() == Some("off");
             }
             Command::Replay { filter, .. }
             | Command::Report { filter, .. }
@@ -459,6 +461,17 @@ fn main() -> ExitCode {
             "--keep-pid keeps the process id of a program record starts; process {pid} \
              (-p) keeps its own"
         )),
+        // A program recorded with -g: its recording is told, not attached.
+        Command::Record {
+            opts,
+            attach: options::AttachOptions { pid: Some(pid), .. },
+            ..
+        }
+        | Command::Live {
+            opts,
+            attach: options::AttachOptions { pid: Some(pid), .. },
+            ..
+        } if attach::agent::listening(pid) => attach::agent::forward(pid, opts.trace.as_deref()),
         Command::Record {
             data,
             opts,

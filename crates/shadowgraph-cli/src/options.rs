@@ -386,6 +386,10 @@ pub(crate) struct RecordOptions {
     /// enables it.
     #[arg(long)]
     pub(crate) disable: bool,
+    /// Tracing `on` (the default) or `off` at the start, as --disable;
+    /// with -p PID of a program recorded with -g, switches its tracing.
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    pub(crate) trace: Option<String>,
     /// Trace this library too (file name prefix); repeatable; implies
     /// --no-libs for the others.
     #[arg(long = "lib")]
@@ -711,6 +715,7 @@ impl RecordOptions {
                 force: self.force,
                 events: self.user_events(),
                 command: Some(command_line()),
+                agent: self.run.agent,
             }),
             objects,
             patch: self.patch.clone(),

@@ -234,3 +234,51 @@ fn a_killed_program_keeps_its_control_counts() {
     let info = view_text("info", &data);
     assert!(info.contains("4 disables, 3 enables"), "{info}");
 }
+
+/// `record -g/--agent` (uftrace's agent): the program listens for
+/// `record -p PID` and `live -p PID`, which switch its tracing with
+/// `--trace off|on` instead of attaching recordings of their own (without
+/// `--trace`, they only reach it); its FIFOs go when it ends.
+#[test]
+fn a_program_recorded_with_g_is_told_by_record_p() {
+    use std::io::{BufRead, Write};
+    let dir = workdir("agent");
+    let exe = build_fixture(&dir, "onoff", "on_off.c");
+    let data = dir.join("g.data");
+    // (--keep-pid: the program is the process started.)
+    let mut child = spawn_record(&[], &["-g", "--keep-pid"], &data, &exe);
+    let pid = child.id().to_string();
+    let tell = |args: &[&str]| -> String {
+        let o = shadowgraph()
+            .args(args)
+            .args(["-p", &pid])
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success() && out.is_empty(), "{args:?}: {out}{err}");
+        err
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut expect = |want: &str| {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), want);
+    };
+    expect("p0");
+    assert_eq!(tell(&["live"]), "");
+    let said = tell(&["record", "--trace=off"]);
+    assert!(said.contains(&format!("# process {pid}: tracing switched off")));
+    writeln!(stdin, "go").unwrap();
+    expect("p1");
+    tell(&["live", "--trace", "on"]);
+    writeln!(stdin, "go").unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    // Off from p0 to p1: neither b() is recorded.
+    let body = replay_body(&replay_text(&data));
+    assert_eq!(body, ["main() {", "  a();", "  c();", "} /* main */"]);
+    let (ctl, ack) = shadowgraph::session::agent_fifos(pid.parse().unwrap());
+    assert!(!ctl.exists() && !ack.exists());
+}

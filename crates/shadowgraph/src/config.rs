@@ -179,6 +179,11 @@ pub struct Record {
     /// escaped); `None`: the traced program's.
     #[serde(default)]
     pub command: Option<String>,
+    /// `-g/--agent`: the recorded program listens for `record -p PID`,
+    /// which switches its tracing off and on (see
+    /// [`crate::session::agent_fifos`]).
+    #[serde(default)]
+    pub agent: bool,
 }
 
 /// Which calls made through an object's PLT to functions of other objects
@@ -222,6 +227,7 @@ impl Record {
             force: false,
             events: Vec::new(),
             command: None,
+            agent: false,
         }
     }
 }
@@ -609,6 +615,7 @@ mod tests {
                 force: false,
                 events: vec!["uftrace:*".into()],
                 command: Some("shadowgraph record -A \"x\"".into()),
+                agent: true,
             }),
             objects: Objects::Program(vec!["libfoo".into()]),
             patch: vec![".".into(), "!main".into()],

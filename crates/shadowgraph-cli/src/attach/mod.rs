@@ -6,6 +6,7 @@
 //! already in the process (one loaded before, or a process started under
 //! `shadowgraph record`) is found in its maps and reused.
 
+pub mod agent;
 pub mod inject;
 pub mod record;
 

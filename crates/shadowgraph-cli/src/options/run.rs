@@ -46,10 +46,9 @@ pub(crate) struct RunOptions {
     /// program's threads: for programs of many busy threads.
     #[arg(long, value_name = "NUM", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) num_thread: Option<u32>,
-    /// Taken for uftrace's sake, and changes nothing: its agent listens
-    /// for `uftrace -p PID`, which does nothing else in uftrace 0.13;
-    /// `record -p PID` attaches to any process, and `--control` switches
-    /// tracing.
+    /// Have the program listen for `record -p PID` and `live -p PID`,
+    /// which then switch its tracing (`--trace on|off`) instead of
+    /// attaching recordings of their own (uftrace's agent).
     #[arg(short = 'g', long)]
     pub(crate) agent: bool,
     /// Taken for uftrace's sake, and changes nothing: one agent serves

@@ -10,14 +10,19 @@
 //! `enable` patches them in again, live, while the program's threads run.
 //! Only the recorded program's first process listens (a FIFO wants one
 //! reader); processes it starts keep the state they started or forked in.
+//!
+//! `record -g/--agent` (uftrace's agent) has the program listen the same
+//! way on FIFOs named after its process id ([`agent_fifos`]), which
+//! `record -p PID` and `live -p PID` write to instead of attaching.
 
 use crate::config::Control;
 use crate::fgraph::GraphUser;
 use crate::ftrace;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Commands that took effect: disables, enables. Relaxed: counts for the
@@ -39,6 +44,68 @@ fn set_paused(users: &[Arc<GraphUser>], paused: bool) -> Result<(), String> {
         ftrace::set_paused(u.filter(), paused).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The FIFOs (commands, acks) the agent of process `pid`, recorded with
+/// `-g/--agent`, listens on: in a directory of the user's own in `/tmp`.
+pub fn agent_fifos(pid: i32) -> (PathBuf, PathBuf) {
+    // SAFETY: getuid has no preconditions.
+    let dir = PathBuf::from(format!("/tmp/shadowgraph-agent-{}", unsafe {
+        libc::getuid()
+    }));
+    (
+        dir.join(format!("{pid}.ctl")),
+        dir.join(format!("{pid}.ack")),
+    )
+}
+
+/// Whether this process made its agent's FIFOs (removed at its end).
+static LISTENING: AtomicBool = AtomicBool::new(false);
+
+/// `-g/--agent`: makes this process's agent FIFOs and listens on them for
+/// `users`. A failure is said; the recording goes on without them.
+pub(crate) fn listen_as_agent(users: Vec<Arc<GraphUser>>) {
+    // SAFETY: getpid has no preconditions.
+    let (ctl, ack) = agent_fifos(unsafe { libc::getpid() });
+    let made = (|| -> Result<(), String> {
+        let dir = ctl.parent().expect("a directory");
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        }
+        for f in [&ctl, &ack] {
+            let _ = std::fs::remove_file(f); // a dead process's, same id
+            let c = std::ffi::CString::new(f.as_os_str().as_bytes()).expect("no NUL");
+            // SAFETY: mkfifo with a NUL-terminated path.
+            if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(format!("{}: {e}", f.display()));
+            }
+        }
+        // Relaxed: read by `stop_listening` on the thread that ends the
+        // recording, after this one has returned.
+        LISTENING.store(true, Ordering::Relaxed);
+        let c = Control {
+            commands: ctl.clone(),
+            acks: Some(ack.clone()),
+            start_disabled: false,
+        };
+        start(users, &c)
+    })();
+    if let Err(e) = made {
+        crate::say!("shadowgraph: warning: --agent: {e}; record -p cannot reach this process");
+    }
+}
+
+/// Removes this process's agent FIFOs, if it made them.
+pub(crate) fn stop_listening() {
+    if LISTENING.swap(false, Ordering::Relaxed) {
+        // SAFETY: getpid has no preconditions.
+        let (ctl, ack) = agent_fifos(unsafe { libc::getpid() });
+        let _ = std::fs::remove_file(ctl);
+        let _ = std::fs::remove_file(ack);
+    }
 }
 
 /// Starts the thread that reads commands for `users`.

@@ -18,6 +18,7 @@
 //! functions.
 
 mod control;
+pub use control::agent_fifos;
 mod count;
 mod exec;
 mod markers;
@@ -218,6 +219,7 @@ pub fn finish() {
     match STARTED.get() {
         Some(Started::Count) => count::finish(crate::patch::sigtrap_handler_intact()),
         Some(Started::Record) => {
+            control::stop_listening();
             for rec in recorder::under_way() {
                 let control = rec_control(&rec);
                 recorder::finish(&rec, control);
@@ -408,6 +410,9 @@ fn start_recording(
     markers::name(&names, &made);
     if let Some(c) = control {
         control::start(made.users(), c)?;
+    }
+    if r.agent && !started_by_exec {
+        control::listen_as_agent(made.users());
     }
     *rec = Some(made);
     Ok(Started::Record)
