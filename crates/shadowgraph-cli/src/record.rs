@@ -458,7 +458,7 @@ pub(crate) fn say_unmatched<'a>(dirs: impl IntoIterator<Item = &'a Path>) {
 
 /// A recording's directory and its writer (started, or not yet: `C`),
 /// made before tracing starts.
-pub(crate) struct Prepared<C = collect::CollectorThread> {
+pub(crate) struct Prepared<C = collect::threads::CollectorThread> {
     /// The data directory, absolute.
     pub abs: PathBuf,
     /// Each tracer's label and place in it.
@@ -490,7 +490,10 @@ pub(crate) fn prepare(
 /// The writers started: `--num-thread` of them (at most one per online
 /// processor, as uftrace's), at `--rt-prio`'s priority if given (said,
 /// and recorded all the same, where the system refuses it).
-fn start_writer(collector: collect::Collector, opts: &RecordOptions) -> collect::CollectorThread {
+fn start_writer(
+    collector: collect::Collector,
+    opts: &RecordOptions,
+) -> collect::threads::CollectorThread {
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     let n = opts.run.num_thread.map_or(1, |n| (n as usize).min(cpus));

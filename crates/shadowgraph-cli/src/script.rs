@@ -1,10 +1,11 @@
-//! `script -S FILE.py`: a Python script's callbacks run over a recording,
-//! as uftrace's `script` runs them (`uftrace_begin(ctx)`,
-//! `uftrace_entry(ctx)`, `uftrace_exit(ctx)`, `uftrace_event(ctx)`,
-//! `uftrace_end()`, and the `UFTRACE_FUNCS` list). The system's `python3`
-//! runs the script in a process of its own; the calls reach it as JSON
-//! lines on its standard input, in time order, as the views' filters
-//! select them.
+//! `script -S FILE.py` (or `FILE.lua`): a Python (or Lua) script's
+//! callbacks run over a recording, as uftrace's `script` runs them
+//! (`uftrace_begin(ctx)`, `uftrace_entry(ctx)`, `uftrace_exit(ctx)`,
+//! `uftrace_event(ctx)`, `uftrace_end()`, and the `UFTRACE_FUNCS` list).
+//! The system's `python3` (or LuaJIT, or another Lua 5.1 or later) runs the
+//! script in a process of its own; the calls reach it one a line on its
+//! standard input (JSON, or Lua table constructors), in time order, as the
+//! views' filters select them.
 
 use serde_json::{json, Value};
 use shadowgraph_data::dir::DataDir;
@@ -53,6 +54,77 @@ if ns.get("uftrace_end"):
 sys.stdout.flush()
 "#;
 
+/// What a Lua interpreter runs (`-e`): the user's script (its path in
+/// `SHADOWGRAPH_SCRIPT`) loaded, then one callback per line read, each
+/// line a table constructor. `UFTRACE_FUNCS` patterns with a regex's
+/// characters are taken as Lua patterns.
+const LUA_DRIVER: &str = r#"
+local load_string = loadstring or load
+dofile(os.getenv("SHADOWGRAPH_SCRIPT"))
+local funcs = UFTRACE_FUNCS
+local function wanted(name)
+  if funcs == nil then return true end
+  for _, p in ipairs(funcs) do
+    if p == name or (p:find("[%.%?%*%+%-%^%$|%(%)%[%]{}]") and name:find(p)) then
+      return true
+    end
+  end
+  return false
+end
+local calls = {entry = uftrace_entry, exit = uftrace_exit, event = uftrace_event}
+local function read(line) return load_string("return " .. line)() end
+local failed = {}
+local begin = read(io.read("*l"))
+if uftrace_begin then uftrace_begin(begin) end
+for line in io.lines() do
+  local e = read(line)
+  local kind = e.kind
+  e.kind = nil
+  local f = calls[kind]
+  if f and (kind == "event" or wanted(e.name)) then
+    -- A callback that fails is said once, and the others go on (as
+    -- uftrace's go on).
+    local ok, err = pcall(f, e)
+    if not ok and not failed[kind] then
+      failed[kind] = true
+      io.stderr:write("shadowgraph: script: uftrace_" .. kind .. ": " .. tostring(err) .. "\n")
+    end
+  end
+end
+if uftrace_end then uftrace_end() end
+io.stdout:flush()
+"#;
+
+/// The Lua interpreters tried, in order.
+const LUAS: [&str; 6] = ["luajit", "lua5.4", "lua5.3", "lua5.2", "lua5.1", "lua"];
+
+/// `v` as a Lua expression (strings with every byte outside printable
+/// ASCII, `"` and `\` escaped by number).
+fn lua(v: &Value) -> String {
+    match v {
+        Value::Null => "nil".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => {
+            let mut o = String::from("\"");
+            for &b in s.as_bytes() {
+                match b {
+                    b'"' | b'\\' => o.push_str(&format!("\\{}", b as char)),
+                    0x20..=0x7e => o.push(b as char),
+                    _ => o.push_str(&format!("\\{b:03}")),
+                }
+            }
+            o.push('"');
+            o
+        }
+        Value::Array(a) => format!("{{{}}}", a.iter().map(lua).collect::<Vec<_>>().join(",")),
+        Value::Object(m) => {
+            let fields: Vec<String> = m.iter().map(|(k, v)| format!("{k}={}", lua(v))).collect();
+            format!("{{{}}}", fields.join(","))
+        }
+    }
+}
+
 /// A recorded value as the script gets it: a number, or a string (quotes
 /// taken off).
 fn value(v: &str) -> Value {
@@ -62,6 +134,13 @@ fn value(v: &str) -> Value {
     }
     if let Ok(i) = v.parse::<i64>() {
         return Value::from(i);
+    }
+    // A struct passed by value (`Option{...}`, `StringRef{}`): its type,
+    // as uftrace's scripts get it.
+    if let Some((name, _)) = v.split_once('{').filter(|(n, rest)| {
+        rest.ends_with('}') && !n.is_empty() && n.chars().all(|c| c.is_alphanumeric() || c == '_')
+    }) {
+        return Value::from(format!("struct: {name}{{}}"));
     }
     if let Some(h) = v
         .strip_prefix("0x")
@@ -109,23 +188,42 @@ pub(crate) fn run(
     if !script.is_file() {
         return Err(format!("-S {}: no such script", script.display()));
     }
-    if script.extension().and_then(|e| e.to_str()) != Some("py") {
-        return Err(format!(
-            "-S {}: only Python scripts (.py) are run",
-            script.display()
-        ));
-    }
+    let is_lua = match script.extension().and_then(|e| e.to_str()) {
+        Some("py") => false,
+        Some("lua") => true,
+        _ => {
+            return Err(format!(
+                "-S {}: scripts are Python (.py) or Lua (.lua)",
+                script.display()
+            ))
+        }
+    };
     let data = DataDir::open(dir).map_err(|e| e.to_string())?;
     let threads = replay::thread_records(&data, filter).map_err(|e| e.to_string())?;
-    let mut python = Command::new("python3");
-    crate::logfile::program_stderr(&mut python);
-    let mut child = python
-        .arg("-c")
-        .arg(DRIVER)
-        .arg(script)
-        .stdin(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("script: cannot run python3 ({e}): it runs the scripts"))?;
+    let mut child = match is_lua {
+        false => {
+            let mut python = Command::new("python3");
+            python.arg("-c").arg(DRIVER).arg(script);
+            spawn(python)
+                .map_err(|e| format!("script: cannot run python3 ({e}): it runs .py scripts"))?
+        }
+        true => LUAS
+            .iter()
+            .find_map(|l| {
+                let mut lua = Command::new(l);
+                lua.arg("-e")
+                    .arg(LUA_DRIVER)
+                    .env("SHADOWGRAPH_SCRIPT", script);
+                spawn(lua).ok()
+            })
+            .ok_or_else(|| {
+                format!(
+                    "script: no Lua to run {} ({})",
+                    script.display(),
+                    LUAS.join(", ")
+                )
+            })?,
+    };
     let mut input = std::io::BufWriter::new(child.stdin.take().expect("piped"));
     let begin = json!({
         "record": false,
@@ -134,7 +232,8 @@ pub(crate) fn run(
     });
     // Per thread: the entry time at each depth, for the exit's duration.
     let mut open: std::collections::HashMap<i32, Vec<u64>> = Default::default();
-    let sent = writeln!(input, "{begin}").and_then(|()| {
+    let line = |v: &Value| if is_lua { lua(v) } else { v.to_string() };
+    let sent = writeln!(input, "{}", line(&begin)).and_then(|()| {
         for r in replay::in_time_order(threads) {
             let (tid, r) = match r {
                 Ok(x) => x,
@@ -192,7 +291,7 @@ pub(crate) fn run(
                 }
                 Kind::Event | Kind::Lost => continue,
             }
-            writeln!(input, "{e}")?;
+            writeln!(input, "{}", line(&e))?;
         }
         input.flush()
     });
@@ -207,6 +306,13 @@ pub(crate) fn run(
         // (It stopped reading: it failed, and said why.)
         (false, _) => Err(format!("script {} failed ({status})", script.display())),
     }
+}
+
+/// Starts `command` (a script's interpreter) reading our pipe, writing to
+/// the standard output and error `shadowgraph` was started with.
+fn spawn(mut command: Command) -> std::io::Result<std::process::Child> {
+    crate::logfile::program_stderr(&mut command);
+    command.stdin(Stdio::piped()).spawn()
 }
 
 /// `script`: with `record`, records the program `args` first (into
@@ -237,12 +343,15 @@ pub(crate) fn script(
 }
 
 /// The record options a script asks for in a comment line
-/// `# uftrace-option: -A fopen@arg1/s`.
+/// `# uftrace-option: -A fopen@arg1/s` (`--` in Lua).
 pub(crate) fn script_options(script: &Path) -> Vec<String> {
     std::fs::read_to_string(script)
         .unwrap_or_default()
         .lines()
-        .filter_map(|l| l.trim_start().strip_prefix('#'))
+        .filter_map(|l| {
+            let l = l.trim_start();
+            l.strip_prefix('#').or_else(|| l.strip_prefix("--"))
+        })
         .filter_map(|l| l.trim_start().strip_prefix("uftrace-option:"))
         .flat_map(|o| o.split_whitespace().map(str::to_string).collect::<Vec<_>>())
         .collect()
@@ -263,6 +372,10 @@ mod tests {
                 Value::from(-2.5),
                 Value::from("ptr")
             ]
+        );
+        assert_eq!(
+            values("Option{...}, S{}"),
+            vec![Value::from("struct: Option{}"), Value::from("struct: S{}")]
         );
         assert!(values("").is_empty());
     }

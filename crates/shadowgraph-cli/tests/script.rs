@@ -1,4 +1,4 @@
-//! `script -S FILE.py`: a Python script's callbacks over a recording, as
+//! `script -S FILE.py` (and `.lua`): a script's callbacks over a recording, as
 //! uftrace's `script` runs them, compared with uftrace 0.13's on the same
 //! recording; `script --record` and `record -S`.
 
@@ -139,7 +139,10 @@ def uftrace_exit(ctx):
     assert!(text(&o).0.ends_with("calls 14\n"), "{}", text(&o).0);
     for (s, says) in [
         (dir.join("nosuch.py"), "no such script"),
-        (script(&dir, "x.lua", "print(1)"), "only Python scripts"),
+        (
+            script(&dir, "x.rb", "p 1"),
+            "scripts are Python (.py) or Lua (.lua)",
+        ),
         (
             script(&dir, "bad.py", "def uftrace_entry(ctx):\n    1/0\n"),
             "failed",
@@ -179,4 +182,79 @@ fn scripts_see_read_events() {
         out,
         "read:proc/statm vmsize vmrss shared\ndiff:proc/statm vmsize vmrss shared\n"
     );
+}
+
+/// `script -S FILE.lua`: a Lua script (run by LuaJIT, or another Lua)
+/// gets the same callbacks and contexts as uftrace's LuaJIT scripts give
+/// it: arguments in a table, the return value, the options of its
+/// `-- uftrace-option:` line taken by `--record`, its `UFTRACE_FUNCS`
+/// list; compared with uftrace's on the same recording.
+#[test]
+fn lua_scripts_run_as_uftrace_runs_them() {
+    require("luajit", "Lua scripts");
+    let dir = workdir("lua");
+    let exe = build_fixture_with(
+        &dir,
+        "lua",
+        "naps.c",
+        &["-DMIDS=2", "-DNAP_US=100", "-DFIB_N=3"],
+    );
+    let all = script(
+        &dir,
+        "all.lua",
+        r#"
+-- uftrace-option: -A mid@arg1 -R leaf@retval
+function uftrace_begin(ctx)
+  print("begin", ctx.record, table.concat(ctx.cmds, " "))
+end
+function uftrace_entry(ctx)
+  local args = ""
+  if ctx.args then
+    for i, a in ipairs(ctx.args) do args = args .. " " .. type(a) .. ":" .. tostring(a) end
+  end
+  print("entry", ctx.tid > 0, ctx.depth, ctx.name, ctx.address > 0, args)
+end
+function uftrace_exit(ctx)
+  local r = ctx.retval and (" = " .. type(ctx.retval) .. ":" .. ctx.retval) or ""
+  print("exit", ctx.depth, ctx.name, ctx.duration >= 0, r)
+end
+function uftrace_end() print("end") end
+"#,
+    );
+    let only = script(
+        &dir,
+        "only.lua",
+        r#"
+UFTRACE_FUNCS = { "mid", "^le" }
+function uftrace_entry(ctx) print(ctx.name .. " enter " .. ctx.depth) end
+"#,
+    );
+    let data = dir.join("l.data");
+    let o = shadowgraph()
+        .args(["script", "--record", "-d"])
+        .arg(&data)
+        .arg("-S")
+        .arg(&all)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("entry\ttrue\t1\tmid\ttrue\t number:0\n")
+            && out.contains("exit\t2\tleaf\ttrue\t = number:1\n")
+            && out.ends_with("end\n"),
+        "{out}"
+    );
+    if !require("uftrace", "the same Lua scripts by uftrace") {
+        return;
+    }
+    for s in [&all, &only] {
+        let args = ["-S", s.to_str().unwrap()];
+        assert_eq!(
+            run(&mut shadowgraph(), &data, &args),
+            run(&mut Command::new("uftrace"), &data, &args),
+            "{s:?}"
+        );
+    }
 }

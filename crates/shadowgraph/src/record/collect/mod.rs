@@ -12,9 +12,7 @@
 //! unannounced session (the program itself, and its forked children) go to
 //! the recording's directory.
 
-mod threads;
-
-pub use threads::CollectorThread;
+pub mod threads;
 
 use super::ring::{Drained, Ring};
 use std::collections::{HashMap, HashSet};
