@@ -108,9 +108,9 @@ fn program_start(cmd: &clap::Command, args: &[String]) -> Option<usize> {
         }
         if let Some(long) = w.strip_prefix("--") {
             // (`--opt-file` takes its file in every command, declared or
-            // not.)
+            // not, and the global `--logfile` its file.)
             let arg = cmd.get_arguments().find(|a| a.get_long() == Some(long));
-            let value = long == "opt-file" || takes_value(arg);
+            let value = matches!(long, "opt-file" | "logfile") || takes_value(arg);
             i += 1 + usize::from(!long.contains('=') && value);
         } else if let Some(short) = w.strip_prefix('-').filter(|s| !s.is_empty()) {
             let c = short.chars().next();
@@ -201,7 +201,41 @@ fn expand(cli: &clap::Command, args: Vec<OsString>) -> Result<Vec<OsString>, Str
 
 #[cfg(test)]
 mod tests {
-    use super::words;
+    use super::{expand, words};
+
+    /// The global `--logfile FILE` is an option with its value, not the
+    /// program: the options file's program is the one run.
+    #[test]
+    fn logfile_is_no_program() {
+        let dir = std::env::temp_dir().join(format!("sg-optfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("opts");
+        std::fs::write(&file, "-F main\nprog a\n").unwrap();
+        let cli = clap::Command::new("shadowgraph").subcommand(
+            clap::Command::new("record").arg(clap::Arg::new("F").short('F').num_args(1)),
+        );
+        let args: Vec<std::ffi::OsString> = ["shadowgraph", "record", "--logfile", "L"]
+            .iter()
+            .map(Into::into)
+            .chain(["--opt-file".into(), file.clone().into_os_string()])
+            .collect();
+        let want = [
+            "shadowgraph",
+            "record",
+            "--logfile",
+            "L",
+            "-F",
+            "main",
+            "--",
+            "prog",
+            "a",
+        ];
+        assert_eq!(
+            expand(&cli, args).unwrap(),
+            want.map(std::ffi::OsString::from)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn words_split_as_uftrace_splits_them() {
