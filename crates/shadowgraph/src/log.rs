@@ -50,7 +50,7 @@ pub fn line(args: fmt::Arguments<'_>) {
 }
 
 /// Says a message (the format of `format!`, without its newline) where
-/// the session's messages go: see [`line`].
+/// the session's messages go: see [`fn@line`].
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {

@@ -45,6 +45,20 @@ pub struct Totals {
     pub clock_step_max: u64,
 }
 
+impl Totals {
+    /// Adds `more` (another drain's, or another writer's): counts summed,
+    /// the largest step back kept, the first failure kept.
+    fn add(&mut self, more: Totals) {
+        self.written += more.written;
+        self.lost += more.lost;
+        self.clock_steps_back += more.clock_steps_back;
+        self.clock_step_max = self.clock_step_max.max(more.clock_step_max);
+        if self.errno == 0 {
+            self.errno = more.errno;
+        }
+    }
+}
+
 /// What the last drain leaves to tell.
 #[derive(Clone, Debug, Default)]
 pub struct Finished {
@@ -350,13 +364,13 @@ impl Collector {
                 Some(t) => t,
                 None => self.totals.entry(m.dir.clone()).or_default(),
             };
-            t.written += d.written;
-            t.lost += d.lost;
-            t.clock_steps_back += d.clock_steps_back;
-            t.clock_step_max = t.clock_step_max.max(d.clock_step_max);
-            if t.errno == 0 {
-                t.errno = d.errno;
-            }
+            t.add(Totals {
+                written: d.written,
+                lost: d.lost,
+                errno: d.errno,
+                clock_steps_back: d.clock_steps_back,
+                clock_step_max: d.clock_step_max,
+            });
             if closed {
                 let m = self.rings.remove(i);
                 let _ = std::fs::remove_file(self.shm.join(&m.name));
@@ -464,14 +478,7 @@ fn conclude(shm: &Path, parts: Vec<Part>) -> Finished {
     let mut running = Vec::new();
     for p in parts {
         for (dir, t) in p.totals {
-            let all = totals.entry(dir).or_default();
-            all.written += t.written;
-            all.lost += t.lost;
-            all.clock_steps_back += t.clock_steps_back;
-            all.clock_step_max = all.clock_step_max.max(t.clock_step_max);
-            if all.errno == 0 {
-                all.errno = t.errno;
-            }
+            totals.entry(dir).or_default().add(t);
         }
         sessions.extend(p.sessions);
         for (dir, t) in p.tasks {

@@ -2,8 +2,7 @@
 //! each draining the rings of the threads whose id is its own modulo `n`.
 //! A thread's rings all go through one writer, which alone writes its
 //! `<tid>.dat` (in the order the rings were made); the writers share
-//! nothing else until the end, when their last drains are merged
-//! ([`super::conclude`]).
+//! nothing else until the end, when their last drains are merged.
 
 use super::{conclude, Collector, Finished, Part, BEHIND, BUSY_NAP, GATHER_BYTES};
 use std::collections::{HashMap, HashSet};
