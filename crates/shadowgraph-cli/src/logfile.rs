@@ -6,15 +6,13 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The log's descriptor the traced program inherits (-1: none).
 static AGENT_FD: AtomicI32 = AtomicI32::new(-1);
 /// The standard error `shadowgraph` was started with, kept for the
 /// programs it runs while its own goes to the log (-1: not moved).
 static STDERR: AtomicI32 = AtomicI32::new(-1);
-/// `-v`'s count.
-static VERBOSE: AtomicU8 = AtomicU8::new(0);
 
 // (Relaxed throughout: each value is set once by `start`, on the main
 // thread, before any other thread or program is started.)
@@ -22,7 +20,6 @@ static VERBOSE: AtomicU8 = AtomicU8::new(0);
 /// Sends this process's messages to `path` (appended to) if given, and
 /// says debug lines up to level `verbose`.
 pub(crate) fn start(path: Option<&Path>, verbose: u8) -> Result<(), String> {
-    VERBOSE.store(verbose.min(3), Ordering::Relaxed);
     shadowgraph::log::set(None, verbose.min(3));
     let Some(path) = path else {
         return Ok(());
@@ -60,9 +57,9 @@ pub(crate) fn agent_fd() -> Option<i32> {
     (fd >= 0).then_some(fd)
 }
 
-/// `-v`'s count.
+/// `-v`'s count (the runtime's log keeps it).
 pub(crate) fn verbose() -> u8 {
-    VERBOSE.load(Ordering::Relaxed)
+    shadowgraph::log::verbosity()
 }
 
 /// `command` (a program run for the user) writes to the standard error

@@ -38,18 +38,19 @@ pub(crate) fn record(
     }
     let agent = agent_path()?;
     if opts.run.list_event {
-        let mut list = Command::new(&path);
-        std::os::unix::process::CommandExt::arg0(&mut list, prog);
-        crate::logfile::program_stderr(&mut list);
-        let st = (list.args(args))
-            .env("LD_PRELOAD", preload(&agent))
+        let st = program_command(&path, (prog, args), &agent, opts)
             .env(shadowgraph::session::LIST_EVENTS_ENV, "1")
             .status()
             .map_err(|e| format!("cannot run {prog}: {e}"))?;
         return Ok(exit_code(st));
     }
     if opts.run.nop {
-        return run_nop(&path, prog, args, opts, checked);
+        let config = config::Config {
+            mode: config::Mode::Nop,
+            ..checked
+        };
+        let mut command = program_command(&path, (prog, args), &agent, opts);
+        return run_nop(command.env(config::ENV, config.to_env_value()), prog, opts);
     }
     let Prepared {
         abs,
@@ -64,19 +65,8 @@ pub(crate) fn record(
         agent.display()
     );
     shadowgraph::debug!(2, "the agent's configuration: {}", config.to_env_value());
-    let mut command = Command::new(&path);
-    std::os::unix::process::CommandExt::arg0(&mut command, prog);
-    crate::logfile::program_stderr(&mut command);
-    if opts.no_pltbind {
-        command.env("LD_BIND_NOT", "1");
-    }
-    if opts.run.no_randomize_addr {
-        no_randomize_addr(&mut command);
-    }
-    command
-        .args(args)
-        .env("LD_PRELOAD", preload(&agent))
-        .env(config::ENV, config.to_env_value());
+    let mut command = program_command(&path, (prog, args), &agent, opts);
+    command.env(config::ENV, config.to_env_value());
     if opts.keep_pid {
         let program = (path.as_path(), prog.as_str(), launcher.as_deref());
         return keep_pid(command, collector, (&abs, &rel), opts, program);
@@ -113,12 +103,7 @@ pub(crate) fn record(
     }
     let finished = collector.finish();
     let (status, usage) = status.map_err(|e| format!("cannot run {prog}: {e}"))?;
-    if opts.run.time {
-        print!(
-            "{}",
-            crate::options::time_lines(usage.elapsed_ns, &usage.rusage)
-        );
-    }
+    say_time(opts, &usage);
     let run = (status, &usage);
     let write_failed = conclude(
         finished,
@@ -135,29 +120,41 @@ pub(crate) fn record(
     Ok(exit_code(status))
 }
 
-/// `--nop`: the program run under the agent with nothing traced, no
-/// recording made (`--time` said all the same), its exit status ours.
-fn run_nop(
+/// `program` (its name and arguments) at `path`, under `agent`, as
+/// `record`'s options run it (`--no-pltbind`, `--no-randomize-addr`), its
+/// standard error the one `shadowgraph` was started with.
+fn program_command(
     path: &Path,
-    prog: &str,
-    args: &[String],
+    (prog, args): (&str, &[String]),
+    agent: &Path,
     opts: &RecordOptions,
-    config: config::Config,
-) -> Result<ExitCode, String> {
-    let config = config::Config {
-        mode: config::Mode::Nop,
-        ..config
-    };
+) -> Command {
     let mut command = Command::new(path);
     std::os::unix::process::CommandExt::arg0(&mut command, prog);
     crate::logfile::program_stderr(&mut command);
+    if opts.no_pltbind {
+        command.env("LD_BIND_NOT", "1");
+    }
     if opts.run.no_randomize_addr {
         no_randomize_addr(&mut command);
     }
+    command.args(args).env("LD_PRELOAD", preload(agent));
     command
-        .args(args)
-        .env("LD_PRELOAD", preload(&agent_path()?))
-        .env(config::ENV, config.to_env_value());
+}
+
+/// `--time`'s lines, if asked for.
+fn say_time(opts: &RecordOptions, usage: &crate::sysinfo::Usage) {
+    if opts.run.time {
+        print!(
+            "{}",
+            crate::options::time_lines(usage.elapsed_ns, &usage.rusage)
+        );
+    }
+}
+
+/// `--nop`: `command` (the program under the agent, nothing traced) run,
+/// no recording made (`--time` said all the same), its exit status ours.
+fn run_nop(command: &mut Command, prog: &str, opts: &RecordOptions) -> Result<ExitCode, String> {
     let _signals = ForwardSignals::install();
     let (status, usage) = command
         .spawn()
@@ -169,12 +166,7 @@ fn run_nop(
             st
         })
         .map_err(|e| format!("cannot run {prog}: {e}"))?;
-    if opts.run.time {
-        print!(
-            "{}",
-            crate::options::time_lines(usage.elapsed_ns, &usage.rusage)
-        );
-    }
+    say_time(opts, &usage);
     Ok(exit_code(status))
 }
 

@@ -113,19 +113,23 @@ fn small_buffers_with(dir: &std::path::Path, exe: &std::path::Path, writers: &st
 /// A thread's ring is unmapped when it exits (the writer's own mapping
 /// keeps the file until drained): a program whose threads come and go
 /// keeps one ring per live thread, not one per thread it ever had (2 MiB
-/// of shared memory each, for as long as it runs), and loses nothing.
+/// of shared memory each, for as long as it runs), and loses nothing;
+/// with one writer and with two.
 #[test]
 fn rings_of_exited_threads_are_unmapped() {
     let dir = workdir("churn");
     let exe = build_fixture(&dir, "churn", "thread_churn.c");
-    let data = dir.join("churn.data");
-    let o = record_run(&[], &[], &data, &exe, &[]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
-    // main's own ring is the one left.
-    assert_eq!(out.trim(), "29990000 rings=1", "{err}");
-    assert!(err.contains("(0 lost)"), "{err}");
-    let rows = report_rows(&report_text(&data));
-    assert_eq!(rows["leaf"].2, 20 * 1000);
-    assert_eq!(rows["worker"].2, 20);
+    // One writer, and two (each removing the rings of its own threads).
+    for writers in ["1", "2"] {
+        let data = dir.join(format!("churn{writers}.data"));
+        let o = record_run(&[], &["--num-thread", writers], &data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        // main's own ring is the one left.
+        assert_eq!(out.trim(), "29990000 rings=1", "{err}");
+        assert!(err.contains("(0 lost)"), "{err}");
+        let rows = report_rows(&report_text(&data));
+        assert_eq!(rows["leaf"].2, 20 * 1000);
+        assert_eq!(rows["worker"].2, 20);
+    }
 }

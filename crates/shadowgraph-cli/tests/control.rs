@@ -248,10 +248,13 @@ fn a_program_recorded_with_g_is_told_by_record_p() {
     // (--keep-pid: the program is the process started.)
     let mut child = spawn_record(&[], &["-g", "--keep-pid"], &data, &exe);
     let pid = child.id().to_string();
+    // (--duration: were no agent found, an attached recording would end
+    // and show itself, and the test fail, rather than wait for a
+    // program that waits for the test.)
     let tell = |args: &[&str]| -> String {
         let o = shadowgraph()
             .args(args)
-            .args(["-p", &pid])
+            .args(["-p", &pid, "--duration", "5"])
             .output()
             .unwrap();
         let (out, err) = text(&o);

@@ -24,10 +24,15 @@ pub fn set(fd: Option<i32>, verbose: u8) {
     VERBOSE.store(verbose, Ordering::Relaxed);
 }
 
+/// How many levels of debug lines are said.
+pub fn verbosity() -> u8 {
+    // Relaxed: see `set`.
+    VERBOSE.load(Ordering::Relaxed)
+}
+
 /// Whether debug lines of `level` are said.
 pub fn verbose(level: u8) -> bool {
-    // Relaxed: see `set`.
-    VERBOSE.load(Ordering::Relaxed) >= level
+    verbosity() >= level
 }
 
 /// Writes `args` and a newline as one line (a failed write is dropped:
