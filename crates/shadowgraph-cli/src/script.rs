@@ -251,7 +251,7 @@ pub(crate) fn run(
                 "tid": tid,
                 "depth": r.depth,
                 "timestamp": r.time,
-                "address": r.addr,
+                "address": shadowgraph_data::loads::untagged(r.addr),
                 "name": data.name(r.addr),
             });
             match r.kind {

@@ -397,3 +397,64 @@ fn a_library_opened_through_a_link_has_its_functions_named() {
         want(&theirs);
     }
 }
+
+/// After `dlclose`, the next library may be loaded where the closed one
+/// was: each call is named after the library loaded at its time, by our
+/// views and by uftrace's, on the fused and the general path alike.
+#[test]
+fn libraries_loaded_in_turn_at_one_address_keep_their_names() {
+    let dir = workdir("dlturns");
+    let lib_src = fixture("dl_turn_lib.c");
+    for (lib, inner) in [("liba.so", "fa"), ("libb.so", "gb")] {
+        let define = format!("-DINNER={inner}");
+        cc(
+            &[&lib_src],
+            &[
+                "-O2",
+                "-shared",
+                "-fPIC",
+                "-fpatchable-function-entry=5",
+                &define,
+            ],
+            &dir.join(lib),
+        );
+    }
+    let exe = build_fixture(&dir, "dlturns", "dl_turns.c");
+    let libs: Vec<std::path::PathBuf> = ["liba.so", "libb.so", "liba.so"]
+        .iter()
+        .map(|l| dir.join(l))
+        .collect();
+    let libs: Vec<&std::path::Path> = libs.iter().map(|p| p.as_path()).collect();
+    let want: Vec<String> = ["fa", "gb", "fa"]
+        .iter()
+        .flat_map(|f| {
+            [
+                "entry() {".to_string(),
+                format!("  {f}();"),
+                "} /* entry */".into(),
+            ]
+        })
+        .collect();
+    for fused in [true, false] {
+        let data = dir.join(format!("d{fused}.data"));
+        let way = Way::of(fused).with(&["-F", "entry@lib*"]);
+        let o = record_run_in(&dir, &[], &way, &data, &exe, &libs);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{err}");
+        // The loader put each library at the same address (else this
+        // shows nothing).
+        let entries: Vec<&str> = out.lines().collect();
+        assert_eq!(entries.len(), 3, "{out}");
+        assert!(entries.iter().all(|e| *e == entries[0]), "{out}");
+        assert_eq!(replay_body(&replay_text(&data)), want, "fused: {fused}");
+        let report = view_text("report", &data);
+        for (f, calls) in [("fa", 2), ("gb", 1), ("entry", 3)] {
+            let line = report.lines().find(|l| l.ends_with(&format!("  {f}")));
+            let line = line.unwrap_or_else(|| panic!("{f}: {report}"));
+            assert!(line.contains(&format!(" {calls}  ")), "{report}");
+        }
+        if let Some(theirs) = uftrace_view("replay", &data) {
+            assert_eq!(replay_body(&theirs), want, "uftrace, fused: {fused}");
+        }
+    }
+}

@@ -30,6 +30,8 @@ fn tracer_dirs(dir: &Path) -> Vec<String> {
     names
 }
 
+pub use super::progress::Progress;
+
 /// An opened data directory.
 pub struct DataDir {
     /// The directory.
@@ -75,6 +77,10 @@ pub struct DataDir {
     srclines: super::meta::SrcLines,
     /// The library each library call goes to, by its PLT entry.
     libnames: super::meta::LibNames,
+    /// The objects loaded while the program ran (`dlopen`).
+    pub loads: Vec<super::loads::Load>,
+    /// How records at addresses that objects held in turn are tagged.
+    generations: Option<std::sync::Arc<super::loads::Generations>>,
 }
 
 /// Warnings shared by a data directory and its record streams, each kept
@@ -245,7 +251,7 @@ impl DataDir {
         };
         // (`ends`: where uftrace's runs of symbols end; ours say only
         // where functions begin.)
-        let (symbols, mut modules, mut libnames, ends) = if uftrace {
+        let (mut symbols, mut modules, mut libnames, ends) = if uftrace {
             // Times in .dat files are nanoseconds already.
             info.set("format", "uftrace");
             read_uftrace_task(dir, &mut info)?;
@@ -262,6 +268,11 @@ impl DataDir {
         // Ours (converted to uftrace's format too: its `.sym` files are of
         // the traced objects only) say where each library call went.
         libnames.extend(super::meta::read_libnames(dir));
+        let mut loads = match uftrace {
+            true => super::loads::read_uftrace(dir, how.with_syms.as_deref(), &mut skipped),
+            false => super::loads::read_raw(dir, &mut skipped),
+        };
+        let generations = super::loads::join(&mut loads, &mut symbols, &mut modules);
         modules.sort();
         modules.dedup();
         let mut tids = Vec::new();
@@ -278,7 +289,7 @@ impl DataDir {
             .map(|s| match s.1.is_empty() {
                 // A function without a name (a stripped object's that it
                 // does not export): its address, as uftrace shows one.
-                true => format!("<{:x}>", s.0),
+                true => format!("<{:x}>", super::loads::untagged(s.0)),
                 false => crate::names::demangle_as(&s.1, how.names),
             })
             .collect();
@@ -306,6 +317,8 @@ impl DataDir {
             args: None,
             srclines: Default::default(),
             libnames,
+            loads,
+            generations: generations.map(std::sync::Arc::new),
         };
         data.srclines = super::meta::read_srclines(dir, &data.modules, &mut skipped);
         for w in skipped {
@@ -332,13 +345,7 @@ impl DataDir {
                 .filter_map(|&t| std::fs::metadata(data.dat_path(t)).ok())
                 .map(|m| m.len() / RECORD_SIZE as u64)
                 .sum();
-            data.progress = (total >= Progress::WORTH).then(|| {
-                std::sync::Arc::new(Progress {
-                    total,
-                    read: 0.into(),
-                    shown: false.into(),
-                })
-            });
+            data.progress = Progress::worth(total).map(std::sync::Arc::new);
         }
         Ok(data)
     }
@@ -465,6 +472,7 @@ impl DataDir {
             hide_events: self.hide_events,
             user_events: self.user_events.clone(),
             dump_args,
+            generations: self.generations.clone(),
         })
     }
 
@@ -546,49 +554,11 @@ impl DataDir {
             return "linux:schedule".into();
         }
         if !self.modules.is_empty() && self.module_of(addr).is_empty() {
-            return format!("<{addr:x}>").into();
+            return format!("<{:x}>", super::loads::untagged(addr)).into();
         }
         match self.symbols.partition_point(|s| s.0 <= addr) {
-            0 => format!("<{addr:x}>").into(),
+            0 => format!("<{:x}>", super::loads::untagged(addr)).into(),
             i => self.names[i - 1].as_str().into(),
-        }
-    }
-}
-
-/// Reading progress shown on stderr while a view reads a large recording
-/// (a percentage every 2^20 records); the line is cleared when the last
-/// reader lets go of it.
-#[derive(Debug)]
-pub struct Progress {
-    total: u64,
-    read: std::sync::atomic::AtomicU64,
-    shown: std::sync::atomic::AtomicBool,
-}
-
-impl Progress {
-    /// Records at which progress is worth showing.
-    const WORTH: u64 = 1 << 21;
-    const EVERY: u64 = 1 << 20;
-
-    fn tick(&self) {
-        use std::sync::atomic::Ordering::Relaxed;
-        // Relaxed: a count for display, read by nothing else.
-        let n = self.read.fetch_add(1, Relaxed) + 1;
-        if n.is_multiple_of(Self::EVERY) {
-            self.shown.store(true, Relaxed);
-            eprint!(
-                "\r# reading records: {}% ({n} of {})",
-                n * 100 / self.total.max(1),
-                self.total
-            );
-        }
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        if *self.shown.get_mut() {
-            eprint!("\r\x1b[K");
         }
     }
 }
@@ -637,6 +607,7 @@ pub struct RecordStream {
     progress: Option<std::sync::Arc<Progress>>,
     warnings: Warnings,
     args: Option<std::sync::Arc<crate::args::ArgIndex>>,
+    generations: Option<std::sync::Arc<super::loads::Generations>>,
 }
 
 impl RecordStream {
@@ -695,6 +666,12 @@ impl Iterator for RecordStream {
             Err(e) => return self.cut(format!("at {e}")),
         };
         self.offset += RECORD_SIZE as u64;
+        r.time = self.conv.to_ns(r.time);
+        if let Some(g) = self.generations.as_deref() {
+            if matches!(r.kind, Kind::Entry | Kind::Exit) {
+                r.addr = g.tag(r.addr, r.time);
+            }
+        }
         if r.more && matches!(r.kind, Kind::Entry | Kind::Exit) {
             // Arguments or a return value follow, sized by the specs.
             let Some(index) = self.args.clone() else {
@@ -740,7 +717,6 @@ impl Iterator for RecordStream {
         if let Some(p) = &self.progress {
             p.tick();
         }
-        r.time = self.conv.to_ns(r.time);
         Some(Ok(r))
     }
 }

@@ -182,7 +182,8 @@ fn dump_thread(
         writeln!(
             out,
             "{time}  {tid:5}: [{kind}] {name}({:x}) depth: {}",
-            r.addr, r.depth
+            crate::loads::untagged(r.addr),
+            r.depth
         )?;
         // An entry's arguments or an exit's return value, as uftrace
         // dumps them (`dump_stream`'s: the length, then the lines).

@@ -366,7 +366,7 @@ fn write_columns(
                 write_duration(out, Some(n.total.saturating_sub(n.child)))?
             }
             (Some(n), GraphField::Addr) if n.addr == 0 => write!(out, "{:12}", "")?,
-            (Some(n), GraphField::Addr) => write!(out, "{:12x}", n.addr)?,
+            (Some(n), GraphField::Addr) => write!(out, "{:12x}", crate::loads::untagged(n.addr))?,
         }
     }
     out.write_all(b" : ")?;
@@ -533,7 +533,11 @@ pub fn graph_with(
         write_duration(out, Some(*time))?;
         writeln!(out)?;
         for (k, (name, addr)) in path.iter().enumerate() {
-            writeln!(out, "   [{k}] {name} ({addr:#x})")?;
+            writeln!(
+                out,
+                "   [{k}] {name} ({:#x})",
+                crate::loads::untagged(*addr)
+            )?;
         }
         writeln!(out)?;
     }

@@ -92,7 +92,7 @@ pub(crate) fn read_text(path: &Path) -> Result<String, DataError> {
 
 /// A line of `path` that says nothing usable: skipped, and said once the
 /// directory is open (whatever the rest holds is shown).
-fn skip_line(skipped: &mut Vec<String>, path: &Path, n: usize, what: &str) {
+pub(crate) fn skip_line(skipped: &mut Vec<String>, path: &Path, n: usize, what: &str) {
     skipped.push(format!(
         "{}: line {}: {what}; the line is skipped",
         path.display(),

@@ -208,10 +208,40 @@ fn map_lines(maps: &[ModuleMap]) -> Vec<(u64, u64, PathBuf)> {
     out
 }
 
+/// The `<name>.sym` of each object that held another's addresses (once
+/// per file): its functions from its base, as uftrace reads those of a
+/// DLOP line.
+fn write_load_symbols(data: &DataDir, out: &Path) -> Result<(), DataError> {
+    let mut done = std::collections::HashSet::new();
+    for l in data.loads.iter().filter(|l| l.tag != 0) {
+        let name = Path::new(&l.path)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !done.insert(name.clone()) {
+            continue;
+        }
+        let mut s = format!("# symbols: {}\n# path name: {}\n", l.symbols.len(), l.path);
+        for (a, n) in l.symbols.iter().filter(|s| !s.1.is_empty()) {
+            writeln!(s, "{:016x} T {n}", a - l.base).unwrap();
+        }
+        writeln!(s, "{:016x} ? __func_end", l.range.1 - l.base).unwrap();
+        let p = out.join(format!("{name}.sym"));
+        std::fs::write(&p, s).map_err(|e| err(&p, e))?;
+    }
+    Ok(())
+}
+
 /// Writes `data` as a uftrace data directory at `out` (created).
 pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     std::fs::create_dir_all(out).map_err(|e| err(out, e))?;
     let mut maps = read_maps(data)?;
+    // The objects that held the same addresses in turn are named by
+    // their DLOP lines alone, as uftrace names objects loaded by dlopen:
+    // by the time of each address (were they in the map, uftrace would
+    // look there first).
+    let tagged = |p: &Path| (data.loads.iter()).any(|l| l.tag != 0 && Path::new(&l.path) == p);
+    maps.retain(|m| !tagged(&m.path));
     maps.sort_by_key(|m| m.base);
     let pid: u64 = data
         .info
@@ -272,8 +302,20 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         }
         writeln!(task, "TASK timestamp={} tid={tid} pid={tpid}", ts(*t)).unwrap();
     }
+    for l in &data.loads {
+        writeln!(
+            task,
+            "DLOP timestamp={} tid={} sid={sid} base={:x} libname=\"{}\"",
+            ts(l.time),
+            l.tid,
+            l.base,
+            l.path
+        )
+        .unwrap();
+    }
     let p = out.join("task.txt");
     std::fs::write(&p, task).map_err(|e| err(&p, e))?;
+    write_load_symbols(data, out)?;
 
     let mut lines = map_lines(&maps);
     // Objects whose data pointers point to: each traced object's symbols

@@ -235,7 +235,7 @@ impl<'a> Columns<'a> {
                 }
                 Field::Tid => out.write_all(&self.tids[k])?,
                 Field::Addr => match addr {
-                    Some(a) => write!(out, " {a:>12x}")?,
+                    Some(a) => write!(out, " {:>12x}", crate::loads::untagged(a))?,
                     None => out.write_all(&SPACES[..13])?,
                 },
                 Field::Time => write!(

@@ -55,7 +55,7 @@ impl Triggers {
 
     fn name(&self, addr: u64) -> Arc<str> {
         match self.symbols.partition_point(|&a| a <= addr) {
-            0 => Arc::from(format!("<{addr:x}>")),
+            0 => Arc::from(format!("<{:x}>", crate::loads::untagged(addr))),
             i => self.names[i - 1].clone(),
         }
     }

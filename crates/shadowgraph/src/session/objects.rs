@@ -462,6 +462,8 @@ pub fn around_dlclose<R>(bias: Option<usize>, unload: impl FnOnce() -> R) -> R {
 /// The objects loaded since they were last looked at join the core.
 pub(crate) fn join_loaded() {
     let _turn = changing();
+    // Before the objects' first call can be recorded: when they came.
+    let when = crate::clock::monotonic_ns();
     let me = own_object();
     let mut scanned = SCANNED.lock().unwrap_or_else(|e| e.into_inner());
     let new: Vec<(PathBuf, usize)> = process::loaded_objects()
@@ -497,11 +499,40 @@ pub(crate) fn join_loaded() {
         mods.extend(calls);
     }
     if !mods.is_empty() {
+        let loaded = loaded_functions(&mods, &new);
         match ftrace::add_modules(mods) {
-            Ok(()) => recorder::after_new_objects(),
+            Ok(()) => {
+                recorder::after_new_objects();
+                recorder::objects_loaded(when, &loaded);
+            }
             Err(e) => crate::say!("shadowgraph: {e}; objects loaded by dlopen are not traced"),
         }
     }
+}
+
+/// The functions of each of the `new` objects among `mods` (their own
+/// sites and patched prologues, not their library calls): path, bias,
+/// (address, symbol) each.
+fn loaded_functions(mods: &[Module], new: &[(PathBuf, usize)]) -> Vec<recorder::Loaded> {
+    let mut out: Vec<recorder::Loaded> = Vec::new();
+    for m in mods
+        .iter()
+        .filter(|m| new.contains(&(m.path.clone(), m.bias)))
+    {
+        let sites = m.sites.iter().map(|s| (s.addr, s.symbol.clone()));
+        match out
+            .iter_mut()
+            .find(|o| o.path == m.path && o.bias == m.bias)
+        {
+            Some(o) => o.functions.extend(sites),
+            None => out.push(recorder::Loaded {
+                path: m.path.clone(),
+                bias: m.bias,
+                functions: sites.collect(),
+            }),
+        }
+    }
+    out
 }
 
 /// Before `dlclose` of the object loaded at `bias`: its sites go back to

@@ -56,6 +56,7 @@ fn write(
         }
     }
     let maps = module_maps();
+    let loads = LOADS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     // Where pointer arguments may point: the objects' data symbols.
     let datasyms = match tracers.iter().any(|t| t.args.is_some()) {
         true => data_symbols_text(),
@@ -187,6 +188,10 @@ fn write(
         if let Err(e) = write_whole(&dir.join("symbols"), syms.as_bytes())
             .and_then(|_| write_whole(&dir.join("libnames"), libs.as_bytes()))
             .and_then(|_| write_whole(&dir.join("maps"), maps.as_bytes()))
+            .and_then(|_| match loads.is_empty() {
+                true => Ok(()),
+                false => write_whole(&dir.join("loads"), loads.as_bytes()),
+            })
             .and_then(|_| match datasyms.is_empty() {
                 true => Ok(()),
                 false => write_whole(&dir.join("datasyms"), datasyms.as_bytes()),
@@ -294,6 +299,56 @@ pub(crate) fn remember_module_maps() {
     kept.extend(now);
     kept.sort();
     kept.dedup();
+}
+
+/// An object loaded by `dlopen` while recording, and its traced functions.
+pub(crate) struct Loaded {
+    /// Its file, as the loader names it.
+    pub path: std::path::PathBuf,
+    /// Its load bias.
+    pub bias: usize,
+    /// (address, symbol) of each traced function.
+    pub functions: Vec<(usize, String)>,
+}
+
+/// The objects loaded while recording, as `shadowgraph_data::loads`
+/// reads them (`loads`): after `dlclose`, the next object may be loaded
+/// at the same addresses, and the records are named by the object there
+/// at their time.
+static LOADS: Mutex<String> = Mutex::new(String::new());
+
+/// `objects` were loaded at `when` (CLOCK_MONOTONIC nanoseconds, as the
+/// records' times are written; before any of their calls
+/// was recorded) and joined the core: noted with their ranges while they
+/// are mapped.
+pub(crate) fn objects_loaded(when: u64, objects: &[Loaded]) {
+    use std::fmt::Write;
+    if !active() || objects.is_empty() {
+        return;
+    }
+    let maps = current_module_maps();
+    let tid = crate::sys::gettid();
+    let mut text = String::new();
+    for o in objects {
+        let path = o.path.display().to_string();
+        let Some(first) = o.functions.iter().map(|f| f.0).min() else {
+            continue;
+        };
+        let Some(&(lo, hi, _)) = maps
+            .iter()
+            .find(|m| m.2 == path && (m.0..m.1).contains(&first))
+        else {
+            continue;
+        };
+        let _ = writeln!(text, "{when}\t{tid}\t{:x}\t{lo:x}\t{hi:x}\t{path}", o.bias);
+        for (a, name) in &o.functions {
+            let _ = writeln!(text, "\t{a:x}\t{name}");
+        }
+    }
+    LOADS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push_str(&text);
 }
 
 /// `base<TAB>end<TAB>path` for every object traced during the run (those

@@ -20,7 +20,7 @@ mod timed;
 mod triggers;
 mod unmatched;
 
-pub(crate) use metadata::remember_module_maps;
+pub(crate) use metadata::{objects_loaded, remember_module_maps, Loaded};
 
 use crate::clock;
 use crate::config::{self, TracerKind};
