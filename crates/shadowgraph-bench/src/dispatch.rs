@@ -66,7 +66,11 @@ pub fn bench(calls: i64, reps: usize) -> Result<ExitCode, String> {
     rows.push(("direct call (pad to an empty target)".into(), measure()));
     let probe = ops(&["target"], ftrace::OpsFlags::NONE)?;
     reg(&probe)?;
-    rows.push(("direct + 1 ops (regs caller, list, jump)".into(), measure()));
+    rows.push(("direct + 1 ops (its chained caller)".into(), measure()));
+    let second = ops(&["target"], ftrace::OpsFlags::NONE)?;
+    reg(&second)?;
+    rows.push(("direct + 2 ops (regs caller, list, jump)".into(), measure()));
+    unreg(&second)?;
     unreg(&probe)?;
     unreg(&direct)?;
     rows.push(("all unregistered (NOP5 again)".into(), measure()));

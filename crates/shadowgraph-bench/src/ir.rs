@@ -42,11 +42,17 @@ pub fn bench(mode: &str, calls: i64, hijack_returns: bool) -> Result<ExitCode, S
                 keep_ops.push(o);
             }
         }
-        "direct" => {
+        "direct" | "direct-ops" => {
             let ret = empty_target()?;
             let d = ftrace::Ops::new_direct(filter()?);
             ftrace::register_direct(&d, ret).map_err(|e| e.to_string())?;
             keep_ops.push(d);
+            if mode == "direct-ops" {
+                // Its chained caller: the ops' trampoline, then the target.
+                let o = ftrace::Ops::new(empty_cb, ftrace::OpsFlags::NONE, filter()?);
+                ftrace::register(&o).map_err(|e| e.to_string())?;
+                keep_ops.push(o);
+            }
         }
         "graph" | "graph-decline" => {
             let entry: fgraph::EntryFn = if mode == "graph" { accept_all } else { decline };

@@ -68,21 +68,41 @@ fn direct_calls_register_modify_share_and_leave() {
     assert_eq!((f.run_one)(pw, 100), r0);
     assert_eq!(DIRECT_B.swap(0, Ordering::SeqCst), 100);
     assert_eq!(DIRECT_A.load(Ordering::SeqCst), 0);
-    // Shared with a probe: regs caller, list function, then the direct target.
+    // Shared with a probe: the probe's chained caller, then the direct
+    // target; with a second probe, the regs caller and the list function.
     let p = Probe::new();
     let probe = probe_ops(p, &[], &[], OpsFlags::NONE);
     ftrace::register(&probe).unwrap();
     invariants();
     let s = ftrace::site_by_name("plain_work").unwrap();
-    assert_eq!(
-        s.target,
-        ftrace::shared_callers(s.arena).unwrap().1,
-        "regs caller"
-    );
+    let (_, regs_caller) = ftrace::shared_callers(s.arena).unwrap();
+    assert_ne!(s.target, regs_caller, "chained caller");
+    assert_ne!(s.flags & site_flags::TRAMP_EN, 0);
     let r50 = (f.run_one)(pw, 50);
     assert_eq!((f.run_one)(pw, 50), r50);
     assert_eq!(DIRECT_B.swap(0, Ordering::SeqCst), 100);
     assert_eq!(p.take()[pw as usize], 100);
+    let chained = s.target;
+    let p2 = Probe::new();
+    let probe2 = probe_ops(p2, &[], &[], OpsFlags::NONE);
+    ftrace::register(&probe2).unwrap();
+    invariants();
+    let s = ftrace::site_by_name("plain_work").unwrap();
+    assert_eq!(s.target, regs_caller, "regs caller");
+    assert_eq!((f.run_one)(pw, 50), r50);
+    assert_eq!(DIRECT_B.swap(0, Ordering::SeqCst), 50);
+    assert_eq!((p.take()[pw as usize], p2.take()[pw as usize]), (50, 50));
+    ftrace::unregister(&probe2).unwrap();
+    invariants();
+    // Retargeted while chained: a chained caller of the new target.
+    ftrace::modify_direct(&d, ta).unwrap();
+    invariants();
+    let s = ftrace::site_by_name("plain_work").unwrap();
+    assert!(s.target != chained && s.target != regs_caller);
+    assert_eq!((f.run_one)(pw, 50), r50);
+    assert_eq!(DIRECT_A.swap(0, Ordering::SeqCst), 50);
+    assert_eq!(p.take()[pw as usize], 50);
+    ftrace::modify_direct(&d, tb).unwrap();
     ftrace::unregister(&probe).unwrap();
     let s = ftrace::site_by_name("plain_work").unwrap();
     assert_eq!(s.target, ftrace::direct_pad(s.arena, tb).unwrap());
@@ -124,6 +144,76 @@ fn direct_modify_under_concurrent_calls_never_misses() {
     let made = calls.load(Ordering::Relaxed);
     eprintln!("200 retargets: {made} calls, {hits} reached a target");
     assert_eq!(hits, made, "every call reaches the old or the new target");
+    assert_clean();
+}
+
+/// Threads call a function whose direct call is shared with an ops that
+/// comes and goes (chained caller ↔ pad), with a second ops now and then
+/// (the regs caller and the list function) and retargets: every call
+/// reaches the old or the new target exactly once, and no callback runs
+/// after its ops left.
+#[test]
+fn chained_direct_calls_under_churn_never_miss() {
+    let _g = serial();
+    let f = loaded();
+    let (ta, tb, pw) = direct_targets();
+    let d = Ops::new_direct(FilterSet::with_patterns(&["plain_work"], &[]).unwrap());
+    ftrace::register_direct(&d, ta).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let expect_sum: i64 = (0..1000).map(|i| i + 12).sum();
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, calls) = (stop.clone(), calls.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    assert_eq!((f.run_one)(pw, 1000), expect_sum);
+                    calls.fetch_add(1000, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    VIOLATIONS.store(0, Ordering::Relaxed);
+    let mut chained = 0;
+    for round in 0..60 {
+        let p = Probe::new();
+        let probe = probe_ops(p, &["plain_work"], &[], OpsFlags::NONE);
+        ftrace::register(&probe).unwrap();
+        let s = ftrace::site_by_name("plain_work").unwrap();
+        chained += (s.flags & site_flags::TRAMP_EN != 0) as u32;
+        let second = (round % 4 == 0).then(|| {
+            let p2 = Probe::new();
+            let o = probe_ops(p2, &["plain_work"], &[], OpsFlags::NONE);
+            ftrace::register(&o).unwrap();
+            (o, p2)
+        });
+        if round % 3 == 0 {
+            ftrace::modify_direct(&d, if round % 2 == 0 { tb } else { ta }).unwrap();
+        }
+        invariants();
+        if let Some((o, p2)) = second {
+            ftrace::unregister(&o).unwrap();
+            p2.magic.store(DEAD, Ordering::Relaxed);
+        }
+        ftrace::unregister(&probe).unwrap();
+        p.magic.store(DEAD, Ordering::Relaxed);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    invariants();
+    ftrace::unregister(&d).unwrap();
+    assert_eq!(chained, 60, "the probe and the direct call were chained");
+    let hits = DIRECT_A.load(Ordering::SeqCst) + DIRECT_B.load(Ordering::SeqCst);
+    let made = calls.load(Ordering::Relaxed);
+    eprintln!("60 rounds: {made} calls, {hits} reached a target");
+    assert_eq!(hits, made, "every call reaches the old or the new target");
+    assert_eq!(
+        VIOLATIONS.load(Ordering::Relaxed),
+        0,
+        "a callback ran after unregister returned"
+    );
     assert_clean();
 }
 

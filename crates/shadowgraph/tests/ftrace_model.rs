@@ -224,10 +224,23 @@ impl Model {
             let count = m.len() + direct.is_some() as usize;
             assert_eq!(s.count as usize, count, "after {after:?}: {name} count");
             let (args, regs) = ftrace::shared_callers(s.arena).unwrap();
+            // One ops with a trampoline beside the direct call: its
+            // chained caller, then the target (a caller of its own).
+            let own = |i: usize| self.ops[i].trampoline_in(s.arena);
+            let chained = direct.is_some() && m.len() == 1 && own(m[0]).is_some();
+            if chained {
+                let pad = ftrace::direct_pad(s.arena, direct_targets()[direct.unwrap()]);
+                assert!(
+                    ![0, args, regs, own(m[0]).unwrap(), pad.unwrap()].contains(&s.target),
+                    "after {after:?}: {name} chained caller"
+                );
+            }
             let want = if count == 0 {
                 0
             } else if let (Some(t), true) = (direct, m.is_empty()) {
                 ftrace::direct_pad(s.arena, direct_targets()[t]).unwrap()
+            } else if chained {
+                s.target
             } else if let (1, Some(t)) = (
                 m.len(),
                 direct
@@ -245,7 +258,10 @@ impl Model {
                 s.target, want,
                 "after {after:?}: {name} target (ops {m:?}, direct {direct:?})"
             );
-            let tramp = s.target != 0 && s.target != args && s.target != regs && direct.is_none();
+            let tramp = s.target != 0
+                && s.target != args
+                && s.target != regs
+                && (direct.is_none() || chained);
             assert_eq!(
                 s.flags & site_flags::TRAMP != 0,
                 tramp,

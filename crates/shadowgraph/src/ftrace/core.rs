@@ -498,6 +498,11 @@ impl Core {
             t.2.ops.store(std::ptr::null_mut(), Ordering::Release);
             self.retired.push(Retired::Code(t.1, t.1 + inner.tramp_len));
         }
+        // Its chained callers share the slots: they only jump on now.
+        for c in &inner.chained {
+            self.retired
+                .push(Retired::Code(c.2, c.2 + tramp::ftrace_chain_len()));
+        }
     }
 
     fn publish_list(&mut self) {
@@ -535,6 +540,7 @@ impl Core {
         for o in &stubbed {
             self.ensure_site_stubs(o, touched);
         }
+        self.ensure_chains(touched);
         let mut wants = Vec::with_capacity(touched.len());
         for &id in touched {
             let s = &self.sites[id as usize];
@@ -576,7 +582,7 @@ impl Core {
                 flags |= DIRECT_EN;
                 self.pad(module.arena.base, m[0].direct_target())
                     .expect("pad made at registration")
-            } else if let Some(t) = tramp {
+            } else if let Some(t) = tramp.or_else(|| super::chain::chained(&m, module.arena.base)) {
                 flags |= TRAMP | TRAMP_EN;
                 t
             } else if flags & REGS != 0 {
@@ -663,7 +669,7 @@ impl Core {
 }
 
 /// The bytes of a site calling `target` (jumping to it: a site stub).
-fn encode(site: usize, target: usize, flags: u16) -> [u8; 5] {
+pub(super) fn encode(site: usize, target: usize, flags: u16) -> [u8; 5] {
     if target == 0 {
         NOP5
     } else if flags & site_flags::STUB != 0 {
@@ -732,65 +738,4 @@ fn stub_tramps_in(
     };
     inner.stub_tramps.push(cells);
     Ok((cells, slot))
-}
-
-/// Checks the model invariant of design §3.5 against the code in memory:
-/// counts, TRAMP/DIRECT/REGS flags, targets and bytes, trampoline use.
-/// Returns the first violation.
-pub fn check_invariants() -> Result<(), String> {
-    use site_flags::{DISABLED, REGS, STICKY, TRAMP};
-    let c = lock_core();
-    for (i, s) in c.sites.iter().enumerate() {
-        let id = i as SiteId;
-        let name = &s.function;
-        // SAFETY: reading loaded text at a known site.
-        let bytes = unsafe { std::slice::from_raw_parts(s.addr as *const u8, 5) };
-        if s.flags & DISABLED != 0 {
-            continue;
-        }
-        let m: Vec<&Arc<Ops>> = c
-            .list
-            .iter()
-            .filter(|o| o.filter_pair().contains(id))
-            .collect();
-        if s.count as usize != m.len() {
-            return Err(format!(
-                "{name}: count {} != {} matching ops",
-                s.count,
-                m.len()
-            ));
-        }
-        let module = &c.modules[s.module as usize];
-        let want_tramp = m.len() == 1
-            && !m[0].flags.contains(DIRECT)
-            && m[0].trampoline_in(module.arena.base).is_some();
-        if (s.flags & TRAMP != 0) != want_tramp {
-            return Err(format!("{name}: TRAMP flag wrong"));
-        }
-        if (s.flags & site_flags::DIRECT != 0) != m.iter().any(|o| o.flags.contains(DIRECT)) {
-            return Err(format!("{name}: DIRECT flag wrong"));
-        }
-        if (s.flags & REGS != 0) != m.iter().any(|o| o.needs_regs()) {
-            return Err(format!("{name}: REGS flag wrong"));
-        }
-        if (s.flags & site_flags::ENABLED != 0) == m.is_empty() {
-            return Err(format!("{name}: ENABLED flag wrong"));
-        }
-        if (s.flags & site_flags::STUB != 0) && !want_tramp {
-            return Err(format!("{name}: STUB flag without a lone ops"));
-        }
-        if bytes != encode(s.addr, s.cur_target, s.flags) {
-            return Err(format!(
-                "{name}: memory {:02x?} does not encode target {:#x}",
-                bytes, s.cur_target
-            ));
-        }
-        if m.is_empty() && (s.cur_target != 0 || s.flags & !STICKY != 0) {
-            return Err(format!(
-                "{name}: unused site not clean (flags {:#x})",
-                s.flags
-            ));
-        }
-    }
-    Ok(())
 }

@@ -12,18 +12,21 @@
 //! [`filter`] and [`filterset`], [`dispatch`] (what runs inside a traced
 //! call), `core` (the accounting engine); this module is the API.
 
+mod chain;
 mod core;
 pub mod dispatch;
 mod error;
 pub mod filter;
 pub mod filterset;
+mod invariants;
 pub(crate) mod local;
 pub mod ops;
 pub mod quiesce;
 pub mod recursion;
 pub mod site_flags;
 
-pub use self::core::{check_invariants, manager_pair, SiteState};
+pub use self::core::{manager_pair, SiteState};
+pub use self::invariants::check_invariants;
 pub use dispatch::call_subops;
 pub use error::CoreError;
 pub use filter::{Filter, FilterPair, FunctionName, Pattern, PatternError, SiteId, SiteSet};

@@ -160,6 +160,9 @@ pub(super) struct StubCells {
 pub(super) struct OpsInner {
     /// (arena base, trampoline address, its data slot)
     pub tramps: Vec<(usize, usize, &'static OpsSlot)>,
+    /// Its chained callers (ftrace::chain): (arena base, direct target,
+    /// code), sharing the slot of its trampoline in that arena.
+    pub chained: Vec<(usize, usize, usize)>,
     /// Per arena: the base and the cells the stubs there call through.
     pub stub_tramps: Vec<StubCells>,
     /// Each site's stub, once made (never freed: stubs are reused when the
