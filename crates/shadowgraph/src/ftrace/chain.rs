@@ -82,7 +82,7 @@ impl Core {
             let Some(slot) = inner.tramps.iter().find(|t| t.0 == arena.base).map(|t| t.2) else {
                 continue;
             };
-            let entry = o.tramp_entry.unwrap_or(dispatch::ops_entry);
+            let entry = o.tramp_entry.unwrap_or(dispatch::ops_entry_args);
             let data = slot as *const _ as usize;
             if let Ok(code) = tramp::ftrace_chain(arena, entry, data, target) {
                 inner.chained.push((arena.base, target, code));

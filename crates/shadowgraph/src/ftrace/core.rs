@@ -698,7 +698,10 @@ fn tramp_slot_in(
         tramp::ftrace_caller(
             arena,
             ops.needs_regs(),
-            ops.tramp_entry.unwrap_or(dispatch::ops_entry),
+            ops.tramp_entry.unwrap_or(match ops.needs_regs() {
+                true => dispatch::ops_entry,
+                false => dispatch::ops_entry_args,
+            }),
             data,
         )
     }

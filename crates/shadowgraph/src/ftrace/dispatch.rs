@@ -85,11 +85,28 @@ pub(crate) extern "C" fn shared_entry(regs: *mut u8, _data: usize) -> EntryActio
     action(regs)
 }
 
-/// A per-ops trampoline's entry: load the ops from its slot inside the
-/// bracket; an empty slot means the ops is leaving.
+/// A per-ops trampoline's entry (regs variant): load the ops from its
+/// slot inside the bracket; an empty slot means the ops is leaving.
 pub(crate) extern "C" fn ops_entry(regs: *mut u8, data: usize) -> EntryAction {
     // SAFETY: as in shared_entry; `data` is the trampoline's leaked OpsSlot.
-    let (regs, slot) = unsafe { (&mut *(regs as *mut Regs), &*(data as *const OpsSlot)) };
+    let regs = unsafe { &mut *(regs as *mut Regs) };
+    call_slot(regs, data);
+    action(regs)
+}
+
+/// [`ops_entry`] for the args variant and the chained caller, which
+/// return to the site (or jump on) whatever the callback did: no action
+/// to compute.
+pub(crate) extern "C" fn ops_entry_args(regs: *mut u8, data: usize) -> EntryAction {
+    // SAFETY: as in shared_entry.
+    call_slot(unsafe { &mut *(regs as *mut Regs) }, data);
+    EntryAction::default()
+}
+
+#[inline(always)]
+fn call_slot(regs: &mut Regs, data: usize) {
+    // SAFETY: `data` is the trampoline's leaked OpsSlot.
+    let slot = unsafe { &*(data as *const OpsSlot) };
     let _b = Bracket::enter_at(regs.parent_slot as usize);
     let _e = ErrnoGuard::save();
     let ops = slot.ops.load(Ordering::Acquire);
@@ -98,7 +115,6 @@ pub(crate) extern "C" fn ops_entry(regs: *mut u8, data: usize) -> EntryAction {
         // that follows clearing the slot.
         call_ops(unsafe { &*ops }, regs);
     }
-    action(regs)
 }
 
 /// Callbacks may make system calls; the traced function (and, at a return,
@@ -123,8 +139,15 @@ impl ErrnoGuard {
 impl Drop for ErrnoGuard {
     #[inline(always)]
     fn drop(&mut self) {
+        // Written only when a callback changed it: an unconditional store
+        // would chain each traced call's load of errno to the store of the
+        // call before (a store-to-load forwarding on every call).
         // SAFETY: as in save().
-        unsafe { *self.0 = self.1 };
+        unsafe {
+            if *self.0 != self.1 {
+                *self.0 = self.1;
+            }
+        }
     }
 }
 
