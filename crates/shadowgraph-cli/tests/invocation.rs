@@ -380,6 +380,14 @@ fn nop_rt_prio_and_uftraces_other_record_options() {
         .status()
         .unwrap();
     assert!(alone.success() && dir.join("gmon.out").exists());
+    // With -p there is no program to run: said, not ignored.
+    let o = shadowgraph()
+        .args(["record", "--nop", "-p", "1"])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("--nop") && err.contains("-p 1"), "{err}");
     let exe = dir.join("writer_priority");
     cc(
         &[&fixture("writer_priority.c")],

@@ -547,6 +547,11 @@ pub(crate) fn record_or_attach(
     program: &[String],
 ) -> Result<std::process::ExitCode, String> {
     if let Some(pid) = attach.pid {
+        if opts.run.nop {
+            return Err(format!(
+                "--nop runs a program untraced; with -p {pid} there is no program to run"
+            ));
+        }
         return record_attached(data, opts, pid, attach.duration);
     }
     crate::record::record(data, opts, program).and_then(|code| match &opts.script {
