@@ -203,3 +203,30 @@ pub(crate) fn text_write() -> Result<Option<config::TextWrite>, String> {
         )),
     }
 }
+
+/// `clean`: removes what `record` processes and recorded programs killed
+/// before their end left behind, and the agents of other builds; says what
+/// it removed.
+pub(crate) fn clean() {
+    let rings = shadowgraph::record::shm::remove_stale_rings();
+    let agents = remove_other_agents();
+    let fifos = shadowgraph::session::remove_stale_agent_fifos();
+    if rings.is_empty() && agents.is_empty() && fifos.is_empty() {
+        println!("nothing to remove");
+    }
+    for (what, list) in [("rings", rings), ("an agent of another build", agents)] {
+        for (path, bytes) in list {
+            println!(
+                "removed {} ({:.1} MB: {what})",
+                path.display(),
+                bytes as f64 / 1e6
+            );
+        }
+    }
+    for path in fifos {
+        println!(
+            "removed {} (the -g FIFO of a program that has ended)",
+            path.display()
+        );
+    }
+}

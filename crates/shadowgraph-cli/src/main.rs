@@ -338,24 +338,6 @@ enum Command {
     },
 }
 
-/// `clean`: says what it removed.
-fn clean() {
-    let rings = shadowgraph::record::shm::remove_stale_rings();
-    let agents = launch::remove_other_agents();
-    if rings.is_empty() && agents.is_empty() {
-        println!("nothing to remove");
-    }
-    for (what, list) in [("rings", rings), ("an agent of another build", agents)] {
-        for (path, bytes) in list {
-            println!(
-                "removed {} ({:.1} MB: {what})",
-                path.display(),
-                bytes as f64 / 1e6
-            );
-        }
-    }
-}
-
 /// `shadowgraph PROGRAM [ARGS]`, or with record options first, is
 /// `shadowgraph live …`, as uftrace without a command: `live` goes in
 /// front of anything that is not a command or a top-level option.
@@ -442,7 +424,7 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Clean => {
-            clean();
+            launch::clean();
             Ok(ExitCode::SUCCESS)
         }
         Command::Sites { file, all, patch } if patch.is_empty() => sites::sites(&file, all),

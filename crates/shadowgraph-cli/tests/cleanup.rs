@@ -32,11 +32,20 @@ fn demo_leaves_nothing_behind() {
     assert_eq!(left, [format!("shadowgraph-{uid}")]);
 }
 
+/// The tests that run `clean` run one at a time: each would remove what
+/// the other left to see removed.
+static CLEAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `record` of forever.c with its rings in `rings`, once the program runs.
 fn start(rings: &Path, data: &Path, exe: &Path) -> (Child, i32) {
+    start_with(rings, &[], data, exe)
+}
+
+/// [`start`] with record options `opts`.
+fn start_with(rings: &Path, opts: &[&str], data: &Path, exe: &Path) -> (Child, i32) {
     let mut child = record_command(
         &[("SHADOWGRAPH_RINGS_DIR", rings.to_str().unwrap())],
-        &[],
+        opts,
         data,
         exe,
     )
@@ -64,6 +73,7 @@ fn kill9(pid: i32) {
 /// and leaves those of a recording still running.
 #[test]
 fn clean_removes_the_rings_of_a_killed_record_and_no_live_ones() {
+    let _one = CLEAN.lock().unwrap_or_else(|e| e.into_inner());
     let dir = workdir("clean");
     let exe = build_fixture(&dir, "forever", "forever.c");
     let rings = dir.join("rings");
@@ -100,4 +110,35 @@ fn clean_removes_the_rings_of_a_killed_record_and_no_live_ones() {
         .output()
         .unwrap();
     assert!(!text(&o).0.contains("rings)"), "{}", text(&o).0);
+}
+
+/// A program recorded with `-g` and killed with SIGKILL cannot remove its
+/// agent's FIFOs: `clean` does, and keeps those of a program still running.
+#[test]
+fn clean_removes_the_agent_fifos_of_a_killed_program_and_no_live_ones() {
+    let _one = CLEAN.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("clean_fifos");
+    let exe = build_fixture(&dir, "forever", "forever.c");
+    let rings = dir.join("rings");
+    std::fs::create_dir_all(&rings).unwrap();
+    let (mut killed, killed_program) = start_with(&rings, &["-g"], &dir.join("a.data"), &exe);
+    let (mut live, live_program) = start_with(&rings, &["-g"], &dir.join("b.data"), &exe);
+    let fifo = |pid: i32| shadowgraph::session::agent_fifos(pid).0;
+    assert!(fifo(killed_program).exists() && fifo(live_program).exists());
+    kill9(killed_program);
+    killed.wait().unwrap();
+    assert!(fifo(killed_program).exists(), "SIGKILL leaves the FIFO");
+    let o = shadowgraph().arg("clean").output().unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains(&format!("removed {}", fifo(killed_program).display())),
+        "{out}"
+    );
+    assert!(!fifo(killed_program).exists());
+    assert!(fifo(live_program).exists(), "a live program's FIFO is kept");
+    kill9(live_program);
+    live.wait().unwrap();
+    let o = shadowgraph().arg("clean").output().unwrap();
+    assert!(!fifo(live_program).exists(), "{}", text(&o).0);
 }

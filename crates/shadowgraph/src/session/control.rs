@@ -59,6 +59,34 @@ pub fn agent_fifos(pid: i32) -> (PathBuf, PathBuf) {
     )
 }
 
+/// Removes the agent FIFOs of processes that ended without removing them
+/// (killed with SIGKILL): those of a pid no process has now (a pid taken
+/// again since keeps them). Returns those removed.
+pub fn remove_stale_agent_fifos() -> Vec<PathBuf> {
+    let (ctl, _) = agent_fifos(0);
+    let Some(Ok(entries)) = ctl.parent().map(std::fs::read_dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let p = e.path();
+        let pid = p
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<i32>().ok());
+        let ext = p.extension().and_then(|x| x.to_str());
+        let (Some(pid), Some("ctl" | "ack")) = (pid, ext) else {
+            continue;
+        };
+        let stale = !Path::new(&format!("/proc/{pid}")).exists();
+        if stale && std::fs::remove_file(&p).is_ok() {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Whether this process made its agent's FIFOs (removed at its end).
 static LISTENING: AtomicBool = AtomicBool::new(false);
 

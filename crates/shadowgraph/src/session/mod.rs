@@ -18,7 +18,7 @@
 //! functions.
 
 mod control;
-pub use control::agent_fifos;
+pub use control::{agent_fifos, remove_stale_agent_fifos};
 mod count;
 mod exec;
 mod markers;
