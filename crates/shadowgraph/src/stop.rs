@@ -557,7 +557,15 @@ pub fn wait_code_quiescent(ranges: &[(usize, usize)]) -> bool {
         let busy = stop_world(&mut bufs, |parked| {
             let mut busy = false;
             for p in parked.iter().filter(|p| p.pc != 0) {
-                busy |= touches(p.pc, p.handler_sp) | touches(p.pc, p.sp);
+                // The thread's own stack, from where it was stopped: its
+                // frames, and those of a handler it was running (on an
+                // alternate stack too: its sp is then there). Not the
+                // parking handler's stack from its sp: only its own frame
+                // and the kernel's signal frame lie there, whose saved PC
+                // is p.pc, and the parts of its xsave area the kernel does
+                // not write keep old words (a trampoline's address among
+                // them) through every later stop.
+                busy |= touches(p.pc, p.sp);
             }
             busy
         });
