@@ -1,6 +1,7 @@
 //! `bench dispatch`: a traced call through the ftrace core with empty
 //! callbacks: one ops (its own trampoline), beside unrelated ones, without
-//! a trampoline, several (the list function), direct calls.
+//! a trampoline, several (their set's caller; without trampolines, the
+//! list function), direct calls alone and with ops.
 
 use crate::common::{empty_cb, empty_target, load_dispatch_lib, ns_per_call, print_rows};
 use shadowgraph::ftrace;
@@ -51,12 +52,32 @@ pub fn bench(calls: i64, reps: usize) -> Result<ExitCode, String> {
     for o in &many[..2] {
         reg(o)?;
     }
-    rows.push(("2 relevant ops (list function)".into(), measure()));
+    rows.push(("2 relevant ops (their set's caller)".into(), measure()));
     for o in &many[2..] {
         reg(o)?;
     }
-    rows.push(("10 relevant ops (list function)".into(), measure()));
+    rows.push(("10 relevant ops (their set's caller)".into(), measure()));
     for o in &many {
+        unreg(o)?;
+    }
+    let listed: Vec<Arc<ftrace::Ops>> = (0..10)
+        .map(|_| ops(&["target"], ftrace::NO_TRAMP))
+        .collect::<Result<_, _>>()?;
+    for o in &listed[..2] {
+        reg(o)?;
+    }
+    rows.push((
+        "2 ops without trampolines (list function)".into(),
+        measure(),
+    ));
+    for o in &listed[2..] {
+        reg(o)?;
+    }
+    rows.push((
+        "10 ops without trampolines (list function)".into(),
+        measure(),
+    ));
+    for o in &listed {
         unreg(o)?;
     }
 

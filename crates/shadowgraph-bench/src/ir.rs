@@ -35,9 +35,15 @@ pub fn bench(mode: &str, calls: i64, hijack_returns: bool) -> Result<ExitCode, S
     let mut keep_users = Vec::new();
     match mode {
         "none" => {}
-        "ops" | "list2" => {
+        "ops" | "set2" | "list2" => {
+            // Two ops with trampolines take their set's caller; without,
+            // the shared caller and the list function.
+            let flags = match mode {
+                "list2" => ftrace::NO_TRAMP,
+                _ => ftrace::OpsFlags::NONE,
+            };
             for _ in 0..if mode == "ops" { 1 } else { 2 } {
-                let o = ftrace::Ops::new(empty_cb, ftrace::OpsFlags::NONE, filter()?);
+                let o = ftrace::Ops::new(empty_cb, flags, filter()?);
                 ftrace::register(&o).map_err(|e| e.to_string())?;
                 keep_ops.push(o);
             }

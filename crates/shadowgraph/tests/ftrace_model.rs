@@ -235,11 +235,20 @@ impl Model {
                     "after {after:?}: {name} chained caller"
                 );
             }
+            // Several ops with trampolines: a caller of that set of ops.
+            let set = direct.is_none() && m.len() >= 2 && m.iter().all(|&i| own(i).is_some());
+            if set {
+                let owns: Vec<usize> = m.iter().filter_map(|&i| own(i)).collect();
+                assert!(
+                    s.target != 0 && ![args, regs].contains(&s.target) && !owns.contains(&s.target),
+                    "after {after:?}: {name} set caller"
+                );
+            }
             let want = if count == 0 {
                 0
             } else if let (Some(t), true) = (direct, m.is_empty()) {
                 ftrace::direct_pad(s.arena, direct_targets()[t]).unwrap()
-            } else if chained {
+            } else if chained || set {
                 s.target
             } else if let (1, Some(t)) = (
                 m.len(),
@@ -261,7 +270,8 @@ impl Model {
             let tramp = s.target != 0
                 && s.target != args
                 && s.target != regs
-                && (direct.is_none() || chained);
+                && (direct.is_none() || chained)
+                && !set;
             assert_eq!(
                 s.flags & site_flags::TRAMP != 0,
                 tramp,

@@ -89,6 +89,9 @@ pub(super) struct Core {
     /// uses it or not (fgraph's graph filters): resolved again when objects
     /// are loaded, like the ops' own.
     pub pattern_sets: Vec<std::sync::Weak<FilterSet>>,
+    /// The sets of ops whose callers serve sites that several match
+    /// (ftrace::sets).
+    pub sets: Vec<super::sets::SetRec>,
 }
 
 pub(super) enum Retired {
@@ -115,6 +118,7 @@ static CORE: Mutex<Core> = Mutex::new(Core {
     single: None,
     retired: Vec::new(),
     pattern_sets: Vec::new(),
+    sets: Vec::new(),
 });
 
 pub(super) fn lock_core() -> MutexGuard<'static, Core> {
@@ -503,6 +507,8 @@ impl Core {
             self.retired
                 .push(Retired::Code(c.2, c.2 + tramp::ftrace_chain_len()));
         }
+        drop(inner);
+        self.shrink_sets(ops);
     }
 
     fn publish_list(&mut self) {
@@ -522,6 +528,14 @@ impl Core {
     /// On a patch failure nothing was written and the accounting is as
     /// before; the mismatching site is marked DISABLED.
     pub(super) fn update(&mut self, touched: &[SiteId]) -> Result<(), CoreError> {
+        let r = self.update_sites(touched);
+        // (Whether the sites changed or not: sets made for a change that
+        // failed are called by none.)
+        self.retire_unused_sets();
+        r
+    }
+
+    fn update_sites(&mut self, touched: &[SiteId]) -> Result<(), CoreError> {
         use site_flags::{
             DIRECT_EN, DISABLED, MODIFIED, REGS, REGS_EN, STICKY, TOUCHED, TRAMP, TRAMP_EN,
         };
@@ -541,6 +555,7 @@ impl Core {
             self.ensure_site_stubs(o, touched);
         }
         self.ensure_chains(touched);
+        self.ensure_sets(touched);
         let mut wants = Vec::with_capacity(touched.len());
         for &id in touched {
             let s = &self.sites[id as usize];
@@ -589,7 +604,8 @@ impl Core {
                 flags |= REGS_EN;
                 module.shared_regs
             } else {
-                module.shared_args
+                super::sets::set_caller(&self.sets, &m, module.arena.base)
+                    .unwrap_or(module.shared_args)
             };
             if count > 0 {
                 flags |= site_flags::ENABLED | TOUCHED;

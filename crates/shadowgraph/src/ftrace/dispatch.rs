@@ -103,6 +103,31 @@ pub(crate) extern "C" fn ops_entry_args(regs: *mut u8, data: usize) -> EntryActi
     EntryAction::default()
 }
 
+/// A set caller's entry (ftrace::sets): every ops of the list in its slot,
+/// inside the bracket, in order; an empty slot means the set is retired.
+pub(crate) extern "C" fn set_entry(regs: *mut u8, data: usize) -> EntryAction {
+    // SAFETY: as in shared_entry; `data` is the set's leaked slot.
+    let (regs, slot) = unsafe {
+        (
+            &mut *(regs as *mut Regs),
+            &*(data as *const AtomicPtr<OpsList>),
+        )
+    };
+    let _b = Bracket::enter_at(regs.parent_slot as usize);
+    let _e = ErrnoGuard::save();
+    // Acquire: the list is published whole (ftrace::sets).
+    let list = slot.load(Ordering::Acquire);
+    if !list.is_null() {
+        // SAFETY: a list in a slot is retired only after the grace period
+        // that follows its replacement.
+        for &o in unsafe { &(*list).ops } {
+            // SAFETY: an ops in a published list outlives it.
+            call_ops(unsafe { &*o }, regs);
+        }
+    }
+    EntryAction::default()
+}
+
 #[inline(always)]
 fn call_slot(regs: &mut Regs, data: usize) {
     // SAFETY: `data` is the trampoline's leaked OpsSlot.

@@ -23,6 +23,7 @@ pub(crate) mod local;
 pub mod ops;
 pub mod quiesce;
 pub mod recursion;
+mod sets;
 pub mod site_flags;
 
 pub use self::core::{manager_pair, SiteState};
