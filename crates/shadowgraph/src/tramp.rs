@@ -485,52 +485,7 @@ regs_asm!(
     ".popsection",
 );
 
-// The chained caller: the args variant for a site whose one ops has a
-// trampoline and whose one DIRECT ops sends the call on (design §3.7).
-// Its callback runs as in the args variant; then, instead of returning to
-// site+5, it jumps to the direct target with the frame gone — [rsp] =
-// site+5, every argument register restored — as the target's pad would
-// have entered it:
-//
-//   … args variant, up to its `leave`
-//   jmp [rip + CHAIN_TARGET]
-//   CHAIN_TARGET: .quad target     (patched in each copy)
-regs_asm!(
-    ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
-    ".globl shadowgraph_ftrace_chain_start",
-    ".hidden shadowgraph_ftrace_chain_start",
-    ".globl shadowgraph_ftrace_chain_data",
-    ".hidden shadowgraph_ftrace_chain_data",
-    ".globl shadowgraph_ftrace_chain_fn",
-    ".hidden shadowgraph_ftrace_chain_fn",
-    ".globl shadowgraph_ftrace_chain_target",
-    ".hidden shadowgraph_ftrace_chain_target",
-    ".globl shadowgraph_ftrace_chain_end",
-    ".hidden shadowgraph_ftrace_chain_end",
-    "shadowgraph_ftrace_chain_start:",
-    prologue!(),
-    save_args!(),
-    "mov rdi, rsp",
-    "shadowgraph_ftrace_chain_data:",
-    "movabs rsi, 0x1122334455667788",
-    "shadowgraph_ftrace_chain_fn:",
-    "movabs r11, 0x1122334455667788",
-    "call r11",
-    restore_args!(),
-    "leave",
-    "jmp qword ptr [rip + shadowgraph_ftrace_chain_target]",
-    "shadowgraph_ftrace_chain_target:",
-    ".quad 0",
-    "shadowgraph_ftrace_chain_end:",
-    ".popsection",
-);
-
 extern "C" {
-    static shadowgraph_ftrace_chain_start: u8;
-    static shadowgraph_ftrace_chain_data: u8;
-    static shadowgraph_ftrace_chain_fn: u8;
-    static shadowgraph_ftrace_chain_target: u8;
-    static shadowgraph_ftrace_chain_end: u8;
     static shadowgraph_ftrace_args_start: u8;
     static shadowgraph_ftrace_args_data: u8;
     static shadowgraph_ftrace_args_fn: u8;
@@ -599,36 +554,6 @@ pub(crate) fn ftrace_caller(
     let (d, f) = (d - start + 2, f - start + 2);
     code[d..d + 8].copy_from_slice(&(data as u64).to_le_bytes());
     code[f..f + 8].copy_from_slice(&(entry as usize as u64).to_le_bytes());
-    arena.alloc_code(&code)
-}
-
-/// Bytes of a chained caller ([`ftrace_chain`]).
-pub(crate) fn ftrace_chain_len() -> usize {
-    std::ptr::addr_of!(shadowgraph_ftrace_chain_end) as usize
-        - std::ptr::addr_of!(shadowgraph_ftrace_chain_start) as usize
-}
-
-/// Generates a chained caller into `arena`: the args variant calling
-/// `entry` with `data`, then a jump to the direct call's `target`.
-pub(crate) fn ftrace_chain(
-    arena: &Arena,
-    entry: FtraceEntry,
-    data: usize,
-    target: usize,
-) -> Result<usize, ArenaError> {
-    let start = std::ptr::addr_of!(shadowgraph_ftrace_chain_start) as usize;
-    let at = |sym: usize| sym - start;
-    let (d, f, t) = (
-        at(std::ptr::addr_of!(shadowgraph_ftrace_chain_data) as usize) + 2,
-        at(std::ptr::addr_of!(shadowgraph_ftrace_chain_fn) as usize) + 2,
-        at(std::ptr::addr_of!(shadowgraph_ftrace_chain_target) as usize),
-    );
-    // SAFETY: [start, start + len) is the template's code in our text.
-    let mut code =
-        unsafe { std::slice::from_raw_parts(start as *const u8, ftrace_chain_len()) }.to_vec();
-    code[d..d + 8].copy_from_slice(&(data as u64).to_le_bytes());
-    code[f..f + 8].copy_from_slice(&(entry as usize as u64).to_le_bytes());
-    code[t..t + 8].copy_from_slice(&(target as u64).to_le_bytes());
     arena.alloc_code(&code)
 }
 

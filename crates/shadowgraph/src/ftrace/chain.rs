@@ -1,6 +1,6 @@
 //! Chained callers (design §3.7): a site matched by one ops with a
 //! trampoline and one DIRECT ops calls the first's chained caller
-//! (`tramp::ftrace_chain`), which runs its callback as its trampoline
+//! (`ftrace_chain`), which runs its callback as its trampoline
 //! would and then jumps to the direct target. Without it such a site takes
 //! the regs caller and the list function, which cost about three times
 //! the two alone.
@@ -17,6 +17,84 @@ use super::ops::{lock, Ops, DIRECT};
 use super::site_flags::DISABLED;
 use crate::tramp;
 use std::sync::Arc;
+
+// The chained caller: the args variant for a site whose one ops has a
+// trampoline and whose one DIRECT ops sends the call on (design §3.7).
+// Its callback runs as in the args variant; then, instead of returning to
+// site+5, it jumps to the direct target with the frame gone — [rsp] =
+// site+5, every argument register restored — as the target's pad would
+// have entered it:
+//
+//   … args variant, up to its `leave`
+//   jmp [rip + CHAIN_TARGET]
+//   CHAIN_TARGET: .quad target     (patched in each copy)
+tramp::regs_asm!(
+    ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
+    ".globl shadowgraph_ftrace_chain_start",
+    ".hidden shadowgraph_ftrace_chain_start",
+    ".globl shadowgraph_ftrace_chain_data",
+    ".hidden shadowgraph_ftrace_chain_data",
+    ".globl shadowgraph_ftrace_chain_fn",
+    ".hidden shadowgraph_ftrace_chain_fn",
+    ".globl shadowgraph_ftrace_chain_target",
+    ".hidden shadowgraph_ftrace_chain_target",
+    ".globl shadowgraph_ftrace_chain_end",
+    ".hidden shadowgraph_ftrace_chain_end",
+    "shadowgraph_ftrace_chain_start:",
+    tramp::prologue!(),
+    tramp::save_args!(),
+    "mov rdi, rsp",
+    "shadowgraph_ftrace_chain_data:",
+    "movabs rsi, 0x1122334455667788",
+    "shadowgraph_ftrace_chain_fn:",
+    "movabs r11, 0x1122334455667788",
+    "call r11",
+    tramp::restore_args!(),
+    "leave",
+    "jmp qword ptr [rip + shadowgraph_ftrace_chain_target]",
+    "shadowgraph_ftrace_chain_target:",
+    ".quad 0",
+    "shadowgraph_ftrace_chain_end:",
+    ".popsection",
+);
+
+extern "C" {
+    static shadowgraph_ftrace_chain_start: u8;
+    static shadowgraph_ftrace_chain_data: u8;
+    static shadowgraph_ftrace_chain_fn: u8;
+    static shadowgraph_ftrace_chain_target: u8;
+    static shadowgraph_ftrace_chain_end: u8;
+}
+
+/// Bytes of a chained caller ([`ftrace_chain`]).
+pub(crate) fn ftrace_chain_len() -> usize {
+    std::ptr::addr_of!(shadowgraph_ftrace_chain_end) as usize
+        - std::ptr::addr_of!(shadowgraph_ftrace_chain_start) as usize
+}
+
+/// Generates a chained caller into `arena`: the args variant calling
+/// `entry` with `data`, then a jump to the direct call's `target`.
+pub(crate) fn ftrace_chain(
+    arena: &crate::arena::Arena,
+    entry: tramp::FtraceEntry,
+    data: usize,
+    target: usize,
+) -> Result<usize, crate::arena::ArenaError> {
+    let start = std::ptr::addr_of!(shadowgraph_ftrace_chain_start) as usize;
+    let at = |sym: usize| sym - start;
+    let (d, f, t) = (
+        at(std::ptr::addr_of!(shadowgraph_ftrace_chain_data) as usize) + 2,
+        at(std::ptr::addr_of!(shadowgraph_ftrace_chain_fn) as usize) + 2,
+        at(std::ptr::addr_of!(shadowgraph_ftrace_chain_target) as usize),
+    );
+    // SAFETY: [start, start + len) is the template's code in our text.
+    let mut code =
+        unsafe { std::slice::from_raw_parts(start as *const u8, ftrace_chain_len()) }.to_vec();
+    code[d..d + 8].copy_from_slice(&(data as u64).to_le_bytes());
+    code[f..f + 8].copy_from_slice(&(entry as usize as u64).to_le_bytes());
+    code[t..t + 8].copy_from_slice(&(target as u64).to_le_bytes());
+    arena.alloc_code(&code)
+}
 
 /// The ops a chained caller serves among those matching a site, and the
 /// direct target it goes on to: exactly two ops, one DIRECT, the other
@@ -35,19 +113,21 @@ fn chainable<'a>(m: &[&'a Arc<Ops>]) -> Option<(&'a Arc<Ops>, usize)> {
     plain.then(|| (o, d.direct_target()))
 }
 
-/// The chained caller in the arena at `arena_base` for a site the ops
-/// `m` match, if they call for one and it was made.
-pub(super) fn chained(m: &[&Arc<Ops>], arena_base: usize) -> Option<usize> {
-    let (o, target) = chainable(m)?;
-    let inner = lock(&o.inner);
-    let c = inner
-        .chained
-        .iter()
-        .find(|c| c.0 == arena_base && c.1 == target)?;
-    Some(c.2)
-}
-
 impl Core {
+    /// The chained caller in the arena at `arena_base` for a site the ops
+    /// `m` match, if they call for one and it was made.
+    pub(super) fn chained(&self, m: &[&Arc<Ops>], arena_base: usize) -> Option<usize> {
+        let (o, target) = chainable(m)?;
+        let inner = lock(&o.inner);
+        let c = (inner.chained.iter()).find(|c| c.0 == arena_base && c.1 == target)?;
+        Some(c.2)
+    }
+
+    /// Bytes of a chained caller.
+    pub(super) fn chained_len() -> usize {
+        ftrace_chain_len()
+    }
+
     /// Makes the chained callers the `touched` sites call for (best
     /// effort: a site without one takes the regs caller and the list
     /// function, as before).
@@ -84,7 +164,7 @@ impl Core {
             };
             let entry = o.tramp_entry.unwrap_or(dispatch::ops_entry_args);
             let data = slot as *const _ as usize;
-            if let Ok(code) = tramp::ftrace_chain(arena, entry, data, target) {
+            if let Ok(code) = ftrace_chain(arena, entry, data, target) {
                 inner.chained.push((arena.base, target, code));
             }
         }

@@ -91,7 +91,17 @@ pub(super) struct Core {
     pub pattern_sets: Vec<std::sync::Weak<FilterSet>>,
     /// The sets of ops whose callers serve sites that several match
     /// (ftrace::sets).
-    pub sets: Vec<super::sets::SetRec>,
+    pub sets: Vec<SetRec>,
+}
+
+/// A set of ops and its callers (ftrace::sets).
+pub(super) struct SetRec {
+    /// Its ops' addresses, sorted: what names it.
+    pub key: Vec<usize>,
+    /// The list its callers run (null once retired).
+    pub slot: &'static AtomicPtr<OpsList>,
+    /// Its callers: (arena base, code).
+    pub code: Vec<(usize, usize)>,
 }
 
 pub(super) enum Retired {
@@ -505,7 +515,7 @@ impl Core {
         // Its chained callers share the slots: they only jump on now.
         for c in &inner.chained {
             self.retired
-                .push(Retired::Code(c.2, c.2 + tramp::ftrace_chain_len()));
+                .push(Retired::Code(c.2, c.2 + Core::chained_len()));
         }
         drop(inner);
         self.shrink_sets(ops);
@@ -597,14 +607,14 @@ impl Core {
                 flags |= DIRECT_EN;
                 self.pad(module.arena.base, m[0].direct_target())
                     .expect("pad made at registration")
-            } else if let Some(t) = tramp.or_else(|| super::chain::chained(&m, module.arena.base)) {
+            } else if let Some(t) = tramp.or_else(|| self.chained(&m, module.arena.base)) {
                 flags |= TRAMP | TRAMP_EN;
                 t
             } else if flags & REGS != 0 {
                 flags |= REGS_EN;
                 module.shared_regs
             } else {
-                super::sets::set_caller(&self.sets, &m, module.arena.base)
+                self.set_caller(&m, module.arena.base)
                     .unwrap_or(module.shared_args)
             };
             if count > 0 {

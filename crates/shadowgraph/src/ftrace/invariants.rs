@@ -37,7 +37,7 @@ pub fn check_invariants() -> Result<(), String> {
         let want_tramp = (m.len() == 1
             && !m[0].flags.contains(DIRECT)
             && m[0].trampoline_in(module.arena.base).is_some())
-            || super::chain::chained(&m, module.arena.base).is_some();
+            || c.chained(&m, module.arena.base).is_some();
         if (s.flags & TRAMP != 0) != want_tramp {
             return Err(format!("{name}: TRAMP flag wrong"));
         }

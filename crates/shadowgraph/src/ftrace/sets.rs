@@ -18,7 +18,7 @@
 //! As with the ops' own trampolines, a site whose ops change filters is
 //! served by its old set until the update patches it.
 
-use super::core::{Core, Retired};
+use super::core::{Core, Retired, SetRec};
 use super::dispatch;
 use super::filter::SiteId;
 use super::ops::{Ops, OpsList};
@@ -26,16 +26,6 @@ use super::site_flags::DISABLED;
 use crate::tramp;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
-
-/// A set of ops and its callers.
-pub(super) struct SetRec {
-    /// Its ops' addresses, sorted: what names it.
-    key: Vec<usize>,
-    /// The list its callers run (null once retired).
-    slot: &'static AtomicPtr<OpsList>,
-    /// Its callers: (arena base, code).
-    code: Vec<(usize, usize)>,
-}
 
 /// Whether the ops `m` matching a site are served by a set caller: two or
 /// more, each one that would have a trampoline of the args variant of its
@@ -57,18 +47,18 @@ fn key(m: &[&Arc<Ops>]) -> Vec<usize> {
     k
 }
 
-/// The caller in the arena at `arena_base` of the set the ops `m` form,
-/// if they form one and it was made.
-pub(super) fn set_caller(sets: &[SetRec], m: &[&Arc<Ops>], arena_base: usize) -> Option<usize> {
-    if !settable(m) {
-        return None;
-    }
-    let k = key(m);
-    let set = sets.iter().find(|s| s.key == k)?;
-    set.code.iter().find(|c| c.0 == arena_base).map(|c| c.1)
-}
-
 impl Core {
+    /// The caller in the arena at `arena_base` of the set the ops `m`
+    /// form, if they form one and it was made.
+    pub(super) fn set_caller(&self, m: &[&Arc<Ops>], arena_base: usize) -> Option<usize> {
+        if !settable(m) {
+            return None;
+        }
+        let k = key(m);
+        let set = self.sets.iter().find(|s| s.key == k)?;
+        set.code.iter().find(|c| c.0 == arena_base).map(|c| c.1)
+    }
+
     /// Makes the set callers the `touched` sites call for (best effort: a
     /// site without one takes the shared caller, as before).
     pub(super) fn ensure_sets(&mut self, touched: &[SiteId]) {
