@@ -170,14 +170,7 @@ pub(crate) fn read_uftrace(
             );
             continue;
         };
-        let name = Path::new(path)
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let sym = with_syms
-            .map(|w| w.join(format!("{name}.sym")))
-            .filter(|w| w.exists())
-            .unwrap_or_else(|| dir.join(format!("{name}.sym")));
+        let (_, sym) = super::meta::sym_file(dir, with_syms, path);
         let mut symbols = Vec::new();
         let mut end = 0;
         if let Ok(st) = std::fs::read_to_string(&sym) {

@@ -355,6 +355,20 @@ pub(crate) fn read_libnames(dir: &Path) -> LibNames {
         .collect()
 }
 
+/// The name of the object at `path` and its `<name>.sym` file: in
+/// `with_syms` where there is one there (`--with-syms`), else in `dir`.
+pub(crate) fn sym_file(dir: &Path, with_syms: Option<&Path>, path: &str) -> (String, PathBuf) {
+    let name = Path::new(path)
+        .file_name()
+        .map(|b| b.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let sym = with_syms
+        .map(|w| w.join(format!("{name}.sym")))
+        .filter(|w| w.exists())
+        .unwrap_or_else(|| dir.join(format!("{name}.sym")));
+    (name, sym)
+}
+
 /// A uftrace recording's symbols (by address), objects, library calls'
 /// libraries, and where runs of symbols end (its `?` lines, sorted).
 pub(crate) type UftraceSymbols = (Vec<(u64, String)>, Modules, LibNames, Vec<u64>);
@@ -405,14 +419,7 @@ pub(crate) fn read_uftrace_symbols(
                 continue;
             }
             modules.push((start, end, path.to_string()));
-            let base = Path::new(path)
-                .file_name()
-                .map(|b| b.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let sym = with_syms
-                .map(|w| w.join(format!("{base}.sym")))
-                .filter(|w| w.exists())
-                .unwrap_or_else(|| dir.join(format!("{base}.sym")));
+            let (base, sym) = sym_file(dir, with_syms, path);
             let Ok(st) = read_text(&sym) else {
                 continue;
             };

@@ -110,17 +110,20 @@ fn direct_calls_register_modify_share_and_leave() {
     assert_clean();
 }
 
-#[test]
-fn direct_modify_under_concurrent_calls_never_misses() {
-    let _g = serial();
+/// Two threads calling plain_work (index `pw`) 1000 times a round until
+/// `stop`; `calls` counts the calls made.
+fn calling_plain_work(
+    pw: i32,
+) -> (
+    Arc<AtomicBool>,
+    Arc<AtomicU64>,
+    Vec<std::thread::JoinHandle<()>>,
+) {
     let f = loaded();
-    let (ta, tb, pw) = direct_targets();
-    let d = Ops::new_direct(FilterSet::with_patterns(&["plain_work", "sched_*"], &[]).unwrap());
-    ftrace::register_direct(&d, ta).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicU64::new(0));
     let expect_sum: i64 = (0..1000).map(|i| i + 12).sum();
-    let workers: Vec<_> = (0..2)
+    let workers = (0..2)
         .map(|_| {
             let (stop, calls) = (stop.clone(), calls.clone());
             std::thread::spawn(move || {
@@ -131,6 +134,17 @@ fn direct_modify_under_concurrent_calls_never_misses() {
             })
         })
         .collect();
+    (stop, calls, workers)
+}
+
+#[test]
+fn direct_modify_under_concurrent_calls_never_misses() {
+    let _g = serial();
+    loaded();
+    let (ta, tb, pw) = direct_targets();
+    let d = Ops::new_direct(FilterSet::with_patterns(&["plain_work", "sched_*"], &[]).unwrap());
+    ftrace::register_direct(&d, ta).unwrap();
+    let (stop, calls, workers) = calling_plain_work(pw);
     for i in 0..200 {
         ftrace::modify_direct(&d, if i % 2 == 0 { tb } else { ta }).unwrap();
     }
@@ -155,24 +169,11 @@ fn direct_modify_under_concurrent_calls_never_misses() {
 #[test]
 fn chained_direct_calls_under_churn_never_miss() {
     let _g = serial();
-    let f = loaded();
+    loaded();
     let (ta, tb, pw) = direct_targets();
     let d = Ops::new_direct(FilterSet::with_patterns(&["plain_work"], &[]).unwrap());
     ftrace::register_direct(&d, ta).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let calls = Arc::new(AtomicU64::new(0));
-    let expect_sum: i64 = (0..1000).map(|i| i + 12).sum();
-    let workers: Vec<_> = (0..2)
-        .map(|_| {
-            let (stop, calls) = (stop.clone(), calls.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    assert_eq!((f.run_one)(pw, 1000), expect_sum);
-                    calls.fetch_add(1000, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
+    let (stop, calls, workers) = calling_plain_work(pw);
     VIOLATIONS.store(0, Ordering::Relaxed);
     let mut chained = 0;
     for round in 0..60 {
