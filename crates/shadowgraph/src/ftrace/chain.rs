@@ -1,9 +1,9 @@
 //! Chained callers (design §3.7): a site matched by one ops with a
 //! trampoline and one DIRECT ops calls the first's chained caller
 //! (`ftrace_chain`), which runs its callback as its trampoline
-//! would and then jumps to the direct target. Without it such a site takes
-//! the regs caller and the list function, which cost about three times
-//! the two alone.
+//! would and then jumps to the direct target: the work of the two alone.
+//! Without it such a site takes the regs caller, the list function and
+//! the direct helper.
 //!
 //! A chained caller shares its ops' data slot in its arena: clearing the
 //! slot (the ops leaving) leaves it jumping to the target only, until the

@@ -9,7 +9,7 @@
 //! loaded inside the bracket:
 //!
 //! - an ops leaving is taken out of the lists that hold it before the
-//!   sites change (`shrink`), so no callback of it runs once it has left
+//!   sites change (`Core::shrink_sets`), so no callback of it runs once it has left
 //!   and the others miss no call;
 //! - a set no site calls any more is emptied (its slot null: a thread that
 //!   had entered one of its callers returns at once) and retired with its
