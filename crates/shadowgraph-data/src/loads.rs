@@ -210,6 +210,9 @@ pub(crate) fn join(
     symbols: &mut Vec<(u64, String)>,
     modules: &mut Vec<(u64, u64, String)>,
 ) -> Option<Generations> {
+    if loads.is_empty() {
+        return None;
+    }
     let overlap = |a: (u64, u64), b: (u64, u64)| a.0 < b.1 && b.0 < a.1;
     // A module that is a load's object (a map lists it from its lowest
     // mapping, a DLOP line's symbols from its first function).
@@ -252,7 +255,7 @@ pub(crate) fn join(
     }
     if tagged.is_empty() {
         symbols.sort();
-        symbols.dedup_by_key(|s| s.0);
+        symbols.dedup();
         modules.sort();
         return None;
     }
@@ -281,7 +284,7 @@ pub(crate) fn join(
     }
     gens.by_time.sort_by_key(|l| l.0);
     symbols.sort();
-    symbols.dedup_by_key(|s| s.0);
+    symbols.dedup();
     modules.sort();
     Some(gens)
 }
