@@ -109,8 +109,7 @@ fn chainable<'a>(m: &[&'a Arc<Ops>]) -> Option<(&'a Arc<Ops>, usize)> {
         (true, false) => (*b, *a),
         _ => return None,
     };
-    let plain = o.wants_tramp() && !o.needs_regs() && o.tramp_stub == 0 && o.site_entry == 0;
-    plain.then(|| (o, d.direct_target()))
+    o.plain_tramp().then(|| (o, d.direct_target()))
 }
 
 impl Core {

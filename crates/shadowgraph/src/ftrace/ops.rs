@@ -286,6 +286,14 @@ impl Ops {
     pub(super) fn needs_regs(&self) -> bool {
         self.flags.intersects(SAVE_REGS | DIRECT | IPMODIFY)
     }
+
+    /// Whether its trampoline is a copy of the args variant, entered by
+    /// the site's call and returning to it: no registers written back, no
+    /// site stubs, no code of its own (what a chained or a set's caller
+    /// can stand in for).
+    pub(super) fn plain_tramp(&self) -> bool {
+        self.wants_tramp() && !self.needs_regs() && self.tramp_stub == 0 && self.site_entry == 0
+    }
 }
 
 /// Data slot of a per-ops trampoline: the ops it calls, or null while the

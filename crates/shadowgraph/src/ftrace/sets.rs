@@ -31,14 +31,7 @@ use std::sync::Arc;
 /// more, each one that would have a trampoline of the args variant of its
 /// own (no registers, no site stubs, no entry of its own).
 fn settable(m: &[&Arc<Ops>]) -> bool {
-    m.len() >= 2
-        && m.iter().all(|o| {
-            o.wants_tramp()
-                && !o.needs_regs()
-                && o.tramp_stub == 0
-                && o.site_entry == 0
-                && o.tramp_entry.is_none()
-        })
+    m.len() >= 2 && m.iter().all(|o| o.plain_tramp() && o.tramp_entry.is_none())
 }
 
 fn key(m: &[&Arc<Ops>]) -> Vec<usize> {
