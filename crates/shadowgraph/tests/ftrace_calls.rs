@@ -237,6 +237,7 @@ fn registration_churn_under_running_threads() {
         })
         .collect();
     VIOLATIONS.store(0, Ordering::Relaxed);
+    let mut set_served = 0;
     let pats: [&[&str]; 4] = [&[], &["sched_*"], &["*lock*"], &["plain_work", "time_now"]];
     for round in 0..60 {
         let probes: Vec<&'static Probe> = (0..3).map(|_| Probe::new()).collect();
@@ -262,6 +263,18 @@ fn registration_churn_under_running_threads() {
         if round % 3 == 0 {
             ftrace::set_filter(ops[0].filter(), FilterEdit::Set(&["rcu_*"])).unwrap();
         }
+        // Sites that two ops with trampolines share call their set's
+        // caller: neither shared caller, no trampoline of one ops.
+        set_served += NAMES
+            .iter()
+            .filter_map(|n| ftrace::site_by_name(n))
+            .filter(|s| {
+                let callers = ftrace::shared_callers(s.arena).unwrap();
+                s.count >= 2
+                    && s.flags & site_flags::TRAMP == 0
+                    && ![0, callers.0, callers.1].contains(&s.target)
+            })
+            .count();
         for (o, p) in ops.iter().zip(&probes) {
             ftrace::unregister(o).unwrap();
             p.magic.store(DEAD, Ordering::Relaxed);
@@ -276,6 +289,7 @@ fn registration_churn_under_running_threads() {
         0,
         "a callback ran after unregister returned"
     );
+    assert!(set_served > 0, "no site was served by a set's caller");
     assert_eq!(
         ftrace::counters().code_grace_given_up,
         0,
