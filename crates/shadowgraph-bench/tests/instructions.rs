@@ -14,12 +14,12 @@ const CALLS: u64 = 100_000;
 /// second a tail call)
 const BUDGETS: [(&str, f64); 17] = [
     ("none", 12.0),
-    ("ops", 145.0),
+    ("ops", 130.0),
     ("set2", 175.0),
     ("list2", 350.0),
     ("direct", 14.0),
     // A direct call and one ops: the ops' chained caller, then the target.
-    ("direct-ops", 145.0),
+    ("direct-ops", 130.0),
     ("graph-decline", 175.0),
     ("graph", 275.0),
     // Several users: the stubs' path, one Rust loop over the users.

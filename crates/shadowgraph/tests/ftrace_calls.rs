@@ -1,6 +1,6 @@
 //! What an ops may do to a traced call, on real gcc-built code: direct
 //! calls with gap-free retargeting, registers and resume addresses changed,
-//! errno kept; registration churn under running threads, thread filters,
+//! errno kept, also under signals; registration churn under running threads, thread filters,
 //! and objects loaded after registration.
 
 mod common;
@@ -307,22 +307,121 @@ fn clobber_errno(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
 fn callbacks_preserve_errno_for_the_traced_function() {
     let _g = serial();
     let lib_errno_seen = loaded().errno_seen;
-    for flags in [OpsFlags::NONE, ftrace::NO_TRAMP, ftrace::SAVE_REGS] {
+    for flags in [
+        OpsFlags::NONE,
+        ftrace::RECURSION,
+        ftrace::NO_TRAMP,
+        ftrace::SAVE_REGS,
+    ] {
         let ops = Ops::new(
             clobber_errno,
             flags,
             FilterSet::with_patterns(&["errno_seen"], &[]).unwrap(),
         );
         ftrace::register(&ops).unwrap();
-        // SAFETY: setting this thread's errno.
-        unsafe { *libc::__errno_location() = 1234 };
-        assert_eq!(
-            lib_errno_seen(1),
-            1235,
-            "errno changed under the traced function (flags {flags:?})"
-        );
+        // Each entry's first call on a thread and the next (the args
+        // variant's assembly entry takes a thread whose errno location it
+        // has cached).
+        for i in 0..3 {
+            // SAFETY: setting this thread's errno.
+            unsafe { *libc::__errno_location() = 1234 + i };
+            assert_eq!(
+                lib_errno_seen(1),
+                1235 + i,
+                "errno changed under the traced function (flags {flags:?}, call {i})"
+            );
+        }
         ftrace::unregister(&ops).unwrap();
     }
+    assert_clean();
+}
+
+static SIGNAL_CALLS: AtomicU64 = AtomicU64::new(0);
+static CLOBBER_CALLS: AtomicU64 = AtomicU64::new(0);
+
+fn count_and_clobber_errno(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
+    CLOBBER_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: close(-1) fails with EBADF, setting errno: a callback's syscall.
+    unsafe { libc::close(-1) };
+}
+
+/// A handler that calls the traced function, leaving errno as it found it
+/// (as a handler must).
+extern "C" fn call_traced_in_handler(_: libc::c_int) {
+    // SAFETY: this thread's errno, read and put back.
+    let e = unsafe { *libc::__errno_location() };
+    (loaded().errno_seen)(0);
+    SIGNAL_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// An ops' own trampoline under signals whose handlers call the traced
+/// function too, landing anywhere in its entry (the assembly one for a
+/// thread at rest, the Rust one inside a bracket): every call reaches the
+/// callback once, and errno is kept for the traced function each time.
+#[test]
+fn ops_entry_under_signals_counts_every_call_and_keeps_errno() {
+    use std::os::unix::thread::JoinHandleExt;
+    let _g = serial();
+    let errno_seen = loaded().errno_seen;
+    // SAFETY: installing a handler for SIGUSR1 (async-signal-safe body).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = call_traced_in_handler as extern "C" fn(libc::c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+    }
+    const CALLS: i32 = 200_000;
+    for flags in [OpsFlags::NONE, ftrace::RECURSION] {
+        let ops = Ops::new(
+            count_and_clobber_errno,
+            flags,
+            FilterSet::with_patterns(&["errno_seen"], &[]).unwrap(),
+        );
+        ftrace::register(&ops).unwrap();
+        CLOBBER_CALLS.store(0, Ordering::Relaxed);
+        SIGNAL_CALLS.store(0, Ordering::Relaxed);
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let worker = std::thread::spawn(move || {
+            let mut wrong = 0;
+            for i in 0..CALLS {
+                // SAFETY: setting this thread's errno.
+                unsafe { *libc::__errno_location() = i };
+                if errno_seen(1) != i + 1 {
+                    wrong += 1;
+                }
+            }
+            d.store(true, Ordering::Relaxed);
+            wrong
+        });
+        let t = worker.as_pthread_t();
+        let mut sent = 0u64;
+        while !done.load(Ordering::Relaxed) {
+            // SAFETY: the worker is joined only below, after the last kill.
+            unsafe { libc::pthread_kill(t, libc::SIGUSR1) };
+            sent += 1;
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        let wrong = worker.join().unwrap();
+        ftrace::unregister(&ops).unwrap();
+        let in_handlers = SIGNAL_CALLS.load(Ordering::Relaxed);
+        assert_eq!(
+            wrong, 0,
+            "errno changed under the traced function ({flags:?})"
+        );
+        assert!(in_handlers > 0 && sent > 0, "no handler ran ({flags:?})");
+        assert_eq!(
+            CLOBBER_CALLS.load(Ordering::Relaxed),
+            CALLS as u64 + in_handlers,
+            "calls missed or repeated ({flags:?}; {in_handlers} in handlers)"
+        );
+    }
+    // SAFETY: back to the default action (no signal is pending: the worker
+    // has been joined).
+    unsafe { libc::signal(libc::SIGUSR1, libc::SIG_DFL) };
     assert_clean();
 }
 

@@ -6,7 +6,6 @@
 
 use super::stack::{thread, ThreadState};
 use super::user::{GraphUser, MAX_USERS};
-use crate::ftrace::local::CoreLocal;
 use crate::ftrace::recursion::{held, try_lock_at_rest};
 use crate::ftrace::{try_lock, unlock, Group};
 use std::sync::atomic::{compiler_fence, AtomicI64, AtomicPtr, AtomicU64, Ordering};
@@ -70,24 +69,20 @@ pub(super) static LOST_FRAMES: AtomicU64 = AtomicU64::new(0);
 
 /// Offsets from the thread pointer of the core's and fgraph's thread-local
 /// state (also read by a registered [`SolePath`]).
-pub(crate) static TP_LOCAL: AtomicI64 = AtomicI64::new(0);
+pub(crate) use crate::ftrace::local::TP_LOCAL;
 pub(crate) static TP_THREAD: AtomicI64 = AtomicI64::new(0);
 
 /// Computes [`TP_LOCAL`] and [`TP_THREAD`] (before any site can reach the
 /// code that reads them).
 pub(crate) fn init_tp_offsets() {
+    crate::ftrace::local::init_tp_local();
     let tp: usize;
     // SAFETY: reads the thread pointer (fs:0 holds it, x86-64 TLS ABI).
     unsafe {
         std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
     }
-    let off = |a: usize| a.wrapping_sub(tp) as i64;
-    TP_LOCAL.store(
-        off(crate::ftrace::local::local() as *const CoreLocal as usize),
-        Ordering::Relaxed,
-    );
     TP_THREAD.store(
-        off(thread() as *const ThreadState as usize),
+        (thread() as *const ThreadState as usize).wrapping_sub(tp) as i64,
         Ordering::Relaxed,
     );
 }

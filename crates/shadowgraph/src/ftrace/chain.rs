@@ -11,7 +11,6 @@
 //! for the ops' return.
 
 use super::core::Core;
-use super::dispatch;
 use super::filter::SiteId;
 use super::ops::{lock, Ops, DIRECT};
 use super::site_flags::DISABLED;
@@ -161,7 +160,9 @@ impl Core {
             let Some(slot) = inner.tramps.iter().find(|t| t.0 == arena.base).map(|t| t.2) else {
                 continue;
             };
-            let entry = o.tramp_entry.unwrap_or(dispatch::ops_entry_args);
+            let entry = o
+                .tramp_entry
+                .unwrap_or_else(super::entry_asm::ops_entry_args);
             let data = slot as *const _ as usize;
             if let Ok(code) = ftrace_chain(arena, entry, data, target) {
                 inner.chained.push((arena.base, target, code));

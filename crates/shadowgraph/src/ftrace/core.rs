@@ -726,7 +726,7 @@ fn tramp_slot_in(
             ops.needs_regs(),
             ops.tramp_entry.unwrap_or(match ops.needs_regs() {
                 true => dispatch::ops_entry,
-                false => dispatch::ops_entry_args,
+                false => super::entry_asm::ops_entry_args(),
             }),
             data,
         )

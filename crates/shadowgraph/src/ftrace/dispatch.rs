@@ -96,7 +96,9 @@ pub(crate) extern "C" fn ops_entry(regs: *mut u8, data: usize) -> EntryAction {
 
 /// [`ops_entry`] for the args variant and the chained caller, which
 /// return to the site (or jump on) whatever the callback did: no action
-/// to compute.
+/// to compute. Their assembly entry (`ftrace::entry_asm`) comes here for
+/// a thread not at rest, errno's location not yet cached, or an ops with
+/// a thread filter.
 pub(crate) extern "C" fn ops_entry_args(regs: *mut u8, data: usize) -> EntryAction {
     // SAFETY: as in shared_entry.
     call_slot(unsafe { &mut *(regs as *mut Regs) }, data);

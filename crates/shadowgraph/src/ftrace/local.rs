@@ -4,7 +4,7 @@
 //! one per variable. Valid all-zero, as every thread starts.
 
 use std::cell::Cell;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 pub(crate) struct CoreLocal {
     /// This thread's bracket word (null: none yet; quiesce).
@@ -39,4 +39,25 @@ pub(crate) fn local() -> &'static CoreLocal {
     // zero counters: all valid), only touched by this thread and its signal
     // handlers, and never dropped: valid as long as the thread runs.
     unsafe { &*(&*LOCAL as *const CoreLocal) }
+}
+
+/// The offset of [`CoreLocal`] from the thread pointer: the same in every
+/// thread (initial-exec TLS), read by the assembly entries (this layer's
+/// and fgraph's). Set by [`init_tp_local`] before any code reading it can
+/// run.
+pub(crate) static TP_LOCAL: AtomicI64 = AtomicI64::new(0);
+
+/// Computes [`TP_LOCAL`]; idempotent (the value never changes).
+pub(crate) fn init_tp_local() {
+    let tp: usize;
+    // SAFETY: reads the thread pointer (fs:0 holds it, x86-64 TLS ABI).
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    // Relaxed: published to the code that reads it by the patching that
+    // makes that code reachable (its membarrier / the sites' writes).
+    TP_LOCAL.store(
+        (local() as *const CoreLocal as usize).wrapping_sub(tp) as i64,
+        Ordering::Relaxed,
+    );
 }

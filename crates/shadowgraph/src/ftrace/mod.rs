@@ -10,11 +10,13 @@
 //! The parts, lowest first: `local` (the thread's core state),
 //! [`recursion`], [`quiesce`] (brackets and grace periods), [`ops`],
 //! [`filter`] and [`filterset`], [`dispatch`] (what runs inside a traced
-//! call), `core` (the accounting engine); this module is the API.
+//! call) and `entry_asm` (its common case for an ops' own trampoline, in
+//! assembly), `core` (the accounting engine); this module is the API.
 
 mod chain;
 mod core;
 pub mod dispatch;
+mod entry_asm;
 mod error;
 pub mod filter;
 pub mod filterset;

@@ -22,6 +22,7 @@ pub use crate::tramp::Regs;
 /// An ops' flags (design §3.1): a set of the constants below, combined
 /// with `|`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(transparent)]
 pub struct OpsFlags(u32);
 
 impl OpsFlags {
@@ -55,6 +56,12 @@ impl OpsFlags {
     #[inline]
     pub const fn intersects(self, other: OpsFlags) -> bool {
         self.0 & other.0 != 0
+    }
+
+    /// The flags as bits (the word the assembly entry tests).
+    #[inline]
+    pub const fn bits(self) -> u32 {
+        self.0
     }
 
     /// These flags without those of `other`.
