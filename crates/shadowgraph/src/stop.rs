@@ -31,8 +31,6 @@ struct Slot {
     pc: AtomicUsize,
     /// Stack pointer of the interrupted context.
     sp: AtomicUsize,
-    /// Stack pointer inside the handler (the alternate signal stack, if any).
-    handler_sp: AtomicUsize,
     new_pc: AtomicUsize,
 }
 
@@ -42,7 +40,6 @@ const EMPTY: Slot = Slot {
     state: AtomicU32::new(FREE),
     pc: AtomicUsize::new(0),
     sp: AtomicUsize::new(0),
-    handler_sp: AtomicUsize::new(0),
     new_pc: AtomicUsize::new(0),
 };
 
@@ -64,9 +61,6 @@ pub struct Parked {
     pub pc: usize,
     /// Its stack pointer when interrupted.
     pub sp: usize,
-    /// A stack pointer inside the parking handler: differs from the thread's
-    /// stack when it runs on an alternate signal stack.
-    pub handler_sp: usize,
     /// Set to move the thread: it resumes here instead of `pc`.
     pub new_pc: Option<usize>,
 }
@@ -144,7 +138,6 @@ extern "C" fn on_park_signal(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut l
         return;
     }
     let uc = ctx as *mut libc::ucontext_t;
-    let marker = 0u8;
     // SAFETY: the kernel passes a valid ucontext for SA_SIGINFO handlers.
     let (pc, sp) = unsafe {
         let g = &(*uc).uc_mcontext.gregs;
@@ -156,11 +149,9 @@ extern "C" fn on_park_signal(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut l
     // Relaxed: published by the Release of PARKED below.
     slot.pc.store(pc, Ordering::Relaxed);
     slot.sp.store(sp, Ordering::Relaxed);
-    slot.handler_sp
-        .store(std::ptr::addr_of!(marker) as usize, Ordering::Relaxed);
     slot.new_pc.store(0, Ordering::Relaxed);
-    // Release: the coordinator that sees PARKED (Acquire) sees pc, sp and
-    // handler_sp above.
+    // Release: the coordinator that sees PARKED (Acquire) sees pc and sp
+    // above.
     slot.state.store(PARKED, Ordering::Release);
     let mut spins = 0u32;
     // Acquire: pairs with the coordinator's Release of RELEASED, after its
@@ -284,8 +275,8 @@ fn park_all(bufs: &mut StopBuffers) -> Result<usize, StopError> {
         return Ok(used);
     }
     for s in &SLOTS[..used] {
-        // Acquire: pairs with the handler's Release of PARKED: its pc, sp
-        // and handler_sp are read next.
+        // Acquire: pairs with the handler's Release of PARKED: its pc and
+        // sp are read next.
         let state = s.state.load(Ordering::Acquire);
         bufs.parked.push(Parked {
             tid: s.tid.load(Ordering::Relaxed),
@@ -296,7 +287,6 @@ fn park_all(bufs: &mut StopBuffers) -> Result<usize, StopError> {
                 0
             },
             sp: s.sp.load(Ordering::Relaxed),
-            handler_sp: s.handler_sp.load(Ordering::Relaxed),
             new_pc: None,
         });
     }

@@ -456,17 +456,16 @@ pub(crate) fn write_stopped(
                     None => deferred[i] = true,
                 }
             }
-            for sp in [p.handler_sp, p.sp] {
-                stacks.scan_from(sp, |w| {
-                    if let Some(i) = inside(w) {
-                        // The parked PC itself was found on the handler's
-                        // frame too; it is moved, not deferred.
-                        if w != p.pc {
-                            deferred[i] = true;
-                        }
-                    }
-                });
-            }
+            // The thread's own stack from where it was stopped (as
+            // stop::wait_code_quiescent scans it): not the parking
+            // handler's frame, whose saved PC is p.pc (moved above) and
+            // whose xsave area keeps stale words the kernel did not write,
+            // which would defer an edit for nothing.
+            stacks.scan_from(p.sp, |w| {
+                if let Some(i) = inside(w) {
+                    deferred[i] = true;
+                }
+            });
         }
         let mut n = 0;
         for (e, &d) in edits.iter().zip(deferred.iter()) {
