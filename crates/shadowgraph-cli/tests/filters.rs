@@ -187,6 +187,18 @@ fn several_tracers_record_at_once_as_if_alone() {
             "tracer {name}"
         );
     }
+    // Plain tracers only, one with a depth limit: the multi path's
+    // records, each tracer's as alone.
+    let plain = dir.join("plain");
+    let err = record(&plain, &["--tracer", "top:depth=2", "--tracer", "all"]);
+    assert_eq!(err.matches("(0 lost)").count(), 2, "{err}");
+    for (name, solo) in [("top", "solo-top"), ("all", "solo-all")] {
+        assert_eq!(
+            replay_shape(&plain.join(name)),
+            replay_shape(&dir.join(solo)),
+            "tracer {name}, with only plain tracers"
+        );
+    }
     // The top directory is no recording: the views name the tracers'.
     let o = shadowgraph()
         .args(["replay", "-d"])

@@ -8,11 +8,12 @@
 //! own process: the path is chosen before the first user registers. The
 //! recorder that leaves in the middle of a round ends its recording (its
 //! rings written out and taken from their threads under the running
-//! threads) and starts a new one.
+//! threads) and starts a new one. One recorder has a depth limit, which
+//! the path applies to it alone.
 
 mod common;
 
-use common::recorder::{record_entry, record_return, GENERAL_ENTRIES};
+use common::recorder::{record_entry, record_return, GENERAL_ENTRIES, MAX_DEPTH};
 use common::*;
 use shadowgraph::record::writer;
 use shadowgraph::tracer::fused;
@@ -24,6 +25,9 @@ use std::time::Duration;
 
 const RECORDERS: usize = 3;
 const ROUNDS: usize = 60;
+/// Each recorder's depth limit (`record -D`; 0: none): the workload's
+/// calls are 0 to 2 deep.
+const LIMITS: [u32; RECORDERS] = [0, 0, 2];
 
 #[test]
 fn recorders_come_and_go_on_the_shared_path() {
@@ -48,8 +52,9 @@ fn recorders_come_and_go_on_the_shared_path() {
     let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();
     let users: Vec<Arc<fgraph::GraphUser>> = (0..RECORDERS)
         .map(|i| {
+            MAX_DEPTH[i].store(LIMITS[i], Ordering::Relaxed);
             let u = fgraph::GraphUser::new(record_entry, record_return, filter.clone(), i);
-            assert!(fused::let_multi_stand_in(&u));
+            assert!(fused::let_multi_stand_in(&u, LIMITS[i]));
             u
         })
         .collect();
@@ -114,9 +119,11 @@ fn recorders_come_and_go_on_the_shared_path() {
     assert_eq!(fgraph::counters().lost_frames, 0);
 
     let mut records_of = [0u64; RECORDERS];
+    let mut deepest = [0u16; RECORDERS];
     for (&(i, k), &gone) in &left {
-        let (records, open) = check_nesting(&data(i, k), &sites);
+        let (records, open, deep) = check_nesting(&data(i, k), &sites, LIMITS[i]);
         records_of[i] += records;
+        deepest[i] = deepest[i].max(deep);
         // A recorder that leaves leaves at most each worker's three
         // frames open.
         assert!(
@@ -126,6 +133,12 @@ fn recorders_come_and_go_on_the_shared_path() {
     }
     for (i, records) in records_of.iter().enumerate() {
         assert!(*records > 10_000, "recorder {i}: {records} records");
+        // As deep as its limit lets it (or the workload goes).
+        let want = match LIMITS[i] {
+            0 => 2,
+            m => m as u16 - 1,
+        };
+        assert_eq!(deepest[i], want, "recorder {i}: its deepest record");
     }
 }
 
@@ -133,10 +146,11 @@ fn recorders_come_and_go_on_the_shared_path() {
 /// and nested — an exit closes the entry on top of the thread's stack (a
 /// lost or doubled record shows as one that does not). An entry at a
 /// depth where entries are still open closes them as left open (the
-/// recorder left while they ran). Returns the records and the entries
-/// left open.
-fn check_nesting(dir: &std::path::Path, sites: &[u64]) -> (u64, u64) {
-    let (mut records, mut open) = (0, 0);
+/// recorder left while they ran). None is `limit` deep or deeper (0: no
+/// limit). Returns the records, the entries left open and the deepest
+/// entry.
+fn check_nesting(dir: &std::path::Path, sites: &[u64], limit: u32) -> (u64, u64, u16) {
+    let (mut records, mut open, mut deepest) = (0, 0, 0);
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let bytes = std::fs::read(e.path()).unwrap();
         assert_eq!(bytes.len() % RECORD_SIZE, 0, "{}", e.path().display());
@@ -149,6 +163,13 @@ fn check_nesting(dir: &std::path::Path, sites: &[u64]) -> (u64, u64) {
                 Kind::Entry => {
                     assert!(sites.contains(&r.addr), "{}: {:#x}", at(), r.addr);
                     assert!(r.depth <= 2, "{}: depth {}", at(), r.depth);
+                    assert!(
+                        limit == 0 || (r.depth as u32) < limit,
+                        "{}: depth {}, the limit {limit}",
+                        at(),
+                        r.depth
+                    );
+                    deepest = deepest.max(r.depth);
                     while stack.last().is_some_and(|&(_, d)| d >= r.depth) {
                         stack.pop();
                         open += 1;
@@ -170,5 +191,5 @@ fn check_nesting(dir: &std::path::Path, sites: &[u64]) -> (u64, u64) {
         }
         open += stack.len() as u64;
     }
-    (records, open)
+    (records, open, deepest)
 }

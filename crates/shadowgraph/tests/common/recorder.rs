@@ -1,22 +1,41 @@
 //! The plain recorder's callbacks (what the fused paths stand in for):
-//! an entry and an exit record per call at fgraph's depth, into recording
-//! instance `user.private`, the entries counted (tests/fused*.rs).
+//! an entry and an exit record per call at fgraph's depth less than the
+//! instance's limit, into recording instance `user.private`, the entries
+//! counted (tests/fused*.rs).
 
 use shadowgraph::record::writer;
 use shadowgraph::{fgraph, ftrace};
 use shadowgraph_data::format::Kind;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Entries recorded by the callback (the general way), not a fused path.
 pub static GENERAL_ENTRIES: AtomicU64 = AtomicU64::new(0);
 
+/// Each instance's depth limit (0: none), as `record -D` sets it: calls
+/// this deep or deeper are not recorded.
+pub static MAX_DEPTH: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
+
+fn too_deep(u: &fgraph::GraphUser, depth: i32) -> bool {
+    let max = MAX_DEPTH
+        .get(u.private)
+        .map_or(0, |m| m.load(Ordering::Relaxed));
+    max > 0 && depth >= max as i32
+}
+
 pub fn record_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    if too_deep(u, e.depth) {
+        return false;
+    }
     GENERAL_ENTRIES.fetch_add(1, Ordering::Relaxed);
     writer::emit(u.private, Kind::Entry, e.depth as u16, e.func as u64);
     true
 }
 
 pub fn record_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+    // (A frame the multi path made is every user's, also one too deep.)
+    if too_deep(u, r.depth) {
+        return;
+    }
     writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
 }
 

@@ -60,7 +60,7 @@ use crate::fgraph::filters::GraphFilter;
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace::quiesce;
 use crate::tracer::profile::ProfileCounters;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 // The user's words this path reads (fgraph's `GraphUser::path_words`):
 /// Calls at this depth or deeper are declined (`-D`); 0: no limit; the
@@ -355,15 +355,30 @@ pub fn enable_multi() -> bool {
     )
 }
 
+/// Each recording instance's depth limit on the multi path (0: none):
+/// its records are those of calls less deep ([`let_multi_stand_in`]).
+pub(super) static MULTI_MAX_DEPTH: [AtomicU32; writer::MAX_INSTANCES] =
+    [const { AtomicU32::new(0) }; writer::MAX_INSTANCES];
+
+/// Whether a user of the multi path ever had a depth limit: until one
+/// has, the path looks at none.
+pub(super) static MULTI_ANY_LIMIT: AtomicBool = AtomicBool::new(false);
+
 /// Lets the multi path stand in for `user`, a graph user (not registered
 /// yet) whose entry callback only emits an entry record of every call at
-/// the depth fgraph gives, and whose return callback only emits the exit
-/// record, to recording instance `user.private` — the plain recorder
-/// without a depth limit. False (nothing changed) for an instance out of
-/// range.
-pub fn let_multi_stand_in(user: &GraphUser) -> bool {
+/// the depth fgraph gives less than `max_depth` (0: any), and whose return
+/// callback only emits the exit record of those, to recording instance
+/// `user.private` — the plain recorder. False (nothing changed) for an
+/// instance out of range.
+pub fn let_multi_stand_in(user: &GraphUser, max_depth: u32) -> bool {
     if user.private >= writer::MAX_INSTANCES {
         return false;
+    }
+    // Relaxed (both): read by the path only after MULTI_FRAME_WORD, which
+    // fgraph publishes (Release) when the user registers, later.
+    MULTI_MAX_DEPTH[user.private].store(max_depth, Ordering::Relaxed);
+    if max_depth != 0 {
+        MULTI_ANY_LIMIT.store(true, Ordering::Relaxed);
     }
     user.let_multi_path_stand_in();
     true

@@ -1,6 +1,7 @@
 //! Several plain recorders at once, fused: while two or more graph users
-//! are registered and every one is a plain recorder (no filter, no depth
-//! limit, records timed by the TSC) that let this path stand in for it
+//! are registered and every one is a plain recorder (no filter, records
+//! timed by the TSC, each with its depth limit or none: a ring gets no
+//! record of a call as deep as its limit) that let this path stand in for it
 //! ([`let_multi_stand_in`]), fgraph's site entry and return hand a call
 //! over here (`fgraph::register_multi_path`). One frame for all of them,
 //! one clock read per entry and per exit that all their records share,
@@ -168,6 +169,37 @@ macro_rules! rings_with_room {
     };
 }
 
+// Whether the user in slot rax records this event: not if its recording
+// has a depth limit (MULTI_MAX_DEPTH, by its instance) that the event's
+// depth (bits 6..15 of `$word`) reaches — its records are left out, as
+// its callbacks leave them (the plain recorder's depth limit) — then to
+// `$skip`. Nothing to look at while no user of the path ever had a limit.
+// rax kept; clobbers rdx, r11; label 29.
+macro_rules! skip_limited {
+    ($word:literal, $skip:literal) => {
+        concat!(
+            "cmp byte ptr [rip + {any_limit}], 0\n",
+            "je 29f\n",
+            "lea rdx, [rip + {slot_private}]\n",
+            "mov rdx, [rdx + rax*8]\n",
+            "lea r11, [rip + {max_depth}]\n",
+            "mov r11d, dword ptr [r11 + rdx*4]\n",
+            "test r11d, r11d\n",
+            "jz 29f\n",
+            "mov rdx, ",
+            $word,
+            "\n",
+            "shr rdx, 6\n",
+            "and edx, 0x3ff\n",
+            "cmp edx, r11d\n",
+            "jae ",
+            $skip,
+            "\n",
+            "29:\n",
+        )
+    };
+}
+
 // A record {`$time`, `$word`} in the ring of each user of rsi
 // (MULTI_FRAME_WORD, consumed), as found now (a user that left since
 // stays until the bracket is left, its rings until it has ended; one no
@@ -223,6 +255,7 @@ macro_rules! record_each {
             "lea rdx, [rip + {array}]\n",
             "cmp qword ptr [rdx + rax*8], 0\n",
             "je 32f\n",
+            skip_limited!($word, "32f"),
             crate::fixed_load!("rdx", "tp_by_slot"),
             "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
             crate::fixed_load!("rdx", "tp_thread"),
@@ -273,6 +306,7 @@ macro_rules! record_each {
             "lea rdx, [rip + {array}]\n",
             "cmp qword ptr [rdx + rax*8], 0\n",
             "je 30b\n",
+            skip_limited!($word, "30b"),
             crate::fixed_load!("rdx", "tp_by_slot"),
             "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
             "mov rax, [r11 + {r_reserve}]\n",
@@ -519,6 +553,8 @@ crate::fgraph::graph_asm!(
     no_frame_word = const fgraph::NO_FRAME_WORD as i64,
     array = sym fgraph::ARRAY,
     slot_private = sym fgraph::SLOT_PRIVATE,
+    any_limit = sym super::MULTI_ANY_LIMIT,
+    max_depth = sym super::MULTI_MAX_DEPTH,
     l_word = const offset_of!(CoreLocal, word),
     l_rec = const offset_of!(CoreLocal, rec),
     l_anchor = const offset_of!(CoreLocal, outer_anchor),

@@ -84,6 +84,12 @@ pub(super) fn on_entry_plain(
 }
 
 pub(super) fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+    // A frame the multi path made is every user's, also one deeper than a
+    // user's limit, whose entry it did not record (fused::let_multi_stand_in).
+    let max = PLAIN_MAX_DEPTH[u.private].load(Ordering::Relaxed);
+    if max > 0 && r.depth >= max as i32 {
+        return;
+    }
     emit_exit(u, r, r.depth.clamp(0, 1023) as u16, None);
 }
 

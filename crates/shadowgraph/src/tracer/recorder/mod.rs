@@ -402,10 +402,10 @@ fn graph_tracer(
                 None => fused::attach(&u, i, max_depth),
                 Some(descs) => fused::attach_plain_args(&u, i, descs),
             };
-        // With other plain recorders without a limit or arguments, all of
-        // them at once.
-        if shared.multi && max_depth == 0 && plain_args.is_none() {
-            fused::let_multi_stand_in(&u);
+        // With other plain recorders without arguments, all of them at
+        // once (each with its depth limit).
+        if shared.multi && plain_args.is_none() {
+            fused::let_multi_stand_in(&u, max_depth);
         }
         u
     } else {
