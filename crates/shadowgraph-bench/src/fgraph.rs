@@ -1,7 +1,7 @@
 //! `bench fgraph`: function-graph tracing with empty callbacks: one user
-//! (the fast path), two and sixteen, declining, reserving, timing; the
-//! floor of any graph tracer (assembly models); recording into memory by
-//! the library's recorders.
+//! (the fast path), one and another declining by its filter, two and
+//! sixteen, declining, reserving, timing; the floor of any graph tracer
+//! (assembly models); recording into memory by the library's recorders.
 
 use crate::clock::timestamp_line;
 use crate::common::{load_dispatch_lib, ns_per_call, ns_per_call_two_threads, print_rows};
@@ -97,6 +97,17 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
         "1 user, 2 threads at once (each)".into(),
         ns_per_call_two_threads(loop_target, calls, reps),
     ));
+    // A second user whose filter declines the call (another function):
+    // what it adds to the first's.
+    let elsewhere = fgraph::GraphUser::new(
+        accept_all,
+        ignore_return,
+        ftrace::FilterSet::with_patterns(&["other0"], &[]).map_err(|e| e.to_string())?,
+        0,
+    );
+    reg(&elsewhere)?;
+    rows.push(("1 user + 1 whose filter declines (loop)".into(), measure()));
+    unreg(&elsewhere)?;
     reg(&users[1])?;
     rows.push(("2 users (loop)".into(), measure()));
     for u in &users[2..] {

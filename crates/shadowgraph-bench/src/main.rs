@@ -92,7 +92,8 @@ enum Which {
         calls: i64,
     },
     /// Cost of function-graph tracing (entry + return) with 1 user (fast
-    /// path), 2 and 16 users, and 1 user reserving 8 bytes per call.
+    /// path), 1 and another whose filter declines the call, 2 and 16
+    /// users, and 1 user reserving 8 bytes per call.
     Fgraph {
         /// Hijack return addresses instead of returning through site stubs.
         #[arg(long)]

@@ -84,13 +84,20 @@ pub(super) fn on_entry_plain(
 }
 
 pub(super) fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
-    // A frame the multi path made is every user's, also one deeper than a
+    // A frame the multi path made is every user's, also one as deep as a
     // user's limit, whose entry it did not record (fused::let_multi_stand_in).
-    let max = PLAIN_MAX_DEPTH[u.private].load(Ordering::Relaxed);
-    if max > 0 && r.depth >= max as i32 {
+    if PLAIN_MAX_DEPTH[u.private].load(Ordering::Relaxed) != 0 && beyond_limit(r, u) {
         return;
     }
     emit_exit(u, r, r.depth.clamp(0, 1023) as u16, None);
+}
+
+/// Whether a call of a recorder with a depth limit is as deep as it (kept
+/// off the path of those without one).
+#[cold]
+#[inline(never)]
+fn beyond_limit(r: &fgraph::GraphReturn, u: &fgraph::GraphUser) -> bool {
+    r.depth >= PLAIN_MAX_DEPTH[u.private].load(Ordering::Relaxed) as i32
 }
 
 /// In the 8 bytes a call entered inside a signal handler keeps in its
