@@ -126,7 +126,23 @@ impl Arena {
     ) -> Result<usize, ArenaError> {
         let at = {
             let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-            let start = (*used + 15) & !15;
+            let mut start = (*used + 15) & !15;
+            // Code that fits lies within one page and not at its first
+            // byte: no page-aligned address is inside it. A stack word a
+            // code grace period finds inside retired code is taken for a
+            // thread still in it (stop::wait_code_quiescent), and stale
+            // page addresses are what stacks hold most (the bounds of the
+            // windows the patcher opens on these very pages). Larger code
+            // (a block of site stubs) is never retired.
+            let page = sys::page_size();
+            if len > 0 && len + 16 <= page {
+                if start.is_multiple_of(page) {
+                    start += 16;
+                }
+                if start / page != (start + len - 1) / page {
+                    start = (start / page + 1) * page + 16;
+                }
+            }
             if start + len > self.size {
                 return Err(ArenaError::Full);
             }
