@@ -278,6 +278,19 @@ pub fn fixed_loads() -> (usize, usize) {
     (imm, t.len())
 }
 
+/// The offset from this thread's pointer (fs:0 holds it, x86-64 TLS ABI)
+/// of `addr`, an address in this thread's static TLS: the same offset in
+/// every thread (initial-exec TLS), which the assembly paths keep in a
+/// cell and add to fs.
+pub(crate) fn tp_offset(addr: usize) -> i64 {
+    let tp: usize;
+    // SAFETY: reads the thread pointer, nothing else.
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    addr.wrapping_sub(tp) as i64
+}
+
 /// Rewrites each [`fixed_load!`] as a move of the value its cell holds now:
 /// `mov reg, [rip + cell]` (REX.W(R) 8B, ModRM 00 reg 101, disp32) or an
 /// earlier rewrite of it becomes `mov reg, imm32` (REX.W(B) C7, ModRM 11

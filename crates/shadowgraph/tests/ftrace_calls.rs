@@ -1,7 +1,7 @@
 //! What an ops may do to a traced call, on real gcc-built code: direct
 //! calls with gap-free retargeting, registers and resume addresses changed,
-//! errno kept, also under signals; registration churn under running threads, thread filters,
-//! and objects loaded after registration.
+//! errno kept, also under signals; registration churn under running
+//! threads, thread filters, and objects loaded after registration.
 
 mod common;
 

@@ -76,13 +76,8 @@ pub(crate) static TP_THREAD: AtomicI64 = AtomicI64::new(0);
 /// code that reads them).
 pub(crate) fn init_tp_offsets() {
     crate::ftrace::local::init_tp_local();
-    let tp: usize;
-    // SAFETY: reads the thread pointer (fs:0 holds it, x86-64 TLS ABI).
-    unsafe {
-        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
-    }
     TP_THREAD.store(
-        (thread() as *const ThreadState as usize).wrapping_sub(tp) as i64,
+        crate::tls::tp_offset(thread() as *const ThreadState as usize),
         Ordering::Relaxed,
     );
 }

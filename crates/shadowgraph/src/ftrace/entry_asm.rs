@@ -135,9 +135,10 @@ extern "C" {
 pub(crate) fn ops_entry_args() -> FtraceEntry {
     super::local::init_tp_local();
     // SAFETY: the assembly above has FtraceEntry's signature and contract
-    // (the trampoline's frame and data slot in, an EntryAction out); it
-    // reads only what the Rust entry it stands for reads, which the
-    // trampoline guarantees valid.
+    // (the trampoline's frame and data slot in, an EntryAction out, the
+    // callee-saved registers kept); it reads and writes only what the Rust
+    // entry it stands for does (the thread's core-local block, errno, the
+    // frame's spare word), which the trampoline's frame keeps valid.
     unsafe {
         std::mem::transmute::<unsafe extern "C" fn(*mut u8, usize) -> EntryAction, FtraceEntry>(
             shadowgraph_ops_entry_args,

@@ -49,15 +49,10 @@ pub(crate) static TP_LOCAL: AtomicI64 = AtomicI64::new(0);
 
 /// Computes [`TP_LOCAL`]; idempotent (the value never changes).
 pub(crate) fn init_tp_local() {
-    let tp: usize;
-    // SAFETY: reads the thread pointer (fs:0 holds it, x86-64 TLS ABI).
-    unsafe {
-        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
-    }
     // Relaxed: published to the code that reads it by the patching that
     // makes that code reachable (its membarrier / the sites' writes).
     TP_LOCAL.store(
-        (local() as *const CoreLocal as usize).wrapping_sub(tp) as i64,
+        crate::tls::tp_offset(local() as *const CoreLocal as usize),
         Ordering::Relaxed,
     );
 }

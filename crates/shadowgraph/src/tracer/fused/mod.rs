@@ -340,11 +340,11 @@ pub fn enable_multi() -> bool {
     // Relaxed (all three): read by the path only after MULTI_FRAME_WORD, which
     // fgraph publishes (Release) when users register, later.
     TP_RINGS_ALL.store(
-        writer::rings_of_this_thread().wrapping_sub(thread_pointer()) as i64,
+        crate::tls::tp_offset(writer::rings_of_this_thread()),
         Ordering::Relaxed,
     );
     TP_BY_SLOT.store(
-        writer::rings_by_slot_of_this_thread().wrapping_sub(thread_pointer()) as i64,
+        crate::tls::tp_offset(writer::rings_by_slot_of_this_thread()),
         Ordering::Relaxed,
     );
     RSEQ_CS.store(rseq_cs_offset().unwrap_or(0), Ordering::Relaxed);
@@ -520,10 +520,7 @@ pub fn attach_profile(user: &GraphUser, inst: usize, table: usize, rows: usize) 
     if !clock::uses_tsc() || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
         return false;
     }
-    TP_PROFILE.store(
-        table.wrapping_sub(thread_pointer()) as i64,
-        Ordering::Relaxed,
-    );
+    TP_PROFILE.store(crate::tls::tp_offset(table), Ordering::Relaxed);
     PROFILE_ROWS.store(rows as u64, Ordering::Relaxed);
     attach_inner(
         user,
@@ -536,16 +533,6 @@ pub fn attach_profile(user: &GraphUser, inst: usize, table: usize, rows: usize) 
         )),
         false,
     )
-}
-
-/// The thread pointer (fs:0 holds it, x86-64 TLS ABI).
-fn thread_pointer() -> usize {
-    let tp: usize;
-    // SAFETY: reads the thread pointer, nothing else.
-    unsafe {
-        std::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
-    }
-    tp
 }
 
 /// [`attach`] for a recorder with a time filter alone (`-t`): its entry
@@ -665,7 +652,7 @@ fn attach_inner(
         return false;
     }
     TP_RINGS.store(
-        (writer::rings_of_this_thread() + inst * 8).wrapping_sub(thread_pointer()) as i64,
+        crate::tls::tp_offset(writer::rings_of_this_thread() + inst * 8),
         Ordering::Relaxed,
     );
     fgraph::init_tp_offsets();
