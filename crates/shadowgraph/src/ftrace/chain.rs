@@ -13,7 +13,6 @@
 use super::core::Core;
 use super::filter::SiteId;
 use super::ops::{lock, Ops, DIRECT};
-use super::site_flags::DISABLED;
 use crate::tramp;
 use std::sync::Arc;
 
@@ -126,27 +125,22 @@ impl Core {
         ftrace_chain_len()
     }
 
-    /// Makes the chained callers the `touched` sites call for (best
-    /// effort: a site without one takes the regs caller and the list
-    /// function, as before).
-    pub(super) fn ensure_chains(&mut self, touched: &[SiteId]) {
+    /// Makes the chained callers the touched sites call for (best effort:
+    /// a site without one takes the regs caller and the list function, as
+    /// before); `matching`: each touched site and its ops
+    /// (`Core::matching`).
+    pub(super) fn ensure_chains(&mut self, touched: &[SiteId], matching: &[Vec<Arc<Ops>>]) {
         if !self.list.iter().any(|o| o.flags.contains(DIRECT)) {
             return;
         }
         let mut want: Vec<(Arc<Ops>, usize, usize)> = Vec::new();
-        for &id in touched {
-            let s = &self.sites[id as usize];
-            let module = &self.modules[s.module as usize];
-            if s.flags & DISABLED != 0 || module.unloaded {
-                continue;
-            }
-            let m: Vec<&Arc<Ops>> = (self.list.iter())
-                .filter(|o| o.filter_pair().contains(id))
-                .collect();
+        for (&id, ops) in touched.iter().zip(matching) {
+            let m: Vec<&Arc<Ops>> = ops.iter().collect();
             if let Some((o, target)) = chainable(&m) {
-                let key = (Arc::as_ptr(o), s.module as usize, target);
+                let mi = self.sites[id as usize].module as usize;
+                let key = (Arc::as_ptr(o), mi, target);
                 if !want.iter().any(|w| (Arc::as_ptr(&w.0), w.1, w.2) == key) {
-                    want.push((o.clone(), s.module as usize, target));
+                    want.push((o.clone(), mi, target));
                 }
             }
         }

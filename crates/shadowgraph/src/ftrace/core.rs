@@ -545,6 +545,24 @@ impl Core {
         r
     }
 
+    /// For each of the `touched` sites, the ops on the list whose filters
+    /// contain it, in the list's order; none for a disabled site or one of
+    /// an unloaded object.
+    fn matching(&self, touched: &[SiteId]) -> Vec<Vec<Arc<Ops>>> {
+        (touched.iter())
+            .map(|&id| {
+                let s = &self.sites[id as usize];
+                if s.flags & site_flags::DISABLED != 0 || self.modules[s.module as usize].unloaded {
+                    return Vec::new();
+                }
+                (self.list.iter())
+                    .filter(|o| o.filter_pair().contains(id))
+                    .cloned()
+                    .collect()
+            })
+            .collect()
+    }
+
     fn update_sites(&mut self, touched: &[SiteId]) -> Result<(), CoreError> {
         use site_flags::{
             DIRECT_EN, DISABLED, MODIFIED, REGS, REGS_EN, STICKY, TOUCHED, TRAMP, TRAMP_EN,
@@ -564,23 +582,17 @@ impl Core {
         for o in &stubbed {
             self.ensure_site_stubs(o, touched);
         }
-        self.ensure_chains(touched);
-        self.ensure_sets(touched);
+        let matching = self.matching(touched);
+        self.ensure_chains(touched, &matching);
+        self.ensure_sets(touched, &matching);
         let mut wants = Vec::with_capacity(touched.len());
-        for &id in touched {
+        for (&id, ops) in touched.iter().zip(&matching) {
             let s = &self.sites[id as usize];
             if s.flags & DISABLED != 0 {
                 continue;
             }
             let module = &self.modules[s.module as usize];
-            let m: Vec<&Arc<Ops>> = if module.unloaded {
-                Vec::new()
-            } else {
-                self.list
-                    .iter()
-                    .filter(|o| o.filter_pair().contains(id))
-                    .collect()
-            };
+            let m: Vec<&Arc<Ops>> = ops.iter().collect();
             let mut flags = s.flags & STICKY;
             let count = m.len() as u16;
             if m.iter().any(|o| o.needs_regs()) {

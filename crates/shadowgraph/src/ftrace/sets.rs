@@ -22,7 +22,6 @@ use super::core::{Core, Retired, SetRec};
 use super::dispatch;
 use super::filter::SiteId;
 use super::ops::{Ops, OpsList};
-use super::site_flags::DISABLED;
 use crate::tramp;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
@@ -52,26 +51,21 @@ impl Core {
         set.code.iter().find(|c| c.0 == arena_base).map(|c| c.1)
     }
 
-    /// Makes the set callers the `touched` sites call for (best effort: a
-    /// site without one takes the shared caller, as before).
-    pub(super) fn ensure_sets(&mut self, touched: &[SiteId]) {
+    /// Makes the set callers the touched sites call for (best effort: a
+    /// site without one takes the shared caller, as before); `matching`:
+    /// each touched site and its ops (`Core::matching`).
+    pub(super) fn ensure_sets(&mut self, touched: &[SiteId], matching: &[Vec<Arc<Ops>>]) {
         if self.list.len() < 2 {
             return;
         }
         let mut want: Vec<(Vec<usize>, Vec<*const Ops>, usize)> = Vec::new();
-        for &id in touched {
-            let s = &self.sites[id as usize];
-            if s.flags & DISABLED != 0 || self.modules[s.module as usize].unloaded {
-                continue;
-            }
-            let m: Vec<&Arc<Ops>> = (self.list.iter())
-                .filter(|o| o.filter_pair().contains(id))
-                .collect();
+        for (&id, ops) in touched.iter().zip(matching) {
+            let m: Vec<&Arc<Ops>> = ops.iter().collect();
             if !settable(&m) {
                 continue;
             }
             let k = key(&m);
-            let mi = s.module as usize;
+            let mi = self.sites[id as usize].module as usize;
             if !want.iter().any(|w| w.0 == k && w.2 == mi) {
                 want.push((k, m.iter().map(|o| Arc::as_ptr(o)).collect(), mi));
             }
