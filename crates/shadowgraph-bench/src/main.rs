@@ -83,7 +83,7 @@ enum Which {
         hijack_returns: bool,
         /// none | ops | list2 | direct | graph-decline | graph | graph2 |
         /// graph16 | record | record-general | record2 | record2-general |
-        /// record-arg;
+        /// record2-depth | record2-filter | record-arg;
         /// `MODE-tail`: MODE on
         /// `loop_tail` (a traced function tail-calling `target`; count
         /// with --toggle-collect=loop_tail)
@@ -108,7 +108,9 @@ enum Which {
     /// (For `bench fgraph`, in a process of its own: the recording path is
     /// chosen once per process.) ns per call recorded into memory, `record`
     /// (fused), `record-general` (callbacks), `record2` (two recorders,
-    /// fused) or `record2-general` (two recorders, callbacks).
+    /// fused), `record2-general` (two recorders, callbacks), or
+    /// `record2-depth` / `record2-filter` (two, fused, one with `-D 5` /
+    /// `-F target`).
     #[command(hide = true)]
     MemoryRecord {
         #[arg(long)]

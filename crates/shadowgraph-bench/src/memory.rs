@@ -11,13 +11,17 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The recording modes: one recorder on the fused path, one through
-/// fgraph's callbacks, two (through the callbacks), and one on the fused
-/// path recording `target`'s argument (`-A target@arg1`).
-pub const MODES: [&str; 5] = [
+/// fgraph's callbacks, two (fused, or through the callbacks), two fused
+/// of which one has a depth limit (`-D 5`) or graph filters (`-F
+/// target`: both record every call), and one on the fused path recording
+/// `target`'s argument (`-A target@arg1`).
+pub const MODES: [&str; 7] = [
     "record",
     "record-general",
     "record2",
     "record2-general",
+    "record2-depth",
+    "record2-filter",
     "record-arg",
 ];
 
@@ -41,7 +45,7 @@ impl Recording {
     pub fn start(mode: &str, calls: i64, hijack_returns: bool) -> Result<Recording, String> {
         let tracers = match mode {
             "record" | "record-general" | "record-arg" => vec![Tracer::default()],
-            "record2" | "record2-general" => ["a", "b"]
+            "record2" | "record2-general" | "record2-depth" | "record2-filter" => ["a", "b"]
                 .map(|n| Tracer {
                     name: Some(n.into()),
                     ..Default::default()
@@ -49,11 +53,17 @@ impl Recording {
                 .to_vec(),
             other => {
                 return Err(format!(
-                    "unknown mode `{other}` (record, record-general, record2, record2-general \
-                     or record-arg)"
+                    "unknown mode `{other}` (record, record-general, record2, record2-general, \
+                     record2-depth, record2-filter or record-arg)"
                 ))
             }
         };
+        let mut tracers = tracers;
+        match mode {
+            "record2-depth" => tracers[1].depth = 5,
+            "record2-filter" => tracers[1].filter = vec!["target".into()],
+            _ => {}
+        }
         let lib = BenchLib::build("dispatch", DISPATCH_C)?;
         let shm = Path::new("/dev/shm");
         let dir = if shm.is_dir() {

@@ -221,6 +221,9 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         // Two tracers, the second with a depth limit (the multi path
         // skips its ring below it).
         Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b:depth=5"])),
+        // Two tracers, the second with a function filter (the multi path
+        // applies it; fib is under fib: every call recorded by both).
+        Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b:filter=fib"])),
     ];
     let uf_at = runs.len();
     if uftrace {
@@ -266,7 +269,7 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         med(8),
     );
     let (sg_profile, sg_args, sg_p, sg_p_start) = (med(9), med(10), med(11), med(12));
-    let (sg_trigger, sg_auto, sg_two_depth) = (med(13), med(14), med(15));
+    let (sg_trigger, sg_auto, sg_two_depth, sg_two_filter) = (med(13), med(14), med(15), med(16));
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -334,6 +337,11 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         "{:<34} {sg_two_depth:>9.3} {:>12.1}",
         "  (two, one with -D 5: depth=5)",
         per_call(sg_two_depth, sg_start)
+    );
+    println!(
+        "{:<34} {sg_two_filter:>9.3} {:>12.1}",
+        "  (two, one with -F fib)",
+        per_call(sg_two_filter, sg_start)
     );
     println!(
         "{:<34} {sg_timed:>9.3} {:>12.1}",

@@ -12,7 +12,7 @@ const CALLS: u64 = 100_000;
 /// (mode, instructions per call at most, including the loop's own ~10;
 /// `-tail` modes: per iteration of `loop_tail`, two traced calls, the
 /// second a tail call)
-const BUDGETS: [(&str, f64); 17] = [
+const BUDGETS: [(&str, f64); 19] = [
     ("none", 12.0),
     ("ops", 130.0),
     ("set2", 175.0),
@@ -38,6 +38,11 @@ const BUDGETS: [(&str, f64); 17] = [
     // ring slots by cmpxchg), and through the callbacks, one clock read
     // per event either way.
     ("record2", 470.0),
+    // The same where one recorder has a depth limit (its limit looked
+    // up by its instance each event), or graph filters (its class and
+    // thread variable, its bit in the frame after its record).
+    ("record2-depth", 470.0),
+    ("record2-filter", 570.0),
     ("record2-general", 1020.0),
     // A tail call between traced functions stays on the fast paths (two
     // calls' worth and the check that it is one), not the general way.

@@ -1,18 +1,21 @@
 //! Several tracers recording at once (`--tracer a --tracer b`: plain
-//! recorders that share one fused path) while signal handlers record
-//! anywhere, also inside the path between one tracer's record and the
-//! other's, and while handlers leave by siglongjmp.
+//! recorders that share one fused path, also with tracers with function
+//! filters on it) while signal handlers record anywhere, also inside the
+//! path between one tracer's record and the other's, and while handlers
+//! leave by siglongjmp.
 
 mod common;
 
 use common::*;
 
 /// Eight threads run traced recursions while a process timer's handler,
-/// traced, lands on any of them 2000 times, under two tracers. Each
-/// tracer's records stay whole on every thread: each call closes, in time
-/// order, at the depth its place says; nothing is lost; every handler call
-/// is in both, and so is every call of fib. With rseq and without (ring
-/// slots by `cmpxchg`).
+/// traced, lands on any of them 2000 times, under two plain tracers and
+/// two with function filters (`-N in_handler`, `-F on_alarm`), which
+/// the handlers' calls find in any state. Each tracer's records stay
+/// whole on every thread: each call closes, in time order, at the depth
+/// its place says; nothing is lost; every handler call is in each
+/// tracer that takes it, and so is every call of fib. With rseq and
+/// without (ring slots by `cmpxchg`).
 #[test]
 fn two_tracers_and_signal_handlers_keep_every_record_whole() {
     let tsc = shadowgraph_testkit::tool::available(
@@ -25,14 +28,23 @@ fn two_tracers_and_signal_handlers_keep_every_record_whole() {
         let exe = build_fixture(&dir, "mt", "threads_signals.c");
         let data = dir.join("m.data");
         let env = rseq_env(rseq);
-        let tracers = ["--tracer", "a", "--tracer", "b"];
+        let tracers = [
+            "--tracer",
+            "a",
+            "--tracer",
+            "b",
+            "--tracer",
+            "c:notrace=in_handler",
+            "--tracer",
+            "d:filter=on_alarm",
+        ];
         let o = record_run(env, &tracers, &data, &exe, &[]);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{out}\n{err}");
-        assert_eq!(err.matches("(0 lost) from 9 threads").count(), 2, "{err}");
+        assert_eq!(err.matches("(0 lost) from 9 threads").count(), 4, "{err}");
         let alarms: u64 = out.trim().parse().unwrap();
         let mut fibs = Vec::new();
-        for t in ["a", "b"] {
+        for t in ["a", "b", "c", "d"] {
             let d = data.join(t);
             let info = view_text("info", &d);
             if tsc {
@@ -48,31 +60,46 @@ fn two_tracers_and_signal_handlers_keep_every_record_whole() {
             }
             let rows = report_rows(&report_text(&d));
             assert_eq!(rows["on_alarm"].2, alarms, "{t}: {alarms} alarms: {rows:?}");
-            assert_eq!(rows["in_handler"].2, alarms, "{t}: {rows:?}");
-            assert_eq!(rows["worker"].2, 8, "{t}: {rows:?}");
-            fibs.push(rows["fib"].2);
+            let calls = |f: &str| rows.get(f).map_or(0, |r| r.2);
+            let (handler, workers) = match t {
+                "c" => (0, 8),
+                "d" => (alarms, 0),
+                _ => (alarms, 8),
+            };
+            assert_eq!(calls("in_handler"), handler, "{t}: {rows:?}");
+            assert_eq!(calls("worker"), workers, "{t}: {rows:?}");
+            match t {
+                // fib(3) in each handler: five calls.
+                "d" => assert_eq!(rows["fib"].2, 5 * alarms, "{t}: {rows:?}"),
+                _ => fibs.push(rows["fib"].2),
+            }
             let dd = shadowgraph_data::dir::DataDir::open(&d).unwrap();
-            assert_eq!(dd.tids.len(), 9);
+            // (A thread no handler landed on has no records of d.)
+            assert!(dd.tids.len() <= 9, "{t}");
             for &tid in &dd.tids {
                 in_time_order(&dd, tid).unwrap_or_else(|e| panic!("{t}: {e}"));
                 every_call_closes(&dd, tid).unwrap_or_else(|e| panic!("{t}: {e}"));
                 depths_follow_the_records(&dd, tid).unwrap_or_else(|e| panic!("{t}: {e}"));
             }
         }
-        assert_eq!(fibs[0], fibs[1], "every call in both");
+        assert!(
+            fibs.iter().all(|&f| f == fibs[0]),
+            "every call in each: {fibs:?}"
+        );
     }
 }
 
 /// A timer's handler that records and leaves by siglongjmp, 2400 times or
-/// more, under two tracers: each tracer's recording goes on to the end
-/// (no ring left stalled by a claim a jump left unpublished), and every
-/// handler call is recorded or among the records counted lost, in each.
+/// more, under two plain tracers and one with a function filter: each
+/// tracer's recording goes on to the end (no ring left stalled by a claim
+/// a jump left unpublished), and every handler call is recorded or among
+/// the records counted lost, in each plain one.
 #[test]
 fn two_tracers_and_siglongjmp_out_of_handlers() {
     let dir = workdir("sigjmprec2");
     let exe = build_fixture(&dir, "sj", "siglongjmp_alarms.c");
     let data = dir.join("j.data");
-    let tracers = ["--tracer", "a", "--tracer", "b"];
+    let tracers = ["--tracer", "a", "--tracer", "b", "--tracer", "c:filter=fib"];
     let o = record_run(&[], &tracers, &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
@@ -108,6 +135,13 @@ fn two_tracers_and_siglongjmp_out_of_handlers() {
             "{t}: the recording went on"
         );
     }
+    // The tracer with a function filter (on the shared path too, its
+    // thread variable kept there): its recording goes on to the end.
+    let d = data.join("c");
+    let dd = shadowgraph_data::dir::DataDir::open(&d).unwrap();
+    assert_eq!(dd.info.get("writer_gave_up"), None, "{err}");
+    let rows = report_rows(&report_text(&d));
+    assert!(rows["fib"].2 > 0, "c: {rows:?}");
 }
 
 /// Threads that come and go (40 rounds of 3, their stacks and

@@ -9,11 +9,16 @@
 //! recorder that leaves in the middle of a round ends its recording (its
 //! rings written out and taken from their threads under the running
 //! threads) and starts a new one. One recorder has a depth limit, which
-//! the path applies to it alone.
+//! the path applies to it alone; another has graph filters (`-F top -N
+//! leaf`), which the path applies as its callbacks do, keeping the same
+//! thread variable.
 
 mod common;
 
-use common::recorder::{record_entry, record_return, GENERAL_ENTRIES, MAX_DEPTH};
+use common::recorder::{
+    filtered_entry, filtered_return, record_entry, record_return, FILTERS, GENERAL_ENTRIES,
+    MAX_DEPTH,
+};
 use common::*;
 use shadowgraph::record::writer;
 use shadowgraph::tracer::fused;
@@ -28,6 +33,9 @@ const ROUNDS: usize = 60;
 /// Each recorder's depth limit (`record -D`; 0: none): the workload's
 /// calls are 0 to 2 deep.
 const LIMITS: [u32; RECORDERS] = [0, 0, 2];
+/// The recorder with graph filters: `-F top -N leaf`, so top's calls at
+/// its depth 0 and mid's at 1.
+const FILTERED: usize = 1;
 
 #[test]
 fn recorders_come_and_go_on_the_shared_path() {
@@ -52,6 +60,17 @@ fn recorders_come_and_go_on_the_shared_path() {
     let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();
     let users: Vec<Arc<fgraph::GraphUser>> = (0..RECORDERS)
         .map(|i| {
+            if i == FILTERED {
+                let set = |p: &str| Some(ftrace::FilterSet::with_patterns(&[p], &[]).unwrap());
+                let f = FILTERS[i].get_or_init(|| fgraph::filters::GraphFilter {
+                    functions: set("top"),
+                    notrace: set("leaf"),
+                    ..Default::default()
+                });
+                let u = fgraph::GraphUser::new(filtered_entry, filtered_return, filter.clone(), i);
+                assert!(fused::let_multi_stand_in_filtered(&u, f));
+                return u;
+            }
             MAX_DEPTH[i].store(LIMITS[i], Ordering::Relaxed);
             let u = fgraph::GraphUser::new(record_entry, record_return, filter.clone(), i);
             assert!(fused::let_multi_stand_in(&u, LIMITS[i]));
@@ -106,8 +125,9 @@ fn recorders_come_and_go_on_the_shared_path() {
     for i in [0, 1] {
         *left.entry((i, recording[i])).or_default() += 1;
     }
-    // Each call entered by two recorders: 25 calls a round.
-    let calls = 2 * (r1 - r0) * 200 * 25;
+    // Each call entered by the plain recorder, 9 of 25 a round by the
+    // filtered one (top and mid).
+    let calls = (r1 - r0) * 200 * (25 + 9);
     assert!(
         (g1 - g0) * 20 < calls,
         "{} of {calls} entries by the callbacks",
@@ -121,7 +141,14 @@ fn recorders_come_and_go_on_the_shared_path() {
     let mut records_of = [0u64; RECORDERS];
     let mut deepest = [0u16; RECORDERS];
     for (&(i, k), &gone) in &left {
-        let (records, open, deep) = check_nesting(&data(i, k), &sites, LIMITS[i]);
+        let (records, open, deep) = match i {
+            FILTERED => check_nesting(&data(i, k), &sites, &|addr, depth| {
+                (addr, depth) == (sites[2], 0) || (addr, depth) == (sites[1], 1)
+            }),
+            _ => check_nesting(&data(i, k), &sites, &|_, depth| {
+                LIMITS[i] == 0 || (depth as u32) < LIMITS[i]
+            }),
+        };
         records_of[i] += records;
         deepest[i] = deepest[i].max(deep);
         // A recorder that leaves leaves at most each worker's three
@@ -133,10 +160,11 @@ fn recorders_come_and_go_on_the_shared_path() {
     }
     for (i, records) in records_of.iter().enumerate() {
         assert!(*records > 10_000, "recorder {i}: {records} records");
-        // As deep as its limit lets it (or the workload goes).
-        let want = match LIMITS[i] {
-            0 => 2,
-            m => m as u16 - 1,
+        // As deep as its limit or filters let it (or the workload goes).
+        let want = match (i, LIMITS[i]) {
+            (FILTERED, _) => 1,
+            (_, 0) => 2,
+            (_, m) => m as u16 - 1,
         };
         assert_eq!(deepest[i], want, "recorder {i}: its deepest record");
     }
@@ -146,10 +174,14 @@ fn recorders_come_and_go_on_the_shared_path() {
 /// and nested — an exit closes the entry on top of the thread's stack (a
 /// lost or doubled record shows as one that does not). An entry at a
 /// depth where entries are still open closes them as left open (the
-/// recorder left while they ran). None is `limit` deep or deeper (0: no
-/// limit). Returns the records, the entries left open and the deepest
-/// entry.
-fn check_nesting(dir: &std::path::Path, sites: &[u64], limit: u32) -> (u64, u64, u16) {
+/// recorder left while they ran). Each entry is one `expect` takes (its
+/// address, its depth). Returns the records, the entries left open and
+/// the deepest entry.
+fn check_nesting(
+    dir: &std::path::Path,
+    sites: &[u64],
+    expect: &dyn Fn(u64, u16) -> bool,
+) -> (u64, u64, u16) {
     let (mut records, mut open, mut deepest) = (0, 0, 0);
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let bytes = std::fs::read(e.path()).unwrap();
@@ -164,9 +196,10 @@ fn check_nesting(dir: &std::path::Path, sites: &[u64], limit: u32) -> (u64, u64,
                     assert!(sites.contains(&r.addr), "{}: {:#x}", at(), r.addr);
                     assert!(r.depth <= 2, "{}: depth {}", at(), r.depth);
                     assert!(
-                        limit == 0 || (r.depth as u32) < limit,
-                        "{}: depth {}, the limit {limit}",
+                        expect(r.addr, r.depth),
+                        "{}: {:#x} at depth {}",
                         at(),
+                        r.addr,
                         r.depth
                     );
                     deepest = deepest.max(r.depth);

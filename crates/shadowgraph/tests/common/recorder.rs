@@ -3,10 +3,12 @@
 //! instance's limit, into recording instance `user.private`, the entries
 //! counted (tests/fused*.rs).
 
+use shadowgraph::fgraph::filters::{GraphFilter, Verdict};
 use shadowgraph::record::writer;
 use shadowgraph::{fgraph, ftrace};
 use shadowgraph_data::format::Kind;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// Entries recorded by the callback (the general way), not a fused path.
 pub static GENERAL_ENTRIES: AtomicU64 = AtomicU64::new(0);
@@ -37,6 +39,32 @@ pub fn record_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph:
         return;
     }
     writer::emit(u.private, Kind::Exit, r.depth as u16, r.func as u64);
+}
+
+/// Each instance's graph filters, for [`filtered_entry`] and
+/// [`filtered_return`].
+pub static FILTERS: [OnceLock<GraphFilter>; 4] = [const { OnceLock::new() }; 4];
+
+/// The recorder with graph filters (`record -F`, `-N`): its filters
+/// first, the call recorded at the user's own depth.
+pub fn filtered_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+    match FILTERS[u.private].get().unwrap().entry_with(e, u, 0) {
+        Verdict::Record(_) => {
+            GENERAL_ENTRIES.fetch_add(1, Ordering::Relaxed);
+            let depth = GraphFilter::own_depth(u) - 1;
+            writer::emit(u.private, Kind::Entry, depth as u16, e.func as u64);
+            true
+        }
+        Verdict::Silent => true,
+        Verdict::Reject => false,
+    }
+}
+
+pub fn filtered_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+    if FILTERS[u.private].get().unwrap().ret(r, u).is_some() {
+        let depth = GraphFilter::own_depth(u);
+        writer::emit(u.private, Kind::Exit, depth as u16, r.func as u64);
+    }
 }
 
 /// Calls (entries) `workers` (each round `run(200)`: 25 calls a step)

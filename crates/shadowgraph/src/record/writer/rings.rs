@@ -34,6 +34,10 @@ pub(crate) struct BySlot {
     pub word: AtomicU64,
     /// The rings, by graph slot.
     pub rings: [AtomicPtr<u8>; crate::fgraph::MAX_USERS],
+    /// Of `word`'s users, those the path's frames name only once it has
+    /// decided for them (their bits in `word`'s places): found with the
+    /// rings, by the path's own measure (recorders with graph filters).
+    pub late: AtomicU64,
 }
 
 crate::fast_thread_local!(

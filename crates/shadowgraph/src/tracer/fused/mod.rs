@@ -30,10 +30,11 @@
 //! record finds them a level apart, and its calls are recorded where the
 //! ring says the thread is ([`ring_depth_witness`]).
 //!
-//! Several plain recorders registered at once take the multi path
-//! ([`enable_multi`], multi.rs): fgraph's site entry and return hand their
+//! Several recorders registered at once (plain ones, with depth limits or
+//! not, and ones with graph filters) take the multi path ([`enable_multi`],
+//! multi.rs, multi_filters.rs): fgraph's site entry and return hand their
 //! calls over to it, one frame and one clock read for all of them and a
-//! record in each one's ring.
+//! record in the ring of each one that takes the call.
 //!
 //! The thread-local state is reached at its offset from the thread pointer
 //! (initial-exec TLS: the same offset in every thread), computed once
@@ -45,6 +46,7 @@ mod args_table;
 mod frame_asm;
 mod general;
 mod multi;
+mod multi_filters;
 mod plain;
 mod plain_args;
 mod plain_regs;
@@ -360,9 +362,23 @@ pub fn enable_multi() -> bool {
 pub(super) static MULTI_MAX_DEPTH: [AtomicU32; writer::MAX_INSTANCES] =
     [const { AtomicU32::new(0) }; writer::MAX_INSTANCES];
 
+/// Each recording instance's graph filters on the multi path, a
+/// [`FusedFilter`] (0: none, [`let_multi_stand_in_filtered`]).
+pub(super) static MULTI_FILTER: [AtomicU64; writer::MAX_INSTANCES] =
+    [const { AtomicU64::new(0) }; writer::MAX_INSTANCES];
+
+/// The sites every filter of [`MULTI_FILTER`] has a class for (ids
+/// below; `u64::MAX` while none has been made): a call of a site beyond
+/// goes the general way, before the path writes anything.
+pub(super) static MULTI_FILTER_SITES: AtomicU64 = AtomicU64::new(u64::MAX);
+
 /// Whether a user of the multi path ever had a depth limit: until one
 /// has, the path looks at none.
 pub(super) static MULTI_ANY_LIMIT: AtomicBool = AtomicBool::new(false);
+
+/// Whether a user of the multi path ever had graph filters: until one
+/// has, the path looks at none.
+pub(super) static MULTI_ANY_FILTER: AtomicBool = AtomicBool::new(false);
 
 /// Lets the multi path stand in for `user`, a graph user (not registered
 /// yet) whose entry callback only emits an entry record of every call at
@@ -380,6 +396,31 @@ pub fn let_multi_stand_in(user: &GraphUser, max_depth: u32) -> bool {
     if max_depth != 0 {
         MULTI_ANY_LIMIT.store(true, Ordering::Relaxed);
     }
+    user.let_multi_path_stand_in();
+    true
+}
+
+/// [`let_multi_stand_in`] for a recorder with graph filters (`-F`, `-N`,
+/// `-D`): its callbacks apply `filter` first (`GraphFilter::entry_with`
+/// without reserving, `GraphFilter::ret`) and record a call they take at
+/// the user's own depth, with no data (no arguments, no return value). The
+/// path applies the same filters, keeping the same thread variable.
+/// False (nothing changed) for a thread filter or triggers, records not
+/// timed by the TSC, or an instance out of range.
+pub fn let_multi_stand_in_filtered(user: &GraphUser, filter: &GraphFilter) -> bool {
+    if filter.threads.is_some()
+        || filter.triggers.is_some()
+        || !clock::uses_tsc()
+        || user.private >= writer::MAX_INSTANCES
+    {
+        return false;
+    }
+    let (table, _) = filter_table(filter, &|_| SiteArgs::None);
+    // Relaxed (all): read by the path only after MULTI_FRAME_WORD, which
+    // fgraph publishes (Release) when the user registers, later.
+    MULTI_FILTER_SITES.fetch_min(table.len, Ordering::Relaxed);
+    MULTI_FILTER[user.private].store(table as *mut FusedFilter as u64, Ordering::Relaxed);
+    MULTI_ANY_FILTER.store(true, Ordering::Relaxed);
     user.let_multi_path_stand_in();
     true
 }

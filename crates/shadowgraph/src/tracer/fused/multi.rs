@@ -1,22 +1,26 @@
-//! Several plain recorders at once, fused: while two or more graph users
-//! are registered and every one is a plain recorder (no filter, records
-//! timed by the TSC, each with its depth limit or none: a ring gets no
-//! record of a call as deep as its limit) that let this path stand in for it
-//! ([`let_multi_stand_in`]), fgraph's site entry and return hand a call
-//! over here (`fgraph::register_multi_path`). One frame for all of them,
-//! one clock read per entry and per exit that all their records share,
-//! and one record in each recorder's ring — no Rust code, no callback per
-//! user. Anything unusual goes back to fgraph's site entry and return,
-//! untouched.
+//! Several recorders at once, fused: while two or more graph users are
+//! registered and every one is a recorder of records timed by the TSC
+//! that let this path stand in for it — a plain one, with its depth limit
+//! or none (a ring gets no record of a call as deep as its limit:
+//! [`let_multi_stand_in`]), or one with graph filters (`-F`, `-N`, `-D`,
+//! and no data: [`let_multi_stand_in_filtered`], multi_filters.rs) —
+//! fgraph's site entry and return hand a call over here
+//! (`fgraph::register_multi_path`). One frame for all of them, one clock
+//! read per entry and per exit that all their records share, and one
+//! record in each recorder's ring that takes the call — no Rust code, no
+//! callback per user. Anything unusual goes back to fgraph's site entry
+//! and return, untouched.
 //!
 //! The users and the frames' BITMAP word are fgraph's MULTI_FRAME_WORD
-//! (their bits, the newest epoch): a frame with that word is one the
-//! general return would finish for each of them, so either side may take
-//! the other's frames. The path holds the bracket (grace periods wait for
-//! it), so a user it found in fgraph's ARRAY, and the user's rings, stay
-//! while it runs; a signal handler that lands in it runs fgraph's general
-//! way inside the bracket and records where each ring says the thread is
-//! (`Depth::Follow`), as it does inside the single recorder's path.
+//! (their bits, the newest epoch), less the bits of users with graph
+//! filters that declined the call: a frame with such a word is one the
+//! general return would finish for each user it names, so either side
+//! may take the other's frames. The path holds the bracket (grace periods
+//! wait for it), so a user it found in fgraph's ARRAY, and the user's
+//! rings, stay while it runs; a signal handler that lands in it runs
+//! fgraph's general way inside the bracket and records where each ring
+//! says the thread is (`Depth::Follow`), as it does inside the single
+//! recorder's path.
 //!
 //! Time order per ring: the event is opened in the thread's event word
 //! (`ThreadState::event_time`, as `clock::now_shared` shares one time
@@ -29,26 +33,36 @@
 //! ```text
 //! Entry (after entry_saves!, frame_asm's diagram; the bracket entered):
 //!   rsi    MULTI_FRAME_WORD, then the users left to record (bits 0..15)
-//!   xmm15  MULTI_FRAME_WORD, the new frame's BITMAP word
+//!   xmm15  MULTI_FRAME_WORD, then a filtered user's slot
 //!   rdi    the shadow stack    r8  the new frame (curr)   r9  its depth,
 //!                                                             then the
 //!                                                             entry word
+//!   rcx    the record's word of the user being recorded (r9, or r9 at
+//!          its own depth)      xmm14  a filtered user's thread variable
 //!   r10    the event's time (2 before the first read: no word's value)
 //!   r11    the ring of the user being recorded
 //! Return (after return_head!: rax, rdx pushed; the bracket entered):
-//!   rsi    MULTI_FRAME_WORD, then the users left to record
+//!   rsi    MULTI_FRAME_WORD, then the frame's users left to record
 //!   rdi    the shadow stack    r10 the returning frame    r8 the bracket
-//!   rcx    the exit record's word                         word
+//!   rcx    the exit record's word (of the user being      word
+//!          recorded)           xmm8 the exit's word, where users have
+//!                              graph filters
 //!   r9     the event's time (2 before the first read)
 //!   r11    the ring of the user being recorded
+//!   xmm14, xmm15  as at the entry
 //! ```
 
 use super::frame_asm::{
     bracket_leave, entry_saves, entry_stack, frame_words, fused_layout, pop_frame, pop_saved,
     return_head, thread_base, thread_op,
 };
+use super::multi_filters::{
+    entry_late, entry_verdict, exit_late, exit_verdict, no_late, no_verdict,
+};
 use super::ring_asm::{commit_store, ring_publish, ring_write, rseq_abort, rseq_descriptor};
-use super::{MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_BY_SLOT, TP_RINGS_ALL};
+use super::{
+    FusedFilter, MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_BY_SLOT, TP_RINGS_ALL,
+};
 use crate::clock;
 use crate::fgraph;
 use crate::fgraph::stack::ThreadState;
@@ -123,7 +137,9 @@ macro_rules! next_user {
 // rings, and each record checks its ring's room to spare (record_each!:
 // one short of it sets the word 0, and the next event looks here again).
 // Else the rings are found through SLOT_PRIVATE, their room checked, and
-// kept under the word. Labels 21–27; clobbers rax, rdx, r11, xmm13.
+// kept under the word, with the users that have graph filters (their
+// bits in BySlot's `late`: the entry names them in a frame only once it
+// has decided for them). Labels 21–27; clobbers rax, rdx, r11, xmm13.
 macro_rules! rings_with_room {
     ($set:literal, $general:literal) => {
         concat!(
@@ -135,10 +151,12 @@ macro_rules! rings_with_room {
             ", 0xffff\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
             "cmp rsi, qword ptr fs:[rdx + {b_word}]\n",
-            "jne 25f\n",
+            "jne 24f\n",
             ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
             // Found and kept, the word last: a handler that lands before
             // finds the word not yet this one and finds them too.
+            "24:\n",
+            "mov qword ptr fs:[rdx + {b_late}], 0\n",
             "25:\n",
             "test ",
             $set,
@@ -158,6 +176,14 @@ macro_rules! rings_with_room {
             "movq rax, xmm13\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
             "mov qword ptr fs:[rdx + rax*8 + {b_rings}], r11\n",
+            "lea rdx, [rip + {slot_private}]\n",
+            "mov rdx, [rdx + rax*8]\n",
+            "lea r11, [rip + {multi_filter}]\n",
+            "cmp qword ptr [r11 + rdx*8], 0\n",
+            "je 25b\n",
+            "add eax, 12\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "bts qword ptr fs:[rdx + {b_late}], rax\n",
             "jmp 25b\n",
             "27:\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
@@ -176,7 +202,7 @@ macro_rules! rings_with_room {
 // `$skip`. Nothing to look at while no user of the path ever had a limit.
 // rax kept; clobbers rdx, r11; label 29.
 macro_rules! skip_limited {
-    ($word:literal, $skip:literal) => {
+    ($word:literal, $skip:expr) => {
         concat!(
             "cmp byte ptr [rip + {any_limit}], 0\n",
             "je 29f\n",
@@ -200,23 +226,26 @@ macro_rules! skip_limited {
     };
 }
 
-// A record {`$time`, `$word`} in the ring of each user of rsi
-// (MULTI_FRAME_WORD, consumed), as found now (a user that left since
-// stays until the bracket is left, its rings until it has ended; one no
-// longer in ARRAY gets none). A ring short of the room kept spare for
-// signal handlers sets the thread's rings' word 0, so that the next
-// event goes the general way (rings_with_room!), which waits for room,
-// and takes this record by exchanged_record! in the room there is
-// (without rseq as with); one full after all (signal handlers filled
-// it) counts the record lost, as the general way counts what it cannot
-// store. `$depth` sets dx after a
-// slot's step (ring_asm's ring_claim). The thread's event word is open.
+// A record {`$time`, rcx} in the ring of each user of rsi (a frame's
+// BITMAP word, consumed: bits 12..27) that `$verdict` (entry_verdict! or
+// exit_verdict!, with `$base`, the event's word, which rcx holds) lets
+// record, then `$late` (entry_late! or exit_late!), as found now (a user
+// that left since stays until the bracket is left, its rings until it
+// has ended; one no longer in ARRAY gets none). A ring short of the room
+// kept spare for signal handlers sets the thread's rings' word 0, so
+// that the next event goes the general way (rings_with_room!), which
+// waits for room, and takes this record by exchanged_record! in the room
+// there is (without rseq as with); one full after all (signal handlers
+// filled it) counts the record lost, as the general way counts what it
+// cannot store. `$depth` sets dx after a slot's step (ring_asm's
+// ring_claim). The thread's event word is open.
 //
 // With rseq: the clock read once, before the first sequence is armed,
 // then in each ring one restartable sequence, armed before the ring is
-// looked up, that ends with the store of its `head` and `reserve` that
-// claims and publishes the record (ring_asm's ring_record); the user's
-// bit leaves rsi after it. An abort starts the ring's sequence again.
+// looked up (the user's verdict before it: it jumps out of line), that
+// ends with the store of its `head` and `reserve` that claims and
+// publishes the record (ring_asm's ring_record); the user's bit leaves
+// rsi after it. An abort starts the ring's sequence again.
 // (The order is for speed: a clock read or a ring lookup right after
 // the arming store makes the path about half again slower.) The time is
 // the event's while the event word is still open: a signal handler's
@@ -227,9 +256,9 @@ macro_rules! skip_limited {
 // Without: each ring's record by exchanged_record! (labels `$one`_*),
 // the time shared through the thread's event word.
 //
-// Labels `$name`_*, 30–39; clobbers rax, rdx, rsi, r11, xmm13.
+// Labels `$name`_*, `$one`_*, 30–39; clobbers rax, rdx, rsi, r11, xmm13–15.
 macro_rules! record_each {
-    ($name:literal, $one:literal, $over:literal, $time:literal, $word:literal, $depth:literal) => {
+    ($name:literal, $one:literal, $over:literal, $time:literal, $base:literal, $depth:literal, $verdict:ident, $late:ident) => {
         concat!(
             "shr rsi, 12\n",
             "and esi, 0xffff\n",
@@ -242,6 +271,18 @@ macro_rules! record_each {
             "31:\n",
             "test esi, esi\n",
             "jz 39f\n",
+            $verdict!(
+                $name,
+                $base,
+                concat!(
+                    "bsf rax, rsi\n",
+                    "lea rdx, [rip + {array}]\n",
+                    "cmp qword ptr [rdx + rax*8], 0\n",
+                    "je ",
+                    $name,
+                    "_skip\n"
+                )
+            ),
             $name,
             "_restart:\n",
             crate::fixed_load!("rdx", "rseq_cs"),
@@ -254,8 +295,10 @@ macro_rules! record_each {
             "bsf rax, rsi\n",
             "lea rdx, [rip + {array}]\n",
             "cmp qword ptr [rdx + rax*8], 0\n",
-            "je 32f\n",
-            skip_limited!($word, "32f"),
+            "je ",
+            $name,
+            "_skip\n",
+            skip_limited!("rcx", concat!($name, "_skip")),
             crate::fixed_load!("rdx", "tp_by_slot"),
             "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
             crate::fixed_load!("rdx", "tp_thread"),
@@ -269,11 +312,15 @@ macro_rules! record_each {
             "jae ",
             $name,
             "_over\n",
-            ring_write!($time, $word),
+            ring_write!($time, "rcx"),
             commit_store!($depth),
             $name,
             "_post:\n",
-            "32:\n",
+            $name,
+            "_kept:\n",
+            $late!($name, $base),
+            $name,
+            "_skip:\n",
             "lea rdx, [rsi - 1]\n",
             "and rsi, rdx\n",
             "jmp 31b\n",
@@ -287,26 +334,33 @@ macro_rules! record_each {
             "_over:\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
             "mov qword ptr fs:[rdx + {b_word}], 0\n",
-            exchanged_record!($over, "37f", $time, $word, $depth),
-            "jmp 32b\n",
+            exchanged_record!($over, "37f", $time, "rcx", $depth),
+            "jmp ",
+            $name,
+            "_kept\n",
             // Full: counted lost.
             $name,
             "_full:\n",
             "37:\n",
             "lock inc qword ptr [r11 + {r_lost}]\n",
-            "jmp 32b\n",
+            "jmp ",
+            $name,
+            "_kept\n",
             ".popsection\n",
             rseq_descriptor!($name),
             $name,
             "_each:\n",
             "30:\n",
+            $one,
+            "_skip:\n",
             "test esi, esi\n",
             "jz 39f\n",
             next_user!("rsi"),
             "lea rdx, [rip + {array}]\n",
             "cmp qword ptr [rdx + rax*8], 0\n",
             "je 30b\n",
-            skip_limited!($word, "30b"),
+            skip_limited!("rcx", "30b"),
+            $verdict!($one, $base, ""),
             crate::fixed_load!("rdx", "tp_by_slot"),
             "mov r11, qword ptr fs:[rdx + rax*8 + {b_rings}]\n",
             "mov rax, [r11 + {r_reserve}]\n",
@@ -315,11 +369,16 @@ macro_rules! record_each {
             "jb 36f\n",
             "mov qword ptr fs:[rdx + {b_word}], 0\n",
             "36:\n",
-            exchanged_record!($one, "35f", $time, $word, $depth),
+            exchanged_record!($one, "35f", $time, "rcx", $depth),
+            $one,
+            "_kept:\n",
+            $late!($one, $base),
             "jmp 30b\n",
             "35:\n",
             "lock inc qword ptr [r11 + {r_lost}]\n",
-            "jmp 30b\n",
+            "jmp ",
+            $one,
+            "_kept\n",
             "39:\n",
         )
     };
@@ -428,6 +487,9 @@ crate::fgraph::graph_asm!(
     // Every user's ring on this thread, with room to spare when found.
     "mov r10, rsi",
     rings_with_room!("r10", "81f"),
+    "cmp byte ptr [rip + {any_filter}], 0",
+    "jne 85f",
+    "86:",
     // The frame {R, func | depth << 48, slot, the users' BITMAP word},
     // written whole before curr publishes it and again after
     // (fused_entry's way). Theirs before any record: a handler that
@@ -453,19 +515,65 @@ crate::fgraph::graph_asm!(
     "mov r10d, 2",
     // A record in each user's ring.
     "movq rsi, xmm15",
+    "mov rcx, r9",
+    "cmp byte ptr [rip + {any_filter}], 0",
+    "jne 87f",
     record_each!(
         "shadowgraph_fused_multi_entry_records",
         "shadowgraph_fused_multi_entry_record",
         "shadowgraph_fused_multi_entry_over",
         "r10",
         "r9",
-        "mov dx, r9w\nshr dx, 6\ninc dx\n"
+        "mov dx, cx\nshr dx, 6\ninc dx\n",
+        no_verdict,
+        no_late
     ),
     // The event closed; hooked.
+    "88:",
     crate::fixed_load!("rcx", "tp_thread"),
     "mov qword ptr fs:[rcx + {t_event}], 0",
     bracket_leave!(),
     "cmp rsp, rsp",
+    pop_saved!(),
+    "ret",
+    // A user with graph filters among them, ever (MULTI_ANY_FILTER): a
+    // site every user's graph filters have a class for, and the frame's
+    // users those without filters (the others' bits come with their
+    // decisions: entry_late!).
+    ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
+    "85:",
+    "mov rax, [rsp + FE_CALL_RET]",
+    "mov eax, dword ptr [rax + {id_off}]",
+    "cmp rax, [rip + {filter_sites}]",
+    "jae 81f",
+    crate::fixed_load!("rdx", "tp_by_slot"),
+    "mov rax, qword ptr fs:[rdx + {b_late}]",
+    "not rax",
+    "and rsi, rax",
+    "jmp 86b",
+    ".popsection",
+    // Their records, each user's verdict first (not in the cold section:
+    // their own cold parts go there); hooked if a user kept the frame
+    // (graph filters may all have declined it: popped).
+    "87:",
+    "pxor xmm14, xmm14",
+    record_each!(
+        "shadowgraph_fused_multi_entry_records_v",
+        "shadowgraph_fused_multi_entry_record_v",
+        "shadowgraph_fused_multi_entry_over_v",
+        "r10",
+        "r9",
+        "mov dx, cx\nshr dx, 6\ninc dx\n",
+        entry_verdict,
+        entry_late
+    ),
+    crate::fixed_load!("rcx", "tp_thread"),
+    "test dword ptr [rdi + r8*8 + FRAME_BITMAP], {users_bits}",
+    "jnz 88b",
+    "mov qword ptr fs:[rcx + {t_event}], 0",
+    "mov qword ptr fs:[rcx + {t_curr}], r8",
+    bracket_leave!(),
+    "test rsp, rsp",
     pop_saved!(),
     "ret",
     // The general way: from 81 with the bracket entered, from 80 as at
@@ -493,7 +601,8 @@ crate::fgraph::graph_asm!(
     "jb 91f",
     "mov rax, [rdi + r9*8 - 8]",
     "cmp rax, rsi",
-    "jne 91f",
+    "jne 93f",
+    "94:",
     "lea r10, [r9 - {frame_words} - 1]",
     "lea rax, [rsp + FR_SLOT]",
     "cmp [rdi + r9*8 - ({frame_words} + 1) * 8 + FRAME_RETP], rax",
@@ -516,14 +625,19 @@ crate::fgraph::graph_asm!(
     crate::fixed_load!("rdx", "tp_thread"),
     "mov qword ptr fs:[rdx + {t_event}], {event_open}",
     "mov r9d, 2",
+    "cmp byte ptr [rip + {any_filter}], 0",
+    "jne 97f",
     record_each!(
         "shadowgraph_fused_multi_exit_records",
         "shadowgraph_fused_multi_exit_record",
         "shadowgraph_fused_multi_exit_over",
         "r9",
         "rcx",
-        "mov dx, cx\nshr dx, 6\n"
+        "mov dx, cx\nshr dx, 6\n",
+        no_verdict,
+        no_late
     ),
+    "98:",
     // The frame's users taken once every exit is in (a handler that lands
     // before and leaves by siglongjmp finds the frame still theirs: each
     // user's callback, seeing its exit in its ring by the ring's depth,
@@ -532,6 +646,36 @@ crate::fgraph::graph_asm!(
     "mov qword ptr fs:[rdx + {t_event}], 0",
     "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
     pop_frame!("push r11\nret\n"),
+    // With a user with graph filters, ever: a record in
+    // the ring of each user the frame names, each user's verdict first
+    // (as the entry's, not in the cold section).
+    "97:",
+    "movq xmm8, rcx",
+    "mov rsi, [rdi + r10*8 + FRAME_BITMAP]",
+    "pxor xmm14, xmm14",
+    record_each!(
+        "shadowgraph_fused_multi_exit_records_v",
+        "shadowgraph_fused_multi_exit_record_v",
+        "shadowgraph_fused_multi_exit_over_v",
+        "r9",
+        "xmm8",
+        "mov dx, cx\nshr dx, 6\n",
+        exit_verdict,
+        exit_late
+    ),
+    "jmp 98b",
+    // A frame that names some of the users (graph filters declined it
+    // for the others): its word otherwise the same.
+    ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
+    "93:",
+    "xor rax, rsi",
+    "mov rdx, rsi",
+    "and rdx, {users_bits}",
+    "not rdx",
+    "test rax, rdx",
+    "jz 94b",
+    "jmp 91f",
+    ".popsection",
     "91:",
     bracket_leave!(),
     "90:",
@@ -553,8 +697,24 @@ crate::fgraph::graph_asm!(
     no_frame_word = const fgraph::NO_FRAME_WORD as i64,
     array = sym fgraph::ARRAY,
     slot_private = sym fgraph::SLOT_PRIVATE,
+    any_filter = sym super::MULTI_ANY_FILTER,
     any_limit = sym super::MULTI_ANY_LIMIT,
     max_depth = sym super::MULTI_MAX_DEPTH,
+    multi_filter = sym super::MULTI_FILTER,
+    filter_sites = sym super::MULTI_FILTER_SITES,
+    b_late = const offset_of!(BySlot, late),
+    id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
+    tv = const crate::fgraph::stack::TASK_VAR_BASE * 8,
+    f_len = const offset_of!(FusedFilter, len),
+    f_classes = const offset_of!(FusedFilter, classes),
+    f_functions = const offset_of!(FusedFilter, has_functions),
+    f_max_depth = const offset_of!(FusedFilter, max_depth),
+    notrace_bit = const crate::fgraph::filters::NOTRACE_BIT,
+    in_graph_bit = const crate::fgraph::filters::IN_GRAPH_BIT,
+    graph_depth_shift = const crate::fgraph::filters::GRAPH_DEPTH_SHIFT,
+    // The record word's depth (bits 6..15) cleared.
+    not_depth = const !(0x3ffi64 << 6),
+    users_bits = const 0xffffu32 << 12,
     l_word = const offset_of!(CoreLocal, word),
     l_rec = const offset_of!(CoreLocal, rec),
     l_anchor = const offset_of!(CoreLocal, outer_anchor),

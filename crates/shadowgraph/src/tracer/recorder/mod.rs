@@ -431,6 +431,13 @@ fn graph_tracer(
             && filter
                 .as_ref()
                 .is_some_and(|f| fused::attach_filtered(&u, i, f, &sites));
+        // With other recorders on the multi path, its filters applied
+        // there, where it records no data.
+        if shared.multi && args.is_none() {
+            if let Some(f) = &filter {
+                fused::let_multi_stand_in_filtered(&u, f);
+            }
+        }
         u
     };
     Ok(Tracer {
