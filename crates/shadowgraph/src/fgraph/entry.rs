@@ -207,7 +207,7 @@ pub(super) fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Reg
             }
         }
     } else if let Some(site) = site_id(ip) {
-        bits = offer_all(t, &ent, regs, site, g);
+        bits = offer_all(t, &ent, regs, (site, b), g);
     }
     if bits == 0 {
         t.curr.set(b - stack::FRAME_WORDS);
@@ -283,12 +283,15 @@ pub(super) fn drop_dead_frames(t: &ThreadState, slot: usize, parent_ip: usize) {
 /// Offers the call `ent` (of site `site`) to every user registered at or
 /// before epoch `g` whose filter takes the site, in slot order, as
 /// [`offer`] does for one; the bits of those that kept it. The event's
-/// time is shared by all of them.
+/// time is shared by all of them. Each user that keeps it is named in the
+/// frame's BITMAP word `b` at once, as the single user is: a handler that
+/// lands in a later user's callback and leaves by siglongjmp reports the
+/// frame to it as unwound (a user with graph filters counted it).
 pub(super) fn offer_all(
     t: &ThreadState,
     ent: &GraphEntry,
     regs: &mut Regs,
-    site: crate::ftrace::SiteId,
+    (site, b): (crate::ftrace::SiteId, usize),
     g: u64,
 ) -> u16 {
     let mut bits: u16 = 0;
@@ -318,6 +321,7 @@ pub(super) fn offer_all(
         t.reserved_once.set(false);
         if (u.entry)(ent, u, regs) {
             bits |= 1 << i;
+            t.set_word(b, stack::bitmap(stack::FRAME_WORDS, bits, g));
         } else {
             t.curr.set(save);
         }

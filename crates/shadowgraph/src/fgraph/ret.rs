@@ -238,12 +238,6 @@ pub(super) fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool
             g.bury(t.word(f + 2) as usize, t.word(f) as usize);
         }
     }
-    if stack::bitmap_users(w) != 0 {
-        // The frame's users are taken before their callbacks run: if one is
-        // left for good (siglongjmp out of a handler that interrupted it),
-        // the frame, found dead later, reports no second return.
-        t.set_word(f + stack::FRAME_WORDS, w & !(0xffff << 12));
-    }
     if let Some(bit) = lock_graph(t, false) {
         let ev = GraphReturn {
             func: t.frame_func(f),
@@ -257,27 +251,31 @@ pub(super) fn finish_frame(t: &ThreadState, f: usize, r: &RetRegs, unwound: bool
         } else {
             (0, 0)
         };
-        if unwound && users == 0 {
-            offer_unowned(&ev, r);
+        if unwound {
+            offer_unowned(&ev, r, users);
         }
-        return_all(t, &ev, r, (users, epoch));
+        return_all(t, &ev, r, (users, epoch), f);
         unlock_graph(t, bit);
+    } else if stack::bitmap_users(w) != 0 {
+        // (Not reported: the frame goes without its users.)
+        t.set_word(f + stack::FRAME_WORDS, w & !(0xffff << 12));
     }
     // As in the fast return: read, then pop.
     compiler_fence(Ordering::SeqCst);
     t.curr.set(f);
 }
 
-/// A frame a longjmp skipped that names no user (a signal handler that
-/// never returned found it half made or half finished): offered to every
+/// A frame a longjmp skipped, for the users it does not name, `named`
+/// (a signal handler that never returned found it half made or half
+/// finished: users not named yet, or no longer): offered to every other
 /// registered user that asked for such frames
 /// (`GraphUser::offer_unowned_unwinds`), each of which tells from its own
 /// state whether the call was its own.
 #[cold]
-fn offer_unowned(ev: &GraphReturn, r: &RetRegs) {
+fn offer_unowned(ev: &GraphReturn, r: &RetRegs, named: u16) {
     // Acquire (here and in the loop): the registry's words, published
     // before the user and its bit (registry.rs).
-    let mut occupied = OCCUPIED.load(Ordering::Acquire);
+    let mut occupied = OCCUPIED.load(Ordering::Acquire) & !(named as u32);
     while occupied != 0 {
         let i = occupied.trailing_zeros() as usize;
         occupied &= occupied - 1;
@@ -293,13 +291,19 @@ fn offer_unowned(ev: &GraphReturn, r: &RetRegs) {
 
 /// The return callbacks of `users` (a frame's, pushed at `epoch`) for
 /// `ev`, in slot order: not those of a slot owned by a user registered
-/// since. The event's time is shared by all of them.
+/// since. The event's time is shared by all of them. Each user's bit is
+/// taken from frame `f`'s BITMAP word just before its callback runs: if
+/// one is left for good (siglongjmp out of a handler that interrupted
+/// it), the frame, found dead later, reports no second return to it, and
+/// its return to each user after it (a user with graph filters keeps its
+/// nesting by them).
 #[inline]
 pub(super) fn return_all(
     t: &ThreadState,
     ev: &GraphReturn,
     r: &RetRegs,
     (users, epoch): (u16, u64),
+    f: usize,
 ) {
     let mut bits = users;
     // Relaxed: this thread's word (its handlers see it in program order).
@@ -307,6 +311,9 @@ pub(super) fn return_all(
     while bits != 0 {
         let i = bits.trailing_zeros() as usize;
         bits &= bits - 1;
+        // (The word is this thread's; its handlers' frames lie above.)
+        let at = f + stack::FRAME_WORDS;
+        t.set_word(at, t.word(at) & !(1 << (12 + i)));
         // Acquire: the registry's words, published before the user.
         let u = ARRAY[i].load(Ordering::Acquire);
         if !u.is_null() && SLOT_EPOCH[i].load(Ordering::Acquire) <= epoch {

@@ -180,18 +180,18 @@ macro_rules! top_frame_r10 {
     };
 }
 
-// The recursion bit and errno taken, the frame's users taken (as
-// finish_frame), the GraphReturn filled from the frame at r10.
+// The recursion bit and errno taken, `$take` (the frame's users taken
+// before the sole user's callback, as return_all takes each user's), the
+// GraphReturn filled from the frame at r10.
 macro_rules! return_event {
-    () => {
+    ($take:literal) => {
         concat!(
             "mov dword ptr fs:[rcx + {l_rec}], {bit}\n",
             "mov byte ptr fs:[r9 + {t_busy}], 1\n",
             "mov rax, qword ptr fs:[rcx + {l_errno}]\n",
             "mov eax, dword ptr [rax]\n",
             "mov dword ptr [rsp + SR_ERRNO], eax\n",
-            // The frame's users taken before the callback (as finish_frame).
-            "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}\n",
+            $take,
             "mov [rsp + SR_FRAME], r10\n",
             // The GraphReturn: func and depth from the frame, rax, the overruns.
             "mov rax, [rdi + r10*8 + FRAME_FUNC]\n",
@@ -419,7 +419,7 @@ super::layout::graph_asm!(
     "mov rax, [rdi + r10*8 + FRAME_BITMAP]",
     "cmp rax, [rsi + {u_frame_word}]",
     "jne 61f",
-    return_event!(),
+    return_event!("and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}\n"),
     "lea rdi, [rsp + SR_RET]",
     "mov rdx, rsp",
     "call {call_ret}",
@@ -439,10 +439,12 @@ super::layout::graph_asm!(
     top_frame_r10!(),
     "mov rax, [rdi + r10*8 + FRAME_BITMAP]",
     "mov [rsp + SR_WORD], rax",
-    return_event!(),
+    // (Each user's bit taken before its callback: return_all.)
+    return_event!(""),
     "lea rdi, [rsp + SR_RET]",
     "mov rsi, rsp",
     "mov rdx, [rsp + SR_WORD]",
+    "mov rcx, [rsp + SR_FRAME]",
     "call {call_ret_all}",
     "jmp 10b",
     "61:",
@@ -579,19 +581,25 @@ pub(super) extern "C" fn call_entry_all(ent: &GraphEntry, regs: &mut Regs) -> u6
         u32::MAX => crate::ftrace::site_id_of(ent.func),
         s => Some(s),
     };
-    match site.map(|s| offer_all(stack::thread(), ent, regs, s, g)) {
+    // The frame's BITMAP word: its last (the entry pushed it).
+    let t = stack::thread();
+    let b = t.curr.get() - 1;
+    match site.map(|s| offer_all(t, ent, regs, (s, b), g)) {
         None | Some(0) => 0,
         Some(bits) => stack::bitmap(stack::FRAME_WORDS, bits, g),
     }
 }
 
-/// Several users' return, from the site return's fast path (the frame's
-/// users taken from it, `w` its BITMAP word as they were): each user's
-/// return callback, in slot order, as `finish_frame` runs them.
-pub(super) extern "C" fn call_return_all(ev: &GraphReturn, r: &RetRegs, w: u64) {
+/// Several users' return, from the site return's fast path (`w` the
+/// BITMAP word of frame `f`, the top one): each user's return callback,
+/// in slot order, its bit taken first, as `finish_frame` runs them.
+pub(super) extern "C" fn call_return_all(ev: &GraphReturn, r: &RetRegs, w: u64, f: usize) {
+    let t = stack::thread();
     if stack::type_of(w) == stack::TYPE_BITMAP {
         let users = (stack::bitmap_users(w), stack::bitmap_epoch(w));
-        return_all(stack::thread(), ev, r, users);
+        return_all(t, ev, r, users, f);
+    } else {
+        t.set_word(f + stack::FRAME_WORDS, w & !(0xffff << 12));
     }
 }
 

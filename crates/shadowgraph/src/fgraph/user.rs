@@ -199,10 +199,11 @@ impl GraphUser {
     }
 
     /// Its return callback is also called (`unwound` set) for frames a
-    /// longjmp skipped whose users bits are empty: frames a signal handler
-    /// that never returned found half made (pushed, not yet handed to the
-    /// users: one user's entry callback may have run, the next one's not)
-    /// or half finished (handed back, not yet popped). Only the callback
+    /// longjmp skipped whose users bits do not name it: frames a signal
+    /// handler that never returned found half made (pushed, not yet handed
+    /// to every user: its entry callback may have run, its bit not yet
+    /// set) or half finished (its bit taken, its callback not done, or
+    /// the frame not yet popped). Only the callback
     /// can tell which, and whether the call was its own at all, e.g. from
     /// what it recorded; a user that opts in must return from such a call
     /// without effect when the frame was not its own.

@@ -390,9 +390,11 @@ pub fn let_multi_stand_in(user: &GraphUser, max_depth: u32) -> bool {
     if user.private >= writer::MAX_INSTANCES {
         return false;
     }
-    // Relaxed (both): read by the path only after MULTI_FRAME_WORD, which
-    // fgraph publishes (Release) when the user registers, later.
+    // Relaxed (all): read by the path only after MULTI_FRAME_WORD, which
+    // fgraph publishes (Release) when the user registers, later. (An
+    // instance used again: no filters of an earlier recorder.)
     MULTI_MAX_DEPTH[user.private].store(max_depth, Ordering::Relaxed);
+    MULTI_FILTER[user.private].store(0, Ordering::Relaxed);
     if max_depth != 0 {
         MULTI_ANY_LIMIT.store(true, Ordering::Relaxed);
     }
@@ -419,6 +421,7 @@ pub fn let_multi_stand_in_filtered(user: &GraphUser, filter: &GraphFilter) -> bo
     // Relaxed (all): read by the path only after MULTI_FRAME_WORD, which
     // fgraph publishes (Release) when the user registers, later.
     MULTI_FILTER_SITES.fetch_min(table.len, Ordering::Relaxed);
+    MULTI_MAX_DEPTH[user.private].store(0, Ordering::Relaxed);
     MULTI_FILTER[user.private].store(table as *mut FusedFilter as u64, Ordering::Relaxed);
     MULTI_ANY_FILTER.store(true, Ordering::Relaxed);
     user.let_multi_path_stand_in();
