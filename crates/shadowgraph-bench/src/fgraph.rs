@@ -144,14 +144,8 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
         ),
         ("record in memory, fused, target's argument", "record-arg"),
         ("record in memory, 2 recorders, fused", "record2"),
-        (
-            "record in memory, 2 recorders, one -D 5, fused",
-            "record2-depth",
-        ),
-        (
-            "record in memory, 2 recorders, one -F target, fused",
-            "record2-filter",
-        ),
+        ("record in memory, 2, one with -D 5, fused", "record2-depth"),
+        ("record in memory, 2, one with -F target", "record2-filter"),
         (
             "record in memory, 2 recorders (general path)",
             "record2-general",
