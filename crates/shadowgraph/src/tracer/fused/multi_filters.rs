@@ -4,6 +4,15 @@
 //! (general.rs; fgraph::filters keeps the variable the same way). The
 //! macros are parts of multi.rs's record_each! and name its operands.
 
+// The BITMAP word's bit of the user in slot rax (bits 12..27), in
+// `$reg` (a bit-string `bts`/`btr` on memory is many times slower).
+macro_rules! user_bit {
+    ($reg:literal) => {
+        concat!("xor ", $reg, ", ", $reg, "\n", "bts ", $reg, ", rax\n", "shl ", $reg, ", 12\n",)
+    };
+}
+pub(super) use user_bit;
+
 // Whether the user in slot rax (`$slot` making it, see filter_of!)
 // records this event, and how, where a user of the path ever had graph
 // filters (MULTI_ANY_FILTER): graph filters (MULTI_FILTER) that decline
@@ -87,8 +96,8 @@ macro_rules! entry_verdict {
             "bts rdx, {notrace_bit}\n",
             "movq rax, xmm15\n",
             "mov [rdi + rax*8 + {tv}], rdx\n",
-            "add eax, 12\n",
-            "bts qword ptr [rdi + r8*8 + FRAME_BITMAP], rax\n",
+            crate::tracer::fused::multi_filters::user_bit!("rdx"),
+            "or [rdi + r8*8 + FRAME_BITMAP], rdx\n",
             "jmp ",
             $name,
             "_skip\n",
@@ -111,8 +120,9 @@ macro_rules! exit_verdict {
             "mov r11, [rdi + rax*8 + {tv}]\n",
             "btr r11, {notrace_bit}\n",
             "jnc 51f\n",
-            "lea edx, [rax + 12]\n",
-            "btr qword ptr [rdi + r10*8 + FRAME_BITMAP], rdx\n",
+            crate::tracer::fused::multi_filters::user_bit!("rdx"),
+            "not rdx\n",
+            "and [rdi + r10*8 + FRAME_BITMAP], rdx\n",
             "mov [rdi + rax*8 + {tv}], r11\n",
             "jmp ",
             $name,
@@ -200,8 +210,8 @@ macro_rules! entry_late {
             "pxor xmm14, xmm14\n",
             "movq rax, xmm15\n",
             "mov [rdi + rax*8 + {tv}], rdx\n",
-            "add eax, 12\n",
-            "bts qword ptr [rdi + r8*8 + FRAME_BITMAP], rax\n",
+            crate::tracer::fused::multi_filters::user_bit!("rdx"),
+            "or [rdi + r8*8 + FRAME_BITMAP], rdx\n",
             "mov rcx, ",
             $base,
             "\n",
@@ -232,8 +242,9 @@ macro_rules! exit_late {
             "btr rdx, 63\n",
             "pxor xmm14, xmm14\n",
             "movq rax, xmm15\n",
-            "lea r11d, [rax + 12]\n",
-            "btr qword ptr [rdi + r10*8 + FRAME_BITMAP], r11\n",
+            crate::tracer::fused::multi_filters::user_bit!("r11"),
+            "not r11\n",
+            "and [rdi + r10*8 + FRAME_BITMAP], r11\n",
             "mov [rdi + rax*8 + {tv}], rdx\n",
             "movq rcx, ",
             $base,
