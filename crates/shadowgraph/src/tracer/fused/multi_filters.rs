@@ -187,14 +187,11 @@ macro_rules! filter_of {
 pub(super) use filter_of;
 
 // After a user's record (or its loss, counted), for one whose verdict
-// kept its thread variable in xmm14 (bit 63; xmm14 0 again after): the
-// variable written and
-// the user's bit set in the entry's frame (r8), as the single filtered
-// path does (the variable first: a handler that lands in between and
-// leaves by siglongjmp does not report the frame to it), rcx `$base`
-// again. Clobbers rax, rdx.
-macro_rules! entry_late {
-    ($name:literal, $base:literal) => {
+// kept its thread variable in xmm14 (bit 63; xmm14 0 again after):
+// `$mark` with the variable in rdx and the slot in rax, then rcx
+// `$restore`d; nothing for the others. Clobbers rax, rdx, r11.
+macro_rules! late {
+    ($name:literal, $mark:expr, $restore:expr) => {
         concat!(
             "movq rdx, xmm14\n",
             "test rdx, rdx\n",
@@ -209,12 +206,8 @@ macro_rules! entry_late {
             "btr rdx, 63\n",
             "pxor xmm14, xmm14\n",
             "movq rax, xmm15\n",
-            "mov [rdi + rax*8 + {tv}], rdx\n",
-            crate::tracer::fused::multi_filters::user_bit!("rdx"),
-            "or [rdi + r8*8 + FRAME_BITMAP], rdx\n",
-            "mov rcx, ",
-            $base,
-            "\n",
+            $mark,
+            $restore,
             "jmp ",
             $name,
             "_posted\n",
@@ -222,37 +215,40 @@ macro_rules! entry_late {
         )
     };
 }
+pub(super) use late;
+
+// late! at the entry: the variable written, then the user's bit set in
+// the entry's frame (r8), as the single filtered path does (the variable
+// first: a handler that lands in between and leaves by siglongjmp does
+// not report the frame to it).
+macro_rules! entry_late {
+    ($name:literal, $base:literal) => {
+        crate::tracer::fused::multi_filters::late!(
+            $name,
+            concat!(
+                "mov [rdi + rax*8 + {tv}], rdx\n",
+                crate::tracer::fused::multi_filters::user_bit!("r11"),
+                "or [rdi + r8*8 + FRAME_BITMAP], r11\n",
+            ),
+            concat!("mov rcx, ", $base, "\n")
+        )
+    };
+}
 pub(super) use entry_late;
 
-// entry_late!'s return side: the user's bit taken from the returning
-// frame (r10), then the variable written; rcx `$base` again.
+// late! at the return: the user's bit taken from the returning frame
+// (r10), then the variable written.
 macro_rules! exit_late {
     ($name:literal, $base:literal) => {
-        concat!(
-            "movq rdx, xmm14\n",
-            "test rdx, rdx\n",
-            "jnz ",
+        crate::tracer::fused::multi_filters::late!(
             $name,
-            "_late\n",
-            $name,
-            "_posted:\n",
-            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
-            $name,
-            "_late:\n",
-            "btr rdx, 63\n",
-            "pxor xmm14, xmm14\n",
-            "movq rax, xmm15\n",
-            crate::tracer::fused::multi_filters::user_bit!("r11"),
-            "not r11\n",
-            "and [rdi + r10*8 + FRAME_BITMAP], r11\n",
-            "mov [rdi + rax*8 + {tv}], rdx\n",
-            "movq rcx, ",
-            $base,
-            "\n",
-            "jmp ",
-            $name,
-            "_posted\n",
-            ".popsection\n",
+            concat!(
+                crate::tracer::fused::multi_filters::user_bit!("r11"),
+                "not r11\n",
+                "and [rdi + r10*8 + FRAME_BITMAP], r11\n",
+                "mov [rdi + rax*8 + {tv}], rdx\n",
+            ),
+            concat!("movq rcx, ", $base, "\n")
         )
     };
 }
