@@ -290,11 +290,12 @@ fn registration_churn_under_running_threads() {
         "a callback ran after unregister returned"
     );
     assert!(set_served > 0, "no site was served by a set's caller");
-    // The code grace periods (one or more per unregistration, 180 here)
-    // scan the threads' live stacks conservatively: a stale word that a
-    // frame left uninitialised, pointing into a trampoline just retired,
-    // holds one until it gives up (counted; the code is never reused).
-    // One such word in a run happens; more is a thread that stays inside.
+    // The code grace periods (one for each unregistration that retires
+    // code: up to 180 here) scan the threads' live stacks conservatively:
+    // a stale word that a frame left uninitialised, pointing into a
+    // trampoline just retired, holds one until it gives up (counted; the
+    // code is never reused). One such word in a run happens; more is a
+    // thread that stays inside.
     let given_up = ftrace::counters().code_grace_given_up;
     assert!(
         given_up <= 1,
