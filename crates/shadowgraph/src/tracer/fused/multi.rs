@@ -705,7 +705,6 @@ crate::fgraph::graph_asm!(
     b_late = const offset_of!(BySlot, late),
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
     tv = const crate::fgraph::stack::TASK_VAR_BASE * 8,
-    f_len = const offset_of!(FusedFilter, len),
     f_classes = const offset_of!(FusedFilter, classes),
     f_functions = const offset_of!(FusedFilter, has_functions),
     f_max_depth = const offset_of!(FusedFilter, max_depth),

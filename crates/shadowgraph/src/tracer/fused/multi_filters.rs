@@ -31,13 +31,11 @@ macro_rules! entry_verdict {
             // Graph filters (fgraph::filters, as the single path's:
             // general.rs), r11 the filter: the site's class (bit 0: a -F
             // function, bit 1: -N) by the stub's site id, which the
-            // entry found below MULTI_FILTER_SITES.
+            // entry found below MULTI_FILTER_SITES, so in the table (the
+            // least of every filtered user's lengths, set before it
+            // registered).
             "mov rax, [rsp + FE_CALL_RET]\n",
             "mov eax, dword ptr [rax + {id_off}]\n",
-            "cmp rax, [r11 + {f_len}]\n",
-            "jae ",
-            $name,
-            "_skip\n",
             "add rax, [r11 + {f_classes}]\n",
             "movzx eax, byte ptr [rax]\n",
             // The thread variable v (rdx).
