@@ -8,7 +8,7 @@ mod common;
 use common::graph::*;
 use shadowgraph::fgraph::{self, GraphEntry, GraphReturn, GraphUser, RetRegs};
 use shadowgraph::ftrace::{self, FilterSet, Regs};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 struct Walk {
@@ -215,6 +215,11 @@ struct Filtered {
     tally: &'static Tally,
 }
 
+/// Set: the next entry callback of g_leaf that keeps the call raises a
+/// signal whose handler leaves the callback by siglongjmp
+/// (`run_top_jumped`).
+static JUMP_AT_LEAF: AtomicBool = AtomicBool::new(false);
+
 fn filtered_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
     // SAFETY: users made by filtered_user carry a leaked Filtered.
     let f = unsafe { &*(u.private as *const Filtered) };
@@ -222,6 +227,9 @@ fn filtered_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
         Verdict::Record(p) => {
             // SAFETY: 8 reserved bytes.
             unsafe { p.write(e.func as u64) };
+            if idx(e.func) == Some(0) && JUMP_AT_LEAF.swap(false, Ordering::Relaxed) {
+                (loaded().callback_jump)();
+            }
             if let Some(i) = idx(e.func) {
                 f.tally.entries[i].fetch_add(1, Ordering::Relaxed);
             }
@@ -340,6 +348,53 @@ fn graph_filters_depth_functions_notrace_threads() {
         4,
         "one g_top, g_mid, 2 g_leaf"
     );
+    clean();
+}
+
+/// A signal handler that leaves a `-F g_mid` user's entry callback by
+/// siglongjmp after its filter took the call (g_leaf, inside g_mid):
+/// the frames left behind are reported to the user as unwound, its
+/// thread variable is put back, and later calls of g_top (outside g_mid)
+/// stay unrecorded — alone (the single user's path) and beside a second
+/// user (the loop over several).
+#[test]
+fn graph_filters_recover_from_siglongjmp_out_of_their_callback() {
+    let _g = serial();
+    let f = loaded();
+    for beside in [false, true] {
+        let t = Tally::new();
+        let u = filtered_user(
+            GraphFilter {
+                functions: Some(FilterSet::with_patterns(&["g_mid"], &[]).unwrap()),
+                ..Default::default()
+            },
+            t,
+        );
+        fgraph::register_graph(&u).unwrap();
+        let other = counting_user(&[], Tally::new());
+        if beside {
+            fgraph::register_graph(&other).unwrap();
+        }
+        JUMP_AT_LEAF.store(true, Ordering::Relaxed);
+        assert_eq!((f.run_top_jumped)(1), -1, "the handler jumped");
+        assert!(!JUMP_AT_LEAF.load(Ordering::Relaxed));
+        // A traced call outside g_mid finds the frames the jump left.
+        (f.deep)(0);
+        t.take();
+        (f.run)(3);
+        let (e, r) = t.take();
+        assert_eq!(e, r, "beside {beside}: entries and returns");
+        let seen = |n: &str| e[NAMES.iter().position(|x| *x == n).unwrap()];
+        assert_eq!(
+            (seen("g_top"), seen("g_mid"), seen("g_leaf")),
+            (0, 3, 6),
+            "beside {beside}: only calls inside g_mid"
+        );
+        if beside {
+            fgraph::unregister_graph(&other).unwrap();
+        }
+        fgraph::unregister_graph(&u).unwrap();
+    }
     clean();
 }
 

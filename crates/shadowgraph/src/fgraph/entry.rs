@@ -324,6 +324,14 @@ pub(super) fn offer_all(
             t.set_word(b, stack::bitmap(stack::FRAME_WORDS, bits, g));
         } else {
             t.curr.set(save);
+            // The name the callback may have given itself taken back.
+            t.set_word(
+                b,
+                match bits {
+                    0 => stack::reserved(stack::FRAME_WORDS),
+                    _ => stack::bitmap(stack::FRAME_WORDS, bits, g),
+                },
+            );
         }
     }
     t.event_time.store(0, Ordering::Relaxed);

@@ -70,6 +70,9 @@ impl GraphFilter {
         };
         if contains(&self.notrace, id) == Some(true) {
             var.set(v | NOTRACE);
+            // Named at once: the return that clears NOTRACE is then this
+            // call's, however its callback is left.
+            user.name_in_frame();
             return Verdict::Silent;
         }
         let own = v & DEPTH_MASK;
@@ -103,6 +106,11 @@ impl GraphFilter {
             std::ptr::null_mut()
         };
         var.set((next & !DEPTH_MASK) | (own + 1));
+        // Named at once: a handler that leaves the rest of the callback by
+        // siglongjmp reports the frame to `ret`, which puts the variable
+        // back (named only when the callback returns, the variable would
+        // stay a level deeper for good).
+        user.name_in_frame();
         Verdict::Record(p)
     }
 

@@ -319,6 +319,9 @@ impl Triggers {
             }
         }
         var.set(self.encode(n));
+        // Named at once, as GraphFilter::entry_with does: `ret` puts the
+        // variable back however the callback is left.
+        user.name_in_frame();
         let record = flags & NORECORD == 0 && self.enabled.load(Ordering::Relaxed);
         if tr.finish {
             // (This call's entry is still recorded: the caller writes it.)

@@ -299,6 +299,41 @@ impl GraphUser {
         }
     }
 
+    /// Names this user in the BITMAP word of the frame being built, at
+    /// once: only inside its own entry callback, which then keeps the call
+    /// (fgraph names it there again when the callback returns true, and
+    /// takes the name back when it returns false). A tracer that keeps
+    /// per-thread state calls it right after changing that state: a signal
+    /// handler that leaves the callback by `siglongjmp` from then on
+    /// reports the frame to the user as unwound, and its return callback
+    /// puts the state back.
+    pub(crate) fn name_in_frame(&self) {
+        let Some(slot) = self.slot() else {
+            return;
+        };
+        let t = thread();
+        if t.in_entry.get() != slot as i32 || t.stack.get().is_null() {
+            return;
+        }
+        // The frame below this user's reservation, if any (its DATA word's
+        // offset reaches the frame's start, as a push's BITMAP word does).
+        let Some(f) = t.frame_below(t.curr.get()) else {
+            return;
+        };
+        let b = f + stack::FRAME_WORDS;
+        let w = t.word(b);
+        // Relaxed: published before the user was (registry.rs).
+        let own = self.frame_word.load(Ordering::Relaxed);
+        // Another user named already (the loop over several): its epoch
+        // kept, this user's bit added; else this user's own word.
+        let named = match stack::type_of(w) {
+            stack::TYPE_BITMAP => w | (own & (0xffff << 12)),
+            stack::TYPE_RESERVED => own,
+            _ => return,
+        };
+        t.set_word(b, named);
+    }
+
     /// This user's data in the frame whose callback runs (or is being built).
     pub fn retrieve(&self) -> Option<(*mut u8, usize)> {
         self.retrieve_ancestor(0)

@@ -35,6 +35,8 @@ pub struct Fixture {
     pub ret_long: extern "C" fn(i64) -> i64,
     pub ret_double: extern "C" fn(f64) -> f64,
     pub block: extern "C" fn(*const AtomicI32, *const AtomicI32),
+    pub run_top_jumped: extern "C" fn(i32) -> i32,
+    pub callback_jump: extern "C" fn(),
 }
 
 pub fn loaded() -> &'static Fixture {
@@ -52,6 +54,8 @@ pub fn loaded() -> &'static Fixture {
             ret_long: lib.func("g_ret_long"),
             ret_double: lib.func("g_ret_double"),
             block: lib.func("g_block"),
+            run_top_jumped: lib.func("run_top_jumped"),
+            callback_jump: lib.func("callback_jump"),
             _lib: lib,
         }
     })
