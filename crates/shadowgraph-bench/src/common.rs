@@ -88,6 +88,18 @@ pub fn empty_target() -> Result<usize, String> {
     tramp::empty(arena).map_err(|e| e.to_string())
 }
 
+/// A handler that does nothing, with the C calling convention.
+extern "C" fn empty_handler(_ip: usize, _parent: usize, _slot: *mut usize, _data: *const ()) {}
+
+/// A direct-call target within reach of the site of `target` that saves
+/// the argument registers, calls an empty C function and restores them:
+/// the floor of any callback a trampoline calls.
+pub fn empty_caller_target() -> Result<usize, String> {
+    let site = ftrace::site_by_name("target").ok_or("no site for `target`")?;
+    let arena = Arena::near(site.addr, site.addr + 8).map_err(|e| e.to_string())?;
+    tramp::caller(arena, empty_handler, std::ptr::null()).map_err(|e| e.to_string())
+}
+
 /// A benchmark library built with gcc and loaded into this process.
 pub struct BenchLib {
     dir: std::path::PathBuf,

@@ -3,7 +3,9 @@
 //! a trampoline, several (their set's caller; without trampolines, the
 //! list function), direct calls alone and with ops.
 
-use crate::common::{empty_cb, empty_target, load_dispatch_lib, ns_per_call, print_rows};
+use crate::common::{
+    empty_caller_target, empty_cb, empty_target, load_dispatch_lib, ns_per_call, print_rows,
+};
 use shadowgraph::ftrace;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -94,6 +96,15 @@ pub fn bench(calls: i64, reps: usize) -> Result<ExitCode, String> {
     unreg(&second)?;
     unreg(&probe)?;
     unreg(&direct)?;
+    // The floor of a callback: the direct call's target saves the
+    // argument registers and calls an empty C function.
+    let floor = ftrace::Ops::new_direct(filter(&["target"])?);
+    ftrace::register_direct(&floor, empty_caller_target()?).map_err(|e| e.to_string())?;
+    rows.push((
+        "floor: direct call, saved registers, empty C fn".into(),
+        measure(),
+    ));
+    unreg(&floor)?;
     rows.push(("all unregistered (NOP5 again)".into(), measure()));
 
     print_rows(&rows, base);
