@@ -275,6 +275,34 @@ fn two_sessions_at_once_each_see_what_they_asked_for() {
     assert_eq!(end_target(&mut child, &mut out), "done\n");
 }
 
+/// A second session that asks `-P` for other functions than the first
+/// one chose is refused, clearly (it would trace the first one's), and
+/// the first records on.
+#[test]
+fn a_later_session_with_another_p_is_refused() {
+    let dir = workdir("attach_two_p");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let first = record_p_spawn(&pid, &["--duration", "1s", "-P", "mid"], &a);
+    wait_entry(child.id(), &exe, "mid", true);
+    let o = record_p(&pid, &["--duration", "100ms", "-P", "leaf"], &b);
+    assert!(!o.status.success());
+    let err = text(&o).1;
+    assert!(
+        err.contains(
+            "-P leaf differs from the first recording of this process (-P mid): every recording of a process traces the functions its first one chose"
+        ),
+        "{err}"
+    );
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let ra = report_rows(&report_text(&a));
+    assert!(ra["mid"].2 > 10 && !ra.contains_key("leaf"), "{ra:?}");
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
+}
+
 /// Sessions come and go 50 times while two threads throw exceptions
 /// through the traced functions without pause, now and then two at once:
 /// no crash, no exception lost, every recording nests exactly, and the

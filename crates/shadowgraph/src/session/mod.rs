@@ -41,6 +41,18 @@ static STARTED: OnceLock<Started> = OnceLock::new();
 /// Sessions start and end one at a time.
 static STARTING: Mutex<()> = Mutex::new(());
 
+/// The `-P` patterns of the first session (sorted): they chose the sites
+/// every later session traces.
+static FIRST_PATCH: OnceLock<Vec<String>> = OnceLock::new();
+
+/// `patch` (sorted) as a command line says it.
+fn patch_words(patch: &[String]) -> String {
+    match patch {
+        [] => "no -P".into(),
+        p => format!("-P {}", p.join(" -P ")),
+    }
+}
+
 /// What [`finish`] needs of the session.
 enum Started {
     Count,
@@ -183,6 +195,18 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
     if r.control.is_some() {
         return Err("`--control` is only for the first session of a process".into());
     }
+    // The sites in the core are those the first session's -P chose (the
+    // others were never added): a later session that asks for others
+    // would silently trace the first one's functions instead.
+    let mut patch = config.patch.clone();
+    patch.sort();
+    if let Some(first) = FIRST_PATCH.get().filter(|f| **f != patch) {
+        return Err(format!(
+            "{} differs from the first recording of this process ({}): every recording of a process traces the functions its first one chose",
+            patch_words(&patch),
+            patch_words(first)
+        ));
+    }
     objects::reapply_patches();
     // Objects loaded by dlopen since the last recording (none follows
     // them in between).
@@ -244,6 +268,9 @@ fn set_up_first(
     held: bool,
 ) -> Result<Started, String> {
     crate::log::set(config.log_fd, config.verbose);
+    let mut patch = config.patch.clone();
+    patch.sort();
+    let _ = FIRST_PATCH.set(patch);
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     crate::elf::set_symbol_dir(config.with_syms.clone());
