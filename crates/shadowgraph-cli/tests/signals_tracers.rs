@@ -149,20 +149,42 @@ fn two_tracers_and_siglongjmp_out_of_handlers() {
 /// after the fork, with threads of their own, under two tracers: each
 /// tracer records every call of every task, once, whole, in the task's
 /// own records, and nothing is lost. The shared path keeps each thread's rings by the tracers' slots:
-/// a thread's exit and a child's fork forget them.
+/// a thread's exit and a child's fork forget them. A third tracer with
+/// `filter=task` (which only the threads run) has the threads' records
+/// and no file, no task and no warning for the processes' main threads,
+/// whose rings the shared path made all the same.
 #[test]
 fn two_tracers_through_threads_and_forks() {
     let dir = workdir("tracers-tasks");
     let exe = build_fixture_with(&dir, "tt", "tracers_tasks.c", &["-pthread"]);
     let data = dir.join("t.data");
-    let tracers = ["--tracer", "a", "--tracer", "b"];
+    let tracers = [
+        "--tracer",
+        "a",
+        "--tracer",
+        "b",
+        "--tracer",
+        "c:filter=task",
+    ];
     let o = record_run(&[], &tracers, &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     let calls: u64 = out.trim().parse().unwrap();
     assert_eq!(calls, 4 * (31 * 200 + 7 * 200));
-    assert_eq!(err.matches(" lost)").count(), 2, "{err}");
-    assert_eq!(err.matches("(0 lost)").count(), 2, "{err}");
+    assert_eq!(err.matches(" lost)").count(), 3, "{err}");
+    assert_eq!(err.matches("(0 lost)").count(), 3, "{err}");
+    let c = data.join("c");
+    let dd = shadowgraph_data::dir::DataDir::open(&c).unwrap();
+    // The 120 threads and each child's 6, not the 5 main threads.
+    assert_eq!(dd.tids.len(), 120 + 4 * 6, "c: {:?}", dd.tids);
+    let o = shadowgraph()
+        .args(["report", "-d"])
+        .arg(&c)
+        .output()
+        .unwrap();
+    let (report, warnings) = text(&o);
+    assert!(o.status.success() && warnings.is_empty(), "{warnings}");
+    assert_eq!(report_rows(&report)["task"].2, 144, "{report}");
     for t in ["a", "b"] {
         let d = data.join(t);
         let rows = report_rows(&report_text(&d));

@@ -410,6 +410,19 @@ impl Collector {
         self.owns_shm = false;
         self.scan();
         self.drain();
+        // A thread whose ring got no record (its tracer's filters took
+        // none of its calls, while another tracer's made the rings of
+        // every tracer at once): no file and no task, as a tracer alone
+        // makes none, rather than an empty file the views take for
+        // records lost.
+        for ((dir, tid), f) in &self.files {
+            if f.metadata().is_ok_and(|m| m.len() == 0) {
+                let _ = std::fs::remove_file(dir.join(format!("{tid}.dat")));
+                if let Some(t) = self.tasks.get_mut(dir) {
+                    t.remove(tid);
+                }
+            }
+        }
         let mut running: Vec<i32> = self
             .rings
             .iter()
