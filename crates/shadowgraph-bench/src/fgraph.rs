@@ -147,6 +147,10 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
         ("record in memory, 2, one with -D 5, fused", "record2-depth"),
         ("record in memory, 2, one with -F target", "record2-filter"),
         (
+            "record in memory, 2, one whose -F declines",
+            "record2-decline",
+        ),
+        (
             "record in memory, 2 recorders (general path)",
             "record2-general",
         ),

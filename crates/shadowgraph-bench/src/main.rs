@@ -83,7 +83,7 @@ enum Which {
         hijack_returns: bool,
         /// none | ops | list2 | direct | graph-decline | graph | graph2 |
         /// graph16 | record | record-general | record2 | record2-general |
-        /// record2-depth | record2-filter | record-arg;
+        /// record2-depth | record2-filter | record2-decline | record-arg;
         /// `MODE-tail`: MODE on
         /// `loop_tail` (a traced function tail-calling `target`; count
         /// with --toggle-collect=loop_tail)
@@ -109,8 +109,9 @@ enum Which {
     /// chosen once per process.) ns per call recorded into memory, `record`
     /// (fused), `record-general` (callbacks), `record2` (two recorders,
     /// fused), `record2-general` (two recorders, callbacks), or
-    /// `record2-depth` / `record2-filter` (two, fused, one with `-D 5` /
-    /// `-F target`).
+    /// `record2-depth` / `record2-filter` / `record2-decline` (two, fused,
+    /// one with `-D 5` / `-F target` / `-F other0`, which declines every
+    /// call).
     #[command(hide = true)]
     MemoryRecord {
         #[arg(long)]

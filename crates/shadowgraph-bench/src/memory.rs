@@ -13,15 +13,17 @@ use std::time::Instant;
 /// The recording modes: one recorder on the fused path, one through
 /// fgraph's callbacks, two (fused, or through the callbacks), two fused
 /// of which one has a depth limit (`-D 5`) or graph filters (`-F
-/// target`: both record every call), and one on the fused path recording
+/// target`: both record every call; `-F other0`: the second declines
+/// every call), and one on the fused path recording
 /// `target`'s argument (`-A target@arg1`).
-pub const MODES: [&str; 7] = [
+pub const MODES: [&str; 8] = [
     "record",
     "record-general",
     "record2",
     "record2-general",
     "record2-depth",
     "record2-filter",
+    "record2-decline",
     "record-arg",
 ];
 
@@ -45,7 +47,8 @@ impl Recording {
     pub fn start(mode: &str, calls: i64, hijack_returns: bool) -> Result<Recording, String> {
         let tracers = match mode {
             "record" | "record-general" | "record-arg" => vec![Tracer::default()],
-            "record2" | "record2-general" | "record2-depth" | "record2-filter" => ["a", "b"]
+            "record2" | "record2-general" | "record2-depth" | "record2-filter"
+            | "record2-decline" => ["a", "b"]
                 .map(|n| Tracer {
                     name: Some(n.into()),
                     ..Default::default()
@@ -54,7 +57,7 @@ impl Recording {
             other => {
                 return Err(format!(
                     "unknown mode `{other}` (record, record-general, record2, record2-general, \
-                     record2-depth, record2-filter or record-arg)"
+                     record2-depth, record2-filter, record2-decline or record-arg)"
                 ))
             }
         };
@@ -62,6 +65,8 @@ impl Recording {
         match mode {
             "record2-depth" => tracers[1].depth = 5,
             "record2-filter" => tracers[1].filter = vec!["target".into()],
+            // Graph filters that decline every call: a function never called.
+            "record2-decline" => tracers[1].filter = vec!["other0".into()],
             _ => {}
         }
         let lib = BenchLib::build("dispatch", DISPATCH_C)?;
