@@ -42,8 +42,9 @@ static STARTED: OnceLock<Started> = OnceLock::new();
 static STARTING: Mutex<()> = Mutex::new(());
 
 /// The `-P` patterns of the first session (sorted): they chose the sites
-/// every later session traces.
-static FIRST_PATCH: OnceLock<Vec<String>> = OnceLock::new();
+/// every later session traces. (Set by each attempt at a first session:
+/// one that failed set nothing up.)
+static FIRST_PATCH: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// `patch` (sorted) as a command line says it.
 fn patch_words(patch: &[String]) -> String {
@@ -200,13 +201,15 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
     // would silently trace the first one's functions instead.
     let mut patch = config.patch.clone();
     patch.sort();
-    if let Some(first) = FIRST_PATCH.get().filter(|f| **f != patch) {
+    let first = FIRST_PATCH.lock().unwrap_or_else(|e| e.into_inner());
+    if *first != patch {
         return Err(format!(
             "{} differs from the first recording of this process ({}): every recording of a process traces the functions its first one chose",
             patch_words(&patch),
-            patch_words(first)
+            patch_words(&first)
         ));
     }
+    drop(first);
     objects::reapply_patches();
     // Objects loaded by dlopen since the last recording (none follows
     // them in between).
@@ -270,7 +273,7 @@ fn set_up_first(
     crate::log::set(config.log_fd, config.verbose);
     let mut patch = config.patch.clone();
     patch.sort();
-    let _ = FIRST_PATCH.set(patch);
+    *FIRST_PATCH.lock().unwrap_or_else(|e| e.into_inner()) = patch;
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     crate::elf::set_symbol_dir(config.with_syms.clone());
