@@ -275,6 +275,36 @@ fn two_sessions_at_once_each_see_what_they_asked_for() {
     assert_eq!(end_target(&mut child, &mut out), "done\n");
 }
 
+/// Two sessions that both trace library calls: the second takes the
+/// first's thunks as they are, and each call of `nanosleep` is recorded
+/// once in each (not twice, through a second layer of thunks).
+#[test]
+fn two_sessions_record_each_library_call_once() {
+    let dir = workdir("attach_two_libcalls");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let first = record_p_spawn(&pid, &["--duration", "1500ms"], &a);
+    wait_entry(child.id(), &exe, "mid", true);
+    let o = record_p(&pid, &["--duration", "300ms"], &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    for d in [&a, &b] {
+        // A worker's round: mid, then nanosleep (a recording may begin or
+        // end between the two, in each of the two workers).
+        let rows = report_rows(&report_text(d));
+        let (mids, sleeps) = (rows["mid"].2, rows["nanosleep"].2);
+        assert!(
+            mids > 10 && sleeps.abs_diff(mids) <= 4,
+            "{}: {rows:?}",
+            d.display()
+        );
+    }
+    assert_eq!(end_target(&mut child, &mut out), "done\n");
+}
+
 /// A second session that asks `-P` for other functions than the first
 /// one chose is refused, clearly (it would trace the first one's), and
 /// the first records on.

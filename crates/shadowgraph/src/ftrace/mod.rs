@@ -267,6 +267,15 @@ pub fn has_module(path: &std::path::Path, bias: usize) -> bool {
         .any(|m| !m.unloaded && m.bias == bias && m.path == path)
 }
 
+/// Whether a module named `path` is under the core, at any bias (a
+/// library calls' module has an arena address of its own for one).
+pub fn has_module_path(path: &std::path::Path) -> bool {
+    lock_core()
+        .modules
+        .iter()
+        .any(|m| !m.unloaded && m.path == path)
+}
+
 /// Takes the object loaded at `bias` out of the core before it is unloaded
 /// (dlclose): its sites go back to NOP5 and stay DISABLED; their records
 /// (names, counts by id) remain for reports. Ops keep their filters.

@@ -260,7 +260,9 @@ pub(crate) fn program_library_calls(mode: LibCalls, others: &[(PathBuf, usize)])
 pub(crate) fn add_library_calls(mode: LibCalls) -> Result<(), String> {
     // (Their GOTs are read: none may be unloaded meanwhile.)
     let _turn = changing();
-    let has_calls = |p: &Path, b: usize| ftrace::has_module(&libcall::module_path(p), b);
+    // By path: a library calls' module has a bias of its own (its
+    // thunks' arena), not its object's.
+    let has_calls = |p: &Path, _: usize| ftrace::has_module_path(&libcall::module_path(p));
     let traced: Vec<(PathBuf, usize)> = ftrace::objects();
     let others: Vec<(PathBuf, usize)> = match mode {
         LibCalls::Nested => process::loaded_objects(),
