@@ -305,32 +305,52 @@ fn two_sessions_record_each_library_call_once() {
     assert_eq!(end_target(&mut child, &mut out), "done\n");
 }
 
-/// A second session that asks `-P` for other functions than the first
-/// one chose is refused, clearly (it would trace the first one's), and
-/// the first records on.
+/// A later session's `-P` chooses among the functions the first one
+/// chose: beside a first session without `-P` (every function), `-P
+/// leaf` records leaf alone; beside one with `-P mid`, `-P leaf` names a
+/// function that is no site and is refused, clearly, and the first
+/// records on.
 #[test]
-fn a_later_session_with_another_p_is_refused() {
+fn a_later_sessions_p_chooses_among_the_firsts() {
     let dir = workdir("attach_two_p");
     let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
-    let (mut child, mut out) = start_target(&exe, &[]);
-    let pid = child.id().to_string();
-    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
-    let first = record_p_spawn(&pid, &["--duration", "1s", "-P", "mid"], &a);
-    wait_entry(child.id(), &exe, "mid", true);
-    let o = record_p(&pid, &["--duration", "100ms", "-P", "leaf"], &b);
-    assert!(!o.status.success());
-    let err = text(&o).1;
-    assert!(
-        err.contains(
-            "-P leaf differs from the first recording of this process (-P mid): every recording of a process traces the functions its first one chose"
-        ),
-        "{err}"
-    );
-    let o = first.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
-    let ra = report_rows(&report_text(&a));
-    assert!(ra["mid"].2 > 10 && !ra.contains_key("leaf"), "{ra:?}");
-    assert_eq!(end_target(&mut child, &mut out), "done\n");
+    for (first_p, later_ok) in [(&[][..], true), (&["-P", "mid"][..], false)] {
+        let (mut child, mut out) = start_target(&exe, &[]);
+        let pid = child.id().to_string();
+        let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+        let _ = std::fs::remove_dir_all(&a);
+        let _ = std::fs::remove_dir_all(&b);
+        let args = [&["--duration", "1s"][..], first_p].concat();
+        let first = record_p_spawn(&pid, &args, &a);
+        wait_entry(child.id(), &exe, "mid", true);
+        let args = ["--duration", "200ms", "--no-libcall", "-P", "leaf"];
+        let o = record_p(&pid, &args, &b);
+        let err = text(&o).1;
+        if later_ok {
+            assert!(o.status.success(), "{err}");
+            let rb = report_rows(&report_text(&b));
+            assert!(rb["leaf"].2 > 10 && !rb.contains_key("mid"), "{rb:?}");
+            assert!(!rb.contains_key("nanosleep"), "{rb:?}");
+        } else {
+            assert!(!o.status.success());
+            assert!(
+                err.contains(
+                    "-P leaf: not among the functions the first recording of this process chose (-P mid): a later recording chooses among those"
+                ),
+                "{err}"
+            );
+        }
+        let o = first.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        let ra = report_rows(&report_text(&a));
+        assert!(ra["mid"].2 > 10, "{ra:?}");
+        assert_eq!(
+            ra.contains_key("leaf"),
+            later_ok,
+            "first {first_p:?}: {ra:?}"
+        );
+        assert_eq!(end_target(&mut child, &mut out), "done\n");
+    }
 }
 
 /// Sessions come and go 50 times while two threads throw exceptions

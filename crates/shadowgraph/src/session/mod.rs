@@ -54,6 +54,52 @@ fn patch_words(patch: &[String]) -> String {
     }
 }
 
+/// The sites a later session's `-P` `patch` chooses among those of the
+/// core (the first session's choice, `first`), as its tracers' filter:
+/// a pattern without `@LIB` names the program's functions, as the first
+/// session's did; library calls are kept or left out as the session
+/// asks. A function it names exactly that is no site is refused, saying
+/// why.
+fn later_sites(
+    patch: &[String],
+    first: &[String],
+    libcalls: bool,
+) -> Result<Arc<ftrace::FilterSet>, String> {
+    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    let program = exe
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut filter = Vec::new();
+    for text in patch {
+        let p = crate::prologue::parse_pattern(text).map_err(|e| format!("-P: {e}"))?;
+        if p.is_exact() && p.module().is_none() && ftrace::site_by_name(p.text()).is_none() {
+            return Err(format!(
+                "-P {text}: not among the functions the first recording of this process chose ({}): a later recording chooses among those",
+                patch_words(first)
+            ));
+        }
+        filter.push(match p.module() {
+            Some(_) => p.text().to_string(),
+            None => format!("{}@{program}", p.text()),
+        });
+    }
+    let (notrace, plt) = match libcalls {
+        true => (vec![], vec!["*@PLT".to_string()]),
+        false => (vec!["*@PLT"], vec![]),
+    };
+    filter.extend(plt);
+    let filter: Vec<&str> = filter.iter().map(String::as_str).collect();
+    // (Each pattern was parsed above: what fails here matches nothing.)
+    ftrace::FilterSet::with_patterns(&filter, &notrace).map_err(|_| {
+        format!(
+            "{}: matches no function among those the first recording of this process chose ({})",
+            patch_words(patch),
+            patch_words(first)
+        )
+    })
+}
+
 /// What [`finish`] needs of the session.
 enum Started {
     Count,
@@ -197,19 +243,22 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
         return Err("`--control` is only for the first session of a process".into());
     }
     // The sites in the core are those the first session's -P chose (the
-    // others were never added): a later session that asks for others
-    // would silently trace the first one's functions instead.
+    // others were never added): a later session's -P chooses among them,
+    // for its own tracers; without one, it traces them all.
     let mut patch = config.patch.clone();
     patch.sort();
-    let first = FIRST_PATCH.lock().unwrap_or_else(|e| e.into_inner());
-    if *first != patch {
-        return Err(format!(
-            "{} differs from the first recording of this process ({}): every recording of a process traces the functions its first one chose",
-            patch_words(&patch),
-            patch_words(&first)
-        ));
+    let first = FIRST_PATCH
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let choose = || later_sites(&config.patch, &first, r.libcalls != config::LibCalls::Off);
+    let chooses = first != patch && !patch.is_empty();
+    if chooses {
+        // Refused before anything changes; made again below, over the
+        // library calls this session may add (a filter set is resolved
+        // again as sites come only once an ops holds it).
+        choose()?;
     }
-    drop(first);
     objects::reapply_patches();
     // Objects loaded by dlopen since the last recording (none follows
     // them in between).
@@ -219,11 +268,15 @@ fn another(config: Config) -> Result<Arc<recorder::Recording>, String> {
             crate::say!("shadowgraph: {e}; library calls are not traced for this recording");
         }
     }
+    let sites = match chooses {
+        true => Some(choose()?),
+        false => None,
+    };
     let rings = r.rings.as_ref().map(|x| x.dir.as_path());
     // (The markers armed are the last recording's that asks for some:
     // without `-E`, those armed stay.)
     let names = markers::arm(&r.events);
-    let rec = recorder::start(r, &r.dir, rings, None, true);
+    let rec = recorder::start(r, &r.dir, rings, None, true, sites);
     match &rec {
         Ok(made) => markers::name(&names, made),
         Err(_) if !recorder::active() => {
@@ -436,7 +489,7 @@ fn start_recording(
     let rings = r.rings.as_ref().map(|x| x.dir.as_path());
     let names = markers::arm(&r.events);
     let made =
-        recorder::start(r, &dir, rings, control, !held).inspect_err(|_| markers::disarm())?;
+        recorder::start(r, &dir, rings, control, !held, None).inspect_err(|_| markers::disarm())?;
     markers::name(&names, &made);
     if let Some(c) = control {
         control::start(made.users(), c)?;

@@ -59,6 +59,7 @@ pub(crate) fn start(
     rings: Option<&Path>,
     control: Option<&config::Control>,
     metadata_now: bool,
+    sites: Option<Arc<ftrace::FilterSet>>,
 ) -> Result<Arc<Recording>, String> {
     let alone = r.tracers.len() == 1;
     // With a writer process, it says which patterns matched nothing.
@@ -76,6 +77,7 @@ pub(crate) fn start(
         multi: r.fused && !alone && fused::enable_multi(),
         signals: !r.signals.is_empty(),
         watch_cpu: r.watch_cpu,
+        sites,
     };
     profile::init(ftrace::sites().len());
     let insts = take_instances(r.tracers.len())?;
@@ -262,6 +264,9 @@ struct Shared {
     /// `--watch cpu`: the tracers record the processor where it changes
     /// (in their callbacks).
     watch_cpu: bool,
+    /// The sites its tracers are called for, where the recording chose
+    /// some (a later recording's `-P`); else [`reach`]'s.
+    sites: Option<Arc<ftrace::FilterSet>>,
 }
 
 /// The sites a recording's tracer is called for: every one, or, without
@@ -372,7 +377,10 @@ fn graph_tracer(
     let plain = unfiltered && (args.is_none() || plain_args.is_some());
     let max_depth = filter.max_depth;
     let filter = (!plain).then_some(filter);
-    let sites = reach(shared.libcalls)?;
+    let sites = match &shared.sites {
+        Some(s) => s.clone(),
+        None => reach(shared.libcalls)?,
+    };
     let all = || sites.clone();
     let fused;
     let user = if timed {
