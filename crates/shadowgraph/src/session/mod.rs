@@ -73,7 +73,9 @@ fn later_sites(
     let mut filter = Vec::new();
     for text in patch {
         let p = crate::prologue::parse_pattern(text).map_err(|e| format!("-P: {e}"))?;
-        if p.is_exact() && p.module().is_none() && ftrace::site_by_name(p.text()).is_none() {
+        // (Its name or its symbol, as patterns match them.)
+        let named = |one: &str| ftrace::FilterSet::with_patterns(&[one], &[]).is_ok();
+        if p.is_exact() && p.module().is_none() && !named(&format!("{}@{program}", p.text())) {
             return Err(format!(
                 "-P {text}: not among the functions the first recording of this process chose ({}): a later recording chooses among those",
                 patch_words(first)
