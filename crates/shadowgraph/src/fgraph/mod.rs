@@ -43,7 +43,9 @@ pub(crate) use registry::{
     chosen_site_entry, general_site_path, manager_made, register_multi_path, register_sole_path,
     SolePath,
 };
-pub use registry::{register_graph, set_site_stubs, unregister_graph};
+pub use registry::{
+    register_graph, register_graphs, set_site_stubs, unregister_graph, unregister_graphs,
+};
 pub use ret::{is_hijack, return_to_handler};
 pub use state::event_time;
 pub(crate) use state::{

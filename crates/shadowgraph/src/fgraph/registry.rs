@@ -198,60 +198,86 @@ pub(super) fn manager() -> &'static Arc<Ops> {
 /// Registers a graph user: from now on its entry callback is offered every
 /// call its filter selects. At most 16 users (`NoSpace`).
 pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
+    register_graphs(&[user])
+}
+
+/// Registers several graph users at once: each call their filters select
+/// is offered to every one of them from the same instant on (a traced
+/// call finds all of them or none), as several tracers started together
+/// expect. Their filters take effect (their sites patched) first, while
+/// no call can reach them yet. All or none: if one cannot be registered,
+/// none is (`NoSpace` if there are not enough free slots).
+pub fn register_graphs(users: &[&Arc<GraphUser>]) -> Result<(), GraphError> {
     let mut r = registry();
-    if user.slot().is_some() {
+    if users.iter().any(|u| u.slot().is_some()) {
         return Err(GraphError::AlreadyRegistered);
+    }
+    for (k, u) in users.iter().enumerate() {
+        if users[..k].iter().any(|v| Arc::ptr_eq(u, v)) {
+            return Err(GraphError::AlreadyRegistered);
+        }
     }
     thread_key();
     quiesce::init();
-    let next = r.next;
-    let i = r.lru[next];
-    if i < 0 {
+    let free = (0..MAX_USERS)
+        .filter(|k| r.lru[(r.next + k) % MAX_USERS] >= 0)
+        .count();
+    if users.len() > free {
         return Err(GraphError::NoSpace);
     }
-    let i = i as usize;
-    r.lru[next] = -1;
-    r.next = (r.next + 1) % MAX_USERS;
-    stack::zero_task_var_everywhere(i);
-    stack::prefill(crate::stop::MAX_THREADS.min(thread_count() + 8));
-    r.active += 1;
-    if r.active == 2 {
-        // Loop mode before any of the new user's sites is patched.
+    // Their filters in the core first (the manager's union, their sites
+    // patched): calls at those sites reach fgraph, which offers them to
+    // no new user yet. Loop mode before any site is patched for them.
+    if r.active + users.len() >= 2 {
         publish_sole(std::ptr::null_mut());
     }
-    // The user's words are published (Release) before ARRAY[i] makes it
-    // reachable: an entry that loads the user (Acquire) sees its slot,
-    // epoch and frame word. EPOCH: AcqRel, each registration a newer epoch
-    // than every frame a traced call may stamp before it loads it.
-    let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
-    SLOT_EPOCH[i].store(epoch, Ordering::Release);
-    user.frame_word.store(
-        stack::bitmap(stack::FRAME_WORDS, 1 << i, epoch),
-        Ordering::Release,
-    );
-    user.offer_word.store(i as u64 + 1, Ordering::Release);
-    user.slot.store(i as i32, Ordering::Release);
-    // Release: before ARRAY[i] and the words that name the slot.
-    SLOT_PRIVATE[i].store(user.private, Ordering::Release);
-    r.users[i] = Some(user.clone());
-    let ptr = Arc::as_ptr(user) as *mut GraphUser;
-    ARRAY[i].store(ptr, Ordering::Release);
-    // AcqRel: the slot's bit after its user (loop mode walks the bits and
-    // loads each user, Acquire).
-    OCCUPIED.fetch_or(1 << i, Ordering::AcqRel);
-    if let Err(e) = ftrace::register_subop(manager(), &user.subop) {
-        // Exact rollback.
-        ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
-        OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
-        r.users[i] = None;
-        user.slot.store(-1, Ordering::Release);
-        SLOT_EPOCH[i].store(u64::MAX, Ordering::Release);
-        r.active -= 1;
-        release_slot(&mut r, i);
-        quiesce::synchronize();
-        set_fast(&r);
-        return Err(GraphError::Core(e));
+    for (k, u) in users.iter().enumerate() {
+        if let Err(e) = ftrace::register_subop(manager(), &u.subop) {
+            // Exact rollback: the subops before leave again.
+            for v in &users[..k] {
+                let _ = ftrace::unregister_subop(manager(), &v.subop);
+            }
+            set_fast(&r);
+            return Err(GraphError::Core(e));
+        }
     }
+    let mut slots = Vec::with_capacity(users.len());
+    for _ in users {
+        let next = r.next;
+        slots.push(r.lru[next] as usize);
+        r.lru[next] = -1;
+        r.next = (r.next + 1) % MAX_USERS;
+    }
+    for &i in &slots {
+        stack::zero_task_var_everywhere(i);
+    }
+    stack::prefill(crate::stop::MAX_THREADS.min(thread_count() + 8));
+    r.active += users.len();
+    // One epoch for all of them. Each user's words are published
+    // (Release) before ARRAY[i] makes it reachable: an entry that loads the
+    // user (Acquire) sees its slot, epoch and frame word. EPOCH: AcqRel,
+    // each registration a newer epoch than every frame a traced call may
+    // stamp before it loads it.
+    let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
+    let mut bits = 0u32;
+    for (u, &i) in users.iter().zip(&slots) {
+        SLOT_EPOCH[i].store(epoch, Ordering::Release);
+        u.frame_word.store(
+            stack::bitmap(stack::FRAME_WORDS, 1 << i, epoch),
+            Ordering::Release,
+        );
+        u.offer_word.store(i as u64 + 1, Ordering::Release);
+        u.slot.store(i as i32, Ordering::Release);
+        // Release: before ARRAY[i] and the words that name the slot.
+        SLOT_PRIVATE[i].store(u.private, Ordering::Release);
+        r.users[i] = Some((*u).clone());
+        ARRAY[i].store(Arc::as_ptr(u) as *mut GraphUser, Ordering::Release);
+        bits |= 1 << i;
+    }
+    // AcqRel: the slots' bits after their users (loop mode walks the bits
+    // and loads each user, Acquire), all in one store: a traced call loads
+    // OCCUPIED once and finds every new user or none.
+    OCCUPIED.fetch_or(bits, Ordering::AcqRel);
     set_fast(&r);
     Ok(())
 }
@@ -259,34 +285,65 @@ pub fn register_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
 /// Unregisters a graph user. Returns once none of its callbacks runs or can
 /// start; frames it accepted return without calling it.
 pub fn unregister_graph(user: &Arc<GraphUser>) -> Result<(), GraphError> {
+    unregister_graphs(&[user])
+}
+
+/// Unregisters several graph users at once: no call is offered to any of
+/// them from the same instant on (a call entering finds all of them or
+/// none), after one grace period for all. Those not registered are passed
+/// over (`NotRegistered` if none is); the first error of the core is
+/// returned, every user having left.
+pub fn unregister_graphs(users: &[&Arc<GraphUser>]) -> Result<(), GraphError> {
     let mut r = registry();
-    let Some(i) = user.slot() else {
+    let mut gone: Vec<(&Arc<GraphUser>, usize)> = Vec::with_capacity(users.len());
+    for u in users {
+        if let Some(i) = u.slot() {
+            if !gone.iter().any(|&(_, j)| j == i) {
+                gone.push((u, i));
+            }
+        }
+    }
+    if gone.is_empty() {
         return Err(GraphError::NotRegistered);
-    };
+    }
     // The fast paths' words first (the sole user's and the multi path's;
     // Release, as in set_fast), so that every call goes the general way
-    // before the user leaves it: a thread that finds the user gone there
+    // before the users leave it: a thread that finds a user gone there
     // finds it gone on the fast paths too. In the other order a thread
     // could drop some of its frames' exits by the general way (ARRAY
     // empty: the frames an exception unwound) and then record a later
     // exit by a fast path still naming the user, out of its nesting. No
-    // call enters a fast path for this user after the grace period below.
+    // call enters a fast path for these users after the grace period
+    // below.
     publish_sole(std::ptr::null_mut());
     MULTI_FRAME_WORD.store(NO_FRAME_WORD, Ordering::Release);
-    // Then unreachable (Release: after the words above), then the bit: a
-    // traced call that still finds the bit finds no user; the grace period
-    // below waits out those that found it before.
-    ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
-    OCCUPIED.fetch_and(!(1 << i), Ordering::AcqRel);
-    r.active -= 1;
-    let res = ftrace::unregister_subop(manager(), &user.subop);
+    // Then unreachable (Release: after the words above), then their bits,
+    // all in one store: a traced call that still finds a bit finds no
+    // user; the grace period below waits out those that found them before.
+    let mut bits = 0u32;
+    for &(_, i) in &gone {
+        ARRAY[i].store(std::ptr::null_mut(), Ordering::Release);
+        bits |= 1 << i;
+    }
+    OCCUPIED.fetch_and(!bits, Ordering::AcqRel);
+    r.active -= gone.len();
+    let mut res = Ok(());
+    for &(u, _) in &gone {
+        let left = ftrace::unregister_subop(manager(), &u.subop);
+        if res.is_ok() {
+            res = left;
+        }
+    }
     quiesce::synchronize();
-    r.users[i] = None;
-    // Release: after the grace period no call uses the slot; a later
-    // registration publishes its own epoch before the slot is reachable.
-    SLOT_EPOCH[i].store(u64::MAX, Ordering::Release);
-    user.slot.store(-1, Ordering::Release);
-    release_slot(&mut r, i);
+    for &(u, i) in &gone {
+        r.users[i] = None;
+        // Release: after the grace period no call uses the slot; a later
+        // registration publishes its own epoch before the slot is
+        // reachable.
+        SLOT_EPOCH[i].store(u64::MAX, Ordering::Release);
+        u.slot.store(-1, Ordering::Release);
+        release_slot(&mut r, i);
+    }
     set_fast(&r);
     res.map_err(GraphError::Core)
 }

@@ -147,22 +147,17 @@ pub(crate) fn start(
     let users: Vec<&Arc<GraphUser>> = rec.tracers.iter().map(|t| &t.user).collect();
     // `--disable`: paused before any site is patched.
     let paused = control.is_some_and(|c| c.start_disabled);
-    for (k, u) in users.iter().enumerate() {
-        let registered = (if paused {
-            ftrace::set_paused(u.filter(), true).map_err(|e| e.to_string())
-        } else {
-            Ok(())
-        })
-        .and_then(|()| fgraph::register_graph(u).map_err(|e| e.to_string()));
-        if let Err(e) = registered {
-            // Those registered leave again; the instances are given back.
-            for v in &users[..k] {
-                let _ = fgraph::unregister_graph(v);
-            }
-            rec.stopped.store(true, Ordering::Relaxed);
-            release(&rec);
-            return Err(e);
-        }
+    // All at once: every tracer is offered the same calls from the same
+    // instant on.
+    let registered = (users.iter())
+        .filter(|_| paused)
+        .try_for_each(|u| ftrace::set_paused(u.filter(), true).map_err(|e| e.to_string()))
+        .and_then(|()| fgraph::register_graphs(&users).map_err(|e| e.to_string()));
+    if let Err(e) = registered {
+        // The instances are given back.
+        rec.stopped.store(true, Ordering::Relaxed);
+        release(&rec);
+        return Err(e);
     }
     live().push(rec.clone());
     if metadata_now {
@@ -562,10 +557,13 @@ pub(crate) fn stop(rec: &Arc<Recording>) {
     if rec.stopped.swap(true, Ordering::AcqRel) {
         return;
     }
-    for t in &rec.tracers {
-        if let Err(e) = fgraph::unregister_graph(&t.user) {
-            crate::say!("shadowgraph: {}: {e}", t.dir.display());
-        }
+    // All at once: no tracer is offered a call the others are not.
+    let users: Vec<&Arc<GraphUser>> = rec.tracers.iter().map(|t| &t.user).collect();
+    if let Err(e) = fgraph::unregister_graphs(&users) {
+        let dirs: Vec<String> = (rec.tracers.iter())
+            .map(|t| t.dir.display().to_string())
+            .collect();
+        crate::say!("shadowgraph: {}: {e}", dirs.join(", "));
     }
     release(rec);
     live().retain(|r| !Arc::ptr_eq(r, rec));

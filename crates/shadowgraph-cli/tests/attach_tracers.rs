@@ -1,0 +1,44 @@
+//! `record -p PID --tracer …`: several tracers of one attached recording,
+//! beside another recording of the same process.
+
+mod common;
+
+use common::attach::*;
+use common::*;
+
+/// The tracers of one recording start and end together: a tracer with
+/// `filter=mid` records as many calls of mid as one without a filter
+/// beside it, whether its recording is the process's first or comes
+/// while another one records (their tracers then join the graph users
+/// already there). Three threads call mid ten times between short naps.
+#[test]
+fn a_recordings_tracers_start_and_end_together() {
+    let dir = workdir("attach_tracers_together");
+    let exe = build_fixture_with(&dir, "busy", "attach_busy.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let tracers = ["--tracer", "all", "--tracer", "mid:filter=mid"];
+    let first = record_p_spawn(&pid, &[&["--duration", "1s"][..], &tracers].concat(), &a);
+    wait_entry(child.id(), &exe, "mid", true);
+    let o = record_p(&pid, &[&["--duration", "300ms"][..], &tracers].concat(), &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    for d in [&a, &b] {
+        let all = report_rows(&report_text(&d.join("all")));
+        let mid = report_rows(&report_text(&d.join("mid")));
+        // (A call under way when the users are published, or when they
+        // leave, may be offered to one of them and not the other: a
+        // few nanoseconds' window, in each of the threads.)
+        let (n, m) = (all["mid"].2, mid["mid"].2);
+        assert!(
+            n > 1000 && n.abs_diff(m) <= 4,
+            "{}: {all:?} {mid:?}",
+            d.display()
+        );
+        nests_exactly(&d.join("all"));
+        nests_exactly(&d.join("mid"));
+    }
+    assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
+}
