@@ -42,3 +42,38 @@ fn a_recordings_tracers_start_and_end_together() {
     }
     assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
 }
+
+/// A recording attaches beside one with a function filter while every
+/// thread of the program sleeps most of the time in a system call under
+/// the filtered function: their stacks hold, in slots the sleeping
+/// frames never wrote, return addresses the agent's code pushed there
+/// while it ran deeper, which do not keep the recording from finding a
+/// thread to start it.
+#[test]
+fn a_recording_attaches_beside_a_filtered_one_while_threads_sleep() {
+    let dir = workdir("attach_beside_filtered");
+    let exe = build_fixture_with(&dir, "rounds", "attach_rounds.c", &["-pthread"]);
+    // (It ends by itself, after 3 s.)
+    let (mut child, mut out) = start_target(&exe, &["3000"]);
+    let pid = child.id().to_string();
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let first = record_p_spawn(&pid, &["--duration", "1s", "-F", "round_"], &a);
+    wait_entry(child.id(), &exe, "round_", true);
+    let o = record_p(&pid, &["--duration", "200ms"], &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    for d in [&a, &b] {
+        let rows = report_rows(&report_text(d));
+        assert!(
+            rows["round_"].2 > 5 && rows["mid"].2 > 1000,
+            "{}: {rows:?}",
+            d.display()
+        );
+        nests_exactly(d);
+    }
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(rest, "done\n");
+}

@@ -234,20 +234,27 @@ fn agent_code(pid: i32) -> Result<Vec<(u64, u64)>, AttachError> {
 }
 
 /// A thread of process `pid`, whose agent is loaded already, held stopped
-/// where it runs none of the agent's code (its pc, and every word of the
-/// top 64 KiB of its stack, outside the agent; not one of the agent's own
+/// where it runs none of the agent's code (not one of the agent's own
 /// threads): the agent's code it is made to call may then take the
-/// agent's locks. Tried for 2 s.
+/// agent's locks. Preferably one whose pc, and every word of the top 64
+/// KiB of its stack, lie outside the agent; after 200 ms without one,
+/// one whose words inside the agent are all stale ([`returns_into`]):
+/// a thread blocked in a system call keeps, in slots its frames never
+/// wrote, return addresses the agent's code pushed there while it ran
+/// deeper in an earlier traced call, which would otherwise hold every
+/// thread of a program that sleeps there off for as long as it does.
+/// Tried for 2 s.
 fn hold_outside_agent(pid: i32) -> Result<Stopped, AttachError> {
     let code = agent_code(pid)?;
     let started = std::time::Instant::now();
     loop {
+        let lenient = started.elapsed() > std::time::Duration::from_millis(200);
         for tid in task_ids(pid)? {
             if is_agent_thread(pid, tid) {
                 continue;
             }
             let Ok(t) = Stopped::seize(tid) else { continue };
-            if !stopped_in(&t, &code) {
+            if !stopped_in(&t, &code) || (lenient && !returns_into(&t, &code)) {
                 return Ok(t);
             }
         }
@@ -264,6 +271,46 @@ fn hold_outside_agent(pid: i32) -> Result<Stopped, AttachError> {
 /// Whether stopped thread `t` runs code in `ranges`, or returns to some:
 /// its pc, or a word of the top 64 KiB of its stack, is inside one.
 pub(crate) fn stopped_in(t: &Stopped, ranges: &[(u64, u64)]) -> bool {
+    stack_words_in(t, ranges, |_| true)
+}
+
+/// Whether stopped thread `t` runs the agent's code (`ranges`) or may
+/// return to it: its pc is inside, or a word of the top 64 KiB of its
+/// stack is a return address there that can be live. A word that follows
+/// a direct call from the agent's code to its own code (not to a PLT
+/// stub, through which it calls out) is not: had that call not
+/// returned, the thread would be in the agent's code, or in code the
+/// agent called out to, whose return address is another such word.
+fn returns_into(t: &Stopped, ranges: &[(u64, u64)]) -> bool {
+    let inside = |w: u64| ranges.iter().any(|&(lo, hi)| lo <= w && w < hi);
+    let read = |at: u64, out: &mut [u8]| inject::read_some(t.tid(), at, out) == out.len();
+    stack_words_in(t, ranges, |w| {
+        let mut call = [0u8; 5];
+        // A direct call (E8 rel32) just before the word, inside the agent.
+        if !inside(w.wrapping_sub(5)) || !read(w - 5, &mut call) || call[0] != 0xe8 {
+            return true;
+        }
+        let rel = i32::from_le_bytes(call[1..].try_into().expect("4 bytes"));
+        let target = w.wrapping_add_signed(rel.into());
+        let mut head = [0u8; 8];
+        if !inside(target) || !read(target, &mut head) {
+            return true;
+        }
+        // A PLT stub: [endbr64] [bnd] jmp [rip + GOT slot].
+        let mut code = &head[..];
+        if code.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]) {
+            code = &code[4..];
+        }
+        if code.starts_with(&[0xf2]) {
+            code = &code[1..];
+        }
+        code.starts_with(&[0xff, 0x25])
+    })
+}
+
+/// Whether stopped thread `t`'s pc is in `ranges`, or a word of the top
+/// 64 KiB of its stack is and `counts` says it counts.
+fn stack_words_in(t: &Stopped, ranges: &[(u64, u64)], counts: impl Fn(u64) -> bool) -> bool {
     let inside = |w: u64| ranges.iter().any(|&(lo, hi)| lo <= w && w < hi);
     let Ok((pc, sp)) = t.context() else {
         return true;
@@ -275,7 +322,8 @@ pub(crate) fn stopped_in(t: &Stopped, ranges: &[(u64, u64)]) -> bool {
     inside(pc)
         || stack[..got]
             .chunks_exact(8)
-            .any(|w| inside(u64::from_le_bytes(w.try_into().expect("8 bytes"))))
+            .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+            .any(|w| inside(w) && counts(w))
 }
 
 /// The code of process `pid` that runs with a lock of the loader's taken:
