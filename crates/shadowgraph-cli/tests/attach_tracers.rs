@@ -48,7 +48,7 @@ fn a_recordings_tracers_start_and_end_together() {
 /// the filtered function: their stacks hold, in slots the sleeping
 /// frames never wrote, return addresses the agent's code pushed there
 /// while it ran deeper, which do not keep the recording from finding a
-/// thread to start it.
+/// thread to start it. `info` says why neither knows the exit status.
 #[test]
 fn a_recording_attaches_beside_a_filtered_one_while_threads_sleep() {
     let dir = workdir("attach_beside_filtered");
@@ -71,6 +71,14 @@ fn a_recording_attaches_beside_a_filtered_one_while_threads_sleep() {
             d.display()
         );
         nests_exactly(d);
+        // Not ours to see: the process is not `record`'s child.
+        assert!(
+            view_text("info", d).contains(
+                "exit status         : unknown (a running process, attached to by `record -p`)"
+            ),
+            "{}",
+            d.display()
+        );
     }
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();

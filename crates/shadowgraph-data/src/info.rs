@@ -43,9 +43,14 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
         line(out, "pattern", get("pattern_type").unwrap_or("regex"))?;
         let raw: i32 = get("exit_status").and_then(|v| v.parse().ok()).unwrap_or(0);
         // Our recordings note the wait status when it is known (not for a
-        // program that another process of the run started by exec).
+        // process attached to, nor for a program that another process of
+        // the run started by exec).
         let status = if get("raw0").is_some() && get("exit_raw").is_none() {
-            "unknown (a process the recorded program started)".to_string()
+            match get("attached") {
+                Some(_) => "unknown (a running process, attached to by `record -p`)",
+                None => "unknown (a process the recorded program started)",
+            }
+            .to_string()
         } else if (raw & 0x7f) != 0 && (raw & 0x7f) != 0x7f {
             // A wait status (wait(2)): the low 7 bits are the signal that
             // ended the process, 0 for an exit, whose code is bits 8..15.

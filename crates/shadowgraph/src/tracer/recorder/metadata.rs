@@ -79,6 +79,11 @@ fn write(
             None => info.set("cmdline", cmd.join(" ")),
         }
         info.set("pid", std::process::id());
+        if crate::stop::signal_free() {
+            // Joined while it ran (`record -p`): its exit is not the
+            // recording's to see.
+            info.set("attached", 1);
+        }
         let unmatched = super::unmatched::kept();
         if !unmatched.is_empty() {
             info.set("unmatched", unmatched);
