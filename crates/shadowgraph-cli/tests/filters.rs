@@ -470,6 +470,10 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
             &["-t", "1ms", "--tracer", "a"][..],
             "give filters inside each tracer",
         ),
+        (
+            &["--tracer", "a", "--tracer", "a:depth=2"][..],
+            "tracer `a` is named twice: each tracer records into a directory of its own",
+        ),
     ] {
         let o = shadowgraph()
             .args(["record", "--no-libcall", "--no-sched"])

@@ -582,6 +582,15 @@ impl Config {
                 "several tracers each need a name (their directories)".into(),
             ));
         }
+        for (k, t) in r.tracers.iter().enumerate() {
+            if let Some(n) = &t.name {
+                if r.tracers[..k].iter().any(|u| u.name.as_ref() == Some(n)) {
+                    return Err(ConfigError(format!(
+                        "tracer `{n}` is named twice: each tracer records into a directory of its own"
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -635,6 +644,20 @@ mod tests {
         }
         let e = Config::parse(&bad.to_env_value()).unwrap_err();
         assert!(e.0.contains("bad pattern `[abc`"), "{e}");
+        // Two tracers of one name would write one directory.
+        let mut twice = c.clone();
+        if let Mode::Record(r) = &mut twice.mode {
+            r.tracers = ["a", "b", "a"]
+                .map(|n| Tracer {
+                    name: Some(n.into()),
+                    ..Default::default()
+                })
+                .to_vec();
+        }
+        assert_eq!(
+            twice.check().unwrap_err().0,
+            "tracer `a` is named twice: each tracer records into a directory of its own"
+        );
         assert!(Config::parse("{\"mode\":1}")
             .unwrap_err()
             .0
