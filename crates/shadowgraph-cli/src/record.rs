@@ -6,6 +6,7 @@ use crate::launch::{agent_path, check_program, exit_code, find_program, preload}
 use crate::options::RecordOptions;
 use shadowgraph::config;
 use shadowgraph::record::collect;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::Ordering;
@@ -506,11 +507,22 @@ fn prepare_unstarted(
 ) -> Result<Prepared<collect::Collector>, String> {
     if data.exists() {
         let old = PathBuf::from(format!("{}.old", data.display()));
+        // A recording under way keeps writing where it is: neither moved
+        // aside (its files and its metadata would part) nor removed.
+        for d in [data, old.as_path()] {
+            if recording_into(d) {
+                return Err(format!(
+                    "{}: a recording is under way into it; give another directory (-d)",
+                    d.display()
+                ));
+            }
+        }
         let _ = std::fs::remove_dir_all(&old);
         std::fs::rename(data, &old)
             .map_err(|e| format!("cannot move {} aside: {e}", data.display()))?;
     }
     std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    hold_while_recording(data)?;
     let abs = std::fs::canonicalize(data).map_err(|e| format!("{}: {e}", data.display()))?;
     let names = opts.tracer_names();
     // Each instance's place in a recording directory (and in a session's).
@@ -548,6 +560,35 @@ fn prepare_unstarted(
         config,
         collector,
     })
+}
+
+/// Marks the data directory `data` as one a recording writes into, until
+/// this process ends: an exclusive `flock` on the directory, which the
+/// kernel drops when the process does, however it ends.
+fn hold_while_recording(data: &Path) -> Result<(), String> {
+    let d = std::fs::File::open(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(d.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "{}: a recording is under way into it; give another directory (-d)",
+            data.display()
+        ));
+    }
+    // Held as long as the process lives (closed on exec: no program it
+    // starts holds it).
+    std::mem::forget(d);
+    Ok(())
+}
+
+/// Whether a recording is writing into the directory `d` (another
+/// process holds [`hold_while_recording`]'s lock on it).
+fn recording_into(d: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(d) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own; released when it closes.
+    let busy = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0;
+    busy && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
 }
 
 /// `record --srcline` (and `-a`): beside each traced object's `.sym`, a

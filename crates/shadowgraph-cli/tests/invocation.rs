@@ -490,3 +490,76 @@ fn logfile_and_verbose_as_uftraces() {
     let o = record_run(&[], &[], &data, &exe, &[]);
     assert!(!text(&o).1.contains("debug:"));
 }
+
+/// A data directory a recording is writing into is neither moved aside
+/// nor removed by another `record` (uftrace's way with an existing one,
+/// which would part the first recording's files from its metadata): the
+/// second is refused, clearly, and the first ends whole. Once it has
+/// ended, the directory is moved aside as any other.
+#[test]
+fn a_directory_being_recorded_into_is_left_alone() {
+    let dir = workdir("busy_data_dir");
+    let exe = build_fixture_with(&dir, "target", "attach_target.c", &["-pthread"]);
+    let data = dir.join("x.data");
+    // (The target runs until a byte arrives on its stdin, which is
+    // `record`'s.)
+    let mut first = shadowgraph()
+        .args(["record", "--no-libcall", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(first.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    for d in [&data, &dir.join("x.data.old")] {
+        if d.ends_with("x.data.old") {
+            // (A recording under way in DIR.old, which a new recording
+            // into DIR would remove: made by moving the first one aside,
+            // DIR an old one.)
+            std::fs::rename(&data, d).unwrap();
+            std::fs::create_dir(&data).unwrap();
+        }
+        let o = shadowgraph()
+            .args(["record", "-d"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .arg("1")
+            .output()
+            .unwrap();
+        let err = text(&o).1;
+        assert!(!o.status.success(), "{err}");
+        assert!(
+            err.contains(&format!(
+                "{}: a recording is under way into it; give another directory (-d)",
+                d.display()
+            )),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir(&data).unwrap();
+    std::fs::rename(dir.join("x.data.old"), &data).unwrap();
+    std::io::Write::write_all(first.stdin.as_mut().unwrap(), b"x").unwrap();
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let rows = report_rows(&report_text(&data));
+    assert!(rows["mid"].2 > 0, "{rows:?}");
+    // Ended: moved aside by the next recording.
+    let o = shadowgraph()
+        .args(["record", "--no-libcall", "-d"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let old = report_rows(&report_text(&dir.join("x.data.old")));
+    assert_eq!(old["mid"].2, rows["mid"].2);
+}
