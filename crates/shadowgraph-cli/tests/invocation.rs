@@ -517,6 +517,17 @@ fn a_directory_being_recorded_into_is_left_alone() {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     assert_eq!(line, "ready\n");
+    // Another recording into the same directory (the target runs 1 ms).
+    let another = || {
+        shadowgraph()
+            .args(["record", "--no-libcall", "-d"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .arg("1")
+            .output()
+            .unwrap()
+    };
     for d in [&data, &dir.join("x.data.old")] {
         if d.ends_with("x.data.old") {
             // (A recording under way in DIR.old, which a new recording
@@ -525,14 +536,7 @@ fn a_directory_being_recorded_into_is_left_alone() {
             std::fs::rename(&data, d).unwrap();
             std::fs::create_dir(&data).unwrap();
         }
-        let o = shadowgraph()
-            .args(["record", "-d"])
-            .arg(&data)
-            .arg("--")
-            .arg(&exe)
-            .arg("1")
-            .output()
-            .unwrap();
+        let o = another();
         let err = text(&o).1;
         assert!(!o.status.success(), "{err}");
         assert!(
@@ -551,14 +555,7 @@ fn a_directory_being_recorded_into_is_left_alone() {
     let rows = report_rows(&report_text(&data));
     assert!(rows["mid"].2 > 0, "{rows:?}");
     // Ended: moved aside by the next recording.
-    let o = shadowgraph()
-        .args(["record", "--no-libcall", "-d"])
-        .arg(&data)
-        .arg("--")
-        .arg(&exe)
-        .arg("1")
-        .output()
-        .unwrap();
+    let o = another();
     assert!(o.status.success(), "{}", text(&o).1);
     let old = report_rows(&report_text(&dir.join("x.data.old")));
     assert_eq!(old["mid"].2, rows["mid"].2);
