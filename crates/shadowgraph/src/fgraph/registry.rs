@@ -225,6 +225,7 @@ pub fn register_graphs(users: &[&Arc<GraphUser>]) -> Result<(), GraphError> {
     if users.len() > free {
         return Err(GraphError::NoSpace);
     }
+    stack::prefill(crate::stop::MAX_THREADS.min(thread_count() + 8));
     // Their filters in the core first (the manager's union, their sites
     // patched): calls at those sites reach fgraph, which offers them to
     // no new user yet. Loop mode before any site is patched for them.
@@ -251,7 +252,6 @@ pub fn register_graphs(users: &[&Arc<GraphUser>]) -> Result<(), GraphError> {
     for &i in &slots {
         stack::zero_task_var_everywhere(i);
     }
-    stack::prefill(crate::stop::MAX_THREADS.min(thread_count() + 8));
     r.active += users.len();
     // One epoch for all of them. Each user's words are published
     // (Release) before ARRAY[i] makes it reachable: an entry that loads the
