@@ -511,10 +511,7 @@ fn prepare_unstarted(
         // aside (its files and its metadata would part) nor removed.
         for d in [data, old.as_path()] {
             if recording_into(d) {
-                return Err(format!(
-                    "{}: a recording is under way into it; give another directory (-d)",
-                    d.display()
-                ));
+                return Err(under_way(d));
             }
         }
         let _ = std::fs::remove_dir_all(&old);
@@ -569,15 +566,20 @@ fn hold_while_recording(data: &Path) -> Result<(), String> {
     let d = std::fs::File::open(data).map_err(|e| format!("{}: {e}", data.display()))?;
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(d.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(format!(
-            "{}: a recording is under way into it; give another directory (-d)",
-            data.display()
-        ));
+        return Err(under_way(data));
     }
     // Held as long as the process lives (closed on exec: no program it
     // starts holds it).
     std::mem::forget(d);
     Ok(())
+}
+
+/// Why a recording cannot be made in `d`: another one writes into it.
+fn under_way(d: &Path) -> String {
+    format!(
+        "{}: a recording is under way into it; give another directory (-d)",
+        d.display()
+    )
 }
 
 /// Whether a recording is writing into the directory `d` (another

@@ -262,19 +262,16 @@ pub(crate) fn add_library_calls(mode: LibCalls) -> Result<(), String> {
     let _turn = changing();
     // By path: a library calls' module has a bias of its own (its
     // thunks' arena), not its object's.
-    let has_calls = |p: &Path, _: usize| ftrace::has_module_path(&libcall::module_path(p));
+    let has_calls = |p: &Path| ftrace::has_module_path(&libcall::module_path(p));
     let traced: Vec<(PathBuf, usize)> = ftrace::objects();
     let others: Vec<(PathBuf, usize)> = match mode {
         LibCalls::Nested => process::loaded_objects(),
         _ => Vec::new(),
     };
-    let others: Vec<(PathBuf, usize)> = others
-        .into_iter()
-        .filter(|(p, b)| !has_calls(p, *b))
-        .collect();
+    let others: Vec<(PathBuf, usize)> = others.into_iter().filter(|(p, _)| !has_calls(p)).collect();
     let traced: Vec<(&Path, usize)> = traced
         .iter()
-        .filter(|(p, b)| !has_calls(p, *b))
+        .filter(|(p, _)| !has_calls(p))
         .map(|(p, b)| (p.as_path(), *b))
         .collect();
     let mods = calls_of(mode, &traced, &others);
