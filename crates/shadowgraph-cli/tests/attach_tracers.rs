@@ -85,3 +85,139 @@ fn a_recording_attaches_beside_a_filtered_one_while_threads_sleep() {
     assert!(child.wait().unwrap().success());
     assert_eq!(rest, "done\n");
 }
+
+/// Two recordings attached one beside the other share one fused path (one
+/// frame and one clock read per call for both, a record in each ring):
+/// the second says so, and while both record, each thread's calls are
+/// the same in the two, call for call. The windows compared are cut in
+/// the threads' naps, so that the two recordings' own conversions of the
+/// same clock (a few hundred nanoseconds apart) cut them alike.
+#[test]
+fn recordings_attached_beside_each_other_share_the_fused_path() {
+    let dir = workdir("attach_beside_shared");
+    let exe = build_fixture_with(&dir, "busy", "attach_busy.c", &["-pthread"]);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let first = record_p_spawn(&pid, &["--duration", "1s"], &a);
+    wait_entry(child.id(), &exe, "mid", true);
+    let o = record_p(&pid, &["--duration", "300ms"], &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
+    let info = view_text("info", &b);
+    assert!(
+        info.contains("record path         : fused (several tracers"),
+        "{info}"
+    );
+    nests_exactly(&a);
+    nests_exactly(&b);
+    let (da, db) = (
+        shadowgraph_data::dir::DataDir::open(&a).unwrap(),
+        shadowgraph_data::dir::DataDir::open(&b).unwrap(),
+    );
+    let calls = |d: &shadowgraph_data::dir::DataDir, tid: i32| -> Vec<(u64, u8, u64)> {
+        use shadowgraph_data::format::Kind;
+        (records_of(d, tid).unwrap().into_iter())
+            .filter(|r| matches!(r.kind, Kind::Entry | Kind::Exit))
+            .map(|r| (r.time, r.kind as u8, r.addr))
+            .collect()
+    };
+    let mut compared = 0;
+    for &tid in &db.tids {
+        let (ra, rb) = (calls(&da, tid), calls(&db, tid));
+        if rb.len() < 1000 {
+            continue;
+        }
+        // Inside both, 2 ms from either end, cut in a nap of the first's
+        // (20 µs or more without a record).
+        let lo = rb[0].0 + 2_000_000;
+        let hi = rb.last().unwrap().0.min(ra.last().unwrap().0) - 2_000_000;
+        let naps: Vec<u64> = (ra.windows(2))
+            .filter(|w| w[1].0 - w[0].0 > 20_000 && w[0].0 > lo && w[1].0 < hi)
+            .map(|w| (w[0].0 + w[1].0) / 2)
+            .collect();
+        assert!(naps.len() >= 2, "thread {tid}: no naps in {lo}..{hi}");
+        let (from, to) = (naps[0], *naps.last().unwrap());
+        let within = |r: &Vec<(u64, u8, u64)>| -> Vec<(u8, u64)> {
+            (r.iter())
+                .filter(|c| c.0 > from && c.0 < to)
+                .map(|c| (c.1, c.2))
+                .collect()
+        };
+        let (wa, wb) = (within(&ra), within(&rb));
+        assert!(wa.len() > 500, "thread {tid}: {} records", wa.len());
+        assert!(
+            wa == wb,
+            "thread {tid}: {} records against {}",
+            wa.len(),
+            wb.len()
+        );
+        compared += 1;
+    }
+    assert!(compared >= 2, "{compared} threads compared");
+}
+
+/// A paused recording stays paused beside another: the shared fused path
+/// runs only while every recording's filter selects the same functions,
+/// and a paused one selects none. The first recording records, is paused
+/// (`--control`), then a second records beside it; the first records
+/// nothing after its pause, and the second runs the callbacks' way.
+#[test]
+fn a_paused_recording_records_nothing_beside_another() {
+    use std::io::{BufRead, Write};
+    let dir = workdir("attach_beside_paused");
+    let exe = build_fixture_with(&dir, "busy", "attach_busy.c", &["-pthread"]);
+    let (ctl, ack) = (dir.join("ctl"), dir.join("ack"));
+    for p in [&ctl, &ack] {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+    // Read-write: opening never blocks, whoever comes first.
+    let acks = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&ack)
+        .unwrap();
+    let mut acks = std::io::BufReader::new(acks);
+    let (mut child, mut out) = start_target(&exe, &[]);
+    let pid = child.id().to_string();
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let control = format!("{},{}", ctl.display(), ack.display());
+    let first = record_p_spawn(&pid, &["--duration", "2s", "--control", &control], &a);
+    wait_entry(child.id(), &exe, "mid", true);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let mut f = std::fs::OpenOptions::new().write(true).open(&ctl).unwrap();
+    writeln!(f, "disable").unwrap();
+    let mut line = String::new();
+    acks.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ack");
+    let o = record_p(&pid, &["--duration", "300ms"], &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
+    let info = view_text("info", &b);
+    assert!(info.contains("record path         : general"), "{info}");
+    let rows = report_rows(&report_text(&b));
+    assert!(rows["mid"].2 > 1000, "{rows:?}");
+    nests_exactly(&b);
+    nests_exactly(&a);
+    // Every record of the first is older than the second's first.
+    let last_first = |d: &std::path::Path, last: bool| -> u64 {
+        let d = shadowgraph_data::dir::DataDir::open(d).unwrap();
+        let times =
+            (d.tids.iter()).flat_map(|&t| records_of(&d, t).unwrap().into_iter().map(|r| r.time));
+        match last {
+            true => times.max().unwrap(),
+            false => times.min().unwrap(),
+        }
+    };
+    let (end_a, start_b) = (last_first(&a, true), last_first(&b, false));
+    assert!(
+        end_a < start_b,
+        "the first's last record {end_a}, the second's first {start_b}"
+    );
+}

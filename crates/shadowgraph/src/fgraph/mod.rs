@@ -40,8 +40,8 @@ pub(crate) use entry::manager_tramp_entry;
 pub use jumps::{finished_at_once_body, returns_twice_body};
 pub(crate) use layout::graph_asm;
 pub(crate) use registry::{
-    chosen_site_entry, general_site_path, manager_made, register_multi_path, register_sole_path,
-    SolePath,
+    chosen_site_entry, general_site_path, manager_made, multi_path_is, multi_path_live,
+    register_multi_path, register_sole_path, SolePath,
 };
 pub use registry::{
     register_graph, register_graphs, set_site_stubs, unregister_graph, unregister_graphs,

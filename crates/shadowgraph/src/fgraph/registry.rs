@@ -10,7 +10,7 @@ use super::stack::{self};
 use super::state::{
     forget_event_time, init_tp_offsets, ARRAY, EPOCH, FAST, MULTI_ENTRY, MULTI_FRAME_WORD,
     MULTI_RETURN, NO_FRAME_WORD, OCCUPIED, SLOT_EPOCH, SLOT_PRIVATE, SOLE_FRAME_WORD,
-    SOLE_HIJACKED_RETURN, SOLE_PROVIDED,
+    SOLE_HIJACKED_RETURN, SOLE_PROVIDED, USERS_AGREE,
 };
 use super::thread::thread_key;
 use super::user::{GraphError, GraphUser, MAX_USERS};
@@ -104,6 +104,21 @@ pub(crate) fn register_multi_path(entry: usize, ret: usize) -> bool {
     true
 }
 
+/// Whether `entry` is the registered multi path ([`register_multi_path`]
+/// took it before).
+pub(crate) fn multi_path_is(entry: usize) -> bool {
+    // Relaxed: registered once, before the first user; the word that
+    // sends calls to it is published later (set_fast, Release).
+    entry != 0 && MULTI_ENTRY.load(Ordering::Relaxed) == entry
+}
+
+/// Whether the multi path stands in for the registered users now: a
+/// description (users may come and go, filters change), not a promise.
+pub(crate) fn multi_path_live() -> bool {
+    // Relaxed: a description, read once.
+    MULTI_FRAME_WORD.load(Ordering::Relaxed) != NO_FRAME_WORD && USERS_AGREE.load(Ordering::Relaxed)
+}
+
 /// fgraph's own site entry and return (the callbacks' way), for a
 /// [`SolePath`] whose calls must take it where its own code cannot run.
 pub(crate) fn general_site_path() -> (usize, usize) {
@@ -191,8 +206,20 @@ pub(super) fn manager() -> &'static Arc<Ops> {
             path.trampoline_entry,
             site,
             alt,
+            users_agree,
         )
     })
+}
+
+/// The manager's subops (the users' filters) select the same sites, or
+/// not: told by the core whenever they or their sets change.
+fn users_agree(agree: bool) {
+    // Relaxed: a registration joins the users' subops (here) before it
+    // publishes them by the Release store of MULTI_FRAME_WORD, which the
+    // site entry loads before this word (x86 keeps loads in order); a
+    // filter changed under registered users reaches the traced calls
+    // over the time its pair and the sites' patches take anyway.
+    USERS_AGREE.store(agree, Ordering::Relaxed);
 }
 
 /// Registers a graph user: from now on its entry callback is offered every

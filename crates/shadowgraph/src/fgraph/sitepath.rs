@@ -10,7 +10,7 @@ use super::ret::{graph_return, restore_ret_regs, return_all, save_ret_regs};
 use super::stack::{self, ThreadState};
 use super::state::{
     EPOCH, FAST, MANY, MULTI_ENTRY, MULTI_FRAME_WORD, MULTI_RETURN, NO_FRAME_WORD, TP_LOCAL,
-    TP_THREAD,
+    TP_THREAD, USERS_AGREE,
 };
 use super::user::{GraphEntry, GraphReturn, GraphUser, RetRegs};
 use crate::ftrace::local::CoreLocal;
@@ -457,8 +457,12 @@ super::layout::graph_asm!(
     restore_ret_regs!(),
     "push r11",
     "ret",
-    // (Out of the way: the multi path's entry and return.)
+    // (Out of the way: the multi path's entry and return; its entry only
+    // while every user's filter selects the same sites, so that the call
+    // is one each of them wants.)
     "95:",
+    "cmp byte ptr [rip + {users_agree}], 0",
+    "je shadowgraph_graph_site_entry_body",
     "jmp qword ptr [rip + {multi_entry}]",
     "96:",
     "jmp qword ptr [rip + {multi_return}]",
@@ -527,6 +531,7 @@ super::layout::graph_asm!(
     multi_word = sym MULTI_FRAME_WORD,
     no_frame_word = const NO_FRAME_WORD as i64,
     multi_entry = sym MULTI_ENTRY,
+    users_agree = sym USERS_AGREE,
     multi_return = sym MULTI_RETURN,
     tp_local = sym TP_LOCAL,
     tp_thread = sym TP_THREAD,

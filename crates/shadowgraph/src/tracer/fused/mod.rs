@@ -332,10 +332,16 @@ pub(super) static TP_BY_SLOT: AtomicI64 = AtomicI64::new(0);
 
 /// Makes the multi path available: fgraph hands calls over to it while
 /// every registered user (two or more) was marked by
-/// [`let_multi_stand_in`]. Before the first graph user registers; false
-/// (nothing changed) when records are not timed by the TSC or a user
-/// registered already.
+/// [`let_multi_stand_in`]. Before the first graph user registers, or
+/// after, if it was made available then: a recording attached beside
+/// another shares the path with it. False (nothing changed) when records
+/// are not timed by the TSC, or a user registered before it was made
+/// available.
 pub fn enable_multi() -> bool {
+    let entry = shadowgraph_fused_multi_entry as *const () as usize;
+    if fgraph::multi_path_is(entry) {
+        return true;
+    }
     if !clock::uses_tsc() || fgraph::manager_made() {
         return false;
     }
@@ -351,10 +357,7 @@ pub fn enable_multi() -> bool {
     );
     RSEQ_CS.store(rseq_cs_offset().unwrap_or(0), Ordering::Relaxed);
     fgraph::init_tp_offsets();
-    fgraph::register_multi_path(
-        shadowgraph_fused_multi_entry as *const () as usize,
-        shadowgraph_fused_multi_return as *const () as usize,
-    )
+    fgraph::register_multi_path(entry, shadowgraph_fused_multi_return as *const () as usize)
 }
 
 /// Each recording instance's depth limit on the multi path (0: none):

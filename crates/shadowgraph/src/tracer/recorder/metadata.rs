@@ -128,8 +128,10 @@ fn write(
         if writer::writer_gave_up(i) {
             info.set("writer_gave_up", 1);
         }
-        let fused = t.fused || t.multi;
-        let path = match (t.fused, t.multi) {
+        // Relaxed: set before the recording is published (live()).
+        let multi = t.multi.load(Ordering::Relaxed);
+        let fused = t.fused || multi;
+        let path = match (t.fused, multi) {
             (true, _) => "fused",
             (_, true) => "fused-multi",
             _ => "general",

@@ -72,9 +72,11 @@ pub(crate) fn start(
         ticks_per_ns: metadata::take_early_calibration_point(),
         args: args::ArgTable::new(&r.argspec, &r.retspec, r.auto_args)?.map(Arc::new),
         libcalls: r.libcalls != config::LibCalls::Off,
-        // Several tracers from the start: the plain ones among them may
-        // share one fused path (the path is used only if all are plain).
-        multi: r.fused && !alone && fused::enable_multi(),
+        // The plain tracers (and those with graph filters alone) may
+        // share one fused path: several of a recording from the start, or
+        // of recordings attached beside one another (the path is used
+        // while every registered user lets it, from the second on).
+        multi: r.fused && fused::enable_multi(),
         signals: !r.signals.is_empty(),
         watch_cpu: r.watch_cpu,
         sites,
@@ -125,15 +127,7 @@ pub(crate) fn start(
         .map(|t| t.inst)
         .collect();
     writer::set_siblings(&recorders);
-    // The multi path runs only while every registered user lets it.
-    let multi = shared.multi && tracers.iter().all(|t| t.user.multi_path_stands_in());
-    let tracers: Vec<Arc<Tracer>> = tracers
-        .into_iter()
-        .map(|mut t| {
-            t.multi = multi;
-            Arc::new(t)
-        })
-        .collect();
+    let tracers: Vec<Arc<Tracer>> = tracers.into_iter().map(Arc::new).collect();
     for t in &tracers {
         // Release: the tracer is whole before a callback finds it.
         TRACERS[t.inst].store(Arc::as_ptr(t) as *mut Tracer, Ordering::Release);
@@ -158,6 +152,15 @@ pub(crate) fn start(
         rec.stopped.store(true, Ordering::Relaxed);
         release(&rec);
         return Err(e);
+    }
+    // What the metadata says: whether the multi path stands in for every
+    // user as the recording starts (the users of all recordings; it
+    // stops and starts again as they come and go).
+    let multi = fgraph::multi_path_live();
+    for t in &rec.tracers {
+        // Relaxed: read by this thread, or after the recording is
+        // published by the lock of live().
+        (t.multi).store(multi && t.user.multi_path_stands_in(), Ordering::Relaxed);
     }
     live().push(rec.clone());
     if metadata_now {
@@ -230,7 +233,7 @@ fn profile_tracer(
         min_ticks: 0,
         profile: true,
         fused,
-        multi: false,
+        multi: Default::default(),
         shared_rings: false,
         args: None,
         reads: None,
@@ -451,7 +454,7 @@ fn graph_tracer(
         min_ticks,
         profile: false,
         fused,
-        multi: false,
+        multi: Default::default(),
         shared_rings: false,
         args,
         reads,

@@ -27,9 +27,10 @@ pub(super) struct Tracer {
     pub profile: bool,
     /// It runs on the fused path where its user is alone.
     pub fused: bool,
-    /// It runs on the fused path of several plain recorders with the
-    /// recording's other tracers (all of them plain).
-    pub multi: bool,
+    /// It started on the fused path of several recorders, with the other
+    /// tracers of its recording and of those beside it (set once its
+    /// user is registered).
+    pub multi: std::sync::atomic::AtomicBool,
     /// Its rings are drained by a writer process (which converts the
     /// recording once it has drained them).
     pub shared_rings: bool,
