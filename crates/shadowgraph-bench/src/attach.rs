@@ -166,6 +166,7 @@ pub fn bench(functions: usize, reps: usize) -> Result<ExitCode, String> {
     let window = Duration::from_millis(300);
     let (mut attach, mut detach) = (Vec::new(), Vec::new());
     let (mut before, mut during, mut after) = (Vec::new(), Vec::new(), Vec::new());
+    let mut during2 = Vec::new();
     for round in 0..reps {
         let t = Target::start(&exe, &symbols)?;
         before.push(t.ns_per_call(window)?);
@@ -186,7 +187,30 @@ pub fn bench(functions: usize, reps: usize) -> Result<ExitCode, String> {
         }
         attach.push(start.elapsed().as_secs_f64() * 1e3);
         during.push(t.ns_per_call(window)?);
+        // A second recording beside the first (its own record -p, user
+        // and writer): the two share the fused path.
+        let data2: PathBuf = dir.join(format!("r{round}-2.data"));
+        let start = Instant::now();
+        let mut rec2 = Command::new(&me)
+            .args(["record", "-p", &t.child.id().to_string(), "-d"])
+            .arg(&data2)
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        while !has_record(&data2) {
+            if start.elapsed() > Duration::from_secs(30) {
+                let _ = rec.kill();
+                let _ = rec2.kill();
+                return Err("no record 30 s after the second attach".into());
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        during2.push(t.ns_per_call(window)?);
         // SAFETY: SIGINT to our own child, which ends its recording.
+        unsafe { libc::kill(rec2.id() as i32, libc::SIGINT) };
+        let _ = rec2.wait();
+        let _ = std::fs::remove_dir_all(&data2);
+        // SAFETY: as above.
         unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
         let end = Instant::now();
         while !t.all_nops()? {
@@ -215,6 +239,11 @@ pub fn bench(functions: usize, reps: usize) -> Result<ExitCode, String> {
     );
     println!("per call before                        {b:8.2} ns");
     println!("per call during (recording)            {d:8.2} ns");
+    let d2 = median(during2);
+    println!(
+        "per call during two recordings         {d2:8.2} ns  (two / one: {:.2}; each its own record -p and writer)",
+        d2 / d
+    );
     println!(
         "per call after                         {a:8.2} ns  (after / before: {:.3})",
         a / b
