@@ -224,6 +224,10 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         // Two tracers, the second with a function filter (the multi path
         // applies it; fib is under fib: every call recorded by both).
         Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b:filter=fib"])),
+        // Two tracers, the second with a time filter (the multi path
+        // records every call in its ring; its consumer leaves out the
+        // short ones).
+        Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b:time=1us"])),
     ];
     let uf_at = runs.len();
     if uftrace {
@@ -270,6 +274,7 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
     );
     let (sg_profile, sg_args, sg_p, sg_p_start) = (med(9), med(10), med(11), med(12));
     let (sg_trigger, sg_auto, sg_two_depth, sg_two_filter) = (med(13), med(14), med(15), med(16));
+    let sg_two_timed = med(17);
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -342,6 +347,11 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         "{:<34} {sg_two_filter:>9.3} {:>12.1}",
         "  (two, one with -F fib)",
         per_call(sg_two_filter, sg_start)
+    );
+    println!(
+        "{:<34} {sg_two_timed:>9.3} {:>12.1}",
+        "  (two, one with -t 1us: time=1us)",
+        per_call(sg_two_timed, sg_start)
     );
     println!(
         "{:<34} {sg_timed:>9.3} {:>12.1}",

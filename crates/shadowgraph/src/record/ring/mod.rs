@@ -201,6 +201,10 @@ pub struct RingHeader {
     pub prev_ns: AtomicU64,
     /// The previous line's rate (0: none).
     pub prev_rate: AtomicU64,
+    /// The time filter its consumer applies (ns; 0: none): a call shorter
+    /// than this, none of whose calls is written, is left out of the file
+    /// (see `drain::filter`). Set by the maker.
+    pub min_ns: u64,
 }
 
 const _: () = {
@@ -210,9 +214,10 @@ const _: () = {
     assert!(std::mem::offset_of!(RingHeader, tail) == 128);
 };
 
-/// Bytes of a ring's mapping.
+/// Bytes of a ring's mapping: its header, its records, then what its
+/// consumer's time filter keeps (pages never touched without one).
 pub const fn ring_bytes(capacity: u64) -> usize {
-    HEADER_BYTES + capacity as usize * 16
+    HEADER_BYTES + capacity as usize * 16 + drain::FILTER_BYTES
 }
 
 /// A mapped ring: its header and records.
@@ -281,7 +286,9 @@ impl Ring {
     /// `ring_bytes(capacity)` bytes, 64-aligned, that lives for the
     /// process's life.
     /// `depth`: the thread's recorded depth so far (the frames it has open
-    /// when its first record is written: a forked child's).
+    /// when its first record is written: a forked child's); `min_ns`: the
+    /// time filter its consumer applies (0: none).
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn init(
         base: *mut u8,
         inst: usize,
@@ -290,6 +297,7 @@ impl Ring {
         capacity: u64,
         session: u64,
         depth: u16,
+        min_ns: u64,
     ) -> Ring {
         debug_assert!(capacity.is_power_of_two());
         let (raw, ns) = clock::calibration_point();
@@ -311,6 +319,7 @@ impl Ring {
             (*h).head.store(depth as u64, Ordering::Relaxed);
             std::ptr::addr_of_mut!((*h).ppid).write(libc::getppid());
             std::ptr::addr_of_mut!((*h).session).write(session);
+            std::ptr::addr_of_mut!((*h).min_ns).write(min_ns);
             (*h).seg_raw.store(raw, Ordering::Relaxed);
             (*h).seg_ns.store(ns, Ordering::Relaxed);
             (*h).ref_raw.store(raw, Ordering::Relaxed);

@@ -434,6 +434,8 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
             cap,
             SESSION.load(Ordering::Relaxed),
             depth,
+            // Relaxed: set before the instance's user is registered.
+            MIN_NS[inst].load(Ordering::Relaxed),
         )
     };
     // A free slot, filled under its lock (one held by the end of an

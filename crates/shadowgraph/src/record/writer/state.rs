@@ -133,6 +133,18 @@ pub(super) static SESSION: AtomicU64 = AtomicU64::new(0);
 pub(super) static SHARED_RECORDS: [AtomicU64; MAX_INSTANCES] =
     [const { AtomicU64::new(RING_RECORDS) }; MAX_INSTANCES];
 
+/// The time filter the consumer of each instance's rings applies (ns; 0:
+/// none): see `ring::drain::filter`.
+pub(super) static MIN_NS: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
+
+/// Has the consumer of instance `inst`'s rings leave out the calls shorter
+/// than `ns` (0: none), those of them that make no call long enough: a
+/// time filter applied on the way to the file, for a tracer whose threads
+/// record every call. Before its first ring is made.
+pub fn set_consumer_time_filter(inst: usize, ns: u64) {
+    MIN_NS[inst].store(ns, Ordering::Relaxed);
+}
+
 /// Records per ring for `bytes` of records: rounded up to a power of two of
 /// at least 4096 records (64 KiB).
 pub(super) fn records_for(bytes: u64) -> u64 {
@@ -274,6 +286,7 @@ pub(super) fn reset_counts(inst: usize) {
     WRITE_ERRNO[inst].store(0, Ordering::Relaxed);
     WRITER_GONE[inst].store(false, Ordering::Relaxed);
     SPARE_TRIED[inst].store(false, Ordering::Relaxed);
+    MIN_NS[inst].store(0, Ordering::Relaxed);
 }
 
 /// "<dir>/<name>" as a NUL-terminated path, without allocating.

@@ -77,6 +77,7 @@ pub(crate) fn start(
         // of recordings attached beside one another (the path is used
         // while every registered user lets it, from the second on).
         multi: r.fused && fused::enable_multi(),
+        alone,
         signals: !r.signals.is_empty(),
         watch_cpu: r.watch_cpu,
         sites,
@@ -262,6 +263,8 @@ struct Shared {
     /// `--watch cpu`: the tracers record the processor where it changes
     /// (in their callbacks).
     watch_cpu: bool,
+    /// The recording has one tracer.
+    alone: bool,
     /// The sites its tracers are called for, where the recording chose
     /// some (a later recording's `-P`); else [`reach`]'s.
     sites: Option<Arc<ftrace::FilterSet>>,
@@ -318,7 +321,23 @@ fn graph_tracer(
         (Some(Arc::new(triggers)), reads)
     };
     // Triggers with time thresholds take the time filter's callbacks.
-    let timed = min_ticks > 0 || triggers.as_ref().is_some_and(|t| t.timed());
+    let mut timed = min_ticks > 0 || triggers.as_ref().is_some_and(|t| t.timed());
+    // A time filter beside other tracers on the path they share (of its
+    // recording, or of one attached beside it), with nothing to record
+    // but the calls: its threads record every call, as a tracer without
+    // it does, and the consumer of its rings leaves out the short ones on
+    // the way to the file (record::ring::drain::filter). Alone, the fused
+    // time filter keeps short calls out of the rings.
+    let by_consumer = min_ticks > 0
+        && triggers.is_none()
+        && args.is_none()
+        && !shared.watch_cpu
+        && shared.multi
+        && (!shared.alone || later);
+    if by_consumer {
+        writer::set_consumer_time_filter(i, t.time_ns);
+        timed = false;
+    }
     if timed && shared.watch_cpu {
         // (Events wait nowhere: a call's entry may be written long after
         // its reads.)

@@ -8,7 +8,9 @@ use shadowgraph_data::format::{encode, Kind};
 use std::sync::atomic::Ordering;
 use times::{prefetch, Times, PREFETCH_RECORDS};
 
+mod filter;
 mod times;
+pub use filter::FILTER_BYTES;
 pub use times::SEGMENT_NS;
 
 impl Ring {
@@ -39,7 +41,15 @@ impl Ring {
         let mut times = self.times(point);
         // Acquire: read after `head`, set before any record with data that
         // `head` publishes.
-        if h.with_data.load(Ordering::Acquire) != 0 {
+        if h.min_ns != 0 {
+            let how = (head, h.min_ns, dropped != 0);
+            if buf.len() >= MIN_BUFFER {
+                self.drain_filtered(fd, how, &mut times, buf, &mut out);
+            } else {
+                let mut own = [0u8; MIN_BUFFER];
+                self.drain_filtered(fd, how, &mut times, &mut own, &mut out);
+            }
+        } else if h.with_data.load(Ordering::Acquire) != 0 {
             if buf.len() >= MIN_BUFFER {
                 self.drain_walking(fd, head, &mut times, buf, &mut out);
             } else {

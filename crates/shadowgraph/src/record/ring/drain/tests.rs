@@ -15,7 +15,7 @@ fn a_drain_frees_each_chunk_as_it_is_written() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
     // SAFETY: the header of the ring just made; times as given (ns).
     unsafe { (*(base as *mut RingHeader)).tsc = 0 };
     for k in 0..CAP {
@@ -80,7 +80,7 @@ fn a_drain_of_records_with_data_frees_them_as_it_gathers_them() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
     // SAFETY: the header of the ring just made; times as given (ns).
     unsafe { (*(base as *mut RingHeader)).tsc = 0 };
     for k in 0..RECORDS {
@@ -142,7 +142,7 @@ fn late_times_keep_their_place_under_noisy_calibration_points() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
     // A clock of 2.6 ticks per ns from raw 10^9 (ns 0), whatever the
     // process's calibration: the header set as Ring::init would.
     let h = base as *mut RingHeader;
@@ -219,7 +219,7 @@ fn producer_and_consumer_threads_lose_nothing() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
     let path = std::env::temp_dir().join(format!("sg-ring-test-{}", std::process::id()));
     let file = std::fs::File::create(&path).unwrap();
     let done = AtomicBool::new(false);
@@ -274,7 +274,7 @@ fn a_threads_times_only_go_forward() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
     if ring.header().tsc != 0 {
         return; // times are converted: the steps would not be these
     }
@@ -447,7 +447,7 @@ fn ring_into_file(cap: u64, name: &str) -> (Ring, std::path::PathBuf, std::fs::F
     let base = crate::sys::map_anonymous(ring_bytes(cap)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, cap, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, cap, 0, 0, 0) };
     // SAFETY: the header of the ring just made; times as given (ns).
     unsafe { (*(base as *mut RingHeader)).tsc = 0 };
     let file = std::env::temp_dir().join(format!("sg-ring-{name}-{}", std::process::id()));

@@ -1,0 +1,404 @@
+//! A drain that applies a time filter (`RingHeader::min_ns`) on the way to
+//! the file: the thread records every call, as a plain recorder does (on
+//! the paths several recorders share), and the consumer leaves out the
+//! calls shorter than the threshold, as `-t` does where the thread judges
+//! its calls itself (tracer::recorder::timed).
+//!
+//! Each call's entry waits, by its depth, until the call is judged:
+//!
+//! ```text
+//!   ring ─► [time, word] ─► Entry at d ─► entries[d], OPEN        (waits)
+//!                         ─► Exit at d  ─► long, or entry WRITTEN:
+//!                                            entries below d not yet
+//!                                            written, then d's, then the
+//!                                            exit                 (file)
+//!                                          short: none of it      (gone)
+//!                         ─► anything else (an event, a record with
+//!                            data, depth 1023 and beyond): the entries
+//!                            waiting below it, then it            (file)
+//! ```
+//!
+//! A call lasts at least as long as the calls it makes, so the callers of
+//! a call long enough are long enough too: writing their entries first
+//! keeps the file in time order. The waiting entries stay after the
+//! ring's records ([`FILTER_BYTES`]) from one drain to the next; only the
+//! ring's consumer touches them (the writer process, or whoever holds the
+//! ring's `busy` word).
+
+use super::super::{data_slots, has_data, Drained, Ring, HEADER_BYTES, MAX_DATA};
+use super::times::{prefetch, Times, PREFETCH_RECORDS};
+use super::{drop_partial_record, write_all, DRAIN_CHUNK};
+use shadowgraph_data::format::Kind;
+use std::sync::atomic::Ordering;
+
+/// Depths a record can say (10 bits); the last one also stands for every
+/// deeper call, which is written as it comes.
+const DEPTHS: usize = 1024;
+
+/// The state of one depth: a call is open there…
+const OPEN: u8 = 1;
+/// …and its entry is in the file.
+const WRITTEN: u8 = 2;
+
+/// What waits between drains, after a ring's records.
+#[repr(C)]
+struct Waiting {
+    /// Per depth, the open call's entry record (its time in ns, its word).
+    entries: [[u64; 2]; DEPTHS],
+    /// One above the deepest open call.
+    top: u64,
+    /// Below this depth, every open call's entry is written.
+    written_below: u64,
+    /// Per depth: OPEN, WRITTEN.
+    state: [u8; DEPTHS],
+}
+
+/// Bytes after a ring's records for its consumer's time filter (whole
+/// pages).
+pub const FILTER_BYTES: usize = std::mem::size_of::<Waiting>().next_multiple_of(4096);
+
+/// Records gathered on their way to the file, written a buffer at a time.
+struct Gather<'a> {
+    fd: i32,
+    buf: &'a mut [u8],
+    n: usize,
+    records: u64,
+    /// The file's end, to cut a failed write back to.
+    end: i64,
+}
+
+impl Gather<'_> {
+    /// Appends a record and its `data` (words), writing the buffer first
+    /// if they do not fit.
+    fn push(&mut self, rec: [u64; 2], data: &[u64], out: &mut Drained) {
+        if self.n + 16 + 8 * data.len() > self.buf.len() {
+            self.put(out);
+        }
+        for (k, w) in rec.iter().chain(data).enumerate() {
+            let at = self.n + 8 * k;
+            self.buf[at..at + 8].copy_from_slice(&w.to_ne_bytes());
+        }
+        self.n += 16 + 8 * data.len();
+        self.records += 1;
+    }
+
+    /// Writes what is gathered (after a failed write: counted lost).
+    fn put(&mut self, out: &mut Drained) {
+        let (n, records) = (self.n, self.records);
+        (self.n, self.records) = (0, 0);
+        if n == 0 {
+            return;
+        }
+        if out.errno != 0 {
+            out.lost += records;
+            return;
+        }
+        match write_all(self.fd, self.buf.as_ptr(), n) {
+            Ok(()) => {
+                self.end += n as i64;
+                out.written += records;
+            }
+            Err((e, done)) => {
+                out.errno = e;
+                out.lost += records;
+                if done > 0 && self.end >= 0 {
+                    // SAFETY: ftruncate of our own descriptor back to
+                    // where this write began.
+                    unsafe { libc::ftruncate(self.fd, self.end) };
+                } else {
+                    drop_partial_record(self.fd, done % 16);
+                }
+            }
+        }
+    }
+}
+
+impl Ring {
+    /// What waits for the time filter, after the records.
+    fn waiting(&self) -> *mut Waiting {
+        let cap = self.header().capacity as usize;
+        // SAFETY: the mapping holds ring_bytes(capacity) bytes, the
+        // filter's after the records (init/attach contracts).
+        unsafe { self.base.add(HEADER_BYTES + cap * 16) as *mut Waiting }
+    }
+
+    /// [`Ring::drain`] of a ring whose consumer applies a time filter of
+    /// `min` ns: the records walked one by one (a record with data is
+    /// followed by its slots), their times converted, the calls judged
+    /// (module doc), what stays gathered in `buf` (at least 4 KiB) and
+    /// written. `flush`: every entry still waiting is written at the end
+    /// (a LOST record follows, which they are older than). Slots are freed
+    /// as they are read: what waits is kept aside.
+    pub(super) fn drain_filtered(
+        &self,
+        fd: i32,
+        (head, min, flush): (u64, u64, bool),
+        times: &mut Times,
+        buf: &mut [u8],
+        out: &mut Drained,
+    ) {
+        let h = self.header();
+        // SAFETY: lseek on our own descriptor.
+        let end = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
+        let mut g = Gather {
+            fd,
+            buf,
+            n: 0,
+            records: 0,
+            end,
+        };
+        // SAFETY: the consumer's own state (module doc), in the mapping.
+        let w = unsafe { &mut *self.waiting() };
+        let (mask, words_mask) = (h.capacity - 1, 2 * h.capacity - 1);
+        let words = self.words();
+        let word = |linear: u64| {
+            // SAFETY: a published slot's word (masked into the ring), the
+            // consumer's until `tail` moves past it.
+            unsafe { words.add((linear & words_mask) as usize).read() }
+        };
+        let mut at = h.tail.load(Ordering::Relaxed);
+        let mut freed = at;
+        let mut data = [0u64; MAX_DATA / 8];
+        while at < head {
+            let i = at & mask;
+            if at.is_multiple_of(4) && at + PREFETCH_RECORDS < head {
+                prefetch(words.wrapping_add((2 * ((at + PREFETCH_RECORDS) & mask)) as usize));
+            }
+            // SAFETY: a published record, the consumer's until `tail`
+            // moves past it. The time written back, as `convert_run`
+            // does: a line the writer wrote is handed back to the thread
+            // at once.
+            let (t, w1) = unsafe {
+                let r = words.add(2 * i as usize);
+                let t = times.ns(r.read());
+                r.write(t);
+                (t, r.add(1).read())
+            };
+            let mut len = 0;
+            if has_data(w1) {
+                len = (word(2 * at + 2) as usize).min(MAX_DATA) & !7;
+                for (j, d) in data[..len / 8].iter_mut().enumerate() {
+                    *d = word(2 * at + 3 + j as u64);
+                }
+            }
+            let depth = ((w1 >> 6) & 0x3ff) as usize;
+            let kind = w1 & 3;
+            if len > 0 || depth >= DEPTHS - 1 || kind > Kind::Exit as u64 {
+                // Written as it comes, after the entries waiting below it:
+                // an entry's callers', an exit's own and its callers', an
+                // event's all (its depth field is 0).
+                let below = match kind {
+                    0 => depth as u64,
+                    1 => depth as u64 + 1,
+                    _ => w.top,
+                };
+                w.release(below, &mut g, out);
+                g.push([t, w1], &data[..len / 8], out);
+                match kind {
+                    0 => w.open(depth, [t, w1], true),
+                    1 => w.close(depth),
+                    _ => {}
+                }
+            } else if kind == Kind::Entry as u64 {
+                w.open(depth, [t, w1], false);
+            } else {
+                let s = w.state[depth];
+                let same = w.entries[depth][1] >> 16 == w1 >> 16;
+                let short = t.saturating_sub(w.entries[depth][0]) < min;
+                if s == OPEN && same && short {
+                    // Too short: none of it.
+                } else {
+                    // Long, or written already, or an exit whose entry
+                    // this consumer never saw: after every entry waiting
+                    // at its depth and below.
+                    w.release(depth as u64 + 1, &mut g, out);
+                    g.push([t, w1], &[], out);
+                }
+                w.close(depth);
+            }
+            at += 1 + if len > 0 { data_slots(len) } else { 0 };
+            if at - freed >= DRAIN_CHUNK {
+                // Release: the slots' records are read (copied, or kept
+                // aside) before they go back to the producer, which loads
+                // `tail` Acquire before reusing them.
+                h.tail.store(at, Ordering::Release);
+                freed = at;
+            }
+        }
+        if flush {
+            w.release(w.top, &mut g, out);
+        }
+        g.put(out);
+        // Release: as above.
+        h.tail.store(at, Ordering::Release);
+    }
+}
+
+impl Waiting {
+    /// A call entered at `depth` (its entry `rec`, `written` already or
+    /// waiting): the calls at its depth and deeper that never returned
+    /// are forgotten (a lost record or a jump left them).
+    fn open(&mut self, depth: usize, rec: [u64; 2], written: bool) {
+        for s in &mut self.state[depth..(self.top as usize).max(depth)] {
+            *s = 0;
+        }
+        self.entries[depth] = rec;
+        self.state[depth] = OPEN | if written { WRITTEN } else { 0 };
+        self.top = depth as u64 + 1;
+        if !written {
+            self.written_below = self.written_below.min(depth as u64);
+        }
+    }
+
+    /// The call at `depth` returned.
+    fn close(&mut self, depth: usize) {
+        self.state[depth] = 0;
+        self.top = depth as u64;
+    }
+
+    /// Writes the entries still waiting below `depth`, outermost first.
+    fn release(&mut self, depth: u64, g: &mut Gather<'_>, out: &mut Drained) {
+        let to = depth.min(self.top);
+        for d in self.written_below..to {
+            let d = d as usize;
+            if self.state[d] == OPEN {
+                g.push(self.entries[d], &[], out);
+                self.state[d] |= WRITTEN;
+            }
+        }
+        self.written_below = self.written_below.max(to);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::ring::{ring_bytes, Depth, RingHeader};
+    use shadowgraph_data::format::decode;
+    use std::io::Read;
+
+    /// A ring whose consumer filters calls shorter than `min` ns, its times
+    /// nanoseconds already, and a file to drain it into.
+    fn filtered_ring(min: u64, name: &str) -> (Ring, std::fs::File, std::path::PathBuf) {
+        const CAP: u64 = 4096;
+        let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
+        // SAFETY: a fresh zeroed mapping of the ring's size, never
+        // unmapped during the test.
+        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, min) };
+        // SAFETY: the header of the ring just made; times as given (ns).
+        unsafe { (*(base as *mut RingHeader)).tsc = 0 };
+        let path = std::env::temp_dir().join(format!("sg-filter-{name}-{}", std::process::id()));
+        (ring, std::fs::File::create(&path).unwrap(), path)
+    }
+
+    /// Records (time, kind, depth, function) in the ring, as a thread
+    /// writes them.
+    fn put(ring: &Ring, recs: &[(u64, Kind, u16, u64)]) {
+        for &(time, kind, depth, addr) in recs {
+            let c = ring.claim_at(|| time, kind, Depth::Given(depth)).unwrap();
+            ring.write(c.slot, c.time, kind, depth, addr);
+            ring.publish(&c);
+        }
+    }
+
+    /// The file's records as (time, kind, depth, function).
+    fn read_back(path: &std::path::Path) -> Vec<(u64, Kind, u16, u64)> {
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .unwrap()
+            .read_to_end(&mut bytes)
+            .unwrap();
+        let _ = std::fs::remove_file(path);
+        (bytes.chunks_exact(16).enumerate())
+            .map(|(k, b)| {
+                let r = decode(b.try_into().unwrap(), 16 * k as u64).unwrap();
+                (r.time, r.kind, r.depth, r.addr)
+            })
+            .collect()
+    }
+
+    use Kind::{Entry as E, Event as V, Exit as X, Lost as L};
+
+    /// Short calls leave nothing; a long one is written with the entries
+    /// of its callers first, in time order; a call whose entry is written
+    /// keeps its exit, however short; entries wait from one drain to the
+    /// next; an event, a record at the deepest depth and an exit whose
+    /// entry never came are written as they come, after the entries
+    /// waiting below them.
+    #[test]
+    fn a_consumers_time_filter_keeps_the_long_calls_and_their_callers() {
+        let (ring, f, path) = filtered_ring(100, "keeps");
+        use std::os::fd::AsRawFd;
+        put(
+            &ring,
+            &[
+                (1000, E, 0, 0xa0), // main
+                (1010, E, 1, 0xa1), // short
+                (1020, X, 1, 0xa1),
+                (1030, E, 1, 0xb1), // b, long by its callee
+                (1040, E, 2, 0xc2), // c, long
+                (1300, X, 2, 0xc2),
+                (1310, E, 2, 0xd2), // short, under a written b
+                (1320, X, 2, 0xd2),
+                (1330, X, 1, 0xb1),
+                (1400, E, 1, 0xe1), // waits across the drain
+            ],
+        );
+        let d = ring.drain(f.as_raw_fd());
+        assert_eq!((d.written, d.lost, d.errno), (5, 0, 0));
+        put(
+            &ring,
+            &[
+                (1410, V, 0, 7),    // an event: e's entry first
+                (1420, X, 1, 0xe1), // e's exit: its entry is written
+                (1430, E, 1, 0xf1), // left open by a jump
+                (1440, X, 1, 0x91), // an exit whose entry never came
+                (1450, E, 1023, 0x77),
+                (1460, X, 1023, 0x77),
+                (1470, E, 1, 0x51), // short
+                (1480, X, 1, 0x51),
+                (3000, X, 0, 0xa0),
+            ],
+        );
+        let d = ring.drain(f.as_raw_fd());
+        assert_eq!((d.written, d.lost, d.errno), (8, 0, 0));
+        assert_eq!(
+            read_back(&path),
+            [
+                (1000, E, 0, 0xa0),
+                (1030, E, 1, 0xb1),
+                (1040, E, 2, 0xc2),
+                (1300, X, 2, 0xc2),
+                (1330, X, 1, 0xb1),
+                (1400, E, 1, 0xe1),
+                (1410, V, 0, 7),
+                (1420, X, 1, 0xe1),
+                (1430, E, 1, 0xf1),
+                (1440, X, 1, 0x91),
+                (1450, E, 1023, 0x77),
+                (1460, X, 1023, 0x77),
+                (3000, X, 0, 0xa0),
+            ]
+        );
+    }
+
+    /// Records the thread dropped (a LOST record at the drain's end) come
+    /// after the entries waiting then, which are written first: the file
+    /// stays in time order, and their calls' exits follow.
+    #[test]
+    fn entries_waiting_before_a_loss_are_written_before_it() {
+        let (ring, f, path) = filtered_ring(100, "lost");
+        use std::os::fd::AsRawFd;
+        put(&ring, &[(1000, E, 0, 0xa0), (1010, E, 1, 0xa1)]);
+        ring.header().lost.store(3, Ordering::Relaxed);
+        let d = ring.drain(f.as_raw_fd());
+        assert_eq!((d.written, d.lost), (2, 3));
+        put(&ring, &[(1020, X, 1, 0xa1), (1030, X, 0, 0xa0)]);
+        ring.drain(f.as_raw_fd());
+        let got = read_back(&path);
+        assert_eq!(got.len(), 5, "{got:x?}");
+        assert_eq!(got[..2], [(1000, E, 0, 0xa0), (1010, E, 1, 0xa1)]);
+        assert_eq!((got[2].1, got[2].3), (L, 3));
+        assert_eq!(got[3..], [(1020, X, 1, 0xa1), (1030, X, 0, 0xa0)]);
+    }
+}
