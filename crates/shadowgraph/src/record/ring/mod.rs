@@ -214,10 +214,14 @@ const _: () = {
     assert!(std::mem::offset_of!(RingHeader, tail) == 128);
 };
 
-/// Bytes of a ring's mapping: its header, its records, then what its
-/// consumer's time filter keeps (pages never touched without one).
+/// Bytes after a ring's records for what its consumer's time filter keeps
+/// (`drain::filter`; pages never touched without one).
+pub const FILTER_BYTES: usize = 20 << 10;
+
+/// Bytes of a ring's mapping: its header, its records, then
+/// [`FILTER_BYTES`].
 pub const fn ring_bytes(capacity: u64) -> usize {
-    HEADER_BYTES + capacity as usize * 16 + drain::FILTER_BYTES
+    HEADER_BYTES + capacity as usize * 16 + FILTER_BYTES
 }
 
 /// A mapped ring: its header and records.

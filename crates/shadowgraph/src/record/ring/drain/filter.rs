@@ -21,11 +21,11 @@
 //! A call lasts at least as long as the calls it makes, so the callers of
 //! a call long enough are long enough too: writing their entries first
 //! keeps the file in time order. The waiting entries stay after the
-//! ring's records ([`FILTER_BYTES`]) from one drain to the next; only the
+//! ring's records (`FILTER_BYTES`) from one drain to the next; only the
 //! ring's consumer touches them (the writer process, or whoever holds the
 //! ring's `busy` word).
 
-use super::super::{data_slots, has_data, Drained, Ring, HEADER_BYTES, MAX_DATA};
+use super::super::{data_slots, has_data, Drained, Ring, FILTER_BYTES, HEADER_BYTES, MAX_DATA};
 use super::times::{prefetch, Times, PREFETCH_RECORDS};
 use super::{drop_partial_record, write_all, DRAIN_CHUNK};
 use shadowgraph_data::format::Kind;
@@ -53,9 +53,7 @@ struct Waiting {
     state: [u8; DEPTHS],
 }
 
-/// Bytes after a ring's records for its consumer's time filter (whole
-/// pages).
-pub const FILTER_BYTES: usize = std::mem::size_of::<Waiting>().next_multiple_of(4096);
+const _: () = assert!(std::mem::size_of::<Waiting>() <= FILTER_BYTES);
 
 /// Records gathered on their way to the file, written a buffer at a time.
 struct Gather<'a> {

@@ -10,7 +10,6 @@ use times::{prefetch, Times, PREFETCH_RECORDS};
 
 mod filter;
 mod times;
-pub use filter::FILTER_BYTES;
 pub use times::SEGMENT_NS;
 
 impl Ring {
