@@ -214,12 +214,14 @@ pub(super) fn manager() -> &'static Arc<Ops> {
 /// The manager's subops (the users' filters) select the same sites, or
 /// not: told by the core whenever they or their sets change.
 fn users_agree(agree: bool) {
-    // Relaxed: a registration joins the users' subops (here) before it
-    // publishes them by the Release store of MULTI_FRAME_WORD, which the
-    // site entry loads before this word (x86 keeps loads in order); a
-    // filter changed under registered users reaches the traced calls
-    // over the time its pair and the sites' patches take anyway.
-    USERS_AGREE.store(agree, Ordering::Relaxed);
+    // Release: a registration joins the users' subops (here) before it
+    // publishes them (their OCCUPIED bits, MULTI_FRAME_WORD), and an
+    // unregistration leaves them after it cleared those; a reader loads
+    // this word after them (offer_all: Acquire; the site entry, on x86,
+    // whose loads stay in order). A filter changed under registered users
+    // reaches the traced calls over the time its pair and the sites'
+    // patches take anyway.
+    USERS_AGREE.store(agree, Ordering::Release);
 }
 
 /// Registers a graph user: from now on its entry callback is offered every
