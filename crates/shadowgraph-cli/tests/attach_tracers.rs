@@ -221,3 +221,94 @@ fn a_paused_recording_records_nothing_beside_another() {
         "the first's last record {end_a}, the second's first {start_b}"
     );
 }
+
+/// A recording with a time filter (`-t 100us`) attached beside another
+/// shares the fused path with it: its threads record every call, and its
+/// writer leaves out the short ones. Between the threads' naps, it holds
+/// exactly the calls of the first recording that lasted 100 µs or made a
+/// call that did (each round's sleep, its callers), call for call.
+#[test]
+fn a_time_filtered_recording_beside_another_keeps_the_long_calls() {
+    use shadowgraph_data::format::Kind;
+    let dir = workdir("attach_beside_timed");
+    let exe = build_fixture_with(&dir, "rounds", "attach_rounds.c", &["-pthread"]);
+    // (It ends by itself, after 3 s.)
+    let (mut child, mut out) = start_target(&exe, &["3000"]);
+    let pid = child.id().to_string();
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let first = record_p_spawn(&pid, &["--duration", "1s"], &a);
+    wait_entry(child.id(), &exe, "round_", true);
+    let o = record_p(&pid, &["--duration", "300ms", "-t", "100us"], &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(rest, "done\n");
+    let info = view_text("info", &b);
+    assert!(
+        info.contains("record path         : fused (several tracers"),
+        "{info}"
+    );
+    nests_exactly(&b);
+    let (da, db) = (
+        shadowgraph_data::dir::DataDir::open(&a).unwrap(),
+        shadowgraph_data::dir::DataDir::open(&b).unwrap(),
+    );
+    let calls = |d: &shadowgraph_data::dir::DataDir, tid: i32| -> Vec<(u64, Kind, u64)> {
+        (records_of(d, tid).unwrap().into_iter())
+            .filter(|r| matches!(r.kind, Kind::Entry | Kind::Exit))
+            .map(|r| (r.time, r.kind, r.addr))
+            .collect()
+    };
+    let mut compared = 0;
+    for &tid in &db.tids {
+        let (ra, rb) = (calls(&da, tid), calls(&db, tid));
+        if rb.len() < 20 {
+            continue;
+        }
+        // The first's calls that lasted 100 µs or made one that did.
+        let mut kept = vec![false; ra.len()];
+        let mut open: Vec<(usize, bool)> = Vec::new();
+        for (i, r) in ra.iter().enumerate() {
+            match r.1 {
+                Kind::Entry => open.push((i, false)),
+                _ => {
+                    let Some((e, inner)) = open.pop() else {
+                        continue;
+                    };
+                    assert_eq!(ra[e].2, r.2, "thread {tid}: the first's nesting");
+                    if inner || r.0 - ra[e].0 >= 100_000 {
+                        (kept[e], kept[i]) = (true, true);
+                        if let Some(p) = open.last_mut() {
+                            p.1 = true;
+                        }
+                    }
+                }
+            }
+        }
+        // Inside both, 2 ms from either end, cut in a sleep of the first's
+        // (150 µs or more without a record).
+        let lo = rb[0].0 + 2_000_000;
+        let hi = rb.last().unwrap().0.min(ra.last().unwrap().0) - 2_000_000;
+        let naps: Vec<u64> = (ra.windows(2))
+            .filter(|w| w[1].0 - w[0].0 > 150_000 && w[0].0 > lo && w[1].0 < hi)
+            .map(|w| (w[0].0 + w[1].0) / 2)
+            .collect();
+        assert!(naps.len() >= 2, "thread {tid}: no sleeps in {lo}..{hi}");
+        let (from, to) = (naps[0], *naps.last().unwrap());
+        let want: Vec<(Kind, u64)> = (ra.iter().zip(&kept))
+            .filter(|(c, &k)| k && c.0 > from && c.0 < to)
+            .map(|(c, _)| (c.1, c.2))
+            .collect();
+        let got: Vec<(Kind, u64)> = (rb.iter())
+            .filter(|c| c.0 > from && c.0 < to)
+            .map(|c| (c.1, c.2))
+            .collect();
+        assert!(want.len() >= 6, "thread {tid}: {} records", want.len());
+        assert!(want == got, "thread {tid}: {want:x?} against {got:x?}");
+        compared += 1;
+    }
+    assert!(compared >= 2, "{compared} threads compared");
+}
