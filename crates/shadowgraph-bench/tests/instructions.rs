@@ -25,7 +25,7 @@ const BUDGETS: [(&str, f64); 20] = [
     // Several users: the stubs' path, one Rust loop over the users (each
     // user named in the frame as it keeps the call, and its bit taken
     // just before its return callback).
-    ("graph2", 510.0),
+    ("graph2", 540.0),
     ("graph16", 1700.0),
     // The library's plain recorder, timestamps and ring writes included:
     // on the fused path (tracer::fused) and through its fgraph callbacks
@@ -40,7 +40,7 @@ const BUDGETS: [(&str, f64); 20] = [
     // ring slots by cmpxchg), and through the callbacks, one clock read
     // per event either way.
     ("record2", 470.0),
-    ("record2-general", 1040.0),
+    ("record2-general", 1060.0),
     // Two on the shared path where one has a depth limit (its limit
     // looked up by its instance each event), or graph filters (its class
     // and thread variable, its bit in the frame after its record).

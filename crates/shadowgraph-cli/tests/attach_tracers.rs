@@ -205,20 +205,21 @@ fn a_paused_recording_records_nothing_beside_another() {
     assert!(rows["mid"].2 > 1000, "{rows:?}");
     nests_exactly(&b);
     nests_exactly(&a);
-    // Every record of the first is older than the second's first.
-    let last_first = |d: &std::path::Path, last: bool| -> u64 {
+    // Every call of the first began before the second's first record (the
+    // calls it left open when paused end with it).
+    let times = |d: &std::path::Path, entries: bool| -> Vec<u64> {
         let d = shadowgraph_data::dir::DataDir::open(d).unwrap();
-        let times =
-            (d.tids.iter()).flat_map(|&t| records_of(&d, t).unwrap().into_iter().map(|r| r.time));
-        match last {
-            true => times.max().unwrap(),
-            false => times.min().unwrap(),
-        }
+        (d.tids.iter())
+            .flat_map(|&t| records_of(&d, t).unwrap())
+            .filter(|r| !entries || r.kind == shadowgraph_data::format::Kind::Entry)
+            .map(|r| r.time)
+            .collect()
     };
-    let (end_a, start_b) = (last_first(&a, true), last_first(&b, false));
+    let end_a = times(&a, true).into_iter().max().unwrap();
+    let start_b = times(&b, false).into_iter().min().unwrap();
     assert!(
         end_a < start_b,
-        "the first's last record {end_a}, the second's first {start_b}"
+        "the first's last entry {end_a}, the second's first record {start_b}"
     );
 }
 
@@ -256,10 +257,22 @@ fn a_time_filtered_recording_beside_another_keeps_the_long_calls() {
         shadowgraph_data::dir::DataDir::open(&a).unwrap(),
         shadowgraph_data::dir::DataDir::open(&b).unwrap(),
     );
-    let calls = |d: &shadowgraph_data::dir::DataDir, tid: i32| -> Vec<(u64, Kind, u64)> {
+    // Each thread's entries and exits, with the time its call began (0:
+    // before the recording's first record).
+    let calls = |d: &shadowgraph_data::dir::DataDir, tid: i32| -> Vec<(u64, Kind, u64, u64)> {
+        let mut open = Vec::new();
         (records_of(d, tid).unwrap().into_iter())
             .filter(|r| matches!(r.kind, Kind::Entry | Kind::Exit))
-            .map(|r| (r.time, r.kind, r.addr))
+            .map(|r| {
+                let began = match r.kind {
+                    Kind::Entry => {
+                        open.push(r.time);
+                        r.time
+                    }
+                    _ => open.pop().unwrap_or(0),
+                };
+                (r.time, r.kind, r.addr, began)
+            })
             .collect()
     };
     let mut compared = 0;
@@ -297,13 +310,16 @@ fn a_time_filtered_recording_beside_another_keeps_the_long_calls() {
             .map(|w| (w[0].0 + w[1].0) / 2)
             .collect();
         assert!(naps.len() >= 2, "thread {tid}: no sleeps in {lo}..{hi}");
+        // (The calls that began there: one under way when the second
+        // started is not the second's.)
         let (from, to) = (naps[0], *naps.last().unwrap());
+        let inside = |c: &(u64, Kind, u64, u64)| c.3 > from && c.0 < to;
         let want: Vec<(Kind, u64)> = (ra.iter().zip(&kept))
-            .filter(|(c, &k)| k && c.0 > from && c.0 < to)
+            .filter(|(c, &k)| k && inside(c))
             .map(|(c, _)| (c.1, c.2))
             .collect();
         let got: Vec<(Kind, u64)> = (rb.iter())
-            .filter(|c| c.0 > from && c.0 < to)
+            .filter(|c| inside(c))
             .map(|c| (c.1, c.2))
             .collect();
         assert!(want.len() >= 6, "thread {tid}: {} records", want.len());

@@ -5,9 +5,7 @@
 
 use super::ret::{finish_frame, is_hijack, return_to_handler};
 use super::stack::{self, thread, ThreadState};
-use super::state::{
-    lock_graph, unlock_graph, ARRAY, EPOCH, FAST, OCCUPIED, SLOT_EPOCH, USERS_AGREE,
-};
+use super::state::{lock_graph, unlock_graph, ARRAY, EPOCH, FAST, OCCUPIED, SLOT_EPOCH};
 use super::thread::KEY;
 use super::unwind::rehook_in;
 use super::user::{GraphEntry, GraphUser, RetRegs};
@@ -300,13 +298,6 @@ pub(super) fn offer_all(
     // Acquire (here and below): the registry's words, published before
     // the user and its bit (registry.rs).
     let mut occupied = OCCUPIED.load(Ordering::Acquire);
-    // While every user's filter selects the same sites, the call (which
-    // the manager took: it is in their union) is one each of them wants.
-    // Acquire, after OCCUPIED and before ARRAY: a user's subop joins (the
-    // word false) before its bit is set, and leaves (the word maybe true
-    // again) after its ARRAY slot is cleared, which a user found below
-    // then is not.
-    let agree = USERS_AGREE.load(Ordering::Acquire);
     // (As `offer` keeps them, once for all the users: restored, not reset,
     // as this may be a signal handler's call inside another's callback.)
     let outer = (t.in_entry.get(), t.reserved_once.get());
@@ -322,7 +313,9 @@ pub(super) fn offer_all(
         // SAFETY: a published user outlives the grace period that follows
         // its slot's clearing; we are inside the bracket.
         let u = unsafe { &*u };
-        if !agree && !u.filter.pair().contains(site) {
+        // (Each user's filter, even while they all agree: a call may come
+        // through a site a user that left wanted, not yet a nop again.)
+        if !u.filter.pair().contains(site) {
             continue;
         }
         let save = t.curr.get();

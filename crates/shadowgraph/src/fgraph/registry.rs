@@ -215,12 +215,14 @@ pub(super) fn manager() -> &'static Arc<Ops> {
 /// not: told by the core whenever they or their sets change.
 fn users_agree(agree: bool) {
     // Release: a registration joins the users' subops (here) before it
-    // publishes them (their OCCUPIED bits, MULTI_FRAME_WORD), and an
-    // unregistration leaves them after it cleared those; a reader loads
-    // this word after them (offer_all: Acquire; the site entry, on x86,
-    // whose loads stay in order). A filter changed under registered users
-    // reaches the traced calls over the time its pair and the sites'
-    // patches take anyway.
+    // publishes MULTI_FRAME_WORD, which the site entry loads before this
+    // word (on x86, whose loads stay in order). An unregistration clears
+    // the word first, and publishes the next one only after the grace
+    // period that follows its sites' return to nops: a call through a
+    // site only a departed user wanted never finds the word with this
+    // one true. A filter changed under registered users reaches the
+    // traced calls over the time its pair and the sites' patches take
+    // anyway.
     USERS_AGREE.store(agree, Ordering::Release);
 }
 
