@@ -133,6 +133,26 @@ fn has_record(dir: &Path) -> bool {
         })
 }
 
+/// `shadowgraph record -p PID -d DATA`, once it has written its first
+/// record (else killed, and an error after 30 s).
+fn record_p(me: &Path, pid: u32, data: &Path) -> Result<Child, String> {
+    let start = Instant::now();
+    let mut rec = Command::new(me)
+        .args(["record", "-p", &pid.to_string(), "-d"])
+        .arg(data)
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    while !has_record(data) {
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = rec.kill();
+            return Err(format!("no record 30 s after attaching {}", data.display()));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(rec)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -172,39 +192,15 @@ pub fn bench(functions: usize, reps: usize) -> Result<ExitCode, String> {
         before.push(t.ns_per_call(window)?);
         let data: PathBuf = dir.join(format!("r{round}.data"));
         let start = Instant::now();
-        let mut rec = Command::new(&me)
-            .args(["record", "-p", &t.child.id().to_string(), "-d"])
-            .arg(&data)
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| e.to_string())?;
-        while !has_record(&data) {
-            if start.elapsed() > Duration::from_secs(30) {
-                let _ = rec.kill();
-                return Err("no record 30 s after the attach".into());
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        let mut rec = record_p(&me, t.child.id(), &data)?;
         attach.push(start.elapsed().as_secs_f64() * 1e3);
         during.push(t.ns_per_call(window)?);
         // A second recording beside the first (its own record -p, user
         // and writer): the two share the fused path.
         let data2: PathBuf = dir.join(format!("r{round}-2.data"));
-        let start = Instant::now();
-        let mut rec2 = Command::new(&me)
-            .args(["record", "-p", &t.child.id().to_string(), "-d"])
-            .arg(&data2)
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| e.to_string())?;
-        while !has_record(&data2) {
-            if start.elapsed() > Duration::from_secs(30) {
-                let _ = rec.kill();
-                let _ = rec2.kill();
-                return Err("no record 30 s after the second attach".into());
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        let mut rec2 = record_p(&me, t.child.id(), &data2).inspect_err(|_| {
+            let _ = rec.kill();
+        })?;
         during2.push(t.ns_per_call(window)?);
         // SAFETY: SIGINT to our own child, which ends its recording.
         unsafe { libc::kill(rec2.id() as i32, libc::SIGINT) };

@@ -5,6 +5,102 @@ mod common;
 
 use common::attach::*;
 use common::*;
+use shadowgraph_data::dir::DataDir;
+use shadowgraph_data::format::Kind;
+use std::path::PathBuf;
+
+/// A running fixture and two recordings of it, one beside the other.
+struct Beside {
+    child: Target,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    a: PathBuf,
+    b: PathBuf,
+}
+
+/// Builds `fixture` (into test directory `name`) and runs it with `args`;
+/// records it with `first`'s options, then, once `function` is patched,
+/// with `second`'s beside it, into `a.data` and `b.data`. Both succeed.
+fn one_beside_another(
+    name: &str,
+    fixture: &str,
+    (args, function): (&[&str], &str),
+    first: &[&str],
+    second: &[&str],
+) -> Beside {
+    let dir = workdir(name);
+    let exe = build_fixture_with(&dir, "target", fixture, &["-pthread"]);
+    let (child, out) = start_target(&exe, args);
+    let pid = child.id().to_string();
+    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
+    let rec = record_p_spawn(&pid, first, &a);
+    wait_entry(child.id(), &exe, function, true);
+    let o = record_p(&pid, second, &b);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = rec.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    Beside { child, out, a, b }
+}
+
+impl Beside {
+    /// What the fixture printed after "ready", once it has ended (it ends
+    /// by itself, or at a byte on its stdin).
+    fn end(mut self, by_itself: bool) -> String {
+        if !by_itself {
+            return end_target(&mut self.child, &mut self.out);
+        }
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.out, &mut rest).unwrap();
+        assert!(self.child.wait().unwrap().success());
+        rest
+    }
+}
+
+/// Two recordings one beside the other, the second on the path it shares
+/// with the first (its info says so), its calls nesting exactly.
+fn shared_pair(a: &std::path::Path, b: &std::path::Path) -> (DataDir, DataDir) {
+    let info = view_text("info", b);
+    assert!(
+        info.contains("record path         : fused (several tracers"),
+        "{info}"
+    );
+    nests_exactly(b);
+    (DataDir::open(a).unwrap(), DataDir::open(b).unwrap())
+}
+
+/// Where a thread's calls in two recordings are compared: inside both,
+/// 2 ms from either end, cut in the first's pauses (`gap` ns or more
+/// without a record), so that the recordings' own conversions of the
+/// same clock (a few hundred nanoseconds apart) cut them alike.
+type Call = (u64, Kind, u64, u64);
+fn window(tid: i32, ra: &[Call], rb: &[Call], gap: u64) -> (u64, u64) {
+    let lo = rb[0].0 + 2_000_000;
+    let hi = rb.last().unwrap().0.min(ra.last().unwrap().0) - 2_000_000;
+    let cuts: Vec<u64> = (ra.windows(2))
+        .filter(|w| w[1].0 - w[0].0 > gap && w[0].0 > lo && w[1].0 < hi)
+        .map(|w| (w[0].0 + w[1].0) / 2)
+        .collect();
+    assert!(cuts.len() >= 2, "thread {tid}: no pauses in {lo}..{hi}");
+    (cuts[0], *cuts.last().unwrap())
+}
+
+/// Thread `tid`'s entries and exits in `d`: (time, kind, function, the
+/// time its call began; 0: before the recording's first record).
+fn calls(d: &DataDir, tid: i32) -> Vec<Call> {
+    let mut open = Vec::new();
+    (records_of(d, tid).unwrap().into_iter())
+        .filter(|r| matches!(r.kind, Kind::Entry | Kind::Exit))
+        .map(|r| {
+            let began = match r.kind {
+                Kind::Entry => {
+                    open.push(r.time);
+                    r.time
+                }
+                _ => open.pop().unwrap_or(0),
+            };
+            (r.time, r.kind, r.addr, began)
+        })
+        .collect()
+}
 
 /// The tracers of one recording start and end together: a tracer with
 /// `filter=mid` records as many calls of mid as one without a filter
@@ -13,18 +109,15 @@ use common::*;
 /// already there). Three threads call mid ten times between short naps.
 #[test]
 fn a_recordings_tracers_start_and_end_together() {
-    let dir = workdir("attach_tracers_together");
-    let exe = build_fixture_with(&dir, "busy", "attach_busy.c", &["-pthread"]);
-    let (mut child, mut out) = start_target(&exe, &[]);
-    let pid = child.id().to_string();
-    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
     let tracers = ["--tracer", "all", "--tracer", "mid:filter=mid"];
-    let first = record_p_spawn(&pid, &[&["--duration", "1s"][..], &tracers].concat(), &a);
-    wait_entry(child.id(), &exe, "mid", true);
-    let o = record_p(&pid, &[&["--duration", "300ms"][..], &tracers].concat(), &b);
-    assert!(o.status.success(), "{}", text(&o).1);
-    let o = first.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
+    let t = one_beside_another(
+        "attach_tracers_together",
+        "attach_busy.c",
+        (&[], "mid"),
+        &[&["--duration", "1s"][..], &tracers].concat(),
+        &[&["--duration", "300ms"][..], &tracers].concat(),
+    );
+    let (a, b) = (t.a.clone(), t.b.clone());
     for d in [&a, &b] {
         let all = report_rows(&report_text(&d.join("all")));
         let mid = report_rows(&report_text(&d.join("mid")));
@@ -40,7 +133,7 @@ fn a_recordings_tracers_start_and_end_together() {
         nests_exactly(&d.join("all"));
         nests_exactly(&d.join("mid"));
     }
-    assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
+    assert_eq!(t.end(false), "bad=0\n");
 }
 
 /// A recording attaches beside one with a function filter while every
@@ -51,18 +144,15 @@ fn a_recordings_tracers_start_and_end_together() {
 /// thread to start it. `info` says why neither knows the exit status.
 #[test]
 fn a_recording_attaches_beside_a_filtered_one_while_threads_sleep() {
-    let dir = workdir("attach_beside_filtered");
-    let exe = build_fixture_with(&dir, "rounds", "attach_rounds.c", &["-pthread"]);
     // (It ends by itself, after 3 s.)
-    let (mut child, mut out) = start_target(&exe, &["3000"]);
-    let pid = child.id().to_string();
-    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
-    let first = record_p_spawn(&pid, &["--duration", "1s", "-F", "round_"], &a);
-    wait_entry(child.id(), &exe, "round_", true);
-    let o = record_p(&pid, &["--duration", "200ms"], &b);
-    assert!(o.status.success(), "{}", text(&o).1);
-    let o = first.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
+    let t = one_beside_another(
+        "attach_beside_filtered",
+        "attach_rounds.c",
+        (&["3000"], "round_"),
+        &["--duration", "1s", "-F", "round_"],
+        &["--duration", "200ms"],
+    );
+    let (a, b) = (t.a.clone(), t.b.clone());
     for d in [&a, &b] {
         let rows = report_rows(&report_text(d));
         assert!(
@@ -80,10 +170,7 @@ fn a_recording_attaches_beside_a_filtered_one_while_threads_sleep() {
             d.display()
         );
     }
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    assert!(child.wait().unwrap().success());
-    assert_eq!(rest, "done\n");
+    assert_eq!(t.end(true), "done\n");
 }
 
 /// Two recordings attached one beside the other share one fused path (one
@@ -94,53 +181,26 @@ fn a_recording_attaches_beside_a_filtered_one_while_threads_sleep() {
 /// same clock (a few hundred nanoseconds apart) cut them alike.
 #[test]
 fn recordings_attached_beside_each_other_share_the_fused_path() {
-    let dir = workdir("attach_beside_shared");
-    let exe = build_fixture_with(&dir, "busy", "attach_busy.c", &["-pthread"]);
-    let (mut child, mut out) = start_target(&exe, &[]);
-    let pid = child.id().to_string();
-    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
-    let first = record_p_spawn(&pid, &["--duration", "1s"], &a);
-    wait_entry(child.id(), &exe, "mid", true);
-    let o = record_p(&pid, &["--duration", "300ms"], &b);
-    assert!(o.status.success(), "{}", text(&o).1);
-    let o = first.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
-    assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
-    let info = view_text("info", &b);
-    assert!(
-        info.contains("record path         : fused (several tracers"),
-        "{info}"
+    let t = one_beside_another(
+        "attach_beside_shared",
+        "attach_busy.c",
+        (&[], "mid"),
+        &["--duration", "1s"],
+        &["--duration", "300ms"],
     );
+    let (a, b) = (t.a.clone(), t.b.clone());
+    assert_eq!(t.end(false), "bad=0\n");
     nests_exactly(&a);
-    nests_exactly(&b);
-    let (da, db) = (
-        shadowgraph_data::dir::DataDir::open(&a).unwrap(),
-        shadowgraph_data::dir::DataDir::open(&b).unwrap(),
-    );
-    let calls = |d: &shadowgraph_data::dir::DataDir, tid: i32| -> Vec<(u64, u8, u64)> {
-        use shadowgraph_data::format::Kind;
-        (records_of(d, tid).unwrap().into_iter())
-            .filter(|r| matches!(r.kind, Kind::Entry | Kind::Exit))
-            .map(|r| (r.time, r.kind as u8, r.addr))
-            .collect()
-    };
+    let (da, db) = shared_pair(&a, &b);
     let mut compared = 0;
     for &tid in &db.tids {
         let (ra, rb) = (calls(&da, tid), calls(&db, tid));
         if rb.len() < 1000 {
             continue;
         }
-        // Inside both, 2 ms from either end, cut in a nap of the first's
-        // (20 µs or more without a record).
-        let lo = rb[0].0 + 2_000_000;
-        let hi = rb.last().unwrap().0.min(ra.last().unwrap().0) - 2_000_000;
-        let naps: Vec<u64> = (ra.windows(2))
-            .filter(|w| w[1].0 - w[0].0 > 20_000 && w[0].0 > lo && w[1].0 < hi)
-            .map(|w| (w[0].0 + w[1].0) / 2)
-            .collect();
-        assert!(naps.len() >= 2, "thread {tid}: no naps in {lo}..{hi}");
-        let (from, to) = (naps[0], *naps.last().unwrap());
-        let within = |r: &Vec<(u64, u8, u64)>| -> Vec<(u8, u64)> {
+        // (Cut in the naps: 20 µs or more without a record.)
+        let (from, to) = window(tid, &ra, &rb, 20_000);
+        let within = |r: &Vec<Call>| -> Vec<(Kind, u64)> {
             (r.iter())
                 .filter(|c| c.0 > from && c.0 < to)
                 .map(|c| (c.1, c.2))
@@ -208,10 +268,10 @@ fn a_paused_recording_records_nothing_beside_another() {
     // Every call of the first began before the second's first record (the
     // calls it left open when paused end with it).
     let times = |d: &std::path::Path, entries: bool| -> Vec<u64> {
-        let d = shadowgraph_data::dir::DataDir::open(d).unwrap();
+        let d = DataDir::open(d).unwrap();
         (d.tids.iter())
             .flat_map(|&t| records_of(&d, t).unwrap())
-            .filter(|r| !entries || r.kind == shadowgraph_data::format::Kind::Entry)
+            .filter(|r| !entries || r.kind == Kind::Entry)
             .map(|r| r.time)
             .collect()
     };
@@ -230,51 +290,17 @@ fn a_paused_recording_records_nothing_beside_another() {
 /// call that did (each round's sleep, its callers), call for call.
 #[test]
 fn a_time_filtered_recording_beside_another_keeps_the_long_calls() {
-    use shadowgraph_data::format::Kind;
-    let dir = workdir("attach_beside_timed");
-    let exe = build_fixture_with(&dir, "rounds", "attach_rounds.c", &["-pthread"]);
     // (It ends by itself, after 3 s.)
-    let (mut child, mut out) = start_target(&exe, &["3000"]);
-    let pid = child.id().to_string();
-    let (a, b) = (dir.join("a.data"), dir.join("b.data"));
-    let first = record_p_spawn(&pid, &["--duration", "1s"], &a);
-    wait_entry(child.id(), &exe, "round_", true);
-    let o = record_p(&pid, &["--duration", "300ms", "-t", "100us"], &b);
-    assert!(o.status.success(), "{}", text(&o).1);
-    let o = first.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", text(&o).1);
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    assert!(child.wait().unwrap().success());
-    assert_eq!(rest, "done\n");
-    let info = view_text("info", &b);
-    assert!(
-        info.contains("record path         : fused (several tracers"),
-        "{info}"
+    let t = one_beside_another(
+        "attach_beside_timed",
+        "attach_rounds.c",
+        (&["3000"], "round_"),
+        &["--duration", "1s"],
+        &["--duration", "300ms", "-t", "100us"],
     );
-    nests_exactly(&b);
-    let (da, db) = (
-        shadowgraph_data::dir::DataDir::open(&a).unwrap(),
-        shadowgraph_data::dir::DataDir::open(&b).unwrap(),
-    );
-    // Each thread's entries and exits, with the time its call began (0:
-    // before the recording's first record).
-    let calls = |d: &shadowgraph_data::dir::DataDir, tid: i32| -> Vec<(u64, Kind, u64, u64)> {
-        let mut open = Vec::new();
-        (records_of(d, tid).unwrap().into_iter())
-            .filter(|r| matches!(r.kind, Kind::Entry | Kind::Exit))
-            .map(|r| {
-                let began = match r.kind {
-                    Kind::Entry => {
-                        open.push(r.time);
-                        r.time
-                    }
-                    _ => open.pop().unwrap_or(0),
-                };
-                (r.time, r.kind, r.addr, began)
-            })
-            .collect()
-    };
+    let (a, b) = (t.a.clone(), t.b.clone());
+    assert_eq!(t.end(true), "done\n");
+    let (da, db) = shared_pair(&a, &b);
     let mut compared = 0;
     for &tid in &db.tids {
         let (ra, rb) = (calls(&da, tid), calls(&db, tid));
@@ -301,19 +327,11 @@ fn a_time_filtered_recording_beside_another_keeps_the_long_calls() {
                 }
             }
         }
-        // Inside both, 2 ms from either end, cut in a sleep of the first's
-        // (150 µs or more without a record).
-        let lo = rb[0].0 + 2_000_000;
-        let hi = rb.last().unwrap().0.min(ra.last().unwrap().0) - 2_000_000;
-        let naps: Vec<u64> = (ra.windows(2))
-            .filter(|w| w[1].0 - w[0].0 > 150_000 && w[0].0 > lo && w[1].0 < hi)
-            .map(|w| (w[0].0 + w[1].0) / 2)
-            .collect();
-        assert!(naps.len() >= 2, "thread {tid}: no sleeps in {lo}..{hi}");
+        // (Cut in the sleeps: 150 µs or more without a record.)
+        let (from, to) = window(tid, &ra, &rb, 150_000);
         // (The calls that began there: one under way when the second
         // started is not the second's.)
-        let (from, to) = (naps[0], *naps.last().unwrap());
-        let inside = |c: &(u64, Kind, u64, u64)| c.3 > from && c.0 < to;
+        let inside = |c: &Call| c.3 > from && c.0 < to;
         let want: Vec<(Kind, u64)> = (ra.iter().zip(&kept))
             .filter(|(c, &k)| k && inside(c))
             .map(|(c, _)| (c.1, c.2))
