@@ -248,9 +248,12 @@ impl Waiting {
         }
     }
 
-    /// The call at `depth` returned.
+    /// The call at `depth` returned: it, and the calls deeper that never
+    /// did (a jump left them), are closed.
     fn close(&mut self, depth: usize) {
-        self.state[depth] = 0;
+        for s in &mut self.state[depth..(self.top as usize).max(depth + 1)] {
+            *s = 0;
+        }
         self.top = depth as u64;
     }
 
@@ -376,6 +379,46 @@ mod tests {
                 (1450, E, 1023, 0x77),
                 (1460, X, 1023, 0x77),
                 (3000, X, 0, 0xa0),
+            ]
+        );
+    }
+
+    /// A call left by a jump (its exit never comes, its caller's does)
+    /// waits no more: an exit at its depth later is one whose entry this
+    /// consumer never saw (written as it comes), and a later call there
+    /// is judged on its own.
+    #[test]
+    fn calls_a_jump_left_wait_no_more() {
+        let (ring, f, path) = filtered_ring(100, "jump");
+        use std::os::fd::AsRawFd;
+        put(
+            &ring,
+            &[
+                (1000, E, 0, 0xa0),
+                (1010, E, 1, 0xb1),
+                (1020, E, 2, 0xc2), // left by a jump
+                (1030, X, 0, 0xa0), // short: a, b and c gone
+                (1040, E, 0, 0xd0),
+                (1045, X, 2, 0xc2), // no call open there
+                (1050, E, 1, 0xe1),
+                (1060, E, 2, 0xc2),
+                (1500, X, 2, 0xc2), // long: d, e, then this call of c
+                (1510, X, 1, 0xe1),
+                (1520, X, 0, 0xd0),
+            ],
+        );
+        let d = ring.drain(f.as_raw_fd());
+        assert_eq!((d.written, d.lost, d.errno), (7, 0, 0));
+        assert_eq!(
+            read_back(&path),
+            [
+                (1040, E, 0, 0xd0),
+                (1045, X, 2, 0xc2),
+                (1050, E, 1, 0xe1),
+                (1060, E, 2, 0xc2),
+                (1500, X, 2, 0xc2),
+                (1510, X, 1, 0xe1),
+                (1520, X, 0, 0xd0),
             ]
         );
     }
