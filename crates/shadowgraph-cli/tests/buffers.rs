@@ -110,6 +110,57 @@ fn small_buffers_with(dir: &std::path::Path, exe: &std::path::Path, writers: &st
     }
 }
 
+/// Two tracers with the smallest buffers: a thread whose ring in one of
+/// them is full waits for room, and its record there still takes the
+/// event's time, the one the other tracer's record took. Each thread's
+/// records are the same in both, time for time (each ring's conversion of
+/// the same clock reading within a microsecond), with waits among them.
+#[test]
+fn two_tracers_share_each_events_time_also_after_a_wait_for_room() {
+    let dir = workdir("smallbuf_two");
+    let exe = dir.join("t");
+    let flags = [
+        "-O2",
+        "-pthread",
+        "-fno-optimize-sibling-calls",
+        "-fpatchable-function-entry=5",
+    ];
+    cc(&[&fixture("fib22_four_threads.c")], &flags, &exe);
+    let data = dir.join("t.data");
+    let opts = ["--no-libs", "-b", "64K", "--tracer", "a", "--tracer", "b"];
+    let o = record_run(&[], &opts, &data, &exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "70844");
+    let info = view_text("info", &data.join("a"));
+    let waits = (info.lines())
+        .find_map(|l| l.strip_prefix("# waits for writer    : "))
+        .and_then(|w| w.split_whitespace().next()?.parse::<u64>().ok());
+    assert!(waits.is_some_and(|w| w > 0), "no wait for room: {info}");
+    let (a, b) = (
+        shadowgraph_data::dir::DataDir::open(&data.join("a")).unwrap(),
+        shadowgraph_data::dir::DataDir::open(&data.join("b")).unwrap(),
+    );
+    assert_eq!(a.tids, b.tids);
+    for &tid in &a.tids {
+        let (ra, rb) = (a.records(tid).unwrap(), b.records(tid).unwrap());
+        assert_eq!(ra.len(), rb.len(), "thread {tid}");
+        for (k, (x, y)) in ra.iter().zip(&rb).enumerate() {
+            assert_eq!(
+                (x.kind, x.addr),
+                (y.kind, y.addr),
+                "thread {tid}, record {k}"
+            );
+            assert!(
+                x.time.abs_diff(y.time) < 1000,
+                "thread {tid}, record {k}: {} against {}",
+                x.time,
+                y.time
+            );
+        }
+    }
+}
+
 /// A thread's ring is unmapped when it exits (the writer's own mapping
 /// keeps the file until drained): a program whose threads come and go
 /// keeps one ring per live thread, not one per thread it ever had (2 MiB

@@ -105,7 +105,10 @@ pub fn emit(inst: usize, kind: Kind, depth: u16, addr: u64) {
 /// is read again when a signal handler's traced call ran since it was
 /// taken: the handler's records, newer, may sit in this ring before ours.
 /// A handler that lands after the time is read and claims a slot in this
-/// ring makes our claim retry, and the retry reads the word again.
+/// ring makes our claim retry, and the retry reads the word again. A ring
+/// without room waits for it, and its record still takes the event's time
+/// (unless a handler's event came meanwhile): the same as the other
+/// tracers', which did not wait.
 #[inline(always)]
 pub fn emit_shared(inst: usize, kind: Kind, depth: u16, addr: u64, shared: &AtomicU64) {
     emit_shared_from(inst, kind, depth, depth_from(depth), addr, shared);
@@ -124,9 +127,10 @@ pub fn emit_shared_from(
     shared: &AtomicU64,
 ) -> Option<u16> {
     let r = my_ring(inst, kind, depth)?;
+    let time = || clock::now_shared(shared);
     let c = r
-        .claim_at(|| clock::now_shared(shared), kind, from)
-        .or_else(|| make_room(inst, r, clock::now, kind, from))?;
+        .claim_at(time, kind, from)
+        .or_else(|| make_room(inst, r, time, kind, from))?;
     r.write(c.slot, c.time, kind, c.depth, addr);
     r.publish(&c);
     Some(c.depth)
@@ -179,7 +183,9 @@ fn emit_data_record(
     shared: &AtomicU64,
     data: &[u8],
 ) -> Option<u16> {
-    let times: [&dyn Fn() -> u64; 2] = [&|| clock::now_shared(shared), &clock::now];
+    // (After a wait for room too: the event's time, as emit_shared's.)
+    let time = || clock::now_shared(shared);
+    let times: [&dyn Fn() -> u64; 2] = [&time, &time];
     emit_data_record_timed(inst, kind, depth, from, addr, times, data)
 }
 

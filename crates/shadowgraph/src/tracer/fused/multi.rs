@@ -304,6 +304,12 @@ macro_rules! record_each {
             crate::fixed_load!("rdx", "tp_thread"),
             "cmp qword ptr fs:[rdx + {t_event}], {event_open}\n",
             "je 33f\n",
+            // (Or the event's time, put there for a record out of the
+            // sequence, `_over`.)
+            "cmp qword ptr fs:[rdx + {t_event}], ",
+            $time,
+            "\n",
+            "je 33f\n",
             clock_into!($time),
             "33:\n",
             "mov rax, [r11 + {r_reserve}]\n",
@@ -334,6 +340,15 @@ macro_rules! record_each {
             "_over:\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
             "mov qword ptr fs:[rdx + {b_word}], 0\n",
+            // The event's time into its word, if no handler's event came
+            // since (the word still open), by one exchange: the record
+            // below takes it, as the other rings' records did, rather than
+            // a time of its own.
+            crate::fixed_load!("rdx", "tp_thread"),
+            "mov eax, {event_open}\n",
+            "cmpxchg qword ptr fs:[rdx + {t_event}], ",
+            $time,
+            "\n",
             exchanged_record!($over, "37f", $time, "rcx", $depth),
             "jmp ",
             $name,
