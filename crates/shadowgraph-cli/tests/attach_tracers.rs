@@ -70,10 +70,9 @@ fn shared_pair(a: &std::path::Path, b: &std::path::Path) -> (DataDir, DataDir) {
 /// Where a thread's calls in two recordings are compared: inside both,
 /// 20 ms from either end, cut in the first's pauses (`gap` ns or more
 /// without a record), so that the recordings' own conversions of the
-/// same clock (a few hundred nanoseconds apart) cut them alike. (At a
-/// recording's start and end the agent's own work may run on a thread
-/// between its records of one event in the two recordings, which then
-/// read the clock each on its own, milliseconds apart.)
+/// same clock (a few hundred nanoseconds apart) cut them alike; away from
+/// the recordings' starts and ends, where a call under way belongs to one
+/// and not the other.
 type Call = (u64, Kind, u64, u64);
 fn window(ra: &[Call], rb: &[Call], gap: u64) -> Option<(u64, u64)> {
     let lo = rb[0].0 + 20_000_000;
