@@ -168,8 +168,15 @@ pub fn emit_event(inst: usize, depth: u16, id: u64, shared: &AtomicU64, data: &[
 /// [`emit_event`] at `time` (the events of an entry written late take its
 /// time).
 pub fn emit_event_at(inst: usize, depth: u16, id: u64, time: u64, data: &[u8]) {
-    let times: [&dyn Fn() -> u64; 2] = [&|| time, &|| time];
-    emit_data_record_timed(inst, Kind::Event, depth, Depth::Given(0), id, times, data);
+    emit_data_record_timed(
+        inst,
+        Kind::Event,
+        depth,
+        Depth::Given(0),
+        id,
+        &|| time,
+        data,
+    );
 }
 
 /// [`emit_shared_with_data`]'s record with data.
@@ -185,26 +192,24 @@ fn emit_data_record(
 ) -> Option<u16> {
     // (After a wait for room too: the event's time, as emit_shared's.)
     let time = || clock::now_shared(shared);
-    let times: [&dyn Fn() -> u64; 2] = [&time, &time];
-    emit_data_record_timed(inst, kind, depth, from, addr, times, data)
+    emit_data_record_timed(inst, kind, depth, from, addr, &time, data)
 }
 
-/// A record with data at the time `times[0]` gives, or `times[1]` after
-/// waiting for room.
+/// A record with data at the time `time` gives (read as the slot is
+/// claimed, after any wait for room).
 fn emit_data_record_timed(
     inst: usize,
     kind: Kind,
     depth: u16,
     from: Depth,
     addr: u64,
-    times: [&dyn Fn() -> u64; 2],
+    time: &dyn Fn() -> u64,
     data: &[u8],
 ) -> Option<u16> {
     let r = my_ring(inst, kind, depth)?;
-    let claim = |time: &dyn Fn() -> u64| r.claim_with_data(time, kind, from, data.len());
-    let c = claim(times[0]).or_else(|| {
-        rings::wait_for_room(inst, r, || if r.refresh() { claim(times[1]) } else { None })
-    })?;
+    let claim = || r.claim_with_data(time, kind, from, data.len());
+    let c = claim()
+        .or_else(|| rings::wait_for_room(inst, r, || if r.refresh() { claim() } else { None }))?;
     r.write_with_data(c.slot, c.time, kind, c.depth, addr, data);
     r.publish(&c);
     Some(c.depth)
@@ -269,7 +274,7 @@ pub fn emit_pending_entry(
             emit_at(inst, time, Kind::Entry, depth, addr);
         } else {
             let at = depth_from(depth);
-            emit_data_record_timed(inst, Kind::Entry, depth, at, addr, [&|| time; 2], data);
+            emit_data_record_timed(inst, Kind::Entry, depth, at, addr, &|| time, data);
         }
         return true;
     }

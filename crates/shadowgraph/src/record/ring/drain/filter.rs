@@ -35,6 +35,10 @@ use std::sync::atomic::Ordering;
 /// deeper call, which is written as it comes.
 const DEPTHS: usize = 1024;
 
+/// A record's kind (its word's low bits): an entry, an exit.
+const ENTRY: u64 = Kind::Entry as u64;
+const EXIT: u64 = Kind::Exit as u64;
+
 /// The state of one depth: a call is open there…
 const OPEN: u8 = 1;
 /// …and its entry is in the file.
@@ -181,23 +185,23 @@ impl Ring {
             }
             let depth = ((w1 >> 6) & 0x3ff) as usize;
             let kind = w1 & 3;
-            if len > 0 || depth >= DEPTHS - 1 || kind > Kind::Exit as u64 {
+            if len > 0 || depth >= DEPTHS - 1 || kind > EXIT {
                 // Written as it comes, after the entries waiting below it:
                 // an entry's callers', an exit's own and its callers', an
                 // event's all (its depth field is 0).
                 let below = match kind {
-                    0 => depth as u64,
-                    1 => depth as u64 + 1,
+                    ENTRY => depth as u64,
+                    EXIT => depth as u64 + 1,
                     _ => w.top,
                 };
                 w.release(below, &mut g, out);
                 g.push([t, w1], &data[..len / 8], out);
                 match kind {
-                    0 => w.open(depth, [t, w1], true),
-                    1 => w.close(depth),
+                    ENTRY => w.open(depth, [t, w1], true),
+                    EXIT => w.close(depth),
                     _ => {}
                 }
-            } else if kind == Kind::Entry as u64 {
+            } else if kind == ENTRY {
                 w.open(depth, [t, w1], false);
             } else {
                 let s = w.state[depth];
@@ -277,6 +281,7 @@ mod tests {
     use crate::record::ring::{ring_bytes, Depth, RingHeader};
     use shadowgraph_data::format::decode;
     use std::io::Read;
+    use std::os::fd::AsRawFd;
 
     /// A ring whose consumer filters calls shorter than `min` ns, its times
     /// nanoseconds already, and a file to drain it into.
@@ -329,7 +334,6 @@ mod tests {
     #[test]
     fn a_consumers_time_filter_keeps_the_long_calls_and_their_callers() {
         let (ring, f, path) = filtered_ring(100, "keeps");
-        use std::os::fd::AsRawFd;
         put(
             &ring,
             &[
@@ -390,7 +394,6 @@ mod tests {
     #[test]
     fn calls_a_jump_left_wait_no_more() {
         let (ring, f, path) = filtered_ring(100, "jump");
-        use std::os::fd::AsRawFd;
         put(
             &ring,
             &[
@@ -429,7 +432,6 @@ mod tests {
     #[test]
     fn entries_waiting_before_a_loss_are_written_before_it() {
         let (ring, f, path) = filtered_ring(100, "lost");
-        use std::os::fd::AsRawFd;
         put(&ring, &[(1000, E, 0, 0xa0), (1010, E, 1, 0xa1)]);
         ring.header().lost.store(3, Ordering::Relaxed);
         let d = ring.drain(f.as_raw_fd());
