@@ -106,7 +106,10 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
         0,
     );
     reg(&elsewhere)?;
-    rows.push(("1 user + 1 whose filter declines (loop)".into(), measure()));
+    rows.push((
+        "1 user + 1 whose filter declines (its mask)".into(),
+        measure(),
+    ));
     unreg(&elsewhere)?;
     reg(&users[1])?;
     rows.push(("2 users (loop)".into(), measure()));

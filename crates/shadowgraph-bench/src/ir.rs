@@ -73,6 +73,17 @@ pub fn bench(mode: &str, calls: i64, hijack_returns: bool) -> Result<ExitCode, S
                 keep_users.push(u);
             }
         }
+        "graph-elsewhere" => {
+            // One user, and one whose filter selects another function.
+            let u = fgraph::GraphUser::new(accept_all, ignore_return, filter()?, 0);
+            let elsewhere =
+                ftrace::FilterSet::with_patterns(&["other0"], &[]).map_err(|e| e.to_string())?;
+            let v = fgraph::GraphUser::new(accept_all, ignore_return, elsewhere, 0);
+            for u in [u, v] {
+                fgraph::register_graph(&u).map_err(|e| e.to_string())?;
+                keep_users.push(u);
+            }
+        }
         other => return Err(format!("unknown mode `{other}`")),
     }
     std::hint::black_box(looped(std::hint::black_box(calls)));

@@ -81,7 +81,7 @@ enum Which {
         /// Hijack return addresses instead of returning through site stubs.
         #[arg(long)]
         hijack_returns: bool,
-        /// none | ops | list2 | direct | graph-decline | graph | graph2 |
+        /// none | ops | list2 | direct | graph-decline | graph | graph2 | graph-elsewhere |
         /// graph16 | record | record-general | record2 | record2-general |
         /// record2-depth | record2-filter | record2-decline | record-arg;
         /// `MODE-tail`: MODE on

@@ -223,10 +223,11 @@ fn recordings_attached_beside_each_other_share_the_fused_path() {
 }
 
 /// A paused recording stays paused beside another: the shared fused path
-/// runs only while every recording's filter selects the same functions,
-/// and a paused one selects none. The first recording records, is paused
-/// (`--control`), then a second records beside it; the first records
-/// nothing after its pause, and the second runs the callbacks' way.
+/// records a call for the recordings whose filter selects its function
+/// (fgraph's site masks), and a paused one selects none. The first
+/// recording records, is paused (`--control`), then a second records
+/// beside it on the shared path; the first records nothing after its
+/// pause.
 #[test]
 fn a_paused_recording_records_nothing_beside_another() {
     use std::io::{BufRead, Write};
@@ -263,7 +264,10 @@ fn a_paused_recording_records_nothing_beside_another() {
     assert!(o.status.success(), "{}", text(&o).1);
     assert_eq!(end_target(&mut child, &mut out), "bad=0\n");
     let info = view_text("info", &b);
-    assert!(info.contains("record path         : general"), "{info}");
+    assert!(
+        info.contains("record path         : fused (several tracers"),
+        "{info}"
+    );
     let rows = report_rows(&report_text(&b));
     assert!(rows["mid"].2 > 1000, "{rows:?}");
     nests_exactly(&b);

@@ -392,10 +392,25 @@ fn users_come_and_go_while_threads_run() {
         for u in &users {
             fgraph::unregister_graph(u).unwrap();
         }
-        for t in &tallies {
+        for (k, t) in tallies.iter().enumerate() {
             let (e, r) = t.take();
             for (a, b) in e.iter().zip(&r) {
                 assert!(b <= a, "more returns than entries");
+            }
+            // Only calls its filter selects, though slots are reused
+            // by users with other filters (the sites' masks).
+            let pat = pats[(round + k) % 4];
+            for (i, n) in NAMES.iter().enumerate() {
+                let wanted = pat.is_empty()
+                    || pat.iter().any(|p| match p.strip_suffix('*') {
+                        Some(prefix) => n.starts_with(prefix),
+                        None => p == n,
+                    });
+                assert!(
+                    wanted || e[i] == 0,
+                    "a user of {pat:?} got {} calls of {n}",
+                    e[i]
+                );
             }
         }
     }
@@ -404,5 +419,106 @@ fn users_come_and_go_while_threads_run() {
         w.join().unwrap();
     }
     assert_eq!(fgraph::counters().lost_frames, 0);
+    clean();
+}
+
+/// The stub of `g_leaf`'s site, where `hold_at_stub` holds the thread it
+/// lands on.
+static STUB: AtomicU64 = AtomicU64::new(0);
+static HELD: AtomicBool = AtomicBool::new(false);
+static RELEASE: AtomicBool = AtomicBool::new(false);
+
+/// A signal handler that, landing on the first instruction of `STUB`
+/// (the site's jump made, the entry's bracket not yet entered), holds
+/// the thread there until `RELEASE`, once.
+extern "C" fn hold_at_stub(_: i32, _: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel's ucontext for this handler.
+    let pc =
+        unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize] };
+    if pc as u64 == STUB.load(Ordering::Relaxed) && !HELD.swap(true, Ordering::SeqCst) {
+        while !RELEASE.load(Ordering::SeqCst) {
+            // SAFETY: async-signal-safe.
+            unsafe { libc::sched_yield() };
+        }
+    }
+}
+
+/// A call whose thread passed the site's patched jump just before the
+/// site went back to a nop, and reaches fgraph's entry only after the
+/// users changed, is offered to the users that want the site now: the
+/// thread is held at the site's stub (before the entry's bracket, which
+/// a grace period waits for) while the only user that wanted the site
+/// leaves, leaving a sole user that does not.
+#[test]
+fn a_call_held_at_a_stub_across_a_change_of_users_goes_to_the_users_of_now() {
+    let _g = serial();
+    let f = loaded();
+    let (tx, tu) = (Tally::new(), Tally::new());
+    let u = counting_user(&["g_top", "g_mid"], tu);
+    let x = counting_user(&["g_leaf"], tx);
+    fgraph::register_graph(&u).unwrap();
+    fgraph::register_graph(&x).unwrap();
+    let site = shadowgraph::ftrace::site_by_name("g_leaf").unwrap().addr;
+    // SAFETY: the site's five bytes, now a jump to its stub.
+    let code = unsafe { std::slice::from_raw_parts(site as *const u8, 5) };
+    assert_eq!(code[0], 0xe9, "g_leaf's site jumps to its stub");
+    let rel = i32::from_le_bytes(code[1..5].try_into().unwrap());
+    STUB.store((site as i64 + 5 + rel as i64) as u64, Ordering::SeqCst);
+    // SAFETY: a handler that only reads its context and spins.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = hold_at_stub as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let tid = Arc::new(AtomicI32::new(0));
+    let worker = {
+        let (stop, tid) = (stop.clone(), tid.clone());
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid.store(unsafe { libc::gettid() }, Ordering::SeqCst);
+            while !stop.load(Ordering::Relaxed) {
+                (f.run)(5);
+            }
+        })
+    };
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::hint::spin_loop();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !HELD.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no signal landed on the stub"
+        );
+        // SAFETY: a signal to a thread of this process.
+        unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                libc::getpid(),
+                tid.load(Ordering::SeqCst),
+                libc::SIGUSR2,
+            )
+        };
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
+    // Held at the stub: the site goes back to a nop, u becomes the sole
+    // user; then the thread goes on into the entry.
+    fgraph::unregister_graph(&x).unwrap();
+    assert!(fgraph::fast_path_active());
+    RELEASE.store(true, Ordering::SeqCst);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    fgraph::unregister_graph(&u).unwrap();
+    let (eu, ru) = tu.take();
+    assert_eq!(
+        by_name(&eu, "g_leaf"),
+        0,
+        "the sole user got a call of a site it never wanted"
+    );
+    assert!(by_name(&eu, "g_top") > 0);
+    assert_eq!(eu, ru);
     clean();
 }

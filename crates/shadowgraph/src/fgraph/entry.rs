@@ -4,6 +4,7 @@
 //! accepted; frames a longjmp left behind are dropped first.
 
 use super::ret::{finish_frame, is_hijack, return_to_handler};
+use super::site_users;
 use super::stack::{self, thread, ThreadState};
 use super::state::{lock_graph, unlock_graph, ARRAY, EPOCH, FAST, OCCUPIED, SLOT_EPOCH};
 use super::thread::KEY;
@@ -155,6 +156,12 @@ pub(super) fn enter_fast(t: &ThreadState, u: &GraphUser, regs: &mut Regs) {
         depth: depth as i32,
         site: crate::ftrace::dispatch::site_hint(ip).unwrap_or(u32::MAX),
     };
+    // The site still the user's (site_users.rs; a call through the
+    // manager's trampolines names no site: its filter took it).
+    if ent.site != u32::MAX && !site_users::selects(ent.site, word) {
+        t.curr.set(b - stack::FRAME_WORDS);
+        return;
+    }
     let i = stack::bitmap_users(word).trailing_zeros() as usize;
     if !offer(t, u, i, &ent, regs) {
         t.curr.set(b - stack::FRAME_WORDS);
@@ -201,7 +208,11 @@ pub(super) fn enter(t: &ThreadState, ip: usize, parent_ip: usize, regs: &mut Reg
         // SAFETY: a published user outlives the grace period that follows
         // its removal from FAST.
         let u = unsafe { &*fast };
-        if let Some(i) = u.slot() {
+        // Relaxed: as in enter_fast.
+        let word = u.frame_word.load(Ordering::Relaxed);
+        // The site still the user's, as in enter_fast.
+        let wanted = ent.site == u32::MAX || site_users::selects(ent.site, word);
+        if let Some(i) = u.slot().filter(|_| wanted) {
             if offer(t, u, i, &ent, regs) {
                 bits = 1 << i;
             }
@@ -298,6 +309,11 @@ pub(super) fn offer_all(
     // Acquire (here and below): the registry's words, published before
     // the user and its bit (registry.rs).
     let mut occupied = OCCUPIED.load(Ordering::Acquire);
+    // The users the site's filters select, when it has a mask (read after
+    // OCCUPIED: a user found there has its bits in the masks, written
+    // before its slot's bit was published).
+    let mask = super::site_users::mask(site);
+    occupied &= mask.map_or(u32::MAX, u32::from);
     // (As `offer` keeps them, once for all the users: restored, not reset,
     // as this may be a signal handler's call inside another's callback.)
     let outer = (t.in_entry.get(), t.reserved_once.get());
@@ -313,9 +329,10 @@ pub(super) fn offer_all(
         // SAFETY: a published user outlives the grace period that follows
         // its slot's clearing; we are inside the bracket.
         let u = unsafe { &*u };
-        // (Each user's filter, even while they all agree: a call may come
-        // through a site a user that left wanted, not yet a nop again.)
-        if !u.filter.pair().contains(site) {
+        // Without a mask, each user's filter. (A call may come through a
+        // site a user that left wanted, not yet a nop again: its mask no
+        // longer names the user, nor does this filter test pass.)
+        if mask.is_none() && !u.filter.pair().contains(site) {
             continue;
         }
         let save = t.curr.get();

@@ -27,6 +27,7 @@ mod jumps;
 mod layout;
 mod registry;
 mod ret;
+mod site_users;
 mod sitepath;
 pub(crate) mod stack;
 mod state;
@@ -47,6 +48,8 @@ pub use registry::{
     register_graph, register_graphs, set_site_stubs, unregister_graph, unregister_graphs,
 };
 pub use ret::{is_hijack, return_to_handler};
+pub use site_users::site_users;
+pub(crate) use site_users::{CAPACITY as SITE_USERS_CAPACITY, SITE_USERS};
 pub use state::event_time;
 pub(crate) use state::{
     init_tp_offsets, ARRAY, MULTI_FRAME_WORD, NO_FRAME_WORD, SLOT_PRIVATE, SOLE_FRAME_WORD,

@@ -5,12 +5,13 @@
 //! thread's exit, which closes its open frames.
 
 use super::entry::{graph_entry, manager_tramp_entry};
+use super::site_users;
 use super::sitepath::{shadowgraph_graph_site_entry, shadowgraph_site_return_general};
 use super::stack::{self};
 use super::state::{
     forget_event_time, init_tp_offsets, ARRAY, EPOCH, FAST, MULTI_ENTRY, MULTI_FRAME_WORD,
     MULTI_RETURN, NO_FRAME_WORD, OCCUPIED, SLOT_EPOCH, SLOT_PRIVATE, SOLE_FRAME_WORD,
-    SOLE_HIJACKED_RETURN, SOLE_PROVIDED, USERS_AGREE,
+    SOLE_HIJACKED_RETURN, SOLE_PROVIDED,
 };
 use super::thread::thread_key;
 use super::user::{GraphError, GraphUser, MAX_USERS};
@@ -113,10 +114,10 @@ pub(crate) fn multi_path_is(entry: usize) -> bool {
 }
 
 /// Whether the multi path stands in for the registered users now: a
-/// description (users may come and go, filters change), not a promise.
+/// description (users may come and go), not a promise.
 pub(crate) fn multi_path_live() -> bool {
     // Relaxed: a description, read once.
-    MULTI_FRAME_WORD.load(Ordering::Relaxed) != NO_FRAME_WORD && USERS_AGREE.load(Ordering::Relaxed)
+    MULTI_FRAME_WORD.load(Ordering::Relaxed) != NO_FRAME_WORD
 }
 
 /// fgraph's own site entry and return (the callbacks' way), for a
@@ -206,24 +207,9 @@ pub(super) fn manager() -> &'static Arc<Ops> {
             path.trampoline_entry,
             site,
             alt,
-            users_agree,
+            site_users::rebuild,
         )
     })
-}
-
-/// The manager's subops (the users' filters) select the same sites, or
-/// not: told by the core whenever they or their sets change.
-fn users_agree(agree: bool) {
-    // Release: a registration joins the users' subops (here) before it
-    // publishes MULTI_FRAME_WORD, which the site entry loads before this
-    // word (on x86, whose loads stay in order). An unregistration clears
-    // the word first, and publishes the next one only after the grace
-    // period that follows its sites' return to nops: a call through a
-    // site only a departed user wanted never finds the word with this
-    // one true. A filter changed under registered users reaches the
-    // traced calls over the time its pair and the sites' patches take
-    // anyway.
-    USERS_AGREE.store(agree, Ordering::Release);
 }
 
 /// Registers a graph user: from now on its entry callback is offered every
@@ -283,6 +269,11 @@ pub fn register_graphs(users: &[&Arc<GraphUser>]) -> Result<(), GraphError> {
     for &i in &slots {
         stack::zero_task_var_everywhere(i);
     }
+    // Their bits in the sites' masks before their slots are reachable.
+    for (u, &i) in users.iter().zip(&slots) {
+        site_users::set_slot(i, Some(u));
+    }
+    ftrace::tell_manager(manager());
     r.active += users.len();
     // One epoch for all of them. Each user's words are published
     // (Release) before ARRAY[i] makes it reachable: an entry that loads the
@@ -357,6 +348,13 @@ pub fn unregister_graphs(users: &[&Arc<GraphUser>]) -> Result<(), GraphError> {
         bits |= 1 << i;
     }
     OCCUPIED.fetch_and(!bits, Ordering::AcqRel);
+    // Out of the sites' masks before the grace period (which an entry
+    // that read a mask naming them finishes within), so before their
+    // slots are reused.
+    for &(_, i) in &gone {
+        site_users::set_slot(i, None);
+    }
+    ftrace::tell_manager(manager());
     r.active -= gone.len();
     let mut res = Ok(());
     for &(u, _) in &gone {

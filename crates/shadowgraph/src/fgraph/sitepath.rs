@@ -10,7 +10,7 @@ use super::ret::{graph_return, restore_ret_regs, return_all, save_ret_regs};
 use super::stack::{self, ThreadState};
 use super::state::{
     EPOCH, FAST, MANY, MULTI_ENTRY, MULTI_FRAME_WORD, MULTI_RETURN, NO_FRAME_WORD, TP_LOCAL,
-    TP_THREAD, USERS_AGREE,
+    TP_THREAD,
 };
 use super::user::{GraphEntry, GraphReturn, GraphUser, RetRegs};
 use crate::ftrace::local::CoreLocal;
@@ -293,6 +293,10 @@ super::layout::graph_asm!(
     "mov rsi, [rip + {fast}]",
     "test rsi, rsi",
     "jz 30f",
+    // The site still the user's (see site_users.rs).
+    crate::site_selects!("rbp + RBP_SITE_RET", "dword ptr [rsi + {u_frame_word}]", "71f"),
+    // (From 30 too: the one user the site's filter selects.)
+    "33:",
     entry_frame!(),
     // The offer (as `offer`): in_entry = the user's slot, reserved_once
     // cleared (one word: stack::OFFER_WORD), put back after the callback.
@@ -321,11 +325,29 @@ super::layout::graph_asm!(
     crate::tramp::restore_args!(),
     "leave",
     "ret",
-    // Several users (MANY): offered to each (call_entry_all), whose
+    // Several users (MANY). A site whose filter mask (site_users.rs)
+    // names one user, still in its slot: that user's path above, as if
+    // it were the only one. Else offered to each (call_entry_all), whose
     // BITMAP word comes back in rax (0: none kept the call).
     "30:",
     "cmp byte ptr [rip + {many}], 0",
     "je 71f",
+    "mov rax, [rbp + RBP_SITE_RET]",
+    "mov eax, dword ptr [rax + {id_off}]",
+    "cmp eax, {site_users_cap}",
+    "jae 34f",
+    "lea rdx, [rip + {site_users}]",
+    "movzx eax, word ptr [rdx + rax*2]",
+    "lea edx, [eax - 1]",
+    "test eax, edx",
+    "jnz 34f",
+    "bsf eax, eax",
+    "jz 34f",
+    "lea rdx, [rip + {array}]",
+    "mov rsi, [rdx + rax*8]",
+    "test rsi, rsi",
+    "jnz 33b",
+    "34:",
     entry_frame!(),
     "lea rdi, [rsp + SE_ENTRY]",
     "mov rsi, rsp",
@@ -419,6 +441,8 @@ super::layout::graph_asm!(
     "mov rax, [rdi + r10*8 + FRAME_BITMAP]",
     "cmp rax, [rsi + {u_frame_word}]",
     "jne 61f",
+    // (From 30 too: a frame kept for one user by its path.)
+    "33:",
     return_event!("and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}\n"),
     "lea rdi, [rsp + SR_RET]",
     "mov rdx, rsp",
@@ -438,6 +462,24 @@ super::layout::graph_asm!(
     "je 61f",
     top_frame_r10!(),
     "mov rax, [rdi + r10*8 + FRAME_BITMAP]",
+    // A frame whose word is the one user's that it names (its path kept
+    // it, or the loop kept it for that user alone in its epoch): that
+    // user's return above.
+    "mov edx, eax",
+    "shr edx, 12",
+    "and edx, 0xffff",
+    "lea r11d, [edx - 1]",
+    "test edx, r11d",
+    "jnz 34f",
+    "bsf edx, edx",
+    "jz 34f",
+    "lea r11, [rip + {array}]",
+    "mov rsi, [r11 + rdx*8]",
+    "test rsi, rsi",
+    "jz 34f",
+    "cmp rax, [rsi + {u_frame_word}]",
+    "je 33b",
+    "34:",
     "mov [rsp + SR_WORD], rax",
     // (Each user's bit taken before its callback: return_all.)
     return_event!(""),
@@ -457,12 +499,9 @@ super::layout::graph_asm!(
     restore_ret_regs!(),
     "push r11",
     "ret",
-    // (Out of the way: the multi path's entry and return; its entry only
-    // while every user's filter selects the same sites, so that the call
-    // is one each of them wants.)
+    // (Out of the way: the multi path's entry and return; the entry
+    // records the call for the users the site's filter mask names.)
     "95:",
-    "cmp byte ptr [rip + {users_agree}], 0",
-    "je shadowgraph_graph_site_entry_body",
     "jmp qword ptr [rip + {multi_entry}]",
     "96:",
     "jmp qword ptr [rip + {multi_return}]",
@@ -531,7 +570,9 @@ super::layout::graph_asm!(
     multi_word = sym MULTI_FRAME_WORD,
     no_frame_word = const NO_FRAME_WORD as i64,
     multi_entry = sym MULTI_ENTRY,
-    users_agree = sym USERS_AGREE,
+    array = sym super::state::ARRAY,
+    site_users = sym super::site_users::SITE_USERS,
+    site_users_cap = const super::site_users::CAPACITY,
     multi_return = sym MULTI_RETURN,
     tp_local = sym TP_LOCAL,
     tp_thread = sym TP_THREAD,

@@ -49,12 +49,6 @@ pub(crate) static SOLE_FRAME_WORD: AtomicU64 = AtomicU64::new(NO_FRAME_WORD);
 /// the path while it is set; the path reads this one word to know it may
 /// run, and for whom.
 pub(crate) static MULTI_FRAME_WORD: AtomicU64 = AtomicU64::new(NO_FRAME_WORD);
-/// Whether every user's filter selects the same sites (the manager's
-/// subops agree, `Ops::on_subops_agree`): only then is a call the site
-/// entry takes one that every user wants, and the multi path is handed
-/// the calls (it records one for each user its word names).
-pub(crate) static USERS_AGREE: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
 /// The registered multi path's site entry and return (0: none).
 pub(super) static MULTI_ENTRY: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);

@@ -279,11 +279,9 @@ impl Core {
         let pairs: Vec<&FilterPair> = subs.iter().map(|s| s.filter_pair()).collect();
         let new = manager_pair(&pairs);
         let touched = m.filter_pair().resolve(n).union(&new.resolve(n));
-        if let Some(agree) = m.on_subops_agree {
-            // (Equal pairs select the same sites; others are compared by
-            // what they select among the sites there are.)
-            let same = |a: &FilterPair, b: &FilterPair| a == b || a.resolve(n) == b.resolve(n);
-            agree(pairs.windows(2).all(|w| same(w[0], w[1])));
+        if let Some(told) = m.on_subops_change {
+            // (Before the sites are patched or set back: see the hook.)
+            told(n);
         }
         self.publish_pair(&m.filter, new);
         touched

@@ -231,6 +231,16 @@ pub fn add_loaded(skip: impl Fn(&std::path::Path) -> bool) -> Result<(), CoreErr
     add_modules(mods)
 }
 
+/// Calls `manager`'s [`Ops::on_subops_change`] hook now, with the core's
+/// lock held, as a change of its subops would.
+pub(crate) fn tell_manager(manager: &Arc<Ops>) {
+    let c = lock_core();
+    if let Some(told) = manager.on_subops_change {
+        told(c.sites.len());
+    }
+    finish(c);
+}
+
 /// Sites known to the core (their ids are `0..site_count()`).
 pub fn site_count() -> usize {
     lock_core().sites.len()

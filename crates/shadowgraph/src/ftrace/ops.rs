@@ -140,9 +140,10 @@ pub struct Ops {
     /// stub calls `site_entry`.
     pub(crate) site_entry_alt: Option<AltEntry>,
     /// For a manager: told, each time its subops change or their sets
-    /// do, whether every subops selects the same sites (then each call the
-    /// manager takes is one every subops wants).
-    pub(crate) on_subops_agree: Option<fn(bool)>,
+    /// do, with the core's lock held and before any site is patched or
+    /// set back for the change, how many sites there are (the subops'
+    /// pairs are the new ones); and when asked (`tell_manager`).
+    pub(crate) on_subops_change: Option<fn(usize)>,
 }
 
 /// Site entries some sites' stubs call instead of the ops' own: their
@@ -211,7 +212,7 @@ impl Ops {
             site_entry: 0,
             site_return: 0,
             site_entry_alt: None,
-            on_subops_agree: None,
+            on_subops_change: None,
         })
     }
 
@@ -238,15 +239,15 @@ impl Ops {
     /// instead of the generic entry, or hand over to `stub` if not 0; with
     /// `site` = (ENTRY, RETURN) not 0, sites where it is alone jump to
     /// their own stubs instead (tramp.rs, "Site stubs"), whose ENTRY is
-    /// `alt.0` for the sites `alt.1` selects; `agree` told whether its
-    /// subops select the same sites ([`Ops::on_subops_agree`]).
+    /// `alt.0` for the sites `alt.1` selects; `told` told of each change
+    /// of its subops or their sets ([`Ops::on_subops_change`]).
     pub(crate) fn new_manager_with_entry(
         func: OpsFunc,
         entry: tramp::FtraceEntry,
         stub: usize,
         site: (usize, usize),
         alt: Option<AltEntry>,
-        agree: fn(bool),
+        told: fn(usize),
     ) -> Arc<Ops> {
         let mut o = Ops::new(func, OpsFlags::NONE, FilterSet::computed());
         let m = Arc::get_mut(&mut o).expect("fresh");
@@ -254,7 +255,7 @@ impl Ops {
         m.tramp_stub = stub;
         (m.site_entry, m.site_return) = site;
         m.site_entry_alt = alt.filter(|_| site.0 != 0);
-        m.on_subops_agree = Some(agree);
+        m.on_subops_change = Some(told);
         o
     }
 

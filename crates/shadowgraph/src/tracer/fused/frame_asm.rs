@@ -161,9 +161,11 @@ pub(super) use declined_exit;
 // goes (r8 = curr) at what depth (r9), the parent frame's last word
 // recognised by `$top` and its length less one by `$parent` (see below).
 // Ends at label 4; the general way: label 80 with nothing held, 81 with
-// the bracket entered (the variant's code defines them).
+// the bracket entered (the variant's code defines them). `$check` runs
+// with the user in rsi (rax and rdx free): a site stub's entry checks
+// that the site is still the user's (site_selects!).
 macro_rules! entry_head {
-    ($top:expr, $parent:literal, $ring:expr) => {
+    ($top:expr, $parent:literal, $ring:expr, $check:expr) => {
         concat!(
             entry_saves!(),
             // At rest: a bracket word, depth 0, no recursion bit.
@@ -183,7 +185,12 @@ macro_rules! entry_head {
                 // is registered: fgraph::FUSED) with a ring on this thread.
                 // One load: every chain of loads before the clock read
                 // lengthens the call (see ring_record).
-                concat!("mov rsi, [rip + {fused}]\n", "test rsi, rsi\n", "jz 81f\n"),
+                concat!(
+                    "mov rsi, [rip + {fused}]\n",
+                    "test rsi, rsi\n",
+                    "jz 81f\n",
+                    $check
+                ),
                 $top,
                 $parent,
                 $ring,
@@ -241,10 +248,13 @@ pub(super) use plain_pop_saved;
 // user's, not one pushed before it came or another path's); at curr = 0
 // there is none (word −1 is 0), and the word must not be NO_FRAME_WORD
 // (one user ever takes the fused path in a process: a word other than
-// NO_FRAME_WORD is this one's). Anything else: `$general`.
+// NO_FRAME_WORD is this one's). And the site, whose stub's return is at
+// `[$call_ret]`, still the user's (site_selects!). Anything else:
+// `$general`. Clobbers rax.
 macro_rules! sole_user_check {
-    ($general:literal) => {
+    ($general:literal, $call_ret:literal) => {
         concat!(
+            crate::site_selects!($call_ret, "dword ptr [rip + {fused_word}]", $general),
             "mov rdx, [rip + {fused_word}]\n",
             "cmp rdx, [rdi + r8*8 - 8]\n",
             "je 63f\n",
@@ -365,13 +375,14 @@ macro_rules! entry_stack {
 pub(super) use entry_stack;
 
 // The entry's fast path, for a site that called the manager's stub
+// (`$check` "": its filter chose the call; the trampoline names no site)
 // (`$site` puts the site in rdx from [rsp+32], the address after the call,
 // `$hook` takes over the return, `$hooked` says so, `$declined` is the
 // exit for calls `$limits` declines: `declined_exit!`)
 // or for a site stub (tramp.rs), which does the taking over itself. The
 // general way: label 80 with nothing held.
 macro_rules! fused_entry {
-    ($name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:expr, $limits:expr) => {
+    ($name:literal, $site:literal, $hook:literal, $hooked:literal, $declined:expr, $limits:expr, $check:expr) => {
         concat!(
             entry_head!(
                 "cmp rax, [rsi + {u_frame_word}]\n",
@@ -381,7 +392,8 @@ macro_rules! fused_entry {
                     "mov r11, qword ptr fs:[rcx]\n",
                     "test r11, r11\n",
                     "jz 81f\n",
-                )
+                ),
+                $check
             ),
             $limits,
             // Room for the frame, else the general way counts an overrun.

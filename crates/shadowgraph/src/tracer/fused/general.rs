@@ -49,7 +49,8 @@ crate::fgraph::graph_asm!(
         "lea rax, [rip + shadowgraph_return_to_handler]\nmov [rsp + FE_PARENT_SLOT], rax\n",
         "",
         declined_exit!(""),
-        depth_limits!("js 81f\n")
+        depth_limits!("js 81f\n"),
+        ""
     ),
     "jmp shadowgraph_fused_general",
     // The manager's caller (tramp.rs, args variant), with the ops slot
@@ -99,7 +100,8 @@ crate::fgraph::graph_asm!(
         "",
         "cmp rsp, rsp\n",
         declined_exit!("test rsp, rsp\n"),
-        depth_limits!("js 40f\n")
+        depth_limits!("js 40f\n"),
+        crate::site_selects!("rsp + FE_CALL_RET", "dword ptr [rsi + {u_frame_word}]", "81f")
     ),
     "jmp shadowgraph_graph_site_entry",
     // A recorder with graph filters (`-F`, `-N`, `-D`: fgraph::filters,
@@ -332,6 +334,8 @@ crate::fgraph::graph_asm!(
     header = const HEADER_BYTES,
     room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,
+    site_users = sym crate::fgraph::SITE_USERS,
+    site_users_cap = const crate::fgraph::SITE_USERS_CAPACITY,
     entry_bits = const shadowgraph_data::format::MAGIC << 3,
     max_record_depth = const MAX_RECORD_DEPTH,
     // The users' bits (12..27) lie in the word's low half.

@@ -502,6 +502,21 @@ crate::fgraph::graph_asm!(
     // Every user's ring on this thread, with room to spare when found.
     "mov r10, rsi",
     rings_with_room!("r10", "81f"),
+    // The users the site's filter selects (fgraph's site masks), the
+    // others' bits out of the word; none (a site being set back to a
+    // nop), or a site without a mask: the general way.
+    "mov rax, [rsp + FE_CALL_RET]",
+    "mov eax, dword ptr [rax + {id_off}]",
+    "cmp eax, {site_users_cap}",
+    "jae 81f",
+    "lea rdx, [rip + {site_users}]",
+    "movzx eax, word ptr [rdx + rax*2]",
+    "shl eax, 12",
+    "or rax, {not_users}",
+    "and rsi, rax",
+    "test esi, {users_bits}",
+    "jz 81f",
+    "movq xmm15, rsi",
     "cmp byte ptr [rip + {any_filter}], 0",
     "jne 85f",
     "86:",
@@ -640,6 +655,8 @@ crate::fgraph::graph_asm!(
     crate::fixed_load!("rdx", "tp_thread"),
     "mov qword ptr fs:[rdx + {t_event}], {event_open}",
     "mov r9d, 2",
+    // The frame's users (those its site selected: some of the word's).
+    "mov rsi, [rdi + r10*8 + FRAME_BITMAP]",
     "cmp byte ptr [rip + {any_filter}], 0",
     "jne 97f",
     record_each!(
@@ -718,6 +735,10 @@ crate::fgraph::graph_asm!(
     multi_filter = sym super::MULTI_FILTER,
     filter_sites = sym super::MULTI_FILTER_SITES,
     b_late = const offset_of!(BySlot, late),
+    site_users = sym fgraph::SITE_USERS,
+    site_users_cap = const fgraph::SITE_USERS_CAPACITY,
+    // Every bit but the users' (a sign-extended 32-bit operand).
+    not_users = const !(0xffffi64 << 12),
     id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
     tv = const crate::fgraph::stack::TASK_VAR_BASE * 8,
     f_classes = const offset_of!(FusedFilter, classes),

@@ -65,7 +65,7 @@ macro_rules! plain_site_entry {
                 // The user checked again in the sequence; its frame word the new
                 // frame's last word.
                 concat!(
-                    sole_user_check!("82f"),
+                    sole_user_check!("82f", "rsp + PE_CALL_RET"),
                     "mov [rdi + r8*8 + FRAME_BITMAP], rdx\n"
                 ),
                 "rcx",
@@ -283,6 +283,9 @@ crate::fgraph::graph_asm!(
     header = const HEADER_BYTES,
     room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,
+    id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
+    site_users = sym crate::fgraph::SITE_USERS,
+    site_users_cap = const crate::fgraph::SITE_USERS_CAPACITY,
     entry_bits = const shadowgraph_data::format::MAGIC << 3,
     max_record_depth = const MAX_RECORD_DEPTH,
     // The users' bits (12..27) lie in the word's low half.

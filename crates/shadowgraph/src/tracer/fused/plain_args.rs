@@ -240,7 +240,7 @@ crate::fgraph::graph_asm!(
     "lea rax, [rip + shadowgraph_fused_plain_args_cs]",
     crate::fixed_tls!("mov ", "qword", "rseq_cs", "0", ", rax"),
     "shadowgraph_fused_plain_args_start:",
-    sole_user_check!("82f"),
+    sole_user_check!("82f", "rsp + PA_CALL_RET"),
     // rsi: `reserve`.
     "mov rsi, [r11 + {r_reserve}]",
     "cmp rsi, [r11 + {r_head}]",
@@ -364,6 +364,8 @@ crate::fgraph::graph_asm!(
     header = const HEADER_BYTES,
     room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,
+    site_users = sym crate::fgraph::SITE_USERS,
+    site_users_cap = const crate::fgraph::SITE_USERS_CAPACITY,
     entry_bits = const shadowgraph_data::format::MAGIC << 3,
     more = const crate::record::ring::MORE,
     max_record_depth = const MAX_RECORD_DEPTH,

@@ -34,7 +34,8 @@ crate::fgraph::graph_asm!(
     entry_head!(
         concat!(data_word!("r10", "{data_three}"), "cmp rax, r10\n"),
         "(PROFILE_WORDS - 1)",
-        ""
+        "",
+        crate::site_selects!("rsp + FE_CALL_RET", "dword ptr [rsi + {u_frame_word}]", "81f")
     ),
     // (fast_push_limit leaves room for the frame and its BITMAP word.)
     "lea rax, [r8 + PROFILE_WORDS - FRAME_WORDS - 1]",
@@ -159,6 +160,8 @@ crate::fgraph::graph_asm!(
     u_slot = const offset_of!(GraphUser, slot),
     room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
     frame_words = const crate::fgraph::stack::FRAME_WORDS,
+    site_users = sym crate::fgraph::SITE_USERS,
+    site_users_cap = const crate::fgraph::SITE_USERS_CAPACITY,
     max_record_depth = const MAX_RECORD_DEPTH,
     // The users' bits (12..27) lie in the word's low half.
     users_clear = const !(0xffffu32 << 12),

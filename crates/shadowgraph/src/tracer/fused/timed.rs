@@ -37,7 +37,8 @@ crate::fgraph::graph_asm!(
     entry_head!(
         concat!(timed_data_word!("r10"), "cmp rax, r10\n"),
         "(TIMED_WORDS - 1)",
-        ""
+        "",
+        crate::site_selects!("rsp + FE_CALL_RET", "dword ptr [rsi + {u_frame_word}]", "81f")
     ),
     // Room for the frame and the data, else the general way counts an
     // overrun (fast_push_limit leaves room for the frame and its BITMAP
@@ -175,6 +176,9 @@ crate::fgraph::graph_asm!(
     r_reserve = const offset_of!(RingHeader, reserve),
     header = const HEADER_BYTES,
     room_limit = sym crate::fgraph::stack::FAST_PUSH_LIMIT,
+    id_off = const crate::tramp::SITE_STUB_ID_FROM_RET,
+    site_users = sym crate::fgraph::SITE_USERS,
+    site_users_cap = const crate::fgraph::SITE_USERS_CAPACITY,
     max_record_depth = const MAX_RECORD_DEPTH,
     // The users' bits (12..27) lie in the word's low half.
     users_clear = const !(0xffffu32 << 12),
