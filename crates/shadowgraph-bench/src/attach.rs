@@ -133,12 +133,14 @@ fn has_record(dir: &Path) -> bool {
         })
 }
 
-/// `shadowgraph record -p PID -d DATA`, once it has written its first
-/// record (else killed, and an error after 30 s).
-fn record_p(me: &Path, pid: u32, data: &Path) -> Result<Child, String> {
+/// `shadowgraph record -p PID -d DATA` with `more` options, once it has
+/// written its first record (else killed, and an error after 30 s).
+fn record_p(me: &Path, pid: u32, data: &Path, more: &[&str]) -> Result<Child, String> {
     let start = Instant::now();
     let mut rec = Command::new(me)
-        .args(["record", "-p", &pid.to_string(), "-d"])
+        .args(["record", "-p", &pid.to_string()])
+        .args(more)
+        .arg("-d")
         .arg(data)
         .stderr(Stdio::null())
         .spawn()
@@ -186,26 +188,34 @@ pub fn bench(functions: usize, reps: usize) -> Result<ExitCode, String> {
     let window = Duration::from_millis(300);
     let (mut attach, mut detach) = (Vec::new(), Vec::new());
     let (mut before, mut during, mut after) = (Vec::new(), Vec::new(), Vec::new());
-    let mut during2 = Vec::new();
+    let (mut during2, mut during_p) = (Vec::new(), Vec::new());
     for round in 0..reps {
         let t = Target::start(&exe, &symbols)?;
         before.push(t.ns_per_call(window)?);
         let data: PathBuf = dir.join(format!("r{round}.data"));
         let start = Instant::now();
-        let mut rec = record_p(&me, t.child.id(), &data)?;
+        let mut rec = record_p(&me, t.child.id(), &data, &[])?;
         attach.push(start.elapsed().as_secs_f64() * 1e3);
         during.push(t.ns_per_call(window)?);
         // A second recording beside the first (its own record -p, user
         // and writer): the two share the fused path.
+        // Then one that chooses a ninth of the functions (`-P f1.*`): the
+        // others' calls are recorded for the first alone, on the same
+        // path.
         let data2: PathBuf = dir.join(format!("r{round}-2.data"));
-        let mut rec2 = record_p(&me, t.child.id(), &data2).inspect_err(|_| {
-            let _ = rec.kill();
-        })?;
-        during2.push(t.ns_per_call(window)?);
-        // SAFETY: SIGINT to our own child, which ends its recording.
-        unsafe { libc::kill(rec2.id() as i32, libc::SIGINT) };
-        let _ = rec2.wait();
-        let _ = std::fs::remove_dir_all(&data2);
+        for (more, during) in [
+            (&[][..], &mut during2),
+            (&["-P", "f1.*"][..], &mut during_p),
+        ] {
+            let mut rec2 = record_p(&me, t.child.id(), &data2, more).inspect_err(|_| {
+                let _ = rec.kill();
+            })?;
+            during.push(t.ns_per_call(window)?);
+            // SAFETY: SIGINT to our own child, which ends its recording.
+            unsafe { libc::kill(rec2.id() as i32, libc::SIGINT) };
+            let _ = rec2.wait();
+            let _ = std::fs::remove_dir_all(&data2);
+        }
         // SAFETY: as above.
         unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
         let end = Instant::now();
@@ -239,6 +249,11 @@ pub fn bench(functions: usize, reps: usize) -> Result<ExitCode, String> {
     println!(
         "per call during two recordings         {d2:8.2} ns  (two / one: {:.2}; each its own record -p and writer)",
         d2 / d
+    );
+    let dp = median(during_p);
+    println!(
+        "per call during two, the second -P f1.* {dp:8.2} ns  (two / one: {:.2}; it records 1,111 of the functions)",
+        dp / d
     );
     println!(
         "per call after                         {a:8.2} ns  (after / before: {:.3})",
