@@ -307,7 +307,8 @@ fn two_sessions_record_each_library_call_once() {
 
 /// A later session's `-P` chooses among the functions the first one
 /// chose: beside a first session without `-P` (every function), `-P
-/// leaf` records leaf alone; beside one with `-P mid`, `-P leaf` names a
+/// leaf` records leaf alone, on the path the two share; beside one with
+/// `-P mid`, `-P leaf` names a
 /// function that is no site and is refused, clearly, and the first
 /// records on.
 #[test]
@@ -331,6 +332,13 @@ fn a_later_sessions_p_chooses_among_the_firsts() {
             let rb = report_rows(&report_text(&b));
             assert!(rb["leaf"].2 > 10 && !rb.contains_key("mid"), "{rb:?}");
             assert!(!rb.contains_key("nanosleep"), "{rb:?}");
+            // Beside the first on the shared path, the sites' masks
+            // choosing whose calls each records.
+            let info = view_text("info", &b);
+            assert!(
+                info.contains("record path         : fused (several tracers"),
+                "{info}"
+            );
         } else {
             assert!(!o.status.success());
             assert!(
