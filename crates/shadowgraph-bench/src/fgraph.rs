@@ -163,14 +163,26 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
     rows.push(("all unregistered (NOP5 again)".into(), measure()));
     print_rows(&rows, base);
     let one = rows[1].1;
-    let floor = rows
-        .iter()
-        .find(|(name, _)| name.starts_with("floor"))
-        .map_or(f64::NAN, |r| r.1);
+    let row = |prefix: &str| {
+        rows.iter()
+            .find(|(name, _)| name.starts_with(prefix))
+            .map_or(f64::NAN, |r| r.1)
+    };
+    let floor = row("floor");
     println!(
         "# 1 user / floor: {:.2}× per call, {:.2}× over untraced (the aim: within 1.5×)",
         one / floor,
         (one - base) / (floor - base)
+    );
+    let (two, sixteen) = (row("2 users"), row("16 users"));
+    println!(
+        "# 2 users / 1: {:.2}× (the aim: within 1.3×); a user whose filter declines adds \
+         {:+.2} ns (the aim: at most 1); each user past the second adds {:.2} ns (the aim: \
+         at most 5); 2 recorders in memory / 1: {:.2}× (the aim: within 1.3×)",
+        two / one,
+        row("1 user + 1 whose filter declines") - one,
+        (sixteen - two) / 14.0,
+        row("record in memory, 2 recorders, fused") / row("record in memory, fused (")
     );
     let [plain, hijacked, stubbed, recorded] = model_floors(calls, reps);
     println!(
