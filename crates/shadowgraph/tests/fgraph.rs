@@ -422,20 +422,33 @@ fn users_come_and_go_while_threads_run() {
     clean();
 }
 
-/// The stub of `g_leaf`'s site, where `hold_at_stub` holds the thread it
-/// lands on.
+/// Where `hold_at_stub` holds the thread it lands on: `g_leaf`'s stub
+/// (its two instructions), and fgraph's site entry before its bracket,
+/// called from that stub.
 static STUB: AtomicU64 = AtomicU64::new(0);
+static ENTRY: AtomicU64 = AtomicU64::new(0);
+static BRACKET: AtomicU64 = AtomicU64::new(0);
 static HELD: AtomicBool = AtomicBool::new(false);
 static RELEASE: AtomicBool = AtomicBool::new(false);
 
-/// A signal handler that, landing on the first instruction of `STUB`
-/// (the site's jump made, the entry's bracket not yet entered), holds
-/// the thread there until `RELEASE`, once.
+/// A signal handler that, landing on `STUB`'s instructions before its
+/// call of the entry, or in the entry before its bracket called from
+/// there (the site's jump made, no grace period waiting for the thread),
+/// holds the thread there until `RELEASE`, once.
 extern "C" fn hold_at_stub(_: i32, _: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel's ucontext for this handler.
-    let pc =
-        unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize] };
-    if pc as u64 == STUB.load(Ordering::Relaxed) && !HELD.swap(true, Ordering::SeqCst) {
+    let regs = unsafe { &(*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs };
+    let (pc, rbp) = (
+        regs[libc::REG_RIP as usize] as u64,
+        regs[libc::REG_RBP as usize] as u64,
+    );
+    let stub = STUB.load(Ordering::Relaxed);
+    let before_bracket = (ENTRY.load(Ordering::Relaxed)..BRACKET.load(Ordering::Relaxed))
+        .contains(&pc)
+        // SAFETY: there, rbp frames the entry's call (its return address,
+        // stub + 13, at rbp + 8).
+        && unsafe { *((rbp + 8) as *const u64) } == stub + 13;
+    if (pc == stub || pc == stub + 7 || before_bracket) && !HELD.swap(true, Ordering::SeqCst) {
         while !RELEASE.load(Ordering::SeqCst) {
             // SAFETY: async-signal-safe.
             unsafe { libc::sched_yield() };
@@ -443,12 +456,12 @@ extern "C" fn hold_at_stub(_: i32, _: *mut libc::siginfo_t, ctx: *mut libc::c_vo
     }
 }
 
-/// A call whose thread passed the site's patched jump just before the
-/// site went back to a nop, and reaches fgraph's entry only after the
+/// A call whose thread took the site's patched jump just before the
+/// site went back to a nop, and enters fgraph's bracket only after the
 /// users changed, is offered to the users that want the site now: the
-/// thread is held at the site's stub (before the entry's bracket, which
-/// a grace period waits for) while the only user that wanted the site
-/// leaves, leaving a sole user that does not.
+/// thread is held before the bracket (which a grace period waits for)
+/// while the only user that wanted the site leaves, leaving a sole user
+/// that does not.
 #[test]
 fn a_call_held_at_a_stub_across_a_change_of_users_goes_to_the_users_of_now() {
     let _g = serial();
@@ -460,10 +473,12 @@ fn a_call_held_at_a_stub_across_a_change_of_users_goes_to_the_users_of_now() {
     fgraph::register_graph(&x).unwrap();
     let site = shadowgraph::ftrace::site_by_name("g_leaf").unwrap().addr;
     // SAFETY: the site's five bytes, now a jump to its stub.
-    let code = unsafe { std::slice::from_raw_parts(site as *const u8, 5) };
-    assert_eq!(code[0], 0xe9, "g_leaf's site jumps to its stub");
+    let code: [u8; 5] = unsafe { std::ptr::read(site as *const [u8; 5]) };
     let rel = i32::from_le_bytes(code[1..5].try_into().unwrap());
     STUB.store((site as i64 + 5 + rel as i64) as u64, Ordering::SeqCst);
+    let (entry, bracket) = fgraph::site_entry_before_bracket();
+    ENTRY.store(entry as u64, Ordering::SeqCst);
+    BRACKET.store(bracket as u64, Ordering::SeqCst);
     // SAFETY: a handler that only reads its context and spins.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
@@ -486,12 +501,8 @@ fn a_call_held_at_a_stub_across_a_change_of_users_goes_to_the_users_of_now() {
     while tid.load(Ordering::SeqCst) == 0 {
         std::hint::spin_loop();
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !HELD.load(Ordering::SeqCst) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no signal landed on the stub"
-        );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !HELD.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
         // SAFETY: a signal to a thread of this process.
         unsafe {
             libc::syscall(
@@ -503,15 +514,21 @@ fn a_call_held_at_a_stub_across_a_change_of_users_goes_to_the_users_of_now() {
         };
         std::thread::sleep(std::time::Duration::from_micros(20));
     }
-    // Held at the stub: the site goes back to a nop, u becomes the sole
-    // user; then the thread goes on into the entry.
+    let held = HELD.load(Ordering::SeqCst);
+    // Held there: the site goes back to a nop, u becomes the sole user;
+    // then the thread goes on into the bracket. (Undone whatever
+    // happened, for the tests after this one.)
     fgraph::unregister_graph(&x).unwrap();
-    assert!(fgraph::fast_path_active());
+    let sole = fgraph::fast_path_active();
     RELEASE.store(true, Ordering::SeqCst);
     std::thread::sleep(std::time::Duration::from_millis(20));
     stop.store(true, Ordering::Relaxed);
     worker.join().unwrap();
     fgraph::unregister_graph(&u).unwrap();
+    clean();
+    assert_eq!(code[0], 0xe9, "g_leaf's site jumps to its stub");
+    assert!(held, "no signal landed before the bracket in 60 s");
+    assert!(sole);
     let (eu, ru) = tu.take();
     assert_eq!(
         by_name(&eu, "g_leaf"),
@@ -520,5 +537,4 @@ fn a_call_held_at_a_stub_across_a_change_of_users_goes_to_the_users_of_now() {
     );
     assert!(by_name(&eu, "g_top") > 0);
     assert_eq!(eu, ru);
-    clean();
 }

@@ -50,6 +50,7 @@ pub use registry::{
 pub use ret::{is_hijack, return_to_handler};
 pub use site_users::site_users;
 pub(crate) use site_users::{CAPACITY as SITE_USERS_CAPACITY, SITE_USERS};
+pub use sitepath::site_entry_before_bracket;
 pub use state::event_time;
 pub(crate) use state::{
     init_tp_offsets, ARRAY, MULTI_FRAME_WORD, NO_FRAME_WORD, SLOT_PRIVATE, SOLE_FRAME_WORD,

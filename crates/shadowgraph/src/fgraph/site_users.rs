@@ -3,7 +3,7 @@
 //! in one load. With several users registered, a site only one of them
 //! wants takes that user's single-user path, and the multi path records
 //! a call for the users that want it only: a user whose filter declines
-//! a site costs its calls nothing.
+//! a site costs its calls a lookup, not the loop over users.
 //!
 //! The masks are rebuilt, under the core's lock, whenever the manager's
 //! subops or their sets change (`Ops::on_subops_change`), and by the
@@ -25,7 +25,7 @@
 //!
 //! Every path that hands a call to users reads the mask inside its
 //! bracket (or its restartable sequence), the sole user's paths too: a
-//! thread that passed a site's patched call just before the site was set
+//! thread that passed a site's patched jump just before the site was set
 //! back to a nop, or before the users changed, may run the path any time
 //! later (preempted in the stub, before the bracket a grace period waits
 //! for), and must then offer the call to the users that want it now.
@@ -79,10 +79,13 @@ pub(super) fn rebuild(n: usize) {
     }
     for (id, cell) in SITE_USERS.iter().enumerate().take(n.max(c.written)) {
         let m = masks.get(id).copied().unwrap_or(0);
-        // Relaxed: a mask only chooses among users; each one it names is
+        // Relaxed: a mask only chooses among users, each one it names
         // loaded from ARRAY (Acquire) and checked there before it is
-        // offered anything. Written only where it changes, so that the
-        // sites no one wants stay zero pages.
+        // offered anything; a registration writes its users' bits on its
+        // own thread before it publishes their slots (Release), so an
+        // entry that found a slot in OCCUPIED (Acquire) reads them after.
+        // Written only where it changes, so that the sites no one wants
+        // stay zero pages.
         if cell.load(Ordering::Relaxed) != m {
             cell.store(m, Ordering::Relaxed);
         }

@@ -262,6 +262,10 @@ super::layout::graph_asm!(
     "mov r11, [r11 + {data_off}]",
     "push rbp",
     "mov rbp, rsp",
+    // (From here to the bracket: site_entry_before_bracket.)
+    ".globl shadowgraph_graph_site_entry_framed",
+    ".hidden shadowgraph_graph_site_entry_framed",
+    "shadowgraph_graph_site_entry_framed:",
     "sub rsp, SE_SIZE",
     "and rsp, -16",
     "mov [rsp + SE_OPS], r11",
@@ -284,6 +288,10 @@ super::layout::graph_asm!(
     "jne 70f",
     "cmp qword ptr fs:[rcx + {l_errno}], 0",
     "je 70f",
+    // (Where the code before the bracket ends: site_entry_before_bracket.)
+    ".globl shadowgraph_graph_site_entry_bracket",
+    ".hidden shadowgraph_graph_site_entry_bracket",
+    "shadowgraph_graph_site_entry_bracket:",
     "lea rax, [rbp + RBP_PARENT_SLOT]",
     crate::bracket_enter_at_rest!("rcx", "rdx"),
     // The manager still registered, one user (rsi), or several (at 30).
@@ -652,4 +660,18 @@ pub(super) extern "C" fn call_return_all(ev: &GraphReturn, r: &RetRegs, w: u64, 
 extern "C" {
     pub(super) fn shadowgraph_graph_site_entry();
     pub(super) fn shadowgraph_site_return_general();
+    fn shadowgraph_graph_site_entry_framed();
+    fn shadowgraph_graph_site_entry_bracket();
+}
+
+/// Code of fgraph's site entry that runs before its bracket is entered,
+/// `[start, end)`, with rbp framing the call (the stub's return address,
+/// stub + 13, at rbp + 8): a thread there took a site's jump but no grace
+/// period waits for it (for tests that hold a thread there).
+#[doc(hidden)]
+pub fn site_entry_before_bracket() -> (usize, usize) {
+    (
+        shadowgraph_graph_site_entry_framed as *const () as usize,
+        shadowgraph_graph_site_entry_bracket as *const () as usize,
+    )
 }
