@@ -48,7 +48,6 @@ pub use registry::{
     register_graph, register_graphs, set_site_stubs, unregister_graph, unregister_graphs,
 };
 pub use ret::{is_hijack, return_to_handler};
-pub use site_users::site_users;
 pub(crate) use site_users::{CAPACITY as SITE_USERS_CAPACITY, SITE_USERS};
 pub use sitepath::site_entry_before_bracket;
 pub use state::event_time;

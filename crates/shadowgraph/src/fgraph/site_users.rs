@@ -112,23 +112,14 @@ pub(super) fn selects(id: u32, word: u64) -> bool {
     }
 }
 
-/// The mask of site `id` now, 0 where it has none (for tests of the
-/// masks).
-#[doc(hidden)]
-pub fn site_users(id: u32) -> u16 {
-    mask(id).unwrap_or(0)
-}
-
-/// In assembly, inside the bracket (or the restartable sequence): whether
-/// the site of the stub whose return address is at `[$at]` (its id
-/// at that address + `{id_off}`) is one the user whose frame word is the
-/// 32-bit operand `$word` wants (its bit in the site's mask, `{site_users}`
-/// of `{site_users_cap}` sites); else, or for a site beyond them, to
-/// `$general`, whose way checks each user's filter. Clobbers rax, rdx.
+/// In assembly: the mask of the site of the stub whose return address is
+/// at `[$at]` (its id at that address + `{id_off}`) in eax, from
+/// `{site_users}` of `{site_users_cap}` sites; a site beyond them to
+/// `$beyond`. Clobbers rax, rdx.
 #[doc(hidden)]
 #[macro_export]
-macro_rules! site_selects {
-    ($at:literal, $word:literal, $general:literal) => {
+macro_rules! site_mask {
+    ($at:literal, $beyond:literal) => {
         concat!(
             "mov rax, [",
             $at,
@@ -136,10 +127,25 @@ macro_rules! site_selects {
             "mov eax, dword ptr [rax + {id_off}]\n",
             "cmp eax, {site_users_cap}\n",
             "jae ",
-            $general,
+            $beyond,
             "\n",
             "lea rdx, [rip + {site_users}]\n",
             "movzx eax, word ptr [rdx + rax*2]\n",
+        )
+    };
+}
+
+/// In assembly, inside the bracket (or the restartable sequence): whether
+/// the site of the stub whose return address is at `[$at]` is one the
+/// user whose frame word is the 32-bit operand `$word` wants (its bit in
+/// the site's mask, site_mask!); else, or for a site beyond the masks, to
+/// `$general`, whose way checks each user's filter. Clobbers rax, rdx.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! site_selects {
+    ($at:literal, $word:literal, $general:literal) => {
+        concat!(
+            $crate::site_mask!($at, $general),
             "shl eax, 12\n",
             "test ",
             $word,

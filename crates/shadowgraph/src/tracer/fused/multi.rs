@@ -505,12 +505,7 @@ crate::fgraph::graph_asm!(
     // The users the site's filter selects (fgraph's site masks), the
     // others' bits out of the word; none (a site being set back to a
     // nop), or a site without a mask: the general way.
-    "mov rax, [rsp + FE_CALL_RET]",
-    "mov eax, dword ptr [rax + {id_off}]",
-    "cmp eax, {site_users_cap}",
-    "jae 81f",
-    "lea rdx, [rip + {site_users}]",
-    "movzx eax, word ptr [rdx + rax*2]",
+    crate::site_mask!("rsp + FE_CALL_RET", "81f"),
     "shl eax, 12",
     "or rax, {not_users}",
     "and rsi, rax",
