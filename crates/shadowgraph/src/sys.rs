@@ -153,6 +153,34 @@ pub fn map_shared(fd: i32, len: usize, populate: bool) -> Option<*mut u8> {
     (p != libc::MAP_FAILED).then_some(p as *mut u8)
 }
 
+/// Opens (made if missing, mode 0666 less the umask) `rel` under the
+/// directory `dir` holds open, for appending: `openat(2)`, so the file is
+/// made in that directory even if it was renamed since it was opened.
+pub fn open_append_at(dir: &std::fs::File, rel: &std::path::Path) -> io::Result<std::fs::File> {
+    use std::os::unix::io::{AsRawFd, FromRawFd};
+    let name = std::ffi::CString::new(rel.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated name and a directory descriptor `dir` keeps
+    // open for the call.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, 0o666 as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// Removes `rel` under the directory `dir` holds open (`unlinkat(2)`);
+/// best effort.
+pub fn unlink_at(dir: &std::fs::File, rel: &std::path::Path) {
+    use std::os::unix::io::AsRawFd;
+    if let Ok(name) = std::ffi::CString::new(rel.as_os_str().as_bytes()) {
+        // SAFETY: a NUL-terminated name and a descriptor `dir` keeps open.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) };
+    }
+}
+
 /// The system's page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.

@@ -142,6 +142,12 @@ pub struct Collector {
     /// The recording's directory, and each instance's place in it (empty:
     /// the directory itself).
     top: PathBuf,
+    /// `top`, held open: the threads' files are made in the directory the
+    /// recording started in, wherever it is moved meanwhile (another
+    /// `record` moves an old one aside, a user may rename it), never in a
+    /// new one made under its name. (None if it could not be opened: by
+    /// name then.)
+    top_dir: Option<std::sync::Arc<File>>,
     rel: Vec<PathBuf>,
     /// Announced sessions: id → (directory, process).
     sessions: HashMap<u64, (PathBuf, i32)>,
@@ -202,6 +208,7 @@ impl Collector {
         Ok(Collector {
             shm: shm.to_owned(),
             top: top.to_owned(),
+            top_dir: File::open(top).ok().map(std::sync::Arc::new),
             rel,
             sessions: HashMap::new(),
             totals: HashMap::new(),
@@ -387,10 +394,14 @@ impl Collector {
         if let Some(f) = self.files.get(&key) {
             return Ok(f.as_raw_fd());
         }
-        let f = File::options()
-            .create(true)
-            .append(true)
-            .open(dir.join(format!("{tid}.dat")))?;
+        let name = format!("{tid}.dat");
+        let f = match (&self.top_dir, dir.strip_prefix(&self.top)) {
+            (Some(top), Ok(rel)) => crate::sys::open_append_at(top, &rel.join(name))?,
+            _ => File::options()
+                .create(true)
+                .append(true)
+                .open(dir.join(name))?,
+        };
         let fd = f.as_raw_fd();
         self.files.insert(key, f);
         Ok(fd)
@@ -417,7 +428,11 @@ impl Collector {
         // records lost.
         for ((dir, tid), f) in &self.files {
             if f.metadata().is_ok_and(|m| m.len() == 0) {
-                let _ = std::fs::remove_file(dir.join(format!("{tid}.dat")));
+                let name = format!("{tid}.dat");
+                match (&self.top_dir, dir.strip_prefix(&self.top)) {
+                    (Some(top), Ok(rel)) => crate::sys::unlink_at(top, &rel.join(name)),
+                    _ => drop(std::fs::remove_file(dir.join(name))),
+                }
                 if let Some(t) = self.tasks.get_mut(dir) {
                     t.remove(tid);
                 }

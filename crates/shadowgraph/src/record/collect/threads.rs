@@ -40,6 +40,7 @@ impl Collector {
         Collector {
             shm: self.shm.clone(),
             top: self.top.clone(),
+            top_dir: self.top_dir.clone(),
             rel: self.rel.clone(),
             sessions: HashMap::new(),
             rings: Vec::new(),
