@@ -21,7 +21,7 @@ const SLOTS: usize = 1024;
 static KEYS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 static COUNTS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 
-fn on_call(ip: usize, parent_ip: usize, _: &Ops, _: &mut Regs) {
+extern "C" fn on_call(ip: usize, parent_ip: usize, _: &Ops, _: &mut Regs) {
     let Some(id) = ftrace::site_id_of(ip) else {
         return;
     };

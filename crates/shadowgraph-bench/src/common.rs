@@ -68,7 +68,13 @@ UNPATCHABLE long loop_target(long n) { long s = 0; for (long i = 0; i < n; i++) 
 KEEP long tail_target(long x) { return target(x + 1); }\n\
 UNPATCHABLE long loop_tail(long n) { long s = 0; for (long i = 0; i < n; i++) s += tail_target(i); return s; }\n";
 
-pub fn empty_cb(_ip: usize, _parent: usize, _ops: &ftrace::Ops, _regs: &mut ftrace::Regs) {}
+pub extern "C" fn empty_cb(
+    _ip: usize,
+    _parent: usize,
+    _ops: &ftrace::Ops,
+    _regs: &mut ftrace::Regs,
+) {
+}
 
 /// The table of a benchmark: ns per call and the difference to `base`.
 pub fn print_rows(rows: &[(String, f64)], base: f64) {

@@ -300,14 +300,10 @@ pub fn caller(arena: &Arena, handler: Handler, data: *const ()) -> Result<usize,
 //   2 → IPMODIFY: restore, drop our return slot, `jmp target` with [rsp] = R.
 // r11 carries the target through the restore.
 
-// `save_args!()` takes the site from the caller's return address
-// ([rbp+8] − 5); `save_args!(SITE)` from SITE, code that leaves it in r11
-// (a site stub's entry reads it from the stub). rip is the site + 5.
-macro_rules! save_args {
+// The argument registers into the frame's Regs (every caller's first
+// step after its prologue).
+macro_rules! save_arg_registers {
     () => {
-        $crate::tramp::save_args!("mov r11, [rbp + RBP_SITE_RET]\nsub r11, SITE_CALL_LEN\n")
-    };
-    ($site:literal) => {
         concat!(
             "mov [rsp + REGS_RDI], rdi\n",
             "mov [rsp + REGS_RSI], rsi\n",
@@ -325,6 +321,20 @@ macro_rules! save_args {
             "movaps [rsp + REGS_XMM5], xmm5\n",
             "movaps [rsp + REGS_XMM6], xmm6\n",
             "movaps [rsp + REGS_XMM7], xmm7\n",
+        )
+    };
+}
+
+// `save_args!()` takes the site from the caller's return address
+// ([rbp+8] − 5); `save_args!(SITE)` from SITE, code that leaves it in r11
+// (a site stub's entry reads it from the stub). rip is the site + 5.
+macro_rules! save_args {
+    () => {
+        $crate::tramp::save_args!("mov r11, [rbp + RBP_SITE_RET]\nsub r11, SITE_CALL_LEN\n")
+    };
+    ($site:literal) => {
+        concat!(
+            $crate::tramp::save_arg_registers!(),
             // rbp (the traced function's caller's), site, R, &R; rip =
             // site+5 and direct = 0: the entry's action reads them.
             "mov r11, [rbp]\n",
@@ -412,7 +422,7 @@ macro_rules! prologue {
     };
 }
 
-pub(crate) use {prologue, regs_asm, restore_args, save_args};
+pub(crate) use {prologue, regs_asm, restore_args, save_arg_registers, save_args};
 
 regs_asm!(
     ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
@@ -554,6 +564,24 @@ pub(crate) fn ftrace_caller(
     let (d, f) = (d - start + 2, f - start + 2);
     code[d..d + 8].copy_from_slice(&(data as u64).to_le_bytes());
     code[f..f + 8].copy_from_slice(&(entry as usize as u64).to_le_bytes());
+    arena.alloc_code(&code)
+}
+
+/// Copies the template `[start, end)` of our text into `arena` with each
+/// `(address in the template, value)` written as a little-endian word.
+pub(crate) fn from_template(
+    arena: &Arena,
+    start: usize,
+    end: usize,
+    words: &[(usize, u64)],
+) -> Result<usize, ArenaError> {
+    // SAFETY: [start, end) is a template's code in our text, delimited by
+    // its own symbols.
+    let mut code = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) }.to_vec();
+    for &(at, v) in words {
+        let at = at - start;
+        code[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    }
     arena.alloc_code(&code)
 }
 

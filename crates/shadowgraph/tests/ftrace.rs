@@ -256,12 +256,12 @@ fn notrace_append_remove_and_reset() {
 static RECURSE_CALLS: AtomicU64 = AtomicU64::new(0);
 thread_local!(static BUSY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
 
-fn recursing_cb(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
+extern "C" fn recursing_cb(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
     RECURSE_CALLS.fetch_add(1, Ordering::Relaxed);
     (loaded().plain_work)(1); // traced: re-enters this callback
 }
 
-fn self_guarded_cb(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
+extern "C" fn self_guarded_cb(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
     RECURSE_CALLS.fetch_add(1, Ordering::Relaxed);
     if BUSY.get() {
         return;

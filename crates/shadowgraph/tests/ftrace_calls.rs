@@ -304,7 +304,7 @@ fn registration_churn_under_running_threads() {
     assert_clean();
 }
 
-fn clobber_errno(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
+extern "C" fn clobber_errno(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
     // SAFETY: close(-1) fails with EBADF, setting errno: a callback's syscall.
     unsafe { libc::close(-1) };
 }
@@ -345,7 +345,7 @@ fn callbacks_preserve_errno_for_the_traced_function() {
 static SIGNAL_CALLS: AtomicU64 = AtomicU64::new(0);
 static CLOBBER_CALLS: AtomicU64 = AtomicU64::new(0);
 
-fn count_and_clobber_errno(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
+extern "C" fn count_and_clobber_errno(_ip: usize, _p: usize, _ops: &Ops, _r: &mut Regs) {
     CLOBBER_CALLS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: close(-1) fails with EBADF, setting errno: a callback's syscall.
     unsafe { libc::close(-1) };
@@ -431,7 +431,7 @@ fn ops_entry_under_signals_counts_every_call_and_keeps_errno() {
     assert_clean();
 }
 
-fn double_first_arg(_ip: usize, _p: usize, _ops: &Ops, r: &mut Regs) {
+extern "C" fn double_first_arg(_ip: usize, _p: usize, _ops: &Ops, r: &mut Regs) {
     r.rdi *= 100;
 }
 
@@ -439,7 +439,7 @@ extern "C" fn replacement(x: i32) -> i32 {
     -x
 }
 
-fn redirect_to_replacement(_ip: usize, _p: usize, _ops: &Ops, r: &mut Regs) {
+extern "C" fn redirect_to_replacement(_ip: usize, _p: usize, _ops: &Ops, r: &mut Regs) {
     r.rip = replacement as *const () as usize;
 }
 

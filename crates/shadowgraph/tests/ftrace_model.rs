@@ -54,7 +54,7 @@ fn fixture() -> &'static Fixture {
 static HITS: [[AtomicU64; 12]; 5] = [const { [const { AtomicU64::new(0) }; 12] }; 5];
 static DIRECT_HITS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
-fn hit(ip: usize, _p: usize, ops: &Ops, _r: &mut Regs) {
+extern "C" fn hit(ip: usize, _p: usize, ops: &Ops, _r: &mut Regs) {
     if let Some(i) = fixture().addrs.iter().position(|&a| a == ip) {
         HITS[ops.private][i].fetch_add(1, Ordering::Relaxed);
     }

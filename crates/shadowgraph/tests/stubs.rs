@@ -26,7 +26,7 @@ fn on_return(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs
     RETURNS.fetch_add(1, Ordering::Relaxed);
 }
 
-fn count(_: usize, _: usize, _: &ftrace::Ops, _: &mut ftrace::Regs) {
+extern "C" fn count(_: usize, _: usize, _: &ftrace::Ops, _: &mut ftrace::Regs) {
     OPS_CALLS.fetch_add(1, Ordering::Relaxed);
 }
 

@@ -64,7 +64,7 @@ pub(crate) extern "C" fn manager_tramp_entry(
 
 /// The manager's callback (design §4.3), when reached through the core's
 /// dispatch rather than the manager's own trampolines.
-pub(super) fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {
+pub(super) extern "C" fn graph_entry(ip: usize, parent_ip: usize, _ops: &Ops, regs: &mut Regs) {
     graph_entry_inline(ip, parent_ip, regs)
 }
 

@@ -163,7 +163,7 @@ impl fmt::Debug for GraphUser {
     }
 }
 
-pub(super) fn no_op(_: usize, _: usize, _: &Ops, _: &mut Regs) {}
+pub(super) extern "C" fn no_op(_: usize, _: usize, _: &Ops, _: &mut Regs) {}
 
 /// Words a [`SolePath`] keeps in each user.
 pub(crate) const PATH_WORDS: usize = 4;

@@ -120,9 +120,13 @@ impl Core {
         Some(c.2)
     }
 
-    /// Bytes of a chained caller.
-    pub(super) fn chained_len() -> usize {
-        ftrace_chain_len()
+    /// Bytes of a chained caller of `ops`: fused (entry_asm) for an ops
+    /// with the core's own entry.
+    pub(super) fn chained_len(ops: &Ops) -> usize {
+        match ops.tramp_entry {
+            None => super::entry_asm::ops_caller_len(true),
+            Some(_) => ftrace_chain_len(),
+        }
     }
 
     /// Makes the chained callers the touched sites call for (best effort:
@@ -154,11 +158,12 @@ impl Core {
             let Some(slot) = inner.tramps.iter().find(|t| t.0 == arena.base).map(|t| t.2) else {
                 continue;
             };
-            let entry = o
-                .tramp_entry
-                .unwrap_or_else(super::entry_asm::ops_entry_args);
             let data = slot as *const _ as usize;
-            if let Ok(code) = ftrace_chain(arena, entry, data, target) {
+            let made = match o.tramp_entry {
+                None => super::entry_asm::ops_caller(arena, data, Some(target)),
+                Some(entry) => ftrace_chain(arena, entry, data, target),
+            };
+            if let Ok(code) = made {
                 inner.chained.push((arena.base, target, code));
             }
         }

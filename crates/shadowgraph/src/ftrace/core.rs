@@ -519,7 +519,7 @@ impl Core {
         // Its chained callers share the slots: they only jump on now.
         for c in &inner.chained {
             self.retired
-                .push(Retired::Code(c.2, c.2 + Core::chained_len()));
+                .push(Retired::Code(c.2, c.2 + Core::chained_len(ops)));
         }
         drop(inner);
         self.shrink_sets(ops);
@@ -734,23 +734,21 @@ fn tramp_slot_in(
         ops: AtomicPtr::new(Arc::as_ptr(ops) as *mut Ops),
     }));
     let data = slot as *const OpsSlot as usize;
+    let fused = ops.tramp_entry.is_none() && !ops.needs_regs();
     let code = if ops.tramp_stub != 0 {
         tramp::stub(arena, ops.tramp_stub, data)
+    } else if fused {
+        super::entry_asm::ops_caller(arena, data, None)
     } else {
-        tramp::ftrace_caller(
-            arena,
-            ops.needs_regs(),
-            ops.tramp_entry.unwrap_or(match ops.needs_regs() {
-                true => dispatch::ops_entry,
-                false => super::entry_asm::ops_entry_args(),
-            }),
-            data,
-        )
+        let entry = ops.tramp_entry.unwrap_or(dispatch::ops_entry);
+        tramp::ftrace_caller(arena, ops.needs_regs(), entry, data)
     }
     .map_err(CoreError::Arena)?;
     inner.tramps.push((arena.base, code, slot));
     inner.tramp_len = if ops.tramp_stub != 0 {
         tramp::STUB_LEN
+    } else if fused {
+        super::entry_asm::ops_caller_len(false)
     } else {
         tramp::ftrace_caller_len(ops.needs_regs())
     };

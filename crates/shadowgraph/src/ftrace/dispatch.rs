@@ -96,7 +96,7 @@ pub(crate) extern "C" fn ops_entry(regs: *mut u8, data: usize) -> EntryAction {
 
 /// [`ops_entry`] for the args variant and the chained caller, which
 /// return to the site (or jump on) whatever the callback did: no action
-/// to compute. Their assembly entry (`ftrace::entry_asm`) comes here for
+/// to compute. Their fused assembly (`ftrace::entry_asm`) comes here for
 /// a thread not at rest, errno's location not yet cached, or an ops with
 /// a thread filter.
 pub(crate) extern "C" fn ops_entry_args(regs: *mut u8, data: usize) -> EntryAction {
@@ -251,12 +251,12 @@ pub(crate) fn list_fn(regs: &mut Regs, _: *const Ops) {
 }
 
 /// The callback of DIRECT ops: the site continues at the ops' target.
-pub(crate) fn direct_helper(_ip: usize, _parent: usize, ops: &Ops, regs: &mut Regs) {
+pub(crate) extern "C" fn direct_helper(_ip: usize, _parent: usize, ops: &Ops, regs: &mut Regs) {
     regs.direct = ops.direct_target();
 }
 
 /// A manager's callback: its subops whose filters contain the site.
-pub fn call_subops(_ip: usize, _parent: usize, manager: &Ops, regs: &mut Regs) {
+pub extern "C" fn call_subops(_ip: usize, _parent: usize, manager: &Ops, regs: &mut Regs) {
     let Some(id) = site_id(regs.ip) else {
         return;
     };

@@ -1,147 +1,250 @@
-//! The entry an ops' own trampoline (args variant) and its chained caller
-//! call, in assembly: for a thread at rest — outside every bracket, no
+//! An ops' own trampoline (args variant) and its chained caller with the
+//! entry fused in: for a thread at rest — outside every bracket, no
 //! recursion bit held, errno's location cached — and an ops without a
-//! thread filter, it does what `dispatch::ops_entry_args` does (bracket,
-//! errno, recursion bit, callback) without the Rust entry's checks for
-//! the states it has just ruled out. Anything else jumps to
-//! `ops_entry_args` untouched, with its arguments as they came.
+//! thread filter, the trampoline itself does what `dispatch::ops_entry_args`
+//! does (bracket, errno, recursion bit) and calls the ops' callback: one
+//! call from the trampoline, as the kernel's per-ops trampolines make.
+//! Anything else calls `ops_entry_args` with the frame, as the unfused
+//! args variant does.
 //!
 //! ```text
-//! Register contract (FtraceEntry, from the trampoline's `call r11`):
-//!   rdi    the trampoline frame's Regs     rsi  the ops' data slot (OpsSlot)
-//!   rsp ≡ 8 (mod 16); returns rax = rdx = 0 (EntryAction: return to the site)
+//! Entered by the site's call: the caller frame of tramp.rs (a Regs at
+//! rsp, rbp the site call's frame), the argument registers saved in it.
 //!
 //! Words and registers on the fast path:
-//!   rcx    the core-local block's offset from the thread pointer (TP_LOCAL)
+//!   rdi    the site (Regs.ip)                    the callback's ip
+//!   rsi    R, the traced call's return address   its parent_ip
+//!   rax    &R (Regs.parent_slot): the bracket's anchor
+//!   r9     the ops' data slot (OpsSlot)          patched imm64 (DATA)
+//!   rcx    the core-local block's offset from    patched imm64 (TP, twice)
+//!          the thread pointer (TP_LOCAL)
 //!   rdx    the thread's bracket word (fs:[rcx + l_word])
 //!   r8     the ops (slot.ops)
-//!   [rdi + REGS_SPARE]   errno as the call found it (the Regs' spare
+//!   [rsp + REGS_SPARE]   errno as the call found it (the Regs' spare
 //!                        word, which the args variant leaves unused)
+//!   callback: rdi = ip, rsi = parent_ip, rdx = ops, rcx = the Regs (rsp)
 //!
-//!   rsp + 0    rdi (the Regs), kept across the callback
-//!   rsp + 8    return address into the trampoline
+//! Slow way: rdi = the Regs, rsi = DATA, call ENTRY (patched imm64:
+//! dispatch::ops_entry_args). The Regs' rip and direct are left unwritten:
+//! no args-variant path reads them.
+//! Chained caller only: TARGET, a quad after the code, the direct call's
+//! target, jumped to once the frame is gone.
 //! ```
 
 use super::local::{CoreLocal, TP_LOCAL};
-use super::ops::{Ops, OpsFlags, OpsSlot, Regs};
+use super::ops::{Ops, OpsFlags, OpsSlot};
 use super::recursion::Group;
-use crate::tramp::{EntryAction, FtraceEntry};
+use crate::arena::{Arena, ArenaError};
+use crate::tramp;
 use std::mem::offset_of;
+use std::sync::atomic::Ordering;
 
-/// `(ops.func)` for the assembly: a Rust function pointer has no stable
-/// calling convention to call it by from there.
-extern "C" fn call_ops_func(ops: &Ops, regs: &mut Regs) {
-    (ops.func)(regs.ip, regs.parent_ip, ops, regs)
+/// One fused template named `shadowgraph_$name_*`: `$tail` leaves the
+/// frame (the argument registers restored) and goes on; `$data` follows
+/// the code (the chained caller's target).
+macro_rules! fused_ops_caller {
+    ($name:literal, $tail:expr, $data:expr) => {
+        crate::tramp::regs_asm!(
+            ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
+            concat!(".globl shadowgraph_", $name, "_start"),
+            concat!(".hidden shadowgraph_", $name, "_start"),
+            concat!(".globl shadowgraph_", $name, "_data"),
+            concat!(".hidden shadowgraph_", $name, "_data"),
+            concat!(".globl shadowgraph_", $name, "_tp"),
+            concat!(".hidden shadowgraph_", $name, "_tp"),
+            concat!(".globl shadowgraph_", $name, "_tp_again"),
+            concat!(".hidden shadowgraph_", $name, "_tp_again"),
+            concat!(".globl shadowgraph_", $name, "_fn"),
+            concat!(".hidden shadowgraph_", $name, "_fn"),
+            concat!(".globl shadowgraph_", $name, "_end"),
+            concat!(".hidden shadowgraph_", $name, "_end"),
+            concat!("shadowgraph_", $name, "_start:"),
+            crate::tramp::prologue!(),
+            crate::tramp::save_arg_registers!(),
+            // The frame's words the args variant keeps (rbp, the site, R,
+            // &R; rip and direct are the regs variant's), the site and R
+            // kept for the callback, &R for the bracket.
+            "mov r11, [rbp]",
+            "mov [rsp + REGS_RBP], r11",
+            "mov rdi, [rbp + RBP_SITE_RET]",
+            "sub rdi, SITE_CALL_LEN",
+            "mov [rsp + REGS_IP], rdi",
+            "mov rsi, [rbp + RBP_PARENT_SLOT]",
+            "mov [rsp + REGS_PARENT_IP], rsi",
+            "lea rax, [rbp + RBP_PARENT_SLOT]",
+            "mov [rsp + REGS_PARENT_SLOT], rax",
+            concat!("shadowgraph_", $name, "_data:"),
+            "movabs r9, 0x1122334455667788",
+            // At rest (a bracket word at depth 0, no recursion bit) with
+            // errno's location known, else the slow way.
+            concat!("shadowgraph_", $name, "_tp:"),
+            "movabs rcx, 0x1122334455667788",
+            "mov rdx, qword ptr fs:[rcx + {l_word}]",
+            "test rdx, rdx",
+            "jz 9f",
+            "test word ptr [rdx], 0xffff",
+            "jnz 9f",
+            "cmp dword ptr fs:[rcx + {l_rec}], 0",
+            "jne 9f",
+            "cmp qword ptr fs:[rcx + {l_errno}], 0",
+            "je 9f",
+            // The bracket, anchored at the traced call's return slot (as
+            // Bracket::enter_at for a thread at rest), before the slot is
+            // read: a grace period that finds the thread at rest may end,
+            // and the ops it waited for go, at any time before. Program
+            // order suffices on this side: the waiter's membarrier orders
+            // the word's store before these loads (quiesce.rs), and x86
+            // keeps the ops' words after the slot's.
+            crate::bracket_enter_at_rest!("rcx", "rdx"),
+            "mov r8, [r9 + {slot_ops}]",
+            "test r8, r8",
+            "jz 8f",
+            // A thread filter: the slow way (the bracket left first).
+            "cmp qword ptr [r8 + {o_threads}], 0",
+            "jne 7f",
+            // The core's recursion bit (normal context) if the ops asked
+            // for it: the thread held none.
+            "test dword ptr [r8 + {o_flags}], {recursion}",
+            "jz 2f",
+            "mov dword ptr fs:[rcx + {l_rec}], {core_bit}",
+            "2:",
+            "mov rax, qword ptr fs:[rcx + {l_errno}]",
+            "mov eax, dword ptr [rax]",
+            "mov dword ptr [rsp + REGS_SPARE], eax",
+            "mov rdx, r8",
+            "mov rcx, rsp",
+            "call qword ptr [r8 + {o_func}]",
+            // The bit given back, errno written back only if the callback
+            // changed it (a store every call would chain each call's errno
+            // load to the store of the one before), the bracket left
+            // (depth 1 → 0 and the exit generation + 1, in one add).
+            concat!("shadowgraph_", $name, "_tp_again:"),
+            "movabs rcx, 0x1122334455667788",
+            "and dword ptr fs:[rcx + {l_rec}], {core_unbit}",
+            "mov rax, qword ptr fs:[rcx + {l_errno}]",
+            "mov edx, dword ptr [rsp + REGS_SPARE]",
+            "cmp dword ptr [rax], edx",
+            "je 3f",
+            "mov dword ptr [rax], edx",
+            "3:",
+            "mov rdx, qword ptr fs:[rcx + {l_word}]",
+            // The slot empty (the ops leaving): nothing to call.
+            "8:",
+            "add qword ptr [rdx], 0xffff",
+            "4:",
+            crate::tramp::restore_args!(),
+            $tail,
+            "7:",
+            "add qword ptr [rdx], 0xffff",
+            "9:",
+            "mov rdi, rsp",
+            "mov rsi, r9",
+            concat!("shadowgraph_", $name, "_fn:"),
+            "movabs r11, 0x1122334455667788",
+            "call r11",
+            "jmp 4b",
+            $data,
+            concat!("shadowgraph_", $name, "_end:"),
+            ".popsection";
+            l_word = const offset_of!(CoreLocal, word),
+            l_rec = const offset_of!(CoreLocal, rec),
+            l_errno = const offset_of!(CoreLocal, errno),
+            l_anchor = const offset_of!(CoreLocal, outer_anchor),
+            slot_ops = const offset_of!(OpsSlot, ops),
+            o_threads = const offset_of!(Ops, threads),
+            o_flags = const offset_of!(Ops, flags),
+            o_func = const offset_of!(Ops, func),
+            recursion = const OpsFlags::RECURSION.bits(),
+            core_bit = const 1u32 << (Group::Core as u32),
+            core_unbit = const !(1i32 << (Group::Core as u32)),
+        );
+    };
 }
 
-crate::tramp::regs_asm!(
-    ".pushsection .text.shadowgraph_ops_entry,\"ax\",@progbits",
-    ".globl shadowgraph_ops_entry_args",
-    ".hidden shadowgraph_ops_entry_args",
-    "shadowgraph_ops_entry_args:",
-    "endbr64",
-    // At rest (a bracket word at depth 0, no recursion bit) with errno's
-    // location known, else the Rust entry.
-    "mov rcx, [rip + {tp_local}]",
-    "mov rdx, qword ptr fs:[rcx + {l_word}]",
-    "test rdx, rdx",
-    "jz 9f",
-    "test word ptr [rdx], 0xffff",
-    "jnz 9f",
-    "cmp dword ptr fs:[rcx + {l_rec}], 0",
-    "jne 9f",
-    "cmp qword ptr fs:[rcx + {l_errno}], 0",
-    "je 9f",
-    // The bracket, anchored at the traced call's return slot (as
-    // Bracket::enter_at for a thread at rest), before the slot is read: a
-    // grace period that finds the thread at rest may end, and the ops it
-    // waited for go, at any time before. Program order suffices on this
-    // side: the waiter's membarrier orders the word's store before these
-    // loads (quiesce.rs), and x86 keeps the ops' words after the slot's.
-    "mov rax, [rdi + REGS_PARENT_SLOT]",
-    crate::bracket_enter_at_rest!("rcx", "rdx"),
-    "mov r8, [rsi + {slot_ops}]",
-    "test r8, r8",
-    "jz 8f",
-    // A thread filter: the Rust entry (the bracket left first).
-    "cmp qword ptr [r8 + {o_threads}], 0",
-    "jne 7f",
-    // The core's recursion bit (normal context) if the ops asked for it:
-    // the thread held none.
-    "test dword ptr [r8 + {o_flags}], {recursion}",
-    "jz 2f",
-    "mov dword ptr fs:[rcx + {l_rec}], {core_bit}",
-    "2:",
-    // errno kept in the Regs' spare word; rdi pushed (which aligns the
-    // stack for the call) to find it again.
-    "mov rax, qword ptr fs:[rcx + {l_errno}]",
-    "mov eax, dword ptr [rax]",
-    "mov dword ptr [rdi + REGS_SPARE], eax",
-    "push rdi",
-    "mov rsi, rdi",
-    "mov rdi, r8",
-    "call {call_ops_func}",
-    "pop rdi",
-    // The bit given back, errno written back only if the callback changed
-    // it (a store every call would chain each call's errno load to the
-    // store of the one before), the bracket left (depth 1 → 0 and the exit
-    // generation + 1, in one add).
-    "mov rcx, [rip + {tp_local}]",
-    "and dword ptr fs:[rcx + {l_rec}], {core_unbit}",
-    "mov rax, qword ptr fs:[rcx + {l_errno}]",
-    "mov edx, dword ptr [rdi + REGS_SPARE]",
-    "cmp dword ptr [rax], edx",
-    "je 3f",
-    "mov dword ptr [rax], edx",
-    "3:",
-    "mov rcx, qword ptr fs:[rcx + {l_word}]",
-    "add qword ptr [rcx], 0xffff",
-    "xor eax, eax",
-    "xor edx, edx",
-    "ret",
-    // The slot empty (the ops leaving): nothing to call.
-    "8:",
-    "add qword ptr [rdx], 0xffff",
-    "xor eax, eax",
-    "xor edx, edx",
-    "ret",
-    "7:",
-    "add qword ptr [rdx], 0xffff",
-    "9:",
-    "jmp {slow}",
-    ".popsection";
-    tp_local = sym TP_LOCAL,
-    l_word = const offset_of!(CoreLocal, word),
-    l_rec = const offset_of!(CoreLocal, rec),
-    l_errno = const offset_of!(CoreLocal, errno),
-    l_anchor = const offset_of!(CoreLocal, outer_anchor),
-    slot_ops = const offset_of!(OpsSlot, ops),
-    o_threads = const offset_of!(Ops, threads),
-    o_flags = const offset_of!(Ops, flags),
-    recursion = const OpsFlags::RECURSION.bits(),
-    core_bit = const 1u32 << (Group::Core as u32),
-    core_unbit = const !(1i32 << (Group::Core as u32)),
-    call_ops_func = sym call_ops_func,
-    slow = sym super::dispatch::ops_entry_args,
+fused_ops_caller!("ops_tramp", "leave\nret\n", "");
+// The chained caller (chain.rs): the direct target after the frame, with
+// [rsp] = site+5, as the target's pad would have entered it.
+fused_ops_caller!(
+    "ops_chain",
+    "leave\njmp qword ptr [rip + shadowgraph_ops_chain_target]\n",
+    ".globl shadowgraph_ops_chain_target\n.hidden shadowgraph_ops_chain_target\n\
+     shadowgraph_ops_chain_target:\n.quad 0\n"
 );
 
 extern "C" {
-    fn shadowgraph_ops_entry_args(regs: *mut u8, data: usize) -> EntryAction;
+    static shadowgraph_ops_tramp_start: u8;
+    static shadowgraph_ops_tramp_data: u8;
+    static shadowgraph_ops_tramp_tp: u8;
+    static shadowgraph_ops_tramp_tp_again: u8;
+    static shadowgraph_ops_tramp_fn: u8;
+    static shadowgraph_ops_tramp_end: u8;
+    static shadowgraph_ops_chain_start: u8;
+    static shadowgraph_ops_chain_data: u8;
+    static shadowgraph_ops_chain_tp: u8;
+    static shadowgraph_ops_chain_tp_again: u8;
+    static shadowgraph_ops_chain_fn: u8;
+    static shadowgraph_ops_chain_target: u8;
+    static shadowgraph_ops_chain_end: u8;
 }
 
-/// The entry of an ops' own args-variant trampoline and of its chained
-/// caller; the offset it reads is set first (the trampoline made with it
-/// becomes reachable only once patched in, after this).
-pub(crate) fn ops_entry_args() -> FtraceEntry {
-    super::local::init_tp_local();
-    // SAFETY: the assembly above has FtraceEntry's signature and contract
-    // (the trampoline's frame and data slot in, an EntryAction out, the
-    // callee-saved registers kept); it reads and writes only what the Rust
-    // entry it stands for does (the thread's core-local block, errno, the
-    // frame's spare word), which the trampoline's frame keeps valid.
-    unsafe {
-        std::mem::transmute::<unsafe extern "C" fn(*mut u8, usize) -> EntryAction, FtraceEntry>(
-            shadowgraph_ops_entry_args,
-        )
+/// The addresses of a template's start, its patched words (DATA, TP, TP
+/// again, ENTRY; the chained caller's TARGET or 0) and its end.
+fn template(chained: bool) -> [usize; 7] {
+    macro_rules! at {
+        ($($sym:ident),*) => { [$(std::ptr::addr_of!($sym) as usize),*] };
     }
+    if chained {
+        at!(
+            shadowgraph_ops_chain_start,
+            shadowgraph_ops_chain_data,
+            shadowgraph_ops_chain_tp,
+            shadowgraph_ops_chain_tp_again,
+            shadowgraph_ops_chain_fn,
+            shadowgraph_ops_chain_target,
+            shadowgraph_ops_chain_end
+        )
+    } else {
+        let [s, d, t, a, f, e] = at!(
+            shadowgraph_ops_tramp_start,
+            shadowgraph_ops_tramp_data,
+            shadowgraph_ops_tramp_tp,
+            shadowgraph_ops_tramp_tp_again,
+            shadowgraph_ops_tramp_fn,
+            shadowgraph_ops_tramp_end
+        );
+        [s, d, t, a, f, 0, e]
+    }
+}
+
+/// Bytes of a fused trampoline (`chained`: of a fused chained caller).
+pub(crate) fn ops_caller_len(chained: bool) -> usize {
+    let t = template(chained);
+    t[6] - t[0]
+}
+
+/// Generates into `arena` an ops' own trampoline with its entry fused in
+/// (`chain_target` given: its chained caller, going on to that direct
+/// target), for the ops whose data slot is `data`: an ops of the args
+/// variant with the core's own entry.
+pub(crate) fn ops_caller(
+    arena: &Arena,
+    data: usize,
+    chain_target: Option<usize>,
+) -> Result<usize, ArenaError> {
+    super::local::init_tp_local();
+    // Relaxed: set once, above, before this code can run (init_tp_local).
+    let tp = TP_LOCAL.load(Ordering::Relaxed) as u64;
+    let [start, d, t, a, f, target, end] = template(chain_target.is_some());
+    let entry = super::dispatch::ops_entry_args as tramp::FtraceEntry as usize as u64;
+    // `movabs r64, imm64` = REX.W + B8+r + imm64: the operand at +2.
+    let mut patches = vec![
+        (d + 2, data as u64),
+        (t + 2, tp),
+        (a + 2, tp),
+        (f + 2, entry),
+    ];
+    if let Some(to) = chain_target {
+        patches.push((target, to as u64));
+    }
+    tramp::from_template(arena, start, end, &patches)
 }

@@ -10,8 +10,8 @@
 //! The parts, lowest first: `local` (the thread's core state),
 //! [`recursion`], [`quiesce`] (brackets and grace periods), [`ops`],
 //! [`filter`] and [`filterset`], [`dispatch`] (what runs inside a traced
-//! call) and `entry_asm` (its common case for an ops' own trampoline, in
-//! assembly), `core` (the accounting engine); this module is the API.
+//! call) and `entry_asm` (an ops' own trampoline with its common case
+//! fused in, in assembly), `core` (the accounting engine); this module is the API.
 
 mod chain;
 mod core;
@@ -542,7 +542,8 @@ pub fn modify_direct(ops: &Arc<Ops>, target: usize) -> Result<(), CoreError> {
     if target == 0 {
         return Err(CoreError::Invalid("null direct target".into()));
     }
-    let stub = Ops::new(|_, _, _, _| {}, STUB, ops.filter.clone());
+    extern "C" fn nothing(_: usize, _: usize, _: &Ops, _: &mut Regs) {}
+    let stub = Ops::new(nothing, STUB, ops.filter.clone());
     register(&stub)?;
     // Every site now counts ≥ 2 and goes through the list function, where
     // the helper reads the target: old or new, never neither.

@@ -107,7 +107,12 @@ pub(super) const SUBOP: u32 = 1 << 1;
 /// An ops callback: `ip` is the site, `parent_ip` the traced function's
 /// return address. Runs inside traced calls: it must not allocate, lock, or
 /// call anything not async-signal-safe.
-pub type OpsFunc = fn(ip: usize, parent_ip: usize, ops: &Ops, regs: &mut Regs);
+///
+/// It has the C calling convention (as the kernel's `ftrace_func_t`): an
+/// ops' own trampoline calls it from assembly, and a panic must not unwind
+/// into the traced function's frames (out of an `extern "C"` function it
+/// aborts the process instead).
+pub type OpsFunc = extern "C" fn(ip: usize, parent_ip: usize, ops: &Ops, regs: &mut Regs);
 
 /// A client of the core: a callback and the filter it is tested against.
 pub struct Ops {

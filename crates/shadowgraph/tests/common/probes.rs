@@ -96,7 +96,7 @@ impl Probe {
     }
 }
 
-pub fn probe_cb(ip: usize, _parent: usize, ops: &Ops, _regs: &mut Regs) {
+pub extern "C" fn probe_cb(ip: usize, _parent: usize, ops: &Ops, _regs: &mut Regs) {
     // SAFETY: every ops using probe_cb has a leaked Probe in `private`.
     let p = unsafe { &*(ops.private as *const Probe) };
     if p.magic.load(Ordering::Relaxed) != ALIVE {
