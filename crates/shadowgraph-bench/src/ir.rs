@@ -35,14 +35,19 @@ pub fn bench(mode: &str, calls: i64, hijack_returns: bool) -> Result<ExitCode, S
     let mut keep_users = Vec::new();
     match mode {
         "none" => {}
-        "ops" | "set2" | "list2" => {
+        "ops" | "set2" | "set10" | "list2" => {
             // Two ops with trampolines take their set's caller; without,
             // the shared caller and the list function.
             let flags = match mode {
                 "list2" => ftrace::NO_TRAMP,
                 _ => ftrace::OpsFlags::NONE,
             };
-            for _ in 0..if mode == "ops" { 1 } else { 2 } {
+            let n = match mode {
+                "ops" => 1,
+                "set10" => 10,
+                _ => 2,
+            };
+            for _ in 0..n {
                 let o = ftrace::Ops::new(empty_cb, flags, filter()?);
                 ftrace::register(&o).map_err(|e| e.to_string())?;
                 keep_ops.push(o);

@@ -285,7 +285,7 @@ fn recursion_guard_limits_reentry() {
             flags,
             FilterSet::with_patterns(&["plain_work"], &[]).unwrap(),
         );
-        // A second ops on the same site routes through the list function.
+        // A second ops on the same site: the two call their set's caller.
         let other = probe_ops(Probe::new(), &["plain_work"], &[], OpsFlags::NONE);
         ftrace::register(&ops).unwrap();
         if !alone {

@@ -497,9 +497,13 @@ fn thread_filter_admits_only_listed_threads() {
     let p = Probe::new();
     let ops = probe_ops(p, &["plain_work"], &[], OpsFlags::NONE);
     ftrace::register(&ops).unwrap();
+    // (Two calls in each thread: a thread's first traced call takes the
+    // slow way, which learns where its errno is; the second, the
+    // trampoline's own test of the filter.)
     let run_in_thread = || {
         std::thread::spawn(move || {
             let tid = ftrace::current_tid();
+            (f.plain_work)(1);
             (f.plain_work)(1);
             tid
         })
@@ -515,13 +519,36 @@ fn thread_filter_admits_only_listed_threads() {
     run_in_thread().join().unwrap();
     assert_eq!(
         p.take()[11],
-        1,
+        2,
         "the no-trace thread is not traced, others are"
     );
     ftrace::set_thread_filter(&ops, None);
     (f.plain_work)(1);
     run_in_thread().join().unwrap();
-    assert_eq!(p.take()[11], 2);
+    assert_eq!(p.take()[11], 3);
+    // Beside another ops on the function (the two call their set's
+    // caller, which calls each in turn): the filter still holds for its
+    // ops alone, and the other, which takes the recursion guard, sees
+    // every thread.
+    let q = Probe::new();
+    let beside = probe_ops(q, &["plain_work"], &[], ftrace::RECURSION);
+    ftrace::register(&beside).unwrap();
+    let s = ftrace::site_by_name("plain_work").unwrap();
+    let callers = ftrace::shared_callers(s.arena).unwrap();
+    assert!(
+        s.count == 2
+            && s.flags & site_flags::TRAMP == 0
+            && ![0, callers.0, callers.1].contains(&s.target),
+        "not served by the set's caller"
+    );
+    ftrace::set_thread_filter(&ops, Some(ftrace::ThreadFilter::new(&[me], &[])));
+    for _ in 0..3 {
+        (f.plain_work)(1);
+        run_in_thread().join().unwrap();
+    }
+    assert_eq!(p.take()[11], 3, "only the listed thread is traced");
+    assert_eq!(q.take()[11], 9, "the other ops sees every thread");
+    ftrace::unregister(&beside).unwrap();
     ftrace::unregister(&ops).unwrap();
     assert_clean();
 }

@@ -176,9 +176,7 @@ pub(super) fn finish(mut c: MutexGuard<'static, Core>) {
 }
 
 pub(super) fn publish_subops(manager: &Ops, subops: &[Arc<Ops>], retired: &mut Vec<Retired>) {
-    let list = Box::new(OpsList {
-        ops: subops.iter().map(Arc::as_ptr).collect(),
-    });
+    let list = Box::new(OpsList::new(subops.iter().map(Arc::as_ptr).collect()));
     // AcqRel: Release publishes the new list's contents to the manager's
     // callback (which loads it Acquire); Acquire takes the old one whole,
     // to retire after a grace period.
@@ -526,9 +524,7 @@ impl Core {
     }
 
     fn publish_list(&mut self) {
-        let list = Box::new(OpsList {
-            ops: self.list.iter().map(Arc::as_ptr).collect(),
-        });
+        let list = Box::new(OpsList::new(self.list.iter().map(Arc::as_ptr).collect()));
         // AcqRel: the new list published whole to the list function
         // (Acquire), the old one taken to retire after a grace period.
         let old = LIST.swap(Box::into_raw(list), Ordering::AcqRel);

@@ -32,7 +32,7 @@
 //! ```
 
 use super::local::{CoreLocal, TP_LOCAL};
-use super::ops::{Ops, OpsFlags, OpsSlot};
+use super::ops::{Ops, OpsFlags, OpsList, OpsSlot};
 use super::recursion::Group;
 use crate::arena::{Arena, ArenaError};
 use crate::tramp;
@@ -114,13 +114,15 @@ macro_rules! fused_ops_caller {
             "mov rdx, r8",
             "mov rcx, rsp",
             "call qword ptr [r8 + {o_func}]",
-            // The bit given back, errno written back only if the callback
-            // changed it (a store every call would chain each call's errno
-            // load to the store of the one before), the bracket left
-            // (depth 1 → 0 and the exit generation + 1, in one add).
+            // The bit given back (the word was 0 before it, and the
+            // callback gives back what it took: a store, no load), errno
+            // written back only if the callback changed it (a store every
+            // call would chain each call's errno load to the store of the
+            // one before), the bracket left (depth 1 → 0 and the exit
+            // generation + 1, in one add).
             concat!("shadowgraph_", $name, "_tp_again:"),
             "movabs rcx, 0x1122334455667788",
-            "and dword ptr fs:[rcx + {l_rec}], {core_unbit}",
+            "mov dword ptr fs:[rcx + {l_rec}], 0",
             "mov rax, qword ptr fs:[rcx + {l_errno}]",
             "mov edx, dword ptr [rsp + REGS_SPARE]",
             "cmp dword ptr [rax], edx",
@@ -156,7 +158,6 @@ macro_rules! fused_ops_caller {
             o_func = const offset_of!(Ops, func),
             recursion = const OpsFlags::RECURSION.bits(),
             core_bit = const 1u32 << (Group::Core as u32),
-            core_unbit = const !(1i32 << (Group::Core as u32)),
         );
     };
 }
@@ -247,4 +248,206 @@ pub(crate) fn ops_caller(
         patches.push((target, to as u64));
     }
     tramp::from_template(arena, start, end, &patches)
+}
+
+// A set's caller (sets.rs) with its entry fused in: the same common case
+// as the ops' own trampoline, for every ops of the list in the set's slot,
+// in order, inside one bracket with errno kept once; an ops' recursion bit
+// taken around its own callback, an ops with a thread filter called
+// through dispatch::call_ops (which tests the filter). A thread not at
+// rest goes the slow way (dispatch::set_entry).
+//
+// ```text
+// Frame: rbx, r12, r13 pushed under the saved rbp (rbp - 8 … rbp - 24),
+// then the Regs at rsp, as the other callers'.
+//   r9     the set's slot (AtomicPtr<OpsList>)    patched imm64 (DATA)
+//   r13    TP_LOCAL                               patched imm64 (TP)
+//   rcx, rdx, rax   as in the ops' trampoline up to the bracket
+//   rbx    the list (OpsList: FIRST, LEN), then its next ops' entry
+//   r12    the end of its entries
+//   callback: rdi = ip, rsi = parent_ip (from the Regs), rdx = ops,
+//             rcx = the Regs
+//   ONE    call_one(ops, regs), for an ops with a thread filter
+//                                                 patched imm64
+// ```
+crate::tramp::regs_asm!(
+    ".pushsection .text.shadowgraph_templates,\"ax\",@progbits",
+    ".globl shadowgraph_ops_set_start",
+    ".hidden shadowgraph_ops_set_start",
+    ".globl shadowgraph_ops_set_data",
+    ".hidden shadowgraph_ops_set_data",
+    ".globl shadowgraph_ops_set_tp",
+    ".hidden shadowgraph_ops_set_tp",
+    ".globl shadowgraph_ops_set_fn",
+    ".hidden shadowgraph_ops_set_fn",
+    ".globl shadowgraph_ops_set_one",
+    ".hidden shadowgraph_ops_set_one",
+    ".globl shadowgraph_ops_set_end",
+    ".hidden shadowgraph_ops_set_end",
+    ".p2align 4",
+    "shadowgraph_ops_set_start:",
+    "endbr64",
+    "push rbp",
+    "mov rbp, rsp",
+    "push rbx",
+    "push r12",
+    "push r13",
+    "sub rsp, REGS_SIZE",
+    "and rsp, -16",
+    crate::tramp::save_arg_registers!(),
+    "mov r11, [rbp]",
+    "mov [rsp + REGS_RBP], r11",
+    "mov rdi, [rbp + RBP_SITE_RET]",
+    "sub rdi, SITE_CALL_LEN",
+    "mov [rsp + REGS_IP], rdi",
+    "mov rsi, [rbp + RBP_PARENT_SLOT]",
+    "mov [rsp + REGS_PARENT_IP], rsi",
+    "lea rax, [rbp + RBP_PARENT_SLOT]",
+    "mov [rsp + REGS_PARENT_SLOT], rax",
+    "shadowgraph_ops_set_data:",
+    "movabs r9, 0x1122334455667788",
+    "shadowgraph_ops_set_tp:",
+    "movabs r13, 0x1122334455667788",
+    "mov rcx, r13",
+    "mov rdx, qword ptr fs:[rcx + {l_word}]",
+    "test rdx, rdx",
+    "jz 9f",
+    "test word ptr [rdx], 0xffff",
+    "jnz 9f",
+    "cmp dword ptr fs:[rcx + {l_rec}], 0",
+    "jne 9f",
+    "cmp qword ptr fs:[rcx + {l_errno}], 0",
+    "je 9f",
+    // The bracket before the slot is read, as in the ops' trampoline.
+    crate::bracket_enter_at_rest!("rcx", "rdx"),
+    // The list, loaded once (a plain load on x86 is Acquire, which the
+    // list's Release publication pairs with): the callers below run its
+    // ops and no other, even if the slot changes meanwhile.
+    "mov rbx, [r9]",
+    "test rbx, rbx",
+    "jz 8f",
+    "mov rax, qword ptr fs:[rcx + {l_errno}]",
+    "mov eax, dword ptr [rax]",
+    "mov dword ptr [rsp + REGS_SPARE], eax",
+    "mov r12, [rbx + {list_len}]",
+    "mov rbx, [rbx + {list_first}]",
+    "lea r12, [rbx + r12*8]",
+    ".p2align 4",
+    "2:",
+    "cmp rbx, r12",
+    "jae 3f",
+    "mov rdx, [rbx]",
+    "add rbx, 8",
+    // An ops with a thread filter: dispatch::call_ops, which tests it.
+    "cmp qword ptr [rdx + {o_threads}], 0",
+    "jne 24f",
+    "mov rdi, [rsp + REGS_IP]",
+    "mov rsi, [rsp + REGS_PARENT_IP]",
+    "mov rcx, rsp",
+    "test dword ptr [rdx + {o_flags}], {recursion}",
+    "jnz 4f",
+    "call qword ptr [rdx + {o_func}]",
+    "jmp 2b",
+    // The core's recursion bit around this ops' callback, as it asked:
+    // free, as the thread held none and each callback gives back what it
+    // took (so 0 after it).
+    "4:",
+    "mov dword ptr fs:[r13 + {l_rec}], {core_bit}",
+    "call qword ptr [rdx + {o_func}]",
+    "mov dword ptr fs:[r13 + {l_rec}], 0",
+    "jmp 2b",
+    // errno written back only if a callback changed it; the bracket left.
+    "3:",
+    "mov rax, qword ptr fs:[r13 + {l_errno}]",
+    "mov edx, dword ptr [rsp + REGS_SPARE]",
+    "cmp dword ptr [rax], edx",
+    "je 23f",
+    "mov dword ptr [rax], edx",
+    "23:",
+    "mov rdx, qword ptr fs:[r13 + {l_word}]",
+    // The slot empty (the set retired): nothing to call.
+    "8:",
+    "add qword ptr [rdx], 0xffff",
+    "22:",
+    crate::tramp::restore_args!(),
+    "lea rsp, [rbp - 24]",
+    "pop r13",
+    "pop r12",
+    "pop rbx",
+    "pop rbp",
+    "ret",
+    "24:",
+    "mov rdi, rdx",
+    "mov rsi, rsp",
+    "shadowgraph_ops_set_one:",
+    "movabs rax, 0x1122334455667788",
+    "call rax",
+    "jmp 2b",
+    "9:",
+    "mov rdi, rsp",
+    "mov rsi, r9",
+    "shadowgraph_ops_set_fn:",
+    "movabs r11, 0x1122334455667788",
+    "call r11",
+    "jmp 22b",
+    "shadowgraph_ops_set_end:",
+    ".popsection";
+    l_word = const offset_of!(CoreLocal, word),
+    l_rec = const offset_of!(CoreLocal, rec),
+    l_errno = const offset_of!(CoreLocal, errno),
+    l_anchor = const offset_of!(CoreLocal, outer_anchor),
+    list_first = const offset_of!(OpsList, first),
+    list_len = const offset_of!(OpsList, len),
+    o_threads = const offset_of!(Ops, threads),
+    o_flags = const offset_of!(Ops, flags),
+    o_func = const offset_of!(Ops, func),
+    recursion = const OpsFlags::RECURSION.bits(),
+    core_bit = const 1u32 << (Group::Core as u32),
+);
+
+/// An ops of a set with a thread filter, from the set's fused caller
+/// (inside its bracket, errno kept): its callback if the filter lets this
+/// thread through.
+extern "C" fn call_one(ops: &Ops, regs: &mut super::ops::Regs) {
+    super::dispatch::call_ops(ops, regs)
+}
+
+extern "C" {
+    static shadowgraph_ops_set_start: u8;
+    static shadowgraph_ops_set_data: u8;
+    static shadowgraph_ops_set_tp: u8;
+    static shadowgraph_ops_set_fn: u8;
+    static shadowgraph_ops_set_one: u8;
+    static shadowgraph_ops_set_end: u8;
+}
+
+/// Bytes of a fused set caller.
+pub(crate) fn set_caller_len() -> usize {
+    std::ptr::addr_of!(shadowgraph_ops_set_end) as usize
+        - std::ptr::addr_of!(shadowgraph_ops_set_start) as usize
+}
+
+/// Generates into `arena` a set's caller with its entry fused in, for
+/// the set whose slot (`AtomicPtr<OpsList>`) is at `data`.
+pub(crate) fn set_caller(arena: &Arena, data: usize) -> Result<usize, ArenaError> {
+    super::local::init_tp_local();
+    // Relaxed: as in ops_caller.
+    let tp = TP_LOCAL.load(Ordering::Relaxed) as u64;
+    let at = |p: *const u8| p as usize;
+    let start = at(std::ptr::addr_of!(shadowgraph_ops_set_start));
+    let entry = super::dispatch::set_entry as tramp::FtraceEntry as usize as u64;
+    // `movabs r64, imm64`: the operand at +2.
+    let patches = [
+        (
+            at(std::ptr::addr_of!(shadowgraph_ops_set_data)) + 2,
+            data as u64,
+        ),
+        (at(std::ptr::addr_of!(shadowgraph_ops_set_tp)) + 2, tp),
+        (at(std::ptr::addr_of!(shadowgraph_ops_set_fn)) + 2, entry),
+        (
+            at(std::ptr::addr_of!(shadowgraph_ops_set_one)) + 2,
+            call_one as *const () as usize as u64,
+        ),
+    ];
+    tramp::from_template(arena, start, start + set_caller_len(), &patches)
 }

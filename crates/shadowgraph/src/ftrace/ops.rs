@@ -326,8 +326,24 @@ pub struct OpsSlot {
 
 /// The ops on the core list, newest first (copy-on-write; replaced lists are
 /// freed after a grace period).
+#[repr(C)]
 pub(crate) struct OpsList {
+    /// `ops`' elements and their number, for the assembly of the set
+    /// callers (entry_asm), which cannot read a `Vec`: the vector is never
+    /// changed once the list is made, so its buffer stays where it is.
+    pub(super) first: *const *const Ops,
+    pub(super) len: usize,
     pub ops: Vec<*const Ops>,
+}
+
+impl OpsList {
+    pub(crate) fn new(ops: Vec<*const Ops>) -> OpsList {
+        OpsList {
+            first: ops.as_ptr(),
+            len: ops.len(),
+            ops,
+        }
+    }
 }
 
 // SAFETY: immutable once published; the ops it points to outlive it.

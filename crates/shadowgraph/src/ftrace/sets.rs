@@ -19,10 +19,8 @@
 //! served by its old set until the update patches it.
 
 use super::core::{Core, Retired, SetRec};
-use super::dispatch;
 use super::filter::SiteId;
 use super::ops::{Ops, OpsList};
-use crate::tramp;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
@@ -75,7 +73,7 @@ impl Core {
             let i = match self.sets.iter().position(|s| s.key == k) {
                 Some(i) => i,
                 None => {
-                    let list = Box::into_raw(Box::new(OpsList { ops }));
+                    let list = Box::into_raw(Box::new(OpsList::new(ops)));
                     let slot: &'static AtomicPtr<OpsList> =
                         Box::leak(Box::new(AtomicPtr::new(list)));
                     self.sets.push(SetRec {
@@ -91,7 +89,7 @@ impl Core {
                 continue;
             }
             let data = set.slot as *const AtomicPtr<OpsList> as usize;
-            if let Ok(code) = tramp::ftrace_caller(arena, false, dispatch::set_entry, data) {
+            if let Ok(code) = super::entry_asm::set_caller(arena, data) {
                 set.code.push((arena.base, code));
             }
         }
@@ -116,7 +114,7 @@ impl Core {
                 .copied()
                 .filter(|&o| o != me)
                 .collect();
-            let new = Box::into_raw(Box::new(OpsList { ops: rest }));
+            let new = Box::into_raw(Box::new(OpsList::new(rest)));
             // AcqRel: the new list published whole to the set's callers
             // (Acquire in set_entry), the old one taken to retire.
             let old = set.slot.swap(new, Ordering::AcqRel);
@@ -132,7 +130,7 @@ impl Core {
         }
         let called: std::collections::HashSet<usize> =
             self.sites.iter().map(|s| s.cur_target).collect();
-        let len = tramp::ftrace_caller_len(false);
+        let len = super::entry_asm::set_caller_len();
         let mut i = 0;
         while i < self.sets.len() {
             if self.sets[i].code.iter().any(|c| called.contains(&c.1)) {
