@@ -565,11 +565,11 @@ fn map_ring(path: &Path) -> Option<(Ring, *mut libc::c_void, usize)> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::spare::make_spare;
-    use std::sync::atomic::AtomicBool;
+    use super::*;
     use crate::record::ring::{ring_bytes, Depth};
     use shadowgraph_data::format::Kind;
+    use std::sync::atomic::AtomicBool;
 
     /// A collector of one instance writing to `<tmp>/data`, its rings in
     /// `<tmp>/shm`, `tmp` a fresh directory named after `test`: (tmp, shm,
