@@ -39,6 +39,85 @@ use crate::tramp;
 use std::mem::offset_of;
 use std::sync::atomic::Ordering;
 
+// The frame's words the args variant keeps (rbp, the site, R, &R; rip
+// and direct are the regs variant's): the site left in rdi and R in rsi
+// for the callback, &R in rax for the bracket.
+macro_rules! frame_words {
+    () => {
+        concat!(
+            "mov r11, [rbp]\n",
+            "mov [rsp + REGS_RBP], r11\n",
+            "mov rdi, [rbp + RBP_SITE_RET]\n",
+            "sub rdi, SITE_CALL_LEN\n",
+            "mov [rsp + REGS_IP], rdi\n",
+            "mov rsi, [rbp + RBP_PARENT_SLOT]\n",
+            "mov [rsp + REGS_PARENT_IP], rsi\n",
+            "lea rax, [rbp + RBP_PARENT_SLOT]\n",
+            "mov [rsp + REGS_PARENT_SLOT], rax\n",
+        )
+    };
+}
+
+// The thread at rest (a bracket word at depth 0, no recursion bit) with
+// errno's location known, `$tp` holding TP_LOCAL; else to 9f. The bracket
+// word's address left in rdx.
+macro_rules! at_rest_or_slow {
+    ($tp:literal) => {
+        concat!(
+            "mov rdx, qword ptr fs:[",
+            $tp,
+            " + {l_word}]\n",
+            "test rdx, rdx\n",
+            "jz 9f\n",
+            "test word ptr [rdx], 0xffff\n",
+            "jnz 9f\n",
+            "cmp dword ptr fs:[",
+            $tp,
+            " + {l_rec}], 0\n",
+            "jne 9f\n",
+            "cmp qword ptr fs:[",
+            $tp,
+            " + {l_errno}], 0\n",
+            "je 9f\n",
+        )
+    };
+}
+
+// errno as the call found it into the Regs' spare word ($tp: TP_LOCAL).
+// Clobbers rax.
+macro_rules! errno_save {
+    ($tp:literal) => {
+        concat!(
+            "mov rax, qword ptr fs:[",
+            $tp,
+            " + {l_errno}]\n",
+            "mov eax, dword ptr [rax]\n",
+            "mov dword ptr [rsp + REGS_SPARE], eax\n",
+        )
+    };
+}
+
+// errno written back only if a callback changed it (a store every call
+// would chain each call's errno load to the store of the one before);
+// the bracket word's address left in rdx. Label 23; clobbers rax.
+macro_rules! errno_back {
+    ($tp:literal) => {
+        concat!(
+            "mov rax, qword ptr fs:[",
+            $tp,
+            " + {l_errno}]\n",
+            "mov edx, dword ptr [rsp + REGS_SPARE]\n",
+            "cmp dword ptr [rax], edx\n",
+            "je 23f\n",
+            "mov dword ptr [rax], edx\n",
+            "23:\n",
+            "mov rdx, qword ptr fs:[",
+            $tp,
+            " + {l_word}]\n",
+        )
+    };
+}
+
 /// One fused template named `shadowgraph_$name_*`: `$tail` leaves the
 /// frame (the argument registers restored) and goes on; `$data` follows
 /// the code (the chained caller's target).
@@ -61,33 +140,12 @@ macro_rules! fused_ops_caller {
             concat!("shadowgraph_", $name, "_start:"),
             crate::tramp::prologue!(),
             crate::tramp::save_arg_registers!(),
-            // The frame's words the args variant keeps (rbp, the site, R,
-            // &R; rip and direct are the regs variant's), the site and R
-            // kept for the callback, &R for the bracket.
-            "mov r11, [rbp]",
-            "mov [rsp + REGS_RBP], r11",
-            "mov rdi, [rbp + RBP_SITE_RET]",
-            "sub rdi, SITE_CALL_LEN",
-            "mov [rsp + REGS_IP], rdi",
-            "mov rsi, [rbp + RBP_PARENT_SLOT]",
-            "mov [rsp + REGS_PARENT_IP], rsi",
-            "lea rax, [rbp + RBP_PARENT_SLOT]",
-            "mov [rsp + REGS_PARENT_SLOT], rax",
+            frame_words!(),
             concat!("shadowgraph_", $name, "_data:"),
             "movabs r9, 0x1122334455667788",
-            // At rest (a bracket word at depth 0, no recursion bit) with
-            // errno's location known, else the slow way.
             concat!("shadowgraph_", $name, "_tp:"),
             "movabs rcx, 0x1122334455667788",
-            "mov rdx, qword ptr fs:[rcx + {l_word}]",
-            "test rdx, rdx",
-            "jz 9f",
-            "test word ptr [rdx], 0xffff",
-            "jnz 9f",
-            "cmp dword ptr fs:[rcx + {l_rec}], 0",
-            "jne 9f",
-            "cmp qword ptr fs:[rcx + {l_errno}], 0",
-            "je 9f",
+            at_rest_or_slow!("rcx"),
             // The bracket, anchored at the traced call's return slot (as
             // Bracket::enter_at for a thread at rest), before the slot is
             // read: a grace period that finds the thread at rest may end,
@@ -108,28 +166,18 @@ macro_rules! fused_ops_caller {
             "jz 2f",
             "mov dword ptr fs:[rcx + {l_rec}], {core_bit}",
             "2:",
-            "mov rax, qword ptr fs:[rcx + {l_errno}]",
-            "mov eax, dword ptr [rax]",
-            "mov dword ptr [rsp + REGS_SPARE], eax",
+            errno_save!("rcx"),
             "mov rdx, r8",
             "mov rcx, rsp",
             "call qword ptr [r8 + {o_func}]",
             // The bit given back (the word was 0 before it, and the
             // callback gives back what it took: a store, no load), errno
-            // written back only if the callback changed it (a store every
-            // call would chain each call's errno load to the store of the
-            // one before), the bracket left (depth 1 → 0 and the exit
-            // generation + 1, in one add).
+            // back, the bracket left (depth 1 → 0 and the exit generation
+            // + 1, in one add).
             concat!("shadowgraph_", $name, "_tp_again:"),
             "movabs rcx, 0x1122334455667788",
             "mov dword ptr fs:[rcx + {l_rec}], 0",
-            "mov rax, qword ptr fs:[rcx + {l_errno}]",
-            "mov edx, dword ptr [rsp + REGS_SPARE]",
-            "cmp dword ptr [rax], edx",
-            "je 3f",
-            "mov dword ptr [rax], edx",
-            "3:",
-            "mov rdx, qword ptr fs:[rcx + {l_word}]",
+            errno_back!("rcx"),
             // The slot empty (the ops leaving): nothing to call.
             "8:",
             "add qword ptr [rdx], 0xffff",
@@ -295,40 +343,21 @@ crate::tramp::regs_asm!(
     "sub rsp, REGS_SIZE",
     "and rsp, -16",
     crate::tramp::save_arg_registers!(),
-    "mov r11, [rbp]",
-    "mov [rsp + REGS_RBP], r11",
-    "mov rdi, [rbp + RBP_SITE_RET]",
-    "sub rdi, SITE_CALL_LEN",
-    "mov [rsp + REGS_IP], rdi",
-    "mov rsi, [rbp + RBP_PARENT_SLOT]",
-    "mov [rsp + REGS_PARENT_IP], rsi",
-    "lea rax, [rbp + RBP_PARENT_SLOT]",
-    "mov [rsp + REGS_PARENT_SLOT], rax",
+    frame_words!(),
     "shadowgraph_ops_set_data:",
     "movabs r9, 0x1122334455667788",
     "shadowgraph_ops_set_tp:",
     "movabs r13, 0x1122334455667788",
-    "mov rcx, r13",
-    "mov rdx, qword ptr fs:[rcx + {l_word}]",
-    "test rdx, rdx",
-    "jz 9f",
-    "test word ptr [rdx], 0xffff",
-    "jnz 9f",
-    "cmp dword ptr fs:[rcx + {l_rec}], 0",
-    "jne 9f",
-    "cmp qword ptr fs:[rcx + {l_errno}], 0",
-    "je 9f",
+    at_rest_or_slow!("r13"),
     // The bracket before the slot is read, as in the ops' trampoline.
-    crate::bracket_enter_at_rest!("rcx", "rdx"),
+    crate::bracket_enter_at_rest!("r13", "rdx"),
     // The list, loaded once (a plain load on x86 is Acquire, which the
     // list's Release publication pairs with): the callers below run its
     // ops and no other, even if the slot changes meanwhile.
     "mov rbx, [r9]",
     "test rbx, rbx",
     "jz 8f",
-    "mov rax, qword ptr fs:[rcx + {l_errno}]",
-    "mov eax, dword ptr [rax]",
-    "mov dword ptr [rsp + REGS_SPARE], eax",
+    errno_save!("r13"),
     "mov r12, [rbx + {list_len}]",
     "mov rbx, [rbx + {list_first}]",
     "lea r12, [rbx + r12*8]",
@@ -358,13 +387,7 @@ crate::tramp::regs_asm!(
     "jmp 2b",
     // errno written back only if a callback changed it; the bracket left.
     "3:",
-    "mov rax, qword ptr fs:[r13 + {l_errno}]",
-    "mov edx, dword ptr [rsp + REGS_SPARE]",
-    "cmp dword ptr [rax], edx",
-    "je 23f",
-    "mov dword ptr [rax], edx",
-    "23:",
-    "mov rdx, qword ptr fs:[r13 + {l_word}]",
+    errno_back!("r13"),
     // The slot empty (the set retired): nothing to call.
     "8:",
     "add qword ptr [rdx], 0xffff",
