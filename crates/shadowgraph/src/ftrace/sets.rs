@@ -116,7 +116,8 @@ impl Core {
                 .collect();
             let new = Box::into_raw(Box::new(OpsList::new(rest)));
             // AcqRel: the new list published whole to the set's callers
-            // (Acquire in set_entry), the old one taken to retire.
+            // (Acquire in their fused loop and in set_entry), the old one
+            // taken to retire.
             let old = set.slot.swap(new, Ordering::AcqRel);
             self.retired.push(Retired::List(old));
         }
