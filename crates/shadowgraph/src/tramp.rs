@@ -559,12 +559,9 @@ pub(crate) fn ftrace_caller(
             )
         }
     };
-    // SAFETY: [start, end) is the template's code in our text.
-    let mut code = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) }.to_vec();
-    let (d, f) = (d - start + 2, f - start + 2);
-    code[d..d + 8].copy_from_slice(&(data as u64).to_le_bytes());
-    code[f..f + 8].copy_from_slice(&(entry as usize as u64).to_le_bytes());
-    arena.alloc_code(&code)
+    // `movabs r64, imm64`: the operand at +2.
+    let words = [(d + 2, data as u64), (f + 2, entry as usize as u64)];
+    from_template(arena, start, end, &words)
 }
 
 /// Copies the template `[start, end)` of our text into `arena` with each

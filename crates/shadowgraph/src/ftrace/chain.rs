@@ -79,19 +79,23 @@ pub(crate) fn ftrace_chain(
     target: usize,
 ) -> Result<usize, crate::arena::ArenaError> {
     let start = std::ptr::addr_of!(shadowgraph_ftrace_chain_start) as usize;
-    let at = |sym: usize| sym - start;
-    let (d, f, t) = (
-        at(std::ptr::addr_of!(shadowgraph_ftrace_chain_data) as usize) + 2,
-        at(std::ptr::addr_of!(shadowgraph_ftrace_chain_fn) as usize) + 2,
-        at(std::ptr::addr_of!(shadowgraph_ftrace_chain_target) as usize),
-    );
-    // SAFETY: [start, start + len) is the template's code in our text.
-    let mut code =
-        unsafe { std::slice::from_raw_parts(start as *const u8, ftrace_chain_len()) }.to_vec();
-    code[d..d + 8].copy_from_slice(&(data as u64).to_le_bytes());
-    code[f..f + 8].copy_from_slice(&(entry as usize as u64).to_le_bytes());
-    code[t..t + 8].copy_from_slice(&(target as u64).to_le_bytes());
-    arena.alloc_code(&code)
+    let at = |sym: *const u8| sym as usize;
+    // `movabs r64, imm64`: the operand at +2; the target a quad.
+    let words = [
+        (
+            at(std::ptr::addr_of!(shadowgraph_ftrace_chain_data)) + 2,
+            data as u64,
+        ),
+        (
+            at(std::ptr::addr_of!(shadowgraph_ftrace_chain_fn)) + 2,
+            entry as usize as u64,
+        ),
+        (
+            at(std::ptr::addr_of!(shadowgraph_ftrace_chain_target)),
+            target as u64,
+        ),
+    ];
+    tramp::from_template(arena, start, start + ftrace_chain_len(), &words)
 }
 
 /// The ops a chained caller serves among those matching a site, and the
