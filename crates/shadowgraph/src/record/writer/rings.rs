@@ -209,10 +209,14 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
                 // The writer frees the ring a chunk at a time: room
                 // comes back within microseconds of a chunk's write, and a
                 // nap (50 µs at least, often twice that) would lose most
-                // of it.
-                for _ in 0..64 {
-                    std::hint::spin_loop();
-                }
+                // of it. Yielding, not spinning: where the program's
+                // threads outnumber the processors, a spinning thread
+                // takes the writer's processor (or that of a thread with
+                // room to record); where a processor is idle, the yield
+                // returns at once.
+                // SAFETY: sched_yield takes no arguments and cannot fail
+                // on Linux; a system call, async-signal-safe.
+                unsafe { libc::sched_yield() };
                 continue;
             }
             let nap = libc::timespec {

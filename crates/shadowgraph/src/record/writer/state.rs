@@ -16,8 +16,8 @@ pub(super) const MAX_RINGS: usize = 4096;
 pub const MAX_INSTANCES: usize = crate::fgraph::MAX_USERS;
 /// How long a thread waits for the writer to make room before dropping.
 pub(super) const WAIT_LIMIT_NS: u64 = 5_000_000_000;
-/// How long of that it spins before it naps, if the writer can run
-/// meanwhile on another processor ([`SPIN_FOR_ROOM`]).
+/// How long of that it yields the processor before it naps, if the
+/// writer can run meanwhile on another processor ([`SPIN_FOR_ROOM`]).
 pub(super) const WAIT_SPIN_NS: u64 = 200_000;
 /// More than one processor to run on (when recording started).
 pub(super) static SPIN_FOR_ROOM: AtomicBool = AtomicBool::new(false);
