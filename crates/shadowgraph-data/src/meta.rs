@@ -138,6 +138,36 @@ pub(crate) fn read_symbols(
     Ok(symbols)
 }
 
+/// Names each stub of a function patched at its prologue (the address
+/// its records carry; the recording's `stubs` file: stub, entry) as the
+/// symbol at its function's entry, where one starts there. For
+/// `--with-syms`: another recording's symbol files name its own stubs,
+/// which lie wherever that run placed them.
+fn name_stubs_by_entries(dir: &Path, symbols: &mut Vec<(u64, String)>) {
+    let Ok(text) = std::fs::read_to_string(dir.join("stubs")) else {
+        return;
+    };
+    let hex = |f: &str| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok();
+    let mut named = Vec::new();
+    for line in text.lines() {
+        let Some((stub, entry)) = line
+            .split_once('\t')
+            .and_then(|(s, e)| Some((hex(s)?, hex(e)?)))
+        else {
+            continue;
+        };
+        if let Ok(i) = symbols.binary_search_by_key(&entry, |s| s.0) {
+            named.push((stub, symbols[i].1.clone()));
+        }
+    }
+    for (stub, name) in named {
+        match symbols.binary_search_by_key(&stub, |s| s.0) {
+            Ok(i) => symbols[i].1 = name,
+            Err(i) => symbols.insert(i, (stub, name)),
+        }
+    }
+}
+
 /// uftrace's `info`: "Ftrace!\0", version, header size, …, then
 /// `section:value` lines.
 pub(crate) fn read_uftrace_info(
@@ -466,6 +496,9 @@ pub(crate) fn read_uftrace_symbols(
     }
     symbols.sort();
     symbols.dedup_by_key(|s| s.0);
+    if with_syms.is_some() {
+        name_stubs_by_entries(dir, &mut symbols);
+    }
     let libnames = plt
         .into_iter()
         .filter_map(|(a, n)| Some((a, defined.get(&n)?.clone())))

@@ -42,6 +42,16 @@ fn write(
     // A function patched at its prologue is named at its entry too.
     let entries: std::collections::HashMap<usize, usize> =
         crate::process::prologue::entries().into_iter().collect();
+    // Each such function's stub (the address its records carry) and its
+    // entry: a view naming the functions from another recording's symbol
+    // files (`--with-syms`) names a stub by its function's entry, since
+    // the stubs of two runs need not lie at the same offset.
+    let mut stubs: Vec<(usize, usize)> = entries.iter().map(|(&s, &e)| (s, e)).collect();
+    stubs.sort_unstable();
+    let stubs: String = stubs
+        .iter()
+        .map(|(s, e)| format!("{s:#x}\t{e:#x}\n"))
+        .collect();
     for s in ftrace::sites() {
         if let Some(entry) = entries.get(&s.addr) {
             syms.push_str(&format!("{entry:#x}\t{}\n", s.symbol));
@@ -195,6 +205,10 @@ fn write(
         if let Err(e) = write_whole(&dir.join("symbols"), syms.as_bytes())
             .and_then(|_| write_whole(&dir.join("libnames"), libs.as_bytes()))
             .and_then(|_| write_whole(&dir.join("maps"), maps.as_bytes()))
+            .and_then(|_| match stubs.is_empty() {
+                true => Ok(()),
+                false => write_whole(&dir.join("stubs"), stubs.as_bytes()),
+            })
             .and_then(|_| match loads.is_empty() {
                 true => Ok(()),
                 false => write_whole(&dir.join("loads"), loads.as_bytes()),
