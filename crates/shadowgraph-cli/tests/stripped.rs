@@ -136,7 +136,8 @@ fn a_stripped_program_is_traced_and_named_from_symbol_files() {
 
 /// A program built with plain `-pg` and stripped: its functions are found
 /// by its unwind tables (`.eh_frame`), traced and shown by address, and
-/// named by a recording's symbol files before the strip (`replay
+/// named by a recording's symbol files before the strip, ours or
+/// uftrace's, wherever either run placed its stubs (`replay
 /// --with-syms`, as uftrace's); named at record time by uftrace's symbol
 /// files (`record --with-syms`). Built without unwind tables, nothing
 /// finds them: a one-line error names it and says what would.
@@ -186,6 +187,12 @@ fn a_stripped_plain_pg_program_is_found_by_its_unwind_tables() {
     assert_eq!(graph_part(&named), graph_part(&replay_text(&ours_before)));
     if have_uftrace {
         assert_eq!(uftrace_view("replay", &unnamed).unwrap(), replay);
+        // uftrace's symbol files, which list no stubs, name them too.
+        let named = view(
+            &["replay", "--with-syms", theirs.to_str().unwrap()],
+            &unnamed,
+        );
+        assert_eq!(graph_part(&named), graph_part(&replay_text(&ours_before)));
     }
     let bare = dir.join("bare");
     cc(
