@@ -143,29 +143,36 @@ pub(crate) fn read_symbols(
 /// symbol at its function's entry, where one starts there. For
 /// `--with-syms`: another recording's symbol files name its own stubs,
 /// which lie wherever that run placed them.
-fn name_stubs_by_entries(dir: &Path, symbols: &mut Vec<(u64, String)>) {
-    let Ok(text) = std::fs::read_to_string(dir.join("stubs")) else {
+fn name_stubs_by_entries(dir: &Path, symbols: &mut Vec<(u64, String)>, skipped: &mut Vec<String>) {
+    let path = dir.join("stubs");
+    let Ok(text) = std::fs::read_to_string(&path) else {
         return;
     };
     let hex = |f: &str| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok();
-    let mut named = Vec::new();
-    for line in text.lines() {
+    let mut named = std::collections::HashMap::new();
+    for (n, line) in text.lines().enumerate() {
         let Some((stub, entry)) = line
             .split_once('\t')
             .and_then(|(s, e)| Some((hex(s)?, hex(e)?)))
         else {
+            skip_line(
+                skipped,
+                &path,
+                n,
+                "expected a stub's address and its function's",
+            );
             continue;
         };
         if let Ok(i) = symbols.binary_search_by_key(&entry, |s| s.0) {
-            named.push((stub, symbols[i].1.clone()));
+            named.insert(stub, symbols[i].1.clone());
         }
     }
-    for (stub, name) in named {
-        match symbols.binary_search_by_key(&stub, |s| s.0) {
-            Ok(i) => symbols[i].1 = name,
-            Err(i) => symbols.insert(i, (stub, name)),
-        }
+    if named.is_empty() {
+        return;
     }
+    symbols.retain(|s| !named.contains_key(&s.0));
+    symbols.extend(named);
+    symbols.sort();
 }
 
 /// uftrace's `info`: "Ftrace!\0", version, header size, …, then
@@ -497,7 +504,7 @@ pub(crate) fn read_uftrace_symbols(
     symbols.sort();
     symbols.dedup_by_key(|s| s.0);
     if with_syms.is_some() {
-        name_stubs_by_entries(dir, &mut symbols);
+        name_stubs_by_entries(dir, &mut symbols, skipped);
     }
     let libnames = plt
         .into_iter()
