@@ -4,8 +4,8 @@
 //! thread filter, the trampoline itself does what `dispatch::ops_entry_args`
 //! does (bracket, errno, recursion bit) and calls the ops' callback: one
 //! call from the trampoline, as the kernel's per-ops trampolines make.
-//! Anything else calls `ops_entry_args` with the frame, as the unfused
-//! args variant does.
+//! Anything else calls the Rust entry, `ops_entry_args`, with the frame.
+//! A set's caller (below, `set_caller`) is the same for a list of ops.
 //!
 //! ```text
 //! Entered by the site's call: the caller frame of tramp.rs (a Regs at
