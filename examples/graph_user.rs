@@ -19,7 +19,7 @@ extern "C" {
 /// Calls by duration: bucket k holds those of 2^k to 2^(k+1) clock ticks.
 static BUCKETS: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
 
-fn entry(_: &GraphEntry, user: &GraphUser, _: &mut Regs) -> bool {
+extern "C" fn entry(_: &GraphEntry, user: &GraphUser, _: &mut Regs) -> bool {
     let Some(word) = user.reserve(8) else {
         return false; // no room on the shadow stack: not timed
     };
@@ -29,7 +29,7 @@ fn entry(_: &GraphEntry, user: &GraphUser, _: &mut Regs) -> bool {
     true
 }
 
-fn ret(_: &GraphReturn, user: &GraphUser, _: &RetRegs) {
+extern "C" fn ret(_: &GraphReturn, user: &GraphUser, _: &RetRegs) {
     if let Some((word, _)) = user.retrieve() {
         // SAFETY: the 8 bytes our entry callback wrote for this call.
         let start = unsafe { (word as *const u64).read() };

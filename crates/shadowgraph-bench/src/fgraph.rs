@@ -11,7 +11,7 @@ use shadowgraph::{fgraph, ftrace};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-pub(crate) fn accept_all(
+pub(crate) extern "C" fn accept_all(
     _e: &fgraph::GraphEntry,
     _u: &fgraph::GraphUser,
     _r: &mut ftrace::Regs,
@@ -19,7 +19,7 @@ pub(crate) fn accept_all(
     true
 }
 
-pub(crate) fn decline(
+pub(crate) extern "C" fn decline(
     _e: &fgraph::GraphEntry,
     _u: &fgraph::GraphUser,
     _r: &mut ftrace::Regs,
@@ -27,14 +27,18 @@ pub(crate) fn decline(
     false
 }
 
-pub(crate) fn ignore_return(
+pub(crate) extern "C" fn ignore_return(
     _r: &fgraph::GraphReturn,
     _u: &fgraph::GraphUser,
     _regs: &fgraph::RetRegs,
 ) {
 }
 
-fn reserve_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+extern "C" fn reserve_entry(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _r: &mut ftrace::Regs,
+) -> bool {
     match u.reserve(8) {
         Some(p) => {
             // SAFETY: 8 reserved, word-aligned bytes.
@@ -45,14 +49,22 @@ fn reserve_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace:
     }
 }
 
-fn retrieve_return(_r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+extern "C" fn retrieve_return(
+    _r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    _regs: &fgraph::RetRegs,
+) {
     if let Some((p, _)) = u.retrieve() {
         // SAFETY: our 8 bytes in this frame.
         std::hint::black_box(unsafe { (p as *const u64).read() });
     }
 }
 
-fn timed_entry(_e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::Regs) -> bool {
+extern "C" fn timed_entry(
+    _e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _r: &mut ftrace::Regs,
+) -> bool {
     match u.reserve(8) {
         Some(p) => {
             // SAFETY: 8 reserved, word-aligned bytes.
@@ -63,7 +75,11 @@ fn timed_entry(_e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _r: &mut ftrace::
     }
 }
 
-fn timed_return(_r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _regs: &fgraph::RetRegs) {
+extern "C" fn timed_return(
+    _r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    _regs: &fgraph::RetRegs,
+) {
     if let Some((p, _)) = u.retrieve() {
         // SAFETY: our 8 bytes in this frame.
         let start = unsafe { (p as *const u64).read() };

@@ -47,6 +47,36 @@ fn entries_returns_depths_and_return_values() {
     clean();
 }
 
+/// The program's callee-saved registers come back as they were through a
+/// traced call with one user (its fast path), and with two and three
+/// (their loop over users, which keeps its own state in those registers).
+#[test]
+fn callee_saved_registers_survive_one_two_and_three_users() {
+    let _g = serial();
+    let f = loaded();
+    let ts = [Tally::new(), Tally::new(), Tally::new()];
+    let mut users = Vec::new();
+    for (n, t) in ts.iter().enumerate() {
+        let u = counting_user(&["g_leaf"], t);
+        fgraph::register_graph(&u).unwrap();
+        users.push(u);
+        assert_eq!(fgraph::fast_path_active(), n == 0);
+        for _ in 0..3 {
+            assert_eq!((f.callee_saved_changed)(), 0, "with {} users", n + 1);
+        }
+        for (k, t) in ts[..=n].iter().enumerate() {
+            let (e, r) = t.take();
+            assert_eq!(by_name(&e, "g_leaf"), 3, "user {k} of {}", n + 1);
+            assert_eq!(e, r);
+        }
+    }
+    for u in &users {
+        fgraph::unregister_graph(u).unwrap();
+    }
+    assert_eq!((f.callee_saved_changed)(), 0, "untraced");
+    clean();
+}
+
 // --- Storage selftest ------------------------------------------------------------------
 
 const VALUES: [(usize, u64); 4] = [
@@ -59,7 +89,7 @@ static STORE_OK: AtomicU64 = AtomicU64::new(0);
 static STORE_BAD: AtomicU64 = AtomicU64::new(0);
 
 /// private = index into VALUES.
-fn store_entry(_e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
+extern "C" fn store_entry(_e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
     let (size, val) = VALUES[u.private];
     let Some(p) = u.reserve(size) else {
         STORE_BAD.fetch_add(1, Ordering::Relaxed);
@@ -74,7 +104,7 @@ fn store_entry(_e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
     true
 }
 
-fn store_return(_r: &GraphReturn, u: &GraphUser, _regs: &RetRegs) {
+extern "C" fn store_return(_r: &GraphReturn, u: &GraphUser, _regs: &RetRegs) {
     let (size, val) = VALUES[u.private];
     match u.retrieve() {
         Some((p, n)) if n >= size => {

@@ -135,11 +135,11 @@ fn signal_handler_calls_are_nested_frames() {
 
 static ORDER: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-fn order_entry(_e: &GraphEntry, _u: &GraphUser, _r: &mut Regs) -> bool {
+extern "C" fn order_entry(_e: &GraphEntry, _u: &GraphUser, _r: &mut Regs) -> bool {
     true
 }
 
-fn order_return(r: &GraphReturn, _u: &GraphUser, _regs: &RetRegs) {
+extern "C" fn order_return(r: &GraphReturn, _u: &GraphUser, _regs: &RetRegs) {
     ORDER.lock().unwrap().push(r.func);
 }
 
@@ -220,7 +220,7 @@ struct Filtered {
 /// (`run_top_jumped`).
 static JUMP_AT_LEAF: AtomicBool = AtomicBool::new(false);
 
-fn filtered_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
+extern "C" fn filtered_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
     // SAFETY: users made by filtered_user carry a leaked Filtered.
     let f = unsafe { &*(u.private as *const Filtered) };
     match f.filter.entry(e, u) {
@@ -240,7 +240,7 @@ fn filtered_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
     }
 }
 
-fn filtered_return(r: &GraphReturn, u: &GraphUser, _regs: &RetRegs) {
+extern "C" fn filtered_return(r: &GraphReturn, u: &GraphUser, _regs: &RetRegs) {
     // SAFETY: as in filtered_entry.
     let f = unsafe { &*(u.private as *const Filtered) };
     if let Some(p) = f.filter.ret(r, u) {

@@ -17,12 +17,16 @@ static ENTERED: AtomicU64 = AtomicU64::new(0);
 static RETURNS: AtomicU64 = AtomicU64::new(0);
 static OPS_CALLS: AtomicU64 = AtomicU64::new(0);
 
-fn on_entry(_: &fgraph::GraphEntry, _: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+extern "C" fn on_entry(
+    _: &fgraph::GraphEntry,
+    _: &fgraph::GraphUser,
+    _: &mut ftrace::Regs,
+) -> bool {
     ENTERED.fetch_add(1, Ordering::Relaxed);
     true
 }
 
-fn on_return(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+extern "C" fn on_return(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs) {
     RETURNS.fetch_add(1, Ordering::Relaxed);
 }
 

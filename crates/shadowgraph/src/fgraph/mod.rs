@@ -29,6 +29,7 @@ mod registry;
 mod ret;
 mod site_users;
 mod sitepath;
+mod sitepath_multi;
 pub(crate) mod stack;
 mod state;
 mod thread;

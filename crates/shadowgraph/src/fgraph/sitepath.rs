@@ -1,12 +1,13 @@
 //! The fast path through a site stub, in assembly: the entry and the
 //! return a site stub calls, for a thread at rest. With one user its
-//! callbacks are called from here; with several, one Rust function offers
-//! the call to each ([`call_entry_all`], [`call_return_all`]) with the
-//! frame, bracket, recursion bit and errno handled here once for all of
-//! them. Anything else goes fgraph's general way, in Rust.
+//! callbacks are called from here; with several, a loop here offers the
+//! call to each (sitepath_multi.rs) with the frame, bracket, recursion bit
+//! and errno handled once for all of them. Anything else goes fgraph's
+//! general way, in Rust.
 
 use super::entry::{manager_tramp_entry, offer_all};
 use super::ret::{graph_return, restore_ret_regs, return_all, save_ret_regs};
+use super::sitepath_multi::{offer_each, return_each};
 use super::stack::{self, ThreadState};
 use super::state::{
     EPOCH, FAST, MANY, MULTI_ENTRY, MULTI_FRAME_WORD, MULTI_RETURN, NO_FRAME_WORD, TP_LOCAL,
@@ -23,8 +24,8 @@ use std::sync::atomic::Ordering;
 // Both sides below first try what `manager_tramp_entry`/`enter_fast` and
 // `graph_return`/`return_fast` do for a thread at rest with one user, with
 // the user's callback called through a small Rust function, or with
-// several (MANY), what `enter` and `finish_frame` do, through
-// `call_entry_all`/`call_return_all`; anything else (the bracket or a
+// several (MANY), what `enter` and `finish_frame` do, by the loops of
+// sitepath_multi.rs; anything else (the bracket or a
 // recursion bit held, no errno cached yet, no stack, not ready, no user,
 // frames a longjmp left, a full stack, a frame kept for another epoch)
 // goes the general way untouched, inside Rust.
@@ -221,6 +222,8 @@ macro_rules! return_event {
 // The frame is the manager's caller's (tramp.rs, args variant: a Regs,
 // with the stub's site as regs.ip), and after it:
 //
+//   rsp + SE_RBX…SE_R15  the program's rbx, r12–r15 while offer_each!
+//                        keeps its loop's state in them
 //   rsp + SE_ENTRY       the GraphEntry passed to the callback
 //   rsp + SE_OFFER       the interrupted callback's in_entry and
 //                        reserved_once (as `offer` keeps them)
@@ -232,6 +235,8 @@ macro_rules! return_event {
 //
 // Return. The frame below the returning call's rsp, 16-byte aligned:
 //
+//   rsp + SR_RBX…SR_R13  the program's rbx, r12, r13 while return_each!
+//                        keeps its loop's state in them
 //   rsp + SR_RET         the GraphReturn passed to the callback
 //   rsp + SR_WORD        the frame's BITMAP word as the entry left it
 //   rsp + SR_FRAME       the popped shadow frame's start
@@ -239,6 +244,7 @@ macro_rules! return_event {
 //   rsp + RET_…          the RetRegs (fgraph::layout)
 super::layout::graph_asm!(
     ".pushsection .text.shadowgraph_fgraph,\"ax\",@progbits",
+    ".p2align 6",
     ".globl shadowgraph_graph_site_entry",
     ".hidden shadowgraph_graph_site_entry",
     "shadowgraph_graph_site_entry:",
@@ -249,7 +255,13 @@ super::layout::graph_asm!(
     ".set SE_USER, SE_FRAME + 8",
     ".set SE_OFFER, SE_USER + 8",
     ".set SE_ENTRY, SE_OFFER + 8",
-    ".set SE_SIZE, (SE_ENTRY + ENT_SIZE + 15) & ~15",
+    // (The program's registers offer_each! uses.)
+    ".set SE_RBX, (SE_ENTRY + ENT_SIZE + 7) & ~7",
+    ".set SE_R12, SE_RBX + 8",
+    ".set SE_R13, SE_R12 + 8",
+    ".set SE_R14, SE_R13 + 8",
+    ".set SE_R15, SE_R14 + 8",
+    ".set SE_SIZE, (SE_R15 + 8 + 15) & ~15",
     "endbr64",
     // Users the registered multi path stands in for: its entry, which
     // comes back to the body for what it does not handle.
@@ -335,7 +347,7 @@ super::layout::graph_asm!(
     "ret",
     // Several users (MANY). A site whose filter mask (site_users.rs)
     // names one user, still in its slot: that user's path above, as if
-    // it were the only one. Else offered to each (call_entry_all), whose
+    // it were the only one. Else offered to each (offer_each!), whose
     // BITMAP word comes back in rax (0: none kept the call).
     "30:",
     "cmp byte ptr [rip + {many}], 0",
@@ -352,9 +364,8 @@ super::layout::graph_asm!(
     "jnz 33b",
     "34:",
     entry_frame!(),
-    "lea rdi, [rsp + SE_ENTRY]",
-    "mov rsi, rsp",
-    "call {call_entry_all}",
+    "jmp 47f",
+    "48:",
     crate::fixed_load!("rcx", "tp_thread"),
     "mov r8, [rsp + SE_FRAME]",
     "test rax, rax",
@@ -399,6 +410,7 @@ super::layout::graph_asm!(
     // Resumes at the real return address by `ret`
     // (the return-stack predictor holds it, the stub's call having
     // returned) with the result and rsp restored.
+    ".p2align 6",
     ".globl shadowgraph_site_return_general",
     ".hidden shadowgraph_site_return_general",
     "shadowgraph_site_return_general:",
@@ -407,7 +419,11 @@ super::layout::graph_asm!(
     ".set SR_FRAME, SR_ERRNO + 8",
     ".set SR_WORD, SR_FRAME + 8",
     ".set SR_RET, SR_WORD + 8",
-    ".set SR_SIZE, (SR_RET + GRET_SIZE + 15) & ~15",
+    // (The program's registers return_each! uses.)
+    ".set SR_RBX, (SR_RET + GRET_SIZE + 7) & ~7",
+    ".set SR_R12, SR_RBX + 8",
+    ".set SR_R13, SR_R12 + 8",
+    ".set SR_SIZE, (SR_R13 + 8 + 15) & ~15",
     "endbr64",
     // As at the entry: the multi path's return first.
     "cmp qword ptr [rip + {multi_word}], {no_frame_word}",
@@ -459,7 +475,7 @@ super::layout::graph_asm!(
     "mov qword ptr fs:[rcx + {t_curr}], r10",
     fast_done!("SR_ERRNO"),
     "jmp 62f",
-    // Several users (MANY): their return callbacks (call_return_all).
+    // Several users (MANY): their return callbacks (return_each!).
     "30:",
     "cmp byte ptr [rip + {many}], 0",
     "je 61f",
@@ -486,11 +502,9 @@ super::layout::graph_asm!(
     "mov [rsp + SR_WORD], rax",
     // (Each user's bit taken before its callback: return_all.)
     return_event!(""),
-    "lea rdi, [rsp + SR_RET]",
-    "mov rsi, rsp",
-    "mov rdx, [rsp + SR_WORD]",
-    "mov rcx, [rsp + SR_FRAME]",
-    "call {call_ret_all}",
+    "mov rax, [rsp + SR_WORD]",
+    "jmp 57f",
+    "58:",
     "jmp 10b",
     "61:",
     leave_at_rest!(),
@@ -508,6 +522,9 @@ super::layout::graph_asm!(
     "jmp qword ptr [rip + {multi_entry}]",
     "96:",
     "jmp qword ptr [rip + {multi_return}]",
+    // (Out of the way too: several users' loops, back at 48 and 58.)
+    offer_each!(),
+    return_each!(),
     // Whether a new call whose return slot is the top frame's is a tail
     // call from that frame's function (`enter`: not `fresh`), for the fast
     // paths here and in a registered SolePath. Register contract: reached by
@@ -563,9 +580,16 @@ super::layout::graph_asm!(
     blk_len = const offset_of!(crate::tramp::StubBlock, len),
     site_from_return = const crate::tramp::SITE_STUB_SITE_FROM_RETURN,
     manager_entry = sym manager_tramp_entry,
+    call_entry_all = sym call_entry_all,
     call_entry = sym call_entry,
     call_ret = sym call_return,
-    call_entry_all = sym call_entry_all,
+    occupied = sym super::state::OCCUPIED,
+    epoch = sym EPOCH,
+    slot_epoch = sym super::state::SLOT_EPOCH,
+    t_event = const offset_of!(ThreadState, event_time),
+    event_open = const stack::EVENT_OPEN,
+    type_bitmap = const stack::TYPE_BITMAP,
+    bitmap_base = const stack::FRAME_WORDS as u64 | stack::TYPE_BITMAP << 10,
     call_ret_all = sym call_return_all,
     many = sym MANY,
     ret = sym graph_return,
@@ -592,6 +616,8 @@ super::layout::graph_asm!(
     t_overrun = const offset_of!(ThreadState, overrun),
     u_frame_word = const offset_of!(GraphUser, frame_word),
     u_offer = const offset_of!(GraphUser, offer_word),
+    u_entry = const offset_of!(GraphUser, entry),
+    u_ret = const offset_of!(GraphUser, ret),
     room_limit = sym stack::FAST_PUSH_LIMIT,
     frame_words = const stack::FRAME_WORDS,
     bit = const 1u32 << (Group::Graph as u32),
@@ -606,8 +632,10 @@ super::layout::graph_asm!(
 );
 
 /// The sole user's entry callback, from the site entry's fast path (which
-/// did what `offer` does around it). The callbacks are Rust functions:
-/// the assembly reaches them through these two.
+/// did what `offer` does around it). The loops over several users call
+/// each user's callback directly; the sole user's path keeps this call
+/// in between: a direct call from there is no faster for a sole user, and
+/// slower where another user's filter declines the call.
 pub(super) extern "C" fn call_entry(ent: &GraphEntry, u: &GraphUser, regs: &mut Regs) -> bool {
     (u.entry)(ent, u, regs)
 }
@@ -618,7 +646,8 @@ pub(super) extern "C" fn call_return(ev: &GraphReturn, u: &GraphUser, r: &RetReg
 }
 
 /// Several users' entry, from the site entry's fast path (the frame
-/// pushed, the thread at rest inside the bracket with the recursion bit):
+/// pushed, the thread at rest inside the bracket with the recursion bit)
+/// for a site beyond the filter masks (offer_each! loops over the others):
 /// the call offered to each user whose filter takes its site, as `enter`
 /// offers it; the frame's BITMAP word naming those that kept it, 0 if
 /// none did.
@@ -639,9 +668,11 @@ pub(super) extern "C" fn call_entry_all(ent: &GraphEntry, regs: &mut Regs) -> u6
     }
 }
 
-/// Several users' return, from the site return's fast path (`w` the
-/// BITMAP word of frame `f`, the top one): each user's return callback,
-/// in slot order, its bit taken first, as `finish_frame` runs them.
+/// Several users' return, from the site return's fast path (`w` the word
+/// of frame `f`, the top one) where the word is not a BITMAP word
+/// (return_each! loops over a BITMAP word's users itself): each user's
+/// return callback, in slot order, its bit taken first, as
+/// `finish_frame` runs them.
 pub(super) extern "C" fn call_return_all(ev: &GraphReturn, r: &RetRegs, w: u64, f: usize) {
     let t = stack::thread();
     if stack::type_of(w) == stack::TYPE_BITMAP {

@@ -30,7 +30,7 @@ pub(super) static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// The sole user while exactly one is registered (fast path), else null.
 pub(crate) static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
 /// Two users or more are registered: the site stubs' fast paths offer a
-/// call to each in turn (`sitepath::call_entry_all`), as the general entry
+/// call to each in turn (sitepath_multi.rs), as the general entry
 /// does. A hint: what they read of the users is read as `enter` reads it.
 pub(crate) static MANY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// FAST when the sole user is one the registered [`SolePath`] stands in

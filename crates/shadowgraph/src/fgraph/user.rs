@@ -116,9 +116,12 @@ const _: () = {
 };
 
 /// Entry callback: `true` accepts the call (its return callback will run).
-pub type EntryFn = fn(ent: &GraphEntry, user: &GraphUser, regs: &mut Regs) -> bool;
-/// Return callback.
-pub type ReturnFn = fn(ret: &GraphReturn, user: &GraphUser, regs: &RetRegs);
+/// fgraph's assembly calls it directly, by the C calling convention (an
+/// `extern "C" fn`: a panic inside aborts rather than unwinding into the
+/// traced program's frames).
+pub type EntryFn = extern "C" fn(ent: &GraphEntry, user: &GraphUser, regs: &mut Regs) -> bool;
+/// Return callback, called as [`EntryFn`] is.
+pub type ReturnFn = extern "C" fn(ret: &GraphReturn, user: &GraphUser, regs: &RetRegs);
 
 /// A client of the function graph.
 pub struct GraphUser {

@@ -158,13 +158,13 @@ fn counts_of(u: &GraphUser) -> &'static GraphCounts {
     unsafe { &*(u.private as *const GraphCounts) }
 }
 
-fn on_entry(e: &GraphEntry, u: &GraphUser, _: &mut Regs) -> bool {
+extern "C" fn on_entry(e: &GraphEntry, u: &GraphUser, _: &mut Regs) -> bool {
     let c = counts_of(u);
     c.bump(&c.entries, e.func);
     true
 }
 
-fn on_return(r: &GraphReturn, u: &GraphUser, _: &RetRegs) {
+extern "C" fn on_return(r: &GraphReturn, u: &GraphUser, _: &RetRegs) {
     let c = counts_of(u);
     c.bump(&c.returns, r.func);
 }

@@ -84,7 +84,11 @@ pub(crate) fn tables(inst: usize) -> (usize, usize) {
 
 /// The profile's entry callback: reserves the call's start time in its
 /// frame.
-pub fn on_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+pub extern "C" fn on_entry(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _: &mut ftrace::Regs,
+) -> bool {
     let Some(p) = u.reserve(24) else {
         NO_ROOM.fetch_add(1, Ordering::Relaxed);
         return true;
@@ -131,7 +135,7 @@ fn row_of(inst: usize, id: ftrace::SiteId) -> Option<*mut Row> {
 }
 
 /// The profile's return callback: adds the call to its function's row.
-pub fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+pub extern "C" fn on_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
     // The event's time, shared with the other tracers that see it.
     let now = clock::now_shared(fgraph::event_time());
     let Some((p, _)) = u.retrieve() else {

@@ -20,7 +20,11 @@ pub static PROFILE_ENTRIES: AtomicU64 = AtomicU64::new(0);
 pub static RETURNS: AtomicU64 = AtomicU64::new(0);
 pub static BAD: AtomicU64 = AtomicU64::new(0);
 
-pub fn timed_entry(_: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+pub extern "C" fn timed_entry(
+    _: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _: &mut ftrace::Regs,
+) -> bool {
     TIMED_ENTRIES.fetch_add(1, Ordering::Relaxed);
     if let Some(p) = u.reserve(8) {
         // SAFETY: 8 reserved, aligned bytes, ours until the call returns.
@@ -31,7 +35,11 @@ pub fn timed_entry(_: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace
 
 /// A time (from either entry), never flags or 0: what the fused entry
 /// leaves once it has read the clock.
-pub fn timed_return(_: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+pub extern "C" fn timed_return(
+    _: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    _: &fgraph::RetRegs,
+) {
     RETURNS.fetch_add(1, Ordering::Relaxed);
     match u.retrieve() {
         // SAFETY: our 8 bytes in the frame returning now.
@@ -50,7 +58,11 @@ pub const ROWS: usize = 1 << 16;
 
 /// The profile's entry as the agent's: `{start, children, id}`, the id's
 /// row counted under way (a table per thread, made on first use).
-pub fn profile_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+pub extern "C" fn profile_entry(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _: &mut ftrace::Regs,
+) -> bool {
     PROFILE_ENTRIES.fetch_add(1, Ordering::Relaxed);
     let Some(p) = u.reserve(24) else {
         return true;
@@ -87,7 +99,11 @@ fn row(id: usize) -> *mut ProfileCounters {
 
 /// Its return: the data where it belongs (an id that names the returning
 /// function's row, a start that is a time), the row counted.
-pub fn profile_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+pub extern "C" fn profile_return(
+    r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    _: &fgraph::RetRegs,
+) {
     RETURNS.fetch_add(1, Ordering::Relaxed);
     let id = ftrace::site_id_of(r.func).unwrap() as u64;
     let Some((p, 24)) = u.retrieve() else {
@@ -108,11 +124,15 @@ pub fn profile_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph
     }
 }
 
-pub fn accept(_: &fgraph::GraphEntry, _: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+pub extern "C" fn accept(
+    _: &fgraph::GraphEntry,
+    _: &fgraph::GraphUser,
+    _: &mut ftrace::Regs,
+) -> bool {
     true
 }
 
-pub fn ignore(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs) {}
+pub extern "C" fn ignore(_: &fgraph::GraphReturn, _: &fgraph::GraphUser, _: &fgraph::RetRegs) {}
 
 /// Threads run `run` (common::nested_workload's) while `fused`, attached to
 /// the fused path, registers and unregisters 150 times, `other` joining it

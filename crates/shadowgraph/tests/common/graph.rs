@@ -37,6 +37,7 @@ pub struct Fixture {
     pub block: extern "C" fn(*const AtomicI32, *const AtomicI32),
     pub run_top_jumped: extern "C" fn(i32) -> i32,
     pub callback_jump: extern "C" fn(),
+    pub callee_saved_changed: extern "C" fn() -> i32,
 }
 
 pub fn loaded() -> &'static Fixture {
@@ -56,6 +57,7 @@ pub fn loaded() -> &'static Fixture {
             block: lib.func("g_block"),
             run_top_jumped: lib.func("run_top_jumped"),
             callback_jump: lib.func("callback_jump"),
+            callee_saved_changed: lib.func("callee_saved_changed"),
             _lib: lib,
         }
     })
@@ -110,7 +112,7 @@ pub fn tally(u: &GraphUser) -> &'static Tally {
 pub static SITE_SAID: AtomicU64 = AtomicU64::new(0);
 pub static SITE_WRONG: AtomicU64 = AtomicU64::new(0);
 
-pub fn count_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
+pub extern "C" fn count_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
     let t = tally(u);
     if e.site != u32::MAX {
         SITE_SAID.fetch_add(1, Ordering::Relaxed);
@@ -125,7 +127,7 @@ pub fn count_entry(e: &GraphEntry, u: &GraphUser, _r: &mut Regs) -> bool {
     true
 }
 
-pub fn count_return(r: &GraphReturn, u: &GraphUser, _regs: &RetRegs) {
+pub extern "C" fn count_return(r: &GraphReturn, u: &GraphUser, _regs: &RetRegs) {
     let t = tally(u);
     if let Some(i) = idx(r.func) {
         t.returns[i].fetch_add(1, Ordering::Relaxed);

@@ -24,7 +24,11 @@ fn too_deep(u: &fgraph::GraphUser, depth: i32) -> bool {
     max > 0 && depth >= max as i32
 }
 
-pub fn record_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+pub extern "C" fn record_entry(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _: &mut ftrace::Regs,
+) -> bool {
     if too_deep(u, e.depth) {
         return false;
     }
@@ -33,7 +37,11 @@ pub fn record_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrac
     true
 }
 
-pub fn record_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+pub extern "C" fn record_return(
+    r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    _: &fgraph::RetRegs,
+) {
     // (A frame the multi path made is every user's, also one too deep.)
     if too_deep(u, r.depth) {
         return;
@@ -47,7 +55,11 @@ pub static FILTERS: [OnceLock<GraphFilter>; 4] = [const { OnceLock::new() }; 4];
 
 /// The recorder with graph filters (`record -F`, `-N`): its filters
 /// first, the call recorded at the user's own depth.
-pub fn filtered_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftrace::Regs) -> bool {
+pub extern "C" fn filtered_entry(
+    e: &fgraph::GraphEntry,
+    u: &fgraph::GraphUser,
+    _: &mut ftrace::Regs,
+) -> bool {
     match FILTERS[u.private].get().unwrap().entry_with(e, u, 0) {
         Verdict::Record(_) => {
             GENERAL_ENTRIES.fetch_add(1, Ordering::Relaxed);
@@ -60,7 +72,11 @@ pub fn filtered_entry(e: &fgraph::GraphEntry, u: &fgraph::GraphUser, _: &mut ftr
     }
 }
 
-pub fn filtered_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+pub extern "C" fn filtered_return(
+    r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    _: &fgraph::RetRegs,
+) {
     if FILTERS[u.private].get().unwrap().ret(r, u).is_some() {
         let depth = GraphFilter::own_depth(u);
         writer::emit(u.private, Kind::Exit, depth as u16, r.func as u64);

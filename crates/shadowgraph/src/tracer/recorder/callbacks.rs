@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 // The callbacks, in two builds: TIMED for tracers with a time filter, so
 // that the others pay nothing for it.
-pub(super) fn on_entry(
+pub(super) extern "C" fn on_entry(
     e: &fgraph::GraphEntry,
     u: &fgraph::GraphUser,
     r: &mut ftrace::Regs,
@@ -26,7 +26,7 @@ pub(super) fn on_entry(
     entry::<false>(e, u, r)
 }
 
-pub(super) fn on_entry_timed(
+pub(super) extern "C" fn on_entry_timed(
     e: &fgraph::GraphEntry,
     u: &fgraph::GraphUser,
     r: &mut ftrace::Regs,
@@ -34,7 +34,11 @@ pub(super) fn on_entry_timed(
     entry::<true>(e, u, r)
 }
 
-pub(super) fn on_return(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, regs: &fgraph::RetRegs) {
+pub(super) extern "C" fn on_return(
+    r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    regs: &fgraph::RetRegs,
+) {
     exit::<false>(r, u, regs)
 }
 
@@ -47,7 +51,7 @@ fn left_open() -> bool {
     fgraph::unwound_stays_open()
 }
 
-pub(super) fn on_return_timed(
+pub(super) extern "C" fn on_return_timed(
     r: &fgraph::GraphReturn,
     u: &fgraph::GraphUser,
     regs: &fgraph::RetRegs,
@@ -67,7 +71,7 @@ pub(super) static PLAIN_ARGS: [std::sync::atomic::AtomicBool; writer::MAX_INSTAN
 // A lone tracer without filters but a depth limit (the common `record`):
 // the event's depth is the record's, and nothing else is looked at but
 // the arguments of a tracer that records some.
-pub(super) fn on_entry_plain(
+pub(super) extern "C" fn on_entry_plain(
     e: &fgraph::GraphEntry,
     u: &fgraph::GraphUser,
     r: &mut ftrace::Regs,
@@ -83,7 +87,11 @@ pub(super) fn on_entry_plain(
     true
 }
 
-pub(super) fn on_return_plain(r: &fgraph::GraphReturn, u: &fgraph::GraphUser, _: &fgraph::RetRegs) {
+pub(super) extern "C" fn on_return_plain(
+    r: &fgraph::GraphReturn,
+    u: &fgraph::GraphUser,
+    _: &fgraph::RetRegs,
+) {
     // A frame the multi path made is every user's, also one as deep as a
     // user's limit, whose entry it did not record (fused::let_multi_stand_in).
     if PLAIN_MAX_DEPTH[u.private].load(Ordering::Relaxed) != 0 && beyond_limit(r, u) {
