@@ -40,18 +40,17 @@ fn write(
     // The library each library call goes to (`--libname`), by its site.
     let mut libs = String::new();
     // A function patched at its prologue is named at its entry too.
-    let entries: std::collections::HashMap<usize, usize> =
-        crate::process::prologue::entries().into_iter().collect();
+    let mut placed = crate::process::prologue::entries();
+    placed.sort_unstable();
     // Each such function's stub (the address its records carry) and its
     // entry: a view naming the functions from another recording's symbol
     // files (`--with-syms`) names a stub by its function's entry, since
     // the stubs of two runs need not lie at the same offset.
-    let mut stubs: Vec<(usize, usize)> = entries.iter().map(|(&s, &e)| (s, e)).collect();
-    stubs.sort_unstable();
-    let stubs: String = stubs
+    let stubs: String = placed
         .iter()
         .map(|(s, e)| format!("{s:#x}\t{e:#x}\n"))
         .collect();
+    let entries: std::collections::HashMap<usize, usize> = placed.into_iter().collect();
     for s in ftrace::sites() {
         if let Some(entry) = entries.get(&s.addr) {
             syms.push_str(&format!("{entry:#x}\t{}\n", s.symbol));
