@@ -9,7 +9,7 @@ use super::site_users;
 use super::sitepath::{shadowgraph_graph_site_entry, shadowgraph_site_return_general};
 use super::stack::{self};
 use super::state::{
-    forget_event_time, init_tp_offsets, ARRAY, EPOCH, FAST, MULTI_ENTRY, MULTI_FRAME_WORD,
+    forget_event_time, init_tp_offsets, ARRAY, EPOCH, FAST, LEAD, MULTI_ENTRY, MULTI_FRAME_WORD,
     MULTI_RETURN, NO_FRAME_WORD, OCCUPIED, SLOT_EPOCH, SLOT_PRIVATE, SOLE_FRAME_WORD,
     SOLE_HIJACKED_RETURN, SOLE_PROVIDED,
 };
@@ -338,6 +338,7 @@ pub fn unregister_graphs(users: &[&Arc<GraphUser>]) -> Result<(), GraphError> {
     // call enters a fast path for these users after the grace period
     // below.
     publish_sole(std::ptr::null_mut());
+    LEAD.store(std::ptr::null_mut(), Ordering::Release);
     MULTI_FRAME_WORD.store(NO_FRAME_WORD, Ordering::Release);
     // Then unreachable (Release: after the words above), then their bits,
     // all in one store: a traced call that still finds a bit finds no
@@ -383,8 +384,8 @@ pub(super) fn release_slot(r: &mut Registry, i: usize) {
     r.last = (last + 1) % MAX_USERS;
 }
 
-/// Fast path on for a sole user, off otherwise; the stubs' loop over users
-/// for two or more.
+/// Fast path on for a sole user, off otherwise; the lead user (LEAD) the
+/// one in the lowest slot; the stubs' loop over users for two or more.
 pub(super) fn set_fast(r: &Registry) {
     // Relaxed: a hint (see MANY); the users are published before.
     super::state::MANY.store(r.active >= 2, Ordering::Relaxed);
@@ -392,16 +393,19 @@ pub(super) fn set_fast(r: &Registry) {
     // before the word that sends calls to the multi path, which loads it
     // first and them through it.
     MULTI_FRAME_WORD.store(multi_word(r), Ordering::Release);
-    let sole = if r.active == 1 {
-        r.users
-            .iter()
-            .flatten()
-            .next()
-            .map(|u| Arc::as_ptr(u) as *mut GraphUser)
+    let first = r
+        .users
+        .iter()
+        .flatten()
+        .next()
+        .map_or(std::ptr::null_mut(), |u| Arc::as_ptr(u) as *mut GraphUser);
+    // Release: as FAST's (publish_sole).
+    LEAD.store(first, Ordering::Release);
+    publish_sole(if r.active == 1 {
+        first
     } else {
-        None
-    };
-    publish_sole(sole.unwrap_or(std::ptr::null_mut()));
+        std::ptr::null_mut()
+    });
 }
 
 /// The multi path's frame word for the registered users (see

@@ -10,7 +10,7 @@ use super::ret::{graph_return, restore_ret_regs, return_all, save_ret_regs};
 use super::sitepath_multi::{offer_each, return_each};
 use super::stack::{self, ThreadState};
 use super::state::{
-    EPOCH, FAST, MANY, MULTI_ENTRY, MULTI_FRAME_WORD, MULTI_RETURN, NO_FRAME_WORD, TP_LOCAL,
+    EPOCH, LEAD, MANY, MULTI_ENTRY, MULTI_FRAME_WORD, MULTI_RETURN, NO_FRAME_WORD, TP_LOCAL,
     TP_THREAD,
 };
 use super::user::{GraphEntry, GraphReturn, GraphUser, RetRegs};
@@ -285,11 +285,8 @@ super::layout::graph_asm!(
     // Users (else the general way at once), the thread at rest (a
     // bracket word at depth 0, no recursion bit) with errno's location
     // known: enter the bracket, anchored at the return slot.
-    "cmp qword ptr [rip + {fast}], 0",
-    "jne 8f",
-    "cmp byte ptr [rip + {many}], 0",
+    "cmp qword ptr [rip + {lead}], 0",
     "je 70f",
-    "8:",
     crate::fixed_load!("rcx", "tp_local"),
     "mov rdx, qword ptr fs:[rcx + {l_word}]",
     "test rdx, rdx",
@@ -306,15 +303,20 @@ super::layout::graph_asm!(
     "shadowgraph_graph_site_entry_bracket:",
     "lea rax, [rbp + RBP_PARENT_SLOT]",
     crate::bracket_enter_at_rest!("rcx", "rdx"),
-    // The manager still registered, one user (rsi), or several (at 30).
+    // The manager still registered; the lead user (rsi) the only one the
+    // site's filter mask names (see site_users.rs), else (at 30) the
+    // other users' way.
     "mov rax, [rsp + SE_OPS]",
     "cmp qword ptr [rax], 0",
     "je 71f",
-    "mov rsi, [rip + {fast}]",
+    "mov rsi, [rip + {lead}]",
     "test rsi, rsi",
     "jz 30f",
-    // The site still the user's (see site_users.rs).
-    crate::site_selects!("rbp + RBP_SITE_RET", "dword ptr [rsi + {u_frame_word}]", "71f"),
+    crate::site_mask!("rbp + RBP_SITE_RET", "30f"),
+    "shl eax, 12",
+    "xor eax, dword ptr [rsi + {u_frame_word}]",
+    "test eax, {users_bits}",
+    "jnz 30f",
     // (From 30 too: the one user the site's filter selects.)
     "33:",
     entry_frame!(),
@@ -346,8 +348,8 @@ super::layout::graph_asm!(
     "leave",
     "ret",
     // Several users (MANY). A site whose filter mask (site_users.rs)
-    // names one user, still in its slot: that user's path above, as if
-    // it were the only one. Else offered to each (offer_each!), whose
+    // names one other user, still in its slot: that user's path above, as
+    // if it were the only one. Else offered to each (offer_each!), whose
     // BITMAP word comes back in rax (0: none kept the call).
     "30:",
     "cmp byte ptr [rip + {many}], 0",
@@ -442,24 +444,22 @@ super::layout::graph_asm!(
     "jne 60f",
     "cmp qword ptr fs:[rcx + {l_errno}], 0",
     "je 60f",
-    "cmp qword ptr [rip + {fast}], 0",
-    "jne 8f",
-    "cmp byte ptr [rip + {many}], 0",
+    "cmp qword ptr [rip + {lead}], 0",
     "je 60f",
-    "8:",
     "mov rax, [rsp + RET_RSP + 8]",
     "sub rax, 8",
     crate::bracket_enter_at_rest!("rcx", "rdx"),
     // The top frame f (r10) is the returning call's (its slot) and was
-    // kept for the sole user alone (its BITMAP word); with several users,
-    // for those its BITMAP word names (at 30).
-    "mov rsi, [rip + {fast}]",
+    // kept for the lead user alone (its BITMAP word); else (at 31) for
+    // another user alone, or with several users, for those its BITMAP
+    // word names.
+    "mov rsi, [rip + {lead}]",
     "test rsi, rsi",
     "jz 30f",
     top_frame_r10!(),
     "mov rax, [rdi + r10*8 + FRAME_BITMAP]",
     "cmp rax, [rsi + {u_frame_word}]",
-    "jne 61f",
+    "jne 31f",
     // (From 30 too: a frame kept for one user by its path.)
     "33:",
     return_event!("and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}\n"),
@@ -477,10 +477,11 @@ super::layout::graph_asm!(
     "jmp 62f",
     // Several users (MANY): their return callbacks (return_each!).
     "30:",
-    "cmp byte ptr [rip + {many}], 0",
-    "je 61f",
     top_frame_r10!(),
     "mov rax, [rdi + r10*8 + FRAME_BITMAP]",
+    "31:",
+    "cmp byte ptr [rip + {many}], 0",
+    "je 61f",
     // A frame whose word is the one user's that it names (its path kept
     // it, or the loop kept it for that user alone in its epoch): that
     // user's return above.
@@ -593,7 +594,8 @@ super::layout::graph_asm!(
     call_ret_all = sym call_return_all,
     many = sym MANY,
     ret = sym graph_return,
-    fast = sym FAST,
+    lead = sym LEAD,
+    users_bits = const 0xffffu32 << 12,
     multi_word = sym MULTI_FRAME_WORD,
     no_frame_word = const NO_FRAME_WORD as i64,
     multi_entry = sym MULTI_ENTRY,

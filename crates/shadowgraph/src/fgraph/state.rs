@@ -29,6 +29,13 @@ pub(super) static SLOT_EPOCH: [AtomicU64; MAX_USERS] =
 pub(super) static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// The sole user while exactly one is registered (fast path), else null.
 pub(crate) static FAST: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
+/// The user whose one-user path the site stubs take (sitepath.rs): the
+/// sole user, or with several, the one in the lowest slot, for the calls
+/// of sites whose filter mask names it alone and the frames kept for it
+/// alone; null while none is registered, and from the start of an
+/// unregistration to its end. A user stops being it before the grace
+/// period that precedes its freeing.
+pub(crate) static LEAD: AtomicPtr<GraphUser> = AtomicPtr::new(std::ptr::null_mut());
 /// Two users or more are registered: the site stubs' fast paths offer a
 /// call to each in turn (sitepath_multi.rs), as the general entry
 /// does. A hint: what they read of the users is read as `enter` reads it.
