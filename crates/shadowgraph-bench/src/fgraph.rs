@@ -173,6 +173,7 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
             "record in memory, 2 recorders (general path)",
             "record2-general",
         ),
+        ("record in memory, 1 recorder + a profile", "record-profile"),
     ] {
         rows.push((label.into(), in_child(mode, calls, reps, hijack_returns)?));
     }

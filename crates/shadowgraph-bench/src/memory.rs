@@ -14,9 +14,10 @@ use std::time::Instant;
 /// fgraph's callbacks, two (fused, or through the callbacks), two fused
 /// of which one has a depth limit (`-D 5`) or graph filters (`-F
 /// target`: both record every call; `-F other0`: the second declines
-/// every call), and one on the fused path recording
-/// `target`'s argument (`-A target@arg1`).
-pub const MODES: [&str; 8] = [
+/// every call), one on the fused path recording
+/// `target`'s argument (`-A target@arg1`), and one recorder with a
+/// profile beside it (`--tracer a --tracer b:type=profile`).
+pub const MODES: [&str; 9] = [
     "record",
     "record-general",
     "record2",
@@ -25,6 +26,7 @@ pub const MODES: [&str; 8] = [
     "record2-filter",
     "record2-decline",
     "record-arg",
+    "record-profile",
 ];
 
 /// A recording of the benchmark library in this process, by `mode`'s
@@ -48,7 +50,7 @@ impl Recording {
         let tracers = match mode {
             "record" | "record-general" | "record-arg" => vec![Tracer::default()],
             "record2" | "record2-general" | "record2-depth" | "record2-filter"
-            | "record2-decline" => ["a", "b"]
+            | "record2-decline" | "record-profile" => ["a", "b"]
                 .map(|n| Tracer {
                     name: Some(n.into()),
                     ..Default::default()
@@ -57,7 +59,8 @@ impl Recording {
             other => {
                 return Err(format!(
                     "unknown mode `{other}` (record, record-general, record2, record2-general, \
-                     record2-depth, record2-filter, record2-decline or record-arg)"
+                     record2-depth, record2-filter, record2-decline, record-arg or \
+                     record-profile)"
                 ))
             }
         };
@@ -67,6 +70,7 @@ impl Recording {
             "record2-filter" => tracers[1].filter = vec!["target".into()],
             // Graph filters that decline every call: a function never called.
             "record2-decline" => tracers[1].filter = vec!["other0".into()],
+            "record-profile" => tracers[1].kind = config::TracerKind::Profile,
             _ => {}
         }
         let lib = BenchLib::build("dispatch", DISPATCH_C)?;
