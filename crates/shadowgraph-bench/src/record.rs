@@ -228,6 +228,9 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         // records every call in its ring; its consumer leaves out the
         // short ones).
         Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b:time=1us"])),
+        // A recorder and a profile (the multi path keeps the profile's
+        // counts beside the recorder's records).
+        Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b:type=profile"])),
     ];
     let uf_at = runs.len();
     if uftrace {
@@ -274,7 +277,7 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
     );
     let (sg_profile, sg_args, sg_p, sg_p_start) = (med(9), med(10), med(11), med(12));
     let (sg_trigger, sg_auto, sg_two_depth, sg_two_filter) = (med(13), med(14), med(15), med(16));
-    let sg_two_timed = med(17);
+    let (sg_two_timed, sg_two_profile) = (med(17), med(18));
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -352,6 +355,11 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         "{:<34} {sg_two_timed:>9.3} {:>12.1}",
         "  (two, one with -t 1us: time=1us)",
         per_call(sg_two_timed, sg_start)
+    );
+    println!(
+        "{:<34} {sg_two_profile:>9.3} {:>12.1}",
+        "  (two, one a profile)",
+        per_call(sg_two_profile, sg_start)
     );
     println!(
         "{:<34} {sg_timed:>9.3} {:>12.1}",

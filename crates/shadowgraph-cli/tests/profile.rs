@@ -5,6 +5,9 @@ mod common;
 use common::*;
 use std::path::Path;
 
+/// A report's rows: (total, self, calls) by function.
+type Rows = std::collections::HashMap<String, (u64, u64, u64)>;
+
 /// A profile tracer beside a graph tracer on the same run: the profile's
 /// calls equal the recording's exactly, its totals match the recording's
 /// (recursive functions too: the outermost calls'), self time excludes
@@ -131,32 +134,75 @@ fn the_profile_tracer_matches_the_recording_of_the_same_run() {
     );
 }
 
-/// A profile alone takes the fused path (where sites have stubs): with a
-/// timer's handler calling traced functions anywhere in it (inside the
-/// fused entry and return too), every call is counted once — fib's are
-/// main's and the handler's exactly — and each row's self time is at most
-/// its total; the same program's naps measure the same on the fused path
-/// as through the callbacks.
+/// A profile alone takes its fused path (where sites have stubs), and
+/// beside a recorder the path they share: with a timer's handler calling
+/// traced functions anywhere in it (inside the fused entry and return
+/// too), every call is counted once — fib's are main's and the handler's
+/// exactly, and the recorder's count beside it — and each row's self time
+/// is at most its total; the same program's naps measure the same on the
+/// fused path as through the callbacks.
 #[test]
-fn a_profile_alone_counts_every_call_with_handlers_landing_anywhere() {
+fn a_profile_alone_or_beside_a_recorder_counts_every_call_with_handlers_landing_anywhere() {
     let dir = workdir("profsig");
     let exe = build_fixture(&dir, "sigring", "signal_rings.c");
-    let data = dir.join("p.data");
-    let o = record_run(&[], &["--tracer", "profile"], &data, &exe, &[]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
-    let mut it = out.split_whitespace().map(|n| n.parse::<u64>().unwrap());
-    let (alarms, main_calls) = (it.next().unwrap(), it.next().unwrap());
-    let report = |d: &Path| {
+    let report_of = |d: &Path| {
         let o = shadowgraph()
             .args(["report", "-d"])
-            .arg(d.join("profile"))
+            .arg(d)
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", text(&o).1);
         report_rows(&text(&o).0)
     };
-    let rows = report(&data);
+    let report = |d: &Path| report_of(&d.join("profile"));
+    // Alone (the profile's own fused path), and beside a recorder (the
+    // path they share: one frame, the profile's counts and the
+    // recorder's records).
+    for beside in [false, true] {
+        let data = dir.join(format!("p{}.data", beside as u8));
+        let tracers: &[&str] = match beside {
+            false => &["--tracer", "profile"],
+            true => &["--tracer", "profile", "--tracer", "rec"],
+        };
+        profile_under_signals(&exe, &data, tracers, &report);
+        if beside {
+            // Every call the profile counted, the recorder recorded.
+            let (prof, rec) = (report(&data), report_of(&data.join("rec")));
+            for (f, p) in &prof {
+                assert_eq!(p.2, rec[f].2, "{f}: {prof:?} {rec:?}");
+            }
+        }
+        if shadowgraph_testkit::tool::available(
+            shadowgraph::clock::init(),
+            "an invariant TSC",
+            "the fused path",
+        ) {
+            let info = view_text("info", &data.join("profile"));
+            let path = match beside {
+                false => "record path         : fused (one tracer",
+                true => "record path         : fused (several tracers",
+            };
+            assert!(info.contains(path), "{info}");
+        }
+    }
+    naps_on_either_path(&dir, &report);
+}
+
+/// The signal_rings program under `tracers`: its profile counts every call
+/// once — fib's are main's and the handlers' exactly — and each row's self
+/// time is at most its total.
+fn profile_under_signals(
+    exe: &Path,
+    data: &Path,
+    tracers: &[&str],
+    report: &dyn Fn(&Path) -> Rows,
+) {
+    let o = record_run(&[], tracers, data, exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let mut it = out.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    let (alarms, main_calls) = (it.next().unwrap(), it.next().unwrap());
+    let rows = report(data);
     // fib(2) in each handler: three calls.
     assert_eq!(rows["fib"].2, main_calls + 3 * alarms, "{rows:?}");
     assert_eq!(rows["on_alarm"].2, alarms, "{rows:?}");
@@ -173,21 +219,17 @@ fn a_profile_alone_counts_every_call_with_handlers_landing_anywhere() {
         let slack = if f == "fib" { in_handlers } else { 0 };
         assert!(self_t <= total + slack, "{f}: {rows:?}");
     }
-    if shadowgraph_testkit::tool::available(
-        shadowgraph::clock::init(),
-        "an invariant TSC",
-        "the fused path",
-    ) {
-        let info = view_text("info", &data.join("profile"));
-        assert!(info.contains("record path         : fused"), "{info}");
-    }
+}
 
+/// The naps program's profile, alone on the fused path and through the
+/// callbacks.
+fn naps_on_either_path(dir: &Path, report: &dyn Fn(&Path) -> Rows) {
     // Naps of 2 ms: on either path, nap's total is 10 of them at least and
     // mid's at most what the program measured around its calls of mid (1%
     // for the rates of two clocks, and the report's rounding); mid's self
     // time excludes nap's.
     let naps = build_fixture_with(
-        &dir,
+        dir,
         "naps",
         "naps.c",
         &["-DMIDS=10", "-DNAP_US=2000", "-DFIB_N=15"],
@@ -219,9 +261,9 @@ fn a_profile_alone_counts_every_call_with_handlers_landing_anywhere() {
     }
 }
 
-/// A profile of four threads calling at once: every thread's table is its
-/// own (made lock-free on its first return), the merged calls are exact,
-/// and `--threads` shows each thread's share.
+/// A profile of four threads calling at once, alone and beside a recorder:
+/// every thread's table is its own (made lock-free on its first return),
+/// the merged calls are exact, and `--threads` shows each thread's share.
 #[test]
 fn the_profile_of_threads_running_at_once_is_exact() {
     let dir = workdir("profthreads");
@@ -232,8 +274,20 @@ fn the_profile_of_threads_running_at_once_is_exact() {
         &["-O2", "-pthread", "-fpatchable-function-entry=5"],
         &exe,
     );
-    let data = dir.join("p.data");
-    record_ok(&["--no-libs", "--tracer", "profile"], &data, &exe);
+    for beside in [false, true] {
+        let data = dir.join(format!("p{}.data", beside as u8));
+        let tracers: &[&str] = match beside {
+            false => &["--no-libs", "--tracer", "profile"],
+            true => &["--no-libs", "--tracer", "profile", "--tracer", "rec"],
+        };
+        record_ok(tracers, &data, &exe);
+        profile_of_threads(&data);
+    }
+}
+
+/// The profile in `data`: 20000 to 20003 calls of `work` in each of four
+/// threads.
+fn profile_of_threads(data: &Path) {
     let report = |extra: &[&str]| {
         let o = shadowgraph()
             .args(["report", "-d"])

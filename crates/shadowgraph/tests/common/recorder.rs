@@ -94,3 +94,71 @@ pub fn calls_and_general(workers: &super::Workers) -> (u64, u64) {
     let (g1, r1) = (GENERAL_ENTRIES.load(Ordering::Relaxed), workers.rounds());
     ((r1 - r0) * 200 * 25, g1 - g0)
 }
+
+/// Every thread's records in `dir` (one file each): whole, of `sites`,
+/// and nested — an exit closes the entry on top of the thread's stack (a
+/// lost or doubled record shows as one that does not). An entry at a
+/// depth where entries are still open closes them as left open (the
+/// recorder left while they ran). Each entry is one `expect` takes (its
+/// address, its depth). Returns the records, the entries left open and
+/// the deepest entry.
+pub fn check_nesting(
+    dir: &std::path::Path,
+    sites: &[u64],
+    expect: &dyn Fn(u64, u16) -> bool,
+) -> (u64, u64, u16) {
+    let (mut records, mut open, mut deepest) = (0, 0, 0);
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let bytes = std::fs::read(e.path()).unwrap();
+        assert_eq!(
+            bytes.len() % shadowgraph_data::format::RECORD_SIZE,
+            0,
+            "{}",
+            e.path().display()
+        );
+        let mut stack: Vec<(u64, u16)> = Vec::new();
+        for (k, chunk) in bytes
+            .chunks_exact(shadowgraph_data::format::RECORD_SIZE)
+            .enumerate()
+        {
+            let r = shadowgraph_data::format::decode(
+                chunk.try_into().unwrap(),
+                (k * shadowgraph_data::format::RECORD_SIZE) as u64,
+            )
+            .unwrap_or_else(|b| panic!("{}: {b}", e.path().display()));
+            let at = || format!("{} record {k}", e.path().display());
+            match r.kind {
+                Kind::Entry => {
+                    assert!(sites.contains(&r.addr), "{}: {:#x}", at(), r.addr);
+                    assert!(r.depth <= 2, "{}: depth {}", at(), r.depth);
+                    assert!(
+                        expect(r.addr, r.depth),
+                        "{}: {:#x} at depth {}",
+                        at(),
+                        r.addr,
+                        r.depth
+                    );
+                    deepest = deepest.max(r.depth);
+                    while stack.last().is_some_and(|&(_, d)| d >= r.depth) {
+                        stack.pop();
+                        open += 1;
+                    }
+                    stack.push((r.addr, r.depth));
+                }
+                Kind::Exit => {
+                    assert_eq!(
+                        stack.pop(),
+                        Some((r.addr, r.depth)),
+                        "{}: an exit not of the open entry",
+                        at()
+                    );
+                }
+                Kind::Lost => panic!("{}: records lost", at()),
+                other => panic!("{}: {other:?}", at()),
+            }
+            records += 1;
+        }
+        open += stack.len() as u64;
+    }
+    (records, open, deepest)
+}

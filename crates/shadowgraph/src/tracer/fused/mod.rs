@@ -47,6 +47,8 @@ mod frame_asm;
 mod general;
 mod multi;
 mod multi_filters;
+mod multi_profile;
+mod multi_rings;
 mod plain;
 mod plain_args;
 mod plain_regs;
@@ -314,7 +316,9 @@ pub const ENTRY_TIMING: u64 = 1 << 61;
 /// The flag bits of the word; the rest is a time.
 pub const ENTRY_FLAGS: u64 = ENTRY_WRITTEN | ENTRY_DROPPED | ENTRY_TIMING;
 
-// The fused path of several plain recorders (multi.rs).
+// The fused path of several plain recorders (multi.rs), and a profile
+// beside them (multi_profile.rs).
+pub use multi_profile::{forget_multi_profile, let_multi_stand_in_profile};
 
 /// Records a ring must have room for beyond the path's own before the
 /// path writes in it: those of signal handlers that land between its

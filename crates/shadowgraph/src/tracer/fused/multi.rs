@@ -3,7 +3,9 @@
 //! that let this path stand in for it — a plain one, with its depth limit
 //! or none (a ring gets no record of a call as deep as its limit:
 //! [`let_multi_stand_in`]), or one with graph filters (`-F`, `-N`, `-D`,
-//! and no data: [`let_multi_stand_in_filtered`], multi_filters.rs) —
+//! and no data: [`let_multi_stand_in_filtered`], multi_filters.rs), or
+//! the one profile among them, whose counts the path keeps
+//! ([`let_multi_stand_in_profile`], multi_profile.rs) —
 //! fgraph's site entry and return hand a call over here
 //! (`fgraph::register_multi_path`). One frame for all of them, one clock
 //! read per entry and per exit that all their records share, and one
@@ -59,6 +61,12 @@ use super::frame_asm::{
 use super::multi_filters::{
     entry_late, entry_verdict, exit_late, exit_verdict, no_late, no_verdict,
 };
+use super::multi_profile::{
+    entry_profile_check, entry_profile_frame, multi_profile_words, profile_found, profile_or_ring,
+    return_profile_counts, return_profile_frame, return_profile_row, without_profile,
+    MULTI_ANY_PROFILE, MULTI_PROFILE_CELL, MULTI_PROFILE_INST, MULTI_PROFILE_ROWS,
+};
+use super::multi_rings::{next_user, rings_with_room, user_ring};
 use super::ring_asm::{commit_store, ring_publish, ring_write, rseq_abort, rseq_descriptor};
 use super::{
     FusedFilter, MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_BY_SLOT, TP_RINGS_ALL,
@@ -69,32 +77,8 @@ use crate::fgraph::stack::ThreadState;
 use crate::ftrace::local::CoreLocal;
 use crate::record::ring::{RingHeader, HEADER_BYTES};
 use crate::record::writer::BySlot;
+use crate::tracer::profile::{ProfileCounters, ProfileTable};
 use std::mem::offset_of;
-
-// The ring of the user whose slot is rax, in r11, or to `$gone` if the
-// user is no longer in ARRAY or has no ring on this thread. Its instance
-// from SLOT_PRIVATE, not through the user: the ring is two dependent
-// loads from the slot, and ARRAY's load is on no path to it. Clobbers
-// rax, rdx.
-macro_rules! user_ring {
-    ($gone:literal) => {
-        concat!(
-            "lea rdx, [rip + {array}]\n",
-            "cmp qword ptr [rdx + rax*8], 0\n",
-            "je ",
-            $gone,
-            "\n",
-            "lea rdx, [rip + {slot_private}]\n",
-            "mov rax, [rdx + rax*8]\n",
-            "mov rdx, [rip + {tp_rings_all}]\n",
-            "mov r11, qword ptr fs:[rdx + rax*8]\n",
-            "test r11, r11\n",
-            "jz ",
-            $gone,
-            "\n",
-        )
-    };
-}
 
 // The TSC in `$time` (and rax). Clobbers rdx.
 macro_rules! clock_into {
@@ -106,91 +90,6 @@ macro_rules! clock_into {
             "mov ",
             $time,
             ", rax\n",
-        )
-    };
-}
-
-// The next user of `$set` (bits 0..15, nonzero): its slot in rax, its bit
-// taken from `$set`. Clobbers rdx.
-macro_rules! next_user {
-    ($set:literal) => {
-        concat!(
-            "bsf rax, ",
-            $set,
-            "\n",
-            "lea rdx, [",
-            $set,
-            " - 1]\n",
-            "and ",
-            $set,
-            ", rdx\n",
-        )
-    };
-}
-
-// Whether every user of `$set` (MULTI_FRAME_WORD's bits, consumed; rsi
-// the word) is still there with its ring on this thread and room to
-// spare in it, for the records of signal handlers that may land before
-// ours; else to `$general` (the general way waits for room, and makes a
-// ring the thread lacks). While the thread's rings by slot
-// (`writer::BySlot`) were found under this word, they are the users'
-// rings, and each record checks its ring's room to spare (record_each!:
-// one short of it sets the word 0, and the next event looks here again).
-// Else the rings are found through SLOT_PRIVATE, their room checked, and
-// kept under the word, with the users that have graph filters (their
-// bits in BySlot's `late`: the entry names them in a frame only once it
-// has decided for them). Labels 21–27; clobbers rax, rdx, r11, xmm13.
-macro_rules! rings_with_room {
-    ($set:literal, $general:literal) => {
-        concat!(
-            "shr ",
-            $set,
-            ", 12\n",
-            "and ",
-            $set,
-            ", 0xffff\n",
-            crate::fixed_load!("rdx", "tp_by_slot"),
-            "cmp rsi, qword ptr fs:[rdx + {b_word}]\n",
-            "jne 24f\n",
-            ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits\n",
-            // Found and kept, the word last: a handler that lands before
-            // finds the word not yet this one and finds them too.
-            "24:\n",
-            "mov qword ptr fs:[rdx + {b_late}], 0\n",
-            "25:\n",
-            "test ",
-            $set,
-            ", ",
-            $set,
-            "\n",
-            "jz 27f\n",
-            next_user!($set),
-            "movq xmm13, rax\n",
-            user_ring!($general),
-            "mov rax, [r11 + {r_reserve}]\n",
-            "add rax, {margin}\n",
-            "cmp rax, [r11 + {r_room_end}]\n",
-            "jae ",
-            $general,
-            "\n",
-            "movq rax, xmm13\n",
-            crate::fixed_load!("rdx", "tp_by_slot"),
-            "mov qword ptr fs:[rdx + rax*8 + {b_rings}], r11\n",
-            "lea rdx, [rip + {slot_private}]\n",
-            "mov rdx, [rdx + rax*8]\n",
-            "lea r11, [rip + {multi_filter}]\n",
-            "cmp qword ptr [r11 + rdx*8], 0\n",
-            "je 25b\n",
-            "add eax, 12\n",
-            crate::fixed_load!("rdx", "tp_by_slot"),
-            "bts qword ptr fs:[rdx + {b_late}], rax\n",
-            "jmp 25b\n",
-            "27:\n",
-            crate::fixed_load!("rdx", "tp_by_slot"),
-            "mov qword ptr fs:[rdx + {b_word}], rsi\n",
-            "jmp 21f\n",
-            ".popsection\n",
-            "21:\n",
         )
     };
 }
@@ -267,6 +166,11 @@ macro_rules! record_each {
             "jz ",
             $name,
             "_each\n",
+            // (The event's time, where the entry read it: a profile's.)
+            "cmp ",
+            $time,
+            ", 2\n",
+            "jne 31f\n",
             clock_into!($time),
             "31:\n",
             "test esi, esi\n",
@@ -515,6 +419,7 @@ crate::fgraph::graph_asm!(
     "cmp byte ptr [rip + {any_filter}], 0",
     "jne 85f",
     "86:",
+    entry_profile_check!(),
     // The frame {R, func | depth << 48, slot, the users' BITMAP word},
     // written whole before curr publishes it and again after
     // (fused_entry's way). Theirs before any record: a handler that
@@ -540,6 +445,7 @@ crate::fgraph::graph_asm!(
     "mov r10d, 2",
     // A record in each user's ring.
     "movq rsi, xmm15",
+    "62:",
     "mov rcx, r9",
     "cmp byte ptr [rip + {any_filter}], 0",
     "jne 87f",
@@ -576,6 +482,8 @@ crate::fgraph::graph_asm!(
     "not rax",
     "and rsi, rax",
     "jmp 86b",
+    // A profile frame (multi_profile.rs).
+    entry_profile_frame!(),
     ".popsection",
     // Their records, each user's verdict first (not in the cold section:
     // their own cold parts go there); hooked if a user kept the frame
@@ -629,12 +537,18 @@ crate::fgraph::graph_asm!(
     "jne 93f",
     "94:",
     "lea r10, [r9 - {frame_words} - 1]",
+    "pxor xmm9, xmm9",
+    // (From 93 too: a profile frame, xmm9 1.)
+    "70:",
     "lea rax, [rsp + FR_SLOT]",
-    "cmp [rdi + r9*8 - ({frame_words} + 1) * 8 + FRAME_RETP], rax",
+    "cmp [rdi + r10*8 + FRAME_RETP], rax",
     "jne 91f",
     // Every user still there with its ring, as the entry's.
     "mov rcx, rsi",
     rings_with_room!("rcx", "91f"),
+    "cmp byte ptr [rip + {any_profile}], 0",
+    "jne 71f",
+    "72:",
     // The exit record's word {Exit | MAGIC | depth << 6 | func << 16}
     // from the frame's; deeper than records can say: the general way
     // records it at 1023.
@@ -652,6 +566,7 @@ crate::fgraph::graph_asm!(
     "mov r9d, 2",
     // The frame's users (those its site selected: some of the word's).
     "mov rsi, [rdi + r10*8 + FRAME_BITMAP]",
+    without_profile!(),
     "cmp byte ptr [rip + {any_filter}], 0",
     "jne 97f",
     record_each!(
@@ -672,6 +587,9 @@ crate::fgraph::graph_asm!(
     crate::fixed_load!("rdx", "tp_thread"),
     "mov qword ptr fs:[rdx + {t_event}], 0",
     "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
+    "cmp byte ptr [rip + {any_profile}], 0",
+    "jne 76f",
+    "77:",
     pop_frame!("push r11\nret\n"),
     // With a user with graph filters, ever: a record in
     // the ring of each user the frame names, each user's verdict first
@@ -679,6 +597,7 @@ crate::fgraph::graph_asm!(
     "97:",
     "movq xmm8, rcx",
     "mov rsi, [rdi + r10*8 + FRAME_BITMAP]",
+    without_profile!(),
     "pxor xmm14, xmm14",
     record_each!(
         "shadowgraph_fused_multi_exit_records_v",
@@ -695,6 +614,7 @@ crate::fgraph::graph_asm!(
     // for the others): its word otherwise the same.
     ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
     "93:",
+    return_profile_frame!(),
     "xor rax, rsi",
     "mov rdx, rsi",
     "and rdx, {users_bits}",
@@ -702,6 +622,9 @@ crate::fgraph::graph_asm!(
     "test rax, rdx",
     "jz 94b",
     "jmp 91f",
+    // A profile frame's row and its caller's children; its counts.
+    return_profile_row!(),
+    return_profile_counts!(),
     ".popsection",
     "91:",
     bracket_leave!(),
@@ -730,6 +653,21 @@ crate::fgraph::graph_asm!(
     multi_filter = sym super::MULTI_FILTER,
     filter_sites = sym super::MULTI_FILTER_SITES,
     b_late = const offset_of!(BySlot, late),
+    b_profile = const offset_of!(BySlot, profile),
+    b_profile_data = const offset_of!(BySlot, profile_data),
+    any_profile = sym MULTI_ANY_PROFILE,
+    profile_inst = sym MULTI_PROFILE_INST,
+    profile_cell = sym MULTI_PROFILE_CELL,
+    profile_rows = sym MULTI_PROFILE_ROWS,
+    data_three = const crate::fgraph::stack::data(7, 0, 3),
+    row_shift = const std::mem::size_of::<ProfileCounters>().trailing_zeros(),
+    pt_rows = const offset_of!(ProfileTable, rows),
+    pc_hits = const offset_of!(ProfileCounters, hits),
+    pc_total = const offset_of!(ProfileCounters, total),
+    pc_self = const offset_of!(ProfileCounters, self_time),
+    pc_active = const offset_of!(ProfileCounters, active),
+    pc_sumsq = const offset_of!(ProfileCounters, sumsq),
+    pc_outer = const offset_of!(ProfileCounters, outer),
     site_users = sym fgraph::SITE_USERS,
     site_users_cap = const fgraph::SITE_USERS_CAPACITY,
     // Every bit but the users' (a sign-extended 32-bit operand).

@@ -94,7 +94,7 @@ pub(crate) fn start(
                 .map_or_else(|| dir.to_owned(), |n| dir.join(n));
             let fused_ok = alone && r.fused;
             let made = match t.kind {
-                TracerKind::Profile => profile_tracer(t, inst, &d, fused_ok, shared.libcalls),
+                TracerKind::Profile => profile_tracer(t, inst, &d, fused_ok, &shared),
                 TracerKind::Graph => {
                     writer::start(inst, i, &d, rings, r.ring_bytes)
                         .map_err(|e| format!("{}: {e}", d.display()))?;
@@ -111,6 +111,7 @@ pub(crate) fn start(
     if let Err(e) = made {
         for &inst in &insts {
             writer::end_instance(inst);
+            fused::forget_multi_profile(inst);
             give_back(inst, false);
         }
         return Err(e);
@@ -204,6 +205,9 @@ fn release(rec: &Recording) {
         writer::end_instance(t.inst);
         // Release: pairs with the callbacks' Acquire (none runs now).
         TRACERS[t.inst].store(std::ptr::null_mut(), Ordering::Release);
+        if t.profile {
+            fused::forget_multi_profile(t.inst);
+        }
         give_back(t.inst, t.profile);
     }
 }
@@ -214,18 +218,23 @@ fn profile_tracer(
     i: usize,
     d: &Path,
     fused_ok: bool,
-    libcalls: bool,
+    shared: &Shared,
 ) -> Result<Tracer, String> {
     std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
     let user = GraphUser::new(
         profile::on_entry,
         profile::on_return,
-        profile_set(&t.filter, &t.notrace, libcalls)?,
+        profile_set(&t.filter, &t.notrace, shared.libcalls)?,
         i,
     );
-    // Alone, the fused path keeps its counters where sites have stubs.
+    // Alone, the fused path keeps its counters where sites have stubs;
+    // beside others (of this recording or attached beside it), the path
+    // they share, for one profile at a time.
     let (cell, rows) = profile::tables(i);
     let fused = fused_ok && fused::attach_profile(&user, i, cell, rows);
+    if !fused && shared.multi {
+        fused::let_multi_stand_in_profile(&user, cell, rows);
+    }
     Ok(Tracer {
         dir: d.to_owned(),
         inst: i,
