@@ -355,3 +355,47 @@ fn a_time_filtered_recording_beside_another_keeps_the_long_calls() {
     }
     assert!(compared >= 2, "{compared} threads compared");
 }
+
+/// A recording of a recorder and a profile attached beside another: the
+/// three share one fused path (the profile's counts kept by it, its info
+/// says so), and the profile counts the calls of mid and leaf that the
+/// recorder of its own recording records, but for those under way as the
+/// recording ends (one of each function a thread at most).
+#[test]
+fn a_profile_attached_beside_a_recording_shares_the_fused_path() {
+    let t = one_beside_another(
+        "attach_beside_profile",
+        "attach_busy.c",
+        (&[], "mid"),
+        &["--duration", "1s"],
+        &[
+            "--tracer",
+            "rec",
+            "--tracer",
+            "prof:type=profile",
+            "--duration",
+            "300ms",
+        ],
+    );
+    let b = t.b.clone();
+    assert_eq!(t.end(false), "bad=0\n");
+    let info = view_text("info", &b.join("prof"));
+    assert!(
+        info.contains("record path         : fused (several tracers"),
+        "{info}"
+    );
+    let report = |d: &str| {
+        let o = shadowgraph()
+            .args(["report", "-d"])
+            .arg(b.join(d))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        report_rows(&text(&o).0)
+    };
+    let (prof, rec) = (report("prof"), report("rec"));
+    for f in ["mid", "leaf"] {
+        let (p, r) = (prof[f].2, rec[f].2);
+        assert!(p > 1000 && p.abs_diff(r) <= 3, "{f}: {prof:?} {rec:?}");
+    }
+}
