@@ -633,16 +633,16 @@ super::layout::graph_asm!(
     l_hint_id = const offset_of!(CoreLocal, site_hint_id),
 );
 
-/// The sole user's entry callback, from the site entry's fast path (which
-/// did what `offer` does around it). The loops over several users call
-/// each user's callback directly; the sole user's path keeps this call
-/// in between: a direct call from there is no faster for a sole user, and
-/// slower where another user's filter declines the call.
+/// The one user's entry callback, from the site entry's fast path (which
+/// did what `offer` does around it): the lead user's, or another's that
+/// the site's mask names alone. The loops over several users call each
+/// user's callback directly; this path keeps this call in between, which
+/// costs it no time measurable against a direct call.
 pub(super) extern "C" fn call_entry(ent: &GraphEntry, u: &GraphUser, regs: &mut Regs) -> bool {
     (u.entry)(ent, u, regs)
 }
 
-/// The sole user's return callback, from the site return's fast path.
+/// The one user's return callback, from the site return's fast path.
 pub(super) extern "C" fn call_return(ev: &GraphReturn, u: &GraphUser, r: &RetRegs) {
     (u.ret)(ev, u, r)
 }
