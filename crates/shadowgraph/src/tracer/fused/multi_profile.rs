@@ -17,9 +17,10 @@
 //!                        of the same entry take
 //!   f + FRAME_BITMAP     the users' word (the profile's bit among them)
 //!   f + FRAME_RETP … f   R, func | depth, R's slot
-//! Return, from 71 to the update (76):
-//!   xmm9   the row (0: not a profile frame)
-//!   xmm10  the caller's children word (0: no caller)
+//! Return:
+//!   xmm9   0: not a profile frame; 1 from 93 (a profile frame) to 71;
+//!          then its row, to the update (76)
+//!   xmm10  the caller's children word (0: no caller), from 71
 //! ```
 
 use crate::fgraph::GraphUser;
