@@ -94,6 +94,42 @@ macro_rules! clock_into {
     };
 }
 
+// The new frame's function word {func | depth << 48} in rdx, from the
+// stub's site (FE_SITE) and the depth r9. Clobbers rax.
+macro_rules! frame_func_word {
+    () => {
+        concat!(
+            "mov rdx, [rsp + FE_SITE]\n",
+            "mov rax, r9\n",
+            "shl rax, 48\n",
+            "or rdx, rax\n",
+        )
+    };
+}
+
+// The entry record's word {Entry | MAGIC | depth << 6 | func << 16} in r9,
+// from the frame's function word rdx (the shift drops the depth) and the
+// depth r9.
+macro_rules! entry_word {
+    () => {
+        concat!(
+            "shl rdx, 16\n",
+            "shl r9, 6\n",
+            "or r9, rdx\n",
+            "or r9, {entry_bits}\n",
+        )
+    };
+}
+
+// The clock read before the first restartable sequence (record_each!):
+// the entry's, unless its event has a time already (`$time` not 2: a
+// profile's entry read it).
+macro_rules! entry_clock {
+    ($time:literal) => {
+        concat!("cmp ", $time, ", 2\n", "jne 31f\n", clock_into!($time))
+    };
+}
+
 // Whether the user in slot rax records this event: not if its recording
 // has a depth limit (MULTI_MAX_DEPTH, by its instance) that the event's
 // depth (bits 6..15 of `$word`) reaches — its records are left out, as
@@ -157,7 +193,7 @@ macro_rules! skip_limited {
 //
 // Labels `$name`_*, `$one`_*, 30–39; clobbers rax, rdx, rsi, r11, xmm13–15.
 macro_rules! record_each {
-    ($name:literal, $one:literal, $over:literal, $time:literal, $base:literal, $depth:literal, $verdict:ident, $late:ident) => {
+    ($name:literal, $one:literal, $over:literal, $time:literal, $base:literal, $depth:literal, $verdict:ident, $late:ident, $clock:expr) => {
         concat!(
             "shr rsi, 12\n",
             "and esi, 0xffff\n",
@@ -166,12 +202,7 @@ macro_rules! record_each {
             "jz ",
             $name,
             "_each\n",
-            // (The event's time, where the entry read it: a profile's.)
-            "cmp ",
-            $time,
-            ", 2\n",
-            "jne 31f\n",
-            clock_into!($time),
+            $clock,
             "31:\n",
             "test esi, esi\n",
             "jz 39f\n",
@@ -426,20 +457,13 @@ crate::fgraph::graph_asm!(
     // lands among the records and leaves by siglongjmp leaves a frame
     // that is reported to each as unwound, and each recorder writes its
     // exit if its ring holds the entry (emit_exit, by the ring's depth).
-    "mov rdx, [rsp + FE_SITE]",
-    "mov rax, r9",
-    "shl rax, 48",
-    "or rdx, rax",
+    frame_func_word!(),
     frame_words!("FE_PARENT_SLOT", "[rdi + r8*8 + FRAME_BITMAP], rsi"),
     "lea rax, [r8 + {frame_words} + 1]",
     "mov qword ptr fs:[rcx + {t_curr}], rax",
     frame_words!("FE_PARENT_SLOT", "[rdi + r8*8 + FRAME_BITMAP], rsi"),
-    // The entry record's word {Entry | MAGIC | depth << 6 | func << 16},
-    // from the frame's (the shift drops the depth), in r9.
-    "shl rdx, 16",
-    "shl r9, 6",
-    "or r9, rdx",
-    "or r9, {entry_bits}",
+    // The entry record's word, from the frame's.
+    entry_word!(),
     // The event opened, no time yet.
     "mov qword ptr fs:[rcx + {t_event}], {event_open}",
     "mov r10d, 2",
@@ -457,7 +481,8 @@ crate::fgraph::graph_asm!(
         "r9",
         "mov dx, cx\nshr dx, 6\ninc dx\n",
         no_verdict,
-        no_late
+        no_late,
+        entry_clock!("r10")
     ),
     // The event closed; hooked.
     "88:",
@@ -498,7 +523,8 @@ crate::fgraph::graph_asm!(
         "r9",
         "mov dx, cx\nshr dx, 6\ninc dx\n",
         entry_verdict,
-        entry_late
+        entry_late,
+        entry_clock!("r10")
     ),
     crate::fixed_load!("rcx", "tp_thread"),
     "test dword ptr [rdi + r8*8 + FRAME_BITMAP], {users_bits}",
@@ -577,7 +603,8 @@ crate::fgraph::graph_asm!(
         "rcx",
         "mov dx, cx\nshr dx, 6\n",
         no_verdict,
-        no_late
+        no_late,
+        clock_into!("r9")
     ),
     "98:",
     // The frame's users taken once every exit is in (a handler that lands
@@ -607,7 +634,8 @@ crate::fgraph::graph_asm!(
         "xmm8",
         "mov dx, cx\nshr dx, 6\n",
         exit_verdict,
-        exit_late
+        exit_late,
+        clock_into!("r9")
     ),
     "jmp 98b",
     // A frame that names some of the users (graph filters declined it
