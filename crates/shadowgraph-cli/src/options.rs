@@ -362,7 +362,8 @@ pub(crate) struct RecordOptions {
     #[arg(long)]
     pub(crate) keep_pid: bool,
     /// Each thread's buffer (e.g. 512K, 4M; default 2M): a thread whose
-    /// buffer is full waits for the writer, so a larger one smooths bursts.
+    /// buffer is full waits for the writer (or, the writer behind, empties
+    /// it itself), so a larger one smooths bursts.
     #[arg(short = 'b', long = "buffer", value_name = "SIZE", value_parser = parse_buffer_size)]
     pub(crate) buffer: Option<u64>,
     /// Trace calls nested up to DEPTH frames deep in each thread (default

@@ -184,3 +184,78 @@ fn rings_of_exited_threads_are_unmapped() {
         assert_eq!(rows["worker"].2, 20);
     }
 }
+
+/// A writer that falls behind (here stopped, as a machine too busy to run
+/// it leaves it) does not stall the program: a thread whose ring stays
+/// full drains it itself, into the file the writer appends it to, one
+/// drain at a time. Every call is there once, balanced and in time order,
+/// the counts add up, and `info` says how many records the threads wrote
+/// themselves; with one tracer and with two (each its own directory).
+#[test]
+fn threads_drain_their_own_rings_while_the_writer_is_behind() {
+    use std::io::{BufRead, Read};
+    let dir = workdir("own_drains");
+    let exe = build_fixture_with(&dir, "t", "threads_for_a_while.c", &["-pthread"]);
+    for tracers in [&[][..], &["--tracer", "a", "--tracer", "b"][..]] {
+        let data = dir.join(format!("t{}.data", tracers.len()));
+        let mut opts = vec!["--no-libs", "-b", "64K"];
+        opts.extend_from_slice(tracers);
+        let mut c = record_command(&[], &opts, &data, &exe);
+        c.args(["400", "4"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        // `record`, its writer with it, stopped for most of the run; the
+        // program, its child, runs on.
+        let pid = child.id() as i32;
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        // SAFETY: signals to our own child process.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        let rounds: u64 = rest
+            .trim()
+            .strip_prefix("rounds ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{rest}"));
+        let calls = 3 * 1000 * rounds;
+        let dirs: Vec<_> = match tracers.len() {
+            0 => vec![data.clone()],
+            _ => vec![data.join("a"), data.join("b")],
+        };
+        for d in &dirs {
+            let info = view_text("info", d);
+            let own = (info.lines())
+                .find_map(|l| l.strip_prefix("# own drains          : "))
+                .and_then(|w| w.split_whitespace().next()?.parse::<u64>().ok());
+            assert!(own.is_some_and(|n| n > 0), "no drain of its own: {info}");
+            assert!(info.contains("(0 lost)"), "{info}");
+            let rows = report_rows(&report_text(d));
+            assert_eq!(rows["mid"].2 + rows["leaf"].2, calls, "{}", d.display());
+            assert_eq!(rows["leaf"].2, 2 * rows["mid"].2);
+            let dd = shadowgraph_data::dir::DataDir::open(d).unwrap();
+            let mut records = 0;
+            for &tid in &dd.tids {
+                records += dd.records(tid).unwrap().len() as u64;
+                every_call_closes(&dd, tid).unwrap();
+                in_time_order(&dd, tid).unwrap();
+            }
+            // (main's, run's: the calls the program makes besides.)
+            assert!(
+                err.contains(&format!("recorded {records} records (0 lost)")),
+                "{records}: {err}"
+            );
+            assert!(records >= 2 * calls);
+        }
+    }
+}

@@ -166,7 +166,8 @@ impl DataDir {
         })
     }
 
-    /// Says how long the threads waited for the writer (their rings full),
+    /// Says how long the threads waited for the writer or drained their
+    /// rings themselves (their rings full),
     /// when that was a tenth of the program's run (`run_ns`) or more: the
     /// recording then slowed the program down by that much.
     pub fn writer_wait_note(&self, run_ns: u64) -> Option<String> {
@@ -729,14 +730,15 @@ fn writer_wait_note(waits: u64, waited_ns: u64, run_ns: u64, threads: u64) -> Op
     (waits > 0 && waited_ns >= 1_000_000 && per_thread.saturating_mul(10) >= run_ns).then(|| {
         let who = if threads > 1 {
             format!(
-                "the program's {threads} threads each waited {:.1} ms on average",
+                "the program's {threads} threads each spent {:.1} ms on average",
                 per_thread as f64 / 1e6
             )
         } else {
-            format!("the program waited {:.1} ms", waited_ns as f64 / 1e6)
+            format!("the program spent {:.1} ms", waited_ns as f64 / 1e6)
         };
         format!(
-            "note: {who} ({waits} times in all) for the writer to empty their full buffers, \
+            "note: {who} ({waits} times in all) with full buffers, waiting for the writer \
+             or emptying them themselves, \
              {:.0}% of the run; a larger buffer (-b) absorbs bursts, a faster disk (or \
              /dev/shm) a writer slower throughout",
             100.0 * per_thread as f64 / run_ns.max(1) as f64
@@ -758,14 +760,14 @@ mod tests {
         assert_eq!(writer_wait_note(3, ms / 2, 2 * ms, 1), None);
         let n = writer_wait_note(67, 10_300_000, 80 * ms, 1).unwrap();
         assert!(
-            n.contains("the program waited 10.3 ms (67 times in all)")
+            n.contains("the program spent 10.3 ms (67 times in all)")
                 && n.contains("13% of the run"),
             "{n}"
         );
         // Eight threads waiting at once: per thread, never above the run.
         let n = writer_wait_note(800, 8 * 59 * ms, 100 * ms, 8).unwrap();
         assert!(
-            n.contains("8 threads each waited 59.0 ms on average") && n.contains("59% of the run"),
+            n.contains("8 threads each spent 59.0 ms on average") && n.contains("59% of the run"),
             "{n}"
         );
         assert_eq!(writer_wait_note(800, 8 * 5 * ms, 100 * ms, 8), None);

@@ -146,6 +146,18 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                 &format!("{n} ({ms:.3} ms; threads whose ring was full)"),
             )?;
         }
+        if let Some((n, records)) = get("own_drains")
+            .and_then(|w| w.split_once(" / "))
+            .filter(|(n, _)| *n != "0")
+        {
+            line(
+                out,
+                "own drains",
+                &format!(
+                    "{n} ({records} records written by threads themselves, the writer behind)"
+                ),
+            )?;
+        }
         if let Some(p) = get("record_path") {
             let what = match (p, get("ring_claims")) {
                 ("fused", Some("rseq")) => format!(

@@ -2,7 +2,9 @@
 //! threads' rings (files in a shared-memory directory, made by the traced
 //! process's [`super::writer`]) into each instance's `<tid>.dat`, converting
 //! times to nanoseconds on the way. The traced threads make no system call
-//! for their records, and what a crashed program had recorded is still in
+//! for their records while the writer keeps up (one whose ring stays full
+//! drains it into the same file itself, by turns with the writer: the
+//! ring's drain lock), and what a crashed program had recorded is still in
 //! the rings when the writer drains them for the last time.
 //!
 //! A program the traced one starts by exec is a *session* of its own: its
@@ -15,6 +17,7 @@
 mod spare;
 pub mod threads;
 
+use super::ring::drain::DRAINER;
 use super::ring::{Drained, Ring};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -175,6 +178,9 @@ pub struct Collector {
     /// (the first writer's, until its last drain: then the recording's
     /// end, [`conclude`], does).
     owns_shm: bool,
+    /// The last drain passed over a ring its thread was draining itself:
+    /// the writer is behind, and goes on without its nap.
+    passed_over: bool,
 }
 
 /// [`Collector::gather`]'s length: as large as the chunks records without
@@ -222,6 +228,7 @@ impl Collector {
             gather: vec![0; GATHER_BYTES],
             share: (0, 1),
             owns_shm: true,
+            passed_over: false,
         })
     }
 
@@ -321,26 +328,66 @@ impl Collector {
     }
 
     /// Drains every mapped ring once; rings of exited threads are removed
-    /// once empty. Returns the records moved.
-    pub fn drain(&mut self) -> u64 {
+    /// once empty. A ring its thread is draining itself (the writer was
+    /// behind) is passed over this time, unless this is the `last` drain:
+    /// then the program has ended, and a drain lock still held is one its
+    /// holder died with. Returns the records moved, those the threads
+    /// drained themselves included.
+    pub fn drain(&mut self, last: bool) -> u64 {
         let mut moved = 0;
         let mut i = 0;
+        self.passed_over = false;
         while i < self.rings.len() {
             self.rings[i].map_written();
             let m = &self.rings[i];
             // Read before draining: a ring closed then gets nothing more.
             let closed = m.ring.header().closed.load(Ordering::Acquire) != 0;
-            let d = match m.fd {
-                Ok(fd) => m.ring.drain_with(fd, &mut self.gather),
-                Err(errno) => Drained {
-                    written: 0,
-                    // No file to write to: the records are dropped, counted.
+            // Its own thread's drain (the writer was behind) has it: next
+            // time. At the last drain the program has ended: a lock held
+            // still (after a moment for a process that outlived it) is one
+            // its holder died with, in the middle of a chunk: what is left
+            // is counted lost, untouched (its times may be converted
+            // already, and part of the chunk written).
+            let locked = !m.ring.try_lock_drain(DRAINER)
+                && (!last || !lock_within(&m.ring, Duration::from_millis(100)));
+            if locked && !last {
+                self.passed_over = true;
+                i += 1;
+                continue;
+            }
+            let mut d = match (locked, m.fd) {
+                (true, _) => Drained {
                     lost: m.ring.discard(),
-                    errno,
                     ..Drained::default()
                 },
+                (false, Ok(fd)) => {
+                    let d = m.ring.drain_with(fd, &mut self.gather);
+                    m.ring.unlock_drain();
+                    d
+                }
+                (false, Err(errno)) => {
+                    let lost = m.ring.discard();
+                    m.ring.unlock_drain();
+                    Drained {
+                        written: 0,
+                        // No file to write to: the records are dropped, counted.
+                        lost,
+                        errno,
+                        ..Drained::default()
+                    }
+                }
             };
             moved += d.written + d.lost;
+            // What the thread drained itself, counted with ours (and as
+            // moved: the writer was behind).
+            let own = m.ring.take_own();
+            moved += own.written + own.lost;
+            d.written += own.written;
+            d.lost += own.lost;
+            d.clock_steps_back += own.clock_steps_back;
+            if d.errno == 0 {
+                d.errno = own.errno;
+            }
             let t = match self.totals.get_mut(&m.dir) {
                 Some(t) => t,
                 None => self.totals.entry(m.dir.clone()).or_default(),
@@ -394,7 +441,7 @@ impl Collector {
     fn last_drain(mut self) -> Part {
         self.owns_shm = false;
         self.scan();
-        self.drain();
+        self.drain(true);
         // A thread whose ring got no record (its tracer's filters took
         // none of its calls, while another tracer's made the rings of
         // every tracer at once): no file and no task, as a tracer alone
@@ -468,6 +515,19 @@ struct Part {
     /// Per instance directory: thread → (process, parent process).
     tasks: HashMap<PathBuf, std::collections::BTreeMap<i32, (i32, i32)>>,
     running: Vec<i32>,
+}
+
+/// Takes `ring`'s drain lock for the writer, waiting up to `wait` for its
+/// holder: whether it got it.
+fn lock_within(ring: &Ring, wait: Duration) -> bool {
+    let t0 = std::time::Instant::now();
+    while !ring.try_lock_drain(DRAINER) {
+        if t0.elapsed() > wait {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
 }
 
 /// The recording's end, once every writer has drained for the last time

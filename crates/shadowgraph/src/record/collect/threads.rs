@@ -53,6 +53,7 @@ impl Collector {
             gather: vec![0; GATHER_BYTES],
             share: (k, n),
             owns_shm: false,
+            passed_over: false,
         }
     }
 }
@@ -81,12 +82,18 @@ fn run(mut c: Collector, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Part>
                     c.scan();
                 }
                 round += 1;
-                moved = c.drain();
+                moved = c.drain(false);
                 // Busy rings are drained often (a full ring makes its
                 // thread wait), at once again after a round that moved
                 // BEHIND records or more (the writer is behind); idle, a
-                // wake-up per 250 µs.
+                // wake-up per 250 µs. A ring passed over (its thread was
+                // draining it, the writer behind) is looked at again after
+                // a moment, about one of the thread's chunks.
                 if moved >= BEHIND {
+                    continue;
+                }
+                if c.passed_over {
+                    std::thread::park_timeout(Duration::from_micros(20));
                     continue;
                 }
                 // A nap `finish` cuts short (unpark): the last drain

@@ -44,7 +44,7 @@ use crate::clock;
 use shadowgraph_data::format::{encode, Kind};
 use shadowgraph_data::time::Calibration;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 pub mod drain;
 
@@ -180,8 +180,10 @@ pub struct RingHeader {
     pub seg_raw: AtomicU64,
     /// The nanoseconds of `seg_raw`.
     pub seg_ns: AtomicU64,
-    /// Held by whoever drains (in-process rings: the thread and the exit
-    /// flush).
+    /// Held by whoever drains: 0 free, else the holder ([`drain::DRAINER`], or
+    /// the thread that drains its own ring: its tid). In-process rings:
+    /// the thread and the exit flush; shared rings: the writer, and the
+    /// thread itself while the writer is behind (`Ring::try_lock_drain`).
     pub busy: AtomicU32,
     _pad3: u32,
     /// The last time written (ns): the thread's times only go forward.
@@ -205,6 +207,15 @@ pub struct RingHeader {
     /// than this, none of whose calls is written, is left out of the file
     /// (see `drain::filter`). Set by the maker.
     pub min_ns: u64,
+    /// Records the thread wrote from its shared ring itself, the writer
+    /// behind, for the writer to count with its own (`Ring::take_own`).
+    pub own_written: AtomicU64,
+    /// Records lost by those drains.
+    pub own_lost: AtomicU64,
+    /// Times those drains moved forward.
+    pub own_steps: AtomicU32,
+    /// Their first write failure (errno; 0: none).
+    pub own_errno: AtomicI32,
 }
 
 const _: () = {

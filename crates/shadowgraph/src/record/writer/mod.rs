@@ -24,9 +24,9 @@ pub(crate) use rings::take_spare;
 pub use rings::{end_instance, flush_all, forget_after_fork, set_siblings};
 pub(crate) use rings::{rings_by_slot_of_this_thread, rings_of_this_thread, BySlot};
 pub use state::{
-    clock_steps_back, lost, set_consumer_time_filter, set_ring_bytes, set_session, shared,
-    shared_ring_len, spare_name, waits, write_error, writer_gave_up, written, MAX_INSTANCES,
-    SPARE_MAX_BYTES,
+    clock_steps_back, lost, own_drains, set_consumer_time_filter, set_ring_bytes, set_session,
+    shared, shared_ring_len, spare_name, waits, write_error, writer_gave_up, written,
+    MAX_INSTANCES, SPARE_MAX_BYTES,
 };
 pub(crate) use vfork::{vfork_child, vfork_parent};
 

@@ -5,6 +5,7 @@
 
 use super::state::*;
 use crate::clock;
+use crate::record::ring::drain::{DRAINER, DRAIN_CHUNK};
 use crate::record::ring::{ring_bytes, Claim, Depth, Drained, Ring};
 use shadowgraph_data::format::Kind;
 use std::cell::Cell;
@@ -87,6 +88,21 @@ crate::fast_thread_local!(
 // thread's later waits are then not timed (counted, not overstated).
 crate::fast_thread_local!(
     static WAITING: Cell<bool>;
+);
+
+// Whether this thread has ended its rings (its exit): a ring it makes
+// after that (records late in its exit) is drained by the writer alone,
+// after the ones before it, which it may not have drained yet, so that
+// the thread's file stays in order.
+crate::fast_thread_local!(
+    static ENDED_MINE: Cell<bool>;
+);
+
+// Whether a vfork child runs in this thread's memory (vfork.rs): its
+// descriptors are not the parent's, which ends the child's rings, so the
+// child leaves them to the writer.
+crate::fast_thread_local!(
+    pub(super) static IN_VFORK_CHILD: Cell<bool>;
 );
 
 /// This thread's ring of instance `inst`, or None (the record counted as
@@ -181,8 +197,9 @@ pub(super) fn make_room(
 }
 
 /// The ring is full: drains it ourselves (local mode) or waits for the
-/// writer until `attempt` (which refreshes the ring's room) succeeds; None
-/// (a record counted as lost) when it never does.
+/// writer until `attempt` (which refreshes the ring's room) succeeds,
+/// draining it ourselves meanwhile where the writer is behind
+/// ([`drain_own`]); None (a record counted as lost) when it never does.
 #[cold]
 #[inline(never)]
 pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Option<T>) -> Option<T> {
@@ -195,6 +212,7 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
         let start = clock::monotonic_ns();
         let outer = !WAITING.replace(true);
         WAITS.fetch_add(1, Ordering::Relaxed);
+        let me = crate::sys::gettid() as u32;
         loop {
             if let Some(c) = attempt() {
                 if outer {
@@ -203,7 +221,27 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
                 }
                 return Some(c);
             }
+            // A handler of a synchronous signal (the others are blocked
+            // there) that landed in this thread's own drain of the ring:
+            // the drain goes on only once the handler returns, and the
+            // writer passes over a ring another drains. The record is
+            // dropped (counted), as local mode drops one.
+            if r.drain_holder() == me {
+                if outer {
+                    WAITING.set(false);
+                }
+                break;
+            }
             let waited = clock::monotonic_ns() - start;
+            // The writer behind (no room after the spin, or at once where
+            // it cannot run beside us): the thread drains its ring itself,
+            // into the file the writer appends it to, one drain at a time
+            // (the ring's drain lock), then looks for room again.
+            if (waited >= WAIT_SPIN_NS || !SPIN_FOR_ROOM.load(Ordering::Relaxed))
+                && drain_own(inst, r, me)
+            {
+                continue;
+            }
             if waited > WAIT_LIMIT_NS {
                 WRITER_GONE[inst].store(true, Ordering::Relaxed);
                 if outer {
@@ -242,17 +280,91 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
 
 /// Local mode: drains a ring to its file, unless someone else is at it.
 pub(super) fn drain_local(inst: usize, r: Ring, fd: i32) {
-    let h = r.header();
-    // A lock: Acquire takes what the last holder drained, Release hands
-    // this drain's progress to the next.
-    if h.busy
-        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
+    if !r.try_lock_drain(DRAINER) {
         return;
     }
     account(inst, r.drain(fd));
-    h.busy.store(0, Ordering::Release);
+    r.unlock_drain();
+}
+
+/// Shared mode, the writer behind: this thread (`me`, its tid) drains its
+/// ring `r` of instance `inst` itself, unless the writer is at it, into
+/// the file the writer drains it into (`<tid>.dat` in the instance's
+/// directory, opened once, appended to: the drain lock keeps the two
+/// drains apart, so the file takes the records in their order). What it
+/// drained is counted in the ring, for the writer's totals. Whether it
+/// moved any record. Async-signal-safe.
+pub(super) fn drain_own(inst: usize, r: Ring, me: u32) -> bool {
+    // (A vfork child's rings are ended by its parent, which has other
+    // descriptors: the child waits for the writer.)
+    if ENDED_MINE.get() || IN_VFORK_CHILD.get() {
+        return false;
+    }
+    let k = MINE_SLOT[inst].load(Ordering::Relaxed);
+    let Some(slot) = k.checked_sub(1).and_then(|k| RINGS.get(k)) else {
+        return false;
+    };
+    let mut fd = slot.own_fd.load(Ordering::Relaxed);
+    if fd < 0 {
+        fd = open_own_file(inst, r.header().tid);
+        if fd < 0 {
+            return false;
+        }
+        // (A signal handler of this thread may have opened one meanwhile:
+        // its stays, ours goes.)
+        if let Err(theirs) =
+            slot.own_fd
+                .compare_exchange(-1, fd, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            // SAFETY: the descriptor just opened, which nothing else has.
+            unsafe { libc::close(fd) };
+            fd = theirs;
+        }
+    }
+    // With the asynchronous signals blocked for the drain (a chunk
+    // converted and written): a handler that landed in it could not
+    // record (its ring full, and drained by no one until it returned);
+    // delivered after it, it finds room.
+    let mask = crate::sys::block_async_signals();
+    if !r.try_lock_drain(me) {
+        crate::sys::restore_signals(mask);
+        return false;
+    }
+    // One chunk: room for the thread to record on, while the writer
+    // (on another processor, if there is one) drains the rest.
+    let d = r.drain_some(fd, DRAIN_CHUNK);
+    r.add_own(&d);
+    r.unlock_drain();
+    crate::sys::restore_signals(mask);
+    let moved = d.written + d.lost > 0;
+    if moved {
+        OWN_DRAINS.fetch_add(1, Ordering::Relaxed);
+        OWN_RECORDS.fetch_add(d.written, Ordering::Relaxed);
+    }
+    moved
+}
+
+/// The file instance `inst`'s writer drains thread `tid`'s ring into,
+/// opened for appending (-1 if it cannot be). Async-signal-safe.
+fn open_own_file(inst: usize, tid: i32) -> i32 {
+    let Some(dir) = DIRS[inst].get() else {
+        return -1;
+    };
+    let mut name = [0u8; 32];
+    let n = put_decimal(&mut name, 0, tid as u64);
+    name[n..n + 4].copy_from_slice(b".dat");
+    let mut path = [0u8; 4096];
+    if !path_in(dir, &name[..n + 4], &mut path) {
+        return -1;
+    }
+    // SAFETY: path is NUL-terminated; open is async-signal-safe.
+    unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+            0o644,
+        )
+    }
 }
 
 pub(super) fn account(inst: usize, d: Drained) {
@@ -459,6 +571,7 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
         let free = s.ring.load(Ordering::Relaxed).is_null();
         if free {
             s.fd.store(fd, Ordering::Relaxed);
+            s.own_fd.store(-1, Ordering::Relaxed);
             s.inst.store(inst, Ordering::Relaxed);
             s.mine.store(
                 &MINE[inst] as *const AtomicPtr<u8> as *mut AtomicPtr<u8>,
@@ -514,6 +627,7 @@ pub(super) extern "C" fn thread_exit(v: *mut libc::c_void) {
         }
     }
     let mask = crate::sys::block_async_signals();
+    ENDED_MINE.set(true);
     release_mine();
     crate::sys::restore_signals(mask);
 }
@@ -562,6 +676,12 @@ pub(super) fn release(slot: &Slot, inst: usize, b: *mut u8) {
         // SAFETY: the fd belongs to this ring, which nobody uses any more.
         unsafe { libc::close(fd) };
     }
+    let own = slot.own_fd.swap(-1, Ordering::Relaxed);
+    if own >= 0 {
+        // SAFETY: the thread's own descriptor of its ring's file; the
+        // ring is out of its thread's cells, so no drain of its uses it.
+        unsafe { libc::close(own) };
+    }
     r.header().closed.store(1, Ordering::Release);
     let bytes = ring_bytes(r.header().capacity);
     slot.fd.store(-1, Ordering::Relaxed);
@@ -587,6 +707,12 @@ pub fn forget_after_fork(record_on: bool) {
     }
     for s in RINGS.iter() {
         s.fd.store(-1, Ordering::Relaxed);
+        let own = s.own_fd.swap(-1, Ordering::Relaxed);
+        if own >= 0 {
+            // SAFETY: the parent's thread's descriptor, inherited: the
+            // child's copy, which nothing here uses any more.
+            unsafe { libc::close(own) };
+        }
         // Release: the slot free, its fd forgotten first.
         s.ring.store(std::ptr::null_mut(), Ordering::Release);
     }

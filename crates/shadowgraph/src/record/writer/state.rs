@@ -43,6 +43,11 @@ pub(super) fn cpus_to_run_on() -> u32 {
 pub(super) struct Slot {
     pub ring: AtomicPtr<u8>,
     pub fd: AtomicI32,
+    /// Shared mode: the thread's own descriptor of the file the writer
+    /// drains the ring into, opened the first time the thread drains the
+    /// ring itself (the writer behind: [`super::rings::drain_own`]); -1:
+    /// none.
+    pub own_fd: AtomicI32,
     pub lock: AtomicBool,
     /// The instance the ring records.
     pub inst: AtomicUsize,
@@ -80,6 +85,7 @@ pub(super) static RINGS: [Slot; MAX_RINGS] = [const {
     Slot {
         ring: AtomicPtr::new(std::ptr::null_mut()),
         fd: AtomicI32::new(-1),
+        own_fd: AtomicI32::new(-1),
         lock: AtomicBool::new(false),
         inst: AtomicUsize::new(0),
         mine: AtomicPtr::new(std::ptr::null_mut()),
@@ -222,10 +228,25 @@ pub fn clock_steps_back(inst: usize) -> (u64, u64) {
     )
 }
 
-/// Times a thread found its ring full and waited for the writer, and the
-/// nanoseconds it waited in all (shared mode).
+/// Times a thread found its ring full and waited for the writer (or,
+/// the writer behind, drained it itself), and the nanoseconds that took
+/// in all (shared mode).
 pub(super) static WAITS: AtomicU64 = AtomicU64::new(0);
 pub(super) static WAITED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Times a thread drained its shared ring itself, the writer behind, and
+/// the records it wrote so.
+pub(super) static OWN_DRAINS: AtomicU64 = AtomicU64::new(0);
+pub(super) static OWN_RECORDS: AtomicU64 = AtomicU64::new(0);
+
+/// (drains of their own rings by the program's threads, records they
+/// wrote so), all threads so far.
+pub fn own_drains() -> (u64, u64) {
+    (
+        OWN_DRAINS.load(Ordering::Relaxed),
+        OWN_RECORDS.load(Ordering::Relaxed),
+    )
+}
 
 /// Whether a thread gave up waiting for instance `inst`'s writer (a ring
 /// stayed full for `WAIT_LIMIT_NS`): records are dropped from then on,

@@ -134,6 +134,8 @@ fn write(
         info.set("recursion_drops", ftrace::recursion_drops_all());
         let (waits, waited) = writer::waits();
         info.set("writer_waits", format!("{waits} / {waited}"));
+        let (drains, records) = writer::own_drains();
+        info.set("own_drains", format!("{drains} / {records}"));
         if writer::writer_gave_up(i) {
             info.set("writer_gave_up", 1);
         }

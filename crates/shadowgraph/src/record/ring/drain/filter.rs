@@ -141,7 +141,7 @@ impl Ring {
     ) {
         let h = self.header();
         // SAFETY: lseek on our own descriptor.
-        let end = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
+        let end = unsafe { libc::lseek(fd, 0, libc::SEEK_END) };
         let mut g = Gather {
             fd,
             buf,

@@ -24,6 +24,37 @@ impl Ring {
         self.drain_with(fd, &mut [0u8; DRAIN_BUFFER])
     }
 
+    /// [`Ring::drain`] of at most `max` records, where the ring has no
+    /// records with data and no consumer's filter (else all of it, as
+    /// [`Ring::drain`]): a thread that drains its own ring frees a chunk
+    /// and records on, while the writer goes on with the rest. The records
+    /// the producer dropped are written (a LOST record at the drain's time)
+    /// only by a drain that reaches the last record, after it.
+    pub fn drain_some(&self, fd: i32, max: u64) -> Drained {
+        let h = self.header();
+        let head = h.head.load(Ordering::Acquire) >> SLOT_SHIFT;
+        // Acquire: as in drain_with.
+        if h.min_ns != 0 || h.with_data.load(Ordering::Acquire) != 0 {
+            return self.drain(fd);
+        }
+        let tail = h.tail.load(Ordering::Relaxed);
+        let to = head.min(tail + max);
+        let mut out = Drained::default();
+        if to == tail && (to < head || h.lost.load(Ordering::Relaxed) == 0) {
+            return out;
+        }
+        let point = clock::calibration_point();
+        let mut times = self.times(point);
+        self.drain_plain(fd, to, &mut times, &mut out);
+        self.end_times(times, &mut out);
+        if to == head {
+            self.write_lost(fd, point.1, &mut out);
+        }
+        // Release: as in drain_with.
+        h.tail.store(to, Ordering::Release);
+        out
+    }
+
     /// [`Ring::drain`] with the caller's buffer for gathering records with
     /// data (larger: fewer writes; at least 4 KiB is used whatever its
     /// length).
@@ -115,9 +146,11 @@ impl Ring {
     ) {
         let h = self.header();
         // The file's end, to cut a failed write back to (whole records
-        // only), followed as writes succeed.
+        // only), followed as writes succeed: its end, not this
+        // descriptor's offset (the ring's thread and the writer may both
+        // append to the file, one drain at a time).
         // SAFETY: lseek on our own descriptor.
-        let mut end = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
+        let mut end = unsafe { libc::lseek(fd, 0, libc::SEEK_END) };
         let mut put = |p: *const u8, len: usize, records: u64, out: &mut Drained| {
             if out.errno != 0 {
                 out.lost += records;
@@ -316,11 +349,68 @@ impl Ring {
     }
 }
 
+/// `busy`'s value while the writer (or an in-process flush) drains a ring:
+/// never a thread's id.
+pub const DRAINER: u32 = u32::MAX;
+
+impl Ring {
+    /// Takes the ring's drain lock for `holder` ([`DRAINER`], or the
+    /// ring's thread: its tid) if nobody holds it.
+    pub fn try_lock_drain(&self, holder: u32) -> bool {
+        // Acquire: what the last holder drained (`tail`, the time line
+        // and the consumer's filter state) is seen.
+        self.header()
+            .busy
+            .compare_exchange(0, holder, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Gives the drain lock back.
+    pub fn unlock_drain(&self) {
+        // Release: this drain's progress goes to the next holder.
+        self.header().busy.store(0, Ordering::Release);
+    }
+
+    /// Who holds the drain lock (0: nobody).
+    pub fn drain_holder(&self) -> u32 {
+        self.header().busy.load(Ordering::Relaxed)
+    }
+
+    /// Counts `d`, a drain the ring's thread made itself, for the writer
+    /// ([`Ring::take_own`]).
+    pub fn add_own(&self, d: &Drained) {
+        let h = self.header();
+        // Relaxed (all): counts, added up once the recording ends.
+        h.own_written.fetch_add(d.written, Ordering::Relaxed);
+        h.own_lost.fetch_add(d.lost, Ordering::Relaxed);
+        h.own_steps
+            .fetch_add(d.clock_steps_back as u32, Ordering::Relaxed);
+        if d.errno != 0 {
+            let _ = h
+                .own_errno
+                .compare_exchange(0, d.errno, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// What the ring's thread drained itself since the last call, taken.
+    pub fn take_own(&self) -> Drained {
+        let h = self.header();
+        // Relaxed (all): as in add_own.
+        Drained {
+            written: h.own_written.swap(0, Ordering::Relaxed),
+            lost: h.own_lost.swap(0, Ordering::Relaxed),
+            errno: h.own_errno.swap(0, Ordering::Relaxed),
+            clock_steps_back: h.own_steps.swap(0, Ordering::Relaxed) as u64,
+            clock_step_max: 0,
+        }
+    }
+}
+
 /// Records a drain converts and writes before it frees their slots (256
 /// KiB): a full ring's thread waits for one chunk, not for the writer's
 /// whole drain of it (2 MiB took it ~0.5 ms here, and fib(30) waited 44
 /// times per run).
-const DRAIN_CHUNK: u64 = 1 << 14;
+pub const DRAIN_CHUNK: u64 = 1 << 14;
 
 /// Records without data `drain_walking` copies in a row beside the records
 /// with data before it writes the rest of their run from the ring.

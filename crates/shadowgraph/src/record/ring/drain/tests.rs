@@ -474,3 +474,80 @@ fn room_while_the_drain_is_blocked(ring: &Ring, rd: i32, done: &AtomicBool) {
         "the drain finished without our reads"
     );
 }
+
+/// The ring's thread and the writer drain one ring into one file by turns,
+/// each through its own descriptor (appending), one drain at a time (the
+/// drain lock): the thread a part of it whenever it finds the ring full,
+/// the writer all of it every 200 µs. Every record arrives once, in
+/// order, and what the thread drained is counted for the writer.
+#[test]
+fn the_thread_and_the_writer_drain_one_ring_by_turns() {
+    use std::os::fd::AsRawFd;
+    const CAP: u64 = 1024;
+    const N: u64 = 300_000;
+    let (ring, path, _file) = ring_into_file(CAP, "turns");
+    let append = || {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+    };
+    let (mine, theirs) = (append(), append());
+    let done = AtomicBool::new(false);
+    let own_drains = std::sync::atomic::AtomicU64::new(0);
+    let counted = std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..N {
+                let c = loop {
+                    if let Some(c) = ring.claim_at(|| i + 1, Kind::Lost, Depth::Follow) {
+                        break c;
+                    }
+                    if !ring.refresh() && ring.try_lock_drain(7) {
+                        // A part of it, as a thread drains its own.
+                        let d = ring.drain_some(mine.as_raw_fd(), 300);
+                        ring.add_own(&d);
+                        ring.unlock_drain();
+                        own_drains.fetch_add(1, Ordering::Relaxed);
+                    }
+                };
+                ring.write(c.slot, c.time, Kind::Entry, (i % 1024) as u16, i);
+                ring.publish(&c);
+            }
+            done.store(true, Ordering::Release);
+        });
+        let writer = s.spawn(|| {
+            let mut counted = 0;
+            loop {
+                let finished = done.load(Ordering::Acquire);
+                if ring.try_lock_drain(DRAINER) {
+                    let d = ring.drain(theirs.as_raw_fd());
+                    ring.unlock_drain();
+                    assert_eq!((d.lost, d.errno), (0, 0));
+                    counted += d.written + ring.take_own().written;
+                    if finished && d.written == 0 {
+                        break counted;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        });
+        writer.join().unwrap()
+    });
+    let bytes = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        own_drains.load(Ordering::Relaxed) > 0,
+        "the thread never drained"
+    );
+    assert_eq!(counted, N);
+    assert_eq!(bytes.len() as u64, N * 16);
+    for (i, rec) in bytes.chunks_exact(16).enumerate() {
+        let r = decode(rec.try_into().unwrap(), i as u64 * 16).unwrap();
+        let i = i as u64;
+        assert_eq!(
+            (r.time, r.addr, r.depth as u64),
+            (i + 1, i, i % 1024),
+            "record {i}"
+        );
+    }
+}
