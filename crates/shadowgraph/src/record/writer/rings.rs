@@ -306,7 +306,7 @@ pub(super) fn drain_own(inst: usize, r: Ring, me: u32) -> bool {
     };
     let mut fd = slot.own_fd.load(Ordering::Relaxed);
     if fd < 0 {
-        fd = open_own_file(inst, r.header().tid);
+        fd = open_dat_file(inst, r.header().tid);
         if fd < 0 {
             return false;
         }
@@ -344,9 +344,10 @@ pub(super) fn drain_own(inst: usize, r: Ring, me: u32) -> bool {
     moved
 }
 
-/// The file instance `inst`'s writer drains thread `tid`'s ring into,
-/// opened for appending (-1 if it cannot be). Async-signal-safe.
-fn open_own_file(inst: usize, tid: i32) -> i32 {
+/// Thread `tid`'s file of instance `inst` (`<tid>.dat` in its directory,
+/// which its writer, or the thread itself in local mode, drains its ring
+/// into), opened for appending (-1 if it cannot be). Async-signal-safe.
+fn open_dat_file(inst: usize, tid: i32) -> i32 {
     let Some(dir) = DIRS[inst].get() else {
         return -1;
     };
@@ -519,22 +520,7 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
     } else {
         // Local: the agent alone, or no shared ring could be made (a file
         // size limit, a full /dev/shm): this thread writes its own.
-        let Some(dir) = DIRS[inst].get() else {
-            return std::ptr::null_mut();
-        };
-        let n = put_decimal(&mut name, 0, tid as u64);
-        name[n..n + 4].copy_from_slice(b".dat");
-        if !path_in(dir, &name[..n + 4], &mut path) {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: path is NUL-terminated.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr().cast(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
-                0o644,
-            )
-        };
+        let fd = open_dat_file(inst, tid);
         if fd < 0 {
             return std::ptr::null_mut();
         }

@@ -31,34 +31,19 @@ impl Ring {
     /// the producer dropped are written (a LOST record at the drain's time)
     /// only by a drain that reaches the last record, after it.
     pub fn drain_some(&self, fd: i32, max: u64) -> Drained {
-        let h = self.header();
-        let head = h.head.load(Ordering::Acquire) >> SLOT_SHIFT;
-        // Acquire: as in drain_with.
-        if h.min_ns != 0 || h.with_data.load(Ordering::Acquire) != 0 {
-            return self.drain(fd);
-        }
-        let tail = h.tail.load(Ordering::Relaxed);
-        let to = head.min(tail + max);
-        let mut out = Drained::default();
-        if to == tail && (to < head || h.lost.load(Ordering::Relaxed) == 0) {
-            return out;
-        }
-        let point = clock::calibration_point();
-        let mut times = self.times(point);
-        self.drain_plain(fd, to, &mut times, &mut out);
-        self.end_times(times, &mut out);
-        if to == head {
-            self.write_lost(fd, point.1, &mut out);
-        }
-        // Release: as in drain_with.
-        h.tail.store(to, Ordering::Release);
-        out
+        self.drain_up_to(fd, &mut [0u8; DRAIN_BUFFER], max)
     }
 
     /// [`Ring::drain`] with the caller's buffer for gathering records with
     /// data (larger: fewer writes; at least 4 KiB is used whatever its
     /// length).
     pub fn drain_with(&self, fd: i32, buf: &mut [u8]) -> Drained {
+        self.drain_up_to(fd, buf, u64::MAX)
+    }
+
+    /// [`Ring::drain_with`], of at most `max` records where the ring has
+    /// none with data and no consumer's filter ([`Ring::drain_some`]).
+    fn drain_up_to(&self, fd: i32, buf: &mut [u8], max: u64) -> Drained {
         let h = self.header();
         let head = h.head.load(Ordering::Acquire) >> SLOT_SHIFT;
         let tail = h.tail.load(Ordering::Relaxed);
@@ -69,6 +54,9 @@ impl Ring {
         }
         let point = clock::calibration_point();
         let mut times = self.times(point);
+        // Where this drain ends: the last record but for a plain ring's
+        // part.
+        let mut to = head;
         // Acquire: read after `head`, set before any record with data that
         // `head` publishes.
         if h.min_ns != 0 {
@@ -87,13 +75,16 @@ impl Ring {
                 self.drain_walking(fd, head, &mut times, &mut own, &mut out);
             }
         } else {
-            self.drain_plain(fd, head, &mut times, &mut out);
+            to = head.min(tail.saturating_add(max));
+            self.drain_plain(fd, to, &mut times, &mut out);
         }
         self.end_times(times, &mut out);
-        self.write_lost(fd, point.1, &mut out);
+        if to == head {
+            self.write_lost(fd, point.1, &mut out);
+        }
         // Release: the records drained are read before their slots go back
         // to the producer, which loads `tail` Acquire before reusing them.
-        h.tail.store(head, Ordering::Release);
+        h.tail.store(to, Ordering::Release);
         out
     }
 
