@@ -212,8 +212,10 @@ pub(crate) fn tool_command(
             c
         }
         _ => {
+            // ("sgc": in the compact layout.)
             let mut c = std::process::Command::new(me);
             c.arg("record")
+                .args((tool == "sgc").then_some("--compact"))
                 .args(opts)
                 .arg("-d")
                 .arg(data)

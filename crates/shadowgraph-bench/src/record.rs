@@ -231,6 +231,9 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         // A recorder and a profile (the multi path keeps the profile's
         // counts beside the recorder's records).
         Box::new(|| run_sg_with(&arg, None, &["--tracer", "a", "--tracer", "b:type=profile"])),
+        // The compact layout: the writer encodes, and writes a fifth of
+        // the bytes.
+        Box::new(|| run_sg_with(&arg, None, &["--compact"])),
     ];
     let uf_at = runs.len();
     if uftrace {
@@ -277,7 +280,9 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
     );
     let (sg_profile, sg_args, sg_p, sg_p_start) = (med(9), med(10), med(11), med(12));
     let (sg_trigger, sg_auto, sg_two_depth, sg_two_filter) = (med(13), med(14), med(15), med(16));
-    let (sg_two_timed, sg_two_profile) = (med(17), med(18));
+    let (sg_two_timed, sg_two_profile, sg_compact) = (med(17), med(18), med(19));
+    let compact_bytes =
+        time_cmd(1, || run_sg_with(&arg, None, &["--compact"])).map(|_| dir_bytes(&sg_data))?;
     let sg = (
         med(1),
         time_cmd(1, || run_sg(&arg)).map(|_| dir_bytes(&sg_data))?,
@@ -315,6 +320,12 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         sg_start,
         sg_replay,
         sg_report,
+    );
+    println!(
+        "{:<34} {sg_compact:>9.3} {:>12.1} {:>10.1}",
+        "  (--compact: the compact layout)",
+        per_call(sg_compact, sg_start),
+        compact_bytes as f64 / calls as f64
     );
     println!(
         "{:<34} {sg_hijack:>9.3} {:>12.1}",

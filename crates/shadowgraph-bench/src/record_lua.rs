@@ -94,7 +94,7 @@ pub(crate) fn rows(
             String::from_utf8_lossy(&built.stderr).trim()
         ));
     }
-    let mut tools = vec!["plain", "sg"];
+    let mut tools = vec!["plain", "sg", "sgc"];
     if uftrace {
         tools.push("uftrace");
     }
@@ -117,24 +117,28 @@ pub(crate) fn rows(
     let data = data_dir.join("lua.data");
     let mut times = vec![Vec::new(); tools.len()];
     let mut ratios = Vec::new();
-    let mut sg_waits = Vec::new();
+    // shadowgraph's waits, by tool (uftrace's: none counted).
+    let mut sg_waits = vec![Vec::new(); tools.len()];
     for _ in 0..reps {
-        for (tool, t) in tools.iter().zip(times.iter_mut()) {
+        for (i, (tool, t)) in tools.iter().zip(times.iter_mut()).enumerate() {
             t.push(time_cmd(1, || run(tool, &data))?);
-            if *tool == "sg" {
-                sg_waits.push(waits(&data).1);
+            if tool.starts_with("sg") {
+                sg_waits[i].push(waits(&data).1);
             }
         }
         if uftrace {
             let plain = times[0].last().copied().unwrap_or(0.0);
-            let (sg, uf) = (times[1].last(), times[2].last());
+            let (sg, uf) = (times[1].last(), times[3].last());
             if let (Some(sg), Some(uf)) = (sg, uf) {
                 ratios.push((sg - plain) / (uf - plain));
             }
         }
     }
+    let _ = time_cmd(1, || run("sgc", &data))?;
+    let compact_bytes = dat_bytes(&data);
     let _ = time_cmd(1, || run("sg", &data))?;
-    let records = dat_bytes(&data) / shadowgraph_data::format::RECORD_SIZE as u64;
+    let sg_bytes = dat_bytes(&data);
+    let records = sg_bytes / shadowgraph_data::format::RECORD_SIZE as u64;
     let calls = (records / 2).max(1);
     let m: Vec<f64> = times.iter().map(|t| median(t.clone())).collect();
     println!(
@@ -147,32 +151,32 @@ pub(crate) fn rows(
         "", "total s", "ns/call", "cold s", "waits s"
     );
     println!("{:<34} {:>9.3}", "untraced", m[0]);
-    let names = ["shadowgraph record", "uftrace record -P ."];
+    let names = ["shadowgraph record", "  (--compact)", "uftrace record -P ."];
     for (i, name) in names.iter().enumerate().take(tools.len() - 1) {
         let (t, (cold_t, (_, cold_w))) = (m[i + 1], cold[i]);
         let per_call = (t - m[0]) * 1e9 / calls as f64;
-        let warm_w = if i == 0 {
-            format!("{:.3}", median(sg_waits.clone()))
-        } else {
-            "-".to_string()
+        let w = match sg_waits[i + 1].is_empty() {
+            false => format!("{:.3} / {cold_w:.3}", median(sg_waits[i + 1].clone())),
+            true => "-".to_string(),
         };
-        println!(
-            "{name:<34} {t:>9.3} {per_call:>12.1} {cold_t:>12.3} {:>12}",
-            if i == 0 {
-                format!("{warm_w} / {cold_w:.3}")
-            } else {
-                warm_w
-            }
-        );
+        println!("{name:<34} {t:>9.3} {per_call:>12.1} {cold_t:>12.3} {w:>12}");
     }
     if !ratios.is_empty() {
         println!(
             "# overhead per call, shadowgraph / uftrace: {:.3} (median of the rounds' ratios); \
              cold first runs: {:.3}",
             median(ratios),
-            (cold[0].0 - m[0]) / (cold[1].0 - m[0])
+            (cold[0].0 - m[0]) / (cold[2].0 - m[0])
         );
     }
+    println!(
+        "# the recording's thread files: {:.2} GB, {:.2} GB with --compact ({:.1} and {:.1} \
+         bytes a record)",
+        sg_bytes as f64 / 1e9,
+        compact_bytes as f64 / 1e9,
+        sg_bytes as f64 / records.max(1) as f64,
+        compact_bytes as f64 / records.max(1) as f64
+    );
     println!(
         "# waits s: the time shadowgraph's traced threads waited for the writer (full rings), \
          median / the cold run's"

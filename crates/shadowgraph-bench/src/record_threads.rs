@@ -49,7 +49,7 @@ pub(crate) fn rows(
         c.args([n, threads]);
         c
     };
-    let mut tools = vec!["plain", "sg"];
+    let mut tools = vec!["plain", "sg", "sgc"];
     if uftrace {
         tools.push("uftrace");
     }
@@ -89,7 +89,12 @@ pub(crate) fn rows(
         "{:<34} {:>9} {:>12} {:>9}",
         "", "1 thread", "2 threads", "ratio"
     );
-    for (i, name) in [(1, "shadowgraph record"), (2, "uftrace record -P .")] {
+    let rows = [
+        (1, "shadowgraph record"),
+        (2, "  (--compact)"),
+        (3, "uftrace record -P ."),
+    ];
+    for (i, name) in rows {
         if i >= tools.len() {
             continue;
         }

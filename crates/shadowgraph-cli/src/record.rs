@@ -707,7 +707,10 @@ pub(crate) fn conclude_dir(
                 dd.tids
                     .iter()
                     .filter_map(|&t| std::fs::metadata(dd.dat_path(t)).ok())
-                    .map(|m| m.len() / 16)
+                    .map(|m| match dd.compact() {
+                        true => shadowgraph_data::compact::records_in(m.len()),
+                        false => m.len() / 16,
+                    })
                     .sum()
             });
             eprintln!(

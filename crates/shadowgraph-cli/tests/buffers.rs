@@ -190,16 +190,20 @@ fn rings_of_exited_threads_are_unmapped() {
 /// full drains it itself, into the file the writer appends it to, one
 /// drain at a time. Every call is there once, balanced and in time order,
 /// the counts add up, and `info` says how many records the threads wrote
-/// themselves; with one tracer and with two (each its own directory).
+/// themselves; with one tracer and with two (each its own directory), and
+/// in the compact layout.
 #[test]
 fn threads_drain_their_own_rings_while_the_writer_is_behind() {
     use std::io::{BufRead, Read};
     let dir = workdir("own_drains");
     let exe = build_fixture_with(&dir, "t", "threads_for_a_while.c", &["-pthread"]);
-    for tracers in [&[][..], &["--tracer", "a", "--tracer", "b"][..]] {
-        let data = dir.join(format!("t{}.data", tracers.len()));
+    let two = &["--tracer", "a", "--tracer", "b"][..];
+    // (And in the compact layout, which the threads' drains write too.)
+    for (tracers, layout) in [(&[][..], None), (two, None), (&[][..], Some("--compact"))] {
+        let data = dir.join(format!("t{}{}.data", tracers.len(), layout.unwrap_or("")));
         let mut opts = vec!["--no-libs", "-b", "64K"];
         opts.extend_from_slice(tracers);
+        opts.extend(layout);
         let mut c = record_command(&[], &opts, &data, &exe);
         c.args(["400", "4"])
             .stdout(std::process::Stdio::piped())

@@ -3,6 +3,7 @@
 //! `<tid>.dat` of 16-byte records per thread. Every read error names the
 //! file and, for records, the byte offset.
 
+use super::compact::Dat;
 use super::format::{decode, Kind, Record, RECORD_SIZE};
 use crate::error::err;
 pub use crate::error::DataError;
@@ -344,7 +345,10 @@ impl DataDir {
                 .tids
                 .iter()
                 .filter_map(|&t| std::fs::metadata(data.dat_path(t)).ok())
-                .map(|m| m.len() / RECORD_SIZE as u64)
+                .map(|m| match data.compact() {
+                    true => crate::compact::records_in(m.len()),
+                    false => m.len() / RECORD_SIZE as u64,
+                })
                 .sum();
             data.progress = Progress::worth(total).map(std::sync::Arc::new);
         }
@@ -461,7 +465,7 @@ impl DataDir {
         let file =
             std::fs::File::open(&path).map_err(|e| err(&path, format!("cannot read: {e}")))?;
         Ok(RecordStream {
-            input: std::io::BufReader::with_capacity(1 << 16, file),
+            input: std::io::BufReader::with_capacity(1 << 16, Dat::new(file, self.compact())),
             path,
             offset: 0,
             conv: self.info.calibration().converter(),
@@ -509,6 +513,12 @@ impl DataDir {
             i => self.symbols[i - 1].0,
         };
         self.libnames.get(&start).map(String::as_str)
+    }
+
+    /// Whether the threads' files are in the compact layout
+    /// ([`crate::compact`]; `record --compact`).
+    pub fn compact(&self) -> bool {
+        self.info.get("layout") == Some("compact")
     }
 
     /// All records of one thread (small traces, tests).
@@ -600,7 +610,7 @@ pub struct RecordStream {
     /// Arguments and return values as the plain dump shows them
     /// ([`DataDir::dump_stream`]).
     dump_args: bool,
-    input: std::io::BufReader<std::fs::File>,
+    input: std::io::BufReader<Dat>,
     path: PathBuf,
     offset: u64,
     conv: super::time::Converter,
@@ -644,6 +654,10 @@ impl Iterator for RecordStream {
                 Ok(0) => break,
                 Ok(k) => n += k,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // A compact file's damaged block, after the whole ones.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    return self.cut(e.to_string())
+                }
                 Err(e) => {
                     self.failed = true;
                     return Some(Err(err(

@@ -100,6 +100,13 @@ pub fn info(data: &DataDir, out: &mut impl Write) -> Result<(), ReplayError> {
                     get("lost").unwrap_or("?")
                 ),
             )?;
+            if data.compact() {
+                line(
+                    out,
+                    "record layout",
+                    "compact (--compact; `export --uftrace` writes uftrace's)",
+                )?;
+            }
         }
         line(
             out,

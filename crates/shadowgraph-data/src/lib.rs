@@ -2,7 +2,8 @@
 //! the data directory a recording leaves (uftrace's format, both ways) and
 //! the views that show it.
 //!
-//! * [`format`](mod@format) — the 16-byte entry/exit record; [`time`] — raw timestamps
+//! * [`format`](mod@format) — the 16-byte entry/exit record; [`compact`] — the
+//!   same records in a few bytes each (`record --compact`); [`time`] — raw timestamps
 //!   to nanoseconds.
 //! * [`dir`] — a data directory: its `info`, threads, symbols and record
 //!   streams; [`sched`] — scheduling events in it; [`uftrace`] — uftrace's
@@ -21,6 +22,7 @@
 
 pub mod args;
 pub mod chrome;
+pub mod compact;
 pub mod diff;
 pub mod dir;
 pub mod dump;

@@ -5,7 +5,7 @@
 //! its calls as they were (`_exit` never returns).
 
 use crate::format::{decode, encode, Kind, RECORD_SIZE};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::Path;
 
 /// Appends to the record file (`<tid>.dat`, times in ns) in `dir` of
@@ -17,6 +17,9 @@ use std::path::Path;
 pub fn close_open_calls(dir: &Path, at_ns: u64, running: impl Fn(i32) -> bool) -> io::Result<u64> {
     let tasks = crate::uftrace::read_tasks(dir);
     let args = arg_index(dir);
+    let mut info = crate::meta::Info::default();
+    let _ = crate::meta::read_key_values(&dir.join("shadowgraph.info"), &mut info, &mut Vec::new());
+    let compact = info.get("layout") == Some("compact");
     let mut added = 0;
     for e in std::fs::read_dir(dir)? {
         let path = e?.path();
@@ -26,7 +29,7 @@ pub fn close_open_calls(dir: &Path, at_ns: u64, running: impl Fn(i32) -> bool) -
             .and_then(|s| s.parse::<i32>().ok());
         if let (Some(tid), true) = (tid, path.extension().is_some_and(|x| x == "dat")) {
             if running(tasks.get(&tid).map_or(tid, |t| t.0)) {
-                added += close_in(&path, at_ns, args.as_ref())?;
+                added += close_in(&path, at_ns, args.as_ref(), compact)?;
             }
         }
     }
@@ -48,8 +51,22 @@ fn arg_index(dir: &Path) -> Option<crate::args::ArgIndex> {
     crate::args::ArgIndex::new(&specs, (&symbols, &names, None), |_| String::new())
 }
 
-fn close_in(path: &Path, at_ns: u64, args: Option<&crate::args::ArgIndex>) -> io::Result<u64> {
-    let bytes = std::fs::read(path)?;
+fn close_in(
+    path: &Path,
+    at_ns: u64,
+    args: Option<&crate::args::ArgIndex>,
+    compact: bool,
+) -> io::Result<u64> {
+    let bytes = match compact {
+        true => {
+            let mut b = Vec::new();
+            crate::compact::CompactReader::new(std::fs::File::open(path)?)
+                .read_to_end(&mut b)
+                .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
+            b
+        }
+        false => std::fs::read(path)?,
+    };
     let mut open: Vec<(u64, u16)> = Vec::new();
     let mut last = 0;
     let mut at = 0;
@@ -87,6 +104,9 @@ fn close_in(path: &Path, at_ns: u64, args: Option<&crate::args::ArgIndex>) -> io
     for &(addr, depth) in open.iter().rev() {
         out.extend_from_slice(&at.to_le_bytes());
         out.extend_from_slice(&encode(Kind::Exit, depth, addr).to_le_bytes());
+    }
+    if compact {
+        out = crate::compact::block_of(&out);
     }
     std::fs::OpenOptions::new()
         .append(true)

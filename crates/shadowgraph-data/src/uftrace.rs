@@ -18,6 +18,10 @@ const FEATURES: u64 = 1 << 1 | 1 << 5 | 1 << 6;
 /// usageinfo, loadinfo, record_date, pattern_type, uftrace_version.
 const INFO_MASK: u64 = 0x3bff;
 
+/// The `info` version of a recording whose records are in the compact
+/// layout: one uftrace does not read.
+pub const COMPACT_VERSION: u32 = 1004;
+
 /// Feature bits of recorded arguments and return values.
 const ARGUMENT: u64 = 1 << 3;
 const RETVAL: u64 = 1 << 4;
@@ -166,10 +170,23 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// The time of a `.dat` file's first record (checked), if it has one.
-fn first_time_of(path: &Path) -> Result<Option<u64>, DataError> {
+/// Copies a compact `.dat` file (times in ns) in uftrace's layout.
+/// Returns the first record's time.
+fn decode_dat(src: &Path, dst: &Path) -> Result<Option<u64>, DataError> {
+    let file = std::fs::File::open(src).map_err(|e| err(src, format!("cannot read: {e}")))?;
+    let mut input = std::io::BufReader::new(crate::compact::Dat::new(file, true));
+    let mut output = std::io::BufWriter::new(std::fs::File::create(dst).map_err(|e| err(dst, e))?);
+    std::io::copy(&mut input, &mut output).map_err(|e| err(src, e))?;
+    output.flush().map_err(|e| err(dst, e))?;
+    first_time_of(src, true)
+}
+
+/// The time of a `.dat` file's first record (checked), if it has one
+/// (`compact`: in that layout).
+fn first_time_of(path: &Path, compact: bool) -> Result<Option<u64>, DataError> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    let f = std::fs::File::open(path).map_err(|e| err(path, format!("cannot read: {e}")))?;
+    let mut f = crate::compact::Dat::new(f, compact);
     let mut b = [0u8; RECORD_SIZE];
     let mut n = 0;
     while n < RECORD_SIZE {
@@ -267,8 +284,15 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
         let src = data.dat_path(tid);
         let dst = out.join(format!("{tid}.dat"));
         let first = if cal.is_identity() && same_file(&src, &dst) {
-            // Nanoseconds already, in place: nothing to copy.
-            first_time_of(&src)?
+            // Nanoseconds already, in place: nothing to copy (a compact
+            // recording stays compact; its `info` says so to uftrace).
+            first_time_of(&src, data.compact())?
+        } else if data.compact() {
+            // Nanoseconds already: decoded.
+            let tmp = out.join(format!("{tid}.dat.tmp"));
+            let first = decode_dat(&src, &tmp)?;
+            std::fs::rename(&tmp, &dst).map_err(|e| err(&dst, e))?;
+            first
         } else {
             let tmp = out.join(format!("{tid}.dat.tmp"));
             let first = convert_dat(&src, &tmp, &cal)?;
@@ -514,7 +538,14 @@ pub fn export(data: &DataDir, out: &Path) -> Result<(), DataError> {
     .unwrap();
     let mut info = Vec::with_capacity(40 + text.len());
     info.extend_from_slice(b"Ftrace!\0");
-    info.extend_from_slice(&4u32.to_le_bytes()); // version
+    // The version: uftrace's 4, or for a recording left in the compact
+    // layout one that uftrace refuses ("unsupported file version") rather
+    // than misreading its records.
+    let version: u32 = match data.compact() && same_file(&data.dir, out) {
+        true => COMPACT_VERSION,
+        false => 4,
+    };
+    info.extend_from_slice(&version.to_le_bytes());
     info.extend_from_slice(&40u16.to_le_bytes()); // header size
     info.push(1); // little endian
     info.push(2); // ELF class 64

@@ -129,6 +129,9 @@ pub struct Record {
     /// The clock timestamps are read from.
     #[serde(default)]
     pub clock: Clock,
+    /// How the records are laid out in the threads' files (`--compact`).
+    #[serde(default)]
+    pub layout: Layout,
     /// Tracing switched off and on through FIFOs (`--control`).
     #[serde(default)]
     pub control: Option<Control>,
@@ -186,6 +189,18 @@ pub struct Record {
     pub agent: bool,
 }
 
+/// How a recording lays out the records of its threads' files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// uftrace's: 16 bytes a record (uftrace reads the files as they are).
+    #[default]
+    Uftrace,
+    /// `shadowgraph_data::compact`: a few bytes a record, read by
+    /// shadowgraph's views (`export --uftrace` writes uftrace's).
+    Compact,
+}
+
 /// Which calls made through an object's PLT to functions of other objects
 /// (library calls) are traced.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,6 +230,7 @@ impl Record {
             rings: None,
             ring_bytes: None,
             clock: Clock::Tsc,
+            layout: Layout::Uftrace,
             control: None,
             children: true,
             fused: true,
@@ -612,6 +628,7 @@ mod tests {
                 rings: None,
                 ring_bytes: Some(1 << 20),
                 clock: Clock::Monotonic,
+                layout: Layout::Compact,
                 control: None,
                 children: true,
                 fused: true,

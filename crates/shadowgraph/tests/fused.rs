@@ -58,7 +58,7 @@ fn record_while_the_recorder_comes_and_goes(entry: Entry) {
     // Small local rings: the threads drain them often (the general way's
     // make_room) while the fused path writes them.
     let data = dir.join("data");
-    writer::start(0, 0, &data, None, Some(64 << 10)).unwrap();
+    writer::start(0, 0, &data, None, Some(64 << 10), false).unwrap();
     let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();
     let recorder = fgraph::GraphUser::new(record_entry, record_return, filter.clone(), 0);
     assert!(fused::attach(&recorder, 0, 0));

@@ -27,7 +27,7 @@ fn threads_record_arguments_while_the_recorder_comes_and_goes() {
         return;
     }
     let data = dir.join("data");
-    writer::start(0, 0, &data, None, Some(64 << 10)).unwrap();
+    writer::start(0, 0, &data, None, Some(64 << 10), false).unwrap();
     let leaf = ftrace::site_by_name("leaf").unwrap().addr;
     let mut descs = vec![0; ftrace::site_count()];
     let spec = ArgSpec::parse("arg1/i64").unwrap();

@@ -54,7 +54,7 @@ fn recorders_come_and_go_on_the_shared_path() {
     // of a round ends its recording and starts a new one).
     let data = |i: usize, k: usize| dir.join(format!("data{i}-{k}"));
     let start = |i: usize, k: usize| {
-        writer::start(i, i, &data(i, k), None, Some(256 << 10)).unwrap();
+        writer::start(i, i, &data(i, k), None, Some(256 << 10), false).unwrap();
     };
     for i in 0..RECORDERS {
         start(i, 0);

@@ -37,7 +37,7 @@ fn a_profile_and_recorders_come_and_go_on_the_shared_path() {
     }
     let data = |i: usize| dir.join(format!("data{i}"));
     for i in 0..2 {
-        writer::start(i, i, &data(i), None, Some(256 << 10)).unwrap();
+        writer::start(i, i, &data(i), None, Some(256 << 10), false).unwrap();
     }
     assert!(fused::enable_multi());
     let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();

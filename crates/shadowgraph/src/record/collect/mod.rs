@@ -665,7 +665,7 @@ mod tests {
         let base = crate::sys::map_shared(f.as_raw_fd(), len, false).unwrap();
         // SAFETY: a fresh shared mapping of the zeroed file's whole length,
         // page-aligned, never unmapped while the test runs.
-        let ring = unsafe { Ring::init(base, 0, dead, dead, 4096, 0, 0, 0) };
+        let ring = unsafe { Ring::init(base, 0, dead, dead, 4096, 0, 0, 0, false) };
         for i in 0..2 {
             let c = ring.claim_at(|| i, Kind::Entry, Depth::Given(0)).unwrap();
             ring.write(c.slot, c.time, Kind::Entry, c.depth, 0x1000);

@@ -130,7 +130,9 @@ pub struct RingHeader {
     /// The process's parent when the ring was made (a forked child's
     /// rings tell the writer where the child came from).
     pub ppid: i32,
-    _pad0: u32,
+    /// 1: the consumer writes the compact layout
+    /// (`shadowgraph_data::compact`); 0: uftrace's. Set by the maker.
+    pub compact: u32,
     /// The recording session of the process image that made the ring (a
     /// program started by exec is a session of its own, recorded into its
     /// own directory).
@@ -302,7 +304,8 @@ impl Ring {
     /// process's life.
     /// `depth`: the thread's recorded depth so far (the frames it has open
     /// when its first record is written: a forked child's); `min_ns`: the
-    /// time filter its consumer applies (0: none).
+    /// time filter its consumer applies (0: none); `compact`: its consumer
+    /// writes the compact layout.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn init(
         base: *mut u8,
@@ -313,6 +316,7 @@ impl Ring {
         session: u64,
         depth: u16,
         min_ns: u64,
+        compact: bool,
     ) -> Ring {
         debug_assert!(capacity.is_power_of_two());
         let (raw, ns) = clock::calibration_point();
@@ -335,6 +339,7 @@ impl Ring {
             std::ptr::addr_of_mut!((*h).ppid).write(libc::getppid());
             std::ptr::addr_of_mut!((*h).session).write(session);
             std::ptr::addr_of_mut!((*h).min_ns).write(min_ns);
+            std::ptr::addr_of_mut!((*h).compact).write(compact as u32);
             (*h).seg_raw.store(raw, Ordering::Relaxed);
             (*h).seg_ns.store(ns, Ordering::Relaxed);
             (*h).ref_raw.store(raw, Ordering::Relaxed);

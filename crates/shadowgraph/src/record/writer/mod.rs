@@ -24,8 +24,8 @@ pub(crate) use rings::take_spare;
 pub use rings::{end_instance, flush_all, forget_after_fork, set_siblings};
 pub(crate) use rings::{rings_by_slot_of_this_thread, rings_of_this_thread, BySlot};
 pub use state::{
-    clock_steps_back, lost, own_drains, set_consumer_time_filter, set_ring_bytes, set_session,
-    shared, shared_ring_len, spare_name, waits, write_error, writer_gave_up, written,
+    clock_steps_back, compact, lost, own_drains, set_consumer_time_filter, set_ring_bytes,
+    set_session, shared, shared_ring_len, spare_name, waits, write_error, writer_gave_up, written,
     MAX_INSTANCES, SPARE_MAX_BYTES,
 };
 pub(crate) use vfork::{vfork_child, vfork_parent};
@@ -46,13 +46,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// directory `dir` (created if missing), or, when `shm` is given, into
 /// rings in that shared-memory directory, which `record::collect` drains
 /// (their names and headers carry `index`). Its rings hold `ring_bytes`
-/// of records (None: the default).
+/// of records (None: the default); their consumer writes the compact
+/// layout if `compact` (`shadowgraph_data::compact`), else uftrace's.
 pub fn start(
     inst: usize,
     index: usize,
     dir: &Path,
     shm: Option<&Path>,
     ring_bytes: Option<u64>,
+    compact: bool,
 ) -> io::Result<()> {
     if inst >= MAX_INSTANCES {
         return Err(io::Error::other(format!(
@@ -64,6 +66,7 @@ pub fn start(
     let (dir, shm) = (c(dir)?, shm.map(c).transpose()?);
     reset_counts(inst);
     set_ring_bytes(inst, ring_bytes);
+    COMPACT[inst].store(compact, Ordering::Relaxed);
     INDEX[inst].store(index as u32, Ordering::Relaxed);
     DIRS[inst].set(Some(dir));
     SHM[inst].set(shm);

@@ -544,6 +544,7 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
             depth,
             // Relaxed: set before the instance's user is registered.
             MIN_NS[inst].load(Ordering::Relaxed),
+            COMPACT[inst].load(Ordering::Relaxed),
         )
     };
     // A free slot, filled under its lock (one held by the end of an

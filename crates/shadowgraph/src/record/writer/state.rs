@@ -143,6 +143,17 @@ pub(super) static SHARED_RECORDS: [AtomicU64; MAX_INSTANCES] =
 /// none): see `ring::drain::filter`.
 pub(super) static MIN_NS: [AtomicU64; MAX_INSTANCES] = [const { AtomicU64::new(0) }; MAX_INSTANCES];
 
+/// Whether the consumer of each instance's rings writes the compact layout
+/// (set before its first ring is made).
+pub(super) static COMPACT: [AtomicBool; MAX_INSTANCES] =
+    [const { AtomicBool::new(false) }; MAX_INSTANCES];
+
+/// Whether the consumer of instance `inst`'s rings writes the compact
+/// layout.
+pub fn compact(inst: usize) -> bool {
+    COMPACT[inst].load(Ordering::Relaxed)
+}
+
 /// Has the consumer of instance `inst`'s rings leave out the calls shorter
 /// than `ns` (0: none), those of them that make no call long enough: a
 /// time filter applied on the way to the file, for a tracer whose threads
@@ -308,6 +319,7 @@ pub(super) fn reset_counts(inst: usize) {
     WRITER_GONE[inst].store(false, Ordering::Relaxed);
     SPARE_TRIED[inst].store(false, Ordering::Relaxed);
     MIN_NS[inst].store(0, Ordering::Relaxed);
+    COMPACT[inst].store(false, Ordering::Relaxed);
 }
 
 /// "<dir>/<name>" as a NUL-terminated path, without allocating.

@@ -107,6 +107,10 @@ fn write(
         );
         // Written out as nanoseconds (the raw points stay for reference).
         info.set("timestamps", "ns");
+        if writer::compact(i) {
+            // The threads' files in `shadowgraph_data::compact`'s layout.
+            info.set("layout", "compact");
+        }
         info.set("raw0", RAW0.load(Ordering::Relaxed));
         info.set("ns0", NS0.load(Ordering::Relaxed));
         info.set("raw1", raw1);

@@ -96,7 +96,8 @@ pub(crate) fn start(
             let made = match t.kind {
                 TracerKind::Profile => profile_tracer(t, inst, &d, fused_ok, &shared),
                 TracerKind::Graph => {
-                    writer::start(inst, i, &d, rings, r.ring_bytes)
+                    let compact = r.layout == crate::config::Layout::Compact;
+                    writer::start(inst, i, &d, rings, r.ring_bytes, compact)
                         .map_err(|e| format!("{}: {e}", d.display()))?;
                     graph_tracer(t, inst, &d, fused_ok, &shared)
                 }

@@ -25,9 +25,10 @@
 //! ring's consumer touches them (the writer process, or whoever holds the
 //! ring's `busy` word).
 
-use super::super::{data_slots, has_data, Drained, Ring, FILTER_BYTES, HEADER_BYTES, MAX_DATA};
-use super::times::{prefetch, Times, PREFETCH_RECORDS};
-use super::{drop_partial_record, write_all, DRAIN_CHUNK};
+use super::super::{Drained, Ring, FILTER_BYTES, HEADER_BYTES, MAX_DATA};
+use super::gather::Gather;
+use super::times::Times;
+use super::DRAIN_CHUNK;
 use shadowgraph_data::format::Kind;
 use std::sync::atomic::Ordering;
 
@@ -59,62 +60,6 @@ struct Waiting {
 
 const _: () = assert!(std::mem::size_of::<Waiting>() <= FILTER_BYTES);
 
-/// Records gathered on their way to the file, written a buffer at a time.
-struct Gather<'a> {
-    fd: i32,
-    buf: &'a mut [u8],
-    n: usize,
-    records: u64,
-    /// The file's end, to cut a failed write back to.
-    end: i64,
-}
-
-impl Gather<'_> {
-    /// Appends a record and its `data` (words), writing the buffer first
-    /// if they do not fit.
-    fn push(&mut self, rec: [u64; 2], data: &[u64], out: &mut Drained) {
-        if self.n + 16 + 8 * data.len() > self.buf.len() {
-            self.put(out);
-        }
-        for (k, w) in rec.iter().chain(data).enumerate() {
-            let at = self.n + 8 * k;
-            self.buf[at..at + 8].copy_from_slice(&w.to_ne_bytes());
-        }
-        self.n += 16 + 8 * data.len();
-        self.records += 1;
-    }
-
-    /// Writes what is gathered (after a failed write: counted lost).
-    fn put(&mut self, out: &mut Drained) {
-        let (n, records) = (self.n, self.records);
-        (self.n, self.records) = (0, 0);
-        if n == 0 {
-            return;
-        }
-        if out.errno != 0 {
-            out.lost += records;
-            return;
-        }
-        match write_all(self.fd, self.buf.as_ptr(), n) {
-            Ok(()) => {
-                self.end += n as i64;
-                out.written += records;
-            }
-            Err((e, done)) => {
-                out.errno = e;
-                out.lost += records;
-                if done > 0 && self.end >= 0 {
-                    // SAFETY: ftruncate of our own descriptor back to
-                    // where this write began.
-                    unsafe { libc::ftruncate(self.fd, self.end) };
-                } else {
-                    drop_partial_record(self.fd, done % 16);
-                }
-            }
-        }
-    }
-}
-
 impl Ring {
     /// What waits for the time filter, after the records.
     fn waiting(&self) -> *mut Waiting {
@@ -140,49 +85,14 @@ impl Ring {
         out: &mut Drained,
     ) {
         let h = self.header();
-        // SAFETY: lseek on our own descriptor.
-        let end = unsafe { libc::lseek(fd, 0, libc::SEEK_END) };
-        let mut g = Gather {
-            fd,
-            buf,
-            n: 0,
-            records: 0,
-            end,
-        };
+        let mut g = Gather::new(fd, buf, h.compact != 0);
         // SAFETY: the consumer's own state (module doc), in the mapping.
         let w = unsafe { &mut *self.waiting() };
-        let (mask, words_mask) = (h.capacity - 1, 2 * h.capacity - 1);
-        let words = self.words();
-        let word = |linear: u64| {
-            // SAFETY: a published slot's word (masked into the ring), the
-            // consumer's until `tail` moves past it.
-            unsafe { words.add((linear & words_mask) as usize).read() }
-        };
         let mut at = h.tail.load(Ordering::Relaxed);
         let mut freed = at;
         let mut data = [0u64; MAX_DATA / 8];
         while at < head {
-            let i = at & mask;
-            if at.is_multiple_of(4) && at + PREFETCH_RECORDS < head {
-                prefetch(words.wrapping_add((2 * ((at + PREFETCH_RECORDS) & mask)) as usize));
-            }
-            // SAFETY: a published record, the consumer's until `tail`
-            // moves past it. The time written back, as `convert_run`
-            // does: a line the writer wrote is handed back to the thread
-            // at once.
-            let (t, w1) = unsafe {
-                let r = words.add(2 * i as usize);
-                let t = times.ns(r.read());
-                r.write(t);
-                (t, r.add(1).read())
-            };
-            let mut len = 0;
-            if has_data(w1) {
-                len = (word(2 * at + 2) as usize).min(MAX_DATA) & !7;
-                for (j, d) in data[..len / 8].iter_mut().enumerate() {
-                    *d = word(2 * at + 3 + j as u64);
-                }
-            }
+            let (t, w1, len, next) = self.take_record(at, head, times, &mut data);
             let depth = ((w1 >> 6) & 0x3ff) as usize;
             let kind = w1 & 3;
             if len > 0 || depth >= DEPTHS - 1 || kind > EXIT {
@@ -218,7 +128,7 @@ impl Ring {
                 }
                 w.close(depth);
             }
-            at += 1 + if len > 0 { data_slots(len) } else { 0 };
+            at = next;
             if at - freed >= DRAIN_CHUNK {
                 // Release: the slots' records are read (copied, or kept
                 // aside) before they go back to the producer, which loads
@@ -280,17 +190,21 @@ mod tests {
     use super::*;
     use crate::record::ring::{ring_bytes, Depth, RingHeader};
     use shadowgraph_data::format::decode;
-    use std::io::Read;
     use std::os::fd::AsRawFd;
 
     /// A ring whose consumer filters calls shorter than `min` ns, its times
     /// nanoseconds already, and a file to drain it into.
-    fn filtered_ring(min: u64, name: &str) -> (Ring, std::fs::File, std::path::PathBuf) {
+    /// (`compact`: in the compact layout.)
+    fn filtered_ring(
+        min: u64,
+        name: &str,
+        compact: bool,
+    ) -> (Ring, std::fs::File, std::path::PathBuf) {
         const CAP: u64 = 4096;
         let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
         // SAFETY: a fresh zeroed mapping of the ring's size, never
         // unmapped during the test.
-        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, min) };
+        let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, min, compact) };
         // SAFETY: the header of the ring just made; times as given (ns).
         unsafe { (*(base as *mut RingHeader)).tsc = 0 };
         let path = std::env::temp_dir().join(format!("sg-filter-{name}-{}", std::process::id()));
@@ -307,14 +221,10 @@ mod tests {
         }
     }
 
-    /// The file's records as (time, kind, depth, function).
-    fn read_back(path: &std::path::Path) -> Vec<(u64, Kind, u16, u64)> {
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .unwrap()
-            .read_to_end(&mut bytes)
-            .unwrap();
-        let _ = std::fs::remove_file(path);
+    /// The file's records as (time, kind, depth, function), in either
+    /// layout.
+    fn read_back(path: &std::path::Path, compact: bool) -> Vec<(u64, Kind, u16, u64)> {
+        let bytes = super::super::tests::read_uftrace_layout(path, compact);
         (bytes.chunks_exact(16).enumerate())
             .map(|(k, b)| {
                 let r = decode(b.try_into().unwrap(), 16 * k as u64).unwrap();
@@ -333,58 +243,60 @@ mod tests {
     /// waiting below them.
     #[test]
     fn a_consumers_time_filter_keeps_the_long_calls_and_their_callers() {
-        let (ring, f, path) = filtered_ring(100, "keeps");
-        put(
-            &ring,
-            &[
-                (1000, E, 0, 0xa0), // main
-                (1010, E, 1, 0xa1), // short
-                (1020, X, 1, 0xa1),
-                (1030, E, 1, 0xb1), // b, long by its callee
-                (1040, E, 2, 0xc2), // c, long
-                (1300, X, 2, 0xc2),
-                (1310, E, 2, 0xd2), // short, under a written b
-                (1320, X, 2, 0xd2),
-                (1330, X, 1, 0xb1),
-                (1400, E, 1, 0xe1), // waits across the drain
-            ],
-        );
-        let d = ring.drain(f.as_raw_fd());
-        assert_eq!((d.written, d.lost, d.errno), (5, 0, 0));
-        put(
-            &ring,
-            &[
-                (1410, V, 0, 7),    // an event: e's entry first
-                (1420, X, 1, 0xe1), // e's exit: its entry is written
-                (1430, E, 1, 0xf1), // left open by a jump
-                (1440, X, 1, 0x91), // an exit whose entry never came
-                (1450, E, 1023, 0x77),
-                (1460, X, 1023, 0x77),
-                (1470, E, 1, 0x51), // short
-                (1480, X, 1, 0x51),
-                (3000, X, 0, 0xa0),
-            ],
-        );
-        let d = ring.drain(f.as_raw_fd());
-        assert_eq!((d.written, d.lost, d.errno), (8, 0, 0));
-        assert_eq!(
-            read_back(&path),
-            [
-                (1000, E, 0, 0xa0),
-                (1030, E, 1, 0xb1),
-                (1040, E, 2, 0xc2),
-                (1300, X, 2, 0xc2),
-                (1330, X, 1, 0xb1),
-                (1400, E, 1, 0xe1),
-                (1410, V, 0, 7),
-                (1420, X, 1, 0xe1),
-                (1430, E, 1, 0xf1),
-                (1440, X, 1, 0x91),
-                (1450, E, 1023, 0x77),
-                (1460, X, 1023, 0x77),
-                (3000, X, 0, 0xa0),
-            ]
-        );
+        for compact in [false, true] {
+            let (ring, f, path) = filtered_ring(100, "keeps", compact);
+            put(
+                &ring,
+                &[
+                    (1000, E, 0, 0xa0), // main
+                    (1010, E, 1, 0xa1), // short
+                    (1020, X, 1, 0xa1),
+                    (1030, E, 1, 0xb1), // b, long by its callee
+                    (1040, E, 2, 0xc2), // c, long
+                    (1300, X, 2, 0xc2),
+                    (1310, E, 2, 0xd2), // short, under a written b
+                    (1320, X, 2, 0xd2),
+                    (1330, X, 1, 0xb1),
+                    (1400, E, 1, 0xe1), // waits across the drain
+                ],
+            );
+            let d = ring.drain(f.as_raw_fd());
+            assert_eq!((d.written, d.lost, d.errno), (5, 0, 0));
+            put(
+                &ring,
+                &[
+                    (1410, V, 0, 7),    // an event: e's entry first
+                    (1420, X, 1, 0xe1), // e's exit: its entry is written
+                    (1430, E, 1, 0xf1), // left open by a jump
+                    (1440, X, 1, 0x91), // an exit whose entry never came
+                    (1450, E, 1023, 0x77),
+                    (1460, X, 1023, 0x77),
+                    (1470, E, 1, 0x51), // short
+                    (1480, X, 1, 0x51),
+                    (3000, X, 0, 0xa0),
+                ],
+            );
+            let d = ring.drain(f.as_raw_fd());
+            assert_eq!((d.written, d.lost, d.errno), (8, 0, 0));
+            assert_eq!(
+                read_back(&path, compact),
+                [
+                    (1000, E, 0, 0xa0),
+                    (1030, E, 1, 0xb1),
+                    (1040, E, 2, 0xc2),
+                    (1300, X, 2, 0xc2),
+                    (1330, X, 1, 0xb1),
+                    (1400, E, 1, 0xe1),
+                    (1410, V, 0, 7),
+                    (1420, X, 1, 0xe1),
+                    (1430, E, 1, 0xf1),
+                    (1440, X, 1, 0x91),
+                    (1450, E, 1023, 0x77),
+                    (1460, X, 1023, 0x77),
+                    (3000, X, 0, 0xa0),
+                ]
+            );
+        }
     }
 
     /// A call left by a jump (its exit never comes, its caller's does)
@@ -393,37 +305,39 @@ mod tests {
     /// is judged on its own.
     #[test]
     fn calls_a_jump_left_wait_no_more() {
-        let (ring, f, path) = filtered_ring(100, "jump");
-        put(
-            &ring,
-            &[
-                (1000, E, 0, 0xa0),
-                (1010, E, 1, 0xb1),
-                (1020, E, 2, 0xc2), // left by a jump
-                (1030, X, 0, 0xa0), // short: a, b and c gone
-                (1040, E, 0, 0xd0),
-                (1045, X, 2, 0xc2), // no call open there
-                (1050, E, 1, 0xe1),
-                (1060, E, 2, 0xc2),
-                (1500, X, 2, 0xc2), // long: d, e, then this call of c
-                (1510, X, 1, 0xe1),
-                (1520, X, 0, 0xd0),
-            ],
-        );
-        let d = ring.drain(f.as_raw_fd());
-        assert_eq!((d.written, d.lost, d.errno), (7, 0, 0));
-        assert_eq!(
-            read_back(&path),
-            [
-                (1040, E, 0, 0xd0),
-                (1045, X, 2, 0xc2),
-                (1050, E, 1, 0xe1),
-                (1060, E, 2, 0xc2),
-                (1500, X, 2, 0xc2),
-                (1510, X, 1, 0xe1),
-                (1520, X, 0, 0xd0),
-            ]
-        );
+        for compact in [false, true] {
+            let (ring, f, path) = filtered_ring(100, "jump", compact);
+            put(
+                &ring,
+                &[
+                    (1000, E, 0, 0xa0),
+                    (1010, E, 1, 0xb1),
+                    (1020, E, 2, 0xc2), // left by a jump
+                    (1030, X, 0, 0xa0), // short: a, b and c gone
+                    (1040, E, 0, 0xd0),
+                    (1045, X, 2, 0xc2), // no call open there
+                    (1050, E, 1, 0xe1),
+                    (1060, E, 2, 0xc2),
+                    (1500, X, 2, 0xc2), // long: d, e, then this call of c
+                    (1510, X, 1, 0xe1),
+                    (1520, X, 0, 0xd0),
+                ],
+            );
+            let d = ring.drain(f.as_raw_fd());
+            assert_eq!((d.written, d.lost, d.errno), (7, 0, 0));
+            assert_eq!(
+                read_back(&path, compact),
+                [
+                    (1040, E, 0, 0xd0),
+                    (1045, X, 2, 0xc2),
+                    (1050, E, 1, 0xe1),
+                    (1060, E, 2, 0xc2),
+                    (1500, X, 2, 0xc2),
+                    (1510, X, 1, 0xe1),
+                    (1520, X, 0, 0xd0),
+                ]
+            );
+        }
     }
 
     /// Records the thread dropped (a LOST record at the drain's end) come
@@ -431,17 +345,19 @@ mod tests {
     /// stays in time order, and their calls' exits follow.
     #[test]
     fn entries_waiting_before_a_loss_are_written_before_it() {
-        let (ring, f, path) = filtered_ring(100, "lost");
-        put(&ring, &[(1000, E, 0, 0xa0), (1010, E, 1, 0xa1)]);
-        ring.header().lost.store(3, Ordering::Relaxed);
-        let d = ring.drain(f.as_raw_fd());
-        assert_eq!((d.written, d.lost), (2, 3));
-        put(&ring, &[(1020, X, 1, 0xa1), (1030, X, 0, 0xa0)]);
-        ring.drain(f.as_raw_fd());
-        let got = read_back(&path);
-        assert_eq!(got.len(), 5, "{got:x?}");
-        assert_eq!(got[..2], [(1000, E, 0, 0xa0), (1010, E, 1, 0xa1)]);
-        assert_eq!((got[2].1, got[2].3), (L, 3));
-        assert_eq!(got[3..], [(1020, X, 1, 0xa1), (1030, X, 0, 0xa0)]);
+        for compact in [false, true] {
+            let (ring, f, path) = filtered_ring(100, "lost", compact);
+            put(&ring, &[(1000, E, 0, 0xa0), (1010, E, 1, 0xa1)]);
+            ring.header().lost.store(3, Ordering::Relaxed);
+            let d = ring.drain(f.as_raw_fd());
+            assert_eq!((d.written, d.lost), (2, 3));
+            put(&ring, &[(1020, X, 1, 0xa1), (1030, X, 0, 0xa0)]);
+            ring.drain(f.as_raw_fd());
+            let got = read_back(&path, compact);
+            assert_eq!(got.len(), 5, "{got:x?}");
+            assert_eq!(got[..2], [(1000, E, 0, 0xa0), (1010, E, 1, 0xa1)]);
+            assert_eq!((got[2].1, got[2].3), (L, 3));
+            assert_eq!(got[3..], [(1020, X, 1, 0xa1), (1030, X, 0, 0xa0)]);
+        }
     }
 }

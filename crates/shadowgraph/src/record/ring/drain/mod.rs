@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use times::{prefetch, Times, PREFETCH_RECORDS};
 
 mod filter;
+mod gather;
 mod times;
 pub use times::SEGMENT_NS;
 
@@ -66,6 +67,17 @@ impl Ring {
             } else {
                 let mut own = [0u8; MIN_BUFFER];
                 self.drain_filtered(fd, how, &mut times, &mut own, &mut out);
+            }
+        } else if h.compact != 0 {
+            // Acquire: as below.
+            if h.with_data.load(Ordering::Acquire) == 0 {
+                to = head.min(tail.saturating_add(max));
+            }
+            if buf.len() >= MIN_BUFFER {
+                self.drain_compact(fd, to, &mut times, buf, &mut out);
+            } else {
+                let mut own = [0u8; MIN_BUFFER];
+                self.drain_compact(fd, to, &mut times, &mut own, &mut out);
             }
         } else if h.with_data.load(Ordering::Acquire) != 0 {
             if buf.len() >= MIN_BUFFER {
@@ -294,7 +306,9 @@ impl Ring {
         }
         out.lost += dropped;
         let rec = [ns, encode(Kind::Lost, 0, dropped)];
-        if out.errno == 0 {
+        if out.errno == 0 && self.header().compact != 0 {
+            self.write_lost_compact(fd, rec, out);
+        } else if out.errno == 0 {
             if let Err((e, done)) = write_all(fd, rec.as_ptr().cast(), 16) {
                 out.errno = e;
                 drop_partial_record(fd, done);

@@ -15,7 +15,7 @@ fn a_drain_frees_each_chunk_as_it_is_written() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0, false) };
     // SAFETY: the header of the ring just made; times as given (ns).
     unsafe { (*(base as *mut RingHeader)).tsc = 0 };
     for k in 0..CAP {
@@ -80,7 +80,7 @@ fn a_drain_of_records_with_data_frees_them_as_it_gathers_them() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0, false) };
     // SAFETY: the header of the ring just made; times as given (ns).
     unsafe { (*(base as *mut RingHeader)).tsc = 0 };
     for k in 0..RECORDS {
@@ -142,7 +142,7 @@ fn late_times_keep_their_place_under_noisy_calibration_points() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0, false) };
     // A clock of 2.6 ticks per ns from raw 10^9 (ns 0), whatever the
     // process's calibration: the header set as Ring::init would.
     let h = base as *mut RingHeader;
@@ -219,7 +219,7 @@ fn producer_and_consumer_threads_lose_nothing() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0, false) };
     let path = std::env::temp_dir().join(format!("sg-ring-test-{}", std::process::id()));
     let file = std::fs::File::create(&path).unwrap();
     let done = AtomicBool::new(false);
@@ -274,7 +274,7 @@ fn a_threads_times_only_go_forward() {
     let base = crate::sys::map_anonymous(ring_bytes(CAP)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, CAP, 0, 0, 0, false) };
     if ring.header().tsc != 0 {
         return; // times are converted: the steps would not be these
     }
@@ -310,70 +310,72 @@ fn a_threads_times_only_go_forward() {
 /// are untouched, and a ring with none drains as before.
 #[test]
 fn records_with_data_are_written_with_their_data() {
-    let (ring, file, f) = ring_into_file(16, "data");
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
-    let mut expect: Vec<u8> = Vec::new();
-    let mut time = 100u64;
-    let mut put = |ring: &Ring, data: Option<Vec<u8>>, expect: &mut Vec<u8>| {
-        time += 10;
-        let kind = if time.is_multiple_of(20) {
-            Kind::Exit
-        } else {
-            Kind::Entry
+    // (In either layout: the compact one read back as uftrace's.)
+    for compact in [false, true] {
+        let (ring, file, f) = ring_into_file_in(16, &format!("data{compact}"), compact);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        let mut expect: Vec<u8> = Vec::new();
+        let mut time = 100u64;
+        let mut put = |ring: &Ring, data: Option<Vec<u8>>, expect: &mut Vec<u8>| {
+            time += 10;
+            let kind = if time.is_multiple_of(20) {
+                Kind::Exit
+            } else {
+                Kind::Entry
+            };
+            match data {
+                None => {
+                    let c = ring.claim_at(|| time, kind, Depth::Given(3)).unwrap();
+                    ring.write(c.slot, c.time, kind, 3, 0x1234);
+                    ring.publish(&c);
+                    expect.extend_from_slice(&time.to_le_bytes());
+                    expect.extend_from_slice(&encode(kind, 3, 0x1234).to_le_bytes());
+                }
+                Some(d) => {
+                    let c = ring
+                        .claim_with_data(|| time, kind, Depth::Given(3), d.len())
+                        .unwrap();
+                    ring.write_with_data(c.slot, c.time, kind, 3, 0x5678, &d);
+                    ring.publish(&c);
+                    expect.extend_from_slice(&time.to_le_bytes());
+                    let w = encode(kind, 3, 0x5678) | crate::record::ring::MORE;
+                    expect.extend_from_slice(&w.to_le_bytes());
+                    expect.extend_from_slice(&d);
+                }
+            }
         };
-        match data {
-            None => {
-                let c = ring.claim_at(|| time, kind, Depth::Given(3)).unwrap();
-                ring.write(c.slot, c.time, kind, 3, 0x1234);
-                ring.publish(&c);
-                expect.extend_from_slice(&time.to_le_bytes());
-                expect.extend_from_slice(&encode(kind, 3, 0x1234).to_le_bytes());
-            }
-            Some(d) => {
-                let c = ring
-                    .claim_with_data(|| time, kind, Depth::Given(3), d.len())
-                    .unwrap();
-                ring.write_with_data(c.slot, c.time, kind, 3, 0x5678, &d);
-                ring.publish(&c);
-                expect.extend_from_slice(&time.to_le_bytes());
-                let w = encode(kind, 3, 0x5678) | crate::record::ring::MORE;
-                expect.extend_from_slice(&w.to_le_bytes());
-                expect.extend_from_slice(&d);
-            }
+        let data = |n: usize, tag: u8| Some((0..n).map(|i| tag ^ i as u8).collect::<Vec<u8>>());
+        // 1 + 2 + 1 + 4 slots, drained; then 3 + 1 + 5 slots: the last
+        // record's data wraps past the ring's end.
+        put(&ring, None, &mut expect);
+        put(&ring, data(8, 0x11), &mut expect);
+        put(&ring, None, &mut expect);
+        put(&ring, data(48, 0x22), &mut expect);
+        let d = ring.drain(fd);
+        assert_eq!((d.written, d.lost, d.errno), (4, 0, 0));
+        assert!(ring.refresh());
+        put(&ring, data(24, 0x33), &mut expect);
+        put(&ring, None, &mut expect);
+        put(&ring, data(64, 0x44), &mut expect);
+        let d = ring.drain(fd);
+        assert_eq!((d.written, d.lost, d.errno), (3, 0, 0));
+        drop(f);
+        let got = read_uftrace_layout(&file, compact);
+        assert_eq!(got.len(), expect.len());
+        assert!(
+            got == expect,
+            "the file differs from the records and data written"
+        );
+        // Each record decodes, its data skipped by its length.
+        let mut at = 0;
+        let mut n = 0;
+        while at < got.len() {
+            let r = decode(got[at..at + 16].try_into().unwrap(), at as u64).unwrap();
+            at += 16 + if r.more { [8, 48, 24, 64][n / 2] } else { 0 };
+            n += 1;
         }
-    };
-    let data = |n: usize, tag: u8| Some((0..n).map(|i| tag ^ i as u8).collect::<Vec<u8>>());
-    // 1 + 2 + 1 + 4 slots, drained; then 3 + 1 + 5 slots: the last
-    // record's data wraps past the ring's end.
-    put(&ring, None, &mut expect);
-    put(&ring, data(8, 0x11), &mut expect);
-    put(&ring, None, &mut expect);
-    put(&ring, data(48, 0x22), &mut expect);
-    let d = ring.drain(fd);
-    assert_eq!((d.written, d.lost, d.errno), (4, 0, 0));
-    assert!(ring.refresh());
-    put(&ring, data(24, 0x33), &mut expect);
-    put(&ring, None, &mut expect);
-    put(&ring, data(64, 0x44), &mut expect);
-    let d = ring.drain(fd);
-    assert_eq!((d.written, d.lost, d.errno), (3, 0, 0));
-    drop(f);
-    let got = std::fs::read(&file).unwrap();
-    let _ = std::fs::remove_file(&file);
-    assert_eq!(got.len(), expect.len());
-    assert!(
-        got == expect,
-        "the file differs from the records and data written"
-    );
-    // Each record decodes, its data skipped by its length.
-    let mut at = 0;
-    let mut n = 0;
-    while at < got.len() {
-        let r = decode(got[at..at + 16].try_into().unwrap(), at as u64).unwrap();
-        at += 16 + if r.more { [8, 48, 24, 64][n / 2] } else { 0 };
-        n += 1;
+        assert_eq!(n, 7);
     }
-    assert_eq!(n, 7);
 }
 
 /// Long runs of records without data (written from the ring, across
@@ -444,15 +446,46 @@ fn long_runs_between_records_with_data_are_written_in_order() {
 /// A ring of `cap` slots whose times are nanoseconds already, and a file
 /// `sg-ring-<name>-<pid>` to drain it into.
 fn ring_into_file(cap: u64, name: &str) -> (Ring, std::path::PathBuf, std::fs::File) {
+    ring_into_file_in(cap, name, false)
+}
+
+/// [`ring_into_file`], its consumer writing the compact layout if
+/// `compact`.
+fn ring_into_file_in(
+    cap: u64,
+    name: &str,
+    compact: bool,
+) -> (Ring, std::path::PathBuf, std::fs::File) {
     let base = crate::sys::map_anonymous(ring_bytes(cap)).unwrap();
     // SAFETY: a fresh zeroed mapping of the ring's size, never unmapped
     // during the test.
-    let ring = unsafe { Ring::init(base, 0, 1, 1, cap, 0, 0, 0) };
+    let ring = unsafe { Ring::init(base, 0, 1, 1, cap, 0, 0, 0, compact) };
     // SAFETY: the header of the ring just made; times as given (ns).
     unsafe { (*(base as *mut RingHeader)).tsc = 0 };
     let file = std::env::temp_dir().join(format!("sg-ring-{name}-{}", std::process::id()));
     let f = std::fs::File::create(&file).unwrap();
     (ring, file, f)
+}
+
+/// The file at `path` in uftrace's layout: as it is, or decoded from the
+/// compact layout (`compact`: the file must start with a compact block);
+/// removed.
+pub(super) fn read_uftrace_layout(path: &std::path::Path, compact: bool) -> Vec<u8> {
+    use std::io::Read;
+    let bytes = std::fs::read(path).unwrap();
+    let _ = std::fs::remove_file(path);
+    assert_eq!(
+        bytes.starts_with(&shadowgraph_data::compact::BLOCK_MAGIC),
+        compact && !bytes.is_empty()
+    );
+    if !compact {
+        return bytes;
+    }
+    let mut out = Vec::new();
+    shadowgraph_data::compact::CompactReader::new(&bytes[..])
+        .read_to_end(&mut out)
+        .unwrap();
+    out
 }
 
 /// Waits (10 s at most) until `ring` has room again while its drain,
@@ -485,69 +518,71 @@ fn the_thread_and_the_writer_drain_one_ring_by_turns() {
     use std::os::fd::AsRawFd;
     const CAP: u64 = 1024;
     const N: u64 = 300_000;
-    let (ring, path, _file) = ring_into_file(CAP, "turns");
-    let append = || {
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap()
-    };
-    let (mine, theirs) = (append(), append());
-    let done = AtomicBool::new(false);
-    let own_drains = std::sync::atomic::AtomicU64::new(0);
-    let counted = std::thread::scope(|s| {
-        s.spawn(|| {
-            for i in 0..N {
-                let c = loop {
-                    if let Some(c) = ring.claim_at(|| i + 1, Kind::Lost, Depth::Follow) {
-                        break c;
-                    }
-                    if !ring.refresh() && ring.try_lock_drain(7) {
-                        // A part of it, as a thread drains its own.
-                        let d = ring.drain_some(mine.as_raw_fd(), 300);
-                        ring.add_own(&d);
-                        ring.unlock_drain();
-                        own_drains.fetch_add(1, Ordering::Relaxed);
-                    }
-                };
-                ring.write(c.slot, c.time, Kind::Entry, (i % 1024) as u16, i);
-                ring.publish(&c);
-            }
-            done.store(true, Ordering::Release);
-        });
-        let writer = s.spawn(|| {
-            let mut counted = 0;
-            loop {
-                let finished = done.load(Ordering::Acquire);
-                if ring.try_lock_drain(DRAINER) {
-                    let d = ring.drain(theirs.as_raw_fd());
-                    ring.unlock_drain();
-                    assert_eq!((d.lost, d.errno), (0, 0));
-                    counted += d.written + ring.take_own().written;
-                    if finished && d.written == 0 {
-                        break counted;
-                    }
+    // (In either layout: blocks of the two appenders, by turns.)
+    for compact in [false, true] {
+        let (ring, path, _file) = ring_into_file_in(CAP, &format!("turns{compact}"), compact);
+        let append = || {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap()
+        };
+        let (mine, theirs) = (append(), append());
+        let done = AtomicBool::new(false);
+        let own_drains = std::sync::atomic::AtomicU64::new(0);
+        let counted = std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..N {
+                    let c = loop {
+                        if let Some(c) = ring.claim_at(|| i + 1, Kind::Lost, Depth::Follow) {
+                            break c;
+                        }
+                        if !ring.refresh() && ring.try_lock_drain(7) {
+                            // A part of it, as a thread drains its own.
+                            let d = ring.drain_some(mine.as_raw_fd(), 300);
+                            ring.add_own(&d);
+                            ring.unlock_drain();
+                            own_drains.fetch_add(1, Ordering::Relaxed);
+                        }
+                    };
+                    ring.write(c.slot, c.time, Kind::Entry, (i % 1024) as u16, i);
+                    ring.publish(&c);
                 }
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
+                done.store(true, Ordering::Release);
+            });
+            let writer = s.spawn(|| {
+                let mut counted = 0;
+                loop {
+                    let finished = done.load(Ordering::Acquire);
+                    if ring.try_lock_drain(DRAINER) {
+                        let d = ring.drain(theirs.as_raw_fd());
+                        ring.unlock_drain();
+                        assert_eq!((d.lost, d.errno), (0, 0));
+                        counted += d.written + ring.take_own().written;
+                        if finished && d.written == 0 {
+                            break counted;
+                        }
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            });
+            writer.join().unwrap()
         });
-        writer.join().unwrap()
-    });
-    let bytes = std::fs::read(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
-    assert!(
-        own_drains.load(Ordering::Relaxed) > 0,
-        "the thread never drained"
-    );
-    assert_eq!(counted, N);
-    assert_eq!(bytes.len() as u64, N * 16);
-    for (i, rec) in bytes.chunks_exact(16).enumerate() {
-        let r = decode(rec.try_into().unwrap(), i as u64 * 16).unwrap();
-        let i = i as u64;
-        assert_eq!(
-            (r.time, r.addr, r.depth as u64),
-            (i + 1, i, i % 1024),
-            "record {i}"
+        let bytes = read_uftrace_layout(&path, compact);
+        assert!(
+            own_drains.load(Ordering::Relaxed) > 0,
+            "the thread never drained"
         );
+        assert_eq!(counted, N);
+        assert_eq!(bytes.len() as u64, N * 16);
+        for (i, rec) in bytes.chunks_exact(16).enumerate() {
+            let r = decode(rec.try_into().unwrap(), i as u64 * 16).unwrap();
+            let i = i as u64;
+            assert_eq!(
+                (r.time, r.addr, r.depth as u64),
+                (i + 1, i, i % 1024),
+                "record {i}"
+            );
+        }
     }
 }
