@@ -22,8 +22,9 @@
 //! (time 0, address 0, depth after 0): a block stands alone, so a writer
 //! needs no state between its writes, two writers may append whole blocks
 //! to one file by turns, and a damaged block is found by its framing.
-//! Field widths come from the tag rather than from continuation bits: a
-//! writer encodes a record without a branch on its values.
+//! Field widths come from the tag rather than from continuation bits; a
+//! writer encodes the common shape (the depth implied, no data, a time
+//! byte, an address within 32 bits) by one store.
 //!
 //! [`CompactReader`] turns a compact file back into uftrace's layout, the
 //! views' input; [`put_record`] and [`put_header`] write one without
@@ -90,24 +91,19 @@ fn addr_bytes(class: u64) -> usize {
 }
 
 /// The depth a record of `kind` (uftrace's type) has when its tag does
-/// not say, after `next` (for an exit at depth 0: none, 0xffff).
+/// not say, after `next` (for an exit at depth 0: none, 0xffff). Without
+/// a branch: which records are entries follows the program's calls.
 #[inline(always)]
 fn expected_depth(kind: u64, next: u16) -> u16 {
-    match kind {
-        0 => next,
-        1 => next.wrapping_sub(1),
-        _ => 0,
-    }
+    let (exit, call) = ((kind == 1) as u16, ((kind < 2) as u16).wrapping_neg());
+    next.wrapping_sub(exit) & call
 }
 
 /// The depth after a record of `kind` at `depth`, `next` before it.
 #[inline(always)]
 fn depth_after(kind: u64, depth: u16, next: u16) -> u16 {
-    match kind {
-        0 => depth + 1,
-        1 => depth,
-        _ => next,
-    }
+    let call = ((kind < 2) as u16).wrapping_neg();
+    (depth.wrapping_add((kind == 0) as u16) & call) | (next & !call)
 }
 
 /// Writes the 12-byte header of a block of `payload` bytes holding
@@ -138,6 +134,17 @@ pub fn put_record(
     let given = expected_depth(kind, d.next) != depth;
     let zt = zigzag(time.wrapping_sub(d.time));
     let za = zigzag(addr.wrapping_sub(d.addr));
+    let next = depth_after(kind, depth, d.next);
+    *d = Deltas { time, addr, next };
+    if (given as u64 | (word & 4)) == 0 && zt <= 0xff && za <= 0xffff_ffff {
+        // Most records: the tag (the time's width class 0, the address's
+        // 0 to 2), the time's byte, and the address's 0, 2 or 4 bytes; one
+        // branch, which such records take in a row.
+        let ac = (za != 0) as u64 + (za > 0xffff) as u64;
+        let w = (word & 3) | ac << 5 | zt << 8 | za << 16;
+        out[..8].copy_from_slice(&w.to_le_bytes());
+        return at + 2 + addr_bytes(ac);
+    }
     let (tc, ac) = (time_class(zt), addr_class(za));
     out[0] = (word & 7) as u8 | tc << 3 | ac << 5 | (given as u8) << 7;
     out[1..3].copy_from_slice(&depth.to_le_bytes());
@@ -148,11 +155,6 @@ pub fn put_record(
     n += addr_bytes(ac as u64);
     out[n..n + 2].copy_from_slice(&(data_len as u16).to_le_bytes());
     n += 2 * ((word >> 2) & 1) as usize;
-    *d = Deltas {
-        time,
-        addr,
-        next: depth_after(kind, depth, d.next),
-    };
     at + n
 }
 
@@ -444,7 +446,55 @@ mod tests {
             })
     }
 
+    /// Calls as a thread makes them: entries and exits nesting (or not,
+    /// now and then), times close together, functions a few bytes to a
+    /// few MiB apart: the short forms' ground.
+    fn calls() -> impl Strategy<Value = Vec<(u64, u64, Vec<u8>)>> {
+        proptest::collection::vec((any::<bool>(), 0u64..400, 0usize..6, any::<u8>()), 0..300)
+            .prop_map(|steps| {
+                let funcs = [
+                    0x401136,
+                    0x401200,
+                    0x40ff00,
+                    0x4a0000,
+                    0x7f00_0000_1000,
+                    0x401136,
+                ];
+                let (mut t, mut depth, mut out) = (1u64 << 40, 0u16, Vec::new());
+                for (enter, dt, f, odd) in steps {
+                    t += dt;
+                    let kind = if enter || depth == 0 {
+                        Kind::Entry
+                    } else {
+                        Kind::Exit
+                    };
+                    if kind == Kind::Exit {
+                        depth -= 1;
+                    }
+                    // Now and then a depth out of turn, or an argument.
+                    let d = if odd < 8 { depth + odd as u16 } else { depth };
+                    let more = (odd >= 250) as u64;
+                    out.push((
+                        t,
+                        encode(kind, d, funcs[f]) | more << 2,
+                        vec![odd; 8 * more as usize],
+                    ));
+                    if kind == Kind::Entry {
+                        depth += 1;
+                    }
+                }
+                out
+            })
+    }
+
     proptest! {
+        /// Calls as threads make them read back as uftrace's layout.
+        #[test]
+        fn calls_read_back_as_uftraces_layout(records in calls(), per_block in 1usize..400) {
+            let file = write(&records, per_block);
+            prop_assert_eq!(read_all(&file).unwrap(), uftrace_layout(&records));
+        }
+
         /// Whatever the records, blocks of any size read back as uftrace's
         /// layout of them.
         #[test]
