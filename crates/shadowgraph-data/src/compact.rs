@@ -178,6 +178,36 @@ fn get_le(b: &[u8], at: &mut usize, len: usize) -> Result<u64, &'static str> {
 }
 
 fn get_record(b: &[u8], at: &mut usize, d: &mut Deltas) -> Result<Decoded, &'static str> {
+    if let Some(w) = b.get(*at..*at + 8) {
+        // The common shape ([`put_record`]'s one store), read as one word.
+        let w = u64::from_le_bytes(w.try_into().unwrap());
+        let ac = w >> 5 & 3;
+        if w & 0b1001_1100 == 0 && ac < 3 {
+            let kind = w & 3;
+            let depth = expected_depth(kind, d.next);
+            if depth > 0x3ff {
+                return Err("an exit at no depth");
+            }
+            let len = addr_bytes(ac);
+            let time = d.time.wrapping_add(unzigzag(w >> 8 & 0xff));
+            let za = (w >> 16) & ((1u64 << (8 * len)) - 1);
+            let addr = d.addr.wrapping_add(unzigzag(za));
+            if addr >> 48 != 0 {
+                return Err("an address out of range");
+            }
+            *at += 2 + len;
+            *d = Deltas {
+                time,
+                addr,
+                next: depth_after(kind, depth, d.next),
+            };
+            return Ok(Decoded {
+                time,
+                word: kind | MAGIC << 3 | (depth as u64) << 6 | addr << 16,
+                data: *at..*at,
+            });
+        }
+    }
     let tag = get_le(b, at, 1)?;
     let kind = tag & 3;
     let depth = match tag >> 7 {
@@ -298,8 +328,8 @@ impl<R: Read> CompactReader<R> {
         for _ in 0..records {
             let r = get_record(&self.payload, &mut at, &mut d)
                 .map_err(|e| bad(format!("block at offset {}: {e}", self.offset)))?;
-            self.out.extend_from_slice(&r.time.to_le_bytes());
-            self.out.extend_from_slice(&r.word.to_le_bytes());
+            let rec = (r.word as u128) << 64 | r.time as u128;
+            self.out.extend_from_slice(&rec.to_le_bytes());
             self.out.extend_from_slice(&self.payload[r.data]);
         }
         if at != self.payload.len() {
