@@ -230,3 +230,30 @@ pub(crate) fn clean() {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::EMBEDDED_AGENT;
+
+    /// The agent's static TLS block, with its alignment's padding, fits in
+    /// the 1664 bytes glibc keeps by default for objects loaded by `dlopen`
+    /// with initial-exec TLS, as `record -p` loads the agent into a
+    /// running program (which would fail with "cannot allocate memory in
+    /// static TLS block").
+    #[test]
+    fn the_agents_static_tls_fits_glibcs_reserve_for_dlopen() {
+        use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+        let elf = ElfFile64::<object::Endianness>::parse(EMBEDDED_AGENT).unwrap();
+        let e = elf.endian();
+        let headers = elf.elf_header().program_headers(e, EMBEDDED_AGENT).unwrap();
+        let tls = (headers.iter())
+            .find(|p| p.p_type(e) == object::elf::PT_TLS)
+            .expect("the agent has a TLS segment");
+        let (size, align) = (tls.p_memsz(e), tls.p_align(e));
+        assert!(
+            size + align <= 1664,
+            "the agent's static TLS takes {size} bytes (aligned to {align}): more than glibc \
+             keeps for dlopen; put fast_thread_local! variables together"
+        );
+    }
+}

@@ -82,27 +82,33 @@ crate::fast_thread_local!(
     pub(super) static MINE_SLOT: [AtomicUsize; MAX_INSTANCES];
 );
 
-// Whether this thread is inside a wait for the writer: a signal handler
-// that waits again inside it adds no time (the outer wait counts it). A
-// handler that leaves an outer wait by siglongjmp leaves it set: the
-// thread's later waits are then not timed (counted, not overstated).
-crate::fast_thread_local!(
-    static WAITING: Cell<bool>;
-);
+/// This thread's flags of its rings, in one cache line of static TLS
+/// (each `fast_thread_local!` takes a line of its own, and the agent's
+/// static TLS must fit in what glibc keeps for objects loaded by
+/// `dlopen`, as `record -p` loads it). Zero: all false.
+pub(super) struct ThreadFlags {
+    /// Whether this thread is inside a wait for the writer: a signal
+    /// handler that waits again inside it adds no time (the outer wait
+    /// counts it). A handler that leaves an outer wait by siglongjmp leaves
+    /// it set: the thread's later waits are then not timed (counted, not
+    /// overstated).
+    waiting: Cell<bool>,
+    /// Whether this thread has ended its rings (its exit): a ring it makes
+    /// after that (records late in its exit) is drained by the writer
+    /// alone, after the ones before it, which it may not have drained yet,
+    /// so that the thread's file stays in order.
+    ended_mine: Cell<bool>,
+    /// Whether a vfork child runs in this thread's memory (vfork.rs): its
+    /// descriptors are not the parent's, which ends the child's rings, so
+    /// the child leaves them to the writer.
+    pub(super) in_vfork_child: Cell<bool>,
+    /// Whether this thread's exit step has been deferred once (see
+    /// thread_exit).
+    exit_deferred: Cell<bool>,
+}
 
-// Whether this thread has ended its rings (its exit): a ring it makes
-// after that (records late in its exit) is drained by the writer alone,
-// after the ones before it, which it may not have drained yet, so that
-// the thread's file stays in order.
 crate::fast_thread_local!(
-    static ENDED_MINE: Cell<bool>;
-);
-
-// Whether a vfork child runs in this thread's memory (vfork.rs): its
-// descriptors are not the parent's, which ends the child's rings, so the
-// child leaves them to the writer.
-crate::fast_thread_local!(
-    pub(super) static IN_VFORK_CHILD: Cell<bool>;
+    pub(super) static FLAGS: ThreadFlags;
 );
 
 /// This thread's ring of instance `inst`, or None (the record counted as
@@ -210,14 +216,14 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
         drain_local(inst, r, fd);
     } else if !WRITER_GONE[inst].load(Ordering::Relaxed) {
         let start = clock::monotonic_ns();
-        let outer = !WAITING.replace(true);
+        let outer = !FLAGS.waiting.replace(true);
         WAITS.fetch_add(1, Ordering::Relaxed);
         let me = crate::sys::gettid() as u32;
         loop {
             if let Some(c) = attempt() {
                 if outer {
                     WAITED_NS.fetch_add(clock::monotonic_ns() - start, Ordering::Relaxed);
-                    WAITING.set(false);
+                    FLAGS.waiting.set(false);
                 }
                 return Some(c);
             }
@@ -228,7 +234,7 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
             // dropped (counted), as local mode drops one.
             if r.drain_holder() == me {
                 if outer {
-                    WAITING.set(false);
+                    FLAGS.waiting.set(false);
                 }
                 break;
             }
@@ -245,7 +251,7 @@ pub(super) fn wait_for_room<T>(inst: usize, r: Ring, attempt: impl Fn() -> Optio
             if waited > WAIT_LIMIT_NS {
                 WRITER_GONE[inst].store(true, Ordering::Relaxed);
                 if outer {
-                    WAITING.set(false);
+                    FLAGS.waiting.set(false);
                 }
                 break;
             }
@@ -297,7 +303,7 @@ pub(super) fn drain_local(inst: usize, r: Ring, fd: i32) {
 pub(super) fn drain_own(inst: usize, r: Ring, me: u32) -> bool {
     // (A vfork child's rings are ended by its parent, which has other
     // descriptors: the child waits for the writer.)
-    if ENDED_MINE.get() || IN_VFORK_CHILD.get() {
+    if FLAGS.ended_mine.get() || FLAGS.in_vfork_child.get() {
         return false;
     }
     let k = MINE_SLOT[inst].load(Ordering::Relaxed);
@@ -588,11 +594,6 @@ pub(super) fn create(inst: usize, depth: u16) -> *mut u8 {
     base
 }
 
-// This thread's exit step has been deferred once (see thread_exit).
-crate::fast_thread_local!(
-    static EXIT_DEFERRED: Cell<bool>;
-);
-
 /// Thread exit: the thread's rings get no more records. Local mode: write
 /// them out and close their files; shared mode: mark them closed for the
 /// writer, which drains and removes them, and unmap them, so that a
@@ -604,7 +605,7 @@ crate::fast_thread_local!(
 /// key, so that glibc calls it again after every other destructor of this
 /// round has run, and the records stay in the thread's one ring, in order.
 pub(super) extern "C" fn thread_exit(v: *mut libc::c_void) {
-    if !EXIT_DEFERRED.replace(true) {
+    if !FLAGS.exit_deferred.replace(true) {
         if let Some(&k) = KEY.get() {
             // SAFETY: re-setting this thread's value of our key from its
             // destructor asks glibc for another round (up to 4).
@@ -614,7 +615,7 @@ pub(super) extern "C" fn thread_exit(v: *mut libc::c_void) {
         }
     }
     let mask = crate::sys::block_async_signals();
-    ENDED_MINE.set(true);
+    FLAGS.ended_mine.set(true);
     release_mine();
     crate::sys::restore_signals(mask);
 }

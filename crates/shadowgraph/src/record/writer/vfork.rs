@@ -3,7 +3,7 @@
 //! it (`fgraph::on_vfork`) and given back once the child is gone, after
 //! the child's rings are ended as a thread's exit ends them.
 
-use super::rings::{release_mine, BY_SLOT, IN_VFORK_CHILD, MINE, MINE_SLOT};
+use super::rings::{release_mine, BY_SLOT, FLAGS, MINE, MINE_SLOT};
 use super::state::{any_shared, MAX_INSTANCES, RINGS};
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -40,7 +40,7 @@ pub(crate) fn vfork_child() -> bool {
         a.slots[inst].set(MINE_SLOT[inst].swap(0, Ordering::Relaxed));
     }
     a.held.set(true);
-    IN_VFORK_CHILD.set(true);
+    FLAGS.in_vfork_child.set(true);
     true
 }
 
@@ -71,6 +71,6 @@ pub(crate) fn vfork_parent() {
         slot.unlock();
     }
     a.held.set(false);
-    IN_VFORK_CHILD.set(false);
+    FLAGS.in_vfork_child.set(false);
     crate::sys::restore_signals(mask);
 }
