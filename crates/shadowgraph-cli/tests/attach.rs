@@ -51,13 +51,27 @@ fn record_p_traces_a_running_program_and_leaves_it_unharmed() {
     // attach deferred the site: a thread was inside them).
     assert!(is_nop(&entry_bytes(pid, &exe, "mid")));
     // A second session, after the first: the agent is found, not loaded
-    // twice, and records with its own filter.
+    // twice, and records with its own filter and its own record layout
+    // (the compact one: a call left open at the detach closed by a block).
     let b = dir.join("b.data");
-    let o = record_p(&pid.to_string(), &["--duration", "200ms", "-F", "leaf"], &b);
+    let opts = ["--duration", "200ms", "-F", "leaf", "--compact"];
+    let o = record_p(&pid.to_string(), &opts, &b);
     assert!(o.status.success(), "{}", text(&o).1);
     let rows = report_rows(&report_text(&b));
     assert!(rows["leaf"].2 > 10, "{rows:?}");
     assert!(!rows.contains_key("mid"), "{rows:?}");
+    assert!(view_text("info", &b).contains("record layout       : compact"));
+    let (replay, warnings) = text(
+        &shadowgraph()
+            .args(["replay", "-d"])
+            .arg(&b)
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        replay.contains("leaf();") && warnings.is_empty(),
+        "{warnings}"
+    );
     assert!(is_nop(&entry_bytes(pid, &exe, "leaf")));
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     let agents: std::collections::HashSet<&str> = maps

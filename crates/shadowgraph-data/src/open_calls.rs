@@ -162,4 +162,32 @@ mod tests {
         assert_eq!(close_open_calls(&dir, 20, |t| t != 9).unwrap(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// In a compact recording the exits come as a block of their own,
+    /// after the file's: the file reads back whole, the calls closed.
+    #[test]
+    fn a_compact_files_open_calls_get_a_block_of_exits() {
+        let dir = std::env::temp_dir().join(format!("sg-open-compact-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("shadowgraph.info"), "layout=compact\n").unwrap();
+        let records: Vec<u8> = [
+            rec(10, Kind::Entry, 0, 0xa),
+            rec(11, Kind::Entry, 1, 0xb),
+            rec(12, Kind::Exit, 1, 0xb),
+            rec(13, Kind::Entry, 1, 0xc),
+        ]
+        .concat();
+        let file = crate::compact::block_of(&records);
+        std::fs::write(dir.join("7.dat"), &file).unwrap();
+        assert_eq!(close_open_calls(&dir, 20, |_| true).unwrap(), 2);
+        let got = std::fs::read(dir.join("7.dat")).unwrap();
+        assert!(got.starts_with(&file) && got[file.len()..].starts_with(b"SGC1"));
+        let mut back = Vec::new();
+        crate::compact::CompactReader::new(&got[..])
+            .read_to_end(&mut back)
+            .unwrap();
+        let exits = [rec(20, Kind::Exit, 1, 0xc), rec(20, Kind::Exit, 0, 0xa)].concat();
+        assert_eq!(back, [records, exits].concat());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
