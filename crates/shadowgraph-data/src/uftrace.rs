@@ -178,7 +178,7 @@ fn decode_dat(src: &Path, dst: &Path) -> Result<Option<u64>, DataError> {
     let mut output = std::io::BufWriter::new(std::fs::File::create(dst).map_err(|e| err(dst, e))?);
     std::io::copy(&mut input, &mut output).map_err(|e| err(src, e))?;
     output.flush().map_err(|e| err(dst, e))?;
-    first_time_of(src, true)
+    first_time_of(dst, false)
 }
 
 /// The time of a `.dat` file's first record (checked), if it has one

@@ -7,6 +7,7 @@ use super::super::{data_slots, has_data, Drained, Ring, MAX_DATA};
 use super::times::{prefetch, Times, PREFETCH_RECORDS};
 use super::{drop_partial_record, write_all, DRAIN_CHUNK};
 use shadowgraph_data::compact::{self, Deltas, HEADER, MAX_RECORD};
+use shadowgraph_data::format::{encode, Kind};
 use std::sync::atomic::Ordering;
 
 /// Records gathered in a buffer, written when it is full or at
@@ -25,7 +26,8 @@ pub(super) struct Gather<'a> {
 }
 
 impl<'a> Gather<'a> {
-    /// Gathers for `fd` in `buf` (at least 4 KiB), in the compact layout
+    /// Gathers for `fd` in `buf` (room for a block's header and the
+    /// largest record it is given, with its data), in the compact layout
     /// if `compact`.
     pub(super) fn new(fd: i32, buf: &'a mut [u8], compact: bool) -> Gather<'a> {
         // SAFETY: lseek on our own descriptor.
@@ -180,16 +182,24 @@ impl Ring {
         (t, w1, len, at + 1 + data_slots(len))
     }
 
-    /// A LOST record of `dropped` at `ns`, in the compact layout.
-    pub(super) fn write_lost_compact(&self, fd: i32, rec: [u64; 2], out: &mut Drained) {
-        let mut buf = [0u8; HEADER + MAX_RECORD];
-        let mut g = Gather::new(fd, &mut buf, true);
-        // (Counted lost already: what this writes is the mark.)
-        let mut mark = Drained::default();
-        g.push(rec, &[], &mut mark);
-        g.put(&mut mark);
-        if mark.errno != 0 && out.errno == 0 {
-            out.errno = mark.errno;
+    /// After a drain: a LOST record at `ns` for what the producer dropped
+    /// (taken from the ring, counted in `out`), written unless a write
+    /// failed already.
+    pub(super) fn write_lost(&self, fd: i32, ns: u64, out: &mut Drained) {
+        let dropped = self.header().lost.swap(0, Ordering::Relaxed);
+        if dropped == 0 {
+            return;
         }
+        out.lost += dropped;
+        if out.errno != 0 {
+            return;
+        }
+        // In the ring's layout; counted lost above, not written.
+        let mut buf = [0u8; 16 + HEADER + MAX_RECORD];
+        let mut g = Gather::new(fd, &mut buf, self.header().compact != 0);
+        let mut mark = Drained::default();
+        g.push([ns, encode(Kind::Lost, 0, dropped)], &[], &mut mark);
+        g.put(&mut mark);
+        out.errno = mark.errno;
     }
 }

@@ -4,7 +4,6 @@
 
 use super::{data_slots, has_data, Drained, Ring, MAX_DATA, SLOT_SHIFT};
 use crate::clock;
-use shadowgraph_data::format::{encode, Kind};
 use std::sync::atomic::Ordering;
 use times::{prefetch, Times, PREFETCH_RECORDS};
 
@@ -58,34 +57,27 @@ impl Ring {
         // Where this drain ends: the last record but for a plain ring's
         // part.
         let mut to = head;
-        // Acquire: read after `head`, set before any record with data that
-        // `head` publishes.
+        // The walks gather in `buf`, or where it is too short in one of our
+        // own (a drain of a ring without data uses neither).
+        let mut own = [0u8; MIN_BUFFER];
+        let buf = if buf.len() >= MIN_BUFFER {
+            buf
+        } else {
+            &mut own[..]
+        };
+        // Acquire (`with_data`): read after `head`, set before any record
+        // with data that `head` publishes.
+        let with_data = h.with_data.load(Ordering::Acquire) != 0;
         if h.min_ns != 0 {
             let how = (head, h.min_ns, dropped != 0);
-            if buf.len() >= MIN_BUFFER {
-                self.drain_filtered(fd, how, &mut times, buf, &mut out);
-            } else {
-                let mut own = [0u8; MIN_BUFFER];
-                self.drain_filtered(fd, how, &mut times, &mut own, &mut out);
-            }
+            self.drain_filtered(fd, how, &mut times, buf, &mut out);
         } else if h.compact != 0 {
-            // Acquire: as below.
-            if h.with_data.load(Ordering::Acquire) == 0 {
+            if !with_data {
                 to = head.min(tail.saturating_add(max));
             }
-            if buf.len() >= MIN_BUFFER {
-                self.drain_compact(fd, to, &mut times, buf, &mut out);
-            } else {
-                let mut own = [0u8; MIN_BUFFER];
-                self.drain_compact(fd, to, &mut times, &mut own, &mut out);
-            }
-        } else if h.with_data.load(Ordering::Acquire) != 0 {
-            if buf.len() >= MIN_BUFFER {
-                self.drain_walking(fd, head, &mut times, buf, &mut out);
-            } else {
-                let mut own = [0u8; MIN_BUFFER];
-                self.drain_walking(fd, head, &mut times, &mut own, &mut out);
-            }
+            self.drain_compact(fd, to, &mut times, buf, &mut out);
+        } else if with_data {
+            self.drain_walking(fd, head, &mut times, buf, &mut out);
         } else {
             to = head.min(tail.saturating_add(max));
             self.drain_plain(fd, to, &mut times, &mut out);
@@ -293,26 +285,6 @@ impl Ring {
         if pending > 0 {
             h.tail.store(at, Ordering::Release);
             put(b, n, pending, out);
-        }
-    }
-
-    /// After a drain: a LOST record at `ns` for what the producer dropped
-    /// (taken from the ring, counted in `out`), written unless a write
-    /// failed already.
-    fn write_lost(&self, fd: i32, ns: u64, out: &mut Drained) {
-        let dropped = self.header().lost.swap(0, Ordering::Relaxed);
-        if dropped == 0 {
-            return;
-        }
-        out.lost += dropped;
-        let rec = [ns, encode(Kind::Lost, 0, dropped)];
-        if out.errno == 0 && self.header().compact != 0 {
-            self.write_lost_compact(fd, rec, out);
-        } else if out.errno == 0 {
-            if let Err((e, done)) = write_all(fd, rec.as_ptr().cast(), 16) {
-                out.errno = e;
-                drop_partial_record(fd, done);
-            }
         }
     }
 

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::record::ring::{ring_bytes, Depth, RingHeader};
-use shadowgraph_data::format::decode;
+use shadowgraph_data::format::{decode, encode, Kind};
 use std::sync::atomic::AtomicBool;
 
 /// A drain frees the ring a chunk at a time: while the writer is
