@@ -208,6 +208,15 @@ fn signal_handlers_recording_inside_a_filtered_record() {
     handlers_record_inside_records(RecordPath::Fused, &["-F", "main"]);
 }
 
+/// The same with triggers that act at main's calls alone: the fused
+/// filtered path records the other calls while tracing is on, keeping
+/// the triggers' thread variable, which the handlers' calls share on the
+/// general way.
+#[test]
+fn signal_handlers_recording_inside_a_record_with_triggers() {
+    handlers_record_inside_records(RecordPath::Fused, &["--disable", "-T", "main@trace_on"]);
+}
+
 /// The same with arguments and return values, which the fused entry and
 /// return record in their restartable sequences: every handler's calls
 /// show the values passed and returned (the signal, fib's 2, 1, 0), and
@@ -457,6 +466,7 @@ fn handlers_record_inside_records(path: RecordPath, filter: &[&str]) {
         (RecordPath::FusedWithoutRseq, _) => "sigring-cmpxchg",
         (RecordPath::General, _) => "sigring-general",
         (RecordPath::Fused, false) if args => "sigring-args",
+        (RecordPath::Fused, false) if filter.contains(&"-T") => "sigring-triggers",
         (RecordPath::Fused, false) => "sigring-filtered",
     });
     let exe = build_fixture(&dir, "sigring", "signal_rings.c");

@@ -123,6 +123,8 @@ fn record_applies_triggers_as_uftrace() {
         &["-F", "main", "-F", "mid@depth=1"],
         &["-T", "mid@trace_off", "-T", "leaf@trace_on"],
         &["--disable", "-T", "mid@trace_on", "-T", "leaf@trace_off"],
+        &["-D", "2", "-T", "mid@trace_off", "-T", "nap@trace_on"],
+        &["-T", "leaf@finish"],
         &["-T", "main@filter,depth=2", "-T", "fib@notrace"],
         &["-F", "mid", "-D", "1"],
         &["-F", "main", "-T", "fib@finish"],
@@ -303,6 +305,57 @@ fn triggers_hold_per_thread() {
     assert!(!out.contains("main") && out.contains("run"), "{out}");
 }
 
+/// Triggers that act only at their own functions' calls (`trace_on`
+/// here, `--disable` and `-D` beside it) leave every other call to the
+/// fused path, which keeps their thread variable and records only while
+/// tracing is on: four threads, each switching tracing on at its `run`
+/// (a callback's call) and then calling `work` (the fused path's), record
+/// every call of `work`, nested under `run`, as the callbacks alone do.
+/// A trigger that decides other functions' calls (`depth=`) keeps the
+/// recording on the callbacks.
+#[test]
+fn triggers_at_their_own_functions_leave_the_rest_to_the_fused_path() {
+    let dir = workdir("tlite");
+    let exe = build_fixture(&dir, "tlite", "work_threads.c");
+    let opts = ["--disable", "-T", "run@trace_on", "-D", "2"];
+    for way in [Way::Fused, Way::General] {
+        let data = dir.join(format!("{}.data", way.name()));
+        record_ok(&way.with(&opts), &data, &exe);
+        let info = view(&mut shadowgraph(), &data, &["info"]);
+        assert_eq!(
+            info.contains("record path         : fused"),
+            way == Way::Fused,
+            "{info}"
+        );
+        let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+        let mut works: Vec<usize> = Vec::new();
+        // (The main thread's only record is main's exit, tracing being on
+        // when it returns, as uftrace records it.)
+        for &tid in &d.tids {
+            let recs = records_of(&d, tid).unwrap();
+            let at = |name: &str, depth: u16| {
+                recs.iter()
+                    .filter(|r| r.kind == shadowgraph_data::format::Kind::Entry)
+                    .filter(|r| d.name(r.addr) == name && r.depth == depth)
+                    .count()
+            };
+            if at("work", 1) > 0 {
+                in_time_order(&d, tid).unwrap();
+                calls_nest_exactly(&d, tid, &[]).unwrap();
+                depths_follow_the_records(&d, tid).unwrap();
+                assert_eq!(at("run", 0), 1, "{}", way.name());
+                works.push(at("work", 1));
+            }
+        }
+        works.sort();
+        assert_eq!(works, [20000, 20001, 20002, 20003], "{}", way.name());
+    }
+    let data = dir.join("depth.data");
+    record_ok(&["-T", "run@depth=1"], &data, &exe);
+    let info = view(&mut shadowgraph(), &data, &["info"]);
+    assert!(!info.contains("record path         : fused"), "{info}");
+}
+
 /// `record -Z SIZE` leaves out the calls of functions smaller than SIZE
 /// bytes (their symbols' sizes), their callees recorded in their place,
 /// at its depth (as uftrace's, compared above).
@@ -453,16 +506,25 @@ fn watch_cpu_as_uftrace() {
     };
     let ours = dir.join("s.data");
     let opts = ["-F", "main", "-W", "cpu", "--no-sched"];
-    let o = record_run(&[], &[&["--libcall"], &opts[..]].concat(), &ours, &exe, &[]);
-    assert!(o.status.success(), "{}", text(&o).1);
-    let got = lines(&mut shadowgraph(), &ours);
+    let events = |got: &[String]| {
+        got.iter()
+            .filter(|l| l.contains("/* watch:cpu (cpu=N) */"))
+            .count()
+    };
     // At main's entry; then, with two processors or more, at the return
-    // of each sched_setaffinity.
-    let events = got
-        .iter()
-        .filter(|l| l.contains("/* watch:cpu (cpu=N) */"))
-        .count();
-    assert_eq!(events, if cpus > 1 { 3 } else { 1 }, "{got:#?}");
+    // of each sched_setaffinity. (The kernel may also move the program on
+    // its own, on a busy machine: such a run is made again.)
+    let want = if cpus > 1 { 3 } else { 1 };
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let o = record_run(&[], &[&["--libcall"], &opts[..]].concat(), &ours, &exe, &[]);
+        assert!(o.status.success(), "{}", text(&o).1);
+        got = lines(&mut shadowgraph(), &ours);
+        if events(&got) <= want {
+            break;
+        }
+    }
+    assert_eq!(events(&got), want, "{got:#?}");
     assert!(got[0].ends_with("main() {"), "{got:#?}");
     let o = shadowgraph()
         .args(["live", "-F", "main", "--signal", "SIGUSR1@trace_off"])
@@ -475,9 +537,13 @@ fn watch_cpu_as_uftrace() {
         return;
     }
     let theirs = dir.join("u.data");
-    uftrace_record(&theirs, &opts, &exe);
-    assert_eq!(
-        got,
-        lines(&mut std::process::Command::new("uftrace"), &theirs)
-    );
+    let mut their_lines = Vec::new();
+    for _ in 0..5 {
+        uftrace_record(&theirs, &opts, &exe);
+        their_lines = lines(&mut std::process::Command::new("uftrace"), &theirs);
+        if events(&their_lines) <= want {
+            break;
+        }
+    }
+    assert_eq!(got, their_lines);
 }

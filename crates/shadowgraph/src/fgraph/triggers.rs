@@ -21,11 +21,15 @@
 //! `levels left` is stored exclusive-or the tracer's depth limit `D` (a
 //! new thread's zero is a fresh limit); `own depth` counts the calls kept
 //! open that are recorded or would be but for tracing being off (the
-//! depth records carry).
+//! depth records carry). Where the triggers act only at their own
+//! functions' calls ([`Triggers::lite`]) the variable is the own depth
+//! alone, the other fields following from it, as `fgraph::filters` keeps
+//! it for a depth limit: a recorder's fused path then keeps it for every
+//! other call.
 
 use super::{GraphEntry, GraphUser};
 use crate::ftrace::{current_tid, ThreadFilter};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// What one function's trigger does (merged from every spec naming it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,10 +90,13 @@ pub struct Triggers {
     /// The depth limit (`-D`; `u16::MAX`: none), restarted at each filter
     /// function's call.
     limit: u16,
-    /// Tracing on (`trace_on`, `trace_off`, for every thread).
-    enabled: AtomicBool,
-    /// A `finish` trigger fired: nothing more is recorded.
-    finished: AtomicBool,
+    /// The switch every thread reads: [`Triggers::ON`] while tracing is
+    /// on (`trace_on`, `trace_off`), [`Triggers::FINISHED`] once a
+    /// `finish` trigger fired (nothing more is recorded).
+    switch: AtomicU8,
+    /// Whether the triggers act only at their own functions' calls
+    /// (see [`Triggers::lite`]).
+    lite: bool,
     /// The time filter's threshold outside every `time=` call (ticks).
     min_ticks: u64,
     /// Whether some trigger sets a threshold: calls keep theirs.
@@ -148,7 +155,19 @@ impl Triggers {
         (min_ticks, min_size): (u64, u64),
     ) -> Triggers {
         let has_time = sites.iter().any(|s| s.time_ticks.is_some());
+        let lite = !mode_in
+            && min_ticks == 0
+            && min_size == 0
+            && sites.iter().all(|s| {
+                s.filter.is_none()
+                    && s.depth.is_none()
+                    && s.time_ticks.is_none()
+                    && !s.always
+                    && !s.caller
+                    && s.min_size.is_none()
+            });
         Triggers {
+            lite,
             min_ticks,
             has_time,
             min_size,
@@ -161,9 +180,51 @@ impl Triggers {
             } else {
                 limit.min(u16::MAX as u32) as u16
             },
-            enabled: AtomicBool::new(!disabled),
-            finished: AtomicBool::new(false),
+            switch: AtomicU8::new(if disabled { 0 } else { Self::ON }),
         }
+    }
+
+    /// The switch's bit while tracing is on.
+    pub const ON: u8 = 1;
+    /// The switch's bit once tracing finished.
+    pub const FINISHED: u8 = 2;
+
+    /// Whether the triggers act only at the calls of their own functions
+    /// (`trace_on`, `trace_off`, `finish`, `read=`, and `-D`, `--disable`
+    /// beside them): no filter or notrace function, no `depth=`, no time,
+    /// size or caller filter. Every other call is then recorded as a depth
+    /// limit alone would record it, while the switch is [`Triggers::ON`],
+    /// and the thread variable holds the own depth alone, as
+    /// `fgraph::filters` keeps it without functions: a recorder's fused
+    /// path takes those calls ([`Triggers::acts_at`] says which are not
+    /// theirs).
+    pub fn lite(&self) -> bool {
+        self.lite
+    }
+
+    /// Whether site `id` has a trigger of its own, which its calls' entry
+    /// must apply (any site, unless [`Triggers::lite`]).
+    pub fn acts_at(&self, id: crate::ftrace::SiteId) -> bool {
+        !self.lite
+            || self
+                .sites
+                .get(id as usize)
+                .is_some_and(|s| s.trace.is_some() || s.finish || s.room > 0)
+    }
+
+    /// The depth limit (`-D`; 0: none).
+    pub fn depth_limit(&self) -> u32 {
+        match self.limit {
+            u16::MAX => 0,
+            l => l as u32,
+        }
+    }
+
+    /// The switch's byte ([`Triggers::ON`], [`Triggers::FINISHED`]), for a
+    /// fused path to read as [`Triggers::enabled`] does: valid while the
+    /// triggers are.
+    pub fn switch_byte(&self) -> *const u8 {
+        self.switch.as_ptr()
     }
 
     /// Whether some trigger sets a time threshold, keeps calls from it, or
@@ -183,23 +244,44 @@ impl Triggers {
     pub fn enabled(&self) -> bool {
         // Relaxed: a switch another thread makes is seen at its next call
         // or soon after, as in uftrace; nothing else is ordered by it.
-        self.enabled.load(Ordering::Relaxed) && !self.finished.load(Ordering::Relaxed)
+        self.switch.load(Ordering::Relaxed) == Self::ON
     }
 
     /// Switches tracing on or off (`trace`) and ends it (`finish`) for
     /// every thread, as `trace_on`, `trace_off` and `finish` triggers do,
     /// from outside any call (a signal's handler). Async-signal-safe.
     pub fn switch(&self, trace: Option<bool>, finish: bool) {
-        // Relaxed: see `enabled`.
         if let Some(on) = trace {
-            self.enabled.store(on, Ordering::Relaxed);
+            self.turn(on);
         }
         if finish {
-            self.finished.store(true, Ordering::Relaxed);
+            // Relaxed: see `enabled`.
+            self.switch.fetch_or(Self::FINISHED, Ordering::Relaxed);
         }
     }
 
+    /// Tracing switched on or off (the FINISHED bit kept).
+    fn turn(&self, on: bool) {
+        // Relaxed: see `enabled`. (One atomic operation on the byte, which
+        // a signal handler may switch too.)
+        match on {
+            true => self.switch.fetch_or(Self::ON, Ordering::Relaxed),
+            false => self.switch.fetch_and(!Self::ON, Ordering::Relaxed),
+        };
+    }
+
     fn decode(&self, v: u64) -> State {
+        if self.lite {
+            // (The own depth alone: no filter or notrace calls, and the
+            // levels left follow from it.)
+            let own = v & FIELD;
+            return State {
+                own,
+                left: (self.limit as u64).saturating_sub(own),
+                filters: 0,
+                notraces: 0,
+            };
+        }
         State {
             own: v & FIELD,
             left: ((v >> 16) & FIELD) ^ self.limit as u64,
@@ -209,6 +291,9 @@ impl Triggers {
     }
 
     fn encode(&self, s: State) -> u64 {
+        if self.lite {
+            return s.own.min(FIELD);
+        }
         s.own.min(FIELD)
             | ((s.left ^ self.limit as u64) & FIELD) << 16
             | s.filters.min(FIELD) << 32
@@ -228,7 +313,8 @@ impl Triggers {
         let Some(var) = user.task_var() else {
             return Verdict::Reject;
         };
-        if self.finished.load(Ordering::Relaxed) {
+        // Relaxed: see `enabled`.
+        if self.switch.load(Ordering::Relaxed) & Self::FINISHED != 0 {
             return Verdict::Reject;
         }
         let v = var.get();
@@ -259,8 +345,7 @@ impl Triggers {
             n.left = d as u64;
         }
         if let Some(on) = tr.trace {
-            // Relaxed: see `enabled`.
-            self.enabled.store(on, Ordering::Relaxed);
+            self.turn(on);
         }
         if n.left == 0 || threads.is_some_and(|t| !t.allows(current_tid())) {
             return Verdict::Reject;
@@ -322,10 +407,11 @@ impl Triggers {
         // Named at once, as GraphFilter::entry_with does: `ret` puts the
         // variable back however the callback is left.
         user.name_in_frame();
-        let record = flags & NORECORD == 0 && self.enabled.load(Ordering::Relaxed);
+        // Relaxed: see `enabled`.
+        let record = flags & NORECORD == 0 && self.switch.load(Ordering::Relaxed) & Self::ON != 0;
         if tr.finish {
             // (This call's entry is still recorded: the caller writes it.)
-            self.finished.store(true, Ordering::Relaxed);
+            self.switch.fetch_or(Self::FINISHED, Ordering::Relaxed);
         }
         if record {
             Verdict::Record(if word {
@@ -343,7 +429,17 @@ impl Triggers {
     /// recorded.
     pub(super) fn ret(&self, user: &GraphUser) -> Option<*mut u64> {
         let var = user.task_var()?;
-        let (p, len) = user.retrieve()?;
+        let Some((p, len)) = user.retrieve() else {
+            if self.lite {
+                // A frame a fused path kept, without words (see
+                // `Triggers::lite`): it counted one own level, as any
+                // call without a trigger of its own, recorded while
+                // tracing is on.
+                var.set((var.get() & FIELD).saturating_sub(1));
+                return self.enabled().then(std::ptr::null_mut);
+            }
+            return None;
+        };
         if len < self.words() * 8 {
             return None;
         }

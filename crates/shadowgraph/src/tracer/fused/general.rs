@@ -127,6 +127,13 @@ crate::fgraph::graph_asm!(
     "test r10d, {fast_args}",
     "jnz 44f",
     "49:",
+    // Triggers' switch (lite triggers, FusedFilter::switch): once it says
+    // FINISHED, declined (as Triggers::entry declines). Each read of the
+    // byte is a plain load: Relaxed, as Triggers::enabled reads it (a
+    // switch another thread makes is seen at a later call).
+    "cmp qword ptr [rax + {f_switch}], 0",
+    "jne 72f",
+    "73:",
     // The user's thread variable v (rdx), by the user's slot.
     "movsxd rdx, dword ptr [rsi + {u_slot}]",
     "mov rdx, [rdi + rdx*8 + {tv}]",
@@ -162,6 +169,12 @@ crate::fgraph::graph_asm!(
     "inc rdx",
     "mov r10, rdx",
     "call 46f",
+    // Triggers' switch not ON (tracing off): the frame kept, nothing
+    // recorded (Triggers::entry's Silent); the own depth counts it.
+    "mov rax, [rsi + {u_filter}]",
+    "cmp qword ptr [rax + {f_switch}], 0",
+    "jne 75f",
+    "74:",
     // The entry record (the ring still in r11).
     "mov rcx, [rsp]",
     "shl rcx, 16",
@@ -190,6 +203,17 @@ crate::fgraph::graph_asm!(
     "mov rcx, [rax + {f_args}]",
     "movq xmm15, qword ptr [rcx + rdx*8]",
     "jmp 49b",
+    // (The switch, by the filter in rax.)
+    "72:",
+    "mov rdx, [rax + {f_switch}]",
+    "test byte ptr [rdx], {switch_finished}",
+    "jnz 83b",
+    "jmp 73b",
+    "75:",
+    "mov rax, [rax + {f_switch}]",
+    "cmp byte ptr [rax], {switch_on}",
+    "je 74b",
+    "jmp 47f",
     ".popsection",
     // A -N function: NOTRACE in v, its frame kept, nothing recorded.
     "45:",
@@ -269,6 +293,11 @@ crate::fgraph::graph_asm!(
     "52:",
     "and r8, -65536",
     "or r8, rdx",
+    // Triggers' switch not ON: no exit record (Triggers::ret).
+    "mov rax, [rsi + {u_filter}]",
+    "cmp qword ptr [rax + {f_switch}], 0",
+    "jne 76f",
+    "77:",
     // A return value to record: the user's table of them (args_asm.rs).
     "mov rcx, [rsi + {u_rets}]",
     "test rcx, rcx",
@@ -304,9 +333,19 @@ crate::fgraph::graph_asm!(
     "pop rax",
     "push r11",
     "ret",
-    // (Out of the way: the exit with its return value, args_asm.rs.)
+    // (Out of the way: the exit with its return value, args_asm.rs; the
+    // switch, by the filter in rax: not ON, the variable put back and the
+    // frame popped as after a record.)
     ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
     retval_exit_record!("shadowgraph_fused_retval_exit"),
+    "76:",
+    "mov rax, [rax + {f_switch}]",
+    "cmp byte ptr [rax], {switch_on}",
+    "je 77b",
+    "and dword ptr [rdi + r10*8 + FRAME_BITMAP], {users_clear}",
+    "movsxd rcx, dword ptr [rsi + {u_slot}]",
+    "mov [rdi + rcx*8 + {tv}], r8",
+    "jmp 53b",
     ".popsection",
     ".popsection";
     tp_local = sym fgraph::TP_LOCAL,
@@ -350,6 +389,9 @@ crate::fgraph::graph_asm!(
     general = const super::GENERAL,
     fast_args = const super::FAST_ARGS,
     f_args = const offset_of!(FusedFilter, args),
+    f_switch = const offset_of!(FusedFilter, switch),
+    switch_on = const crate::fgraph::triggers::Triggers::ON,
+    switch_finished = const crate::fgraph::triggers::Triggers::FINISHED,
     u_rets = const GraphUser::PATH_WORDS + 8 * super::W_RETS,
     more = const crate::record::ring::MORE,
     r_with_data = const offset_of!(RingHeader, with_data),

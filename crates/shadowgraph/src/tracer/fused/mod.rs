@@ -96,6 +96,10 @@ pub(crate) struct FusedFilter {
     /// Per site: its argument descriptor where its class has
     /// [`FAST_ARGS`] (else 0).
     args: *const u64,
+    /// The recorder's triggers' switch (`Triggers::switch_byte`), null
+    /// without triggers: a call is declined once it says FINISHED, and
+    /// recorded only while it says ON (else its frame is kept silently).
+    switch: *const u8,
 }
 
 /// The table of return values the fused return looks a returning call's
@@ -544,6 +548,7 @@ pub fn attach_filtered(
 ) -> bool {
     // Refused before the table is made (it is never freed).
     if filter.threads.is_some()
+        || filter.triggers.as_ref().is_some_and(|t| !t.lite())
         || !clock::uses_tsc()
         || inst >= writer::MAX_INSTANCES
         || fgraph::manager_made()
@@ -651,13 +656,17 @@ fn filter_table(
     let all = crate::ftrace::sites();
     let n = all.len();
     let rseq = rseq_cs_offset().is_some();
+    let triggers = filter.triggers.as_deref();
     let (mut args, mut rets) = (vec![0u64; n], Vec::new());
     let classes: Vec<u8> = (0..n as crate::ftrace::SiteId)
         .map(|id| {
             let has = |fs: &Option<std::sync::Arc<crate::ftrace::FilterSet>>| {
                 fs.as_ref().is_some_and(|f| f.pair().contains(id))
             };
+            // (A trigger's own function: the callbacks apply it.)
+            let own_trigger = triggers.is_some_and(|t| t.acts_at(id));
             let data = match sites(id) {
+                _ if own_trigger => GENERAL,
                 SiteArgs::None => 0,
                 SiteArgs::Fast { args: a, ret } if rseq => {
                     args[id as usize] = a;
@@ -681,8 +690,15 @@ fn filter_table(
         classes: classes.as_ptr(),
         len: n as u64,
         has_functions: filter.functions.is_some() as u64,
-        max_depth: filter.max_depth as u64,
+        // (With triggers, theirs: `-D` restarts at no function of theirs.)
+        max_depth: triggers.map_or(filter.max_depth, |t| t.depth_limit()) as u64,
         args: args.as_ptr(),
+        // (The triggers kept for good, as the table is: a thread may read
+        // the switch through it as long as it may read the table.)
+        switch: filter.triggers.as_ref().map_or(std::ptr::null(), |t| {
+            std::mem::forget(t.clone());
+            t.switch_byte()
+        }),
     }));
     (table, RetTable::make(&rets))
 }

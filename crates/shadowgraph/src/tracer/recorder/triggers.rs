@@ -71,6 +71,14 @@ pub(super) fn triggers(
             };
         }
     }
+    // Arguments wait in a call's room only for a time filter (a call's
+    // entry written once it proves long enough): without one, a function
+    // has room for its `read=` values alone (and, where that is none, no
+    // trigger of its own: `Triggers::acts_at`).
+    let timed = min_ticks > 0
+        || actions
+            .iter()
+            .any(|a| a.time_ns.is_some() || a.always || a.caller);
     let reads = actions
         .iter()
         .map(|a| super::reads::mask(&a.read))
@@ -90,7 +98,7 @@ pub(super) fn triggers(
             caller: a.caller,
             size,
             min_size: a.size,
-            room: super::reads::room(read) + arg_room(i),
+            room: super::reads::room(read) + if timed { arg_room(i) } else { 0 },
         })
         .collect();
     let thresholds = (min_ticks, min_size);
