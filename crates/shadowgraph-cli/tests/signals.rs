@@ -208,13 +208,14 @@ fn signal_handlers_recording_inside_a_filtered_record() {
     handlers_record_inside_records(RecordPath::Fused, &["-F", "main"]);
 }
 
-/// The same with triggers that act at main's calls alone: the fused
-/// filtered path records the other calls while tracing is on, keeping
-/// the triggers' thread variable, which the handlers' calls share on the
-/// general way.
+/// The same with triggers (main a filter function that switches tracing
+/// on, and a depth limit): the fused filtered path records the other
+/// calls while tracing is on, keeping the triggers' thread variable,
+/// which the handlers' calls share on the general way.
 #[test]
 fn signal_handlers_recording_inside_a_record_with_triggers() {
-    handlers_record_inside_records(RecordPath::Fused, &["--disable", "-T", "main@trace_on"]);
+    let specs = ["--disable", "-T", "main@trace_on", "-F", "main", "-D", "40"];
+    handlers_record_inside_records(RecordPath::Fused, &specs);
 }
 
 /// The same with arguments and return values, which the fused entry and

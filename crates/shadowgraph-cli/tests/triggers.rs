@@ -305,19 +305,28 @@ fn triggers_hold_per_thread() {
     assert!(!out.contains("main") && out.contains("run"), "{out}");
 }
 
-/// Triggers that act only at their own functions' calls (`trace_on`
-/// here, `--disable` and `-D` beside it) leave every other call to the
-/// fused path, which keeps their thread variable and records only while
-/// tracing is on: four threads, each switching tracing on at its `run`
-/// (a callback's call) and then calling `work` (the fused path's), record
-/// every call of `work`, nested under `run`, as the callbacks alone do.
-/// A trigger that decides other functions' calls (`depth=`) keeps the
-/// recording on the callbacks.
+/// Triggers leave the calls of functions without a trigger of their own
+/// to the fused path, which keeps the triggers' thread variable (filter
+/// calls open, levels left, own depth) and records only while tracing is
+/// on: four threads, each switching tracing on at its `run` (a filter
+/// function with a depth limit: a callback's call) and then calling
+/// `work` (the fused path's), record every call of `work`, nested under
+/// `run`, as the callbacks alone do; `main`, outside every filter call,
+/// is not recorded. A caller filter (`-C`), which keeps every call
+/// waiting in its frame, keeps the recording on the callbacks.
 #[test]
-fn triggers_at_their_own_functions_leave_the_rest_to_the_fused_path() {
+fn triggers_leave_the_calls_of_other_functions_to_the_fused_path() {
     let dir = workdir("tlite");
     let exe = build_fixture(&dir, "tlite", "work_threads.c");
-    let opts = ["--disable", "-T", "run@trace_on", "-D", "2"];
+    let opts = [
+        "--disable",
+        "-F",
+        "run",
+        "-T",
+        "run@trace_on,depth=2",
+        "-D",
+        "3",
+    ];
     for way in [Way::Fused, Way::General] {
         let data = dir.join(format!("{}.data", way.name()));
         record_ok(&way.with(&opts), &data, &exe);
@@ -329,8 +338,6 @@ fn triggers_at_their_own_functions_leave_the_rest_to_the_fused_path() {
         );
         let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
         let mut works: Vec<usize> = Vec::new();
-        // (The main thread's only record is main's exit, tracing being on
-        // when it returns, as uftrace records it.)
         for &tid in &d.tids {
             let recs = records_of(&d, tid).unwrap();
             let at = |name: &str, depth: u16| {
@@ -339,6 +346,7 @@ fn triggers_at_their_own_functions_leave_the_rest_to_the_fused_path() {
                     .filter(|r| d.name(r.addr) == name && r.depth == depth)
                     .count()
             };
+            assert_eq!(at("main", 0), 0, "{}", way.name());
             if at("work", 1) > 0 {
                 in_time_order(&d, tid).unwrap();
                 calls_nest_exactly(&d, tid, &[]).unwrap();
@@ -350,8 +358,8 @@ fn triggers_at_their_own_functions_leave_the_rest_to_the_fused_path() {
         works.sort();
         assert_eq!(works, [20000, 20001, 20002, 20003], "{}", way.name());
     }
-    let data = dir.join("depth.data");
-    record_ok(&["-T", "run@depth=1"], &data, &exe);
+    let data = dir.join("caller.data");
+    record_ok(&["-C", "work"], &data, &exe);
     let info = view(&mut shadowgraph(), &data, &["info"]);
     assert!(!info.contains("record path         : fused"), "{info}");
 }

@@ -21,11 +21,11 @@
 //! `levels left` is stored exclusive-or the tracer's depth limit `D` (a
 //! new thread's zero is a fresh limit); `own depth` counts the calls kept
 //! open that are recorded or would be but for tracing being off (the
-//! depth records carry). Where the triggers act only at their own
-//! functions' calls ([`Triggers::lite`]) the variable is the own depth
-//! alone, the other fields following from it, as `fgraph::filters` keeps
-//! it for a depth limit: a recorder's fused path then keeps it for every
-//! other call.
+//! depth records carry). A call of a function without a trigger of its
+//! own changes the own depth and the levels left alone, and is decided by
+//! the variable and the switch alone: where no time, size or caller filter
+//! needs more ([`Triggers::fusable`]), a recorder's fused path decides
+//! those calls and keeps the variable for them.
 
 use super::{GraphEntry, GraphUser};
 use crate::ftrace::{current_tid, ThreadFilter};
@@ -94,9 +94,9 @@ pub struct Triggers {
     /// on (`trace_on`, `trace_off`), [`Triggers::FINISHED`] once a
     /// `finish` trigger fired (nothing more is recorded).
     switch: AtomicU8,
-    /// Whether the triggers act only at their own functions' calls
-    /// (see [`Triggers::lite`]).
-    lite: bool,
+    /// Whether a fused path may decide the calls of functions without a
+    /// trigger of their own (see [`Triggers::fusable`]).
+    fusable: bool,
     /// The time filter's threshold outside every `time=` call (ticks).
     min_ticks: u64,
     /// Whether some trigger sets a threshold: calls keep theirs.
@@ -155,19 +155,13 @@ impl Triggers {
         (min_ticks, min_size): (u64, u64),
     ) -> Triggers {
         let has_time = sites.iter().any(|s| s.time_ticks.is_some());
-        let lite = !mode_in
-            && min_ticks == 0
+        let fusable = min_ticks == 0
             && min_size == 0
-            && sites.iter().all(|s| {
-                s.filter.is_none()
-                    && s.depth.is_none()
-                    && s.time_ticks.is_none()
-                    && !s.always
-                    && !s.caller
-                    && s.min_size.is_none()
-            });
+            && sites
+                .iter()
+                .all(|s| s.time_ticks.is_none() && !s.always && !s.caller && s.min_size.is_none());
         Triggers {
-            lite,
+            fusable,
             min_ticks,
             has_time,
             min_size,
@@ -189,35 +183,44 @@ impl Triggers {
     /// The switch's bit once tracing finished.
     pub const FINISHED: u8 = 2;
 
-    /// Whether the triggers act only at the calls of their own functions
-    /// (`trace_on`, `trace_off`, `finish`, `read=`, and `-D`, `--disable`
-    /// beside them): no filter or notrace function, no `depth=`, no time,
-    /// size or caller filter. Every other call is then recorded as a depth
-    /// limit alone would record it, while the switch is [`Triggers::ON`],
-    /// and the thread variable holds the own depth alone, as
-    /// `fgraph::filters` keeps it without functions: a recorder's fused
-    /// path takes those calls ([`Triggers::acts_at`] says which are not
-    /// theirs).
-    pub fn lite(&self) -> bool {
-        self.lite
+    /// Whether the calls of functions without a trigger of their own
+    /// ([`Triggers::acts_at`]) are decided by the thread variable and the
+    /// switch alone, as `Triggers::entry` decides them, which a fused
+    /// path may then do: declined once FINISHED, inside a notrace
+    /// function's call, outside every filter function's call where some
+    /// function is one ([`Triggers::mode_in`]), or with no levels left;
+    /// else accepted with the own depth one more and the levels left one
+    /// less, recorded while the switch is [`Triggers::ON`], and at the
+    /// return the variable one level back (a frame without reserved
+    /// words: `Triggers::ret`). True unless a time, size or caller filter
+    /// (or `trace`) keeps words in every call's frame.
+    pub fn fusable(&self) -> bool {
+        self.fusable
     }
 
     /// Whether site `id` has a trigger of its own, which its calls' entry
-    /// must apply (any site, unless [`Triggers::lite`]).
+    /// must apply (any site, unless [`Triggers::fusable`]).
     pub fn acts_at(&self, id: crate::ftrace::SiteId) -> bool {
-        !self.lite
-            || self
-                .sites
-                .get(id as usize)
-                .is_some_and(|s| s.trace.is_some() || s.finish || s.room > 0)
+        !self.fusable
+            || self.sites.get(id as usize).is_some_and(|s| {
+                s.filter.is_some()
+                    || s.depth.is_some()
+                    || s.trace.is_some()
+                    || s.finish
+                    || s.room > 0
+            })
     }
 
-    /// The depth limit (`-D`; 0: none).
-    pub fn depth_limit(&self) -> u32 {
-        match self.limit {
-            u16::MAX => 0,
-            l => l as u32,
-        }
+    /// Whether some function is a filter function (calls outside all of
+    /// them are declined).
+    pub fn mode_in(&self) -> bool {
+        self.mode_in
+    }
+
+    /// The depth limit as the thread variable's levels field is stored
+    /// exclusive-or it (`u16::MAX`: none).
+    pub fn limit_word(&self) -> u16 {
+        self.limit
     }
 
     /// The switch's byte ([`Triggers::ON`], [`Triggers::FINISHED`]), for a
@@ -271,17 +274,6 @@ impl Triggers {
     }
 
     fn decode(&self, v: u64) -> State {
-        if self.lite {
-            // (The own depth alone: no filter or notrace calls, and the
-            // levels left follow from it.)
-            let own = v & FIELD;
-            return State {
-                own,
-                left: (self.limit as u64).saturating_sub(own),
-                filters: 0,
-                notraces: 0,
-            };
-        }
         State {
             own: v & FIELD,
             left: ((v >> 16) & FIELD) ^ self.limit as u64,
@@ -291,9 +283,6 @@ impl Triggers {
     }
 
     fn encode(&self, s: State) -> u64 {
-        if self.lite {
-            return s.own.min(FIELD);
-        }
         s.own.min(FIELD)
             | ((s.left ^ self.limit as u64) & FIELD) << 16
             | s.filters.min(FIELD) << 32
@@ -430,12 +419,17 @@ impl Triggers {
     pub(super) fn ret(&self, user: &GraphUser) -> Option<*mut u64> {
         let var = user.task_var()?;
         let Some((p, len)) = user.retrieve() else {
-            if self.lite {
+            if self.fusable {
                 // A frame a fused path kept, without words (see
-                // `Triggers::lite`): it counted one own level, as any
-                // call without a trigger of its own, recorded while
-                // tracing is on.
-                var.set((var.get() & FIELD).saturating_sub(1));
+                // `Triggers::fusable`): the call of a function without a
+                // trigger of its own took one own level and one level
+                // left, and is recorded while tracing is on.
+                let st = self.decode(var.get());
+                var.set(self.encode(State {
+                    own: st.own.saturating_sub(1),
+                    left: st.left + 1,
+                    ..st
+                }));
                 return self.enabled().then(std::ptr::null_mut);
             }
             return None;

@@ -127,13 +127,10 @@ crate::fgraph::graph_asm!(
     "test r10d, {fast_args}",
     "jnz 44f",
     "49:",
-    // Triggers' switch (lite triggers, FusedFilter::switch): once it says
-    // FINISHED, declined (as Triggers::entry declines). Each read of the
-    // byte is a plain load: Relaxed, as Triggers::enabled reads it (a
-    // switch another thread makes is seen at a later call).
+    // A recorder with triggers (FusedFilter::switch): their variable
+    // decides (at 72).
     "cmp qword ptr [rax + {f_switch}], 0",
     "jne 72f",
-    "73:",
     // The user's thread variable v (rdx), by the user's slot.
     "movsxd rdx, dword ptr [rsi + {u_slot}]",
     "mov rdx, [rdi + rdx*8 + {tv}]",
@@ -168,9 +165,13 @@ crate::fgraph::graph_asm!(
     // Recorded at the own depth; v's own depth + 1 once the record is in.
     "inc rdx",
     "mov r10, rdx",
+    // (From 72 too, the variable in r10.)
+    "38:",
     "call 46f",
     // Triggers' switch not ON (tracing off): the frame kept, nothing
-    // recorded (Triggers::entry's Silent); the own depth counts it.
+    // recorded (Triggers::entry's Silent); the own depth counts it. Each
+    // read of the switch is a plain load: Relaxed, as Triggers::enabled
+    // reads it (a switch another thread makes is seen at a later call).
     "mov rax, [rsi + {u_filter}]",
     "cmp qword ptr [rax + {f_switch}], 0",
     "jne 75f",
@@ -203,12 +204,52 @@ crate::fgraph::graph_asm!(
     "mov rcx, [rax + {f_args}]",
     "movq xmm15, qword ptr [rcx + rdx*8]",
     "jmp 49b",
-    // (The switch, by the filter in rax.)
+    // Triggers (fgraph::triggers, whose thread variable this keeps for
+    // the sites without a trigger of their own: the others are general),
+    // by the filter in rax, as Triggers::entry decides: declined once the
+    // switch says FINISHED, inside a notrace function's call, outside
+    // every filter function's call where some function is one
+    // (FusedFilter::has_functions), or with no levels left; else the own
+    // depth one more and the levels left one less (the field holds them
+    // exclusive-or the limit, FusedFilter::limit), the frame pushed and
+    // the record written as for graph filters (at 38).
     "72:",
     "mov rdx, [rax + {f_switch}]",
     "test byte ptr [rdx], {switch_finished}",
     "jnz 83b",
-    "jmp 73b",
+    "movsxd rdx, dword ptr [rsi + {u_slot}]",
+    "mov rdx, [rdi + rdx*8 + {tv}]",
+    "mov rcx, rdx",
+    "shr rcx, 48",
+    "jnz 83b",
+    "cmp qword ptr [rax + {f_functions}], 0",
+    "je 32f",
+    "mov rcx, rdx",
+    "shr rcx, 32",
+    "test cx, cx",
+    "jz 83b",
+    "32:",
+    // Deeper than records can say: the general way records it at 1023.
+    "cmp dx, {max_record_depth}",
+    "jae 81b",
+    "mov ecx, edx",
+    "shr ecx, 16",
+    "xor ecx, dword ptr [rax + {f_limit}]",
+    "movzx ecx, cx",
+    "test ecx, ecx",
+    "jz 83b",
+    "dec ecx",
+    "xor ecx, dword ptr [rax + {f_limit}]",
+    "movzx ecx, cx",
+    "shl ecx, 16",
+    "mov r10, rdx",
+    "shr r10, 32",
+    "shl r10, 32",
+    "or r10, rcx",
+    "movzx ecx, dx",
+    "inc ecx",
+    "or r10, rcx",
+    "jmp 38b",
     "75:",
     "mov rax, [rax + {f_switch}]",
     "cmp byte ptr [rax], {switch_on}",
@@ -268,6 +309,10 @@ crate::fgraph::graph_asm!(
     // rax and rdx saved at [rsp]): its thread variable as
     // `GraphFilter::ret` leaves it (r8), written once the record is in.
     "50:",
+    // (Triggers: at 26.)
+    "mov rax, [rsi + {u_filter}]",
+    "cmp qword ptr [rax + {f_switch}], 0",
+    "jne 26f",
     "movsxd rcx, dword ptr [rsi + {u_slot}]",
     "mov r8, [rdi + rcx*8 + {tv}]",
     "btr r8, {notrace_bit}",
@@ -293,10 +338,7 @@ crate::fgraph::graph_asm!(
     "52:",
     "and r8, -65536",
     "or r8, rdx",
-    // Triggers' switch not ON: no exit record (Triggers::ret).
-    "mov rax, [rsi + {u_filter}]",
-    "cmp qword ptr [rax + {f_switch}], 0",
-    "jne 76f",
+    // (From 76 too, the variable in r8.)
     "77:",
     // A return value to record: the user's table of them (args_asm.rs).
     "mov rcx, [rsi + {u_rets}]",
@@ -333,11 +375,32 @@ crate::fgraph::graph_asm!(
     "pop rax",
     "push r11",
     "ret",
-    // (Out of the way: the exit with its return value, args_asm.rs; the
-    // switch, by the filter in rax: not ON, the variable put back and the
-    // frame popped as after a record.)
+    // (Out of the way: the exit with its return value, args_asm.rs.)
     ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
     retval_exit_record!("shadowgraph_fused_retval_exit"),
+    // Triggers, by the filter in rax: the variable as Triggers::ret leaves
+    // it for a frame without words (the own depth one less, never below
+    // 0, the levels left one more), the exit recorded only while the
+    // switch says ON (else the variable put back and the frame popped as
+    // after a record).
+    "26:",
+    "movsxd rcx, dword ptr [rsi + {u_slot}]",
+    "mov r8, [rdi + rcx*8 + {tv}]",
+    "movzx edx, r8w",
+    "sub edx, 1",
+    "adc edx, 0",
+    "mov ecx, r8d",
+    "shr ecx, 16",
+    "xor ecx, dword ptr [rax + {f_limit}]",
+    "movzx ecx, cx",
+    "inc ecx",
+    "xor ecx, dword ptr [rax + {f_limit}]",
+    "movzx ecx, cx",
+    "shl ecx, 16",
+    "shr r8, 32",
+    "shl r8, 32",
+    "or r8, rcx",
+    "or r8, rdx",
     "76:",
     "mov rax, [rax + {f_switch}]",
     "cmp byte ptr [rax], {switch_on}",
@@ -390,6 +453,7 @@ crate::fgraph::graph_asm!(
     fast_args = const super::FAST_ARGS,
     f_args = const offset_of!(FusedFilter, args),
     f_switch = const offset_of!(FusedFilter, switch),
+    f_limit = const offset_of!(FusedFilter, limit),
     switch_on = const crate::fgraph::triggers::Triggers::ON,
     switch_finished = const crate::fgraph::triggers::Triggers::FINISHED,
     u_rets = const GraphUser::PATH_WORDS + 8 * super::W_RETS,

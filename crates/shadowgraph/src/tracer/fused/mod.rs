@@ -54,8 +54,11 @@ mod plain_args;
 mod plain_regs;
 mod profile;
 mod ring_asm;
+mod site_args;
 mod timed;
 mod variant_asm;
+
+pub use site_args::{fast_args, fast_retval, SiteArgs};
 
 use crate::clock;
 use crate::record::writer;
@@ -97,9 +100,14 @@ pub(crate) struct FusedFilter {
     /// [`FAST_ARGS`] (else 0).
     args: *const u64,
     /// The recorder's triggers' switch (`Triggers::switch_byte`), null
-    /// without triggers: a call is declined once it says FINISHED, and
-    /// recorded only while it says ON (else its frame is kept silently).
+    /// without triggers. With it, their thread variable decides instead
+    /// of the classes' filter bits and `max_depth` (general.rs, label 72):
+    /// a call is declined once the switch says FINISHED, and recorded
+    /// only while it says ON (else its frame is kept silently).
     switch: *const u8,
+    /// The triggers' depth limit as their variable holds it
+    /// (`Triggers::limit_word`).
+    limit: u64,
 }
 
 /// The table of return values the fused return looks a returning call's
@@ -138,89 +146,6 @@ const GENERAL: u8 = 4;
 /// A site's class bit: the fused entry records its arguments, as its
 /// descriptor in `FusedFilter::args` says ([`fast_args`]).
 const FAST_ARGS: u8 = 8;
-
-/// How a filtered recorder's calls of one site are recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SiteArgs {
-    /// Without data: the fused path, as every other site's.
-    None,
-    /// With data the fused path does not make: the callbacks' way.
-    General,
-    /// With data the fused path takes from the registers: the arguments
-    /// the entry records, as the descriptor [`fast_args`] made says (0:
-    /// none), and the return value the return records, as [`fast_retval`]
-    /// gives it (none: 0).
-    Fast {
-        /// The arguments' descriptor.
-        args: u64,
-        /// The return value: the mask kept of its register (0: none), and
-        /// whether that is xmm0 (else rax).
-        ret: (u64, bool),
-    },
-}
-
-/// Whether values of format `fmt` are numbers a general register holds
-/// (integers, characters, pointers, enums).
-fn in_gpr(fmt: &shadowgraph_data::args::Fmt) -> bool {
-    use shadowgraph_data::args::Fmt;
-    matches!(
-        fmt,
-        Fmt::Auto | Fmt::Sint | Fmt::Uint | Fmt::Hex | Fmt::Char | Fmt::Ptr | Fmt::Enum(_)
-    )
-}
-
-/// The mask of its register that the return value `spec` records, and
-/// whether that is xmm0, if the fused return can record it: an integer,
-/// character, pointer or enum of 1, 2, 4 or 8 bytes in rax, a float or
-/// double in xmm0 (the bytes beyond its size are the padding's zeros).
-pub fn fast_retval(spec: &shadowgraph_data::args::ArgSpec) -> Option<(u64, bool)> {
-    use shadowgraph_data::args::Fmt;
-    let (float, simple) = (spec.fmt == Fmt::Float, in_gpr(&spec.fmt));
-    let mask = u64::MAX.checked_shr(64 - 8 * spec.size.min(8) as u32);
-    match spec.size {
-        1 | 2 if simple => mask.map(|m| (m, false)),
-        4 | 8 if simple || float => mask.map(|m| (m, float)),
-        _ => None,
-    }
-    .filter(|_| spec.retval)
-}
-
-/// The descriptor of `specs` (a site's argument specs, in order) for the
-/// fused entry (args_asm.rs), if it can record them: at most seven, each
-/// an integer, character, pointer or enum of 1, 2, 4 or 8 bytes in one of
-/// the six argument registers (`arg1`–`arg6`), or a float or double in
-/// xmm0–7 (`fparg1`–`fparg8`), without a placement.
-pub fn fast_args(specs: &[shadowgraph_data::args::ArgSpec]) -> Option<u64> {
-    use shadowgraph_data::args::Fmt;
-    if specs.is_empty() || specs.len() > 7 {
-        return None;
-    }
-    let (mut desc, mut bytes) = (0u64, 0usize);
-    for (k, s) in specs.iter().enumerate() {
-        let simple = in_gpr(&s.fmt);
-        let (float, regs) = match s.fmt == Fmt::Float {
-            true => (0x40, 1..=8),
-            false => (0, 1..=6),
-        };
-        if s.retval
-            || !(simple || float != 0)
-            || !regs.contains(&s.index)
-            || s.place != shadowgraph_data::args::Place::Index
-        {
-            return None;
-        }
-        let size = match s.size {
-            1 if float == 0 => 0x10,
-            2 if float == 0 => 0x20,
-            4 => 0,
-            8 => 8,
-            _ => return None,
-        };
-        desc |= (0x80 | float | size | (s.index as u64 - 1)) << (8 * (k + 1));
-        bytes += s.size.next_multiple_of(4);
-    }
-    Some(desc | (bytes.next_multiple_of(8) as u64 / 8))
-}
 
 /// Offset from the thread pointer of the fused instance's ring in the
 /// writer's thread-local rings (the core's and fgraph's state:
@@ -548,7 +473,7 @@ pub fn attach_filtered(
 ) -> bool {
     // Refused before the table is made (it is never freed).
     if filter.threads.is_some()
-        || filter.triggers.as_ref().is_some_and(|t| !t.lite())
+        || filter.triggers.as_ref().is_some_and(|t| !t.fusable())
         || !clock::uses_tsc()
         || inst >= writer::MAX_INSTANCES
         || fgraph::manager_made()
@@ -689,9 +614,10 @@ fn filter_table(
     let table = Box::leak(Box::new(FusedFilter {
         classes: classes.as_ptr(),
         len: n as u64,
-        has_functions: filter.functions.is_some() as u64,
-        // (With triggers, theirs: `-D` restarts at no function of theirs.)
-        max_depth: triggers.map_or(filter.max_depth, |t| t.depth_limit()) as u64,
+        // (With triggers, whether some function is a filter function.)
+        has_functions: triggers.map_or(filter.functions.is_some(), |t| t.mode_in()) as u64,
+        max_depth: filter.max_depth as u64,
+        limit: triggers.map_or(0, |t| t.limit_word()) as u64,
         args: args.as_ptr(),
         // (The triggers kept for good, as the table is: a thread may read
         // the switch through it as long as it may read the table.)

@@ -301,9 +301,9 @@ fn graph_tracer(
     let (ticks_per_ns, later, args) = (shared.ticks_per_ns, shared.later, shared.args.clone());
     let min_ticks = (t.time_ns as f64 * ticks_per_ns) as u64;
     // Triggers (and `--disable` and `-Z` with them) decide in place of
-    // the other filters, in the callbacks; where they act only at their
-    // own functions' calls (`Triggers::lite`), the fused filtered path
-    // takes the other calls.
+    // the other filters, in the callbacks; where they decide by their
+    // thread variable alone (`Triggers::fusable`), the fused filtered path
+    // takes the calls of functions without a trigger of their own.
     let (triggers, reads) = if t.triggers.is_empty()
         && !t.disabled
         && t.min_size == 0
@@ -378,14 +378,14 @@ fn graph_tracer(
     // numbers in registers and no return value is recorded (the fused
     // path's plain entry takes those itself); the fused paths leave the
     // calls of other functions with arguments or a return value to them.
-    // Triggers that act only at their own functions' calls leave the
-    // others to the fused filtered path (their sites to the callbacks:
-    // `fused::attach_filtered`); `--watch` takes every call's entry.
+    // Triggers that decide by their thread variable alone leave the calls
+    // of functions without a trigger of their own to the fused filtered
+    // path (`fused::attach_filtered`); `--watch` takes every call's entry.
     let fused_ok = fused_ok
         && filter
             .triggers
             .as_ref()
-            .is_none_or(|t| t.lite() && !shared.watch_cpu);
+            .is_none_or(|t| t.fusable() && !shared.watch_cpu);
     let unfiltered = !later
         && filter.triggers.is_none()
         && filter.functions.is_none()
