@@ -282,6 +282,21 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
             "D|} /* main */",
         ]
     );
+    // With a function filter: the long calls inside middle (the graph
+    // filter on the fused path, the time filter by the rings' consumer).
+    let inner = dir.join("f.data");
+    record(&["--no-libs", "-t", "10ms", "-F", "middle"], &inner);
+    assert!(view_text("info", &inner).contains("record path         : fused"));
+    assert_eq!(
+        without_fast(replay(&inner)),
+        [
+            " |middle() {",
+            " |  slow() {",
+            "D|    nap();",
+            "D|  } /* slow */",
+            "D|} /* middle */",
+        ]
+    );
 
     // Three tracers: everything; the long calls; the long calls inside
     // middle. The filtered ones keep exactly the calls the complete one

@@ -334,17 +334,21 @@ fn graph_tracer(
     // Triggers with time thresholds take the time filter's callbacks.
     let mut timed = min_ticks > 0 || triggers.as_ref().is_some_and(|t| t.timed());
     // A time filter beside other tracers on the path they share (of its
-    // recording, or of one attached beside it), with nothing to record
-    // but the calls: its threads record every call, as a tracer without
-    // it does, and the consumer of its rings leaves out the short ones on
-    // the way to the file (record::ring::drain::filter). Alone, the fused
-    // time filter keeps short calls out of the rings.
+    // recording, or of one attached beside it), or beside graph filters
+    // (`-F`, `-N`, `-D`: the fused filtered path's), with nothing to
+    // record but the calls: its threads record every call its graph
+    // filters take, as a tracer without it does, and the consumer of its
+    // rings leaves out the short ones on the way to the file
+    // (record::ring::drain::filter; a short call's callees are shorter
+    // still, so the depths of the calls kept stay theirs). Alone and
+    // unfiltered, the fused time filter keeps short calls out of the
+    // rings.
+    let graph_filters = !t.filter.is_empty() || !t.notrace.is_empty() || t.depth > 0;
     let by_consumer = min_ticks > 0
         && triggers.is_none()
         && args.is_none()
         && !shared.watch_cpu
-        && shared.multi
-        && (!shared.alone || later);
+        && (shared.multi && (!shared.alone || later) || graph_filters);
     if by_consumer {
         writer::set_consumer_time_filter(i, t.time_ns);
         timed = false;
