@@ -213,8 +213,9 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         // directly: its stub keeps registers for it).
         Box::new(|| run_sg_p(&arg)),
         Box::new(|| run_sg_p("1")),
-        // A trigger on main (fib's calls carry none): the triggers' state
-        // in the callbacks.
+        // A trigger on main (fib's calls carry none): main's call through
+        // the callbacks, fib's on the fused filtered path, which keeps the
+        // triggers' state.
         Box::new(|| run_sg_with(&arg, None, &["-T", "main@trace_on"])),
         // Every function's arguments from DWARF (fib's one integer).
         Box::new(|| run_sg_with(&arg, None, &["-a"])),
