@@ -364,6 +364,55 @@ fn triggers_leave_the_calls_of_other_functions_to_the_fused_path() {
     assert!(!info.contains("record path         : fused"), "{info}");
 }
 
+/// Tracing switched off and on by signals, 60 times, while four threads
+/// run through the fused path with triggers (a filter function and a depth
+/// limit): each switch lands inside some calls, so some entries lose
+/// their exits and some exits their entries, but the triggers' thread
+/// variable stays exact, the path keeping it for every call whether it
+/// records it or not: every record of `a`, `b` and `c` is at 0, 1 and 2.
+#[test]
+fn switching_tracing_by_signals_keeps_the_depths_exact() {
+    let dir = workdir("tswitch");
+    let exe = build_fixture(&dir, "tswitch", "switch_threads.c");
+    let data = dir.join("s.data");
+    let opts = [
+        "-F",
+        "a",
+        "-D",
+        "3",
+        "--signal",
+        "SIGUSR1@trace_off",
+        "--signal",
+        "SIGUSR2@trace_on",
+    ];
+    record_ok(&opts, &data, &exe);
+    let info = view(&mut shadowgraph(), &data, &["info"]);
+    assert!(info.contains("record path         : fused"), "{info}");
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+    let (mut records, mut threads) = (0, 0);
+    for &tid in &d.tids {
+        let recs = records_of(&d, tid).unwrap();
+        for r in &recs {
+            use shadowgraph_data::format::Kind;
+            if matches!(r.kind, Kind::Entry | Kind::Exit) {
+                let want = match &*d.name(r.addr) {
+                    "a" => 0,
+                    "b" => 1,
+                    "c" => 2,
+                    other => panic!("thread {tid}: {other} recorded"),
+                };
+                assert_eq!(r.depth, want, "thread {tid}: {r:?}");
+                records += 1;
+            }
+        }
+        threads += !recs.is_empty() as usize;
+    }
+    assert!(
+        records > 1000 && threads >= 2,
+        "{records} records, {threads} threads"
+    );
+}
+
 /// `record -Z SIZE` leaves out the calls of functions smaller than SIZE
 /// bytes (their symbols' sizes), their callees recorded in their place,
 /// at its depth (as uftrace's, compared above).
