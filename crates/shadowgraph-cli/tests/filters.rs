@@ -298,6 +298,20 @@ fn time_filter_at_record_and_replay_filters_as_uftrace_applies_them() {
         ]
     );
 
+    // With `-F` and `-D` too, which become triggers (the depth counted
+    // from middle): the triggers on the fused path, the time filter by
+    // the consumer again.
+    let triggered = dir.join("fd.data");
+    record(
+        &["--no-libs", "-t", "10ms", "-F", "middle", "-D", "2"],
+        &triggered,
+    );
+    assert!(view_text("info", &triggered).contains("record path         : fused"));
+    assert_eq!(
+        without_fast(replay(&triggered)),
+        [" |middle() {", "D|  slow();", "D|} /* middle */"]
+    );
+
     // Three tracers: everything; the long calls; the long calls inside
     // middle. The filtered ones keep exactly the calls the complete one
     // measured at 10 ms or more (the same calls, timed by each tracer).

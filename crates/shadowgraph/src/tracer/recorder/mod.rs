@@ -304,6 +304,7 @@ fn graph_tracer(
     // the other filters, in the callbacks; where they decide by their
     // thread variable alone (`Triggers::fusable`), the fused filtered path
     // takes the calls of functions without a trigger of their own.
+    let mut triggers_by_consumer = false;
     let (triggers, reads) = if t.triggers.is_empty()
         && !t.disabled
         && t.min_size == 0
@@ -327,15 +328,24 @@ fn graph_tracer(
                 false => n as u16,
             }
         };
-        let (triggers, reads) =
-            triggers::triggers(&t.triggers, limits, t.disabled, ticks, &arg_room)?;
-        (Some(Arc::new(triggers)), reads)
+        let consumer_ok = args.is_none() && !shared.signals && !shared.watch_cpu;
+        let made = triggers::triggers(
+            &t.triggers,
+            limits,
+            t.disabled,
+            ticks,
+            &arg_room,
+            consumer_ok,
+        )?;
+        triggers_by_consumer = made.by_consumer;
+        (Some(Arc::new(made.triggers)), made.reads)
     };
     // Triggers with time thresholds take the time filter's callbacks.
     let mut timed = min_ticks > 0 || triggers.as_ref().is_some_and(|t| t.timed());
     // A time filter beside other tracers on the path they share (of its
     // recording, or of one attached beside it), or beside graph filters
-    // (`-F`, `-N`, `-D`: the fused filtered path's), with nothing to
+    // (`-F`, `-N`, `-D`: the fused filtered path's, or triggers that only
+    // take functions in or out and limit the depth), with nothing to
     // record but the calls: its threads record every call its graph
     // filters take, as a tracer without it does, and the consumer of its
     // rings leaves out the short ones on the way to the file
@@ -344,11 +354,12 @@ fn graph_tracer(
     // unfiltered, the fused time filter keeps short calls out of the
     // rings.
     let graph_filters = !t.filter.is_empty() || !t.notrace.is_empty() || t.depth > 0;
-    let by_consumer = min_ticks > 0
-        && triggers.is_none()
-        && args.is_none()
-        && !shared.watch_cpu
-        && (shared.multi && (!shared.alone || later) || graph_filters);
+    let by_consumer = triggers_by_consumer
+        || min_ticks > 0
+            && triggers.is_none()
+            && args.is_none()
+            && !shared.watch_cpu
+            && (shared.multi && (!shared.alone || later) || graph_filters);
     if by_consumer {
         writer::set_consumer_time_filter(i, t.time_ns);
         timed = false;

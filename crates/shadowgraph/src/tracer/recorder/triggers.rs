@@ -21,13 +21,16 @@ const PLT_ENTRY: u64 = 16;
 /// `arg_room`: per site id, the bytes its calls keep for their arguments
 /// beside what their `read=` triggers keep (a time filter's calls keep
 /// their arguments until they are known to last long enough).
+/// `by_consumer`: whether the rings' consumer may apply the time filter
+/// (see [`Triggered::by_consumer`]).
 pub(super) fn triggers(
     specs: &[String],
     (depth, min_size): (u32, u64),
     disabled: bool,
     (min_ticks, ticks_per_ns): (u64, f64),
     arg_room: &dyn Fn(usize) -> u16,
-) -> Result<(Triggers, Option<SiteReads>), String> {
+    by_consumer: bool,
+) -> Result<Triggered, String> {
     let parsed = specs
         .iter()
         .map(|s| Trigger::parse(s, SpecKind::Trigger).map_err(|e| e.to_string()))
@@ -71,6 +74,28 @@ pub(super) fn triggers(
             };
         }
     }
+    let reads = actions
+        .iter()
+        .map(|a| super::reads::mask(&a.read))
+        .collect::<Result<Box<[u8]>, _>>()?;
+    // A time filter (`-t`) beside triggers that take functions in or out
+    // and limit the depth alone (no switch, no reads, no thresholds of
+    // their own): the triggers record every call they take, and the
+    // rings' consumer leaves out the short ones.
+    let by_consumer = by_consumer
+        && min_ticks > 0
+        && !disabled
+        && min_size == 0
+        && actions.iter().zip(&reads).all(|(a, &read)| {
+            a.trace.is_none()
+                && !a.finish
+                && read == 0
+                && a.time_ns.is_none()
+                && !a.always
+                && !a.caller
+                && a.size.is_none()
+        });
+    let min_ticks = if by_consumer { 0 } else { min_ticks };
     // Arguments wait in a call's room only for a time filter (a call's
     // entry written once it proves long enough): without one, a function
     // has room for its `read=` values alone (and, where that is none, no
@@ -79,10 +104,6 @@ pub(super) fn triggers(
         || actions
             .iter()
             .any(|a| a.time_ns.is_some() || a.always || a.caller);
-    let reads = actions
-        .iter()
-        .map(|a| super::reads::mask(&a.read))
-        .collect::<Result<Box<[u8]>, _>>()?;
     let sites: Vec<SiteTrigger> = actions
         .iter()
         .zip(size)
@@ -104,7 +125,21 @@ pub(super) fn triggers(
     let thresholds = (min_ticks, min_size);
     let triggers = Triggers::new(sites, mode_in, depth, disabled, thresholds);
     let reads = reads.iter().any(|&m| m != 0).then_some(reads);
-    Ok((triggers, reads))
+    Ok(Triggered {
+        triggers,
+        reads,
+        by_consumer,
+    })
+}
+
+/// A tracer's triggers ([`triggers`]).
+pub(super) struct Triggered {
+    pub triggers: Triggers,
+    /// What each site's `read=` triggers read, where some function has one.
+    pub reads: Option<SiteReads>,
+    /// Whether the time filter is left to the rings' consumer: the
+    /// triggers were made without it.
+    pub by_consumer: bool,
 }
 
 /// Each site's object, as patterns match it (`@LIB`).
