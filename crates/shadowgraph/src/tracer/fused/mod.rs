@@ -459,8 +459,12 @@ pub fn attach_plain_args(user: &GraphUser, inst: usize, descs: &[u64]) -> bool {
 /// the records at the depths those give. The fused path applies the same
 /// filters at sites with stubs, and records the arguments of the sites
 /// `sites` gives descriptors ([`SiteArgs::Fast`]); it leaves the calls of
-/// those it names [`SiteArgs::General`] to the callbacks. False (nothing
-/// changed) as for `attach`, or with a thread filter.
+/// those it names [`SiteArgs::General`] to the callbacks. With triggers
+/// (`Triggers::fusable` ones), their variable decides the calls of the
+/// functions without a trigger of their own, as `Triggers::entry` and
+/// `Triggers::ret` would, and the others go to the callbacks. False
+/// (nothing changed) as for `attach`, with a thread filter, or with
+/// triggers that are not fusable.
 ///
 /// A callback that needs a call's return itself (its return value) keeps
 /// a word in the call's frame (`GraphUser::reserve`): the fused return
