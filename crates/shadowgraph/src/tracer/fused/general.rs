@@ -165,16 +165,8 @@ crate::fgraph::graph_asm!(
     // Recorded at the own depth; v's own depth + 1 once the record is in.
     "inc rdx",
     "mov r10, rdx",
-    // (From 72 too, the variable in r10.)
-    "38:",
     "call 46f",
-    // Triggers' switch not ON (tracing off): the frame kept, nothing
-    // recorded (Triggers::entry's Silent); the own depth counts it. Each
-    // read of the switch is a plain load: Relaxed, as Triggers::enabled
-    // reads it (a switch another thread makes is seen at a later call).
-    "mov rax, [rsi + {u_filter}]",
-    "cmp qword ptr [rax + {f_switch}], 0",
-    "jne 75f",
+    // (From 72 too, the frame pushed and the variable in r10.)
     "74:",
     // The entry record (the ring still in r11).
     "mov rcx, [rsp]",
@@ -212,7 +204,11 @@ crate::fgraph::graph_asm!(
     // (FusedFilter::has_functions), or with no levels left; else the own
     // depth one more and the levels left one less (the field holds them
     // exclusive-or the limit, FusedFilter::limit), the frame pushed and
-    // the record written as for graph filters (at 38).
+    // the record written as for graph filters (at 74) while the switch
+    // says ON; else the frame kept, nothing recorded (Triggers::entry's
+    // Silent), the own depth counting it (at 47). Each read of the switch
+    // is a plain load: Relaxed, as Triggers::enabled reads it (a switch
+    // another thread makes is seen at a later call).
     "72:",
     "mov rdx, [rax + {f_switch}]",
     "test byte ptr [rdx], {switch_finished}",
@@ -249,8 +245,8 @@ crate::fgraph::graph_asm!(
     "movzx ecx, dx",
     "inc ecx",
     "or r10, rcx",
-    "jmp 38b",
-    "75:",
+    "call 46f",
+    "mov rax, [rsi + {u_filter}]",
     "mov rax, [rax + {f_switch}]",
     "cmp byte ptr [rax], {switch_on}",
     "je 74b",
