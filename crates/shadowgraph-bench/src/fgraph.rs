@@ -169,6 +169,7 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
             "record in memory, 2, one whose -F declines",
             "record2-decline",
         ),
+        ("record in memory, 2, one with a trigger", "record2-trigger"),
         (
             "record in memory, 2 recorders (general path)",
             "record2-general",

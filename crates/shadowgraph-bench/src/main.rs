@@ -83,7 +83,8 @@ enum Which {
         hijack_returns: bool,
         /// none | ops | list2 | direct | graph-decline | graph | graph2 | graph-elsewhere |
         /// graph16 | record | record-general | record2 | record2-general |
-        /// record2-depth | record2-filter | record2-decline | record-arg;
+        /// record2-depth | record2-filter | record2-decline | record2-trigger |
+        /// record-arg | record-profile;
         /// `MODE-tail`: MODE on
         /// `loop_tail` (a traced function tail-calling `target`; count
         /// with --toggle-collect=loop_tail)
@@ -109,9 +110,9 @@ enum Which {
     /// chosen once per process.) ns per call recorded into memory, `record`
     /// (fused), `record-general` (callbacks), `record2` (two recorders,
     /// fused), `record2-general` (two recorders, callbacks), or
-    /// `record2-depth` / `record2-filter` / `record2-decline` (two, fused,
-    /// one with `-D 5` / `-F target` / `-F other0`, which declines every
-    /// call).
+    /// `record2-depth` / `record2-filter` / `record2-decline` /
+    /// `record2-trigger` (two, fused, one with `-D 5` / `-F target` / `-F
+    /// other0`, which declines every call / `-T other0@trace_on`).
     #[command(hide = true)]
     MemoryRecord {
         #[arg(long)]

@@ -14,10 +14,11 @@ use std::time::Instant;
 /// fgraph's callbacks, two (fused, or through the callbacks), two fused
 /// of which one has a depth limit (`-D 5`) or graph filters (`-F
 /// target`: both record every call; `-F other0`: the second declines
-/// every call), one on the fused path recording
+/// every call) or a trigger (`-T other0@trace_on`: `target`'s calls
+/// decided by the triggers' state), one on the fused path recording
 /// `target`'s argument (`-A target@arg1`), and one recorder with a
 /// profile beside it (`--tracer a --tracer b:type=profile`).
-pub const MODES: [&str; 9] = [
+pub const MODES: [&str; 10] = [
     "record",
     "record-general",
     "record2",
@@ -25,6 +26,7 @@ pub const MODES: [&str; 9] = [
     "record2-depth",
     "record2-filter",
     "record2-decline",
+    "record2-trigger",
     "record-arg",
     "record-profile",
 ];
@@ -50,7 +52,7 @@ impl Recording {
         let tracers = match mode {
             "record" | "record-general" | "record-arg" => vec![Tracer::default()],
             "record2" | "record2-general" | "record2-depth" | "record2-filter"
-            | "record2-decline" | "record-profile" => ["a", "b"]
+            | "record2-decline" | "record2-trigger" | "record-profile" => ["a", "b"]
                 .map(|n| Tracer {
                     name: Some(n.into()),
                     ..Default::default()
@@ -59,8 +61,8 @@ impl Recording {
             other => {
                 return Err(format!(
                     "unknown mode `{other}` (record, record-general, record2, record2-general, \
-                     record2-depth, record2-filter, record2-decline, record-arg or \
-                     record-profile)"
+                     record2-depth, record2-filter, record2-decline, record2-trigger, \
+                     record-arg or record-profile)"
                 ))
             }
         };
@@ -70,6 +72,9 @@ impl Recording {
             "record2-filter" => tracers[1].filter = vec!["target".into()],
             // Graph filters that decline every call: a function never called.
             "record2-decline" => tracers[1].filter = vec!["other0".into()],
+            // A trigger of a function never called: every call of target
+            // decided by the triggers' thread variable and switch.
+            "record2-trigger" => tracers[1].triggers = vec!["other0@trace_on".into()],
             "record-profile" => tracers[1].kind = config::TracerKind::Profile,
             _ => {}
         }

@@ -235,6 +235,15 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         // The compact layout: the writer encodes, and writes a fifth of
         // the bytes.
         Box::new(|| run_sg_with(&arg, None, &["--compact"])),
+        // Two tracers, the second with a trigger on main (the multi path
+        // decides fib's calls by the triggers' state).
+        Box::new(|| {
+            run_sg_with(
+                &arg,
+                None,
+                &["--tracer", "a", "--tracer", "b:trigger=main@trace_on"],
+            )
+        }),
     ];
     let uf_at = runs.len();
     if uftrace {
@@ -282,6 +291,7 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
     let (sg_profile, sg_args, sg_p, sg_p_start) = (med(9), med(10), med(11), med(12));
     let (sg_trigger, sg_auto, sg_two_depth, sg_two_filter) = (med(13), med(14), med(15), med(16));
     let (sg_two_timed, sg_two_profile, sg_compact) = (med(17), med(18), med(19));
+    let sg_two_trigger = med(20);
     let compact_bytes =
         time_cmd(1, || run_sg_with(&arg, None, &["--compact"])).map(|_| dir_bytes(&sg_data))?;
     let sg = (
@@ -372,6 +382,11 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         "{:<34} {sg_two_profile:>9.3} {:>12.1}",
         "  (two, one a profile)",
         per_call(sg_two_profile, sg_start)
+    );
+    println!(
+        "{:<34} {sg_two_trigger:>9.3} {:>12.1}",
+        "  (two, one with -T main@trace_on)",
+        per_call(sg_two_trigger, sg_start)
     );
     println!(
         "{:<34} {sg_timed:>9.3} {:>12.1}",

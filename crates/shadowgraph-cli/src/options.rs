@@ -405,10 +405,11 @@ pub(crate) struct RecordOptions {
     #[arg(long = "lib")]
     libs: Vec<String>,
     /// Several tracers at once, each into DIR/NAME with its own filters:
-    /// `NAME[:type=graph|profile][:filter=P,P][:notrace=P,P][:depth=N][:time=T]`;
+    /// `NAME[:type=graph|profile][:filter=P,P][:notrace=P,P][:trigger=SPEC]…[:depth=N][:time=T]`;
     /// repeatable. A graph tracer records every call; a profile (the type
     /// of a tracer named `profile`) keeps per-function calls, total and
     /// self time for `report` (its filter selects the functions profiled).
+    /// `trigger=` takes one `-T` spec (`FUNC@ACTION,ACTION`), repeatable.
     #[arg(long = "tracer")]
     tracers: Vec<String>,
     /// Do not trace the calls the program makes to library functions
@@ -472,6 +473,7 @@ fn with_action(patterns: Vec<String>, action: &str) -> Vec<String> {
 
 /// A `--tracer` specification as the configuration's tracer.
 pub(crate) fn parse_tracer(spec: &str) -> Result<config::Tracer, String> {
+    use shadowgraph_data::trigger::{SpecKind, Trigger};
     let mut parts = spec.split(':');
     let name = parts.next().unwrap_or_default().to_string();
     if name.is_empty() || name.contains('/') || name.starts_with('.') {
@@ -488,6 +490,9 @@ pub(crate) fn parse_tracer(spec: &str) -> Result<config::Tracer, String> {
         name: Some(name),
         ..Default::default()
     };
+    // filter=, notrace= and trigger= in the order given: with a trigger,
+    // the patterns are triggers too, in that order (as -F, -N beside -T).
+    let mut specs: Vec<(SpecKind, String)> = Vec::new();
     for p in parts {
         let (k, v) = p
             .split_once('=')
@@ -499,8 +504,10 @@ pub(crate) fn parse_tracer(spec: &str) -> Result<config::Tracer, String> {
                 .collect::<Vec<_>>()
         };
         match k {
-            "filter" => t.filter.extend(list()),
-            "notrace" => t.notrace.extend(list()),
+            "filter" => specs.extend(list().into_iter().map(|p| (SpecKind::Filter, p))),
+            "notrace" => specs.extend(list().into_iter().map(|p| (SpecKind::Notrace, p))),
+            // (One trigger a key: its actions are separated by commas.)
+            "trigger" => specs.push((SpecKind::Trigger, v.to_string())),
             "depth" => {
                 t.depth = v
                     .parse()
@@ -520,14 +527,28 @@ pub(crate) fn parse_tracer(spec: &str) -> Result<config::Tracer, String> {
                     }
                 }
             }
-            other => {
-                return Err(format!(
-                    "--tracer {spec}: unknown key `{other}` (type, filter, notrace, depth, time)"
-                ))
+            other => return Err(format!(
+                "--tracer {spec}: unknown key `{other}` (type, filter, notrace, trigger, depth, \
+                     time)"
+            )),
+        }
+    }
+    if specs.iter().any(|(k, _)| *k == SpecKind::Trigger) {
+        // (A bad one is kept as given: the configuration's check says
+        // what is wrong with it.)
+        t.triggers = specs
+            .into_iter()
+            .map(|(k, p)| Trigger::parse(&p, k).map_or(p, |t| t.spec()))
+            .collect();
+    } else {
+        for (k, p) in specs {
+            match k {
+                SpecKind::Notrace => t.notrace.push(p),
+                _ => t.filter.push(p),
             }
         }
     }
-    if t.kind == TracerKind::Profile && (t.depth > 0 || t.time_ns > 0) {
+    if t.kind == TracerKind::Profile && (t.depth > 0 || t.time_ns > 0 || !t.triggers.is_empty()) {
         return Err(format!(
             "--tracer {spec}: a profile takes filter= and notrace= only (it keeps no call records)"
         ));
@@ -564,7 +585,7 @@ impl RecordOptions {
             || self.time_filter.is_some()
         {
             return Err(
-                "with --tracer, give filters inside each tracer (filter=, notrace=, depth=, time=); -T is for one tracer"
+                "with --tracer, give filters inside each tracer (filter=, notrace=, trigger=, depth=, time=); -T is for one tracer"
                     .into(),
             );
         }

@@ -212,6 +212,11 @@ fn several_tracers_record_at_once_as_if_alone() {
     );
     record_refuses(&["-F", "mid", "--tracer", "x"], &exe, "inside each tracer");
     record_refuses(&["--tracer", "x:color=red"], &exe, "unknown key");
+    record_refuses(
+        &["--tracer", "p:type=profile:trigger=mid@depth=1"],
+        &exe,
+        "a profile takes filter= and notrace= only",
+    );
 }
 
 /// `record -t`: calls shorter than the threshold leave no records; a long

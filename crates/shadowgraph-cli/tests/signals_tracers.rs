@@ -1,6 +1,6 @@
 //! Several tracers recording at once (`--tracer a --tracer b`: plain
 //! recorders that share one fused path, also with tracers with function
-//! filters on it) while signal handlers record anywhere, also inside the
+//! filters or triggers on it) while signal handlers record anywhere, also inside the
 //! path between one tracer's record and the other's, and while handlers
 //! leave by siglongjmp.
 
@@ -9,9 +9,10 @@ mod common;
 use common::*;
 
 /// Eight threads run traced recursions while a process timer's handler,
-/// traced, lands on any of them 2000 times, under two plain tracers and
-/// two with function filters (`-N in_handler`, `-F on_alarm`), which
-/// the handlers' calls find in any state. Each tracer's records stay
+/// traced, lands on any of them 2000 times, under two plain tracers, two
+/// with function filters (`-N in_handler`, `-F on_alarm`) and one with a
+/// trigger (`-T on_alarm@depth=2`), whose states the handlers' calls find
+/// in any stage. Each tracer's records stay
 /// whole on every thread: each call closes, in time order, at the depth
 /// its place says; nothing is lost; every handler call is in each
 /// tracer that takes it, and so is every call of fib. With rseq and
@@ -37,14 +38,17 @@ fn two_tracers_and_signal_handlers_keep_every_record_whole() {
             "c:notrace=in_handler",
             "--tracer",
             "d:filter=on_alarm",
+            "--tracer",
+            "e:trigger=on_alarm@depth=2",
         ];
         let o = record_run(env, &tracers, &data, &exe, &[]);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{out}\n{err}");
-        assert_eq!(err.matches("(0 lost) from 9 threads").count(), 4, "{err}");
+        assert_eq!(err.matches("(0 lost) from 9 threads").count(), 5, "{err}");
         let alarms: u64 = out.trim().parse().unwrap();
         let mut fibs = Vec::new();
-        for t in ["a", "b", "c", "d"] {
+        let mut trimmed = Vec::new();
+        for t in ["a", "b", "c", "d", "e"] {
             let d = data.join(t);
             let info = view_text("info", &d);
             if tsc {
@@ -71,6 +75,8 @@ fn two_tracers_and_signal_handlers_keep_every_record_whole() {
             match t {
                 // fib(3) in each handler: five calls.
                 "d" => assert_eq!(rows["fib"].2, 5 * alarms, "{t}: {rows:?}"),
+                // Two levels in each handler: its fib(3)'s first call.
+                "e" => trimmed.push(rows["fib"].2 + 4 * alarms),
                 _ => fibs.push(rows["fib"].2),
             }
             let dd = shadowgraph_data::dir::DataDir::open(&d).unwrap();
@@ -83,8 +89,8 @@ fn two_tracers_and_signal_handlers_keep_every_record_whole() {
             }
         }
         assert!(
-            fibs.iter().all(|&f| f == fibs[0]),
-            "every call in each: {fibs:?}"
+            fibs.iter().chain(&trimmed).all(|&f| f == fibs[0]),
+            "every call in each: {fibs:?}, {trimmed:?}"
         );
     }
 }

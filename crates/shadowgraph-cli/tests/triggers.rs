@@ -364,6 +364,74 @@ fn triggers_leave_the_calls_of_other_functions_to_the_fused_path() {
     assert!(!info.contains("record path         : fused"), "{info}");
 }
 
+/// Triggers on the path several tracers share (`--tracer
+/// NAME:trigger=SPEC`): the path decides the calls of the functions
+/// without a trigger of their own by the triggers' thread variable and
+/// switch, as a lone tracer's fused path does, and sends the others to
+/// the callbacks. Each tracer with triggers records what `-T SPEC` (and
+/// `-F`, `-N`, `-D` beside it) records alone, and a plain tracer beside
+/// it every call.
+#[test]
+fn triggers_on_the_shared_path_record_as_alone() {
+    let dir = workdir("tshared");
+    let exe = build_fixture_with(
+        &dir,
+        "tshared",
+        "naps.c",
+        &["-DMIDS=3", "-DNAP_US=10", "-DFIB_N=5"],
+    );
+    // (A `finish` names the task it stopped.)
+    let replay = |d: &std::path::Path| {
+        view(&mut shadowgraph(), d, &["replay", "-f", "none"])
+            .lines()
+            .filter(|l| !l.starts_with("task: "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let all = dir.join("all.data");
+    record_ok(&[], &all, &exe);
+    for (k, (alone, spec)) in [
+        (&["-T", "mid@depth=2"][..], "trigger=mid@depth=2"),
+        (
+            &["-F", "main", "-T", "fib@depth=2"],
+            "filter=main:trigger=fib@depth=2",
+        ),
+        (
+            &["-T", "main@filter,depth=2", "-T", "fib@notrace"],
+            "trigger=main@filter,depth=2:trigger=fib@notrace",
+        ),
+        (
+            &["-T", "main@trace_off", "-T", "leaf@trace_on"],
+            "trigger=main@trace_off:trigger=leaf@trace_on",
+        ),
+        (&["-T", "mid@finish"], "trigger=mid@finish"),
+        (
+            &["-N", "leaf", "-T", "mid@depth=1"],
+            "notrace=leaf:trigger=mid@depth=1",
+        ),
+        (
+            &["-D", "3", "-T", "mid@trace_off"],
+            "depth=3:trigger=mid@trace_off",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let solo = dir.join(format!("solo{k}.data"));
+        record_ok(alone, &solo, &exe);
+        let shared = dir.join(format!("shared{k}.data"));
+        let b = format!("b:{spec}");
+        record_ok(&["--tracer", "a", "--tracer", &b], &shared, &exe);
+        let info = view(&mut shadowgraph(), &shared.join("b"), &["info"]);
+        assert!(
+            info.contains("record path         : fused (several tracers"),
+            "{spec}: {info}"
+        );
+        assert_eq!(replay(&shared.join("b")), replay(&solo), "{spec}");
+        assert_eq!(replay(&shared.join("a")), replay(&all), "{spec}: a");
+    }
+}
+
 /// Tracing switched off and on by signals, 60 times, while four threads
 /// run through the fused path with triggers (a filter function and a depth
 /// limit): each switch lands inside some calls, so some entries lose

@@ -1,6 +1,6 @@
 //! The fused path of several plain recorders (tracer::fused's multi path)
-//! under concurrency: threads run a traced workload while three recorders
-//! come and go, 1 → 2 → 3 → 2 → 1 users (the calls switch between
+//! under concurrency: threads run a traced workload while four recorders
+//! come and go, 1 → 2 → 3 → 4 → 3 → 2 → 1 users (the calls switch between
 //! fgraph's single-user path, the multi path and back with frames in
 //! flight, each change a new frame word). Each recorder's records must
 //! nest: every exit closes the entry on top of its thread's stack, and
@@ -13,7 +13,10 @@
 //! leaf`), which the path applies as its callbacks do, keeping the same
 //! thread variable. The third's filter leaves `leaf` out (`-N leaf` of
 //! the sites), so the path records a `leaf` call for the others only
-//! (fgraph's site masks).
+//! (fgraph's site masks). The fourth has triggers to the same effect
+//! (`-T top@filter -D 2`): `top`, a trigger's own function, takes the
+//! general way for every user, and the path decides the calls of `mid` and
+//! `leaf` by the triggers' thread variable.
 
 mod common;
 
@@ -22,6 +25,7 @@ use common::recorder::{
     GENERAL_ENTRIES, MAX_DEPTH,
 };
 use common::*;
+use shadowgraph::fgraph::triggers::{SiteTrigger, Triggers};
 use shadowgraph::record::writer;
 use shadowgraph::tracer::fused;
 use shadowgraph::{fgraph, ftrace};
@@ -29,16 +33,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-const RECORDERS: usize = 3;
+const RECORDERS: usize = 4;
 const ROUNDS: usize = 60;
 /// Each recorder's depth limit (`record -D`; 0: none): the workload's
 /// calls are 0 to 2 deep.
-const LIMITS: [u32; RECORDERS] = [0, 0, 2];
+const LIMITS: [u32; RECORDERS] = [0, 0, 2, 0];
 /// The recorder with graph filters: `-F top -N leaf`, so top's calls at
 /// its depth 0 and mid's at 1.
 const FILTERED: usize = 1;
 /// The recorder whose (site) filter leaves `leaf` out.
 const NO_LEAF: usize = 0;
+/// The recorder with triggers: `-T top@filter -D 2`, recording what
+/// FILTERED records.
+const TRIGGERED: usize = 3;
 
 #[test]
 fn recorders_come_and_go_on_the_shared_path() {
@@ -74,6 +81,20 @@ fn recorders_come_and_go_on_the_shared_path() {
                 assert!(fused::let_multi_stand_in_filtered(&u, f));
                 return u;
             }
+            if i == TRIGGERED {
+                let f = FILTERS[i].get_or_init(|| {
+                    let top = ftrace::site_by_name("top").unwrap().id as usize;
+                    let mut each = vec![SiteTrigger::default(); ftrace::sites().len()];
+                    each[top].filter = Some(true);
+                    fgraph::filters::GraphFilter {
+                        triggers: Some(Arc::new(Triggers::new(each, true, 2, false, (0, 0)))),
+                        ..Default::default()
+                    }
+                });
+                let u = fgraph::GraphUser::new(filtered_entry, filtered_return, filter.clone(), i);
+                assert!(fused::let_multi_stand_in_filtered(&u, f));
+                return u;
+            }
             MAX_DEPTH[i].store(LIMITS[i], Ordering::Relaxed);
             let filter = match i {
                 NO_LEAF => ftrace::FilterSet::with_patterns(&NESTED, &["leaf"]).unwrap(),
@@ -94,12 +115,14 @@ fn recorders_come_and_go_on_the_shared_path() {
     for round in 0..ROUNDS {
         // A different recorder first each round; a different one leaves
         // in the middle.
-        let (a, b, c) = (round % 3, (round + 1) % 3, (round + 2) % 3);
+        let [a, b, c, d] = [0, 1, 2, 3].map(|k| (round + k) % RECORDERS);
         reg(a);
         pause();
         reg(b);
         pause();
         reg(c);
+        pause();
+        reg(d);
         pause();
         unreg(b);
         // Its recording ends under the running threads (its rings
@@ -110,10 +133,12 @@ fn recorders_come_and_go_on_the_shared_path() {
         recording[b] += 1;
         start(b, recording[b]);
         pause();
+        unreg(d);
+        pause();
         unreg(c);
         pause();
         unreg(a);
-        for i in [a, c] {
+        for i in [a, c, d] {
             *left.entry((i, recording[i])).or_default() += 1;
         }
     }
@@ -148,7 +173,7 @@ fn recorders_come_and_go_on_the_shared_path() {
     let mut deepest = [0u16; RECORDERS];
     for (&(i, k), &gone) in &left {
         let (records, open, deep) = match i {
-            FILTERED => check_nesting(&data(i, k), &sites, &|addr, depth| {
+            FILTERED | TRIGGERED => check_nesting(&data(i, k), &sites, &|addr, depth| {
                 (addr, depth) == (sites[2], 0) || (addr, depth) == (sites[1], 1)
             }),
             NO_LEAF => check_nesting(&data(i, k), &sites, &|addr, _| addr != sites[0]),
@@ -169,7 +194,7 @@ fn recorders_come_and_go_on_the_shared_path() {
         assert!(*records > 10_000, "recorder {i}: {records} records");
         // As deep as its limit or filters let it (or the workload goes).
         let want = match (i, LIMITS[i]) {
-            (FILTERED | NO_LEAF, _) => 1,
+            (FILTERED | NO_LEAF | TRIGGERED, _) => 1,
             (_, 0) => 2,
             (_, m) => m as u16 - 1,
         };

@@ -39,6 +39,10 @@ pub(crate) struct BySlot {
     /// decided for them (their bits in `word`'s places): found with the
     /// rings, by the path's own measure (recorders with graph filters).
     pub late: AtomicU64,
+    /// Of `late`'s users, those with triggers, whose filter tables send
+    /// the calls of some sites the general way (their bits in `word`'s
+    /// places).
+    pub general: AtomicU64,
     /// Of `word`'s users, the profile the path keeps counters for, which
     /// has no ring (its bit in `word`'s places; 0: none), and the DATA
     /// word of its three words in a frame (0: none).

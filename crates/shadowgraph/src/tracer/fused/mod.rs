@@ -342,12 +342,16 @@ pub fn let_multi_stand_in(user: &GraphUser, max_depth: u32) -> bool {
 /// `-D`): its callbacks apply `filter` first (`GraphFilter::entry_with`
 /// without reserving, `GraphFilter::ret`) and record a call they take at
 /// the user's own depth, with no data (no arguments, no return value). The
-/// path applies the same filters, keeping the same thread variable.
-/// False (nothing changed) for a thread filter or triggers, records not
-/// timed by the TSC, or an instance out of range.
+/// path applies the same filters, keeping the same thread variable. With
+/// triggers (`Triggers::fusable` ones), their variable decides the calls
+/// of the functions without a trigger of their own, as with
+/// [`attach_filtered`], and every call of the others goes to the
+/// callbacks, of every user.
+/// False (nothing changed) for a thread filter or triggers that are not
+/// fusable, records not timed by the TSC, or an instance out of range.
 pub fn let_multi_stand_in_filtered(user: &GraphUser, filter: &GraphFilter) -> bool {
     if filter.threads.is_some()
-        || filter.triggers.is_some()
+        || filter.triggers.as_ref().is_some_and(|t| !t.fusable())
         || !clock::uses_tsc()
         || user.private >= writer::MAX_INSTANCES
     {

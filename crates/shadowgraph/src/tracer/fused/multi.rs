@@ -3,7 +3,8 @@
 //! that let this path stand in for it — a plain one, with its depth limit
 //! or none (a ring gets no record of a call as deep as its limit:
 //! [`let_multi_stand_in`]), or one with graph filters (`-F`, `-N`, `-D`,
-//! and no data: [`let_multi_stand_in_filtered`], multi_filters.rs), or
+//! or triggers that decide alone, and no data:
+//! [`let_multi_stand_in_filtered`], multi_filters.rs), or
 //! the one profile among them, whose counts the path keeps
 //! ([`let_multi_stand_in_profile`], multi_profile.rs) —
 //! fgraph's site entry and return hand a call over here
@@ -493,9 +494,10 @@ crate::fgraph::graph_asm!(
     pop_saved!(),
     "ret",
     // A user with graph filters among them, ever (MULTI_ANY_FILTER): a
-    // site every user's graph filters have a class for, and the frame's
-    // users those without filters (the others' bits come with their
-    // decisions: entry_late!).
+    // site every user's graph filters have a class for and none leaves
+    // to the callbacks (a trigger's own function, at 84), and the frame's
+    // users those without filters (the others' bits come with
+    // their decisions: entry_late!).
     ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
     "85:",
     "mov rax, [rsp + FE_CALL_RET]",
@@ -503,10 +505,39 @@ crate::fgraph::graph_asm!(
     "cmp rax, [rip + {filter_sites}]",
     "jae 81f",
     crate::fixed_load!("rdx", "tp_by_slot"),
+    "mov rdx, qword ptr fs:[rdx + {b_general}]",
+    "and rdx, rsi",
+    "shr rdx, 12",
+    "and edx, 0xffff",
+    "jnz 84f",
+    "89:",
+    crate::fixed_load!("rdx", "tp_by_slot"),
     "mov rax, qword ptr fs:[rdx + {b_late}]",
     "not rax",
     "and rsi, rax",
     "jmp 86b",
+    // Users with triggers (BySlot's `general`) in rdx, bits 0..15: the
+    // general way if the site is one's trigger's own (its table's GENERAL
+    // class), as the single filtered path sends it (general.rs, label
+    // 40). (An instance whose recorder left may have no table: none to
+    // look at; or a newer recorder's: either way is exact, the general
+    // way only slower.)
+    "84:",
+    "bsf r10, rdx",
+    "lea r11, [rip + {slot_private}]",
+    "mov r11, [r11 + r10*8]",
+    "lea r10, [rip + {multi_filter}]",
+    "mov r11, [r10 + r11*8]",
+    "test r11, r11",
+    "jz 83f",
+    "mov r10, [r11 + {f_classes}]",
+    "test byte ptr [r10 + rax], {general}",
+    "jnz 81f",
+    "83:",
+    "lea r10, [rdx - 1]",
+    "and rdx, r10",
+    "jnz 84b",
+    "jmp 89b",
     // A profile frame (multi_profile.rs).
     entry_profile_frame!(),
     ".popsection",
@@ -679,6 +710,12 @@ crate::fgraph::graph_asm!(
     any_limit = sym super::MULTI_ANY_LIMIT,
     max_depth = sym super::MULTI_MAX_DEPTH,
     multi_filter = sym super::MULTI_FILTER,
+    b_general = const offset_of!(BySlot, general),
+    general = const super::GENERAL,
+    f_switch = const offset_of!(FusedFilter, switch),
+    f_limit = const offset_of!(FusedFilter, limit),
+    switch_on = const crate::fgraph::triggers::Triggers::ON,
+    switch_finished = const crate::fgraph::triggers::Triggers::FINISHED,
     filter_sites = sym super::MULTI_FILTER_SITES,
     b_late = const offset_of!(BySlot, late),
     b_profile = const offset_of!(BySlot, profile),

@@ -3,6 +3,13 @@
 //! the frame after it, as the single filtered path applies them
 //! (general.rs; fgraph::filters keeps the variable the same way). The
 //! macros are parts of multi.rs's record_each! and name its operands.
+//!
+//! A recorder with triggers (`Triggers::fusable` ones) leaves the calls
+//! of the functions with a trigger of their own to its callbacks: the
+//! multi path sends every call of those to the general way, before it
+//! writes anything (multi.rs, label 84), and decides the others by the
+//! triggers' thread variable and switch (trig_entry!, trig_exit!), as the
+//! single filtered path does (general.rs, labels 72 and 26).
 
 // The BITMAP word's bit of the user in slot rax (bits 12..27), in
 // `$reg` (a bit-string `bts`/`btr` on memory is many times slower).
@@ -28,6 +35,10 @@ macro_rules! entry_verdict {
     ($name:literal, $base:literal, $slot:expr) => {
         concat!(
             crate::tracer::fused::multi_filters::filter_of!($name, $slot),
+            "cmp qword ptr [r11 + {f_switch}], 0\n",
+            "jne ",
+            $name,
+            "_trig\n",
             // Graph filters (fgraph::filters, as the single path's:
             // general.rs), r11 the filter: the site's class (bit 0: a -F
             // function, bit 1: -N) by the stub's site id, which the
@@ -99,11 +110,110 @@ macro_rules! entry_verdict {
             "jmp ",
             $name,
             "_skip\n",
+            crate::tracer::fused::multi_filters::trig_entry!($name, $base),
             ".popsection\n",
         )
     };
 }
 pub(super) use entry_verdict;
+
+// entry_verdict! for a user with triggers (r11 its filter, whose switch
+// is not null; slot rax, also in xmm15), as Triggers::entry decides the
+// call of a function without a trigger of its own (the path sends the
+// others the general way): declined once the switch says FINISHED,
+// inside a notrace function's call, outside every filter function's
+// call where some function is one, or with no levels left; else the own
+// depth one more and the levels left one less (stored exclusive-or the
+// limit, FusedFilter::limit). While the switch says ON, recorded at the
+// own depth (rcx the record's word, xmm14 the variable, for entry_late!);
+// else kept silently: the variable written, then the user's bit in the
+// frame (entry_late!'s order), no record. Each read of the switch is a
+// plain load: Relaxed, as Triggers::enabled reads it. Clobbers rcx (then
+// `$base` again where the call is not recorded), rdx.
+macro_rules! trig_entry {
+    ($name:literal, $base:literal) => {
+        concat!(
+            $name,
+            "_trig:\n",
+            "mov rdx, [r11 + {f_switch}]\n",
+            "test byte ptr [rdx], {switch_finished}\n",
+            "jnz ",
+            $name,
+            "_skip\n",
+            "mov rdx, [rdi + rax*8 + {tv}]\n",
+            "mov rcx, rdx\n",
+            "shr rcx, 48\n",
+            "jnz ",
+            $name,
+            "_tskip\n",
+            "cmp qword ptr [r11 + {f_functions}], 0\n",
+            "je ",
+            $name,
+            "_tlevels\n",
+            "mov rcx, rdx\n",
+            "shr rcx, 32\n",
+            "test cx, cx\n",
+            "jz ",
+            $name,
+            "_tskip\n",
+            $name,
+            "_tlevels:\n",
+            "mov ecx, edx\n",
+            "shr ecx, 16\n",
+            "xor ecx, dword ptr [r11 + {f_limit}]\n",
+            "movzx ecx, cx\n",
+            "test ecx, ecx\n",
+            "jz ",
+            $name,
+            "_tskip\n",
+            "dec ecx\n",
+            "xor ecx, dword ptr [r11 + {f_limit}]\n",
+            "movzx ecx, cx\n",
+            "shl ecx, 16\n",
+            // The new variable: its upper half kept, the levels, the own
+            // depth + 1 (the own depth is below fgraph's, which the entry
+            // found below the records' limit).
+            "movzx eax, dx\n",
+            "shr rdx, 32\n",
+            "shl rdx, 32\n",
+            "or rdx, rcx\n",
+            "lea ecx, [rax + 1]\n",
+            "or rdx, rcx\n",
+            "mov rcx, [r11 + {f_switch}]\n",
+            "cmp byte ptr [rcx], {switch_on}\n",
+            "jne ",
+            $name,
+            "_tsilent\n",
+            "bts rdx, 63\n",
+            "movq xmm14, rdx\n",
+            "mov rcx, ",
+            $base,
+            "\n",
+            "and rcx, {not_depth}\n",
+            "shl eax, 6\n",
+            "or rcx, rax\n",
+            "movq rax, xmm15\n",
+            "jmp ",
+            $name,
+            "_decided\n",
+            $name,
+            "_tsilent:\n",
+            "movq rax, xmm15\n",
+            "mov [rdi + rax*8 + {tv}], rdx\n",
+            crate::tracer::fused::multi_filters::user_bit!("rdx"),
+            "or [rdi + r8*8 + FRAME_BITMAP], rdx\n",
+            $name,
+            "_tskip:\n",
+            "mov rcx, ",
+            $base,
+            "\n",
+            "jmp ",
+            $name,
+            "_skip\n",
+        )
+    };
+}
+pub(super) use trig_entry;
 
 // The return's side of entry_verdict! (rcx `$base`, the exit's word):
 // graph filters whose thread variable says the call was not recorded
@@ -115,6 +225,10 @@ macro_rules! exit_verdict {
     ($name:literal, $base:literal, $slot:expr) => {
         concat!(
             crate::tracer::fused::multi_filters::filter_of!($name, $slot),
+            "cmp qword ptr [r11 + {f_switch}], 0\n",
+            "jne ",
+            $name,
+            "_trig\n",
             "mov r11, [rdi + rax*8 + {tv}]\n",
             "btr r11, {notrace_bit}\n",
             "jnc 51f\n",
@@ -150,11 +264,77 @@ macro_rules! exit_verdict {
             "jmp ",
             $name,
             "_decided\n",
+            crate::tracer::fused::multi_filters::trig_exit!($name, $base),
             ".popsection\n",
         )
     };
 }
 pub(super) use exit_verdict;
+
+// exit_verdict! for a user with triggers (r11 its filter; slot rax, also
+// in xmm15; rcx `$base`), as Triggers::ret leaves the variable for a
+// frame without words: the own depth one less (never below 0), the
+// levels left one more. While the switch says ON, the exit recorded at
+// the new own depth (rcx its word, xmm14 the variable, for exit_late!);
+// else the user's bit taken from the frame, then the variable written
+// (exit_late!'s order), no record. Clobbers rcx (`$base` again where the
+// exit is not recorded), rdx.
+macro_rules! trig_exit {
+    ($name:literal, $base:literal) => {
+        concat!(
+            $name,
+            "_trig:\n",
+            "mov rdx, [rdi + rax*8 + {tv}]\n",
+            "movzx ecx, dx\n",
+            "sub ecx, 1\n",
+            "adc ecx, 0\n",
+            "mov eax, edx\n",
+            "shr eax, 16\n",
+            "xor eax, dword ptr [r11 + {f_limit}]\n",
+            "movzx eax, ax\n",
+            "inc eax\n",
+            "xor eax, dword ptr [r11 + {f_limit}]\n",
+            "movzx eax, ax\n",
+            "shl eax, 16\n",
+            "shr rdx, 32\n",
+            "shl rdx, 32\n",
+            "or rdx, rax\n",
+            "or rdx, rcx\n",
+            "mov rax, [r11 + {f_switch}]\n",
+            "cmp byte ptr [rax], {switch_on}\n",
+            "jne ",
+            $name,
+            "_tsilent\n",
+            "bts rdx, 63\n",
+            "movq xmm14, rdx\n",
+            "mov eax, ecx\n",
+            "shl eax, 6\n",
+            "movq rcx, ",
+            $base,
+            "\n",
+            "and rcx, {not_depth}\n",
+            "or rcx, rax\n",
+            "movq rax, xmm15\n",
+            "jmp ",
+            $name,
+            "_decided\n",
+            $name,
+            "_tsilent:\n",
+            "movq rax, xmm15\n",
+            crate::tracer::fused::multi_filters::user_bit!("r11"),
+            "not r11\n",
+            "and [rdi + r10*8 + FRAME_BITMAP], r11\n",
+            "mov [rdi + rax*8 + {tv}], rdx\n",
+            "movq rcx, ",
+            $base,
+            "\n",
+            "jmp ",
+            $name,
+            "_skip\n",
+        )
+    };
+}
+pub(super) use trig_exit;
 
 // The verdicts' common part (slot rax, `$slot` making it, and going to
 // `$name`_skip if the user left ARRAY): a user without graph filters

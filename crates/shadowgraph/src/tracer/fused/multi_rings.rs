@@ -57,7 +57,8 @@ macro_rules! next_user {
 // Else the rings are found through SLOT_PRIVATE, their room checked, and
 // kept under the word, with the users that have graph filters (their
 // bits in BySlot's `late`: the entry names them in a frame only once it
-// has decided for them) and the profile, which has no ring (its bit and
+// has decided for them), those of them with triggers (BySlot's
+// `general`: the entry looks at their sites' classes first) and the profile, which has no ring (its bit and
 // DATA word: multi_profile.rs). Labels 20–28; clobbers rax, rdx, r11,
 // xmm13.
 macro_rules! rings_with_room {
@@ -77,6 +78,7 @@ macro_rules! rings_with_room {
             // finds the word not yet this one and finds them too.
             "24:\n",
             "mov qword ptr fs:[rdx + {b_late}], 0\n",
+            "mov qword ptr fs:[rdx + {b_general}], 0\n",
             "mov qword ptr fs:[rdx + {b_profile}], 0\n",
             "mov qword ptr fs:[rdx + {b_profile_data}], 0\n",
             "25:\n",
@@ -102,11 +104,15 @@ macro_rules! rings_with_room {
             "lea rdx, [rip + {slot_private}]\n",
             "mov rdx, [rdx + rax*8]\n",
             "lea r11, [rip + {multi_filter}]\n",
-            "cmp qword ptr [r11 + rdx*8], 0\n",
-            "je 25b\n",
+            "mov r11, [r11 + rdx*8]\n",
+            "test r11, r11\n",
+            "jz 25b\n",
             "add eax, 12\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
             "bts qword ptr fs:[rdx + {b_late}], rax\n",
+            "cmp qword ptr [r11 + {f_switch}], 0\n",
+            "je 25b\n",
+            "bts qword ptr fs:[rdx + {b_general}], rax\n",
             "jmp 25b\n",
             profile_found!($general),
             "27:\n",

@@ -489,9 +489,10 @@ fn graph_tracer(
             && filter
                 .as_ref()
                 .is_some_and(|f| fused::attach_filtered(&u, i, f, &sites));
-        // With other recorders on the multi path, its filters applied
-        // there, where it records no data.
-        if shared.multi && args.is_none() {
+        // With other recorders on the multi path, its filters (or
+        // triggers, as on the fused filtered path) applied there, where it
+        // records no data.
+        if shared.multi && args.is_none() && !shared.watch_cpu {
             if let Some(f) = &filter {
                 fused::let_multi_stand_in_filtered(&u, f);
             }
