@@ -1,7 +1,8 @@
 //! Arguments of a recording that filters nothing else (`-A` with
 //! numbers in registers, no return values): the plain recorder's entry
 //! writes them with the record (tracer::fused, `attach_plain_args`), and
-//! they replay as uftrace 0.13 records them from the same binary.
+//! they replay as uftrace 0.13 records them from the same binary; beside
+//! other tracers, the calls of those functions go to the callbacks.
 
 mod common;
 
@@ -46,16 +47,22 @@ const SPECS: [&str; 32] = [
     "h6@arg1/i32,arg2/i32,arg3/i32,arg4/i32,arg5/i32,arg6/i32",
 ];
 
-#[test]
-fn every_size_and_a_float_recorded_by_the_plain_entry_as_uftrace() {
-    let dir = workdir("arguments-plain");
+/// args_sizes.c built in `dir`, with sites for both tracers (`-pg
+/// -mfentry -mrecord-mcount`).
+fn sizes(dir: &std::path::Path) -> std::path::PathBuf {
     let exe = dir.join("sizes");
-    // -pg -mfentry -mrecord-mcount: sites for both tracers.
     cc(
         &[&fixture("args_sizes.c")],
         &["-O2", "-pg", "-mfentry", "-mrecord-mcount", "-no-pie"],
         &exe,
     );
+    exe
+}
+
+#[test]
+fn every_size_and_a_float_recorded_by_the_plain_entry_as_uftrace() {
+    let dir = workdir("arguments-plain");
+    let exe = sizes(&dir);
     let ours = dir.join("ours.data");
     let o = record_run(&[], &SPECS, &ours, &exe, &[]);
     let err = text(&o).1;
@@ -105,4 +112,51 @@ fn every_size_and_a_float_recorded_by_the_plain_entry_as_uftrace() {
         graph_part(&replay),
         graph_part(&uftrace_view("replay", &theirs).unwrap())
     );
+}
+
+/// Arguments beside other tracers: the path several tracers share records
+/// no data, so the calls of the functions with arguments or a return
+/// value to record go to every tracer's callbacks, and the others stay on
+/// the shared path. Each tracer records what it records alone: a plain
+/// one (its entry's arguments), one with a depth limit, and, with return
+/// values, one with a function filter (the callbacks keep the return of
+/// such a call in its frame, away from the shared return).
+#[test]
+fn arguments_beside_other_tracers_record_as_alone() {
+    let dir = workdir("arguments-shared");
+    let exe = sizes(&dir);
+    let graph = |d: &std::path::Path| graph_part(&replay_text(d));
+    for (k, (extra, b, alone)) in [
+        (&[][..], "b:depth=2", &["-D", "2"]),
+        (
+            &["-R", "pair@retval", "-R", "w3@retval"][..],
+            "b:filter=h*",
+            &["-F", "h*"],
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let specs: Vec<&str> = SPECS.iter().chain(extra).copied().collect();
+        let record = |opts: &[&str], data: &std::path::Path| {
+            let all: Vec<&str> = opts.iter().chain(&specs).copied().collect();
+            let o = record_run(&[], &all, data, &exe, &[]);
+            assert!(o.status.success(), "{opts:?}: {}", text(&o).1);
+        };
+        let (solo_a, solo_b, shared) = (
+            dir.join(format!("a{k}.data")),
+            dir.join(format!("b{k}.data")),
+            dir.join(format!("shared{k}.data")),
+        );
+        record(&[], &solo_a);
+        record(alone, &solo_b);
+        record(&["--tracer", "a", "--tracer", b], &shared);
+        let info = view_text("info", &shared.join("a"));
+        assert!(
+            info.contains("record path         : fused (several tracers"),
+            "{b}: {info}"
+        );
+        assert_eq!(graph(&shared.join("a")), graph(&solo_a), "{extra:?}: a");
+        assert_eq!(graph(&shared.join("b")), graph(&solo_b), "{extra:?}: {b}");
+    }
 }

@@ -13,7 +13,9 @@
 //! leaf`), which the path applies as its callbacks do, keeping the same
 //! thread variable. The third's filter leaves `leaf` out (`-N leaf` of
 //! the sites), so the path records a `leaf` call for the others only
-//! (fgraph's site masks). The fourth has triggers to the same effect
+//! (fgraph's site masks), and the one with a depth limit leaves the calls
+//! of `leaf` to the callbacks of every user, as a recorder of `leaf`'s
+//! arguments does. The fourth has triggers to the same effect
 //! (`-T top@filter -D 2`): `top`, a trigger's own function, takes the
 //! general way for every user, and the path decides the calls of `mid` and
 //! `leaf` by the triggers' thread variable.
@@ -46,6 +48,9 @@ const NO_LEAF: usize = 0;
 /// The recorder with triggers: `-T top@filter -D 2`, recording what
 /// FILTERED records.
 const TRIGGERED: usize = 3;
+/// The recorder (with a depth limit) that leaves `leaf`'s calls to the
+/// callbacks, as one recording its arguments does.
+const WITH_ARGS: usize = 2;
 
 #[test]
 fn recorders_come_and_go_on_the_shared_path() {
@@ -78,7 +83,9 @@ fn recorders_come_and_go_on_the_shared_path() {
                     ..Default::default()
                 });
                 let u = fgraph::GraphUser::new(filtered_entry, filtered_return, filter.clone(), i);
-                assert!(fused::let_multi_stand_in_filtered(&u, f));
+                assert!(fused::let_multi_stand_in_filtered(&u, f, &|_| {
+                    fused::SiteArgs::None
+                }));
                 return u;
             }
             if i == TRIGGERED {
@@ -92,7 +99,9 @@ fn recorders_come_and_go_on_the_shared_path() {
                     }
                 });
                 let u = fgraph::GraphUser::new(filtered_entry, filtered_return, filter.clone(), i);
-                assert!(fused::let_multi_stand_in_filtered(&u, f));
+                assert!(fused::let_multi_stand_in_filtered(&u, f, &|_| {
+                    fused::SiteArgs::None
+                }));
                 return u;
             }
             MAX_DEPTH[i].store(LIMITS[i], Ordering::Relaxed);
@@ -101,7 +110,15 @@ fn recorders_come_and_go_on_the_shared_path() {
                 _ => filter.clone(),
             };
             let u = fgraph::GraphUser::new(record_entry, record_return, filter, i);
-            assert!(fused::let_multi_stand_in(&u, LIMITS[i]));
+            match i {
+                // As a recorder of leaf's arguments: its calls go to the
+                // callbacks of every user.
+                WITH_ARGS => {
+                    let leaf = ftrace::site_by_name("leaf").unwrap().id;
+                    assert!(fused::let_multi_stand_in_with_args(&u, LIMITS[i], &|id| id == leaf));
+                }
+                _ => assert!(fused::let_multi_stand_in(&u, LIMITS[i])),
+            }
             u
         })
         .collect();

@@ -31,8 +31,9 @@
 //! ring says the thread is ([`ring_depth_witness`]).
 //!
 //! Several recorders registered at once (plain ones, with depth limits or
-//! not, and ones with graph filters) take the multi path ([`enable_multi`],
-//! multi.rs, multi_filters.rs): fgraph's site entry and return hand their
+//! not, ones with graph filters or triggers, one profile) take the multi
+//! path ([`enable_multi`], multi.rs, multi_filters.rs, multi_users.rs):
+//! fgraph's site entry and return hand their
 //! calls over to it, one frame and one clock read for all of them and a
 //! record in the ring of each one that takes the call.
 //!
@@ -49,6 +50,7 @@ mod multi;
 mod multi_filters;
 mod multi_profile;
 mod multi_rings;
+mod multi_users;
 mod plain;
 mod plain_args;
 mod plain_regs;
@@ -67,7 +69,7 @@ use crate::fgraph::filters::GraphFilter;
 use crate::fgraph::{self, GraphUser};
 use crate::ftrace::quiesce;
 use crate::tracer::profile::ProfileCounters;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 // The user's words this path reads (fgraph's `GraphUser::path_words`):
 /// Calls at this depth or deeper are declined (`-D`); 0: no limit; the
@@ -248,6 +250,9 @@ pub const ENTRY_FLAGS: u64 = ENTRY_WRITTEN | ENTRY_DROPPED | ENTRY_TIMING;
 // The fused path of several plain recorders (multi.rs), and a profile
 // beside them (multi_profile.rs).
 pub use multi_profile::{forget_multi_profile, let_multi_stand_in_profile};
+pub use multi_users::{
+    let_multi_stand_in, let_multi_stand_in_filtered, let_multi_stand_in_with_args,
+};
 
 /// Records a ring must have room for beyond the path's own before the
 /// path writes in it: those of signal handlers that land between its
@@ -291,81 +296,6 @@ pub fn enable_multi() -> bool {
     RSEQ_CS.store(rseq_cs_offset().unwrap_or(0), Ordering::Relaxed);
     fgraph::init_tp_offsets();
     fgraph::register_multi_path(entry, shadowgraph_fused_multi_return as *const () as usize)
-}
-
-/// Each recording instance's depth limit on the multi path (0: none):
-/// its records are those of calls less deep ([`let_multi_stand_in`]).
-pub(super) static MULTI_MAX_DEPTH: [AtomicU32; writer::MAX_INSTANCES] =
-    [const { AtomicU32::new(0) }; writer::MAX_INSTANCES];
-
-/// Each recording instance's graph filters on the multi path, a
-/// [`FusedFilter`] (0: none, [`let_multi_stand_in_filtered`]).
-pub(super) static MULTI_FILTER: [AtomicU64; writer::MAX_INSTANCES] =
-    [const { AtomicU64::new(0) }; writer::MAX_INSTANCES];
-
-/// The sites every filter of [`MULTI_FILTER`] has a class for (ids
-/// below; `u64::MAX` while none has been made): a call of a site beyond
-/// goes the general way, before the path writes anything.
-pub(super) static MULTI_FILTER_SITES: AtomicU64 = AtomicU64::new(u64::MAX);
-
-/// Whether a user of the multi path ever had a depth limit: until one
-/// has, the path looks at none.
-pub(super) static MULTI_ANY_LIMIT: AtomicBool = AtomicBool::new(false);
-
-/// Whether a user of the multi path ever had graph filters: until one
-/// has, the path looks at none.
-pub(super) static MULTI_ANY_FILTER: AtomicBool = AtomicBool::new(false);
-
-/// Lets the multi path stand in for `user`, a graph user (not registered
-/// yet) whose entry callback only emits an entry record of every call at
-/// the depth fgraph gives less than `max_depth` (0: any), and whose return
-/// callback only emits the exit record of those, to recording instance
-/// `user.private` — the plain recorder. False (nothing changed) for an
-/// instance out of range.
-pub fn let_multi_stand_in(user: &GraphUser, max_depth: u32) -> bool {
-    if user.private >= writer::MAX_INSTANCES {
-        return false;
-    }
-    // Relaxed (all): read by the path only after MULTI_FRAME_WORD, which
-    // fgraph publishes (Release) when the user registers, later. (An
-    // instance used again: no filters of an earlier recorder.)
-    MULTI_MAX_DEPTH[user.private].store(max_depth, Ordering::Relaxed);
-    MULTI_FILTER[user.private].store(0, Ordering::Relaxed);
-    if max_depth != 0 {
-        MULTI_ANY_LIMIT.store(true, Ordering::Relaxed);
-    }
-    user.let_multi_path_stand_in();
-    true
-}
-
-/// [`let_multi_stand_in`] for a recorder with graph filters (`-F`, `-N`,
-/// `-D`): its callbacks apply `filter` first (`GraphFilter::entry_with`
-/// without reserving, `GraphFilter::ret`) and record a call they take at
-/// the user's own depth, with no data (no arguments, no return value). The
-/// path applies the same filters, keeping the same thread variable. With
-/// triggers (`Triggers::fusable` ones), their variable decides the calls
-/// of the functions without a trigger of their own, as with
-/// [`attach_filtered`], and every call of the others goes to the
-/// callbacks, of every user.
-/// False (nothing changed) for a thread filter or triggers that are not
-/// fusable, records not timed by the TSC, or an instance out of range.
-pub fn let_multi_stand_in_filtered(user: &GraphUser, filter: &GraphFilter) -> bool {
-    if filter.threads.is_some()
-        || filter.triggers.as_ref().is_some_and(|t| !t.fusable())
-        || !clock::uses_tsc()
-        || user.private >= writer::MAX_INSTANCES
-    {
-        return false;
-    }
-    let (table, _) = filter_table(filter, &|_| SiteArgs::None);
-    // Relaxed (all): read by the path only after MULTI_FRAME_WORD, which
-    // fgraph publishes (Release) when the user registers, later.
-    MULTI_FILTER_SITES.fetch_min(table.len, Ordering::Relaxed);
-    MULTI_MAX_DEPTH[user.private].store(0, Ordering::Relaxed);
-    MULTI_FILTER[user.private].store(table as *mut FusedFilter as u64, Ordering::Relaxed);
-    MULTI_ANY_FILTER.store(true, Ordering::Relaxed);
-    user.let_multi_path_stand_in();
-    true
 }
 
 extern "C" {

@@ -3,8 +3,8 @@
 //! that let this path stand in for it — a plain one, with its depth limit
 //! or none (a ring gets no record of a call as deep as its limit:
 //! [`let_multi_stand_in`]), or one with graph filters (`-F`, `-N`, `-D`,
-//! or triggers that decide alone, and no data:
-//! [`let_multi_stand_in_filtered`], multi_filters.rs), or
+//! or triggers that decide alone: [`let_multi_stand_in_filtered`],
+//! multi_filters.rs), or
 //! the one profile among them, whose counts the path keeps
 //! ([`let_multi_stand_in_profile`], multi_profile.rs) —
 //! fgraph's site entry and return hand a call over here
@@ -12,7 +12,9 @@
 //! read per entry and per exit that all their records share, and one
 //! record in each recorder's ring that takes the call — no Rust code, no
 //! callback per user. Anything unusual goes back to fgraph's site entry
-//! and return, untouched.
+//! and return, untouched. The path records no data: the calls of a site
+//! where a recorder has some to record (or a trigger of its own) go the
+//! general way, for every user (multi_users.rs, MULTI_CLASSES).
 //!
 //! The users and the frames' BITMAP word are fgraph's MULTI_FRAME_WORD
 //! (their bits, the newest epoch), less the bits of users with graph
@@ -516,21 +518,22 @@ crate::fgraph::graph_asm!(
     "not rax",
     "and rsi, rax",
     "jmp 86b",
-    // Users with triggers (BySlot's `general`) in rdx, bits 0..15: the
-    // general way if the site is one's trigger's own (its table's GENERAL
-    // class), as the single filtered path sends it (general.rs, label
-    // 40). (An instance whose recorder left may have no table: none to
-    // look at; or a newer recorder's: either way is exact, the general
-    // way only slower.)
+    // Users whose calls of some sites go to the callbacks (BySlot's
+    // `general`) in rdx, bits 0..15: the general way if the site is one
+    // of those (the GENERAL class in the user's MULTI_CLASSES: a
+    // trigger's own function, arguments or a return value to record), as
+    // the single filtered path sends it (general.rs, label 40). (An
+    // instance whose recorder left may have no table: none to look at;
+    // or a newer recorder's: either way is exact, the general way only
+    // slower.)
     "84:",
     "bsf r10, rdx",
     "lea r11, [rip + {slot_private}]",
     "mov r11, [r11 + r10*8]",
-    "lea r10, [rip + {multi_filter}]",
-    "mov r11, [r10 + r11*8]",
-    "test r11, r11",
+    "lea r10, [rip + {multi_classes}]",
+    "mov r10, [r10 + r11*8]",
+    "test r10, r10",
     "jz 83f",
-    "mov r10, [r11 + {f_classes}]",
     "test byte ptr [r10 + rax], {general}",
     "jnz 81f",
     "83:",
@@ -706,17 +709,18 @@ crate::fgraph::graph_asm!(
     no_frame_word = const fgraph::NO_FRAME_WORD as i64,
     array = sym fgraph::ARRAY,
     slot_private = sym fgraph::SLOT_PRIVATE,
-    any_filter = sym super::MULTI_ANY_FILTER,
-    any_limit = sym super::MULTI_ANY_LIMIT,
-    max_depth = sym super::MULTI_MAX_DEPTH,
-    multi_filter = sym super::MULTI_FILTER,
+    any_filter = sym super::multi_users::MULTI_ANY_FILTER,
+    any_limit = sym super::multi_users::MULTI_ANY_LIMIT,
+    max_depth = sym super::multi_users::MULTI_MAX_DEPTH,
+    multi_filter = sym super::multi_users::MULTI_FILTER,
+    multi_classes = sym super::multi_users::MULTI_CLASSES,
     b_general = const offset_of!(BySlot, general),
     general = const super::GENERAL,
     f_switch = const offset_of!(FusedFilter, switch),
     f_limit = const offset_of!(FusedFilter, limit),
     switch_on = const crate::fgraph::triggers::Triggers::ON,
     switch_finished = const crate::fgraph::triggers::Triggers::FINISHED,
-    filter_sites = sym super::MULTI_FILTER_SITES,
+    filter_sites = sym super::multi_users::MULTI_FILTER_SITES,
     b_late = const offset_of!(BySlot, late),
     b_profile = const offset_of!(BySlot, profile),
     b_profile_data = const offset_of!(BySlot, profile_data),

@@ -57,8 +57,9 @@ macro_rules! next_user {
 // Else the rings are found through SLOT_PRIVATE, their room checked, and
 // kept under the word, with the users that have graph filters (their
 // bits in BySlot's `late`: the entry names them in a frame only once it
-// has decided for them), those of them with triggers (BySlot's
-// `general`: the entry looks at their sites' classes first) and the profile, which has no ring (its bit and
+// has decided for them), the users whose calls of some sites go to the
+// callbacks (BySlot's `general`, by MULTI_CLASSES: the entry looks those
+// sites up first) and the profile, which has no ring (its bit and
 // DATA word: multi_profile.rs). Labels 20–28; clobbers rax, rdx, r11,
 // xmm13.
 macro_rules! rings_with_room {
@@ -103,16 +104,20 @@ macro_rules! rings_with_room {
             "mov qword ptr fs:[rdx + rax*8 + {b_rings}], r11\n",
             "lea rdx, [rip + {slot_private}]\n",
             "mov rdx, [rdx + rax*8]\n",
-            "lea r11, [rip + {multi_filter}]\n",
-            "mov r11, [r11 + rdx*8]\n",
-            "test r11, r11\n",
-            "jz 25b\n",
             "add eax, 12\n",
+            "lea r11, [rip + {multi_classes}]\n",
+            "cmp qword ptr [r11 + rdx*8], 0\n",
+            "je 26f\n",
+            "mov r11, rdx\n",
+            crate::fixed_load!("rdx", "tp_by_slot"),
+            "bts qword ptr fs:[rdx + {b_general}], rax\n",
+            "mov rdx, r11\n",
+            "26:\n",
+            "lea r11, [rip + {multi_filter}]\n",
+            "cmp qword ptr [r11 + rdx*8], 0\n",
+            "je 25b\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
             "bts qword ptr fs:[rdx + {b_late}], rax\n",
-            "cmp qword ptr [r11 + {f_switch}], 0\n",
-            "je 25b\n",
-            "bts qword ptr fs:[rdx + {b_general}], rax\n",
             "jmp 25b\n",
             profile_found!($general),
             "27:\n",

@@ -249,10 +249,14 @@ fn entry<const TIMED: bool>(
 ) -> bool {
     let t = tracer(u);
     // Arguments, where `-A` names the function; a return value to take
-    // holds the call's return here, away from the fused path's.
+    // holds the call's return here, away from the fused paths' (the
+    // single one's and the one several share).
     let (specs, hold) = match (t, e.site_id()) {
         (Some(t), Some(id)) => match &t.args {
-            Some(a) => (a.entry(id), t.fused && a.ret(id).is_some()),
+            Some(a) => (
+                a.entry(id),
+                a.ret(id).is_some() && (t.fused || u.multi_path_stands_in()),
+            ),
             None => (&[][..], false),
         },
         _ => (&[][..], false),

@@ -460,10 +460,20 @@ fn graph_tracer(
                 None => fused::attach(&u, i, max_depth),
                 Some(descs) => fused::attach_plain_args(&u, i, descs),
             };
-        // With other plain recorders without arguments, all of them at
-        // once (each with its depth limit).
-        if shared.multi && plain_args.is_none() {
-            fused::let_multi_stand_in(&u, max_depth);
+        // With other plain recorders, all of them at once (each with its
+        // depth limit), the calls of the functions with arguments left to
+        // the callbacks.
+        if shared.multi {
+            match (&plain_args, &args) {
+                (Some(_), Some(a)) => {
+                    fused::let_multi_stand_in_with_args(&u, max_depth, &|id| {
+                        a.fused(id) != fused::SiteArgs::None
+                    });
+                }
+                _ => {
+                    fused::let_multi_stand_in(&u, max_depth);
+                }
+            }
         }
         u
     } else {
@@ -490,11 +500,12 @@ fn graph_tracer(
                 .as_ref()
                 .is_some_and(|f| fused::attach_filtered(&u, i, f, &sites));
         // With other recorders on the multi path, its filters (or
-        // triggers, as on the fused filtered path) applied there, where it
-        // records no data.
-        if shared.multi && args.is_none() && !shared.watch_cpu {
+        // triggers, as on the fused filtered path) applied there, which
+        // records no data: the calls of functions with arguments or return
+        // values to record go to the callbacks.
+        if shared.multi && !shared.watch_cpu {
             if let Some(f) = &filter {
-                fused::let_multi_stand_in_filtered(&u, f);
+                fused::let_multi_stand_in_filtered(&u, f, &sites);
             }
         }
         u
