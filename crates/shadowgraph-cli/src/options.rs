@@ -527,10 +527,10 @@ pub(crate) fn parse_tracer(spec: &str) -> Result<config::Tracer, String> {
                     }
                 }
             }
-            other => return Err(format!(
-                "--tracer {spec}: unknown key `{other}` (type, filter, notrace, trigger, depth, \
-                     time)"
-            )),
+            other => {
+                let keys = "type, filter, notrace, trigger, depth, time";
+                return Err(format!("--tracer {spec}: unknown key `{other}` ({keys})"));
+            }
         }
     }
     if specs.iter().any(|(k, _)| *k == SpecKind::Trigger) {
