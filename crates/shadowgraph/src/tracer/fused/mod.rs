@@ -61,6 +61,7 @@ mod timed;
 mod variant_asm;
 
 pub use site_args::{fast_args, fast_retval, SiteArgs};
+use site_args::{FAST_ARGS, GENERAL};
 
 use crate::clock;
 use crate::record::writer;
@@ -141,13 +142,6 @@ impl RetTable {
         Box::leak(t.into_boxed_slice()).as_ptr()
     }
 }
-
-/// A site's class bit: its calls go the general way (the recorder's
-/// callbacks record its arguments or return value).
-const GENERAL: u8 = 4;
-/// A site's class bit: the fused entry records its arguments, as its
-/// descriptor in `FusedFilter::args` says ([`fast_args`]).
-const FAST_ARGS: u8 = 8;
 
 /// Offset from the thread pointer of the fused instance's ring in the
 /// writer's thread-local rings (the core's and fgraph's state:
@@ -250,9 +244,7 @@ pub const ENTRY_FLAGS: u64 = ENTRY_WRITTEN | ENTRY_DROPPED | ENTRY_TIMING;
 // The fused path of several plain recorders (multi.rs), and a profile
 // beside them (multi_profile.rs).
 pub use multi_profile::{forget_multi_profile, let_multi_stand_in_profile};
-pub use multi_users::{
-    let_multi_stand_in, let_multi_stand_in_filtered, let_multi_stand_in_with_args,
-};
+pub use multi_users::{let_multi_stand_in, let_multi_stand_in_with_args};
 
 /// Records a ring must have room for beyond the path's own before the
 /// path writes in it: those of signal handlers that land between its
@@ -504,6 +496,43 @@ pub fn refresh_filtered(
     // pair a new one with an old one for a while: both stay valid).
     user.path_words[W_RETS].store(rets as u64, Ordering::Release);
     user.path_words[W_FILTER].store(table as *mut FusedFilter as u64, Ordering::Release);
+}
+
+/// [`let_multi_stand_in`] for a recorder with graph filters (`-F`, `-N`,
+/// `-D`): its callbacks apply `filter` first (`GraphFilter::entry_with`
+/// without reserving, `GraphFilter::ret`) and record a call they take at
+/// the user's own depth. The path applies the same filters, keeping the
+/// same thread variable, and records no data: the calls of the sites
+/// that `sites` gives arguments or a return value to record go to the
+/// callbacks, of every user. With triggers (`Triggers::fusable` ones),
+/// their variable decides the calls of the functions without a trigger
+/// of their own, as with [`attach_filtered`], and every call of the
+/// others goes to the callbacks. False (nothing changed) for a thread
+/// filter or triggers that are not fusable, records not timed by the
+/// TSC, or an instance out of range.
+pub fn let_multi_stand_in_filtered(
+    user: &GraphUser,
+    filter: &GraphFilter,
+    sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
+) -> bool {
+    if filter.threads.is_some()
+        || filter.triggers.as_ref().is_some_and(|t| !t.fusable())
+        || !clock::uses_tsc()
+        || user.private >= writer::MAX_INSTANCES
+    {
+        return false;
+    }
+    let (table, _) = filter_table(filter, &|id| match sites(id) {
+        SiteArgs::None => SiteArgs::None,
+        _ => SiteArgs::General,
+    });
+    multi_users::stand_in_filtered(
+        user,
+        table as *mut FusedFilter as u64,
+        table.classes,
+        table.len,
+    );
+    true
 }
 
 /// Each site's class under `filter` (bit 0: a `-F` function, bit 1: `-N`,

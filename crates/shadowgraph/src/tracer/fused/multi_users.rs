@@ -6,9 +6,7 @@
 //! and read by the path only after MULTI_FRAME_WORD, which fgraph
 //! publishes (Release) when the user registers.
 
-use super::{filter_table, FusedFilter, SiteArgs, GENERAL};
-use crate::clock;
-use crate::fgraph::filters::GraphFilter;
+use super::site_args::GENERAL;
 use crate::fgraph::GraphUser;
 use crate::ftrace::SiteId;
 use crate::record::writer;
@@ -20,7 +18,7 @@ pub(super) static MULTI_MAX_DEPTH: [AtomicU32; writer::MAX_INSTANCES] =
     [const { AtomicU32::new(0) }; writer::MAX_INSTANCES];
 
 /// Each recording instance's graph filters on the multi path, a
-/// [`FusedFilter`] (0: none, [`let_multi_stand_in_filtered`]).
+/// `FusedFilter` (0: none, `let_multi_stand_in_filtered`).
 pub(super) static MULTI_FILTER: [AtomicU64; writer::MAX_INSTANCES] =
     [const { AtomicU64::new(0) }; writer::MAX_INSTANCES];
 
@@ -82,43 +80,17 @@ pub fn let_multi_stand_in_with_args(
     true
 }
 
-/// [`let_multi_stand_in`] for a recorder with graph filters (`-F`, `-N`,
-/// `-D`): its callbacks apply `filter` first (`GraphFilter::entry_with`
-/// without reserving, `GraphFilter::ret`) and record a call they take at
-/// the user's own depth. The path applies the same filters, keeping the
-/// same thread variable, and records no data: the calls of the sites
-/// that `sites` gives arguments or a return value to record go to the
-/// callbacks, of every user. With triggers (`Triggers::fusable` ones),
-/// their variable decides the calls of the functions without a trigger
-/// of their own, as with `attach_filtered`, and every call of the others
-/// goes to the callbacks. False (nothing changed) for a thread filter or
-/// triggers that are not fusable, records not timed by the TSC, or an
-/// instance out of range.
-pub fn let_multi_stand_in_filtered(
-    user: &GraphUser,
-    filter: &GraphFilter,
-    sites: &dyn Fn(SiteId) -> SiteArgs,
-) -> bool {
-    if filter.threads.is_some()
-        || filter.triggers.as_ref().is_some_and(|t| !t.fusable())
-        || !clock::uses_tsc()
-        || user.private >= writer::MAX_INSTANCES
-    {
-        return false;
-    }
-    let (table, _) = filter_table(filter, &|id| match sites(id) {
-        SiteArgs::None => SiteArgs::None,
-        _ => SiteArgs::General,
-    });
-    // Relaxed (all): read by the path only after MULTI_FRAME_WORD, which
-    // fgraph publishes (Release) when the user registers, later.
-    MULTI_FILTER_SITES.fetch_min(table.len, Ordering::Relaxed);
+/// What the multi path keeps of a recorder with graph filters
+/// (`let_multi_stand_in_filtered`): its filter table `table` (a
+/// `FusedFilter`, never freed), and the table's site classes.
+pub(super) fn stand_in_filtered(user: &GraphUser, table: u64, classes: *const u8, len: u64) {
+    // Relaxed (all): see the module's comment.
+    MULTI_FILTER_SITES.fetch_min(len, Ordering::Relaxed);
     MULTI_MAX_DEPTH[user.private].store(0, Ordering::Relaxed);
-    MULTI_FILTER[user.private].store(table as *mut FusedFilter as u64, Ordering::Relaxed);
-    set_classes(user.private, table.classes, table.len);
+    MULTI_FILTER[user.private].store(table, Ordering::Relaxed);
+    set_classes(user.private, classes, len);
     MULTI_ANY_FILTER.store(true, Ordering::Relaxed);
     user.let_multi_path_stand_in();
-    true
 }
 
 /// Each recording instance's site classes on the multi path where the

@@ -4,6 +4,13 @@
 
 #![forbid(unsafe_code)]
 
+/// A site's class bit: its calls go the general way (the recorder's
+/// callbacks record its arguments or return value, or apply its trigger).
+pub(super) const GENERAL: u8 = 4;
+/// A site's class bit: the fused entry records its arguments, as its
+/// descriptor in `FusedFilter::args` says ([`fast_args`]).
+pub(super) const FAST_ARGS: u8 = 8;
+
 /// How a filtered recorder's calls of one site are recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SiteArgs {
