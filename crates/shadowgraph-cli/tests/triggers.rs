@@ -483,7 +483,8 @@ fn switching_tracing_by_signals_keeps_the_depths_exact() {
 
 /// `record -Z SIZE` leaves out the calls of functions smaller than SIZE
 /// bytes (their symbols' sizes), their callees recorded in their place,
-/// at its depth (as uftrace's, compared above).
+/// at its depth (as uftrace's, compared above): the small functions'
+/// calls through the callbacks, the others' on the fused path.
 #[test]
 fn record_size_filter_keeps_callees() {
     let dir = workdir("tz");
@@ -492,6 +493,8 @@ fn record_size_filter_keeps_callees() {
     // the depths records carry count recorded calls only.
     let exe = build_fixture_with(&dir, "sc", "small_caller.c", &["-fno-toplevel-reorder"]);
     record_ok(&["-Z", "40"], &part, &exe);
+    let info = view(&mut shadowgraph(), &part, &["info"]);
+    assert!(info.contains("record path         : fused"), "{info}");
     let out = view(&mut shadowgraph(), &part, &["replay", "-f", "none"]);
     assert_eq!(
         out,

@@ -155,8 +155,9 @@ impl Triggers {
         (min_ticks, min_size): (u64, u64),
     ) -> Triggers {
         let has_time = sites.iter().any(|s| s.time_ticks.is_some());
+        // (A size threshold for every call, `-Z`, is a class of sites:
+        // those below it are left to the callbacks, `acts_at`.)
         let fusable = min_ticks == 0
-            && min_size == 0
             && sites
                 .iter()
                 .all(|s| s.time_ticks.is_none() && !s.always && !s.caller && s.min_size.is_none());
@@ -192,14 +193,16 @@ impl Triggers {
     /// else accepted with the own depth one more and the levels left one
     /// less, recorded while the switch is [`Triggers::ON`], and at the
     /// return the variable one level back (a frame without reserved
-    /// words: `Triggers::ret`). True unless a time, size or caller filter
-    /// (or `trace`) keeps words in every call's frame.
+    /// words: `Triggers::ret`). True unless a time or caller filter (or
+    /// `trace`, or a `size=` trigger) keeps words in every call's frame.
     pub fn fusable(&self) -> bool {
         self.fusable
     }
 
     /// Whether site `id` has a trigger of its own, which its calls' entry
-    /// must apply (any site, unless [`Triggers::fusable`]).
+    /// must apply, or is a function smaller than the size filter's
+    /// threshold, whose calls are kept but not recorded (any site, unless
+    /// [`Triggers::fusable`]).
     pub fn acts_at(&self, id: crate::ftrace::SiteId) -> bool {
         !self.fusable
             || self.sites.get(id as usize).is_some_and(|s| {
@@ -208,6 +211,7 @@ impl Triggers {
                     || s.trace.is_some()
                     || s.finish
                     || s.room > 0
+                    || s.size < self.min_size
             })
     }
 
