@@ -654,6 +654,11 @@ fn watch_cpu_as_uftrace() {
     }
     assert_eq!(events(&got), want, "{got:#?}");
     assert!(got[0].ends_with("main() {"), "{got:#?}");
+    // The calls on the processor of the thread's last event on the fused
+    // path (with rseq), the others through the callbacks, which write
+    // the events.
+    let info = view(&mut shadowgraph(), &ours, &["info"]);
+    assert!(info.contains("record path         : fused"), "{info}");
     let o = shadowgraph()
         .args(["live", "-F", "main", "--signal", "SIGUSR1@trace_off"])
         .arg(&exe)
@@ -674,4 +679,55 @@ fn watch_cpu_as_uftrace() {
         }
     }
     assert_eq!(got, their_lines);
+}
+
+/// `--watch cpu` on the fused path, under threads that move between
+/// processors: four threads each move themselves to the other processor
+/// every ten rounds of fib(15). The calls on the processor of the
+/// thread's last event take the fused path, the others the callbacks,
+/// which write the event: each thread's records stay whole, every fib
+/// call is recorded, and with two processors or more each move is an
+/// event.
+#[test]
+fn watch_cpu_on_the_fused_path_as_threads_move() {
+    let dir = workdir("watch_moves");
+    let exe = build_fixture_with(&dir, "wm", "watch_moves.c", &["-pthread"]);
+    let data = dir.join("w.data");
+    let o = record_run(
+        &[],
+        &["-W", "cpu", "-F", "run", "--no-libcall"],
+        &data,
+        &exe,
+        &[],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let calls: u64 = out.trim().parse().unwrap();
+    let info = view(&mut shadowgraph(), &data, &["info"]);
+    assert!(info.contains("record path         : fused"), "{info}");
+    assert_eq!(report_rows(&report_text(&data))["fib"].2, calls);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
+    let mut threads = 0;
+    for &tid in &d.tids {
+        in_time_order(&d, tid).unwrap();
+        every_call_closes(&d, tid).unwrap();
+        depths_follow_the_records(&d, tid).unwrap();
+        let recs = records_of(&d, tid).unwrap();
+        let events = recs
+            .iter()
+            .filter(|r| r.kind == shadowgraph_data::format::Kind::Event)
+            .count();
+        if recs.is_empty() {
+            continue;
+        }
+        threads += 1;
+        // The first at run's entry, then one at each move to the other
+        // processor: 19 at least (the first may be to where it runs).
+        assert!(
+            events >= if cpus > 1 { 20 } else { 1 },
+            "thread {tid}: {events} events"
+        );
+    }
+    assert_eq!(threads, 4);
 }

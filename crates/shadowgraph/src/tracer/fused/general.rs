@@ -35,6 +35,32 @@ use std::mem::offset_of;
 // return slot (frame_asm's diagram). Anything else pops them and jumps to
 // `shadowgraph_fused_general`, the manager's usual caller (args variant)
 // with the ops slot taken from r11.
+// Whether the thread runs on the processor its last `watch:cpu` event
+// named: its rseq `cpu_id` + 1 (the kernel's -1, not yet set, is 0)
+// against the thread's word (watch.rs), else to `$general`. Clobbers rcx,
+// rdx.
+macro_rules! watch_same_cpu {
+    ($general:literal) => {
+        concat!(
+            crate::fixed_load!("rcx", "rseq_cs"),
+            "test rcx, rcx\n",
+            "jz ",
+            $general,
+            "\n",
+            "mov ecx, dword ptr fs:[rcx - 4]\n",
+            "inc ecx\n",
+            "jz ",
+            $general,
+            "\n",
+            crate::fixed_load!("rdx", "tp_watched"),
+            "cmp ecx, dword ptr fs:[rdx]\n",
+            "jne ",
+            $general,
+            "\n",
+        )
+    };
+}
+
 crate::fgraph::graph_asm!(
     fused_layout!(),
     args_layout!(),
@@ -127,6 +153,10 @@ crate::fgraph::graph_asm!(
     "test r10d, {fast_args}",
     "jnz 44f",
     "49:",
+    // A recorder of `watch:cpu` events (at 78).
+    "cmp qword ptr [rax + {f_watch}], 0",
+    "jne 78f",
+    "79:",
     // A recorder with triggers (FusedFilter::switch): their variable
     // decides (at 72).
     "cmp qword ptr [rax + {f_switch}], 0",
@@ -196,6 +226,14 @@ crate::fgraph::graph_asm!(
     "mov rcx, [rax + {f_args}]",
     "movq xmm15, qword ptr [rcx + rdx*8]",
     "jmp 49b",
+    // `watch:cpu` (watch.rs): the call is the path's only while the
+    // thread runs on the processor its last event named (its rseq
+    // cpu_id, plus one, against the thread's word; without rseq, or
+    // while the kernel has not set the id, never): else the general way,
+    // whose callbacks write the event.
+    "78:",
+    watch_same_cpu!("81b"),
+    "jmp 79b",
     // Triggers (fgraph::triggers, whose thread variable this keeps for
     // the sites without a trigger of their own: the others are general),
     // by the filter in rax, as Triggers::entry decides: declined once the
@@ -305,8 +343,11 @@ crate::fgraph::graph_asm!(
     // rax and rdx saved at [rsp]): its thread variable as
     // `GraphFilter::ret` leaves it (r8), written once the record is in.
     "50:",
-    // (Triggers: at 26.)
+    // (`watch:cpu`: at 27, as at the entry; triggers: at 26.)
     "mov rax, [rsi + {u_filter}]",
+    "cmp qword ptr [rax + {f_watch}], 0",
+    "jne 27f",
+    "28:",
     "cmp qword ptr [rax + {f_switch}], 0",
     "jne 26f",
     "movsxd rcx, dword ptr [rsi + {u_slot}]",
@@ -374,6 +415,9 @@ crate::fgraph::graph_asm!(
     // (Out of the way: the exit with its return value, args_asm.rs.)
     ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
     retval_exit_record!("shadowgraph_fused_retval_exit"),
+    "27:",
+    watch_same_cpu!("91b"),
+    "jmp 28b",
     // Triggers, by the filter in rax: the variable as Triggers::ret leaves
     // it for a frame without words (the own depth one less, never below
     // 0, the levels left one more), the exit recorded only while the
@@ -450,6 +494,8 @@ crate::fgraph::graph_asm!(
     f_args = const offset_of!(FusedFilter, args),
     f_switch = const offset_of!(FusedFilter, switch),
     f_limit = const offset_of!(FusedFilter, limit),
+    f_watch = const offset_of!(FusedFilter, watch),
+    tp_watched = sym super::watch::TP_WATCHED,
     switch_on = const crate::fgraph::triggers::Triggers::ON,
     switch_finished = const crate::fgraph::triggers::Triggers::FINISHED,
     u_rets = const GraphUser::PATH_WORDS + 8 * super::W_RETS,

@@ -59,9 +59,11 @@ mod ring_asm;
 mod site_args;
 mod timed;
 mod variant_asm;
+mod watch;
 
 pub use site_args::{fast_args, fast_retval, SiteArgs};
 use site_args::{FAST_ARGS, GENERAL};
+pub use watch::cpu_moved;
 
 use crate::clock;
 use crate::record::writer;
@@ -111,6 +113,10 @@ pub(crate) struct FusedFilter {
     /// The triggers' depth limit as their variable holds it
     /// (`Triggers::limit_word`).
     limit: u64,
+    /// Nonzero for a recorder of `watch:cpu` events (watch.rs): a call
+    /// whose thread is on another processor than its last event named
+    /// goes to the callbacks.
+    watch: u64,
 }
 
 /// The table of return values the fused return looks a returning call's
@@ -395,11 +401,17 @@ pub fn attach_plain_args(user: &GraphUser, inst: usize, descs: &[u64]) -> bool {
 /// A callback that needs a call's return itself (its return value) keeps
 /// a word in the call's frame (`GraphUser::reserve`): the fused return
 /// knows only frames without one as its own.
+///
+/// `watch_cpu`: the callbacks also write a `watch:cpu` event at a call's
+/// entry and exit when the thread runs on another processor than its
+/// last event named ([`cpu_moved`] says); the fused path leaves those
+/// calls to them (without rseq, every call).
 pub fn attach_filtered(
     user: &GraphUser,
     inst: usize,
     filter: &GraphFilter,
     sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
+    watch_cpu: bool,
 ) -> bool {
     // Refused before the table is made (it is never freed).
     if filter.threads.is_some()
@@ -411,6 +423,10 @@ pub fn attach_filtered(
         return false;
     }
     let (table, rets) = filter_table(filter, sites);
+    table.watch = watch_cpu as u64;
+    if watch_cpu {
+        watch::init();
+    }
     // Release: as in attach_timed.
     user.path_words[W_RETS].store(rets as u64, Ordering::Release);
     attach_inner(user, inst, 0, Some(table), None, false)
@@ -585,6 +601,7 @@ fn filter_table(
         has_functions: triggers.map_or(filter.functions.is_some(), |t| t.mode_in()) as u64,
         max_depth: filter.max_depth as u64,
         limit: triggers.map_or(0, |t| t.limit_word()) as u64,
+        watch: 0,
         args: args.as_ptr(),
         // (The triggers kept for good, as the table is: a thread may read
         // the switch through it as long as it may read the table.)

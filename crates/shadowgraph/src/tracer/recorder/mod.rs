@@ -395,12 +395,10 @@ fn graph_tracer(
     // calls of other functions with arguments or a return value to them.
     // Triggers that decide by their thread variable alone leave the calls
     // of functions without a trigger of their own to the fused filtered
-    // path (`fused::attach_filtered`); `--watch` takes every call's entry.
-    let fused_ok = fused_ok
-        && filter
-            .triggers
-            .as_ref()
-            .is_none_or(|t| t.fusable() && !shared.watch_cpu);
+    // path (`fused::attach_filtered`), which with `--watch` leaves the
+    // calls on another processor than the thread's last event named to
+    // the callbacks too.
+    let fused_ok = fused_ok && filter.triggers.as_ref().is_none_or(|t| t.fusable());
     let unfiltered = !later
         && filter.triggers.is_none()
         && filter.functions.is_none()
@@ -498,7 +496,7 @@ fn graph_tracer(
             && general.count() * 2 <= each.len()
             && filter
                 .as_ref()
-                .is_some_and(|f| fused::attach_filtered(&u, i, f, &sites));
+                .is_some_and(|f| fused::attach_filtered(&u, i, f, &sites, shared.watch_cpu));
         // With other recorders on the multi path, its filters (or
         // triggers, as on the fused filtered path) applied there, which
         // records no data: the calls of functions with arguments or return

@@ -165,12 +165,6 @@ pub(super) fn at_exit(u: &fgraph::GraphUser, f: &GraphFilter, depth: u16) {
 /// uftrace's `watch:cpu` event id.
 const WATCH_CPU: u64 = 100_011;
 
-std::thread_local! {
-    /// The processor this thread's last `watch:cpu` event named (-1:
-    /// none yet). (A const-initialised Cell: no allocation, no destructor.)
-    static CPU: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
-}
-
 /// `--watch cpu`: at an entry (after its record) or a return (before its
 /// record) of a call recorded at `depth`, a `watch:cpu` event if the
 /// thread runs on another processor than its last event said, as
@@ -179,7 +173,9 @@ pub(super) fn watch_cpu(u: &fgraph::GraphUser, depth: u16) {
     // SAFETY: sched_getcpu takes nothing; it reads rseq's cpu_id or asks
     // the vDSO (no lock, no allocation).
     let cpu = unsafe { libc::sched_getcpu() };
-    if cpu < 0 || CPU.with(|c| c.replace(cpu)) == cpu {
+    // (The thread's last event's processor is kept where the fused path,
+    // which leaves the calls on another one to these callbacks, reads it.)
+    if cpu < 0 || !crate::tracer::fused::cpu_moved(cpu as u32) {
         return;
     }
     let mut data = [0u8; 8];
