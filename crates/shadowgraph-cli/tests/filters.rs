@@ -187,6 +187,28 @@ fn several_tracers_record_at_once_as_if_alone() {
             "tracer {name}"
         );
     }
+    // The same with `--signal` (never sent), which gives each tracer
+    // triggers: its filter and notrace patterns are triggers then.
+    let signalled = dir.join("signalled");
+    let err = record(
+        &signalled,
+        &[
+            "--signal",
+            "SIGUSR1@trace_off",
+            "--tracer",
+            "mids:filter=mid",
+            "--tracer",
+            "rec:filter=recurse:notrace=run*",
+        ],
+    );
+    assert_eq!(err.matches("(0 lost)").count(), 2, "{err}");
+    for name in ["mids", "rec"] {
+        assert_eq!(
+            replay_shape(&signalled.join(name)),
+            replay_shape(&dir.join(format!("solo-{name}"))),
+            "tracer {name}, with --signal"
+        );
+    }
     // Plain tracers only, one with a depth limit: the multi path's
     // records, each tracer's as alone.
     let plain = dir.join("plain");

@@ -687,47 +687,61 @@ fn watch_cpu_as_uftrace() {
 /// thread's last event take the fused path, the others the callbacks,
 /// which write the event: each thread's records stay whole, every fib
 /// call is recorded, and with two processors or more each move is an
-/// event.
+/// event. Two tracers at once (through the callbacks) each get every
+/// event: each keeps its own last processor.
 #[test]
 fn watch_cpu_on_the_fused_path_as_threads_move() {
     let dir = workdir("watch_moves");
     let exe = build_fixture_with(&dir, "wm", "watch_moves.c", &["-pthread"]);
-    let data = dir.join("w.data");
-    let o = record_run(
-        &[],
-        &["-W", "cpu", "-F", "run", "--no-libcall"],
-        &data,
-        &exe,
-        &[],
-    );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{err}");
-    let calls: u64 = out.trim().parse().unwrap();
-    let info = view(&mut shadowgraph(), &data, &["info"]);
-    assert!(info.contains("record path         : fused"), "{info}");
-    assert_eq!(report_rows(&report_text(&data))["fib"].2, calls);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
-    let mut threads = 0;
-    for &tid in &d.tids {
-        in_time_order(&d, tid).unwrap();
-        every_call_closes(&d, tid).unwrap();
-        depths_follow_the_records(&d, tid).unwrap();
-        let recs = records_of(&d, tid).unwrap();
-        let events = recs
-            .iter()
-            .filter(|r| r.kind == shadowgraph_data::format::Kind::Event)
-            .count();
-        if recs.is_empty() {
-            continue;
-        }
-        threads += 1;
-        // The first at run's entry, then one at each move to the other
-        // processor: 19 at least (the first may be to where it runs).
-        assert!(
-            events >= if cpus > 1 { 20 } else { 1 },
-            "thread {tid}: {events} events"
+    let one = dir.join("w.data");
+    let two = dir.join("w2.data");
+    for (opts, data, dirs) in [
+        (&["-F", "run"][..], &one, vec![one.clone()]),
+        (
+            &["--tracer", "a:filter=run", "--tracer", "b:filter=run"][..],
+            &two,
+            vec![two.join("a"), two.join("b")],
+        ),
+    ] {
+        let all = [&["-W", "cpu", "--no-libcall"][..], opts].concat();
+        let o = record_run(&[], &all, data, &exe, &[]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{err}");
+        let calls: u64 = out.trim().parse().unwrap();
+        let info = view(&mut shadowgraph(), &dirs[0], &["info"]);
+        assert_eq!(
+            info.contains("record path         : fused (one tracer"),
+            dirs.len() == 1,
+            "{info}"
         );
+        for data in &dirs {
+            assert_eq!(report_rows(&report_text(data))["fib"].2, calls);
+            let d = shadowgraph_data::dir::DataDir::open(data).unwrap();
+            let mut threads = 0;
+            for &tid in &d.tids {
+                in_time_order(&d, tid).unwrap();
+                every_call_closes(&d, tid).unwrap();
+                depths_follow_the_records(&d, tid).unwrap();
+                let recs = records_of(&d, tid).unwrap();
+                let events = recs
+                    .iter()
+                    .filter(|r| r.kind == shadowgraph_data::format::Kind::Event)
+                    .count();
+                if recs.is_empty() {
+                    continue;
+                }
+                threads += 1;
+                // The first at run's entry, then one at each move to the
+                // other processor: 19 at least (the first may be to
+                // where it runs).
+                assert!(
+                    events >= if cpus > 1 { 20 } else { 1 },
+                    "{}, thread {tid}: {events} events",
+                    data.display()
+                );
+            }
+            assert_eq!(threads, 4, "{}", data.display());
+        }
     }
-    assert_eq!(threads, 4);
 }

@@ -425,7 +425,7 @@ pub fn attach_filtered(
     let (table, rets) = filter_table(filter, sites);
     table.watch = watch_cpu as u64;
     if watch_cpu {
-        watch::init();
+        watch::init(inst);
     }
     // Release: as in attach_timed.
     user.path_words[W_RETS].store(rets as u64, Ordering::Release);

@@ -329,14 +329,14 @@ fn graph_tracer(
             }
         };
         let consumer_ok = args.is_none() && !shared.signals && !shared.watch_cpu;
-        let made = triggers::triggers(
-            &t.triggers,
-            limits,
-            t.disabled,
-            ticks,
-            &arg_room,
-            consumer_ok,
-        )?;
+        // `--signal` and `--watch` make triggers of a tracer that has
+        // none (`--tracer NAME:filter=…`): its filter and notrace patterns
+        // are triggers then too, as `-F` and `-N` beside `-T`.
+        let specs = match t.triggers.is_empty() {
+            true => as_triggers(&t.filter, &t.notrace),
+            false => t.triggers.clone(),
+        };
+        let made = triggers::triggers(&specs, limits, t.disabled, ticks, &arg_room, consumer_ok)?;
         triggers_by_consumer = made.by_consumer;
         (Some(Arc::new(made.triggers)), made.reads)
     };
@@ -523,6 +523,17 @@ fn graph_tracer(
         watch_cpu: shared.watch_cpu,
         command: None,
     })
+}
+
+/// Filter and notrace patterns as the trigger specs that do the same
+/// (`P@filter`, `P@notrace`), the filters first.
+fn as_triggers(filter: &[String], notrace: &[String]) -> Vec<String> {
+    use shadowgraph_data::trigger::{SpecKind, Trigger};
+    let kinds = std::iter::repeat(SpecKind::Filter).zip(filter);
+    kinds
+        .chain(std::iter::repeat(SpecKind::Notrace).zip(notrace))
+        .map(|(k, p)| Trigger::parse(p, k).map_or_else(|_| p.clone(), |t| t.spec()))
+        .collect()
 }
 
 /// The filter set of patterns (`None`: no pattern, no filter). A pattern

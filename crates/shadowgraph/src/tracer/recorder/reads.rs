@@ -167,15 +167,15 @@ const WATCH_CPU: u64 = 100_011;
 
 /// `--watch cpu`: at an entry (after its record) or a return (before its
 /// record) of a call recorded at `depth`, a `watch:cpu` event if the
-/// thread runs on another processor than its last event said, as
-/// uftrace's (its data: the processor, 4 bytes).
+/// thread runs on another processor than its last event in the tracer's
+/// records said, as uftrace's (its data: the processor, 4 bytes).
 pub(super) fn watch_cpu(u: &fgraph::GraphUser, depth: u16) {
     // SAFETY: sched_getcpu takes nothing; it reads rseq's cpu_id or asks
     // the vDSO (no lock, no allocation).
     let cpu = unsafe { libc::sched_getcpu() };
     // (The thread's last event's processor is kept where the fused path,
     // which leaves the calls on another one to these callbacks, reads it.)
-    if cpu < 0 || !crate::tracer::fused::cpu_moved(cpu as u32) {
+    if cpu < 0 || !crate::tracer::fused::cpu_moved(u.private, cpu as u32) {
         return;
     }
     let mut data = [0u8; 8];
