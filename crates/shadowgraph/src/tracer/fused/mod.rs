@@ -504,10 +504,13 @@ pub fn refresh_filtered(
     filter: &GraphFilter,
     sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
 ) {
-    if user.path_words[W_FILTER].load(Ordering::Acquire) == 0 {
+    let old = user.path_words[W_FILTER].load(Ordering::Acquire) as *const FusedFilter;
+    if old.is_null() {
         return;
     }
     let (table, rets) = filter_table(filter, sites);
+    // SAFETY: a table attach_filtered or this made, never freed.
+    table.watch = unsafe { (*old).watch };
     // Release: each table whole before a thread finds it (a thread may
     // pair a new one with an old one for a while: both stay valid).
     user.path_words[W_RETS].store(rets as u64, Ordering::Release);

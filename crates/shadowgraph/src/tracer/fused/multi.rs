@@ -497,9 +497,8 @@ crate::fgraph::graph_asm!(
     "ret",
     // A user with graph filters among them, ever (MULTI_ANY_FILTER): a
     // site every user's graph filters have a class for and none leaves
-    // to the callbacks (a trigger's own function, at 84), and the frame's
-    // users those without filters (the others' bits come with
-    // their decisions: entry_late!).
+    // to the callbacks (at 84), and the frame's users those without
+    // filters (the others' bits come with their decisions: entry_late!).
     ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
     "85:",
     "mov rax, [rsp + FE_CALL_RET]",
