@@ -193,19 +193,25 @@ fn recordings_attached_beside_each_other_share_the_fused_path() {
     assert_eq!(t.end(false), "bad=0\n");
     nests_exactly(&a);
     let (da, db) = shared_pair(&a, &b);
+    the_same_between_naps(&da, &db, &|_| true);
+}
+
+/// Each thread's calls in `db` between its naps (20 µs or more without a
+/// record) are those of `da` that `kept` takes (by function address),
+/// call for call, in two threads or more.
+fn the_same_between_naps(da: &DataDir, db: &DataDir, kept: &dyn Fn(u64) -> bool) {
     let mut compared = 0;
     for &tid in &db.tids {
-        let (ra, rb) = (calls(&da, tid), calls(&db, tid));
+        let (ra, rb) = (calls(da, tid), calls(db, tid));
         if rb.len() < 1000 {
             continue;
         }
-        // (Cut in the naps: 20 µs or more without a record.)
         let Some((from, to)) = window(&ra, &rb, 20_000) else {
             continue;
         };
         let within = |r: &Vec<Call>| -> Vec<(Kind, u64)> {
             (r.iter())
-                .filter(|c| c.0 > from && c.0 < to)
+                .filter(|c| c.0 > from && c.0 < to && kept(c.2))
                 .map(|c| (c.1, c.2))
                 .collect()
         };
@@ -220,6 +226,33 @@ fn recordings_attached_beside_each_other_share_the_fused_path() {
         compared += 1;
     }
     assert!(compared >= 2, "{compared} threads compared");
+}
+
+/// A recording with a trigger (`-T mid@depth=1`) attached beside another
+/// shares the fused path with it: mid's calls, the trigger's own, go
+/// through the callbacks of both, and the calls inside them take the
+/// shared path, which keeps the triggers' state. Between the threads'
+/// naps, the second holds the first's calls but leaf's (a level inside
+/// mid), call for call.
+#[test]
+fn a_recording_with_a_trigger_beside_another_shares_the_fused_path() {
+    let t = one_beside_another(
+        "attach_beside_trigger",
+        "attach_busy.c",
+        (&[], "mid"),
+        &["--duration", "1s"],
+        &["--duration", "300ms", "-T", "mid@depth=1"],
+    );
+    let (a, b) = (t.a.clone(), t.b.clone());
+    assert_eq!(t.end(false), "bad=0\n");
+    nests_exactly(&a);
+    let (da, db) = shared_pair(&a, &b);
+    let rows = report_rows(&report_text(&b));
+    assert!(
+        rows["mid"].2 > 1000 && !rows.contains_key("leaf"),
+        "{rows:?}"
+    );
+    the_same_between_naps(&da, &db, &|addr| da.name(addr) != "leaf");
 }
 
 /// A paused recording stays paused beside another: the shared fused path
