@@ -83,9 +83,12 @@ fn recorders_come_and_go_on_the_shared_path() {
                     ..Default::default()
                 });
                 let u = fgraph::GraphUser::new(filtered_entry, filtered_return, filter.clone(), i);
-                assert!(fused::let_multi_stand_in_filtered(&u, f, &|_| {
-                    fused::SiteArgs::None
-                }));
+                assert!(fused::let_multi_stand_in_filtered(
+                    &u,
+                    f,
+                    &|_| fused::SiteArgs::None,
+                    false
+                ));
                 return u;
             }
             if i == TRIGGERED {
@@ -99,9 +102,12 @@ fn recorders_come_and_go_on_the_shared_path() {
                     }
                 });
                 let u = fgraph::GraphUser::new(filtered_entry, filtered_return, filter.clone(), i);
-                assert!(fused::let_multi_stand_in_filtered(&u, f, &|_| {
-                    fused::SiteArgs::None
-                }));
+                assert!(fused::let_multi_stand_in_filtered(
+                    &u,
+                    f,
+                    &|_| fused::SiteArgs::None,
+                    false
+                ));
                 return u;
             }
             MAX_DEPTH[i].store(LIMITS[i], Ordering::Relaxed);

@@ -43,6 +43,9 @@ pub(crate) struct BySlot {
     /// the calls of some sites the general way (their bits in `word`'s
     /// places).
     pub general: AtomicU64,
+    /// Of `late`'s users, those that write `watch:cpu` events (their bits
+    /// in `word`'s places).
+    pub watch: AtomicU64,
     /// Of `word`'s users, the profile the path keeps counters for, which
     /// has no ring (its bit in `word`'s places; 0: none), and the DATA
     /// word of its three words in a frame (0: none).

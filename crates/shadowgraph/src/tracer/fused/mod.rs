@@ -529,10 +529,14 @@ pub fn refresh_filtered(
 /// others goes to the callbacks. False (nothing changed) for a thread
 /// filter or triggers that are not fusable, records not timed by the
 /// TSC, or an instance out of range.
+///
+/// `watch_cpu`: as for [`attach_filtered`], per user (its instance's
+/// last processor).
 pub fn let_multi_stand_in_filtered(
     user: &GraphUser,
     filter: &GraphFilter,
     sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
+    watch_cpu: bool,
 ) -> bool {
     if filter.threads.is_some()
         || filter.triggers.as_ref().is_some_and(|t| !t.fusable())
@@ -545,6 +549,10 @@ pub fn let_multi_stand_in_filtered(
         SiteArgs::None => SiteArgs::None,
         _ => SiteArgs::General,
     });
+    table.watch = watch_cpu as u64;
+    if watch_cpu {
+        watch::init_all();
+    }
     multi_users::stand_in_filtered(
         user,
         table as *mut FusedFilter as u64,

@@ -69,8 +69,9 @@ use super::multi_profile::{
     return_profile_counts, return_profile_frame, return_profile_row, without_profile,
     MULTI_ANY_PROFILE, MULTI_PROFILE_CELL, MULTI_PROFILE_INST, MULTI_PROFILE_ROWS,
 };
-use super::multi_rings::{next_user, rings_with_room, user_ring};
+use super::multi_rings::{next_user, rings_with_room, skip_limited, user_ring};
 use super::ring_asm::{commit_store, ring_publish, ring_write, rseq_abort, rseq_descriptor};
+use super::watch::watch_cpus;
 use super::{
     FusedFilter, MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, SPARE_RECORDS, TP_BY_SLOT, TP_RINGS_ALL,
 };
@@ -130,37 +131,6 @@ macro_rules! entry_word {
 macro_rules! entry_clock {
     ($time:literal) => {
         concat!("cmp ", $time, ", 2\n", "jne 31f\n", clock_into!($time))
-    };
-}
-
-// Whether the user in slot rax records this event: not if its recording
-// has a depth limit (MULTI_MAX_DEPTH, by its instance) that the event's
-// depth (bits 6..15 of `$word`) reaches — its records are left out, as
-// its callbacks leave them (the plain recorder's depth limit) — then to
-// `$skip`. Nothing to look at while no user of the path ever had a limit.
-// rax kept; clobbers rdx, r11; label 29.
-macro_rules! skip_limited {
-    ($word:literal, $skip:expr) => {
-        concat!(
-            "cmp byte ptr [rip + {any_limit}], 0\n",
-            "je 29f\n",
-            "lea rdx, [rip + {slot_private}]\n",
-            "mov rdx, [rdx + rax*8]\n",
-            "lea r11, [rip + {max_depth}]\n",
-            "mov r11d, dword ptr [r11 + rdx*4]\n",
-            "test r11d, r11d\n",
-            "jz 29f\n",
-            "mov rdx, ",
-            $word,
-            "\n",
-            "shr rdx, 6\n",
-            "and edx, 0x3ff\n",
-            "cmp edx, r11d\n",
-            "jae ",
-            $skip,
-            "\n",
-            "29:\n",
-        )
     };
 }
 
@@ -513,10 +483,23 @@ crate::fgraph::graph_asm!(
     "jnz 84f",
     "89:",
     crate::fixed_load!("rdx", "tp_by_slot"),
+    "mov rdx, qword ptr fs:[rdx + {b_watch}]",
+    "and rdx, rsi",
+    "shr rdx, 12",
+    "and edx, 0xffff",
+    "jnz 44f",
+    "45:",
+    crate::fixed_load!("rdx", "tp_by_slot"),
     "mov rax, qword ptr fs:[rdx + {b_late}]",
     "not rax",
     "and rsi, rax",
     "jmp 86b",
+    // Users that write `watch:cpu` events (BySlot's `watch`) in rdx:
+    // the general way unless the thread is on the processor each one's
+    // last event named (watch.rs), as the single filtered path does.
+    "44:",
+    watch_cpus!("rdx", "r10", "81f"),
+    "jmp 45b",
     // Users whose calls of some sites go to the callbacks (BySlot's
     // `general`) in rdx, bits 0..15: the general way if the site is one
     // of those (the GENERAL class in the user's MULTI_CLASSES: a
@@ -605,6 +588,9 @@ crate::fgraph::graph_asm!(
     // Every user still there with its ring, as the entry's.
     "mov rcx, rsi",
     rings_with_room!("rcx", "91f"),
+    "cmp byte ptr [rip + {any_filter}], 0",
+    "jne 54f",
+    "53:",
     "cmp byte ptr [rip + {any_profile}], 0",
     "jne 71f",
     "72:",
@@ -674,6 +660,16 @@ crate::fgraph::graph_asm!(
     // A frame that names some of the users (graph filters declined it
     // for the others): its word otherwise the same.
     ".pushsection .text.shadowgraph_fused_cold,\"ax\",@progbits",
+    // The frame's users that write `watch:cpu` events, as at the entry.
+    "54:",
+    crate::fixed_load!("rdx", "tp_by_slot"),
+    "mov rdx, qword ptr fs:[rdx + {b_watch}]",
+    "and rdx, [rdi + r10*8 + FRAME_BITMAP]",
+    "shr rdx, 12",
+    "and edx, 0xffff",
+    "jz 53b",
+    watch_cpus!("rdx", "rcx", "91f"),
+    "jmp 53b",
     "93:",
     return_profile_frame!(),
     "xor rax, rsi",
@@ -714,6 +710,9 @@ crate::fgraph::graph_asm!(
     multi_filter = sym super::multi_users::MULTI_FILTER,
     multi_classes = sym super::multi_users::MULTI_CLASSES,
     b_general = const offset_of!(BySlot, general),
+    b_watch = const offset_of!(BySlot, watch),
+    f_watch = const offset_of!(FusedFilter, watch),
+    tp_watched_all = sym super::watch::TP_WATCHED_ALL,
     general = const super::GENERAL,
     f_switch = const offset_of!(FusedFilter, switch),
     f_limit = const offset_of!(FusedFilter, limit),

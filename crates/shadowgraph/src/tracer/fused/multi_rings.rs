@@ -1,7 +1,8 @@
 //! The users' rings on the multi path (multi.rs): each one found through
 //! its slot, with room to spare, and kept in the thread's `BySlot` under
-//! the multi word they were found for. The macros are parts of multi.rs's
-//! entry and return and name its operands.
+//! the multi word they were found for, and whether a user with a depth
+//! limit gets an event's record. The macros are parts of multi.rs's entry
+//! and return and name its operands.
 
 // The ring of the user whose slot is rax, in r11, or to `$gone` if the
 // user is no longer in ARRAY or has no ring on this thread. Its instance
@@ -24,6 +25,37 @@ macro_rules! user_ring {
             "jz ",
             $gone,
             "\n",
+        )
+    };
+}
+
+// Whether the user in slot rax records this event: not if its recording
+// has a depth limit (MULTI_MAX_DEPTH, by its instance) that the event's
+// depth (bits 6..15 of `$word`) reaches — its records are left out, as
+// its callbacks leave them (the plain recorder's depth limit) — then to
+// `$skip`. Nothing to look at while no user of the path ever had a limit.
+// rax kept; clobbers rdx, r11; label 29.
+macro_rules! skip_limited {
+    ($word:literal, $skip:expr) => {
+        concat!(
+            "cmp byte ptr [rip + {any_limit}], 0\n",
+            "je 29f\n",
+            "lea rdx, [rip + {slot_private}]\n",
+            "mov rdx, [rdx + rax*8]\n",
+            "lea r11, [rip + {max_depth}]\n",
+            "mov r11d, dword ptr [r11 + rdx*4]\n",
+            "test r11d, r11d\n",
+            "jz 29f\n",
+            "mov rdx, ",
+            $word,
+            "\n",
+            "shr rdx, 6\n",
+            "and edx, 0x3ff\n",
+            "cmp edx, r11d\n",
+            "jae ",
+            $skip,
+            "\n",
+            "29:\n",
         )
     };
 }
@@ -59,7 +91,9 @@ macro_rules! next_user {
 // bits in BySlot's `late`: the entry names them in a frame only once it
 // has decided for them), the users whose calls of some sites go to the
 // callbacks (BySlot's `general`, by MULTI_CLASSES: the entry looks those
-// sites up first) and the profile, which has no ring (its bit and
+// sites up first), those that write `watch:cpu` events (BySlot's `watch`,
+// by their filter's word: the entry and return compare processors first)
+// and the profile, which has no ring (its bit and
 // DATA word: multi_profile.rs). Labels 20–28; clobbers rax, rdx, r11,
 // xmm13.
 macro_rules! rings_with_room {
@@ -80,6 +114,7 @@ macro_rules! rings_with_room {
             "24:\n",
             "mov qword ptr fs:[rdx + {b_late}], 0\n",
             "mov qword ptr fs:[rdx + {b_general}], 0\n",
+            "mov qword ptr fs:[rdx + {b_watch}], 0\n",
             "mov qword ptr fs:[rdx + {b_profile}], 0\n",
             "mov qword ptr fs:[rdx + {b_profile_data}], 0\n",
             "25:\n",
@@ -114,10 +149,14 @@ macro_rules! rings_with_room {
             "mov rdx, r11\n",
             "26:\n",
             "lea r11, [rip + {multi_filter}]\n",
-            "cmp qword ptr [r11 + rdx*8], 0\n",
-            "je 25b\n",
+            "mov r11, [r11 + rdx*8]\n",
+            "test r11, r11\n",
+            "jz 25b\n",
             crate::fixed_load!("rdx", "tp_by_slot"),
             "bts qword ptr fs:[rdx + {b_late}], rax\n",
+            "cmp qword ptr [r11 + {f_watch}], 0\n",
+            "je 25b\n",
+            "bts qword ptr fs:[rdx + {b_watch}], rax\n",
             "jmp 25b\n",
             profile_found!($general),
             "27:\n",
@@ -131,4 +170,5 @@ macro_rules! rings_with_room {
 }
 pub(super) use next_user;
 pub(super) use rings_with_room;
+pub(super) use skip_limited;
 pub(super) use user_ring;

@@ -22,6 +22,22 @@ crate::fast_thread_local!(
 /// and return (general.rs, labels 78 and 27).
 pub(super) static TP_WATCHED: AtomicI64 = AtomicI64::new(0);
 
+/// Offset from the thread pointer of the thread's [`WATCHED`] words (0:
+/// not yet known), for the multi path (multi.rs, labels 44 and 54), which
+/// indexes them by instance.
+pub(super) static TP_WATCHED_ALL: AtomicI64 = AtomicI64::new(0);
+
+/// Makes [`TP_WATCHED_ALL`] known, before the multi path reads it (a
+/// user of it registers).
+pub(super) fn init_all() {
+    // Relaxed: read by the path only after MULTI_FRAME_WORD, which fgraph
+    // publishes (Release) when the user registers, later.
+    TP_WATCHED_ALL.store(
+        crate::tls::tp_offset(WATCHED.as_ptr() as usize),
+        Ordering::Relaxed,
+    );
+}
+
 /// Makes [`TP_WATCHED`] known for instance `inst` (in range), before the
 /// path that reads it is registered.
 pub(super) fn init(inst: usize) {
@@ -45,3 +61,59 @@ pub fn cpu_moved(inst: usize, cpu: u32) -> bool {
         .get(inst)
         .is_some_and(|w| w.swap(now, Ordering::Relaxed) != now)
 }
+
+// Whether the thread runs, for each user of `$set` (slots, bits 0..15,
+// consumed), on the processor the last `watch:cpu` event in its
+// instance's records named (its rseq `cpu_id` + 1 against the
+// instance's thread-local word; without rseq, or with the id not yet set,
+// never), else to `$general`. Label 46; clobbers rax, r11, `$tmp`.
+macro_rules! watch_cpus {
+    ($set:literal, $tmp:literal, $general:literal) => {
+        concat!(
+            crate::fixed_load!("rax", "rseq_cs"),
+            "test rax, rax\n",
+            "jz ",
+            $general,
+            "\n",
+            "mov eax, dword ptr fs:[rax - 4]\n",
+            "inc eax\n",
+            "jz ",
+            $general,
+            "\n",
+            "46:\n",
+            "bsf ",
+            $tmp,
+            ", ",
+            $set,
+            "\n",
+            "lea r11, [rip + {slot_private}]\n",
+            "mov r11, [r11 + ",
+            $tmp,
+            "*8]\n",
+            crate::fixed_load!($tmp, "tp_watched_all"),
+            "lea ",
+            $tmp,
+            ", [",
+            $tmp,
+            " + r11*4]\n",
+            "cmp eax, dword ptr fs:[",
+            $tmp,
+            "]\n",
+            "jne ",
+            $general,
+            "\n",
+            "lea ",
+            $tmp,
+            ", [",
+            $set,
+            " - 1]\n",
+            "and ",
+            $set,
+            ", ",
+            $tmp,
+            "\n",
+            "jnz 46b\n",
+        )
+    };
+}
+pub(super) use watch_cpus;

@@ -501,9 +501,9 @@ fn graph_tracer(
         // triggers, as on the fused filtered path) applied there, which
         // records no data: the calls of functions with arguments or return
         // values to record go to the callbacks.
-        if shared.multi && !shared.watch_cpu {
+        if shared.multi {
             if let Some(f) = &filter {
-                fused::let_multi_stand_in_filtered(&u, f, &sites);
+                fused::let_multi_stand_in_filtered(&u, f, &sites, shared.watch_cpu);
             }
         }
         u
