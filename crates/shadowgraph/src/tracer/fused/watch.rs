@@ -1,12 +1,13 @@
-//! `--watch cpu` beside the fused filtered path: a recorder that writes a
-//! `watch:cpu` event whenever a call's entry or exit finds its thread on
-//! another processor than its last event named. The thread's processor is
-//! the `cpu_id` of its `struct rseq` (what `sched_getcpu` reads), one load
-//! from the thread pointer; the fused entry and return compare it with
-//! the processor the thread's last event named ([`cpu_moved`] keeps it)
-//! and take the call only where they are the same, before they write
-//! anything: a call on another processor goes to the callbacks, which
-//! write the event. Without rseq, every call does.
+//! `--watch cpu` on the fused filtered path and the multi path: a
+//! recorder that writes a `watch:cpu` event whenever a call's entry or
+//! exit finds its thread on another processor than its last event named.
+//! The thread's processor is the `cpu_id` of its `struct rseq` (what
+//! `sched_getcpu` reads), one load from the thread pointer; the fused
+//! entries and returns compare it with the processor the thread's last
+//! event in the recorder's records named ([`cpu_moved`] keeps it, a word
+//! per recording instance) and take the call only where they are the
+//! same, before they write anything: a call on another processor goes to
+//! the callbacks, which write the event. Without rseq, every call does.
 
 use crate::record::writer::MAX_INSTANCES;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
