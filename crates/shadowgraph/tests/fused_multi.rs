@@ -73,6 +73,17 @@ fn recorders_come_and_go_on_the_shared_path() {
     }
     assert!(fused::enable_multi());
     let filter = ftrace::FilterSet::with_patterns(&NESTED, &[]).unwrap();
+    // A recorder with graph filters or triggers, `f`, on the shared path.
+    let filtered_user = |i: usize, f: &fgraph::filters::GraphFilter| {
+        let u = fgraph::GraphUser::new(filtered_entry, filtered_return, filter.clone(), i);
+        assert!(fused::let_multi_stand_in_filtered(
+            &u,
+            f,
+            &|_| fused::SiteArgs::None,
+            false
+        ));
+        u
+    };
     let users: Vec<Arc<fgraph::GraphUser>> = (0..RECORDERS)
         .map(|i| {
             if i == FILTERED {
@@ -82,14 +93,7 @@ fn recorders_come_and_go_on_the_shared_path() {
                     notrace: set("leaf"),
                     ..Default::default()
                 });
-                let u = fgraph::GraphUser::new(filtered_entry, filtered_return, filter.clone(), i);
-                assert!(fused::let_multi_stand_in_filtered(
-                    &u,
-                    f,
-                    &|_| fused::SiteArgs::None,
-                    false
-                ));
-                return u;
+                return filtered_user(i, f);
             }
             if i == TRIGGERED {
                 let f = FILTERS[i].get_or_init(|| {
@@ -101,14 +105,7 @@ fn recorders_come_and_go_on_the_shared_path() {
                         ..Default::default()
                     }
                 });
-                let u = fgraph::GraphUser::new(filtered_entry, filtered_return, filter.clone(), i);
-                assert!(fused::let_multi_stand_in_filtered(
-                    &u,
-                    f,
-                    &|_| fused::SiteArgs::None,
-                    false
-                ));
-                return u;
+                return filtered_user(i, f);
             }
             MAX_DEPTH[i].store(LIMITS[i], Ordering::Relaxed);
             let filter = match i {

@@ -414,12 +414,7 @@ pub fn attach_filtered(
     watch_cpu: bool,
 ) -> bool {
     // Refused before the table is made (it is never freed).
-    if filter.threads.is_some()
-        || filter.triggers.as_ref().is_some_and(|t| !t.fusable())
-        || !clock::uses_tsc()
-        || inst >= writer::MAX_INSTANCES
-        || fgraph::manager_made()
-    {
+    if !fusable_filter(filter) || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
         return false;
     }
     let (table, rets) = filter_table(filter, sites);
@@ -538,11 +533,7 @@ pub fn let_multi_stand_in_filtered(
     sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
     watch_cpu: bool,
 ) -> bool {
-    if filter.threads.is_some()
-        || filter.triggers.as_ref().is_some_and(|t| !t.fusable())
-        || !clock::uses_tsc()
-        || user.private >= writer::MAX_INSTANCES
-    {
+    if !fusable_filter(filter) || user.private >= writer::MAX_INSTANCES {
         return false;
     }
     let (table, _) = filter_table(filter, &|id| match sites(id) {
@@ -560,6 +551,14 @@ pub fn let_multi_stand_in_filtered(
         table.len,
     );
     true
+}
+
+/// Whether the fused paths can apply `filter`: no thread filter, triggers
+/// that decide alone (`Triggers::fusable`), records timed by the TSC.
+fn fusable_filter(filter: &GraphFilter) -> bool {
+    filter.threads.is_none()
+        && filter.triggers.as_ref().is_none_or(|t| t.fusable())
+        && clock::uses_tsc()
 }
 
 /// Each site's class under `filter` (bit 0: a `-F` function, bit 1: `-N`,
