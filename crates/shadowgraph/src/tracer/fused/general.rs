@@ -13,6 +13,7 @@ use super::ring_asm::{
     commit_store, reserve_and_time, ring_claim, ring_publish, ring_record, ring_write, rseq_abort,
     rseq_arm, rseq_commit, rseq_descriptor,
 };
+use super::watch::watch_same_cpu;
 use super::{
     FusedFilter, MAX_RECORD_DEPTH, RSEQ_CS, RSEQ_RESTARTS, TP_RINGS, W_FILTER, W_MAX_DEPTH,
 };
@@ -35,32 +36,6 @@ use std::mem::offset_of;
 // return slot (frame_asm's diagram). Anything else pops them and jumps to
 // `shadowgraph_fused_general`, the manager's usual caller (args variant)
 // with the ops slot taken from r11.
-// Whether the thread runs on the processor its last `watch:cpu` event
-// named: its rseq `cpu_id` + 1 (the kernel's -1, not yet set, is 0)
-// against the thread's word (watch.rs), else to `$general`. Clobbers rcx,
-// rdx.
-macro_rules! watch_same_cpu {
-    ($general:literal) => {
-        concat!(
-            crate::fixed_load!("rcx", "rseq_cs"),
-            "test rcx, rcx\n",
-            "jz ",
-            $general,
-            "\n",
-            "mov ecx, dword ptr fs:[rcx - 4]\n",
-            "inc ecx\n",
-            "jz ",
-            $general,
-            "\n",
-            crate::fixed_load!("rdx", "tp_watched"),
-            "cmp ecx, dword ptr fs:[rdx]\n",
-            "jne ",
-            $general,
-            "\n",
-        )
-    };
-}
-
 crate::fgraph::graph_asm!(
     fused_layout!(),
     args_layout!(),
@@ -153,10 +128,6 @@ crate::fgraph::graph_asm!(
     "test r10d, {fast_args}",
     "jnz 44f",
     "49:",
-    // A recorder of `watch:cpu` events (at 78).
-    "cmp qword ptr [rax + {f_watch}], 0",
-    "jne 78f",
-    "79:",
     // A recorder with triggers (FusedFilter::switch): their variable
     // decides (at 72).
     "cmp qword ptr [rax + {f_switch}], 0",
@@ -233,7 +204,7 @@ crate::fgraph::graph_asm!(
     // whose callbacks write the event.
     "78:",
     watch_same_cpu!("81b"),
-    "jmp 79b",
+    "jmp 79f",
     // Triggers (fgraph::triggers, whose thread variable this keeps for
     // the sites without a trigger of their own: the others are general),
     // by the filter in rax, as Triggers::entry decides: declined once the
@@ -248,6 +219,10 @@ crate::fgraph::graph_asm!(
     // is a plain load: Relaxed, as Triggers::enabled reads it (a switch
     // another thread makes is seen at a later call).
     "72:",
+    // (A recorder of `watch:cpu` events, which has triggers: at 78.)
+    "cmp qword ptr [rax + {f_watch}], 0",
+    "jne 78b",
+    "79:",
     "mov rdx, [rax + {f_switch}]",
     "test byte ptr [rdx], {switch_finished}",
     "jnz 83b",
@@ -343,11 +318,8 @@ crate::fgraph::graph_asm!(
     // rax and rdx saved at [rsp]): its thread variable as
     // `GraphFilter::ret` leaves it (r8), written once the record is in.
     "50:",
-    // (`watch:cpu`: at 27, as at the entry; triggers: at 26.)
+    // (Triggers: at 26.)
     "mov rax, [rsi + {u_filter}]",
-    "cmp qword ptr [rax + {f_watch}], 0",
-    "jne 27f",
-    "28:",
     "cmp qword ptr [rax + {f_switch}], 0",
     "jne 26f",
     "movsxd rcx, dword ptr [rsi + {u_slot}]",
@@ -417,13 +389,17 @@ crate::fgraph::graph_asm!(
     retval_exit_record!("shadowgraph_fused_retval_exit"),
     "27:",
     watch_same_cpu!("91b"),
-    "jmp 28b",
+    "jmp 28f",
     // Triggers, by the filter in rax: the variable as Triggers::ret leaves
     // it for a frame without words (the own depth one less, never below
     // 0, the levels left one more), the exit recorded only while the
     // switch says ON (else the variable put back and the frame popped as
     // after a record).
     "26:",
+    // (`watch:cpu`: at 27, as at the entry.)
+    "cmp qword ptr [rax + {f_watch}], 0",
+    "jne 27b",
+    "28:",
     "movsxd rcx, dword ptr [rsi + {u_slot}]",
     "mov r8, [rdi + rcx*8 + {tv}]",
     "movzx edx, r8w",

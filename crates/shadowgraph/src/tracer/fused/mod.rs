@@ -113,9 +113,9 @@ pub(crate) struct FusedFilter {
     /// The triggers' depth limit as their variable holds it
     /// (`Triggers::limit_word`).
     limit: u64,
-    /// Nonzero for a recorder of `watch:cpu` events (watch.rs): a call
-    /// whose thread is on another processor than its last event named
-    /// goes to the callbacks.
+    /// Nonzero for a recorder of `watch:cpu` events (watch.rs), which has
+    /// triggers: a call whose thread is on another processor than its
+    /// last event named goes to the callbacks. Read with a `switch` only.
     watch: u64,
 }
 
@@ -405,7 +405,7 @@ pub fn attach_plain_args(user: &GraphUser, inst: usize, descs: &[u64]) -> bool {
 /// `watch_cpu`: the callbacks also write a `watch:cpu` event at a call's
 /// entry and exit when the thread runs on another processor than its
 /// last event named ([`cpu_moved`] says); the fused path leaves those
-/// calls to them (without rseq, every call).
+/// calls to them (without rseq, every call). Refused without triggers.
 pub fn attach_filtered(
     user: &GraphUser,
     inst: usize,
@@ -413,8 +413,14 @@ pub fn attach_filtered(
     sites: &dyn Fn(crate::ftrace::SiteId) -> SiteArgs,
     watch_cpu: bool,
 ) -> bool {
-    // Refused before the table is made (it is never freed).
-    if !fusable_filter(filter) || inst >= writer::MAX_INSTANCES || fgraph::manager_made() {
+    // Refused before the table is made (it is never freed). (The path
+    // looks at `watch_cpu` only where the filter has triggers, which the
+    // recorder makes for it.)
+    if !fusable_filter(filter)
+        || watch_cpu && filter.triggers.is_none()
+        || inst >= writer::MAX_INSTANCES
+        || fgraph::manager_made()
+    {
         return false;
     }
     let (table, rets) = filter_table(filter, sites);

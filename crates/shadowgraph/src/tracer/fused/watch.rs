@@ -63,24 +63,62 @@ pub fn cpu_moved(inst: usize, cpu: u32) -> bool {
         .is_some_and(|w| w.swap(now, Ordering::Relaxed) != now)
 }
 
+// The thread's processor + 1 in `$reg` (32 bits): its rseq `cpu_id` + 1,
+// else to `$general` (without rseq, or with the id not yet set, the
+// kernel's -1). Clobbers the flags.
+macro_rules! thread_cpu {
+    ($reg:literal, $reg32:literal, $general:literal) => {
+        concat!(
+            crate::fixed_load!($reg, "rseq_cs"),
+            "test ",
+            $reg,
+            ", ",
+            $reg,
+            "\n",
+            "jz ",
+            $general,
+            "\n",
+            "mov ",
+            $reg32,
+            ", dword ptr fs:[",
+            $reg,
+            " - 4]\n",
+            "inc ",
+            $reg32,
+            "\n",
+            "jz ",
+            $general,
+            "\n",
+        )
+    };
+}
+pub(super) use thread_cpu;
+
+// Whether the thread runs on the processor the last `watch:cpu` event in
+// the single fused path's instance's records named (its word, at
+// TP_WATCHED), else to `$general`. Clobbers rcx, rdx.
+macro_rules! watch_same_cpu {
+    ($general:literal) => {
+        concat!(
+            crate::tracer::fused::watch::thread_cpu!("rcx", "ecx", $general),
+            crate::fixed_load!("rdx", "tp_watched"),
+            "cmp ecx, dword ptr fs:[rdx]\n",
+            "jne ",
+            $general,
+            "\n",
+        )
+    };
+}
+pub(super) use watch_same_cpu;
+
 // Whether the thread runs, for each user of `$set` (slots, bits 0..15,
 // consumed), on the processor the last `watch:cpu` event in its
-// instance's records named (its rseq `cpu_id` + 1 against the
-// instance's thread-local word; without rseq, or with the id not yet set,
-// never), else to `$general`. Label 46; clobbers rax, r11, `$tmp`.
+// instance's records named (thread_cpu! against the instance's word),
+// else to `$general`. Label 46; clobbers rax, r11, `$tmp`.
 macro_rules! watch_cpus {
     ($set:literal, $tmp:literal, $general:literal) => {
         concat!(
-            crate::fixed_load!("rax", "rseq_cs"),
-            "test rax, rax\n",
-            "jz ",
-            $general,
-            "\n",
-            "mov eax, dword ptr fs:[rax - 4]\n",
-            "inc eax\n",
-            "jz ",
-            $general,
-            "\n",
+            crate::tracer::fused::watch::thread_cpu!("rax", "eax", $general),
             "46:\n",
             "bsf ",
             $tmp,
