@@ -169,10 +169,7 @@ impl RecordOptions {
             ),
         ] {
             for (i, p) in positions(args, id).into_iter().zip(v) {
-                // (A bad one is kept as given: the configuration's check
-                // says what is wrong with it.)
-                let spec = Trigger::parse(&p, kind).map_or(p, |t| t.spec());
-                all.push((i, spec));
+                all.push((i, Trigger::as_trigger_spec(&p, kind)));
             }
         }
         all.sort_by_key(|(i, _)| *i);
@@ -534,11 +531,9 @@ pub(crate) fn parse_tracer(spec: &str) -> Result<config::Tracer, String> {
         }
     }
     if specs.iter().any(|(k, _)| *k == SpecKind::Trigger) {
-        // (A bad one is kept as given: the configuration's check says
-        // what is wrong with it.)
         t.triggers = specs
-            .into_iter()
-            .map(|(k, p)| Trigger::parse(&p, k).map_or(p, |t| t.spec()))
+            .iter()
+            .map(|(k, p)| Trigger::as_trigger_spec(p, *k))
             .collect();
     } else {
         for (k, p) in specs {

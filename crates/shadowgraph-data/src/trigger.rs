@@ -249,6 +249,13 @@ fn split_at_actions(text: &str) -> (&str, Option<&str>) {
 }
 
 impl Trigger {
+    /// `text`, a spec of `kind`, as `-T` takes it ([`Trigger::spec`]); a
+    /// spec that does not parse as it is given (the configuration's check
+    /// says what is wrong with it).
+    pub fn as_trigger_spec(text: &str, kind: SpecKind) -> String {
+        Trigger::parse(text, kind).map_or_else(|_| text.to_string(), |t| t.spec())
+    }
+
     /// The spec as `-T` takes it (a `-F`/`-N` spec with its filter action
     /// spelt out): `Trigger::parse(&t.spec(), SpecKind::Trigger)` gives
     /// `t` back.

@@ -532,7 +532,7 @@ fn as_triggers(filter: &[String], notrace: &[String]) -> Vec<String> {
     let kinds = std::iter::repeat(SpecKind::Filter).zip(filter);
     kinds
         .chain(std::iter::repeat(SpecKind::Notrace).zip(notrace))
-        .map(|(k, p)| Trigger::parse(p, k).map_or_else(|_| p.clone(), |t| t.spec()))
+        .map(|(k, p)| Trigger::as_trigger_spec(p, k))
         .collect()
 }
 
