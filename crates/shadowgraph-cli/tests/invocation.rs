@@ -276,8 +276,9 @@ fn opt_file_time_and_no_randomize_addr_as_uftraces() {
     let with_program = dir.join("opts2");
     std::fs::write(&with_program, format!("-F c\n{}\n", exe.display())).unwrap();
     let data = dir.join("p.data");
+    // (--no-sched: a pre-emption inside getpid would be an event.)
     let o = shadowgraph()
-        .args(["record", "-d"])
+        .args(["record", "--no-sched", "-d"])
         .arg(&data)
         .arg(format!("--opt-file={}", with_program.display()))
         .output()
