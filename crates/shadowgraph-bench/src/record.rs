@@ -244,6 +244,9 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
                 &["--tracer", "a", "--tracer", "b:trigger=main@trace_on"],
             )
         }),
+        // A time filter and an argument: every call recorded with its
+        // argument, the writer leaving out the short calls with theirs.
+        Box::new(|| run_sg_with(&arg, None, &["-t", "1us", "-A", "fib@arg1"])),
     ];
     let uf_at = runs.len();
     if uftrace {
@@ -255,6 +258,9 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         runs.push(Box::new(|| run_uf_p("1")));
         runs.push(Box::new(|| run_uf_with(&arg, &["-T", "main@trace_on"])));
         runs.push(Box::new(|| run_uf_with(&arg, &["-a"])));
+        runs.push(Box::new(|| {
+            run_uf_with(&arg, &["-t", "1us", "-A", "fib@arg1"])
+        }));
     }
     // fib(1) untraced: what starting and ending the program costs. A
     // recorder's start-up overhead is its fib(1) run less this (not less
@@ -291,7 +297,7 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
     let (sg_profile, sg_args, sg_p, sg_p_start) = (med(9), med(10), med(11), med(12));
     let (sg_trigger, sg_auto, sg_two_depth, sg_two_filter) = (med(13), med(14), med(15), med(16));
     let (sg_two_timed, sg_two_profile, sg_compact) = (med(17), med(18), med(19));
-    let sg_two_trigger = med(20);
+    let (sg_two_trigger, sg_timed_args) = (med(20), med(21));
     let compact_bytes =
         time_cmd(1, || run_sg_with(&arg, None, &["--compact"])).map(|_| dir_bytes(&sg_data))?;
     let sg = (
@@ -394,6 +400,11 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
         per_call(sg_timed, sg_start)
     );
     println!(
+        "{:<34} {sg_timed_args:>9.3} {:>12.1}",
+        "  (-t 1us -A fib@arg1)",
+        per_call(sg_timed_args, sg_start)
+    );
+    println!(
         "{:<34} {sg_profile:>9.3} {:>12.1}",
         "  (--tracer profile: no records)",
         per_call(sg_profile, sg_start)
@@ -462,6 +473,12 @@ pub fn bench(n: u32, reps: usize, lua_only: bool) -> Result<ExitCode, String> {
             "{:<34} {uf_auto:>9.3} {:>12.1}",
             "  (-a: arguments from DWARF)",
             per_call(uf_auto, uf_start)
+        );
+        let uf_timed_args = med(uf_at + 8);
+        println!(
+            "{:<34} {uf_timed_args:>9.3} {:>12.1}",
+            "  (-t 1us -A fib@arg1)",
+            per_call(uf_timed_args, uf_start)
         );
         let ratios: Vec<f64> = times[1]
             .iter()

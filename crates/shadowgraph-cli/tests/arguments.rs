@@ -350,7 +350,9 @@ fn std_strings_are_recorded_as_uftrace_records_them() {
 /// (an entry written late, once a callee proved long, too) and return
 /// values; the short ones leave nothing. So with triggers beside it (whose
 /// words the calls keep too: `depth=`, `-C`), and with a caller filter
-/// alone. As uftrace records them.
+/// alone. As uftrace records them. Where the triggers only limit the
+/// depth, the threads take the fused path and the rings' consumer leaves
+/// the short calls out, their data with them.
 #[test]
 fn arguments_of_time_filtered_calls_are_recorded() {
     let dir = workdir("timed-args");
@@ -389,6 +391,16 @@ fn arguments_of_time_filtered_calls_are_recorded() {
         assert!(o.status.success(), "{}", text(&o).1);
         let replay = replay_text(&ours);
         assert_eq!(graph_part(&replay), want, "{filter:?}: {replay}");
+        let info = view_text("info", &ours);
+        if k < 2
+            && shadowgraph_testkit::tool::available(
+                shadowgraph::clock::init(),
+                "an invariant TSC",
+                "the fused path",
+            )
+        {
+            assert!(info.contains("record path         : fused"), "{info}");
+        }
         if uftrace_missing("recording time-filtered arguments beside uftrace") {
             return;
         }

@@ -327,7 +327,7 @@ fn threads_and_signal_handlers_recording_at_once_keep_every_record_whole() {
 /// time order, at its depth, and lasted at least the threshold.
 #[test]
 fn threads_and_signal_handlers_inside_a_time_filtered_record() {
-    time_filtered_under_signals(false);
+    time_filtered_under_signals(Values::None);
 }
 
 /// The same recording fib's argument and return value, kept in the frames
@@ -337,20 +337,41 @@ fn threads_and_signal_handlers_inside_a_time_filtered_record() {
 /// an entry written late: each kept call's `read:` before its `diff:`.
 #[test]
 fn threads_and_signal_handlers_inside_a_time_filtered_record_with_arguments() {
-    time_filtered_under_signals(true);
+    time_filtered_under_signals(Values::ArgsAndReads);
 }
 
-fn time_filtered_under_signals(args: bool) {
-    let dir = workdir(if args {
-        "mtsig-timed-args"
-    } else {
-        "mtsig-timed"
+/// The same recording fib's argument and return value alone: the threads
+/// take the fused path, recording every call with its values, and the
+/// rings' consumer leaves out the short calls with theirs.
+#[test]
+fn threads_and_signal_handlers_inside_a_fused_time_filtered_record_with_arguments() {
+    time_filtered_under_signals(Values::Args);
+}
+
+/// What a time-filtered recording records beside the calls.
+#[derive(Clone, Copy, PartialEq)]
+enum Values {
+    None,
+    /// fib's argument and return value.
+    Args,
+    /// …and a `read=` trigger on fib.
+    ArgsAndReads,
+}
+
+fn time_filtered_under_signals(values: Values) {
+    let dir = workdir(match values {
+        Values::None => "mtsig-timed",
+        Values::Args => "mtsig-timed-args-fused",
+        Values::ArgsAndReads => "mtsig-timed-args",
     });
     let exe = build_fixture(&dir, "mt", "threads_signals.c");
     let data = dir.join("m.data");
     let mut opts = vec!["-t", "2us"];
+    let args = values != Values::None;
     if args {
         opts.extend(["-A", "fib@arg1/i32", "-R", "fib@retval/i32"]);
+    }
+    if values == Values::ArgsAndReads {
         opts.extend(["-T", "fib@read=page-fault"]);
     }
     let o = record_run(&[], &opts, &data, &exe, &[]);
@@ -358,7 +379,7 @@ fn time_filtered_under_signals(args: bool) {
     assert!(o.status.success(), "{out}\n{err}");
     assert!(err.contains("(0 lost) from 9 threads"), "{err}");
     let info = view_text("info", &data);
-    if !args
+    if values != Values::ArgsAndReads
         && shadowgraph_testkit::tool::available(
             shadowgraph::clock::init(),
             "an invariant TSC",
@@ -415,6 +436,9 @@ fn time_filtered_under_signals(args: bool) {
             }
         }
         assert!(given > 100 && returned > 100, "{given} {returned}");
+        if values == Values::Args {
+            return;
+        }
         let events = |what: &str| replay.matches(what).count();
         let (read, diff) = (
             events("/* read:page-fault (major="),

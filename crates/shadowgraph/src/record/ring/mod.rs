@@ -229,7 +229,7 @@ const _: () = {
 
 /// Bytes after a ring's records for what its consumer's time filter keeps
 /// (`drain::filter`; pages never touched without one).
-pub const FILTER_BYTES: usize = 20 << 10;
+pub const FILTER_BYTES: usize = 64 << 10;
 
 /// Bytes of a ring's mapping: its header, its records, then
 /// [`FILTER_BYTES`].

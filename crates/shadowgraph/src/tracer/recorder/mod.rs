@@ -328,7 +328,7 @@ fn graph_tracer(
                 false => n as u16,
             }
         };
-        let consumer_ok = args.is_none() && !shared.signals && !shared.watch_cpu;
+        let consumer_ok = !shared.signals && !shared.watch_cpu;
         // `--signal` and `--watch` make triggers of a tracer that has
         // none (`--tracer NAME:filter=…`): its filter and notrace patterns
         // are triggers then too, as `-F` and `-N` beside `-T`.
@@ -345,21 +345,20 @@ fn graph_tracer(
     // A time filter beside other tracers on the path they share (of its
     // recording, or of one attached beside it), or beside graph filters
     // (`-F`, `-N`, `-D`: the fused filtered path's, or triggers that only
-    // take functions in or out and limit the depth), with nothing to
-    // record but the calls: its threads record every call its graph
-    // filters take, as a tracer without it does, and the consumer of its
-    // rings leaves out the short ones on the way to the file
-    // (record::ring::drain::filter; a short call's callees are shorter
-    // still, so the depths of the calls kept stay theirs). Alone and
-    // unfiltered, the fused time filter keeps short calls out of the
-    // rings.
+    // take functions in or out and limit the depth), or beside arguments
+    // or return values to record: its threads record every call its
+    // graph filters take, as a tracer without it does, and the consumer
+    // of its rings leaves out the short ones, with their data, on the way
+    // to the file (record::ring::drain::filter; a short call's callees
+    // are shorter still, so the depths of the calls kept stay theirs).
+    // Alone, unfiltered and without data, the fused time filter keeps
+    // short calls out of the rings.
     let graph_filters = !t.filter.is_empty() || !t.notrace.is_empty() || t.depth > 0;
     let by_consumer = triggers_by_consumer
         || min_ticks > 0
             && triggers.is_none()
-            && args.is_none()
             && !shared.watch_cpu
-            && (shared.multi && (!shared.alone || later) || graph_filters);
+            && (shared.multi && (!shared.alone || later) || graph_filters || args.is_some());
     if by_consumer {
         writer::set_consumer_time_filter(i, t.time_ns);
         timed = false;

@@ -13,10 +13,15 @@
 //!                                            written, then d's, then the
 //!                                            exit                 (file)
 //!                                          short: none of it      (gone)
-//!                         ─► anything else (an event, a record with
-//!                            data, depth 1023 and beyond): the entries
-//!                            waiting below it, then it            (file)
+//!                         ─► anything else (an event, an entry whose
+//!                            data finds no room to wait, depth 1023
+//!                            and beyond): the entries waiting below
+//!                            it, then it                          (file)
 //! ```
+//!
+//! An entry's data (its arguments) waits with it, on a stack of the open
+//! calls' data (`Waiting::data`, outermost first); an exit's (its return
+//! value) goes or stays with its call.
 //!
 //! A call lasts at least as long as the calls it makes, so the callers of
 //! a call long enough are long enough too: writing their entries first
@@ -44,6 +49,13 @@ const EXIT: u64 = Kind::Exit as u64;
 const OPEN: u8 = 1;
 /// …and its entry is in the file.
 const WRITTEN: u8 = 2;
+/// …and its entry has data, which waits in `Waiting::data`.
+const DATA: u8 = 4;
+
+/// Words of the stack of the waiting entries' data: 32 entries of the
+/// most data a record has, or a thousand and more of a few arguments
+/// each (a page of it is touched once calls nest that deep).
+const DATA_WORDS: usize = 32 * MAX_DATA / 8;
 
 /// What waits between drains, after a ring's records.
 #[repr(C)]
@@ -54,8 +66,14 @@ struct Waiting {
     top: u64,
     /// Below this depth, every open call's entry is written.
     written_below: u64,
-    /// Per depth: OPEN, WRITTEN.
+    /// Per depth: OPEN, WRITTEN, DATA.
     state: [u8; DEPTHS],
+    /// Per depth with DATA: where its data starts in `data` and its words.
+    data_at: [[u16; 2]; DEPTHS],
+    /// Words of `data` in use: the open calls' data, outermost first.
+    data_used: u64,
+    /// The data of the entries waiting, by depth.
+    data: [u64; DATA_WORDS],
 }
 
 const _: () = assert!(std::mem::size_of::<Waiting>() <= FILTER_BYTES);
@@ -95,7 +113,9 @@ impl Ring {
             let (t, w1, len, next) = self.take_record(at, head, times, &mut data);
             let depth = ((w1 >> 6) & 0x3ff) as usize;
             let kind = w1 & 3;
-            if len > 0 || depth >= DEPTHS - 1 || kind > EXIT {
+            let data = &data[..len / 8];
+            let waits = kind == EXIT || kind == ENTRY && w.has_room(depth, data.len());
+            if depth >= DEPTHS - 1 || !waits {
                 // Written as it comes, after the entries waiting below it:
                 // an entry's callers', an exit's own and its callers', an
                 // event's all (its depth field is 0).
@@ -105,26 +125,26 @@ impl Ring {
                     _ => w.top,
                 };
                 w.release(below, &mut g, out);
-                g.push([t, w1], &data[..len / 8], out);
+                g.push([t, w1], data, out);
                 match kind {
-                    ENTRY => w.open(depth, [t, w1], true),
+                    ENTRY => w.open(depth, [t, w1], &[], true),
                     EXIT => w.close(depth),
                     _ => {}
                 }
             } else if kind == ENTRY {
-                w.open(depth, [t, w1], false);
+                w.open(depth, [t, w1], data, false);
             } else {
                 let s = w.state[depth];
                 let same = w.entries[depth][1] >> 16 == w1 >> 16;
                 let short = t.saturating_sub(w.entries[depth][0]) < min;
-                if s == OPEN && same && short {
+                if s & (OPEN | WRITTEN) == OPEN && same && short {
                     // Too short: none of it.
                 } else {
                     // Long, or written already, or an exit whose entry
                     // this consumer never saw: after every entry waiting
                     // at its depth and below.
                     w.release(depth as u64 + 1, &mut g, out);
-                    g.push([t, w1], &[], out);
+                    g.push([t, w1], data, out);
                 }
                 w.close(depth);
             }
@@ -147,15 +167,40 @@ impl Ring {
 }
 
 impl Waiting {
-    /// A call entered at `depth` (its entry `rec`, `written` already or
-    /// waiting): the calls at its depth and deeper that never returned
-    /// are forgotten (a lost record or a jump left them).
-    fn open(&mut self, depth: usize, rec: [u64; 2], written: bool) {
+    /// Whether an entry at `depth` with `words` of data can wait: there is
+    /// room for them on the stack above the calls that stay open.
+    fn has_room(&self, depth: usize, words: usize) -> bool {
+        words == 0 || self.data_below(depth) as usize + words <= DATA_WORDS
+    }
+
+    /// Where the data of the calls at `depth` and deeper begin: the stack
+    /// in use, less theirs (the outermost of them with data starts it).
+    fn data_below(&self, depth: usize) -> u64 {
+        let open = depth..(self.top as usize).max(depth);
+        (self.state[open.clone()].iter().zip(&self.data_at[open]))
+            .find(|(&s, _)| s & DATA != 0)
+            .map_or(self.data_used, |(_, at)| u64::from(at[0]))
+    }
+
+    /// A call entered at `depth` (its entry `rec` and its `data`, `written`
+    /// already or waiting, its data with it: [`Waiting::has_room`]): the
+    /// calls at its depth and deeper that never returned are forgotten (a
+    /// lost record or a jump left them).
+    fn open(&mut self, depth: usize, rec: [u64; 2], data: &[u64], written: bool) {
+        self.data_used = self.data_below(depth);
         for s in &mut self.state[depth..(self.top as usize).max(depth)] {
             *s = 0;
         }
         self.entries[depth] = rec;
         self.state[depth] = OPEN | if written { WRITTEN } else { 0 };
+        if !data.is_empty() {
+            let at = self.data_used as usize;
+            self.data[at..at + data.len()].copy_from_slice(data);
+            // (Both fit: at most DATA_WORDS.)
+            self.data_at[depth] = [at as u16, data.len() as u16];
+            self.data_used += data.len() as u64;
+            self.state[depth] |= DATA;
+        }
         self.top = depth as u64 + 1;
         if !written {
             self.written_below = self.written_below.min(depth as u64);
@@ -163,21 +208,30 @@ impl Waiting {
     }
 
     /// The call at `depth` returned: it, and the calls deeper that never
-    /// did (a jump left them), are closed.
+    /// did (a jump left them), are closed, their data gone.
     fn close(&mut self, depth: usize) {
+        self.data_used = self.data_below(depth);
         for s in &mut self.state[depth..(self.top as usize).max(depth + 1)] {
             *s = 0;
         }
         self.top = depth as u64;
     }
 
-    /// Writes the entries still waiting below `depth`, outermost first.
+    /// Writes the entries still waiting below `depth`, outermost first,
+    /// each with its data.
     fn release(&mut self, depth: u64, g: &mut Gather<'_>, out: &mut Drained) {
         let to = depth.min(self.top);
         for d in self.written_below..to {
             let d = d as usize;
-            if self.state[d] == OPEN {
-                g.push(self.entries[d], &[], out);
+            if self.state[d] & (OPEN | WRITTEN) == OPEN {
+                let data = match self.state[d] & DATA {
+                    0 => &[][..],
+                    _ => {
+                        let [at, n] = self.data_at[d].map(usize::from);
+                        &self.data[at..at + n]
+                    }
+                };
+                g.push(self.entries[d], data, out);
                 self.state[d] |= WRITTEN;
             }
         }
@@ -234,6 +288,125 @@ mod tests {
     }
 
     use Kind::{Entry as E, Event as V, Exit as X, Lost as L};
+
+    /// A record with data: (time, kind, depth, function, its data's words).
+    type WithData = (u64, Kind, u16, u64, Vec<u64>);
+
+    /// Records in the ring as a thread writes them, each with its data
+    /// (none where empty). A test's data starts with its number of words.
+    fn put_data(ring: &Ring, recs: &[WithData]) {
+        for (time, kind, depth, addr, data) in recs {
+            if data.is_empty() {
+                put(ring, &[(*time, *kind, *depth, *addr)]);
+                continue;
+            }
+            let bytes: Vec<u8> = data.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let from = Depth::Given(*depth);
+            let c = (ring.claim_with_data(|| *time, *kind, from, bytes.len())).unwrap();
+            ring.write_with_data(c.slot, c.time, *kind, *depth, *addr, &bytes);
+            ring.publish(&c);
+        }
+    }
+
+    /// The file's records with their data (its first word their number).
+    fn read_back_data(path: &std::path::Path, compact: bool) -> Vec<WithData> {
+        let bytes = super::super::tests::read_uftrace_layout(path, compact);
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        let (mut at, mut got) = (0, Vec::new());
+        while at < bytes.len() {
+            let r = decode(bytes[at..at + 16].try_into().unwrap(), at as u64).unwrap();
+            let more = crate::record::ring::has_data(word(at + 8));
+            at += 16;
+            let n = if more { word(at) as usize } else { 0 };
+            let data = (0..n).map(|k| word(at + 8 * k)).collect();
+            at += 8 * n;
+            got.push((r.time, r.kind, r.depth, r.addr, data));
+        }
+        got
+    }
+
+    /// Entries with data (arguments) wait with their data: a short call
+    /// leaves neither, with its exit's data (a return value) too; a long
+    /// one's callers are written with theirs; an entry whose data finds
+    /// the stack of waiting data full is written as it comes, after the
+    /// entries waiting below it; the stack's room comes back as calls
+    /// return.
+    #[test]
+    fn a_consumers_time_filter_keeps_the_data_of_the_calls_it_keeps() {
+        let most = MAX_DATA / 8;
+        // n calls nested, each with the most data: the last finds no room
+        // above main's two words and the others'.
+        let n = (DATA_WORDS / most) as u16;
+        let big = |d: u16| [vec![most as u64], vec![u64::from(d); most - 1]].concat();
+        let at = |t: u64, d: u16| t + u64::from(d);
+        let nested = (1..=n).map(|d| (at(2000, 10 * d), E, d, at(0x100, d), big(d)));
+        let returns = (1..=n)
+            .rev()
+            .map(|d| (at(2400, 10 * (n - d)), X, d, at(0x100, d), vec![]));
+        // All but one nested again, each short: there is room for them
+        // once the others returned.
+        let again: Vec<WithData> = (1..n)
+            .map(|d| (at(3000, d), E, d, at(0x200, d), big(d)))
+            .chain(
+                (1..n)
+                    .rev()
+                    .map(|d| (at(3050, n - 1 - d), X, d, at(0x200, d), vec![])),
+            )
+            .collect();
+        let recs: Vec<WithData> = [
+            vec![
+                (1000, E, 0, 0xa0, vec![2, 0x11]), // main(0x11)
+                (1010, E, 1, 0xa1, vec![2, 0x22]), // short
+                (1020, X, 1, 0xa1, vec![2, 0x23]), // … with its value
+                (1030, E, 1, 0xb1, vec![3, 0x33, 0x34]),
+                (1040, E, 2, 0xc2, vec![]), // long
+                (1300, X, 2, 0xc2, vec![2, 0x44]),
+                (1310, E, 2, 0xd2, vec![2, 0x55]), // short, under a written b
+                (1320, X, 2, 0xd2, vec![]),
+                (1330, X, 1, 0xb1, vec![]),
+            ],
+            nested.clone().collect(),
+            returns.clone().collect(),
+            again,
+            vec![
+                (3100, E, 1, 0xf1, vec![2, 0x66]), // short
+                (3110, X, 1, 0xf1, vec![]),
+                (3120, E, 1, 0x91, vec![2, 0x77]), // long: its own data
+                (3300, X, 1, 0x91, vec![]),
+                (4000, X, 0, 0xa0, vec![]),
+            ],
+        ]
+        .concat();
+        for compact in [false, true] {
+            let (ring, f, path) = filtered_ring(100, "data", compact);
+            // (Drained three times: the ring holds 4096 slots, an entry
+            // with the most data 65.)
+            let returned = 9 + 2 * n as usize;
+            for part in [&recs[..12], &recs[12..returned], &recs[returned..]] {
+                put_data(&ring, part);
+                ring.drain(f.as_raw_fd());
+                ring.refresh();
+            }
+            let want: Vec<WithData> = [
+                vec![
+                    (1000, E, 0, 0xa0, vec![2, 0x11]),
+                    (1030, E, 1, 0xb1, vec![3, 0x33, 0x34]),
+                    (1040, E, 2, 0xc2, vec![]),
+                    (1300, X, 2, 0xc2, vec![2, 0x44]),
+                    (1330, X, 1, 0xb1, vec![]),
+                ],
+                nested.clone().collect(),
+                returns.clone().collect(),
+                vec![
+                    (3120, E, 1, 0x91, vec![2, 0x77]),
+                    (3300, X, 1, 0x91, vec![]),
+                    (4000, X, 0, 0xa0, vec![]),
+                ],
+            ]
+            .concat();
+            assert_eq!(read_back_data(&path, compact), want);
+        }
+    }
 
     /// Short calls leave nothing; a long one is written with the entries
     /// of its callers first, in time order; a call whose entry is written
