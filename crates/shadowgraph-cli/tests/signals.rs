@@ -331,13 +331,14 @@ fn threads_and_signal_handlers_inside_a_time_filtered_record() {
 }
 
 /// The same recording fib's argument and return value, kept in the frames
-/// of calls whose entries wait (the callbacks' way): every value shown is
-/// one fib was given or returned. With a `read=` trigger on fib, whose
-/// values wait in the frame before the arguments and whose events follow
-/// an entry written late: each kept call's `read:` before its `diff:`.
+/// of calls whose entries wait (the callbacks' way, which a `trace_on`
+/// trigger on main keeps): every value shown is one fib was given or
+/// returned. With a `read=` trigger on fib, whose values wait in the
+/// frame before the arguments and whose events follow an entry written
+/// late: each kept call's `read:` before its `diff:`.
 #[test]
 fn threads_and_signal_handlers_inside_a_time_filtered_record_with_arguments() {
-    time_filtered_under_signals(Values::ArgsAndReads);
+    time_filtered_under_signals(Values::OnTheCallbacks);
 }
 
 /// The same recording fib's argument and return value alone: the threads
@@ -348,6 +349,15 @@ fn threads_and_signal_handlers_inside_a_fused_time_filtered_record_with_argument
     time_filtered_under_signals(Values::Args);
 }
 
+/// The same with the `read=` trigger on fib, and no other: the calls of
+/// fib through the callbacks, which record every one with its events, the
+/// others on the fused path, and the rings' consumer leaves out the short
+/// calls with their values and events.
+#[test]
+fn threads_and_signal_handlers_inside_a_consumer_time_filtered_record_with_reads() {
+    time_filtered_under_signals(Values::ArgsAndReads);
+}
+
 /// What a time-filtered recording records beside the calls.
 #[derive(Clone, Copy, PartialEq)]
 enum Values {
@@ -356,13 +366,17 @@ enum Values {
     Args,
     /// …and a `read=` trigger on fib.
     ArgsAndReads,
+    /// …and a `trace_on` trigger on main, which keeps the time filter in
+    /// the callbacks.
+    OnTheCallbacks,
 }
 
 fn time_filtered_under_signals(values: Values) {
     let dir = workdir(match values {
         Values::None => "mtsig-timed",
         Values::Args => "mtsig-timed-args-fused",
-        Values::ArgsAndReads => "mtsig-timed-args",
+        Values::ArgsAndReads => "mtsig-timed-args-reads",
+        Values::OnTheCallbacks => "mtsig-timed-args",
     });
     let exe = build_fixture(&dir, "mt", "threads_signals.c");
     let data = dir.join("m.data");
@@ -371,15 +385,18 @@ fn time_filtered_under_signals(values: Values) {
     if args {
         opts.extend(["-A", "fib@arg1/i32", "-R", "fib@retval/i32"]);
     }
-    if values == Values::ArgsAndReads {
+    if values != Values::None && values != Values::Args {
         opts.extend(["-T", "fib@read=page-fault"]);
+    }
+    if values == Values::OnTheCallbacks {
+        opts.extend(["-T", "main@trace_on"]);
     }
     let o = record_run(&[], &opts, &data, &exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     assert!(err.contains("(0 lost) from 9 threads"), "{err}");
     let info = view_text("info", &data);
-    if values != Values::ArgsAndReads
+    if values != Values::OnTheCallbacks
         && shadowgraph_testkit::tool::available(
             shadowgraph::clock::init(),
             "an invariant TSC",
@@ -387,6 +404,9 @@ fn time_filtered_under_signals(values: Values) {
         )
     {
         assert!(info.contains("record path         : fused"), "{info}");
+    }
+    if values == Values::OnTheCallbacks {
+        assert!(info.contains("record path         : general"), "{info}");
     }
     let d = shadowgraph_data::dir::DataDir::open(&data).unwrap();
     let mut kept = 0;

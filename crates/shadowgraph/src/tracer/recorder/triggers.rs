@@ -78,18 +78,18 @@ pub(super) fn triggers(
         .iter()
         .map(|a| super::reads::mask(&a.read))
         .collect::<Result<Box<[u8]>, _>>()?;
-    // A time filter (`-t`) beside triggers that take functions in or out
-    // and limit the depth alone (no switch, no reads, no thresholds of
-    // their own): the triggers record every call they take, and the
-    // rings' consumer leaves out the short ones.
+    // A time filter (`-t`) beside triggers that take functions in or out,
+    // limit the depth or read values (no switch, no thresholds of their
+    // own): the triggers record every call they take, and the rings'
+    // consumer leaves out the short ones, with the events (`read=`'s)
+    // inside them.
     let by_consumer = by_consumer
         && min_ticks > 0
         && !disabled
         && min_size == 0
-        && actions.iter().zip(&reads).all(|(a, &read)| {
+        && actions.iter().all(|a| {
             a.trace.is_none()
                 && !a.finish
-                && read == 0
                 && a.time_ns.is_none()
                 && !a.always
                 && !a.caller

@@ -13,15 +13,22 @@
 //!                                            written, then d's, then the
 //!                                            exit                 (file)
 //!                                          short: none of it      (gone)
-//!                         ─► anything else (an event, an entry whose
-//!                            data finds no room to wait, depth 1023
-//!                            and beyond): the entries waiting below
-//!                            it, then it                          (file)
+//!                         ─► Event inside a call that waits:
+//!                            with it                              (waits)
+//!                         ─► anything else (another event, an entry
+//!                            or event that finds no room to wait,
+//!                            depth 1023 and beyond): the entries
+//!                            waiting below it, then it            (file)
 //! ```
 //!
-//! An entry's data (its arguments) waits with it, on a stack of the open
-//! calls' data (`Waiting::data`, outermost first); an exit's (its return
-//! value) goes or stays with its call.
+//! An entry's data (its arguments) waits with it, and so do the built-in
+//! events inside its call that come before any call it makes (a `read=`
+//! trigger's values) or after its last: on a stack of the open calls'
+//! records (`Waiting::data`, outermost first). An exit's data (its return
+//! value) goes or stays with its call. (As uftrace keeps such events with
+//! a call its time filter has not judged yet; a user event, an SDT
+//! marker's, it writes with the calls it is inside of, and so does this
+//! consumer.)
 //!
 //! A call lasts at least as long as the calls it makes, so the callers of
 //! a call long enough are long enough too: writing their entries first
@@ -34,6 +41,7 @@ use super::super::{Drained, Ring, FILTER_BYTES, HEADER_BYTES, MAX_DATA};
 use super::gather::Gather;
 use super::times::Times;
 use super::DRAIN_CHUNK;
+use shadowgraph_data::events;
 use shadowgraph_data::format::Kind;
 use std::sync::atomic::Ordering;
 
@@ -41,20 +49,21 @@ use std::sync::atomic::Ordering;
 /// deeper call, which is written as it comes.
 const DEPTHS: usize = 1024;
 
-/// A record's kind (its word's low bits): an entry, an exit.
+/// A record's kind (its word's low bits): an entry, an exit, an event.
 const ENTRY: u64 = Kind::Entry as u64;
 const EXIT: u64 = Kind::Exit as u64;
+const EVENT: u64 = Kind::Event as u64;
 
 /// The state of one depth: a call is open there…
 const OPEN: u8 = 1;
 /// …and its entry is in the file.
 const WRITTEN: u8 = 2;
-/// …and its entry has data, which waits in `Waiting::data`.
+/// …and its entry has data, or events wait with it, in `Waiting::data`.
 const DATA: u8 = 4;
 
-/// Words of the stack of the waiting entries' data: 32 entries of the
-/// most data a record has, or a thousand and more of a few arguments
-/// each (a page of it is touched once calls nest that deep).
+/// Words of the stack of the waiting calls' data and events: 32 entries
+/// of the most data a record has, or a thousand and more of a few
+/// arguments each (a page of it is touched once calls nest that deep).
 const DATA_WORDS: usize = 32 * MAX_DATA / 8;
 
 /// What waits between drains, after a ring's records.
@@ -68,11 +77,13 @@ struct Waiting {
     written_below: u64,
     /// Per depth: OPEN, WRITTEN, DATA.
     state: [u8; DEPTHS],
-    /// Per depth with DATA: where its data starts in `data` and its words.
-    data_at: [[u16; 2]; DEPTHS],
-    /// Words of `data` in use: the open calls' data, outermost first.
+    /// Per depth with DATA: where its words start in `data`, how many are
+    /// its entry's data, and where its events' (each its time, word,
+    /// number of data words, data) end.
+    data_at: [[u16; 3]; DEPTHS],
+    /// Words of `data` in use: the open calls' words, outermost first.
     data_used: u64,
-    /// The data of the entries waiting, by depth.
+    /// The data and events of the calls waiting, by depth.
     data: [u64; DATA_WORDS],
 }
 
@@ -114,8 +125,16 @@ impl Ring {
             let depth = ((w1 >> 6) & 0x3ff) as usize;
             let kind = w1 & 3;
             let data = &data[..len / 8];
-            let waits = kind == EXIT || kind == ENTRY && w.has_room(depth, data.len());
-            if depth >= DEPTHS - 1 || !waits {
+            let waits = match kind {
+                EXIT => true,
+                ENTRY => w.has_room(depth, data.len()),
+                // (An SDT marker's is written as it comes, its call's
+                // entry before it, as uftrace writes asynchronous events.)
+                _ => kind == EVENT && !events::is_user(w1 >> 16) && w.keep_event([t, w1], data),
+            };
+            if kind == EVENT && waits {
+                // Kept with its call.
+            } else if depth >= DEPTHS - 1 || !waits {
                 // Written as it comes, after the entries waiting below it:
                 // an entry's callers', an exit's own and its callers', an
                 // event's all (its depth field is 0).
@@ -173,8 +192,32 @@ impl Waiting {
         words == 0 || self.data_below(depth) as usize + words <= DATA_WORDS
     }
 
-    /// Where the data of the calls at `depth` and deeper begin: the stack
-    /// in use, less theirs (the outermost of them with data starts it).
+    /// An event (its record `rec` and `data`) inside the innermost open
+    /// call, if that call waits: kept with it, if there is room. Whether
+    /// it is. (Its words end the stack: an inner call's, if any came,
+    /// ended with it.)
+    fn keep_event(&mut self, rec: [u64; 2], data: &[u64]) -> bool {
+        let Some(d) = (self.top as usize).checked_sub(1) else {
+            return false;
+        };
+        let (at, n) = (self.data_used as usize, 3 + data.len());
+        if self.state[d] & (OPEN | WRITTEN) != OPEN || at + n > DATA_WORDS {
+            return false;
+        }
+        self.data[at..at + 3].copy_from_slice(&[rec[0], rec[1], data.len() as u64]);
+        self.data[at + 3..at + n].copy_from_slice(data);
+        if self.state[d] & DATA == 0 {
+            self.data_at[d] = [at as u16, 0, 0];
+            self.state[d] |= DATA;
+        }
+        self.data_used += n as u64;
+        // (At most DATA_WORDS.)
+        self.data_at[d][2] = self.data_used as u16;
+        true
+    }
+
+    /// Where the words of the calls at `depth` and deeper begin: the stack
+    /// in use, less theirs (the outermost of them with some starts it).
     fn data_below(&self, depth: usize) -> u64 {
         let open = depth..(self.top as usize).max(depth);
         (self.state[open.clone()].iter().zip(&self.data_at[open]))
@@ -196,9 +239,10 @@ impl Waiting {
         if !data.is_empty() {
             let at = self.data_used as usize;
             self.data[at..at + data.len()].copy_from_slice(data);
-            // (Both fit: at most DATA_WORDS.)
-            self.data_at[depth] = [at as u16, data.len() as u16];
-            self.data_used += data.len() as u64;
+            // (All fit: at most DATA_WORDS.)
+            let end = at + data.len();
+            self.data_at[depth] = [at as u16, data.len() as u16, end as u16];
+            self.data_used = end as u64;
             self.state[depth] |= DATA;
         }
         self.top = depth as u64 + 1;
@@ -218,22 +262,26 @@ impl Waiting {
     }
 
     /// Writes the entries still waiting below `depth`, outermost first,
-    /// each with its data.
+    /// each with its data, then the events kept with it.
     fn release(&mut self, depth: u64, g: &mut Gather<'_>, out: &mut Drained) {
         let to = depth.min(self.top);
         for d in self.written_below..to {
             let d = d as usize;
-            if self.state[d] & (OPEN | WRITTEN) == OPEN {
-                let data = match self.state[d] & DATA {
-                    0 => &[][..],
-                    _ => {
-                        let [at, n] = self.data_at[d].map(usize::from);
-                        &self.data[at..at + n]
-                    }
-                };
-                g.push(self.entries[d], data, out);
-                self.state[d] |= WRITTEN;
+            if self.state[d] & (OPEN | WRITTEN) != OPEN {
+                continue;
             }
+            let [at, n, end] = match self.state[d] & DATA {
+                0 => [0; 3],
+                _ => self.data_at[d].map(usize::from),
+            };
+            g.push(self.entries[d], &self.data[at..at + n], out);
+            let mut k = at + n;
+            while k < end {
+                let (rec, len) = ([self.data[k], self.data[k + 1]], self.data[k + 2] as usize);
+                g.push(rec, &self.data[k + 3..k + 3 + len], out);
+                k += 3 + len;
+            }
+            self.state[d] |= WRITTEN;
         }
         self.written_below = self.written_below.max(to);
     }
@@ -289,6 +337,10 @@ mod tests {
 
     use Kind::{Entry as E, Event as V, Exit as X, Lost as L};
 
+    /// A user event's id (an SDT marker's), and a built-in one's.
+    const USER: u64 = events::USER_FIRST;
+    const READ: u64 = events::FIRST;
+
     /// A record with data: (time, kind, depth, function, its data's words).
     type WithData = (u64, Kind, u16, u64, Vec<u64>);
 
@@ -323,6 +375,61 @@ mod tests {
             got.push((r.time, r.kind, r.depth, r.addr, data));
         }
         got
+    }
+
+    /// Built-in events inside a call that waits (a `read=` trigger's,
+    /// before its first callee and after its last) wait with it: gone
+    /// with a short call, written after its entry once it proves long; an
+    /// event inside a call written already, or inside none, is written as
+    /// it comes, and so is a user event, after the entries of the calls
+    /// it is inside of (which are kept, however short).
+    #[test]
+    fn a_consumers_time_filter_keeps_events_with_their_calls() {
+        let recs: Vec<WithData> = vec![
+            (1000, E, 0, 0xa0, vec![]),     // main
+            (1005, V, 0, READ + 1, vec![]), // waits with main
+            (1010, E, 1, 0xb1, vec![]),     // b, short
+            (1015, V, 0, READ + 2, vec![2, 0x21]),
+            (1020, E, 2, 0xc2, vec![]), // short
+            (1025, X, 2, 0xc2, vec![]),
+            (1030, V, 0, READ + 3, vec![]), // after b's callee: b's still
+            (1040, X, 1, 0xb1, vec![]),
+            (1050, E, 1, 0xd1, vec![]), // d, long
+            (1055, V, 0, READ + 4, vec![2, 0x41]),
+            (1060, E, 2, 0xe2, vec![]), // short
+            (1065, X, 2, 0xe2, vec![]),
+            (1070, V, 0, READ + 5, vec![]),
+            (1200, X, 1, 0xd1, vec![]),
+            (1210, V, 0, READ + 6, vec![]), // inside main, written
+            (1220, E, 1, 0xf1, vec![]),     // short, but …
+            (1225, V, 0, USER, vec![]),     // … a user event inside
+            (1230, X, 1, 0xf1, vec![]),
+            (3000, X, 0, 0xa0, vec![]),
+            (3010, V, 0, READ + 7, vec![]), // inside no call
+        ];
+        for compact in [false, true] {
+            let (ring, f, path) = filtered_ring(100, "events", compact);
+            // (Drained in two parts: main's event waits across them.)
+            for part in [&recs[..6], &recs[6..]] {
+                put_data(&ring, part);
+                ring.drain(f.as_raw_fd());
+            }
+            let want: Vec<WithData> = vec![
+                (1000, E, 0, 0xa0, vec![]),
+                (1005, V, 0, READ + 1, vec![]),
+                (1050, E, 1, 0xd1, vec![]),
+                (1055, V, 0, READ + 4, vec![2, 0x41]),
+                (1070, V, 0, READ + 5, vec![]),
+                (1200, X, 1, 0xd1, vec![]),
+                (1210, V, 0, READ + 6, vec![]),
+                (1220, E, 1, 0xf1, vec![]),
+                (1225, V, 0, USER, vec![]),
+                (1230, X, 1, 0xf1, vec![]),
+                (3000, X, 0, 0xa0, vec![]),
+                (3010, V, 0, READ + 7, vec![]),
+            ];
+            assert_eq!(read_back_data(&path, compact), want);
+        }
     }
 
     /// Entries with data (arguments) wait with their data: a short call
@@ -411,8 +518,8 @@ mod tests {
     /// Short calls leave nothing; a long one is written with the entries
     /// of its callers first, in time order; a call whose entry is written
     /// keeps its exit, however short; entries wait from one drain to the
-    /// next; an event, a record at the deepest depth and an exit whose
-    /// entry never came are written as they come, after the entries
+    /// next; a user event, a record at the deepest depth and an exit
+    /// whose entry never came are written as they come, after the entries
     /// waiting below them.
     #[test]
     fn a_consumers_time_filter_keeps_the_long_calls_and_their_callers() {
@@ -438,7 +545,7 @@ mod tests {
             put(
                 &ring,
                 &[
-                    (1410, V, 0, 7),    // an event: e's entry first
+                    (1410, V, 0, USER), // a user event: e's entry first
                     (1420, X, 1, 0xe1), // e's exit: its entry is written
                     (1430, E, 1, 0xf1), // left open by a jump
                     (1440, X, 1, 0x91), // an exit whose entry never came
@@ -460,7 +567,7 @@ mod tests {
                     (1300, X, 2, 0xc2),
                     (1330, X, 1, 0xb1),
                     (1400, E, 1, 0xe1),
-                    (1410, V, 0, 7),
+                    (1410, V, 0, USER),
                     (1420, X, 1, 0xe1),
                     (1430, E, 1, 0xf1),
                     (1440, X, 1, 0x91),
