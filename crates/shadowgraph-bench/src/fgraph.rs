@@ -4,7 +4,9 @@
 //! (assembly models); recording into memory by the library's recorders.
 
 use crate::clock::timestamp_line;
-use crate::common::{load_dispatch_lib, ns_per_call, ns_per_call_two_threads, print_rows};
+use crate::common::{
+    load_dispatch_lib, median, ns_per_call, ns_per_call_two_threads, print_rows, Loop,
+};
 use crate::memory::in_child;
 use crate::models::{floor_ns, model_floors};
 use shadowgraph::{fgraph, ftrace};
@@ -87,9 +89,82 @@ extern "C" fn timed_return(
     }
 }
 
+/// A round's rows: (label, ns per call).
+type Rows = [(String, f64)];
+
+/// `bench fgraph`: every row measured once a round, rounds repeated
+/// (`reps`), so that the machine's slow spells fall on all rows alike:
+/// each row's median, and each ratio the median of the rounds' ratios.
 pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, String> {
     fgraph::set_site_stubs(!hijack_returns);
     let (loop_plain, loop_target, _lib) = load_dispatch_lib()?;
+    println!(
+        "# shadowgraph bench fgraph: {calls} calls per loop, {reps} rounds of every row in \
+         turn (medians; ratios: the median of the rounds'); entry + return, empty callbacks, \
+         no timestamps"
+    );
+    // (Timed rows read the clock: set up before the first round, so that
+    // every round runs alike.)
+    shadowgraph::clock::init();
+    let rounds = (0..reps)
+        .map(|_| round(calls, (loop_plain, loop_target), reps, hijack_returns))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rows: Vec<(String, f64)> = (rounds[0].iter().enumerate())
+        .map(|(i, (name, _))| {
+            (
+                name.clone(),
+                median(rounds.iter().map(|r| r[i].1).collect()),
+            )
+        })
+        .collect();
+    print_rows(&rows, rows[0].1);
+    // A row of a round, by the start of its name.
+    let row = |r: &Rows, prefix: &str| {
+        r.iter()
+            .find(|(name, _)| name.starts_with(prefix))
+            .map_or(f64::NAN, |r| r.1)
+    };
+    let per_round = |f: &dyn Fn(&Rows) -> f64| median(rounds.iter().map(|r| f(r)).collect());
+    let one = |r: &Rows| r[1].1;
+    println!(
+        "# 1 user / floor: {:.2}× per call, {:.2}× over untraced (the aim: within 1.5×)",
+        per_round(&|r| one(r) / row(r, "floor")),
+        per_round(&|r| (one(r) - r[0].1) / (row(r, "floor") - r[0].1))
+    );
+    println!(
+        "# 2 users / 1: {:.2}× (the aim: within 1.3×); a user whose filter declines adds \
+         {:+.2} ns (the aim: at most 1); each user past the second adds {:.2} ns (the aim: \
+         at most 5); 2 recorders in memory / 1: {:.2}× (the aim: within 1.3×)",
+        per_round(&|r| row(r, "2 users") / one(r)),
+        per_round(&|r| row(r, "1 user + 1 whose filter declines") - one(r)),
+        per_round(&|r| (row(r, "16 users") - row(r, "2 users")) / 14.0),
+        per_round(&|r| {
+            row(r, "record in memory, 2 recorders, fused") / row(r, "record in memory, fused (")
+        })
+    );
+    let [plain, hijacked, stubbed, recorded] = model_floors(calls, reps);
+    println!(
+        "# floors, asm models (no site, no core): plain call {plain:.2} ns; \
+         push + hijack + pop +{:.2}; push + pop through a stub's call +{:.2}; \
+         the same + two timestamped records in memory +{:.2}",
+        hijacked - plain,
+        stubbed - plain,
+        recorded - plain
+    );
+    println!("{}", timestamp_line(reps));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One round of `bench fgraph`: each row's ns per call, measured once
+/// (after a warm-up), in the order printed; the rows recording into
+/// memory, in a child process each, as the median of `child_reps` loops
+/// of fewer calls (`memory::in_child`).
+fn round(
+    calls: i64,
+    (loop_plain, loop_target): (Loop, Loop),
+    child_reps: usize,
+    hijack_returns: bool,
+) -> Result<Vec<(String, f64)>, String> {
     let filter = || ftrace::FilterSet::with_patterns(&["target"], &[]).map_err(|e| e.to_string());
     let user =
         |e: fgraph::EntryFn, r: fgraph::ReturnFn| -> Result<Arc<fgraph::GraphUser>, String> {
@@ -97,9 +172,8 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
         };
     let reg = |u: &Arc<fgraph::GraphUser>| fgraph::register_graph(u).map_err(|e| e.to_string());
     let unreg = |u: &Arc<fgraph::GraphUser>| fgraph::unregister_graph(u).map_err(|e| e.to_string());
-    let measure = || ns_per_call(loop_target, calls, reps);
-    println!("# shadowgraph bench fgraph: {calls} calls per loop, median of {reps}; entry + return, empty callbacks, no timestamps");
-    let base = ns_per_call(loop_plain, calls, reps);
+    let measure = || ns_per_call(loop_target, calls, 1);
+    let base = ns_per_call(loop_plain, calls, 1);
     let mut rows: Vec<(String, f64)> = vec![("untraced function (no site)".into(), base)];
     let users: Vec<_> = (0..16)
         .map(|_| user(accept_all, ignore_return))
@@ -111,7 +185,7 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
     rows.push(("1 user (fast path)".into(), measure()));
     rows.push((
         "1 user, 2 threads at once (each)".into(),
-        ns_per_call_two_threads(loop_target, calls, reps),
+        ns_per_call_two_threads(loop_target, calls, 1),
     ));
     // A second user whose filter declines the call (another function):
     // what it adds to the first's.
@@ -146,9 +220,8 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
     unreg(&r)?;
     rows.push((
         "floor: push + hijack + pop, nothing else".into(),
-        floor_ns(loop_target, calls, reps)?,
+        floor_ns(loop_target, calls, 1)?,
     ));
-    shadowgraph::clock::init();
     let timed = user(timed_entry, timed_return)?;
     reg(&timed)?;
     rows.push(("1 user timing each call (2 timestamps)".into(), measure()));
@@ -176,41 +249,9 @@ pub fn bench(calls: i64, reps: usize, hijack_returns: bool) -> Result<ExitCode, 
         ),
         ("record in memory, 1 recorder + a profile", "record-profile"),
     ] {
-        rows.push((label.into(), in_child(mode, calls, reps, hijack_returns)?));
+        let ns = in_child(mode, calls, child_reps, hijack_returns)?;
+        rows.push((label.into(), ns));
     }
     rows.push(("all unregistered (NOP5 again)".into(), measure()));
-    print_rows(&rows, base);
-    let one = rows[1].1;
-    let row = |prefix: &str| {
-        rows.iter()
-            .find(|(name, _)| name.starts_with(prefix))
-            .map_or(f64::NAN, |r| r.1)
-    };
-    let floor = row("floor");
-    println!(
-        "# 1 user / floor: {:.2}× per call, {:.2}× over untraced (the aim: within 1.5×)",
-        one / floor,
-        (one - base) / (floor - base)
-    );
-    let (two, sixteen) = (row("2 users"), row("16 users"));
-    println!(
-        "# 2 users / 1: {:.2}× (the aim: within 1.3×); a user whose filter declines adds \
-         {:+.2} ns (the aim: at most 1); each user past the second adds {:.2} ns (the aim: \
-         at most 5); 2 recorders in memory / 1: {:.2}× (the aim: within 1.3×)",
-        two / one,
-        row("1 user + 1 whose filter declines") - one,
-        (sixteen - two) / 14.0,
-        row("record in memory, 2 recorders, fused") / row("record in memory, fused (")
-    );
-    let [plain, hijacked, stubbed, recorded] = model_floors(calls, reps);
-    println!(
-        "# floors, asm models (no site, no core): plain call {plain:.2} ns; \
-         push + hijack + pop +{:.2}; push + pop through a stub's call +{:.2}; \
-         the same + two timestamped records in memory +{:.2}",
-        hijacked - plain,
-        stubbed - plain,
-        recorded - plain
-    );
-    println!("{}", timestamp_line(reps));
-    Ok(ExitCode::SUCCESS)
+    Ok(rows)
 }
