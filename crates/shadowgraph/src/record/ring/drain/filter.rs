@@ -125,16 +125,14 @@ impl Ring {
             let depth = ((w1 >> 6) & 0x3ff) as usize;
             let kind = w1 & 3;
             let data = &data[..len / 8];
-            let waits = match kind {
-                EXIT => true,
-                ENTRY => w.has_room(depth, data.len()),
-                // (An SDT marker's is written as it comes, its call's
-                // entry before it, as uftrace writes asynchronous events.)
-                _ => kind == EVENT && !events::is_user(w1 >> 16) && w.keep_event([t, w1], data),
-            };
-            if kind == EVENT && waits {
+            // (An SDT marker's event is written as it comes, its call's
+            // entry before it, as uftrace writes asynchronous events.)
+            if kind == EVENT && !events::is_user(w1 >> 16) && w.keep_event([t, w1], data) {
                 // Kept with its call.
-            } else if depth >= DEPTHS - 1 || !waits {
+            } else if depth >= DEPTHS - 1
+                || kind > EXIT
+                || kind == ENTRY && !w.has_room(depth, data.len())
+            {
                 // Written as it comes, after the entries waiting below it:
                 // an entry's callers', an exit's own and its callers', an
                 // event's all (its depth field is 0).
